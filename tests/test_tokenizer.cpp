@@ -1,0 +1,466 @@
+// Tokenizer tests: llama.cpp's tokenizer test vectors (generated with Hugging Face tokenizers), special-token
+// handling, the streaming detokenizer, and a hidden throughput benchmark ("[.bench]").
+#include <catch2/catch.hpp>
+
+#include "engine/error.h"
+#include "engine/gguf.h"
+#include "tests/test_util.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/spm.h"
+#include "tokenizer/spm_proto.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+#include "tokenizer/vocab.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+using quill::Tokenizer;
+
+struct Case {
+    std::string text;
+    std::vector<int32_t> ids;
+};
+
+// <name>.inp holds inputs each followed by "\n__ggml_vocab_test__\n"; <name>.out one line of ids per input.
+std::vector<Case> read_vectors(const std::filesystem::path& inp, const std::filesystem::path& out) {
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    const std::string text = quill::test::read_file(inp);
+    std::vector<Case> cases;
+    for (size_t pos = 0; pos < text.size();) {
+        const size_t end = text.find(sep, pos);
+        REQUIRE(end != std::string::npos);  // the file ends with a separator
+        cases.push_back({text.substr(pos, end - pos), {}});
+        pos = end + sep.size();
+    }
+    std::istringstream lines(quill::test::read_file(out));
+    std::string line;
+    for (Case& c : cases) {
+        REQUIRE(std::getline(lines, line));
+        std::istringstream ids(line);
+        for (int32_t id; ids >> id;) c.ids.push_back(id);
+    }
+    REQUIRE_FALSE(std::getline(lines, line));
+    return cases;
+}
+
+std::string escaped(const std::string& s) {
+    std::string e;
+    for (unsigned char c : s) {
+        if (c == '\n') e += "\\n";
+        else if (c == '\t') e += "\\t";
+        else if (c < 0x20) e += fmt::format("\\x{:02x}", c);
+        else e.push_back(static_cast<char>(c));
+    }
+    return e;
+}
+
+// Every input tokenizes to its ids (no BOS, special tokens not parsed) and decodes back to itself.
+void check_vectors(const Tokenizer& tok, const std::filesystem::path& inp, const std::filesystem::path& out) {
+    const std::vector<Case> cases = read_vectors(inp, out);
+    REQUIRE(cases.size() > 10);
+    size_t passed = 0;
+    for (const Case& c : cases) {
+        const std::vector<int32_t> ids = tok.encode(c.text, false, false);
+        const std::string back = quill::decode(tok, ids);
+        INFO("input:    \"" << escaped(c.text) << "\"");
+        INFO("expected: " << fmt::format("{}", fmt::join(c.ids, " ")));
+        INFO("actual:   " << fmt::format("{}", fmt::join(ids, " ")));
+        INFO("decoded:  \"" << escaped(back) << "\"");
+        CHECK(ids == c.ids);
+        CHECK(back == c.text);
+        passed += ids == c.ids && back == c.text;
+    }
+    UNSCOPED_INFO(inp.filename().string() << ": " << passed << "/" << cases.size() << " inputs passed");
+    CHECK(passed == cases.size());
+}
+
+std::unique_ptr<Tokenizer> load_vocab(const std::string& name) {
+    auto path = quill::test::require_testdata("vocab/ggml-vocab-" + name + ".gguf");
+    if (!path) return nullptr;
+    return Tokenizer::from_gguf(quill::GgufFile::open(path->string()));
+}
+
+void check_vocab_vectors(const std::string& name) {
+    auto path = quill::test::require_testdata("vocab/ggml-vocab-" + name + ".gguf");
+    if (!path) return;
+    auto tok = Tokenizer::from_gguf(quill::GgufFile::open(path->string()));
+    check_vectors(*tok, path->string() + ".inp", path->string() + ".out");
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer vectors: llama-spm", "[tokenizer]") { check_vocab_vectors("llama-spm"); }
+TEST_CASE("tokenizer vectors: phi-3", "[tokenizer]") { check_vocab_vectors("phi-3"); }
+TEST_CASE("tokenizer vectors: gpt-2", "[tokenizer]") { check_vocab_vectors("gpt-2"); }
+TEST_CASE("tokenizer vectors: starcoder", "[tokenizer]") { check_vocab_vectors("starcoder"); }
+TEST_CASE("tokenizer vectors: deepseek-coder", "[tokenizer]") { check_vocab_vectors("deepseek-coder"); }
+TEST_CASE("tokenizer vectors: falcon", "[tokenizer]") { check_vocab_vectors("falcon"); }
+
+TEST_CASE("tokenizer vectors: stories260K", "[tokenizer]") {
+    auto model = quill::test::require_testdata("models/stories260K.gguf");
+    if (!model) return;
+    auto tok = Tokenizer::from_gguf(quill::GgufFile::open(model->string()));
+    const auto ref = quill::test::testdata_dir() / "models" / "ref";
+    check_vectors(*tok, ref / "stories260K.gguf.inp", ref / "stories260K.gguf.out");
+}
+
+TEST_CASE("tokenizer loads a sentencepiece model file", "[tokenizer]") {
+    auto path = quill::test::require_testdata("vocab/ggml-vocab-llama-spm.gguf");
+    if (!path) return;
+    const quill::GgufFile gguf = quill::GgufFile::open(path->string());
+    const quill::SpmModel model = quill::build_spm_model(quill::read_gguf_vocab(gguf));  // a llama tokenizer.model
+    const std::string bytes = quill::serialize_spm_model(model);
+
+    const quill::SpmModel parsed = quill::parse_spm_model(bytes, "memory");
+    REQUIRE(parsed.pieces.size() == model.pieces.size());
+    CHECK(parsed.pieces[15043].piece == model.pieces[15043].piece);
+    CHECK(parsed.pieces[15043].score == model.pieces[15043].score);
+    CHECK(parsed.pieces[3].type == 6);
+    CHECK(parsed.model_type == 2);
+    CHECK(parsed.byte_fallback);
+    CHECK(parsed.normalizer_name == "identity");
+    CHECK_FALSE(parsed.remove_extra_whitespaces);
+
+    const auto file = quill::test::temp_dir("tokenizer") / "tokenizer.model";
+    std::ofstream(file, std::ios::binary) << bytes;
+    auto tok = Tokenizer::from_spm_file(file.string(), &gguf);
+    CHECK(tok->bos() == 1);
+    CHECK(tok->eos() == 2);
+    check_vectors(*tok, path->string() + ".inp", path->string() + ".out");
+
+    // The GGUF path cuts long texts at word starts; the library path sees the whole text. Same ids.
+    std::string long_text;
+    for (const Case& c : read_vectors(path->string() + ".inp", path->string() + ".out")) long_text += c.text + " \n";
+    CHECK(tok->encode(long_text, true, false) == Tokenizer::from_gguf(gguf)->encode(long_text, true, false));
+
+    CHECK_THROWS_AS(quill::parse_spm_model(std::string("\x0a\xff", 2), "junk"), quill::FileError);
+    CHECK_THROWS_AS(Tokenizer::from_spm_file((file.parent_path() / "absent.model").string(), nullptr),
+                    quill::FileError);
+}
+
+TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]") {
+    struct Probe {
+        std::string vocab;
+        std::string control;  // a control token's text
+    };
+    for (const Probe& p : {Probe{"gpt-2", "<|endoftext|>"}, Probe{"phi-3", "<|end|>"}, Probe{"llama-spm", "</s>"},
+                           Probe{"starcoder", "<fim_prefix>"}, Probe{"falcon", "<|endoftext|>"}}) {
+        auto tok = load_vocab(p.vocab);
+        if (!tok) return;
+        int32_t control = -1;
+        for (int32_t id = 0; id < tok->n_vocab(); ++id) {
+            if (tok->piece(id) == p.control) control = id;
+        }
+        INFO(p.vocab << " " << p.control);
+        REQUIRE(control >= 0);
+        REQUIRE(tok->is_control(control));
+
+        const std::string text = "Hello" + p.control + " world";
+        const std::vector<int32_t> plain = tok->encode(text, false, false);
+        CHECK(std::find(plain.begin(), plain.end(), control) == plain.end());
+        CHECK(quill::decode(*tok, plain) == text);
+
+        const std::vector<int32_t> parsed = tok->encode(text, false, true);
+        CHECK(std::count(parsed.begin(), parsed.end(), control) == 1);
+        CHECK(tok->encode(p.control, false, true) == std::vector<int32_t>{control});
+        CHECK(quill::decode(*tok, parsed).find(p.control) == std::string::npos);  // control tokens print nothing
+    }
+}
+
+TEST_CASE("tokenizer special ids, BOS/EOS and end-of-generation tokens", "[tokenizer]") {
+    auto spm = load_vocab("llama-spm");
+    auto gpt2 = load_vocab("gpt-2");
+    auto phi3 = load_vocab("phi-3");
+    auto deepseek = load_vocab("deepseek-coder");
+    if (!spm || !gpt2 || !phi3 || !deepseek) return;
+
+    CHECK(spm->model_name() == "llama");
+    CHECK(spm->pre_name().empty());
+    CHECK(spm->add_bos());
+    CHECK_FALSE(spm->add_eos());
+    CHECK(spm->encode("Hello world", true, false) == std::vector<int32_t>{1, 15043, 3186});
+    CHECK(spm->encode("", true, false) == std::vector<int32_t>{1});
+    CHECK(spm->is_eog(2));
+    CHECK_FALSE(spm->is_eog(1));
+
+    CHECK(gpt2->model_name() == "gpt2");
+    CHECK(gpt2->pre_name() == "gpt-2");
+    CHECK_FALSE(gpt2->add_bos());
+    CHECK(gpt2->bos() == 50256);
+    CHECK(gpt2->encode("Hello world", true, false) == gpt2->encode("Hello world", false, false));
+    CHECK(gpt2->is_eog(50256));
+
+    CHECK(deepseek->add_bos());
+    const std::vector<int32_t> ds = deepseek->encode("Hello", true, false);
+    REQUIRE(ds.size() >= 2);
+    CHECK(ds[0] == 32013);
+    CHECK(deepseek->is_eog(32014));
+
+    CHECK(phi3->eos() == 32000);
+    for (std::string_view eog : {"<|endoftext|>", "<|end|>"}) {
+        bool found = false;
+        for (int32_t id = 0; id < phi3->n_vocab(); ++id) {
+            if (phi3->piece(id) == eog) found = phi3->is_eog(id);
+        }
+        CHECK(found);
+    }
+    CHECK_FALSE(phi3->is_eog(32010));  // <|user|>
+    // Phi-3 drops the whitespace after its special tokens (as its Hugging Face tokenizer, rstrip); the text after
+    // a special token starts a fragment, with its dummy-prefix space.
+    std::vector<int32_t> chat = {32010};
+    for (int32_t id : phi3->encode("Hi", false, false)) chat.push_back(id);
+    chat.push_back(32007);
+    CHECK(phi3->encode("<|user|>\nHi<|end|>\n", false, true) == chat);
+    CHECK(phi3->token_bytes(32010).empty());
+    CHECK(phi3->token_bytes(1).empty());  // <s>
+    CHECK_THROWS_AS(phi3->token_bytes(phi3->n_vocab()), quill::UsageError);
+    CHECK_THROWS_AS(phi3->piece(-1), quill::UsageError);
+}
+
+TEST_CASE("tokenizer matches llama.cpp on stories260K's prompt and generated text", "[tokenizer]") {
+    auto model = quill::test::require_testdata("models/stories260K.gguf");
+    if (!model) return;
+    auto tok = Tokenizer::from_gguf(quill::GgufFile::open(model->string()));
+    const std::string ref = quill::test::read_file(quill::test::testdata_dir() / "models" / "ref" /
+                                                   "stories260K-f32.greedy.txt");
+    auto ids_after = [&](const std::string& label) {
+        const size_t at = ref.find(label);
+        REQUIRE(at != std::string::npos);
+        std::istringstream line(ref.substr(at + label.size(), ref.find('\n', at) - at - label.size()));
+        std::vector<int32_t> ids;
+        for (int32_t id; line >> id;) ids.push_back(id);
+        return ids;
+    };
+    CHECK(tok->encode("Once upon a time", true, false) == ids_after("prompt_tokens (add_special=true) "));
+
+    const std::string begin = "generated_text_begin\n", end = "\ngenerated_text_end";
+    const size_t b = ref.find(begin), e = ref.find(end);
+    REQUIRE((b != std::string::npos && e != std::string::npos));
+    const std::string expected = ref.substr(b + begin.size(), e - b - begin.size());
+    quill::Detokenizer d(*tok, false);  // continuing after the prompt
+    std::string text;
+    for (int32_t id : ids_after("generated_tokens ")) text += d.push(id);
+    text += d.finish();
+    CHECK(text == expected);
+}
+
+TEST_CASE("tokenizer of the default model (SmolLM2)", "[tokenizer]") {
+    const auto model = quill::test::default_model();
+    if (!model) return quill::test::skip("the default model is absent (models/fetch_default.sh)");
+    auto tok = Tokenizer::from_gguf(quill::GgufFile::open(model->string()));
+    CHECK(tok->pre_name() == "smollm");
+    CHECK_FALSE(tok->add_bos());
+    CHECK(tok->is_eog(2));  // <|im_end|>
+    CHECK(tok->is_eog(0));  // <|endoftext|>
+    CHECK_FALSE(tok->is_eog(1));
+    const std::string chat = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n";
+    const std::vector<int32_t> ids = tok->encode(chat, true, true);
+    REQUIRE(ids.size() > 6);
+    CHECK(ids.front() == 1);
+    CHECK(std::count(ids.begin(), ids.end(), 1) == 2);
+    CHECK(std::count(ids.begin(), ids.end(), 2) == 1);
+    const std::vector<int32_t> user = tok->encode(chat, true, false);
+    CHECK(std::count(user.begin(), user.end(), 1) == 0);
+    CHECK(quill::decode(*tok, user) == chat);
+}
+
+TEST_CASE("tokenizer takes invalid UTF-8 without failing", "[tokenizer]") {
+    for (const std::string name : {"gpt-2", "llama-spm", "falcon"}) {
+        auto tok = load_vocab(name);
+        if (!tok) return;
+        for (const std::string& text : {std::string("\xff\xfe abc"), std::string("a\xE2\x82 b\xC3"),
+                                       std::string("x\0y", 3), std::string(5000, '\n') + "z"}) {
+            INFO(name << ": \"" << escaped(text) << "\"");
+            const std::vector<int32_t> ids = tok->encode(text, true, false);
+            CHECK(quill::utf8::is_valid(quill::decode(*tok, ids)));
+        }
+    }
+}
+
+TEST_CASE("pre-tokenizers compile and split as Hugging Face's regexes do", "[tokenizer]") {
+    const std::string text = "Hello world's 12345 !!!\n\n  x\tIT'S caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 ,.";
+    for (const char* name : {"", "default", "llama-bpe", "dbrx", "qwen2", "tekken", "gpt-2", "mpt", "starcoder",
+                             "smollm", "refact", "falcon", "deepseek-coder", "deepseek-llm", "deepseek-v3",
+                             "bloom", "viking", "chatglm-bpe"}) {
+        INFO("pre-tokenizer '" << name << "'");
+        const auto spec = quill::pre_tokenizer_spec(name);
+        REQUIRE(spec);
+        const quill::PreTokenizer pre(spec->regexes);
+        std::vector<std::string_view> words;
+        pre.split(text, words);
+        std::string joined;
+        for (std::string_view w : words) joined += w;
+        CHECK(joined == text);  // the words cover the text exactly
+    }
+    CHECK_FALSE(quill::pre_tokenizer_spec("no-such-pre-tokenizer"));
+
+    auto split = [&](const char* name) {
+        const quill::PreTokenizer pre(quill::pre_tokenizer_spec(name)->regexes);
+        std::vector<std::string_view> words;
+        pre.split(text, words);
+        return std::vector<std::string>(words.begin(), words.end());
+    };
+    using V = std::vector<std::string>;
+    CHECK(split("llama-bpe") == V{"Hello", " world", "'s", " ", "123", "45", " !!!\n\n", " ", " x", "\tIT", "'S",
+                                  " caf\xC3\xA9", " \xE4\xB8\xAD\xE6\x96\x87", " ,."});
+    CHECK(split("gpt-2") == V{"Hello", " world", "'s", " 12345", " !!!", "\n\n ", " x", "\t", "IT", "'", "S",
+                              " caf\xC3\xA9", " \xE4\xB8\xAD\xE6\x96\x87", " ,."});
+    CHECK(split("starcoder") == V{"Hello", " world", "'s", " ", "1", "2", "3", "4", "5", " !!!", "\n\n ", " x",
+                                  "\t", "IT", "'", "S", " caf\xC3\xA9", " \xE4\xB8\xAD\xE6\x96\x87", " ,."});
+}
+
+TEST_CASE("tokenizer metadata errors and unknown pre-tokenizers", "[tokenizer]") {
+    quill::GgufWriter empty;
+    empty.set("general.architecture", "llama");
+    const auto no_vocab = quill::GgufFile::parse("no-vocab", empty.to_bytes());
+    CHECK_THROWS_AS(Tokenizer::from_gguf(no_vocab), quill::FileError);
+
+    auto path = quill::test::require_testdata("vocab/ggml-vocab-gpt-2.gguf");
+    if (!path) return;
+    const quill::GgufFile gpt2 = quill::GgufFile::open(path->string());
+    quill::GgufWriter w;
+    for (const auto& [key, value] : gpt2.metadata()) {
+        if (key.starts_with("tokenizer.")) w.set(key, value);
+    }
+    w.set("tokenizer.ggml.pre", "no-such-pre-tokenizer");
+    const auto unknown_pre = quill::GgufFile::parse("unknown-pre", w.to_bytes());
+    auto tok = Tokenizer::from_gguf(unknown_pre);  // warns on stderr
+    CHECK(tok->pre_name() == "gpt-2");
+    const std::string text = "Hello world, it's 2024!";
+    CHECK(tok->encode(text, false, false) == Tokenizer::from_gguf(gpt2)->encode(text, false, false));
+
+    w.set("tokenizer.ggml.model", "wordpiece-of-cake");
+    CHECK_THROWS_AS(Tokenizer::from_gguf(quill::GgufFile::parse("bad-model", w.to_bytes())), quill::FileError);
+}
+
+namespace {
+
+// Pushes one token per byte of `bytes`; every push must give valid UTF-8, and the whole must equal `expected`.
+void check_byte_stream(const Tokenizer& tok, const std::vector<int32_t>& byte_ids, const std::string& bytes,
+                       const std::string& expected) {
+    quill::Detokenizer d(tok, false);
+    std::string all;
+    for (unsigned char b : bytes) {
+        const std::string piece = d.push(byte_ids[b]);
+        INFO("after byte " << fmt::format("{:02x}", b));
+        CHECK(quill::utf8::is_valid(piece));
+        all += piece;
+    }
+    const std::string rest = d.finish();
+    CHECK(quill::utf8::is_valid(rest));
+    all += rest;
+    CHECK(all == expected);
+}
+
+}  // namespace
+
+TEST_CASE("detokenizer streams split characters as valid UTF-8", "[tokenizer]") {
+    auto spm = load_vocab("llama-spm");
+    auto gpt2 = load_vocab("gpt-2");
+    if (!spm || !gpt2) return;
+
+    // Byte tokens: SPM <0xNN>, and the GPT-2 token whose text is the byte's mapped character.
+    std::vector<int32_t> spm_bytes(256), gpt2_bytes(256, -1);
+    for (int b = 0; b < 256; ++b) {
+        spm_bytes[static_cast<size_t>(b)] = 3 + b;
+        REQUIRE(spm->token_bytes(3 + b) == std::string(1, static_cast<char>(b)));
+    }
+    for (int32_t id = 0; id < gpt2->n_vocab(); ++id) {
+        const std::string& bytes = gpt2->token_bytes(id);
+        if (bytes.size() == 1) gpt2_bytes[static_cast<uint8_t>(bytes[0])] = id;
+    }
+    REQUIRE(std::find(gpt2_bytes.begin(), gpt2_bytes.end(), -1) == gpt2_bytes.end());
+
+    const std::string fffd(quill::utf8::kReplacement);
+    const std::vector<std::pair<std::string, std::string>> streams = {
+        {"a\xC3\xA9z", "a\xC3\xA9z"},                                           // é, 2 bytes
+        {"\xE2\x82\xAC 5", "\xE2\x82\xAC 5"},                                   // €, 3 bytes
+        {"\xF0\x9F\x98\x80!", "\xF0\x9F\x98\x80!"},                             // 😀, 4 bytes
+        {"\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD"},  // 👍🏽
+        {"\xE4\xB8\xAD\xE6\x96\x87", "\xE4\xB8\xAD\xE6\x96\x87"},               // 中文
+        {"A\xF0\x9F\x98" "B", "A" + fffd + "B"},                                // truncated emoji
+        {"\x80x", fffd + "x"},                                                  // stray continuation byte
+        {"\xC0\xAF", fffd + fffd},                                              // overlong
+        {"\xED\xA0\x80", fffd + fffd + fffd},                                   // surrogate
+        {"ok\xE2\x82", "ok" + fffd},                                            // incomplete at the end
+        {"\xFF\xC3\xA9", fffd + "\xC3\xA9"},
+    };
+    for (const auto& [bytes, expected] : streams) {
+        INFO("stream \"" << escaped(bytes) << "\"");
+        check_byte_stream(*spm, spm_bytes, bytes, expected);
+        check_byte_stream(*gpt2, gpt2_bytes, bytes, expected);
+    }
+
+    // Control tokens print nothing; the SPM dummy-prefix space goes only at the start of a text.
+    quill::Detokenizer start(*spm, true);
+    CHECK(start.push(1).empty());
+    CHECK(start.push(15043) == "Hello");
+    CHECK(start.push(3186) == " world");
+    quill::Detokenizer cont(*spm, false);
+    CHECK(cont.push(15043) == " Hello");
+    CHECK(quill::decode(*spm, spm->encode("  two spaces", true, false)) == "  two spaces");
+}
+
+TEST_CASE("tokenizer throughput", "[.bench]") {
+    // ~1 MB of English-like text from a fixed word list and a small linear congruential generator.
+    const std::vector<std::string> words = {
+        "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
+        "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they",
+        "you", "were", "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when",
+        "will", "would", "who", "so", "no", "language", "model", "tokenizer", "generation", "quickly",
+        "brown", "foxes", "jumped", "over", "lazy", "dogs", "computation", "inference", "parameters", "1984",
+        "Tuesday", "London", "don't", "it's", "we'll", "they've", "(example)", "e.g.", "well-known", "$42.50"};
+    std::string text;
+    uint32_t state = 12345;
+    size_t in_sentence = 0;
+    while (text.size() < (1u << 20)) {
+        state = state * 1664525u + 1013904223u;
+        const std::string& w = words[(state >> 8) % words.size()];
+        const size_t start = text.size();
+        text += w;
+        if (in_sentence == 0) text[start] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[start])));
+        ++in_sentence;
+        if (((state >> 20) & 15) == 0) text += ",";
+        if (in_sentence > 6 && ((state >> 24) & 7) == 0) {
+            text += ((state >> 27) & 3) == 0 ? ".\n\n" : ". ";
+            in_sentence = 0;
+        } else {
+            text += " ";
+        }
+    }
+    // The same amount of text made of made-up words, so that few words repeat (the per-call word cache misses).
+    std::string unique;
+    while (unique.size() < text.size()) {
+        state = state * 1664525u + 1013904223u;
+        const size_t len = 2 + (state >> 28);
+        for (size_t i = 0; i < len; ++i) {
+            state = state * 1664525u + 1013904223u;
+            unique.push_back(static_cast<char>('a' + (state >> 24) % 26));
+        }
+        unique += ((state >> 16) & 15) == 0 ? ".\n" : " ";
+    }
+    for (const std::string name : {"gpt-2", "starcoder", "llama-spm"}) {
+        auto tok = load_vocab(name);
+        if (!tok) return;
+        for (const auto& [kind, input] : {std::pair{"english", &text}, std::pair{"made-up", &unique}}) {
+            const double mb = static_cast<double>(input->size()) / (1 << 20);
+            const auto t0 = std::chrono::steady_clock::now();
+            const std::vector<int32_t> ids = tok->encode(*input, false, false);
+            const auto t1 = std::chrono::steady_clock::now();
+            const std::string back = quill::decode(*tok, ids);
+            const auto t2 = std::chrono::steady_clock::now();
+            const double enc = std::chrono::duration<double>(t1 - t0).count();
+            const double dec = std::chrono::duration<double>(t2 - t1).count();
+            fmt::print("{:<10} {:<8} {:.2f} MB -> {:>6} tokens: encode {:.3f} s ({:6.1f} MB/s), decode {:6.1f} MB/s\n",
+                       name, kind, mb, ids.size(), enc, mb / enc, mb / dec);
+            CHECK(back == *input);
+        }
+    }
+}

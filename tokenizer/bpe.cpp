@@ -1,0 +1,243 @@
+#include "tokenizer/bpe.h"
+
+#include "engine/error.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/utf8.h"
+#include "tokenizer/vocab.h"
+#include "tokenizer/word_cache.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <unordered_map>
+
+namespace quill {
+
+namespace {
+
+constexpr uint32_t kMappedEnd = 0x144;  // byte_to_codepoint() < kMappedEnd
+
+bool maps_to_itself(uint8_t b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+
+// codepoint -> byte for the inverse mapping; -1 where no byte maps there.
+std::array<int16_t, kMappedEnd> codepoint_to_byte_table() {
+    std::array<int16_t, kMappedEnd> table;
+    table.fill(-1);
+    for (int b = 0; b < 256; ++b) table[byte_to_codepoint(static_cast<uint8_t>(b))] = static_cast<int16_t>(b);
+    return table;
+}
+
+// The raw bytes of a byte-level token text; characters outside the mapping stand for themselves.
+std::string unmap_bytes(const std::string& text, const std::array<int16_t, kMappedEnd>& table) {
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+        const size_t start = i;
+        const uint32_t cp = utf8::next(text, i);
+        if (cp < kMappedEnd && table[cp] >= 0) out.push_back(static_cast<char>(table[cp]));
+        else out.append(text, start, i - start);
+    }
+    return out;
+}
+
+class BpeTokenizer final : public Tokenizer {
+public:
+    BpeTokenizer(Vocab&& vocab, const PreTokenizerSpec& spec)
+        : Tokenizer(std::move(vocab), spec.add_bos), pre_(spec.regexes), ignore_merges_(spec.ignore_merges) {
+        std::unordered_map<std::string_view, int32_t> ids = index_texts();
+        build_bytes(ids);
+        build_merges(vocab.merges, ids);
+    }
+
+protected:
+    void encode_text(std::string_view text, std::vector<int32_t>& out) const override;
+
+private:
+    struct Merge {
+        int32_t rank;
+        int32_t result;
+    };
+    struct Symbol {
+        int32_t id;  // -1: the byte has no token; -2: merged into its left neighbour
+        int32_t prev;
+        int32_t next;
+    };
+    struct Candidate {
+        int32_t rank;
+        int32_t left;  // symbol index; the right one is symbols[left].next when still valid
+        int32_t right;
+        int32_t left_id;
+        int32_t right_id;
+        int32_t result;
+    };
+    struct Scratch {
+        std::vector<Symbol> symbols;
+        std::vector<Candidate> heap;
+    };
+
+    // Heap order: lowest rank first, then leftmost (as llama.cpp and Hugging Face).
+    static bool worse(const Candidate& a, const Candidate& b) {
+        return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+    }
+    static uint64_t pair_key(int32_t left, int32_t right) {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    }
+
+    std::unordered_map<std::string_view, int32_t> index_texts() const;
+    void build_bytes(const std::unordered_map<std::string_view, int32_t>& ids);
+    void build_merges(const std::vector<std::string>& merges, const std::unordered_map<std::string_view, int32_t>& ids);
+    void encode_word(std::string_view word, std::vector<int32_t>& out, Scratch& scratch) const;
+    void try_add(Scratch& s, int32_t left, int32_t right) const;
+
+    PreTokenizer pre_;
+    bool ignore_merges_;
+    std::array<int32_t, 256> byte_ids_{};                // raw byte -> its token id, -1 when absent
+    std::unordered_map<uint64_t, Merge> merges_;         // (left id, right id) -> rank and merged id
+    std::unordered_map<std::string_view, int32_t> whole_;  // raw bytes -> normal token (ignore_merges), into bytes_
+};
+
+std::unordered_map<std::string_view, int32_t> BpeTokenizer::index_texts() const {
+    std::unordered_map<std::string_view, int32_t> ids;
+    ids.reserve(pieces_.size());
+    for (int32_t id = 0; id < n_vocab(); ++id) {
+        if (!ids.emplace(pieces_[static_cast<size_t>(id)], id).second)
+            throw FileError(fmt::format("{}: token {} '{}' duplicates an earlier token", source_, id,
+                                        pieces_[static_cast<size_t>(id)]));
+    }
+    return ids;
+}
+
+void BpeTokenizer::build_bytes(const std::unordered_map<std::string_view, int32_t>& ids) {
+    const auto table = codepoint_to_byte_table();
+    bytes_.resize(pieces_.size());
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+        if (types_[i] == TokenType::normal) bytes_[i] = unmap_bytes(pieces_[i], table);
+        else if (types_[i] == TokenType::user_defined) bytes_[i] = pieces_[i];
+    }
+    for (int b = 0; b < 256; ++b) {
+        std::string text;
+        utf8::append(text, byte_to_codepoint(static_cast<uint8_t>(b)));
+        auto it = ids.find(text);
+        byte_ids_[static_cast<size_t>(b)] = it == ids.end() ? -1 : it->second;
+    }
+    if (ignore_merges_) {
+        for (size_t i = 0; i < pieces_.size(); ++i) {
+            if (types_[i] == TokenType::normal) whole_.emplace(bytes_[i], static_cast<int32_t>(i));
+        }
+    }
+}
+
+// "left right" per line, rank = line number. Merges whose parts or result are not tokens cannot apply (Hugging
+// Face rejects such files) and are skipped.
+void BpeTokenizer::build_merges(const std::vector<std::string>& merges,
+                                const std::unordered_map<std::string_view, int32_t>& ids) {
+    merges_.reserve(merges.size());
+    std::string joined;
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+        const std::string& line = merges[rank];
+        const size_t space = line.find(' ', 1);
+        if (space == std::string::npos) continue;
+        const std::string_view left(line.data(), space);
+        const std::string_view right(line.data() + space + 1, line.size() - space - 1);
+        joined.assign(left).append(right);
+        auto l = ids.find(left), r = ids.find(right), m = ids.find(joined);
+        if (l == ids.end() || r == ids.end() || m == ids.end()) continue;
+        merges_.emplace(pair_key(l->second, r->second), Merge{static_cast<int32_t>(rank), m->second});
+    }
+}
+
+void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+    std::vector<std::string_view> words;
+    pre_.split(text, words);
+    WordCache cache;
+    Scratch scratch;
+    for (std::string_view word : words) {
+        if (word.size() == 1) {
+            const int32_t id = byte_ids_[static_cast<uint8_t>(word[0])];
+            if (id >= 0) out.push_back(id);
+            continue;
+        }
+        if (cache.append_to(word, out)) continue;
+        const size_t before = out.size();
+        encode_word(word, out, scratch);
+        cache.insert(word, out, before);
+    }
+}
+
+void BpeTokenizer::try_add(Scratch& s, int32_t left, int32_t right) const {
+    if (left < 0 || right < 0) return;
+    const int32_t l = s.symbols[static_cast<size_t>(left)].id, r = s.symbols[static_cast<size_t>(right)].id;
+    if (l < 0 || r < 0) return;
+    auto it = merges_.find(pair_key(l, r));
+    if (it == merges_.end()) return;
+    s.heap.push_back({it->second.rank, left, right, l, r, it->second.result});
+    std::push_heap(s.heap.begin(), s.heap.end(), worse);
+}
+
+// Starts from one symbol per byte and applies the best-ranked merge of adjacent symbols until none applies.
+void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out, Scratch& s) const {
+    if (ignore_merges_) {
+        if (auto it = whole_.find(word); it != whole_.end()) {
+            out.push_back(it->second);
+            return;
+        }
+    }
+    const auto n = static_cast<int32_t>(word.size());
+    s.symbols.resize(word.size());
+    for (int32_t i = 0; i < n; ++i)
+        s.symbols[static_cast<size_t>(i)] = {byte_ids_[static_cast<uint8_t>(word[static_cast<size_t>(i)])], i - 1,
+                                             i + 1 < n ? i + 1 : -1};
+    s.heap.clear();
+    for (int32_t i = 1; i < n; ++i) try_add(s, i - 1, i);
+
+    while (!s.heap.empty()) {
+        std::pop_heap(s.heap.begin(), s.heap.end(), worse);
+        const Candidate c = s.heap.back();
+        s.heap.pop_back();
+        Symbol& left = s.symbols[static_cast<size_t>(c.left)];
+        Symbol& right = s.symbols[static_cast<size_t>(c.right)];
+        if (left.id != c.left_id || left.next != c.right || right.id != c.right_id) continue;  // stale
+        left.id = c.result;
+        left.next = right.next;
+        if (right.next >= 0) s.symbols[static_cast<size_t>(right.next)].prev = c.left;
+        right.id = -2;
+        try_add(s, left.prev, c.left);
+        try_add(s, c.left, left.next);
+    }
+    for (int32_t i = 0; i >= 0; i = s.symbols[static_cast<size_t>(i)].next) {
+        const int32_t id = s.symbols[static_cast<size_t>(i)].id;
+        if (id >= 0) out.push_back(id);
+    }
+}
+
+}  // namespace
+
+uint32_t byte_to_codepoint(uint8_t byte) {
+    if (maps_to_itself(byte)) return byte;
+    uint32_t n = 0;  // rank of this byte among the bytes that do not map to themselves
+    for (int b = 0; b < byte; ++b) n += !maps_to_itself(static_cast<uint8_t>(b));
+    return 0x100 + n;
+}
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab&& vocab) {
+    if (vocab.merges.empty())
+        throw FileError(fmt::format("{}: metadata 'tokenizer.ggml.merges' is missing or empty (a gpt2 vocabulary "
+                                    "needs its BPE merges)",
+                                    vocab.source));
+    if (vocab.pre.empty()) {
+        fmt::print(stderr, "warning: {}: no tokenizer.ggml.pre; using the default pre-tokenizer\n", vocab.source);
+        vocab.pre = "default";
+    }
+    std::optional<PreTokenizerSpec> spec = pre_tokenizer_spec(vocab.pre);
+    if (!spec) {
+        fmt::print(stderr, "warning: {}: unknown pre-tokenizer '{}' (tokenizer.ggml.pre); using the gpt-2 rules, "
+                           "tokenization may differ from the model's\n",
+                   vocab.source, vocab.pre);
+        vocab.pre = "gpt-2";
+        spec = pre_tokenizer_spec(vocab.pre);
+    }
+    return std::make_unique<BpeTokenizer>(std::move(vocab), *spec);
+}
+
+}  // namespace quill
