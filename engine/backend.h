@@ -1,0 +1,68 @@
+// The backend interface: one forward call over a batch of tokens from one or many sequences.
+//
+// Prefill is a batch of many tokens of one sequence; decode is a batch of one token for each of several
+// sequences. The backend never knows about requests, prompts or files: the caller (generator, scheduler) decides
+// what goes into each batch.
+#pragma once
+
+#include "engine/model_config.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace quill {
+
+struct BatchToken {
+    int32_t token = 0;
+    int32_t pos = 0;      // position in its sequence; K and V land at this cache position
+    int32_t slot = 0;     // KV cache slot of its sequence
+    bool logits = false;  // whether forward() returns this token's logits
+};
+
+struct Batch {
+    std::vector<BatchToken> tokens;
+
+    void add(int32_t token, int32_t pos, int32_t slot, bool logits) { tokens.push_back({token, pos, slot, logits}); }
+    int n_logits() const;
+};
+
+// Element type of the KV cache.
+enum class KvType { f16, f32 };
+std::string_view kv_type_name(KvType t);
+
+// The KV cache: K and V for every layer, slot and position, contiguous per slot:
+// k, v [n_layer, n_slots, n_ctx, n_head_kv, head_dim].
+struct KvCacheShape {
+    int64_t n_layer = 0, n_slots = 0, n_ctx = 0, n_head_kv = 0, head_dim = 0;
+    KvType type = KvType::f16;
+
+    size_t elem_size() const { return type == KvType::f16 ? 2 : 4; }
+    size_t row_elems() const { return static_cast<size_t>(n_head_kv * head_dim); }  // one position
+    size_t bytes() const {  // K and V together
+        return 2 * static_cast<size_t>(n_layer * n_slots * n_ctx) * row_elems() * elem_size();
+    }
+    // Element offset of (layer, slot, pos).
+    size_t offset(int64_t layer, int64_t slot, int64_t pos) const {
+        return static_cast<size_t>((layer * n_slots + slot) * n_ctx + pos) * row_elems();
+    }
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual std::string_view name() const = 0;  // "cpu", "cpu-reference", "cuda"
+    virtual const ModelConfig& config() const = 0;
+    virtual const KvCacheShape& kv_shape() const = 0;
+
+    // Runs the model over the batch. Each token's K and V are stored at (slot, pos) before attention, and each
+    // token attends to positions 0..pos of its slot, so positions below pos must already be filled (by this batch
+    // or earlier calls). logits [batch.n_logits(), n_vocab] receives the rows of the tokens that ask, in batch
+    // order. Throws UsageError for a position outside the context or a slot out of range.
+    virtual void forward(const Batch& batch, std::span<float> logits) = 0;
+};
+
+}  // namespace quill

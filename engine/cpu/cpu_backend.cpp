@@ -1,0 +1,247 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include "engine/error.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <sys/mman.h>
+
+namespace quill::cpu {
+
+namespace {
+
+cpu::WeightMatrix as_matrix(const TensorView& t) {
+    return {t.type, t.data, t.ne[0], t.n_rows(), t.row_bytes()};
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w, for n rows of d.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
+    for (int64_t t = 0; t < n; ++t) {
+        const float* xr = x + t * d;
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+        const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+        float* yr = y + t * d;
+        for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * scale * w[i];
+    }
+}
+
+}  // namespace
+
+CpuBackend::CacheMemory::CacheMemory(size_t bytes) : n(std::max<size_t>(bytes, 1)) {
+    p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        p = nullptr;
+        throw Error(fmt::format("cannot allocate a {:.1f} MiB KV cache: {}", n / 1048576.0, std::strerror(errno)));
+    }
+}
+
+CpuBackend::CacheMemory::~CacheMemory() {
+    if (p) munmap(p, n);
+}
+
+CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const CpuBackendOptions& options)
+    : config_(config),
+      weights_(weights),
+      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
+      reference_(options.reference),
+      isa_(options.isa.value_or(best_isa())),
+      pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
+      kv_ops_(kv_ops(isa_, options.reference)),
+      kv_k_(kv_shape_.bytes() / 2),
+      kv_v_(kv_shape_.bytes() / 2) {
+    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
+    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+    for (const auto& L : weights.layers)
+        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+            if (!matmul_supports(t->type))
+                throw FileError(fmt::format("tensor '{}' has type {}, which the CPU backend cannot multiply",
+                                            t->name, type_name(t->type)));
+    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
+    const int64_t half = config.n_rot / 2;
+    rope_inv_freq_.resize(half);
+    for (int64_t i = 0; i < half; ++i) {
+        double f = std::pow(static_cast<double>(config.rope_base), -2.0 * i / static_cast<double>(config.n_rot));
+        if (!weights.rope_freqs.empty()) f /= weights.rope_freqs[i];
+        rope_inv_freq_[i] = static_cast<float>(f * config.rope_freq_scale);
+    }
+}
+
+void CpuBackend::validate(const Batch& batch, std::span<float> logits) const {
+    if (batch.tokens.empty()) throw UsageError("empty batch");
+    for (const auto& t : batch.tokens) {
+        if (t.token < 0 || t.token >= config_.n_vocab)
+            throw UsageError(fmt::format("token id {} is outside the vocabulary (0..{})", t.token, config_.n_vocab - 1));
+        if (t.pos < 0 || t.pos >= kv_shape_.n_ctx)
+            throw UsageError(fmt::format("position {} is outside the context of {} tokens", t.pos, kv_shape_.n_ctx));
+        if (t.slot < 0 || t.slot >= kv_shape_.n_slots)
+            throw UsageError(fmt::format("slot {} is outside 0..{}", t.slot, kv_shape_.n_slots - 1));
+    }
+    const size_t need = static_cast<size_t>(batch.n_logits()) * config_.n_vocab;
+    QUILL_CHECK(logits.size() >= need, "logits buffer has {} floats, the batch needs {}", logits.size(), need);
+}
+
+void CpuBackend::resize_scratch(int64_t n) {
+    const auto& c = config_;
+    x_.resize(n * c.n_embd);
+    xn_.resize(n * c.n_embd);
+    q_.resize(n * c.n_embd_q());
+    k_.resize(n * c.n_embd_kv());
+    v_.resize(n * c.n_embd_kv());
+    att_.resize(n * c.n_embd_q());
+    proj_.resize(n * c.n_embd);
+    gate_.resize(n * c.n_ff);
+    up_.resize(n * c.n_ff);
+    scores_.resize(static_cast<size_t>(pool_.size()) * kv_shape_.n_ctx);
+}
+
+void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in) {
+    if (reference_) {
+        for (const auto& j : jobs)
+            matmul_reference(j.w, reference_activations(j.w.type, x, n_tokens, n_in).data(), n_tokens, j.y);
+        return;
+    }
+    act_.set(x, n_tokens, n_in);
+    matmul(jobs, act_, pool_, isa_);
+}
+
+void* CpuBackend::cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos) {
+    auto* base = static_cast<uint8_t*>(is_v ? kv_v_.p : kv_k_.p);
+    return base + kv_shape_.offset(layer, slot, pos) * kv_shape_.elem_size();
+}
+
+void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
+    validate(batch, logits);
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    resize_scratch(n);
+    embed(batch);
+    for (int64_t l = 0; l < config_.n_layer; ++l) {
+        const LayerWeights& L = weights_.layers[l];
+        attention_block(batch, L, l);
+        ffn_block(L, n);
+    }
+    output_block(batch, logits);
+}
+
+// x[t] = token_embd[token_t]
+void CpuBackend::embed(const Batch& batch) {
+    const TensorView& emb = weights_.tok_embd;
+    for (size_t t = 0; t < batch.tokens.size(); ++t)
+        dequantize_row(emb.type, emb.row(batch.tokens[t].token), x_.data() + t * config_.n_embd, config_.n_embd);
+}
+
+// Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of position pos.
+void CpuBackend::rope(float* x, int64_t n_heads, int32_t pos) const {
+    const int64_t half = config_.n_rot / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        const double theta = static_cast<double>(pos) * rope_inv_freq_[i];
+        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* xh = x + h * config_.head_dim;
+            // adjacent: pair (2i, 2i+1); halves: pair (i, i + n_rot/2)
+            const int64_t i0 = config_.rope_style == RopeStyle::adjacent ? 2 * i : i;
+            const int64_t i1 = config_.rope_style == RopeStyle::adjacent ? 2 * i + 1 : i + half;
+            const float x0 = xh[i0], x1 = xh[i1];
+            xh[i0] = x0 * c - x1 * s;
+            xh[i1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v) {
+    const size_t n = kv_shape_.row_elems();
+    void* kd = cache_ptr(false, layer, t.slot, t.pos);
+    void* vd = cache_ptr(true, layer, t.slot, t.pos);
+    if (kv_shape_.type == KvType::f32) {
+        std::memcpy(kd, k, n * sizeof(float));
+        std::memcpy(vd, v, n * sizeof(float));
+    } else {
+        auto* kh = static_cast<uint16_t*>(kd);
+        auto* vh = static_cast<uint16_t*>(vd);
+        for (size_t i = 0; i < n; ++i) {
+            kh[i] = fp32_to_fp16(k[i]);
+            vh[i] = fp32_to_fp16(v[i]);
+        }
+    }
+}
+
+// Every (token, head) pair of the batch attends over its slot's cache; the pairs are split across threads.
+void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
+    const auto& c = config_;
+    const int64_t n_pairs = static_cast<int64_t>(batch.tokens.size()) * c.n_head;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    pool_.run([&](int ith, int nth) {
+        float* scores = scores_.data() + static_cast<size_t>(ith) * kv_shape_.n_ctx;
+        Range r = split_range(n_pairs, ith, nth);
+        for (int64_t p = r.begin; p < r.end;) {
+            const int64_t t = p / c.n_head;
+            const int64_t h0 = p % c.n_head;
+            const int64_t h1 = std::min<int64_t>(c.n_head, h0 + (r.end - p));
+            const BatchToken& bt = batch.tokens[t];
+            AttentionArgs a{q_.data() + t * c.n_embd_q(),
+                            cache_ptr(false, layer, bt.slot, 0),
+                            cache_ptr(true, layer, bt.slot, 0),
+                            kv_shape_.type,
+                            bt.pos + 1,
+                            static_cast<int>(c.n_head),
+                            static_cast<int>(c.n_head_kv),
+                            static_cast<int>(c.head_dim),
+                            scale};
+            attend(a, kv_ops_, static_cast<int>(h0), static_cast<int>(h1), scores, att_.data() + t * c.n_embd_q());
+            p += h1 - h0;
+        }
+    });
+}
+
+// x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm
+void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
+    const auto& c = config_;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, c.n_embd, c.rms_eps);
+    const MatmulJob qkv[] = {{as_matrix(L.wq), q_.data()}, {as_matrix(L.wk), k_.data()}, {as_matrix(L.wv), v_.data()}};
+    mm(qkv, xn_.data(), n, c.n_embd);
+    for (int64_t t = 0; t < n; ++t) {
+        const BatchToken& bt = batch.tokens[t];
+        rope(q_.data() + t * c.n_embd_q(), c.n_head, bt.pos);
+        rope(k_.data() + t * c.n_embd_kv(), c.n_head_kv, bt.pos);
+        store_kv(layer, bt, k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
+    }
+    attend_all(batch, layer);
+    const MatmulJob o[] = {{as_matrix(L.wo), proj_.data()}};
+    mm(o, att_.data(), n, c.n_embd_q());
+    for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
+}
+
+// x += W2 (silu(W1 xn) * W3 xn), with xn = rms_norm(x) * ffn_norm
+void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
+    const auto& c = config_;
+    rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, c.n_embd, c.rms_eps);
+    const MatmulJob gate_up[] = {{as_matrix(L.ffn_gate), gate_.data()}, {as_matrix(L.ffn_up), up_.data()}};
+    mm(gate_up, xn_.data(), n, c.n_embd);
+    for (int64_t i = 0; i < n * c.n_ff; ++i) {
+        const float g = gate_[i];
+        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+    }
+    const MatmulJob down[] = {{as_matrix(L.ffn_down), proj_.data()}};
+    mm(down, gate_.data(), n, c.n_ff);
+    for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
+}
+
+// logits = W_out rms_norm(x) * output_norm, for the rows that asked
+void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
+    const auto& c = config_;
+    int64_t m = 0;
+    for (size_t t = 0; t < batch.tokens.size(); ++t) {
+        if (!batch.tokens[t].logits) continue;
+        std::copy_n(x_.data() + t * c.n_embd, c.n_embd, xn_.data() + m * c.n_embd);  // gather
+        ++m;
+    }
+    if (m == 0) return;
+    rms_norm(xn_.data(), weights_.output_norm.data(), xn_.data(), m, c.n_embd, c.rms_eps);
+    const MatmulJob out[] = {{as_matrix(weights_.output), logits.data()}};
+    mm(out, xn_.data(), m, c.n_embd);
+}
+
+}  // namespace quill::cpu

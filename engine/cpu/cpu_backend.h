@@ -1,0 +1,89 @@
+// The CPU backend: the forward pass of a llama-family model over a batch, with the KV cache in host memory.
+//
+// Two modes share the forward pass: the fast path (SIMD kernels on quantized blocks, threads) and the reference
+// path (scalar matmul_reference and plain attention, one thread), which is the oracle the tests trust.
+#pragma once
+
+#include "engine/backend.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/weights.h"
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace quill::cpu {
+
+struct CpuBackendOptions {
+    int n_threads = 0;    // 0: the physical cores
+    int64_t n_ctx = 0;    // positions per slot
+    int64_t n_slots = 1;  // sequences that can be in flight
+    KvType kv_type = KvType::f16;
+    bool reference = false;  // the scalar oracle path
+    std::optional<Isa> isa;  // kernel family; best_isa() when unset
+};
+
+class CpuBackend final : public Backend {
+public:
+    // config and weights must outlive the backend.
+    CpuBackend(const ModelConfig& config, const Weights& weights, const CpuBackendOptions& options);
+
+    std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
+    const ModelConfig& config() const override { return config_; }
+    const KvCacheShape& kv_shape() const override { return kv_shape_; }
+    void forward(const Batch& batch, std::span<float> logits) override;
+
+    int n_threads() const { return pool_.size(); }
+    Isa isa() const { return isa_; }
+
+private:
+    void validate(const Batch& batch, std::span<float> logits) const;
+    void resize_scratch(int64_t n_tokens);
+    void embed(const Batch& batch);
+    void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    void ffn_block(const LayerWeights& L, int64_t n);
+    void output_block(const Batch& batch, std::span<float> logits);
+    void rope(float* x, int64_t n_heads, int32_t pos) const;
+    void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
+    void attend_all(const Batch& batch, int64_t layer);
+    void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
+    void* cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos);
+
+    const ModelConfig& config_;
+    const Weights& weights_;
+    KvCacheShape kv_shape_;
+    bool reference_;
+    Isa isa_;
+    ThreadPool pool_;
+    const KvOps& kv_ops_;
+    std::vector<float> rope_inv_freq_;  // [n_rot / 2] base^(-2i/n_rot) / rope_freqs[i]
+
+    // K and V caches [n_layer, n_slots, n_ctx, n_head_kv, head_dim], in anonymous memory that the OS backs only
+    // as positions are written, so a long context costs memory only when it is used.
+    struct CacheMemory {
+        void* p = nullptr;
+        size_t n = 0;
+        explicit CacheMemory(size_t bytes);
+        ~CacheMemory();
+        CacheMemory(const CacheMemory&) = delete;
+        CacheMemory& operator=(const CacheMemory&) = delete;
+    };
+    CacheMemory kv_k_, kv_v_;
+
+    // Scratch for one batch of n tokens.
+    Activations act_;
+    std::vector<float> x_;       // [n, n_embd] residual stream
+    std::vector<float> xn_;      // [n, n_embd] normed input of a block
+    std::vector<float> q_;       // [n, n_head * head_dim]
+    std::vector<float> k_;       // [n, n_head_kv * head_dim]
+    std::vector<float> v_;       // [n, n_head_kv * head_dim]
+    std::vector<float> att_;     // [n, n_head * head_dim] attention output
+    std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
+    std::vector<float> gate_;    // [n, n_ff]
+    std::vector<float> up_;      // [n, n_ff]
+    std::vector<float> scores_;  // [n_threads, n_ctx]
+};
+
+}  // namespace quill::cpu

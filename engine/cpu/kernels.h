@@ -1,0 +1,158 @@
+// Internal to the CPU matmul: the kernel interface each instruction-set file implements, the int8 activation
+// format the quantized kernels share, and small decoding helpers used by every ISA.
+//
+// Every quantized weight type is multiplied in one "unified" form. A 32-element weight block (a Q4_0 block, a
+// Q4_K sub-block, two Q6_K sub-blocks...) is read as unsigned bytes u with
+//     w_i = ws_h * (u_i - c) + wm        (h = i / 16, the 16-element half of the block)
+// where c is a per-type integer offset (8 for Q4_0, 16 for Q5_0, 128 for Q8_0 read as unsigned, 32 for Q6_K, 0 for
+// the types with a float minimum), ws_h the scale of the half and wm a float minimum (Q4_1, Q5_1, Q4_K, Q5_K). With
+// an activation block a = da * qa (int8 qa):
+//     sum_i w_i a_i = da * sum_h ws_h * sum_{i in h} u_i qa_i  +  (wm - c ws) * (da * sum_i qa_i)
+// (per half when the halves' scales differ). The first term runs as u8 x s8 integer dot products (AVX-512 VNNI
+// vpdpbusd, AVX2 vpmaddubsw + vpmaddwd); the second needs only ds = da * sum(qa) per block, a float term.
+// Kernels that reuse a decoded row tile for many tokens instead flip the roles: signed weights u - c against
+// unsigned activations qa + 128, with the 128 * sum(u - c) this adds subtracted per block in the integer domain.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/cpu/matmul.h"
+#include "engine/quant.h"
+
+namespace quill::cpu {
+
+// Activations quantized to int8 blocks of 32 (see Activations::Cache). Row t of qs starts at qs + t * qs_stride;
+// its block scales at d + t * blk_stride. Rows are zero-padded to qs_stride, a multiple of 64.
+struct QuantizedActs {
+    int8_t* qs = nullptr;     // [n_tokens, qs_stride]: int8 values
+    float* d = nullptr;       // [n_tokens, blk_stride]: block scale da
+    float* ds = nullptr;      // [n_tokens, blk_stride]: da * sum of the block's 32 values
+    float* ds16 = nullptr;    // [n_tokens, 2 * blk_stride]: da * sum of each 16-element half of a block
+    uint8_t* qs_u = nullptr;  // [n_tokens, qs_stride]: qs + 128 as unsigned bytes (only for n_tokens > 1)
+    int64_t n_tokens = 0, n_in = 0;
+    int64_t qs_stride = 0, blk_stride = 0;
+};
+
+// Everything a kernel needs for one weight matrix: it computes y[t, r] for every token t and rows [r0, r1).
+struct KernelArgs {
+    const WeightMatrix* w = nullptr;
+    const float* x = nullptr;          // [n_tokens, n_in]: float activations (float and fallback kernels)
+    const QuantizedActs* q = nullptr;  // int8 activations (quantized kernels)
+    int64_t n_tokens = 0;
+    float* y = nullptr;  // [n_tokens, w->n_out]
+};
+
+// scratch: this thread's scratch_floats(n_in, n_tokens) floats, 64-byte aligned.
+using RowKernel = void (*)(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch);
+
+// A kernel and the activation form it reads.
+struct Kernel {
+    RowKernel fn = nullptr;
+    bool int8_acts = false;
+};
+
+// Rows a kernel prefers to be handed together (its register tile); work is split in multiples of this.
+constexpr int64_t kRowTile = 4;
+// Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
+constexpr int64_t kOutputBlockFloats = 16384;
+// Per-thread scratch a kernel may use: the float minima of one row tile, [kRowTile, n_in / 16 + 16], then one
+// row tile decoded for reuse (up to 3 bytes per weight), then an output block (at least kRowTile rows), plus slack
+// for alignment.
+constexpr int64_t scratch_floats(int64_t n_in, int64_t n_tokens) {
+    const int64_t output_block = kOutputBlockFloats > kRowTile * n_tokens ? kOutputBlockFloats : kRowTile * n_tokens;
+    return kRowTile * (n_in / 16 + 16) + kRowTile * n_in * 3 / 4 + output_block + 128;
+}
+
+// Each ISA's table; fn is nullptr for a type the ISA has no kernel for.
+namespace generic {
+Kernel find_kernel(GgmlType type);
+// The dequantize-then-float-dot path for any type dequantize_row handles.
+Kernel fallback_kernel();
+// Contribution of one 32-block `b` of weight row `row` (a 32-block type) to token t: the ISA kernels that step
+// 64 elements at a time use it for a trailing odd block.
+float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t);
+}  // namespace generic
+namespace avx2 {
+Kernel find_kernel(GgmlType type);
+}
+namespace avx512 {
+Kernel find_kernel(GgmlType type);
+}
+
+// Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
+// null). Kernels only read through a QuantizedActs.
+void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
+
+// ---- helpers shared by the kernel files ----
+// These have internal linkage on purpose: the ISA files are compiled with -mavx2 / -mavx512*, and an inline
+// function with external linkage would be merged across files, so the baseline files could end up running a copy
+// compiled for AVX-512. For the same reason the ISA files use no std:: containers and no fmt.
+namespace {
+
+template <typename T>
+inline T load_unaligned(const void* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+}
+
+// The outputs of a block of consecutive rows [r0, r0 + n_rows) for every token, collected as [n_rows, n_tokens]
+// and then written to y [n_tokens, n_out] token by token. Writing each row tile's outputs straight to y would
+// store a few floats n_out apart for every token: with n_out a multiple of 1024 those all fall in one L1 set.
+struct OutputBlock {
+    float* buf;  // [n_rows, n_tokens]
+    int64_t n_tokens, r0, n_rows;
+
+    // Rows per block for n_tokens tokens: as many as fit kOutputBlockFloats, a multiple of kRowTile, at most 64.
+    static int64_t rows_for(int64_t n_tokens) {
+        const int64_t rows = kOutputBlockFloats / n_tokens / kRowTile * kRowTile;
+        return rows < kRowTile ? kRowTile : rows > 64 ? 64 : rows;
+    }
+    float& at(int64_t r, int64_t t) { return buf[(r - r0) * n_tokens + t]; }
+    void flush(float* y, int64_t n_out) const {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t i = 0; i < n_rows; ++i) y[t * n_out + r0 + i] = buf[i * n_tokens + t];
+        }
+    }
+};
+
+// IEEE half to float without a table (used where F16C is not available).
+inline float half_to_float(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    uint32_t bits;
+    if (exp == 0x1F) {
+        bits = sign | 0x7F800000 | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else {
+        // zero or subnormal: mant * 2^-24
+        const float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+        std::memcpy(&bits, &f, sizeof(bits));
+        bits |= sign;
+    }
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// The eight 6-bit scales and eight 6-bit mins of a Q4_K / Q5_K block, each as bytes (same values as
+// get_scale_min_k4 for j = 0..7, computed four at a time).
+inline void unpack_k4_scales(const uint8_t* scales, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w[3];
+    std::memcpy(w, scales, 12);
+    const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
+    const uint32_t sc_lo = w[0] & low6;                                         // sc[0..3]: q[0..3] & 63
+    const uint32_t mn_lo = w[1] & low6;                                         // m[0..3]: q[4..7] & 63
+    const uint32_t sc_hi = (w[2] & low4) | (((w[0] >> 6) & top2) << 4);         // sc[4..7]
+    const uint32_t mn_hi = ((w[2] >> 4) & low4) | (((w[1] >> 6) & top2) << 4);  // m[4..7]
+    std::memcpy(sc, &sc_lo, 4);
+    std::memcpy(sc + 4, &sc_hi, 4);
+    std::memcpy(mn, &mn_lo, 4);
+    std::memcpy(mn + 4, &mn_hi, 4);
+}
+
+}  // namespace
+
+}  // namespace quill::cpu

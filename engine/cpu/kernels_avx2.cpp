@@ -1,0 +1,471 @@
+// AVX2 kernels (with FMA and F16C). This file alone is compiled with those flags (see CMakeLists.txt) and
+// matmul.cpp calls into it only when the CPU has them. No std:: containers or fmt here (see kernels.h).
+//
+// Quantized weights go four rows at a time as two row pairs, interleaved by the decoders
+// (kernels_avx2_decoders.h) so that one vpmaddubsw + vpmaddwd multiplies a 16-element quarter of a row pair (one
+// row per 128-bit lane) with a token's quarter broadcast to both lanes (int32 lanes 0..3: row 2p, 4..7: 2p + 1).
+//  - Decode (fewer than 12 tokens, 2 at a time): the rows are decoded as the tile walks them, unsigned bytes u
+//    against the signed activations; the offset c and the 32-block types' minima are a float term per block,
+//    wc * da * sum(a), the k-quants' per row at the end.
+//  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
+//    8 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
+// vpmaddubsw saturates past 32767, so Q8_0 keeps signed weights and moves their signs onto the activations.
+#include "engine/cpu/kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include "engine/cpu/kernels_avx2_decoders.h"
+
+namespace quill::cpu::avx2 {
+
+namespace {
+
+constexpr int kMaxTokens = 2;              // token columns of the decode tile (16 ymm registers)
+constexpr int kPrefillTokens = 8;          // token columns of the prefill tile
+constexpr int kPrefillMinTokens = 12;      // below this, decoding the rows again for every 2 tokens is cheaper
+constexpr int64_t kPrefetchBytes = 12288;  // how far ahead to prefetch weights (rounded up to whole row tiles)
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// kPrefetchBytes rounded up to whole row tiles.
+inline int64_t prefetch_distance(size_t row_bytes) {
+    const auto tile = 4 * static_cast<int64_t>(row_bytes);
+    return (kPrefetchBytes + tile - 1) / tile * tile;
+}
+
+inline float hsum(__m256 v) {
+    const __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 h = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+// The 4 rows of a tile, decoded as the tile walks them, with the same place in the rows a few tiles ahead
+// prefetched into L2: rows are a few dozen cache lines, too short for the hardware prefetcher to learn each one,
+// and prefetching into L2 rather than L1 lets many more misses be in flight (about 1.6x the bandwidth).
+template <typename Dec>
+struct RowTile {
+    static constexpr int64_t kStepBytes = Dec::kGroupBytes / Dec::kGroupSteps;
+    const uint8_t* rows[4];
+    float* wm;  // [4, wm_stride]: kRowMinima coefficients, written as groups are loaded
+    int64_t wm_stride;
+    int64_t prefetch;  // bytes from a row to the same place in a tile about kPrefetchBytes ahead
+    typename Dec::State st;
+
+    void begin_group(int64_t g) { Dec::load_group(rows, g, st, wm, wm_stride); }
+    Step4 step(int64_t g, int k) {
+        const int64_t at = prefetch + (g * Dec::kGroupSteps + k) * kStepBytes;
+        for (int r = 0; r < 4; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at), _MM_HINT_T1);
+            // A step longer than a cache line (Q8_0's 68 bytes) needs a second one not to skip lines.
+            if constexpr (kStepBytes > 64) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + 64), _MM_HINT_T1);
+        }
+        return Dec::step(rows, g, k, st);
+    }
+};
+
+inline __m256i broadcast_quarter(const int8_t* a) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+}
+
+// ---- decode tile: 4 rows x T tokens, rows decoded on the fly ----
+
+// out[r][t] = the dot of row r with token t0 + t over the first n_groups groups, except for the kRowMinima
+// coefficients. Each vpmaddubsw multiplies a quarter of a row pair (lane i: row 2p + i) with the token's quarter
+// broadcast to both lanes; the 32-block types' offset c and minima come in through accm = sum over blocks of wc * ds.
+template <typename Dec, int T>
+void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
+    constexpr int QG = Dec::kQuartersPerScale;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t* a0 = q.qs + t0 * q.qs_stride;   // [T][qs_stride]
+    const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
+    const float* ds0 = q.ds + t0 * q.blk_stride;  // [T][blk_stride]
+    __m256 acc[T][2];                             // [token][row pair]: lanes 0..3 row 2p, 4..7 row 2p + 1
+    __m128 accm[T];                               // element r: row r
+    for (int t = 0; t < T; ++t) {
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        accm[t] = _mm_setzero_ps();
+    }
+    for (int64_t g = 0; g < n_groups; ++g) {
+        tile.begin_group(g);
+#pragma GCC unroll 8
+        for (int k = 0; k < Dec::kGroupSteps; ++k) {
+            const int64_t s = g * Dec::kGroupSteps + k;  // the block: elements [32 s, 32 s + 32)
+            const Step4 w = tile.step(g, k);
+            __m256i wabs[2][2];
+            if constexpr (Dec::kSigned) {
+                for (int i = 0; i < 2; ++i) {
+                    for (int p = 0; p < 2; ++p) wabs[i][p] = _mm256_sign_epi8(w.u[i][p], w.u[i][p]);
+                }
+            }
+            for (int t = 0; t < T; ++t) {
+                const __m256i a[2] = {broadcast_quarter(a0 + t * q.qs_stride + 32 * s),
+                                      broadcast_quarter(a0 + t * q.qs_stride + 32 * s + 16)};
+                const __m256 da = _mm256_broadcast_ss(d0 + t * q.blk_stride + s);
+                for (int p = 0; p < 2; ++p) {
+                    if constexpr (Dec::kSigned) {
+                        __m256i dot = _mm256_setzero_si256();
+                        for (int i = 0; i < 2; ++i) {
+                            const __m256i prod = _mm256_maddubs_epi16(wabs[i][p], _mm256_sign_epi8(a[i], w.u[i][p]));
+                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+                        }
+                        acc[t][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.ws[0][p], da), acc[t][p]);
+                    } else if constexpr (QG == 2) {
+                        const __m256i prod = _mm256_add_epi16(_mm256_maddubs_epi16(w.u[0][p], a[0]),
+                                                              _mm256_maddubs_epi16(w.u[1][p], a[1]));
+                        const __m256i dot = _mm256_madd_epi16(prod, ones);
+                        acc[t][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.ws[0][p], da), acc[t][p]);
+                    } else {
+                        for (int i = 0; i < 2; ++i) {
+                            const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w.u[i][p], a[i]), ones);
+                            acc[t][p] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.ws[i][p], da), acc[t][p]);
+                        }
+                    }
+                }
+                if constexpr (!Dec::kRowMinima)
+                    accm[t] = _mm_fmadd_ps(w.wc, _mm_broadcast_ss(ds0 + t * q.blk_stride + s), accm[t]);
+            }
+        }
+    }
+    const __m128 c_scale = _mm_set1_ps(Dec::kHasMin ? 1.0f : -static_cast<float>(Dec::kOffset));
+    for (int t = 0; t < T; ++t) {
+        alignas(16) float mins[4];
+        _mm_store_ps(mins, _mm_mul_ps(accm[t], c_scale));
+        for (int p = 0; p < 2; ++p) {
+            const __m128 lo = _mm256_castps256_ps128(acc[t][p]), hi = _mm256_extractf128_ps(acc[t][p], 1);
+            const __m128 sums = _mm_hadd_ps(_mm_hadd_ps(lo, hi), _mm_setzero_ps());  // [row 2p, row 2p + 1, 0, 0]
+            out[2 * p][t] = _mm_cvtss_f32(sums) + mins[2 * p];
+            out[2 * p + 1][t] = _mm_cvtss_f32(_mm_movehdup_ps(sums)) + mins[2 * p + 1];
+        }
+    }
+}
+
+// ---- prefill tile: the row tile decoded once, then up to 8 tokens at a time per row pair ----
+
+// One 32-element step (one 32-block) of a 4-row tile as Step4 lays it out (w[p][q]: lane i = quarter q of row
+// 2p + i), as signed bytes (u - c). The activations go in as unsigned bytes (a + 128), so vpmaddubsw adds
+// 128 * sum(w); aux[p][j] = -128 * sum(w) per int32 lane over the quarters of scale group j removes it (QG
+// quarters share a scale). Q8_0 (Signed) keeps the activations signed and instead holds |w| in aux[p][q].
+template <int QG>
+struct alignas(32) PrefillStep {
+    __m256i w[2][2];
+    __m256i aux[2][2];
+    __m256 ws[2][2 / QG];  // lanes 0..3: the scale of group j of row 2p, lanes 4..7 of row 2p + 1
+};
+
+// Decodes the whole row tile into out [n_groups * kGroupSteps]; the minima of the 32-block types go to wm.
+template <typename Dec, int QG = Dec::kQuartersPerScale>
+void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out) {
+    const __m256i offset = _mm256_set1_epi8(static_cast<char>(Dec::kOffset));
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < n_groups; ++g) {
+        tile.begin_group(g);
+        for (int k = 0; k < Dec::kGroupSteps; ++k) {
+            const int64_t s = g * Dec::kGroupSteps + k;
+            const Step4 w = tile.step(g, k);
+            PrefillStep<QG>& step = out[s];
+            for (int p = 0; p < 2; ++p) {
+                for (int i = 0; i < 2; ++i) {
+                    step.w[p][i] = Dec::kSigned ? w.u[i][p] : _mm256_sub_epi8(w.u[i][p], offset);
+                    if constexpr (Dec::kSigned) step.aux[p][i] = _mm256_sign_epi8(w.u[i][p], w.u[i][p]);
+                }
+                for (int j = 0; j < 2 / QG; ++j) {
+                    step.ws[p][j] = w.ws[j * QG][p];
+                    if constexpr (!Dec::kSigned) {
+                        __m256i sum = _mm256_setzero_si256();
+                        for (int i = 0; i < QG; ++i) {
+                            const __m256i pairs = _mm256_maddubs_epi16(ones8, step.w[p][j * QG + i]);
+                            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones16));
+                        }
+                        step.aux[p][j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7));
+                    }
+                }
+            }
+            if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
+                alignas(16) float m[4];
+                _mm_store_ps(m, w.wc);
+                for (int r = 0; r < 4; ++r) tile.wm[r * tile.wm_stride + s] = m[r];
+            }
+        }
+    }
+}
+
+// out[i][t] = the dot of row 2p + i of the repacked tile with token t0 + t over n_steps steps, minima excluded.
+template <int QG, bool Signed, int T>
+void prefill_tile(const PrefillStep<QG>* steps, int p, int64_t n_steps, const QuantizedActs& q, int64_t t0,
+                  float (*out)[kPrefillTokens]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t* acts = Signed ? reinterpret_cast<const uint8_t*>(q.qs) : q.qs_u;
+    const uint8_t* a0 = acts + t0 * q.qs_stride;  // [T][qs_stride]: activations (+ 128 unless Signed)
+    const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
+    __m256 acc[T];                                // lanes 0..3: row 2p, 4..7: row 2p + 1
+    for (auto& v : acc) v = _mm256_setzero_ps();
+    for (int64_t s = 0; s < n_steps; ++s) {
+        const PrefillStep<QG>& st = steps[s];
+        for (int j = 0; j < 2 / QG; ++j) {
+            const __m256 ws = st.ws[p][j];
+            // One pointer walks the tokens' activations and one their scales.
+            const uint8_t* a = a0 + 32 * s + 16 * j * QG;
+            const float* d = d0 + s;
+            for (int t = 0; t < T; ++t, a += q.qs_stride, d += q.blk_stride) {
+                __m256i dot;
+                if constexpr (Signed) {
+                    dot = _mm256_setzero_si256();
+                    for (int i = 0; i < 2; ++i) {
+                        const __m256i ai =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
+                        const __m256i prod = _mm256_maddubs_epi16(st.aux[p][i], _mm256_sign_epi8(ai, st.w[p][i]));
+                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+                    }
+                } else {
+                    __m256i pairs = _mm256_setzero_si256();
+                    for (int i = 0; i < QG; ++i) {
+                        const __m256i ai =
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
+                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(ai, st.w[p][j * QG + i]));
+                    }
+                    dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), st.aux[p][j]);
+                }
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_broadcast_ss(d)), acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        const __m128 lo = _mm256_castps256_ps128(acc[t]), hi = _mm256_extractf128_ps(acc[t], 1);
+        const __m128 sums = _mm_hadd_ps(_mm_hadd_ps(lo, hi), _mm_setzero_ps());  // [row 2p, row 2p + 1, 0, 0]
+        out[0][t] = _mm_cvtss_f32(sums);
+        out[1][t] = _mm_cvtss_f32(_mm_movehdup_ps(sums));
+    }
+}
+
+template <int QG, bool Signed>
+int prefill_tokens(const PrefillStep<QG>* steps, int p, int64_t n_steps, const QuantizedActs& q, int64_t t0,
+                   int64_t left, float (*out)[kPrefillTokens]) {
+    if (left >= 8) return prefill_tile<QG, Signed, 8>(steps, p, n_steps, q, t0, out), 8;
+    if (left >= 4) return prefill_tile<QG, Signed, 4>(steps, p, n_steps, q, t0, out), 4;
+    if (left >= 2) return prefill_tile<QG, Signed, 2>(steps, p, n_steps, q, t0, out), 2;
+    return prefill_tile<QG, Signed, 1>(steps, p, n_steps, q, t0, out), 1;
+}
+
+// ---- quantized rows ----
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float sum = hsum(acc);
+    for (; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+// The scratch of a quantized kernel: the row tile's minima, its repacked steps and the output block.
+template <typename Step>
+struct QuantScratch {
+    float* wm;  // [4, wm_stride]
+    int64_t wm_stride;
+    Step* repacked;       // [n_in / 32]
+    float* output_block;  // see OutputBlock
+
+    QuantScratch(float* scratch, int64_t n_in) {
+        wm = scratch;
+        wm_stride = n_in / 16 + 16;
+        float* p = scratch + (4 * wm_stride + 15) / 16 * 16;
+        repacked = reinterpret_cast<Step*>(p);
+        output_block = p + (4 * n_in * 3 / 4 + 15) / 16 * 16;
+    }
+};
+
+// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time, written a block of rows at a time.
+template <typename Dec>
+void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    constexpr int QG = Dec::kQuartersPerScale;
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32;
+    const int64_t n_groups = nb / Dec::kGroupSteps;
+    const QuantScratch<PrefillStep<QG>> sc(scratch, w.n_in);
+    const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
+    // Row minima (kRowMinima, or the 32-block types' minima when repacked) dotted with the token's block sums.
+    auto row_minima = [&](int i, int64_t t) -> float {
+        if constexpr (Dec::kPer16) {
+            return prefill ? 0.0f : dot_f32(sc.wm + i * sc.wm_stride, q.ds16 + 2 * t * q.blk_stride, 2 * nb);
+        } else if constexpr (Dec::kRowMinima) {
+            return dot_f32(sc.wm + i * sc.wm_stride, q.ds + t * q.blk_stride, nb);
+        } else if constexpr (Dec::kHasMin) {
+            return prefill ? dot_f32(sc.wm + i * sc.wm_stride, q.ds + t * q.blk_stride, nb) : 0.0f;
+        } else {
+            return 0.0f;
+        }
+    };
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
+        for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
+            const int nr = static_cast<int>(min64(4, r1 - r));
+            RowTile<Dec> tile{{}, sc.wm, sc.wm_stride, prefetch_distance(w.row_bytes), {}};
+            for (int i = 0; i < 4; ++i) {  // a ragged tile repeats its last row
+                tile.rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            }
+            if (!prefill) {
+                for (int64_t t = 0; t < args.n_tokens; t += kMaxTokens) {
+                    const int nt = static_cast<int>(min64(kMaxTokens, args.n_tokens - t));
+                    float out[4][kMaxTokens];
+                    if (nt == 1) {
+                        decode_tile<Dec, 1>(tile, q, t, n_groups, out);
+                    } else {
+                        decode_tile<Dec, 2>(tile, q, t, n_groups, out);
+                    }
+                    for (int i = 0; i < nr; ++i) {
+                        for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = out[i][j] + row_minima(i, t + j);
+                    }
+                }
+                continue;
+            }
+            repack_tile(tile, n_groups, sc.repacked);
+            for (int p = 0; p < 2 && 2 * p < nr; ++p) {  // rows 2p and 2p + 1 of the tile
+                for (int64_t t = 0; t < args.n_tokens;) {
+                    float out[2][kPrefillTokens];
+                    const int nt = prefill_tokens<QG, Dec::kSigned>(sc.repacked, p, nb, q, t, args.n_tokens - t, out);
+                    for (int i = 0; i < 2 && 2 * p + i < nr; ++i) {
+                        for (int j = 0; j < nt; ++j)
+                            block.at(r + 2 * p + i, t + j) = out[i][j] + row_minima(2 * p + i, t + j);
+                    }
+                    t += nt;
+                }
+            }
+        }
+        block.flush(args.y, w.n_out);
+    }
+}
+
+// ---- float weights: 4 rows x T tokens, 8 elements per step, the row converted in registers ----
+
+struct LoadF32 {
+    static constexpr int64_t kBytes = 4;
+    static __m256 load(const uint8_t* row, int64_t i) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    }
+    static float at(const uint8_t* row, int64_t i) { return load_unaligned<float>(row + 4 * i); }
+};
+
+struct LoadF16 {
+    static constexpr int64_t kBytes = 2;
+    static __m256 load(const uint8_t* row, int64_t i) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    }
+    static float at(const uint8_t* row, int64_t i) { return _cvtsh_ss(load_unaligned<uint16_t>(row + 2 * i)); }
+};
+
+struct LoadBF16 {
+    static constexpr int64_t kBytes = 2;
+    static __m256 load(const uint8_t* row, int64_t i) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static float at(const uint8_t* row, int64_t i) {
+        const uint32_t bits = uint32_t{load_unaligned<uint16_t>(row + 2 * i)} << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof(f));
+        return f;
+    }
+};
+
+template <typename Load, int T>
+void float_tile(const uint8_t* const* rows, int64_t prefetch, const float* x, int64_t n_in, int64_t t0,
+                float (*out)[kMaxTokens]) {
+    const float* xt[T];  // [T][n_in]
+    for (int t = 0; t < T; ++t) xt[t] = x + (t0 + t) * n_in;
+    __m256 acc[4][T];
+    for (auto& row : acc) {
+        for (auto& v : row) v = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n_in; i += 8) {
+        __m256 xv[T];
+        for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(xt[t] + i);
+        for (int r = 0; r < 4; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + i * Load::kBytes), _MM_HINT_T1);
+            const __m256 wv = Load::load(rows[r], i);
+            for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        for (int t = 0; t < T; ++t) {
+            float sum = hsum(acc[r][t]);
+            for (int64_t e = i; e < n_in; ++e) sum += Load::at(rows[r], e) * xt[t][e];
+            out[r][t] = sum;
+        }
+    }
+}
+
+template <typename Load>
+void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    const WeightMatrix& w = *args.w;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t prefetch = prefetch_distance(w.row_bytes);
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        OutputBlock block{scratch, args.n_tokens, rb, min64(block_rows, r1 - rb)};
+        for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
+            const int nr = static_cast<int>(min64(4, r1 - r));
+            const uint8_t* rows[4];  // a ragged tile repeats its last row
+            for (int i = 0; i < 4; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            for (int64_t t = 0; t < args.n_tokens; t += kMaxTokens) {
+                const int nt = static_cast<int>(min64(kMaxTokens, args.n_tokens - t));
+                float out[4][kMaxTokens];
+                if (nt == 1) {
+                    float_tile<Load, 1>(rows, prefetch, args.x, w.n_in, t, out);
+                } else {
+                    float_tile<Load, 2>(rows, prefetch, args.x, w.n_in, t, out);
+                }
+                for (int i = 0; i < nr; ++i) {
+                    for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = out[i][j];
+                }
+            }
+        }
+        block.flush(args.y, w.n_out);
+    }
+}
+
+}  // namespace
+
+Kernel find_kernel(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32:
+            return {float_rows<LoadF32>, false};
+        case GgmlType::F16:
+            return {float_rows<LoadF16>, false};
+        case GgmlType::BF16:
+            return {float_rows<LoadBF16>, false};
+        case GgmlType::Q4_0:
+            return {quant_rows<DecQ4_0>, true};
+        case GgmlType::Q4_1:
+            return {quant_rows<DecQ4_1>, true};
+        case GgmlType::Q5_0:
+            return {quant_rows<DecQ5_0>, true};
+        case GgmlType::Q5_1:
+            return {quant_rows<DecQ5_1>, true};
+        case GgmlType::Q8_0:
+            return {quant_rows<DecQ8_0>, true};
+        case GgmlType::Q4_K:
+            return {quant_rows<DecQ4_K>, true};
+        case GgmlType::Q5_K:
+            return {quant_rows<DecQ5_K>, true};
+        case GgmlType::Q6_K:
+            return {quant_rows<DecQ6_K>, true};
+        default:
+            return {};
+    }
+}
+
+}  // namespace quill::cpu::avx2
+
+#else  // built without AVX2 in the compiler flags
+
+namespace quill::cpu::avx2 {
+Kernel find_kernel(GgmlType) { return {}; }
+}  // namespace quill::cpu::avx2
+
+#endif

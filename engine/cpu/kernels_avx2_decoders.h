@@ -1,0 +1,242 @@
+// Weight decoders of the AVX2 kernels. Included by kernels_avx2.cpp only, which alone is compiled with the AVX2
+// flags; everything here has internal linkage.
+//
+// A decoder reads four weight rows at once, one 32-block (two 16-element quarters) per step, as two row pairs:
+// u[q][p] holds in its 128-bit lane i the 16 weights of quarter q of row 2p + i, so that vpmaddubsw multiplies
+// two rows with a token's quarter broadcast to both lanes. Bytes are unsigned in the unified form of kernels.h
+// (w = ws * (u - c) + wm), except for Q8_0 (kSigned), whose 8-bit values would saturate vpmaddubsw as unsigned.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+
+#include "engine/cpu/kernels.h"
+
+namespace quill::cpu::avx2 {
+namespace {
+
+struct Step4 {
+    __m256i u[2][2];  // [quarter][row pair]
+    __m256 ws[2][2];  // [quarter][row pair]: lanes 0..3 the scale of row 2p, 4..7 of row 2p + 1
+    __m128 wc;        // 32-block types, element r = row r: the block's minimum (kHasMin), else its scale
+};
+
+using Rows = const uint8_t* const*;  // the 4 rows
+
+inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Lane i = the 16 bytes at rows[2p + i] + off.
+inline __m256i load_2x16(Rows rows, int p, size_t off) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(load128(rows[2 * p] + off)), load128(rows[2 * p + 1] + off),
+                                   1);
+}
+
+// The 32 bytes at rows[2p + i] + off as two quarter vectors: lo gets bytes 0..15 of each row, hi bytes 16..31.
+inline void load_2x32(Rows rows, int p, size_t off, __m256i& lo, __m256i& hi) {
+    const __m256i a = load256(rows[2 * p] + off), b = load256(rows[2 * p + 1] + off);
+    lo = _mm256_permute2x128_si256(a, b, 0x20);
+    hi = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+// The fp16 values at rows[r] + off as floats, element r.
+inline __m128 half_4(Rows rows, size_t off) {
+    uint64_t bits = 0;
+    for (int r = 0; r < 4; ++r) bits |= uint64_t{load_unaligned<uint16_t>(rows[r] + off)} << (16 * r);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(bits)));
+}
+
+// Lanes 0..3 = element 2p of v, lanes 4..7 = element 2p + 1.
+inline __m256 expand_pair(__m128 v, int p) {
+    const __m256i idx = _mm256_add_epi32(_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set1_epi32(2 * p));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), idx);
+}
+
+// Lanes 0..3 = *a, lanes 4..7 = *b.
+inline __m256 pair_of(const float* a, const float* b) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(a)), _mm_broadcast_ss(b), 1);
+}
+
+inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+inline __m256i high_nibbles(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+
+// Byte i = 0x10 where bit i of `bits` is set.
+inline __m256i bits_to_sixteens(uint32_t bits) {
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(bits)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// ---- the decoders ----
+//   kOffset            c of the unified form
+//   kSigned            u holds signed weights (Q8_0); the kernels move their signs onto the activations
+//   kHasMin            blocks have a float minimum
+//   kRowMinima         load_group writes each row's correction coefficients to wm (see below) instead of Step4::wc
+//   kPer16             those are per 16-element quarter (Q6_K), else per 32-block
+//   kQuartersPerScale  quarters sharing one scale: 2 (a 32-block), 1 for Q6_K
+//   kGroupSteps        steps (32-blocks) per group (a super-block for the k-quants)
+//   kGroupBytes        bytes of a group in a row
+
+struct NoState {};
+
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a group is one block.
+template <typename Block, int Offset>
+struct Dec32 {
+    static constexpr int kOffset = Offset;
+    static constexpr bool kSigned = sizeof(Block::qs) == 32;
+    static constexpr bool kHasMin = requires(Block b) { b.m; };
+    static constexpr bool kRowMinima = false, kPer16 = false;
+    static constexpr int kQuartersPerScale = 2;
+    static constexpr int kGroupSteps = 1;
+    static constexpr int64_t kGroupBytes = sizeof(Block);
+    using State = NoState;
+    static void load_group(Rows, int64_t, State&, float*, int64_t) {}
+
+    static Step4 step(Rows rows, int64_t g, int, const State&) {
+        const size_t off = g * sizeof(Block);
+        Step4 s;
+        for (int p = 0; p < 2; ++p) {
+            if constexpr (kSigned) {
+                load_2x32(rows, p, off + offsetof(Block, qs), s.u[0][p], s.u[1][p]);
+            } else {  // nibbles: low ones are elements 0..15, high ones 16..31
+                const __m256i v = load_2x16(rows, p, off + offsetof(Block, qs));
+                s.u[0][p] = low_nibbles(v);
+                s.u[1][p] = high_nibbles(v);
+                if constexpr (requires(Block b) { b.qh; }) {
+                    const uint32_t h0 = load_unaligned<uint32_t>(rows[2 * p] + off + offsetof(Block, qh));
+                    const uint32_t h1 = load_unaligned<uint32_t>(rows[2 * p + 1] + off + offsetof(Block, qh));
+                    s.u[0][p] = _mm256_or_si256(s.u[0][p], bits_to_sixteens((h0 & 0xFFFF) | (h1 << 16)));
+                    s.u[1][p] = _mm256_or_si256(s.u[1][p], bits_to_sixteens((h0 >> 16) | (h1 & 0xFFFF0000)));
+                }
+            }
+        }
+        const __m128 d = half_4(rows, off + offsetof(Block, d));
+        for (int p = 0; p < 2; ++p) s.ws[0][p] = s.ws[1][p] = expand_pair(d, p);
+        if constexpr (kHasMin) {
+            s.wc = half_4(rows, off + offsetof(Block, m));
+        } else {
+            s.wc = d;
+        }
+        return s;
+    }
+};
+
+using DecQ4_0 = Dec32<BlockQ4_0, 8>;
+using DecQ4_1 = Dec32<BlockQ4_1, 0>;
+using DecQ5_0 = Dec32<BlockQ5_0, 16>;
+using DecQ5_1 = Dec32<BlockQ5_1, 0>;
+using DecQ8_0 = Dec32<BlockQ8_0, 0>;
+
+// Q4_K / Q5_K: sub-block j has scale d * sc_j and minimum -dmin * m_j; its values are the low (j even) or high
+// (j odd) nibbles of qs[32 (j / 2) .. + 32), and Q5_K's fifth bit of element l is bit j of qh[l].
+template <typename Block>
+struct DecK4 {
+    static constexpr bool kHigh = requires(Block b) { b.qh; };
+    static constexpr int kOffset = 0;
+    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true, kPer16 = false;
+    static constexpr int kQuartersPerScale = 2;
+    static constexpr int kGroupSteps = 8;
+    static constexpr int64_t kGroupBytes = sizeof(Block);
+    struct State {
+        float ws[4][8];  // [row][j]: d * sc_j
+    };
+
+    // Minima -dmin * m_j go to wm[r * wm_stride + 8 g + j].
+    static void load_group(Rows rows, int64_t g, State& st, float* wm, int64_t wm_stride) {
+        for (int r = 0; r < 4; ++r) {
+            const uint8_t* b = rows[r] + g * sizeof(Block);
+            uint8_t s8[8], m8[8];
+            unpack_k4_scales(b + offsetof(Block, scales), s8, m8);
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(Block, d))));
+            const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(Block, dmin))));
+            _mm256_storeu_ps(st.ws[r], _mm256_mul_ps(d, to_float(s8)));
+            _mm256_storeu_ps(wm + r * wm_stride + 8 * g, _mm256_mul_ps(dmin, to_float(m8)));
+        }
+    }
+
+    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
+        const size_t off = g * sizeof(Block);
+        Step4 s;
+        for (int p = 0; p < 2; ++p) {
+            __m256i lo, hi;
+            load_2x32(rows, p, off + offsetof(Block, qs) + 32 * (j / 2), lo, hi);
+            const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));
+            s.u[0][p] = _mm256_and_si256(_mm256_srl_epi16(lo, shift), _mm256_set1_epi8(0x0F));
+            s.u[1][p] = _mm256_and_si256(_mm256_srl_epi16(hi, shift), _mm256_set1_epi8(0x0F));
+            if constexpr (kHigh) {
+                __m256i h_lo, h_hi;
+                load_2x32(rows, p, off + offsetof(Block, qh), h_lo, h_hi);
+                const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j)), sixteen = _mm256_set1_epi8(16);
+                const __m256i set_lo = _mm256_cmpeq_epi8(_mm256_and_si256(h_lo, bit), bit);
+                const __m256i set_hi = _mm256_cmpeq_epi8(_mm256_and_si256(h_hi, bit), bit);
+                s.u[0][p] = _mm256_or_si256(s.u[0][p], _mm256_and_si256(set_lo, sixteen));
+                s.u[1][p] = _mm256_or_si256(s.u[1][p], _mm256_and_si256(set_hi, sixteen));
+            }
+            s.ws[0][p] = s.ws[1][p] = pair_of(&st.ws[2 * p][j], &st.ws[2 * p + 1][j]);
+        }
+        s.wc = _mm_setzero_ps();
+        return s;
+    }
+
+    static __m256 to_float(const uint8_t* v) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
+    }
+};
+
+using DecQ4_K = DecK4<BlockQ4_K>;
+using DecQ5_K = DecK4<BlockQ5_K>;
+
+// Q6_K: w = d * sc_i * (q - 32) with a scale per 16 elements. 32-block j of the super-block lies in the
+// 128-element half j / 4; with k = j % 4 its low nibbles are ql[64 half + 32 (k % 2) + l] (high nibbles when
+// k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/quant_k.cpp).
+struct DecQ6_K {
+    static constexpr int kOffset = 32;
+    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = true, kPer16 = true;
+    static constexpr int kQuartersPerScale = 1;
+    static constexpr int kGroupSteps = 8;
+    static constexpr int64_t kGroupBytes = sizeof(BlockQ6_K);
+    struct State {
+        float ws[4][16];  // [row][i]: d * sc_i
+    };
+
+    // The offset's share, -32 * d * sc_i, goes to wm[r * wm_stride + 16 g + i] (per 16-element quarter).
+    static void load_group(Rows rows, int64_t g, State& st, float* wm, int64_t wm_stride) {
+        for (int r = 0; r < 4; ++r) {
+            const uint8_t* b = rows[r] + g * sizeof(BlockQ6_K);
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ6_K, d))));
+            for (int h = 0; h < 2; ++h) {
+                const __m128i sc =
+                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + offsetof(BlockQ6_K, scales) + 8 * h));
+                const __m256 ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+                _mm256_storeu_ps(st.ws[r] + 8 * h, ws);
+                _mm256_storeu_ps(wm + r * wm_stride + 16 * g + 8 * h, _mm256_mul_ps(_mm256_set1_ps(-32.0f), ws));
+            }
+        }
+    }
+
+    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
+        const size_t off = g * sizeof(BlockQ6_K);
+        const int half = j / 4, k = j % 4;
+        const __m128i nibble_shift = _mm_cvtsi32_si128(4 * (k / 2)), top_shift = _mm_cvtsi32_si128(2 * k);
+        Step4 s;
+        for (int p = 0; p < 2; ++p) {
+            __m256i ql[2], qh[2];
+            load_2x32(rows, p, off + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (k % 2), ql[0], ql[1]);
+            load_2x32(rows, p, off + offsetof(BlockQ6_K, qh) + 32 * half, qh[0], qh[1]);
+            for (int q = 0; q < 2; ++q) {
+                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql[q], nibble_shift), _mm256_set1_epi8(0x0F));
+                const __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh[q], top_shift), _mm256_set1_epi8(3));
+                s.u[q][p] = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
+                s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
+            }
+        }
+        s.wc = _mm_setzero_ps();
+        return s;
+    }
+};
+
+}  // namespace
+}  // namespace quill::cpu::avx2

@@ -1,0 +1,442 @@
+// AVX-512 kernels (F, BW, VL, DQ, VNNI). This file alone is compiled with those flags (see CMakeLists.txt) and
+// matmul.cpp calls into it only when the CPU has them. No std:: containers or fmt here (see kernels.h).
+//
+// Quantized weights go four rows at a time, interleaved by the decoders (kernels_avx512_decoders.h) so that one
+// vpdpbusd multiplies a 16-element quarter of all four rows (one per 128-bit lane) with a token's quarter
+// broadcast to every lane; one accumulator per token then holds the four rows (lane 4r + g: row r).
+//  - Decode (fewer than 8 tokens, 4 at a time): the rows are decoded as the tile walks them, unsigned bytes u
+//    against the signed activations; the offset c and float minima are a float term per block, wc * da * sum(a).
+//  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
+//    16 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
+#include "engine/cpu/kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__F16C__)
+// GCC 12's AVX-512 intrinsics initialize their pass-through operands with `__m512 __Y = __Y;`, which -Wuninitialized
+// reports after inlining (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "engine/cpu/kernels_avx512_decoders.h"
+
+namespace quill::cpu::avx512 {
+
+namespace {
+
+constexpr int kMaxTokens = 4;              // token columns of the decode tile
+constexpr int kPrefillTokens = 16;         // token columns of the prefill tile
+constexpr int kPrefillMinTokens = 8;       // below this, decoding the rows again for every 4 tokens is cheaper
+constexpr int64_t kPrefetchBytes = 12288;  // how far ahead to prefetch weights (rounded up to whole row tiles)
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// kPrefetchBytes rounded up to whole row tiles.
+inline int64_t prefetch_distance(size_t row_bytes) {
+    const auto tile = 4 * static_cast<int64_t>(row_bytes);
+    return (kPrefetchBytes + tile - 1) / tile * tile;
+}
+
+// The 4 rows of a tile, decoded as the tile walks them, with the same place in the rows a few tiles ahead
+// prefetched into L2: rows are a few dozen cache lines, too short for the hardware prefetcher to learn each one,
+// and prefetching into L2 rather than L1 lets many more misses be in flight (about 1.6x the bandwidth).
+template <typename Dec>
+struct RowTile {
+    static constexpr int64_t kStepBytes = Dec::kGroupBytes / Dec::kGroupSteps;
+    const uint8_t* rows[4];
+    int64_t prefetch;  // bytes from a row to the same place in a tile about kPrefetchBytes ahead
+    typename Dec::State st;
+
+    void begin_group(int64_t g) { Dec::load_group(rows, g, st); }
+    Step4 step(int64_t g, int k) {
+        const int64_t at = prefetch + (g * Dec::kGroupSteps + k) * kStepBytes;
+        for (int r = 0; r < 4; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at), _MM_HINT_T1);
+            // A step longer than a cache line (Q8_0's 68 bytes) needs a second one not to skip lines.
+            if constexpr (kStepBytes > 64) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + 64), _MM_HINT_T1);
+        }
+        return Dec::step(rows, g, k, st);
+    }
+};
+
+// ---- decode tile: 4 rows x T tokens, rows decoded on the fly ----
+
+// out[r][t] = the dot of row r with token t0 + t over the first n_groups groups. Each vpdpbusd multiplies a
+// quarter of all 4 rows (lane r) with the token's quarter broadcast; the offset c and the float minima come in
+// through accm: sum over blocks of (wm or ws) * ds, ds = da * sum(a) per block (per quarter for Q6_K).
+template <typename Dec, int T>
+void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
+    constexpr int QG = Dec::kQuartersPerScale;
+    const int8_t* a0 = q.qs + t0 * q.qs_stride;  // [T][qs_stride]
+    const float* d0 = q.d + t0 * q.blk_stride;   // [T][blk_stride]
+    // Activation sums per scale group: per block, or per quarter for Q6_K.
+    const int64_t sum_stride = QG == 2 ? q.blk_stride : 2 * q.blk_stride;
+    const float* sum0 = (QG == 2 ? q.ds : q.ds16) + t0 * sum_stride;  // [T][sum_stride]
+    __m512 acc[T];                                                    // lane 4r + g: row r
+    __m128 accm[T];                                                   // element r: row r
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_setzero_ps();
+        accm[t] = _mm_setzero_ps();
+    }
+    for (int64_t g = 0; g < n_groups; ++g) {
+        tile.begin_group(g);
+#pragma GCC unroll 4
+        for (int k = 0; k < Dec::kGroupSteps; ++k) {
+            const int64_t s = g * Dec::kGroupSteps + k;  // elements [64 s, 64 s + 64)
+            const Step4 w = tile.step(g, k);
+            for (int j = 0; j < 4 / QG; ++j) {  // scale groups: 2 blocks, or 4 quarters for Q6_K
+                const __m512 ws = w.ws[j * QG];
+                const __m128 wm = w.wc[j];
+                const int64_t b = 2 * s + j * QG / 2;       // the activation block
+                const int64_t c = QG == 2 ? b : 4 * s + j;  // its sum (of the quarter for Q6_K)
+                for (int t = 0; t < T; ++t) {
+                    const int8_t* a = a0 + t * q.qs_stride + 64 * s + 16 * QG * j;
+                    __m512i dot = _mm512_setzero_si512();
+                    for (int i = 0; i < QG; ++i) {
+                        const __m512i ai =
+                            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
+                        dot = _mm512_dpbusd_epi32(dot, w.u[j * QG + i], ai);
+                    }
+                    const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(d0[t * q.blk_stride + b]));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
+                    accm[t] = _mm_fmadd_ps(wm, _mm_set1_ps(sum0[t * sum_stride + c]), accm[t]);
+                }
+            }
+        }
+    }
+    const __m128 c_scale = _mm_set1_ps(Dec::kHasMin ? 1.0f : -static_cast<float>(Dec::kOffset));
+    for (int t = 0; t < T; ++t) {
+        alignas(64) float lanes[16];
+        alignas(16) float mins[4];
+        _mm512_store_ps(lanes, acc[t]);
+        _mm_store_ps(mins, _mm_mul_ps(accm[t], c_scale));
+        for (int r = 0; r < 4; ++r) {
+            out[r][t] = ((lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3])) + mins[r];
+        }
+    }
+}
+
+// ---- prefill tile: the row tile decoded once, then up to 16 tokens at a time ----
+
+// One 64-element step of a 4-row tile as Step4 lays it out (w[q] holds in its 128-bit lane r the 16 weights of
+// quarter q of row r), as signed bytes (u - c). The activations go in as
+// unsigned bytes (a + 128), so vpdpbusd adds 128 * sum(w), which init removes: init[j] is -128 times the
+// weights' sum, per lane, over the quarters of scale group j (QG quarters share a scale).
+template <int QG>
+struct alignas(64) PrefillStep {
+    __m512i w[4];
+    __m512i init[4 / QG];
+    __m512 ws[4 / QG];  // scale of group j, lane 4r + g: row r
+};
+
+// Decodes the whole row tile into out [n_groups * kGroupSteps] and its float minima into wm [4, wm_stride].
+template <typename Dec, int QG = Dec::kQuartersPerScale>
+void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out, float* wm, int64_t wm_stride) {
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(Dec::kOffset));
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g < n_groups; ++g) {
+        tile.begin_group(g);
+        for (int k = 0; k < Dec::kGroupSteps; ++k) {
+            const int64_t s = g * Dec::kGroupSteps + k;
+            const Step4 w = tile.step(g, k);
+            PrefillStep<QG>& step = out[s];
+            for (int i = 0; i < 4; ++i) step.w[i] = _mm512_sub_epi8(w.u[i], offset);
+            for (int j = 0; j < 4 / QG; ++j) {
+                __m512i sum = _mm512_setzero_si512();
+                for (int i = 0; i < QG; ++i) sum = _mm512_dpbusd_epi32(sum, ones, step.w[j * QG + i]);
+                step.init[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+                step.ws[j] = w.ws[j * QG];
+            }
+            if constexpr (Dec::kHasMin) {
+                for (int i = 0; i < 2; ++i) {
+                    alignas(16) float m[4];
+                    _mm_store_ps(m, w.wc[i]);
+                    for (int r = 0; r < 4; ++r) wm[r * wm_stride + 2 * s + i] = m[r];
+                }
+            }
+        }
+    }
+}
+
+// out[r][t] = the dot of row r of the repacked tile with token t0 + t over n_steps steps, minima excluded.
+template <int QG, int T>
+void prefill_tile(const PrefillStep<QG>* steps, int64_t n_steps, const QuantizedActs& q, int64_t t0,
+                  float (*out)[kPrefillTokens]) {
+    const uint8_t* au = q.qs_u + t0 * q.qs_stride;  // [T][qs_stride]: activations + 128
+    const float* da = q.d + t0 * q.blk_stride;      // [T][blk_stride]
+    __m512 acc[T];                                  // lane 4r + g: row r
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    for (int64_t s = 0; s < n_steps; ++s) {
+        const PrefillStep<QG>& st = steps[s];
+        for (int j = 0; j < 4 / QG; ++j) {
+            const __m512 ws = st.ws[j];
+            // Walk the tokens with one pointer each into the activations and their scales (16 pointers would not
+            // fit in registers).
+            const uint8_t* a = au + 64 * s + 16 * (j * QG);
+            const float* d = da + 2 * s + j * QG / 2;  // the activation block of group j
+            for (int t = 0; t < T; ++t, a += q.qs_stride, d += q.blk_stride) {
+                __m512i dot = st.init[j];
+                for (int i = 0; i < QG; ++i) {
+                    const __m128i ai = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i));
+                    dot = _mm512_dpbusd_epi32(dot, _mm512_broadcast_i32x4(ai), st.w[j * QG + i]);
+                }
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws, _mm512_set1_ps(*d)), acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, acc[t]);
+        for (int r = 0; r < 4; ++r)
+            out[r][t] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+    }
+}
+
+template <int QG>
+int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const QuantizedActs& q, int64_t t0, int64_t left,
+                   float (*out)[kPrefillTokens]) {
+    if (left >= 16) return prefill_tile<QG, 16>(steps, n_steps, q, t0, out), 16;
+    if (left >= 8) return prefill_tile<QG, 8>(steps, n_steps, q, t0, out), 8;
+    if (left >= 4) return prefill_tile<QG, 4>(steps, n_steps, q, t0, out), 4;
+    if (left >= 2) return prefill_tile<QG, 2>(steps, n_steps, q, t0, out), 2;
+    return prefill_tile<QG, 1>(steps, n_steps, q, t0, out), 1;
+}
+
+// ---- quantized rows ----
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+// The scratch of a quantized kernel: the row tile's minima, its repacked steps and the output block.
+template <typename Step>
+struct QuantScratch {
+    float* wm;  // [4, wm_stride]
+    int64_t wm_stride;
+    Step* repacked;       // [n_steps]
+    float* output_block;  // see OutputBlock
+
+    QuantScratch(float* scratch, int64_t n_in) {
+        wm = scratch;
+        wm_stride = n_in / 16 + 16;
+        float* p = scratch + (4 * wm_stride + 15) / 16 * 16;
+        repacked = reinterpret_cast<Step*>(p);
+        output_block = p + (4 * n_in * 3 / 4 + 15) / 16 * 16;
+    }
+};
+
+// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time, written a block of rows at a time.
+template <typename Dec>
+void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    constexpr int QG = Dec::kQuartersPerScale;
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32;
+    const int64_t n_groups = nb / (2 * Dec::kGroupSteps);
+    const int64_t n_steps = n_groups * Dec::kGroupSteps, nb_main = 2 * n_steps;
+    const QuantScratch<PrefillStep<QG>> sc(scratch, w.n_in);
+    const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
+        for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
+            const int nr = static_cast<int>(min64(4, r1 - r));
+            RowTile<Dec> tile{{}, prefetch_distance(w.row_bytes), {}};
+            for (int i = 0; i < 4; ++i) {  // a ragged tile repeats its last row
+                tile.rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            }
+            if (prefill) repack_tile(tile, n_groups, sc.repacked, sc.wm, sc.wm_stride);
+            for (int64_t t = 0; t < args.n_tokens;) {
+                float out[4][kPrefillTokens];
+                int nt;
+                if (prefill) {
+                    nt = prefill_tokens(sc.repacked, n_steps, q, t, args.n_tokens - t, out);
+                    for (int i = 0; i < nr && Dec::kHasMin; ++i) {
+                        for (int j = 0; j < nt; ++j) {
+                            out[i][j] += dot_f32(sc.wm + i * sc.wm_stride, q.ds + (t + j) * q.blk_stride, nb_main);
+                        }
+                    }
+                } else {
+                    nt = static_cast<int>(min64(kMaxTokens, args.n_tokens - t));
+                    float part[4][kMaxTokens];
+                    switch (nt) {
+                        case 1:
+                            decode_tile<Dec, 1>(tile, q, t, n_groups, part);
+                            break;
+                        case 2:
+                            decode_tile<Dec, 2>(tile, q, t, n_groups, part);
+                            break;
+                        case 3:
+                            decode_tile<Dec, 3>(tile, q, t, n_groups, part);
+                            break;
+                        default:
+                            decode_tile<Dec, 4>(tile, q, t, n_groups, part);
+                            break;
+                    }
+                    for (int i = 0; i < 4; ++i) {
+                        for (int j = 0; j < nt; ++j) out[i][j] = part[i][j];
+                    }
+                }
+                for (int i = 0; i < nr; ++i) {
+                    for (int j = 0; j < nt; ++j) {
+                        float v = out[i][j];
+                        for (int64_t b = nb_main; b < nb; ++b)
+                            v += generic::block_dot(w.type, tile.rows[i], b, q, t + j);
+                        block.at(r + i, t + j) = v;
+                    }
+                }
+                t += nt;
+            }
+        }
+        block.flush(args.y, w.n_out);
+    }
+}
+
+// ---- float weights: 4 rows x T tokens, 16 elements per step, the row converted in registers ----
+
+struct LoadF32 {
+    static constexpr int64_t kBytes = 4;
+    static __m512 load(const uint8_t* row, int64_t i) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    }
+    static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+    }
+};
+
+struct LoadF16 {
+    static constexpr int64_t kBytes = 2;
+    static __m512 load(const uint8_t* row, int64_t i) { return _mm512_cvtph_ps(load256(row + 2 * i)); }
+    static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
+    }
+};
+
+struct LoadBF16 {
+    static constexpr int64_t kBytes = 2;
+    static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+    static __m512 load(const uint8_t* row, int64_t i) { return widen(load256(row + 2 * i)); }
+    static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+        return widen(_mm256_maskz_loadu_epi16(m, row + 2 * i));
+    }
+};
+
+template <typename Load, int T>
+void float_tile(const uint8_t* const* rows, int64_t prefetch, const float* x, int64_t n_in, int64_t t0,
+                float (*out)[kMaxTokens]) {
+    const float* xt[T];  // [T][n_in]
+    for (int t = 0; t < T; ++t) xt[t] = x + (t0 + t) * n_in;
+    __m512 acc[4][T];
+    for (auto& row : acc) {
+        for (auto& v : row) v = _mm512_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 16 <= n_in; i += 16) {
+        __m512 xv[T];
+        for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(xt[t] + i);
+        for (int r = 0; r < 4; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + i * Load::kBytes), _MM_HINT_T1);
+            const __m512 wv = Load::load(rows[r], i);
+            for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (i < n_in) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (n_in - i)) - 1);
+        __m512 xv[T];
+        for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(m, xt[t] + i);
+        for (int r = 0; r < 4; ++r) {
+            const __m512 wv = Load::load(rows[r], i, m);
+            for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        for (int t = 0; t < T; ++t) out[r][t] = _mm512_reduce_add_ps(acc[r][t]);
+    }
+}
+
+template <typename Load>
+void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    const WeightMatrix& w = *args.w;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t prefetch = prefetch_distance(w.row_bytes);
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        OutputBlock block{scratch, args.n_tokens, rb, min64(block_rows, r1 - rb)};
+        for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
+            const int nr = static_cast<int>(min64(4, r1 - r));
+            const uint8_t* rows[4];  // a ragged tile repeats its last row
+            for (int i = 0; i < 4; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            for (int64_t t = 0; t < args.n_tokens; t += kMaxTokens) {
+                const int nt = static_cast<int>(min64(kMaxTokens, args.n_tokens - t));
+                float out[4][kMaxTokens];
+                switch (nt) {
+                    case 1:
+                        float_tile<Load, 1>(rows, prefetch, args.x, w.n_in, t, out);
+                        break;
+                    case 2:
+                        float_tile<Load, 2>(rows, prefetch, args.x, w.n_in, t, out);
+                        break;
+                    case 3:
+                        float_tile<Load, 3>(rows, prefetch, args.x, w.n_in, t, out);
+                        break;
+                    default:
+                        float_tile<Load, 4>(rows, prefetch, args.x, w.n_in, t, out);
+                        break;
+                }
+                for (int i = 0; i < nr; ++i) {
+                    for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = out[i][j];
+                }
+            }
+        }
+        block.flush(args.y, w.n_out);
+    }
+}
+
+}  // namespace
+
+Kernel find_kernel(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32:
+            return {float_rows<LoadF32>, false};
+        case GgmlType::F16:
+            return {float_rows<LoadF16>, false};
+        case GgmlType::BF16:
+            return {float_rows<LoadBF16>, false};
+        case GgmlType::Q4_0:
+            return {quant_rows<DecQ4_0>, true};
+        case GgmlType::Q4_1:
+            return {quant_rows<DecQ4_1>, true};
+        case GgmlType::Q5_0:
+            return {quant_rows<DecQ5_0>, true};
+        case GgmlType::Q5_1:
+            return {quant_rows<DecQ5_1>, true};
+        case GgmlType::Q8_0:
+            return {quant_rows<DecQ8_0>, true};
+        case GgmlType::Q4_K:
+            return {quant_rows<DecQ4_K>, true};
+        case GgmlType::Q5_K:
+            return {quant_rows<DecQ5_K>, true};
+        case GgmlType::Q6_K:
+            return {quant_rows<DecQ6_K>, true};
+        default:
+            return {};
+    }
+}
+
+}  // namespace quill::cpu::avx512
+
+#else  // built without AVX-512 support in the compiler flags
+
+namespace quill::cpu::avx512 {
+Kernel find_kernel(GgmlType) { return {}; }
+}  // namespace quill::cpu::avx512
+
+#endif

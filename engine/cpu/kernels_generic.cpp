@@ -1,0 +1,319 @@
+// Portable kernels (baseline x86-64 or any other CPU), written as plain loops the compiler vectorizes: each weight
+// row is decoded once into signed int8 values with per-16 scales (or into floats), then dotted with every token.
+// Also the activation quantizer every ISA shares and the scalar dot of one 32-block used for odd tails.
+#include <cmath>
+#include <vector>
+
+#include "engine/cpu/kernels.h"
+#include "engine/error.h"
+
+namespace quill::cpu {
+
+namespace {
+
+// ---- block decoders: 32-block b of a row as w_i = ws[i / 16] * q_i + wm with signed int8 q ----
+// (The unified form of kernels.h with c folded into q, which fits int8 for every type here.)
+
+struct DecodedBlock {
+    int8_t q[32];
+    float ws[2];
+    float wm;
+};
+
+template <typename Block>
+Block block_at(const void* row, int64_t i) {
+    return load_unaligned<Block>(static_cast<const uint8_t*>(row) + i * static_cast<int64_t>(sizeof(Block)));
+}
+
+// Nibbles of a 16-byte qs: low nibbles are elements 0..15, high nibbles 16..31.
+void unpack_nibbles(const uint8_t* qs, int offset, int8_t* q) {
+    for (int i = 0; i < 16; ++i) {
+        q[i] = static_cast<int8_t>((qs[i] & 0xF) - offset);
+        q[i + 16] = static_cast<int8_t>((qs[i] >> 4) - offset);
+    }
+}
+
+void add_high_bits(uint32_t qh, int8_t* q) {
+    for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(q[i] + static_cast<int8_t>(((qh >> i) & 1) << 4));
+}
+
+void decode_q4_0(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ4_0>(row, b);
+    unpack_nibbles(blk.qs, 8, out.q);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d);
+    out.wm = 0.0f;
+}
+
+void decode_q4_1(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ4_1>(row, b);
+    unpack_nibbles(blk.qs, 0, out.q);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d);
+    out.wm = half_to_float(blk.m);
+}
+
+void decode_q5_0(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ5_0>(row, b);
+    unpack_nibbles(blk.qs, 0, out.q);
+    add_high_bits(load_unaligned<uint32_t>(blk.qh), out.q);
+    for (int8_t& v : out.q) v = static_cast<int8_t>(v - 16);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d);
+    out.wm = 0.0f;
+}
+
+void decode_q5_1(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ5_1>(row, b);
+    unpack_nibbles(blk.qs, 0, out.q);
+    add_high_bits(load_unaligned<uint32_t>(blk.qh), out.q);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d);
+    out.wm = half_to_float(blk.m);
+}
+
+void decode_q8_0(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ8_0>(row, b);
+    std::memcpy(out.q, blk.qs, 32);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d);
+    out.wm = 0.0f;
+}
+
+// Sub-block j (0..7) of a Q4_K / Q5_K super-block: values, scale d * sc_j, minimum -dmin * m_j.
+template <typename Block>
+void k4_scale_min(const Block& blk, int j, DecodedBlock& out) {
+    uint8_t sc[8], mn[8];
+    unpack_k4_scales(blk.scales, sc, mn);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d) * static_cast<float>(sc[j]);
+    out.wm = -half_to_float(blk.dmin) * static_cast<float>(mn[j]);
+}
+
+void decode_q4_k(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ4_K>(row, b / 8);
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* qs = blk.qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int i = 0; i < 32; ++i) out.q[i] = static_cast<int8_t>((qs[i] >> shift) & 0xF);
+    k4_scale_min(blk, j, out);
+}
+
+void decode_q5_k(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ5_K>(row, b / 8);
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* qs = blk.qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int i = 0; i < 32; ++i) {
+        out.q[i] = static_cast<int8_t>(((qs[i] >> shift) & 0xF) | (((blk.qh[i] >> j) & 1) << 4));
+    }
+    k4_scale_min(blk, j, out);
+}
+
+// Q6_K: 32-block j (0..7) is elements 32 * j ..; within its 128-element half (see engine/quant_k.cpp) the low
+// nibbles come from ql[64 * half + 32 * (k % 2) + i] (high nibble when k >= 2) and the top bits from
+// qh[32 * half + i] at bit 2 * k, where k = j % 4.
+void decode_q6_k(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ6_K>(row, b / 8);
+    const int j = static_cast<int>(b % 8), half = j / 4, k = j % 4;
+    const uint8_t* ql = blk.ql + 64 * half + 32 * (k % 2);
+    const uint8_t* qh = blk.qh + 32 * half;
+    const int shift = 4 * (k / 2);
+    for (int i = 0; i < 32; ++i) {
+        const int v = ((ql[i] >> shift) & 0xF) | (((qh[i] >> (2 * k)) & 3) << 4);
+        out.q[i] = static_cast<int8_t>(v - 32);
+    }
+    const float d = half_to_float(blk.d);
+    out.ws[0] = d * static_cast<float>(blk.scales[2 * j]);
+    out.ws[1] = d * static_cast<float>(blk.scales[2 * j + 1]);
+    out.wm = 0.0f;
+}
+
+using DecodeFn = void (*)(const void* row, int64_t b, DecodedBlock& out);
+
+DecodeFn find_decoder(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0:
+            return decode_q4_0;
+        case GgmlType::Q4_1:
+            return decode_q4_1;
+        case GgmlType::Q5_0:
+            return decode_q5_0;
+        case GgmlType::Q5_1:
+            return decode_q5_1;
+        case GgmlType::Q8_0:
+            return decode_q8_0;
+        case GgmlType::Q4_K:
+            return decode_q4_k;
+        case GgmlType::Q5_K:
+            return decode_q5_k;
+        case GgmlType::Q6_K:
+            return decode_q6_k;
+        default:
+            return nullptr;
+    }
+}
+
+int32_t dot16(const int8_t* a, const int8_t* b) {
+    int32_t s = 0;
+    for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
+    return s;
+}
+
+// ---- quantized rows: decode the row once, then one dot per token ----
+template <DecodeFn decode>
+void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float*) {
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& a = *args.q;
+    const int64_t nb = w.n_in / 32;
+    std::vector<DecodedBlock> blocks(static_cast<size_t>(nb));  // [nb]: the row being multiplied
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * static_cast<int64_t>(w.row_bytes);
+        for (int64_t b = 0; b < nb; ++b) decode(row, b, blocks[static_cast<size_t>(b)]);
+        for (int64_t t = 0; t < args.n_tokens; ++t) {
+            const int8_t* qa = a.qs + t * a.qs_stride;  // [n_in]
+            const float* da = a.d + t * a.blk_stride;   // [nb]
+            const float* ds = a.ds + t * a.blk_stride;  // [nb]
+            float sum = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                const DecodedBlock& blk = blocks[static_cast<size_t>(b)];
+                const float lo = static_cast<float>(dot16(blk.q, qa + 32 * b));
+                const float hi = static_cast<float>(dot16(blk.q + 16, qa + 32 * b + 16));
+                sum += da[b] * (blk.ws[0] * lo + blk.ws[1] * hi) + blk.wm * ds[b];
+            }
+            args.y[t * w.n_out + r] = sum;
+        }
+    }
+}
+
+// ---- float rows: the row converted to float once, then one dot per token ----
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    constexpr int kLanes = 16;
+    float acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int k = 0; k < kLanes; ++k) acc[k] += a[i + k] * b[i + k];
+    }
+    float sum = 0.0f;
+    for (; i < n; ++i) sum += a[i] * b[i];
+    for (float v : acc) sum += v;
+    return sum;
+}
+
+void convert_row(GgmlType type, const void* row, float* out, int64_t n) {
+    const auto* h = static_cast<const uint8_t*>(row);
+    switch (type) {
+        case GgmlType::F16:
+            for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(load_unaligned<uint16_t>(h + 2 * i));
+            break;
+        case GgmlType::BF16:
+            for (int64_t i = 0; i < n; ++i) {
+                const uint32_t bits = static_cast<uint32_t>(load_unaligned<uint16_t>(h + 2 * i)) << 16;
+                std::memcpy(&out[i], &bits, sizeof(float));
+            }
+            break;
+        default:
+            dequantize_row(type, row, out, n);
+            break;
+    }
+}
+
+void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float*) {
+    const WeightMatrix& w = *args.w;
+    std::vector<float> buf(w.type == GgmlType::F32 ? 0 : static_cast<size_t>(w.n_in));  // [n_in]
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * static_cast<int64_t>(w.row_bytes);
+        const float* wr;  // [n_in]
+        if (w.type == GgmlType::F32) {
+            wr = reinterpret_cast<const float*>(row);
+        } else {
+            convert_row(w.type, row, buf.data(), w.n_in);
+            wr = buf.data();
+        }
+        for (int64_t t = 0; t < args.n_tokens; ++t) args.y[t * w.n_out + r] = dot_f32(wr, args.x + t * w.n_in, w.n_in);
+    }
+}
+
+}  // namespace
+
+namespace generic {
+
+Kernel find_kernel(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+            return {float_rows, false};
+        case GgmlType::Q4_0:
+            return {quant_rows<decode_q4_0>, true};
+        case GgmlType::Q4_1:
+            return {quant_rows<decode_q4_1>, true};
+        case GgmlType::Q5_0:
+            return {quant_rows<decode_q5_0>, true};
+        case GgmlType::Q5_1:
+            return {quant_rows<decode_q5_1>, true};
+        case GgmlType::Q8_0:
+            return {quant_rows<decode_q8_0>, true};
+        case GgmlType::Q4_K:
+            return {quant_rows<decode_q4_k>, true};
+        case GgmlType::Q5_K:
+            return {quant_rows<decode_q5_k>, true};
+        case GgmlType::Q6_K:
+            return {quant_rows<decode_q6_k>, true};
+        default:
+            return {};
+    }
+}
+
+Kernel fallback_kernel() { return {float_rows, false}; }
+
+float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t) {
+    const DecodeFn decode = find_decoder(type);
+    QUILL_CHECK(decode != nullptr, "no block decoder for {}", type_name(type));
+    DecodedBlock blk;
+    decode(row, b, blk);
+    const int8_t* qa = q.qs + t * q.qs_stride + 32 * b;
+    const float lo = static_cast<float>(dot16(blk.q, qa));
+    const float hi = static_cast<float>(dot16(blk.q + 16, qa + 16));
+    return q.d[t * q.blk_stride + b] * (blk.ws[0] * lo + blk.ws[1] * hi) + blk.wm * q.ds[t * q.blk_stride + b];
+}
+
+}  // namespace generic
+
+// ---- activation quantization: blocks of 32, da = max|x| / 127, q = round(x / da) ----
+
+void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out) {
+    const int64_t nb = n_in / 32;
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* xr = x + t * n_in;                    // [n_in]
+        int8_t* qr = out.qs + t * out.qs_stride;           // [qs_stride]
+        float* dr = out.d + t * out.blk_stride;            // [blk_stride]
+        float* dsr = out.ds + t * out.blk_stride;          // [blk_stride]
+        float* ds16r = out.ds16 + 2 * t * out.blk_stride;  // [2 * blk_stride]
+        for (int64_t b = 0; b < nb; ++b) {
+            const float* xb = xr + 32 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+            // Exactly quantize_row's Q8_0 (so the scalar oracle sees the same integers): q = round(x / d), half away
+            // from zero, with d = amax / 127; the scale kept is d rounded to fp16.
+            const float d = amax / 127.0f;
+            const float scale = fp16_to_fp32(fp32_to_fp16(d));
+            const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+            int32_t sum[2] = {0, 0};
+            for (int h = 0; h < 2; ++h) {
+                for (int i = 16 * h; i < 16 * h + 16; ++i) {
+                    const auto v = static_cast<int32_t>(std::round(xb[i] * inv));
+                    qr[32 * b + i] = static_cast<int8_t>(v);
+                    sum[h] += v;
+                }
+            }
+            dr[b] = scale;
+            dsr[b] = scale * static_cast<float>(sum[0] + sum[1]);
+            ds16r[2 * b] = scale * static_cast<float>(sum[0]);
+            ds16r[2 * b + 1] = scale * static_cast<float>(sum[1]);
+        }
+        for (int64_t i = 32 * nb; i < out.qs_stride; ++i) qr[i] = 0;
+        for (int64_t b = nb; b < out.blk_stride; ++b) dr[b] = dsr[b] = ds16r[2 * b] = ds16r[2 * b + 1] = 0.0f;
+        if (out.qs_u != nullptr) {
+            uint8_t* ur = out.qs_u + t * out.qs_stride;  // [qs_stride]
+            for (int64_t i = 0; i < out.qs_stride; ++i) ur[i] = static_cast<uint8_t>(qr[i] ^ 0x80);
+        }
+    }
+}
+
+}  // namespace quill::cpu

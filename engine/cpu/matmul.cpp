@@ -1,0 +1,271 @@
+// The CPU matmul front end: activation caching, the one place that picks a kernel per weight type and ISA, the
+// parallel split of all jobs' rows, the scalar oracle, and run-time ISA selection.
+#include "engine/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/kernels.h"
+#include "engine/error.h"
+
+namespace quill::cpu {
+
+// The converted forms of the current input: int8 blocks (see kernels.h), made on first use after set().
+struct Activations::Cache {
+    bool int8_ready = false;
+    bool f16_ready = false;
+    std::vector<float> x_f16;           // [n_tokens, n_in] the input rounded to fp16, for F16 weights
+    std::vector<int8_t> qs_storage;     // [n_tokens, qs_stride] plus room to align to 64 bytes
+    std::vector<uint8_t> qs_u_storage;  // [n_tokens, qs_stride] plus alignment room, when n_tokens > 1
+    std::vector<float> d;               // [n_tokens, blk_stride]
+    std::vector<float> ds;              // [n_tokens, blk_stride]
+    std::vector<float> ds16;            // [n_tokens, 2 * blk_stride]
+    std::vector<float> scratch;         // [n_threads, scratch_floats(n_in, n_tokens)] plus alignment room
+    QuantizedActs view;
+};
+
+Activations::Activations() : cache_(std::make_unique<Cache>()) {}
+Activations::~Activations() = default;
+
+void Activations::set(const float* x, int64_t n_tokens, int64_t n_in) {
+    QUILL_CHECK(x != nullptr && n_tokens > 0 && n_in > 0, "activations need data, got {} x {}", n_tokens, n_in);
+    x_ = x;
+    n_tokens_ = n_tokens;
+    n_in_ = n_in;
+    cache_->int8_ready = false;
+    cache_->f16_ready = false;
+}
+
+namespace {
+
+// Below this many input elements the quantization runs on the calling thread: a parallel section costs more.
+constexpr int64_t kParallelQuantizeElements = 1 << 15;
+
+template <typename T>
+T* align64(T* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return p + ((64 - a % 64) % 64) / sizeof(T);
+}
+
+void prepare_int8(Activations& x, ThreadPool& pool) {
+    Activations::Cache& c = x.cache();
+    if (c.int8_ready) return;
+    const int64_t n_tokens = x.n_tokens(), n_in = x.n_in();
+    QUILL_CHECK(n_in % 32 == 0, "int8 activations need a row length that is a multiple of 32, got {}", n_in);
+    const int64_t qs_stride = (n_in + 63) / 64 * 64;
+    const int64_t blk_stride = qs_stride / 32;
+    c.qs_storage.resize(static_cast<size_t>(n_tokens * qs_stride + 64));
+    c.d.resize(static_cast<size_t>(n_tokens * blk_stride));
+    c.ds.resize(static_cast<size_t>(n_tokens * blk_stride));
+    c.ds16.resize(static_cast<size_t>(2 * n_tokens * blk_stride));
+    int8_t* qs = align64(c.qs_storage.data());
+    uint8_t* qs_u = nullptr;  // the unsigned copy serves the many-token kernels
+    if (n_tokens > 1) {
+        c.qs_u_storage.resize(c.qs_storage.size());
+        qs_u = align64(c.qs_u_storage.data());
+    }
+    c.view = {qs, c.d.data(), c.ds.data(), c.ds16.data(), qs_u, n_tokens, n_in, qs_stride, blk_stride};
+    auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view); };
+    if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
+        quantize(0, n_tokens);
+    } else {
+        pool.run([&](int ith, int nth) {
+            const Range r = split_range(n_tokens, ith, nth);
+            quantize(r.begin, r.end);
+        });
+    }
+    c.int8_ready = true;
+}
+
+// F16 weights meet the input rounded to fp16 (F16 x F16 products with float accumulation), as in ggml and on GPUs.
+const float* prepare_f16(Activations& x) {
+    Activations::Cache& c = x.cache();
+    if (!c.f16_ready) {
+        const auto n = static_cast<size_t>(x.n_tokens() * x.n_in());
+        c.x_f16.resize(n);
+        for (size_t i = 0; i < n; ++i) c.x_f16[i] = fp16_to_fp32(fp32_to_fp16(x.data()[i]));
+        c.f16_ready = true;
+    }
+    return c.x_f16.data();
+}
+
+// The one dispatch over weight types: the ISA's kernel, else the portable one, else dequantize-and-dot.
+Kernel select_kernel(GgmlType type, Isa isa) {
+    Kernel k;
+    if (isa == Isa::avx512) k = avx512::find_kernel(type);
+    if (!k.fn && (isa == Isa::avx512 || isa == Isa::avx2)) k = avx2::find_kernel(type);
+    if (!k.fn) k = generic::find_kernel(type);
+    if (!k.fn && type_traits(type).can_dequantize) k = generic::fallback_kernel();
+    return k;
+}
+
+void check_job(const MatmulJob& job, const Activations& x) {
+    const WeightMatrix& w = job.w;
+    QUILL_CHECK(w.data != nullptr && job.y != nullptr, "matmul job without weights or output");
+    QUILL_CHECK(w.n_in == x.n_in(), "weight rows of {} elements against activations of {}", w.n_in, x.n_in());
+    QUILL_CHECK(w.n_out > 0, "weight matrix with {} rows", w.n_out);
+    QUILL_CHECK(w.row_bytes >= row_size(w.type, w.n_in), "{} rows of {} elements need {} bytes, stride is {}",
+                type_name(w.type), w.n_in, row_size(w.type, w.n_in), w.row_bytes);
+    if (!matmul_supports(w.type))
+        throw Error(fmt::format("matmul: weight type {} is not supported", type_name(w.type)));
+}
+
+// Scratch for n_threads kernels, each part `stride` floats (a multiple of 16) and 64-byte aligned; kept in the cache
+// so that the calls of a forward pass do not allocate.
+float* thread_scratch(Activations::Cache& c, int n_threads, int64_t stride) {
+    const auto floats = static_cast<size_t>(n_threads * stride + 16);
+    if (c.scratch.size() < floats) c.scratch.resize(floats);
+    return align64(c.scratch.data());
+}
+
+// One job's share of the split: its kernel, arguments, and first unit in the concatenated unit space.
+struct PlannedJob {
+    Kernel kernel;
+    KernelArgs args;
+    int64_t first_unit = 0, n_units = 0;
+};
+
+}  // namespace
+
+void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa) {
+    QUILL_CHECK(x.data() != nullptr, "matmul before Activations::set");
+    std::vector<PlannedJob> plan(jobs.size());
+    int64_t total_units = 0;
+    bool need_int8 = false;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+        check_job(jobs[j], x);
+        PlannedJob& p = plan[j];
+        p.kernel = select_kernel(jobs[j].w.type, isa);
+        const float* xf = jobs[j].w.type == GgmlType::F16 ? prepare_f16(x) : x.data();
+        p.args = {&jobs[j].w, xf, nullptr, x.n_tokens(), jobs[j].y};
+        p.first_unit = total_units;
+        p.n_units = (jobs[j].w.n_out + kRowTile - 1) / kRowTile;
+        total_units += p.n_units;
+        need_int8 = need_int8 || p.kernel.int8_acts;
+    }
+    if (total_units == 0) return;
+    if (need_int8) {
+        prepare_int8(x, pool);
+        for (PlannedJob& p : plan) p.args.q = &x.cache().view;
+    }
+
+    // Units of kRowTile rows (tiles stay whole) handed out in chunks: each thread starts with chunk ith, then takes
+    // the next free one, so a thread slowed by something else on the machine does not hold the others up.
+    const int nth = pool.size();
+    const int64_t n_chunks = nth == 1 ? 1 : std::min<int64_t>(total_units, 4 * nth);
+    std::atomic<int64_t> next_chunk{nth};
+    const int64_t scratch_stride = (scratch_floats(x.n_in(), x.n_tokens()) + 15) / 16 * 16;
+    float* scratch_base = thread_scratch(x.cache(), nth, scratch_stride);
+    auto run_units = [&](int64_t u0, int64_t u1, float* thread_scratch) {
+        for (const PlannedJob& p : plan) {
+            const int64_t b = std::max(u0, p.first_unit), e = std::min(u1, p.first_unit + p.n_units);
+            if (b >= e) continue;
+            const int64_t n_out = p.args.w->n_out;
+            p.kernel.fn(p.args, (b - p.first_unit) * kRowTile, std::min(n_out, (e - p.first_unit) * kRowTile),
+                        thread_scratch);
+        }
+    };
+    pool.run([&](int ith, int) {
+        float* thread_scratch = scratch_base + ith * scratch_stride;
+        for (int64_t c = ith; c < n_chunks; c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
+            const Range r = split_range(total_units, static_cast<int>(c), static_cast<int>(n_chunks));
+            run_units(r.begin, r.end, thread_scratch);
+        }
+    });
+}
+
+void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+    QUILL_CHECK(type_traits(w.type).can_dequantize, "matmul_reference: cannot dequantize {}", type_name(w.type));
+    std::vector<float> row(static_cast<size_t>(w.n_in));  // [n_in]
+    for (int64_t r = 0; r < w.n_out; ++r) {
+        dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * static_cast<int64_t>(w.row_bytes), row.data(),
+                       w.n_in);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const float* xt = x + t * w.n_in;  // [n_in]
+            double sum = 0.0;
+            for (int64_t i = 0; i < w.n_in; ++i) sum += static_cast<double>(row[static_cast<size_t>(i)]) * xt[i];
+            y[t * w.n_out + r] = static_cast<float>(sum);
+        }
+    }
+}
+
+std::vector<float> reference_activations(GgmlType weight_type, const float* x, int64_t n_tokens, int64_t n_in) {
+    std::vector<float> out(x, x + n_tokens * n_in);  // [n_tokens, n_in]
+    const Kernel k = generic::find_kernel(weight_type);
+    if (k.fn && k.int8_acts) {
+        std::vector<uint8_t> blocks(row_size(GgmlType::Q8_0, n_in));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            quantize_row(GgmlType::Q8_0, out.data() + t * n_in, blocks.data(), n_in);
+            dequantize_row(GgmlType::Q8_0, blocks.data(), out.data() + t * n_in, n_in);
+        }
+    } else if (weight_type == GgmlType::F16) {
+        for (float& v : out) v = fp16_to_fp32(fp32_to_fp16(v));
+    }
+    return out;
+}
+
+bool matmul_supports(GgmlType type) {
+    const TypeTraits* t = find_type_traits(static_cast<uint32_t>(type));
+    return t != nullptr && t->can_dequantize;
+}
+
+// ---- instruction sets ----
+
+bool isa_available(Isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    switch (isa) {
+        case Isa::generic:
+            return true;
+        case Isa::avx2:
+            return avx2;
+        case Isa::avx512:
+            return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vnni");
+    }
+    return false;
+#else
+    return isa == Isa::generic;
+#endif
+}
+
+std::string_view isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::generic:
+            return "generic";
+        case Isa::avx2:
+            return "avx2";
+        case Isa::avx512:
+            return "avx512-vnni";
+    }
+    return "unknown";
+}
+
+Isa best_isa() {
+    Isa best = Isa::generic;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (isa_available(isa)) best = isa;
+    }
+    const char* env = std::getenv("QUILL_CPU_ISA");
+    if (env == nullptr || *env == '\0') return best;
+    const std::string want = env;
+    Isa asked;
+    if (want == "generic") {
+        asked = Isa::generic;
+    } else if (want == "avx2") {
+        asked = Isa::avx2;
+    } else if (want == "avx512" || want == "avx512-vnni") {
+        asked = Isa::avx512;
+    } else {
+        throw UsageError(fmt::format("QUILL_CPU_ISA={} is not one of generic, avx2, avx512", want));
+    }
+    return std::min(asked, best);
+}
+
+}  // namespace quill::cpu

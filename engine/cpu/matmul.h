@@ -1,0 +1,86 @@
+// Matrix products of the CPU backend: y = x W^T for a weight matrix W stored in any supported GGUF type.
+//
+// The fast path works directly on the quantized blocks: activations are quantized once to int8 blocks (or
+// converted to the float form a float weight type needs) and reused by every matrix that shares the input;
+// kernels for AVX-512 (VNNI), AVX2 and portable C++ are picked at run time. matmul_reference is the plain scalar
+// oracle the fast path is tested against.
+#pragma once
+
+#include "engine/cpu/thread_pool.h"
+#include "engine/quant.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace quill::cpu {
+
+// A weight matrix view into the model file: n_out rows of n_in elements, row r at data + r * row_bytes.
+struct WeightMatrix {
+    GgmlType type = GgmlType::F32;
+    const void* data = nullptr;
+    int64_t n_in = 0;   // row length (ne[0])
+    int64_t n_out = 0;  // number of rows (ne[1])
+    size_t row_bytes = 0;
+};
+
+// Input rows x [n_tokens, n_in], with the conversions each weight type needs made on first use and cached until
+// the next set(). The pointer given to set() must stay valid until then.
+class Activations {
+public:
+    Activations();
+    ~Activations();
+    Activations(const Activations&) = delete;
+    Activations& operator=(const Activations&) = delete;
+
+    void set(const float* x, int64_t n_tokens, int64_t n_in);
+    const float* data() const { return x_; }
+    int64_t n_tokens() const { return n_tokens_; }
+    int64_t n_in() const { return n_in_; }
+
+    struct Cache;  // the converted forms (kernel-private)
+    Cache& cache() { return *cache_; }
+
+private:
+    const float* x_ = nullptr;
+    int64_t n_tokens_ = 0, n_in_ = 0;
+    std::unique_ptr<Cache> cache_;
+};
+
+// One product of a batch that shares an input: y [n_tokens, w.n_out] = x [n_tokens, n_in] W^T.
+struct MatmulJob {
+    WeightMatrix w;
+    float* y;
+};
+
+// Kernel families, best last. The backend picks one at construction (best_isa()); tests run every available one.
+enum class Isa { generic, avx2, avx512 };
+// The best family this CPU runs, lowered by QUILL_CPU_ISA=generic|avx2|avx512 when set (asking for one the CPU
+// lacks gives the best it has).
+Isa best_isa();
+bool isa_available(Isa isa);
+std::string_view isa_name(Isa isa);  // "generic", "avx2", "avx512-vnni"
+
+// Fast path: runs every job over the pool in one parallel section (rows split across threads).
+void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa);
+inline void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& pool, Isa isa) {
+    MatmulJob job{w, y};
+    matmul(std::span<const MatmulJob>(&job, 1), x, pool, isa);
+}
+
+// Scalar oracle: each weight row dequantized with dequantize_row, dot products in double, single thread.
+void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+
+// The input as the fast path's kernels see it for a weight type, made with the reference quantizer: block-
+// quantized weights meet int8 blocks of 32 with an fp16 scale (Q8_0, as quantize_row makes it), F16 weights the
+// input rounded to fp16, other types the input itself. matmul_reference over this is the function the fast path
+// computes, up to float summation order: x [n_tokens, n_in] in, the same shape out.
+std::vector<float> reference_activations(GgmlType weight_type, const float* x, int64_t n_tokens, int64_t n_in);
+
+// Whether the fast path can multiply this weight type.
+bool matmul_supports(GgmlType type);
+
+}  // namespace quill::cpu

@@ -1,0 +1,151 @@
+#include "engine/generator.h"
+
+#include "engine/error.h"
+
+#include <chrono>
+
+namespace quill {
+
+std::string_view finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::none: return "none";
+        case FinishReason::stop: return "stop";
+        case FinishReason::length: case FinishReason::context: return "length";
+    }
+    return "none";
+}
+
+// ---- StopMatcher ----
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+    std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+}
+
+std::string StopMatcher::push(std::string_view text) {
+    if (matched_) return {};
+    held_.append(text);
+    // The earliest complete stop string ends generation; what precedes it is printed.
+    size_t cut = std::string::npos;
+    for (const auto& s : stops_) cut = std::min(cut, held_.find(s));
+    if (cut != std::string::npos) {
+        matched_ = true;
+        std::string out = held_.substr(0, cut);
+        held_.clear();
+        return out;
+    }
+    // Keep the longest tail that is a prefix of some stop string.
+    size_t keep = 0;
+    for (const auto& s : stops_) {
+        for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
+            if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+                keep = n;
+                break;
+            }
+        }
+    }
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return out;
+}
+
+std::string StopMatcher::flush() {
+    std::string out = matched_ ? std::string() : std::move(held_);
+    held_.clear();
+    return out;
+}
+
+// ---- Generation ----
+
+Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const GenerationParams& params,
+                       int64_t n_ctx)
+    : tok_(tok),
+      prompt_(std::move(prompt)),
+      params_(params),
+      n_ctx_(n_ctx),
+      sampler_(params.sampling),
+      detok_(tok, false),
+      stop_(params.stop) {
+    if (prompt_.empty()) throw UsageError("the prompt is empty (it has no tokens)");
+    if (static_cast<int64_t>(prompt_.size()) > n_ctx)
+        throw UsageError(fmt::format("the prompt is {} tokens, longer than the context of {} (raise -c)",
+                                     prompt_.size(), n_ctx));
+    if (params.max_tokens < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", params.max_tokens));
+    for (int32_t t : prompt_) sampler_.accept(t);
+    if (params.max_tokens == 0) reason_ = FinishReason::length;
+}
+
+std::string Generation::finish(FinishReason reason) {
+    reason_ = reason;
+    std::string tail = stop_.push(detok_.finish());
+    if (!stop_.matched()) tail += stop_.flush();
+    return tail;
+}
+
+std::string Generation::step(std::span<float> logits) {
+    QUILL_CHECK(!finished(), "step() after the generation finished");
+    last_ = sampler_.sample(logits);
+    if (tok_.is_eog(last_)) return finish(FinishReason::stop);
+    ++n_generated_;
+    sampler_.accept(last_);
+    std::string text = stop_.push(detok_.push(last_));
+    if (stop_.matched()) {
+        reason_ = FinishReason::stop;
+        return text;
+    }
+    if (params_.max_tokens >= 0 && n_generated_ >= params_.max_tokens) return text + finish(FinishReason::length);
+    if (next_pos() >= n_ctx_) return text + finish(FinishReason::context);
+    return text;
+}
+
+// ---- driver ----
+
+double GenerationStats::prefill_tokens_per_s() const {
+    return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0.0;
+}
+
+double GenerationStats::decode_tokens_per_s() const {
+    return decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms : 0.0;
+}
+
+GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
+                         const std::function<void(std::string_view)>& on_text, int n_batch) {
+    using clock = std::chrono::steady_clock;
+    auto ms_since = [](clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+    };
+    const auto t0 = clock::now();
+    GenerationStats stats;
+    const auto& prompt = gen.prompt();
+    stats.prompt_tokens = static_cast<int>(prompt.size());
+    if (gen.finished()) return stats;
+    std::vector<float> logits(backend.config().n_vocab);
+
+    // Prefill: the whole prompt in batches; only its last token's logits are needed.
+    Batch batch;
+    for (size_t begin = 0; begin < prompt.size(); begin += n_batch) {
+        size_t end = std::min(prompt.size(), begin + static_cast<size_t>(n_batch));
+        batch.tokens.clear();
+        for (size_t i = begin; i < end; ++i)
+            batch.add(prompt[i], static_cast<int32_t>(i), slot, i + 1 == prompt.size());
+        backend.forward(batch, logits);
+    }
+    stats.prefill_ms = ms_since(t0);
+
+    // Decode: sample, print, feed the token back.
+    std::string first = gen.step(logits);
+    stats.ttft_ms = ms_since(t0);
+    const auto t_first = clock::now();
+    if (!first.empty()) on_text(first);
+    while (!gen.finished()) {
+        batch.tokens.clear();
+        batch.add(gen.last_token(), gen.next_pos(), slot, true);
+        backend.forward(batch, logits);
+        std::string text = gen.step(logits);
+        if (!text.empty()) on_text(text);
+    }
+    stats.decode_ms = ms_since(t_first);
+    stats.completion_tokens = gen.n_generated();
+    return stats;
+}
+
+}  // namespace quill

@@ -1,0 +1,96 @@
+// One request's generation: sampling, streaming detokenization, stop rules and finish reasons; and the driver
+// that runs it on a backend as one batched prefill followed by the per-token decode loop.
+#pragma once
+
+#include "engine/backend.h"
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace quill {
+
+enum class FinishReason {
+    none,     // still generating
+    stop,     // an end-of-generation token or a stop string
+    length,   // the token limit (-n)
+    context,  // the context is full; reported as "length"
+};
+std::string_view finish_reason_name(FinishReason r);  // "stop", "length"
+
+struct GenerationParams {
+    int max_tokens = -1;  // -1: until an end-of-generation token or a full context
+    std::vector<std::string> stop;
+    SamplingParams sampling;
+};
+
+// Holds back text that may be the start of a stop string; cuts at the first complete one.
+class StopMatcher {
+public:
+    explicit StopMatcher(std::vector<std::string> stops);
+    // Adds text; returns what can be printed now. Sets matched() when a stop string completed (the stop string
+    // and anything after it are dropped).
+    std::string push(std::string_view text);
+    // Releases the held-back text (at the end of generation).
+    std::string flush();
+    bool matched() const { return matched_; }
+
+private:
+    std::vector<std::string> stops_;
+    std::string held_;
+    bool matched_ = false;
+};
+
+class Generation {
+public:
+    // The prompt must be non-empty and shorter than n_ctx (UsageError otherwise).
+    Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const GenerationParams& params, int64_t n_ctx);
+
+    const std::vector<int32_t>& prompt() const { return prompt_; }
+    // Samples the next token from the logits of the last token fed; returns the text that became printable.
+    std::string step(std::span<float> logits);
+
+    bool finished() const { return reason_ != FinishReason::none; }
+    FinishReason finish_reason() const { return reason_; }
+    int32_t last_token() const { return last_; }
+    int n_generated() const { return n_generated_; }
+    // Position at which last_token() goes into the cache.
+    int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
+    uint64_t seed() const { return sampler_.params().seed; }
+
+private:
+    std::string finish(FinishReason reason);
+
+    const Tokenizer& tok_;
+    std::vector<int32_t> prompt_;
+    GenerationParams params_;
+    int64_t n_ctx_;
+    Sampler sampler_;
+    Detokenizer detok_;
+    StopMatcher stop_;
+    int32_t last_ = -1;
+    int n_generated_ = 0;
+    FinishReason reason_ = FinishReason::none;
+};
+
+struct GenerationStats {
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+    double prefill_ms = 0;  // the prompt's forward passes
+    double ttft_ms = 0;     // start to the first token sampled
+    double decode_ms = 0;   // from the first token to the last
+    double prefill_tokens_per_s() const;
+    double decode_tokens_per_s() const;  // tokens after the first, over decode_ms
+};
+
+// Runs a generation on one KV slot: prefill in batches of at most n_batch prompt tokens (only the last asks for
+// logits), then one forward pass per generated token. on_text gets each piece of text as soon as it is sampled.
+GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
+                         const std::function<void(std::string_view)>& on_text, int n_batch = 512);
+
+}  // namespace quill

@@ -1,0 +1,25 @@
+// A loaded model: the mapped GGUF file, its hyperparameters and the views of its weights.
+#pragma once
+
+#include "engine/gguf.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+#include <memory>
+#include <string>
+
+namespace quill {
+
+struct Model {
+    GgufFile file;
+    ModelConfig config;
+    Weights weights;
+
+    // Maps and validates the file, reads the config and views every weight. Throws FileError.
+    static std::unique_ptr<Model> load(const std::string& path);
+
+    // Bytes of all weight tensors.
+    size_t weight_bytes() const;
+};
+
+}  // namespace quill

@@ -1,0 +1,96 @@
+#include "engine/model_config.h"
+
+#include "engine/error.h"
+
+#include <filesystem>
+
+namespace quill {
+
+bool architecture_supported(const std::string& arch) { return arch == "llama"; }
+
+namespace {
+
+int64_t required_int(const GgufFile& f, const std::string& key, int64_t lo, int64_t hi) {
+    auto v = f.get_int(key);
+    if (!v) throw FileError(fmt::format("{}: missing metadata '{}'", f.path(), key));
+    if (*v < lo || *v > hi)
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected {}..{}", f.path(), key, *v, lo, hi));
+    return *v;
+}
+
+int64_t optional_int(const GgufFile& f, const std::string& key, int64_t fallback, int64_t lo, int64_t hi) {
+    if (!f.find(key)) return fallback;
+    return required_int(f, key, lo, hi);
+}
+
+float optional_float(const GgufFile& f, const std::string& key, float fallback, double lo, double hi) {
+    auto v = f.get_float(key);
+    if (!v) return fallback;
+    if (!(*v >= lo && *v <= hi))
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected {}..{}", f.path(), key, *v, lo, hi));
+    return static_cast<float>(*v);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
+    ModelConfig c;
+    auto arch = f.get_string("general.architecture");
+    if (!arch) throw FileError(fmt::format("{}: missing metadata 'general.architecture'", f.path()));
+    c.arch = *arch;
+    if (!architecture_supported(c.arch))
+        throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: llama)", f.path(), c.arch));
+    c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
+    const std::string p = c.arch + ".";
+
+    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0)
+        throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) are not supported", f.path(), *experts));
+
+    constexpr int64_t kBig = int64_t{1} << 24;
+    c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
+    c.n_layer = required_int(f, p + "block_count", 1, 4096);
+    c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
+    c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
+    c.n_head_kv = optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
+    if (c.n_head % c.n_head_kv != 0)
+        throw FileError(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), c.n_head,
+                                    c.n_head_kv));
+    int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+    c.head_dim = optional_int(f, p + "attention.key_length", default_head_dim, 1, 512);
+    if (c.head_dim == 0)
+        throw FileError(fmt::format("{}: embedding_length {} is not a multiple of head_count {} and no "
+                                    "attention.key_length is given", f.path(), c.n_embd, c.n_head));
+    int64_t v_len = optional_int(f, p + "attention.value_length", c.head_dim, 1, 4096);
+    if (v_len != c.head_dim)
+        throw FileError(fmt::format("{}: attention.value_length {} differs from key_length {} (not supported)",
+                                    f.path(), v_len, c.head_dim));
+    if (c.head_dim > 512)
+        throw FileError(fmt::format("{}: head dimension {} is larger than 512 (not supported)", f.path(), c.head_dim));
+    if (c.head_dim % 2 != 0) throw FileError(fmt::format("{}: head dimension {} is odd", f.path(), c.head_dim));
+    c.n_ctx_train = optional_int(f, p + "context_length", 2048, 1, int64_t{1} << 30);
+    c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
+    if (c.n_rot % 2 != 0) throw FileError(fmt::format("{}: rope.dimension_count {} is odd", f.path(), c.n_rot));
+    c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5f, 0.0, 1.0);
+    c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
+    if (auto type = f.get_string(p + "rope.scaling.type"); type && *type != "none") {
+        if (*type != "linear")
+            throw FileError(fmt::format("{}: rope.scaling.type '{}' is not supported (none, linear are)", f.path(),
+                                        *type));
+        float factor = optional_float(f, p + "rope.scaling.factor", 1.0f, 1e-3, 1e3);
+        c.rope_freq_scale = 1.0f / factor;
+    } else if (f.find(p + "rope.scale_linear")) {
+        c.rope_freq_scale = 1.0f / optional_float(f, p + "rope.scale_linear", 1.0f, 1e-3, 1e3);
+    }
+
+    // The vocabulary size: the model's own key, else the embedding matrix's rows.
+    if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2) {
+        c.n_vocab = emb->ne[1];
+    } else if (const GgufArray* tokens = f.get_array("tokenizer.ggml.tokens", GgufType::STRING)) {
+        c.n_vocab = static_cast<int64_t>(tokens->items.size());
+    }
+    c.n_vocab = optional_int(f, p + "vocab_size", c.n_vocab, 1, int64_t{1} << 31);
+    if (c.n_vocab <= 0) throw FileError(fmt::format("{}: the vocabulary size is unknown", f.path()));
+    return c;
+}
+
+}  // namespace quill

@@ -1,0 +1,165 @@
+#include "engine/model_info.h"
+
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <map>
+
+namespace quill {
+
+namespace {
+
+using nlohmann::json;
+
+// A scalar metadata value as JSON; arrays as their length and element type.
+json value_json(const GgufValue& v) {
+    switch (v.type()) {
+        case GgufType::STRING: return v.as_string();
+        case GgufType::BOOL: return v.as_bool();
+        case GgufType::F32: return std::stod(fmt::format("{}", std::get<float>(v.v)));  // shortest float form
+        case GgufType::F64: return v.as_float();
+        case GgufType::U64: return std::get<uint64_t>(v.v);
+        case GgufType::ARRAY: {
+            const auto& a = v.as_array();
+            return json{{"array", gguf_type_name(a.type)}, {"length", a.items.size()}};
+        }
+        default: return v.as_int();
+    }
+}
+
+json tokenizer_json(const GgufFile& f) {
+    json t = json::object();
+    if (auto model = f.get_string("tokenizer.ggml.model")) t["model"] = *model;
+    if (auto pre = f.get_string("tokenizer.ggml.pre")) t["pre"] = *pre;
+    if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->type() == GgufType::ARRAY)
+        t["vocab_size"] = tokens->as_array().items.size();
+    for (const char* k : {"bos_token_id", "eos_token_id", "eot_token_id", "unknown_token_id", "padding_token_id"})
+        if (const GgufValue* v = f.find(std::string("tokenizer.ggml.") + k); v && v->is_integer())
+            t[k] = v->as_int();
+    return t;
+}
+
+}  // namespace
+
+json describe_model(const GgufFile& f, bool with_tensors) {
+    json info;
+    info["file"] = f.path();
+    info["file_size"] = f.bytes().size();
+    info["gguf_version"] = f.version();
+    info["alignment"] = f.alignment();
+    const std::string arch = f.get_string("general.architecture").value_or("");
+    info["architecture"] = arch.empty() ? json(nullptr) : json(arch);
+    if (auto name = f.get_string("general.name")) info["name"] = *name;
+    if (auto ft = f.get_int("general.file_type")) info["file_type"] = *ft;
+
+    // Hyperparameters: every scalar under the architecture's prefix.
+    json hp = json::object();
+    if (!arch.empty()) {
+        const std::string prefix = arch + ".";
+        for (const auto& [k, v] : f.metadata())
+            if (k.starts_with(prefix) && v.type() != GgufType::ARRAY) hp[k.substr(prefix.size())] = value_json(v);
+    }
+    info["hyperparameters"] = hp;
+    info["tokenizer"] = tokenizer_json(f);
+    if (auto tmpl = f.get_string("tokenizer.chat_template")) {
+        info["chat_template"] = json{{"present", true}, {"bytes", tmpl->size()}};
+    } else {
+        info["chat_template"] = json{{"present", false}};
+    }
+
+    size_t total = 0;
+    std::map<std::string, std::pair<int, size_t>> mix;  // type -> (count, bytes)
+    json table = json::array();
+    for (const auto& t : f.tensors()) {
+        total += t.n_bytes;
+        auto& m = mix[std::string(type_name(t.type))];
+        ++m.first;
+        m.second += t.n_bytes;
+        if (with_tensors)
+            table.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"shape", t.ne}, {"bytes", t.n_bytes},
+                             {"offset", f.data_offset() + t.offset}});
+    }
+    info["tensor_count"] = f.tensors().size();
+    info["tensor_bytes"] = total;
+    json jmix = json::object();
+    for (const auto& [type, m] : mix) jmix[type] = {{"count", m.first}, {"bytes", m.second}};
+    info["tensor_types"] = jmix;
+    if (with_tensors) info["tensors"] = table;
+
+    // A runnable model is validated as `run` would load it.
+    if (!f.tensors().empty() && architecture_supported(arch)) {
+        ModelConfig c = ModelConfig::from_gguf(f);
+        Weights w = Weights::from_gguf(f, c);
+        info["model"] = {{"n_vocab", c.n_vocab}, {"n_embd", c.n_embd},     {"n_layer", c.n_layer},
+                         {"n_head", c.n_head},   {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim},
+                         {"n_ff", c.n_ff},       {"n_ctx_train", c.n_ctx_train}, {"n_rot", c.n_rot},
+                         {"rope_base", c.rope_base}, {"rms_eps", c.rms_eps}, {"output_tied", w.output_tied}};
+        info["runnable"] = true;
+    } else {
+        info["runnable"] = false;
+    }
+    return info;
+}
+
+namespace {
+std::string mib(size_t bytes) { return fmt::format("{:.2f} MiB", bytes / 1048576.0); }
+}  // namespace
+
+std::string render_model_info(const json& info) {
+    std::string out;
+    auto line = [&](std::string_view key, const std::string& value) { out += fmt::format("{:<16}{}\n", key, value); };
+    line("file", fmt::format("{} ({}, GGUF v{})", info["file"].get<std::string>(), mib(info["file_size"]),
+                             info["gguf_version"].get<int>()));
+    line("architecture", info["architecture"].is_null() ? "(none)" : info["architecture"].get<std::string>());
+    if (info.contains("name")) line("name", info["name"].get<std::string>());
+    if (!info["hyperparameters"].empty()) {
+        std::vector<std::string> parts;
+        for (const auto& [k, v] : info["hyperparameters"].items()) parts.push_back(fmt::format("{}={}", k, v.dump()));
+        line("hyperparameters", fmt::format("{}", fmt::join(parts, " ")));
+    }
+    const json& tok = info["tokenizer"];
+    if (tok.contains("model")) {
+        std::string desc = tok["model"].get<std::string>();
+        if (tok.contains("pre")) desc += fmt::format(" (pre-tokenizer {})", tok["pre"].get<std::string>());
+        if (tok.contains("vocab_size")) desc += fmt::format(", {} tokens", tok["vocab_size"].get<size_t>());
+        if (tok.contains("bos_token_id")) desc += fmt::format(", bos {}", tok["bos_token_id"].get<int64_t>());
+        if (tok.contains("eos_token_id")) desc += fmt::format(", eos {}", tok["eos_token_id"].get<int64_t>());
+        line("tokenizer", desc);
+    } else {
+        line("tokenizer", "(none)");
+    }
+    line("chat template", info["chat_template"]["present"].get<bool>()
+                              ? fmt::format("yes ({} bytes)", info["chat_template"]["bytes"].get<size_t>())
+                              : "no");
+    std::vector<std::string> mix;
+    for (const auto& [type, m] : info["tensor_types"].items())
+        mix.push_back(fmt::format("{} x{} ({})", type, m["count"].get<int>(), mib(m["bytes"])));
+    line("tensors", fmt::format("{}, {}{}{}", info["tensor_count"].get<size_t>(), mib(info["tensor_bytes"]),
+                                mix.empty() ? "" : ": ", fmt::join(mix, ", ")));
+    if (info["runnable"].get<bool>()) {
+        const json& m = info["model"];
+        line("model", fmt::format("n_vocab={} n_embd={} n_layer={} n_head={} n_head_kv={} head_dim={} n_ff={} "
+                                  "n_ctx_train={}{}",
+                                  m["n_vocab"].dump(), m["n_embd"].dump(), m["n_layer"].dump(), m["n_head"].dump(),
+                                  m["n_head_kv"].dump(), m["head_dim"].dump(), m["n_ff"].dump(),
+                                  m["n_ctx_train"].dump(), m["output_tied"].get<bool>() ? " (output tied)" : ""));
+    } else {
+        line("model", info["tensor_count"].get<size_t>() == 0 ? "vocabulary only (no tensors)"
+                                                               : "not runnable by quill (architecture unsupported)");
+    }
+    if (info.contains("tensors")) {
+        out += fmt::format("\n{:<40} {:<6} {:<24} {:>12} {:>12}\n", "name", "type", "shape", "bytes", "offset");
+        for (const auto& t : info["tensors"])
+            out += fmt::format("{:<40} {:<6} {:<24} {:>12} {:>12}\n", t["name"].get<std::string>(),
+                               t["type"].get<std::string>(),
+                               fmt::format("[{}]", fmt::join(t["shape"].get<std::vector<int64_t>>(), ", ")),
+                               t["bytes"].get<size_t>(), t["offset"].get<size_t>());
+    }
+    return out;
+}
+
+}  // namespace quill

@@ -1,0 +1,132 @@
+#include "engine/sampler.h"
+
+#include "engine/error.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace quill {
+
+void SamplingParams::validate() const {
+    auto bad = [](const char* flag, auto v, const char* want) {
+        throw UsageError(fmt::format("{} {} is out of range: expected {}", flag, v, want));
+    };
+    if (!std::isfinite(temperature) || temperature < 0) bad("--temp", temperature, ">= 0");
+    if (!(top_p > 0 && top_p <= 1)) bad("--top-p", top_p, "in (0, 1]");
+    if (!(min_p >= 0 && min_p <= 1)) bad("--min-p", min_p, "in [0, 1]");
+    if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty)) bad("--repeat-penalty", repeat_penalty, "> 0");
+    if (repeat_last_n < -1) bad("--repeat-last-n", repeat_last_n, ">= -1");
+    if (!std::isfinite(frequency_penalty)) bad("--frequency-penalty", frequency_penalty, "a finite number");
+    if (!std::isfinite(presence_penalty)) bad("--presence-penalty", presence_penalty, "a finite number");
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+    for (auto& s : s_) s = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
+
+void Sampler::accept(int32_t token) {
+    if (params_.repeat_last_n == 0) return;
+    history_.push_back(token);
+    ++counts_[token];
+    if (params_.repeat_last_n > 0 && static_cast<int>(history_.size()) > params_.repeat_last_n) {
+        int32_t old = history_.front();
+        history_.pop_front();
+        if (--counts_[old] == 0) counts_.erase(old);
+    }
+}
+
+// logit -> logit / r if positive, logit * r if not; then - count * frequency - presence.
+void Sampler::apply_penalties(std::span<float> logits) const {
+    if (params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f)
+        return;
+    for (const auto& [id, count] : counts_) {
+        if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
+        float& l = logits[id];
+        l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+        l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
+    }
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+    QUILL_CHECK(!logits.empty(), "no logits to sample from");
+    apply_penalties(logits);
+    if (params_.temperature <= 0.0f)  // greedy: the first maximum
+        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+
+    // top-k: the k largest logits, sorted descending (ties by id, so the order is deterministic)
+    cand_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {static_cast<int32_t>(i), logits[i]};
+    auto by_logit = [](const Candidate& a, const Candidate& b) {
+        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, cand_.size()) : cand_.size();
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
+    cand_.resize(k);
+
+    // probabilities at temperature 1 for top-p and min-p
+    auto softmax = [&](float temp) {
+        probs_.resize(cand_.size());
+        double sum = 0;
+        for (size_t i = 0; i < cand_.size(); ++i) {
+            probs_[i] = std::exp((cand_[i].logit - cand_[0].logit) / temp);
+            sum += probs_[i];
+        }
+        for (auto& p : probs_) p = static_cast<float>(p / sum);
+    };
+    softmax(1.0f);
+    // top-p: the smallest prefix whose mass reaches p
+    if (params_.top_p < 1.0f) {
+        double cum = 0;
+        size_t keep = cand_.size();
+        for (size_t i = 0; i < cand_.size(); ++i) {
+            cum += probs_[i];
+            if (cum >= params_.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        cand_.resize(keep);
+    }
+    // min-p: tokens at least min_p times as likely as the most likely one
+    if (params_.min_p > 0.0f) {
+        size_t keep = 1;
+        while (keep < cand_.size() && probs_[keep] >= params_.min_p * probs_[0]) ++keep;
+        cand_.resize(keep);
+    }
+    // temperature, then one draw
+    softmax(params_.temperature);
+    double r = rng_.uniform(), cum = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+        cum += probs_[i];
+        if (r < cum) return cand_[i].id;
+    }
+    return cand_.back().id;
+}
+
+}  // namespace quill

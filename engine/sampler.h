@@ -1,0 +1,66 @@
+// The sampling chain: penalties, then top-k, top-p, min-p, temperature and a draw from a seeded RNG.
+// Greedy (argmax) when temperature <= 0. The same seed, parameters and logits give the same tokens everywhere:
+// the RNG and its conversion to [0, 1) are quill's own, not the standard library's unspecified distributions.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace quill {
+
+struct SamplingParams {
+    float temperature = 0.8f;      // <= 0: greedy
+    int top_k = 40;                // <= 0: all tokens
+    float top_p = 0.95f;           // 1: off
+    float min_p = 0.05f;           // 0: off
+    float repeat_penalty = 1.0f;   // 1: off; > 1 discourages tokens in the last repeat_last_n
+    int repeat_last_n = 64;        // window of the penalties (0: off, -1: whole history)
+    float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
+    float presence_penalty = 0.0f;   // subtracted once if present in the window
+    uint64_t seed = 0;
+
+    // Throws UsageError naming the flag that is out of range.
+    void validate() const;
+};
+
+// xoshiro256** seeded through splitmix64.
+class Rng {
+public:
+    explicit Rng(uint64_t seed);
+    uint64_t next();
+    double uniform();  // [0, 1) with 53 random bits
+
+private:
+    uint64_t s_[4];
+};
+
+class Sampler {
+public:
+    explicit Sampler(const SamplingParams& params);
+
+    // Picks the next token from logits [n_vocab] (modified in place by the penalties).
+    int32_t sample(std::span<float> logits);
+    // Records a token (prompt or generated) for the penalties.
+    void accept(int32_t token);
+
+    const SamplingParams& params() const { return params_; }
+
+private:
+    void apply_penalties(std::span<float> logits) const;
+
+    struct Candidate {
+        int32_t id;
+        float logit;
+    };
+    SamplingParams params_;
+    Rng rng_;
+    std::deque<int32_t> history_;             // the penalty window, oldest first
+    std::unordered_map<int32_t, int> counts_;  // occurrences in the window
+    std::vector<Candidate> cand_;
+    std::vector<float> probs_;
+};
+
+}  // namespace quill

@@ -1,0 +1,33 @@
+// Models with random weights made in memory, in the shapes of well-known models, for `quill bench`; they can be
+// saved as GGUF (with a small synthetic SPM vocabulary) so other programs can be timed on the same file.
+#pragma once
+
+#include "engine/gguf.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace quill {
+
+// Shape presets: stories15m, stories110m, tinyllama-1.1b, llama2-7b, llama3-8b.
+std::vector<std::string> synthetic_shape_names();
+// The config of a preset; UsageError for an unknown name.
+ModelConfig synthetic_config(const std::string& shape);
+
+struct SyntheticModel {
+    ModelConfig config;
+    Weights weights;
+    GgmlType type;
+    std::vector<std::vector<uint8_t>> buffers;  // the tensor data the weights view
+
+    // Random weights of the given type for every matrix (norms F32). The embedding has the same type.
+    static std::unique_ptr<SyntheticModel> make(const ModelConfig& config, GgmlType type, uint64_t seed);
+    size_t weight_bytes() const;
+    // A GGUF a llama.cpp-compatible program can load.
+    void save(const std::string& path) const;
+};
+
+}  // namespace quill

@@ -1,0 +1,82 @@
+#include "engine/weights.h"
+
+#include "engine/error.h"
+
+#include <fmt/ranges.h>
+
+namespace quill {
+
+namespace {
+
+std::string shape_str(std::span<const int64_t> ne) { return fmt::format("[{}]", fmt::join(ne, ", ")); }
+
+class Loader {
+public:
+    explicit Loader(const GgufFile& f) : f_(f) {}
+
+    const GgufTensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
+
+    // A tensor of exactly the expected shape (innermost first) and a type the engine can compute with.
+    TensorView get(const std::string& name, std::vector<int64_t> expected) const {
+        const GgufTensorInfo* t = f_.find_tensor(name);
+        if (!t) throw FileError(fmt::format("{}: missing tensor '{}' {}", f_.path(), name, shape_str(expected)));
+        if (t->ne != expected)
+            throw FileError(fmt::format("{}: tensor '{}' has shape {}, expected {}", f_.path(), name,
+                                        shape_str(t->ne), shape_str(expected)));
+        if (!type_traits(t->type).can_dequantize)
+            throw FileError(fmt::format("{}: tensor '{}' has type {}, which quill cannot compute with", f_.path(),
+                                        name, type_name(t->type)));
+        TensorView v;
+        v.name = name;
+        v.type = t->type;
+        for (size_t i = 0; i < t->ne.size(); ++i) v.ne[i] = t->ne[i];
+        v.data = f_.tensor_data(*t);
+        v.n_bytes = t->n_bytes;
+        return v;
+    }
+
+    // A small vector (norm weights, rope factors) converted to float.
+    std::vector<float> get_vector(const std::string& name, int64_t n) const {
+        TensorView v = get(name, {n});
+        std::vector<float> out(n);
+        dequantize_row(v.type, v.data, out.data(), n);
+        return out;
+    }
+
+private:
+    const GgufFile& f_;
+};
+
+}  // namespace
+
+Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
+    Loader l(file);
+    Weights w;
+    w.tok_embd = l.get("token_embd.weight", {c.n_embd, c.n_vocab});
+    w.output_norm = l.get_vector("output_norm.weight", c.n_embd);
+    if (l.find("output.weight")) {
+        w.output = l.get("output.weight", {c.n_embd, c.n_vocab});
+    } else {
+        w.output = w.tok_embd;
+        w.output_tied = true;
+    }
+    if (l.find("rope_freqs.weight")) w.rope_freqs = l.get_vector("rope_freqs.weight", c.n_rot / 2);
+
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+        const std::string b = fmt::format("blk.{}.", i);
+        LayerWeights L;
+        L.attn_norm = l.get_vector(b + "attn_norm.weight", c.n_embd);
+        L.wq = l.get(b + "attn_q.weight", {c.n_embd, c.n_embd_q()});
+        L.wk = l.get(b + "attn_k.weight", {c.n_embd, c.n_embd_kv()});
+        L.wv = l.get(b + "attn_v.weight", {c.n_embd, c.n_embd_kv()});
+        L.wo = l.get(b + "attn_output.weight", {c.n_embd_q(), c.n_embd});
+        L.ffn_norm = l.get_vector(b + "ffn_norm.weight", c.n_embd);
+        L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
+        L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
+        L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
+        w.layers.push_back(std::move(L));
+    }
+    return w;
+}
+
+}  // namespace quill

@@ -1,0 +1,453 @@
+// quill: the command-line front end. Parses options, calls the engine, catches once.
+#include "engine/bench.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/error.h"
+#include "engine/generator.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/model_info.h"
+#include "engine/synthetic.h"
+#include "tokenizer/tokenizer.h"
+#ifdef QUILL_HAVE_CUDA
+#include "cuda/device.h"
+#endif
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+using quill::UsageError;
+
+constexpr const char* kDefaultModel = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+// ---- options shared by the subcommands that load a model ----
+
+struct ModelOptions {
+    std::string model;
+    std::string tokenizer;  // a sentencepiece tokenizer.model overriding the GGUF's vocabulary
+};
+
+struct EngineOptions {
+    int threads = 0;
+    int64_t ctx = 0;
+    std::string device = "auto";
+    std::string kv_type = "f16";
+};
+
+void add_model_options(CLI::App* cmd, ModelOptions& o) {
+    cmd->add_option("-m,--model", o.model, fmt::format("GGUF model (default: models/{})", kDefaultModel));
+    cmd->add_option("--tokenizer", o.tokenizer, "A sentencepiece tokenizer.model to use instead of the GGUF's");
+}
+
+void add_engine_options(CLI::App* cmd, EngineOptions& o) {
+    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: the physical cores)")->check(CLI::Range(1, 1024));
+    cmd->add_option("-c,--ctx", o.ctx, "Context size in tokens (default: the model's, capped to fit memory)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+    cmd->add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--kv-type", o.kv_type, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
+}
+
+// -m, else $QUILL_MODEL, else the default model in ./models or next to the binary.
+std::string resolve_model(const std::string& given) {
+    if (!given.empty()) return given;
+    if (const char* env = std::getenv("QUILL_MODEL"); env && *env) return env;
+    std::vector<fs::path> places{fs::path("models") / kDefaultModel};
+    std::error_code ec;
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        places.push_back(exe.parent_path().parent_path() / "models" / kDefaultModel);
+        places.push_back(exe.parent_path() / "models" / kDefaultModel);
+    }
+    std::string looked;
+    for (const auto& p : places) {
+        if (fs::exists(p)) return p.string();
+        looked += (looked.empty() ? "" : ", ") + p.string();
+    }
+    throw UsageError(fmt::format("no model given (-m) and the default model was not found (looked in: {}); "
+                                 "fetch it with models/fetch_default.sh",
+                                 looked));
+}
+
+std::unique_ptr<quill::Tokenizer> load_tokenizer(const quill::GgufFile& file, const ModelOptions& o) {
+    if (!o.tokenizer.empty()) return quill::Tokenizer::from_spm_file(o.tokenizer, &file);
+    return quill::Tokenizer::from_gguf(file);
+}
+
+// Whether a GPU is used. The CUDA backend does not exist yet, so every path ends on the CPU; the line on stderr
+// says why.
+void choose_device(const std::string& device) {
+    if (device == "cpu") return;
+#ifdef QUILL_HAVE_CUDA
+    quill::cuda::DeviceInfo info = quill::cuda::probe();
+    if (info.count == 0) {
+        if (device == "cuda") throw UsageError(fmt::format("--device cuda: {}", info.reason));
+        fmt::print(stderr, "quill: {}; using the CPU\n", info.reason);
+        return;
+    }
+    if (device == "cuda")
+        throw UsageError(fmt::format("--device cuda: found {}, but quill's CUDA backend is not implemented yet",
+                                     info.name));
+    fmt::print(stderr, "quill: found {}, but quill's CUDA backend is not implemented yet; using the CPU\n", info.name);
+#else
+    if (device == "cuda") throw UsageError("--device cuda: this quill was built without CUDA");
+    fmt::print(stderr, "quill: built without CUDA; using the CPU\n");
+#endif
+}
+
+size_t available_memory() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    size_t kb = 0;
+    while (in >> key >> kb) {
+        if (key == "MemAvailable:") return kb * 1024;
+        in.ignore(256, '\n');
+    }
+    return size_t{8} << 30;
+}
+
+// The context: -c, else the model's, capped so the KV cache takes at most a quarter of the available memory.
+int64_t choose_context(const quill::ModelConfig& c, int64_t asked, quill::KvType kv) {
+    if (asked > 0) return asked;
+    const size_t per_pos = 2 * static_cast<size_t>(c.n_layer * c.n_embd_kv()) * (kv == quill::KvType::f16 ? 2 : 4);
+    const int64_t fit = std::max<int64_t>(256, static_cast<int64_t>(available_memory() / 4 / per_pos));
+    if (c.n_ctx_train <= fit) return c.n_ctx_train;
+    fmt::print(stderr, "quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
+                       "memory; -c sets it\n", fit, c.n_ctx_train);
+    return fit;
+}
+
+std::unique_ptr<quill::cpu::CpuBackend> make_backend(const quill::ModelConfig& c, const quill::Weights& w,
+                                                      const EngineOptions& o, int64_t n_ctx) {
+    choose_device(o.device);
+    quill::cpu::CpuBackendOptions bo;
+    bo.n_threads = o.threads;
+    bo.n_ctx = n_ctx;
+    bo.kv_type = o.kv_type == "f32" ? quill::KvType::f32 : quill::KvType::f16;
+    return std::make_unique<quill::cpu::CpuBackend>(c, w, bo);
+}
+
+std::string read_stdin() {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw quill::FileError(fmt::format("{}: cannot open prompt file", path));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// ---- info ----
+
+struct InfoOptions {
+    std::string model;
+    bool tensors = false;
+    bool json = false;
+};
+
+int cmd_info(const InfoOptions& o) {
+    quill::GgufFile file = quill::GgufFile::open(resolve_model(o.model));
+    nlohmann::json info = quill::describe_model(file, o.tensors);
+    std::string out = o.json ? info.dump(2) + "\n" : quill::render_model_info(info);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+}
+
+// ---- tokenize ----
+
+struct TokenizeOptions {
+    ModelOptions model;
+    std::optional<std::string> prompt;
+    bool no_bos = false;
+    bool pieces = false;
+    bool json = false;
+    bool parse_special = false;
+};
+
+// A piece for one line of output: control bytes and invalid UTF-8 escaped.
+std::string escape_piece(const std::string& s) {
+    std::string out;
+    for (unsigned char c : s) {
+        if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c == '\r') out += "\\r";
+        else if (c == '\\') out += "\\\\";
+        else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+        else out += static_cast<char>(c);
+    }
+    return out;
+}
+
+int cmd_tokenize(const TokenizeOptions& o) {
+    quill::GgufFile file = quill::GgufFile::open(resolve_model(o.model.model));
+    auto tok = load_tokenizer(file, o.model);
+    std::string text;
+    if (o.prompt) {
+        text = *o.prompt;
+    } else {
+        if (isatty(STDIN_FILENO)) throw UsageError("no text: give -p TEXT or pipe it on stdin");
+        text = read_stdin();
+    }
+    std::vector<int32_t> ids = tok->encode(text, !o.no_bos, o.parse_special);
+    if (o.json) {
+        nlohmann::json j;
+        j["ids"] = ids;
+        if (o.pieces) {
+            j["pieces"] = nlohmann::json::array();
+            for (int32_t id : ids) j["pieces"].push_back(std::string(tok->piece(id)));
+        }
+        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else if (o.pieces) {
+        for (int32_t id : ids) fmt::print("{}\t{}\n", id, escape_piece(std::string(tok->piece(id))));
+    } else {
+        std::string line;
+        for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+        fmt::print("{}\n", line);
+    }
+    return 0;
+}
+
+// ---- run ----
+
+struct RunOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    std::optional<std::string> prompt;
+    std::string prompt_file;
+    int n_predict = -1;
+    quill::SamplingParams sampling;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    bool raw = false;
+    bool json = false;
+};
+
+void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional<uint64_t>& seed) {
+    cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
+    cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
+    cmd->add_option("--top-p", s.top_p, "Top-p (1: off)")->capture_default_str();
+    cmd->add_option("--min-p", s.min_p, "Min-p (0: off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+    cmd->add_option("--repeat-last-n", s.repeat_last_n, "Penalty window (0: off, -1: all)")->capture_default_str();
+    cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
+    cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
+    cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)");
+}
+
+int cmd_run(RunOptions& o) {
+    using clock = std::chrono::steady_clock;
+    const auto t_load = clock::now();
+    std::string text;
+    if (o.prompt) {
+        text = *o.prompt;
+    } else if (!o.prompt_file.empty()) {
+        text = read_text_file(o.prompt_file);
+    } else {
+        if (isatty(STDIN_FILENO)) throw UsageError("no prompt: give -p TEXT, -f FILE or pipe it on stdin");
+        text = read_stdin();
+    }
+    o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+    o.sampling.validate();
+    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+
+    auto model = quill::Model::load(resolve_model(o.model.model));
+    auto tok = load_tokenizer(model->file, o.model);
+    const quill::KvType kv = o.engine.kv_type == "f32" ? quill::KvType::f32 : quill::KvType::f16;
+    const int64_t n_ctx = choose_context(model->config, o.engine.ctx, kv);
+    auto backend = make_backend(model->config, model->weights, o.engine, n_ctx);
+    const double load_ms = ms_since(t_load);
+    fmt::print(stderr, "quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {} backend, {} threads, {} kernels; context {}\n",
+               model->config.name, model->weight_bytes() / 1048576.0,
+               load_ms, backend->name(), backend->n_threads(), quill::cpu::isa_name(backend->isa()), n_ctx);
+
+    // Until chat templates exist, the prompt is fed as is (--raw is then the only mode).
+    std::vector<int32_t> prompt = tok->encode(text, true, false);
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
+
+    std::string all;
+    auto on_text = [&](std::string_view piece) {
+        all += piece;
+        if (!o.json) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        }
+    };
+    quill::GenerationStats st = quill::generate(*backend, gen, 0, on_text);
+    if (gen.finish_reason() == quill::FinishReason::context)
+        fmt::print(stderr, "\nquill: the context of {} tokens is full; stopping (finish reason \"length\")\n", n_ctx);
+    if (o.json) {
+        nlohmann::json j{{"text", all},
+                         {"finish_reason", quill::finish_reason_name(gen.finish_reason())},
+                         {"prompt_tokens", st.prompt_tokens},
+                         {"completion_tokens", st.completion_tokens},
+                         {"seed", gen.seed()},
+                         {"timings",
+                          {{"load_ms", load_ms},
+                           {"ttft_ms", st.ttft_ms},
+                           {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
+                           {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else {
+        std::fflush(stdout);
+    }
+    fmt::print(stderr, "\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} tok/s; "
+                       "decode {:.1f} tok/s; finish reason {}\n",
+               st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
+               st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
+    return 0;
+}
+
+// ---- bench ----
+
+struct BenchCliOptions {
+    std::string model;
+    std::string synthetic;
+    std::string dtype = "q4_0";
+    std::string save;
+    EngineOptions engine;
+    quill::BenchOptions bench;
+    bool json = false;
+};
+
+int cmd_bench(BenchCliOptions& o) {
+    std::unique_ptr<quill::Model> model;
+    std::unique_ptr<quill::SyntheticModel> synth;
+    const quill::ModelConfig* config;
+    const quill::Weights* weights;
+    std::string desc;
+    if (!o.synthetic.empty()) {
+        if (!o.model.empty()) throw UsageError("bench: give either -m or --synthetic, not both");
+        auto type = quill::type_from_name(o.dtype);
+        if (!type) throw UsageError(fmt::format("--dtype '{}' is not a tensor type", o.dtype));
+        synth = quill::SyntheticModel::make(quill::synthetic_config(o.synthetic), *type, 42);
+        if (!o.save.empty()) {
+            synth->save(o.save);
+            fmt::print(stderr, "quill: wrote {}\n", o.save);
+        }
+        config = &synth->config;
+        weights = &synth->weights;
+        desc = fmt::format("{} ({}, {:.1f} MiB)", synth->config.name, o.dtype, synth->weight_bytes() / 1048576.0);
+    } else {
+        if (!o.save.empty()) throw UsageError("bench: --save goes with --synthetic");
+        model = quill::Model::load(resolve_model(o.model));
+        config = &model->config;
+        weights = &model->weights;
+        desc = fmt::format("{} ({:.1f} MiB)", model->config.name, model->weight_bytes() / 1048576.0);
+    }
+    const int64_t n_ctx = o.engine.ctx > 0 ? o.engine.ctx : std::max<int64_t>(1, o.bench.n_prompt + o.bench.n_gen);
+    auto backend = make_backend(*config, *weights, o.engine, n_ctx);
+    quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
+    nlohmann::json j = res.to_json();
+    if (o.json) {
+        j["model"] = desc;
+        j["backend"] = backend->name();
+        j["threads"] = backend->n_threads();
+        j["kernels"] = quill::cpu::isa_name(backend->isa());
+        j["n_prompt"] = o.bench.n_prompt;
+        j["n_gen"] = o.bench.n_gen;
+        fmt::print("{}\n", j.dump());
+        return 0;
+    }
+    fmt::print("model    {}\nbackend  {}, {} threads, {} kernels\n", desc, backend->name(), backend->n_threads(),
+               quill::cpu::isa_name(backend->isa()));
+    if (o.bench.n_prompt > 0)
+        fmt::print("prefill  {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f})\n", o.bench.n_prompt,
+                   j["prefill_tokens_per_s"].get<double>(), j["prefill_tokens_per_s_min"].get<double>(),
+                   j["prefill_tokens_per_s_max"].get<double>());
+    if (o.bench.n_gen > 0)
+        fmt::print("decode   {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f}), {:.2f} GB/s\n", o.bench.n_gen,
+                   j["decode_tokens_per_s"].get<double>(), j["decode_tokens_per_s_min"].get<double>(),
+                   j["decode_tokens_per_s_max"].get<double>(), j["decode_gb_per_s"].get<double>());
+    fmt::print("runs     {} (medians shown)\n", o.bench.reps);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"quill: run large language models from GGUF files"};
+    app.require_subcommand(1);
+
+    InfoOptions info;
+    CLI::App* info_cmd = app.add_subcommand("info", "Describe a GGUF model file (validates the whole file)");
+    info_cmd->add_option("-m,--model,model", info.model, fmt::format("GGUF file (default: models/{})", kDefaultModel));
+    info_cmd->add_flag("--tensors", info.tensors, "List every tensor");
+    info_cmd->add_flag("--json", info.json, "Print JSON");
+
+    TokenizeOptions tok;
+    CLI::App* tok_cmd = app.add_subcommand("tokenize", "Print the token ids of a text (-p or stdin, used as is)");
+    add_model_options(tok_cmd, tok.model);
+    tok_cmd->add_option("-p,--prompt", tok.prompt, "Text to tokenize (default: stdin)");
+    tok_cmd->add_flag("--no-bos", tok.no_bos, "Do not add BOS/EOS tokens");
+    tok_cmd->add_flag("--pieces", tok.pieces, "Print one id<TAB>piece per line");
+    tok_cmd->add_flag("--json", tok.json, "Print JSON");
+    tok_cmd->add_flag("--parse-special", tok.parse_special, "Recognize control-token text like <|im_end|>");
+
+    RunOptions run;
+    CLI::App* run_cmd = app.add_subcommand("run", "Generate a completion for one prompt, streamed to stdout");
+    add_model_options(run_cmd, run.model);
+    add_engine_options(run_cmd, run.engine);
+    auto* p_opt = run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
+    run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file")->excludes(p_opt);
+    run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
+    add_sampling_options(run_cmd, run.sampling, run.seed);
+    run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
+    run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
+    run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+
+    BenchCliOptions bench;
+    CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
+    bench_cmd->add_option("-m,--model", bench.model, "GGUF model (default: models/" + std::string(kDefaultModel) + ")");
+    bench_cmd->add_option("--synthetic", bench.synthetic,
+                          "Random weights in a preset shape: stories15m, stories110m, tinyllama-1.1b, llama2-7b, "
+                          "llama3-8b");
+    bench_cmd->add_option("--dtype", bench.dtype, "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0, ...)")->capture_default_str();
+    bench_cmd->add_option("--save", bench.save, "Write the --synthetic model to this GGUF file");
+    bench_cmd->add_option("-p,--n-prompt", bench.bench.n_prompt, "Prompt tokens per run")->capture_default_str();
+    bench_cmd->add_option("-n,--n-gen", bench.bench.n_gen, "Decoded tokens per run")->capture_default_str();
+    bench_cmd->add_option("-r,--reps", bench.bench.reps, "Runs")->capture_default_str();
+    bench_cmd->add_option("--batch", bench.bench.n_batch, "Prefill batch size")->capture_default_str();
+    bench_cmd->add_flag("--json", bench.json, "Print JSON (medians, min, max, every run)");
+    add_engine_options(bench_cmd, bench.engine);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    try {
+        if (*info_cmd) return cmd_info(info);
+        if (*tok_cmd) return cmd_tokenize(tok);
+        if (*run_cmd) return cmd_run(run);
+        if (*bench_cmd) return cmd_bench(bench);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "quill: error: {}\n", e.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,258 @@
+// Micro-benchmark of the CPU matmuls (not a test; build with `--target bench_matmul`).
+//
+// Times the per-token matmul set of real model shapes with random weights (quantize_row), the way the forward pass
+// calls it: per layer wq|wk|wv on one input, wo, w1|w3 on one input, w2, then the output matrix. Every layer has its
+// own weights, so decode streams them from memory as a real model does. Also measures plain memory read bandwidth,
+// the ceiling for decode.
+//
+//   bench_matmul [--shape stories110m|tinyllama] [--types q4_0,q8_0] [--isa generic|avx2|avx512]
+//                [--threads 1,2] [--tokens 1,64] [--reps N]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/matmul.h"
+#include "engine/quant.h"
+
+using namespace quill;
+using namespace quill::cpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+struct ModelShape {
+    std::string name;
+    int64_t n_embd, n_ff, n_layer, n_vocab, n_embd_kv;
+};
+
+const ModelShape kShapes[] = {
+    {"stories110m", 768, 2048, 12, 32000, 768},
+    {"tinyllama", 2048, 5632, 22, 32000, 256},
+};
+
+struct Matrix {
+    GgmlType type;
+    int64_t n_out, n_in;
+    std::vector<uint8_t> data;  // [n_out, row_bytes]
+    WeightMatrix view() const { return {type, data.data(), n_in, n_out, row_size(type, n_in)}; }
+};
+
+// Random rows quantized once (quantizing a billion weights with the scalar reference would take minutes), then
+// repeated at an offset that differs per matrix, so every matrix is its own memory.
+Matrix make_matrix(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+    constexpr int64_t kDistinctRows = 64;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const size_t rb = row_size(type, n_in);
+    std::vector<uint8_t> distinct(rb * kDistinctRows);
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t r = 0; r < kDistinctRows; ++r) {
+        for (float& v : row) v = 0.05f * normal(rng);
+        quantize_row(type, row.data(), distinct.data() + rb * static_cast<size_t>(r), n_in);
+    }
+    Matrix m{type, n_out, n_in, std::vector<uint8_t>(rb * static_cast<size_t>(n_out))};
+    const int64_t shift = rng() % kDistinctRows;
+    for (int64_t r = 0; r < n_out; ++r) {
+        std::memcpy(m.data.data() + rb * static_cast<size_t>(r),
+                    distinct.data() + rb * static_cast<size_t>((r + shift) % kDistinctRows), rb);
+    }
+    return m;
+}
+
+struct Layer {
+    Matrix wq, wk, wv, wo, w1, w3, w2;
+};
+
+struct Model {
+    std::vector<Layer> layers;
+    Matrix output;
+    size_t bytes(bool with_output) const {
+        size_t total = with_output ? output.data.size() : 0;
+        for (const Layer& l : layers) {
+            for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3, &l.w2}) total += m->data.size();
+        }
+        return total;
+    }
+    double flops_per_token(bool with_output) const {
+        double total = with_output ? 2.0 * static_cast<double>(output.n_out * output.n_in) : 0.0;
+        for (const Layer& l : layers) {
+            for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3, &l.w2}) {
+                total += 2.0 * static_cast<double>(m->n_out * m->n_in);
+            }
+        }
+        return total;
+    }
+};
+
+Model make_model(const ModelShape& s, GgmlType type, std::mt19937& rng) {
+    Model m;
+    for (int64_t l = 0; l < s.n_layer; ++l) {
+        m.layers.push_back({make_matrix(type, s.n_embd, s.n_embd, rng), make_matrix(type, s.n_embd_kv, s.n_embd, rng),
+                            make_matrix(type, s.n_embd_kv, s.n_embd, rng), make_matrix(type, s.n_embd, s.n_embd, rng),
+                            make_matrix(type, s.n_ff, s.n_embd, rng), make_matrix(type, s.n_ff, s.n_embd, rng),
+                            make_matrix(type, s.n_embd, s.n_ff, rng)});
+    }
+    m.output = make_matrix(type, s.n_vocab, s.n_embd, rng);
+    return m;
+}
+
+// One forward pass's matmuls for n_tokens tokens (inputs are fixed random data; only the time matters).
+struct Buffers {
+    std::vector<float> x_embd, x_ff;        // [n_tokens, n_embd], [n_tokens, n_ff]
+    std::vector<float> q, k, v, o, h1, h3;  // outputs
+    std::vector<float> logits;              // [n_vocab]
+};
+
+void forward_matmuls(const Model& m, Buffers& b, int64_t n_tokens, Activations& act, ThreadPool& pool, Isa isa,
+                     bool with_output) {
+    const int64_t n_embd = m.layers[0].wq.n_in, n_ff = m.layers[0].w2.n_in;
+    for (const Layer& l : m.layers) {
+        act.set(b.x_embd.data(), n_tokens, n_embd);
+        const MatmulJob qkv[] = {{l.wq.view(), b.q.data()}, {l.wk.view(), b.k.data()}, {l.wv.view(), b.v.data()}};
+        matmul(qkv, act, pool, isa);
+        act.set(b.x_embd.data() + 1, n_tokens, n_embd);  // a different pointer: a new input
+        matmul(l.wo.view(), act, b.o.data(), pool, isa);
+        act.set(b.x_embd.data(), n_tokens, n_embd);
+        const MatmulJob ffn[] = {{l.w1.view(), b.h1.data()}, {l.w3.view(), b.h3.data()}};
+        matmul(ffn, act, pool, isa);
+        act.set(b.x_ff.data(), n_tokens, n_ff);
+        matmul(l.w2.view(), act, b.o.data(), pool, isa);
+    }
+    if (with_output) {
+        act.set(b.x_embd.data() + (n_tokens - 1) * n_embd, 1, n_embd);  // logits of the last token only
+        matmul(m.output.view(), act, b.logits.data(), pool, isa);
+    }
+}
+
+// Plain read bandwidth: every thread sums its share of a buffer much larger than the caches.
+double read_bandwidth(ThreadPool& pool, int reps) {
+    const size_t n = size_t{1} << 27;  // 1 GiB of uint64
+    std::vector<uint64_t> buf(n);
+    for (size_t i = 0; i < n; ++i) buf[i] = i;
+    std::vector<uint64_t> sums(static_cast<size_t>(pool.size()) * 8);
+    double best = 0.0;
+    for (int rep = 0; rep < reps; ++rep) {
+        const auto start = Clock::now();
+        pool.run([&](int ith, int nth) {
+            const Range r = split_range(static_cast<int64_t>(n), ith, nth, 8);
+            uint64_t acc[8] = {};
+            for (int64_t i = r.begin; i < r.end; i += 8) {
+                for (int k = 0; k < 8; ++k) acc[k] += buf[static_cast<size_t>(i + k)];
+            }
+            for (int k = 0; k < 8; ++k) sums[static_cast<size_t>(ith * 8 + k)] = acc[k];
+        });
+        best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / seconds_since(start) / 1e9);
+    }
+    return best;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+    return out;
+}
+
+struct Options {
+    std::vector<std::string> shapes = {"stories110m", "tinyllama"};
+    std::vector<std::string> types = {"q4_0", "q8_0"};
+    std::vector<Isa> isas;
+    std::vector<int> threads = {1, 2};
+    std::vector<int64_t> tokens = {1, 64};
+    int reps = 5;
+};
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+        if (isa_available(isa)) o.isas.push_back(isa);
+    }
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string key = argv[i], value = argv[i + 1];
+        if (key == "--shape") o.shapes = split_list(value);
+        if (key == "--types") o.types = split_list(value);
+        if (key == "--reps") o.reps = std::stoi(value);
+        if (key == "--threads") {
+            o.threads.clear();
+            for (const auto& t : split_list(value)) o.threads.push_back(std::stoi(t));
+        }
+        if (key == "--tokens") {
+            o.tokens.clear();
+            for (const auto& t : split_list(value)) o.tokens.push_back(std::stoll(t));
+        }
+        if (key == "--isa") {
+            o.isas.clear();
+            for (const auto& name : split_list(value)) {
+                for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+                    if (name == isa_name(isa) || (name == "avx512" && isa == Isa::avx512)) o.isas.push_back(isa);
+                }
+            }
+        }
+    }
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options opt = parse(argc, argv);
+    for (int threads : opt.threads) {
+        ThreadPool pool(threads);
+        fmt::print("memory read bandwidth, {} thread(s): {:.1f} GB/s\n", threads, read_bandwidth(pool, 3));
+    }
+    std::mt19937 rng(1);
+    for (const ModelShape& shape : kShapes) {
+        if (std::find(opt.shapes.begin(), opt.shapes.end(), shape.name) == opt.shapes.end()) continue;
+        for (const std::string& type_str : opt.types) {
+            const GgmlType type = type_from_name(type_str).value();
+            const Model model = make_model(shape, type, rng);
+            for (int64_t n_tokens : opt.tokens) {
+                Buffers b;
+                std::normal_distribution<float> normal(0.0f, 1.0f);
+                b.x_embd.resize(static_cast<size_t>(n_tokens * shape.n_embd + 1));
+                b.x_ff.resize(static_cast<size_t>(n_tokens * shape.n_ff));
+                for (float& v : b.x_embd) v = normal(rng);
+                for (float& v : b.x_ff) v = normal(rng);
+                for (auto* out : {&b.q, &b.k, &b.v, &b.o}) out->resize(static_cast<size_t>(n_tokens * shape.n_embd));
+                for (auto* out : {&b.h1, &b.h3}) out->resize(static_cast<size_t>(n_tokens * shape.n_ff));
+                b.logits.resize(static_cast<size_t>(shape.n_vocab));
+                // Decode multiplies the output matrix every token; prefill only for the last one.
+                const bool per_token_output = n_tokens == 1;
+                for (Isa isa : opt.isas) {
+                    for (int threads : opt.threads) {
+                        ThreadPool pool(threads);
+                        Activations act;
+                        forward_matmuls(model, b, n_tokens, act, pool, isa, true);  // warm up
+                        std::vector<double> times;
+                        for (int rep = 0; rep < opt.reps; ++rep) {
+                            const auto start = Clock::now();
+                            forward_matmuls(model, b, n_tokens, act, pool, isa, true);
+                            times.push_back(seconds_since(start));
+                        }
+                        std::sort(times.begin(), times.end());
+                        const double best = times.front(), median = times[times.size() / 2];
+                        const double flops =
+                            model.flops_per_token(per_token_output) * static_cast<double>(n_tokens) +
+                            (per_token_output ? 0.0 : model.flops_per_token(true) - model.flops_per_token(false));
+                        fmt::print(
+                            "{:12} {:5} {:12} {} thr  tokens {:3}: best {:8.2f} ms  median {:8.2f} ms  "
+                            "{:7.1f} tok/s  {:6.1f} GB/s  {:6.1f} GFLOP/s\n",
+                            shape.name, type_str, isa_name(isa), threads, n_tokens, best * 1e3, median * 1e3,
+                            static_cast<double>(n_tokens) / best, static_cast<double>(model.bytes(true)) / best / 1e9,
+                            flops / best / 1e9);
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}

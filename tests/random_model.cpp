@@ -1,0 +1,76 @@
+#include "tests/random_model.h"
+
+#include "engine/sampler.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace quill::test {
+
+namespace {
+
+std::vector<uint8_t> quantized(GgmlType type, const std::vector<float>& x) {
+    std::vector<uint8_t> out(row_size(type, static_cast<int64_t>(x.size())));
+    quantize_row(type, x.data(), out.data(), static_cast<int64_t>(x.size()));
+    return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
+    Rng rng(s.seed);
+    auto uniform = [&](float scale) { return static_cast<float>((rng.uniform() * 2.0 - 1.0) * scale); };
+    const int64_t head_dim = s.n_embd / s.n_head;
+    GgufWriter w;
+    w.set("general.architecture", "llama");
+    w.set("general.name", "tiny-random");
+    w.set("llama.context_length", uint32_t(256));
+    w.set("llama.embedding_length", uint32_t(s.n_embd));
+    w.set("llama.block_count", uint32_t(s.n_layer));
+    w.set("llama.feed_forward_length", uint32_t(s.n_ff));
+    w.set("llama.attention.head_count", uint32_t(s.n_head));
+    w.set("llama.attention.head_count_kv", uint32_t(s.n_head_kv));
+    w.set("llama.rope.dimension_count", uint32_t(head_dim));
+    w.set("llama.rope.freq_base", 10000.0f);
+    w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+
+    // A matrix of n_out rows of n_in, entries uniform with the variance that keeps activations O(1).
+    auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out, GgmlType type, float scale) {
+        std::vector<float> x(n_in * n_out);
+        for (auto& v : x) v = uniform(scale);
+        w.add_tensor(name, type, {n_in, n_out}, quantized(type, x));
+    };
+    auto vec = [&](const std::string& name, int64_t n, float lo, float hi) {
+        std::vector<float> x(n);
+        for (auto& v : x) v = lo + static_cast<float>(rng.uniform()) * (hi - lo);
+        w.add_tensor(name, GgmlType::F32, {n}, quantized(GgmlType::F32, x));
+    };
+    const float in_scale = std::sqrt(3.0f / static_cast<float>(s.n_embd));
+    matrix("token_embd.weight", s.n_embd, s.n_vocab, s.type, 1.0f);
+    vec("output_norm.weight", s.n_embd, 0.5f, 1.5f);
+    if (!s.tied_output) matrix("output.weight", s.n_embd, s.n_vocab, s.type, in_scale * 4);
+    if (s.rope_freqs) vec("rope_freqs.weight", head_dim / 2, 1.0f, 8.0f);
+    for (int64_t l = 0; l < s.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        vec(b + "attn_norm.weight", s.n_embd, 0.5f, 1.5f);
+        matrix(b + "attn_q.weight", s.n_embd, s.n_head * head_dim, s.type, in_scale);
+        matrix(b + "attn_k.weight", s.n_embd, s.n_head_kv * head_dim, s.type, in_scale);
+        matrix(b + "attn_v.weight", s.n_embd, s.n_head_kv * head_dim, s.type, in_scale);
+        matrix(b + "attn_output.weight", s.n_head * head_dim, s.n_embd, s.type, in_scale);
+        vec(b + "ffn_norm.weight", s.n_embd, 0.5f, 1.5f);
+        matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff, s.type, in_scale);
+        matrix(b + "ffn_up.weight", s.n_embd, s.n_ff, s.type, in_scale);
+        matrix(b + "ffn_down.weight", s.n_ff, s.n_embd, s.ffn_down_type, std::sqrt(3.0f / static_cast<float>(s.n_ff)));
+    }
+    return w.to_bytes();
+}
+
+std::unique_ptr<Model> make_tiny_model(const TinySpec& spec) {
+    std::vector<uint8_t> bytes = make_tiny_gguf(spec);
+    GgufFile file = GgufFile::parse("tiny-random.gguf", bytes);
+    ModelConfig config = ModelConfig::from_gguf(file);
+    Weights weights = Weights::from_gguf(file, config);
+    return std::unique_ptr<Model>(new Model{std::move(file), std::move(config), std::move(weights)});
+}
+
+}  // namespace quill::test

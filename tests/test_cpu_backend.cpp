@@ -1,0 +1,343 @@
+// The CPU backend: fast path against the scalar reference path on random tiny models of every weight type,
+// prefill against step-by-step decode, multi-sequence batches, and the real stories260K model against the
+// reference implementation's logits and greedy tokens.
+#include "engine/cpu/cpu_backend.h"
+#include "engine/error.h"
+#include "engine/model.h"
+#include "tests/random_model.h"
+#include "tests/test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+using namespace quill;
+using quill::cpu::CpuBackend;
+using quill::cpu::CpuBackendOptions;
+using quill::cpu::Isa;
+
+namespace {
+
+std::unique_ptr<CpuBackend> make(const Model& m, bool reference, int threads = 1, std::optional<Isa> isa = {},
+                                 int64_t n_slots = 1, KvType kv = KvType::f16) {
+    CpuBackendOptions o;
+    o.n_threads = threads;
+    o.n_ctx = 128;
+    o.n_slots = n_slots;
+    o.kv_type = kv;
+    o.reference = reference;
+    o.isa = isa;
+    return std::make_unique<CpuBackend>(m.config, m.weights, o);
+}
+
+// All tokens in one batch (one prefill), logits for every position: [n, n_vocab].
+std::vector<float> prefill_logits(Backend& b, const std::vector<int32_t>& tokens, int32_t slot = 0) {
+    Batch batch;
+    for (size_t i = 0; i < tokens.size(); ++i) batch.add(tokens[i], static_cast<int32_t>(i), slot, true);
+    std::vector<float> logits(tokens.size() * b.config().n_vocab);
+    b.forward(batch, logits);
+    return logits;
+}
+
+// One token per forward call, as the decode loop does.
+std::vector<float> stepwise_logits(Backend& b, const std::vector<int32_t>& tokens) {
+    const int64_t nv = b.config().n_vocab;
+    std::vector<float> all(tokens.size() * nv);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        Batch batch;
+        batch.add(tokens[i], static_cast<int32_t>(i), 0, true);
+        b.forward(batch, std::span<float>(all.data() + i * nv, nv));
+    }
+    return all;
+}
+
+double max_abs(const std::vector<float>& v) {
+    double m = 0;
+    for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+    return m;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        REQUIRE(std::isfinite(a[i]));
+        m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+    }
+    return m;
+}
+
+std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back((i * 37 + salt * 101 + 5) % n_vocab);
+    return t;
+}
+
+struct Case {
+    const char* label;
+    test::TinySpec spec;
+    double tol;  // max |fast - reference| over max |reference|
+};
+
+// Tolerances. The reference path computes in double exactly what the fast path computes in float (weights
+// dequantized; inputs as the kernels see them: int8 blocks with fp16 scales for quantized weights, fp16 for F16
+// weights), so the two differ by float summation order (~1e-7 of the logit range) until an intermediate value sits
+// within that distance of a rounding boundary of the int8 or fp16 quantization and lands on the other side: one
+// quantization step (1/127 of a block's range) then moves through the layers. F32 and BF16 weights see such flips
+// only in the fp16 K/V/Q rounding (1e-5 covers them), F16 weights also in their fp16 inputs (1e-3); int8 types see them in every matmul input, and on these
+// small random models one flip can move the logits by a few per mille to ~1.5% of their range: 3e-2.
+// The kernels themselves are checked one product at a time, tightly, in test_matmul.cpp.
+std::vector<Case> cases() {
+    std::vector<Case> c;
+    auto spec = [](GgmlType t, int64_t embd, int64_t head, int64_t kv, int64_t ff) {
+        test::TinySpec s;
+        s.type = s.ffn_down_type = t;
+        s.n_embd = embd;
+        s.n_head = head;
+        s.n_head_kv = kv;
+        s.n_ff = ff;
+        return s;
+    };
+    c.push_back({"f32, odd n_ff, GQA 2", spec(GgmlType::F32, 64, 4, 2, 172), 1e-5});
+    c.push_back({"f16, odd n_ff, MHA", spec(GgmlType::F16, 64, 4, 4, 171), 1e-3});
+    c.push_back({"bf16, MQA", spec(GgmlType::BF16, 64, 8, 1, 100), 1e-5});
+    c.push_back({"q8_0, GQA 2", spec(GgmlType::Q8_0, 64, 2, 1, 96), 3e-2});
+    c.push_back({"q4_0, GQA 4", spec(GgmlType::Q4_0, 128, 8, 2, 96), 3e-2});
+    c.push_back({"q4_1, MHA", spec(GgmlType::Q4_1, 64, 4, 4, 128), 3e-2});
+    c.push_back({"q5_0, GQA 2", spec(GgmlType::Q5_0, 64, 4, 2, 96), 3e-2});
+    c.push_back({"q5_1, GQA 2", spec(GgmlType::Q5_1, 96, 3, 1, 160), 3e-2});
+    c.push_back({"q4_K, GQA 2", spec(GgmlType::Q4_K, 256, 4, 2, 512), 3e-2});
+    c.push_back({"q5_K, MHA", spec(GgmlType::Q5_K, 256, 4, 4, 256), 3e-2});
+    c.push_back({"q6_K, MQA", spec(GgmlType::Q6_K, 256, 4, 1, 512), 3e-2});
+    Case mixed{"q8_0 with f16 ffn_down, odd n_ff, tied output, rope_freqs", spec(GgmlType::Q8_0, 64, 8, 4, 172), 3e-2};
+    mixed.spec.ffn_down_type = GgmlType::F16;
+    mixed.spec.tied_output = true;
+    mixed.spec.rope_freqs = true;
+    c.push_back(mixed);
+    return c;
+}
+
+std::vector<Isa> available_isas() {
+    std::vector<Isa> v;
+    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx512})
+        if (cpu::isa_available(i)) v.push_back(i);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("fast path equals the scalar reference on random models of every weight type", "[cpu]") {
+    for (const Case& c : cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const auto tokens = some_tokens(9, static_cast<int>(c.spec.n_vocab), 1);
+        auto ref_backend = make(*model, true);
+        const std::vector<float> ref = prefill_logits(*ref_backend, tokens);
+        const double scale = max_abs(ref);
+        REQUIRE(scale > 0.1);
+        for (Isa isa : available_isas()) {
+            for (int threads : {1, 2, 3}) {
+                INFO(c.label << ", " << cpu::isa_name(isa) << ", " << threads << " threads");
+                auto fast = make(*model, false, threads, isa);
+                const double d = max_diff(prefill_logits(*fast, tokens), ref);
+                CHECK(d <= c.tol * scale);
+            }
+        }
+    }
+}
+
+TEST_CASE("prefill logits equal step-by-step decode logits", "[cpu]") {
+    for (const Case& c : cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const auto tokens = some_tokens(12, static_cast<int>(c.spec.n_vocab), 2);
+        for (bool reference : {true, false}) {
+            INFO(c.label << (reference ? ", reference path" : ", fast path"));
+            auto b1 = make(*model, reference, 2);
+            auto b2 = make(*model, reference, 2);
+            const std::vector<float> batched = prefill_logits(*b1, tokens);
+            const std::vector<float> stepped = stepwise_logits(*b2, tokens);
+            // The same arithmetic in a different order (tiled products against row products): float rounding, and
+            // the rounding flips that it can cause (see the tolerances above).
+            CHECK(max_diff(batched, stepped) <= c.tol * max_abs(stepped));
+        }
+    }
+}
+
+TEST_CASE("one batch with tokens of several sequences equals running them apart", "[cpu]") {
+    test::TinySpec spec;
+    spec.type = spec.ffn_down_type = GgmlType::Q8_0;
+    auto model = test::make_tiny_model(spec);
+    const int64_t nv = model->config.n_vocab;
+    const auto a = some_tokens(7, static_cast<int>(nv), 3), b = some_tokens(4, static_cast<int>(nv), 4);
+
+    // Apart: each sequence alone in slot 0 of its own backend.
+    auto alone_a = make(*model, false, 2), alone_b = make(*model, false, 2);
+    const std::vector<float> la = prefill_logits(*alone_a, a), lb = prefill_logits(*alone_b, b);
+
+    // Together: a's first 5 tokens into slot 1, then one batch with a's last 2 and all of b (slot 0), mixed.
+    auto both = make(*model, false, 2, {}, 2);
+    prefill_logits(*both, std::vector<int32_t>(a.begin(), a.begin() + 5), 1);
+    Batch batch;
+    batch.add(b[0], 0, 0, true);
+    batch.add(a[5], 5, 1, true);
+    batch.add(b[1], 1, 0, true);
+    batch.add(b[2], 2, 0, false);
+    batch.add(a[6], 6, 1, true);
+    batch.add(b[3], 3, 0, true);
+    std::vector<float> out(5 * nv);
+    both->forward(batch, out);
+    auto row = [&](const std::vector<float>& v, size_t r) {
+        return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(r * nv),
+                                  v.begin() + static_cast<std::ptrdiff_t>((r + 1) * nv));
+    };
+    const double tol = 2e-4 * max_abs(la);
+    CHECK(max_diff(row(out, 0), row(lb, 0)) <= tol);
+    CHECK(max_diff(row(out, 1), row(la, 5)) <= tol);
+    CHECK(max_diff(row(out, 2), row(lb, 1)) <= tol);
+    CHECK(max_diff(row(out, 3), row(la, 6)) <= tol);
+    CHECK(max_diff(row(out, 4), row(lb, 3)) <= tol);
+}
+
+TEST_CASE("f32 and f16 KV caches agree", "[cpu]") {
+    test::TinySpec spec;
+    auto model = test::make_tiny_model(spec);
+    const auto tokens = some_tokens(10, static_cast<int>(spec.n_vocab), 5);
+    auto b16 = make(*model, false, 1, {}, 1, KvType::f16);
+    auto b32 = make(*model, false, 1, {}, 1, KvType::f32);
+    const auto l32 = prefill_logits(*b32, tokens);
+    CHECK(max_diff(prefill_logits(*b16, tokens), l32) <= 5e-3 * max_abs(l32));  // f16 rounding of K and V
+}
+
+TEST_CASE("bad batches are rejected with a clear error", "[cpu]") {
+    auto model = test::make_tiny_model({});
+    auto b = make(*model, false);
+    std::vector<float> logits(model->config.n_vocab);
+    Batch batch;
+    CHECK_THROWS_AS(b->forward(batch, logits), UsageError);
+    batch.add(static_cast<int32_t>(model->config.n_vocab), 0, 0, true);
+    CHECK_THROWS_WITH(b->forward(batch, logits), Catch::Contains("outside the vocabulary"));
+    batch.tokens = {{1, 128, 0, true}};
+    CHECK_THROWS_WITH(b->forward(batch, logits), Catch::Contains("outside the context of 128"));
+    batch.tokens = {{1, 0, 1, true}};
+    CHECK_THROWS_WITH(b->forward(batch, logits), Catch::Contains("slot 1"));
+}
+
+// ---- stories260K against the reference implementation ----
+
+namespace {
+
+struct RefLogits {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;  // [position][n_vocab]
+};
+
+RefLogits read_ref_logits(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    RefLogits r;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        std::istringstream ss(line);
+        std::string word;
+        ss >> word;
+        if (word == "pos") {
+            int pos, token;
+            std::string tk;
+            ss >> pos >> tk >> token;
+            r.tokens.push_back(token);
+            r.logits.emplace_back();
+            continue;
+        }
+        std::istringstream values(line);
+        float v;
+        while (values >> v) r.logits.back().push_back(v);
+    }
+    return r;
+}
+
+std::vector<int32_t> read_ref_greedy(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (!line.starts_with("generated_tokens ")) continue;
+        std::istringstream ss(line.substr(17));
+        std::vector<int32_t> t;
+        int32_t v;
+        while (ss >> v) t.push_back(v);
+        return t;
+    }
+    return {};
+}
+
+std::vector<int32_t> greedy(Backend& b, const std::vector<int32_t>& prompt, int n) {
+    const int64_t nv = b.config().n_vocab;
+    std::vector<float> logits(nv);
+    Batch batch;
+    for (size_t i = 0; i < prompt.size(); ++i) batch.add(prompt[i], static_cast<int32_t>(i), 0, i + 1 == prompt.size());
+    b.forward(batch, logits);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+        int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        out.push_back(t);
+        batch.tokens = {{t, static_cast<int32_t>(prompt.size() + i), 0, true}};
+        b.forward(batch, logits);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("stories260K logits match the reference at every prompt position", "[cpu][model]") {
+    auto path = test::require_testdata("models/stories260K.gguf");
+    if (!path) return;
+    const RefLogits ref = read_ref_logits(path->parent_path() / "ref/stories260K-f32.prompt_logits.txt");
+    REQUIRE(ref.tokens == std::vector<int32_t>{1, 403, 407, 261, 378});
+    auto model = Model::load(path->string());
+    for (bool reference : {true, false}) {
+        INFO((reference ? "reference path" : "fast path"));
+        auto b = make(*model, reference, 2);
+        const std::vector<float> logits = prefill_logits(*b, ref.tokens);
+        for (size_t p = 0; p < ref.tokens.size(); ++p) {
+            REQUIRE(ref.logits[p].size() == 512);
+            double d = 0;
+            for (size_t i = 0; i < 512; ++i) d = std::max(d, std::fabs(static_cast<double>(logits[p * 512 + i]) - ref.logits[p][i]));
+            INFO("position " << p);
+            CHECK(d <= 1e-3);
+        }
+    }
+}
+
+TEST_CASE("stories260K Q8_0 mix logits are close to the reference and greedy tokens match", "[cpu][model]") {
+    auto path = test::require_testdata("models/stories260K-Q8_0mix.gguf");
+    if (!path) return;
+    const RefLogits ref = read_ref_logits(path->parent_path() / "ref/stories260K-Q8_0mix.prompt_logits.txt");
+    auto model = Model::load(path->string());
+    auto b = make(*model, false, 2);
+    const std::vector<float> logits = prefill_logits(*b, ref.tokens);
+    // The reference quantized its activations to int8 blocks with fp16 scales (F16 weights: fp16 inputs), as
+    // quill does, so the products are the same; only float summation order differs.
+    for (size_t p = 0; p < ref.tokens.size(); ++p) {
+        double d = 0;
+        for (size_t i = 0; i < 512; ++i) d = std::max(d, std::fabs(static_cast<double>(logits[p * 512 + i]) - ref.logits[p][i]));
+        INFO("position " << p);
+        CHECK(d <= 1e-3);
+    }
+    const auto want = read_ref_greedy(path->parent_path() / "ref/stories260K-Q8_0mix.greedy.txt");
+    REQUIRE(want.size() == 64);
+    auto g = make(*model, false, 2);
+    CHECK(greedy(*g, ref.tokens, 64) == want);
+}
+
+TEST_CASE("stories260K greedy tokens match the reference on every kernel family", "[cpu][model]") {
+    auto path = test::require_testdata("models/stories260K.gguf");
+    if (!path) return;
+    const auto want = read_ref_greedy(path->parent_path() / "ref/stories260K-f32.greedy.txt");
+    REQUIRE(want.size() == 64);
+    auto model = Model::load(path->string());
+    for (Isa isa : available_isas()) {
+        INFO(cpu::isa_name(isa));
+        auto b = make(*model, false, 2, isa);
+        CHECK(greedy(*b, {1, 403, 407, 261, 378}, 64) == want);
+    }
+}

@@ -1,0 +1,342 @@
+// The CPU matmul fast path (every weight type x every ISA this CPU runs x thread counts x ragged shapes) against
+// matmul_reference, plus ISA selection, activation caching and determinism.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/matmul.h"
+#include "engine/error.h"
+#include "engine/quant.h"
+
+using namespace quill;
+using namespace quill::cpu;
+
+namespace {
+
+// A weight matrix built from random floats with quantize_row, and its dequantized values.
+struct TestMatrix {
+    GgmlType type;
+    int64_t n_out, n_in;
+    std::vector<uint8_t> data;  // [n_out, row_bytes]
+    std::vector<float> deq;     // [n_out, n_in]: what the reference multiplies
+    WeightMatrix view() const { return {type, data.data(), n_in, n_out, row_size(type, n_in)}; }
+};
+
+TestMatrix make_matrix(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    TestMatrix m{type, n_out, n_in, {}, {}};
+    const size_t rb = row_size(type, n_in);
+    m.data.resize(rb * static_cast<size_t>(n_out));
+    m.deq.resize(static_cast<size_t>(n_out * n_in));
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t r = 0; r < n_out; ++r) {
+        // Rows of different magnitude, with a mean offset so that minima and offsets matter.
+        const float scale = 0.02f + uniform(rng), mean = 0.3f * (uniform(rng) - 0.5f);
+        for (float& v : row) v = scale * (normal(rng) + mean);
+        quantize_row(type, row.data(), m.data.data() + rb * static_cast<size_t>(r), n_in);
+        dequantize_row(type, m.data.data() + rb * static_cast<size_t>(r), m.deq.data() + r * n_in, n_in);
+    }
+    return m;
+}
+
+// Activations like a transformer's: mostly N(0.2, 1), a few large outliers, never all zero.
+std::vector<float> make_input(int64_t n_tokens, int64_t n_in, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.2f, 1.0f);
+    std::uniform_int_distribution<int> outlier(0, 63);
+    std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+    for (float& v : x) v = outlier(rng) == 0 ? 12.0f * normal(rng) : normal(rng);
+    return x;
+}
+
+// Whether the fast path multiplies this type against int8-quantized activations (else against the floats).
+bool uses_int8(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// Allowed |fast - reference| per output y[t, r], and the expected size of the int8 error.
+//  - Float activations: only float rounding, accumulated over n_in terms in a few partial sums: 1e-5 relative to
+//    sum |w x| (fp32 epsilon is 6e-8; the kernels add at most a few thousand products per partial sum).
+//  - Int8 activations: each x_i is replaced by da * round(x_i / da) with da = max|x in its block of 32| / 127, so
+//    it moves by at most da / 2 and the product by at most sum_i |w_i| da_i / 2. That bound is strict (all roundings
+//    aligned, the worst case) but loose: the rounding errors are independent and about uniform on [-da/2, da/2],
+//    so the error of an output has a variance near sum_i w_i^2 da_i^2 / 12 (`variance`), which the test also checks
+//    in aggregate to catch a kernel that is wrong by less than the worst case.
+//  - The int8 block scale is kept in fp16 (as ggml's Q8_0 activations): a relative error up to 2^-11 on each block's
+//    products, at most 2^-11 * sum |w| (|x| + da / 2). F16 weights meet the input rounded to fp16: at most
+//    2^-11 * sum |w x|.
+// Every ISA multiplies the same int8 activations with exact integer sums, so the SIMD kernels must also agree with
+// the portable one to float rounding (`rounding`): that catches what the loose int8 bound would let through.
+struct Tolerance {
+    std::vector<double> bound;     // [n_tokens, n_out]
+    std::vector<double> variance;  // [n_tokens, n_out]: expected squared int8 error (0 for float activations)
+    std::vector<double> rounding;  // [n_tokens, n_out]: float rounding alone, 1e-5 * sum |w x|
+};
+
+Tolerance tolerances(const TestMatrix& m, const std::vector<float>& x, int64_t n_tokens, bool int8) {
+    constexpr double kHalfUlp = 1.0 / 2048.0;  // fp16 rounding, relative
+    const bool f16_inputs = m.type == GgmlType::F16;
+    const auto n = static_cast<size_t>(n_tokens * m.n_out);
+    Tolerance tol{std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x.data() + t * m.n_in;
+        std::vector<double> da(static_cast<size_t>(m.n_in), 0.0);  // the int8 step of each element's block
+        for (int64_t b = 0; int8 && b < m.n_in / 32; ++b) {
+            double amax = 0.0;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(static_cast<double>(xt[32 * b + i])));
+            for (int i = 0; i < 32; ++i) da[static_cast<size_t>(32 * b + i)] = amax / 127.0;
+        }
+        for (int64_t r = 0; r < m.n_out; ++r) {
+            const float* w = m.deq.data() + r * m.n_in;
+            double abs_wx = 0.0, quant = 0.0, var = 0.0;
+            for (int64_t i = 0; i < m.n_in; ++i) {
+                const double wi = w[i], di = da[static_cast<size_t>(i)];
+                abs_wx += std::fabs(wi * xt[i]);
+                quant += std::fabs(wi) * di / 2.0;
+                var += wi * wi * di * di / 12.0;
+            }
+            const auto at = static_cast<size_t>(t * m.n_out + r);
+            const double fp16 = int8 ? kHalfUlp * (abs_wx + quant) : f16_inputs ? kHalfUlp * abs_wx : 0.0;
+            tol.bound[at] = quant * (1.0 + 1e-4) + fp16 + 1e-5 * abs_wx + 1e-6;
+            tol.variance[at] = var;
+            tol.rounding[at] = 1e-5 * abs_wx + 1e-6;
+        }
+    }
+    return tol;
+}
+
+std::vector<Isa> available_isas() {
+    std::vector<Isa> isas;
+    for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+        if (isa_available(isa)) isas.push_back(isa);
+    }
+    return isas;
+}
+
+struct Shape {
+    int64_t n_out, n_in, n_tokens;
+};
+
+// n_in per type: whole blocks, including an odd number of 32-blocks (800), a single block, and for float types
+// lengths that are no multiple of any vector width (777, 5).
+std::vector<Shape> shapes_for(GgmlType type) {
+    const int64_t bs = type_traits(type).block_size;
+    const int64_t odd = bs == 1 ? 777 : bs == 32 ? 800 : 768;
+    const int64_t one = bs == 1 ? 5 : bs;  // a single block (less than one 64-element SIMD step)
+    // n_tokens covers every register tile of every ISA: a few tokens with rows decoded on the fly (AVX-512 below
+    // 8 tokens, 4 at a time; AVX2 below 12, 2 at a time), more over a repacked row tile, split as 16 + 8 + 4 + 2 + 1
+    // (AVX2: 8 + 4 + 2 + 1): 12 = 8 + 4, 17 = 16 + 1, 27 = 16 + 8 + 2 + 1, 64 = 4 x 16.
+    return {
+        {13, 256, 1},  {67, 768, 1},  {9, 2816, 1},  {35, 2816, 2}, {21, 768, 3}, {14, 256, 4}, {18, odd, 5},
+        {10, 768, 12}, {45, 256, 17}, {23, 768, 27}, {67, 768, 64}, {6, odd, 64}, {5, odd, 1},
+        {7, one, 1}, {7, one, 13},
+    };
+}
+
+const std::vector<GgmlType> kTypes = {
+    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+    GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K,
+};
+
+std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
+
+// Restores QUILL_CPU_ISA when a test that sets it ends.
+class IsaEnvGuard {
+public:
+    IsaEnvGuard() {
+        if (const char* v = std::getenv("QUILL_CPU_ISA")) saved_ = v;
+    }
+    ~IsaEnvGuard() {
+        if (saved_) {
+            setenv("QUILL_CPU_ISA", saved_->c_str(), 1);
+        } else {
+            unsetenv("QUILL_CPU_ISA");
+        }
+    }
+    IsaEnvGuard(const IsaEnvGuard&) = delete;
+    IsaEnvGuard& operator=(const IsaEnvGuard&) = delete;
+
+private:
+    std::optional<std::string> saved_;
+};
+
+}  // namespace
+
+TEST_CASE("matmul fast path matches the reference for every type, ISA, thread count and shape", "[matmul]") {
+    std::mt19937 rng(20240611);
+    ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+    const std::vector<Isa> isas = available_isas();
+    for (GgmlType type : kTypes) {
+        REQUIRE(matmul_supports(type));
+        const bool int8 = uses_int8(type);
+        for (const Shape& s : shapes_for(type)) {
+            const TestMatrix m = make_matrix(type, s.n_out, s.n_in, rng);
+            const std::vector<float> x = make_input(s.n_tokens, s.n_in, rng);
+            std::vector<float> ref(static_cast<size_t>(s.n_tokens * s.n_out));
+            matmul_reference(m.view(), x.data(), s.n_tokens, ref.data());
+            const Tolerance tol = tolerances(m, x, s.n_tokens, int8);
+            std::vector<float> portable;  // the generic kernel's result (isas[0] is generic)
+            for (Isa isa : isas) {
+                for (ThreadPool& pool : pools) {
+                    INFO(fmt::format("{} {}x{} tokens {} isa {} threads {}", type_name(type), s.n_out, s.n_in,
+                                     s.n_tokens, isa_name(isa), pool.size()));
+                    Activations act;
+                    act.set(x.data(), s.n_tokens, s.n_in);
+                    std::vector<float> y = poisoned(ref.size());
+                    matmul(m.view(), act, y.data(), pool, isa);
+                    size_t bad = 0, first_bad = 0;
+                    double sq_err = 0.0, sq_expected = 0.0;
+                    for (size_t i = 0; i < y.size(); ++i) {
+                        const double err = static_cast<double>(y[i]) - ref[i];
+                        if (!(std::fabs(err) <= tol.bound[i])) {
+                            if (bad++ == 0) first_bad = i;
+                        }
+                        sq_err += err * err;
+                        sq_expected += tol.variance[i];
+                    }
+                    INFO(fmt::format("output {} (token {}, row {}): {} vs reference {}, tolerance {}", first_bad,
+                                     first_bad / s.n_out, first_bad % s.n_out, y[first_bad], ref[first_bad],
+                                     tol.bound[first_bad]));
+                    CHECK(bad == 0);
+                    if (portable.empty()) portable = y;
+                    size_t off = 0, first_off = 0;
+                    for (size_t i = 0; i < y.size(); ++i) {
+                        if (!(std::fabs(static_cast<double>(y[i]) - portable[i]) <= tol.rounding[i])) {
+                            if (off++ == 0) first_off = i;
+                        }
+                    }
+                    INFO(fmt::format("output {}: {} vs the generic kernel's {}", first_off, y[first_off],
+                                     portable[first_off]));
+                    CHECK(off == 0);
+                    if (int8) {
+                        // The rms error against the rms of independent uniform roundings: near 1 when the kernel
+                        // only adds the activation rounding (0.1 to 1.5 over these shapes and seeds).
+                        const double ratio = std::sqrt(sq_err / sq_expected);
+                        INFO(fmt::format("rms error / expected rms rounding error = {:.3f}", ratio));
+                        CHECK(ratio < 2.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul runs several jobs sharing one input and reuses the converted activations", "[matmul]") {
+    std::mt19937 rng(7);
+    const int64_t n_in = 512, n_tokens = 6;
+    const TestMatrix a = make_matrix(GgmlType::Q4_0, 37, n_in, rng);
+    const TestMatrix b = make_matrix(GgmlType::Q6_K, 20, n_in, rng);
+    const TestMatrix c = make_matrix(GgmlType::F16, 11, n_in, rng);
+    const TestMatrix d = make_matrix(GgmlType::Q3_K, 9, n_in, rng);
+    const TestMatrix* ms[] = {&a, &b, &c, &d};
+    ThreadPool pool(3);
+    for (Isa isa : available_isas()) {
+        INFO(isa_name(isa));
+        Activations act;
+        for (int round = 0; round < 3; ++round) {
+            // A fresh input each round (the cache must follow set()); the same input twice in round 2.
+            const std::vector<float> x = make_input(n_tokens, n_in, rng);
+            act.set(x.data(), n_tokens, n_in);
+            for (int repeat = 0; repeat < (round == 2 ? 2 : 1); ++repeat) {
+                std::vector<std::vector<float>> ys;
+                std::vector<MatmulJob> jobs;
+                for (const TestMatrix* m : ms) ys.push_back(poisoned(static_cast<size_t>(n_tokens * m->n_out)));
+                for (size_t j = 0; j < 4; ++j) jobs.push_back({ms[j]->view(), ys[j].data()});
+                matmul(jobs, act, pool, isa);
+                for (size_t j = 0; j < 4; ++j) {
+                    const TestMatrix& m = *ms[j];
+                    std::vector<float> ref(ys[j].size());
+                    matmul_reference(m.view(), x.data(), n_tokens, ref.data());
+                    const Tolerance tol = tolerances(m, x, n_tokens, uses_int8(m.type));
+                    for (size_t i = 0; i < ref.size(); ++i) {
+                        INFO(fmt::format("job {} ({}) output {}", j, type_name(m.type), i));
+                        REQUIRE(std::fabs(static_cast<double>(ys[j][i]) - ref[i]) <= tol.bound[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul results are deterministic for a given thread count", "[matmul]") {
+    std::mt19937 rng(99);
+    const int64_t n_in = 1024, n_tokens = 9;
+    const TestMatrix m = make_matrix(GgmlType::Q4_K, 203, n_in, rng);
+    const std::vector<float> x = make_input(n_tokens, n_in, rng);
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (Isa isa : available_isas()) {
+            Activations act;
+            act.set(x.data(), n_tokens, n_in);
+            std::vector<float> first = poisoned(static_cast<size_t>(n_tokens * m.n_out));
+            matmul(m.view(), act, first.data(), pool, isa);
+            for (int run = 0; run < 5; ++run) {
+                Activations fresh;
+                fresh.set(x.data(), n_tokens, n_in);
+                std::vector<float> again = poisoned(first.size());
+                matmul(m.view(), fresh, again.data(), pool, isa);
+                INFO(fmt::format("{} threads, {}", threads, isa_name(isa)));
+                REQUIRE(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)) == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("best_isa honours QUILL_CPU_ISA", "[matmul]") {
+    IsaEnvGuard guard;
+    unsetenv("QUILL_CPU_ISA");
+    const Isa best = best_isa();
+    REQUIRE(isa_available(best));
+    REQUIRE(isa_available(Isa::generic));
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (isa_available(isa)) REQUIRE(best >= isa);
+    }
+    setenv("QUILL_CPU_ISA", "generic", 1);
+    CHECK(best_isa() == Isa::generic);
+    setenv("QUILL_CPU_ISA", "avx2", 1);
+    CHECK(best_isa() == (isa_available(Isa::avx2) ? Isa::avx2 : Isa::generic));
+    setenv("QUILL_CPU_ISA", "avx512", 1);
+    CHECK(best_isa() == best);  // asking for more than the CPU has gives the best it has
+    setenv("QUILL_CPU_ISA", "sse9", 1);
+    CHECK_THROWS_AS(best_isa(), UsageError);
+    CHECK(isa_name(Isa::generic) == "generic");
+    CHECK(isa_name(Isa::avx2) == "avx2");
+    CHECK(isa_name(Isa::avx512) == "avx512-vnni");
+}
+
+TEST_CASE("matmul refuses what it cannot compute", "[matmul]") {
+    CHECK(matmul_supports(GgmlType::Q4_0));
+    CHECK(matmul_supports(GgmlType::Q2_K));
+    CHECK_FALSE(matmul_supports(GgmlType::IQ2_XXS));
+    CHECK_FALSE(matmul_supports(GgmlType::I32));
+    std::vector<uint8_t> data(66 * 4);
+    std::vector<float> x(256, 1.0f), y(4);
+    Activations act;
+    act.set(x.data(), 1, 256);
+    ThreadPool pool(1);
+    WeightMatrix w{GgmlType::IQ2_XXS, data.data(), 256, 4, 66};
+    CHECK_THROWS_AS(matmul(w, act, y.data(), pool, Isa::generic), Error);
+    WeightMatrix wrong_len{GgmlType::Q4_0, data.data(), 128, 4, row_size(GgmlType::Q4_0, 128)};
+    CHECK_THROWS_AS(matmul(wrong_len, act, y.data(), pool, Isa::generic), Error);
+}
