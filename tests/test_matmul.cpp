@@ -8,11 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/error.h"
 #include "engine/quant.h"
@@ -339,4 +341,32 @@ TEST_CASE("matmul refuses what it cannot compute", "[matmul]") {
     CHECK_THROWS_AS(matmul(w, act, y.data(), pool, Isa::generic), Error);
     WeightMatrix wrong_len{GgmlType::Q4_0, data.data(), 128, 4, row_size(GgmlType::Q4_0, 128)};
     CHECK_THROWS_AS(matmul(wrong_len, act, y.data(), pool, Isa::generic), Error);
+}
+
+TEST_CASE("activation quantization equals the reference Q8_0 quantizer on every ISA", "[matmul]") {
+    std::mt19937 rng(77);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int trial = 0; trial < 2000; ++trial) {
+        float x[32];
+        const float scale = std::pow(10.0f, static_cast<float>(trial % 9) - 4.0f);
+        for (float& v : x) v = normal(rng) * scale;
+        if (trial % 5 == 0) {  // exact halves after scaling: amax 127 makes x / d = x, ties at k + 0.5
+            for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i % 2 ? i : -i) + 0.5f;
+            x[0] = 127.0f;
+        }
+        if (trial == 1) std::fill(std::begin(x), std::end(x), 0.0f);
+        BlockQ8_0 ref{};
+        quantize_row(GgmlType::Q8_0, x, &ref, 32);
+        for (QuantizeBlock qb : {generic::quantize_block, avx2::quantize_block}) {
+            if (qb == avx2::quantize_block && !isa_available(Isa::avx2)) continue;
+            int8_t q[32];
+            int32_t sums[2];
+            const float d = qb(x, q, sums);
+            INFO("trial " << trial);
+            CHECK(fp32_to_fp16(d) == ref.d);
+            CHECK(std::equal(q, q + 32, ref.qs));
+            CHECK(sums[0] == std::accumulate(ref.qs, ref.qs + 16, 0));
+            CHECK(sums[1] == std::accumulate(ref.qs + 16, ref.qs + 32, 0));
+        }
+    }
 }

@@ -4,21 +4,26 @@
 #include "engine/backend.h"
 #include "engine/cpu/matmul.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace quill::cpu {
 
-// Vector primitives over one cache row, per ISA (F16 rows converted in registers where the CPU can).
-struct KvOps {
-    float (*dot_f16)(const uint16_t* k, const float* q, int n);        // sum k[i] * q[i]
-    void (*axpy_f16)(float a, const uint16_t* v, float* out, int n);  // out[i] += a * v[i]
-    float (*dot_f32)(const float* k, const float* q, int n);
-    void (*axpy_f32)(float a, const float* v, float* out, int n);
-};
-// The primitives for an ISA; `reference` gives plain scalar loops with fp16_to_fp32 (the oracle).
-const KvOps& kv_ops(Isa isa, bool reference);
-
 constexpr int kMaxHeadDim = 512;
+
+// Row primitives over one head's cache, per ISA. K and V rows of consecutive positions are `stride` elements apart.
+struct KvOps {
+    // scores[j] = k_j . q for j < n_kv
+    void (*scores_f16)(const uint16_t* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores);
+    void (*scores_f32)(const float* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores);
+    // out = sum_j p[j] v_j
+    void (*mix_f16)(const float* p, const uint16_t* v, size_t stride, int head_dim, int n_kv, float* out);
+    void (*mix_f32)(const float* p, const float* v, size_t stride, int head_dim, int n_kv, float* out);
+    void (*round_f16)(float* x, int n);                // x = fp16(x), in float
+    void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
+};
+// The primitives for an ISA; `reference` gives plain scalar loops with the scalar fp16 conversions (the oracle).
+const KvOps& kv_ops(Isa isa, bool reference);
 
 struct AttentionArgs {
     const float* q;   // [n_head, head_dim] of this token, RoPE applied
@@ -31,6 +36,8 @@ struct AttentionArgs {
 };
 
 // out[h, :] = softmax_j(q_h . k_j * scale) . v_j for heads [head_begin, head_end); scores is scratch [n_kv].
+// With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
+// reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
 void attend(const AttentionArgs& a, const KvOps& ops, int head_begin, int head_end, float* scores, float* out);
 
 }  // namespace quill::cpu

@@ -117,6 +117,7 @@ void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     resize_scratch(n);
     embed(batch);
+    rope_angles(batch);
     for (int64_t l = 0; l < config_.n_layer; ++l) {
         const LayerWeights& L = weights_.layers[l];
         attention_block(batch, L, l);
@@ -132,12 +133,24 @@ void CpuBackend::embed(const Batch& batch) {
         dequantize_row(emb.type, emb.row(batch.tokens[t].token), x_.data() + t * config_.n_embd, config_.n_embd);
 }
 
-// Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of position pos.
-void CpuBackend::rope(float* x, int64_t n_heads, int32_t pos) const {
+// rope_cs_[t, i] = (cos, sin) of theta_i(pos_t), for every layer of this batch.
+void CpuBackend::rope_angles(const Batch& batch) {
+    const int64_t half = config_.n_rot / 2;
+    rope_cs_.resize(batch.tokens.size() * half * 2);
+    for (size_t t = 0; t < batch.tokens.size(); ++t) {
+        for (int64_t i = 0; i < half; ++i) {
+            const double theta = static_cast<double>(batch.tokens[t].pos) * rope_inv_freq_[i];
+            rope_cs_[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
+            rope_cs_[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+        }
+    }
+}
+
+// Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t.
+void CpuBackend::rope(float* x, int64_t n_heads, int64_t t) const {
     const int64_t half = config_.n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
-        const double theta = static_cast<double>(pos) * rope_inv_freq_[i];
-        const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+        const float c = rope_cs_[(t * half + i) * 2], s = rope_cs_[(t * half + i) * 2 + 1];
         for (int64_t h = 0; h < n_heads; ++h) {
             float* xh = x + h * config_.head_dim;
             // adjacent: pair (2i, 2i+1); halves: pair (i, i + n_rot/2)
@@ -158,12 +171,8 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
         std::memcpy(kd, k, n * sizeof(float));
         std::memcpy(vd, v, n * sizeof(float));
     } else {
-        auto* kh = static_cast<uint16_t*>(kd);
-        auto* vh = static_cast<uint16_t*>(vd);
-        for (size_t i = 0; i < n; ++i) {
-            kh[i] = fp32_to_fp16(k[i]);
-            vh[i] = fp32_to_fp16(v[i]);
-        }
+        kv_ops_.to_f16(k, static_cast<uint16_t*>(kd), static_cast<int>(n));
+        kv_ops_.to_f16(v, static_cast<uint16_t*>(vd), static_cast<int>(n));
     }
 }
 
@@ -204,8 +213,8 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     mm(qkv, xn_.data(), n, c.n_embd);
     for (int64_t t = 0; t < n; ++t) {
         const BatchToken& bt = batch.tokens[t];
-        rope(q_.data() + t * c.n_embd_q(), c.n_head, bt.pos);
-        rope(k_.data() + t * c.n_embd_kv(), c.n_head_kv, bt.pos);
+        rope(q_.data() + t * c.n_embd_q(), c.n_head, t);
+        rope(k_.data() + t * c.n_embd_kv(), c.n_head_kv, t);
         store_kv(layer, bt, k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
     }
     attend_all(batch, layer);
@@ -220,10 +229,13 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
     rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, c.n_embd, c.rms_eps);
     const MatmulJob gate_up[] = {{as_matrix(L.ffn_gate), gate_.data()}, {as_matrix(L.ffn_up), up_.data()}};
     mm(gate_up, xn_.data(), n, c.n_embd);
-    for (int64_t i = 0; i < n * c.n_ff; ++i) {
-        const float g = gate_[i];
-        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-    }
+    pool_.run([&](int ith, int nth) {
+        const Range r = split_range(n * c.n_ff, ith, nth, 64);
+        for (int64_t i = r.begin; i < r.end; ++i) {
+            const float g = gate_[i];
+            gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+        }
+    });
     const MatmulJob down[] = {{as_matrix(L.ffn_down), proj_.data()}};
     mm(down, gate_.data(), n, c.n_ff);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];

@@ -45,7 +45,8 @@ private:
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t n);
     void output_block(const Batch& batch, std::span<float> logits);
-    void rope(float* x, int64_t n_heads, int32_t pos) const;
+    void rope_angles(const Batch& batch);
+    void rope(float* x, int64_t n_heads, int64_t t) const;
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     void attend_all(const Batch& batch, int64_t layer);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
@@ -84,6 +85,7 @@ private:
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
     std::vector<float> scores_;  // [n_threads, n_ctx]
+    std::vector<float> rope_cs_;  // [n, n_rot / 2, 2] cos and sin of each token's angles
 };
 
 }  // namespace quill::cpu

@@ -64,8 +64,13 @@ constexpr int64_t scratch_floats(int64_t n_in, int64_t n_tokens) {
     return kRowTile * (n_in / 16 + 16) + kRowTile * n_in * 3 / 4 + output_block + 128;
 }
 
+// Quantizes one block of 32 exactly as quantize_row's Q8_0 does: q = round(x / d), half away from zero, with
+// d = max|x| / 127 (returned unrounded); sums[h] = the sum of q over the 16-element half h.
+using QuantizeBlock = float (*)(const float* x, int8_t* q, int32_t* sums);
+
 // Each ISA's table; fn is nullptr for a type the ISA has no kernel for.
 namespace generic {
+float quantize_block(const float* x, int8_t* q, int32_t* sums);
 Kernel find_kernel(GgmlType type);
 // The dequantize-then-float-dot path for any type dequantize_row handles.
 Kernel fallback_kernel();
@@ -75,6 +80,7 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 }  // namespace generic
 namespace avx2 {
 Kernel find_kernel(GgmlType type);
+float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
 }
 namespace avx512 {
 Kernel find_kernel(GgmlType type);
@@ -82,7 +88,8 @@ Kernel find_kernel(GgmlType type);
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
 // null). Kernels only read through a QuantizedActs.
-void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
+void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
+                          QuantizeBlock quantize_block);
 
 // ---- helpers shared by the kernel files ----
 // These have internal linkage on purpose: the ISA files are compiled with -mavx2 / -mavx512*, and an inline

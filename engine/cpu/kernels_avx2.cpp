@@ -460,12 +460,51 @@ Kernel find_kernel(GgmlType type) {
     }
 }
 
+float quantize_block(const float* x, int8_t* q, int32_t* sums) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int c = 0; c < 4; ++c) {
+        v[c] = _mm256_loadu_ps(x + 8 * c);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[c]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    __m256i iv[4];
+    for (int c = 0; c < 4; ++c) {
+        // round half away from zero, exactly: truncate, then step away from zero when the rest is >= 1/2
+        const __m256 y = _mm256_mul_ps(v[c], inv);
+        const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+        const __m256 step = _mm256_or_ps(_mm256_and_ps(y, sign), one);
+        iv[c] = _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, step)));
+    }
+    for (int h = 0; h < 2; ++h) {
+        const __m256i s8 = _mm256_add_epi32(iv[2 * h], iv[2 * h + 1]);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        s4 = _mm_hadd_epi32(s4, s4);
+        s4 = _mm_hadd_epi32(s4, s4);
+        sums[h] = _mm_cvtsi128_si32(s4);
+    }
+    // packs interleave the 128-bit lanes; the permutation puts the 32 bytes back in order
+    const __m256i p16a = _mm256_packs_epi32(iv[0], iv[1]), p16b = _mm256_packs_epi32(iv[2], iv[3]);
+    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    const __m256i ordered = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+    return d;
+}
+
 }  // namespace quill::cpu::avx2
 
 #else  // built without AVX2 in the compiler flags
 
 namespace quill::cpu::avx2 {
 Kernel find_kernel(GgmlType) { return {}; }
+float quantize_block(const float* x, int8_t* q, int32_t* sums) { return generic::quantize_block(x, q, sums); }
 }  // namespace quill::cpu::avx2
 
 #endif

@@ -277,7 +277,24 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 
 // ---- activation quantization: blocks of 32, da = max|x| / 127, q = round(x / da) ----
 
-void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out) {
+float generic::quantize_block(const float* x, int8_t* q, int32_t* sums) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int h = 0; h < 2; ++h) {
+        sums[h] = 0;
+        for (int i = 16 * h; i < 16 * h + 16; ++i) {
+            const auto v = static_cast<int32_t>(std::round(x[i] * inv));
+            q[i] = static_cast<int8_t>(v);
+            sums[h] += v;
+        }
+    }
+    return d;
+}
+
+void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
+                          QuantizeBlock quantize_block) {
     const int64_t nb = n_in / 32;
     for (int64_t t = t0; t < t1; ++t) {
         const float* xr = x + t * n_in;                    // [n_in]
@@ -286,22 +303,10 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
         float* dsr = out.ds + t * out.blk_stride;          // [blk_stride]
         float* ds16r = out.ds16 + 2 * t * out.blk_stride;  // [2 * blk_stride]
         for (int64_t b = 0; b < nb; ++b) {
-            const float* xb = xr + 32 * b;
-            float amax = 0.0f;
-            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-            // Exactly quantize_row's Q8_0 (so the scalar oracle sees the same integers): q = round(x / d), half away
-            // from zero, with d = amax / 127; the scale kept is d rounded to fp16.
-            const float d = amax / 127.0f;
-            const float scale = fp16_to_fp32(fp32_to_fp16(d));
-            const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-            int32_t sum[2] = {0, 0};
-            for (int h = 0; h < 2; ++h) {
-                for (int i = 16 * h; i < 16 * h + 16; ++i) {
-                    const auto v = static_cast<int32_t>(std::round(xb[i] * inv));
-                    qr[32 * b + i] = static_cast<int8_t>(v);
-                    sum[h] += v;
-                }
-            }
+            int32_t sum[2];
+            // The scale kept is rounded to fp16, as in a Q8_0 block: the oracle (reference_activations) and the
+            // reference implementation see the same values.
+            const float scale = fp16_to_fp32(fp32_to_fp16(quantize_block(xr + 32 * b, qr + 32 * b, sum)));
             dr[b] = scale;
             dsr[b] = scale * static_cast<float>(sum[0] + sum[1]);
             ds16r[2 * b] = scale * static_cast<float>(sum[0]);

@@ -50,7 +50,7 @@ T* align64(T* p) {
     return p + ((64 - a % 64) % 64) / sizeof(T);
 }
 
-void prepare_int8(Activations& x, ThreadPool& pool) {
+void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     Activations::Cache& c = x.cache();
     if (c.int8_ready) return;
     const int64_t n_tokens = x.n_tokens(), n_in = x.n_in();
@@ -68,7 +68,8 @@ void prepare_int8(Activations& x, ThreadPool& pool) {
         qs_u = align64(c.qs_u_storage.data());
     }
     c.view = {qs, c.d.data(), c.ds.data(), c.ds16.data(), qs_u, n_tokens, n_in, qs_stride, blk_stride};
-    auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view); };
+    const QuantizeBlock block = isa == Isa::generic ? generic::quantize_block : avx2::quantize_block;
+    auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view, block); };
     if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
         quantize(0, n_tokens);
     } else {
@@ -148,7 +149,7 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
     }
     if (total_units == 0) return;
     if (need_int8) {
-        prepare_int8(x, pool);
+        prepare_int8(x, pool, isa);
         for (PlannedJob& p : plan) p.args.q = &x.cache().view;
     }
 
