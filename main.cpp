@@ -266,6 +266,7 @@ int cmd_run(RunOptions& o) {
         if (isatty(STDIN_FILENO)) throw UsageError("no prompt: give -p TEXT, -f FILE or pipe it on stdin");
         text = read_stdin();
     }
+    if (text.empty()) throw UsageError("the prompt is empty: give text with -p, -f or on stdin");
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
     o.sampling.validate();
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
@@ -437,7 +438,9 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        fmt::print(stderr, "quill: error: {} (see quill --help)\n", e.what());
+        return 2;
     }
     try {
         if (*info_cmd) return cmd_info(info);

@@ -151,9 +151,9 @@ TEST_CASE("quill run reports bad input with one line and a non-zero exit", "[cli
     check_one_error_line(run_quill({"run", "-m", m, "-p", "x", "--top-p", "2"}), "--top-p");
     check_one_error_line(run_quill({"run", "-m", "/nonexistent/model.gguf", "-p", "x"}), "/nonexistent/model.gguf");
     check_one_error_line(run_quill({"run", "-m", m, "-f", "/nonexistent/prompt.txt"}), "/nonexistent/prompt.txt");
-    auto bad_flag = run_quill({"run", "--no-such-flag"});
-    CHECK(bad_flag.status != 0);
-    CHECK(bad_flag.err.find("--no-such-flag") != std::string::npos);
+    check_one_error_line(run_quill({"run", "--no-such-flag"}), "--no-such-flag");
+    check_one_error_line(run_quill({"run", "-m", m, "-p", "x", "--temp", "abc"}), "--temp");
+    check_one_error_line(run_quill({"run", "-m", m, "-f", "/dev/null"}), "the prompt is empty");
     auto full = run_quill({"run", "-m", m, "-c", "12", "-p", "Once upon a time", "--temp", "0"});
     CHECK(full.status == 0);  // a full context is a normal finish
     CHECK(full.err.find("context of 12 tokens is full") != std::string::npos);
