@@ -33,6 +33,10 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
     w.set("llama.rope.dimension_count", uint32_t(head_dim));
     w.set("llama.rope.freq_base", 10000.0f);
     w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (s.rope_linear_factor > 0.0f) {
+        w.set("llama.rope.scaling.type", "linear");
+        w.set("llama.rope.scaling.factor", s.rope_linear_factor);
+    }
 
     // A matrix of n_out rows of n_in, entries uniform with the variance that keeps activations O(1).
     auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out, GgmlType type, float scale) {
@@ -49,7 +53,6 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
     matrix("token_embd.weight", s.n_embd, s.n_vocab, s.type, 1.0f);
     vec("output_norm.weight", s.n_embd, 0.5f, 1.5f);
     if (!s.tied_output) matrix("output.weight", s.n_embd, s.n_vocab, s.type, in_scale * 4);
-    if (s.rope_freqs) vec("rope_freqs.weight", head_dim / 2, 1.0f, 8.0f);
     for (int64_t l = 0; l < s.n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         vec(b + "attn_norm.weight", s.n_embd, 0.5f, 1.5f);
@@ -62,6 +65,11 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
         matrix(b + "ffn_up.weight", s.n_embd, s.n_ff, s.type, in_scale);
         matrix(b + "ffn_down.weight", s.n_ff, s.n_embd, s.ffn_down_type, std::sqrt(3.0f / static_cast<float>(s.n_ff)));
     }
+    // Last, so the other weights are the same with and without it.
+    if (s.rope_freqs && s.rope_freqs_value > 0.0f)
+        vec("rope_freqs.weight", head_dim / 2, s.rope_freqs_value, s.rope_freqs_value);
+    else if (s.rope_freqs)
+        vec("rope_freqs.weight", head_dim / 2, 1.0f, 8.0f);
     return w.to_bytes();
 }
 

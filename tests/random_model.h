@@ -15,6 +15,8 @@ struct TinySpec {
     GgmlType ffn_down_type = GgmlType::F32;  // ffn_down's rows have n_ff elements, which may not fit the block size
     bool tied_output = false;                // no output.weight: the embedding is reused
     bool rope_freqs = false;                 // a Llama-3 style rope_freqs.weight tensor
+    float rope_freqs_value = 0.0f;           // its every entry (0: random in [1, 8])
+    float rope_linear_factor = 0.0f;         // llama.rope.scaling.type "linear" with this factor (0: none)
     uint64_t seed = 1;
 };
 

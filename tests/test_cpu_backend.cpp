@@ -209,6 +209,26 @@ TEST_CASE("f32 and f16 KV caches agree", "[cpu]") {
     CHECK(max_diff(prefill_logits(*b16, tokens), l32) <= 5e-3 * max_abs(l32));  // f16 rounding of K and V
 }
 
+TEST_CASE("RoPE scaling: rope_freqs divisors and linear scaling rotate by the same smaller angles", "[cpu]") {
+    // Dividing every frequency by 2 (rope_freqs.weight, Llama 3 style) or every position by 2 (linear scaling,
+    // factor 2) gives the same angles; both must change the result against plain RoPE.
+    test::TinySpec plain;
+    test::TinySpec freqs = plain;
+    freqs.rope_freqs = true;
+    freqs.rope_freqs_value = 2.0f;
+    test::TinySpec linear = plain;
+    linear.rope_linear_factor = 2.0f;
+    const auto tokens = some_tokens(8, static_cast<int>(plain.n_vocab), 6);
+    auto run = [&](const test::TinySpec& s) {
+        auto m = test::make_tiny_model(s);
+        auto b = make(*m, true);
+        return prefill_logits(*b, tokens);
+    };
+    const auto a = run(plain), f = run(freqs), l = run(linear);
+    CHECK(max_diff(f, l) <= 1e-6 * max_abs(f));
+    CHECK(max_diff(a, f) > 1e-3 * max_abs(a));
+}
+
 TEST_CASE("bad batches are rejected with a clear error", "[cpu]") {
     auto model = test::make_tiny_model({});
     auto b = make(*model, false);

@@ -65,7 +65,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     for (int64_t i = 0; i < half; ++i) {
         double f = std::pow(static_cast<double>(config.rope_base), -2.0 * i / static_cast<double>(config.n_rot));
         if (!weights.rope_freqs.empty()) f /= weights.rope_freqs[i];
-        rope_inv_freq_[i] = static_cast<float>(f * config.rope_freq_scale);
+        rope_inv_freq_[i] = f * config.rope_freq_scale;
     }
 }
 

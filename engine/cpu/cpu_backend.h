@@ -59,7 +59,7 @@ private:
     Isa isa_;
     ThreadPool pool_;
     const KvOps& kv_ops_;
-    std::vector<float> rope_inv_freq_;  // [n_rot / 2] base^(-2i/n_rot) / rope_freqs[i]
+    std::vector<double> rope_inv_freq_;  // [n_rot / 2] freq_scale * base^(-2i/n_rot) / rope_freqs[i]
 
     // K and V caches [n_layer, n_slots, n_ctx, n_head_kv, head_dim], in anonymous memory that the OS backs only
     // as positions are written, so a long context costs memory only when it is used.
