@@ -2,7 +2,9 @@
 
 #include "engine/error.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 namespace quill {
 
@@ -83,6 +85,9 @@ std::string Generation::finish(FinishReason reason) {
 
 std::string Generation::step(std::span<float> logits) {
     QUILL_CHECK(!finished(), "step() after the generation finished");
+    // Models may pad their output rows past the tokenizer's vocabulary: those rows are no tokens.
+    if (logits.size() > static_cast<size_t>(tok_.n_vocab()))
+        std::fill(logits.begin() + tok_.n_vocab(), logits.end(), -INFINITY);
     last_ = sampler_.sample(logits);
     if (tok_.is_eog(last_)) return finish(FinishReason::stop);
     ++n_generated_;
