@@ -1,16 +1,14 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
-#include "engine/bench.h"
+#include "engine/runtime/bench.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
-#include "engine/generator.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/model_info.h"
-#include "engine/synthetic.h"
+#include "engine/session.h"
+#include "engine/runtime/generator.h"
+#include "engine/format/gguf.h"
+#include "engine/model/model.h"
+#include "engine/model/model_info.h"
+#include "engine/model/synthetic.h"
 #include "tokenizer/tokenizer.h"
-#ifdef QUILL_HAVE_CUDA
-#include "cuda/device.h"
-#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -31,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using quill::UsageError;
 
-constexpr const char* kDefaultModel = "SmolLM2-135M-Instruct.Q4_1.gguf";
+constexpr const char* kDefaultModel = quill::kDefaultModelFile;
 
 // ---- options shared by the subcommands that load a model ----
 
@@ -60,83 +58,20 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o) {
     cmd->add_option("--kv-type", o.kv_type, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
 }
 
-// -m, else $QUILL_MODEL, else the default model in ./models or next to the binary.
-std::string resolve_model(const std::string& given) {
-    if (!given.empty()) return given;
-    if (const char* env = std::getenv("QUILL_MODEL"); env && *env) return env;
-    std::vector<fs::path> places{fs::path("models") / kDefaultModel};
-    std::error_code ec;
-    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) {
-        places.push_back(exe.parent_path().parent_path() / "models" / kDefaultModel);
-        places.push_back(exe.parent_path() / "models" / kDefaultModel);
-    }
-    std::string looked;
-    for (const auto& p : places) {
-        if (fs::exists(p)) return p.string();
-        looked += (looked.empty() ? "" : ", ") + p.string();
-    }
-    throw UsageError(fmt::format("no model given (-m) and the default model was not found (looked in: {}); "
-                                 "fetch it with models/fetch_default.sh",
-                                 looked));
+quill::SessionOptions session_options(const ModelOptions& m, const EngineOptions& e) {
+    quill::SessionOptions o;
+    o.model = m.model;
+    o.tokenizer = m.tokenizer;
+    o.device = quill::parse_device(e.device);
+    o.threads = e.threads;
+    o.ctx = e.ctx;
+    o.kv_type = quill::parse_kv_type(e.kv_type);
+    return o;
 }
 
 std::unique_ptr<quill::Tokenizer> load_tokenizer(const quill::GgufFile& file, const ModelOptions& o) {
     if (!o.tokenizer.empty()) return quill::Tokenizer::from_spm_file(o.tokenizer, &file);
     return quill::Tokenizer::from_gguf(file);
-}
-
-// Whether a GPU is used. The CUDA backend does not exist yet, so every path ends on the CPU; the line on stderr
-// says why.
-void choose_device(const std::string& device) {
-    if (device == "cpu") return;
-#ifdef QUILL_HAVE_CUDA
-    quill::cuda::DeviceInfo info = quill::cuda::probe();
-    if (info.count == 0) {
-        if (device == "cuda") throw UsageError(fmt::format("--device cuda: {}", info.reason));
-        fmt::print(stderr, "quill: {}; using the CPU\n", info.reason);
-        return;
-    }
-    if (device == "cuda")
-        throw UsageError(fmt::format("--device cuda: found {}, but quill's CUDA backend is not implemented yet",
-                                     info.name));
-    fmt::print(stderr, "quill: found {}, but quill's CUDA backend is not implemented yet; using the CPU\n", info.name);
-#else
-    if (device == "cuda") throw UsageError("--device cuda: this quill was built without CUDA");
-    fmt::print(stderr, "quill: built without CUDA; using the CPU\n");
-#endif
-}
-
-size_t available_memory() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    size_t kb = 0;
-    while (in >> key >> kb) {
-        if (key == "MemAvailable:") return kb * 1024;
-        in.ignore(256, '\n');
-    }
-    return size_t{8} << 30;
-}
-
-// The context: -c, else the model's, capped so the KV cache takes at most a quarter of the available memory.
-int64_t choose_context(const quill::ModelConfig& c, int64_t asked, quill::KvType kv) {
-    if (asked > 0) return asked;
-    const size_t per_pos = 2 * static_cast<size_t>(c.n_layer * c.n_embd_kv()) * (kv == quill::KvType::f16 ? 2 : 4);
-    const int64_t fit = std::max<int64_t>(256, static_cast<int64_t>(available_memory() / 4 / per_pos));
-    if (c.n_ctx_train <= fit) return c.n_ctx_train;
-    fmt::print(stderr, "quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
-                       "memory; -c sets it\n", fit, c.n_ctx_train);
-    return fit;
-}
-
-std::unique_ptr<quill::cpu::CpuBackend> make_backend(const quill::ModelConfig& c, const quill::Weights& w,
-                                                      const EngineOptions& o, int64_t n_ctx) {
-    choose_device(o.device);
-    quill::cpu::CpuBackendOptions bo;
-    bo.n_threads = o.threads;
-    bo.n_ctx = n_ctx;
-    bo.kv_type = o.kv_type == "f32" ? quill::KvType::f32 : quill::KvType::f16;
-    return std::make_unique<quill::cpu::CpuBackend>(c, w, bo);
 }
 
 std::string read_stdin() {
@@ -153,10 +88,6 @@ std::string read_text_file(const std::string& path) {
     return ss.str();
 }
 
-double ms_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
 // ---- info ----
 
 struct InfoOptions {
@@ -166,7 +97,7 @@ struct InfoOptions {
 };
 
 int cmd_info(const InfoOptions& o) {
-    quill::GgufFile file = quill::GgufFile::open(resolve_model(o.model));
+    quill::GgufFile file = quill::GgufFile::open(quill::resolve_model_path(o.model));
     nlohmann::json info = quill::describe_model(file, o.tensors);
     std::string out = o.json ? info.dump(2) + "\n" : quill::render_model_info(info);
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -199,7 +130,7 @@ std::string escape_piece(const std::string& s) {
 }
 
 int cmd_tokenize(const TokenizeOptions& o) {
-    quill::GgufFile file = quill::GgufFile::open(resolve_model(o.model.model));
+    quill::GgufFile file = quill::GgufFile::open(quill::resolve_model_path(o.model.model));
     auto tok = load_tokenizer(file, o.model);
     std::string text;
     if (o.prompt) {
@@ -255,8 +186,6 @@ void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional
 }
 
 int cmd_run(RunOptions& o) {
-    using clock = std::chrono::steady_clock;
-    const auto t_load = clock::now();
     std::string text;
     if (o.prompt) {
         text = *o.prompt;
@@ -271,15 +200,12 @@ int cmd_run(RunOptions& o) {
     o.sampling.validate();
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
 
-    auto model = quill::Model::load(resolve_model(o.model.model));
-    auto tok = load_tokenizer(model->file, o.model);
-    const quill::KvType kv = o.engine.kv_type == "f32" ? quill::KvType::f32 : quill::KvType::f16;
-    const int64_t n_ctx = choose_context(model->config, o.engine.ctx, kv);
-    auto backend = make_backend(model->config, model->weights, o.engine, n_ctx);
-    const double load_ms = ms_since(t_load);
-    fmt::print(stderr, "quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {} backend, {} threads, {} kernels; context {}\n",
-               model->config.name, model->weight_bytes() / 1048576.0,
-               load_ms, backend->name(), backend->n_threads(), quill::cpu::isa_name(backend->isa()), n_ctx);
+    auto session = quill::Session::open(session_options(o.model, o.engine));
+    const quill::Tokenizer* tok = session->tokenizer.get();
+    quill::Backend* backend = session->backend.get();
+    const int64_t n_ctx = session->n_ctx;
+    const double load_ms = session->load_ms;
+    fmt::print(stderr, "{}\n", session->load_line());
 
     // Until chat templates exist, the prompt is fed as is (--raw is then the only mode).
     std::vector<int32_t> prompt = tok->encode(text, true, false);
@@ -354,27 +280,28 @@ int cmd_bench(BenchCliOptions& o) {
         desc = fmt::format("{} ({}, {:.1f} MiB)", synth->config.name, o.dtype, synth->weight_bytes() / 1048576.0);
     } else {
         if (!o.save.empty()) throw UsageError("bench: --save goes with --synthetic");
-        model = quill::Model::load(resolve_model(o.model));
+        model = quill::Model::load(quill::resolve_model_path(o.model));
         config = &model->config;
         weights = &model->weights;
         desc = fmt::format("{} ({:.1f} MiB)", model->config.name, model->weight_bytes() / 1048576.0);
     }
     const int64_t n_ctx = o.engine.ctx > 0 ? o.engine.ctx : std::max<int64_t>(1, o.bench.n_prompt + o.bench.n_gen);
-    auto backend = make_backend(*config, *weights, o.engine, n_ctx);
+    auto backend = quill::make_backend(*config, *weights, session_options({}, o.engine), n_ctx);
     quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
     nlohmann::json j = res.to_json();
     if (o.json) {
         j["model"] = desc;
         j["backend"] = backend->name();
-        j["threads"] = backend->n_threads();
-        j["kernels"] = quill::cpu::isa_name(backend->isa());
+        if (const auto* cpu = dynamic_cast<const quill::cpu::CpuBackend*>(backend.get())) {
+            j["threads"] = cpu->n_threads();
+            j["kernels"] = quill::cpu::isa_name(cpu->isa());
+        }
         j["n_prompt"] = o.bench.n_prompt;
         j["n_gen"] = o.bench.n_gen;
         fmt::print("{}\n", j.dump());
         return 0;
     }
-    fmt::print("model    {}\nbackend  {}, {} threads, {} kernels\n", desc, backend->name(), backend->n_threads(),
-               quill::cpu::isa_name(backend->isa()));
+    fmt::print("model    {}\nbackend  {}\n", desc, quill::describe_backend(*backend));
     if (o.bench.n_prompt > 0)
         fmt::print("prefill  {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f})\n", o.bench.n_prompt,
                    j["prefill_tokens_per_s"].get<double>(), j["prefill_tokens_per_s_min"].get<double>(),

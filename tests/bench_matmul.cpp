@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/cpu/matmul.h"
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 
 using namespace quill;
 using namespace quill::cpu;

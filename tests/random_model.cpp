@@ -1,6 +1,6 @@
 #include "tests/random_model.h"
 
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include <cmath>
 #include <cstring>

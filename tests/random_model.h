@@ -1,8 +1,8 @@
 // Tiny llama-architecture models with random weights, written with the GGUF writer, for backend tests.
 #pragma once
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "engine/format/gguf.h"
+#include "engine/model/model.h"
 
 #include <memory>
 #include <vector>

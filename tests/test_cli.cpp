@@ -1,6 +1,6 @@
 // The quill binary end to end: info, tokenize, run and bench on real files, and bad input getting one clear
 // error line and a non-zero exit.
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>

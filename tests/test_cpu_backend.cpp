@@ -3,7 +3,7 @@
 // reference implementation's logits and greedy tokens.
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/random_model.h"
 #include "tests/test_util.h"
 

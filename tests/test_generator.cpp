@@ -1,8 +1,8 @@
 // Generation: stop strings held back and cut, finish reasons, and the whole loop on the real stories260K model.
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
-#include "engine/generator.h"
-#include "engine/model.h"
+#include "engine/runtime/generator.h"
+#include "engine/model/model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 

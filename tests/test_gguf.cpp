@@ -1,7 +1,7 @@
 // GGUF reader and writer: round trips, the real files in the test data, and a generated set of malformed files
 // that must each be rejected with a FileError (never a crash, a hang or a huge allocation).
 #include "engine/error.h"
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>

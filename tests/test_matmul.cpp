@@ -17,7 +17,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/error.h"
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 
 using namespace quill;
 using namespace quill::cpu;

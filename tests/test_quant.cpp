@@ -1,7 +1,7 @@
 // Tests of engine/quant: the type table, fp16/bf16 conversions, and the scalar codecs against ggml's reference
 // vectors (../shared/testdata/quant/<type>.txt, made by llama.cpp's ggml_quantize_chunk without imatrix).
 #include "engine/error.h"
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>

@@ -1,6 +1,6 @@
 // The sampling chain against direct computations of what each step must keep, and its determinism.
 #include "engine/error.h"
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include <catch2/catch.hpp>
 

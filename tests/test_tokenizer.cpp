@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/error.h"
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 #include "tests/test_util.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/spm.h"

@@ -1,7 +1,7 @@
 #include "tokenizer/spm.h"
 
 #include "engine/error.h"
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 #include "tokenizer/spm_proto.h"
 #include "tokenizer/vocab.h"
 #include "tokenizer/word_cache.h"

@@ -3,7 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include "engine/error.h"
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"

@@ -1,7 +1,7 @@
 #include "tokenizer/vocab.h"
 
 #include "engine/error.h"
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // Causal attention of one token over its slot's KV cache, in float, with the cache in F16 or F32.
 #pragma once
 
-#include "engine/backend.h"
+#include "engine/runtime/backend.h"
 #include "engine/cpu/matmul.h"
 
 #include <cstddef>

@@ -4,11 +4,11 @@
 // path (scalar matmul_reference and plain attention, one thread), which is the oracle the tests trust.
 #pragma once
 
-#include "engine/backend.h"
+#include "engine/runtime/backend.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 
 #include <memory>
 #include <optional>

@@ -18,7 +18,7 @@
 #include <cstring>
 
 #include "engine/cpu/matmul.h"
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 
 namespace quill::cpu {
 

@@ -191,7 +191,7 @@ using DecQ5_K = DecK4<BlockQ5_K>;
 
 // Q6_K: w = d * sc_i * (q - 32) with a scale per 16 elements. 32-block j of the super-block lies in the
 // 128-element half j / 4; with k = j % 4 its low nibbles are ql[64 half + 32 (k % 2) + l] (high nibbles when
-// k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/quant_k.cpp).
+// k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/format/quant_k.cpp).
 struct DecQ6_K {
     static constexpr int kOffset = 32;
     static constexpr bool kSigned = false, kHasMin = false, kRowMinima = true, kPer16 = true;

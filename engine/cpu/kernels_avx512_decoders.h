@@ -216,7 +216,7 @@ using DecQ5_K = DecK4<BlockQ5_K>;
 // Q6_K: w = d * sc_i * (q - 32) with a scale per 16 elements. Step k covers 32-blocks 2k and 2k + 1, both in the
 // 128-element half k / 2: block 2k's low nibbles are ql[64 half + l], block 2k + 1's ql[64 half + 32 + l] (high
 // nibbles when k is odd), and both take their top two bits from qh[32 half + l], at bit 4 (k % 2) for block 2k and
-// 4 (k % 2) + 2 for block 2k + 1 (see engine/quant_k.cpp).
+// 4 (k % 2) + 2 for block 2k + 1 (see engine/format/quant_k.cpp).
 struct DecQ6_K {
     static constexpr int kOffset = 32;
     static constexpr bool kHasMin = false;

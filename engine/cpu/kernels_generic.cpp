@@ -104,7 +104,7 @@ void decode_q5_k(const void* row, int64_t b, DecodedBlock& out) {
     k4_scale_min(blk, j, out);
 }
 
-// Q6_K: 32-block j (0..7) is elements 32 * j ..; within its 128-element half (see engine/quant_k.cpp) the low
+// Q6_K: 32-block j (0..7) is elements 32 * j ..; within its 128-element half (see engine/format/quant_k.cpp) the low
 // nibbles come from ql[64 * half + 32 * (k % 2) + i] (high nibble when k >= 2) and the top bits from
 // qh[32 * half + i] at bit 2 * k, where k = j % 4.
 void decode_q6_k(const void* row, int64_t b, DecodedBlock& out) {

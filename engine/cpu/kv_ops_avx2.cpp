@@ -1,6 +1,6 @@
 #include "engine/cpu/kv_ops_avx2.h"
 
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 
 #include <immintrin.h>
 

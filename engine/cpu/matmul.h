@@ -7,7 +7,7 @@
 #pragma once
 
 #include "engine/cpu/thread_pool.h"
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 
 #include <cstddef>
 #include <cstdint>

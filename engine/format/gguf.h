@@ -5,7 +5,7 @@
 // duplicate keys or tensor names. A defect throws FileError("<path>: <defect>").
 #pragma once
 
-#include "engine/quant.h"
+#include "engine/format/quant.h"
 
 #include <cstdint>
 #include <memory>

@@ -2,7 +2,7 @@
 // as JSON and as text rendered from that JSON.
 #pragma once
 
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 
 #include <nlohmann/json.hpp>
 #include <string>

@@ -2,9 +2,9 @@
 // saved as GGUF (with a small synthetic SPM vocabulary) so other programs can be timed on the same file.
 #pragma once
 
-#include "engine/gguf.h"
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/format/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 
 #include <memory>
 #include <string>

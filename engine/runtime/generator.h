@@ -2,10 +2,11 @@
 // that runs it on a backend as one batched prefill followed by the per-token decode loop.
 #pragma once
 
-#include "engine/backend.h"
-#include "engine/sampler.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,8 +21,9 @@ enum class FinishReason {
     stop,     // an end-of-generation token or a stop string
     length,   // the token limit (-n)
     context,  // the context is full; reported as "length"
+    interrupted,  // cancelled by the caller (Ctrl-C, SIGTERM, a closed output)
 };
-std::string_view finish_reason_name(FinishReason r);  // "stop", "length"
+std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "interrupted"
 
 struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
@@ -55,10 +57,16 @@ public:
     // Samples the next token from the logits of the last token fed; returns the text that became printable.
     std::string step(std::span<float> logits);
 
+    // Ends the generation with FinishReason::interrupted; returns the text still held back (an incomplete
+    // UTF-8 character, a possible stop-string start).
+    std::string interrupt();
+
     bool finished() const { return reason_ != FinishReason::none; }
     FinishReason finish_reason() const { return reason_; }
     int32_t last_token() const { return last_; }
     int n_generated() const { return n_generated_; }
+    // The generated tokens (no end-of-generation token). All but the last are in the cache after generate().
+    const std::vector<int32_t>& generated() const { return generated_; }
     // Position at which last_token() goes into the cache.
     int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
     uint64_t seed() const { return sampler_.params().seed; }
@@ -75,11 +83,14 @@ private:
     StopMatcher stop_;
     int32_t last_ = -1;
     int n_generated_ = 0;
+    std::vector<int32_t> generated_;
     FinishReason reason_ = FinishReason::none;
 };
 
 struct GenerationStats {
     int prompt_tokens = 0;
+    int prefilled_tokens = 0;  // prompt tokens run through the model (those past GenerateOptions::n_past)
+    int reused_tokens = 0;     // prompt tokens already in the cache (n_past)
     int completion_tokens = 0;
     double prefill_ms = 0;  // the prompt's forward passes
     double ttft_ms = 0;     // start to the first token sampled
@@ -88,9 +99,18 @@ struct GenerationStats {
     double decode_tokens_per_s() const;  // tokens after the first, over decode_ms
 };
 
+struct GenerateOptions {
+    int n_batch = 512;  // prompt tokens per prefill forward pass
+    // Prompt tokens already in the slot's cache (positions 0..n_past-1, e.g. an earlier chat turn): prefill starts
+    // after them. At most prompt size - 1, so the last prompt token is always run for its logits.
+    int32_t n_past = 0;
+    // Checked between forward passes; once true the generation ends with FinishReason::interrupted.
+    const std::atomic<bool>* cancel = nullptr;
+};
+
 // Runs a generation on one KV slot: prefill in batches of at most n_batch prompt tokens (only the last asks for
 // logits), then one forward pass per generated token. on_text gets each piece of text as soon as it is sampled.
 GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
-                         const std::function<void(std::string_view)>& on_text, int n_batch = 512);
+                         const std::function<void(std::string_view)>& on_text, const GenerateOptions& options = {});
 
 }  // namespace quill

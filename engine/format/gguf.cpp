@@ -1,4 +1,4 @@
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 
 #include "engine/error.h"
 

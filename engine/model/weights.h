@@ -1,8 +1,8 @@
 // Typed, shape-checked views of a model's tensors inside the mapped GGUF file (no copies of the big matrices).
 #pragma once
 
-#include "engine/gguf.h"
-#include "engine/model_config.h"
+#include "engine/format/gguf.h"
+#include "engine/model/model_config.h"
 
 #include <array>
 #include <optional>

@@ -1,4 +1,4 @@
-#include "engine/backend.h"
+#include "engine/runtime/backend.h"
 
 #include <algorithm>
 

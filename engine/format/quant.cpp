@@ -1,10 +1,10 @@
 // Type table, fp16/bf16 conversions, and the scalar reference codecs of the float and 32-element block types.
 // The quantizers reproduce ggml's quantize_row_*_ref bit for bit (same operations in the same order); the
-// super-block types live in engine/quant_k.cpp.
-#include "engine/quant.h"
+// super-block types live in engine/format/quant_k.cpp.
+#include "engine/format/quant.h"
 
 #include "engine/error.h"
-#include "engine/quant_k.h"
+#include "engine/format/quant_k.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "engine/generator.h"
+#include "engine/runtime/generator.h"
 
 #include "engine/error.h"
 
@@ -13,6 +13,7 @@ std::string_view finish_reason_name(FinishReason r) {
         case FinishReason::none: return "none";
         case FinishReason::stop: return "stop";
         case FinishReason::length: case FinishReason::context: return "length";
+        case FinishReason::interrupted: return "interrupted";
     }
     return "none";
 }
@@ -83,6 +84,11 @@ std::string Generation::finish(FinishReason reason) {
     return tail;
 }
 
+std::string Generation::interrupt() {
+    if (finished()) return {};
+    return finish(FinishReason::interrupted);
+}
+
 std::string Generation::step(std::span<float> logits) {
     QUILL_CHECK(!finished(), "step() after the generation finished");
     // Models may pad their output rows past the tokenizer's vocabulary: those rows are no tokens.
@@ -91,6 +97,7 @@ std::string Generation::step(std::span<float> logits) {
     last_ = sampler_.sample(logits);
     if (tok_.is_eog(last_)) return finish(FinishReason::stop);
     ++n_generated_;
+    generated_.push_back(last_);
     sampler_.accept(last_);
     std::string text = stop_.push(detok_.push(last_));
     if (stop_.matched()) {
@@ -105,7 +112,7 @@ std::string Generation::step(std::span<float> logits) {
 // ---- driver ----
 
 double GenerationStats::prefill_tokens_per_s() const {
-    return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0.0;
+    return prefill_ms > 0 ? prefilled_tokens * 1000.0 / prefill_ms : 0.0;
 }
 
 double GenerationStats::decode_tokens_per_s() const {
@@ -113,7 +120,7 @@ double GenerationStats::decode_tokens_per_s() const {
 }
 
 GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
-                         const std::function<void(std::string_view)>& on_text, int n_batch) {
+                         const std::function<void(std::string_view)>& on_text, const GenerateOptions& options) {
     using clock = std::chrono::steady_clock;
     auto ms_since = [](clock::time_point t) {
         return std::chrono::duration<double, std::milli>(clock::now() - t).count();
@@ -123,12 +130,23 @@ GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
     const auto& prompt = gen.prompt();
     stats.prompt_tokens = static_cast<int>(prompt.size());
     if (gen.finished()) return stats;
+    const size_t n_batch = static_cast<size_t>(std::max(1, options.n_batch));
+    if (options.n_past < 0 || static_cast<size_t>(options.n_past) >= prompt.size())
+        throw UsageError(fmt::format("{} cached prompt tokens: expected 0..{}", options.n_past, prompt.size() - 1));
+    stats.reused_tokens = options.n_past;
+    stats.prefilled_tokens = static_cast<int>(prompt.size()) - options.n_past;
+    auto cancelled = [&] { return options.cancel && options.cancel->load(std::memory_order_relaxed); };
     std::vector<float> logits(backend.config().n_vocab);
 
     // Prefill: the whole prompt in batches; only its last token's logits are needed.
     Batch batch;
-    for (size_t begin = 0; begin < prompt.size(); begin += n_batch) {
-        size_t end = std::min(prompt.size(), begin + static_cast<size_t>(n_batch));
+    for (size_t begin = static_cast<size_t>(options.n_past); begin < prompt.size(); begin += n_batch) {
+        if (cancelled()) {
+            gen.interrupt();
+            stats.prefill_ms = ms_since(t0);
+            return stats;
+        }
+        size_t end = std::min(prompt.size(), begin + n_batch);
         batch.tokens.clear();
         for (size_t i = begin; i < end; ++i)
             batch.add(prompt[i], static_cast<int32_t>(i), slot, i + 1 == prompt.size());
@@ -142,6 +160,11 @@ GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
     const auto t_first = clock::now();
     if (!first.empty()) on_text(first);
     while (!gen.finished()) {
+        if (cancelled()) {
+            std::string tail = gen.interrupt();
+            if (!tail.empty()) on_text(tail);
+            break;
+        }
         batch.tokens.clear();
         batch.add(gen.last_token(), gen.next_pos(), slot, true);
         backend.forward(batch, logits);

@@ -1,9 +1,9 @@
 // A loaded model: the mapped GGUF file, its hyperparameters and the views of its weights.
 #pragma once
 
-#include "engine/gguf.h"
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/format/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 
 #include <memory>
 #include <string>

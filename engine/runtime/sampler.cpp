@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include "engine/error.h"
 

@@ -1,4 +1,4 @@
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 
 #include "engine/error.h"
 

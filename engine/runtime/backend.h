@@ -5,7 +5,7 @@
 // what goes into each batch.
 #pragma once
 
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 #include <cstdint>
 #include <span>

@@ -1,7 +1,7 @@
-#include "engine/synthetic.h"
+#include "engine/model/synthetic.h"
 
 #include "engine/error.h"
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,7 @@
-#include "engine/model_info.h"
+#include "engine/model/model_info.h"
 
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

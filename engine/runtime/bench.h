@@ -1,8 +1,8 @@
 // `quill bench`: prefill and decode throughput over repeated runs, and the decode's memory traffic.
 #pragma once
 
-#include "engine/backend.h"
-#include "engine/weights.h"
+#include "engine/runtime/backend.h"
+#include "engine/model/weights.h"
 
 #include <nlohmann/json.hpp>
 #include <vector>

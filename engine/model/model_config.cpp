@@ -1,4 +1,4 @@
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 #include "engine/error.h"
 

@@ -1,5 +1,5 @@
 // Internal to engine/quant*.cpp: the scalar reference codecs of the super-block ("k") types, implemented in
-// engine/quant_k.cpp and dispatched from dequantize_row / quantize_row in engine/quant.cpp.
+// engine/format/quant_k.cpp and dispatched from dequantize_row / quantize_row in engine/format/quant.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Hyperparameters of a model, read from GGUF metadata and validated.
 #pragma once
 
-#include "engine/gguf.h"
+#include "engine/format/gguf.h"
 
 #include <cstdint>
 #include <string>

@@ -1,8 +1,8 @@
 // Scalar reference codecs of the super-block types Q2_K..Q6_K and Q8_K (256 elements per block).
 // The quantizers follow ggml's quantize_row_*_ref (no importance matrix) operation for operation, so that the bytes
 // match: the scale searches below evaluate their float expressions in the same order as ggml does.
-#include "engine/quant.h"
-#include "engine/quant_k.h"
+#include "engine/format/quant.h"
+#include "engine/format/quant_k.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/bench.h"
+#include "engine/runtime/bench.h"
 
 #include "engine/error.h"
 

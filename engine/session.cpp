@@ -1,0 +1,128 @@
+#include "engine/session.h"
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/error.h"
+#ifdef QUILL_HAVE_CUDA
+#include "cuda/device.h"
+#endif
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace quill {
+
+namespace fs = std::filesystem;
+
+DeviceChoice parse_device(std::string_view name) {
+    if (name == "auto") return DeviceChoice::auto_;
+    if (name == "cpu") return DeviceChoice::cpu;
+    if (name == "cuda") return DeviceChoice::cuda;
+    throw UsageError(fmt::format("--device '{}': expected auto, cpu or cuda", name));
+}
+
+KvType parse_kv_type(std::string_view name) {
+    if (name == "f16") return KvType::f16;
+    if (name == "f32") return KvType::f32;
+    throw UsageError(fmt::format("--kv-type '{}': expected f16 or f32", name));
+}
+
+std::string resolve_model_path(const std::string& given) {
+    if (!given.empty()) return given;
+    if (const char* env = std::getenv("QUILL_MODEL"); env && *env) return env;
+    std::vector<fs::path> places{fs::path("models") / kDefaultModelFile};
+    std::error_code ec;
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        places.push_back(exe.parent_path().parent_path() / "models" / kDefaultModelFile);
+        places.push_back(exe.parent_path() / "models" / kDefaultModelFile);
+    }
+    std::string looked;
+    for (const auto& p : places) {
+        if (fs::exists(p)) return p.string();
+        looked += (looked.empty() ? "" : ", ") + p.string();
+    }
+    throw UsageError(fmt::format("no model given (-m) and the default model was not found (looked in: {}); "
+                                 "fetch it with models/fetch_default.sh",
+                                 looked));
+}
+
+size_t available_memory() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    size_t kb = 0;
+    while (in >> key >> kb) {
+        if (key == "MemAvailable:") return kb * 1024;
+        in.ignore(256, '\n');
+    }
+    return size_t{8} << 30;
+}
+
+int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots) {
+    if (asked > 0) return asked;
+    const size_t per_pos = 2 * static_cast<size_t>(c.n_layer * c.n_embd_kv()) * (kv == KvType::f16 ? 2 : 4) *
+                           static_cast<size_t>(std::max<int64_t>(1, n_slots));
+    const int64_t fit = std::max<int64_t>(256, static_cast<int64_t>(available_memory() / 4 / per_pos));
+    if (c.n_ctx_train <= fit) return c.n_ctx_train;
+    fmt::print(stderr, "quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
+                       "memory; -c sets it\n", fit, c.n_ctx_train);
+    return fit;
+}
+
+void choose_device(DeviceChoice device) {
+    if (device == DeviceChoice::cpu) return;
+#ifdef QUILL_HAVE_CUDA
+    cuda::DeviceInfo info = cuda::probe();
+    if (info.count == 0) {
+        if (device == DeviceChoice::cuda) throw UsageError(fmt::format("--device cuda: {}", info.reason));
+        fmt::print(stderr, "quill: {}; using the CPU\n", info.reason);
+        return;
+    }
+    if (device == DeviceChoice::cuda)
+        throw UsageError(fmt::format("--device cuda: found {}, but quill's CUDA backend is not implemented yet",
+                                     info.name));
+    fmt::print(stderr, "quill: found {}, but quill's CUDA backend is not implemented yet; using the CPU\n", info.name);
+#else
+    if (device == DeviceChoice::cuda) throw UsageError("--device cuda: this quill was built without CUDA");
+    fmt::print(stderr, "quill: built without CUDA; using the CPU\n");
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
+                                      int64_t n_ctx) {
+    choose_device(o.device);
+    cpu::CpuBackendOptions bo;
+    bo.n_threads = o.threads;
+    bo.n_ctx = n_ctx;
+    bo.n_slots = o.n_slots;
+    bo.kv_type = o.kv_type;
+    return std::make_unique<cpu::CpuBackend>(config, weights, bo);
+}
+
+std::unique_ptr<Session> Session::open(const SessionOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = std::make_unique<Session>();
+    s->model = Model::load(resolve_model_path(o.model));
+    s->tokenizer = o.tokenizer.empty() ? Tokenizer::from_gguf(s->model->file)
+                                       : Tokenizer::from_spm_file(o.tokenizer, &s->model->file);
+    s->n_ctx = choose_context(s->model->config, o.ctx, o.kv_type, o.n_slots);
+    s->backend = make_backend(s->model->config, s->model->weights, o, s->n_ctx);
+    s->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+}
+
+std::string describe_backend(const Backend& backend) {
+    if (const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(&backend))
+        return fmt::format("{} backend, {} threads, {} kernels", cpu->name(), cpu->n_threads(),
+                           cpu::isa_name(cpu->isa()));
+    return fmt::format("{} backend", backend.name());
+}
+
+std::string Session::load_line() const {
+    return fmt::format("quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {}; context {}", model->config.name,
+                       model->weight_bytes() / 1048576.0, load_ms, describe_backend(*backend), n_ctx);
+}
+
+}  // namespace quill

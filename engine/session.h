@@ -1,0 +1,69 @@
+// A ready-to-run model: the mapped GGUF, its tokenizer and a backend, built from the options every command
+// shares (model path, device, threads, context, KV type). run, chat, batch and bench all start here, so device
+// choice, the context size and the load line live in one place.
+#pragma once
+
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "tokenizer/tokenizer.h"
+
+#include <memory>
+#include <string>
+
+namespace quill {
+
+enum class DeviceChoice { auto_, cpu, cuda };
+// "auto", "cpu", "cuda"; UsageError otherwise.
+DeviceChoice parse_device(std::string_view name);
+// "f16", "f32"; UsageError otherwise.
+KvType parse_kv_type(std::string_view name);
+
+struct SessionOptions {
+    std::string model;      // GGUF path; empty: $QUILL_MODEL, then the default model (see resolve_model_path)
+    std::string tokenizer;  // a sentencepiece tokenizer.model overriding the GGUF's vocabulary
+    DeviceChoice device = DeviceChoice::auto_;
+    int threads = 0;        // CPU threads; 0: the physical cores
+    int64_t ctx = 0;        // positions per slot; 0: the model's, capped to fit memory
+    int64_t n_slots = 1;    // sequences in flight at once (batch --parallel)
+    KvType kv_type = KvType::f16;
+};
+
+// The file name of the default model, looked for in ./models and next to the binary.
+inline constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+// `given` when non-empty, else $QUILL_MODEL, else the default model; UsageError saying where it looked.
+std::string resolve_model_path(const std::string& given);
+
+// Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.
+size_t available_memory();
+
+// The context: `asked` when > 0, else the model's training context capped so the KV cache of n_slots sequences
+// takes at most a quarter of the available memory (said on stderr when it caps).
+int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots);
+
+// Resolves the device: "cpu" never touches the driver; "auto" uses the CPU with one line on stderr saying why (no
+// GPU, or no CUDA backend yet); "cuda" is a UsageError until the CUDA backend exists.
+void choose_device(DeviceChoice device);
+
+// A backend for these weights (which must outlive it).
+std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
+                                      int64_t n_ctx);
+
+struct Session {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Backend> backend;
+    int64_t n_ctx = 0;
+    double load_ms = 0;
+
+    // Loads everything. Throws FileError / UsageError with a one-line message.
+    static std::unique_ptr<Session> open(const SessionOptions& options);
+
+    // "quill: <name> (<MiB>) loaded in <ms>; cpu backend, <n> threads, <isa> kernels; context <n>"
+    std::string load_line() const;
+};
+
+// "cpu, 2 threads, avx2 kernels" for a CPU backend; the backend's name otherwise.
+std::string describe_backend(const Backend& backend);
+
+}  // namespace quill
