@@ -1,0 +1,39 @@
+#include "engine/io/signals.h"
+
+#include <csignal>
+#include <cstring>
+
+namespace quill::signals {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_count{0};
+std::atomic<int> g_last{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_signal(int sig) {
+    g_last.store(sig, std::memory_order_relaxed);
+    g_count.fetch_add(1, std::memory_order_relaxed);
+    g_stop.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void install() {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: a blocking read (the chat prompt) returns EINTR
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+}
+
+const std::atomic<bool>& stop_flag() { return g_stop; }
+int count() { return g_count.load(std::memory_order_relaxed); }
+int last() { return g_last.load(std::memory_order_relaxed); }
+void clear() { g_stop.store(false, std::memory_order_relaxed); }
+
+}  // namespace quill::signals

@@ -1,0 +1,22 @@
+// SIGINT and SIGTERM as a request to stop, not a kill: generation loops poll the flag between forward passes,
+// finish what they can and exit cleanly. SIGPIPE is ignored, so a closed output is a write error, not a death.
+//
+// The signal handler can only set a lock-free atomic, so this is the one piece of process-wide state in quill.
+#pragma once
+
+#include <atomic>
+
+namespace quill::signals {
+
+// Installs the handlers (idempotent). After this, SIGINT/SIGTERM increment a counter instead of killing.
+void install();
+// Set by each SIGINT/SIGTERM until clear(); pass it as GenerateOptions::cancel.
+const std::atomic<bool>& stop_flag();
+// Signals received since install() (a second Ctrl-C can mean "now, really").
+int count();
+// The last signal received (SIGINT or SIGTERM), 0 when none.
+int last();
+// Lowers the stop flag (chat: a Ctrl-C ended one reply, the conversation goes on). count() keeps counting.
+void clear();
+
+}  // namespace quill::signals
