@@ -1,7 +1,13 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
 #include "engine/runtime/bench.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/chat/chat_format.h"
+#include "engine/chat/conversation.h"
+#include "engine/chat/line_reader.h"
+#include "engine/chat/repl.h"
 #include "engine/error.h"
+#include "engine/io/output.h"
+#include "engine/io/signals.h"
 #include "engine/session.h"
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
@@ -15,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -171,7 +178,17 @@ struct RunOptions {
     std::vector<std::string> stop;
     bool raw = false;
     bool json = false;
+    std::string system;
+    std::string chat_template;
 };
+
+void warn_line(const std::string& message) { fmt::print(stderr, "quill: warning: {}\n", message); }
+
+void add_template_option(CLI::App* cmd, std::string& chat_template) {
+    cmd->add_option("--chat-template", chat_template,
+                    "Chat template: a built-in format (chatml, llama2, llama3, gemma, mistral, phi3, zephyr) or a "
+                    "Jinja file (default: the model's)");
+}
 
 void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional<uint64_t>& seed) {
     cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
@@ -207,8 +224,14 @@ int cmd_run(RunOptions& o) {
     const double load_ms = session->load_ms;
     fmt::print(stderr, "{}\n", session->load_line());
 
-    // Until chat templates exist, the prompt is fed as is (--raw is then the only mode).
-    std::vector<int32_t> prompt = tok->encode(text, true, false);
+    // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
+    std::vector<int32_t> prompt;
+    if (o.raw) {
+        prompt = tok->encode(text, true, false);
+    } else {
+        auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
+        prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true);
+    }
     quill::GenerationParams gp;
     gp.max_tokens = o.n_predict;
     gp.stop = o.stop;
@@ -246,6 +269,93 @@ int cmd_run(RunOptions& o) {
                st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
                st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
     return 0;
+}
+
+// ---- template ----
+
+struct TemplateOptions {
+    std::string model;
+    std::string chat_template;
+    std::string messages;  // a file, or - for stdin
+    bool no_generation_prompt = false;
+    std::optional<std::string> bos, eos;
+    bool tokens = false;
+};
+
+int cmd_template(const TemplateOptions& o) {
+    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Hello"}}});
+    if (!o.messages.empty()) {
+        const std::string text = o.messages == "-" ? read_stdin() : read_text_file(o.messages);
+        messages = quill::chat::parse_messages(text, o.messages == "-" ? "stdin" : o.messages);
+    }
+    // A model is read when one is named, when no template is given, or for the token ids.
+    std::optional<quill::GgufFile> file;
+    std::unique_ptr<quill::Tokenizer> tok;
+    if (!o.model.empty() || o.chat_template.empty() || o.tokens) {
+        file.emplace(quill::GgufFile::open(quill::resolve_model_path(o.model)));
+        tok = quill::Tokenizer::from_gguf(*file);
+    }
+    quill::chat::ChatFormat format =
+        quill::chat::ChatFormat::choose(file ? &*file : nullptr, tok.get(), o.chat_template, warn_line);
+    if (o.bos) format.set_bos_text(*o.bos);
+    if (o.eos) format.set_eos_text(*o.eos);
+    quill::Output out(stdout, "stdout");
+    out.write(format.render(messages, !o.no_generation_prompt).text);
+    if (o.tokens) {
+        std::vector<int32_t> ids = format.tokenize(*tok, messages, !o.no_generation_prompt);
+        std::string line = "\n";
+        for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+        out.write(line + "\n");
+    }
+    out.flush();
+    return 0;
+}
+
+// ---- chat ----
+
+struct ChatCliOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    int n_predict = -1;
+    quill::SamplingParams sampling;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    std::string system;
+    std::string chat_template;
+    std::string overflow = "drop-oldest";
+};
+
+int cmd_chat(ChatCliOptions& o) {
+    o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+    o.sampling.validate();
+    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
+    auto session = quill::Session::open(session_options(o.model, o.engine));
+    fmt::print(stderr, "{}\n", session->load_line());
+    auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
+                                                  warn_line);
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
+    conv.set_system(o.system);
+
+    quill::signals::install();
+    const bool tty = isatty(STDIN_FILENO) != 0;
+    auto in = tty ? quill::chat::make_terminal_reader(stdin, stdout, quill::chat::default_history_path())
+                  : quill::chat::make_stream_reader(stdin);
+    quill::Output out(stdout, "stdout");
+    quill::Output status(stderr, "stderr");
+    quill::chat::ReplOptions ro;
+    ro.color = tty && isatty(STDERR_FILENO) && !std::getenv("NO_COLOR");
+    ro.model_name = session->model->config.name;
+    ro.cancel = &quill::signals::stop_flag();
+    ro.clear_cancel = [] { quill::signals::clear(); };
+    // SIGTERM ends the chat; so does Ctrl-C when nobody is typing (input from a pipe or a file).
+    ro.should_exit = [tty] { return quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0); };
+    quill::chat::ChatRepl repl(conv, *in, out, status, ro);
+    return repl.run();
 }
 
 // ---- bench ----
@@ -344,8 +454,36 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
-    run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
+    auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
+    run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
+    add_template_option(run_cmd, run.chat_template);
     run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+
+    TemplateOptions tmpl;
+    CLI::App* tmpl_cmd = app.add_subcommand("template", "Print the text the chat template makes of a conversation");
+    tmpl_cmd->add_option("-m,--model", tmpl.model, fmt::format("GGUF model (default: models/{})", kDefaultModel));
+    add_template_option(tmpl_cmd, tmpl.chat_template);
+    tmpl_cmd->add_option("--messages", tmpl.messages,
+                         "JSON file (or - for stdin): an array of {role, content}, or {\"messages\": [...]} "
+                         "(default: one user message \"Hello\")");
+    tmpl_cmd->add_flag("--no-generation-prompt", tmpl.no_generation_prompt, "Do not open an assistant turn at the end");
+    tmpl_cmd->add_option("--bos", tmpl.bos, "bos_token text (default: the model's)");
+    tmpl_cmd->add_option("--eos", tmpl.eos, "eos_token text (default: the model's)");
+    tmpl_cmd->add_flag("--tokens", tmpl.tokens, "Also print the token ids, on a line after the text");
+
+    ChatCliOptions chat;
+    CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat (one message per line when stdin is not a terminal)");
+    add_model_options(chat_cmd, chat.model);
+    add_engine_options(chat_cmd, chat.engine);
+    chat_cmd->add_option("-n,--n-predict", chat.n_predict, "Most tokens per reply (-1: until the end of the turn)")
+        ->capture_default_str();
+    add_sampling_options(chat_cmd, chat.sampling, chat.seed);
+    chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
+    chat_cmd->add_option("--system", chat.system, "The system message");
+    add_template_option(chat_cmd, chat.chat_template);
+    chat_cmd->add_option("--context-overflow", chat.overflow,
+                         "When the conversation outgrows the context: drop-oldest (turns) or error")
+        ->capture_default_str();
 
     BenchCliOptions bench;
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
@@ -373,6 +511,8 @@ int main(int argc, char** argv) {
         if (*info_cmd) return cmd_info(info);
         if (*tok_cmd) return cmd_tokenize(tok);
         if (*run_cmd) return cmd_run(run);
+        if (*tmpl_cmd) return cmd_template(tmpl);
+        if (*chat_cmd) return cmd_chat(chat);
         if (*bench_cmd) return cmd_bench(bench);
     } catch (const std::exception& e) {
         std::fflush(stdout);

@@ -133,16 +133,29 @@ void Tokenizer::build_special_index(std::string_view general_name) {
 }
 
 // Splits special tokens out of the text, leftmost-longest first (as Hugging Face's added-vocabulary matcher).
-// User-defined tokens are always split out; control and unknown tokens only when parse_special.
-std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, bool parse_special) const {
+// User-defined tokens are always split out; control and unknown tokens only when parse_special, and never where
+// they would overlap a literal span.
+std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, bool parse_special,
+                                                      std::span<const TextSpan> literal) const {
     std::vector<Fragment> fragments;
     size_t raw_begin = 0;
     size_t i = 0;
+    size_t next_literal = 0;  // first span that ends after i
+    // Whether [at, at + n) overlaps a literal span.
+    auto overlaps_literal = [&](size_t at, size_t n) {
+        while (next_literal < literal.size() && literal[next_literal].begin + literal[next_literal].size <= at)
+            ++next_literal;
+        for (size_t k = next_literal; k < literal.size() && literal[k].begin < at + n; ++k)
+            if (literal[k].size > 0 && literal[k].begin + literal[k].size > at) return true;
+        return false;
+    };
     while (i < text.size()) {
         int32_t found = -1;
         for (int32_t id : specials_[static_cast<uint8_t>(text[i])]) {
-            if (!parse_special && types_[static_cast<size_t>(id)] != TokenType::user_defined) continue;
+            const bool user_defined = types_[static_cast<size_t>(id)] == TokenType::user_defined;
+            if (!parse_special && !user_defined) continue;
             const std::string& p = pieces_[static_cast<size_t>(id)];
+            if (!user_defined && !literal.empty() && overlaps_literal(i, p.size())) continue;
             if (text.compare(i, p.size(), p) == 0) {
                 found = id;
                 break;
@@ -170,10 +183,20 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, boo
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+    return encode_impl(text, add_special, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, bool add_special,
+                                                     std::span<const TextSpan> literal) const {
+    return encode_impl(text, add_special, true, literal);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                            std::span<const TextSpan> literal) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 2);
     if (add_special && add_bos_) out.push_back(bos_);
-    for (const Fragment& f : partition(text, parse_special)) {
+    for (const Fragment& f : partition(text, parse_special, literal)) {
         if (f.token >= 0) out.push_back(f.token);
         else encode_text(text.substr(f.begin, f.size), out);
     }

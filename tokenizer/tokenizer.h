@@ -44,6 +44,18 @@ public:
     // those tokens (for rendered chat templates only; false for user text).
     std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
+    // A byte range of a text.
+    struct TextSpan {
+        size_t begin = 0;
+        size_t size = 0;
+    };
+    // Encodes a rendered chat template: control-token texts are parsed as special everywhere except where they
+    // overlap a `literal` span (the messages' own text, sorted by begin), which stays plain text. Raw text around
+    // and inside the spans is tokenized as one piece, so the ids equal encode(text, add_special, true) whenever no
+    // literal span holds a control-token text.
+    std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
+                                              std::span<const TextSpan> literal) const;
+
     int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
     std::string_view piece(int32_t id) const;  // the vocabulary text, e.g. "▁Hello", "Ġworld", "<0x0A>"
     TokenType type(int32_t id) const;
@@ -92,7 +104,10 @@ private:
         size_t begin;
         size_t size;
     };
-    std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+    std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                     std::span<const TextSpan> literal) const;
+    std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                    std::span<const TextSpan> literal = {}) const;
     void collect_eog(int32_t eot, int32_t eom);
     void build_special_index(std::string_view general_name);
 

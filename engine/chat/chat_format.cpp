@@ -1,0 +1,164 @@
+#include "engine/chat/chat_format.h"
+
+#include "engine/error.h"
+#include "engine/format/gguf.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace quill::chat {
+
+namespace {
+
+constexpr size_t kMaxTemplateFileBytes = 1 << 20;
+
+// The vocabulary's text of a token id, or "" when absent.
+std::string token_text(const Tokenizer* tok, int32_t id) {
+    if (!tok || id < 0 || id >= tok->n_vocab()) return {};
+    return std::string(tok->piece(id));
+}
+
+// Whether the vocabulary has `text` as one control token.
+bool has_control_token(const Tokenizer* tok, std::string_view text) {
+    if (!tok) return false;
+    auto ids = tok->encode(text, false, true);
+    return ids.size() == 1 && tok->is_control(ids[0]);
+}
+
+// The built-in format the special tokens of a vocabulary suggest.
+std::optional<std::string_view> builtin_from_vocab(const Tokenizer* tok) {
+    if (has_control_token(tok, "<|im_start|>")) return "chatml";
+    if (has_control_token(tok, "<|start_header_id|>")) return "llama3";
+    if (has_control_token(tok, "<start_of_turn>")) return "gemma";
+    if (has_control_token(tok, "<|user|>") && has_control_token(tok, "<|end|>")) return "phi3";
+    if (has_control_token(tok, "[INST]")) return "mistral";
+    return std::nullopt;
+}
+
+std::string read_template_file(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+        throw UsageError(fmt::format("--chat-template '{}': not a built-in format ({}) and not a readable file", path,
+                                     fmt::join(builtin_template_names(), ", ")));
+    if (std::filesystem::file_size(path, ec) > kMaxTemplateFileBytes)
+        throw UsageError(fmt::format("--chat-template {}: larger than {} bytes", path, kMaxTemplateFileBytes));
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (!in.good() && !in.eof()) throw FileError(fmt::format("{}: cannot read the chat template", path));
+    return ss.str();
+}
+
+std::shared_ptr<const ChatTemplate> parse_shared(std::string_view source, const std::string& name) {
+    return std::make_shared<const ChatTemplate>(ChatTemplate::parse(source, name));
+}
+
+}  // namespace
+
+ChatFormat ChatFormat::from_source(std::string_view source, std::string name, std::string bos, std::string eos) {
+    return ChatFormat(parse_shared(source, name), std::move(name), std::move(bos), std::move(eos));
+}
+
+ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const std::string& choice,
+                              const std::function<void(const std::string&)>& warn) {
+    std::string bos = tok ? token_text(tok, tok->bos()) : std::string();
+    std::string eos = tok ? token_text(tok, tok->eos()) : std::string();
+    if (!choice.empty()) {
+        if (auto src = builtin_template(choice))
+            return from_source(*src, fmt::format("built-in {}", choice), bos, eos);
+        return from_source(read_template_file(choice), choice, bos, eos);
+    }
+    const std::optional<std::string> model_template =
+        file ? file->get_string("tokenizer.chat_template") : std::nullopt;
+    if (model_template) {
+        const std::string& source = *model_template;
+        const auto builtin = detect_builtin(source) ? detect_builtin(source) : builtin_from_vocab(tok);
+        try {
+            ChatFormat f = from_source(source, "the model's template", bos, eos);
+            if (builtin) {
+                f.fallback_ = parse_shared(*builtin_template(*builtin), fmt::format("built-in {}", *builtin));
+                f.fallback_name_ = std::string(*builtin);
+                f.warn_ = warn;
+            }
+            return f;
+        } catch (const TemplateError& e) {
+            if (!builtin)
+                throw UsageError(fmt::format("the model's chat template cannot be used ({}); give --chat-template "
+                                             "NAME|FILE or --raw",
+                                             e.what()));
+            if (warn)
+                warn(fmt::format("the model's chat template cannot be used ({}); using the built-in {} format",
+                                 e.what(), *builtin));
+            return from_source(*builtin_template(*builtin), fmt::format("built-in {}", *builtin), bos, eos);
+        }
+    }
+    if (has_control_token(tok, "<|im_start|>")) return from_source(*builtin_template("chatml"), "built-in chatml", bos, eos);
+    throw UsageError("the model has no chat template: give --chat-template NAME|FILE (built-in: " +
+                     fmt::format("{}", fmt::join(builtin_template_names(), ", ")) + ") or --raw");
+}
+
+RenderedChat ChatFormat::render(const nlohmann::json& messages, bool add_generation_prompt) const {
+    nlohmann::json vars = {{"messages", messages},
+                           {"add_generation_prompt", add_generation_prompt},
+                           {"bos_token", bos_},
+                           {"eos_token", eos_}};
+    RenderedChat out;
+    try {
+        out.text = tmpl_->render(vars);
+    } catch (const TemplateError& e) {
+        if (!fallback_ || e.raised()) throw;
+        if (!warned_ && warn_)
+            warn_(fmt::format("the model's chat template failed ({}); using the built-in {} format", e.what(),
+                              fallback_name_));
+        warned_ = true;
+        out.text = fallback_->render(vars);
+    }
+    // Each message's content, in order: the spans the tokenizer must keep as plain text.
+    size_t cursor = 0;
+    for (const auto& m : messages) {
+        if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) continue;
+        const std::string& content = m["content"].get_ref<const std::string&>();
+        if (content.empty()) continue;
+        size_t at = out.text.find(content, cursor);
+        if (at == std::string::npos) continue;  // transformed by the template (e.g. trimmed): nothing to protect
+        out.literal.push_back({at, content.size()});
+        cursor = at + content.size();
+    }
+    return out;
+}
+
+std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::json& messages,
+                                          bool add_generation_prompt) const {
+    RenderedChat r = render(messages, add_generation_prompt);
+    const bool has_bos = !bos_.empty() && r.text.starts_with(bos_);
+    return tok.encode_with_literals(r.text, !has_bos, r.literal);
+}
+
+nlohmann::json parse_messages(const std::string& json_text, const std::string& what) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(json_text);
+    } catch (const nlohmann::json::exception& e) {
+        throw UsageError(fmt::format("{}: not valid JSON ({})", what, e.what()));
+    }
+    if (j.is_object() && j.contains("messages")) j = j["messages"];
+    if (!j.is_array()) throw UsageError(fmt::format("{}: expected a JSON array of messages or {{\"messages\": [...]}}", what));
+    for (size_t i = 0; i < j.size(); ++i) {
+        const auto& m = j[i];
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            throw UsageError(fmt::format("{}: message {} has no string \"role\"", what, i + 1));
+        if (!m.contains("content") || !(m["content"].is_string() || m["content"].is_null()))
+            throw UsageError(fmt::format("{}: message {} has no string \"content\"", what, i + 1));
+    }
+    return j;
+}
+
+nlohmann::json one_turn(const std::string& system, const std::string& user) {
+    nlohmann::json messages = nlohmann::json::array();
+    if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+    messages.push_back({{"role", "user"}, {"content", user}});
+    return messages;
+}
+
+}  // namespace quill::chat

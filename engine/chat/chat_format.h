@@ -1,0 +1,79 @@
+// How a conversation becomes prompt tokens: the chat template (the model's own, a built-in format or a file),
+// rendered for the messages and tokenized with the template's special tokens parsed as special and the messages'
+// own text never (a user who types "<|im_end|>" gets those characters, not the token).
+#pragma once
+
+#include "engine/chat/template.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace quill {
+class GgufFile;
+}
+
+namespace quill::chat {
+
+// A rendered conversation: the text and where each message's own content sits in it.
+struct RenderedChat {
+    std::string text;
+    std::vector<Tokenizer::TextSpan> literal;  // sorted; the message contents found in `text`
+};
+
+class ChatFormat {
+public:
+    // The format for a model: `choice` is "" (the model's tokenizer.chat_template), a built-in name (chatml,
+    // llama2, llama3, gemma, mistral, phi3, zephyr) or a template file. A model template that cannot be parsed
+    // gets one warning (through `warn`) and the built-in format it resembles; a model with no template gets
+    // chatml when its vocabulary has <|im_start|>. UsageError when nothing fits (asking for --chat-template or
+    // --raw).
+    static ChatFormat choose(const GgufFile* file, const Tokenizer* tok, const std::string& choice,
+                             const std::function<void(const std::string&)>& warn);
+
+    // A format from template source, with bos_token / eos_token texts as given.
+    static ChatFormat from_source(std::string_view source, std::string name, std::string bos, std::string eos);
+
+    // The text to tokenize for these messages (a JSON array of {role, content}).
+    // Throws TemplateError when the template fails (raise_exception included).
+    RenderedChat render(const nlohmann::json& messages, bool add_generation_prompt) const;
+
+    // render() then the tokens: BOS is added when the vocabulary wants it and the text does not start with it.
+    std::vector<int32_t> tokenize(const Tokenizer& tok, const nlohmann::json& messages,
+                                  bool add_generation_prompt) const;
+
+    // "the model's template", "built-in chatml", a file path.
+    const std::string& name() const { return name_; }
+    // The texts of bos_token and eos_token (the vocabulary's, or set here).
+    const std::string& bos_text() const { return bos_; }
+    const std::string& eos_text() const { return eos_; }
+    void set_bos_text(std::string text) { bos_ = std::move(text); }
+    void set_eos_text(std::string text) { eos_ = std::move(text); }
+
+private:
+    ChatFormat(std::shared_ptr<const ChatTemplate> tmpl, std::string name, std::string bos, std::string eos)
+        : tmpl_(std::move(tmpl)), name_(std::move(name)), bos_(std::move(bos)), eos_(std::move(eos)) {}
+
+    std::shared_ptr<const ChatTemplate> tmpl_;
+    std::string name_;
+    std::string bos_, eos_;
+    // When the model's own template fails at render time for a reason other than raise_exception, the built-in
+    // format it resembles (if any) takes over after one warning.
+    std::shared_ptr<const ChatTemplate> fallback_;
+    std::string fallback_name_;
+    std::function<void(const std::string&)> warn_;
+    mutable bool warned_ = false;
+};
+
+// A user's conversation file (`/save`, `quill template --messages`): a JSON array of messages, or an object
+// with "messages". Checks every message has string "role" and "content". UsageError naming what is wrong.
+nlohmann::json parse_messages(const std::string& json_text, const std::string& what);
+
+// The single-message conversation of `quill run`: [{system}], {user}.
+nlohmann::json one_turn(const std::string& system, const std::string& user);
+
+}  // namespace quill::chat

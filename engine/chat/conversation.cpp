@@ -1,0 +1,147 @@
+#include "engine/chat/conversation.h"
+
+#include "engine/error.h"
+
+#include <algorithm>
+
+namespace quill::chat {
+
+ContextOverflow parse_context_overflow(std::string_view name) {
+    if (name == "error") return ContextOverflow::error;
+    if (name == "drop-oldest") return ContextOverflow::drop_oldest;
+    throw UsageError(fmt::format("--context-overflow '{}': expected error or drop-oldest", name));
+}
+
+Conversation::Conversation(Backend& backend, const Tokenizer& tok, const ChatFormat& format, int64_t n_ctx,
+                           GenerationParams params, ContextOverflow overflow, int32_t slot)
+    : backend_(backend),
+      tok_(tok),
+      format_(format),
+      n_ctx_(n_ctx),
+      params_(std::move(params)),
+      overflow_(overflow),
+      slot_(slot) {}
+
+void Conversation::set_system(std::string text) { system_ = std::move(text); }
+
+nlohmann::json Conversation::messages() const {
+    nlohmann::json all = nlohmann::json::array();
+    if (!system_.empty()) all.push_back({{"role", "system"}, {"content", system_}});
+    for (const auto& m : turns_) all.push_back(m);
+    return all;
+}
+
+void Conversation::load(const nlohmann::json& messages) {
+    system_.clear();
+    turns_ = nlohmann::json::array();
+    for (const auto& m : messages) {
+        if (m.value("role", "") == "system" && turns_.empty() && system_.empty())
+            system_ = m.value("content", "");
+        else
+            turns_.push_back({{"role", m.value("role", "")}, {"content", m["content"].is_string() ? m["content"] : ""}});
+    }
+}
+
+void Conversation::reset() { turns_ = nlohmann::json::array(); }
+
+bool Conversation::undo() {
+    // The last user message and whatever follows it.
+    for (size_t i = turns_.size(); i-- > 0;) {
+        if (turns_[i].value("role", "") == "user") {
+            turns_.erase(turns_.begin() + static_cast<std::ptrdiff_t>(i), turns_.end());
+            return true;
+        }
+    }
+    return false;
+}
+
+std::vector<int32_t> Conversation::fit_prompt(int& dropped) {
+    // Room kept for the reply: the token limit when there is one, else an eighth of the context.
+    const int64_t reserve = params_.max_tokens > 0 ? std::min<int64_t>(params_.max_tokens, n_ctx_ / 2)
+                                                   : std::max<int64_t>(1, n_ctx_ / 8);
+    for (;;) {
+        std::vector<int32_t> tokens = format_.tokenize(tok_, messages(), true);
+        const auto n = static_cast<int64_t>(tokens.size());
+        if (n + reserve <= n_ctx_) return tokens;
+        // Turns that may go: everything before the last user message.
+        size_t last_user = turns_.size();
+        for (size_t i = turns_.size(); i-- > 0;)
+            if (turns_[i].value("role", "") == "user") {
+                last_user = i;
+                break;
+            }
+        if (overflow_ == ContextOverflow::error || last_user == 0 || last_user == turns_.size()) {
+            if (n < n_ctx_ && (overflow_ == ContextOverflow::drop_oldest || last_user == 0))
+                return tokens;  // nothing left to drop: go on with less room for the reply
+            throw UsageError(fmt::format("the conversation is {} tokens and the context {} (with {} kept for the "
+                                         "reply); /undo, /reset, a larger -c or --context-overflow drop-oldest",
+                                         n, n_ctx_, reserve));
+        }
+        // Drop the oldest exchange: the first message and everything up to the next user message.
+        size_t end = 1;
+        while (end < last_user && turns_[end].value("role", "") != "user") ++end;
+        dropped += static_cast<int>(end);
+        turns_.erase(turns_.begin(), turns_.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+}
+
+TurnResult Conversation::respond(const std::function<void(std::string_view)>& on_text,
+                                 const std::atomic<bool>* cancel) {
+    TurnResult result;
+    const nlohmann::json before = turns_;
+    std::vector<int32_t> prompt;
+    try {
+        prompt = fit_prompt(result.dropped_messages);
+    } catch (...) {
+        turns_ = before;
+        throw;
+    }
+    // The longest prefix already in the cache; the last prompt token always runs, for its logits.
+    size_t n_past = 0;
+    while (n_past < cached_.size() && n_past + 1 < prompt.size() && cached_[n_past] == prompt[n_past]) ++n_past;
+
+    GenerationParams gp = params_;
+    gp.sampling.seed = params_.sampling.seed + turn_index_++;
+    Generation gen(tok_, prompt, gp, n_ctx_);
+    GenerateOptions opts;
+    opts.n_past = static_cast<int32_t>(n_past);
+    opts.cancel = cancel;
+    cached_.resize(n_past);  // what stays valid if the backend fails midway
+    auto collect = [&](std::string_view piece) {
+        result.text += piece;
+        on_text(piece);
+    };
+    result.stats = generate(backend_, gen, slot_, collect, opts);
+    result.finish = gen.finish_reason();
+    // The slot now holds the prompt and every generated token but the last one sampled (which was not fed back,
+    // unless generation ended on an end-of-generation token, which is not in generated()).
+    cached_ = prompt;
+    const auto& generated = gen.generated();
+    if (result.finish == FinishReason::interrupted && generated.empty())
+        cached_.resize(n_past);  // cut during the prefill: only the reused prefix is known to be there
+    else if (!generated.empty())
+        cached_.insert(cached_.end(), generated.begin(), generated.end() - 1);
+    turns_.push_back({{"role", "assistant"}, {"content", result.text}});
+    return result;
+}
+
+TurnResult Conversation::send(std::string user_text, const std::function<void(std::string_view)>& on_text,
+                              const std::atomic<bool>* cancel) {
+    turns_.push_back({{"role", "user"}, {"content", std::move(user_text)}});
+    try {
+        return respond(on_text, cancel);
+    } catch (...) {
+        if (!turns_.empty() && turns_.back().value("role", "") == "user") turns_.erase(turns_.end() - 1);
+        throw;
+    }
+}
+
+TurnResult Conversation::regenerate(const std::function<void(std::string_view)>& on_text,
+                                    const std::atomic<bool>* cancel) {
+    if (!turns_.empty() && turns_.back().value("role", "") == "assistant") turns_.erase(turns_.end() - 1);
+    if (turns_.empty() || turns_.back().value("role", "") != "user")
+        throw UsageError("nothing to regenerate: send a message first");
+    return respond(on_text, cancel);
+}
+
+}  // namespace quill::chat

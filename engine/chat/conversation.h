@@ -1,0 +1,85 @@
+// A conversation kept on one KV slot across turns: the messages, the tokens whose K and V are in the slot, and
+// the rules for a new turn: render the whole conversation, reuse the longest token prefix already in the cache,
+// prefill only the rest, and when the conversation outgrows the context either fail or drop the oldest turns.
+#pragma once
+
+#include "engine/chat/chat_format.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/generator.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace quill::chat {
+
+enum class ContextOverflow { error, drop_oldest };
+// "error", "drop-oldest"; UsageError otherwise.
+ContextOverflow parse_context_overflow(std::string_view name);
+
+struct TurnResult {
+    std::string text;                          // the reply as printed
+    FinishReason finish = FinishReason::none;
+    GenerationStats stats;
+    int dropped_messages = 0;                  // removed by drop-oldest before this turn
+};
+
+class Conversation {
+public:
+    // backend, tokenizer and format must outlive the conversation. Uses KV slot `slot` of the backend.
+    Conversation(Backend& backend, const Tokenizer& tok, const ChatFormat& format, int64_t n_ctx,
+                 GenerationParams params, ContextOverflow overflow, int32_t slot = 0);
+
+    // The system message ("" for none; the template may then add its own default).
+    void set_system(std::string text);
+    const std::string& system() const { return system_; }
+
+    // Adds a user message and generates the reply, streamed through on_text. The reply joins the conversation,
+    // also when cut short by cancel (a partial reply stays). Throws UsageError when the conversation does not
+    // fit the context (overflow error, or a single message too long) and leaves the conversation as it was.
+    TurnResult send(std::string user_text, const std::function<void(std::string_view)>& on_text,
+                    const std::atomic<bool>* cancel = nullptr);
+    // Generates the last reply again (after removing it). UsageError when there is no user message to answer.
+    TurnResult regenerate(const std::function<void(std::string_view)>& on_text,
+                          const std::atomic<bool>* cancel = nullptr);
+    // Removes the last exchange (the last user message and the reply after it); false when there is none.
+    bool undo();
+    // Removes every message but the system message.
+    void reset();
+
+    // The messages the template sees: [system], user, assistant, ...
+    nlohmann::json messages() const;
+    // Non-system messages.
+    const nlohmann::json& turns() const { return turns_; }
+    // Replaces the conversation by a saved one (system message taken from its first message when present).
+    void load(const nlohmann::json& messages);
+
+    // Tokens whose K and V are in the slot (a prefix the next turn may reuse).
+    int64_t cached_tokens() const { return static_cast<int64_t>(cached_.size()); }
+    int64_t n_ctx() const { return n_ctx_; }
+    GenerationParams& params() { return params_; }
+
+private:
+    TurnResult respond(const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
+    // The prompt tokens for the conversation, dropping the oldest turns as the policy allows; counts drops.
+    std::vector<int32_t> fit_prompt(int& dropped);
+
+    Backend& backend_;
+    const Tokenizer& tok_;
+    const ChatFormat& format_;
+    int64_t n_ctx_;
+    GenerationParams params_;
+    ContextOverflow overflow_;
+    int32_t slot_;
+    std::string system_;
+    nlohmann::json turns_ = nlohmann::json::array();  // user/assistant messages
+    std::vector<int32_t> cached_;                       // [n] token at each filled cache position of the slot
+    uint64_t turn_index_ = 0;                           // varies the seed from turn to turn
+};
+
+}  // namespace quill::chat

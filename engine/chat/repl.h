@@ -1,0 +1,58 @@
+// `quill chat`: the read-eval-print loop over a Conversation. Input lines are messages or /commands; replies
+// stream to `out` as they are sampled; status and stats lines go to `status` (stderr). Multi-line messages: a line
+// ending in '\' continues on the next line; a line holding only """ opens a block that the next such line closes.
+//
+// On a terminal: prompts, history, one dim stats line after each reply; Ctrl-C stops the reply being generated
+// (the partial reply stays) or clears the input line, and never exits; Ctrl-D or /exit quits. Not a terminal: one
+// message per line (or """ block), each reply followed by a blank line, no prompts, colours or escape codes.
+#pragma once
+
+#include "engine/chat/conversation.h"
+#include "engine/chat/line_reader.h"
+#include "engine/io/output.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <string>
+
+namespace quill::chat {
+
+struct ReplOptions {
+    bool color = false;                        // dim stats lines (terminals only)
+    std::string model_name;                    // for /save
+    const std::atomic<bool>* cancel = nullptr;  // stops a reply (Ctrl-C); lowered by clear_cancel after each
+    std::function<void()> clear_cancel;
+    std::function<bool()> should_exit;          // e.g. after SIGTERM
+};
+
+class ChatRepl {
+public:
+    ChatRepl(Conversation& conv, LineReader& in, Output& out, Output& status, ReplOptions options);
+
+    // Runs until EOF, /exit or should_exit. Returns the process exit status (0).
+    int run();
+
+    enum class Action { go_on, exit };
+    // One complete input: a /command or a message. Public for tests.
+    Action handle(const std::string& input);
+
+private:
+    // A whole message or command (continuation lines and """ blocks joined); nullopt at EOF.
+    std::optional<std::string> read_input();
+    void reply(bool regenerate, const std::string& message);
+    void command(const std::string& name, const std::string& arg, Action& action);
+    void say(const std::string& text);  // a status line on stderr
+    void save(const std::string& path);
+    void load(const std::string& path);
+
+    Conversation& conv_;
+    LineReader& in_;
+    Output& out_;
+    Output& status_;
+    ReplOptions opt_;
+    TurnResult last_;
+    bool has_last_ = false;
+};
+
+}  // namespace quill::chat

@@ -1,0 +1,276 @@
+// `quill chat`, `quill template` and `quill run` with chat templates, end to end on the default model: through a
+// pipe, and through a pseudo-terminal as a person types (two turns, Ctrl-C in the middle of a reply, /undo,
+// /regen, Ctrl-D).
+#include "tests/test_util.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <poll.h>
+#include <pty.h>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace quill;
+using test::run_quill;
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& line) {
+    std::vector<int32_t> ids;
+    std::istringstream ss(line);
+    for (int32_t id; ss >> id;) ids.push_back(id);
+    return ids;
+}
+
+// The reference's prompt tokens and text for the chat-sky case.
+struct SkyRef {
+    std::vector<int32_t> prompt_tokens;
+};
+
+std::optional<SkyRef> sky_reference() {
+    auto path = test::require_testdata("models/ref/SmolLM2-135M-Instruct.Q4_1.chat-sky.greedy.txt");
+    if (!path) return std::nullopt;
+    std::istringstream in(test::read_file(*path));
+    SkyRef r;
+    for (std::string line; std::getline(in, line);) {
+        const std::string key = "prompt_tokens (add_special=true) ";
+        if (line.starts_with(key)) r.prompt_tokens = parse_ids(line.substr(key.size()));
+    }
+    return r;
+}
+
+std::optional<std::string> default_model_or_skip() {
+    auto m = test::default_model();
+    if (!m) test::skip("the default model is absent (run models/fetch_default.sh)");
+    if (!m) return std::nullopt;
+    return m->string();
+}
+
+}  // namespace
+
+TEST_CASE("quill template renders the model's template and tokenizes it as the reference does", "[chat][model]") {
+    auto ref = sky_reference();
+    if (!ref) return;
+    auto model = default_model_or_skip();
+    if (!model) return;
+    const std::string messages = R"([{"role": "user", "content": "Why is the sky blue?"}])";
+    auto r = run_quill({"template", "-m", *model, "--messages", "-", "--tokens"}, messages);
+    REQUIRE(r.status == 0);
+    const size_t last_line = r.out.rfind('\n', r.out.size() - 2);
+    REQUIRE(last_line != std::string::npos);
+    CHECK(parse_ids(r.out.substr(last_line + 1)) == ref->prompt_tokens);
+    CHECK(r.out.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"));
+    CHECK(r.out.substr(0, last_line).ends_with("<|im_start|>user\nWhy is the sky blue?<|im_end|>\n"
+                                              "<|im_start|>assistant\n"));
+
+    // The user's own text is never parsed as special tokens: <|im_end|> typed by the user stays text.
+    auto typed = run_quill({"template", "-m", *model, "--messages", "-", "--tokens"},
+                           R"([{"role": "user", "content": "a<|im_end|>b"}])");
+    REQUIRE(typed.status == 0);
+    auto ids = parse_ids(typed.out.substr(typed.out.rfind('\n', typed.out.size() - 2) + 1));
+    CHECK(std::count(ids.begin(), ids.end(), 2) == 2);  // the template's two <|im_end|>, not the user's
+
+    // Without a generation prompt, with other bos/eos texts, and errors.
+    auto plain = run_quill({"template", "--chat-template", "chatml", "--no-generation-prompt"});
+    CHECK(plain.status == 0);
+    CHECK(plain.out == "<|im_start|>user\nHello<|im_end|>\n");
+    auto bad = run_quill({"template", "-m", *model, "--messages", "-"}, "[{\"role\": 1}]");
+    CHECK(bad.status == 1);
+    CHECK(bad.err.find("message 1 has no string \"role\"") != std::string::npos);
+    auto missing = run_quill({"template", "--chat-template", "/nonexistent/t.jinja"});
+    CHECK(missing.status != 0);
+    CHECK(missing.err.find("not a built-in format") != std::string::npos);
+}
+
+TEST_CASE("quill run applies the chat template: the README's first command answers", "[chat][model]") {
+    auto ref = sky_reference();
+    if (!ref) return;
+    auto model = default_model_or_skip();
+    if (!model) return;
+    auto r = run_quill({"run", "-m", *model, "-p", "Why is the sky blue?", "--temp", "0", "-n", "24", "--json"});
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j["prompt_tokens"] == ref->prompt_tokens.size());
+    CHECK(j["completion_tokens"].get<int>() > 0);
+    CHECK(!j["text"].get<std::string>().empty());
+    auto raw = run_quill({"run", "-m", *model, "-p", "Why is the sky blue?", "--temp", "0", "-n", "4", "--raw",
+                          "--json"});
+    REQUIRE(raw.status == 0);
+    CHECK(nlohmann::json::parse(raw.out)["prompt_tokens"] == 6);
+    auto sys = run_quill({"run", "-m", *model, "-p", "Hi", "--system", "Answer in French.", "-n", "1", "--json"});
+    CHECK(sys.status == 0);
+    auto conflict = run_quill({"run", "-m", *model, "-p", "Hi", "--system", "x", "--raw"});
+    CHECK(conflict.status == 2);
+}
+
+TEST_CASE("quill run without a template asks for --chat-template or --raw", "[chat]") {
+    auto stories = test::require_testdata("models/stories260K.gguf");
+    if (!stories) return;
+    auto r = run_quill({"run", "-m", stories->string(), "-p", "Once upon a time", "-n", "4"});
+    CHECK(r.status == 1);
+    CHECK(r.err.find("no chat template") != std::string::npos);
+    CHECK(r.err.find("--raw") != std::string::npos);
+    auto ok = run_quill({"run", "-m", stories->string(), "-p", "Once", "-n", "4", "--chat-template", "chatml"});
+    CHECK(ok.status == 0);
+}
+
+TEST_CASE("quill chat through a pipe: one turn per line, replies followed by a blank line", "[chat][model]") {
+    auto model = default_model_or_skip();
+    if (!model) return;
+    auto r = run_quill({"chat", "-m", *model, "--temp", "0", "-n", "24"}, "What is 2+2?\nAnd times 3?\n");
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find('\033') == std::string::npos);
+    CHECK(r.out.find("> ") == std::string::npos);
+    const size_t sep = r.out.find("\n\n");
+    REQUIRE(sep != std::string::npos);
+    CHECK(r.out.ends_with("\n\n"));
+    // The first reply is what `quill run` answers to the same message.
+    auto single = run_quill({"run", "-m", *model, "-p", "What is 2+2?", "--temp", "0", "-n", "24"});
+    REQUIRE(single.status == 0);
+    CHECK(r.out.substr(0, sep) == single.out);
+    CHECK(r.out.size() > sep + 4);  // a second reply
+}
+
+namespace {
+
+// A child process on a pseudo-terminal.
+class PtyProcess {
+public:
+    explicit PtyProcess(const std::vector<std::string>& args, const std::string& state_dir) {
+        winsize size{};
+        size.ws_row = 40;
+        size.ws_col = 120;
+        pid_ = forkpty(&fd_, nullptr, nullptr, &size);
+        REQUIRE(pid_ >= 0);
+        if (pid_ == 0) {
+            setenv("NO_COLOR", "1", 1);
+            setenv("XDG_STATE_HOME", state_dir.c_str(), 1);
+            std::vector<char*> argv;
+            argv.push_back(const_cast<char*>(QUILL_BIN));
+            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+            argv.push_back(nullptr);
+            execv(QUILL_BIN, argv.data());
+            _exit(127);
+        }
+    }
+    ~PtyProcess() {
+        if (pid_ > 0 && !reaped_) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+        if (fd_ >= 0) close(fd_);
+    }
+
+    void send(const std::string& s) { REQUIRE(write(fd_, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
+
+    // Reads until `needle` appears after `from` in the whole output, or the time runs out (then false).
+    bool wait_for(const std::string& needle, size_t from = 0, int seconds = 60) {
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+        while (all_.find(needle, from) == std::string::npos) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+            if (left.count() <= 0) return false;
+            pollfd p{fd_, POLLIN, 0};
+            if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+            char buf[4096];
+            const ssize_t n = read(fd_, buf, sizeof buf);
+            if (n <= 0) return all_.find(needle, from) != std::string::npos;
+            for (ssize_t i = 0; i < n; ++i)
+                if (buf[i] != '\r') all_.push_back(buf[i]);
+        }
+        return true;
+    }
+    int wait_exit(int seconds = 30) {
+        for (int i = 0; i < seconds * 10; ++i) {
+            pollfd p{fd_, POLLIN, 0};
+            while (poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
+                char buf[4096];
+                if (read(fd_, buf, sizeof buf) <= 0) break;
+            }
+            int st = 0;
+            if (waitpid(pid_, &st, WNOHANG) == pid_) {
+                reaped_ = true;
+                return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            }
+            usleep(100000);
+        }
+        return -1;
+    }
+    const std::string& output() const { return all_; }
+    size_t size() const { return all_.size(); }
+
+private:
+    int fd_ = -1;
+    pid_t pid_ = -1;
+    bool reaped_ = false;
+    std::string all_;
+};
+
+// The reply printed after the echo of `input`, up to the stats line.
+std::string reply_after(const std::string& out, const std::string& input, size_t from) {
+    const size_t at = out.find(input + "\n", from);
+    if (at == std::string::npos) return {};
+    const size_t begin = at + input.size() + 1;
+    const size_t stats = out.find(" tok/s; context ", begin);
+    if (stats == std::string::npos) return {};
+    const size_t line = out.rfind('\n', stats);
+    return out.substr(begin, line == std::string::npos || line < begin ? 0 : line - begin);
+}
+
+}  // namespace
+
+TEST_CASE("quill chat on a terminal: two turns, Ctrl-C in a reply, undo, regen, Ctrl-D", "[chat][model]") {
+    auto model = default_model_or_skip();
+    if (!model) return;
+    const auto state = test::temp_dir("chat-pty");
+    PtyProcess p({"chat", "-m", *model, "--temp", "0", "-n", "200", "-t", "1"}, state.string());
+    REQUIRE(p.wait_for("> "));
+
+    size_t mark = p.size();
+    p.send("What is the capital of France?\r");
+    REQUIRE(p.wait_for("reused 0, prefilled", mark));
+    REQUIRE(p.wait_for("> ", p.output().find("prefilled", mark)));
+    const std::string first = reply_after(p.output(), "What is the capital of France?", mark);
+    INFO(p.output());
+    CHECK(first.find("Paris") != std::string::npos);
+
+    // A long reply, interrupted by Ctrl-C once it has started: the chat goes on.
+    mark = p.size();
+    p.send("Write a very long story about a dragon who learns to fly.\r");
+    REQUIRE(p.wait_for("dragon who learns to fly.\n", mark));
+    const size_t reply_start = p.size();
+    REQUIRE(p.wait_for(" ", reply_start + 1));  // some of the reply has been printed
+    p.send("\x03");
+    REQUIRE(p.wait_for("reply interrupted", mark));
+    REQUIRE(p.wait_for("> ", p.output().find("reply interrupted", mark)));
+    const std::string cut = reply_after(p.output(), "dragon who learns to fly.", mark);
+
+    // The second turn reused the first from the cache.
+    CHECK(p.output().find("prefilled", p.output().find("reused 0, prefilled", 0) + 1) != std::string::npos);
+
+    mark = p.size();
+    p.send("/undo\r");
+    REQUIRE(p.wait_for("removed the last exchange", mark));
+    mark = p.size();
+    p.send("/regen\r");
+    REQUIRE(p.wait_for(" tok/s; context ", mark));
+    const std::string again = reply_after(p.output(), "/regen", mark);
+    CHECK(again == first);
+    CHECK(!cut.empty());
+
+    // Ctrl-C at the prompt does not exit; Ctrl-D does.
+    REQUIRE(p.wait_for("> ", p.output().find(" tok/s; context ", mark)));
+    p.send("\x03");
+    mark = p.size();
+    p.send("/stats\r");
+    REQUIRE(p.wait_for("messages; context", mark));
+    p.send("\x04");
+    CHECK(p.wait_exit() == 0);
+    // The history was written where XDG_STATE_HOME says (libedit escapes spaces as \\040).
+    CHECK(test::read_file(state / "quill" / "history").find("France?") != std::string::npos);
+}
