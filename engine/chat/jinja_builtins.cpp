@@ -19,9 +19,8 @@ constexpr int64_t kMaxRange = 100000;
     value_error(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
 }
 
-int64_t checked(bool overflow, int64_t result) {
+void check_overflow(bool overflow) {
     if (overflow) value_error("integer overflow");
-    return result;
 }
 
 std::string string_arg(const CallArgs& a, size_t i, std::string_view name, std::string_view method) {
@@ -82,8 +81,8 @@ Value string_method(const std::string& s, std::string_view m, const CallArgs& a,
         int64_t count = a.get_or(2, "count", Value(-1)).as_int();
         return Value(py_replace(s, string_arg(a, 0, "old", m), string_arg(a, 1, "new", m), count, env.max_size));
     }
-    if (m == "upper") return Value(ascii_upper(s));
-    if (m == "lower") return Value(ascii_lower(s));
+    if (m == "upper") return Value(text_upper(s));
+    if (m == "lower") return Value(text_lower(s));
     if (m == "title") return Value(py_title(s));
     if (m == "capitalize") return Value(py_capitalize(s));
     if (m == "find") return Value(py_find(s, string_arg(a, 0, "sub", m)));
@@ -117,7 +116,7 @@ Value dict_method(const Dict& d, std::string_view m, const CallArgs& a, const Bu
         return v ? *v : a.get_or(1, "default", Value::none());
     }
     for (const auto& [k, v] : d.items) {
-        if (m == "items") out.push_back(Value::list({k, v}));
+        if (m == "items") out.push_back(Value::tuple({k, v}));
         else out.push_back(m == "keys" ? k : v);
     }
     env.check_size(out.size());
@@ -163,9 +162,9 @@ std::optional<size_t> resolve_index(const Value& key, size_t n) {
 Value int_pow(int64_t base, int64_t exp) {
     int64_t result = 1;
     while (exp > 0) {
-        if (exp & 1) result = checked(__builtin_mul_overflow(result, base, &result), result);
+        if (exp & 1) check_overflow(__builtin_mul_overflow(result, base, &result));
         exp >>= 1;
-        if (exp) base = checked(__builtin_mul_overflow(base, base, &base), base);
+        if (exp) check_overflow(__builtin_mul_overflow(base, base, &base));
     }
     return Value(result);
 }
@@ -195,9 +194,12 @@ Value arithmetic(std::string_view op, const Value& a, const Value& b) {
     }
     if (ints) {
         int64_t x = a.as_int(), y = b.as_int(), r = 0;
-        if (op == "+") return Value(checked(__builtin_add_overflow(x, y, &r), r));
-        if (op == "-") return Value(checked(__builtin_sub_overflow(x, y, &r), r));
-        if (op == "*") return Value(checked(__builtin_mul_overflow(x, y, &r), r));
+        if (op == "+" || op == "-" || op == "*") {
+            check_overflow(op == "+"   ? __builtin_add_overflow(x, y, &r)
+                           : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                       : __builtin_mul_overflow(x, y, &r));
+            return Value(r);
+        }
         if (op == "**") return y >= 0 ? int_pow(x, y) : Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
         if (y == 0) value_error("integer division or modulo by zero");
         if (x == std::numeric_limits<int64_t>::min() && y == -1) value_error("integer overflow");

@@ -252,14 +252,16 @@ private:
         }
         for (const auto& p : params)
             if (!frame->vars.count(p.name)) frame->vars[p.name] = p.default_value ? eval(*p.default_value, frame) : Value();
-        frame->vars["varargs"] = Value::list(std::move(varargs));
+        frame->vars["varargs"] = Value::tuple(std::move(varargs));
         frame->vars["kwargs"] = Value(kwargs);
         std::string out;
         exec_body(body, frame, out);
         return Value(std::move(out));
     }
 
-    Value invoke(const Value& callee, CallArgs& args, const Expr& callee_expr, size_t offset) {
+    // Errors point at the callee: `f` in `f(x)`.
+    Value invoke(const Value& callee, CallArgs& args, const Expr& callee_expr) {
+        size_t offset = callee_expr.offset;
         if (!callee.is_callable()) {
             if (callee.is_undefined()) fail(offset, fmt::format("unknown function or macro '{}'", describe(callee_expr)));
             fail(offset, fmt::format("'{}' is not callable ({})", describe(callee_expr), callee.type_name()));
@@ -293,7 +295,7 @@ private:
         Value callee = eval(*call.args[0], scope);
         CallArgs args = eval_args(call, 1, scope);
         args.keyword.emplace_back("caller", make_macro("caller", s, scope));
-        return invoke(callee, args, *call.args[0], call.offset);
+        return invoke(callee, args, *call.args[0]);
     }
 
     // ---- expressions ----
@@ -324,7 +326,7 @@ private:
             case Expr::Kind::Call: {
                 Value callee = eval(*e.args[0], scope);
                 CallArgs args = eval_args(e, 1, scope);
-                return invoke(callee, args, *e.args[0], e.offset);
+                return invoke(callee, args, *e.args[0]);
             }
             case Expr::Kind::Filter: {
                 Value subject = eval(*e.args[0], scope);
@@ -346,7 +348,7 @@ private:
             case Expr::Kind::TupleLit: {
                 std::vector<Value> items;
                 for (const auto& a : e.args) items.push_back(eval(*a, scope));
-                return Value::list(std::move(items));
+                return e.kind == Expr::Kind::TupleLit ? Value::tuple(std::move(items)) : Value::list(std::move(items));
             }
             case Expr::Kind::DictLit: {
                 auto d = std::make_shared<Dict>();

@@ -46,7 +46,7 @@ std::string attribute_arg(const CallArgs& args, size_t i) {
 
 // The comparison key for sort, unique, dictsort, min and max: case-folded strings unless case_sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
-    if (!case_sensitive && v.is_string()) return Value(ascii_lower(v.as_string()));
+    if (!case_sensitive && v.is_string()) return Value(text_lower(v.as_string()));
     return v;
 }
 
@@ -55,8 +55,8 @@ Value f_trim(const Value& v, const CallArgs& a, const BuiltinEnv&) {
     auto chars = a.get(0, "chars");
     return Value(py_strip(v.str(), chars && chars->is_string() ? &chars->as_string() : nullptr, true, true));
 }
-Value f_upper(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(ascii_upper(v.str())); }
-Value f_lower(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(ascii_lower(v.str())); }
+Value f_upper(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(text_upper(v.str())); }
+Value f_lower(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(text_lower(v.str())); }
 Value f_capitalize(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(py_capitalize(v.str())); }
 Value f_title(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(jinja_title(v.str())); }
 Value f_safe(const Value& v, const CallArgs&, const BuiltinEnv&) { return v; }
@@ -158,7 +158,7 @@ Value f_items(const Value& v, const CallArgs&, const BuiltinEnv& env) {
     if (v.is_undefined()) return Value::list({});
     if (!v.is_dict()) value_error(fmt::format("items: expected a dict, got '{}'", v.type_name()));
     std::vector<Value> out;
-    for (const auto& [k, item] : v.as_dict()->items) out.push_back(Value::list({k, item}));
+    for (const auto& [k, item] : v.as_dict()->items) out.push_back(Value::tuple({k, item}));
     return list_of(std::move(out), env);
 }
 
@@ -264,7 +264,7 @@ Value f_dictsort(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
     std::string by = a.get_or(1, "by", Value("key")).str();
     bool reverse = a.get_or(2, "reverse", Value(false)).truthy();
     std::vector<Value> pairs;
-    for (const auto& [k, item] : v.as_dict()->items) pairs.push_back(Value::list({k, item}));
+    for (const auto& [k, item] : v.as_dict()->items) pairs.push_back(Value::tuple({k, item}));
     return list_of(sorted(std::move(pairs), reverse, case_sensitive, by == "value" ? "1" : "0", env), env);
 }
 
@@ -389,8 +389,8 @@ bool t_divisibleby(const Value& v, const CallArgs& a) {
     if (d == -1) return true;
     return need_int(v, "divisibleby") % d == 0;
 }
-bool t_lower(const Value& v, const CallArgs&) { return v.is_string() && ascii_lower(v.as_string()) == v.as_string(); }
-bool t_upper(const Value& v, const CallArgs&) { return v.is_string() && ascii_upper(v.as_string()) == v.as_string(); }
+bool t_lower(const Value& v, const CallArgs&) { return v.is_string() && text_lower(v.as_string()) == v.as_string(); }
+bool t_upper(const Value& v, const CallArgs&) { return v.is_string() && text_upper(v.as_string()) == v.as_string(); }
 
 struct TestEntry {
     std::string_view name;

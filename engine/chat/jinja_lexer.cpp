@@ -63,7 +63,9 @@ public:
             }
             push_text(std::move(text), pos_);
             size_t body = tag + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
-            if (type == '#') {
+            if (size_t raw = type == '%' ? match_keyword_tag(body, "raw").first : 0; raw) {
+                pos_ = lex_raw(tag, raw);
+            } else if (type == '#') {
                 pos_ = lex_comment(tag, body);
             } else {
                 pos_ = lex_tag(tag, body, type == '{');
@@ -104,6 +106,39 @@ private:
             ++end;
         }
         return end;
+    }
+
+    // `{%[-+] keyword [-+]%}` from `body` (just after "{%" and its sign): where the tag ends (0 when it is not
+    // that tag) and the sign before "%}".
+    std::pair<size_t, char> match_keyword_tag(size_t body, std::string_view keyword) const {
+        size_t i = body;
+        while (i < s_.size() && is_space(s_[i])) ++i;
+        if (s_.compare(i, keyword.size(), keyword) != 0) return {0, '\0'};
+        i += keyword.size();
+        if (i < s_.size() && is_name_char(s_[i])) return {0, '\0'};
+        while (i < s_.size() && is_space(s_[i])) ++i;
+        char sign = i < s_.size() && (s_[i] == '-' || s_[i] == '+') ? s_[i] : '\0';
+        if (sign) ++i;
+        if (s_.compare(i, 2, "%}") != 0) return {0, '\0'};
+        return {i + 2, sign};
+    }
+
+    // {% raw %}...{% endraw %}: the text between is kept as is (whitespace control applies at its edges).
+    size_t lex_raw(size_t tag, size_t raw_open_end) {
+        size_t start = raw_open_end;
+        if (s_[raw_open_end - 3] == '-')
+            while (start < s_.size() && is_space(s_[start])) ++start;
+        for (size_t at = s_.find("{%", start); at != std::string::npos; at = s_.find("{%", at + 2)) {
+            char open_sign = at + 2 < s_.size() && (s_[at + 2] == '-' || s_[at + 2] == '+') ? s_[at + 2] : '\0';
+            auto [end, close_sign] = match_keyword_tag(at + 2 + (open_sign ? 1 : 0), "endraw");
+            if (!end) continue;
+            std::string text = s_.substr(start, at - start);
+            if (open_sign == '-') text.erase(text.find_last_not_of(" \t\n\r\f\v") + 1);
+            else if (open_sign != '+') strip_line_start(text, false);
+            push_text(std::move(text), start);
+            return after_close(end, close_sign, true);
+        }
+        src_.fail(tag, "missing '{% endraw %}' for '{% raw %}'");
     }
 
     size_t lex_comment(size_t tag, size_t body) const {

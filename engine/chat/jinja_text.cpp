@@ -13,28 +13,62 @@ bool is_py_space(uint32_t c) {
            c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
            c == 0x205f || c == 0x3000;
 }
-bool is_alpha(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+// Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (no length-changing cases such
+// as German sharp s).
+uint32_t cp_upper(uint32_t c) {
+    if (c >= 'a' && c <= 'z') return c - 32;
+    if (c < 0x80) return c;
+    if ((c >= 0xe0 && c <= 0xfe && c != 0xf7) || (c >= 0x3b1 && c <= 0x3cb && c != 0x3c2) || (c >= 0x430 && c <= 0x44f))
+        return c - 32;
+    if (c == 0xff) return 0x178;
+    if (c == 0x3c2) return 0x3a3;
+    if (c >= 0x450 && c <= 0x45f) return c - 80;
+    bool pair_odd = (c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177) || (c >= 0x460 && c <= 0x481);
+    if (pair_odd && (c & 1)) return c - 1;
+    bool pair_even = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (pair_even && !(c & 1)) return c - 1;
+    return c;
 }
-char to_upper(char c) {
-    return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
+
+uint32_t cp_lower(uint32_t c) {
+    if (c >= 'A' && c <= 'Z') return c + 32;
+    if (c < 0x80) return c;
+    if ((c >= 0xc0 && c <= 0xde && c != 0xd7) || (c >= 0x391 && c <= 0x3ab && c != 0x3a2) || (c >= 0x410 && c <= 0x42f))
+        return c + 32;
+    if (c == 0x178) return 0xff;
+    if (c >= 0x400 && c <= 0x40f) return c + 80;
+    bool pair_odd = (c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177) || (c >= 0x460 && c <= 0x481);
+    if (pair_odd && !(c & 1)) return c + 1;
+    bool pair_even = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (pair_even && (c & 1)) return c + 1;
+    return c;
 }
-char to_lower(char c) {
-    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+
+bool is_cased(uint32_t c) {
+    return cp_upper(c) != c || cp_lower(c) != c;
+}
+
+// Maps each code point: f(cp, index, previous cp).
+template <class F>
+std::string map_cps(std::string_view s, F f) {
+    auto cps = utf8_decode(s);
+    uint32_t prev = 0;
+    for (size_t i = 0; i < cps.size(); ++i) {
+        uint32_t c = cps[i];
+        cps[i] = f(c, i, prev);
+        prev = c;
+    }
+    return utf8_encode(cps, 0, cps.size());
 }
 
 }  // namespace
 
-std::string ascii_lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = to_lower(c);
-    return out;
+std::string text_lower(std::string_view s) {
+    return map_cps(s, [](uint32_t c, size_t, uint32_t) { return cp_lower(c); });
 }
 
-std::string ascii_upper(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = to_upper(c);
-    return out;
+std::string text_upper(std::string_view s) {
+    return map_cps(s, [](uint32_t c, size_t, uint32_t) { return cp_upper(c); });
 }
 
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right) {
@@ -53,35 +87,21 @@ std::string py_strip(std::string_view s, const std::string* chars, bool left, bo
 }
 
 std::string py_capitalize(std::string_view s) {
-    std::string out = ascii_lower(s);
-    if (!out.empty()) out[0] = to_upper(out[0]);
-    return out;
+    return map_cps(s, [](uint32_t c, size_t i, uint32_t) { return i == 0 ? cp_upper(c) : cp_lower(c); });
 }
 
 std::string py_title(std::string_view s) {
-    std::string out(s);
-    bool prev_letter = false;
-    for (char& c : out) {
-        bool letter = is_alpha(c);
-        c = letter ? (prev_letter ? to_lower(c) : to_upper(c)) : c;
-        prev_letter = letter;
-    }
-    return out;
+    return map_cps(s, [](uint32_t c, size_t i, uint32_t prev) {
+        return i > 0 && is_cased(prev) ? cp_lower(c) : cp_upper(c);
+    });
 }
 
 std::string jinja_title(std::string_view s) {
-    std::string out(s);
-    bool word_start = true;
-    for (char& c : out) {
-        bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_py_space(static_cast<unsigned char>(c));
-        if (sep) {
-            word_start = true;
-            continue;
-        }
-        c = word_start ? to_upper(c) : to_lower(c);
-        word_start = false;
-    }
-    return out;
+    return map_cps(s, [](uint32_t c, size_t i, uint32_t prev) {
+        bool word_start = i == 0 || prev == '-' || prev == '(' || prev == '{' || prev == '[' || prev == '<' ||
+                          is_py_space(prev);
+        return word_start ? cp_upper(c) : cp_lower(c);
+    });
 }
 
 std::string py_replace(const std::string& s, const std::string& old_s, const std::string& new_s, int64_t count,

@@ -1,5 +1,6 @@
 // Python's string operations as templates use them (str.strip, split, replace, title, capitalize, find, count,
-// format). Case mapping is ASCII only; lengths and positions count code points.
+// format). Case mapping covers ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; lengths and positions count
+// code points.
 #pragma once
 
 #include "engine/chat/jinja_value.h"
@@ -11,8 +12,8 @@
 
 namespace quill::chat::jinja {
 
-std::string ascii_lower(std::string_view s);
-std::string ascii_upper(std::string_view s);
+std::string text_lower(std::string_view s);
+std::string text_upper(std::string_view s);
 // str.strip / lstrip / rstrip: whitespace, or the code points in *chars.
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right);
 // str.capitalize: first character upper, the rest lower.

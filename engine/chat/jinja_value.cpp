@@ -173,13 +173,15 @@ void str_at(const Value& v, std::string& out, bool as_repr, int depth) {
         case Value::Kind::Float: out += format_float(v.as_double()); return;
         case Value::Kind::String: out += as_repr ? repr_string(v.as_string()) : v.as_string(); return;
         case Value::Kind::List: {
-            out += '[';
+            bool tuple = v.as_list()->is_tuple;
+            out += tuple ? '(' : '[';
             const auto& items = v.as_list()->items;
             for (size_t i = 0; i < items.size(); ++i) {
                 if (i) out += ", ";
                 str_at(items[i], out, true, depth + 1);
             }
-            out += ']';
+            if (tuple && items.size() == 1) out += ',';
+            out += tuple ? ')' : ']';
             return;
         }
         case Value::Kind::Dict: {
@@ -282,6 +284,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 
 Value Value::list(std::vector<Value> items) {
     return Value(std::make_shared<List>(std::move(items)));
+}
+
+Value Value::tuple(std::vector<Value> items) {
+    auto l = std::make_shared<List>(std::move(items));
+    l->is_tuple = true;
+    return Value(l);
 }
 
 int64_t Value::as_int() const {

@@ -53,6 +53,7 @@ public:
     static Value from_json(const nlohmann::json& j);
     static Value from_json(const nlohmann::ordered_json& j);
     static Value list(std::vector<Value> items);
+    static Value tuple(std::vector<Value> items);  // a list that prints as (a, b)
 
     Kind kind() const { return static_cast<Kind>(v_.index()); }
     bool is_undefined() const { return kind() == Kind::Undefined; }
@@ -94,6 +95,7 @@ constexpr int kMaxNesting = 512;
 
 struct List {
     std::vector<Value> items;
+    bool is_tuple = false;  // only changes how it prints
     List() = default;
     explicit List(std::vector<Value> v) : items(std::move(v)) {}
     List(const List&) = delete;

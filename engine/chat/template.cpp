@@ -122,8 +122,10 @@ constexpr std::string_view kPhi3 = R"JINJA(
 {%- for message in messages %}
     {%- if message.role == 'system' and message.content %}
 {{- '<|system|>\n' ~ message.content ~ '<|end|>\n' }}
-    {%- elif message.role == 'user' or message.role == 'assistant' %}
-{{- '<|' ~ message.role ~ '|>\n' ~ message.content ~ '<|end|>\n' }}
+    {%- elif message.role == 'user' %}
+{{- '<|user|>\n' ~ message.content ~ '<|end|>\n' }}
+    {%- elif message.role == 'assistant' %}
+{{- '<|assistant|>\n' ~ message.content ~ '<|end|>\n' }}
     {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
@@ -135,7 +137,13 @@ constexpr std::string_view kPhi3 = R"JINJA(
 
 constexpr std::string_view kZephyr = R"JINJA(
 {%- for message in messages %}
+    {%- if message.role == 'user' %}
+{{- '<|user|>\n' ~ message.content ~ eos_token ~ '\n' }}
+    {%- elif message.role == 'assistant' %}
+{{- '<|assistant|>\n' ~ message.content ~ eos_token ~ '\n' }}
+    {%- else %}
 {{- '<|' ~ message.role ~ '|>\n' ~ message.content ~ eos_token ~ '\n' }}
+    {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
 {{- '<|assistant|>\n' }}
