@@ -1,0 +1,51 @@
+// What templates can call: filters (x | name), tests (x is name), methods on str and dict, attribute and item
+// access, slicing, and the global functions (range, dict, namespace, raise_exception, strftime_now).
+// Failures throw ValueError; the evaluator adds the template position.
+#pragma once
+
+#include "engine/chat/jinja_value.h"
+
+#include <ctime>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace quill::chat::jinja {
+
+// raise_exception(msg) in a template: the renderer reports msg as is.
+struct RaisedError {
+    std::string message;
+};
+
+// What builtins need from the render: a size limit on every string or list they build, and the clock.
+struct BuiltinEnv {
+    size_t max_size = 1 << 20;     // bytes of a string, items of a list
+    std::optional<std::tm> now;    // strftime_now's time; nullopt: the local clock
+    void check_size(size_t n) const;
+};
+
+bool has_filter(std::string_view name);
+bool has_test(std::string_view name);
+Value apply_filter(std::string_view name, const Value& v, const CallArgs& args, const BuiltinEnv& env);
+bool apply_test(std::string_view name, const Value& v, const CallArgs& args);
+
+// The items a for loop visits: a list's items, a dict's keys, a string's characters; undefined gives none.
+std::vector<Value> iterate(const Value& v);
+
+// obj.name: a str or dict method bound to obj, else the dict key; undefined when there is neither.
+Value get_attr(const Value& obj, std::string_view name, const BuiltinEnv& env);
+// obj[key]: list or string index (negative from the end), dict key, else a method name; undefined when missing.
+Value get_item(const Value& obj, const Value& key, const BuiltinEnv& env);
+// obj[start:stop:step] on a list or a string (code points), with Python's rules for negative and absent bounds.
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+
+// Sets range, dict, namespace, raise_exception and strftime_now in `globals`.
+void add_globals(Dict& globals, const BuiltinEnv& env);
+
+// Binary operators with Python semantics: + - * / // % ** (~ is done by the evaluator).
+Value binary_op(std::string_view op, const Value& a, const Value& b, const BuiltinEnv& env);
+// `a in b`: substring, list item, dict key.
+bool contains(const Value& container, const Value& item);
+
+}  // namespace quill::chat::jinja

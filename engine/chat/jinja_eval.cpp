@@ -1,0 +1,426 @@
+#include "engine/chat/jinja_eval.h"
+
+#include "engine/chat/jinja_builtins.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace quill::chat::jinja {
+
+namespace {
+
+struct Scope {
+    std::unordered_map<std::string, Value> vars;
+    std::shared_ptr<Scope> parent;
+
+    const Value* find(const std::string& name) const {
+        for (const Scope* s = this; s; s = s->parent.get()) {
+            auto it = s->vars.find(name);
+            if (it != s->vars.end()) return &it->second;
+        }
+        return nullptr;
+    }
+};
+using ScopePtr = std::shared_ptr<Scope>;
+
+enum class Flow { Normal, Break, Continue };
+
+// How an expression reads in messages: `messages`, `message.content`, `foo()`.
+std::string describe(const Expr& e) {
+    switch (e.kind) {
+        case Expr::Kind::Name: return e.name;
+        case Expr::Kind::Attr: return describe(*e.args[0]) + "." + e.name;
+        case Expr::Kind::Item: return describe(*e.args[0]) + "[...]";
+        case Expr::Kind::Call: return describe(*e.args[0]) + "()";
+        default: return "expression";
+    }
+}
+
+// Whether `target` can be reached from `v` (assigning v into target would make a cycle), or v nests too deep.
+bool reaches(const Value& v, const Dict* target, std::unordered_set<const void*>& seen, int depth) {
+    if (depth > kMaxNesting) value_error(fmt::format("values nested more than {} levels deep", kMaxNesting));
+    if (v.is_list()) {
+        if (!seen.insert(v.as_list().get()).second) return false;
+        for (const Value& item : v.as_list()->items)
+            if (reaches(item, target, seen, depth + 1)) return true;
+    } else if (v.is_dict()) {
+        if (v.as_dict().get() == target) return true;
+        if (!seen.insert(v.as_dict().get()).second) return false;
+        for (const auto& kv : v.as_dict()->items)
+            if (reaches(kv.second, target, seen, depth + 1)) return true;
+    } else if (v.is_callable()) {
+        return reaches(v.as_callable()->bound_self, target, seen, depth + 1);
+    }
+    return false;
+}
+
+class Evaluator {
+public:
+    Evaluator(const Source& source, const RenderOptions& options) : src_(source), opts_(options) {
+        env_.max_size = options.max_output_bytes;
+        env_.now = options.now;
+    }
+
+    std::string run(const Body& body, const Value& vars) {
+        auto globals = std::make_shared<Scope>();
+        Dict builtins;
+        add_globals(builtins, env_);
+        for (const auto& [k, v] : builtins.items) globals->vars[k.as_string()] = v;
+        auto root = std::make_shared<Scope>();
+        root->parent = globals;
+        if (vars.is_dict())
+            for (const auto& [k, v] : vars.as_dict()->items) root->vars[k.str()] = v;
+        root_ = root;
+        std::string out;
+        try {
+            exec_body(body, root, out);
+        } catch (const RaisedError& e) {
+            throw TemplateError(e.message);
+        }
+        return out;
+    }
+
+private:
+    [[noreturn]] void fail(size_t offset, const std::string& what) const { src_.fail(offset, what); }
+
+    void tick(size_t offset) {
+        if (++steps_ > opts_.max_steps)
+            fail(offset, fmt::format("template ran more than {} steps (statements, loop iterations and calls)",
+                                     opts_.max_steps));
+    }
+
+    void emit(std::string& out, std::string_view s, size_t offset) const {
+        if (out.size() + s.size() > opts_.max_output_bytes)
+            fail(offset, fmt::format("output larger than the limit of {} bytes", opts_.max_output_bytes));
+        out += s;
+    }
+
+    // ---- statements ----
+    Flow exec_body(const Body& body, const ScopePtr& scope, std::string& out) {
+        for (const auto& stmt : body) {
+            Flow f = exec(*stmt, scope, out);
+            if (f != Flow::Normal) return f;
+        }
+        return Flow::Normal;
+    }
+
+    Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+        tick(s.offset);
+        switch (s.kind) {
+            case Stmt::Kind::Text: emit(out, s.text, s.offset); return Flow::Normal;
+            case Stmt::Kind::Output: emit(out, eval(*s.expr, scope).str(), s.offset); return Flow::Normal;
+            case Stmt::Kind::If:
+                for (const auto& [cond, body] : s.branches)
+                    if (!cond || eval(*cond, scope).truthy()) return exec_body(body, scope, out);
+                return Flow::Normal;
+            case Stmt::Kind::For: exec_for(s, scope, out); return Flow::Normal;
+            case Stmt::Kind::Set: exec_set(s, scope); return Flow::Normal;
+            case Stmt::Kind::SetBlock: {
+                std::string captured;
+                exec_body(s.body, scope, captured);
+                scope->vars[s.targets[0]] = Value(std::move(captured));
+                return Flow::Normal;
+            }
+            case Stmt::Kind::Macro: scope->vars[s.name] = make_macro(s.name, s, scope); return Flow::Normal;
+            case Stmt::Kind::CallBlock: emit(out, call_block(s, scope).str(), s.offset); return Flow::Normal;
+            case Stmt::Kind::Block: return exec_body(s.body, scope, out);
+            case Stmt::Kind::Break: return Flow::Break;
+            case Stmt::Kind::Continue: return Flow::Continue;
+        }
+        return Flow::Normal;
+    }
+
+    void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& v, size_t offset) {
+        if (targets.size() == 1) {
+            scope.vars[targets[0]] = v;
+            return;
+        }
+        std::vector<Value> items;
+        try {
+            items = iterate(v);
+        } catch (const ValueError& e) {
+            fail(offset, "cannot unpack: " + e.message);
+        }
+        if (items.size() != targets.size())
+            fail(offset, fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
+        for (size_t i = 0; i < targets.size(); ++i) scope.vars[targets[i]] = items[i];
+    }
+
+    void exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
+        Value iterable = eval(*s.expr, scope);
+        std::vector<Value> items;
+        try {
+            items = iterate(iterable);
+        } catch (const ValueError& e) {
+            fail(s.expr->offset, e.message);
+        }
+        if (s.cond) {  // {% for x in xs if cond %}: the loop sees only the items that pass
+            std::vector<Value> kept;
+            for (const Value& item : items) {
+                tick(s.offset);
+                auto probe = std::make_shared<Scope>();
+                probe->parent = scope;
+                bind_targets(*probe, s.targets, item, s.offset);
+                if (eval(*s.cond, probe).truthy()) kept.push_back(item);
+            }
+            items = std::move(kept);
+        }
+        if (items.empty()) {
+            exec_body(s.else_body, scope, out);
+            return;
+        }
+        auto loop = std::make_shared<Dict>();
+        auto n = static_cast<int64_t>(items.size());
+        loop->set(Value("length"), Value(n));
+        loop->set(Value("depth"), Value(1));
+        loop->set(Value("depth0"), Value(0));
+        auto cycle = std::make_shared<Callable>();
+        cycle->name = "loop.cycle";
+        cycle->fn = [weak = std::weak_ptr<Dict>(loop)](CallArgs& a) -> Value {
+            auto l = weak.lock();
+            if (!l || a.positional.empty()) value_error("loop.cycle() needs arguments inside its loop");
+            auto i = static_cast<size_t>(l->find(std::string_view("index0"))->as_int());
+            return a.positional[i % a.positional.size()];
+        };
+        loop->set(Value("cycle"), Value(cycle));
+        for (int64_t i = 0; i < n; ++i) {
+            tick(s.offset);
+            auto iter_scope = std::make_shared<Scope>();
+            iter_scope->parent = scope;
+            bind_targets(*iter_scope, s.targets, items[static_cast<size_t>(i)], s.offset);
+            loop->set(Value("index"), Value(i + 1));
+            loop->set(Value("index0"), Value(i));
+            loop->set(Value("revindex"), Value(n - i));
+            loop->set(Value("revindex0"), Value(n - i - 1));
+            loop->set(Value("first"), Value(i == 0));
+            loop->set(Value("last"), Value(i == n - 1));
+            loop->set(Value("previtem"), i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
+            loop->set(Value("nextitem"), i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
+            iter_scope->vars["loop"] = Value(loop);
+            if (exec_body(s.body, iter_scope, out) == Flow::Break) break;
+        }
+    }
+
+    void exec_set(const Stmt& s, const ScopePtr& scope) {
+        Value v = eval(*s.expr, scope);
+        if (s.attr.empty()) {
+            bind_targets(*scope, s.targets, v, s.offset);
+            return;
+        }
+        const Value* ns = scope->find(s.targets[0]);
+        if (!ns || !ns->is_dict() || !ns->as_dict()->is_namespace)
+            fail(s.offset, fmt::format("cannot assign attribute '{}': '{}' is not a namespace", s.attr, s.targets[0]));
+        std::unordered_set<const void*> seen;
+        try {
+            if (reaches(v, ns->as_dict().get(), seen, 0))
+                fail(s.offset, fmt::format("cannot assign '{}.{}': the value contains the namespace itself",
+                                           s.targets[0], s.attr));
+        } catch (const ValueError& e) {
+            fail(s.offset, e.message);
+        }
+        ns->as_dict()->set(Value(s.attr), std::move(v));
+    }
+
+    // ---- macros and calls ----
+    // A macro, or a call block's caller: s.params and s.body, run in a frame whose parent is `scope`.
+    Value make_macro(const std::string& name, const Stmt& s, const ScopePtr& scope) {
+        auto c = std::make_shared<Callable>();
+        c->name = name;
+        c->fn = [this, &s, weak = std::weak_ptr<Scope>(scope)](CallArgs& a) {
+            return call_macro(s.params, s.body, weak.lock(), a);
+        };
+        return Value(c);
+    }
+
+    Value call_macro(const std::vector<MacroParam>& params, const Body& body, ScopePtr closure, CallArgs& a) {
+        auto frame = std::make_shared<Scope>();
+        frame->parent = closure ? closure : root_.lock();
+        std::vector<Value> varargs;
+        for (size_t i = 0; i < a.positional.size(); ++i) {
+            if (i < params.size()) frame->vars[params[i].name] = a.positional[i];
+            else varargs.push_back(a.positional[i]);
+        }
+        auto kwargs = std::make_shared<Dict>();
+        for (auto& [k, v] : a.keyword) {
+            bool is_param = false;
+            for (const auto& p : params) is_param = is_param || p.name == k;
+            if (is_param || k == "caller") frame->vars[k] = v;
+            else kwargs->set(Value(k), v);
+        }
+        for (const auto& p : params)
+            if (!frame->vars.count(p.name)) frame->vars[p.name] = p.default_value ? eval(*p.default_value, frame) : Value();
+        frame->vars["varargs"] = Value::tuple(std::move(varargs));
+        frame->vars["kwargs"] = Value(kwargs);
+        std::string out;
+        exec_body(body, frame, out);
+        return Value(std::move(out));
+    }
+
+    // Errors point at the callee: `f` in `f(x)`.
+    Value invoke(const Value& callee, CallArgs& args, const Expr& callee_expr) {
+        size_t offset = callee_expr.offset;
+        if (!callee.is_callable()) {
+            if (callee.is_undefined()) fail(offset, fmt::format("unknown function or macro '{}'", describe(callee_expr)));
+            fail(offset, fmt::format("'{}' is not callable ({})", describe(callee_expr), callee.type_name()));
+        }
+        tick(offset);
+        if (++depth_ > opts_.max_call_depth) {
+            --depth_;
+            fail(offset, fmt::format("calls nested more than {} deep (recursion?)", opts_.max_call_depth));
+        }
+        struct Unwind {
+            int& d;
+            ~Unwind() { --d; }
+        } unwind{depth_};
+        const CallablePtr c = callee.as_callable();
+        try {
+            return c->fn(args);
+        } catch (const ValueError& e) {
+            fail(offset, fmt::format("{}: {}", c->name, e.message));
+        }
+    }
+
+    CallArgs eval_args(const Expr& e, size_t first, const ScopePtr& scope) {
+        CallArgs args;
+        for (size_t i = first; i < e.args.size(); ++i) args.positional.push_back(eval(*e.args[i], scope));
+        for (const auto& [k, v] : e.kwargs) args.keyword.emplace_back(k, eval(*v, scope));
+        return args;
+    }
+
+    Value call_block(const Stmt& s, const ScopePtr& scope) {
+        const Expr& call = *s.expr;
+        Value callee = eval(*call.args[0], scope);
+        CallArgs args = eval_args(call, 1, scope);
+        args.keyword.emplace_back("caller", make_macro("caller", s, scope));
+        return invoke(callee, args, *call.args[0]);
+    }
+
+    // ---- expressions ----
+    Value eval(const Expr& e, const ScopePtr& scope) {
+        try {
+            return eval_inner(e, scope);
+        } catch (const ValueError& err) {
+            fail(e.offset, err.message);
+        }
+    }
+
+    Value eval_inner(const Expr& e, const ScopePtr& scope) {
+        switch (e.kind) {
+            case Expr::Kind::Literal: return e.value;
+            case Expr::Kind::Name: {
+                const Value* v = scope->find(e.name);
+                return v ? *v : Value();
+            }
+            case Expr::Kind::Attr: return get_attr(eval(*e.args[0], scope), e.name, env_);
+            case Expr::Kind::Item: return get_item(eval(*e.args[0], scope), eval(*e.args[1], scope), env_);
+            case Expr::Kind::Slice: {
+                Value obj = eval(*e.args[0], scope);
+                Value parts[3];
+                for (int i = 0; i < 3; ++i)
+                    if (e.args[static_cast<size_t>(i) + 1]) parts[i] = eval(*e.args[static_cast<size_t>(i) + 1], scope);
+                return slice(obj, parts[0], parts[1], parts[2]);
+            }
+            case Expr::Kind::Call: {
+                Value callee = eval(*e.args[0], scope);
+                CallArgs args = eval_args(e, 1, scope);
+                return invoke(callee, args, *e.args[0]);
+            }
+            case Expr::Kind::Filter: {
+                Value subject = eval(*e.args[0], scope);
+                CallArgs args = eval_args(e, 1, scope);
+                return apply_filter(e.name, subject, args, env_);
+            }
+            case Expr::Kind::Test: {
+                Value subject = eval(*e.args[0], scope);
+                CallArgs args = eval_args(e, 1, scope);
+                return Value(apply_test(e.name, subject, args) != e.negated);
+            }
+            case Expr::Kind::Unary: return eval_unary(e, scope);
+            case Expr::Kind::Binary: return eval_binary(e, scope);
+            case Expr::Kind::Compare: return eval_compare(e, scope);
+            case Expr::Kind::Cond:
+                if (eval(*e.args[1], scope).truthy()) return eval(*e.args[0], scope);
+                return e.args[2] ? eval(*e.args[2], scope) : Value();
+            case Expr::Kind::ListLit:
+            case Expr::Kind::TupleLit: {
+                std::vector<Value> items;
+                for (const auto& a : e.args) items.push_back(eval(*a, scope));
+                return e.kind == Expr::Kind::TupleLit ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+            }
+            case Expr::Kind::DictLit: {
+                auto d = std::make_shared<Dict>();
+                for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+                    Value key = eval(*e.args[i], scope);
+                    d->set(key, eval(*e.args[i + 1], scope));
+                }
+                return Value(d);
+            }
+        }
+        return Value();
+    }
+
+    Value eval_unary(const Expr& e, const ScopePtr& scope) {
+        Value v = eval(*e.args[0], scope);
+        if (e.name == "not") return Value(!v.truthy());
+        if (v.is_undefined()) fail(e.args[0]->offset, fmt::format("'{}' is undefined", describe(*e.args[0])));
+        if (v.is_float()) return Value(e.name == "-" ? -v.as_double() : v.as_double());
+        if (!v.is_int() && !v.is_bool()) value_error(fmt::format("bad operand type for unary {}: '{}'", e.name, v.type_name()));
+        if (e.name == "+") return Value(v.as_int());
+        if (v.as_int() == std::numeric_limits<int64_t>::min()) value_error("integer overflow");
+        return Value(-v.as_int());
+    }
+
+    Value eval_binary(const Expr& e, const ScopePtr& scope) {
+        Value a = eval(*e.args[0], scope);
+        if (e.name == "and") return a.truthy() ? eval(*e.args[1], scope) : a;
+        if (e.name == "or") return a.truthy() ? a : eval(*e.args[1], scope);
+        Value b = eval(*e.args[1], scope);
+        if (e.name == "~") {
+            std::string sa = a.str(), sb = b.str();
+            env_.check_size(sa.size() + sb.size());
+            return Value(sa + sb);
+        }
+        for (size_t i = 0; i < 2; ++i)
+            if ((i == 0 ? a : b).is_undefined())
+                fail(e.args[i]->offset, fmt::format("'{}' is undefined", describe(*e.args[i])));
+        return binary_op(e.name, a, b, env_);
+    }
+
+    Value eval_compare(const Expr& e, const ScopePtr& scope) {
+        Value left = eval(*e.args[0], scope);
+        for (size_t i = 0; i < e.ops.size(); ++i) {
+            Value right = eval(*e.args[i + 1], scope);
+            const std::string& op = e.ops[i];
+            bool ok;
+            if (op == "==") ok = equals(left, right);
+            else if (op == "!=") ok = !equals(left, right);
+            else if (op == "in") ok = contains(right, left);
+            else if (op == "not in") ok = !contains(right, left);
+            else {
+                int c = compare(left, right);
+                ok = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
+            }
+            if (!ok) return Value(false);
+            left = std::move(right);
+        }
+        return Value(true);
+    }
+
+    const Source& src_;
+    const RenderOptions& opts_;
+    BuiltinEnv env_;
+    std::weak_ptr<Scope> root_;
+    uint64_t steps_ = 0;
+    int depth_ = 0;
+};
+
+}  // namespace
+
+std::string render(const Source& source, const Body& body, const Value& vars, const RenderOptions& options) {
+    return Evaluator(source, options).run(body, vars);
+}
+
+}  // namespace quill::chat::jinja

@@ -1,0 +1,438 @@
+// Filters and tests, as Jinja2 3.1 defines them (with Hugging Face's tojson: ensure_ascii=False, no HTML escaping).
+#include "engine/chat/jinja_builtins.h"
+#include "engine/chat/jinja_text.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+namespace quill::chat::jinja {
+
+namespace {
+
+using FilterFn = Value (*)(const Value&, const CallArgs&, const BuiltinEnv&);
+using TestFn = bool (*)(const Value&, const CallArgs&);
+
+Value list_of(std::vector<Value> items, const BuiltinEnv& env) {
+    env.check_size(items.size());
+    return Value::list(std::move(items));
+}
+
+// "a.b.0": attribute path as Jinja's make_attrgetter reads it.
+Value attr_path(const Value& v, const std::string& path, const BuiltinEnv& env) {
+    Value cur = v;
+    size_t start = 0;
+    while (start <= path.size()) {
+        size_t dot = path.find('.', start);
+        std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+        bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+        cur = numeric ? get_item(cur, Value(static_cast<int64_t>(std::stoll(part))), env) : get_attr(cur, part, env);
+        if (dot == std::string::npos) break;
+        start = dot + 1;
+    }
+    return cur;
+}
+
+std::string attribute_arg(const CallArgs& args, size_t i) {
+    auto a = args.get(i, "attribute");
+    if (!a || a->is_none()) return "";
+    if (!a->is_string()) return std::to_string(a->as_int());
+    return a->as_string();
+}
+
+// The comparison key for sort, unique, dictsort, min and max: case-folded strings unless case_sensitive.
+Value sort_key(const Value& v, bool case_sensitive) {
+    if (!case_sensitive && v.is_string()) return Value(text_lower(v.as_string()));
+    return v;
+}
+
+// ---- filters ----
+Value f_trim(const Value& v, const CallArgs& a, const BuiltinEnv&) {
+    auto chars = a.get(0, "chars");
+    return Value(py_strip(v.str(), chars && chars->is_string() ? &chars->as_string() : nullptr, true, true));
+}
+Value f_upper(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(text_upper(v.str())); }
+Value f_lower(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(text_lower(v.str())); }
+Value f_capitalize(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(py_capitalize(v.str())); }
+Value f_title(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(jinja_title(v.str())); }
+Value f_safe(const Value& v, const CallArgs&, const BuiltinEnv&) { return v; }
+Value f_string(const Value& v, const CallArgs&, const BuiltinEnv&) { return Value(v.str()); }
+
+Value f_length(const Value& v, const CallArgs&, const BuiltinEnv&) {
+    switch (v.kind()) {
+        case Value::Kind::Undefined: return Value(0);
+        case Value::Kind::String: return Value(static_cast<int64_t>(utf8_length(v.as_string())));
+        case Value::Kind::List: return Value(static_cast<int64_t>(v.as_list()->items.size()));
+        case Value::Kind::Dict: return Value(static_cast<int64_t>(v.as_dict()->items.size()));
+        default: value_error(fmt::format("object of type '{}' has no len()", v.type_name()));
+    }
+}
+
+Value f_join(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    std::string sep = a.get_or(0, "d", Value("")).str();
+    std::string attr = attribute_arg(a, 1);
+    std::string out;
+    bool first = true;
+    for (const Value& item : iterate(v)) {
+        if (!first) out += sep;
+        first = false;
+        out += attr.empty() ? item.str() : attr_path(item, attr, env).str();
+        env.check_size(out.size());
+    }
+    return Value(std::move(out));
+}
+
+Value f_tojson(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    Value indent = a.get_or(1, "indent", Value::none());
+    if (a.get_or(0, "ensure_ascii", Value(false)).truthy()) value_error("tojson: ensure_ascii=True is not supported");
+    if (a.get(2, "separators") && !a.get(2, "separators")->is_none()) value_error("tojson: separators are not supported");
+    bool sort_keys = a.get_or(3, "sort_keys", Value(false)).truthy();
+    int width = -1;
+    if (!indent.is_none() && !indent.is_undefined()) {
+        if (!indent.is_int() || indent.as_int() < 0 || indent.as_int() > 64) value_error("tojson: indent must be 0..64");
+        width = static_cast<int>(indent.as_int());
+    }
+    std::string out = v.to_json(width, sort_keys);
+    env.check_size(out.size());
+    return Value(std::move(out));
+}
+
+Value f_default(const Value& v, const CallArgs& a, const BuiltinEnv&) {
+    bool boolean = a.get_or(1, "boolean", Value(false)).truthy();
+    if (v.is_undefined() || (boolean && !v.truthy())) return a.get_or(0, "default_value", Value(""));
+    return v;
+}
+
+bool run_test(const Value& item, const CallArgs& a, size_t first) {
+    if (first >= a.positional.size()) return item.truthy();
+    const Value& name = a.positional[first];
+    if (!name.is_string()) value_error("the test name must be a string");
+    if (!has_test(name.as_string())) value_error(fmt::format("unknown test '{}'", name.as_string()));
+    CallArgs rest;
+    rest.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(first) + 1, a.positional.end());
+    return apply_test(name.as_string(), item, rest);
+}
+
+Value select_items(const Value& v, const CallArgs& a, const BuiltinEnv& env, bool by_attr, bool keep) {
+    std::vector<Value> out;
+    if (!v.truthy()) return list_of(std::move(out), env);  // Jinja2: `if value:` first, so none selects nothing
+    std::string attr = by_attr ? a.get_or(0, "attribute", Value("")).str() : "";
+    for (const Value& item : iterate(v)) {
+        Value subject = by_attr ? attr_path(item, attr, env) : item;
+        if (run_test(subject, a, by_attr ? 1 : 0) == keep) out.push_back(item);
+    }
+    return list_of(std::move(out), env);
+}
+Value f_selectattr(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return select_items(v, a, e, true, true); }
+Value f_rejectattr(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return select_items(v, a, e, true, false); }
+Value f_select(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return select_items(v, a, e, false, true); }
+Value f_reject(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return select_items(v, a, e, false, false); }
+
+Value f_map(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    std::vector<Value> out;
+    if (!v.truthy()) return list_of(std::move(out), env);  // as Jinja2: none maps to nothing
+    std::string attr = attribute_arg(a, 99);
+    if (!attr.empty()) {
+        Value fallback = a.get_or(99, "default", Value());
+        for (const Value& item : iterate(v)) {
+            Value x = attr_path(item, attr, env);
+            out.push_back(x.is_undefined() ? fallback : x);
+        }
+        return list_of(std::move(out), env);
+    }
+    if (a.positional.empty() || !a.positional[0].is_string()) value_error("map needs a filter name or attribute=");
+    const std::string& filter = a.positional[0].as_string();
+    if (!has_filter(filter)) value_error(fmt::format("unknown filter '{}'", filter));
+    CallArgs rest;
+    rest.positional.assign(a.positional.begin() + 1, a.positional.end());
+    rest.keyword = a.keyword;
+    for (const Value& item : iterate(v)) out.push_back(apply_filter(filter, item, rest, env));
+    return list_of(std::move(out), env);
+}
+
+Value f_items(const Value& v, const CallArgs&, const BuiltinEnv& env) {
+    if (v.is_undefined()) return Value::list({});
+    if (!v.is_dict()) value_error(fmt::format("items: expected a dict, got '{}'", v.type_name()));
+    std::vector<Value> out;
+    for (const auto& [k, item] : v.as_dict()->items) out.push_back(Value::tuple({k, item}));
+    return list_of(std::move(out), env);
+}
+
+Value f_first(const Value& v, const CallArgs&, const BuiltinEnv&) {
+    auto items = iterate(v);
+    return items.empty() ? Value() : items.front();
+}
+Value f_last(const Value& v, const CallArgs&, const BuiltinEnv&) {
+    auto items = iterate(v);
+    return items.empty() ? Value() : items.back();
+}
+Value f_list(const Value& v, const CallArgs&, const BuiltinEnv& env) { return list_of(iterate(v), env); }
+Value f_reverse(const Value& v, const CallArgs&, const BuiltinEnv& env) {
+    if (v.is_string()) {
+        auto cps = utf8_decode(v.as_string());
+        std::reverse(cps.begin(), cps.end());
+        return Value(utf8_encode(cps, 0, cps.size()));
+    }
+    auto items = iterate(v);
+    std::reverse(items.begin(), items.end());
+    return list_of(std::move(items), env);
+}
+
+Value f_int(const Value& v, const CallArgs& a, const BuiltinEnv&) {
+    Value fallback = a.get_or(0, "default", Value(0));
+    if (v.is_int() || v.is_bool()) return Value(v.as_int());
+    if (v.is_float()) {
+        double f = v.as_double();
+        if (!std::isfinite(f) || std::fabs(f) >= 9.2e18) return fallback;
+        return Value(static_cast<int64_t>(f));
+    }
+    if (!v.is_string()) return fallback;
+    std::string s = py_strip(v.as_string(), nullptr, true, true);
+    if (s.empty()) return fallback;
+    char* end = nullptr;
+    errno = 0;
+    long long i = std::strtoll(s.c_str(), &end, static_cast<int>(a.get_or(1, "base", Value(10)).as_int()));
+    if (errno == 0 && end && *end == '\0') return Value(static_cast<int64_t>(i));
+    double f = std::strtod(s.c_str(), &end);
+    if (end && *end == '\0' && std::isfinite(f) && std::fabs(f) < 9.2e18) return Value(static_cast<int64_t>(f));
+    return fallback;
+}
+
+Value f_float(const Value& v, const CallArgs& a, const BuiltinEnv&) {
+    Value fallback = a.get_or(0, "default", Value(0.0));
+    if (v.is_number()) return Value(v.as_double());
+    if (!v.is_string()) return fallback;
+    std::string s = py_strip(v.as_string(), nullptr, true, true);
+    char* end = nullptr;
+    double f = std::strtod(s.c_str(), &end);
+    if (s.empty() || !end || *end != '\0') return fallback;
+    return Value(f);
+}
+
+Value f_abs(const Value& v, const CallArgs&, const BuiltinEnv&) {
+    if (v.is_float()) return Value(std::fabs(v.as_double()));
+    if (!v.is_int() && !v.is_bool()) value_error(fmt::format("bad operand type for abs(): '{}'", v.type_name()));
+    int64_t i = v.as_int();
+    if (i == std::numeric_limits<int64_t>::min()) value_error("integer overflow in abs()");
+    return Value(i < 0 ? -i : i);
+}
+
+Value f_round(const Value& v, const CallArgs& a, const BuiltinEnv&) {
+    if (!v.is_number()) value_error(fmt::format("round: expected a number, got '{}'", v.type_name()));
+    int64_t precision = a.get_or(0, "precision", Value(0)).as_int();
+    std::string method = a.get_or(1, "method", Value("common")).str();
+    if (precision < 0 || precision > 15) value_error("round: precision must be 0..15");
+    double scale = std::pow(10.0, static_cast<double>(precision));
+    double x = v.as_double() * scale;
+    if (method == "common") x = std::nearbyint(x);  // round half to even, as Python's round()
+    else if (method == "ceil") x = std::ceil(x);
+    else if (method == "floor") x = std::floor(x);
+    else value_error("round: method must be 'common', 'ceil' or 'floor'");
+    return Value(x / scale);
+}
+
+Value f_replace(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    auto old_s = a.get(0, "old"), new_s = a.get(1, "new");
+    if (!old_s || !new_s) value_error("replace needs old and new");
+    int64_t count = a.get_or(2, "count", Value(-1)).is_none() ? -1 : a.get_or(2, "count", Value(-1)).as_int();
+    return Value(py_replace(v.str(), old_s->str(), new_s->str(), count, env.max_size));
+}
+
+std::vector<Value> sorted(std::vector<Value> items, bool reverse, bool case_sensitive, const std::string& attr,
+                          const BuiltinEnv& env) {
+    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+        Value kx = sort_key(attr.empty() ? x : attr_path(x, attr, env), case_sensitive);
+        Value ky = sort_key(attr.empty() ? y : attr_path(y, attr, env), case_sensitive);
+        return reverse ? compare(ky, kx) < 0 : compare(kx, ky) < 0;
+    });
+    return items;
+}
+
+Value f_sort(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    bool reverse = a.get_or(0, "reverse", Value(false)).truthy();
+    bool case_sensitive = a.get_or(1, "case_sensitive", Value(false)).truthy();
+    return list_of(sorted(iterate(v), reverse, case_sensitive, attribute_arg(a, 2), env), env);
+}
+
+Value f_dictsort(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    if (!v.is_dict()) value_error(fmt::format("dictsort: expected a dict, got '{}'", v.type_name()));
+    bool case_sensitive = a.get_or(0, "case_sensitive", Value(false)).truthy();
+    std::string by = a.get_or(1, "by", Value("key")).str();
+    bool reverse = a.get_or(2, "reverse", Value(false)).truthy();
+    std::vector<Value> pairs;
+    for (const auto& [k, item] : v.as_dict()->items) pairs.push_back(Value::tuple({k, item}));
+    return list_of(sorted(std::move(pairs), reverse, case_sensitive, by == "value" ? "1" : "0", env), env);
+}
+
+Value f_unique(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    bool case_sensitive = a.get_or(0, "case_sensitive", Value(false)).truthy();
+    std::string attr = attribute_arg(a, 1);
+    std::vector<Value> out, seen;
+    for (const Value& item : iterate(v)) {
+        Value key = sort_key(attr.empty() ? item : attr_path(item, attr, env), case_sensitive);
+        if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) {
+            seen.push_back(key);
+            out.push_back(item);
+        }
+    }
+    return list_of(std::move(out), env);
+}
+
+Value pick_extreme(const Value& v, const CallArgs& a, const BuiltinEnv& env, bool want_max) {
+    bool case_sensitive = a.get_or(0, "case_sensitive", Value(false)).truthy();
+    auto items = sorted(iterate(v), want_max, case_sensitive, attribute_arg(a, 1), env);
+    return items.empty() ? Value() : items.front();
+}
+Value f_min(const Value& v, const CallArgs& a, const BuiltinEnv& env) { return pick_extreme(v, a, env, false); }
+Value f_max(const Value& v, const CallArgs& a, const BuiltinEnv& env) { return pick_extreme(v, a, env, true); }
+
+Value f_sum(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    std::string attr = attribute_arg(a, 0);
+    Value total = a.get_or(1, "start", Value(0));
+    for (const Value& item : iterate(v)) total = binary_op("+", total, attr.empty() ? item : attr_path(item, attr, env), env);
+    return total;
+}
+
+Value f_wordcount(const Value& v, const CallArgs&, const BuiltinEnv&) {
+    int64_t n = 0;
+    bool in_word = false;
+    for (char c : v.str()) {
+        bool word = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                    static_cast<unsigned char>(c) >= 0x80;
+        if (word && !in_word) ++n;
+        in_word = word;
+    }
+    return Value(n);
+}
+
+Value f_indent(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
+    Value w = a.get_or(0, "width", Value(4));
+    std::string pad = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(w.as_int(), 0, 256)), ' ');
+    bool first = a.get_or(1, "first", Value(false)).truthy();
+    bool blank = a.get_or(2, "blank", Value(false)).truthy();
+    std::string s = v.str(), out;
+    size_t start = 0;
+    for (size_t line = 0; start <= s.size(); ++line) {
+        size_t nl = s.find('\n', start);
+        std::string text = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+        if ((line > 0 || first) && (blank || !text.empty())) out += pad;
+        out += text;
+        env.check_size(out.size());
+        if (nl == std::string::npos) break;
+        out += '\n';
+        start = nl + 1;
+    }
+    return Value(std::move(out));
+}
+
+struct FilterEntry {
+    std::string_view name;
+    FilterFn fn;
+};
+constexpr FilterEntry kFilters[] = {
+    {"abs", f_abs}, {"capitalize", f_capitalize}, {"count", f_length}, {"d", f_default}, {"default", f_default},
+    {"dictsort", f_dictsort}, {"first", f_first}, {"float", f_float}, {"indent", f_indent}, {"int", f_int},
+    {"items", f_items}, {"join", f_join}, {"last", f_last}, {"length", f_length}, {"list", f_list},
+    {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min}, {"reject", f_reject},
+    {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse}, {"round", f_round},
+    {"safe", f_safe}, {"select", f_select}, {"selectattr", f_selectattr}, {"sort", f_sort}, {"string", f_string},
+    {"sum", f_sum}, {"title", f_title}, {"tojson", f_tojson}, {"trim", f_trim}, {"unique", f_unique},
+    {"upper", f_upper}, {"wordcount", f_wordcount},
+};
+
+// ---- tests ----
+const Value& arg0(const CallArgs& a, std::string_view test) {
+    if (a.positional.empty()) value_error(fmt::format("test '{}' needs an argument", test));
+    return a.positional[0];
+}
+bool t_defined(const Value& v, const CallArgs&) { return !v.is_undefined(); }
+bool t_undefined(const Value& v, const CallArgs&) { return v.is_undefined(); }
+bool t_none(const Value& v, const CallArgs&) { return v.is_none(); }
+bool t_string(const Value& v, const CallArgs&) { return v.is_string(); }
+bool t_number(const Value& v, const CallArgs&) { return v.is_number(); }
+bool t_integer(const Value& v, const CallArgs&) { return v.is_int(); }
+bool t_float(const Value& v, const CallArgs&) { return v.is_float(); }
+bool t_mapping(const Value& v, const CallArgs&) { return v.is_dict() && !v.as_dict()->is_namespace; }
+bool t_iterable(const Value& v, const CallArgs&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+bool t_sequence(const Value& v, const CallArgs&) { return v.is_string() || v.is_list() || v.is_dict(); }
+bool t_boolean(const Value& v, const CallArgs&) { return v.is_bool(); }
+bool t_true(const Value& v, const CallArgs&) { return v.is_bool() && v.as_bool(); }
+bool t_false(const Value& v, const CallArgs&) { return v.is_bool() && !v.as_bool(); }
+bool t_callable(const Value& v, const CallArgs&) { return v.is_callable(); }
+bool t_eq(const Value& v, const CallArgs& a) { return equals(v, arg0(a, "eq")); }
+bool t_ne(const Value& v, const CallArgs& a) { return !equals(v, arg0(a, "ne")); }
+bool t_lt(const Value& v, const CallArgs& a) { return compare(v, arg0(a, "lt")) < 0; }
+bool t_le(const Value& v, const CallArgs& a) { return compare(v, arg0(a, "le")) <= 0; }
+bool t_gt(const Value& v, const CallArgs& a) { return compare(v, arg0(a, "gt")) > 0; }
+bool t_ge(const Value& v, const CallArgs& a) { return compare(v, arg0(a, "ge")) >= 0; }
+bool t_in(const Value& v, const CallArgs& a) { return contains(arg0(a, "in"), v); }
+bool t_sameas(const Value& v, const CallArgs& a) {
+    const Value& o = arg0(a, "sameas");
+    if (v.kind() != o.kind()) return false;
+    if (v.is_list()) return v.as_list() == o.as_list();
+    if (v.is_dict()) return v.as_dict() == o.as_dict();
+    return equals(v, o);
+}
+int64_t need_int(const Value& v, std::string_view test) {
+    if (!v.is_int() && !v.is_bool()) value_error(fmt::format("test '{}' needs an integer, got '{}'", test, v.type_name()));
+    return v.as_int();
+}
+bool t_odd(const Value& v, const CallArgs&) { return need_int(v, "odd") % 2 != 0; }
+bool t_even(const Value& v, const CallArgs&) { return need_int(v, "even") % 2 == 0; }
+bool t_divisibleby(const Value& v, const CallArgs& a) {
+    int64_t d = need_int(arg0(a, "divisibleby"), "divisibleby");
+    if (d == 0) value_error("divisibleby 0");
+    if (d == -1) return true;
+    return need_int(v, "divisibleby") % d == 0;
+}
+bool t_lower(const Value& v, const CallArgs&) { return v.is_string() && text_lower(v.as_string()) == v.as_string(); }
+bool t_upper(const Value& v, const CallArgs&) { return v.is_string() && text_upper(v.as_string()) == v.as_string(); }
+
+struct TestEntry {
+    std::string_view name;
+    TestFn fn;
+};
+constexpr TestEntry kTests[] = {
+    {"!=", t_ne}, {"<", t_lt}, {"<=", t_le}, {"==", t_eq}, {">", t_gt}, {">=", t_ge},
+    {"boolean", t_boolean}, {"callable", t_callable}, {"defined", t_defined}, {"divisibleby", t_divisibleby},
+    {"eq", t_eq}, {"equalto", t_eq}, {"even", t_even}, {"false", t_false}, {"float", t_float}, {"ge", t_ge},
+    {"greaterthan", t_gt}, {"gt", t_gt}, {"in", t_in}, {"integer", t_integer}, {"iterable", t_iterable},
+    {"le", t_le}, {"lessthan", t_lt}, {"lower", t_lower}, {"lt", t_lt}, {"mapping", t_mapping}, {"ne", t_ne},
+    {"none", t_none}, {"number", t_number}, {"odd", t_odd}, {"sameas", t_sameas}, {"sequence", t_sequence},
+    {"string", t_string}, {"true", t_true}, {"undefined", t_undefined}, {"upper", t_upper},
+};
+
+template <class Table>
+auto find_entry(const Table& table, std::string_view name) -> decltype(&table[0]) {
+    for (const auto& e : table)
+        if (e.name == name) return &e;
+    return nullptr;
+}
+
+}  // namespace
+
+bool has_filter(std::string_view name) {
+    return find_entry(kFilters, name) != nullptr;
+}
+
+bool has_test(std::string_view name) {
+    return find_entry(kTests, name) != nullptr;
+}
+
+Value apply_filter(std::string_view name, const Value& v, const CallArgs& args, const BuiltinEnv& env) {
+    const auto* e = find_entry(kFilters, name);
+    if (!e) value_error(fmt::format("unknown filter '{}'", name));
+    return e->fn(v, args, env);
+}
+
+bool apply_test(std::string_view name, const Value& v, const CallArgs& args) {
+    const auto* e = find_entry(kTests, name);
+    if (!e) value_error(fmt::format("unknown test '{}'", name));
+    return e->fn(v, args);
+}
+
+}  // namespace quill::chat::jinja
