@@ -114,7 +114,7 @@ TEST_CASE("quill run on stories260K prints exactly the reference text", "[cli][m
     CHECK(r.out == kStoriesText);
     CHECK(r.err.find("prefill") != std::string::npos);  // timings go to stderr only
     // The Q8_0 mix gives the same text.
-    auto q = run_quill({"run", "-m", (stories->parent_path() / "stories260K-Q8_0mix.gguf").string(), "-p",
+    auto q = run_quill({"run", "--raw", "-m", (stories->parent_path() / "stories260K-Q8_0mix.gguf").string(), "-p",
                         "Once upon a time", "-n", "64", "--temp", "0", "--raw"});
     CHECK(q.out == kStoriesText);
 }
@@ -122,7 +122,7 @@ TEST_CASE("quill run on stories260K prints exactly the reference text", "[cli][m
 TEST_CASE("quill run --json prints one record", "[cli][model]") {
     auto stories = test::require_testdata("models/stories260K.gguf");
     if (!stories) return;
-    auto r = run_quill({"run", "-m", stories->string(), "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"});
+    auto r = run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"});
     REQUIRE(r.status == 0);
     auto j = nlohmann::json::parse(r.out);
     CHECK(j["finish_reason"] == "length");
@@ -132,10 +132,10 @@ TEST_CASE("quill run --json prints one record", "[cli][model]") {
     CHECK(j["timings"]["decode_tokens_per_s"].get<double>() > 0);
     CHECK(j["timings"]["ttft_ms"].get<double>() > 0);
     auto again = nlohmann::json::parse(
-        run_quill({"run", "-m", stories->string(), "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"}).out);
+        run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"}).out);
     CHECK(again["text"] == j["text"]);
     // --stop cuts the text and gives finish reason "stop".
-    auto s = nlohmann::json::parse(run_quill({"run", "-m", stories->string(), "-p", "Once upon a time", "-n", "64",
+    auto s = nlohmann::json::parse(run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "64",
                                               "--temp", "0", "--stop", "Lily", "--json"})
                                        .out);
     CHECK(s["text"] == ", there was a little girl named ");
@@ -146,15 +146,15 @@ TEST_CASE("quill run reports bad input with one line and a non-zero exit", "[cli
     auto stories = test::require_testdata("models/stories260K.gguf");
     if (!stories) return;
     const std::string m = stories->string();
-    check_one_error_line(run_quill({"run", "-m", m, "-c", "4", "-p", "Once upon a time"}),
+    check_one_error_line(run_quill({"run", "--raw", "-m", m, "-c", "4", "-p", "Once upon a time"}),
                          "the prompt is 5 tokens, longer than the context of 4");
-    check_one_error_line(run_quill({"run", "-m", m, "-p", "x", "--top-p", "2"}), "--top-p");
+    check_one_error_line(run_quill({"run", "--raw", "-m", m, "-p", "x", "--top-p", "2"}), "--top-p");
     check_one_error_line(run_quill({"run", "-m", "/nonexistent/model.gguf", "-p", "x"}), "/nonexistent/model.gguf");
-    check_one_error_line(run_quill({"run", "-m", m, "-f", "/nonexistent/prompt.txt"}), "/nonexistent/prompt.txt");
+    check_one_error_line(run_quill({"run", "--raw", "-m", m, "-f", "/nonexistent/prompt.txt"}), "/nonexistent/prompt.txt");
     check_one_error_line(run_quill({"run", "--no-such-flag"}), "--no-such-flag");
-    check_one_error_line(run_quill({"run", "-m", m, "-p", "x", "--temp", "abc"}), "--temp");
-    check_one_error_line(run_quill({"run", "-m", m, "-f", "/dev/null"}), "the prompt is empty");
-    auto full = run_quill({"run", "-m", m, "-c", "12", "-p", "Once upon a time", "--temp", "0"});
+    check_one_error_line(run_quill({"run", "--raw", "-m", m, "-p", "x", "--temp", "abc"}), "--temp");
+    check_one_error_line(run_quill({"run", "--raw", "-m", m, "-f", "/dev/null"}), "the prompt is empty");
+    auto full = run_quill({"run", "--raw", "-m", m, "-c", "12", "-p", "Once upon a time", "--temp", "0"});
     CHECK(full.status == 0);  // a full context is a normal finish
     CHECK(full.err.find("context of 12 tokens is full") != std::string::npos);
 }
@@ -162,15 +162,15 @@ TEST_CASE("quill run reports bad input with one line and a non-zero exit", "[cli
 TEST_CASE("without a GPU quill says so in one line and runs on the CPU", "[cli]") {
     auto stories = test::require_testdata("models/stories260K.gguf");
     if (!stories) return;
-    auto r = run_quill({"run", "-m", stories->string(), "-p", "Once", "-n", "2"});
+    auto r = run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once", "-n", "2"});
     CHECK(r.status == 0);
     size_t lines = 0;
     for (size_t at = r.err.find("using the CPU"); at != std::string::npos; at = r.err.find("using the CPU", at + 1))
         ++lines;
     CHECK(lines == 1);
-    CHECK(run_quill({"run", "-m", stories->string(), "-p", "Once", "-n", "2", "--device", "cpu"})
+    CHECK(run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once", "-n", "2", "--device", "cpu"})
               .err.find("using the CPU") == std::string::npos);
-    auto cuda = run_quill({"run", "-m", stories->string(), "-p", "Once", "-n", "2", "--device", "cuda"});
+    auto cuda = run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once", "-n", "2", "--device", "cuda"});
     CHECK(cuda.status != 0);  // no GPU here, or no CUDA backend yet: an error, never a silent CPU run
 }
 
@@ -189,7 +189,7 @@ TEST_CASE("quill bench times a synthetic model and saves it as a loadable GGUF",
     auto info = nlohmann::json::parse(run_quill({"info", "--json", saved}).out);
     CHECK(info["runnable"] == true);
     CHECK(info["model"]["n_embd"] == 288);
-    auto run = run_quill({"run", "-m", saved, "-p", "hello", "-n", "4", "--temp", "0"});
+    auto run = run_quill({"run", "--raw", "-m", saved, "-p", "hello", "-n", "4", "--temp", "0"});
     CHECK(run.status == 0);
     auto b = run_quill({"bench", "-m", saved, "-p", "8", "-n", "4", "-r", "1"});
     CHECK(b.status == 0);
@@ -205,7 +205,7 @@ TEST_CASE("default model: greedy answer is coherent and identical across runs an
         test::skip("the default model is absent: run models/fetch_default.sh");
         return;
     }
-    const std::vector<std::string> args{"run", "-m", model->string(), "-p", "The capital of France is", "-n", "12",
+    const std::vector<std::string> args{"run", "--raw", "-m", model->string(), "-p", "The capital of France is", "-n", "12",
                                         "--temp", "0", "--raw"};
     auto one = args, two = args;
     one.insert(one.end(), {"-t", "1"});

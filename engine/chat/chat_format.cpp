@@ -106,8 +106,10 @@ RenderedChat ChatFormat::render(const nlohmann::json& messages, bool add_generat
     RenderedChat out;
     try {
         out.text = tmpl_->render(vars);
+    } catch (const TemplateRaised&) {
+        throw;  // the template refuses this conversation: that is the user's answer, not a renderer failure
     } catch (const TemplateError& e) {
-        if (!fallback_ || e.raised()) throw;
+        if (!fallback_) throw;
         if (!warned_ && warn_)
             warn_(fmt::format("the model's chat template failed ({}); using the built-in {} format", e.what(),
                               fallback_name_));

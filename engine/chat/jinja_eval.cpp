@@ -78,7 +78,7 @@ public:
         try {
             exec_body(body, root, out);
         } catch (const RaisedError& e) {
-            throw TemplateError(e.message);
+            throw TemplateRaised(e.message);
         }
         return out;
     }

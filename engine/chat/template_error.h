@@ -12,4 +12,11 @@ public:
     using Error::Error;
 };
 
+// raise_exception(msg) called by the template itself: the template works and refuses this conversation (e.g.
+// roles that do not alternate), as opposed to a construct the renderer cannot handle.
+class TemplateRaised : public TemplateError {
+public:
+    using TemplateError::TemplateError;
+};
+
 }  // namespace quill::chat
