@@ -256,3 +256,26 @@ TEST_CASE("parse_messages accepts an array or an object with messages and names 
     CHECK_THROWS_WITH(parse_messages(R"([{"content":"hi"}])", "f"), Catch::Contains("message 1 has no string \"role\""));
     CHECK_THROWS_WITH(parse_messages(R"({"a":1})", "f"), Catch::Contains("expected a JSON array"));
 }
+
+TEST_CASE("on the default model a second turn reuses the whole first turn as sampled", "[chat][model]") {
+    auto path = test::default_model();
+    if (!path) {
+        test::skip("the default model is absent (run models/fetch_default.sh)");
+        return;
+    }
+    auto model = Model::load(path->string());
+    auto tok = Tokenizer::from_gguf(model->file);
+    ChatFormat format = ChatFormat::choose(&model->file, tok.get(), "", {});
+    cpu::CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = 1024;
+    cpu::CpuBackend b(model->config, model->weights, o);
+    Conversation conv(b, *tok, format, 1024, greedy(48), ContextOverflow::error);
+    TurnResult t1 = conv.send("Write a short poem about the sea.", kIgnore);
+    REQUIRE(t1.stats.completion_tokens > 8);
+    TurnResult t2 = conv.send("Now one about mountains.", kIgnore);
+    // Everything fed in turn 1 is reused (but the last sampled token, which the cache may not hold).
+    CHECK(t2.stats.reused_tokens == t1.stats.prompt_tokens + t1.stats.completion_tokens - 1);
+    CHECK(t2.stats.reused_tokens + t2.stats.prefilled_tokens == t2.stats.prompt_tokens);
+    CHECK(!t2.text.empty());
+}

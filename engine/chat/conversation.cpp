@@ -55,12 +55,33 @@ bool Conversation::undo() {
     return false;
 }
 
-std::vector<int32_t> Conversation::fit_prompt(int& dropped) {
+std::vector<int32_t> Conversation::tokenize_conversation(std::string& text) const {
+    RenderedChat r = format_.render(messages(), true);
+    text = r.text;
+    const size_t n = fed_text_.size();
+    if (n > 0 && r.text.size() > n && r.text.compare(0, n, fed_text_) == 0) {
+        // The new part must begin with a special token, so tokenizing it apart cannot change a merge across the
+        // boundary (an end-of-turn token follows a reply in chatml, llama3, gemma, phi3 and most templates).
+        const std::string_view rest = std::string_view(r.text).substr(n);
+        std::vector<Tokenizer::TextSpan> literal;
+        for (const auto& span : r.literal)
+            if (span.begin >= n) literal.push_back({span.begin - n, span.size});
+        std::vector<int32_t> tail = tok_.encode_with_literals(rest, false, literal);
+        if (!tail.empty() && tok_.is_control(tail[0]) && rest.starts_with(tok_.piece(tail[0]))) {
+            std::vector<int32_t> all = fed_tokens_;
+            all.insert(all.end(), tail.begin(), tail.end());
+            return all;
+        }
+    }
+    return format_.tokenize(tok_, messages(), true);
+}
+
+std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text) {
     // Room kept for the reply: the token limit when there is one, else an eighth of the context.
     const int64_t reserve = params_.max_tokens > 0 ? std::min<int64_t>(params_.max_tokens, n_ctx_ / 2)
                                                    : std::max<int64_t>(1, n_ctx_ / 8);
     for (;;) {
-        std::vector<int32_t> tokens = format_.tokenize(tok_, messages(), true);
+        std::vector<int32_t> tokens = tokenize_conversation(text);
         const auto n = static_cast<int64_t>(tokens.size());
         if (n + reserve <= n_ctx_) return tokens;
         // Turns that may go: everything before the last user message.
@@ -90,8 +111,9 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     TurnResult result;
     const nlohmann::json before = turns_;
     std::vector<int32_t> prompt;
+    std::string prompt_text;  // the rendering the prompt stands for
     try {
-        prompt = fit_prompt(result.dropped_messages);
+        prompt = fit_prompt(result.dropped_messages, prompt_text);
     } catch (...) {
         turns_ = before;
         throw;
@@ -122,6 +144,20 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     else if (!generated.empty())
         cached_.insert(cached_.end(), generated.begin(), generated.end() - 1);
     turns_.push_back({{"role", "assistant"}, {"content", result.text}});
+    // Remember the tokens as sampled, when they spell exactly the reply as printed (no stop string cut, no
+    // incomplete character at an interrupt), so the next turn keeps them instead of re-tokenizing the text.
+    Detokenizer detok(tok_, false);
+    std::string spelled;
+    for (int32_t t : generated) spelled += detok.push(t);
+    spelled += detok.finish();
+    if (spelled == result.text) {
+        fed_tokens_ = prompt;
+        fed_tokens_.insert(fed_tokens_.end(), generated.begin(), generated.end());
+        fed_text_ = prompt_text + result.text;
+    } else {
+        fed_tokens_.clear();
+        fed_text_.clear();
+    }
     return result;
 }
 

@@ -67,7 +67,12 @@ public:
 private:
     TurnResult respond(const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
     // The prompt tokens for the conversation, dropping the oldest turns as the policy allows; counts drops.
-    std::vector<int32_t> fit_prompt(int& dropped);
+    // `text` receives the rendering the tokens stand for.
+    std::vector<int32_t> fit_prompt(int& dropped, std::string& text);
+    // The conversation's tokens: the tokens fed so far (replies as sampled, not re-tokenized) and the new text
+    // after them, when the rendering still starts with the text they stand for and the new text starts with a
+    // special token; else the whole rendering tokenized afresh. `text` receives the rendering.
+    std::vector<int32_t> tokenize_conversation(std::string& text) const;
 
     Backend& backend_;
     const Tokenizer& tok_;
@@ -79,6 +84,8 @@ private:
     std::string system_;
     nlohmann::json turns_ = nlohmann::json::array();  // user/assistant messages
     std::vector<int32_t> cached_;                       // [n] token at each filled cache position of the slot
+    std::vector<int32_t> fed_tokens_;  // the last turn's prompt and reply tokens, as the model saw them
+    std::string fed_text_;             // the text they stand for (the rendering, then the reply)
     uint64_t turn_index_ = 0;                           // varies the seed from turn to turn
 };
 
