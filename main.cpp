@@ -1,4 +1,9 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
+#include "engine/batch/input.h"
+#include "engine/batch/progress.h"
+#include "engine/batch/records.h"
+#include "engine/batch/runner.h"
+#include "engine/io/signals.h"
 #include "engine/runtime/bench.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
@@ -14,14 +19,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -248,6 +257,79 @@ int cmd_run(RunOptions& o) {
     return 0;
 }
 
+// ---- batch ----
+
+struct BatchCliOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    std::string input = "-";
+    std::string output;
+    int parallel = 8;
+    bool resume = false;
+    std::string shard = "0/1";
+    int n_batch = 512;
+    int n_predict = -1;
+    quill::SamplingParams sampling;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    bool raw = false;
+    bool quiet = false;
+};
+
+bool is_regular_file(std::FILE* f) {
+    struct stat st;
+    return fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int cmd_batch(BatchCliOptions& o) {
+    namespace qb = quill::batch;
+    if (o.resume && o.output.empty()) throw UsageError("--resume needs -o OUTPUT (the file to resume)");
+    quill::batch::RunnerOptions ro;
+    ro.shard = qb::parse_shard(o.shard);
+    ro.defaults.max_tokens = o.n_predict;
+    ro.defaults.stop = o.stop;
+    ro.defaults.sampling = o.sampling;
+    ro.seed = o.seed;
+    ro.n_batch = o.n_batch;
+    ro.defaults.sampling.validate();
+    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    const std::string text = o.input == "-" ? read_stdin() : read_text_file(o.input);
+    const qb::BatchInput input = qb::parse_batch_input(text);  // duplicate ids stop here, before any work
+
+    qb::ResumeScan resume = o.resume ? qb::prepare_resume(o.output) : qb::ResumeScan{};
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
+    if (!o.output.empty()) {
+        file.reset(std::fopen(o.output.c_str(), o.resume ? "ab" : "wb"));
+        if (!file) throw quill::FileError(fmt::format("{}: cannot open for writing: {}", o.output, std::strerror(errno)));
+    }
+    std::FILE* out_stream = file ? file.get() : stdout;
+    qb::RecordWriter writer(out_stream, file ? o.output : "stdout", is_regular_file(out_stream));
+
+    quill::SessionOptions so = session_options(o.model, o.engine);
+    so.n_slots = o.parallel;
+    auto session = quill::Session::open(so);
+    if (!o.quiet) fmt::print(stderr, "{}; {} input, {} slots\n", session->load_line(),
+                             qb::input_format_name(input.format), o.parallel);
+    const quill::Tokenizer& tok = *session->tokenizer;
+    // Until chat templates land, prompts are fed as they are (--raw is then the only mode) and messages fail.
+    qb::PromptEncoder encode = [&](const qb::BatchRequest& r) {
+        if (r.messages)
+            throw UsageError("\"messages\" need a chat template, and chat templates are not available yet: give a "
+                             "\"prompt\" instead");
+        return tok.encode(*r.prompt, true, false);
+    };
+    quill::signals::install();
+    ro.interrupts = [] { return quill::signals::count(); };
+    const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};
+    qb::ProgressReporter progress(isatty(STDERR_FILENO) != 0, o.quiet);
+    const qb::BatchProgress result =
+        qb::run_batch(*session->backend, tok, session->n_ctx, input, resume.done, encode, writer, ctx, ro,
+                      [&](const qb::BatchProgress& p) { progress.update(p); });
+    progress.finish(result);
+    if (resume.torn && !o.quiet) fmt::print(stderr, "quill: dropped a torn last line of {}\n", o.output);
+    return quill::signals::count() > 0 ? 130 : 0;
+}
+
 // ---- bench ----
 
 struct BenchCliOptions {
@@ -347,6 +429,27 @@ int main(int argc, char** argv) {
     run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
 
+    BatchCliOptions batch;
+    CLI::App* batch_cmd = app.add_subcommand(
+        "batch", "Generate completions for many prompts (plain lines, JSONL or OpenAI batch), continuously batched");
+    add_model_options(batch_cmd, batch.model);
+    add_engine_options(batch_cmd, batch.engine);
+    batch_cmd->add_option("-i,--input", batch.input, "Input file (default: stdin)");
+    batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default: stdout)");
+    batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots)")
+        ->capture_default_str()->check(CLI::Range(1, 1024));
+    batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");
+    batch_cmd->add_option("--shard", batch.shard, "Run only the requests whose index mod N is K")
+        ->capture_default_str();
+    batch_cmd->add_option("--batch-tokens", batch.n_batch, "Tokens per forward pass (decode tokens + prefill chunks)")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+    batch_cmd->add_option("-n,--n-predict", batch.n_predict, "Tokens to generate per request (-1: until EOS or a full "
+                                                              "context)")->capture_default_str();
+    add_sampling_options(batch_cmd, batch.sampling, batch.seed);
+    batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
+    batch_cmd->add_flag("--raw", batch.raw, "Feed prompts as they are, without the chat template");
+    batch_cmd->add_flag("--quiet", batch.quiet, "No progress line and no summary");
+
     BenchCliOptions bench;
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
     bench_cmd->add_option("-m,--model", bench.model, "GGUF model (default: models/" + std::string(kDefaultModel) + ")");
@@ -373,6 +476,7 @@ int main(int argc, char** argv) {
         if (*info_cmd) return cmd_info(info);
         if (*tok_cmd) return cmd_tokenize(tok);
         if (*run_cmd) return cmd_run(run);
+        if (*batch_cmd) return cmd_batch(batch);
         if (*bench_cmd) return cmd_bench(bench);
     } catch (const std::exception& e) {
         std::fflush(stdout);
