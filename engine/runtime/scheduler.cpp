@@ -90,7 +90,6 @@ void Scheduler::finish(int32_t slot) {
 void Scheduler::build_batch() {
     batch_.tokens.clear();
     logit_slot_.clear();
-    last_step_ = {};
     for (size_t i = 0; i < slots_.size(); ++i) {
         const Slot& s = slots_[i];
         if (!s.busy || s.next_prompt < s.gen->prompt().size()) continue;
@@ -137,6 +136,7 @@ void Scheduler::sample_all() {
 }
 
 bool Scheduler::step() {
+    last_step_ = {};
     admit();
     if (n_running() == 0) return false;
     build_batch();
