@@ -228,7 +228,7 @@ TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
     CHECK(got.at("c2")["response"]["status_code"] == 400);
 }
 
-TEST_CASE("kill -9 at random moments, then --resume, gives exactly one record per id", "[batch][model]") {
+TEST_CASE("kill -9 at random moments then --resume gives exactly one record per id", "[batch][model]") {
     auto model = test::require_testdata("models/stories260K.gguf");
     if (!model) return;
     auto dir = test::temp_dir("batch-kill");
@@ -299,7 +299,7 @@ TEST_CASE("SIGINT stops admission and leaves a valid output that --resume comple
     }
 }
 
-TEST_CASE("shards 0/3, 1/3 and 2/3 together give exactly the input's ids", "[batch][model]") {
+TEST_CASE("shards 0/3 1/3 and 2/3 together give exactly the input's ids", "[batch][model]") {
     auto model = test::require_testdata("models/stories260K.gguf");
     if (!model) return;
     const auto ps = prompts(16);
