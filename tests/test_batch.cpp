@@ -158,7 +158,7 @@ TEST_CASE("duplicate ids stop the batch before anything runs, naming the id and 
     CHECK_THROWS_AS(parse("{\"id\": \"line-2\", \"prompt\": \"a\"}\n{oops"), UsageError);
 }
 
-TEST_CASE("--shard K/N is parsed strictly", "[batch]") {
+TEST_CASE("the shard option K/N is parsed strictly", "[batch]") {
     CHECK(parse_shard("2/3").k == 2);
     CHECK(parse_shard("2/3").n == 3);
     for (const char* bad : {"3/3", "-1/3", "1", "1/0", "a/b", "1/3x", "/3", ""})
