@@ -1,6 +1,10 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
 #include "engine/runtime/bench.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/batch/input.h"
+#include "engine/batch/progress.h"
+#include "engine/batch/records.h"
+#include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
 #include "engine/chat/line_reader.h"
@@ -20,15 +24,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -358,6 +366,101 @@ int cmd_chat(ChatCliOptions& o) {
     return repl.run();
 }
 
+// ---- batch ----
+
+struct BatchCliOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    std::string input = "-";
+    std::string output;
+    int parallel = 8;
+    bool resume = false;
+    std::string shard = "0/1";
+    int n_batch = 512;
+    int n_predict = -1;
+    quill::SamplingParams sampling;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    bool raw = false;
+    bool quiet = false;
+    std::string system;
+    std::string chat_template;
+};
+
+bool is_regular_file(std::FILE* f) {
+    struct stat st;
+    return fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// How a batch request becomes tokens: `messages` through the chat template; OpenAI /v1/completions prompts as they
+// are; other prompts as the user message of the chat template, unless --raw. A model without a usable template
+// makes each request that needs one an error record, not the whole batch.
+quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const BatchCliOptions& o) {
+    const quill::Tokenizer* tok = session.tokenizer.get();
+    auto format = std::make_shared<std::optional<quill::chat::ChatFormat>>();
+    auto format_error = std::make_shared<std::string>();
+    try {
+        format->emplace(quill::chat::ChatFormat::choose(&session.model->file, tok, o.chat_template, warn_line));
+    } catch (const UsageError& e) {
+        *format_error = e.what();
+    }
+    return [tok, format, format_error, raw = o.raw, system = o.system](const quill::batch::BatchRequest& r) {
+        const bool raw_prompt = r.prompt && (raw || r.endpoint == quill::batch::Endpoint::completions);
+        if (raw_prompt) return tok->encode(*r.prompt, true, false);
+        if (!*format) throw UsageError(*format_error);
+        nlohmann::json messages = nlohmann::json::array();
+        if (r.messages) {
+            for (const auto& m : *r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+        } else {
+            messages = quill::chat::one_turn(system, *r.prompt);
+        }
+        return (*format)->tokenize(*tok, messages, true);
+    };
+}
+
+int cmd_batch(BatchCliOptions& o) {
+    namespace qb = quill::batch;
+    if (o.resume && o.output.empty()) throw UsageError("--resume needs -o OUTPUT (the file to resume)");
+    quill::batch::RunnerOptions ro;
+    ro.shard = qb::parse_shard(o.shard);
+    ro.defaults.max_tokens = o.n_predict;
+    ro.defaults.stop = o.stop;
+    ro.defaults.sampling = o.sampling;
+    ro.seed = o.seed;
+    ro.n_batch = o.n_batch;
+    ro.defaults.sampling.validate();
+    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    const std::string text = o.input == "-" ? read_stdin() : read_text_file(o.input);
+    const qb::BatchInput input = qb::parse_batch_input(text);  // duplicate ids stop here, before any work
+
+    qb::ResumeScan resume = o.resume ? qb::prepare_resume(o.output) : qb::ResumeScan{};
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
+    if (!o.output.empty()) {
+        file.reset(std::fopen(o.output.c_str(), o.resume ? "ab" : "wb"));
+        if (!file) throw quill::FileError(fmt::format("{}: cannot open for writing: {}", o.output, std::strerror(errno)));
+    }
+    std::FILE* out_stream = file ? file.get() : stdout;
+    qb::RecordWriter writer(out_stream, file ? o.output : "stdout", is_regular_file(out_stream));
+
+    quill::SessionOptions so = session_options(o.model, o.engine);
+    so.n_slots = o.parallel;
+    auto session = quill::Session::open(so);
+    if (!o.quiet) fmt::print(stderr, "{}; {} input, {} slots\n", session->load_line(),
+                             qb::input_format_name(input.format), o.parallel);
+    const quill::Tokenizer& tok = *session->tokenizer;
+    const qb::PromptEncoder encode = batch_encoder(*session, o);
+    quill::signals::install();
+    ro.interrupts = [] { return quill::signals::count(); };
+    const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};
+    qb::ProgressReporter progress(isatty(STDERR_FILENO) != 0, o.quiet);
+    const qb::BatchProgress result =
+        qb::run_batch(*session->backend, tok, session->n_ctx, input, resume.done, encode, writer, ctx, ro,
+                      [&](const qb::BatchProgress& p) { progress.update(p); });
+    progress.finish(result);
+    if (resume.torn && !o.quiet) fmt::print(stderr, "quill: dropped a torn last line of {}\n", o.output);
+    return quill::signals::count() > 0 ? 130 : 0;
+}
+
 // ---- bench ----
 
 struct BenchCliOptions {
@@ -485,6 +588,30 @@ int main(int argc, char** argv) {
                          "When the conversation outgrows the context: drop-oldest (turns) or error")
         ->capture_default_str();
 
+    BatchCliOptions batch;
+    CLI::App* batch_cmd = app.add_subcommand(
+        "batch", "Generate replies for many prompts (plain lines, JSONL or OpenAI batch), continuously batched");
+    add_model_options(batch_cmd, batch.model);
+    add_engine_options(batch_cmd, batch.engine);
+    batch_cmd->add_option("-i,--input", batch.input, "Input file (default: stdin)");
+    batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default: stdout)");
+    batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots)")
+        ->capture_default_str()->check(CLI::Range(1, 1024));
+    batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");
+    batch_cmd->add_option("--shard", batch.shard, "Run only the requests whose index mod N is K")
+        ->capture_default_str();
+    batch_cmd->add_option("--batch-tokens", batch.n_batch, "Tokens per forward pass (decode tokens + prefill chunks)")
+        ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+    batch_cmd->add_option("-n,--n-predict", batch.n_predict, "Tokens to generate per request (-1: until EOS or a full "
+                                                              "context)")->capture_default_str();
+    add_sampling_options(batch_cmd, batch.sampling, batch.seed);
+    batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
+    auto* batch_raw = batch_cmd->add_flag("--raw", batch.raw, "Feed prompts as they are, without the chat template");
+    batch_cmd->add_option("--system", batch.system, "A system message for prompts without messages")
+        ->excludes(batch_raw);
+    add_template_option(batch_cmd, batch.chat_template);
+    batch_cmd->add_flag("--quiet", batch.quiet, "No progress line and no summary");
+
     BenchCliOptions bench;
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
     bench_cmd->add_option("-m,--model", bench.model, "GGUF model (default: models/" + std::string(kDefaultModel) + ")");
@@ -513,6 +640,7 @@ int main(int argc, char** argv) {
         if (*run_cmd) return cmd_run(run);
         if (*tmpl_cmd) return cmd_template(tmpl);
         if (*chat_cmd) return cmd_chat(chat);
+        if (*batch_cmd) return cmd_batch(batch);
         if (*bench_cmd) return cmd_bench(bench);
     } catch (const std::exception& e) {
         std::fflush(stdout);

@@ -241,6 +241,13 @@ TEST_CASE("bad batches are rejected with a clear error", "[cpu]") {
     CHECK_THROWS_WITH(b->forward(batch, logits), Catch::Contains("outside the context of 128"));
     batch.tokens = {{1, 0, 1, true}};
     CHECK_THROWS_WITH(b->forward(batch, logits), Catch::Contains("slot 1"));
+    // Two tokens at one (slot, pos), even apart in the batch: both would write the same cache row.
+    auto two = make(*model, false, 1, {}, 2);
+    batch.tokens = {{1, 3, 1, false}, {2, 3, 0, false}, {4, 4, 1, false}, {5, 3, 1, true}};
+    CHECK_THROWS_WITH(two->forward(batch, logits), Catch::Contains("two tokens at slot 1 position 3"));
+    batch.tokens.pop_back();
+    batch.tokens.back().logits = true;
+    CHECK_NOTHROW(two->forward(batch, logits));
 }
 
 // ---- stories260K against the reference implementation ----

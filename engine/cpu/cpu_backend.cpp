@@ -79,6 +79,13 @@ void CpuBackend::validate(const Batch& batch, std::span<float> logits) const {
         if (t.slot < 0 || t.slot >= kv_shape_.n_slots)
             throw UsageError(fmt::format("slot {} is outside 0..{}", t.slot, kv_shape_.n_slots - 1));
     }
+    // Two tokens at one (slot, pos) would write the same cache row, and which one wins is a race.
+    std::vector<std::pair<int32_t, int32_t>> at;  // [n_tokens] (slot, pos)
+    at.reserve(batch.tokens.size());
+    for (const auto& t : batch.tokens) at.emplace_back(t.slot, t.pos);
+    std::sort(at.begin(), at.end());
+    if (auto dup = std::adjacent_find(at.begin(), at.end()); dup != at.end())
+        throw UsageError(fmt::format("the batch holds two tokens at slot {} position {}", dup->first, dup->second));
     const size_t need = static_cast<size_t>(batch.n_logits()) * config_.n_vocab;
     QUILL_CHECK(logits.size() >= need, "logits buffer has {} floats, the batch needs {}", logits.size(), need);
 }

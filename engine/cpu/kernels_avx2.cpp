@@ -5,10 +5,13 @@
 // (kernels_avx2_decoders.h) so that one vpmaddubsw + vpmaddwd multiplies a 16-element quarter of a row pair (one
 // row per 128-bit lane) with a token's quarter broadcast to both lanes (int32 lanes 0..3: row 2p, 4..7: 2p + 1).
 //  - Decode (fewer than 12 tokens, 2 at a time): the rows are decoded as the tile walks them, unsigned bytes u
-//    against the signed activations; the offset c and the 32-block types' minima are a float term per block,
-//    wc * da * sum(a), the k-quants' per row at the end.
+//    against the signed activations, with c * sum(a) taken off each int32 lane; the 32-block types' minima are a
+//    float term per block, wm * da * sum(a), the k-quants' per row at the end.
 //  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
 //    8 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
+// Batch invariance: both paths compute every output with the same float operations in the same order (the same
+// exact int32 lane sums of (u - c) * a, scaled and accumulated block by block, the minima likewise), so a token's
+// outputs have the same bits whether it is decoded alone or sits in a large batch.
 // vpmaddubsw saturates past 32767, so Q8_0 keeps signed weights and moves their signs onto the activations.
 #include "engine/cpu/kernels.h"
 
@@ -72,11 +75,15 @@ inline __m256i broadcast_quarter(const int8_t* a) {
 
 // out[r][t] = the dot of row r with token t0 + t over the first n_groups groups, except for the kRowMinima
 // coefficients. Each vpmaddubsw multiplies a quarter of a row pair (lane i: row 2p + i) with the token's quarter
-// broadcast to both lanes; the 32-block types' offset c and minima come in through accm = sum over blocks of wc * ds.
+// broadcast to both lanes; c * (the lane's sum of a) is subtracted in int32, so each lane holds the exact sum of
+// (u - c) * a that the prefill tile computes. The 32-block types' minima come in through accm = sum over blocks of
+// wm * ds, in block order (block_minima repeats it for the prefill path).
 template <typename Dec, int T>
 void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
     constexpr int QG = Dec::kQuartersPerScale;
+    constexpr bool kBlockMinima = Dec::kHasMin && !Dec::kRowMinima;
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i offset = _mm256_set1_epi8(static_cast<char>(Dec::kOffset));
     const int8_t* a0 = q.qs + t0 * q.qs_stride;   // [T][qs_stride]
     const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
     const float* ds0 = q.ds + t0 * q.blk_stride;  // [T][blk_stride]
@@ -102,6 +109,17 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
                 const __m256i a[2] = {broadcast_quarter(a0 + t * q.qs_stride + 32 * s),
                                       broadcast_quarter(a0 + t * q.qs_stride + 32 * s + 16)};
                 const __m256 da = _mm256_broadcast_ss(d0 + t * q.blk_stride + s);
+                // coff[j]: per int32 lane, c times the sum of the activations that lane multiplies (scale group j).
+                __m256i coff[2] = {};
+                if constexpr (!Dec::kSigned && Dec::kOffset != 0) {
+                    if constexpr (QG == 2) {
+                        coff[0] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(offset, a[0]),
+                                                                     _mm256_maddubs_epi16(offset, a[1])),
+                                                    ones);
+                    } else {
+                        for (int i = 0; i < 2; ++i) coff[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(offset, a[i]), ones);
+                    }
+                }
                 for (int p = 0; p < 2; ++p) {
                     if constexpr (Dec::kSigned) {
                         __m256i dot = _mm256_setzero_si256();
@@ -113,30 +131,35 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
                     } else if constexpr (QG == 2) {
                         const __m256i prod = _mm256_add_epi16(_mm256_maddubs_epi16(w.u[0][p], a[0]),
                                                               _mm256_maddubs_epi16(w.u[1][p], a[1]));
-                        const __m256i dot = _mm256_madd_epi16(prod, ones);
+                        __m256i dot = _mm256_madd_epi16(prod, ones);
+                        if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, coff[0]);
                         acc[t][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.ws[0][p], da), acc[t][p]);
                     } else {
                         for (int i = 0; i < 2; ++i) {
-                            const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w.u[i][p], a[i]), ones);
+                            __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w.u[i][p], a[i]), ones);
+                            if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, coff[i]);
                             acc[t][p] =
                                 _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.ws[i][p], da), acc[t][p]);
                         }
                     }
                 }
-                if constexpr (!Dec::kRowMinima)
+                if constexpr (kBlockMinima)
                     accm[t] = _mm_fmadd_ps(w.wc, _mm_broadcast_ss(ds0 + t * q.blk_stride + s), accm[t]);
             }
         }
     }
-    const __m128 c_scale = _mm_set1_ps(Dec::kHasMin ? 1.0f : -static_cast<float>(Dec::kOffset));
     for (int t = 0; t < T; ++t) {
         alignas(16) float mins[4];
-        _mm_store_ps(mins, _mm_mul_ps(accm[t], c_scale));
+        _mm_store_ps(mins, accm[t]);
         for (int p = 0; p < 2; ++p) {
             const __m128 lo = _mm256_castps256_ps128(acc[t][p]), hi = _mm256_extractf128_ps(acc[t][p], 1);
             const __m128 sums = _mm_hadd_ps(_mm_hadd_ps(lo, hi), _mm_setzero_ps());  // [row 2p, row 2p + 1, 0, 0]
-            out[2 * p][t] = _mm_cvtss_f32(sums) + mins[2 * p];
-            out[2 * p + 1][t] = _mm_cvtss_f32(_mm_movehdup_ps(sums)) + mins[2 * p + 1];
+            out[2 * p][t] = _mm_cvtss_f32(sums);
+            out[2 * p + 1][t] = _mm_cvtss_f32(_mm_movehdup_ps(sums));
+            if constexpr (kBlockMinima) {
+                out[2 * p][t] += mins[2 * p];
+                out[2 * p + 1][t] += mins[2 * p + 1];
+            }
         }
     }
 }
@@ -182,11 +205,7 @@ void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out) {
                     }
                 }
             }
-            if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
-                alignas(16) float m[4];
-                _mm_store_ps(m, w.wc);
-                for (int r = 0; r < 4; ++r) tile.wm[r * tile.wm_stride + s] = m[r];
-            }
+            if constexpr (Dec::kHasMin && !Dec::kRowMinima) _mm_storeu_ps(tile.wm + 4 * s, w.wc);  // [nb, 4]
         }
     }
 }
@@ -250,6 +269,14 @@ int prefill_tokens(const PrefillStep<QG>* steps, int p, int64_t n_steps, const Q
 
 // ---- quantized rows ----
 
+// The 32-block types' minima of a repacked row tile for one token, element r = row r: sum over blocks s of
+// wm[s, r] * ds[s], one fma per block in block order, exactly as decode_tile's accm (batch invariance).
+inline __m128 block_minima(const float* wm, const float* ds, int64_t nb) {  // wm [nb, 4], ds [nb]
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t s = 0; s < nb; ++s) acc = _mm_fmadd_ps(_mm_loadu_ps(wm + 4 * s), _mm_broadcast_ss(ds + s), acc);
+    return acc;
+}
+
 float dot_f32(const float* a, const float* b, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
@@ -288,17 +315,10 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
-    // Row minima (kRowMinima, or the 32-block types' minima when repacked) dotted with the token's block sums.
-    auto row_minima = [&](int i, int64_t t) -> float {
-        if constexpr (Dec::kPer16) {
-            return prefill ? 0.0f : dot_f32(sc.wm + i * sc.wm_stride, q.ds16 + 2 * t * q.blk_stride, 2 * nb);
-        } else if constexpr (Dec::kRowMinima) {
-            return dot_f32(sc.wm + i * sc.wm_stride, q.ds + t * q.blk_stride, nb);
-        } else if constexpr (Dec::kHasMin) {
-            return prefill ? dot_f32(sc.wm + i * sc.wm_stride, q.ds + t * q.blk_stride, nb) : 0.0f;
-        } else {
-            return 0.0f;
-        }
+    // The k-quants' row minima dotted with the token's block sums (the same call on both paths).
+    auto with_row_minima = [&](float v, int i, int64_t t) {
+        if constexpr (Dec::kRowMinima) v += dot_f32(sc.wm + i * sc.wm_stride, q.ds + t * q.blk_stride, nb);
+        return v;
     };
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
         OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
@@ -318,7 +338,7 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                         decode_tile<Dec, 2>(tile, q, t, n_groups, out);
                     }
                     for (int i = 0; i < nr; ++i) {
-                        for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = out[i][j] + row_minima(i, t + j);
+                        for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = with_row_minima(out[i][j], i, t + j);
                     }
                 }
                 continue;
@@ -330,9 +350,16 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                     const int nt = prefill_tokens<QG, Dec::kSigned>(sc.repacked, p, nb, q, t, args.n_tokens - t, out);
                     for (int i = 0; i < 2 && 2 * p + i < nr; ++i) {
                         for (int j = 0; j < nt; ++j)
-                            block.at(r + 2 * p + i, t + j) = out[i][j] + row_minima(2 * p + i, t + j);
+                            block.at(r + 2 * p + i, t + j) = with_row_minima(out[i][j], 2 * p + i, t + j);
                     }
                     t += nt;
+                }
+            }
+            if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
+                for (int64_t t = 0; t < args.n_tokens; ++t) {
+                    alignas(16) float mins[4];
+                    _mm_store_ps(mins, block_minima(sc.wm, q.ds + t * q.blk_stride, nb));
+                    for (int i = 0; i < nr; ++i) block.at(r + i, t) += mins[i];
                 }
             }
         }

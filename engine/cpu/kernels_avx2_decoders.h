@@ -74,8 +74,7 @@ inline __m256i bits_to_sixteens(uint32_t bits) {
 //   kOffset            c of the unified form
 //   kSigned            u holds signed weights (Q8_0); the kernels move their signs onto the activations
 //   kHasMin            blocks have a float minimum
-//   kRowMinima         load_group writes each row's correction coefficients to wm (see below) instead of Step4::wc
-//   kPer16             those are per 16-element quarter (Q6_K), else per 32-block
+//   kRowMinima         load_group writes each row's minima to wm (see below) instead of Step4::wc
 //   kQuartersPerScale  quarters sharing one scale: 2 (a 32-block), 1 for Q6_K
 //   kGroupSteps        steps (32-blocks) per group (a super-block for the k-quants)
 //   kGroupBytes        bytes of a group in a row
@@ -88,7 +87,7 @@ struct Dec32 {
     static constexpr int kOffset = Offset;
     static constexpr bool kSigned = sizeof(Block::qs) == 32;
     static constexpr bool kHasMin = requires(Block b) { b.m; };
-    static constexpr bool kRowMinima = false, kPer16 = false;
+    static constexpr bool kRowMinima = false;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kGroupBytes = sizeof(Block);
@@ -136,7 +135,7 @@ template <typename Block>
 struct DecK4 {
     static constexpr bool kHigh = requires(Block b) { b.qh; };
     static constexpr int kOffset = 0;
-    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true, kPer16 = false;
+    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(Block);
@@ -194,7 +193,7 @@ using DecQ5_K = DecK4<BlockQ5_K>;
 // k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/format/quant_k.cpp).
 struct DecQ6_K {
     static constexpr int kOffset = 32;
-    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = true, kPer16 = true;
+    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false;
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ6_K);
@@ -202,8 +201,8 @@ struct DecQ6_K {
         float ws[4][16];  // [row][i]: d * sc_i
     };
 
-    // The offset's share, -32 * d * sc_i, goes to wm[r * wm_stride + 16 g + i] (per 16-element quarter).
-    static void load_group(Rows rows, int64_t g, State& st, float* wm, int64_t wm_stride) {
+    // The offset 32 is taken off in the integer products (see decode_tile), so there are no minima.
+    static void load_group(Rows rows, int64_t g, State& st, float*, int64_t) {
         for (int r = 0; r < 4; ++r) {
             const uint8_t* b = rows[r] + g * sizeof(BlockQ6_K);
             const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ6_K, d))));
@@ -212,7 +211,6 @@ struct DecQ6_K {
                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + offsetof(BlockQ6_K, scales) + 8 * h));
                 const __m256 ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
                 _mm256_storeu_ps(st.ws[r] + 8 * h, ws);
-                _mm256_storeu_ps(wm + r * wm_stride + 16 * g + 8 * h, _mm256_mul_ps(_mm256_set1_ps(-32.0f), ws));
             }
         }
     }

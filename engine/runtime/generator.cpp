@@ -1,9 +1,9 @@
 #include "engine/runtime/generator.h"
 
 #include "engine/error.h"
+#include "engine/runtime/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 namespace quill {
@@ -119,60 +119,29 @@ double GenerationStats::decode_tokens_per_s() const {
     return decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms : 0.0;
 }
 
+// The one-request case of the scheduler: the same loop as batch, with the slot pinned.
 GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
                          const std::function<void(std::string_view)>& on_text, const GenerateOptions& options) {
-    using clock = std::chrono::steady_clock;
-    auto ms_since = [](clock::time_point t) {
-        return std::chrono::duration<double, std::milli>(clock::now() - t).count();
-    };
-    const auto t0 = clock::now();
     GenerationStats stats;
-    const auto& prompt = gen.prompt();
-    stats.prompt_tokens = static_cast<int>(prompt.size());
+    stats.prompt_tokens = static_cast<int>(gen.prompt().size());
     if (gen.finished()) return stats;
-    const size_t n_batch = static_cast<size_t>(std::max(1, options.n_batch));
-    if (options.n_past < 0 || static_cast<size_t>(options.n_past) >= prompt.size())
-        throw UsageError(fmt::format("{} cached prompt tokens: expected 0..{}", options.n_past, prompt.size() - 1));
-    stats.reused_tokens = options.n_past;
-    stats.prefilled_tokens = static_cast<int>(prompt.size()) - options.n_past;
     auto cancelled = [&] { return options.cancel && options.cancel->load(std::memory_order_relaxed); };
-    std::vector<float> logits(backend.config().n_vocab);
-
-    // Prefill: the whole prompt in batches; only its last token's logits are needed.
-    Batch batch;
-    for (size_t begin = static_cast<size_t>(options.n_past); begin < prompt.size(); begin += n_batch) {
+    Scheduler sched(
+        backend, SchedulerOptions{options.n_batch}, [&](int64_t, std::string_view text) { on_text(text); },
+        [&](int64_t, const GenerationStats& st) { stats = st; });
+    sched.submit(0, gen, slot, options.n_past);
+    for (;;) {
         if (cancelled()) {
-            gen.interrupt();
-            stats.prefill_ms = ms_since(t0);
-            return stats;
-        }
-        size_t end = std::min(prompt.size(), begin + n_batch);
-        batch.tokens.clear();
-        for (size_t i = begin; i < end; ++i)
-            batch.add(prompt[i], static_cast<int32_t>(i), slot, i + 1 == prompt.size());
-        backend.forward(batch, logits);
-    }
-    stats.prefill_ms = ms_since(t0);
-
-    // Decode: sample, print, feed the token back.
-    std::string first = gen.step(logits);
-    stats.ttft_ms = ms_since(t0);
-    const auto t_first = clock::now();
-    if (!first.empty()) on_text(first);
-    while (!gen.finished()) {
-        if (cancelled()) {
-            std::string tail = gen.interrupt();
-            if (!tail.empty()) on_text(tail);
+            if (sched.n_running() > 0) {
+                sched.abandon_running();
+            } else {  // cancelled before it started
+                const std::string tail = gen.interrupt();
+                if (!tail.empty()) on_text(tail);
+            }
             break;
         }
-        batch.tokens.clear();
-        batch.add(gen.last_token(), gen.next_pos(), slot, true);
-        backend.forward(batch, logits);
-        std::string text = gen.step(logits);
-        if (!text.empty()) on_text(text);
+        if (!sched.step()) break;
     }
-    stats.decode_ms = ms_since(t_first);
-    stats.completion_tokens = gen.n_generated();
     return stats;
 }
 

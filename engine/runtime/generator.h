@@ -108,8 +108,9 @@ struct GenerateOptions {
     const std::atomic<bool>* cancel = nullptr;
 };
 
-// Runs a generation on one KV slot: prefill in batches of at most n_batch prompt tokens (only the last asks for
-// logits), then one forward pass per generated token. on_text gets each piece of text as soon as it is sampled.
+// Runs a generation on one KV slot: a Scheduler (engine/runtime/scheduler.h) with this one request, so prefill in
+// batches of at most n_batch prompt tokens (only the last asks for logits), then one forward pass per generated
+// token. on_text gets each piece of text as soon as it is sampled.
 GenerationStats generate(Backend& backend, Generation& gen, int32_t slot,
                          const std::function<void(std::string_view)>& on_text, const GenerateOptions& options = {});
 

@@ -1,0 +1,265 @@
+#include "engine/batch/input.h"
+
+#include "engine/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+namespace quill::batch {
+
+using nlohmann::json;
+
+namespace {
+
+// A line that is not a request: the message of its error record.
+struct LineError {
+    std::string message;
+};
+
+std::string line_id(size_t line) { return fmt::format("line-{}", line); }
+
+const json* find(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+int get_int(const json& v, const char* key, int64_t lo) {
+    if (!v.is_number_integer()) throw LineError{fmt::format("\"{}\" must be an integer", key)};
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
+                               : (v.get<int64_t>() < lo || v.get<int64_t>() > std::numeric_limits<int>::max()))
+        throw LineError{fmt::format("\"{}\" {} is out of range: expected {}..{}", key, v.dump(), lo,
+                                    std::numeric_limits<int>::max())};
+    return static_cast<int>(v.get<int64_t>());
+}
+
+float get_float(const json& v, const char* key) {
+    if (!v.is_number()) throw LineError{fmt::format("\"{}\" must be a number", key)};
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > 1e30) throw LineError{fmt::format("\"{}\" {} is out of range", key, d)};
+    return static_cast<float>(d);
+}
+
+std::vector<std::string> get_stop(const json& v) {
+    if (v.is_string()) return {v.get<std::string>()};
+    if (!v.is_array()) throw LineError{"\"stop\" must be a string or an array of strings"};
+    std::vector<std::string> out;
+    for (const auto& s : v) {
+        if (!s.is_string()) throw LineError{"\"stop\" must be a string or an array of strings"};
+        out.push_back(s.get<std::string>());
+    }
+    return out;
+}
+
+// The sampling fields shared by JSONL lines and OpenAI bodies.
+RequestOverrides read_overrides(const json& obj) {
+    RequestOverrides o;
+    if (const json* v = find(obj, "max_tokens")) o.max_tokens = get_int(*v, "max_tokens", 0);
+    if (const json* v = find(obj, "max_completion_tokens")) o.max_tokens = get_int(*v, "max_completion_tokens", 0);
+    if (const json* v = find(obj, "temperature")) o.temperature = get_float(*v, "temperature");
+    if (const json* v = find(obj, "top_p")) o.top_p = get_float(*v, "top_p");
+    if (const json* v = find(obj, "min_p")) o.min_p = get_float(*v, "min_p");
+    if (const json* v = find(obj, "top_k")) o.top_k = get_int(*v, "top_k", 0);
+    if (const json* v = find(obj, "seed")) {
+        if (!v->is_number_integer() || (!v->is_number_unsigned() && v->get<int64_t>() < 0))
+            throw LineError{"\"seed\" must be a non-negative integer"};
+        o.seed = v->get<uint64_t>();
+    }
+    if (const json* v = find(obj, "stop")) o.stop = get_stop(*v);
+    if (const json* v = find(obj, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+        throw LineError{"\"n\": only one choice per request is supported"};
+    return o;
+}
+
+// Message content: a string, or an array of {"type": "text", "text"} parts (joined).
+std::string message_content(const json& c) {
+    if (c.is_string()) return c.get<std::string>();
+    if (!c.is_array()) throw LineError{"a message's \"content\" must be a string or an array of text parts"};
+    std::string out;
+    for (const auto& part : c) {
+        const json* type = part.is_object() ? find(part, "type") : nullptr;
+        const json* text = part.is_object() ? find(part, "text") : nullptr;
+        if (!type || *type != "text" || !text || !text->is_string())
+            throw LineError{"a message's content parts must be {\"type\": \"text\", \"text\": ...}"};
+        out += text->get<std::string>();
+    }
+    return out;
+}
+
+std::vector<ChatMessage> read_messages(const json& v) {
+    if (!v.is_array() || v.empty()) throw LineError{"\"messages\" must be a non-empty array"};
+    std::vector<ChatMessage> out;
+    for (const auto& m : v) {
+        const json* role = m.is_object() ? find(m, "role") : nullptr;
+        const json* content = m.is_object() ? find(m, "content") : nullptr;
+        if (!role || !role->is_string() || !content)
+            throw LineError{"each message must be an object with a string \"role\" and a \"content\""};
+        out.push_back({role->get<std::string>(), message_content(*content)});
+    }
+    return out;
+}
+
+std::string read_prompt(const json& v) {
+    if (!v.is_string()) throw LineError{"\"prompt\" must be a string (token arrays and prompt lists are not supported)"};
+    std::string p = v.get<std::string>();
+    if (p.empty()) throw LineError{"\"prompt\" is empty"};
+    return p;
+}
+
+// prompt or messages (exactly one) and the sampling fields of a JSONL line or an OpenAI body.
+void read_body(const json& obj, BatchRequest& r) {
+    const json* prompt = find(obj, "prompt");
+    const json* messages = find(obj, "messages");
+    if (prompt && messages) throw LineError{"give \"prompt\" or \"messages\", not both"};
+    if (r.endpoint == Endpoint::completions && !prompt) throw LineError{"/v1/completions needs a \"prompt\""};
+    if (r.endpoint == Endpoint::chat_completions && !messages)
+        throw LineError{"/v1/chat/completions needs \"messages\""};
+    if (!prompt && !messages) throw LineError{"no \"prompt\" or \"messages\""};
+    if (prompt) r.prompt = read_prompt(*prompt);
+    if (messages) r.messages = read_messages(*messages);
+    r.overrides = read_overrides(obj);
+}
+
+std::string read_id(const json& v, const char* key) {
+    if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();
+    if (v.is_number_integer()) return v.dump();
+    throw LineError{fmt::format("\"{}\" must be a non-empty string or an integer", key)};
+}
+
+// A JSON line: the id as early as possible, so that an error record carries it.
+void read_json_line(const json& j, InputFormat format, BatchRequest& r) {
+    if (!j.is_object()) throw LineError{"not a JSON object"};
+    if (format == InputFormat::jsonl) {
+        if (const json* id = find(j, "id")) r.id = read_id(*id, "id");
+        read_body(j, r);
+        return;
+    }
+    const json* custom_id = find(j, "custom_id");
+    if (!custom_id) throw LineError{"no \"custom_id\""};
+    r.id = read_id(*custom_id, "custom_id");
+    if (const json* m = find(j, "method"); m && *m != "POST") throw LineError{"\"method\" must be \"POST\""};
+    const json* url = find(j, "url");
+    if (!url || !url->is_string()) throw LineError{"no \"url\""};
+    if (*url == "/v1/chat/completions") {
+        r.endpoint = Endpoint::chat_completions;
+    } else if (*url == "/v1/completions") {
+        r.endpoint = Endpoint::completions;
+    } else {
+        throw LineError{fmt::format("url {} is not supported: expected /v1/chat/completions or /v1/completions",
+                                    url->dump())};
+    }
+    const json* body = find(j, "body");
+    if (!body || !body->is_object()) throw LineError{"no \"body\" object"};
+    if (const json* model = find(*body, "model"); model && model->is_string()) r.model = model->get<std::string>();
+    read_body(*body, r);
+}
+
+std::string_view strip_cr(std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return line;
+}
+
+bool blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
+
+json parse_object(std::string_view line) {
+    json j = json::parse(line, nullptr, false);
+    return j.is_discarded() ? json() : j;
+}
+
+InputFormat detect(const std::vector<std::string_view>& lines) {
+    for (std::string_view l : lines) {
+        if (blank(l)) continue;
+        const json j = parse_object(l);
+        if (!j.is_object()) return InputFormat::plain;
+        return j.contains("custom_id") || j.contains("body") ? InputFormat::openai : InputFormat::jsonl;
+    }
+    return InputFormat::plain;
+}
+
+void check_unique_ids(const std::vector<InputEntry>& entries) {
+    std::unordered_map<std::string, size_t> seen;  // id -> line
+    for (const auto& e : entries) {
+        auto [it, fresh] = seen.emplace(e.request.id, e.request.line);
+        if (!fresh)
+            throw UsageError(fmt::format("the input holds id \"{}\" twice (lines {} and {}): ids must be unique",
+                                         e.request.id, it->second, e.request.line));
+    }
+}
+
+}  // namespace
+
+std::string_view input_format_name(InputFormat f) {
+    switch (f) {
+        case InputFormat::plain: return "plain text";
+        case InputFormat::jsonl: return "JSONL";
+        case InputFormat::openai: return "OpenAI batch";
+    }
+    return "plain text";
+}
+
+std::string unescape_plain_line(std::string_view line) {
+    std::string out;
+    out.reserve(line.size());
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (c == '\\' && i + 1 < line.size()) {
+            const char n = line[i + 1];
+            if (n == 'n' || n == 't' || n == '\\') {
+                out.push_back(n == 'n' ? '\n' : n == 't' ? '\t' : '\\');
+                ++i;
+                continue;
+            }
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+BatchInput parse_batch_input(std::string_view text) {
+    std::vector<std::string_view> lines;
+    for (size_t start = 0; start < text.size();) {
+        const size_t end = std::min(text.find('\n', start), text.size());
+        lines.push_back(strip_cr(text.substr(start, end - start)));
+        start = end + 1;
+    }
+    BatchInput in;
+    in.format = detect(lines);
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (blank(lines[i])) continue;
+        InputEntry e;
+        e.request.line = i + 1;
+        e.request.id = line_id(i + 1);
+        if (in.format == InputFormat::plain) {
+            e.request.prompt = unescape_plain_line(lines[i]);
+        } else {
+            try {
+                const json j = json::parse(lines[i], nullptr, false);
+                if (j.is_discarded()) throw LineError{"not valid JSON"};
+                read_json_line(j, in.format, e.request);
+            } catch (const LineError& err) {
+                e.error = fmt::format("input line {}: {}", i + 1, err.message);
+            }
+        }
+        in.entries.push_back(std::move(e));
+    }
+    check_unique_ids(in.entries);
+    return in;
+}
+
+Shard parse_shard(std::string_view text) {
+    const size_t slash = text.find('/');
+    Shard s;
+    auto num = [](std::string_view v, int64_t& out) {
+        auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+        return ec == std::errc() && p == v.data() + v.size() && !v.empty();
+    };
+    if (slash == std::string_view::npos || !num(text.substr(0, slash), s.k) || !num(text.substr(slash + 1), s.n) ||
+        s.n < 1 || s.k < 0 || s.k >= s.n)
+        throw UsageError(fmt::format("--shard '{}': expected K/N with 0 <= K < N (e.g. 0/4)", text));
+    return s;
+}
+
+}  // namespace quill::batch

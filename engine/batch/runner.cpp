@@ -1,0 +1,150 @@
+#include "engine/batch/runner.h"
+
+#include "engine/error.h"
+#include "engine/runtime/scheduler.h"
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <random>
+#include <unordered_map>
+
+namespace quill::batch {
+
+GenerationParams request_params(const RunnerOptions& options, const RequestOverrides& o, uint64_t random_seed) {
+    GenerationParams p = options.defaults;
+    SamplingParams& s = p.sampling;
+    if (o.max_tokens) p.max_tokens = *o.max_tokens;
+    if (o.temperature) s.temperature = *o.temperature;
+    if (o.top_p) s.top_p = *o.top_p;
+    if (o.min_p) s.min_p = *o.min_p;
+    if (o.top_k) s.top_k = *o.top_k;
+    if (o.stop) p.stop = *o.stop;
+    s.seed = o.seed ? *o.seed : options.seed ? *options.seed : random_seed;
+    s.validate();
+    if (p.max_tokens < -1) throw UsageError(fmt::format("max_tokens {} is out of range: expected >= 0", p.max_tokens));
+    return p;
+}
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// One run's state: the queue of selected entries, the requests in flight, the counters.
+class Run {
+public:
+    Run(Backend& backend, const Tokenizer& tok, int64_t n_ctx, const BatchInput& input, const PromptEncoder& encode,
+        RecordWriter& out, const RecordContext& ctx, const RunnerOptions& options)
+        : tok_(tok), n_ctx_(n_ctx), input_(input), encode_(encode), out_(out), ctx_(ctx),
+          options_(options),
+          sched_(backend, SchedulerOptions{options.n_batch},
+                 [this](int64_t id, std::string_view text) { active_.at(id).text.append(text); },
+                 [this](int64_t id, const GenerationStats& st) { finished(id, st); }) {}
+
+    BatchProgress run(const std::unordered_set<std::string>& done,
+                      const std::function<void(const BatchProgress&)>& on_progress);
+
+private:
+    struct Active {
+        std::unique_ptr<Generation> gen;
+        std::string text;
+    };
+
+    void write_error(size_t index, const std::string& message) {
+        out_.write(error_record(ctx_, input_.entries[index].request, index, message));
+        ++p_.done;
+        ++p_.errors;
+    }
+    void finished(int64_t id, const GenerationStats& st);
+    void feed();
+    int interrupts() const { return options_.interrupts ? options_.interrupts() : 0; }
+
+    const Tokenizer& tok_;
+    int64_t n_ctx_;
+    const BatchInput& input_;
+    const PromptEncoder& encode_;
+    RecordWriter& out_;
+    const RecordContext& ctx_;
+    const RunnerOptions& options_;
+    Scheduler sched_;
+    std::deque<size_t> pending_;  // entry indices not yet submitted
+    std::unordered_map<int64_t, Active> active_;
+    std::mt19937_64 seeds_{std::random_device{}()};
+    BatchProgress p_;
+};
+
+void Run::finished(int64_t id, const GenerationStats& st) {
+    auto node = active_.extract(id);
+    const Generation& gen = *node.mapped().gen;
+    if (gen.finish_reason() == FinishReason::interrupted) {
+        ++p_.abandoned;
+        return;
+    }
+    Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens};
+    out_.write(result_record(ctx_, input_.entries[static_cast<size_t>(id)].request, static_cast<size_t>(id), c));
+    ++p_.done;
+}
+
+// Keeps the scheduler's queue as long as its slots, so prompts are encoded just before they can run.
+void Run::feed() {
+    while (sched_.admitting() && !pending_.empty() && sched_.n_waiting() < static_cast<size_t>(sched_.n_slots())) {
+        const size_t index = pending_.front();
+        pending_.pop_front();
+        const BatchRequest& r = input_.entries[index].request;
+        try {
+            GenerationParams params = request_params(options_, r.overrides, seeds_());
+            auto gen = std::make_unique<Generation>(tok_, encode_(r), params, n_ctx_);
+            Generation& g = *gen;
+            active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});
+            sched_.submit(static_cast<int64_t>(index), g);
+        } catch (const Error& e) {
+            write_error(index, e.what());
+        }
+    }
+}
+
+BatchProgress Run::run(const std::unordered_set<std::string>& done,
+                       const std::function<void(const BatchProgress&)>& on_progress) {
+    const auto t0 = clock::now();
+    const auto& entries = input_.entries;
+    const Shard shard = options_.shard;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        if (static_cast<int64_t>(i % static_cast<size_t>(shard.n)) != shard.k) continue;
+        if (done.contains(entries[i].request.id)) {
+            ++p_.skipped;
+            continue;
+        }
+        ++p_.total;
+        if (entries[i].error) {
+            write_error(i, *entries[i].error);
+        } else {
+            pending_.push_back(i);
+        }
+    }
+    for (;;) {
+        const int level = interrupts();
+        if (level >= 1) sched_.stop_admission();
+        if (level >= 2) sched_.abandon_running();
+        feed();
+        const bool ran = sched_.step();
+        p_.prompt_tokens += sched_.last_step().prefill_tokens;
+        p_.generated_tokens += sched_.last_step().decode_tokens;
+        p_.elapsed_s = std::chrono::duration<double>(clock::now() - t0).count();
+        if (on_progress) on_progress(p_);
+        if (!ran && (pending_.empty() || !sched_.admitting())) break;
+    }
+    out_.sync();
+    return p_;
+}
+
+}  // namespace
+
+BatchProgress run_batch(Backend& backend, const Tokenizer& tok, int64_t n_ctx, const BatchInput& input,
+                        const std::unordered_set<std::string>& done, const PromptEncoder& encode, RecordWriter& out,
+                        const RecordContext& ctx, const RunnerOptions& options,
+                        const std::function<void(const BatchProgress&)>& on_progress) {
+    Run run(backend, tok, n_ctx, input, encode, out, ctx, options);
+    return run.run(done, on_progress);
+}
+
+}  // namespace quill::batch

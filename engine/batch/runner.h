@@ -1,0 +1,52 @@
+// `quill batch` in the engine: the selected requests of an input fed to a Scheduler over all the backend's KV
+// slots, each record written the moment its request finishes.
+#pragma once
+
+#include "engine/batch/input.h"
+#include "engine/batch/records.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/generator.h"
+#include "tokenizer/tokenizer.h"
+
+#include <functional>
+#include <optional>
+#include <unordered_set>
+
+namespace quill::batch {
+
+// How a request becomes prompt tokens (plain prompt, chat template...). May throw quill::Error: the request then
+// gets an error record.
+using PromptEncoder = std::function<std::vector<int32_t>(const BatchRequest&)>;
+
+struct RunnerOptions {
+    GenerationParams defaults;     // the command line's -n, --stop and sampling flags
+    std::optional<uint64_t> seed;  // --seed; unset: a request without its own seed gets a random one
+    int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
+    Shard shard;                   // the entries whose input index i has i % n == k
+    // Signals received so far: 1 stops admission (running requests finish), 2 abandons the running ones (no
+    // record is written for them, so --resume runs them again). Null: never interrupted.
+    std::function<int()> interrupts;
+};
+
+struct BatchProgress {
+    size_t total = 0;      // requests this run has to do (shard, minus those already in the output)
+    size_t done = 0;       // records written (results and errors)
+    size_t errors = 0;     // error records among them
+    size_t abandoned = 0;  // interrupted requests, not written
+    size_t skipped = 0;    // requests of this shard already in the output (--resume)
+    int64_t prompt_tokens = 0;     // run through the model
+    int64_t generated_tokens = 0;  // sampled
+    double elapsed_s = 0;
+};
+
+// Runs the requests of `input` that belong to the shard and are not in `done` (the ids --resume found). Error
+// entries are written first, then results in completion order. on_progress is called after every step.
+BatchProgress run_batch(Backend& backend, const Tokenizer& tok, int64_t n_ctx, const BatchInput& input,
+                        const std::unordered_set<std::string>& done, const PromptEncoder& encode,
+                        RecordWriter& out, const RecordContext& ctx, const RunnerOptions& options,
+                        const std::function<void(const BatchProgress&)>& on_progress = {});
+
+// The generation parameters of one request: the defaults with its fields applied. UsageError when out of range.
+GenerationParams request_params(const RunnerOptions& options, const RequestOverrides& o, uint64_t random_seed);
+
+}  // namespace quill::batch

@@ -1,0 +1,161 @@
+#include "engine/runtime/scheduler.h"
+
+#include "engine/error.h"
+
+#include <algorithm>
+
+namespace quill {
+
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Backend& backend, const SchedulerOptions& options, TextFn on_text, FinishFn on_finish)
+    : backend_(backend),
+      options_(options),
+      on_text_(std::move(on_text)),
+      on_finish_(std::move(on_finish)),
+      slots_(static_cast<size_t>(backend.kv_shape().n_slots)) {
+    options_.n_batch = std::max(1, options_.n_batch);
+}
+
+void Scheduler::submit(int64_t id, Generation& gen, int32_t slot, int32_t n_past) {
+    if (slot < -1 || slot >= n_slots())
+        throw UsageError(fmt::format("slot {} is outside 0..{}", slot, n_slots() - 1));
+    const size_t n_prompt = gen.prompt().size();
+    if (n_past < 0 || static_cast<size_t>(n_past) >= n_prompt)
+        throw UsageError(fmt::format("{} cached prompt tokens: expected 0..{}", n_past, n_prompt - 1));
+    if (n_past > 0 && slot < 0) throw UsageError("cached prompt tokens need a pinned slot");
+    waiting_.push_back({id, &gen, slot, n_past});
+}
+
+size_t Scheduler::n_running() const {
+    return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; }));
+}
+
+void Scheduler::start(Slot& s, const Waiting& w) {
+    s.busy = true;
+    s.id = w.id;
+    s.gen = w.gen;
+    s.next_prompt = static_cast<size_t>(w.n_past);
+    s.stats = {};
+    s.stats.prompt_tokens = static_cast<int>(w.gen->prompt().size());
+    s.stats.reused_tokens = w.n_past;
+    s.stats.prefilled_tokens = s.stats.prompt_tokens - w.n_past;
+    s.t_admit = clock::now();
+}
+
+// Fills free slots from the queue, oldest request first; a request pinned to a busy slot waits (and does not
+// hold up the ones behind it). A request that is finished before it starts (max_tokens 0) ends at once.
+void Scheduler::admit() {
+    if (!admitting_) return;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+        int32_t slot = it->slot;
+        if (slot < 0) {
+            auto free = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
+            if (free == slots_.end()) break;
+            slot = static_cast<int32_t>(free - slots_.begin());
+        } else if (slots_[slot].busy) {
+            ++it;
+            continue;
+        }
+        const Waiting w = *it;
+        it = waiting_.erase(it);
+        start(slots_[slot], w);
+        if (w.gen->finished()) {
+            slots_[slot].stats.prefilled_tokens = 0;
+            finish(slot);
+            it = waiting_.begin();  // on_finish may have submitted more
+        }
+    }
+}
+
+void Scheduler::finish(int32_t slot) {
+    Slot& s = slots_[slot];
+    const auto now = clock::now();
+    if (s.stats.ttft_ms > 0) s.stats.decode_ms = ms_between(s.t_first, now);
+    s.stats.completion_tokens = s.gen->n_generated();
+    const GenerationStats stats = s.stats;
+    const int64_t id = s.id;
+    s = Slot{};
+    on_finish_(id, stats);
+}
+
+// Decode tokens first (one per sequence whose prompt is in), then prefill chunks of the others in slot order
+// while the token budget lasts. The prompt's last token asks for logits; so does every decode token.
+void Scheduler::build_batch() {
+    batch_.tokens.clear();
+    logit_slot_.clear();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        const Slot& s = slots_[i];
+        if (!s.busy || s.next_prompt < s.gen->prompt().size()) continue;
+        batch_.add(s.gen->last_token(), s.gen->next_pos(), static_cast<int32_t>(i), true);
+        logit_slot_.push_back(static_cast<int32_t>(i));
+    }
+    // At least one prefill token per step, so prompts progress even when the decode tokens fill the budget.
+    size_t budget = static_cast<size_t>(std::max<int64_t>(1, options_.n_batch - static_cast<int64_t>(batch_.tokens.size())));
+    for (size_t i = 0; i < slots_.size() && budget > 0; ++i) {
+        Slot& s = slots_[i];
+        if (!s.busy) continue;
+        const std::vector<int32_t>& prompt = s.gen->prompt();
+        if (s.next_prompt >= prompt.size()) continue;
+        const size_t end = std::min(prompt.size(), s.next_prompt + budget);
+        for (size_t p = s.next_prompt; p < end; ++p) {
+            const bool last = p + 1 == prompt.size();
+            batch_.add(prompt[p], static_cast<int32_t>(p), static_cast<int32_t>(i), last);
+            if (last) logit_slot_.push_back(static_cast<int32_t>(i));
+        }
+        last_step_.prefill_tokens += static_cast<int>(end - s.next_prompt);
+        budget -= end - s.next_prompt;
+        s.next_prompt = end;
+    }
+}
+
+// Logits rows come in batch order, which is the order of logit_slot_.
+void Scheduler::sample_all() {
+    const auto now = clock::now();
+    const size_t n_vocab = static_cast<size_t>(backend_.config().n_vocab);
+    for (size_t r = 0; r < logit_slot_.size(); ++r) {
+        const int32_t slot = logit_slot_[r];
+        Slot& s = slots_[slot];
+        const bool first = s.stats.ttft_ms == 0;  // the prompt just completed
+        if (first) s.stats.prefill_ms = ms_between(s.t_admit, now);
+        const std::string text = s.gen->step(std::span<float>(logits_.data() + r * n_vocab, n_vocab));
+        if (first) {
+            s.t_first = clock::now();
+            s.stats.ttft_ms = std::max(1e-6, ms_between(s.t_admit, s.t_first));
+        }
+        ++last_step_.decode_tokens;
+        if (!text.empty()) on_text_(s.id, text);
+        if (s.gen->finished()) finish(slot);
+    }
+}
+
+bool Scheduler::step() {
+    last_step_ = {};
+    admit();
+    if (n_running() == 0) return false;
+    build_batch();
+    const size_t n_vocab = static_cast<size_t>(backend_.config().n_vocab);
+    logits_.resize(std::max<size_t>(1, logit_slot_.size()) * n_vocab);
+    backend_.forward(batch_, logits_);
+    sample_all();
+    return true;
+}
+
+void Scheduler::abandon_running() {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot& s = slots_[i];
+        if (!s.busy) continue;
+        const std::string tail = s.gen->interrupt();
+        if (!tail.empty()) on_text_(s.id, tail);
+        if (s.stats.ttft_ms == 0) s.stats.prefill_ms = ms_between(s.t_admit, clock::now());
+        finish(static_cast<int32_t>(i));
+    }
+}
+
+}  // namespace quill

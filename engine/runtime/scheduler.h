@@ -1,0 +1,97 @@
+// Continuous batching: a pool of KV slots, a queue of requests, and a step() that runs ONE Backend::forward over
+// one decode token of every running sequence plus prefill chunks of waiting ones, samples each sequence's next
+// token and streams its text. A finished sequence frees its slot, and the next step gives it to the next request.
+//
+// run is a scheduler with one request, chat one with a pinned slot and cached prefix (n_past), batch many.
+#pragma once
+
+#include "engine/runtime/backend.h"
+#include "engine/runtime/generator.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace quill {
+
+struct SchedulerOptions {
+    // Tokens per forward pass. Decode tokens (one per running sequence) always go in; prefill chunks fill what is
+    // left, so a long prompt never stalls the sequences that are decoding (it is split over several steps).
+    int n_batch = 512;
+};
+
+// What a step did, for progress reports.
+struct StepStats {
+    int prefill_tokens = 0;  // prompt tokens run through the model
+    int decode_tokens = 0;   // tokens sampled (including a final end-of-generation token)
+};
+
+class Scheduler {
+public:
+    using TextFn = std::function<void(int64_t id, std::string_view text)>;
+    using FinishFn = std::function<void(int64_t id, const GenerationStats& stats)>;
+
+    // on_text gets each request's text as soon as it is sampled; on_finish is called once per request when it
+    // ends (its Generation says why), after its last on_text. Both may submit new requests.
+    Scheduler(Backend& backend, const SchedulerOptions& options, TextFn on_text, FinishFn on_finish);
+
+    // Queues a request. `gen` must stay alive until on_finish(id). slot: -1 for any free slot, else that slot
+    // (chat keeps one). n_past: prompt tokens already in that slot's cache (0..prompt size - 1; only with a
+    // pinned slot). UsageError for a slot out of range or a bad n_past.
+    void submit(int64_t id, Generation& gen, int32_t slot = -1, int32_t n_past = 0);
+
+    // Admits waiting requests into free slots, runs one forward pass and samples. Returns false when there was
+    // nothing to run (no running sequence, and none admissible).
+    bool step();
+
+    // No waiting request is started any more (a first Ctrl-C); running ones go on.
+    void stop_admission() { admitting_ = false; }
+    bool admitting() const { return admitting_; }
+    // Ends every running request now with FinishReason::interrupted (each gets its held-back text, then
+    // on_finish). Waiting requests stay queued.
+    void abandon_running();
+
+    size_t n_running() const;
+    size_t n_waiting() const { return waiting_.size(); }
+    int n_slots() const { return static_cast<int>(slots_.size()); }
+    const StepStats& last_step() const { return last_step_; }
+
+private:
+    using clock = std::chrono::steady_clock;
+    struct Waiting {
+        int64_t id;
+        Generation* gen;
+        int32_t slot, n_past;
+    };
+    struct Slot {
+        bool busy = false;
+        int64_t id = 0;
+        Generation* gen = nullptr;
+        size_t next_prompt = 0;  // first prompt token not yet in the cache
+        GenerationStats stats;
+        clock::time_point t_admit, t_first;
+    };
+
+    void admit();
+    void start(Slot& s, const Waiting& w);
+    void finish(int32_t slot);
+    void build_batch();
+    void sample_all();
+
+    Backend& backend_;
+    SchedulerOptions options_;
+    TextFn on_text_;
+    FinishFn on_finish_;
+    std::vector<Slot> slots_;
+    std::deque<Waiting> waiting_;
+    bool admitting_ = true;
+    Batch batch_;
+    std::vector<int32_t> logit_slot_;  // [batch.n_logits()] the slot whose token asked for each logits row
+    std::vector<float> logits_;        // [batch.n_logits(), n_vocab]
+    StepStats last_step_;
+};
+
+}  // namespace quill

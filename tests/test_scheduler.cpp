@@ -1,0 +1,237 @@
+// The scheduler: mixed prefill + decode batches give every request the text it gets alone, finished slots are
+// refilled at the next step, the token budget splits long prompts without ever skipping a decoding sequence, and
+// cancellation stops admission or abandons running requests.
+#include "engine/cpu/cpu_backend.h"
+#include "engine/error.h"
+#include "engine/model/model.h"
+#include "engine/runtime/generator.h"
+#include "engine/runtime/scheduler.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+using namespace quill;
+
+namespace {
+
+// A backend that records every batch it runs and hands it on.
+class RecordingBackend final : public Backend {
+public:
+    explicit RecordingBackend(Backend& inner) : inner_(inner) {}
+    std::string_view name() const override { return inner_.name(); }
+    const ModelConfig& config() const override { return inner_.config(); }
+    const KvCacheShape& kv_shape() const override { return inner_.kv_shape(); }
+    void forward(const Batch& batch, std::span<float> logits) override {
+        batches.push_back(batch);
+        inner_.forward(batch, logits);
+    }
+    std::vector<Batch> batches;
+
+private:
+    Backend& inner_;
+};
+
+struct Stories {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tok;
+};
+
+std::optional<Stories> load() {
+    auto path = test::require_testdata("models/stories260K.gguf");
+    if (!path) return std::nullopt;
+    Stories s;
+    s.model = Model::load(path->string());
+    s.tok = Tokenizer::from_gguf(s.model->file);
+    return s;
+}
+
+std::unique_ptr<cpu::CpuBackend> backend(const Stories& s, int64_t n_slots, int64_t n_ctx = 256) {
+    cpu::CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = n_ctx;
+    o.n_slots = n_slots;
+    return std::make_unique<cpu::CpuBackend>(s.model->config, s.model->weights, o);
+}
+
+GenerationParams params(int n, float temp = 0.0f, uint64_t seed = 0) {
+    GenerationParams p;
+    p.max_tokens = n;
+    p.sampling.temperature = temp;
+    p.sampling.seed = seed;
+    return p;
+}
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time", "The little dog", "Lily and Tom went to the park to play with a big red ball and",
+    "One day", "Sam had a toy car. He", "The sun was", "Mom said", "A bird sat on a tree and sang a song about"};
+
+// The text each prompt gets alone, through generate() on a one-slot backend.
+std::vector<std::string> alone(const Stories& s, const std::vector<GenerationParams>& ps) {
+    auto b = backend(s, 1);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+        Generation gen(*s.tok, s.tok->encode(kPrompts[i], true, false), ps[i], 256);
+        std::string text;
+        generate(*b, gen, 0, [&](std::string_view t) { text += t; });
+        out.push_back(text);
+    }
+    return out;
+}
+
+struct SchedRun {
+    std::vector<std::string> texts;
+    std::vector<int> finish_step;  // [request] forward passes run when it finished
+    std::vector<Batch> batches;
+};
+
+SchedRun run_all(const Stories& s, const std::vector<GenerationParams>& ps, int64_t n_slots, int n_batch) {
+    auto inner = backend(s, n_slots);
+    RecordingBackend rec(*inner);
+    SchedRun r;
+    r.texts.resize(kPrompts.size());
+    r.finish_step.resize(kPrompts.size(), -1);
+    Scheduler sched(
+        rec, SchedulerOptions{n_batch}, [&](int64_t id, std::string_view t) { r.texts[id] += t; },
+        [&](int64_t id, const GenerationStats&) { r.finish_step[id] = static_cast<int>(rec.batches.size()); });
+    std::vector<std::unique_ptr<Generation>> gens;
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+        gens.push_back(std::make_unique<Generation>(*s.tok, s.tok->encode(kPrompts[i], true, false), ps[i], 256));
+        sched.submit(static_cast<int64_t>(i), *gens.back());
+    }
+    while (sched.step()) {
+    }
+    r.batches = std::move(rec.batches);
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("mixed prefill and decode batches give each request its text alone", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    std::vector<GenerationParams> ps;
+    for (size_t i = 0; i < kPrompts.size(); ++i) ps.push_back(params(8 + 5 * static_cast<int>(i)));  // unequal ends
+    // Sampled ones too: a request's draws depend on its own seed only.
+    ps[2] = params(30, 1.0f, 11);
+    ps[5] = params(25, 0.8f, 12);
+    const std::vector<std::string> want = alone(*s, ps);
+    for (auto [n_slots, n_batch] : {std::pair{3, 7}, std::pair{8, 512}, std::pair{2, 1}}) {
+        INFO(n_slots << " slots, " << n_batch << " tokens per batch");
+        const SchedRun r = run_all(*s, ps, n_slots, n_batch);
+        CHECK(r.texts == want);
+        bool mixed = false;  // some batch held decode tokens and a prefill chunk together
+        for (const Batch& b : r.batches) {
+            std::set<int32_t> slots;
+            for (const auto& t : b.tokens) slots.insert(t.slot);
+            mixed = mixed || (slots.size() > 1 && b.n_logits() < static_cast<int>(b.tokens.size()));
+        }
+        if (n_batch > 1) CHECK(mixed);
+    }
+}
+
+TEST_CASE("a finished sequence's slot is refilled at the next step", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    std::vector<GenerationParams> ps;
+    for (size_t i = 0; i < kPrompts.size(); ++i) ps.push_back(params(3 + 4 * static_cast<int>(i % 3)));
+    const SchedRun r = run_all(*s, ps, 3, 512);
+    // While requests wait, every batch holds tokens of all 3 slots: a freed slot never sits idle.
+    std::vector<int> finished_by(r.batches.size() + 1, 0);  // [step] requests finished after that many steps
+    for (int f : r.finish_step) {
+        REQUIRE(f >= 0);
+        for (size_t b = static_cast<size_t>(f); b < finished_by.size(); ++b) ++finished_by[b];
+    }
+    for (size_t b = 0; b < r.batches.size(); ++b) {
+        std::set<int32_t> slots;
+        for (const auto& t : r.batches[b].tokens) slots.insert(t.slot);
+        const int unfinished = static_cast<int>(kPrompts.size()) - finished_by[b];
+        INFO("batch " << b);
+        CHECK(static_cast<int>(slots.size()) == std::min(3, unfinished));
+    }
+}
+
+TEST_CASE("the token budget splits prompts and never starves a decoding sequence", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    std::vector<GenerationParams> ps(kPrompts.size(), params(12));
+    const int n_batch = 5;
+    const SchedRun r = run_all(*s, ps, 4, n_batch);
+    // A sequence that got logits in batch b - 1 and did not finish then has its next token (pos + 1) in batch b:
+    // decoding sequences are never left out, however much prompt waits.
+    std::map<int32_t, int32_t> prev;  // slot -> position of its logits token in the previous batch
+    for (size_t b = 0; b < r.batches.size(); ++b) {
+        const Batch& batch = r.batches[b];
+        INFO("batch " << b);
+        CHECK(static_cast<int>(batch.tokens.size()) <= std::max<int>(n_batch, static_cast<int>(prev.size()) + 1));
+        std::map<int32_t, int32_t> seen;
+        for (const auto& t : batch.tokens)
+            if (t.logits) seen[t.slot] = t.pos;
+        int continuing = 0;
+        for (auto [slot, pos] : prev) continuing += seen.contains(slot) && seen[slot] == pos + 1;
+        const auto finished = std::count(r.finish_step.begin(), r.finish_step.end(), static_cast<int>(b));
+        CHECK(continuing == static_cast<int>(prev.size()) - static_cast<int>(finished));
+        prev = seen;
+    }
+    // And the texts are still those of the requests alone.
+    CHECK(r.texts == alone(*s, ps));
+}
+
+TEST_CASE("cancellation stops admission, and abandoning ends running requests as interrupted", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    auto b = backend(*s, 2);
+    std::vector<std::unique_ptr<Generation>> gens;
+    std::map<int64_t, FinishReason> ended;
+    Scheduler sched(*b, {}, [](int64_t, std::string_view) {},
+                    [&](int64_t id, const GenerationStats&) { ended[id] = gens[id]->finish_reason(); });
+    for (int i = 0; i < 4; ++i) {
+        gens.push_back(std::make_unique<Generation>(*s->tok, s->tok->encode(kPrompts[i], true, false), params(50), 256));
+        sched.submit(i, *gens.back());
+    }
+    REQUIRE(sched.step());
+    CHECK(sched.n_running() == 2);
+    sched.stop_admission();
+    for (int i = 0; i < 3; ++i) REQUIRE(sched.step());
+    sched.abandon_running();
+    CHECK(ended.size() == 2);
+    CHECK(ended[0] == FinishReason::interrupted);
+    CHECK(ended[1] == FinishReason::interrupted);
+    CHECK(gens[0]->n_generated() == 4);
+    CHECK(sched.n_waiting() == 2);  // never started
+    CHECK_FALSE(sched.step());
+    // Bad submissions are refused.
+    Generation g(*s->tok, s->tok->encode("Hi", true, false), params(2), 256);
+    CHECK_THROWS_AS(sched.submit(9, g, 2), UsageError);
+    CHECK_THROWS_AS(sched.submit(9, g, -1, 1), UsageError);
+    CHECK_THROWS_AS(sched.submit(9, g, 0, 99), UsageError);
+}
+
+TEST_CASE("generate() with a cached prefix continues a pinned slot", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    // A first turn fills slot 1; the second prompt extends it and reuses the cached tokens (n_past).
+    auto b = backend(*s, 2);
+    const std::vector<int32_t> first = s->tok->encode("Once upon a time", true, false);
+    Generation g1(*s->tok, first, params(10), 256);
+    generate(*b, g1, 1, [](std::string_view) {});
+    std::vector<int32_t> second = first;
+    second.insert(second.end(), g1.generated().begin(), g1.generated().end() - 1);  // what is in the cache
+    const int32_t cached = static_cast<int32_t>(second.size());
+    for (int32_t t : s->tok->encode(" Then", false, false)) second.push_back(t);
+    std::string with_cache, fresh;
+    Generation g2(*s->tok, second, params(10), 256);
+    GenerateOptions o;
+    o.n_past = cached;
+    const GenerationStats st = generate(*b, g2, 1, [&](std::string_view t) { with_cache += t; }, o);
+    CHECK(st.reused_tokens == cached);
+    CHECK(st.prefilled_tokens == static_cast<int>(second.size()) - cached);
+    auto b1 = backend(*s, 1);
+    Generation g3(*s->tok, second, params(10), 256);
+    generate(*b1, g3, 0, [&](std::string_view t) { fresh += t; });
+    CHECK(with_cache == fresh);
+}
