@@ -274,15 +274,25 @@ TEST_CASE("quill chat on a terminal: two turns, Ctrl-C in a reply, undo, regen, 
     mark = p.output().find(" tok/s; context ", mark);
     at_prompt();
 
-    // Ctrl-C at the prompt does not exit; Ctrl-D does.
-    p.send("\x03");
-    REQUIRE(p.wait_for("^C", mark));
-    at_prompt();
     p.send("/stats\r");
     REQUIRE(p.wait_for("messages; context", mark));
     at_prompt();
-    p.send("\x04");
+    p.send("/exit\r");
     CHECK(p.wait_exit() == 0);
     // The history was written where XDG_STATE_HOME says (libedit escapes spaces as \040).
     CHECK(test::read_file(state / "quill" / "history").find("sky\\040blue?") != std::string::npos);
+}
+
+TEST_CASE("quill chat on a terminal: Ctrl-C at the prompt does not exit, Ctrl-D does", "[chat][model]") {
+    auto model = default_model_or_skip();
+    if (!model) return;
+    const auto state = test::temp_dir("chat-pty-eof");
+    PtyProcess p({"chat", "-m", *model, "-t", "1"}, state.string());
+    REQUIRE(p.wait_for("> "));
+    size_t mark = p.size();
+    p.send("\x03");
+    REQUIRE(p.wait_for("^C", mark));
+    REQUIRE(p.wait_for("> ", mark));
+    p.send("\x04");
+    CHECK(p.wait_exit() == 0);
 }
