@@ -28,6 +28,9 @@ using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { Normal, Break, Continue };
 
+// Statements and expressions being run at once, across macro calls: a bound on the evaluator's stack use.
+constexpr int kMaxActive = 3000;
+
 // How an expression reads in messages: `messages`, `message.content`, `foo()`.
 std::string describe(const Expr& e) {
     switch (e.kind) {
@@ -92,6 +95,21 @@ private:
                                      opts_.max_steps));
     }
 
+    // Counts one statement or expression being run for its lifetime.
+    struct Active {
+        Evaluator& ev;
+        Active(Evaluator& e, size_t offset) : ev(e) {
+            if (++ev.active_ > kMaxActive) {
+                --ev.active_;
+                ev.fail(offset, fmt::format("template nested more than {} levels deep while running (recursion?)",
+                                            kMaxActive));
+            }
+        }
+        ~Active() { --ev.active_; }
+        Active(const Active&) = delete;
+        Active& operator=(const Active&) = delete;
+    };
+
     void emit(std::string& out, std::string_view s, size_t offset) const {
         if (out.size() + s.size() > opts_.max_output_bytes)
             fail(offset, fmt::format("output larger than the limit of {} bytes", opts_.max_output_bytes));
@@ -109,6 +127,7 @@ private:
 
     Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
         tick(s.offset);
+        Active active(*this, s.offset);
         switch (s.kind) {
             case Stmt::Kind::Text: emit(out, s.text, s.offset); return Flow::Normal;
             case Stmt::Kind::Output: emit(out, eval(*s.expr, scope).str(), s.offset); return Flow::Normal;
@@ -300,6 +319,7 @@ private:
 
     // ---- expressions ----
     Value eval(const Expr& e, const ScopePtr& scope) {
+        Active active(*this, e.offset);
         try {
             return eval_inner(e, scope);
         } catch (const ValueError& err) {
@@ -414,7 +434,8 @@ private:
     BuiltinEnv env_;
     std::weak_ptr<Scope> root_;
     uint64_t steps_ = 0;
-    int depth_ = 0;
+    int depth_ = 0;   // macro calls
+    int active_ = 0;  // statements and expressions
 };
 
 }  // namespace
