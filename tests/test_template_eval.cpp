@@ -300,3 +300,22 @@ TEST_CASE("template recursion, output size, loops and nesting are bounded", "[te
     CHECK(render(big).size() > 200000);
     CHECK_THAT(error_of(big + "{% if %}"), Catch::Contains("expected an expression"));
 }
+
+TEST_CASE("long operator and filter chains are bounded at parse time", "[template]") {
+    std::string sum = "{{ 1";
+    for (int i = 0; i < 100000; ++i) sum += " + 1";
+    CHECK_THAT(error_of(sum + " }}"), Catch::Contains("expression nested more than 200 levels"));
+    std::string filters = "{{ 'x'";
+    for (int i = 0; i < 100000; ++i) filters += "|trim";
+    CHECK_THAT(error_of(filters + " }}"), Catch::Contains("expression nested more than 200 levels"));
+    std::string attrs = "{{ x";
+    for (int i = 0; i < 100000; ++i) attrs += ".y";
+    CHECK_THAT(error_of(attrs + " }}"), Catch::Contains("expression nested more than 200 levels"));
+    // Deep statements inside deep recursion: the evaluator's own bound.
+    std::string body;
+    for (int i = 0; i < 150; ++i) body += "{% if true %}";
+    body += "{{ f(n + 1) }}";
+    for (int i = 0; i < 150; ++i) body += "{% endif %}";
+    CHECK_THAT(error_of("{% macro f(n) %}" + body + "{% endmacro %}{{ f(0) }}"),
+               Catch::Contains("nested too deeply while running"));
+}

@@ -39,6 +39,7 @@ struct Expr {
     std::vector<std::pair<std::string, ExprPtr>> kwargs;
     std::vector<std::string> ops;
     bool negated = false;
+    int height = 1;  // 1 + the tallest child: bounded by the parser, so evaluation and freeing cannot overflow
 };
 
 struct Stmt;

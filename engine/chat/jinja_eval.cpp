@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
@@ -27,6 +28,11 @@ struct Scope {
 using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { Normal, Break, Continue };
+
+// Statements and expressions being run at once, across macro calls, and the stack they may use: bounds that keep
+// a recursive template from overflowing the stack (a sanitizer build's frames are several times larger).
+constexpr int kMaxActive = 1500;
+constexpr uintptr_t kStackBudget = uintptr_t(3) << 20;
 
 // How an expression reads in messages: `messages`, `message.content`, `foo()`.
 std::string describe(const Expr& e) {
@@ -74,6 +80,7 @@ public:
         if (vars.is_dict())
             for (const auto& [k, v] : vars.as_dict()->items) root->vars[k.str()] = v;
         root_ = root;
+        stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
         std::string out;
         try {
             exec_body(body, root, out);
@@ -92,6 +99,21 @@ private:
                                      opts_.max_steps));
     }
 
+    // Counts one statement or expression being run for its lifetime.
+    struct Active {
+        Evaluator& ev;
+        Active(Evaluator& e, size_t offset) : ev(e) {
+            auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+            if (++ev.active_ > kMaxActive || ev.stack_base_ - here > kStackBudget) {
+                --ev.active_;
+                ev.fail(offset, "template nested too deeply while running (recursion?)");
+            }
+        }
+        ~Active() { --ev.active_; }
+        Active(const Active&) = delete;
+        Active& operator=(const Active&) = delete;
+    };
+
     void emit(std::string& out, std::string_view s, size_t offset) const {
         if (out.size() + s.size() > opts_.max_output_bytes)
             fail(offset, fmt::format("output larger than the limit of {} bytes", opts_.max_output_bytes));
@@ -107,30 +129,46 @@ private:
         return Flow::Normal;
     }
 
+    // exec and eval recurse through each other; they stay small and leave the heavy cases to helpers that are
+    // not inlined, so that each level of nesting costs little stack (sanitizers multiply frame sizes).
     Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
         tick(s.offset);
+        Active active(*this, s.offset);
         switch (s.kind) {
             case Stmt::Kind::Text: emit(out, s.text, s.offset); return Flow::Normal;
-            case Stmt::Kind::Output: emit(out, eval(*s.expr, scope).str(), s.offset); return Flow::Normal;
+            case Stmt::Kind::Output: exec_output(s, scope, out); return Flow::Normal;
             case Stmt::Kind::If:
                 for (const auto& [cond, body] : s.branches)
                     if (!cond || eval(*cond, scope).truthy()) return exec_body(body, scope, out);
                 return Flow::Normal;
             case Stmt::Kind::For: exec_for(s, scope, out); return Flow::Normal;
             case Stmt::Kind::Set: exec_set(s, scope); return Flow::Normal;
-            case Stmt::Kind::SetBlock: {
-                std::string captured;
-                exec_body(s.body, scope, captured);
-                scope->vars[s.targets[0]] = Value(std::move(captured));
-                return Flow::Normal;
-            }
-            case Stmt::Kind::Macro: scope->vars[s.name] = make_macro(s.name, s, scope); return Flow::Normal;
-            case Stmt::Kind::CallBlock: emit(out, call_block(s, scope).str(), s.offset); return Flow::Normal;
+            case Stmt::Kind::SetBlock: exec_set_block(s, scope); return Flow::Normal;
+            case Stmt::Kind::Macro: define_macro(s, scope); return Flow::Normal;
+            case Stmt::Kind::CallBlock: exec_call_block(s, scope, out); return Flow::Normal;
             case Stmt::Kind::Block: return exec_body(s.body, scope, out);
             case Stmt::Kind::Break: return Flow::Break;
             case Stmt::Kind::Continue: return Flow::Continue;
         }
         return Flow::Normal;
+    }
+
+    [[gnu::noinline]] void exec_output(const Stmt& s, const ScopePtr& scope, std::string& out) {
+        emit(out, eval(*s.expr, scope).str(), s.offset);
+    }
+
+    [[gnu::noinline]] void exec_set_block(const Stmt& s, const ScopePtr& scope) {
+        std::string captured;
+        exec_body(s.body, scope, captured);
+        scope->vars[s.targets[0]] = Value(std::move(captured));
+    }
+
+    [[gnu::noinline]] void define_macro(const Stmt& s, const ScopePtr& scope) {
+        scope->vars[s.name] = make_macro(s.name, s, scope);
+    }
+
+    [[gnu::noinline]] void exec_call_block(const Stmt& s, const ScopePtr& scope, std::string& out) {
+        emit(out, call_block(s, scope).str(), s.offset);
     }
 
     void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& v, size_t offset) {
@@ -149,7 +187,7 @@ private:
         for (size_t i = 0; i < targets.size(); ++i) scope.vars[targets[i]] = items[i];
     }
 
-    void exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    [[gnu::noinline]] void exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
         Value iterable = eval(*s.expr, scope);
         std::vector<Value> items;
         try {
@@ -204,7 +242,7 @@ private:
         }
     }
 
-    void exec_set(const Stmt& s, const ScopePtr& scope) {
+    [[gnu::noinline]] void exec_set(const Stmt& s, const ScopePtr& scope) {
         Value v = eval(*s.expr, scope);
         if (s.attr.empty()) {
             bind_targets(*scope, s.targets, v, s.offset);
@@ -300,6 +338,7 @@ private:
 
     // ---- expressions ----
     Value eval(const Expr& e, const ScopePtr& scope) {
+        Active active(*this, e.offset);
         try {
             return eval_inner(e, scope);
         } catch (const ValueError& err) {
@@ -316,28 +355,10 @@ private:
             }
             case Expr::Kind::Attr: return get_attr(eval(*e.args[0], scope), e.name, env_);
             case Expr::Kind::Item: return get_item(eval(*e.args[0], scope), eval(*e.args[1], scope), env_);
-            case Expr::Kind::Slice: {
-                Value obj = eval(*e.args[0], scope);
-                Value parts[3];
-                for (int i = 0; i < 3; ++i)
-                    if (e.args[static_cast<size_t>(i) + 1]) parts[i] = eval(*e.args[static_cast<size_t>(i) + 1], scope);
-                return slice(obj, parts[0], parts[1], parts[2]);
-            }
-            case Expr::Kind::Call: {
-                Value callee = eval(*e.args[0], scope);
-                CallArgs args = eval_args(e, 1, scope);
-                return invoke(callee, args, *e.args[0]);
-            }
-            case Expr::Kind::Filter: {
-                Value subject = eval(*e.args[0], scope);
-                CallArgs args = eval_args(e, 1, scope);
-                return apply_filter(e.name, subject, args, env_);
-            }
-            case Expr::Kind::Test: {
-                Value subject = eval(*e.args[0], scope);
-                CallArgs args = eval_args(e, 1, scope);
-                return Value(apply_test(e.name, subject, args) != e.negated);
-            }
+            case Expr::Kind::Slice: return eval_slice(e, scope);
+            case Expr::Kind::Call:
+            case Expr::Kind::Filter:
+            case Expr::Kind::Test: return eval_call(e, scope);
             case Expr::Kind::Unary: return eval_unary(e, scope);
             case Expr::Kind::Binary: return eval_binary(e, scope);
             case Expr::Kind::Compare: return eval_compare(e, scope);
@@ -345,24 +366,44 @@ private:
                 if (eval(*e.args[1], scope).truthy()) return eval(*e.args[0], scope);
                 return e.args[2] ? eval(*e.args[2], scope) : Value();
             case Expr::Kind::ListLit:
-            case Expr::Kind::TupleLit: {
-                std::vector<Value> items;
-                for (const auto& a : e.args) items.push_back(eval(*a, scope));
-                return e.kind == Expr::Kind::TupleLit ? Value::tuple(std::move(items)) : Value::list(std::move(items));
-            }
-            case Expr::Kind::DictLit: {
-                auto d = std::make_shared<Dict>();
-                for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-                    Value key = eval(*e.args[i], scope);
-                    d->set(key, eval(*e.args[i + 1], scope));
-                }
-                return Value(d);
-            }
+            case Expr::Kind::TupleLit:
+            case Expr::Kind::DictLit: return eval_collection(e, scope);
         }
         return Value();
     }
 
-    Value eval_unary(const Expr& e, const ScopePtr& scope) {
+    [[gnu::noinline]] Value eval_slice(const Expr& e, const ScopePtr& scope) {
+        Value obj = eval(*e.args[0], scope);
+        Value parts[3];
+        for (size_t i = 0; i < 3; ++i)
+            if (e.args[i + 1]) parts[i] = eval(*e.args[i + 1], scope);
+        return slice(obj, parts[0], parts[1], parts[2]);
+    }
+
+    // f(args), x | f(args), x is f(args)
+    [[gnu::noinline]] Value eval_call(const Expr& e, const ScopePtr& scope) {
+        Value first = eval(*e.args[0], scope);
+        CallArgs args = eval_args(e, 1, scope);
+        if (e.kind == Expr::Kind::Call) return invoke(first, args, *e.args[0]);
+        if (e.kind == Expr::Kind::Filter) return apply_filter(e.name, first, args, env_);
+        return Value(apply_test(e.name, first, args) != e.negated);
+    }
+
+    [[gnu::noinline]] Value eval_collection(const Expr& e, const ScopePtr& scope) {
+        if (e.kind == Expr::Kind::DictLit) {
+            auto d = std::make_shared<Dict>();
+            for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+                Value key = eval(*e.args[i], scope);
+                d->set(key, eval(*e.args[i + 1], scope));
+            }
+            return Value(d);
+        }
+        std::vector<Value> items;
+        for (const auto& a : e.args) items.push_back(eval(*a, scope));
+        return e.kind == Expr::Kind::TupleLit ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    }
+
+    [[gnu::noinline]] Value eval_unary(const Expr& e, const ScopePtr& scope) {
         Value v = eval(*e.args[0], scope);
         if (e.name == "not") return Value(!v.truthy());
         if (v.is_undefined()) fail(e.args[0]->offset, fmt::format("'{}' is undefined", describe(*e.args[0])));
@@ -373,7 +414,7 @@ private:
         return Value(-v.as_int());
     }
 
-    Value eval_binary(const Expr& e, const ScopePtr& scope) {
+    [[gnu::noinline]] Value eval_binary(const Expr& e, const ScopePtr& scope) {
         Value a = eval(*e.args[0], scope);
         if (e.name == "and") return a.truthy() ? eval(*e.args[1], scope) : a;
         if (e.name == "or") return a.truthy() ? a : eval(*e.args[1], scope);
@@ -389,7 +430,7 @@ private:
         return binary_op(e.name, a, b, env_);
     }
 
-    Value eval_compare(const Expr& e, const ScopePtr& scope) {
+    [[gnu::noinline]] Value eval_compare(const Expr& e, const ScopePtr& scope) {
         Value left = eval(*e.args[0], scope);
         for (size_t i = 0; i < e.ops.size(); ++i) {
             Value right = eval(*e.args[i + 1], scope);
@@ -414,7 +455,9 @@ private:
     BuiltinEnv env_;
     std::weak_ptr<Scope> root_;
     uint64_t steps_ = 0;
-    int depth_ = 0;
+    int depth_ = 0;   // macro calls
+    int active_ = 0;  // statements and expressions
+    uintptr_t stack_base_ = 0;  // the frame that started rendering; the stack grows down from it
 };
 
 }  // namespace

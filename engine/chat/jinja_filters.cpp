@@ -29,7 +29,8 @@ Value attr_path(const Value& v, const std::string& path, const BuiltinEnv& env) 
     while (start <= path.size()) {
         size_t dot = path.find('.', start);
         std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-        bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+        bool numeric = !part.empty() && part.size() <= 9 &&
+                       std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
         cur = numeric ? get_item(cur, Value(static_cast<int64_t>(std::stoll(part))), env) : get_attr(cur, part, env);
         if (dot == std::string::npos) break;
         start = dot + 1;

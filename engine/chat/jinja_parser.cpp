@@ -85,6 +85,19 @@ private:
         return e;
     }
 
+    // Sets the node's height from its children; a tree taller than kMaxParseDepth is an error (`1+1+...+1` and
+    // `x|f|f|...|f` build tall trees without nesting in the text).
+    ExprPtr finish(ExprPtr e) {
+        int h = 0;
+        for (const auto& a : e->args)
+            if (a) h = std::max(h, a->height);
+        for (const auto& kv : e->kwargs) h = std::max(h, kv.second->height);
+        e->height = h + 1;
+        if (e->height > kMaxParseDepth)
+            src_.fail(e->offset, fmt::format("expression nested more than {} levels deep", kMaxParseDepth));
+        return e;
+    }
+
     // ---- statements ----
     // Parses until `{% <one of end_tags>` (left unconsumed) or the end of the template.
     Body parse_body(std::initializer_list<std::string_view> end_tags, std::string_view opener, size_t opener_at) {
@@ -298,7 +311,7 @@ private:
             if (cur().kind == TokKind::VarEnd || cur().kind == TokKind::BlockEnd) break;
             tuple->args.push_back(parse_expression());
         }
-        return tuple;
+        return finish(std::move(tuple));
     }
 
     ExprPtr parse_expression(bool with_condexpr = true) {
@@ -312,7 +325,7 @@ private:
             cond->args.push_back(std::move(expr));
             cond->args.push_back(parse_or());
             cond->args.push_back(skip_name("else") ? parse_expression() : nullptr);
-            expr = std::move(cond);
+            expr = finish(std::move(cond));
         }
         return expr;
     }
@@ -322,7 +335,7 @@ private:
         e->name = std::move(op);
         e->args.push_back(std::move(left));
         e->args.push_back(std::move(right));
-        return e;
+        return finish(std::move(e));
     }
 
     ExprPtr parse_or() { return parse_left_assoc({"or"}, &Parser::parse_and); }
@@ -335,7 +348,7 @@ private:
             advance();
             e->name = "not";
             e->args.push_back(parse_not());
-            return e;
+            return finish(std::move(e));
         }
         return parse_compare();
     }
@@ -363,7 +376,7 @@ private:
         }
         if (cmp->ops.empty()) return first;
         cmp->args.insert(cmp->args.begin(), std::move(first));
-        return cmp;
+        return finish(std::move(cmp));
     }
 
     template <class Next>
@@ -393,6 +406,7 @@ private:
             node->name = cur().text;
             advance();
             node->args.push_back(parse_unary(false));
+            node = finish(std::move(node));
         } else {
             node = parse_primary();
         }
@@ -454,7 +468,7 @@ private:
             tuple->args.push_back(parse_expression());
         }
         expect_op(")");
-        return tuple;
+        return finish(std::move(tuple));
     }
 
     ExprPtr parse_list() {
@@ -465,7 +479,7 @@ private:
             if (skip_op("]")) break;
             list->args.push_back(parse_expression());
         }
-        return list;
+        return finish(std::move(list));
     }
 
     ExprPtr parse_dict() {
@@ -478,7 +492,7 @@ private:
             expect_op(":");
             dict->args.push_back(parse_expression());
         }
-        return dict;
+        return finish(std::move(dict));
     }
 
     ExprPtr parse_postfix(ExprPtr node) {
@@ -491,13 +505,13 @@ private:
                     item->args.push_back(std::move(node));
                     item->args.push_back(literal(Value(cur().int_value), at));
                     advance();
-                    node = std::move(item);
+                    node = finish(std::move(item));
                     continue;
                 }
                 auto attr = make(Expr::Kind::Attr, at);
                 attr->name = expect_name("an attribute name");
                 attr->args.push_back(std::move(node));
-                node = std::move(attr);
+                node = finish(std::move(attr));
             } else if (is_op("[")) {
                 node = parse_subscript(std::move(node));
             } else if (is_op("(")) {
@@ -527,7 +541,7 @@ private:
             e->args.push_back(std::move(parts[1]));
             e->args.push_back(std::move(parts[2]));
         }
-        return e;
+        return finish(std::move(e));
     }
 
     // '(' args ')' into e->args (after the ones already there) and e->kwargs.
@@ -554,7 +568,7 @@ private:
         auto call = make(Expr::Kind::Call, cur().offset);
         call->args.push_back(std::move(node));
         parse_call_args(*call);
-        return call;
+        return finish(std::move(call));
     }
 
     ExprPtr parse_filter_expr(ExprPtr node) {
@@ -567,7 +581,7 @@ private:
                 if (!has_filter(f->name)) src_.fail(at, fmt::format("unknown filter '{}'", f->name));
                 f->args.push_back(std::move(node));
                 if (is_op("(")) parse_call_args(*f);
-                node = std::move(f);
+                node = finish(std::move(f));
             } else if (is_name("is")) {
                 node = parse_test(std::move(node));
             } else if (is_op("(")) {
@@ -595,7 +609,7 @@ private:
             if (is_name("is")) fail_here("tests cannot be chained with 'is'");
             t->args.push_back(parse_postfix(parse_primary()));
         }
-        return t;
+        return finish(std::move(t));
     }
 
     const Source& src_;

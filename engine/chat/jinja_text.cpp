@@ -226,7 +226,7 @@ std::string py_format(const std::string& f, const CallArgs& args) {
         if (field.find_first_of(":!.[") != std::string::npos) value_error("format: format specs are not supported");
         std::optional<Value> v;
         if (field.empty()) v = args.get(auto_index++, "\x01");
-        else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
+        else if (field.size() <= 9 && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
             v = args.get(std::stoul(field), "\x01");
         else v = args.get(SIZE_MAX, field);
         if (!v) value_error(fmt::format("format: no argument for field '{{{}}}'", field));
