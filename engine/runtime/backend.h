@@ -65,4 +65,9 @@ public:
     virtual void forward(const Batch& batch, std::span<float> logits) = 0;
 };
 
+// The checks every backend's forward() makes first: a non-empty batch, tokens inside the vocabulary, positions
+// inside the context and slots in range (UsageError naming the value), and a logits buffer of at least
+// [batch.n_logits(), n_vocab] floats (QUILL_CHECK: the caller's bug).
+void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv, std::span<const float> logits);
+
 }  // namespace quill
