@@ -22,7 +22,8 @@ namespace quill {
 struct ReferenceBackendOptions {
     int64_t n_ctx = 0;    // positions per slot
     int64_t n_slots = 1;  // sequences that can be in flight
-    KvType kv_type = KvType::f32;  // f32: attention in double; f16: half-precision attention (see above)
+    KvType kv_type = KvType::f32;  // f32: attention in double; f16: half-precision attention (see above).
+                                   // Either way the cache holds doubles; kv_shape() gives its layout.
 };
 
 class ReferenceBackend final : public Backend {

@@ -54,7 +54,7 @@ class Backend {
 public:
     virtual ~Backend() = default;
 
-    virtual std::string_view name() const = 0;  // "cpu", "cpu-reference", "cuda"
+    virtual std::string_view name() const = 0;  // "cpu", "cpu-reference", "reference", "cuda"
     virtual const ModelConfig& config() const = 0;
     virtual const KvCacheShape& kv_shape() const = 0;
 
