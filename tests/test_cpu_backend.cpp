@@ -1,22 +1,27 @@
-// The CPU backend: fast path against the scalar reference path on random tiny models of every weight type,
-// prefill against step-by-step decode, multi-sequence batches, and the real stories260K model against the
-// reference implementation's logits and greedy tokens.
+// The CPU backend: fast path against its scalar path (CpuBackendOptions::reference, the oracle of the kernels: the
+// same forward with plain products of the same int8/fp16 inputs) on random tiny models of every weight type, prefill
+// against step-by-step decode, multi-sequence batches, and the real stories260K model against llama.cpp's logits and
+// greedy tokens. The model maths is checked against the independent reference backend in test_reference.cpp.
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
-#include "tests/random_model.h"
+#include "tests/backend_checks.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 using namespace quill;
 using quill::cpu::CpuBackend;
 using quill::cpu::CpuBackendOptions;
 using quill::cpu::Isa;
+using quill::test::available_isas;
+using quill::test::max_abs;
+using quill::test::max_diff;
+using quill::test::prefill_logits;
+using quill::test::some_tokens;
+using quill::test::stepwise_logits;
 
 namespace {
 
@@ -32,104 +37,28 @@ std::unique_ptr<CpuBackend> make(const Model& m, bool reference, int threads = 1
     return std::make_unique<CpuBackend>(m.config, m.weights, o);
 }
 
-// All tokens in one batch (one prefill), logits for every position: [n, n_vocab].
-std::vector<float> prefill_logits(Backend& b, const std::vector<int32_t>& tokens, int32_t slot = 0) {
-    Batch batch;
-    for (size_t i = 0; i < tokens.size(); ++i) batch.add(tokens[i], static_cast<int32_t>(i), slot, true);
-    std::vector<float> logits(tokens.size() * b.config().n_vocab);
-    b.forward(batch, logits);
-    return logits;
-}
-
-// One token per forward call, as the decode loop does.
-std::vector<float> stepwise_logits(Backend& b, const std::vector<int32_t>& tokens) {
-    const int64_t nv = b.config().n_vocab;
-    std::vector<float> all(tokens.size() * nv);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        Batch batch;
-        batch.add(tokens[i], static_cast<int32_t>(i), 0, true);
-        b.forward(batch, std::span<float>(all.data() + i * nv, nv));
-    }
-    return all;
-}
-
-double max_abs(const std::vector<float>& v) {
-    double m = 0;
-    for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-    return m;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        REQUIRE(std::isfinite(a[i]));
-        m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-    }
-    return m;
-}
-
-std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
-    std::vector<int32_t> t;
-    for (int i = 0; i < n; ++i) t.push_back((i * 37 + salt * 101 + 5) % n_vocab);
-    return t;
-}
-
-struct Case {
-    const char* label;
-    test::TinySpec spec;
-    double tol;  // max |fast - reference| over max |reference|
-};
-
-// Tolerances. The reference path computes in double exactly what the fast path computes in float (weights
-// dequantized; inputs as the kernels see them: int8 blocks with fp16 scales for quantized weights, fp16 for F16
-// weights), so the two differ by float summation order (~1e-7 of the logit range) until an intermediate value sits
-// within that distance of a rounding boundary of the int8 or fp16 quantization and lands on the other side: one
-// quantization step (1/127 of a block's range) then moves through the layers. F32 and BF16 weights see such flips
-// only in the fp16 K/V/Q rounding (1e-5 covers them), F16 weights also in their fp16 inputs (1e-3); int8 types see them in every matmul input, and on these
+// Tolerances: max |fast - scalar reference path| over max |reference|, by weight type. The scalar path computes in
+// double exactly what the fast path computes in float (weights dequantized; inputs as the kernels see them: int8
+// blocks with fp16 scales for quantized weights, fp16 for F16 weights), so the two differ by float summation order
+// (~1e-7 of the logit range) until an intermediate value sits within that distance of a rounding boundary of the
+// int8 or fp16 quantization and lands on the other side: one quantization step (1/127 of a block's range) then
+// moves through the layers. F32 and BF16 weights see such flips only in the fp16 K/V/Q rounding (1e-5 covers
+// them), F16 weights also in their fp16 inputs (1e-3); int8 types see them in every matmul input, and on these
 // small random models one flip can move the logits by a few per mille to ~1.5% of their range: 3e-2.
-// The kernels themselves are checked one product at a time, tightly, in test_matmul.cpp.
-std::vector<Case> cases() {
-    std::vector<Case> c;
-    auto spec = [](GgmlType t, int64_t embd, int64_t head, int64_t kv, int64_t ff) {
-        test::TinySpec s;
-        s.type = s.ffn_down_type = t;
-        s.n_embd = embd;
-        s.n_head = head;
-        s.n_head_kv = kv;
-        s.n_ff = ff;
-        return s;
-    };
-    c.push_back({"f32, odd n_ff, GQA 2", spec(GgmlType::F32, 64, 4, 2, 172), 1e-5});
-    c.push_back({"f16, odd n_ff, MHA", spec(GgmlType::F16, 64, 4, 4, 171), 1e-3});
-    c.push_back({"bf16, MQA", spec(GgmlType::BF16, 64, 8, 1, 100), 1e-5});
-    c.push_back({"q8_0, GQA 2", spec(GgmlType::Q8_0, 64, 2, 1, 96), 3e-2});
-    c.push_back({"q4_0, GQA 4", spec(GgmlType::Q4_0, 128, 8, 2, 96), 3e-2});
-    c.push_back({"q4_1, MHA", spec(GgmlType::Q4_1, 64, 4, 4, 128), 3e-2});
-    c.push_back({"q5_0, GQA 2", spec(GgmlType::Q5_0, 64, 4, 2, 96), 3e-2});
-    c.push_back({"q5_1, GQA 2", spec(GgmlType::Q5_1, 96, 3, 1, 160), 3e-2});
-    c.push_back({"q4_K, GQA 2", spec(GgmlType::Q4_K, 256, 4, 2, 512), 3e-2});
-    c.push_back({"q5_K, MHA", spec(GgmlType::Q5_K, 256, 4, 4, 256), 3e-2});
-    c.push_back({"q6_K, MQA", spec(GgmlType::Q6_K, 256, 4, 1, 512), 3e-2});
-    Case mixed{"q8_0 with f16 ffn_down, odd n_ff, tied output, rope_freqs", spec(GgmlType::Q8_0, 64, 8, 4, 172), 3e-2};
-    mixed.spec.ffn_down_type = GgmlType::F16;
-    mixed.spec.tied_output = true;
-    mixed.spec.rope_freqs = true;
-    c.push_back(mixed);
-    return c;
+// The kernels themselves are checked one product at a time, tightly, in test_matmul.cpp; the model maths against
+// the independent reference forward pass in test_reference.cpp.
+double kernel_tol(GgmlType t) {
+    if (t == GgmlType::F32 || t == GgmlType::BF16) return 1e-5;
+    if (t == GgmlType::F16) return 1e-3;
+    return 3e-2;
 }
 
-std::vector<Isa> available_isas() {
-    std::vector<Isa> v;
-    for (Isa i : {Isa::generic, Isa::avx2, Isa::avx512})
-        if (cpu::isa_available(i)) v.push_back(i);
-    return v;
-}
 
 }  // namespace
 
 TEST_CASE("fast path equals the scalar reference on random models of every weight type", "[cpu]") {
-    for (const Case& c : cases()) {
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        const double tol = kernel_tol(c.spec.type);
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(9, static_cast<int>(c.spec.n_vocab), 1);
         auto ref_backend = make(*model, true);
@@ -141,14 +70,14 @@ TEST_CASE("fast path equals the scalar reference on random models of every weigh
                 INFO(c.label << ", " << cpu::isa_name(isa) << ", " << threads << " threads");
                 auto fast = make(*model, false, threads, isa);
                 const double d = max_diff(prefill_logits(*fast, tokens), ref);
-                CHECK(d <= c.tol * scale);
+                CHECK(d <= tol * scale);
             }
         }
     }
 }
 
 TEST_CASE("prefill logits equal step-by-step decode logits", "[cpu]") {
-    for (const Case& c : cases()) {
+    for (const test::TinyCase& c : test::tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(12, static_cast<int>(c.spec.n_vocab), 2);
         for (bool reference : {true, false}) {
@@ -159,7 +88,7 @@ TEST_CASE("prefill logits equal step-by-step decode logits", "[cpu]") {
             const std::vector<float> stepped = stepwise_logits(*b2, tokens);
             // The same arithmetic in a different order (tiled products against row products): float rounding, and
             // the rounding flips that it can cause (see the tolerances above).
-            CHECK(max_diff(batched, stepped) <= c.tol * max_abs(stepped));
+            CHECK(max_diff(batched, stepped) <= kernel_tol(c.spec.type) * max_abs(stepped));
         }
     }
 }
@@ -187,10 +116,7 @@ TEST_CASE("one batch with tokens of several sequences equals running them apart"
     batch.add(b[3], 3, 0, true);
     std::vector<float> out(5 * nv);
     both->forward(batch, out);
-    auto row = [&](const std::vector<float>& v, size_t r) {
-        return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(r * nv),
-                                  v.begin() + static_cast<std::ptrdiff_t>((r + 1) * nv));
-    };
+    auto row = [&](const std::vector<float>& v, int64_t r) { return test::rows(v, nv, r, r + 1); };
     const double tol = 2e-4 * max_abs(la);
     CHECK(max_diff(row(out, 0), row(lb, 0)) <= tol);
     CHECK(max_diff(row(out, 1), row(la, 5)) <= tol);
@@ -252,73 +178,10 @@ TEST_CASE("bad batches are rejected with a clear error", "[cpu]") {
 
 // ---- stories260K against the reference implementation ----
 
-namespace {
-
-struct RefLogits {
-    std::vector<int32_t> tokens;
-    std::vector<std::vector<float>> logits;  // [position][n_vocab]
-};
-
-RefLogits read_ref_logits(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    RefLogits r;
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') continue;
-        std::istringstream ss(line);
-        std::string word;
-        ss >> word;
-        if (word == "pos") {
-            int pos, token;
-            std::string tk;
-            ss >> pos >> tk >> token;
-            r.tokens.push_back(token);
-            r.logits.emplace_back();
-            continue;
-        }
-        std::istringstream values(line);
-        float v;
-        while (values >> v) r.logits.back().push_back(v);
-    }
-    return r;
-}
-
-std::vector<int32_t> read_ref_greedy(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-        if (!line.starts_with("generated_tokens ")) continue;
-        std::istringstream ss(line.substr(17));
-        std::vector<int32_t> t;
-        int32_t v;
-        while (ss >> v) t.push_back(v);
-        return t;
-    }
-    return {};
-}
-
-std::vector<int32_t> greedy(Backend& b, const std::vector<int32_t>& prompt, int n) {
-    const int64_t nv = b.config().n_vocab;
-    std::vector<float> logits(nv);
-    Batch batch;
-    for (size_t i = 0; i < prompt.size(); ++i) batch.add(prompt[i], static_cast<int32_t>(i), 0, i + 1 == prompt.size());
-    b.forward(batch, logits);
-    std::vector<int32_t> out;
-    for (int i = 0; i < n; ++i) {
-        int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        out.push_back(t);
-        batch.tokens = {{t, static_cast<int32_t>(prompt.size() + i), 0, true}};
-        b.forward(batch, logits);
-    }
-    return out;
-}
-
-}  // namespace
-
 TEST_CASE("stories260K logits match the reference at every prompt position", "[cpu][model]") {
     auto path = test::require_testdata("models/stories260K.gguf");
     if (!path) return;
-    const RefLogits ref = read_ref_logits(path->parent_path() / "ref/stories260K-f32.prompt_logits.txt");
+    const test::RefLogits ref = test::read_ref_logits(path->parent_path() / "ref/stories260K-f32.prompt_logits.txt");
     REQUIRE(ref.tokens == std::vector<int32_t>{1, 403, 407, 261, 378});
     auto model = Model::load(path->string());
     for (bool reference : {true, false}) {
@@ -338,7 +201,7 @@ TEST_CASE("stories260K logits match the reference at every prompt position", "[c
 TEST_CASE("stories260K Q8_0 mix logits are close to the reference and greedy tokens match", "[cpu][model]") {
     auto path = test::require_testdata("models/stories260K-Q8_0mix.gguf");
     if (!path) return;
-    const RefLogits ref = read_ref_logits(path->parent_path() / "ref/stories260K-Q8_0mix.prompt_logits.txt");
+    const test::RefLogits ref = test::read_ref_logits(path->parent_path() / "ref/stories260K-Q8_0mix.prompt_logits.txt");
     auto model = Model::load(path->string());
     auto b = make(*model, false, 2);
     const std::vector<float> logits = prefill_logits(*b, ref.tokens);
@@ -350,21 +213,21 @@ TEST_CASE("stories260K Q8_0 mix logits are close to the reference and greedy tok
         INFO("position " << p);
         CHECK(d <= 1e-3);
     }
-    const auto want = read_ref_greedy(path->parent_path() / "ref/stories260K-Q8_0mix.greedy.txt");
+    const auto want = test::read_ref_ids(path->parent_path() / "ref/stories260K-Q8_0mix.greedy.txt", "generated_tokens");
     REQUIRE(want.size() == 64);
     auto g = make(*model, false, 2);
-    CHECK(greedy(*g, ref.tokens, 64) == want);
+    CHECK(test::greedy_tokens(*g, ref.tokens, 64) == want);
 }
 
 TEST_CASE("stories260K greedy tokens match the reference on every kernel family", "[cpu][model]") {
     auto path = test::require_testdata("models/stories260K.gguf");
     if (!path) return;
-    const auto want = read_ref_greedy(path->parent_path() / "ref/stories260K-f32.greedy.txt");
+    const auto want = test::read_ref_ids(path->parent_path() / "ref/stories260K-f32.greedy.txt", "generated_tokens");
     REQUIRE(want.size() == 64);
     auto model = Model::load(path->string());
     for (Isa isa : available_isas()) {
         INFO(cpu::isa_name(isa));
         auto b = make(*model, false, 2, isa);
-        CHECK(greedy(*b, {1, 403, 407, 261, 378}, 64) == want);
+        CHECK(test::greedy_tokens(*b, {1, 403, 407, 261, 378}, 64) == want);
     }
 }

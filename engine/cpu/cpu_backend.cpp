@@ -69,27 +69,6 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     }
 }
 
-void CpuBackend::validate(const Batch& batch, std::span<float> logits) const {
-    if (batch.tokens.empty()) throw UsageError("empty batch");
-    for (const auto& t : batch.tokens) {
-        if (t.token < 0 || t.token >= config_.n_vocab)
-            throw UsageError(fmt::format("token id {} is outside the vocabulary (0..{})", t.token, config_.n_vocab - 1));
-        if (t.pos < 0 || t.pos >= kv_shape_.n_ctx)
-            throw UsageError(fmt::format("position {} is outside the context of {} tokens", t.pos, kv_shape_.n_ctx));
-        if (t.slot < 0 || t.slot >= kv_shape_.n_slots)
-            throw UsageError(fmt::format("slot {} is outside 0..{}", t.slot, kv_shape_.n_slots - 1));
-    }
-    // Two tokens at one (slot, pos) would write the same cache row, and which one wins is a race.
-    std::vector<std::pair<int32_t, int32_t>> at;  // [n_tokens] (slot, pos)
-    at.reserve(batch.tokens.size());
-    for (const auto& t : batch.tokens) at.emplace_back(t.slot, t.pos);
-    std::sort(at.begin(), at.end());
-    if (auto dup = std::adjacent_find(at.begin(), at.end()); dup != at.end())
-        throw UsageError(fmt::format("the batch holds two tokens at slot {} position {}", dup->first, dup->second));
-    const size_t need = static_cast<size_t>(batch.n_logits()) * config_.n_vocab;
-    QUILL_CHECK(logits.size() >= need, "logits buffer has {} floats, the batch needs {}", logits.size(), need);
-}
-
 void CpuBackend::resize_scratch(int64_t n) {
     const auto& c = config_;
     x_.resize(n * c.n_embd);
@@ -120,7 +99,7 @@ void* CpuBackend::cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos)
 }
 
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
-    validate(batch, logits);
+    check_batch(batch, config_, kv_shape_, logits);
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     resize_scratch(n);
     embed(batch);

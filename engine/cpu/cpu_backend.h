@@ -39,7 +39,6 @@ public:
     Isa isa() const { return isa_; }
 
 private:
-    void validate(const Batch& batch, std::span<float> logits) const;
     void resize_scratch(int64_t n_tokens);
     void embed(const Batch& batch);
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);

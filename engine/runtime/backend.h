@@ -54,7 +54,7 @@ class Backend {
 public:
     virtual ~Backend() = default;
 
-    virtual std::string_view name() const = 0;  // "cpu", "cpu-reference", "cuda"
+    virtual std::string_view name() const = 0;  // "cpu", "cpu-reference", "reference", "cuda"
     virtual const ModelConfig& config() const = 0;
     virtual const KvCacheShape& kv_shape() const = 0;
 
@@ -64,5 +64,10 @@ public:
     // order. Throws UsageError for a position outside the context or a slot out of range.
     virtual void forward(const Batch& batch, std::span<float> logits) = 0;
 };
+
+// The checks every backend's forward() makes first: a non-empty batch, tokens inside the vocabulary, positions
+// inside the context and slots in range (UsageError naming the value), and a logits buffer of at least
+// [batch.n_logits(), n_vocab] floats (QUILL_CHECK: the caller's bug).
+void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv, std::span<const float> logits);
 
 }  // namespace quill

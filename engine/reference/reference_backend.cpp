@@ -1,0 +1,203 @@
+#include "engine/reference/reference_backend.h"
+
+#include "engine/error.h"
+#include "engine/format/quant.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace quill {
+
+namespace {
+
+// sum_i a[i] b[i] in double, in four interleaved partial sums (independent additions run about 3x faster than
+// one chain; in double the order is immaterial at the precision the tests need).
+double dot(const float* a, const double* b, int64_t n) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int u = 0; u < 4; ++u) s[u] += static_cast<double>(a[i + u]) * b[i + u];
+    for (; i < n; ++i) s[0] += static_cast<double>(a[i]) * b[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// y = W x for W [n_out rows, n_in] of any type the file holds: each row dequantized to float, the dot in double.
+void matvec(const TensorView& w, const std::vector<double>& x, std::vector<double>& y, std::vector<float>& row) {
+    const int64_t n_in = w.ne[0], n_out = w.n_rows();
+    QUILL_CHECK(static_cast<int64_t>(x.size()) == n_in, "{}: input has {} values, rows have {}", w.name, x.size(), n_in);
+    row.resize(n_in);
+    y.resize(n_out);
+    for (int64_t r = 0; r < n_out; ++r) {
+        dequantize_row(w.type, w.row(r), row.data(), n_in);
+        y[r] = dot(row.data(), x.data(), n_in);
+    }
+}
+
+// out = x / sqrt(mean(x^2) + eps) * w
+void rms_norm(const std::vector<double>& x, const std::vector<float>& w, double eps, std::vector<double>& out) {
+    double ss = 0.0;
+    for (double v : x) ss += v * v;
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+    out.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * scale * w[i];
+}
+
+// Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
+// pair i is (2i, 2i+1) for RopeStyle::adjacent, (i, i + n_rot/2) for RopeStyle::halves.
+void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
+          int32_t pos) {
+    const int64_t half = c.n_rot / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        const double theta = static_cast<double>(pos) * inv_freq[i];
+        const double cos_t = std::cos(theta), sin_t = std::sin(theta);
+        const int64_t i0 = c.rope_style == RopeStyle::adjacent ? 2 * i : i;
+        const int64_t i1 = c.rope_style == RopeStyle::adjacent ? 2 * i + 1 : i + half;
+        for (int64_t h = 0; h < n_heads; ++h) {
+            double& a = x[h * c.head_dim + i0];
+            double& b = x[h * c.head_dim + i1];
+            const double a0 = a, b0 = b;
+            a = a0 * cos_t - b0 * sin_t;
+            b = a0 * sin_t + b0 * cos_t;
+        }
+    }
+}
+
+// p = exp(s - max s) / sum exp(s - max s), in place over the first n values
+void softmax(std::vector<double>& s, int64_t n) {
+    const double m = *std::max_element(s.begin(), s.begin() + n);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+        s[j] = std::exp(s[j] - m);
+        sum += s[j];
+    }
+    for (int64_t j = 0; j < n; ++j) s[j] /= sum;
+}
+
+// v as the nearest fp16 value (through float, as a cache of halves stores it)
+double round_to_fp16(double v) { return fp16_to_fp32(fp32_to_fp16(static_cast<float>(v))); }
+
+}  // namespace
+
+ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& weights,
+                                   const ReferenceBackendOptions& options)
+    : config_(config),
+      weights_(weights),
+      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
+    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
+    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
+    inv_freq_.resize(config.n_rot / 2);
+    for (size_t i = 0; i < inv_freq_.size(); ++i) {
+        const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot);
+        inv_freq_[i] = static_cast<double>(config.rope_freq_scale) * std::pow(double{config.rope_base}, exponent);
+        if (!weights.rope_freqs.empty()) inv_freq_[i] /= weights.rope_freqs[i];
+    }
+    const size_t cache = static_cast<size_t>(config.n_layer * options.n_slots * options.n_ctx * config.n_embd_kv());
+    k_cache_.assign(cache, 0.0);
+    v_cache_.assign(cache, 0.0);
+    written_.assign(static_cast<size_t>(options.n_slots * options.n_ctx), 0);
+    score_.resize(options.n_ctx);
+}
+
+double* ReferenceBackend::cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos) {
+    return cache.data() + kv_shape_.offset(layer, slot, pos);
+}
+
+void ReferenceBackend::forward(const Batch& batch, std::span<float> logits) {
+    check_batch(batch, config_, kv_shape_, logits);
+    // Every position a token attends to is filled by an earlier call or an earlier token of this batch.
+    std::vector<uint8_t> written = written_;
+    for (const BatchToken& t : batch.tokens) {
+        const auto row = written.begin() + static_cast<std::ptrdiff_t>(t.slot) * kv_shape_.n_ctx;
+        const auto gap = std::find(row, row + t.pos, uint8_t{0});
+        if (gap != row + t.pos)
+            throw UsageError(fmt::format("the token at position {} of slot {} would attend to position {}, which no "
+                                         "token has filled", t.pos, t.slot, gap - row));
+        row[t.pos] = 1;
+    }
+    written_ = std::move(written);
+
+    float* out = logits.data();
+    for (const BatchToken& t : batch.tokens) {
+        forward_token(t, t.logits ? out : nullptr);
+        if (t.logits) out += config_.n_vocab;
+    }
+}
+
+void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
+    const ModelConfig& c = config_;
+    const int64_t hd = c.head_dim, kv_dim = c.n_embd_kv();
+    const int64_t group = c.n_head / c.n_head_kv;  // query heads per KV head
+    const int64_t n_kv = t.pos + 1;                 // positions attended: 0..pos of the slot
+    const double inv_sqrt_hd = 1.0 / std::sqrt(static_cast<double>(hd));
+
+    // x = token_embd[token]
+    row_.resize(c.n_embd);
+    dequantize_row(weights_.tok_embd.type, weights_.tok_embd.row(t.token), row_.data(), c.n_embd);
+    x_.assign(row_.begin(), row_.begin() + c.n_embd);
+
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        const LayerWeights& L = weights_.layers[l];
+
+        // xn = x / sqrt(mean(x^2) + eps) * attn_norm
+        rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
+        // q = Wq xn, k = Wk xn, v = Wv xn
+        matvec(L.wq, xn_, q_, row_);
+        matvec(L.wk, xn_, k_, row_);
+        matvec(L.wv, xn_, v_, row_);
+        // q, k = RoPE(q, pos), RoPE(k, pos)
+        rope(q_, c.n_head, c, inv_freq_, t.pos);
+        rope(k_, c.n_head_kv, c, inv_freq_, t.pos);
+        // K[l, slot, pos] = k, V[l, slot, pos] = v
+        const bool f16 = kv_shape_.type == KvType::f16;
+        double* k_row = cache_row(k_cache_, l, t.slot, t.pos);
+        double* v_row = cache_row(v_cache_, l, t.slot, t.pos);
+        for (int64_t i = 0; i < kv_dim; ++i) {
+            k_row[i] = f16 ? round_to_fp16(k_[i]) : k_[i];
+            v_row[i] = f16 ? round_to_fp16(v_[i]) : v_[i];
+        }
+
+        // att_h = sum_j softmax_j(q_h . K_j / sqrt(head_dim)) V_j over j = 0..pos; head h reads KV head h / group.
+        // With an f16 cache q_h and the probabilities are rounded to fp16 too, as half-precision attention (the
+        // CPU backend's, llama.cpp's) feeds its products with K and V.
+        att_.assign(c.n_embd_q(), 0.0);
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            double* qh = q_.data() + h * hd;
+            if (f16) std::transform(qh, qh + hd, qh, round_to_fp16);
+            const int64_t kv_off = (h / group) * hd;
+            for (int64_t j = 0; j < n_kv; ++j) {
+                const double* kj = cache_row(k_cache_, l, t.slot, j) + kv_off;
+                double s = 0.0;
+                for (int64_t i = 0; i < hd; ++i) s += qh[i] * kj[i];
+                score_[j] = s * inv_sqrt_hd;
+            }
+            softmax(score_, n_kv);
+            if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
+            double* ah = att_.data() + h * hd;
+            for (int64_t j = 0; j < n_kv; ++j) {
+                const double* vj = cache_row(v_cache_, l, t.slot, j) + kv_off;
+                for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
+            }
+        }
+        // x = x + Wo att
+        matvec(L.wo, att_, out_, row_);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+
+        // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
+        rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
+        // x = x + W2 (silu(W1 xn) * W3 xn), silu(g) = g / (1 + e^-g)
+        matvec(L.ffn_gate, xn_, gate_, row_);
+        matvec(L.ffn_up, xn_, up_, row_);
+        for (int64_t i = 0; i < c.n_ff; ++i) gate_[i] = gate_[i] / (1.0 + std::exp(-gate_[i])) * up_[i];
+        matvec(L.ffn_down, gate_, out_, row_);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+    }
+    if (!logits) return;
+
+    // logits = W_out (x / sqrt(mean(x^2) + eps) * output_norm); W_out is token_embd itself when the model ties them
+    rms_norm(x_, weights_.output_norm, c.rms_eps, xn_);
+    matvec(weights_.output, xn_, logit_, row_);
+    for (int64_t i = 0; i < c.n_vocab; ++i) logits[i] = static_cast<float>(logit_[i]);
+}
+
+}  // namespace quill

@@ -1,0 +1,70 @@
+// The reference backend: the plain forward pass that every other backend is tested against.
+//
+// One token at a time, one thread, every sum in double, written from the math of the llama architecture and
+// sharing nothing with the fast paths but the GGUF dequantizers (engine/format/quant.h) and the config and weight
+// views. Weights are dequantized to float row by row as they are used, so the computation is exactly that of the
+// model's F32-dequantized copy: the only roundings are the ones the file itself holds, the final logits written as
+// float, and with KvType::f16 the half-precision attention of an fp16 cache (K, V, q and the softmax
+// probabilities rounded to fp16 before they meet, as llama.cpp's and the CPU backend's attention do). It is slow
+// (an oracle for tiny models, stories260K and short runs of the default model), and it is a Backend, so any test
+// can put it where another backend goes.
+#pragma once
+
+#include "engine/model/weights.h"
+#include "engine/runtime/backend.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace quill {
+
+struct ReferenceBackendOptions {
+    int64_t n_ctx = 0;    // positions per slot
+    int64_t n_slots = 1;  // sequences that can be in flight
+    KvType kv_type = KvType::f32;  // f32: attention in double; f16: half-precision attention (see above).
+                                   // Either way the cache holds doubles; kv_shape() gives its layout.
+};
+
+class ReferenceBackend final : public Backend {
+public:
+    // config and weights must outlive the backend.
+    ReferenceBackend(const ModelConfig& config, const Weights& weights, const ReferenceBackendOptions& options);
+
+    std::string_view name() const override { return "reference"; }
+    const ModelConfig& config() const override { return config_; }
+    const KvCacheShape& kv_shape() const override { return kv_shape_; }
+    // Runs the batch token by token in batch order, so a token sees the K and V of the tokens before it in the
+    // batch and of earlier calls, never of later ones: a token that would attend to a position of its slot that
+    // no token has written yet is a UsageError (the fast backends would read stale memory there).
+    void forward(const Batch& batch, std::span<float> logits) override;
+
+private:
+    // The whole model for one token; logits [n_vocab] receives its output row when not null.
+    void forward_token(const BatchToken& t, float* logits);
+    double* cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos);
+
+    const ModelConfig& config_;
+    const Weights& weights_;
+    KvCacheShape kv_shape_;
+    std::vector<double> inv_freq_;   // [n_rot / 2] freq_scale * base^(-2i / n_rot) / rope_freqs[i]
+    std::vector<double> k_cache_;    // [n_layer, n_slots, n_ctx, n_head_kv * head_dim]
+    std::vector<double> v_cache_;    // [n_layer, n_slots, n_ctx, n_head_kv * head_dim]
+    std::vector<uint8_t> written_;   // [n_slots, n_ctx] 1 where a token has stored its K and V
+
+    // Per-token state.
+    std::vector<double> x_;      // [n_embd] residual stream
+    std::vector<double> xn_;     // [n_embd] normed input of a block
+    std::vector<double> q_;      // [n_head * head_dim]
+    std::vector<double> k_;      // [n_head_kv * head_dim]
+    std::vector<double> v_;      // [n_head_kv * head_dim]
+    std::vector<double> att_;    // [n_head * head_dim] attention output
+    std::vector<double> score_;  // [n_ctx] one head's scores, then probabilities
+    std::vector<double> out_;    // [n_embd] output of wo / ffn_down
+    std::vector<double> gate_;   // [n_ff]
+    std::vector<double> up_;     // [n_ff]
+    std::vector<double> logit_;  // [n_vocab]
+    std::vector<float> row_;     // [max row length] one weight row, dequantized
+};
+
+}  // namespace quill
