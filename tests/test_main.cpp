@@ -65,6 +65,7 @@ private:
 };
 
 int exit_code(int catch_result, const RunRecord& record) {
+    std::cout.flush();  // Catch's report first, then these lines (CTest captures both streams into one)
     int failures = 0;
     for (const SkippedTest& s : record.skipped) {
         if (s.assertions == 0) continue;

@@ -123,7 +123,8 @@ private:
     std::string pending_;
 };
 
-// Whole-text decode: decode(tok, tok.encode(x, false, false)) == x for valid UTF-8 x (SPM: x without U+2581).
+// Whole-text decode: decode(tok, tok.encode(x, false, false)) == x for valid UTF-8 x (SPM: x without U+2581, and
+// without the text of a user-defined token, after which SPM adds its dummy-prefix space as llama.cpp does).
 std::string decode(const Tokenizer& tok, std::span<const int32_t> ids);
 
 }  // namespace quill
