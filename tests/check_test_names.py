@@ -8,7 +8,7 @@ a name splits it into CTest names that select no Catch test, which then "pass" w
   - runs each such command with --list-test-names-only: it must select exactly one test case, the one the CTest
     test is named after, and every Catch test case must be selected by exactly one CTest test;
   - runs one command with its test name replaced by a name that matches nothing: it must fail (-w NoTests).
-Usage: check_test_names.py <build dir> <path of quill_tests>
+Usage: check_test_names.py <ctest> <build dir> <path of quill_tests>
 """
 import json
 import os
@@ -23,9 +23,9 @@ def lines(cmd, cwd):
 
 
 def main():
-    build_dir, exe = sys.argv[1], os.path.realpath(sys.argv[2])
+    ctest, build_dir, exe = sys.argv[1], sys.argv[2], os.path.realpath(sys.argv[3])
     catch_names = lines([exe, "--list-test-names-only"], build_dir)
-    shown = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"], capture_output=True,
+    shown = subprocess.run([ctest, "--test-dir", build_dir, "--show-only=json-v1"], capture_output=True,
                            text=True, check=True).stdout
     tests = [t for t in json.loads(shown)["tests"]
              if t.get("command") and os.path.realpath(t["command"][0]) == exe]

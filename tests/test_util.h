@@ -15,9 +15,9 @@ std::optional<std::filesystem::path> default_model();
 // A fresh empty directory for one test's files.
 std::filesystem::path temp_dir(const std::string& name);
 
-// Skipping. A test skips before it asserts anything, or not at all: the test main (tests/test_main.cpp) exits with
-// kSkipExitCode, which CTest reports as Skipped, only when every test case it ran skipped with no assertion; a test
-// that skips after asserting fails. Call skip, then return.
+// Skipping: a test calls skip (or a require_* helper) and returns before it asserts anything. The test main
+// (tests/test_main.cpp) then exits with kSkipExitCode, which CTest reports as Skipped; a test that skips after an
+// assertion, or that failed one, fails.
 
 // The prefix of the Catch2 warning that marks a skip; tests/test_main.cpp and .ci/skip-report look for it.
 inline constexpr const char* kSkipPrefix = "QUILL-SKIP: ";

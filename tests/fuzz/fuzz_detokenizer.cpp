@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace {
 
@@ -71,29 +70,12 @@ std::string replace_ill_formed(std::string_view s) {
     return out;
 }
 
-// For each byte value, a token whose bytes are that byte alone (-1 when the vocabulary has none).
-std::array<int32_t, 256> single_byte_tokens(const quill::Tokenizer& tok) {
-    std::array<int32_t, 256> ids;
-    ids.fill(-1);
-    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-        const std::string& b = tok.token_bytes(id);
-        if (b.size() == 1 && ids[static_cast<uint8_t>(b[0])] < 0) ids[static_cast<uint8_t>(b[0])] = id;
-    }
-    return ids;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& vocabs = quill::fuzz::test_vocabs();
-    static const std::vector<std::array<int32_t, 256>> byte_tokens = [&] {
-        std::vector<std::array<int32_t, 256>> t;
-        for (const auto& v : vocabs) t.push_back(single_byte_tokens(*v.tok));
-        return t;
-    }();
     if (size < 2) return 0;
-    const size_t which = data[0] % vocabs.size();
-    const quill::fuzz::NamedTokenizer& v = vocabs[which];
+    const quill::fuzz::NamedTokenizer& v = vocabs[data[0] % vocabs.size()];
     const quill::Tokenizer& tok = *v.tok;
     const bool at_text_start = data[1] & 1;
 
@@ -103,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t at = 2; at + 3 <= size; at += 3) {
         int32_t id = 0;
         if (data[at] & 0x80) {
-            id = byte_tokens[which][data[at + 1]];
+            id = v.byte_token[data[at + 1]];
             if (id < 0) continue;
         } else {
             const uint32_t x = (uint32_t{data[at]} << 16 | uint32_t{data[at + 1]} << 8 | data[at + 2]) & 0x7FFFFF;

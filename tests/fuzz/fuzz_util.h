@@ -5,6 +5,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -32,7 +34,18 @@ inline void check(bool ok, std::string_view where, std::string_view what) {
 struct NamedTokenizer {
     std::string name;
     std::unique_ptr<Tokenizer> tok;
+    std::array<int32_t, 256> byte_token;  // per byte value, a token whose bytes are that byte alone, or -1
 };
+
+inline std::array<int32_t, 256> single_byte_tokens(const Tokenizer& tok) {
+    std::array<int32_t, 256> ids;
+    ids.fill(-1);
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+        const std::string& b = tok.token_bytes(id);
+        if (b.size() == 1 && ids[static_cast<uint8_t>(b[0])] < 0) ids[static_cast<uint8_t>(b[0])] = id;
+    }
+    return ids;
+}
 
 // Every vocab/ggml-vocab-*.gguf of the test data, sorted by name; aborts when there is none, since a fuzz run
 // without them would test nothing.
@@ -44,7 +57,11 @@ inline std::vector<NamedTokenizer> load_test_vocabs() {
     std::sort(paths.begin(), paths.end());
     if (paths.empty()) std::abort();
     std::vector<NamedTokenizer> toks;
-    for (const auto& p : paths) toks.push_back({p.stem().string(), Tokenizer::from_gguf(GgufFile::open(p.string()))});
+    for (const auto& p : paths) {
+        auto tok = Tokenizer::from_gguf(GgufFile::open(p.string()));
+        const auto bytes = single_byte_tokens(*tok);
+        toks.push_back({p.stem().string(), std::move(tok), bytes});
+    }
     return toks;
 }
 
