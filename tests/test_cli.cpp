@@ -62,6 +62,8 @@ TEST_CASE("quill info describes every GGUF in the test data", "[cli]") {
 }
 
 TEST_CASE("quill info rejects malformed files with one line naming the file and the defect", "[cli]") {
+    auto stories = test::require_testdata("models/stories260K.gguf");
+    if (!stories) return;
     auto dir = test::temp_dir("cli-bad");
     auto write = [&](const std::string& name, const std::string& bytes) {
         auto p = dir / name;
@@ -72,18 +74,16 @@ TEST_CASE("quill info rejects malformed files with one line naming the file and 
     check_one_error_line(run_quill({"info", bad_magic}), bad_magic + ": not a GGUF file: bad magic");
     auto empty = write("empty.gguf", "");
     check_one_error_line(run_quill({"info", empty}), "empty.gguf: not a GGUF file");
-    if (auto stories = test::require_testdata("models/stories260K.gguf")) {
-        std::string bytes = test::read_file(*stories);
-        auto cut = write("cut.gguf", bytes.substr(0, bytes.size() / 2));
-        check_one_error_line(run_quill({"info", cut}), "runs past the end");
-        // A tensor of the wrong shape: rename the attention output so a required tensor is missing.
-        std::string renamed = bytes;
-        auto at = renamed.find("blk.0.attn_output.weight");
-        REQUIRE(at != std::string::npos);
-        renamed[at + 6] = 'X';
-        auto missing = write("missing.gguf", renamed);
-        check_one_error_line(run_quill({"info", missing}), "missing tensor 'blk.0.attn_output.weight'");
-    }
+    std::string bytes = test::read_file(*stories);
+    auto cut = write("cut.gguf", bytes.substr(0, bytes.size() / 2));
+    check_one_error_line(run_quill({"info", cut}), "runs past the end");
+    // A tensor of the wrong shape: rename the attention output so a required tensor is missing.
+    std::string renamed = bytes;
+    auto at = renamed.find("blk.0.attn_output.weight");
+    REQUIRE(at != std::string::npos);
+    renamed[at + 6] = 'X';
+    auto missing = write("missing.gguf", renamed);
+    check_one_error_line(run_quill({"info", missing}), "missing tensor 'blk.0.attn_output.weight'");
     check_one_error_line(run_quill({"info", (dir / "nope.gguf").string()}), "cannot open");
     std::filesystem::remove_all(dir);
 }
@@ -200,12 +200,9 @@ TEST_CASE("quill bench times a synthetic model and saves it as a loadable GGUF",
 // ---- the default model (fetched by models/fetch_default.sh); few and short, they are the slow ones ----
 
 TEST_CASE("default model: greedy answer is coherent and identical across runs and thread counts", "[cli][slow]") {
-    auto model = test::default_model();
-    if (!model) {
-        test::skip("the default model is absent: run models/fetch_default.sh");
-        return;
-    }
-    const std::vector<std::string> args{"run", "--raw", "-m", model->string(), "-p", "The capital of France is", "-n", "12",
+    auto model = test::require_default_model();
+    if (!model) return;
+    const std::vector<std::string> args{"run", "-m", model->string(), "-p", "The capital of France is", "-n", "12",
                                         "--temp", "0", "--raw"};
     auto one = args, two = args;
     one.insert(one.end(), {"-t", "1"});

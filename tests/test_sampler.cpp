@@ -42,7 +42,7 @@ TEST_CASE("greedy picks the first maximum", "[sampler]") {
     CHECK(s.sample(l) == 1);
 }
 
-TEST_CASE("the same seed gives the same tokens; another seed other tokens", "[sampler]") {
+TEST_CASE("the same seed gives the same tokens, another seed other tokens", "[sampler]") {
     std::vector<float> logits(1000);
     for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37) * 3.0);
     auto draw = [&](uint64_t seed) {

@@ -81,10 +81,20 @@ void check_vectors(const Tokenizer& tok, const std::filesystem::path& inp, const
     CHECK(passed == cases.size());
 }
 
+// Loads each named vocab, or returns nothing after a skip when one is absent; call it before any assertion.
+std::optional<std::vector<std::unique_ptr<Tokenizer>>> load_vocabs(const std::vector<std::string>& names) {
+    std::vector<std::unique_ptr<Tokenizer>> toks;
+    for (const std::string& name : names) {
+        auto path = quill::test::require_testdata("vocab/ggml-vocab-" + name + ".gguf");
+        if (!path) return std::nullopt;
+        toks.push_back(Tokenizer::from_gguf(quill::GgufFile::open(path->string())));
+    }
+    return toks;
+}
+
 std::unique_ptr<Tokenizer> load_vocab(const std::string& name) {
-    auto path = quill::test::require_testdata("vocab/ggml-vocab-" + name + ".gguf");
-    if (!path) return nullptr;
-    return Tokenizer::from_gguf(quill::GgufFile::open(path->string()));
+    auto toks = load_vocabs({name});
+    return toks ? std::move(toks->front()) : nullptr;
 }
 
 void check_vocab_vectors(const std::string& name) {
@@ -150,10 +160,15 @@ TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]"
         std::string vocab;
         std::string control;  // a control token's text
     };
-    for (const Probe& p : {Probe{"gpt-2", "<|endoftext|>"}, Probe{"phi-3", "<|end|>"}, Probe{"llama-spm", "</s>"},
-                           Probe{"starcoder", "<fim_prefix>"}, Probe{"falcon", "<|endoftext|>"}}) {
-        auto tok = load_vocab(p.vocab);
-        if (!tok) return;
+    const std::vector<Probe> probes{{"gpt-2", "<|endoftext|>"}, {"phi-3", "<|end|>"}, {"llama-spm", "</s>"},
+                                    {"starcoder", "<fim_prefix>"}, {"falcon", "<|endoftext|>"}};
+    std::vector<std::string> names;
+    for (const Probe& p : probes) names.push_back(p.vocab);
+    auto toks = load_vocabs(names);
+    if (!toks) return;
+    for (size_t i = 0; i < probes.size(); ++i) {
+        const Probe& p = probes[i];
+        const Tokenizer* tok = (*toks)[i].get();
         int32_t control = -1;
         for (int32_t id = 0; id < tok->n_vocab(); ++id) {
             if (tok->piece(id) == p.control) control = id;
@@ -252,8 +267,8 @@ TEST_CASE("tokenizer matches llama.cpp on stories260K's prompt and generated tex
 }
 
 TEST_CASE("tokenizer of the default model (SmolLM2)", "[tokenizer]") {
-    const auto model = quill::test::default_model();
-    if (!model) return quill::test::skip("the default model is absent (models/fetch_default.sh)");
+    const auto model = quill::test::require_default_model();
+    if (!model) return;
     auto tok = Tokenizer::from_gguf(quill::GgufFile::open(model->string()));
     CHECK(tok->pre_name() == "smollm");
     CHECK_FALSE(tok->add_bos());
@@ -272,9 +287,12 @@ TEST_CASE("tokenizer of the default model (SmolLM2)", "[tokenizer]") {
 }
 
 TEST_CASE("tokenizer takes invalid UTF-8 without failing", "[tokenizer]") {
-    for (const std::string name : {"gpt-2", "llama-spm", "falcon"}) {
-        auto tok = load_vocab(name);
-        if (!tok) return;
+    const std::vector<std::string> names{"gpt-2", "llama-spm", "falcon"};
+    auto toks = load_vocabs(names);
+    if (!toks) return;
+    for (size_t i = 0; i < names.size(); ++i) {
+        const std::string& name = names[i];
+        const Tokenizer* tok = (*toks)[i].get();
         for (const std::string& text : {std::string("\xff\xfe abc"), std::string("a\xE2\x82 b\xC3"),
                                        std::string("x\0y", 3), std::string(5000, '\n') + "z"}) {
             INFO(name << ": \"" << escaped(text) << "\"");
@@ -317,13 +335,13 @@ TEST_CASE("pre-tokenizers compile and split as Hugging Face's regexes do", "[tok
 }
 
 TEST_CASE("tokenizer metadata errors and unknown pre-tokenizers", "[tokenizer]") {
+    auto path = quill::test::require_testdata("vocab/ggml-vocab-gpt-2.gguf");
+    if (!path) return;
     quill::GgufWriter empty;
     empty.set("general.architecture", "llama");
     const auto no_vocab = quill::GgufFile::parse("no-vocab", empty.to_bytes());
     CHECK_THROWS_AS(Tokenizer::from_gguf(no_vocab), quill::FileError);
 
-    auto path = quill::test::require_testdata("vocab/ggml-vocab-gpt-2.gguf");
-    if (!path) return;
     const quill::GgufFile gpt2 = quill::GgufFile::open(path->string());
     quill::GgufWriter w;
     for (const auto& [key, value] : gpt2.metadata()) {
@@ -446,9 +464,12 @@ TEST_CASE("tokenizer throughput", "[.bench]") {
         }
         unique += ((state >> 16) & 15) == 0 ? ".\n" : " ";
     }
-    for (const std::string name : {"gpt-2", "starcoder", "llama-spm"}) {
-        auto tok = load_vocab(name);
-        if (!tok) return;
+    const std::vector<std::string> names{"gpt-2", "starcoder", "llama-spm"};
+    auto toks = load_vocabs(names);
+    if (!toks) return;
+    for (size_t i = 0; i < names.size(); ++i) {
+        const std::string& name = names[i];
+        const Tokenizer* tok = (*toks)[i].get();
         for (const auto& [kind, input] : {std::pair{"english", &text}, std::pair{"made-up", &unique}}) {
             const double mb = static_cast<double>(input->size()) / (1 << 20);
             const auto t0 = std::chrono::steady_clock::now();

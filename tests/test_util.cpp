@@ -1,11 +1,11 @@
 #include "tests/test_util.h"
 
+#include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,13 +33,31 @@ fs::path temp_dir(const std::string& name) {
     return dir;
 }
 
-void skip(const std::string& reason) { std::cerr << "QUILL-SKIP: " << reason << std::endl; }
+bool in_ci() {
+    const char* ci = std::getenv("CI");
+    if (!ci) return false;
+    const std::string v = ci;
+    return !v.empty() && v != "0" && v != "false";
+}
+
+void skip(const std::string& reason) {
+    if (in_ci()) FAIL("CI is set, so nothing may be missing: " << reason);
+    skip_no_device(reason);
+}
+
+void skip_no_device(const std::string& reason) { WARN(kSkipPrefix << reason); }
 
 std::optional<fs::path> require_testdata(const std::string& relative) {
     fs::path p = testdata_dir() / relative;
     if (fs::exists(p)) return p;
     skip(fmt::format("test data {} is absent (set QUILL_TESTDATA)", p.string()));
     return std::nullopt;
+}
+
+std::optional<fs::path> require_default_model() {
+    auto model = default_model();
+    if (!model) skip("the default model is absent: run models/fetch_default.sh (or set QUILL_MODEL)");
+    return model;
 }
 
 std::string read_file(const fs::path& path) {

@@ -138,7 +138,9 @@ private:
     std::string pending_;
 };
 
-// Whole-text decode: decode(tok, tok.encode(x, false, false)) == x for valid UTF-8 x (SPM: x without U+2581).
+// Whole-text decode: decode(tok, tok.encode(x, false, false)) == x for valid UTF-8 x whose bytes all have tokens
+// (encode drops a byte the vocabulary cannot represent, as llama.cpp does; falcon lacks some control bytes). For
+// SPM, x must also lack U+2581 and user-defined token texts (SPM adds its dummy-prefix space after those).
 std::string decode(const Tokenizer& tok, std::span<const int32_t> ids);
 
 }  // namespace quill

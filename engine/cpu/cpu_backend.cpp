@@ -139,12 +139,9 @@ void CpuBackend::rope(float* x, int64_t n_heads, int64_t t) const {
         const float c = rope_cs_[(t * half + i) * 2], s = rope_cs_[(t * half + i) * 2 + 1];
         for (int64_t h = 0; h < n_heads; ++h) {
             float* xh = x + h * config_.head_dim;
-            // adjacent: pair (2i, 2i+1); halves: pair (i, i + n_rot/2)
-            const int64_t i0 = config_.rope_style == RopeStyle::adjacent ? 2 * i : i;
-            const int64_t i1 = config_.rope_style == RopeStyle::adjacent ? 2 * i + 1 : i + half;
-            const float x0 = xh[i0], x1 = xh[i1];
-            xh[i0] = x0 * c - x1 * s;
-            xh[i1] = x0 * s + x1 * c;
+            const float x0 = xh[2 * i], x1 = xh[2 * i + 1];  // adjacent pairs (ModelConfig)
+            xh[2 * i] = x0 * c - x1 * s;
+            xh[2 * i + 1] = x0 * s + x1 * c;
         }
     }
 }

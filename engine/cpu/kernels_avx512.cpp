@@ -14,8 +14,10 @@
     defined(__F16C__)
 // GCC 12's AVX-512 intrinsics initialize their pass-through operands with `__m512 __Y = __Y;`, which -Wuninitialized
 // reports after inlining (GCC bug 105593, fixed in GCC 13).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "engine/cpu/kernels_avx512_decoders.h"

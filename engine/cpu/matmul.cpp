@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
@@ -218,8 +221,11 @@ bool matmul_supports(GgmlType type) {
 bool isa_available(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
+                      __builtin_cpu_supports("bmi2");
     switch (isa) {
         case Isa::generic:
             return true;

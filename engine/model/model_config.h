@@ -8,11 +8,6 @@
 
 namespace quill {
 
-enum class RopeStyle {
-    adjacent,  // rotate pairs (x[2i], x[2i+1]): llama-family GGUFs (the converter permutes Q and K for it)
-    halves,    // rotate pairs (x[i], x[i + n_rot/2]): NeoX style (qwen2, gemma)
-};
-
 struct ModelConfig {
     std::string arch;  // general.architecture
     std::string name;  // general.name, or the file stem when absent
@@ -28,7 +23,7 @@ struct ModelConfig {
     float rms_eps = 1e-5f;
     float rope_base = 10000.0f;
     float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
-    RopeStyle rope_style = RopeStyle::adjacent;
+    // RoPE rotates adjacent pairs (x[2i], x[2i+1]), as llama-family GGUFs need (the converter permutes Q and K).
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and
     // the key that is missing or out of range.

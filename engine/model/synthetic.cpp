@@ -28,7 +28,7 @@ constexpr Preset kPresets[] = {
 // random order, which is as fast as memcpy and gives data with the statistics of real quantized weights.
 class BlockPool {
 public:
-    BlockPool(GgmlType type, Rng& rng) : type_(type), block_bytes_(type_traits(type).type_size) {
+    BlockPool(GgmlType type, Rng& rng) : block_bytes_(type_traits(type).type_size) {
         const int64_t bs = type_traits(type).block_size;
         const int64_t n = kBlocks * bs;
         std::vector<float> x(n);
@@ -47,7 +47,6 @@ public:
 
 private:
     static constexpr size_t kBlocks = 4096;
-    GgmlType type_;
     size_t block_bytes_;
     std::vector<uint8_t> bytes_;
 };

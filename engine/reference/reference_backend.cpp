@@ -43,15 +43,14 @@ void rms_norm(const std::vector<double>& x, const std::vector<float>& w, double 
 }
 
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
-// pair i is (2i, 2i+1) for RopeStyle::adjacent, (i, i + n_rot/2) for RopeStyle::halves.
+// pair i is (2i, 2i+1), the llama architecture's layout.
 void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
           int32_t pos) {
     const int64_t half = c.n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
         const double cos_t = std::cos(theta), sin_t = std::sin(theta);
-        const int64_t i0 = c.rope_style == RopeStyle::adjacent ? 2 * i : i;
-        const int64_t i1 = c.rope_style == RopeStyle::adjacent ? 2 * i + 1 : i + half;
+        const int64_t i0 = 2 * i, i1 = 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
             double& a = x[h * c.head_dim + i0];
             double& b = x[h * c.head_dim + i1];

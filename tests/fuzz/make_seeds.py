@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Writes quill's own small seed inputs into tests/fuzz/corpus/<target>/ (they are committed; rerun after edits).
+
+fuzz_gguf: two complete tiny llama models (f32 and f16 weights, 1 layer, n_embd 8) with an SPM and a byte-level
+BPE vocabulary, so mutations reach the config, weight and tokenizer loaders at once instead of stopping in the
+header. fuzz_tokenizer: texts at the edges (multi-byte and invalid UTF-8, NUL, special-token texts, whitespace
+runs). fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). The test data in
+../shared/testdata (GGUFs, .inp vectors) is added by .ci/fuzz at run time.
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# GGUF value types
+U32, I32, F32, BOOL, STRING, ARRAY = 4, 5, 6, 7, 8, 9
+# ggml tensor types
+GGML_F32, GGML_F16 = 0, 1
+
+
+def gguf_string(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(vtype, v):
+    if vtype == U32:
+        return struct.pack("<I", v)
+    if vtype == I32:
+        return struct.pack("<i", v)
+    if vtype == F32:
+        return struct.pack("<f", v)
+    if vtype == BOOL:
+        return struct.pack("<?", v)
+    if vtype == STRING:
+        return gguf_string(v)
+    elem_type, items = v
+    return struct.pack("<IQ", elem_type, len(items)) + b"".join(gguf_value(elem_type, x) for x in items)
+
+
+def gguf_file(kv, tensors):
+    """kv: [(key, type, value)]; tensors: [(name, ne, ggml type, data bytes)]. GGUF v3, alignment 32."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
+    for key, vtype, v in kv:
+        out += gguf_string(key) + struct.pack("<I", vtype) + gguf_value(vtype, v)
+    offset, blobs = 0, b""
+    for name, ne, ttype, data in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
+        out += struct.pack("<IQ", ttype, offset)
+        pad = (-len(data)) % 32
+        blobs += data + b"\0" * pad
+        offset += len(data) + pad
+    out += b"\0" * ((-len(out)) % 32)
+    return out + blobs
+
+
+def weights(ne, ttype, salt):
+    n = 1
+    for d in ne:
+        n *= d
+    values = [((i * 37 + salt * 11) % 17 - 8) / 64.0 for i in range(n)]
+    fmt = "<%d%s" % (n, "f" if ttype == GGML_F32 else "e")
+    return struct.pack(fmt, *values)
+
+
+def tiny_model(vocab_kv, n_vocab, ttype):
+    n_embd, n_ff, n_head, n_head_kv = 8, 16, 2, 1
+    kv = [("general.architecture", STRING, "llama"), ("general.name", STRING, "tiny"),
+          ("llama.context_length", U32, 64), ("llama.embedding_length", U32, n_embd),
+          ("llama.block_count", U32, 1), ("llama.feed_forward_length", U32, n_ff),
+          ("llama.attention.head_count", U32, n_head), ("llama.attention.head_count_kv", U32, n_head_kv),
+          ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5)] + vocab_kv
+    kv_dim = n_embd // n_head * n_head_kv
+    shapes = [("token_embd.weight", [n_embd, n_vocab]), ("output_norm.weight", [n_embd]),
+              ("blk.0.attn_norm.weight", [n_embd]), ("blk.0.attn_q.weight", [n_embd, n_embd]),
+              ("blk.0.attn_k.weight", [n_embd, kv_dim]), ("blk.0.attn_v.weight", [n_embd, kv_dim]),
+              ("blk.0.attn_output.weight", [n_embd, n_embd]), ("blk.0.ffn_norm.weight", [n_embd]),
+              ("blk.0.ffn_gate.weight", [n_embd, n_ff]), ("blk.0.ffn_up.weight", [n_embd, n_ff]),
+              ("blk.0.ffn_down.weight", [n_ff, n_embd])]
+    tensors = []
+    for i, (name, ne) in enumerate(shapes):
+        t = GGML_F32 if len(ne) == 1 else ttype  # norms stay f32
+        tensors.append((name, ne, t, weights(ne, t, i)))
+    return gguf_file(kv, tensors)
+
+
+def spm_vocab():
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + \
+             ["\u2581", "\u2581a", "b", "\u2581ab", "c", "\u00e9", "<|im_end|>"]
+    types = [2, 3, 3] + [6] * 256 + [1, 1, 1, 1, 1, 1, 4]
+    scores = [0.0] * len(pieces)
+    for i in range(259, len(pieces)):
+        scores[i] = -float(i - 259)
+    kv = [("tokenizer.ggml.model", STRING, "llama"), ("tokenizer.ggml.tokens", ARRAY, (STRING, pieces)),
+          ("tokenizer.ggml.scores", ARRAY, (F32, scores)), ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
+          ("tokenizer.ggml.bos_token_id", U32, 1), ("tokenizer.ggml.eos_token_id", U32, 2),
+          ("tokenizer.ggml.unknown_token_id", U32, 0)]
+    return kv, len(pieces)
+
+
+def bpe_vocab():
+    # GPT-2's byte-to-unicode map: printable bytes stand for themselves, the others for U+0100 onwards.
+    printable = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    mapped, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            mapped[b] = chr(b)
+        else:
+            mapped[b] = chr(0x100 + extra)
+            extra += 1
+    pieces = [mapped[b] for b in range(256)] + ["\u0120a", "\u0120ab", "<|endoftext|>"]
+    types = [1] * 258 + [3]
+    merges = ["\u0120 a", "\u0120a b"]
+    kv = [("tokenizer.ggml.model", STRING, "gpt2"), ("tokenizer.ggml.pre", STRING, "gpt-2"),
+          ("tokenizer.ggml.tokens", ARRAY, (STRING, pieces)), ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
+          ("tokenizer.ggml.merges", ARRAY, (STRING, merges)), ("tokenizer.ggml.bos_token_id", U32, 258),
+          ("tokenizer.ggml.eos_token_id", U32, 258)]
+    return kv, len(pieces)
+
+
+TEXTS = {
+    "ascii": b"Hello world, it's 2024! Once upon a time...",
+    "utf8": "caf\u00e9 \u4e2d\u6587 \U0001F600 \u2581x \u0130stanbul".encode(),
+    "invalid_utf8": b"\xff\xfe abc \xe2\x82 b\xc3 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\xaf",
+    "nul_and_controls": b"x\x00y\x01\x1b[31m\r\n\t\x7f",
+    "specials": b"<s>hi</s> <|endoftext|> <|im_end|>\n<|user|>\nHi<|end|>\n<fim_prefix>x",
+    "whitespace": b"   \n\n\n  \t\t  a  \n " + b" " * 40,
+    "digits_and_contractions": b"12345678901234 I'M you'RE it's 3.14159 $100,000",
+}
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    spm_kv, spm_n = spm_vocab()
+    bpe_kv, bpe_n = bpe_vocab()
+    write("fuzz_gguf", "tiny-spm-f32.gguf", tiny_model(spm_kv, spm_n, GGML_F32))
+    write("fuzz_gguf", "tiny-bpe-f16.gguf", tiny_model(bpe_kv, bpe_n, GGML_F16))
+    for name, text in TEXTS.items():
+        write("fuzz_tokenizer", name + ".txt", text)
+    # Detokenizer inputs: vocab selector, flags, then 3-byte ids; 0x80 marks "the token of byte <next byte>".
+    def byte_ids(bs):
+        return b"".join(bytes([0x80, b, 0]) for b in bs)
+    write("fuzz_detokenizer", "split_euro", bytes([0, 1]) + byte_ids(b"a\xe2\x82\xacb"))
+    write("fuzz_detokenizer", "ill_formed", bytes([1, 0]) + byte_ids(b"\xe2\x82 \xf0\x9f\x98 \xed\xa0\x80 \xc0"))
+    write("fuzz_detokenizer", "plain_ids", bytes([3, 1]) + b"\x00\x01\x00\x00\x10\x00\x7f\xff\xff\x00\x00\x02")
+
+
+if __name__ == "__main__":
+    main()
