@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace quill {
@@ -9,7 +10,7 @@ namespace quill {
 namespace {
 
 [[noreturn]] void fail(const std::string& name, const char* what, int err) {
-    throw OutputError(fmt::format("cannot {} {}: {}", what, name, std::strerror(err)));
+    throw OutputError(fmt::format("cannot {} {}: {}", what, name, std::strerror(err)), err);
 }
 
 }  // namespace
@@ -41,6 +42,14 @@ void print_stderr_noexcept(std::string_view text) noexcept {
             return;
         }
         text.remove_prefix(static_cast<size_t>(n));
+    }
+}
+
+void reserve_standard_descriptors() noexcept {
+    for (int fd = 0; fd <= 2; ++fd) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        const int got = ::open("/dev/null", (fd == STDIN_FILENO ? O_WRONLY : O_RDONLY));  // lowest free: fd itself
+        if (got >= 0 && got != fd) ::close(got);
     }
 }
 

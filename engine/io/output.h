@@ -13,7 +13,12 @@ namespace quill {
 
 class OutputError : public Error {
 public:
-    using Error::Error;
+    OutputError(const std::string& message, int err) : Error(message), errno_(err) {}
+    // The errno of the failed write; EPIPE means the reader went away (`quill run | head`).
+    int error_number() const { return errno_; }
+
+private:
+    int errno_;
 };
 
 class Output {
@@ -39,5 +44,20 @@ private:
 
 // Writes a line to stderr without throwing (used by the error handler itself; a closed stderr is ignored).
 void print_stderr_noexcept(std::string_view text) noexcept;
+
+// Formats and writes to stderr; never throws. Progress lines, warnings and error messages all go through this, so a
+// closed or full stderr (`2>&-`, `2>/dev/full`) loses the diagnostics but never changes what quill does.
+template <class... Args>
+void print_stderr(fmt::format_string<Args...> format, Args&&... args) noexcept {
+    try {
+        print_stderr_noexcept(fmt::format(format, std::forward<Args>(args)...));
+    } catch (...) {  // formatting ran out of memory: there is nothing better to do with a diagnostic
+    }
+}
+
+// Makes sure descriptors 0, 1 and 2 are open, so that no file quill opens later lands on them: a closed one
+// becomes /dev/null opened in the opposite direction, so reads of a closed stdin and writes to a closed stdout
+// still fail (EBADF) as they would have, instead of touching a model file. Call first thing in main.
+void reserve_standard_descriptors() noexcept;
 
 }  // namespace quill
