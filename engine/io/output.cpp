@@ -15,23 +15,38 @@ namespace {
 
 }  // namespace
 
-void Output::write(std::string_view text) {
-    if (text.empty()) return;
-    errno = 0;
-    if (std::fwrite(text.data(), 1, text.size(), f_) != text.size() || std::ferror(f_)) {
-        const int err = errno ? errno : EIO;
-        std::clearerr(f_);
-        fail(name_, "write to", err);
+Output::~Output() {
+    try {
+        flush();
+    } catch (...) {  // the command failed already, or did not care; nothing more can be done here
     }
+}
+
+void Output::write(std::string_view text) {
+    pending_.append(text);
+    if (pending_.size() >= (size_t{1} << 16)) flush();
 }
 
 void Output::flush() {
     errno = 0;
-    if (std::fflush(f_) != 0 || std::ferror(f_)) {
+    if (std::fflush(f_) != 0) {
         const int err = errno ? errno : EIO;
         std::clearerr(f_);
+        pending_.clear();
         fail(name_, "write to", err);
     }
+    std::string_view rest = pending_;
+    while (!rest.empty()) {
+        const ssize_t n = ::write(fileno(f_), rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = n < 0 ? errno : EIO;
+            pending_.clear();
+            fail(name_, "write to", err);
+        }
+        rest.remove_prefix(static_cast<size_t>(n));
+    }
+    pending_.clear();
 }
 
 void print_stderr_noexcept(std::string_view text) noexcept {

@@ -1,6 +1,6 @@
 // Output that cannot fail silently: every write and flush is checked, and a failure (a closed pipe, a full disk,
 // a closed descriptor) is an OutputError naming the stream, so the command stops and exits non-zero instead of
-// losing its output.
+// losing its output. Diagnostics on stderr are the opposite: they never fail (print_stderr).
 #pragma once
 
 #include "engine/error.h"
@@ -21,14 +21,21 @@ private:
     int errno_;
 };
 
+// Bytes go straight to the stream's descriptor with write(2), kept in a buffer of up to 64 KiB between flushes: a
+// signal arriving during a blocked write (SIGINT while a slow reader holds up a pipe) retries the write instead of
+// losing the bytes stdio had buffered. Whatever the stream's stdio buffer holds is flushed first.
 class Output {
 public:
     // `name` is for messages ("stdout", a file path). The stream is not owned.
     Output(std::FILE* stream, std::string name) : f_(stream), name_(std::move(name)) {}
+    // Writes what is still buffered, ignoring failures (call flush() to see them).
+    ~Output();
+    Output(const Output&) = delete;
+    Output& operator=(const Output&) = delete;
 
-    // Writes all bytes; OutputError on failure.
+    // Buffers the bytes (writing them out once 64 KiB are pending); OutputError on failure.
     void write(std::string_view text);
-    // Flushes the stream; OutputError on failure.
+    // Writes out everything buffered; OutputError on failure.
     void flush();
     // write + flush.
     void put(std::string_view text) {
@@ -40,6 +47,7 @@ public:
 private:
     std::FILE* f_;
     std::string name_;
+    std::string pending_;
 };
 
 // Writes a line to stderr without throwing (used by the error handler itself; a closed stderr is ignored).
