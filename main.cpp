@@ -54,7 +54,8 @@ const CLI::Validator kSeedValidator(
     "", "SEED");
 
 // Every option that takes a value, in every subcommand, refuses an empty one (`--temp ''`, `-m ''`); prompt
-// text (-p) is exempt: an empty prompt has its own message.
+// text (-p) is exempt: an empty prompt has its own message. (Validators run in the order added: an option with a
+// range check adds kNotEmpty before it, for this message rather than the range's.)
 void refuse_empty_values(CLI::App& app) {
     for (CLI::App* cmd : app.get_subcommands({}))
         for (CLI::Option* opt : cmd->get_options())
@@ -97,8 +98,11 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
 }
 
 void add_engine_options(CLI::App* cmd, EngineOptions& o) {
-    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: the physical cores)")->check(CLI::Range(1, 1024));
+    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: the physical cores)")
+        ->check(kNotEmpty)
+        ->check(CLI::Range(1, 1024));
     cmd->add_option("-c,--ctx", o.ctx, "Context size in tokens (default: the model's, capped to fit memory)")
+        ->check(kNotEmpty)
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--kv-type", o.kv_type, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
@@ -125,6 +129,7 @@ std::string read_stdin(size_t max_bytes) { return quill::read_capped(STDIN_FILEN
 void add_max_input_option(CLI::App* cmd, size_t& max_bytes) {
     cmd->add_option("--max-input-bytes", max_bytes, "Longest prompt read from a file or stdin")
         ->capture_default_str()
+        ->check(kNotEmpty)
         ->check(CLI::Range(size_t{1}, size_t{1} << 40));
 }
 
@@ -219,7 +224,7 @@ struct RunOptions {
 
 void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional<uint64_t>& seed) {
     cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
-    cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", s.top_p, "Top-p (1: off)")->capture_default_str();
     cmd->add_option("--min-p", s.min_p, "Min-p (0: off)")->capture_default_str();
     cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
@@ -419,9 +424,7 @@ int main(int argc, char** argv) {
     add_engine_options(run_cmd, run.engine);
     auto* p_opt = run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
     run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file")->excludes(p_opt);
-    run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")
-        ->capture_default_str()
-        ->check(CLI::Range(-1, INT32_MAX));
+    run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
     run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
