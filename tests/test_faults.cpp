@@ -44,11 +44,11 @@ size_t make_full_pipe(int fds[2]) {
     return filled;
 }
 
-// Waits until the child's main thread is blocked in write(fd, ...). False when /proc/<pid>/syscall cannot be read
-// (then the caller skips) or the child ended first.
-bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) {
+// Waits until the child's main thread is blocked in the system call `nr` (SYS_write, SYS_read) on `fd`. False
+// when /proc/<pid>/syscall cannot be read (then the caller skips) or the child ended first.
+bool wait_blocked_in(long nr, pid_t pid, int fd, bool& supported) {
     const std::string path = "/proc/" + std::to_string(pid) + "/syscall";
-    const std::string want = std::to_string(SYS_write) + " 0x" + std::to_string(fd) + " ";
+    const std::string want = std::to_string(nr) + " 0x" + std::to_string(fd) + " ";
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     supported = true;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -63,6 +63,8 @@ bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) {
     }
     return false;
 }
+
+bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) { return wait_blocked_in(SYS_write, pid, fd, supported); }
 
 }  // namespace
 
@@ -187,6 +189,32 @@ TEST_CASE("SIGINT and SIGTERM stop a run: the text so far is printed, then exit 
         CHECK(r.err.find("finish reason interrupted") != std::string::npos);
         CHECK(count_errors(r.err) == 0);
     }
+}
+
+TEST_CASE("SIGINT while run waits for its prompt on stdin ends it with status 130", "[faults]") {
+    auto stories = require_testdata("models/stories260K.gguf");
+    if (!stories) return;
+    int in[2];
+    REQUIRE(pipe2(in, O_CLOEXEC) == 0);
+    int err[2];
+    REQUIRE(pipe2(err, O_CLOEXEC) == 0);
+    const pid_t pid = spawn_quill({"run", "-m", stories->string()}, {in[0], -1, err[1]});
+    close(in[0]);
+    close(err[1]);
+    bool supported = true;
+    const bool blocked = wait_blocked_in(SYS_read, pid, 0, supported);
+    if (blocked) kill(pid, SIGINT);
+    const std::string text = read_all(err[0]);
+    const int status = wait_child(pid, 20);
+    close(in[1]);
+    close(err[0]);
+    if (!supported) {
+        skip("/proc/<pid>/syscall is not readable here");
+        return;
+    }
+    CHECK(blocked);
+    CHECK(status == 130);
+    CHECK(text == "quill: interrupted while reading stdin\n");
 }
 
 TEST_CASE("SIGINT during run --json still prints the record, with finish reason interrupted", "[faults]") {
