@@ -136,7 +136,8 @@ void add_max_input_option(CLI::App* cmd, size_t& max_bytes) {
 // One warning when the tokenizer could not keep all of the text (invalid UTF-8, characters not in the vocabulary).
 void warn_if_lossy(const quill::Tokenizer& tok, std::string_view text, const std::vector<int32_t>& ids) {
     const std::string loss = tok.describe_loss(text, ids);
-    if (!loss.empty()) quill::print_stderr("quill: warning: the text was changed by tokenizing: {}\n", loss);
+    if (loss.empty()) return;
+    quill::print_stderr("quill: warning: the text was changed by tokenizing: {}\n", quill::escape_for_terminal(loss));
 }
 
 // ---- info ----

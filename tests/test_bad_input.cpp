@@ -93,7 +93,8 @@ TEST_CASE("prompt input is capped, and a read error is an error, not an empty pr
     const std::string m = stories->string();
     check_error(quill_run({"run", "-m", m, "-f", "/dev/zero"}), 2, "/dev/zero: the input is longer than the limit "
                                                                    "of 64 MiB (--max-input-bytes raises it)");
-    check_error(quill_run({"tokenize", "-m", m}, "/dev/zero"), 2, "stdin: the input is longer than the limit of 64 MiB");
+    check_error(quill_run({"tokenize", "-m", m}, "/dev/zero"), 2,
+                "stdin: the input is longer than the limit of 64 MiB");
     const auto dir = temp_dir("bad-prompt");
     check_error(quill_run({"run", "-m", m, "-f", dir.string()}), 1, "the prompt file is a directory");
     check_error(quill_run({"run", "-m", m}, dir.string()), 1, "stdin: cannot read: Is a directory");

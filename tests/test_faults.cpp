@@ -64,7 +64,9 @@ bool wait_blocked_in(long nr, pid_t pid, int fd, bool& supported) {
     return false;
 }
 
-bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) { return wait_blocked_in(SYS_write, pid, fd, supported); }
+bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) {
+    return wait_blocked_in(SYS_write, pid, fd, supported);
+}
 
 }  // namespace
 

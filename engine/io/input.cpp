@@ -26,7 +26,8 @@ const char* kind_of(mode_t mode) {
 FileDescriptor open_nonblocking(const std::string& path, const char* what, struct stat& st) {
     FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
     if (fd.get() < 0) throw FileError(fmt::format("{}: cannot open {}: {}", path, what, std::strerror(errno)));
-    if (fstat(fd.get(), &st) != 0) throw FileError(fmt::format("{}: cannot stat {}: {}", path, what, std::strerror(errno)));
+    if (fstat(fd.get(), &st) != 0)
+        throw FileError(fmt::format("{}: cannot stat {}: {}", path, what, std::strerror(errno)));
     return fd;
 }
 

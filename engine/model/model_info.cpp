@@ -123,7 +123,8 @@ std::string render_model_info(const json& info) {
     if (info.contains("name")) line("name", text(info["name"]));
     if (!info["hyperparameters"].empty()) {
         std::vector<std::string> parts;
-        for (const auto& [k, v] : info["hyperparameters"].items()) parts.push_back(fmt::format("{}={}", escape_for_terminal(k), dump(v)));
+        for (const auto& [k, v] : info["hyperparameters"].items())
+            parts.push_back(fmt::format("{}={}", escape_for_terminal(k), dump(v)));
         line("hyperparameters", fmt::format("{}", fmt::join(parts, " ")));
     }
     const json& tok = info["tokenizer"];
