@@ -15,6 +15,10 @@
 #include "engine/session.h"
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
+#include "engine/io/escape.h"
+#include "engine/io/input.h"
+#include "engine/io/output.h"
+#include "engine/io/signals.h"
 #include "engine/model/model.h"
 #include "engine/model/model_info.h"
 #include "engine/model/synthetic.h"
@@ -25,16 +29,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,6 +47,49 @@ namespace fs = std::filesystem;
 using quill::UsageError;
 
 constexpr const char* kDefaultModel = quill::kDefaultModelFile;
+
+// ---- option values checked before they are converted ----
+
+// CLI11 converts an empty string to 0 and "-5" to 2^64-5 for an unsigned option: reject both before that.
+const CLI::Validator kNotEmpty(
+    [](std::string& value) { return value.empty() ? std::string("expected a value, got an empty string") : ""; }, "",
+    "NOT_EMPTY");
+
+const CLI::Validator kSeedValidator(
+    [](std::string& value) {
+        uint64_t seed = 0;
+        const char* end = value.data() + value.size();
+        auto [ptr, ec] = std::from_chars(value.data(), end, seed);
+        if (value.empty() || ec != std::errc() || ptr != end)
+            return fmt::format("'{}' is not a seed: expected an integer 0..{}", value, UINT64_MAX);
+        return std::string();
+    },
+    "", "SEED");
+
+// Every option that takes a value, in every subcommand, refuses an empty one (`--temp ''`, `-m ''`); prompt
+// text (-p) is exempt: an empty prompt has its own message. (Validators run in the order added: an option with a
+// range check adds kNotEmpty before it, for this message rather than the range's.)
+void refuse_empty_values(CLI::App& app) {
+    for (CLI::App* cmd : app.get_subcommands({}))
+        for (CLI::Option* opt : cmd->get_options())
+            if (opt->get_type_size() != 0 && opt->get_name() != "--prompt" && opt->get_name() != "--help")
+                opt->check(kNotEmpty);
+}
+
+// "unknown subcommand 'frob' (expected info, tokenize, ...)" when argv[1] is neither a subcommand nor an
+// option, else CLI11's message.
+std::string parse_error_message(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+    if (argc < 2 || argv[1][0] == '-') return e.what();
+    std::vector<std::string> names;
+    for (const CLI::App* cmd : app.get_subcommands({})) {
+        if (cmd->check_name(argv[1])) return e.what();
+        names.push_back(cmd->get_name());
+    }
+    std::string expected;
+    for (size_t i = 0; i < names.size(); ++i)
+        expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return fmt::format("unknown subcommand '{}' (expected {})", quill::escape_for_terminal(argv[1]), expected);
+}
 
 // ---- options shared by the subcommands that load a model ----
 
@@ -66,8 +111,11 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
 }
 
 void add_engine_options(CLI::App* cmd, EngineOptions& o) {
-    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: the physical cores)")->check(CLI::Range(1, 1024));
+    cmd->add_option("-t,--threads", o.threads, "CPU threads (default: the physical cores)")
+        ->check(kNotEmpty)
+        ->check(CLI::Range(1, 1024));
     cmd->add_option("-c,--ctx", o.ctx, "Context size in tokens (default: the model's, capped to fit memory)")
+        ->check(kNotEmpty)
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--kv-type", o.kv_type, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
@@ -89,18 +137,20 @@ std::unique_ptr<quill::Tokenizer> load_tokenizer(const quill::GgufFile& file, co
     return quill::Tokenizer::from_gguf(file);
 }
 
-std::string read_stdin() {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
+std::string read_stdin(size_t max_bytes) { return quill::read_capped(STDIN_FILENO, "stdin", max_bytes); }
+
+void add_max_input_option(CLI::App* cmd, size_t& max_bytes) {
+    cmd->add_option("--max-input-bytes", max_bytes, "Longest prompt read from a file or stdin")
+        ->capture_default_str()
+        ->check(kNotEmpty)
+        ->check(CLI::Range(size_t{1}, size_t{1} << 40));
 }
 
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw quill::FileError(fmt::format("{}: cannot open prompt file", path));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+// One warning when the tokenizer could not keep all of the text (invalid UTF-8, characters not in the vocabulary).
+void warn_if_lossy(const quill::Tokenizer& tok, std::string_view text, const std::vector<int32_t>& ids) {
+    const std::string loss = tok.describe_loss(text, ids);
+    if (loss.empty()) return;
+    quill::print_stderr("quill: warning: the text was changed by tokenizing: {}\n", quill::escape_for_terminal(loss));
 }
 
 // ---- info ----
@@ -114,8 +164,15 @@ struct InfoOptions {
 int cmd_info(const InfoOptions& o) {
     quill::GgufFile file = quill::GgufFile::open(quill::resolve_model_path(o.model));
     nlohmann::json info = quill::describe_model(file, o.tensors);
-    std::string out = o.json ? info.dump(2) + "\n" : quill::render_model_info(info);
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    if (info["runnable"].get<bool>()) {
+        if (std::string why = quill::why_not_runnable(file); !why.empty()) {
+            info["runnable"] = false;
+            info["not_runnable"] = why;
+        }
+    }
+    quill::Output out(stdout, "stdout");
+    out.put(o.json ? info.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+                   : quill::render_model_info(info));
     return 0;
 }
 
@@ -128,21 +185,8 @@ struct TokenizeOptions {
     bool pieces = false;
     bool json = false;
     bool parse_special = false;
+    size_t max_input_bytes = quill::kDefaultMaxInputBytes;
 };
-
-// A piece for one line of output: control bytes and invalid UTF-8 escaped.
-std::string escape_piece(const std::string& s) {
-    std::string out;
-    for (unsigned char c : s) {
-        if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c == '\r') out += "\\r";
-        else if (c == '\\') out += "\\\\";
-        else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-        else out += static_cast<char>(c);
-    }
-    return out;
-}
 
 int cmd_tokenize(const TokenizeOptions& o) {
     quill::GgufFile file = quill::GgufFile::open(quill::resolve_model_path(o.model.model));
@@ -152,9 +196,11 @@ int cmd_tokenize(const TokenizeOptions& o) {
         text = *o.prompt;
     } else {
         if (isatty(STDIN_FILENO)) throw UsageError("no text: give -p TEXT or pipe it on stdin");
-        text = read_stdin();
+        text = read_stdin(o.max_input_bytes);
     }
     std::vector<int32_t> ids = tok->encode(text, !o.no_bos, o.parse_special);
+    if (!o.parse_special) warn_if_lossy(*tok, text, ids);
+    quill::Output out(stdout, "stdout");
     if (o.json) {
         nlohmann::json j;
         j["ids"] = ids;
@@ -162,14 +208,15 @@ int cmd_tokenize(const TokenizeOptions& o) {
             j["pieces"] = nlohmann::json::array();
             for (int32_t id : ids) j["pieces"].push_back(std::string(tok->piece(id)));
         }
-        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        out.write(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     } else if (o.pieces) {
-        for (int32_t id : ids) fmt::print("{}\t{}\n", id, escape_piece(std::string(tok->piece(id))));
+        for (int32_t id : ids) out.write(fmt::format("{}\t{}\n", id, quill::escape_for_terminal(tok->piece(id))));
     } else {
         std::string line;
         for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
-        fmt::print("{}\n", line);
+        out.write(line + "\n");
     }
+    out.flush();
     return 0;
 }
 
@@ -188,9 +235,10 @@ struct RunOptions {
     bool json = false;
     std::string system;
     std::string chat_template;
+    size_t max_input_bytes = quill::kDefaultMaxInputBytes;
 };
 
-void warn_line(const std::string& message) { fmt::print(stderr, "quill: warning: {}\n", message); }
+void warn_line(const std::string& message) { quill::print_stderr("quill: warning: {}\n", message); }
 
 void add_template_option(CLI::App* cmd, std::string& chat_template) {
     cmd->add_option("--chat-template", chat_template,
@@ -207,18 +255,19 @@ void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional
     cmd->add_option("--repeat-last-n", s.repeat_last_n, "Penalty window (0: off, -1: all)")->capture_default_str();
     cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
     cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
-    cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)");
+    cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)")->check(kSeedValidator);
 }
 
 int cmd_run(RunOptions& o) {
+    quill::signals::install();  // Ctrl-C and SIGTERM stop the generation; what was generated is kept
     std::string text;
     if (o.prompt) {
         text = *o.prompt;
     } else if (!o.prompt_file.empty()) {
-        text = read_text_file(o.prompt_file);
+        text = quill::read_prompt_file(o.prompt_file, o.max_input_bytes);
     } else {
         if (isatty(STDIN_FILENO)) throw UsageError("no prompt: give -p TEXT, -f FILE or pipe it on stdin");
-        text = read_stdin();
+        text = read_stdin(o.max_input_bytes);
     }
     if (text.empty()) throw UsageError("the prompt is empty: give text with -p, -f or on stdin");
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
@@ -230,13 +279,15 @@ int cmd_run(RunOptions& o) {
     quill::Backend* backend = session->backend.get();
     const int64_t n_ctx = session->n_ctx;
     const double load_ms = session->load_ms;
-    fmt::print(stderr, "{}\n", session->load_line());
+    quill::print_stderr("{}\n", session->load_line());
 
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
     if (o.raw) {
         prompt = tok->encode(text, true, false);
+        warn_if_lossy(*tok, text, prompt);
     } else {
+        warn_if_lossy(*tok, text, tok->encode(text, false, false));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true);
     }
@@ -246,17 +297,18 @@ int cmd_run(RunOptions& o) {
     gp.sampling = o.sampling;
     quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
 
+    // Text streams to stdout as it comes; a failed write (a full disk, a closed pipe) stops the generation at once.
+    quill::Output out(stdout, "stdout");
     std::string all;
     auto on_text = [&](std::string_view piece) {
         all += piece;
-        if (!o.json) {
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-        }
+        if (!o.json) out.put(piece);
     };
-    quill::GenerationStats st = quill::generate(*backend, gen, 0, on_text);
+    quill::GenerateOptions go;
+    go.cancel = &quill::signals::stop_flag();
+    quill::GenerationStats st = quill::generate(*backend, gen, 0, on_text, go);
     if (gen.finish_reason() == quill::FinishReason::context)
-        fmt::print(stderr, "\nquill: the context of {} tokens is full; stopping (finish reason \"length\")\n", n_ctx);
+        quill::print_stderr("\nquill: the context of {} tokens is full; stopping (finish reason \"length\")\n", n_ctx);
     if (o.json) {
         nlohmann::json j{{"text", all},
                          {"finish_reason", quill::finish_reason_name(gen.finish_reason())},
@@ -268,14 +320,14 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
-        fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    } else {
-        std::fflush(stdout);
+        out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
-    fmt::print(stderr, "\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} tok/s; "
-                       "decode {:.1f} tok/s; finish reason {}\n",
-               st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
-               st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
+    quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
+                        "tok/s; decode {:.1f} tok/s; finish reason {}\n",
+                        st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
+                        st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
+    // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
+    if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
     return 0;
 }
 
@@ -293,7 +345,8 @@ struct TemplateOptions {
 int cmd_template(const TemplateOptions& o) {
     nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Hello"}}});
     if (!o.messages.empty()) {
-        const std::string text = o.messages == "-" ? read_stdin() : read_text_file(o.messages);
+        const std::string text = o.messages == "-" ? read_stdin(quill::kDefaultMaxInputBytes)
+                                                    : quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes);
         messages = quill::chat::parse_messages(text, o.messages == "-" ? "stdin" : o.messages);
     }
     // A model is read when one is named, when no template is given, or for the token ids.
@@ -339,7 +392,7 @@ int cmd_chat(ChatCliOptions& o) {
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     auto session = quill::Session::open(session_options(o.model, o.engine));
-    fmt::print(stderr, "{}\n", session->load_line());
+    quill::print_stderr("{}\n", session->load_line());
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
     quill::GenerationParams gp;
@@ -383,6 +436,7 @@ struct BatchCliOptions {
     std::vector<std::string> stop;
     bool raw = false;
     bool quiet = false;
+    size_t max_input_bytes = size_t{1} << 30;
     std::string system;
     std::string chat_template;
 };
@@ -430,7 +484,8 @@ int cmd_batch(BatchCliOptions& o) {
     ro.n_batch = o.n_batch;
     ro.defaults.sampling.validate();
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
-    const std::string text = o.input == "-" ? read_stdin() : read_text_file(o.input);
+    const std::string text =
+        o.input == "-" ? read_stdin(o.max_input_bytes) : quill::read_prompt_file(o.input, o.max_input_bytes);
     const qb::BatchInput input = qb::parse_batch_input(text);  // duplicate ids stop here, before any work
 
     qb::ResumeScan resume = o.resume ? qb::prepare_resume(o.output) : qb::ResumeScan{};
@@ -445,7 +500,7 @@ int cmd_batch(BatchCliOptions& o) {
     quill::SessionOptions so = session_options(o.model, o.engine);
     so.n_slots = o.parallel;
     auto session = quill::Session::open(so);
-    if (!o.quiet) fmt::print(stderr, "{}; {} input, {} slots\n", session->load_line(),
+    if (!o.quiet) quill::print_stderr("{}; {} input, {} slots\n", session->load_line(),
                              qb::input_format_name(input.format), o.parallel);
     const quill::Tokenizer& tok = *session->tokenizer;
     const qb::PromptEncoder encode = batch_encoder(*session, o);
@@ -457,7 +512,7 @@ int cmd_batch(BatchCliOptions& o) {
         qb::run_batch(*session->backend, tok, session->n_ctx, input, resume.done, encode, writer, ctx, ro,
                       [&](const qb::BatchProgress& p) { progress.update(p); });
     progress.finish(result);
-    if (resume.torn && !o.quiet) fmt::print(stderr, "quill: dropped a torn last line of {}\n", o.output);
+    if (resume.torn && !o.quiet) quill::print_stderr("quill: dropped a torn last line of {}\n", o.output);
     return quill::signals::count() > 0 ? 130 : 0;
 }
 
@@ -486,7 +541,7 @@ int cmd_bench(BenchCliOptions& o) {
         synth = quill::SyntheticModel::make(quill::synthetic_config(o.synthetic), *type, 42);
         if (!o.save.empty()) {
             synth->save(o.save);
-            fmt::print(stderr, "quill: wrote {}\n", o.save);
+            quill::print_stderr("quill: wrote {}\n", o.save);
         }
         config = &synth->config;
         weights = &synth->weights;
@@ -502,6 +557,7 @@ int cmd_bench(BenchCliOptions& o) {
     auto backend = quill::make_backend(*config, *weights, session_options({}, o.engine), n_ctx);
     quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
     nlohmann::json j = res.to_json();
+    quill::Output out(stdout, "stdout");
     if (o.json) {
         j["model"] = desc;
         j["backend"] = backend->name();
@@ -511,25 +567,54 @@ int cmd_bench(BenchCliOptions& o) {
         }
         j["n_prompt"] = o.bench.n_prompt;
         j["n_gen"] = o.bench.n_gen;
-        fmt::print("{}\n", j.dump());
+        out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         return 0;
     }
-    fmt::print("model    {}\nbackend  {}\n", desc, quill::describe_backend(*backend));
+    out.write(fmt::format("model    {}\nbackend  {}\n", quill::escape_for_terminal(desc),
+                          quill::describe_backend(*backend)));
     if (o.bench.n_prompt > 0)
-        fmt::print("prefill  {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f})\n", o.bench.n_prompt,
+        out.write(fmt::format("prefill  {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f})\n", o.bench.n_prompt,
                    j["prefill_tokens_per_s"].get<double>(), j["prefill_tokens_per_s_min"].get<double>(),
-                   j["prefill_tokens_per_s_max"].get<double>());
+                   j["prefill_tokens_per_s_max"].get<double>()));
     if (o.bench.n_gen > 0)
-        fmt::print("decode   {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f}), {:.2f} GB/s\n", o.bench.n_gen,
+        out.write(fmt::format("decode   {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f}), {:.2f} GB/s\n", o.bench.n_gen,
                    j["decode_tokens_per_s"].get<double>(), j["decode_tokens_per_s_min"].get<double>(),
-                   j["decode_tokens_per_s_max"].get<double>(), j["decode_gb_per_s"].get<double>());
-    fmt::print("runs     {} (medians shown)\n", o.bench.reps);
+                   j["decode_tokens_per_s_max"].get<double>(), j["decode_gb_per_s"].get<double>()));
+    out.put(fmt::format("runs     {} (medians shown)\n", o.bench.reps));
     return 0;
+}
+
+// The one place where errors become a message and an exit status: 2 for a usage error, 128 + the signal when
+// interrupted, 141 (as if killed by SIGPIPE) and no message when the reader of stdout went away (`quill run |
+// head`), 1 otherwise. Never throws: stderr may be closed or full.
+int report_failure(std::exception_ptr error) noexcept {
+    std::fflush(stdout);  // what was printed before the error comes first
+    try {
+        std::rethrow_exception(error);
+    } catch (const quill::OutputError& e) {
+        if (e.error_number() == EPIPE) return 128 + SIGPIPE;
+        quill::print_stderr("quill: error: {}\n", e.what());
+    } catch (const quill::Interrupted& e) {
+        quill::print_stderr("quill: {}\n", e.what());
+        return 128 + (quill::signals::last() ? quill::signals::last() : SIGINT);
+    } catch (const quill::UsageError& e) {
+        quill::print_stderr("quill: error: {}\n", e.what());
+        return 2;
+    } catch (const std::bad_alloc&) {
+        quill::print_stderr("quill: error: out of memory\n");
+    } catch (const std::exception& e) {
+        quill::print_stderr("quill: error: {}\n", e.what());
+    } catch (...) {
+        quill::print_stderr("quill: error: an unexpected failure\n");
+    }
+    return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    quill::reserve_standard_descriptors();
+    quill::signals::install_fault_handlers();
     CLI::App app{"quill: run large language models from GGUF files"};
     app.require_subcommand(1);
 
@@ -547,6 +632,7 @@ int main(int argc, char** argv) {
     tok_cmd->add_flag("--pieces", tok.pieces, "Print one id<TAB>piece per line");
     tok_cmd->add_flag("--json", tok.json, "Print JSON");
     tok_cmd->add_flag("--parse-special", tok.parse_special, "Recognize control-token text like <|im_end|>");
+    add_max_input_option(tok_cmd, tok.max_input_bytes);
 
     RunOptions run;
     CLI::App* run_cmd = app.add_subcommand("run", "Generate a completion for one prompt, streamed to stdout");
@@ -561,6 +647,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
     run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    add_max_input_option(run_cmd, run.max_input_bytes);
 
     TemplateOptions tmpl;
     CLI::App* tmpl_cmd = app.add_subcommand("template", "Print the text the chat template makes of a conversation");
@@ -611,6 +698,7 @@ int main(int argc, char** argv) {
         ->excludes(batch_raw);
     add_template_option(batch_cmd, batch.chat_template);
     batch_cmd->add_flag("--quiet", batch.quiet, "No progress line and no summary");
+    batch_cmd->add_option("--max-input-bytes", batch.max_input_bytes, "Largest input read")->capture_default_str();
 
     BenchCliOptions bench;
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
@@ -627,11 +715,12 @@ int main(int argc, char** argv) {
     bench_cmd->add_flag("--json", bench.json, "Print JSON (medians, min, max, every run)");
     add_engine_options(bench_cmd, bench.engine);
 
+    refuse_empty_values(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         if (e.get_exit_code() == 0) return app.exit(e);  // --help
-        fmt::print(stderr, "quill: error: {} (see quill --help)\n", e.what());
+        quill::print_stderr("quill: error: {} (see quill --help)\n", parse_error_message(app, argc, argv, e));
         return 2;
     }
     try {
@@ -642,10 +731,8 @@ int main(int argc, char** argv) {
         if (*chat_cmd) return cmd_chat(chat);
         if (*batch_cmd) return cmd_batch(batch);
         if (*bench_cmd) return cmd_bench(bench);
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        fmt::print(stderr, "quill: error: {}\n", e.what());
-        return 1;
+    } catch (...) {
+        return report_failure(std::current_exception());
     }
     return 0;
 }

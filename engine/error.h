@@ -26,6 +26,12 @@ public:
     using Error::Error;
 };
 
+// The user asked quill to stop (SIGINT, SIGTERM) before the work could finish; main exits 128 + the signal.
+class Interrupted : public Error {
+public:
+    using Error::Error;
+};
+
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 
 }  // namespace quill

@@ -2,6 +2,9 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
+#include "engine/io/input.h"
+#include "engine/io/output.h"
+#include "engine/io/escape.h"
 #ifdef QUILL_HAVE_CUDA
 #include "cuda/device.h"
 #endif
@@ -60,15 +63,46 @@ size_t available_memory() {
     return size_t{8} << 30;
 }
 
+size_t kv_bytes_per_position(const ModelConfig& c, KvType kv, int64_t n_slots) {
+    return 2 * static_cast<size_t>(c.n_layer * c.n_embd_kv()) * (kv == KvType::f16 ? 2 : 4) *
+           static_cast<size_t>(std::max<int64_t>(1, n_slots));
+}
+
+void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t n_slots) {
+    const size_t per_pos = kv_bytes_per_position(c, kv, n_slots);
+    const size_t available = available_memory();
+    const size_t fit = available / per_pos;
+    if (n_ctx <= 0 || static_cast<size_t>(n_ctx) <= fit) return;
+    const std::string slots = n_slots > 1 ? fmt::format(" for {} sequences", n_slots) : "";
+    throw UsageError(fmt::format("-c {}: the KV cache{} would take {}, but only {} of memory is available; at most "
+                                 "-c {} fits",
+                                 n_ctx, slots, format_bytes(per_pos * static_cast<size_t>(n_ctx)),
+                                 format_bytes(available), fit));
+}
+
 int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots) {
-    if (asked > 0) return asked;
-    const size_t per_pos = 2 * static_cast<size_t>(c.n_layer * c.n_embd_kv()) * (kv == KvType::f16 ? 2 : 4) *
-                           static_cast<size_t>(std::max<int64_t>(1, n_slots));
+    if (asked > 0) {
+        check_context_fits(c, asked, kv, n_slots);
+        return asked;
+    }
+    const size_t per_pos = kv_bytes_per_position(c, kv, n_slots);
     const int64_t fit = std::max<int64_t>(256, static_cast<int64_t>(available_memory() / 4 / per_pos));
     if (c.n_ctx_train <= fit) return c.n_ctx_train;
-    fmt::print(stderr, "quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
-                       "memory; -c sets it\n", fit, c.n_ctx_train);
+    print_stderr("quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
+                 "memory; -c sets it\n", fit, c.n_ctx_train);
     return fit;
+}
+
+std::string why_not_runnable(const GgufFile& file) {
+    try {
+        const ModelConfig config = ModelConfig::from_gguf(file);
+        const Weights weights = Weights::from_gguf(file, config);
+        cpu::CpuBackend::check_weights(weights);
+        Tokenizer::from_gguf(file);
+    } catch (const FileError& e) {
+        return e.what();
+    }
+    return {};
 }
 
 void choose_device(DeviceChoice device) {
@@ -77,16 +111,16 @@ void choose_device(DeviceChoice device) {
     cuda::DeviceInfo info = cuda::probe();
     if (info.count == 0) {
         if (device == DeviceChoice::cuda) throw UsageError(fmt::format("--device cuda: {}", info.reason));
-        fmt::print(stderr, "quill: {}; using the CPU\n", info.reason);
+        print_stderr("quill: {}; using the CPU\n", info.reason);
         return;
     }
     if (device == DeviceChoice::cuda)
         throw UsageError(fmt::format("--device cuda: found {}, but quill's CUDA backend is not implemented yet",
                                      info.name));
-    fmt::print(stderr, "quill: found {}, but quill's CUDA backend is not implemented yet; using the CPU\n", info.name);
+    print_stderr("quill: found {}, but quill's CUDA backend is not implemented yet; using the CPU\n", info.name);
 #else
     if (device == DeviceChoice::cuda) throw UsageError("--device cuda: this quill was built without CUDA");
-    fmt::print(stderr, "quill: built without CUDA; using the CPU\n");
+    print_stderr("quill: built without CUDA; using the CPU\n");
 #endif
 }
 
@@ -98,6 +132,7 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& 
     bo.n_ctx = n_ctx;
     bo.n_slots = o.n_slots;
     bo.kv_type = o.kv_type;
+    check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
     return std::make_unique<cpu::CpuBackend>(config, weights, bo);
 }
 
@@ -121,7 +156,8 @@ std::string describe_backend(const Backend& backend) {
 }
 
 std::string Session::load_line() const {
-    return fmt::format("quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {}; context {}", model->config.name,
+    return fmt::format("quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {}; context {}",
+                       escape_for_terminal(model->config.name),
                        model->weight_bytes() / 1048576.0, load_ms, describe_backend(*backend), n_ctx);
 }
 

@@ -37,15 +37,27 @@ std::string resolve_model_path(const std::string& given);
 // Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.
 size_t available_memory();
 
-// The context: `asked` when > 0, else the model's training context capped so the KV cache of n_slots sequences
-// takes at most a quarter of the available memory (said on stderr when it caps).
+// The context: `asked` when > 0 (UsageError when it cannot fit, see check_context_fits), else the model's
+// training context capped so the KV cache of n_slots sequences takes at most a quarter of the available memory
+// (said on stderr when it caps).
 int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots);
+
+// Bytes of K and V cache one position takes for n_slots sequences.
+size_t kv_bytes_per_position(const ModelConfig& config, KvType kv, int64_t n_slots);
+
+// UsageError when a KV cache of n_ctx positions (for n_slots sequences) cannot fit in the available memory,
+// saying how large it would be and the largest context that fits.
+void check_context_fits(const ModelConfig& config, int64_t n_ctx, KvType kv, int64_t n_slots);
+
+// Why `run` would refuse this file, or "" when it would load it: the checks of Session::open (config, weights,
+// tokenizer, the weight types the backend multiplies), without allocating a backend.
+std::string why_not_runnable(const GgufFile& file);
 
 // Resolves the device: "cpu" never touches the driver; "auto" uses the CPU with one line on stderr saying why (no
 // GPU, or no CUDA backend yet); "cuda" is a UsageError until the CUDA backend exists.
 void choose_device(DeviceChoice device);
 
-// A backend for these weights (which must outlive it).
+// A backend for these weights (which must outlive it); check_context_fits first.
 std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                       int64_t n_ctx);
 

@@ -81,7 +81,7 @@ TEST_CASE("quill template renders the model's template and tokenizes it as the r
     CHECK(plain.status == 0);
     CHECK(plain.out == "<|im_start|>user\nHello<|im_end|>\n");
     auto bad = run_quill({"template", "-m", *model, "--messages", "-"}, "[{\"role\": 1}]");
-    CHECK(bad.status == 1);
+    CHECK(bad.status == 2);
     CHECK(bad.err.find("message 1 has no string \"role\"") != std::string::npos);
     auto missing = run_quill({"template", "--chat-template", "/nonexistent/t.jinja"});
     CHECK(missing.status != 0);
@@ -113,7 +113,7 @@ TEST_CASE("quill run without a template asks for --chat-template or --raw", "[ch
     auto stories = test::require_testdata("models/stories260K.gguf");
     if (!stories) return;
     auto r = run_quill({"run", "-m", stories->string(), "-p", "Once upon a time", "-n", "4"});
-    CHECK(r.status == 1);
+    CHECK(r.status == 2);
     CHECK(r.err.find("no chat template") != std::string::npos);
     CHECK(r.err.find("--raw") != std::string::npos);
     auto ok = run_quill({"run", "-m", stories->string(), "-p", "Once", "-n", "4", "--chat-template", "chatml"});
@@ -149,6 +149,11 @@ public:
         pid_ = forkpty(&fd_, nullptr, nullptr, &size);
         REQUIRE(pid_ >= 0);
         if (pid_ == 0) {
+            // A clean start whatever the test process did with signals (masks and ignored signals survive exec).
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, nullptr);
+            for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) std::signal(sig, SIG_DFL);
             setenv("NO_COLOR", "1", 1);
             setenv("XDG_STATE_HOME", state_dir.c_str(), 1);
             std::vector<char*> argv;
@@ -211,6 +216,10 @@ private:
     std::string all_;
 };
 
+// A person types a moment after the prompt shows; libedit prints the prompt just before it puts the terminal in
+// its own mode, and a key that arrives in between is handled by the terminal's line discipline instead.
+void human_pause() { usleep(300000); }
+
 // The reply printed after the echo of `input`, up to the stats line.
 // (Input typed ahead may be echoed twice: by the terminal, then by the line editor; the last echo counts.)
 std::string reply_after(const std::string& out, const std::string& input, size_t from) {
@@ -235,6 +244,7 @@ TEST_CASE("quill chat on a terminal: two turns, Ctrl-C in a reply, undo, regen, 
     size_t mark = 0;
     auto at_prompt = [&] {
         REQUIRE(p.wait_for("> ", mark));
+        human_pause();
         mark = p.size();
     };
     at_prompt();
@@ -252,6 +262,7 @@ TEST_CASE("quill chat on a terminal: two turns, Ctrl-C in a reply, undo, regen, 
     REQUIRE(p.wait_for(" ", p.size() + 1));  // some of the reply has been printed
     p.send("\x03");
     REQUIRE(p.wait_for("reply interrupted", mark));
+    REQUIRE(p.wait_for(" tok/s; context ", mark));  // the stats line follows
     const std::string cut = reply_after(p.output(), "dragon who learns to fly.", mark);
     CHECK(!cut.empty());
     // The second turn reused the first from the cache.
@@ -289,10 +300,12 @@ TEST_CASE("quill chat on a terminal: Ctrl-C at the prompt does not exit, Ctrl-D 
     const auto state = test::temp_dir("chat-pty-eof");
     PtyProcess p({"chat", "-m", *model, "-t", "1"}, state.string());
     REQUIRE(p.wait_for("> "));
+    human_pause();
     size_t mark = p.size();
     p.send("\x03");
     REQUIRE(p.wait_for("^C", mark));
     REQUIRE(p.wait_for("> ", mark));
+    human_pause();
     p.send("\x04");
     CHECK(p.wait_exit() == 0);
 }

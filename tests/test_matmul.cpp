@@ -398,3 +398,43 @@ TEST_CASE("activation quantization equals the reference Q8_0 quantizer on every 
         }
     }
 }
+
+TEST_CASE("activation quantization is defined for huge, tiny, infinite and NaN inputs", "[matmul]") {
+    // Such values once converted out of int32's range (undefined behaviour; the sums overflowed). Now every q is
+    // in -127..127 and the sums add up; NaN quantizes to 0. Finite blocks give the same bytes on every ISA.
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float big = std::numeric_limits<float>::max(), tiny = std::numeric_limits<float>::denorm_min();
+    std::vector<std::vector<float>> blocks;
+    auto block = [&](auto f) {
+        std::vector<float> x(32);
+        for (int i = 0; i < 32; ++i) x[i] = f(i);
+        blocks.push_back(x);
+    };
+    block([&](int i) { return i % 2 ? big : -big / static_cast<float>(i + 1); });
+    block([&](int i) { return static_cast<float>(i % 3) * tiny * (i % 2 ? 1.0f : -1.0f); });
+    block([&](int i) { return 1e-39f * static_cast<float>(i - 16); });
+    block([&](int i) { return i == 7 ? inf : static_cast<float>(i); });
+    block([&](int i) { return i == 30 ? -inf : static_cast<float>(i); });
+    block([&](int i) { return i % 4 == 0 ? nan : static_cast<float>(i) - 10.0f; });
+    block([&](int i) { return i == 31 ? nan : 1.0f; });
+    block([&](int) { return nan; });
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        const float* x = blocks[b].data();
+        const bool finite = std::all_of(x, x + 32, [](float v) { return std::isfinite(v); });
+        std::vector<std::vector<int8_t>> results;
+        for (QuantizeBlock qb : {generic::quantize_block, avx2::quantize_block}) {
+            if (qb == avx2::quantize_block && !isa_available(Isa::avx2)) continue;
+            int8_t q[32];
+            int32_t sums[2];
+            qb(x, q, sums);
+            INFO("block " << b);
+            CHECK(std::all_of(q, q + 32, [](int8_t v) { return v >= -127 && v <= 127; }));
+            CHECK(sums[0] == std::accumulate(q, q + 16, 0));
+            CHECK(sums[1] == std::accumulate(q + 16, q + 32, 0));
+            for (int i = 0; i < 32; ++i)
+                if (std::isnan(x[i])) CHECK(q[i] == 0);
+            results.emplace_back(q, q + 32);
+        }
+        if (finite && results.size() == 2) CHECK(results[0] == results[1]);
+    }
+}

@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/format/gguf.h"
+#include "engine/io/input.h"
 #include "tokenizer/spm_proto.h"
 #include "tokenizer/vocab.h"
 #include "tokenizer/word_cache.h"
@@ -15,8 +16,6 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 namespace quill {
 
@@ -189,13 +188,10 @@ private:
     bool splittable_ = false;
 };
 
+// A tokenizer.model is a few MiB; 1 GiB bounds a wrong file.
 std::string read_whole_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FileError(fmt::format("{}: cannot open the tokenizer model", path));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw FileError(fmt::format("{}: cannot read the tokenizer model", path));
-    return ss.str();
+    FileDescriptor fd = open_regular_file(path, "the tokenizer model");
+    return read_capped(fd.get(), path, size_t{1} << 30, "is it a tokenizer.model?");
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 
 #include "engine/error.h"
 #include "engine/format/gguf.h"
+#include "engine/io/output.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 #include <fmt/format.h>
@@ -48,8 +50,8 @@ int32_t resolve_id(const std::optional<int64_t>& id, int32_t fallback, const cha
     if (fallback >= n_vocab) fallback = -1;
     if (!id) return fallback;
     if (*id >= 0 && *id < n_vocab) return static_cast<int32_t>(*id);
-    fmt::print(stderr, "warning: {}: tokenizer.ggml.{} = {} is not a token id (n_vocab {}); using {}\n",
-               vocab.source, key, *id, n_vocab, fallback);
+    print_stderr("warning: {}: tokenizer.ggml.{} = {} is not a token id (n_vocab {}); using {}\n", vocab.source, key,
+                 *id, n_vocab, fallback);
     return fallback;
 }
 
@@ -202,6 +204,35 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
     }
     if (add_special && add_eos_) out.push_back(eos_);
     return out;
+}
+
+std::string Tokenizer::describe_loss(std::string_view text, std::span<const int32_t> ids) const {
+    std::vector<std::string> parts;
+    if (model_ == "llama") {
+        size_t n_bad = 0, first = 0;
+        for (size_t i = 0; i < text.size();) {
+            const utf8::Scan r = utf8::scan(text.substr(i));
+            const size_t n = std::max<size_t>(r.length, 1);
+            if (r.kind != utf8::Scan::valid) {
+                if (n_bad == 0) first = i;
+                n_bad += n;
+            }
+            i += n;
+        }
+        if (n_bad > 0)
+            parts.push_back(fmt::format("{} byte{} of invalid UTF-8 (the first, 0x{:02x}, at offset {}) became "
+                                        "U+FFFD",
+                                        n_bad, n_bad == 1 ? "" : "s", static_cast<uint8_t>(text[first]), first));
+    }
+    if (unk_ >= 0) {
+        const auto n_unk = static_cast<size_t>(std::count(ids.begin(), ids.end(), unk_));
+        if (n_unk > 0)
+            parts.push_back(fmt::format("{} piece{} of text not in the vocabulary became the unknown token {}", n_unk,
+                                        n_unk == 1 ? "" : "s", pieces_[static_cast<size_t>(unk_)]));
+    }
+    if (parts.empty()) return {};
+    return fmt::format("{}{}{} (the tokenizer cannot represent them)", parts[0], parts.size() > 1 ? "; " : "",
+                       parts.size() > 1 ? parts[1] : "");
 }
 
 void Tokenizer::check_id(int32_t id) const {

@@ -132,7 +132,7 @@ void RecordWriter::sync() {
     out_.flush();
     last_sync_ = std::chrono::steady_clock::now();
     if (fsync_ && ::fsync(fileno(f_)) != 0)
-        throw OutputError(fmt::format("cannot fsync {}: {}", out_.name(), std::strerror(errno)));
+        throw OutputError(fmt::format("cannot fsync {}: {}", out_.name(), std::strerror(errno)), errno);
 }
 
 }  // namespace quill::batch

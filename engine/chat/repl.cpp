@@ -34,7 +34,14 @@ std::string trim(const std::string& s) {
 ChatRepl::ChatRepl(Conversation& conv, LineReader& in, Output& out, Output& status, ReplOptions options)
     : conv_(conv), in_(in), out_(out), status_(status), opt_(std::move(options)) {}
 
-void ChatRepl::say(const std::string& text) { status_.put(text + "\n"); }
+void ChatRepl::say(const std::string& text) { note(text + "\n"); }
+
+void ChatRepl::note(const std::string& text) {
+    try {
+        status_.put(text);
+    } catch (const OutputError&) {  // diagnostics never stop the chat (a closed or full stderr)
+    }
+}
 
 std::optional<std::string> ChatRepl::read_input() {
     const bool tty = in_.interactive();
@@ -46,13 +53,13 @@ std::optional<std::string> ChatRepl::read_input() {
         if (opt_.should_exit && opt_.should_exit()) return std::nullopt;
         if (line.status == InputLine::Status::interrupted) {
             if (opt_.clear_cancel) opt_.clear_cancel();
-            if (tty) status_.put("^C\n");
+            if (tty) note("^C\n");
             text.clear();
             in_block = false;
             continue;  // Ctrl-C at the prompt drops the input, never exits
         }
         if (line.status == InputLine::Status::eof) {
-            if (tty) status_.put("\n");
+            if (tty) note("\n");
             if (in_block || !text.empty()) return text;  // a block cut by EOF is still a message
             return std::nullopt;
         }
@@ -139,7 +146,7 @@ void ChatRepl::reply(bool regenerate, const std::string& message) {
 
 void ChatRepl::command(const std::string& name, const std::string& arg, Action& action) {
     if (name == "help" || name == "?") {
-        status_.put(kHelp);
+        note(kHelp);
     } else if (name == "exit" || name == "quit") {
         action = Action::exit;
     } else if (name == "reset") {

@@ -42,7 +42,8 @@ private:
     std::optional<std::string> read_input();
     void reply(bool regenerate, const std::string& message);
     void command(const std::string& name, const std::string& arg, Action& action);
-    void say(const std::string& text);  // a status line on stderr
+    void say(const std::string& text);   // a status line on stderr
+    void note(const std::string& text);  // status text; a failure to write it is ignored
     void save(const std::string& path);
     void load(const std::string& path);
 

@@ -28,6 +28,18 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, fl
     }
 }
 
+// True when every value is finite. Branch-free over the bits (exponent all ones: inf or NaN), so it vectorizes
+// and costs next to nothing beside the matmuls that produced the values.
+bool all_finite(const float* x, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, x + i, sizeof bits);
+        bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
 }  // namespace
 
 CpuBackend::CacheMemory::CacheMemory(size_t bytes) : n(std::max<size_t>(bytes, 1)) {
@@ -54,11 +66,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       kv_v_(kv_shape_.bytes() / 2) {
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
-    for (const auto& L : weights.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
-            if (!matmul_supports(t->type))
-                throw FileError(fmt::format("tensor '{}' has type {}, which the CPU backend cannot multiply",
-                                            t->name, type_name(t->type)));
+    check_weights(weights);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
     const int64_t half = config.n_rot / 2;
     rope_inv_freq_.resize(half);
@@ -67,6 +75,17 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
         if (!weights.rope_freqs.empty()) f /= weights.rope_freqs[i];
         rope_inv_freq_[i] = f * config.rope_freq_scale;
     }
+}
+
+void CpuBackend::check_weights(const Weights& weights) {
+    auto check = [](const TensorView& t) {
+        if (!matmul_supports(t.type))
+            throw FileError(fmt::format("tensor '{}' has type {}, which the CPU backend cannot multiply", t.name,
+                                        type_name(t.type)));
+    };
+    for (const auto& L : weights.layers)
+        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) check(*t);
+    check(weights.output);
 }
 
 void CpuBackend::resize_scratch(int64_t n) {
@@ -108,8 +127,16 @@ void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
         const LayerWeights& L = weights_.layers[l];
         attention_block(batch, L, l);
         ffn_block(L, n);
+        // Corrupt or out-of-range weights show up here first; the layer named is where to look.
+        if (!all_finite(x_.data(), n * config_.n_embd))
+            throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual "
+                                    "stream: the model's weights are corrupt or out of range",
+                                    l, l));
     }
     output_block(batch, logits);
+    if (!all_finite(logits.data(), batch.n_logits() * config_.n_vocab))
+        throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
+                    "weights are corrupt or out of range");
 }
 
 // x[t] = token_embd[token_t]

@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
 public:
     // config and weights must outlive the backend.
     CpuBackend(const ModelConfig& config, const Weights& weights, const CpuBackendOptions& options);
+    // FileError naming the first weight matrix whose type the CPU backend cannot multiply.
+    static void check_weights(const Weights& weights);
 
     std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
     const ModelConfig& config() const override { return config_; }

@@ -277,6 +277,10 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 
 // ---- activation quantization: blocks of 32, da = max|x| / 127, q = round(x / da) ----
 
+// Every input, finite or not, quantizes to a value in -127..127: x * inv is clamped before it is converted (a float
+// outside int32's range converts with undefined behaviour). inv overflows to inf for a subnormal scale and is 0 for
+// an infinite one, and NaN never compares, so the clamp also covers those: NaN becomes 0, inf the nearest end.
+// The non-finite activations themselves are caught after the layer (CpuBackend::forward).
 float generic::quantize_block(const float* x, int8_t* q, int32_t* sums) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
@@ -285,7 +289,9 @@ float generic::quantize_block(const float* x, int8_t* q, int32_t* sums) {
     for (int h = 0; h < 2; ++h) {
         sums[h] = 0;
         for (int i = 16 * h; i < 16 * h + 16; ++i) {
-            const auto v = static_cast<int32_t>(std::round(x[i] * inv));
+            const float y = x[i] * inv;
+            const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
+            const auto v = static_cast<int32_t>(std::round(clamped));
             q[i] = static_cast<int8_t>(v);
             sums[h] += v;
         }

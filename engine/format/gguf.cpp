@@ -1,6 +1,7 @@
 #include "engine/format/gguf.h"
 
 #include "engine/error.h"
+#include "engine/io/input.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -224,25 +225,19 @@ bool GgufValue::operator==(const GgufValue& o) const {
 // GgufFile
 
 GgufFile GgufFile::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw FileError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    FileDescriptor fd = open_regular_file(path, "the GGUF file");
     struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        throw FileError(fmt::format("{}: not a regular file", path));
-    }
+    if (fstat(fd.get(), &st) != 0) throw FileError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
     auto map = std::make_shared<Mapping>();
     map->size = static_cast<size_t>(st.st_size);
     if (map->size > 0) {
-        void* addr = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (addr == MAP_FAILED) {
-            int e = errno;
-            ::close(fd);
-            throw FileError(fmt::format("{}: cannot map: {}", path, std::strerror(e)));
-        }
+        // Pages come from the file as they are touched: a file rewritten in place while mapped is read as it is
+        // then, and one that shrinks raises SIGBUS past its new end (signals::install_fault_handlers() turns that
+        // into an error line). Replacing the file by a rename is safe: the mapping keeps the old one.
+        void* addr = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+        if (addr == MAP_FAILED) throw FileError(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
         map->addr = addr;
     }
-    ::close(fd);
     GgufFile f;
     f.path_ = path;
     f.bytes_ = {static_cast<const uint8_t*>(map->addr), map->size};

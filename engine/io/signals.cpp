@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <unistd.h>
 
 namespace quill::signals {
 
@@ -18,7 +19,25 @@ extern "C" void on_signal(int sig) {
     g_stop.store(true, std::memory_order_relaxed);
 }
 
+// Async-signal-safe: a fixed message by write(2), then _exit.
+extern "C" void on_bus_error(int) {
+    static constexpr char kMessage[] =
+        "quill: error: a mapped file could not be read (SIGBUS): the model file was truncated or replaced in place "
+        "while quill was using it\n";
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    ::_exit(1);
+}
+
 }  // namespace
+
+void install_fault_handlers() {
+    std::signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_bus_error;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, nullptr);
+}
 
 void install() {
     struct sigaction sa;

@@ -9,7 +9,11 @@
 namespace quill::signals {
 
 // Installs the handlers (idempotent). After this, SIGINT/SIGTERM increment a counter instead of killing.
+// Only commands that poll stop_flag() install them (run, chat, batch); the others stay killable by Ctrl-C.
 void install();
+// SIGPIPE ignored (a write to a closed pipe fails with EPIPE), and SIGBUS (a mapped model file truncated while in
+// use) reported as one error line and exit status 1 instead of a crash. Every command calls this first.
+void install_fault_handlers();
 // Set by each SIGINT/SIGTERM until clear(); pass it as GenerateOptions::cancel.
 const std::atomic<bool>& stop_flag();
 // Signals received since install() (a second Ctrl-C can mean "now, really").

@@ -1,5 +1,6 @@
 #include "engine/model/model_info.h"
 
+#include "engine/io/escape.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
@@ -107,24 +108,29 @@ json describe_model(const GgufFile& f, bool with_tensors) {
 
 namespace {
 std::string mib(size_t bytes) { return fmt::format("{:.2f} MiB", bytes / 1048576.0); }
+// A string from the file, safe for a terminal (metadata may hold control bytes and escape sequences).
+std::string text(const json& v) { return escape_for_terminal(v.get<std::string>()); }
+// A JSON value on one line, with invalid UTF-8 replaced and control characters escaped.
+std::string dump(const json& v) { return escape_for_terminal(v.dump(-1, ' ', false, json::error_handler_t::replace)); }
 }  // namespace
 
 std::string render_model_info(const json& info) {
     std::string out;
     auto line = [&](std::string_view key, const std::string& value) { out += fmt::format("{:<16}{}\n", key, value); };
-    line("file", fmt::format("{} ({}, GGUF v{})", info["file"].get<std::string>(), mib(info["file_size"]),
+    line("file", fmt::format("{} ({}, GGUF v{})", text(info["file"]), mib(info["file_size"]),
                              info["gguf_version"].get<int>()));
-    line("architecture", info["architecture"].is_null() ? "(none)" : info["architecture"].get<std::string>());
-    if (info.contains("name")) line("name", info["name"].get<std::string>());
+    line("architecture", info["architecture"].is_null() ? "(none)" : text(info["architecture"]));
+    if (info.contains("name")) line("name", text(info["name"]));
     if (!info["hyperparameters"].empty()) {
         std::vector<std::string> parts;
-        for (const auto& [k, v] : info["hyperparameters"].items()) parts.push_back(fmt::format("{}={}", k, v.dump()));
+        for (const auto& [k, v] : info["hyperparameters"].items())
+            parts.push_back(fmt::format("{}={}", escape_for_terminal(k), dump(v)));
         line("hyperparameters", fmt::format("{}", fmt::join(parts, " ")));
     }
     const json& tok = info["tokenizer"];
     if (tok.contains("model")) {
-        std::string desc = tok["model"].get<std::string>();
-        if (tok.contains("pre")) desc += fmt::format(" (pre-tokenizer {})", tok["pre"].get<std::string>());
+        std::string desc = text(tok["model"]);
+        if (tok.contains("pre")) desc += fmt::format(" (pre-tokenizer {})", text(tok["pre"]));
         if (tok.contains("vocab_size")) desc += fmt::format(", {} tokens", tok["vocab_size"].get<size_t>());
         if (tok.contains("bos_token_id")) desc += fmt::format(", bos {}", tok["bos_token_id"].get<int64_t>());
         if (tok.contains("eos_token_id")) desc += fmt::format(", eos {}", tok["eos_token_id"].get<int64_t>());
@@ -148,13 +154,15 @@ std::string render_model_info(const json& info) {
                                   m["n_head_kv"].dump(), m["head_dim"].dump(), m["n_ff"].dump(),
                                   m["n_ctx_train"].dump(), m["output_tied"].get<bool>() ? " (output tied)" : ""));
     } else {
+        std::string why = "architecture unsupported";
+        if (info.contains("not_runnable")) why = text(info["not_runnable"]);
         line("model", info["tensor_count"].get<size_t>() == 0 ? "vocabulary only (no tensors)"
-                                                               : "not runnable by quill (architecture unsupported)");
+                                                               : fmt::format("not runnable by quill: {}", why));
     }
     if (info.contains("tensors")) {
         out += fmt::format("\n{:<40} {:<6} {:<24} {:>12} {:>12}\n", "name", "type", "shape", "bytes", "offset");
         for (const auto& t : info["tensors"])
-            out += fmt::format("{:<40} {:<6} {:<24} {:>12} {:>12}\n", t["name"].get<std::string>(),
+            out += fmt::format("{:<40} {:<6} {:<24} {:>12} {:>12}\n", text(t["name"]),
                                t["type"].get<std::string>(),
                                fmt::format("[{}]", fmt::join(t["shape"].get<std::vector<int64_t>>(), ", ")),
                                t["bytes"].get<size_t>(), t["offset"].get<size_t>());

@@ -12,6 +12,7 @@ void SamplingParams::validate() const {
         throw UsageError(fmt::format("{} {} is out of range: expected {}", flag, v, want));
     };
     if (!std::isfinite(temperature) || temperature < 0) bad("--temp", temperature, ">= 0");
+    if (top_k < 0) bad("--top-k", top_k, ">= 0 (0: off)");
     if (!(top_p > 0 && top_p <= 1)) bad("--top-p", top_p, "in (0, 1]");
     if (!(min_p >= 0 && min_p <= 1)) bad("--min-p", min_p, "in [0, 1]");
     if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty)) bad("--repeat-penalty", repeat_penalty, "> 0");

@@ -13,7 +13,7 @@ namespace quill {
 
 struct SamplingParams {
     float temperature = 0.8f;      // <= 0: greedy
-    int top_k = 40;                // <= 0: all tokens
+    int top_k = 40;                // 0: all tokens
     float top_p = 0.95f;           // 1: off
     float min_p = 0.05f;           // 0: off
     float repeat_penalty = 1.0f;   // 1: off; > 1 discourages tokens in the last repeat_last_n
