@@ -1,6 +1,8 @@
 // `quill chat`, `quill template` and `quill run` with chat templates, end to end on the default model: through a
 // pipe, and through a pseudo-terminal as a person types (two turns, Ctrl-C in the middle of a reply, /undo,
 // /regen, Ctrl-D).
+#include "engine/format/gguf.h"
+#include "tests/fault_util.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -308,4 +310,34 @@ TEST_CASE("quill chat on a terminal: Ctrl-C at the prompt does not exit, Ctrl-D 
     human_pause();
     p.send("\x04");
     CHECK(p.wait_exit() == 0);
+}
+
+TEST_CASE("a model template quill cannot parse gets one warning and the built-in format it resembles", "[chat]") {
+    auto stories = test::require_testdata("models/stories260K.gguf");
+    if (!stories) return;
+    const auto dir = test::temp_dir("chat-fallback");
+    auto with_template = [&](const std::string& name, const std::string& source) {
+        const std::string out = (dir / name).string();
+        test::rewrite_gguf(stories->string(), out,
+                           [&](GgufWriter& w) { w.set("tokenizer.chat_template", GgufValue(source)); });
+        return out;
+    };
+    // chatml markers, and a tag quill does not know.
+    const std::string broken = with_template(
+        "broken.gguf", "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                       "{% frobnicate %}");
+    auto r = run_quill({"template", "-m", broken});
+    CHECK(r.status == 0);
+    CHECK(r.out == "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(r.err.find("warning: the model's chat template cannot be used") != std::string::npos);
+    CHECK(r.err.find("frobnicate") != std::string::npos);  // the renderer's own message, with line and column
+    // Nothing to fall back to: an error that asks for --chat-template or --raw.
+    const std::string hopeless = with_template("hopeless.gguf", "{% if %}");
+    auto h = run_quill({"template", "-m", hopeless});
+    CHECK(h.status == 2);
+    CHECK(h.err.find("--chat-template") != std::string::npos);
+    // --bos / --eos set the texts the template prints.
+    auto b = run_quill({"template", "--chat-template", "llama3", "--bos", "<B>", "--no-generation-prompt"});
+    CHECK(b.status == 0);
+    CHECK(b.out.starts_with("<B><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"));
 }
