@@ -416,7 +416,10 @@ int cmd_chat(ChatCliOptions& o) {
     // SIGTERM ends the chat; so does Ctrl-C when nobody is typing (input from a pipe or a file).
     ro.should_exit = [tty] { return quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0); };
     quill::chat::ChatRepl repl(conv, *in, out, status, ro);
-    return repl.run();
+    const int rc = repl.run();
+    // Ended by a signal: the conventional status (130 SIGINT, 143 SIGTERM), as `run` does.
+    if (quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0)) return 128 + quill::signals::last();
+    return rc;
 }
 
 // ---- batch ----

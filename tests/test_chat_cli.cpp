@@ -341,3 +341,30 @@ TEST_CASE("a model template quill cannot parse gets one warning and the built-in
     CHECK(b.status == 0);
     CHECK(b.out.starts_with("<B><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"));
 }
+
+TEST_CASE("SIGTERM during a chat reply ends quill chat with the reply so far and status 143", "[chat][faults]") {
+    auto stories = test::require_testdata("models/stories260K.gguf");
+    if (!stories) return;
+    int in[2], out[2];
+    REQUIRE(pipe(in) == 0);
+    REQUIRE(pipe(out) == 0);
+    const pid_t pid = test::spawn_quill({"chat", "-m", stories->string(), "--chat-template", "chatml", "-n", "100000",
+                                         "-c", "100000", "--temp", "1", "--seed", "1", "-t", "1"},
+                                        {in[0], out[1], -1});
+    close(in[0]);
+    close(out[1]);
+    REQUIRE(write(in[1], "Once upon a time\n", 17) == 17);  // stdin stays open: chat would wait for more
+    std::string got;
+    char buf[256];
+    while (got.size() < 64) {  // the reply has begun
+        const ssize_t n = read(out[0], buf, sizeof buf);
+        REQUIRE(n > 0);
+        got.append(buf, static_cast<size_t>(n));
+    }
+    kill(pid, SIGTERM);
+    CHECK(test::wait_child(pid, 20) == 143);
+    got += test::read_all(out[0]);
+    CHECK(got.size() >= 64);
+    close(in[1]);
+    close(out[0]);
+}
