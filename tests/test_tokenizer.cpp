@@ -189,6 +189,33 @@ TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]"
     }
 }
 
+TEST_CASE("an SPM vocabulary whose control token repeats a normal piece's text still encodes", "[tokenizer]") {
+    // Found by fuzz_gguf: sentencepiece looks its reserved (control, unknown) pieces up before the normal ones, so a
+    // merge that spelled a control piece's text came out as that control id, covering no text, and Encode failed
+    // ("all normalized characters are not consumed"). The normal piece is the one text must become.
+    using quill::GgufType;
+    using quill::GgufValue;
+    const std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "a", "b", "ab", "ab", "b"};
+    const std::vector<int32_t> types{2, 3, 3, 1, 1, 1, 3, 3};  // unknown, control, normal; ids 6 and 7 repeat 5 and 4
+    std::vector<GgufValue> scores, type_values;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        scores.emplace_back(i == 5 ? 1.0f : 0.0f);
+        type_values.emplace_back(types[i]);
+    }
+    quill::GgufWriter w;
+    w.set("general.architecture", "llama");
+    w.set("tokenizer.ggml.model", "llama");
+    w.set("tokenizer.ggml.tokens", GgufValue::strings(pieces));
+    w.set("tokenizer.ggml.scores", GgufValue::array(GgufType::F32, scores));
+    w.set("tokenizer.ggml.token_type", GgufValue::array(GgufType::I32, type_values));
+    w.set("tokenizer.ggml.add_space_prefix", false);
+    const auto tok = Tokenizer::from_gguf(quill::GgufFile::parse("repeats", w.to_bytes()));
+    CHECK(tok->encode("ab", false, false) == std::vector<int32_t>{5});
+    CHECK(tok->encode("bab", false, false) == std::vector<int32_t>{4, 5});
+    CHECK(tok->encode("b", false, false) == std::vector<int32_t>{4});
+    CHECK(tok->encode("abc", false, false) == std::vector<int32_t>{5, 0});  // 'c' is not in the vocabulary: <unk>
+}
+
 TEST_CASE("tokenizer special ids, BOS/EOS and end-of-generation tokens", "[tokenizer]") {
     auto spm = load_vocab("llama-spm");
     auto gpt2 = load_vocab("gpt-2");

@@ -16,6 +16,7 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace quill {
 
@@ -194,6 +195,28 @@ std::string read_whole_file(const std::string& path) {
     return read_capped(fd.get(), path, size_t{1} << 30, "is it a tokenizer.model?");
 }
 
+// sentencepiece keeps reserved pieces (control, unknown) in their own map and looks a text up there first, so a
+// reserved piece spelled like a normal one shadows it: a merge reaching that text comes out as the reserved id, which
+// covers no text, and Encode fails ("all normalized characters are not consumed"). It also refuses two reserved
+// pieces with one text, or an empty one. Text never becomes a reserved piece (quill parses special tokens itself, and
+// ids map back through the vocabulary, not through these names), so such pieces get a unique name in the model
+// handed to the library; a real vocabulary has none of them.
+void rename_shadowing_reserved_pieces(std::vector<SpmModel::Piece>& pieces) {
+    std::unordered_set<std::string> taken;
+    for (const SpmModel::Piece& p : pieces) {
+        if (p.type != kControl && p.type != kUnknown) taken.insert(p.piece);
+    }
+    size_t next = 0;
+    for (SpmModel::Piece& p : pieces) {
+        if (p.type != kControl && p.type != kUnknown) continue;
+        if (!p.piece.empty() && taken.insert(p.piece).second) continue;
+        std::string name;
+        do name = fmt::format("<quill-reserved-{}>", next++);
+        while (!taken.insert(name).second);
+        p.piece = std::move(name);
+    }
+}
+
 }  // namespace
 
 SpmModel build_spm_model(const Vocab& vocab) {
@@ -221,6 +244,7 @@ SpmModel build_spm_model(const Vocab& vocab) {
                                         vocab.source));
         m.pieces.push_back({"<quill-unknown>", 0.0f, kUnknown});
     }
+    rename_shadowing_reserved_pieces(m.pieces);
     m.unk_id = static_cast<int32_t>(unk >= 0 ? unk : static_cast<int64_t>(vocab.pieces.size()));
     m.bos_id = -1;
     m.eos_id = -1;
