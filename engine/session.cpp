@@ -6,6 +6,7 @@
 #include "engine/io/output.h"
 #include "engine/io/escape.h"
 #ifdef QUILL_HAVE_CUDA
+#include "cuda/cuda_backend.h"
 #include "cuda/device.h"
 #endif
 
@@ -81,10 +82,7 @@ void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t 
 }
 
 int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots) {
-    if (asked > 0) {
-        check_context_fits(c, asked, kv, n_slots);
-        return asked;
-    }
+    if (asked > 0) return asked;  // make_backend checks that it fits where the cache will live
     const size_t per_pos = kv_bytes_per_position(c, kv, n_slots);
     const int64_t fit = std::max<int64_t>(256, static_cast<int64_t>(available_memory() / 4 / per_pos));
     if (c.n_ctx_train <= fit) return c.n_ctx_train;
@@ -105,28 +103,30 @@ std::string why_not_runnable(const GgufFile& file) {
     return {};
 }
 
-void choose_device(DeviceChoice device) {
-    if (device == DeviceChoice::cpu) return;
-#ifdef QUILL_HAVE_CUDA
-    cuda::DeviceInfo info = cuda::probe();
-    if (info.count == 0) {
-        if (device == DeviceChoice::cuda) throw UsageError(fmt::format("--device cuda: {}", info.reason));
-        print_stderr("quill: {}; using the CPU\n", info.reason);
-        return;
-    }
-    if (device == DeviceChoice::cuda)
-        throw UsageError(fmt::format("--device cuda: found {}, but quill's CUDA backend is not implemented yet",
-                                     info.name));
-    print_stderr("quill: found {}, but quill's CUDA backend is not implemented yet; using the CPU\n", info.name);
-#else
-    if (device == DeviceChoice::cuda) throw UsageError("--device cuda: this quill was built without CUDA");
-    print_stderr("quill: built without CUDA; using the CPU\n");
-#endif
-}
+namespace {
 
-std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
-                                      int64_t n_ctx) {
-    choose_device(o.device);
+#ifdef QUILL_HAVE_CUDA
+// The CUDA backend on device 0, with the context capped to the GPU's free memory when the user did not set it.
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
+                                           int64_t n_ctx) {
+    cuda::check_weights(weights);
+    cuda::CudaBackendOptions co;
+    co.n_ctx = n_ctx;
+    co.n_slots = o.n_slots;
+    co.kv_type = o.kv_type;
+    if (o.ctx <= 0) {
+        const int64_t fit = cuda::largest_context(config, weights, co);
+        if (fit >= 1 && fit < n_ctx) {
+            print_stderr("quill: context capped to {} tokens so the KV cache fits in GPU memory; -c sets it\n", fit);
+            co.n_ctx = fit;
+        }
+    }
+    return std::make_unique<cuda::CudaBackend>(config, weights, co);
+}
+#endif
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
+                                          int64_t n_ctx) {
     cpu::CpuBackendOptions bo;
     bo.n_threads = o.threads;
     bo.n_ctx = n_ctx;
@@ -134,6 +134,32 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& 
     bo.kv_type = o.kv_type;
     check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
     return std::make_unique<cpu::CpuBackend>(config, weights, bo);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
+                                      int64_t n_ctx) {
+    if (o.device == DeviceChoice::cpu) return make_cpu_backend(config, weights, o, n_ctx);
+#ifdef QUILL_HAVE_CUDA
+    const cuda::DeviceInfo info = cuda::probe();
+    if (info.count == 0) {
+        if (o.device == DeviceChoice::cuda) throw UsageError(fmt::format("--device cuda: {}", info.reason));
+        print_stderr("quill: {}; using the CPU\n", info.reason);
+        return make_cpu_backend(config, weights, o, n_ctx);
+    }
+    try {
+        return make_cuda_backend(config, weights, o, n_ctx);
+    } catch (const Error& e) {
+        if (o.device == DeviceChoice::cuda) throw;
+        // auto: a weight type without a CUDA kernel, a model too large for the GPU, a failing GPU
+        print_stderr("quill: cannot run on {} ({}); using the CPU\n", info.name, e.what());
+    }
+#else
+    if (o.device == DeviceChoice::cuda) throw UsageError("--device cuda: this quill was built without CUDA");
+    print_stderr("quill: built without CUDA; using the CPU\n");
+#endif
+    return make_cpu_backend(config, weights, o, n_ctx);
 }
 
 std::unique_ptr<Session> Session::open(const SessionOptions& o) {
@@ -144,6 +170,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
                                        : Tokenizer::from_spm_file(o.tokenizer, &s->model->file);
     s->n_ctx = choose_context(s->model->config, o.ctx, o.kv_type, o.n_slots);
     s->backend = make_backend(s->model->config, s->model->weights, o, s->n_ctx);
+    s->n_ctx = s->backend->kv_shape().n_ctx;  // the CUDA backend may cap it to the GPU's memory
     s->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return s;
 }
@@ -152,6 +179,10 @@ std::string describe_backend(const Backend& backend) {
     if (const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(&backend))
         return fmt::format("{} backend, {} threads, {} kernels", cpu->name(), cpu->n_threads(),
                            cpu::isa_name(cpu->isa()));
+#ifdef QUILL_HAVE_CUDA
+    if (const auto* gpu = dynamic_cast<const cuda::CudaBackend*>(&backend))
+        return fmt::format("cuda backend, {}: {}", escape_for_terminal(gpu->plan().device), gpu->plan().describe());
+#endif
     return fmt::format("{} backend", backend.name());
 }
 

@@ -37,9 +37,8 @@ std::string resolve_model_path(const std::string& given);
 // Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.
 size_t available_memory();
 
-// The context: `asked` when > 0 (UsageError when it cannot fit, see check_context_fits), else the model's
-// training context capped so the KV cache of n_slots sequences takes at most a quarter of the available memory
-// (said on stderr when it caps).
+// The context: `asked` when > 0 (make_backend checks that it fits), else the model's training context capped so
+// the KV cache of n_slots sequences takes at most a quarter of the available memory (said on stderr when it caps).
 int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots);
 
 // Bytes of K and V cache one position takes for n_slots sequences.
@@ -53,11 +52,11 @@ void check_context_fits(const ModelConfig& config, int64_t n_ctx, KvType kv, int
 // tokenizer, the weight types the backend multiplies), without allocating a backend.
 std::string why_not_runnable(const GgufFile& file);
 
-// Resolves the device: "cpu" never touches the driver; "auto" uses the CPU with one line on stderr saying why (no
-// GPU, or no CUDA backend yet); "cuda" is a UsageError until the CUDA backend exists.
-void choose_device(DeviceChoice device);
-
-// A backend for these weights (which must outlive it); check_context_fits first.
+// A backend for these weights (which must outlive it), on the device asked: "cpu" never touches the driver; "cuda"
+// builds the CUDA backend or fails saying why (no device, a weight type without a kernel, not enough GPU memory);
+// "auto" tries CUDA when a GPU is present and otherwise, or when it cannot run there, uses the CPU with one line on
+// stderr saying why. The CPU backend checks that n_ctx fits in host memory (check_context_fits); the CUDA backend
+// plans its device memory first and, when the user set no context (o.ctx == 0), caps n_ctx to what fits.
 std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                       int64_t n_ctx);
 

@@ -1,0 +1,435 @@
+#include "cuda/cuda_backend.h"
+
+#include "cuda/check.h"
+#include "cuda/dequant.h"
+#include "cuda/kernels.h"
+#include "engine/error.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+namespace quill::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr size_t kRuntimeMargin = size_t{256} << 20;  // cuBLAS-free, but the runtime and fragmentation take some
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+// Device memory owned by one object; freed without checking (the context may already be gone at exit).
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(size_t bytes, const char* what) { allocate(bytes, what); }
+    ~DeviceBuffer() { release(); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void allocate(size_t bytes, const char* what) {
+        release();
+        check(cudaMalloc(&p_, std::max<size_t>(bytes, 1)), what);
+        n_ = bytes;
+    }
+    void release() {
+        if (p_) cudaFree(p_);
+        p_ = nullptr;
+        n_ = 0;
+    }
+    uint8_t* get() const { return static_cast<uint8_t*>(p_); }
+    size_t size() const { return n_; }
+
+private:
+    void* p_ = nullptr;
+    size_t n_ = 0;
+};
+
+// Page-locked host memory, for copies the GPU can do by DMA while the CPU goes on.
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    ~PinnedBuffer() {
+        if (p_) cudaFreeHost(p_);
+    }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+    void reserve(size_t bytes, const char* what) {
+        if (bytes <= n_) return;
+        if (p_) cudaFreeHost(p_);
+        p_ = nullptr;
+        n_ = 0;
+        check(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault), what);
+        n_ = bytes;
+    }
+    uint8_t* get() const { return static_cast<uint8_t*>(p_); }
+    size_t size() const { return n_; }
+
+private:
+    void* p_ = nullptr;
+    size_t n_ = 0;
+};
+
+template <class F>
+void for_each_matrix(const Weights& w, F&& f) {
+    f(w.tok_embd);
+    for (const LayerWeights& L : w.layers)
+        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) f(*t);
+    f(w.output);
+}
+
+template <class F>
+void for_each_vector(const Weights& w, F&& f) {
+    for (const LayerWeights& L : w.layers) {
+        f(L.attn_norm);
+        f(L.ffn_norm);
+    }
+    f(w.output_norm);
+}
+
+int64_t workspace_tokens_floats(const ModelConfig& c) {
+    // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin [n_rot]
+    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + c.n_rot;
+}
+
+}  // namespace
+
+size_t MemoryPlan::needed() const { return weights + kv + workspace + kRuntimeMargin; }
+
+std::string MemoryPlan::describe() const {
+    return fmt::format("weights {:.2f} GiB, KV cache {:.2f} GiB, workspace {:.2f} GiB of {:.1f} GiB ({:.1f} GiB free)",
+                       gib(weights), gib(kv), gib(workspace), gib(total), gib(free));
+}
+
+void check_weights(const Weights& weights) {
+    for_each_matrix(weights, [](const TensorView& t) {
+        if (!cuda_supports(t.type))
+            throw FileError(fmt::format("tensor '{}' has type {}, which the CUDA backend cannot multiply (types with "
+                                        "CUDA kernels: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K)",
+                                        t.name, type_name(t.type)));
+    });
+}
+
+size_t weight_bytes(const Weights& weights) {
+    size_t n = 0;
+    std::map<const uint8_t*, bool> seen;  // a tied output matrix is the embedding: uploaded once
+    for_each_matrix(weights, [&](const TensorView& t) {
+        if (seen.emplace(t.data, true).second) n += align_up(t.n_bytes);
+    });
+    for_each_vector(weights, [&](const std::vector<float>& v) { n += align_up(v.size() * sizeof(float)); });
+    return n;
+}
+
+size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits) {
+    const size_t floats = static_cast<size_t>(n_tokens * workspace_tokens_floats(config) + n_logits * config.n_vocab);
+    const size_t ints = static_cast<size_t>(3 * n_tokens + n_logits + 1);
+    return align_up(floats * sizeof(float)) * 1 + align_up(ints * sizeof(int32_t)) + 16 * kAlign;
+}
+
+namespace {
+
+size_t kv_bytes(const ModelConfig& c, const CudaBackendOptions& o, int64_t n_ctx) {
+    KvCacheShape s{c.n_layer, o.n_slots, n_ctx, c.n_head_kv, c.head_dim, o.kv_type};
+    return s.bytes();
+}
+
+MemoryPlan plan_for(const ModelConfig& c, const Weights& w, const CudaBackendOptions& o) {
+    MemoryPlan p;
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    p.device = prop.name;
+    check(cudaMemGetInfo(&p.free, &p.total), "cudaMemGetInfo");
+    p.weights = weight_bytes(w);
+    p.kv = kv_bytes(c, o, o.n_ctx);
+    p.workspace = workspace_bytes(c, o.plan_tokens, o.plan_tokens);
+    return p;
+}
+
+}  // namespace
+
+int64_t largest_context(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options) {
+    MemoryPlan p = plan_for(config, weights, options);
+    const size_t fixed = p.weights + p.workspace + kRuntimeMargin;
+    if (fixed >= p.free) return 0;
+    return static_cast<int64_t>((p.free - fixed) / std::max<size_t>(1, kv_bytes(config, options, 1)));
+}
+
+MemoryPlan plan_memory(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options) {
+    MemoryPlan p = plan_for(config, weights, options);
+    if (p.needed() <= p.free) return p;
+    const size_t fixed = p.weights + p.workspace + kRuntimeMargin;
+    if (fixed >= p.free)
+        throw UsageError(fmt::format("the model does not fit on {}: its weights take {:.2f} GiB and the workspace "
+                                     "{:.2f} GiB, and {:.2f} GiB are free",
+                                     p.device, gib(p.weights), gib(p.workspace), gib(p.free)));
+    const int64_t fits = static_cast<int64_t>((p.free - fixed) / std::max<size_t>(1, kv_bytes(config, options, 1)));
+    throw UsageError(fmt::format("a context of {} positions ({} sequences) does not fit on {}: it needs {} and {:.2f} "
+                                 "GiB are free; the largest context that fits is {} (--ctx)",
+                                 options.n_ctx, options.n_slots, p.device, p.describe(), gib(p.free), fits));
+}
+
+struct CudaBackend::Impl {
+    cudaStream_t stream = nullptr;
+    DeviceBuffer weights;  // every matrix and norm vector, each at a 256-byte boundary
+    DeviceBuffer k_cache, v_cache;
+    struct Layer {
+        DeviceMatrix wq, wk, wv, wo, gate, up, down;
+        const float* attn_norm = nullptr;
+        const float* ffn_norm = nullptr;
+    };
+    std::vector<Layer> layers;
+    DeviceMatrix tok_embd, output;
+    const float* output_norm = nullptr;
+    std::vector<double> rope_inv_freq;
+
+    // Workspace for a batch of up to cap_tokens tokens and cap_logits logit rows.
+    int64_t cap_tokens = 0, cap_logits = 0;
+    DeviceBuffer floats, ints;
+    float *x = nullptr, *xn = nullptr, *q = nullptr, *att = nullptr, *k = nullptr, *v = nullptr, *gate = nullptr,
+          *up = nullptr, *cs = nullptr, *logits = nullptr;
+    int32_t* tokens = nullptr;
+    PinnedBuffer host_in;   // what a forward call uploads: ints, then cos/sin
+    PinnedBuffer host_out;  // the flag, then the logits
+
+    ~Impl() {
+        if (stream) cudaStreamDestroy(stream);
+    }
+
+    void reserve(const ModelConfig& c, int64_t n, int64_t m) {
+        if (n <= cap_tokens && m <= cap_logits) return;
+        n = std::max(n, cap_tokens);
+        m = std::max(m, cap_logits);
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (before growing the workspace)");
+        floats.allocate(sizeof(float) * static_cast<size_t>(n * workspace_tokens_floats(c) + m * c.n_vocab) +
+                            16 * kAlign,
+                        "cudaMalloc (activation workspace)");
+        ints.allocate(sizeof(int32_t) * static_cast<size_t>(3 * n + m) + 8 * kAlign, "cudaMalloc (index workspace)");
+        // Carve: every array starts at a 256-byte boundary (the matmul reads activations as float4).
+        uint8_t* f = floats.get();
+        auto take = [&](int64_t count) {
+            float* p = reinterpret_cast<float*>(f);
+            f += align_up(static_cast<size_t>(count) * sizeof(float));
+            return p;
+        };
+        x = take(n * c.n_embd);
+        xn = take(n * c.n_embd);
+        q = take(n * c.n_embd_q());
+        att = take(n * c.n_embd_q());
+        k = take(n * c.n_embd_kv());
+        v = take(n * c.n_embd_kv());
+        gate = take(n * c.n_ff);
+        up = take(n * c.n_ff);
+        cs = take(n * c.n_rot);
+        logits = take(m * c.n_vocab);
+        QUILL_CHECK(f <= floats.get() + floats.size(), "float workspace overrun");
+        tokens = reinterpret_cast<int32_t*>(ints.get());  // then slots, positions, logit rows, the flag (forward)
+        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1) + sizeof(float) * n * c.n_rot,
+                        "cudaHostAlloc (batch upload buffer)");
+        host_out.reserve(sizeof(float) * static_cast<size_t>(m * c.n_vocab + 1), "cudaHostAlloc (logits buffer)");
+        cap_tokens = n;
+        cap_logits = m;
+    }
+};
+
+CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options)
+    : config_(config),
+      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
+    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
+    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+    check_weights(weights);
+    if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
+        config.n_head % config.n_head_kv != 0)
+        throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "
+                                    "n_head a multiple of n_head_kv (got {}, {}, {} and {})",
+                                    config.head_dim, config.n_rot, config.n_head, config.n_head_kv));
+    plan_ = plan_memory(config, weights, options);  // before anything is allocated
+
+    impl_ = std::make_unique<Impl>();
+    Impl& d = *impl_;
+    check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    d.weights.allocate(plan_.weights, "cudaMalloc (weights)");
+    d.k_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (K cache)");
+    d.v_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (V cache)");
+
+    // Upload: through two pinned staging buffers, so that copying the next chunk out of the mapped file overlaps the
+    // DMA of the previous one. Weights keep their GGUF block layout: one warp reads 32 consecutive blocks of a row
+    // (the matmul kernel), which is already contiguous memory, so no repacking is done yet.
+    constexpr size_t kChunk = size_t{16} << 20;
+    PinnedBuffer stage[2];
+    cudaEvent_t done[2] = {nullptr, nullptr};
+    struct EventGuard {
+        cudaEvent_t* e;
+        ~EventGuard() {
+            for (int i = 0; i < 2; ++i)
+                if (e[i]) cudaEventDestroy(e[i]);
+        }
+    } guard{done};
+    for (int i = 0; i < 2; ++i) {
+        stage[i].reserve(kChunk, "cudaHostAlloc (weight staging)");
+        check(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventRecord(done[i], d.stream), "cudaEventRecord");
+    }
+    int turn = 0;
+    uint8_t* next = d.weights.get();
+    auto upload = [&](const void* src, size_t n) {
+        uint8_t* dst = next;
+        next += align_up(n);
+        QUILL_CHECK(next <= d.weights.get() + d.weights.size(), "weight upload overruns its plan");
+        for (size_t off = 0; off < n; off += kChunk) {
+            const size_t len = std::min(kChunk, n - off);
+            check(cudaEventSynchronize(done[turn]), "cudaEventSynchronize (weight staging)");
+            std::memcpy(stage[turn].get(), static_cast<const uint8_t*>(src) + off, len);
+            check(cudaMemcpyAsync(dst + off, stage[turn].get(), len, cudaMemcpyHostToDevice, d.stream),
+                  "cudaMemcpyAsync (weights)");
+            check(cudaEventRecord(done[turn], d.stream), "cudaEventRecord");
+            turn ^= 1;
+        }
+        return dst;
+    };
+    std::map<const uint8_t*, const uint8_t*> uploaded;
+    auto matrix = [&](const TensorView& t) {
+        auto it = uploaded.find(t.data);
+        const uint8_t* p = it != uploaded.end() ? it->second : upload(t.data, t.n_bytes);
+        uploaded[t.data] = p;
+        return DeviceMatrix{t.type, p, t.ne[0], t.n_rows(), t.row_bytes()};
+    };
+    auto vec = [&](const std::vector<float>& v) {
+        return reinterpret_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
+    };
+    d.tok_embd = matrix(weights.tok_embd);
+    for (const LayerWeights& L : weights.layers) {
+        Impl::Layer l;
+        l.wq = matrix(L.wq);
+        l.wk = matrix(L.wk);
+        l.wv = matrix(L.wv);
+        l.wo = matrix(L.wo);
+        l.gate = matrix(L.ffn_gate);
+        l.up = matrix(L.ffn_up);
+        l.down = matrix(L.ffn_down);
+        d.layers.push_back(l);
+    }
+    d.output = matrix(weights.output);
+    for (size_t i = 0; i < weights.layers.size(); ++i) {
+        d.layers[i].attn_norm = vec(weights.layers[i].attn_norm);
+        d.layers[i].ffn_norm = vec(weights.layers[i].ffn_norm);
+    }
+    d.output_norm = vec(weights.output_norm);
+    check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize (weight upload)");
+
+    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i], as the CPU backend computes it.
+    const int64_t half = config.n_rot / 2;
+    d.rope_inv_freq.resize(half);
+    for (int64_t i = 0; i < half; ++i) {
+        double f = std::pow(static_cast<double>(config.rope_base), -2.0 * i / static_cast<double>(config.n_rot));
+        if (!weights.rope_freqs.empty()) f /= weights.rope_freqs[i];
+        d.rope_inv_freq[i] = f * config.rope_freq_scale;
+    }
+    d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots), 1);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
+    check_batch(batch, config_, kv_shape_, logits);
+    const ModelConfig& c = config_;
+    Impl& d = *impl_;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    const int64_t m = batch.n_logits();
+    d.reserve(c, n, m);
+
+    // One upload of the batch: tokens, slots, positions, logit rows, the flag; then cos and sin of every angle.
+    const int64_t half = c.n_rot / 2;
+    auto* in = reinterpret_cast<int32_t*>(d.host_in.get());
+    int64_t r = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        const BatchToken& bt = batch.tokens[t];
+        in[t] = bt.token;
+        in[n + t] = bt.slot;
+        in[2 * n + t] = bt.pos;
+        if (bt.logits) in[3 * n + r++] = static_cast<int32_t>(t);
+    }
+    in[3 * n + m] = INT_MAX;
+    auto* cs = reinterpret_cast<float*>(in + 3 * n + m + 1);
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < half; ++i) {
+            const double theta = static_cast<double>(batch.tokens[t].pos) * d.rope_inv_freq[i];
+            cs[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
+            cs[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+        }
+    }
+    // The same layout on the device: tokens [n], slots [n], pos [n], rows [m], flag.
+    check(cudaMemcpyAsync(d.tokens, in, sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1), cudaMemcpyHostToDevice,
+                          d.stream),
+          "cudaMemcpyAsync (batch)");
+    int32_t* slots = d.tokens + n;
+    int32_t* pos = slots + n;
+    int32_t* rows = pos + n;
+    int32_t* flag = rows + m;
+    check(cudaMemcpyAsync(d.cs, cs, sizeof(float) * static_cast<size_t>(n * half * 2), cudaMemcpyHostToDevice,
+                          d.stream),
+          "cudaMemcpyAsync (rope angles)");
+
+    const Heads heads{static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
+                      static_cast<int>(c.n_rot)};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const size_t layer_elems = static_cast<size_t>(kv_shape_.n_slots * kv_shape_.n_ctx) * kv_shape_.row_elems();
+    const size_t esize = kv_shape_.elem_size();
+    cudaStream_t s = d.stream;
+
+    embed(d.tok_embd, d.tokens, n, d.x, s);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        const Impl::Layer& L = d.layers[l];
+        const LayerCache cache{d.k_cache.get() + l * layer_elems * esize, d.v_cache.get() + l * layer_elems * esize,
+                               kv_shape_.type == KvType::f16,
+                               static_cast<int64_t>(kv_shape_.n_ctx * kv_shape_.row_elems())};
+        // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), xn = rms_norm(x) * attn_norm
+        rms_norm(d.x, L.attn_norm, d.xn, n, c.n_embd, c.rms_eps, s);
+        matmul(L.wq, d.xn, n, d.q, false, s);
+        matmul(L.wk, d.xn, n, d.k, false, s);
+        matmul(L.wv, d.xn, n, d.v, false, s);
+        rope_store(d.q, d.k, d.v, d.cs, slots, pos, n, heads, cache, s);
+        attention(d.q, slots, pos, n, heads, cache, scale, d.att, s);
+        matmul(L.wo, d.att, n, d.x, true, s);
+        // x += W2 (silu(W1 xn) * W3 xn), xn = rms_norm(x) * ffn_norm
+        rms_norm(d.x, L.ffn_norm, d.xn, n, c.n_embd, c.rms_eps, s);
+        matmul(L.gate, d.xn, n, d.gate, false, s);
+        matmul(L.up, d.xn, n, d.up, false, s);
+        swiglu(d.gate, d.up, n * c.n_ff, s);
+        matmul(L.down, d.gate, n, d.x, true, s);
+        check_finite(d.x, n * c.n_embd, static_cast<int32_t>(l), flag, s);
+    }
+    if (m > 0) {
+        gather_rows(d.x, rows, m, c.n_embd, d.xn, s);
+        rms_norm(d.xn, d.output_norm, d.xn, m, c.n_embd, c.rms_eps, s);
+        matmul(d.output, d.xn, m, d.logits, false, s);
+    }
+    auto* out = reinterpret_cast<float*>(d.host_out.get());
+    check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (flag)");
+    if (m > 0)
+        check(cudaMemcpyAsync(out + 1, d.logits, sizeof(float) * static_cast<size_t>(m * c.n_vocab),
+                              cudaMemcpyDeviceToHost, s),
+              "cudaMemcpyAsync (logits)");
+    check(cudaStreamSynchronize(s), "the forward pass (cudaStreamSynchronize)");
+    int32_t bad_layer;
+    std::memcpy(&bad_layer, out, sizeof bad_layer);
+    if (bad_layer != INT_MAX)
+        throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual stream: "
+                                "the model's weights are corrupt or out of range",
+                                bad_layer, bad_layer));
+    std::copy_n(out + 1, m * c.n_vocab, logits.data());
+    for (int64_t i = 0; i < m * c.n_vocab; ++i) {
+        if (!std::isfinite(logits[i]))
+            throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
+                        "weights are corrupt or out of range");
+    }
+}
+
+}  // namespace quill::cuda

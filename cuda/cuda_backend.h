@@ -1,0 +1,70 @@
+// The CUDA backend: the same forward pass as the CPU backend (engine/cpu/cpu_backend.cpp, its oracle), with the
+// weights in their GGUF block formats and the contiguous KV cache in device memory. Host-only header: no CUDA
+// includes, so the session code and the tests compile without the toolkit's headers.
+#pragma once
+
+#include "engine/model/weights.h"
+#include "engine/runtime/backend.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace quill::cuda {
+
+struct CudaBackendOptions {
+    int64_t n_ctx = 0;    // positions per slot
+    int64_t n_slots = 1;  // sequences in flight
+    KvType kv_type = KvType::f16;
+    int64_t plan_tokens = 512;  // tokens per forward call the workspace is planned for (it grows when a batch is larger)
+};
+
+// Device memory the backend takes, and what the device had free before it took it.
+struct MemoryPlan {
+    std::string device;  // "NVIDIA H200"
+    size_t total = 0, free = 0;
+    size_t weights = 0, kv = 0, workspace = 0;
+    size_t needed() const;  // weights + kv + workspace + a margin for the runtime
+    // "weights 4.3 GiB, KV cache 1.0 GiB, workspace 0.2 GiB of 139.8 GiB (138.9 GiB free)"
+    std::string describe() const;
+};
+
+// FileError naming the first tensor whose type has no CUDA kernel (the embedding included).
+void check_weights(const Weights& weights);
+
+// Device bytes of weights as uploaded, and of the workspace for a batch of n_tokens asking for n_logits rows.
+size_t weight_bytes(const Weights& weights);
+size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits);
+
+// The plan on device 0, which must exist. UsageError when it does not fit in the free memory, saying how much it
+// needs and the largest context that would fit (or that the weights alone do not fit).
+MemoryPlan plan_memory(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options);
+
+// The largest context (positions per slot) whose plan fits device 0's free memory; 0 when none does.
+int64_t largest_context(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options);
+
+class CudaBackend final : public Backend {
+public:
+    // config and weights must outlive the backend. Checks the weight types and the plan before allocating, then
+    // uploads the weights. Throws FileError (a weight type without a kernel), UsageError (does not fit) or Error
+    // (a CUDA failure, named).
+    CudaBackend(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options);
+    ~CudaBackend() override;
+
+    std::string_view name() const override { return "cuda"; }
+    const ModelConfig& config() const override { return config_; }
+    const KvCacheShape& kv_shape() const override { return kv_shape_; }
+    void forward(const Batch& batch, std::span<float> logits) override;
+
+    const MemoryPlan& plan() const { return plan_; }
+
+private:
+    struct Impl;
+    const ModelConfig& config_;
+    KvCacheShape kv_shape_;
+    MemoryPlan plan_;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quill::cuda

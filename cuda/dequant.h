@@ -1,0 +1,170 @@
+// Decoding GGUF weight blocks, 32 elements at a time, in code that compiles both for the GPU (nvcc) and for the
+// host (any C++ compiler). The CUDA kernels decode with these functions; the CPU tests compile the same functions
+// for the host and compare them, bit for bit, with the reference dequantizers of engine/format/quant.h, so the
+// block arithmetic the GPU runs is checked even on machines without one.
+//
+// Every field is read byte by byte (little-endian): the blocks of a row are packed (18, 20, 22, 34, 210 bytes...),
+// so no field is assumed aligned.
+#pragma once
+
+#include "engine/format/quant.h"
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#define QUILL_HD __host__ __device__ __forceinline__
+#define QUILL_HD_CONSTEXPR __host__ __device__ constexpr
+#else
+#define QUILL_HD inline
+#define QUILL_HD_CONSTEXPR constexpr
+#endif
+
+namespace quill::cuda {
+
+QUILL_HD uint32_t load_u16(const uint8_t* p) { return uint32_t{p[0]} | (uint32_t{p[1]} << 8); }
+
+QUILL_HD uint32_t load_u32(const uint8_t* p) {
+    return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+}
+
+QUILL_HD float half_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+#else
+    return fp16_to_fp32(static_cast<uint16_t>(bits));
+#endif
+}
+
+QUILL_HD float bf16_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(bits << 16);
+#else
+    return bf16_to_fp32(static_cast<uint16_t>(bits));
+#endif
+}
+
+// Whether decode_group32 handles this type as blocks (32 or 256 elements) rather than as plain floats.
+QUILL_HD_CONSTEXPR bool is_block_type(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16; }
+
+// The weight types the CUDA backend multiplies.
+QUILL_HD_CONSTEXPR bool cuda_supports(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
+        case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
+        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// One plain-float element e of a row (F32, F16, BF16 only).
+template <GgmlType T>
+QUILL_HD float decode_element(const uint8_t* row, int64_t e) {
+    if constexpr (T == GgmlType::F32) {
+        const uint32_t bits = load_u32(row + 4 * e);
+#if defined(__CUDA_ARCH__)
+        return __uint_as_float(bits);
+#else
+        float f;
+        __builtin_memcpy(&f, &bits, 4);
+        return f;
+#endif
+    } else if constexpr (T == GgmlType::F16) {
+        return half_to_float(load_u16(row + 2 * e));
+    } else {
+        static_assert(T == GgmlType::BF16, "decode_element is for the plain float types");
+        return bf16_to_float(load_u16(row + 2 * e));
+    }
+}
+
+// out[0..32) = elements [32 g, 32 g + 32) of a row of a block type.
+template <GgmlType T>
+QUILL_HD void decode_group32(const uint8_t* row, int64_t g, float* out) {
+    if constexpr (T == GgmlType::Q4_0) {
+        const uint8_t* b = row + g * 18;  // d, qs[16]: x = (q - 8) d, low nibbles are elements 0..15
+        const float d = half_to_float(load_u16(b));
+        for (int j = 0; j < 16; ++j) {
+            out[j] = static_cast<float>((b[2 + j] & 0xF) - 8) * d;
+            out[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+        }
+    } else if constexpr (T == GgmlType::Q4_1) {
+        const uint8_t* b = row + g * 20;  // d, m, qs[16]: x = q d + m
+        const float d = half_to_float(load_u16(b)), m = half_to_float(load_u16(b + 2));
+        for (int j = 0; j < 16; ++j) {
+            out[j] = static_cast<float>(b[4 + j] & 0xF) * d + m;
+            out[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
+        }
+    } else if constexpr (T == GgmlType::Q5_0) {
+        const uint8_t* b = row + g * 22;  // d, qh[4], qs[16]: x = (q - 16) d, bit 4 of element j is bit j of qh
+        const float d = half_to_float(load_u16(b));
+        const uint32_t qh = load_u32(b + 2);
+        for (int j = 0; j < 16; ++j) {
+            const int lo = (b[6 + j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
+            const int hi = (b[6 + j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+            out[j] = static_cast<float>(lo - 16) * d;
+            out[j + 16] = static_cast<float>(hi - 16) * d;
+        }
+    } else if constexpr (T == GgmlType::Q5_1) {
+        const uint8_t* b = row + g * 24;  // d, m, qh[4], qs[16]: x = q d + m
+        const float d = half_to_float(load_u16(b)), m = half_to_float(load_u16(b + 2));
+        const uint32_t qh = load_u32(b + 4);
+        for (int j = 0; j < 16; ++j) {
+            const int lo = (b[8 + j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
+            const int hi = (b[8 + j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+            out[j] = static_cast<float>(lo) * d + m;
+            out[j + 16] = static_cast<float>(hi) * d + m;
+        }
+    } else if constexpr (T == GgmlType::Q8_0) {
+        const uint8_t* b = row + g * 34;  // d, qs[32] (int8): x = q d
+        const float d = half_to_float(load_u16(b));
+        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+    } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+        // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]. Sub-block j (32 elements) has a 6-bit scale and min;
+        // sub-blocks 2k and 2k+1 share qs bytes [32k, 32k + 32), low nibbles then high nibbles.
+        constexpr bool five = T == GgmlType::Q5_K;
+        const uint8_t* b = row + (g / 8) * (five ? 176 : 144);
+        const int j = static_cast<int>(g % 8);
+        const float d = half_to_float(load_u16(b)), dmin = half_to_float(load_u16(b + 2));
+        const uint8_t* scales = b + 4;
+        int sc, m;
+        if (j < 4) {
+            sc = scales[j] & 63;
+            m = scales[j + 4] & 63;
+        } else {
+            sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+            m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+        }
+        const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+        const uint8_t* qh = b + 16;
+        const uint8_t* q = b + (five ? 48 : 16) + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; ++l) {
+            int v = (q[l] >> shift) & 0xF;
+            if constexpr (five) v += ((qh[l] >> j) & 1) << 4;
+            out[l] = dl * static_cast<float>(v) - ml;
+        }
+    } else if constexpr (T == GgmlType::Q6_K) {
+        // ql[128], qh[64], scales[16] (int8), d. Element e of the block: half = e / 128, r = e % 128; the low 4
+        // bits are nibble r / 64 of ql[64 half + r % 64], the high 2 bits are pair r / 32 of qh[32 half + r % 32].
+        const uint8_t* b = row + (g / 8) * 210;
+        const int j = static_cast<int>(g % 8);
+        const int half = j / 4, quarter = j % 4;  // elements 32 j + l: r = 32 quarter + l
+        const float d = half_to_float(load_u16(b + 208));
+        const uint8_t* ql = b + 64 * half + 32 * (quarter % 2);
+        const uint8_t* qh = b + 128 + 32 * half;
+        const int lshift = 4 * (quarter / 2), hshift = 2 * quarter;
+        const float s0 = d * static_cast<float>(static_cast<int8_t>(b[192 + 2 * j]));
+        const float s1 = d * static_cast<float>(static_cast<int8_t>(b[192 + 2 * j + 1]));
+        for (int l = 0; l < 32; ++l) {
+            const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+            out[l] = (l < 16 ? s0 : s1) * static_cast<float>(q);
+        }
+    } else {
+        static_assert(is_block_type(T) && !is_block_type(T), "no decoder for this type");
+    }
+}
+
+}  // namespace quill::cuda

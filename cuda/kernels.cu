@@ -1,0 +1,352 @@
+// The forward pass's kernels, correct first: each is the plainest version that computes the CPU backend's function
+// on any shape (rows not a multiple of the tile, any head_dim up to 512, any GQA ratio). Speed is the next issue's:
+// the matmul decodes weights in registers and is memory-bound for decode but re-reads the weights once per 8
+// tokens in prefill (no tensor cores yet), and attention reads K one row per thread.
+#include "cuda/check.h"
+#include "cuda/dequant.h"
+#include "cuda/kernels.h"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <type_traits>
+
+namespace quill::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The sum (or max) of v over the block, returned to every thread. blockDim.x is a multiple of 32; `scratch` holds
+// 32 floats of shared memory and may be reused by the next call (the first barrier protects it).
+template <bool kMax>
+__device__ float block_reduce(float v, float* scratch) {
+    v = kMax ? warp_max(v) : warp_sum(v);
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / kWarp;
+    float r = lane < n_warps ? scratch[lane] : (kMax ? -INFINITY : 0.0f);
+    return kMax ? warp_max(r) : warp_sum(r);
+}
+
+// Calls f(std::integral_constant<GgmlType, T>) for the runtime type t (one of the types cuda_supports).
+template <class F>
+void with_type(GgmlType t, F&& f) {
+    switch (t) {
+        case GgmlType::F32: f(std::integral_constant<GgmlType, GgmlType::F32>{}); return;
+        case GgmlType::F16: f(std::integral_constant<GgmlType, GgmlType::F16>{}); return;
+        case GgmlType::BF16: f(std::integral_constant<GgmlType, GgmlType::BF16>{}); return;
+        case GgmlType::Q4_0: f(std::integral_constant<GgmlType, GgmlType::Q4_0>{}); return;
+        case GgmlType::Q4_1: f(std::integral_constant<GgmlType, GgmlType::Q4_1>{}); return;
+        case GgmlType::Q5_0: f(std::integral_constant<GgmlType, GgmlType::Q5_0>{}); return;
+        case GgmlType::Q5_1: f(std::integral_constant<GgmlType, GgmlType::Q5_1>{}); return;
+        case GgmlType::Q8_0: f(std::integral_constant<GgmlType, GgmlType::Q8_0>{}); return;
+        case GgmlType::Q4_K: f(std::integral_constant<GgmlType, GgmlType::Q4_K>{}); return;
+        case GgmlType::Q5_K: f(std::integral_constant<GgmlType, GgmlType::Q5_K>{}); return;
+        case GgmlType::Q6_K: f(std::integral_constant<GgmlType, GgmlType::Q6_K>{}); return;
+        default: break;
+    }
+    throw_unsupported(t);
+}
+
+// ---- matmul: one warp per weight row, a tile of NT tokens per block row ----
+
+constexpr int kMatmulWarps = 4;
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kMatmulWarps * kWarp)
+    matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                  const float* __restrict__ x, int64_t n_tokens, float* __restrict__ y, bool accumulate) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
+    if (r >= rows) return;  // the whole warp: no block-wide barrier follows
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * NT;
+    const int nt = static_cast<int>(n_tokens - t0 < NT ? n_tokens - t0 : NT);
+    const uint8_t* wr = w + r * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    if constexpr (is_block_type(T)) {
+        // Lane l decodes groups l, l + 32, ... (32 elements each) and dots each with the NT token rows.
+        const int64_t groups = cols / 32;
+        for (int64_t g = lane; g < groups; g += kWarp) {
+            float v[32];
+            decode_group32<T>(wr, g, v);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) {
+                    const float4* xp = reinterpret_cast<const float4*>(x + (t0 + t) * cols + g * 32);
+                    float s = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        const float4 a = xp[i];
+                        s += v[4 * i] * a.x + v[4 * i + 1] * a.y + v[4 * i + 2] * a.z + v[4 * i + 3] * a.w;
+                    }
+                    acc[t] += s;
+                }
+            }
+        }
+    } else {
+        // Plain floats: lanes take consecutive elements (coalesced), and any cols works.
+        for (int64_t k = lane; k < cols; k += kWarp) {
+            const float wv = decode_element<T>(wr, k);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) acc[t] += wv * x[(t0 + t) * cols + k];
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                float& out = y[(t0 + t) * rows + r];
+                out = accumulate ? out + acc[t] : acc[t];
+            }
+        }
+    }
+}
+
+template <GgmlType T>
+__global__ void embed_kernel(const uint8_t* __restrict__ emb, size_t row_bytes, int64_t cols,
+                             const int32_t* __restrict__ tokens, float* __restrict__ x) {
+    const int64_t t = blockIdx.x;
+    const uint8_t* row = emb + static_cast<int64_t>(tokens[t]) * row_bytes;
+    float* out = x + t * cols;
+    if constexpr (is_block_type(T)) {
+        for (int64_t g = threadIdx.x; g < cols / 32; g += blockDim.x) {
+            float v[32];
+            decode_group32<T>(row, g, v);
+#pragma unroll
+            for (int i = 0; i < 32; ++i) out[g * 32 + i] = v[i];
+        }
+    } else {
+        for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) out[k] = decode_element<T>(row, k);
+    }
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps) {
+    __shared__ float scratch[32];
+    const float* xr = x + blockIdx.x * d;
+    float* yr = y + blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_reduce<false>(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];  // each thread its own i
+}
+
+__device__ __forceinline__ float load_kv(const void* base, size_t i, bool f16) {
+    return f16 ? __half2float(static_cast<const __half*>(base)[i]) : static_cast<const float*>(base)[i];
+}
+
+__device__ __forceinline__ void store_kv(void* base, size_t i, float v, bool f16) {
+    if (f16) static_cast<__half*>(base)[i] = __float2half_rn(v);
+    else static_cast<float*>(base)[i] = v;
+}
+
+__global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                                  const float* __restrict__ cs, const int32_t* __restrict__ slots,
+                                  const int32_t* __restrict__ pos, Heads h, LayerCache c) {
+    const int64_t t = blockIdx.x;
+    const int half = h.n_rot / 2;
+    const float* cst = cs + t * half * 2;
+    float* qt = q + t * h.n_head * h.head_dim;
+    for (int idx = threadIdx.x; idx < h.n_head * half; idx += blockDim.x) {
+        const int head = idx / half, i = idx % half;
+        const float co = cst[2 * i], si = cst[2 * i + 1];
+        float* p = qt + head * h.head_dim + 2 * i;
+        const float x0 = p[0], x1 = p[1];
+        p[0] = x0 * co - x1 * si;
+        p[1] = x0 * si + x1 * co;
+    }
+    const int row = h.n_head_kv * h.head_dim;
+    const float* kt = k + t * row;
+    const float* vt = v + t * row;
+    const size_t dst = static_cast<size_t>(slots[t]) * c.slot_stride + static_cast<size_t>(pos[t]) * row;
+    for (int e = threadIdx.x; e < row; e += blockDim.x) {
+        const int i = e % h.head_dim;
+        float val = kt[e];
+        if (i < h.n_rot) {
+            const int e0 = e - (i & 1);  // the pair's first element
+            const float co = cst[i & ~1], si = cst[(i & ~1) + 1];
+            const float x0 = kt[e0], x1 = kt[e0 + 1];
+            val = (i & 1) ? x0 * si + x1 * co : x0 * co - x1 * si;
+        }
+        store_kv(c.k, dst + e, val, c.f16);
+        store_kv(c.v, dst + e, vt[e], c.f16);
+    }
+}
+
+// One block of 128 threads per (token, head). Keys go by in chunks of 128, one per thread, with an online softmax:
+// the running max m and sum l rescale the output accumulators (dims tid, tid + 128, ... of the head) per chunk.
+constexpr int kAttnThreads = 128;
+constexpr int kAttnMaxDimsPerThread = 4;  // head_dim <= 512
+
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
+                     Heads h, LayerCache c, float scale, float* __restrict__ out) {
+    extern __shared__ float smem[];
+    float* sq = smem;                   // [head_dim] the query, times scale
+    float* sp = smem + h.head_dim;      // [128] this chunk's probabilities
+    float* scratch = sp + kAttnThreads;  // [32] reductions
+    const int64_t t = blockIdx.x;
+    const int head = blockIdx.y;
+    const int hd = h.head_dim;
+    const int kv_head = head / (h.n_head / h.n_head_kv);
+    const float* qh = q + (t * h.n_head + head) * hd;
+    for (int i = threadIdx.x; i < hd; i += kAttnThreads) sq[i] = qh[i];
+    __syncthreads();
+    const int64_t n_kv = static_cast<int64_t>(pos[t]) + 1;
+    const int64_t row = static_cast<int64_t>(h.n_head_kv) * hd;
+    const size_t base = static_cast<size_t>(slots[t]) * c.slot_stride + static_cast<size_t>(kv_head) * hd;
+    float m = -INFINITY, l = 0.0f;
+    float o[kAttnMaxDimsPerThread];
+#pragma unroll
+    for (int i = 0; i < kAttnMaxDimsPerThread; ++i) o[i] = 0.0f;
+    for (int64_t c0 = 0; c0 < n_kv; c0 += kAttnThreads) {
+        const int64_t j = c0 + threadIdx.x;
+        float s = -INFINITY;
+        if (j < n_kv) {
+            const size_t kr = base + static_cast<size_t>(j * row);
+            float dot = 0.0f;
+            for (int i = 0; i < hd; ++i) dot += sq[i] * load_kv(c.k, kr + i, c.f16);
+            s = dot * scale;
+        }
+        const float chunk_max = block_reduce<true>(s, scratch);  // finite: key c0 is always in range
+        const float new_m = fmaxf(m, chunk_max);
+        const float f = expf(m - new_m);  // 0 on the first chunk (m = -inf)
+        const float p = j < n_kv ? expf(s - new_m) : 0.0f;
+        sp[threadIdx.x] = p;
+        l = l * f + block_reduce<false>(p, scratch);  // its barriers also publish sp
+        const int len = static_cast<int>(n_kv - c0 < kAttnThreads ? n_kv - c0 : kAttnThreads);
+#pragma unroll
+        for (int i = 0; i < kAttnMaxDimsPerThread; ++i) {
+            const int d = threadIdx.x + i * kAttnThreads;
+            if (d < hd) {
+                float acc = o[i] * f;
+                for (int jj = 0; jj < len; ++jj)
+                    acc += sp[jj] * load_kv(c.v, base + static_cast<size_t>((c0 + jj) * row) + d, c.f16);
+                o[i] = acc;
+            }
+        }
+        m = new_m;
+        __syncthreads();  // sp is rewritten by the next chunk
+    }
+    float* oh = out + (t * h.n_head + head) * hd;
+#pragma unroll
+    for (int i = 0; i < kAttnMaxDimsPerThread; ++i) {
+        const int d = threadIdx.x + i * kAttnThreads;
+        if (d < hd) oh[d] = o[i] / l;
+    }
+}
+
+__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int64_t d,
+                                   float* __restrict__ y) {
+    const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * d;
+    float* dst = y + static_cast<int64_t>(blockIdx.x) * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void check_finite_kernel(const float* __restrict__ x, int64_t n, int32_t layer, int32_t* flag) {
+    bool bad = false;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        bad |= !isfinite(x[i]);
+    if (__any_sync(0xffffffffu, bad) && threadIdx.x % kWarp == 0) atomicMin(flag, layer);
+}
+
+unsigned grid_for(int64_t n, int threads, unsigned cap = 4096) {
+    const int64_t blocks = (n + threads - 1) / threads;
+    return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
+}  // namespace
+
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, bool accumulate, cudaStream_t s) {
+    with_type(w.type, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::value;
+        const unsigned row_blocks = static_cast<unsigned>((w.rows + kMatmulWarps - 1) / kMatmulWarps);
+        if (n_tokens == 1) {
+            matmul_kernel<T, 1><<<dim3(row_blocks, 1), kMatmulWarps * kWarp, 0, s>>>(
+                w.data, w.row_bytes, w.rows, w.cols, x, n_tokens, y, accumulate);
+        } else {
+            constexpr int kTile = 8;
+            const unsigned tiles = static_cast<unsigned>((n_tokens + kTile - 1) / kTile);
+            matmul_kernel<T, kTile><<<dim3(row_blocks, tiles), kMatmulWarps * kWarp, 0, s>>>(
+                w.data, w.row_bytes, w.rows, w.cols, x, n_tokens, y, accumulate);
+        }
+    });
+    check(cudaGetLastError(), "the matmul kernel launch");
+}
+
+void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float* x, cudaStream_t s) {
+    with_type(emb.type, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::value;
+        embed_kernel<T><<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(emb.data, emb.row_bytes, emb.cols, tokens, x);
+    });
+    check(cudaGetLastError(), "the embedding kernel launch");
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s) {
+    rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps);
+    check(cudaGetLastError(), "the RMSNorm kernel launch");
+}
+
+void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
+                const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s) {
+    rope_store_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(q, k, v, cs, slots, pos, heads, cache);
+    check(cudaGetLastError(), "the RoPE + KV store kernel launch");
+}
+
+void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
+               const LayerCache& cache, float scale, float* out, cudaStream_t s) {
+    if (heads.head_dim > kAttnThreads * kAttnMaxDimsPerThread) {
+        check(cudaErrorInvalidValue, "attention (head_dim above 512)");
+    }
+    const size_t smem = (static_cast<size_t>(heads.head_dim) + kAttnThreads + 32) * sizeof(float);
+    attention_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head)), kAttnThreads, smem, s>>>(
+        q, slots, pos, heads, cache, scale, out);
+    check(cudaGetLastError(), "the attention kernel launch");
+}
+
+void swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+    swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
+    check(cudaGetLastError(), "the SwiGLU kernel launch");
+}
+
+void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y, cudaStream_t s) {
+    gather_rows_kernel<<<static_cast<unsigned>(m), 256, 0, s>>>(x, rows, d, y);
+    check(cudaGetLastError(), "the row gather kernel launch");
+}
+
+void check_finite(const float* x, int64_t n, int32_t layer, int32_t* flag, cudaStream_t s) {
+    check_finite_kernel<<<grid_for(n, 256, 1024), 256, 0, s>>>(x, n, layer, flag);
+    check(cudaGetLastError(), "the finiteness check kernel launch");
+}
+
+}  // namespace quill::cuda

@@ -1,0 +1,66 @@
+// The CUDA kernels of the forward pass, behind host functions that launch them on a stream and check the launch.
+// Pointers are device memory. Shapes follow the CPU backend (engine/cpu/cpu_backend.cpp), the oracle they are
+// tested against: activations are float rows [n_tokens, width], weights are GGUF rows in their block formats.
+#pragma once
+
+#include "engine/format/quant.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace quill::cuda {
+
+// A weight matrix on the device: `rows` rows of `cols` elements, each row `row_bytes` bytes of `type` blocks.
+struct DeviceMatrix {
+    GgmlType type = GgmlType::F32;
+    const uint8_t* data = nullptr;
+    int64_t cols = 0, rows = 0;
+    size_t row_bytes = 0;
+};
+
+// y[t, r] = sum_k W[r, k] x[t, k] for t < n_tokens (y += that when accumulate). x [n_tokens, cols] must be
+// 16-byte aligned, y [n_tokens, rows].
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, bool accumulate, cudaStream_t s);
+
+// x[t] = row tokens[t] of the embedding matrix, decoded to float: x [n_tokens, emb.cols].
+void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float* x, cudaStream_t s);
+
+// y = x / sqrt(mean(x^2) + eps) * w, for n rows of d (y may be x).
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s);
+
+// The KV cache of one layer: element (slot, pos, e) is at slot * slot_stride + pos * row + e, row = n_head_kv *
+// head_dim, in f16 or f32.
+struct LayerCache {
+    void* k = nullptr;
+    void* v = nullptr;
+    bool f16 = true;
+    int64_t slot_stride = 0;  // elements per slot: n_ctx * row
+};
+
+struct Heads {
+    int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+};
+
+// Rotates q [n, n_head * head_dim] in place and stores rotated k and v [n, n_head_kv * head_dim] at each token's
+// (slot, pos) of the cache. cs [n, n_rot / 2, 2] holds cos and sin of each token's angles; rotation is of adjacent
+// pairs (x[2i], x[2i+1]) of each head's first n_rot dims, as the CPU backend does.
+void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
+                const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s);
+
+// out[t, h] = softmax(q[t, h] . K[slot_t, 0..pos_t] * scale) V[slot_t, 0..pos_t] for every token and head, with
+// grouped-query heads (head h reads KV head h / (n_head / n_head_kv)). head_dim <= 512.
+void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
+               const LayerCache& cache, float scale, float* out, cudaStream_t s);
+
+// gate = silu(gate) * up, n elements.
+void swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+
+// y[i] = x[rows[i]] for i < m, rows of d floats.
+void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y, cudaStream_t s);
+
+// *flag = min(*flag, layer) when any of x[0..n) is inf or NaN.
+void check_finite(const float* x, int64_t n, int32_t layer, int32_t* flag, cudaStream_t s);
+
+}  // namespace quill::cuda
