@@ -556,34 +556,42 @@ int cmd_bench(BenchCliOptions& o) {
         weights = &model->weights;
         desc = fmt::format("{} ({:.1f} MiB)", model->config.name, model->weight_bytes() / 1048576.0);
     }
-    const int64_t n_ctx = o.engine.ctx > 0 ? o.engine.ctx : std::max<int64_t>(1, o.bench.n_prompt + o.bench.n_gen);
-    auto backend = quill::make_backend(*config, *weights, session_options({}, o.engine), n_ctx);
-    quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
-    nlohmann::json j = res.to_json();
+    const int64_t n_ctx = o.engine.ctx > 0 ? o.engine.ctx : quill::bench_context(o.bench);
+    quill::SessionOptions so = session_options({}, o.engine);
+    so.n_slots = o.bench.n_seq;
+    auto backend = quill::make_backend(*config, *weights, so, n_ctx);
+    const quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
+    const auto* cpu = dynamic_cast<const quill::cpu::CpuBackend*>(backend.get());
     quill::Output out(stdout, "stdout");
     if (o.json) {
+        nlohmann::json j = res.to_json();
         j["model"] = desc;
         j["backend"] = backend->name();
-        if (const auto* cpu = dynamic_cast<const quill::cpu::CpuBackend*>(backend.get())) {
+        if (cpu) {
             j["threads"] = cpu->n_threads();
             j["kernels"] = quill::cpu::isa_name(cpu->isa());
         }
-        j["n_prompt"] = o.bench.n_prompt;
-        j["n_gen"] = o.bench.n_gen;
+        j["reps"] = o.bench.reps;
+        j["n_batch"] = o.bench.n_batch;
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         return 0;
     }
-    out.write(fmt::format("model    {}\nbackend  {}\n", quill::escape_for_terminal(desc),
-                          quill::describe_backend(*backend)));
-    if (o.bench.n_prompt > 0)
-        out.write(fmt::format("prefill  {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f})\n", o.bench.n_prompt,
-                   j["prefill_tokens_per_s"].get<double>(), j["prefill_tokens_per_s_min"].get<double>(),
-                   j["prefill_tokens_per_s_max"].get<double>()));
-    if (o.bench.n_gen > 0)
-        out.write(fmt::format("decode   {} tokens: {:.1f} tok/s (min {:.1f}, max {:.1f}), {:.2f} GB/s\n", o.bench.n_gen,
-                   j["decode_tokens_per_s"].get<double>(), j["decode_tokens_per_s_min"].get<double>(),
-                   j["decode_tokens_per_s_max"].get<double>(), j["decode_gb_per_s"].get<double>()));
-    out.put(fmt::format("runs     {} (medians shown)\n", o.bench.reps));
+    // A markdown table, as llama-bench prints: mean ± standard deviation over the runs.
+    const std::string backend_col =
+        cpu ? fmt::format("cpu {}", quill::cpu::isa_name(cpu->isa())) : std::string(backend->name());
+    const std::string threads_col = cpu ? std::to_string(cpu->n_threads()) : "-";
+    out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
+    for (const quill::BenchTest& t : res.tests) {
+        std::string ts = quill::mean_pm_stddev(t.tokens_per_s);
+        if (!t.gb_per_s.empty()) {
+            std::vector<double> g = t.gb_per_s;
+            std::sort(g.begin(), g.end());
+            ts += fmt::format(" ({:.1f} GB/s)", g[g.size() / 2]);
+        }
+        out.write(fmt::format("| {} | {} | {} | {} | {} |\n", quill::escape_for_terminal(desc), backend_col,
+                              threads_col, t.name, ts));
+    }
+    out.put("");
     return 0;
 }
 
@@ -711,10 +719,18 @@ int main(int argc, char** argv) {
                           "llama3-8b");
     bench_cmd->add_option("--dtype", bench.dtype, "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0, ...)")->capture_default_str();
     bench_cmd->add_option("--save", bench.save, "Write the --synthetic model to this GGUF file");
-    bench_cmd->add_option("-p,--n-prompt", bench.bench.n_prompt, "Prompt tokens per run")->capture_default_str();
-    bench_cmd->add_option("-n,--n-gen", bench.bench.n_gen, "Decoded tokens per run")->capture_default_str();
-    bench_cmd->add_option("-r,--reps", bench.bench.reps, "Runs")->capture_default_str();
-    bench_cmd->add_option("--batch", bench.bench.n_batch, "Prefill batch size")->capture_default_str();
+    bench_cmd->add_option("-p,--n-prompt", bench.bench.n_prompt,
+                          "Prefill tests: prompt lengths, comma-separated (pp N; 0: none)")
+        ->delimiter(',')
+        ->capture_default_str();
+    bench_cmd->add_option("-n,--n-gen", bench.bench.n_gen, "Decode tests: decoded tokens, comma-separated (tg N; 0: none)")
+        ->delimiter(',')
+        ->capture_default_str();
+    bench_cmd->add_option("-r,--reps", bench.bench.reps, "Runs of each test")->capture_default_str();
+    bench_cmd->add_option("--batch", bench.bench.n_batch, "Prefill tokens per forward pass")->capture_default_str();
+    bench_cmd->add_option("--batch-decode", bench.bench.n_seq,
+                          "Sequences decoded together in each decode test (tokens/s counts all of them)")
+        ->capture_default_str();
     bench_cmd->add_flag("--json", bench.json, "Print JSON (medians, min, max, every run)");
     add_engine_options(bench_cmd, bench.engine);
 

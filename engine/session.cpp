@@ -129,6 +129,10 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weigh
                                           int64_t n_ctx) {
     cpu::CpuBackendOptions bo;
     bo.n_threads = o.threads;
+    if (const int cores = cpu::ThreadPool::physical_cores(); o.threads > cores)
+        print_stderr("quill: warning: -t {} is more threads than the {} core{} this process may use; the extra "
+                     "threads only share cores\n",
+                     o.threads, cores, cores == 1 ? "" : "s");
     bo.n_ctx = n_ctx;
     bo.n_slots = o.n_slots;
     bo.kv_type = o.kv_type;

@@ -177,15 +177,28 @@ TEST_CASE("without a GPU quill says so in one line and runs on the CPU", "[cli]"
 TEST_CASE("quill bench times a synthetic model and saves it as a loadable GGUF", "[cli]") {
     auto dir = test::temp_dir("cli-bench");
     const std::string saved = (dir / "s15m.gguf").string();
-    auto r = run_quill({"bench", "--synthetic", "stories15m", "--dtype", "q8_0", "-p", "16", "-n", "8", "-r", "2",
+    auto r = run_quill({"bench", "--synthetic", "stories15m", "--dtype", "q8_0", "-p", "16,8", "-n", "8", "-r", "2",
                         "--json", "--save", saved});
     INFO(r.err);
     REQUIRE(r.status == 0);
     auto j = nlohmann::json::parse(r.out);
-    CHECK(j["prefill_tokens_per_s"].get<double>() > 0);
-    CHECK(j["decode_tokens_per_s"].get<double>() > 0);
-    CHECK(j["decode_gb_per_s"].get<double>() > 0);
-    CHECK(j["runs"].size() == 2);
+    REQUIRE(j["tests"].size() == 3);  // llama-bench's tests: pp16, pp8, tg8
+    CHECK(j["tests"][0]["test"] == "pp16");
+    CHECK(j["tests"][1]["test"] == "pp8");
+    CHECK(j["tests"][2]["test"] == "tg8");
+    for (const auto& t : j["tests"]) {
+        CHECK(t["tokens_per_s"].get<double>() > 0);
+        CHECK(t["runs"].size() == 2);
+    }
+    CHECK(j["tests"][2]["gb_per_s"].get<double>() > 0);
+    // Batched decode: 3 sequences per step, every token counted; a batch above the slots is refused.
+    auto b3 = run_quill({"bench", "--synthetic", "stories15m", "-p", "0", "-n", "4", "-r", "1", "--batch-decode", "3",
+                         "--json"});
+    REQUIRE(b3.status == 0);
+    auto j3 = nlohmann::json::parse(b3.out);
+    REQUIRE(j3["tests"].size() == 1);
+    CHECK(j3["tests"][0]["test"] == "tg4x3");
+    CHECK(j3["tests"][0]["n_seq"] == 3);
     auto info = nlohmann::json::parse(run_quill({"info", "--json", saved}).out);
     CHECK(info["runnable"] == true);
     CHECK(info["model"]["n_embd"] == 288);
@@ -193,7 +206,9 @@ TEST_CASE("quill bench times a synthetic model and saves it as a loadable GGUF",
     CHECK(run.status == 0);
     auto b = run_quill({"bench", "-m", saved, "-p", "8", "-n", "4", "-r", "1"});
     CHECK(b.status == 0);
-    CHECK(b.out.find("decode") != std::string::npos);
+    CHECK(b.out.find("| model | backend | threads | test | t/s |") == 0);  // llama-bench's markdown table
+    CHECK(b.out.find("| pp8 | ") != std::string::npos);
+    CHECK(b.out.find("| tg4 | ") != std::string::npos);
     std::filesystem::remove_all(dir);
 }
 

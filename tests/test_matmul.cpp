@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
@@ -436,5 +439,30 @@ TEST_CASE("activation quantization is defined for huge, tiny, infinite and NaN i
             results.emplace_back(q, q + 32);
         }
         if (finite && results.size() == 2) CHECK(results[0] == results[1]);
+    }
+}
+
+TEST_CASE("the thread pool runs every task of every section once, with more threads than cores", "[matmul]") {
+    const int cores = ThreadPool::physical_cores();
+    REQUIRE(cores >= 1);
+    for (int threads : {2, 3, 4 * cores + 1}) {
+        INFO(threads << " threads on " << cores << " cores");
+        ThreadPool pool(threads);
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(threads));
+        std::atomic<int> in_flight_same{0};
+        std::vector<std::atomic<int>> busy(static_cast<size_t>(threads));
+        constexpr int kSections = 3000;
+        for (int s = 0; s < kSections; ++s) {
+            pool.run([&](int ith, int nth) {
+                if (nth != threads) in_flight_same.fetch_add(1000);  // no Catch assertions off the main thread
+                // Two calls with one ith never overlap (ith indexes per-thread scratch).
+                if (busy[ith].fetch_add(1) != 0) in_flight_same.fetch_add(1);
+                runs[ith].fetch_add(1);
+                if (s % 500 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // a slow task
+                busy[ith].fetch_sub(1);
+            });
+        }
+        CHECK(in_flight_same.load() == 0);
+        for (int i = 0; i < threads; ++i) CHECK(runs[i].load() == kSections);
     }
 }

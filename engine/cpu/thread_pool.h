@@ -1,11 +1,14 @@
 // A fixed set of worker threads for the CPU backend's parallel sections.
 //
 // Decode runs a hundred or more short parallel sections per token, so a section must start and end in a few
-// microseconds: workers spin on an atomic generation counter for a while before they sleep (std::atomic::wait),
-// and the caller works as thread 0 instead of waiting.
+// microseconds: workers spin for a while before they sleep (std::atomic::wait), and the caller works too instead
+// of waiting. A section's nth calls are tasks that any thread claims, not calls bound to a thread: when the machine
+// has fewer free cores than the pool has threads (other processes, or -t above the core count), the threads that
+// are running take the tasks of the ones that are not, and the caller waits only for tasks already under way.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -20,21 +23,27 @@ public:
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return n_threads_; }
-    // Runs fn(ith, nth) for ith in [0, nth) with nth = size(), one call per thread; the caller runs ith = 0.
-    // Returns when every call has returned. Not reentrant: fn must not call run().
+    // Runs fn(ith, nth) for every ith in [0, nth), nth = size(), each call once and on any of the pool's threads
+    // (the caller's included); two calls with one ith never overlap, so ith may index per-thread scratch. Returns
+    // when every call has returned. Not reentrant: fn must not call run().
     void run(const std::function<void(int ith, int nth)>& fn);
 
-    // The physical core count of this machine (at least 1).
+    // The cores this process may use: the physical cores (distinct package and core ids) among the CPUs of its
+    // affinity mask, capped by its cgroup's CPU quota (cpu.max); at least 1.
     static int physical_cores();
 
 private:
-    void worker(int ith);
+    void worker();
+    // Claims and runs tasks of the current section until none is left unclaimed.
+    void run_tasks();
 
     int n_threads_;
     std::vector<std::thread> threads_;
     const std::function<void(int, int)>* job_ = nullptr;
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<int> pending_{0};
+    // The section's generation (high 32 bits) and the next unclaimed task (low 32 bits): one word, so that a claim
+    // (compare-exchange) can only take a task of the section currently published.
+    std::atomic<uint64_t> state_{0};
+    std::atomic<int> done_{0};  // tasks of the current section that have returned
     std::atomic<bool> stop_{false};
 };
 

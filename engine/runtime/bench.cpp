@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <utility>
 
 namespace quill {
 
@@ -20,88 +22,130 @@ using clock = std::chrono::steady_clock;
 
 double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
-// One run: a prefill of n_prompt tokens, then n_gen greedy decode steps.
-BenchRun one_run(Backend& backend, size_t weight_bytes, int n_prompt, int n_gen, int n_batch) {
+int32_t argmax(const float* v, int64_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
+
+// A prefill of n tokens into slot 0 from position 0: tokens per second.
+double prefill_run(Backend& backend, int n, int n_batch) {
+    const ModelConfig& c = backend.config();
+    std::vector<float> logits(c.n_vocab);
+    Batch batch;
+    const auto t0 = clock::now();
+    for (int begin = 0; begin < n; begin += n_batch) {
+        batch.tokens.clear();
+        const int end = std::min(n, begin + n_batch);
+        for (int i = begin; i < end; ++i)
+            batch.add((i * 7919 + 13) % static_cast<int32_t>(c.n_vocab), i, 0, i + 1 == n);
+        backend.forward(batch, logits);
+    }
+    return n / seconds_since(t0);
+}
+
+// n greedy decode steps of n_seq sequences (slots 0..n_seq-1) from position 0: tokens per second and GB/s.
+std::pair<double, double> decode_run(Backend& backend, size_t weight_bytes, int n, int n_seq) {
     const ModelConfig& c = backend.config();
     const KvCacheShape& kv = backend.kv_shape();
-    std::vector<float> logits(c.n_vocab);
-    BenchRun r;
+    std::vector<float> logits(static_cast<size_t>(n_seq * c.n_vocab));
+    std::vector<int32_t> tokens(static_cast<size_t>(n_seq));
+    for (int s = 0; s < n_seq; ++s) tokens[s] = (s * 7919 + 1) % static_cast<int32_t>(c.n_vocab);
     Batch batch;
-    int32_t token = 1;
-    auto t0 = clock::now();
-    for (int begin = 0; begin < n_prompt; begin += n_batch) {
-        batch.tokens.clear();
-        int end = std::min(n_prompt, begin + n_batch);
-        for (int i = begin; i < end; ++i) batch.add((i * 7919 + 13) % static_cast<int32_t>(c.n_vocab), i, 0, i + 1 == n_prompt);
-        backend.forward(batch, logits);
-    }
-    if (n_prompt > 0) {
-        r.prefill_tokens_per_s = n_prompt / seconds_since(t0);
-        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    }
     double bytes = 0;
-    t0 = clock::now();
-    for (int i = 0; i < n_gen; ++i) {
-        const int32_t pos = n_prompt + i;
+    const auto t0 = clock::now();
+    for (int i = 0; i < n; ++i) {
         batch.tokens.clear();
-        batch.add(token, pos, 0, true);
+        for (int s = 0; s < n_seq; ++s) batch.add(tokens[s], i, s, true);
         backend.forward(batch, logits);
-        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        for (int s = 0; s < n_seq; ++s) tokens[s] = argmax(logits.data() + s * c.n_vocab, c.n_vocab);
         bytes += static_cast<double>(weight_bytes) +
-                 static_cast<double>(kv.n_layer) * (pos + 1) * kv.row_elems() * kv.elem_size() * 2;
+                 static_cast<double>(n_seq) * kv.n_layer * (i + 1) * kv.row_elems() * kv.elem_size() * 2;
     }
-    if (n_gen > 0) {
-        double s = seconds_since(t0);
-        r.decode_tokens_per_s = n_gen / s;
-        r.decode_gb_per_s = bytes / s / 1e9;
-    }
-    return r;
+    const double s = seconds_since(t0);
+    return {static_cast<double>(n) * n_seq / s, bytes / s / 1e9};
 }
 
 struct Summary {
-    double median, min, max;
+    double median, min, max, mean, stddev;
 };
 
 Summary summarize(std::vector<double> v) {
+    if (v.empty()) return {0, 0, 0, 0, 0};
     std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    return {median, v.front(), v.back()};
+    const size_t n = v.size();
+    const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    double sum = 0;
+    for (double x : v) sum += x;
+    const double mean = sum / static_cast<double>(n);
+    double ss = 0;
+    for (double x : v) ss += (x - mean) * (x - mean);
+    const double stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+    return {median, v.front(), v.back(), mean, stddev};
 }
 
 }  // namespace
 
+int64_t bench_context(const BenchOptions& o) {
+    int64_t n = 1;
+    for (int p : o.n_prompt) n = std::max<int64_t>(n, p);
+    for (int g : o.n_gen) n = std::max<int64_t>(n, g);
+    return n;
+}
+
 BenchResult run_bench(Backend& backend, const Weights& weights, const BenchOptions& o) {
-    if (o.n_prompt < 0 || o.n_gen < 0 || o.reps < 1 || o.n_batch < 1)
-        throw UsageError("bench: -p and -n must be >= 0, -r and --batch >= 1");
-    if (o.n_prompt + o.n_gen > backend.kv_shape().n_ctx)
-        throw UsageError(fmt::format("bench: -p {} + -n {} exceeds the context of {} (raise -c)", o.n_prompt, o.n_gen,
-                                     backend.kv_shape().n_ctx));
+    if (o.reps < 1 || o.n_batch < 1 || o.n_seq < 1) throw UsageError("bench: -r, --batch and --batch-decode must be >= 1");
+    for (int v : o.n_prompt)
+        if (v < 0) throw UsageError(fmt::format("bench: -p {} is negative", v));
+    for (int v : o.n_gen)
+        if (v < 0) throw UsageError(fmt::format("bench: -n {} is negative", v));
+    const KvCacheShape& kv = backend.kv_shape();
+    if (bench_context(o) > kv.n_ctx)
+        throw UsageError(fmt::format("bench: a test of {} tokens exceeds the context of {} (raise -c)", bench_context(o),
+                                     kv.n_ctx));
+    if (o.n_seq > kv.n_slots)
+        throw UsageError(fmt::format("bench: --batch-decode {} needs {} KV cache slots, the backend has {}", o.n_seq,
+                                     o.n_seq, kv.n_slots));
     const size_t wbytes = decode_weight_bytes(weights);
-    one_run(backend, wbytes, std::min(o.n_prompt, 16), std::min(o.n_gen, 4), o.n_batch);  // warm-up
     BenchResult res;
-    for (int i = 0; i < o.reps; ++i) res.runs.push_back(one_run(backend, wbytes, o.n_prompt, o.n_gen, o.n_batch));
+    for (int p : o.n_prompt) {
+        if (p > 0) res.tests.push_back({fmt::format("pp{}", p), p, 0, 1, {}, {}});
+    }
+    for (int g : o.n_gen) {
+        if (g > 0)
+            res.tests.push_back({o.n_seq > 1 ? fmt::format("tg{}x{}", g, o.n_seq) : fmt::format("tg{}", g), 0, g,
+                                 o.n_seq, {}, {}});
+    }
+    for (BenchTest& t : res.tests) {
+        // A short warm-up of the same kind (page faults, first-touch of the cache, thread start).
+        if (t.n_prompt > 0) prefill_run(backend, std::min(t.n_prompt, 16), o.n_batch);
+        else decode_run(backend, wbytes, std::min(t.n_gen, 4), t.n_seq);
+        for (int i = 0; i < o.reps; ++i) {
+            if (t.n_prompt > 0) {
+                t.tokens_per_s.push_back(prefill_run(backend, t.n_prompt, o.n_batch));
+            } else {
+                const auto [tps, gbs] = decode_run(backend, wbytes, t.n_gen, t.n_seq);
+                t.tokens_per_s.push_back(tps);
+                t.gb_per_s.push_back(gbs);
+            }
+        }
+    }
     return res;
+}
+
+std::string mean_pm_stddev(const std::vector<double>& v) {
+    const Summary s = summarize(v);
+    return fmt::format("{:.2f} ± {:.2f}", s.mean, s.stddev);
 }
 
 nlohmann::json BenchResult::to_json() const {
     nlohmann::json j;
-    auto field = [&](const char* name, double BenchRun::*m) {
-        std::vector<double> v;
-        for (const auto& r : runs) v.push_back(r.*m);
-        Summary s = summarize(v);
-        j[name] = s.median;
-        j[std::string(name) + "_min"] = s.min;
-        j[std::string(name) + "_max"] = s.max;
-    };
-    field("prefill_tokens_per_s", &BenchRun::prefill_tokens_per_s);
-    field("decode_tokens_per_s", &BenchRun::decode_tokens_per_s);
-    field("decode_gb_per_s", &BenchRun::decode_gb_per_s);
-    j["runs"] = nlohmann::json::array();
-    for (const auto& r : runs)
-        j["runs"].push_back({{"prefill_tokens_per_s", r.prefill_tokens_per_s},
-                             {"decode_tokens_per_s", r.decode_tokens_per_s},
-                             {"decode_gb_per_s", r.decode_gb_per_s}});
+    j["tests"] = nlohmann::json::array();
+    for (const BenchTest& t : tests) {
+        const Summary s = summarize(t.tokens_per_s);
+        nlohmann::json e{{"test", t.name},          {"n_prompt", t.n_prompt},     {"n_gen", t.n_gen},
+                         {"n_seq", t.n_seq},         {"tokens_per_s", s.median},   {"tokens_per_s_mean", s.mean},
+                         {"tokens_per_s_stddev", s.stddev}, {"tokens_per_s_min", s.min}, {"tokens_per_s_max", s.max},
+                         {"runs", t.tokens_per_s}};
+        if (!t.gb_per_s.empty()) e["gb_per_s"] = summarize(t.gb_per_s).median;
+        j["tests"].push_back(e);
+    }
     return j;
 }
 

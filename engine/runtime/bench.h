@@ -5,32 +5,47 @@
 #include "engine/model/weights.h"
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 namespace quill {
 
+// The tests of llama.cpp's llama-bench, so that the two compare line by line: "pp N" times a prefill of N tokens
+// into an empty cache (in forward calls of at most n_batch tokens), "tg N" N decode steps from an empty cache, one
+// token per sequence per step. With n_seq > 1 every tg step decodes n_seq sequences in one forward call (batched
+// decode, as `quill batch --parallel` runs), and tokens/s counts the tokens of all of them.
 struct BenchOptions {
-    int n_prompt = 512;  // prompt tokens per run (0: no prefill timing)
-    int n_gen = 128;     // decoded tokens per run (0: no decode timing)
+    std::vector<int> n_prompt{512};  // a pp test for each value > 0
+    std::vector<int> n_gen{128};     // a tg test for each value > 0
     int reps = 5;
-    int n_batch = 512;   // prefill batch size
+    int n_batch = 512;  // prefill tokens per forward call
+    int n_seq = 1;      // sequences decoded together in tg tests
 };
 
-struct BenchRun {
-    double prefill_tokens_per_s = 0;
-    double decode_tokens_per_s = 0;
-    double decode_gb_per_s = 0;  // weights + KV cache read per decoded token, over the decode time
+struct BenchTest {
+    std::string name;  // "pp512", "tg128", "tg128x16" (16 sequences)
+    int n_prompt = 0, n_gen = 0, n_seq = 1;
+    std::vector<double> tokens_per_s;  // one per run
+    std::vector<double> gb_per_s;      // tg: weights + KV cache read per step, over the step time
 };
 
 struct BenchResult {
-    std::vector<BenchRun> runs;
-    nlohmann::json to_json() const;  // medians at the top, plus min/max and every run
+    std::vector<BenchTest> tests;
+    // {"tests": [{"test", "n_prompt", "n_gen", "n_seq", "tokens_per_s" (median), "tokens_per_s_mean", "_stddev",
+    // "_min", "_max", "gb_per_s" (median, tg), "runs": [...]}]}
+    nlohmann::json to_json() const;
 };
 
 // Bytes a decode step reads from the weights: every layer matrix and the output matrix.
 size_t decode_weight_bytes(const Weights& w);
 
-// Runs one warm-up and then opts.reps timed runs; each run starts at position 0 of slot 0.
+// The positions a backend needs per slot, and the slots, for these options.
+int64_t bench_context(const BenchOptions& opts);
+
+// Runs one warm-up and then opts.reps timed runs of each test, each from an empty cache.
 BenchResult run_bench(Backend& backend, const Weights& weights, const BenchOptions& opts);
+
+// "1234.56 ± 12.34" (mean ± sample standard deviation, as llama-bench prints).
+std::string mean_pm_stddev(const std::vector<double>& v);
 
 }  // namespace quill

@@ -5,8 +5,8 @@
 #      dependencies of .ci/install-deps, which a bare GPU machine may lack);
 #   2. runs the [cuda] tests (the CUDA backend against the reference backend and llama.cpp's tokens);
 #   3. measures a device-to-device copy (PyTorch, when the machine has it) as the bandwidth ceiling;
-#   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: a 2048-token prefill in one
-#      batch, then 64 decode steps, 3 runs each;
+#   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
+#      one batch) and tg64 (64 decode steps), 3 runs each;
 #   5. prints one table last: tokens/s, the decode's GB/s and that as a fraction of the copy bandwidth.
 # Everything lands in $OUT (or /tmp/quill-gpu): logs, bench JSON, the table. Budget: about 8 minutes.
 set -uo pipefail
@@ -68,7 +68,7 @@ cat "$out/copy.txt" 2>/dev/null
 for t in q4_0 q8_0 f16; do
     say "bench llama3-8b $t"
     timeout 150 "${quill[@]}" bench --synthetic llama3-8b --dtype "$t" --device cuda -p 2048 --batch 2048 -n 64 \
-        -r 3 -c 2112 --json >"$out/bench-$t.json" 2>"$out/bench-$t.err" || tail -3 "$out/bench-$t.err"
+        -r 3 --json >"$out/bench-$t.json" 2>"$out/bench-$t.err" || tail -3 "$out/bench-$t.err"
 done
 
 say "summary"
@@ -88,9 +88,11 @@ for t in ("q4_0", "q8_0", "f16"):
     except Exception as e:
         print(f"{t:10} no result ({type(e).__name__}; see bench-{t}.err)")
         continue
-    gbs = j["decode_gb_per_s"]
+    tests = {x["test"]: x for x in j["tests"]}
+    pp, tg = tests["pp2048"], tests["tg64"]
+    gbs = tg["gb_per_s"]
     frac = f"{gbs / copy:.0%}" if copy else "-"
-    print(f"{t:10} {j['prefill_tokens_per_s']:14.0f} {j['decode_tokens_per_s']:13.1f} {gbs:8.0f} {frac:>8}")
+    print(f"{t:10} {pp['tokens_per_s']:14.0f} {tg['tokens_per_s']:13.1f} {gbs:8.0f} {frac:>8}")
 EOF
 say "done"
 exit "$status"
