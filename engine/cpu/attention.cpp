@@ -36,10 +36,17 @@ void to_f16_plain(const float* x, uint16_t* y, int n) {
     for (int i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+void swiglu_plain(float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
 constexpr KvOps kPlain{scores_plain<uint16_t>, scores_plain<float>, mix_plain<uint16_t>, mix_plain<float>,
-                       round_f16_plain, to_f16_plain};
-constexpr KvOps kAvx2{avx2::scores_f16, avx2::scores_f32, avx2::mix_f16, avx2::mix_f32, avx2::round_f16,
-                      avx2::to_f16};
+                       round_f16_plain, to_f16_plain, nullptr, nullptr, swiglu_plain};
+constexpr KvOps kAvx2{avx2::scores_f16,       avx2::scores_f32,      avx2::mix_f16, avx2::mix_f32, avx2::round_f16,
+                      avx2::to_f16,           avx2::attend_heads_f16, avx2::attend_heads_f32, avx2::swiglu};
 
 }  // namespace
 
@@ -52,6 +59,31 @@ void attend(const AttentionArgs& a, const KvOps& ops, int head_begin, int head_e
     const int group = a.n_head / a.n_head_kv;  // query heads per KV head
     const size_t stride = static_cast<size_t>(a.n_head_kv) * a.head_dim;
     const bool f16 = a.kv_type == KvType::f16;
+    if ((f16 ? ops.attend_heads_f16 != nullptr : ops.attend_heads_f32 != nullptr) && a.head_dim % 8 == 0) {
+        // Runs of heads that share a KV head, at most kMaxGroupHeads at a time.
+        for (int h0 = head_begin; h0 < head_end;) {
+            const int kv_head = h0 / group;
+            int h1 = h0 + 1;
+            while (h1 < head_end && h1 / group == kv_head && h1 - h0 < kMaxGroupHeads) ++h1;
+            const float* q[kMaxGroupHeads];
+            float* o[kMaxGroupHeads];
+            for (int h = h0; h < h1; ++h) {
+                q[h - h0] = a.q + static_cast<size_t>(h) * a.head_dim;
+                o[h - h0] = out + static_cast<size_t>(h) * a.head_dim;
+            }
+            const size_t kv_off = static_cast<size_t>(kv_head) * a.head_dim;
+            if (f16)
+                ops.attend_heads_f16(q, h1 - h0, static_cast<const uint16_t*>(a.k) + kv_off,
+                                     static_cast<const uint16_t*>(a.v) + kv_off, stride, a.head_dim, a.n_kv, a.scale,
+                                     scores, o);
+            else
+                ops.attend_heads_f32(q, h1 - h0, static_cast<const float*>(a.k) + kv_off,
+                                     static_cast<const float*>(a.v) + kv_off, stride, a.head_dim, a.n_kv, a.scale,
+                                     scores, o);
+            h0 = h1;
+        }
+        return;
+    }
     float q16[kMaxHeadDim];
     for (int h = head_begin; h < head_end; ++h) {
         const size_t kv_off = static_cast<size_t>(h / group) * a.head_dim;

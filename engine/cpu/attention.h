@@ -10,6 +10,8 @@
 namespace quill::cpu {
 
 constexpr int kMaxHeadDim = 512;
+// Query heads attended together when they share a KV head (attend's scratch holds this many rows of scores).
+constexpr int kMaxGroupHeads = 8;
 
 // Row primitives over one head's cache, per ISA. K and V rows of consecutive positions are `stride` elements apart.
 struct KvOps {
@@ -21,6 +23,14 @@ struct KvOps {
     void (*mix_f32)(const float* p, const float* v, size_t stride, int head_dim, int n_kv, float* out);
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
+    // Whole attention of up to kMaxGroupHeads heads sharing a KV head (see kv_ops_avx2.h), for head_dim % 8 == 0;
+    // nullptr where the ISA has none (attend then goes head by head through the primitives above).
+    void (*attend_heads_f16)(const float* const* q, int n_q, const uint16_t* k, const uint16_t* v, size_t stride,
+                             int head_dim, int n_kv, float scale, float* scores, float* const* out);
+    void (*attend_heads_f32)(const float* const* q, int n_q, const float* k, const float* v, size_t stride,
+                             int head_dim, int n_kv, float scale, float* scores, float* const* out);
+    // gate = silu(gate) * up elementwise (the FFN's activation; here because it shares the vector exp)
+    void (*swiglu)(float* gate, const float* up, int64_t n);
 };
 // The primitives for an ISA; `reference` gives plain scalar loops with the scalar fp16 conversions (the oracle).
 const KvOps& kv_ops(Isa isa, bool reference);
@@ -35,7 +45,8 @@ struct AttentionArgs {
     float scale;      // 1 / sqrt(head_dim)
 };
 
-// out[h, :] = softmax_j(q_h . k_j * scale) . v_j for heads [head_begin, head_end); scores is scratch [n_kv].
+// out[h, :] = softmax_j(q_h . k_j * scale) . v_j for heads [head_begin, head_end); scores is scratch
+// [kMaxGroupHeads, n_kv]. A head's result does not depend on the range it is computed in.
 // With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
 void attend(const AttentionArgs& a, const KvOps& ops, int head_begin, int head_end, float* scores, float* out);

@@ -99,7 +99,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     proj_.resize(n * c.n_embd);
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
-    scores_.resize(static_cast<size_t>(pool_.size()) * kv_shape_.n_ctx);
+    scores_.resize(static_cast<size_t>(pool_.size()) * kMaxGroupHeads * kv_shape_.n_ctx);
 }
 
 void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in) {
@@ -110,6 +110,19 @@ void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_t
     }
     act_.set(x, n_tokens, n_in);
     matmul(jobs, act_, pool_, isa_);
+}
+
+// rms_norm of n rows, split across the pool for a prefill (each row computed alone, as in decode).
+void CpuBackend::norm(const float* x, const float* w, float* y, int64_t n) {
+    const int64_t d = config_.n_embd;
+    if (n < 8) {
+        rms_norm(x, w, y, n, d, config_.rms_eps);
+        return;
+    }
+    pool_.run([&](int ith, int nth) {
+        const Range r = split_range(n, ith, nth);
+        rms_norm(x + r.begin * d, w, y + r.begin * d, r.end - r.begin, d, config_.rms_eps);
+    });
 }
 
 void* CpuBackend::cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos) {
@@ -192,7 +205,7 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const int64_t n_pairs = static_cast<int64_t>(batch.tokens.size()) * c.n_head;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     pool_.run([&](int ith, int nth) {
-        float* scores = scores_.data() + static_cast<size_t>(ith) * kv_shape_.n_ctx;
+        float* scores = scores_.data() + static_cast<size_t>(ith) * kMaxGroupHeads * kv_shape_.n_ctx;
         Range r = split_range(n_pairs, ith, nth);
         for (int64_t p = r.begin; p < r.end;) {
             const int64_t t = p / c.n_head;
@@ -218,14 +231,23 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
 void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, c.n_embd, c.rms_eps);
+    norm(x_.data(), L.attn_norm.data(), xn_.data(), n);
     const MatmulJob qkv[] = {{as_matrix(L.wq), q_.data()}, {as_matrix(L.wk), k_.data()}, {as_matrix(L.wv), v_.data()}};
     mm(qkv, xn_.data(), n, c.n_embd);
-    for (int64_t t = 0; t < n; ++t) {
-        const BatchToken& bt = batch.tokens[t];
-        rope(q_.data() + t * c.n_embd_q(), c.n_head, t);
-        rope(k_.data() + t * c.n_embd_kv(), c.n_head_kv, t);
-        store_kv(layer, bt, k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
+    auto rope_store = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            rope(q_.data() + t * c.n_embd_q(), c.n_head, t);
+            rope(k_.data() + t * c.n_embd_kv(), c.n_head_kv, t);
+            store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
+        }
+    };
+    if (n < 8) {  // decode: a parallel section costs more than the work
+        rope_store(0, n);
+    } else {
+        pool_.run([&](int ith, int nth) {
+            const Range r = split_range(n, ith, nth);
+            rope_store(r.begin, r.end);
+        });
     }
     attend_all(batch, layer);
     const MatmulJob o[] = {{as_matrix(L.wo), proj_.data()}};
@@ -236,15 +258,12 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
 // x += W2 (silu(W1 xn) * W3 xn), with xn = rms_norm(x) * ffn_norm
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
     const auto& c = config_;
-    rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, c.n_embd, c.rms_eps);
+    norm(x_.data(), L.ffn_norm.data(), xn_.data(), n);
     const MatmulJob gate_up[] = {{as_matrix(L.ffn_gate), gate_.data()}, {as_matrix(L.ffn_up), up_.data()}};
     mm(gate_up, xn_.data(), n, c.n_embd);
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n * c.n_ff, ith, nth, 64);
-        for (int64_t i = r.begin; i < r.end; ++i) {
-            const float g = gate_[i];
-            gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-        }
+        kv_ops_.swiglu(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
     });
     const MatmulJob down[] = {{as_matrix(L.ffn_down), proj_.data()}};
     mm(down, gate_.data(), n, c.n_ff);
@@ -261,7 +280,7 @@ void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
         ++m;
     }
     if (m == 0) return;
-    rms_norm(xn_.data(), weights_.output_norm.data(), xn_.data(), m, c.n_embd, c.rms_eps);
+    norm(xn_.data(), weights_.output_norm.data(), xn_.data(), m);
     const MatmulJob out[] = {{as_matrix(weights_.output), logits.data()}};
     mm(out, xn_.data(), m, c.n_embd);
 }

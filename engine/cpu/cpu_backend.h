@@ -51,6 +51,7 @@ private:
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     void attend_all(const Batch& batch, int64_t layer);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
+    void norm(const float* x, const float* w, float* y, int64_t n);
     void* cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos);
 
     const ModelConfig& config_;
@@ -85,7 +86,7 @@ private:
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
-    std::vector<float> scores_;  // [n_threads, n_ctx]
+    std::vector<float> scores_;  // [n_threads, kMaxGroupHeads, n_ctx]
     std::vector<float> rope_cs_;  // [n, n_rot / 2, 2] cos and sin of each token's angles
 };
 

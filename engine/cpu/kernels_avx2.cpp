@@ -218,15 +218,20 @@ void prefill_tile(const PrefillStep<QG>* steps, int p, int64_t n_steps, const Qu
     const uint8_t* acts = Signed ? reinterpret_cast<const uint8_t*>(q.qs) : q.qs_u;
     const uint8_t* a0 = acts + t0 * q.qs_stride;  // [T][qs_stride]: activations (+ 128 unless Signed)
     const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
-    __m256 acc[T];                                // lanes 0..3: row 2p, 4..7: row 2p + 1
-    for (auto& v : acc) v = _mm256_setzero_ps();
+    // acc[t] is indexed by the unrolled token loop only, so the accumulators stay in registers (a loop the compiler
+    // kept would leave them on the stack, with a store and a reload around every fma).
+    __m256 acc[T];  // lanes 0..3: row 2p, 4..7: row 2p + 1
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t s = 0; s < n_steps; ++s) {
         const PrefillStep<QG>& st = steps[s];
+#pragma GCC unroll 2
         for (int j = 0; j < 2 / QG; ++j) {
             const __m256 ws = st.ws[p][j];
             // One pointer walks the tokens' activations and one their scales.
             const uint8_t* a = a0 + 32 * s + 16 * j * QG;
             const float* d = d0 + s;
+#pragma GCC unroll 8
             for (int t = 0; t < T; ++t, a += q.qs_stride, d += q.blk_stride) {
                 __m256i dot;
                 if constexpr (Signed) {
@@ -275,6 +280,50 @@ inline __m128 block_minima(const float* wm, const float* ds, int64_t nb) {  // w
     __m128 acc = _mm_setzero_ps();
     for (int64_t s = 0; s < nb; ++s) acc = _mm_fmadd_ps(_mm_loadu_ps(wm + 4 * s), _mm_broadcast_ss(ds + s), acc);
     return acc;
+}
+
+// block_minima for T tokens side by side (token i's sums from ds + i * ds_stride): T independent fma chains
+// instead of one, each the same operations in the same order as block_minima's.
+template <int T>
+inline void block_minima_n(const float* wm, const float* ds, int64_t ds_stride, int64_t nb, __m128* out) {
+    __m128 acc[T];
+    for (int i = 0; i < T; ++i) acc[i] = _mm_setzero_ps();
+    for (int64_t s = 0; s < nb; ++s) {
+        const __m128 w = _mm_loadu_ps(wm + 4 * s);
+        for (int i = 0; i < T; ++i) acc[i] = _mm_fmadd_ps(w, _mm_broadcast_ss(ds + i * ds_stride + s), acc[i]);
+    }
+    for (int i = 0; i < T; ++i) out[i] = acc[i];
+}
+
+// block.flush with 8x8 tiles transposed in registers: eight rows' runs of eight tokens become eight tokens' runs of
+// eight rows, each one store. The values are copied, not computed: the result is block.flush's, bit for bit.
+void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
+    const int64_t nt = block.n_tokens, nr = block.n_rows;
+    int64_t i0 = 0;
+    for (; i0 + 8 <= nr; i0 += 8) {
+        int64_t t0 = 0;
+        for (; t0 + 8 <= nt; t0 += 8) {
+            __m256 r[8];
+            for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(block.buf + (i0 + k) * nt + t0);
+            const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+            const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+            const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+            const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+            const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+            const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+            const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+            const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+            const __m256 c[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                                 _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                                 _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                                 _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(y + (t0 + j) * n_out + block.r0 + i0, c[j]);
+        }
+        for (; t0 < nt; ++t0)
+            for (int k = 0; k < 8; ++k) y[t0 * n_out + block.r0 + i0 + k] = block.buf[(i0 + k) * nt + t0];
+    }
+    for (; i0 < nr; ++i0)
+        for (int64_t t = 0; t < nt; ++t) y[t * n_out + block.r0 + i0] = block.buf[i0 * nt + t];
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -356,14 +405,23 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 }
             }
             if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
-                for (int64_t t = 0; t < args.n_tokens; ++t) {
+                int64_t t = 0;
+                for (; t + 8 <= args.n_tokens; t += 8) {
+                    alignas(16) float mins[8][4];
+                    __m128 m[8];
+                    block_minima_n<8>(sc.wm, q.ds + t * q.blk_stride, q.blk_stride, nb, m);
+                    for (int j = 0; j < 8; ++j) _mm_store_ps(mins[j], m[j]);
+                    for (int i = 0; i < nr; ++i)
+                        for (int j = 0; j < 8; ++j) block.at(r + i, t + j) += mins[j][i];
+                }
+                for (; t < args.n_tokens; ++t) {
                     alignas(16) float mins[4];
                     _mm_store_ps(mins, block_minima(sc.wm, q.ds + t * q.blk_stride, nb));
                     for (int i = 0; i < nr; ++i) block.at(r + i, t) += mins[i];
                 }
             }
         }
-        block.flush(args.y, w.n_out);
+        flush_block(block, args.y, w.n_out);
     }
 }
 
@@ -452,7 +510,7 @@ void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 }
             }
         }
-        block.flush(args.y, w.n_out);
+        flush_block(block, args.y, w.n_out);
     }
 }
 
