@@ -3,6 +3,7 @@
 #include "engine/error.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -199,30 +200,45 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
     }
 }
 
-// Every (token, head) pair of the batch attends over its slot's cache; the pairs are split across threads.
+// Every (token, head) pair of the batch attends over its slot's cache. Decode splits the pairs evenly across
+// threads; a prefill hands out (token, KV head) units from an atomic counter, latest tokens first: a token's cost
+// grows with its position, so an even split would leave the thread with the early tokens idle. A head's result does
+// not depend on the split (attend).
 void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const auto& c = config_;
-    const int64_t n_pairs = static_cast<int64_t>(batch.tokens.size()) * c.n_head;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    pool_.run([&](int ith, int nth) {
+    auto run = [&](int64_t t, int64_t h0, int64_t h1, float* scores) {
+        const BatchToken& bt = batch.tokens[t];
+        AttentionArgs a{q_.data() + t * c.n_embd_q(),
+                        cache_ptr(false, layer, bt.slot, 0),
+                        cache_ptr(true, layer, bt.slot, 0),
+                        kv_shape_.type,
+                        bt.pos + 1,
+                        static_cast<int>(c.n_head),
+                        static_cast<int>(c.n_head_kv),
+                        static_cast<int>(c.head_dim),
+                        scale};
+        attend(a, kv_ops_, static_cast<int>(h0), static_cast<int>(h1), scores, att_.data() + t * c.n_embd_q());
+    };
+    if (n == 1) {
+        pool_.run([&](int ith, int nth) {
+            float* scores = scores_.data() + static_cast<size_t>(ith) * kMaxGroupHeads * kv_shape_.n_ctx;
+            const Range r = split_range(c.n_head, ith, nth);
+            if (r.begin < r.end) run(0, r.begin, r.end, scores);
+        });
+        return;
+    }
+    const int64_t group = c.n_head / c.n_head_kv;
+    const int64_t n_units = n * c.n_head_kv;
+    std::atomic<int64_t> next{0};
+    pool_.run([&](int ith, int) {
         float* scores = scores_.data() + static_cast<size_t>(ith) * kMaxGroupHeads * kv_shape_.n_ctx;
-        Range r = split_range(n_pairs, ith, nth);
-        for (int64_t p = r.begin; p < r.end;) {
-            const int64_t t = p / c.n_head;
-            const int64_t h0 = p % c.n_head;
-            const int64_t h1 = std::min<int64_t>(c.n_head, h0 + (r.end - p));
-            const BatchToken& bt = batch.tokens[t];
-            AttentionArgs a{q_.data() + t * c.n_embd_q(),
-                            cache_ptr(false, layer, bt.slot, 0),
-                            cache_ptr(true, layer, bt.slot, 0),
-                            kv_shape_.type,
-                            bt.pos + 1,
-                            static_cast<int>(c.n_head),
-                            static_cast<int>(c.n_head_kv),
-                            static_cast<int>(c.head_dim),
-                            scale};
-            attend(a, kv_ops_, static_cast<int>(h0), static_cast<int>(h1), scores, att_.data() + t * c.n_embd_q());
-            p += h1 - h0;
+        for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n_units;
+             u = next.fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t unit = n_units - 1 - u;  // latest first
+            const int64_t t = unit / c.n_head_kv, g = unit % c.n_head_kv;
+            run(t, g * group, (g + 1) * group, scores);
         }
     });
 }
