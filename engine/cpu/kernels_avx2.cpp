@@ -7,8 +7,9 @@
 //  - Decode (fewer than 12 tokens, 2 at a time): the rows are decoded as the tile walks them, unsigned bytes u
 //    against the signed activations, with c * sum(a) taken off each int32 lane; the 32-block types' minima are a
 //    float term per block, wm * da * sum(a), the k-quants' per row at the end.
-//  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
-//    8 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
+//  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied, all four
+//    rows at once, with up to 3 tokens at a time as unsigned activations a + 128; each decoded weight is reused by
+//    every token, and each token's activations by the four rows.
 // Batch invariance: both paths compute every output with the same float operations in the same order (the same
 // exact int32 lane sums of (u - c) * a, scaled and accumulated block by block, the minima likewise), so a token's
 // outputs have the same bits whether it is decoded alone or sits in a large batch.
@@ -210,66 +211,77 @@ void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out) {
     }
 }
 
-// out[i][t] = the dot of row 2p + i of the repacked tile with token t0 + t over n_steps steps, minima excluded.
-template <int QG, bool Signed, int T>
-void prefill_tile(const PrefillStep<QG>* steps, int p, int64_t n_steps, const QuantizedActs& q, int64_t t0,
+// out[2 x + i][t] = the dot of row 2 (p0 + x) + i of the repacked tile with token t0 + t over n_steps steps,
+// minima excluded, for the NP row pairs from p0. With both pairs of the tile in one pass (NP = 2), each token's
+// activation loads and scale broadcast serve four rows, and the activations stream through once per tile instead
+// of once per pair. Every output lane is computed by the same operations in the same order whatever NP and T are.
+template <int QG, bool Signed, int T, int NP>
+void prefill_tile(const PrefillStep<QG>* steps, int p0, int64_t n_steps, const QuantizedActs& q, int64_t t0,
                   float (*out)[kPrefillTokens]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const uint8_t* acts = Signed ? reinterpret_cast<const uint8_t*>(q.qs) : q.qs_u;
     const uint8_t* a0 = acts + t0 * q.qs_stride;  // [T][qs_stride]: activations (+ 128 unless Signed)
     const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
-    // acc[t] is indexed by the unrolled token loop only, so the accumulators stay in registers (a loop the compiler
+    // acc[x][t] is indexed by the unrolled loops only, so the accumulators stay in registers (a loop the compiler
     // kept would leave them on the stack, with a store and a reload around every fma).
-    __m256 acc[T];  // lanes 0..3: row 2p, 4..7: row 2p + 1
+    __m256 acc[NP][T];  // lanes 0..3: row 2p, 4..7: row 2p + 1
+#pragma GCC unroll 2
+    for (int x = 0; x < NP; ++x)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+        for (int t = 0; t < T; ++t) acc[x][t] = _mm256_setzero_ps();
     for (int64_t s = 0; s < n_steps; ++s) {
         const PrefillStep<QG>& st = steps[s];
 #pragma GCC unroll 2
         for (int j = 0; j < 2 / QG; ++j) {
-            const __m256 ws = st.ws[p][j];
             // One pointer walks the tokens' activations and one their scales.
             const uint8_t* a = a0 + 32 * s + 16 * j * QG;
             const float* d = d0 + s;
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t, a += q.qs_stride, d += q.blk_stride) {
-                __m256i dot;
-                if constexpr (Signed) {
-                    dot = _mm256_setzero_si256();
-                    for (int i = 0; i < 2; ++i) {
-                        const __m256i ai =
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
-                        const __m256i prod = _mm256_maddubs_epi16(st.aux[p][i], _mm256_sign_epi8(ai, st.w[p][i]));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+                __m256i ai[2];
+#pragma GCC unroll 2
+                for (int i = 0; i < (Signed ? 2 : QG); ++i)
+                    ai[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
+                const __m256 dt = _mm256_broadcast_ss(d);
+#pragma GCC unroll 2
+                for (int x = 0; x < NP; ++x) {
+                    const int p = p0 + x;
+                    __m256i dot;
+                    if constexpr (Signed) {
+                        dot = _mm256_setzero_si256();
+                        for (int i = 0; i < 2; ++i) {
+                            const __m256i prod = _mm256_maddubs_epi16(st.aux[p][i], _mm256_sign_epi8(ai[i], st.w[p][i]));
+                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+                        }
+                    } else {
+                        __m256i pairs = _mm256_setzero_si256();
+                        for (int i = 0; i < QG; ++i)
+                            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(ai[i], st.w[p][j * QG + i]));
+                        dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), st.aux[p][j]);
                     }
-                } else {
-                    __m256i pairs = _mm256_setzero_si256();
-                    for (int i = 0; i < QG; ++i) {
-                        const __m256i ai =
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
-                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(ai, st.w[p][j * QG + i]));
-                    }
-                    dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), st.aux[p][j]);
+                    acc[x][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws[p][j], dt), acc[x][t]);
                 }
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_broadcast_ss(d)), acc[t]);
             }
         }
     }
-    for (int t = 0; t < T; ++t) {
-        const __m128 lo = _mm256_castps256_ps128(acc[t]), hi = _mm256_extractf128_ps(acc[t], 1);
-        const __m128 sums = _mm_hadd_ps(_mm_hadd_ps(lo, hi), _mm_setzero_ps());  // [row 2p, row 2p + 1, 0, 0]
-        out[0][t] = _mm_cvtss_f32(sums);
-        out[1][t] = _mm_cvtss_f32(_mm_movehdup_ps(sums));
+    for (int x = 0; x < NP; ++x) {
+        for (int t = 0; t < T; ++t) {
+            const __m128 lo = _mm256_castps256_ps128(acc[x][t]), hi = _mm256_extractf128_ps(acc[x][t], 1);
+            const __m128 sums = _mm_hadd_ps(_mm_hadd_ps(lo, hi), _mm_setzero_ps());  // [row 2p, row 2p + 1, 0, 0]
+            out[2 * x][t] = _mm_cvtss_f32(sums);
+            out[2 * x + 1][t] = _mm_cvtss_f32(_mm_movehdup_ps(sums));
+        }
     }
 }
 
+// Both pairs of the tile for up to 3 tokens (six accumulators: with eight the compiler spills them); returns the
+// tokens done.
 template <int QG, bool Signed>
-int prefill_tokens(const PrefillStep<QG>* steps, int p, int64_t n_steps, const QuantizedActs& q, int64_t t0,
-                   int64_t left, float (*out)[kPrefillTokens]) {
-    if (left >= 8) return prefill_tile<QG, Signed, 8>(steps, p, n_steps, q, t0, out), 8;
-    if (left >= 4) return prefill_tile<QG, Signed, 4>(steps, p, n_steps, q, t0, out), 4;
-    if (left >= 2) return prefill_tile<QG, Signed, 2>(steps, p, n_steps, q, t0, out), 2;
-    return prefill_tile<QG, Signed, 1>(steps, p, n_steps, q, t0, out), 1;
+int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const QuantizedActs& q, int64_t t0, int64_t left,
+                   float (*out)[kPrefillTokens]) {
+    if (left >= 3) return prefill_tile<QG, Signed, 3, 2>(steps, 0, n_steps, q, t0, out), 3;
+    if (left >= 2) return prefill_tile<QG, Signed, 2, 2>(steps, 0, n_steps, q, t0, out), 2;
+    return prefill_tile<QG, Signed, 1, 2>(steps, 0, n_steps, q, t0, out), 1;
 }
 
 // ---- quantized rows ----
@@ -393,16 +405,13 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 continue;
             }
             repack_tile(tile, n_groups, sc.repacked);
-            for (int p = 0; p < 2 && 2 * p < nr; ++p) {  // rows 2p and 2p + 1 of the tile
-                for (int64_t t = 0; t < args.n_tokens;) {
-                    float out[2][kPrefillTokens];
-                    const int nt = prefill_tokens<QG, Dec::kSigned>(sc.repacked, p, nb, q, t, args.n_tokens - t, out);
-                    for (int i = 0; i < 2 && 2 * p + i < nr; ++i) {
-                        for (int j = 0; j < nt; ++j)
-                            block.at(r + 2 * p + i, t + j) = with_row_minima(out[i][j], 2 * p + i, t + j);
-                    }
-                    t += nt;
+            for (int64_t t = 0; t < args.n_tokens;) {  // all four rows (a ragged tile's copies are not written)
+                float out[4][kPrefillTokens];
+                const int nt = prefill_tokens<QG, Dec::kSigned>(sc.repacked, nb, q, t, args.n_tokens - t, out);
+                for (int i = 0; i < nr; ++i) {
+                    for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = with_row_minima(out[i][j], i, t + j);
                 }
+                t += nt;
             }
             if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
                 int64_t t = 0;
