@@ -109,6 +109,15 @@ std::string MemoryPlan::describe() const {
                        gib(weights), gib(kv), gib(workspace), gib(total), gib(free));
 }
 
+void check_model(const ModelConfig& config, const Weights& weights) {
+    check_weights(weights);
+    if (config.rope != ModelConfig::Rope::adjacent)
+        throw FileError(fmt::format("the CUDA backend does not run the {} architecture yet (NEOX RoPE)", config.arch));
+    for (const LayerWeights& L : weights.layers)
+        if (L.has_bias())
+            throw FileError("the CUDA backend does not run models with attention biases yet");
+}
+
 void check_weights(const Weights& weights) {
     for_each_matrix(weights, [](const TensorView& t) {
         if (!cuda_supports(t.type))
@@ -244,7 +253,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
-    check_weights(weights);
+    check_model(config, weights);
     if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
         config.n_head % config.n_head_kv != 0)
         throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "

@@ -109,7 +109,7 @@ namespace {
 // The CUDA backend on device 0, with the context capped to the GPU's free memory when the user did not set it.
 std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                            int64_t n_ctx) {
-    cuda::check_weights(weights);
+    cuda::check_model(config, weights);
     cuda::CudaBackendOptions co;
     co.n_ctx = n_ctx;
     co.n_slots = o.n_slots;

@@ -103,7 +103,8 @@ inline std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
 }
 
 // The random tiny models the backend tests run: every weight type the CPU backend multiplies, with grouped-query
-// ratios from MHA to MQA, odd n_ff, a tied output, rope_freqs and linear RoPE scaling among them.
+// ratios from MHA to MQA, odd n_ff, a tied output, rope_freqs, linear RoPE scaling, qwen2 (NEOX RoPE, biases) and
+// llama with attention biases among them.
 struct TinyCase {
     const char* label;
     TinySpec spec;
@@ -140,6 +141,17 @@ inline std::vector<TinyCase> tiny_cases() {
     linear.spec.rope_linear_factor = 4.0f;
     linear.spec.tied_output = true;
     c.push_back(linear);
+    TinyCase qwen2{"qwen2: NEOX RoPE, Q/K/V biases, GQA 2, q8_0", spec(GgmlType::Q8_0, 64, 4, 2, 96)};
+    qwen2.spec.arch = "qwen2";
+    qwen2.spec.biases = true;
+    c.push_back(qwen2);
+    TinyCase qwen2_f32{"qwen2 f32, MQA, odd n_ff", spec(GgmlType::F32, 64, 8, 1, 100)};
+    qwen2_f32.spec.arch = "qwen2";
+    qwen2_f32.spec.biases = true;
+    c.push_back(qwen2_f32);
+    TinyCase biased{"llama with Q/K/V/output biases, q4_K", spec(GgmlType::Q4_K, 256, 4, 2, 256)};
+    biased.spec.biases = true;
+    c.push_back(biased);
     return c;
 }
 

@@ -22,20 +22,21 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
     auto uniform = [&](float scale) { return static_cast<float>((rng.uniform() * 2.0 - 1.0) * scale); };
     const int64_t head_dim = s.n_embd / s.n_head;
     GgufWriter w;
-    w.set("general.architecture", "llama");
+    const std::string a = s.arch + ".";
+    w.set("general.architecture", s.arch);
     w.set("general.name", "tiny-random");
-    w.set("llama.context_length", uint32_t(256));
-    w.set("llama.embedding_length", uint32_t(s.n_embd));
-    w.set("llama.block_count", uint32_t(s.n_layer));
-    w.set("llama.feed_forward_length", uint32_t(s.n_ff));
-    w.set("llama.attention.head_count", uint32_t(s.n_head));
-    w.set("llama.attention.head_count_kv", uint32_t(s.n_head_kv));
-    w.set("llama.rope.dimension_count", uint32_t(head_dim));
-    w.set("llama.rope.freq_base", 10000.0f);
-    w.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    w.set(a + "context_length", uint32_t(256));
+    w.set(a + "embedding_length", uint32_t(s.n_embd));
+    w.set(a + "block_count", uint32_t(s.n_layer));
+    w.set(a + "feed_forward_length", uint32_t(s.n_ff));
+    w.set(a + "attention.head_count", uint32_t(s.n_head));
+    w.set(a + "attention.head_count_kv", uint32_t(s.n_head_kv));
+    w.set(a + "rope.dimension_count", uint32_t(head_dim));
+    w.set(a + "rope.freq_base", 10000.0f);
+    w.set(a + "attention.layer_norm_rms_epsilon", 1e-5f);
     if (s.rope_linear_factor > 0.0f) {
-        w.set("llama.rope.scaling.type", "linear");
-        w.set("llama.rope.scaling.factor", s.rope_linear_factor);
+        w.set(a + "rope.scaling.type", "linear");
+        w.set(a + "rope.scaling.factor", s.rope_linear_factor);
     }
 
     // A matrix of n_out rows of n_in, entries uniform with the variance that keeps activations O(1).
@@ -64,6 +65,12 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
         matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff, s.type, in_scale);
         matrix(b + "ffn_up.weight", s.n_embd, s.n_ff, s.type, in_scale);
         matrix(b + "ffn_down.weight", s.n_ff, s.n_embd, s.ffn_down_type, std::sqrt(3.0f / static_cast<float>(s.n_ff)));
+        if (s.biases) {
+            vec(b + "attn_q.bias", s.n_head * head_dim, -0.5f, 0.5f);
+            vec(b + "attn_k.bias", s.n_head_kv * head_dim, -0.5f, 0.5f);
+            vec(b + "attn_v.bias", s.n_head_kv * head_dim, -0.5f, 0.5f);
+            if (s.arch == "llama") vec(b + "attn_output.bias", s.n_embd, -0.5f, 0.5f);
+        }
     }
     // Last, so the other weights are the same with and without it.
     if (s.rope_freqs && s.rope_freqs_value > 0.0f)

@@ -5,6 +5,7 @@
 #include "engine/model/model.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace quill::test {
@@ -17,6 +18,8 @@ struct TinySpec {
     bool rope_freqs = false;                 // a Llama-3 style rope_freqs.weight tensor
     float rope_freqs_value = 0.0f;           // its every entry (0: random in [1, 8])
     float rope_linear_factor = 0.0f;         // llama.rope.scaling.type "linear" with this factor (0: none)
+    std::string arch = "llama";              // "qwen2": NEOX RoPE (and Q/K/V biases when `biases`)
+    bool biases = false;                     // attention biases: Q, K, V, and (llama) the output's
     uint64_t seed = 1;
 };
 

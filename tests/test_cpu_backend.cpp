@@ -42,13 +42,14 @@ std::unique_ptr<CpuBackend> make(const Model& m, bool reference, int threads = 1
 // blocks with fp16 scales for quantized weights, fp16 for F16 weights), so the two differ by float summation order
 // (~1e-7 of the logit range) until an intermediate value sits within that distance of a rounding boundary of the
 // int8 or fp16 quantization and lands on the other side: one quantization step (1/127 of a block's range) then
-// moves through the layers. F32 and BF16 weights see such flips only in the fp16 K/V/Q rounding (1e-5 covers
-// them), F16 weights also in their fp16 inputs (1e-3); int8 types see them in every matmul input, and on these
+// moves through the layers. F32 and BF16 weights see such flips only in the fp16 K/V/Q rounding (measured up to
+// 2.9e-5, on the qwen2 MQA case with the generic kernels, where eight query heads read each flipped K/V element:
+// 1e-4), F16 weights also in their fp16 inputs (1e-3); int8 types see them in every matmul input, and on these
 // small random models one flip can move the logits by a few per mille to ~1.5% of their range: 3e-2.
 // The kernels themselves are checked one product at a time, tightly, in test_matmul.cpp; the model maths against
 // the independent reference forward pass in test_reference.cpp.
 double kernel_tol(GgmlType t) {
-    if (t == GgmlType::F32 || t == GgmlType::BF16) return 1e-5;
+    if (t == GgmlType::F32 || t == GgmlType::BF16) return 1e-4;
     if (t == GgmlType::F16) return 1e-3;
     return 3e-2;
 }

@@ -153,6 +153,13 @@ void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
                     "weights are corrupt or out of range");
 }
 
+// x[t] += b for the n rows of x (b's length); nothing when b is empty.
+void CpuBackend::add_bias(float* x, const std::vector<float>& b, int64_t n) {
+    const int64_t d = static_cast<int64_t>(b.size());
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < d; ++i) x[t * d + i] += b[i];
+}
+
 // x[t] = token_embd[token_t]
 void CpuBackend::embed(const Batch& batch) {
     const TensorView& emb = weights_.tok_embd;
@@ -176,13 +183,16 @@ void CpuBackend::rope_angles(const Batch& batch) {
 // Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t.
 void CpuBackend::rope(float* x, int64_t n_heads, int64_t t) const {
     const int64_t half = config_.n_rot / 2;
+    // Dimension i of the pair and its partner: adjacent pairs, or the two halves (ModelConfig::Rope).
+    const bool neox = config_.rope == ModelConfig::Rope::neox;
     for (int64_t i = 0; i < half; ++i) {
         const float c = rope_cs_[(t * half + i) * 2], s = rope_cs_[(t * half + i) * 2 + 1];
+        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
             float* xh = x + h * config_.head_dim;
-            const float x0 = xh[2 * i], x1 = xh[2 * i + 1];  // adjacent pairs (ModelConfig)
-            xh[2 * i] = x0 * c - x1 * s;
-            xh[2 * i + 1] = x0 * s + x1 * c;
+            const float x0 = xh[i0], x1 = xh[i1];
+            xh[i0] = x0 * c - x1 * s;
+            xh[i1] = x0 * s + x1 * c;
         }
     }
 }
@@ -250,6 +260,11 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     norm(x_.data(), L.attn_norm.data(), xn_.data(), n);
     const MatmulJob qkv[] = {{as_matrix(L.wq), q_.data()}, {as_matrix(L.wk), k_.data()}, {as_matrix(L.wv), v_.data()}};
     mm(qkv, xn_.data(), n, c.n_embd);
+    if (L.has_bias()) {
+        add_bias(q_.data(), L.bq, n);
+        add_bias(k_.data(), L.bk, n);
+        add_bias(v_.data(), L.bv, n);
+    }
     auto rope_store = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             rope(q_.data() + t * c.n_embd_q(), c.n_head, t);
@@ -268,6 +283,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     attend_all(batch, layer);
     const MatmulJob o[] = {{as_matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, c.n_embd_q());
+    add_bias(proj_.data(), L.bo, n);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
 }
 

@@ -52,6 +52,7 @@ private:
     void attend_all(const Batch& batch, int64_t layer);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
     void norm(const float* x, const float* w, float* y, int64_t n);
+    static void add_bias(float* x, const std::vector<float>& b, int64_t n);
     void* cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos);
 
     const ModelConfig& config_;

@@ -94,7 +94,6 @@ __m256 hsum8(const __m256* a) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-constexpr int kMaxHeads = 8;
 constexpr int kMaxDim = 512;
 
 // scores[g][j] = (q[g] . k_j) * scale: per key and head one fma chain over the row (8 elements a step), then

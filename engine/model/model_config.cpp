@@ -6,7 +6,9 @@
 
 namespace quill {
 
-bool architecture_supported(const std::string& arch) { return arch == "llama"; }
+bool architecture_supported(const std::string& arch) { return arch == "llama" || arch == "qwen2"; }
+
+std::string supported_architectures() { return "llama, qwen2"; }
 
 namespace {
 
@@ -39,7 +41,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!arch) throw FileError(fmt::format("{}: missing metadata 'general.architecture'", f.path()));
     c.arch = *arch;
     if (!architecture_supported(c.arch))
-        throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: llama)", f.path(), c.arch));
+        throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
+                                    supported_architectures()));
+    if (c.arch == "qwen2") c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 

@@ -23,7 +23,10 @@ struct ModelConfig {
     float rms_eps = 1e-5f;
     float rope_base = 10000.0f;
     float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
-    // RoPE rotates adjacent pairs (x[2i], x[2i+1]), as llama-family GGUFs need (the converter permutes Q and K).
+    // Which dimensions RoPE rotates together: adjacent pairs (x[2i], x[2i+1]) for llama GGUFs (the converter
+    // permutes Q and K for it), the two halves (x[i], x[i + n_rot/2]) for qwen2 ("NEOX" style).
+    enum class Rope { adjacent, neox };
+    Rope rope = Rope::adjacent;
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and
     // the key that is missing or out of range.
@@ -33,7 +36,9 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * head_dim; }
 };
 
-// Whether quill can run this general.architecture.
+// Whether quill can run this general.architecture (llama, qwen2).
 bool architecture_supported(const std::string& arch);
+// "llama, qwen2": for messages.
+std::string supported_architectures();
 
 }  // namespace quill

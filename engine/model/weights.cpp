@@ -4,6 +4,8 @@
 
 #include <fmt/ranges.h>
 
+#include <unordered_set>
+
 namespace quill {
 
 namespace {
@@ -16,6 +18,13 @@ public:
 
     const GgufTensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
 
+    // A tensor of the file that no get() took: the first in file order, or nullptr.
+    const GgufTensorInfo* first_unused() const {
+        for (const GgufTensorInfo& t : f_.tensors())
+            if (!used_.contains(t.name)) return &t;
+        return nullptr;
+    }
+
     // A tensor of exactly the expected shape (innermost first) and a type the engine can compute with.
     TensorView get(const std::string& name, std::vector<int64_t> expected) const {
         const GgufTensorInfo* t = f_.find_tensor(name);
@@ -26,6 +35,7 @@ public:
         if (!type_traits(t->type).can_dequantize)
             throw FileError(fmt::format("{}: tensor '{}' has type {}, which quill cannot compute with", f_.path(),
                                         name, type_name(t->type)));
+        used_.insert(name);
         TensorView v;
         v.name = name;
         v.type = t->type;
@@ -43,8 +53,14 @@ public:
         return out;
     }
 
+    // The vector if the file has it, else empty.
+    std::vector<float> optional_vector(const std::string& name, int64_t n) const {
+        return find(name) ? get_vector(name, n) : std::vector<float>{};
+    }
+
 private:
     const GgufFile& f_;
+    mutable std::unordered_set<std::string> used_;
 };
 
 }  // namespace
@@ -74,8 +90,18 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
         L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
         L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
+        L.bq = l.optional_vector(b + "attn_q.bias", c.n_embd_q());
+        L.bk = l.optional_vector(b + "attn_k.bias", c.n_embd_kv());
+        L.bv = l.optional_vector(b + "attn_v.bias", c.n_embd_kv());
+        L.bo = l.optional_vector(b + "attn_output.bias", c.n_embd);
         w.layers.push_back(std::move(L));
     }
+    // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
+    // without it.
+    if (const GgufTensorInfo* t = l.first_unused())
+        throw FileError(fmt::format("{}: tensor '{}' is not used by quill's {} architecture (is this a variant quill "
+                                    "does not support?)",
+                                    file.path(), t->name, c.arch));
     return w;
 }
 

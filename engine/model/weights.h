@@ -34,6 +34,10 @@ struct LayerWeights {
     TensorView ffn_gate;           // W1 [n_ff rows, n_embd]
     TensorView ffn_up;             // W3 [n_ff rows, n_embd]
     TensorView ffn_down;           // W2 [n_embd rows, n_ff]
+    // Optional biases (qwen2 has Q, K and V ones; llama GGUFs may carry any of them); empty when absent.
+    std::vector<float> bq, bk, bv;  // [n_embd_q], [n_embd_kv], [n_embd_kv]
+    std::vector<float> bo;          // [n_embd]
+    bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
 };
 
 struct Weights {

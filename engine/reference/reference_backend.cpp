@@ -43,14 +43,15 @@ void rms_norm(const std::vector<double>& x, const std::vector<float>& w, double 
 }
 
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
-// pair i is (2i, 2i+1), the llama architecture's layout.
+// pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX).
 void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
           int32_t pos) {
     const int64_t half = c.n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
         const double cos_t = std::cos(theta), sin_t = std::sin(theta);
-        const int64_t i0 = 2 * i, i1 = 2 * i + 1;
+        const bool neox = c.rope == ModelConfig::Rope::neox;
+        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
             double& a = x[h * c.head_dim + i0];
             double& b = x[h * c.head_dim + i1];
@@ -144,6 +145,10 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
         matvec(L.wq, xn_, q_, row_);
         matvec(L.wk, xn_, k_, row_);
         matvec(L.wv, xn_, v_, row_);
+        // + the biases the file has (qwen2: Q, K, V)
+        for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
+        for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
+        for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
         // q, k = RoPE(q, pos), RoPE(k, pos)
         rope(q_, c.n_head, c, inv_freq_, t.pos);
         rope(k_, c.n_head_kv, c, inv_freq_, t.pos);
@@ -180,6 +185,7 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
         }
         // x = x + Wo att
         matvec(L.wo, att_, out_, row_);
+        for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
 
         // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
