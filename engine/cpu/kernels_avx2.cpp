@@ -288,18 +288,11 @@ int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const Quantize
 
 // ---- quantized rows ----
 
-// The 32-block types' minima of a repacked row tile for one token, element r = row r: sum over blocks s of
-// wm[s, r] * ds[s], one fma per block in block order, exactly as decode_tile's accm (batch invariance).
-inline __m128 block_minima(const float* wm, const float* ds, int64_t nb) {  // wm [nb, 4], ds [nb]
-    __m128 acc = _mm_setzero_ps();
-    for (int64_t s = 0; s < nb; ++s) acc = _mm_fmadd_ps(_mm_loadu_ps(wm + 4 * s), _mm_broadcast_ss(ds + s), acc);
-    return acc;
-}
-
-// block_minima for T tokens side by side (token i's sums from ds + i * ds_stride): T independent fma chains
-// instead of one, each the same operations in the same order as block_minima's.
+// The 32-block types' minima of a repacked row tile for T tokens side by side (token i's sums from
+// ds + i * ds_stride), element r = row r: sum over blocks s of wm[s, r] * ds[s], one fma per block in block order,
+// exactly as decode_tile's accm (batch invariance); T independent chains, so T > 1 does not wait on one.
 template <int T>
-inline void block_minima_n(const float* wm, const float* ds, int64_t ds_stride, int64_t nb, __m128* out) {
+inline void block_minima(const float* wm, const float* ds, int64_t ds_stride, int64_t nb, __m128* out) {
     __m128 acc[T];
     for (int i = 0; i < T; ++i) acc[i] = _mm_setzero_ps();
     for (int64_t s = 0; s < nb; ++s) {
@@ -416,20 +409,17 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 t += nt;
             }
             if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
-                int64_t t = 0;
-                for (; t + 8 <= args.n_tokens; t += 8) {
-                    alignas(16) float mins[8][4];
-                    __m128 m[8];
-                    block_minima_n<8>(sc.wm, q.ds + t * q.blk_stride, q.blk_stride, nb, m);
-                    for (int j = 0; j < 8; ++j) _mm_store_ps(mins[j], m[j]);
+                auto add_minima = [&]<int T>(int64_t t) {
+                    __m128 m[T];
+                    alignas(16) float mins[T][4];
+                    block_minima<T>(sc.wm, q.ds + t * q.blk_stride, q.blk_stride, nb, m);
+                    for (int j = 0; j < T; ++j) _mm_store_ps(mins[j], m[j]);
                     for (int i = 0; i < nr; ++i)
-                        for (int j = 0; j < 8; ++j) block.at(r + i, t + j) += mins[j][i];
-                }
-                for (; t < args.n_tokens; ++t) {
-                    alignas(16) float mins[4];
-                    _mm_store_ps(mins, block_minima(sc.wm, q.ds + t * q.blk_stride, nb));
-                    for (int i = 0; i < nr; ++i) block.at(r + i, t) += mins[i];
-                }
+                        for (int j = 0; j < T; ++j) block.at(r + i, t + j) += mins[j][i];
+                };
+                int64_t t = 0;
+                for (; t + 8 <= args.n_tokens; t += 8) add_minima.template operator()<8>(t);
+                for (; t < args.n_tokens; ++t) add_minima.template operator()<1>(t);
             }
         }
         flush_block(block, args.y, w.n_out);
