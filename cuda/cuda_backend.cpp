@@ -116,6 +116,18 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     for (const LayerWeights& L : weights.layers)
         if (L.has_bias())
             throw FileError("the CUDA backend does not run models with attention biases yet");
+    // gemma3's settings (and a sliding window anywhere): the CPU runs them.
+    const bool plain = config.ffn_act == ModelConfig::Activation::silu && config.embd_scale == 1.0f &&
+                       config.final_logit_softcap == 0.0f && config.sliding_window == 0 &&
+                       config.attn_scale == 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+    bool norms = false;
+    for (const LayerWeights& L : weights.layers)
+        norms = norms || !L.attn_q_norm.empty() || !L.attn_k_norm.empty() || !L.attn_post_norm.empty() ||
+                !L.ffn_post_norm.empty();
+    if (!plain || norms)
+        throw FileError(fmt::format("the CUDA backend does not run the {} architecture's settings yet (GELU, Q/K and "
+                                    "post norms, sliding window, scaled embeddings or queries, logit soft-capping)",
+                                    config.arch));
 }
 
 void check_weights(const Weights& weights) {

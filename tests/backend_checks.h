@@ -103,8 +103,8 @@ inline std::vector<int32_t> some_tokens(int n, int n_vocab, int salt) {
 }
 
 // The random tiny models the backend tests run: every weight type the CPU backend multiplies, with grouped-query
-// ratios from MHA to MQA, odd n_ff, a tied output, rope_freqs, linear RoPE scaling, qwen2 (NEOX RoPE, biases) and
-// llama with attention biases among them.
+// ratios from MHA to MQA, odd n_ff, a tied output, rope_freqs, linear RoPE scaling, qwen2 (NEOX RoPE, biases),
+// llama with attention biases, gemma3 and a sliding window among them.
 struct TinyCase {
     const char* label;
     TinySpec spec;
@@ -152,6 +152,26 @@ inline std::vector<TinyCase> tiny_cases() {
     TinyCase biased{"llama with Q/K/V/output biases, q4_K", spec(GgmlType::Q4_K, 256, 4, 2, 256)};
     biased.spec.biases = true;
     c.push_back(biased);
+    // 7 layers: 0-4 and 6 local (window 4, RoPE base 10,000), 5 global (base 1e6); head_dim 32 with n_embd 64 and 4
+    // heads
+    TinyCase gemma3{"gemma3: Q/K/post norms, GELU, window 4, head_dim 32 x 4 heads, MQA, q8_0",
+                    spec(GgmlType::Q8_0, 64, 4, 1, 96)};
+    gemma3.spec.arch = "gemma3";
+    gemma3.spec.n_layer = 7;
+    gemma3.spec.head_dim = 32;
+    gemma3.spec.sliding_window = 4;
+    gemma3.spec.rope_base = 1e6f;
+    c.push_back(gemma3);
+    TinyCase gemma3_cap{"gemma3 f32, logit soft-capping, window 6, GQA 2, tied output", spec(GgmlType::F32, 64, 4, 2, 128)};
+    gemma3_cap.spec.arch = "gemma3";
+    gemma3_cap.spec.n_layer = 7;
+    gemma3_cap.spec.sliding_window = 6;
+    gemma3_cap.spec.final_logit_softcap = 30.0f;
+    gemma3_cap.spec.tied_output = true;
+    c.push_back(gemma3_cap);
+    TinyCase window{"llama with a sliding window of 5 on every layer, q4_0", spec(GgmlType::Q4_0, 64, 4, 2, 96)};
+    window.spec.sliding_window = 5;
+    c.push_back(window);
     return c;
 }
 

@@ -20,7 +20,7 @@ std::vector<uint8_t> quantized(GgmlType type, const std::vector<float>& x) {
 std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
     Rng rng(s.seed);
     auto uniform = [&](float scale) { return static_cast<float>((rng.uniform() * 2.0 - 1.0) * scale); };
-    const int64_t head_dim = s.n_embd / s.n_head;
+    const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
     GgufWriter w;
     const std::string a = s.arch + ".";
     w.set("general.architecture", s.arch);
@@ -32,8 +32,14 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
     w.set(a + "attention.head_count", uint32_t(s.n_head));
     w.set(a + "attention.head_count_kv", uint32_t(s.n_head_kv));
     w.set(a + "rope.dimension_count", uint32_t(head_dim));
-    w.set(a + "rope.freq_base", 10000.0f);
+    w.set(a + "rope.freq_base", s.rope_base);
     w.set(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+    if (s.head_dim > 0) {
+        w.set(a + "attention.key_length", uint32_t(s.head_dim));
+        w.set(a + "attention.value_length", uint32_t(s.head_dim));
+    }
+    if (s.sliding_window > 0) w.set(a + "attention.sliding_window", uint32_t(s.sliding_window));
+    if (s.final_logit_softcap > 0.0f) w.set(a + "final_logit_softcapping", s.final_logit_softcap);
     if (s.rope_linear_factor > 0.0f) {
         w.set(a + "rope.scaling.type", "linear");
         w.set(a + "rope.scaling.factor", s.rope_linear_factor);
@@ -65,6 +71,12 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& s) {
         matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff, s.type, in_scale);
         matrix(b + "ffn_up.weight", s.n_embd, s.n_ff, s.type, in_scale);
         matrix(b + "ffn_down.weight", s.n_ff, s.n_embd, s.ffn_down_type, std::sqrt(3.0f / static_cast<float>(s.n_ff)));
+        if (s.arch == "gemma3") {
+            vec(b + "attn_q_norm.weight", head_dim, 0.5f, 1.5f);
+            vec(b + "attn_k_norm.weight", head_dim, 0.5f, 1.5f);
+            vec(b + "post_attention_norm.weight", s.n_embd, 0.5f, 1.5f);
+            vec(b + "post_ffw_norm.weight", s.n_embd, 0.5f, 1.5f);
+        }
         if (s.biases) {
             vec(b + "attn_q.bias", s.n_head * head_dim, -0.5f, 0.5f);
             vec(b + "attn_k.bias", s.n_head_kv * head_dim, -0.5f, 0.5f);

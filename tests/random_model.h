@@ -1,4 +1,4 @@
-// Tiny llama-architecture models with random weights, written with the GGUF writer, for backend tests.
+// Tiny llama/qwen2/gemma3-architecture models with random weights, written with the GGUF writer, for backend tests.
 #pragma once
 
 #include "engine/format/gguf.h"
@@ -18,8 +18,14 @@ struct TinySpec {
     bool rope_freqs = false;                 // a Llama-3 style rope_freqs.weight tensor
     float rope_freqs_value = 0.0f;           // its every entry (0: random in [1, 8])
     float rope_linear_factor = 0.0f;         // llama.rope.scaling.type "linear" with this factor (0: none)
-    std::string arch = "llama";              // "qwen2": NEOX RoPE (and Q/K/V biases when `biases`)
+    float rope_base = 10000.0f;              // rope.freq_base (gemma3: of the global layers only)
+    // "qwen2": NEOX RoPE (and Q/K/V biases when `biases`); "gemma3": its norms, GELU, scaled embeddings, local
+    // layers with their own RoPE base (needs sliding_window > 0)
+    std::string arch = "llama";
     bool biases = false;                     // attention biases: Q, K, V, and (llama) the output's
+    int64_t head_dim = 0;                    // attention.key_length (0: n_embd / n_head, and no key written)
+    int64_t sliding_window = 0;              // attention.sliding_window (0: none written)
+    float final_logit_softcap = 0.0f;        // final_logit_softcapping (0: none written)
     uint64_t seed = 1;
 };
 

@@ -93,7 +93,10 @@ ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const 
             return from_source(*builtin_template(*builtin), fmt::format("built-in {}", *builtin), bos, eos);
         }
     }
-    if (has_control_token(tok, "<|im_start|>")) return from_source(*builtin_template("chatml"), "built-in chatml", bos, eos);
+    // No template: the format the vocabulary's control tokens name (Gemma 3's GGUFs carry <start_of_turn> and no
+    // template, for one).
+    if (auto builtin = builtin_from_vocab(tok))
+        return from_source(*builtin_template(*builtin), fmt::format("built-in {}", *builtin), bos, eos);
     throw UsageError("the model has no chat template: give --chat-template NAME|FILE (built-in: " +
                      fmt::format("{}", fmt::join(builtin_template_names(), ", ")) + ") or --raw");
 }

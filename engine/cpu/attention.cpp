@@ -43,10 +43,19 @@ void swiglu_plain(float* gate, const float* up, int64_t n) {
     }
 }
 
+void geglu_plain(float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
 constexpr KvOps kPlain{scores_plain<uint16_t>, scores_plain<float>, mix_plain<uint16_t>, mix_plain<float>,
-                       round_f16_plain, to_f16_plain, nullptr, nullptr, swiglu_plain};
-constexpr KvOps kAvx2{avx2::scores_f16,       avx2::scores_f32,      avx2::mix_f16, avx2::mix_f32, avx2::round_f16,
-                      avx2::to_f16,           avx2::attend_heads_f16, avx2::attend_heads_f32, avx2::swiglu};
+                       round_f16_plain,        to_f16_plain,        nullptr,            nullptr,
+                       swiglu_plain,           geglu_plain};
+constexpr KvOps kAvx2{avx2::scores_f16,       avx2::scores_f32,       avx2::mix_f16, avx2::mix_f32, avx2::round_f16,
+                      avx2::to_f16,           avx2::attend_heads_f16, avx2::attend_heads_f32, avx2::swiglu,
+                      avx2::geglu};
 
 }  // namespace
 

@@ -31,18 +31,20 @@ struct KvOps {
                              int head_dim, int n_kv, float scale, float* scores, float* const* out);
     // gate = silu(gate) * up elementwise (the FFN's activation; here because it shares the vector exp)
     void (*swiglu)(float* gate, const float* up, int64_t n);
+    // gate = gelu(gate) * up, GELU in its tanh form (gemma3's FFN)
+    void (*geglu)(float* gate, const float* up, int64_t n);
 };
 // The primitives for an ISA; `reference` gives plain scalar loops with the scalar fp16 conversions (the oracle).
 const KvOps& kv_ops(Isa isa, bool reference);
 
 struct AttentionArgs {
     const float* q;   // [n_head, head_dim] of this token, RoPE applied
-    const void* k;    // [n_kv, n_head_kv, head_dim] this layer's and slot's cache, positions 0..n_kv-1
+    const void* k;    // [n_kv, n_head_kv, head_dim] this layer's and slot's cache from the first visible position
     const void* v;    // [n_kv, n_head_kv, head_dim]
     KvType kv_type;
-    int n_kv;         // positions attended: pos + 1
+    int n_kv;         // positions attended: pos + 1 - the first visible one
     int n_head, n_head_kv, head_dim;
-    float scale;      // 1 / sqrt(head_dim)
+    float scale;      // ModelConfig::attn_scale
 };
 
 // out[h, :] = softmax_j(q_h . k_j * scale) . v_j for heads [head_begin, head_end); scores is scratch

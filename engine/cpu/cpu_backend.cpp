@@ -69,13 +69,17 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_weights(weights);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
-    const int64_t half = config.n_rot / 2;
-    rope_inv_freq_.resize(half);
-    for (int64_t i = 0; i < half; ++i) {
-        double f = std::pow(static_cast<double>(config.rope_base), -2.0 * i / static_cast<double>(config.n_rot));
-        if (!weights.rope_freqs.empty()) f /= weights.rope_freqs[i];
-        rope_inv_freq_[i] = f * config.rope_freq_scale;
-    }
+    auto inv_freq = [&](double base, double scale) {
+        std::vector<double> f(config.n_rot / 2);
+        for (size_t i = 0; i < f.size(); ++i) {
+            f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot));
+            if (!weights.rope_freqs.empty()) f[i] /= weights.rope_freqs[i];
+            f[i] *= scale;
+        }
+        return f;
+    };
+    rope_inv_freq_ = inv_freq(config.rope_base, config.rope_freq_scale);
+    if (config.two_ropes()) rope_inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local);
 }
 
 void CpuBackend::check_weights(const Weights& weights) {
@@ -160,33 +164,45 @@ void CpuBackend::add_bias(float* x, const std::vector<float>& b, int64_t n) {
         for (int64_t i = 0; i < d; ++i) x[t * d + i] += b[i];
 }
 
-// x[t] = token_embd[token_t]
+// x[t] = token_embd[token_t] * embd_scale
 void CpuBackend::embed(const Batch& batch) {
     const TensorView& emb = weights_.tok_embd;
-    for (size_t t = 0; t < batch.tokens.size(); ++t)
-        dequantize_row(emb.type, emb.row(batch.tokens[t].token), x_.data() + t * config_.n_embd, config_.n_embd);
-}
-
-// rope_cs_[t, i] = (cos, sin) of theta_i(pos_t), for every layer of this batch.
-void CpuBackend::rope_angles(const Batch& batch) {
-    const int64_t half = config_.n_rot / 2;
-    rope_cs_.resize(batch.tokens.size() * half * 2);
+    const int64_t d = config_.n_embd;
     for (size_t t = 0; t < batch.tokens.size(); ++t) {
-        for (int64_t i = 0; i < half; ++i) {
-            const double theta = static_cast<double>(batch.tokens[t].pos) * rope_inv_freq_[i];
-            rope_cs_[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
-            rope_cs_[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
-        }
+        float* x = x_.data() + t * d;
+        dequantize_row(emb.type, emb.row(batch.tokens[t].token), x, d);
+        if (config_.embd_scale != 1.0f)
+            for (int64_t i = 0; i < d; ++i) x[i] *= config_.embd_scale;
     }
 }
 
-// Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t.
-void CpuBackend::rope(float* x, int64_t n_heads, int64_t t) const {
+// rope_cs_[t, i] = (cos, sin) of theta_i(pos_t), for every layer of this batch (and rope_cs_local_ for the local
+// layers when their RoPE differs).
+void CpuBackend::rope_angles(const Batch& batch) {
     const int64_t half = config_.n_rot / 2;
+    auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs) {
+        cs.resize(batch.tokens.size() * half * 2);
+        for (size_t t = 0; t < batch.tokens.size(); ++t) {
+            for (int64_t i = 0; i < half; ++i) {
+                const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
+                cs[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
+                cs[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+            }
+        }
+    };
+    fill(rope_inv_freq_, rope_cs_);
+    if (!rope_inv_freq_local_.empty()) fill(rope_inv_freq_local_, rope_cs_local_);
+}
+
+// Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t (a local layer's
+// angles when `local` and they differ).
+void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
+    const int64_t half = config_.n_rot / 2;
+    const std::vector<float>& cs = local && !rope_cs_local_.empty() ? rope_cs_local_ : rope_cs_;
     // Dimension i of the pair and its partner: adjacent pairs, or the two halves (ModelConfig::Rope).
     const bool neox = config_.rope == ModelConfig::Rope::neox;
     for (int64_t i = 0; i < half; ++i) {
-        const float c = rope_cs_[(t * half + i) * 2], s = rope_cs_[(t * half + i) * 2 + 1];
+        const float c = cs[(t * half + i) * 2], s = cs[(t * half + i) * 2 + 1];
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
             float* xh = x + h * config_.head_dim;
@@ -217,18 +233,18 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
 void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     auto run = [&](int64_t t, int64_t h0, int64_t h1, float* scores) {
         const BatchToken& bt = batch.tokens[t];
+        const int64_t first = c.first_visible(layer, bt.pos);  // past the sliding window, on a local layer
         AttentionArgs a{q_.data() + t * c.n_embd_q(),
-                        cache_ptr(false, layer, bt.slot, 0),
-                        cache_ptr(true, layer, bt.slot, 0),
+                        cache_ptr(false, layer, bt.slot, first),
+                        cache_ptr(true, layer, bt.slot, first),
                         kv_shape_.type,
-                        bt.pos + 1,
+                        static_cast<int>(bt.pos + 1 - first),
                         static_cast<int>(c.n_head),
                         static_cast<int>(c.n_head_kv),
                         static_cast<int>(c.head_dim),
-                        scale};
+                        c.attn_scale};
         attend(a, kv_ops_, static_cast<int>(h0), static_cast<int>(h1), scores, att_.data() + t * c.n_embd_q());
     };
     if (n == 1) {
@@ -253,7 +269,8 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     });
 }
 
-// x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm
+// x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm. gemma3 also normalizes
+// each Q and K head before RoPE and the block's output before the sum.
 void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -265,10 +282,15 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         add_bias(k_.data(), L.bk, n);
         add_bias(v_.data(), L.bv, n);
     }
+    const bool local = c.layer_is_local(layer);
     auto rope_store = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-            rope(q_.data() + t * c.n_embd_q(), c.n_head, t);
-            rope(k_.data() + t * c.n_embd_kv(), c.n_head_kv, t);
+            float* q = q_.data() + t * c.n_embd_q();
+            float* k = k_.data() + t * c.n_embd_kv();
+            if (!L.attn_q_norm.empty()) rms_norm(q, L.attn_q_norm.data(), q, c.n_head, c.head_dim, c.rms_eps);
+            if (!L.attn_k_norm.empty()) rms_norm(k, L.attn_k_norm.data(), k, c.n_head_kv, c.head_dim, c.rms_eps);
+            rope(q, c.n_head, t, local);
+            rope(k, c.n_head_kv, t, local);
             store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
         }
     };
@@ -284,25 +306,29 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const MatmulJob o[] = {{as_matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, c.n_embd_q());
     add_bias(proj_.data(), L.bo, n);
+    if (!L.attn_post_norm.empty()) norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), n);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
 }
 
-// x += W2 (silu(W1 xn) * W3 xn), with xn = rms_norm(x) * ffn_norm
+// x += W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x) * ffn_norm, act SiLU or GELU (ModelConfig::ffn_act); gemma3
+// normalizes the output before the sum.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
     const auto& c = config_;
     norm(x_.data(), L.ffn_norm.data(), xn_.data(), n);
     const MatmulJob gate_up[] = {{as_matrix(L.ffn_gate), gate_.data()}, {as_matrix(L.ffn_up), up_.data()}};
     mm(gate_up, xn_.data(), n, c.n_embd);
+    const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n * c.n_ff, ith, nth, 64);
-        kv_ops_.swiglu(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
+        act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
     });
     const MatmulJob down[] = {{as_matrix(L.ffn_down), proj_.data()}};
     mm(down, gate_.data(), n, c.n_ff);
+    if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
 }
 
-// logits = W_out rms_norm(x) * output_norm, for the rows that asked
+// logits = W_out rms_norm(x) * output_norm, for the rows that asked; soft-capped when the model says so
 void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
     const auto& c = config_;
     int64_t m = 0;
@@ -315,6 +341,10 @@ void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
     norm(xn_.data(), weights_.output_norm.data(), xn_.data(), m);
     const MatmulJob out[] = {{as_matrix(weights_.output), logits.data()}};
     mm(out, xn_.data(), m, c.n_embd);
+    if (c.final_logit_softcap > 0.0f) {
+        const float cap = c.final_logit_softcap;
+        for (int64_t i = 0; i < m * c.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
 }
 
 }  // namespace quill::cpu

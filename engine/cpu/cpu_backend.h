@@ -47,7 +47,7 @@ private:
     void ffn_block(const LayerWeights& L, int64_t n);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);
-    void rope(float* x, int64_t n_heads, int64_t t) const;
+    void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     void attend_all(const Batch& batch, int64_t layer);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
@@ -63,6 +63,7 @@ private:
     ThreadPool pool_;
     const KvOps& kv_ops_;
     std::vector<double> rope_inv_freq_;  // [n_rot / 2] freq_scale * base^(-2i/n_rot) / rope_freqs[i]
+    std::vector<double> rope_inv_freq_local_;  // the same for the local layers when their RoPE differs (two_ropes)
 
     // K and V caches [n_layer, n_slots, n_ctx, n_head_kv, head_dim], in anonymous memory that the OS backs only
     // as positions are written, so a long context costs memory only when it is used.
@@ -89,6 +90,7 @@ private:
     std::vector<float> up_;      // [n, n_ff]
     std::vector<float> scores_;  // [n_threads, kMaxGroupHeads, n_ctx]
     std::vector<float> rope_cs_;  // [n, n_rot / 2, 2] cos and sin of each token's angles
+    std::vector<float> rope_cs_local_;  // the same for the local layers (two_ropes only)
 };
 
 }  // namespace quill::cpu

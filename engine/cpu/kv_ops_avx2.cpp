@@ -265,26 +265,42 @@ void attend_heads_f32(const float* const* q, int n_q, const float* k, const floa
     attend_heads(q, n_q, k, v, stride, head_dim, n_kv, scale, scores, out);
 }
 
-void swiglu(float* gate, const float* up, int64_t n) {
-    int64_t i = 0;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    for (; i + 8 <= n; i += 8) {
-        const __m256 g = _mm256_loadu_ps(gate + i);
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+namespace {
+
+// gate = gate * sigmoid(z(gate)) * up: z(g) = g is SiLU; z(g) = 2 sqrt(2/pi) (g + 0.044715 g^3) is GELU's tanh form
+// (0.5 g (1 + tanh(u)) = g sigmoid(2u)).
+template <bool kGelu>
+__m256 gated8(__m256 g, __m256 u) {
+    __m256 z = g;
+    if constexpr (kGelu) {
+        const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+        z = _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
     }
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+template <bool kGelu>
+void gated(float* gate, const float* up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, gated8<kGelu>(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
     if (i < n) {  // the tail through the same vector operations, lane by lane
         alignas(32) float g[8] = {}, u[8] = {};
         for (int64_t k = i; k < n; ++k) {
             g[k - i] = gate[k];
             u[k - i] = up[k];
         }
-        const __m256 gv = _mm256_load_ps(g);
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
-        _mm256_store_ps(g, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_load_ps(u)));
+        _mm256_store_ps(g, gated8<kGelu>(_mm256_load_ps(g), _mm256_load_ps(u)));
         for (int64_t k = i; k < n; ++k) gate[k] = g[k - i];
     }
 }
+
+}  // namespace
+
+void swiglu(float* gate, const float* up, int64_t n) { gated<false>(gate, up, n); }
+
+void geglu(float* gate, const float* up, int64_t n) { gated<true>(gate, up, n); }
 
 void to_f16(const float* x, uint16_t* y, int n) {
     int i = 0;

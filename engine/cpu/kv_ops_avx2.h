@@ -15,6 +15,8 @@ void round_f16(float* x, int n);
 void to_f16(const float* x, uint16_t* y, int n);
 // gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], with exp8 (kv_ops_avx2.cpp) for e^x.
 void swiglu(float* gate, const float* up, int64_t n);
+// gate = gelu_tanh(gate) * up
+void geglu(float* gate, const float* up, int64_t n);
 
 // Attention of n_q query heads of one token that share one KV head (1 <= n_q <= 8) over positions [0, n_kv):
 // out[g] = softmax_j(q[g] . k_j * scale) v_j, head_dim a multiple of 8. With the F16 cache q is rounded to fp16

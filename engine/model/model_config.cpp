@@ -2,13 +2,14 @@
 
 #include "engine/error.h"
 
+#include <cmath>
 #include <filesystem>
 
 namespace quill {
 
-bool architecture_supported(const std::string& arch) { return arch == "llama" || arch == "qwen2"; }
+bool architecture_supported(const std::string& arch) { return arch == "llama" || arch == "qwen2" || arch == "gemma3"; }
 
-std::string supported_architectures() { return "llama, qwen2"; }
+std::string supported_architectures() { return "llama, qwen2, gemma3"; }
 
 namespace {
 
@@ -43,7 +44,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!architecture_supported(c.arch))
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
-    if (c.arch == "qwen2") c.rope = Rope::neox;
+    if (c.arch == "qwen2" || c.arch == "gemma3") c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
@@ -85,6 +86,29 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     } else if (f.find(p + "rope.scale_linear")) {
         c.rope_freq_scale = 1.0f / optional_float(f, p + "rope.scale_linear", 1.0f, 1e-3, 1e3);
     }
+
+    c.rope_base_local = c.rope_base;
+    c.rope_freq_scale_local = c.rope_freq_scale;
+    c.sliding_window = optional_int(f, p + "attention.sliding_window", 0, 0, int64_t{1} << 30);
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    if (c.arch == "gemma3") {
+        // As Gemma 3 (and llama.cpp) define it: GeGLU, embeddings scaled by sqrt(n_embd), every sixth layer global
+        // with the file's RoPE base, the others local over the window with base 10,000 and no RoPE scaling.
+        c.ffn_act = Activation::gelu_tanh;
+        c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+        c.swa_pattern = 6;
+        c.rope_base_local = 10000.0f;
+        c.rope_freq_scale_local = 1.0f;
+        // Queries are scaled by query_pre_attn_scalar^-1/2, which the GGUF does not carry: head_dim for every size
+        // but 27B (62 layers), where it is n_embd / n_head (Gemma's config; llama.cpp does the same).
+        if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+    }
+    // A file that states the scale itself wins.
+    c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
+    if (f.find(p + "attn_logit_softcapping"))
+        throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping, Gemma 2) is not "
+                                    "supported", f.path(), p));
+    c.final_logit_softcap = optional_float(f, p + "final_logit_softcapping", 0.0f, 0.0, 1e6);
 
     // The vocabulary size: the model's own key, else the embedding matrix's rows.
     if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2) {

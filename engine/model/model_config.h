@@ -28,6 +28,32 @@ struct ModelConfig {
     enum class Rope { adjacent, neox };
     Rope rope = Rope::adjacent;
 
+    // Per-architecture settings of the one forward pass (llama's values are the defaults).
+    enum class Activation { silu, gelu_tanh };  // the FFN's gate: SwiGLU (llama, qwen2) or GeGLU (gemma3)
+    Activation ffn_act = Activation::silu;
+    float embd_scale = 1.0f;        // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
+    float attn_scale = 0.0f;        // score = q . k * attn_scale; set by from_gguf (1 / sqrt(head_dim) by default)
+    float final_logit_softcap = 0;  // logits = cap * tanh(logits / cap) when > 0
+    // Sliding-window attention: a local layer's token at position p sees keys p - sliding_window + 1 .. p. With
+    // swa_pattern N > 0 every Nth layer (l % N == N - 1) is global and the rest local (gemma3: N = 6); with N = 0
+    // every layer is local (mistral). sliding_window 0: every layer global.
+    int64_t sliding_window = 0;
+    int64_t swa_pattern = 0;
+    float rope_base_local = 10000.0f;       // RoPE base of the local layers (gemma3: 10,000; else rope_base)
+    float rope_freq_scale_local = 1.0f;     // and their linear scaling (gemma3: none; else rope_freq_scale)
+
+    bool layer_is_local(int64_t layer) const {
+        return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
+    }
+    // The first position a token at `pos` of this layer attends to.
+    int64_t first_visible(int64_t layer, int64_t pos) const {
+        return layer_is_local(layer) && pos >= sliding_window ? pos - sliding_window + 1 : 0;
+    }
+    // Whether the local layers' RoPE differs from the global one (then backends keep two angle tables).
+    bool two_ropes() const {
+        return sliding_window > 0 && (rope_base_local != rope_base || rope_freq_scale_local != rope_freq_scale);
+    }
+
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and
     // the key that is missing or out of range.
     static ModelConfig from_gguf(const GgufFile& file);
@@ -36,9 +62,9 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * head_dim; }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2).
+// Whether quill can run this general.architecture (llama, qwen2, gemma3).
 bool architecture_supported(const std::string& arch);
-// "llama, qwen2": for messages.
+// "llama, qwen2, gemma3": for messages.
 std::string supported_architectures();
 
 }  // namespace quill

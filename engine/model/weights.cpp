@@ -94,6 +94,12 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         L.bk = l.optional_vector(b + "attn_k.bias", c.n_embd_kv());
         L.bv = l.optional_vector(b + "attn_v.bias", c.n_embd_kv());
         L.bo = l.optional_vector(b + "attn_output.bias", c.n_embd);
+        if (c.arch == "gemma3") {
+            L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
+            L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);
+            L.attn_post_norm = l.get_vector(b + "post_attention_norm.weight", c.n_embd);
+            L.ffn_post_norm = l.get_vector(b + "post_ffw_norm.weight", c.n_embd);
+        }
         w.layers.push_back(std::move(L));
     }
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run

@@ -37,6 +37,10 @@ struct LayerWeights {
     // Optional biases (qwen2 has Q, K and V ones; llama GGUFs may carry any of them); empty when absent.
     std::vector<float> bq, bk, bv;  // [n_embd_q], [n_embd_kv], [n_embd_kv]
     std::vector<float> bo;          // [n_embd]
+    // gemma3: RMSNorm of each Q and K head before RoPE ([head_dim]), and of the attention and FFN outputs before
+    // they join the residual stream ([n_embd]). Empty for the other architectures.
+    std::vector<float> attn_q_norm, attn_k_norm;
+    std::vector<float> attn_post_norm, ffn_post_norm;
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
 };
 

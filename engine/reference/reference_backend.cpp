@@ -42,6 +42,17 @@ void rms_norm(const std::vector<double>& x, const std::vector<float>& w, double 
     for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * scale * w[i];
 }
 
+// The same over each of the rows of w's length in x, in place (gemma3's Q and K norms, per head).
+void rms_norm_rows(std::vector<double>& x, const std::vector<float>& w, double eps) {
+    const size_t d = w.size();
+    for (size_t r = 0; r * d < x.size(); ++r) {
+        double ss = 0.0;
+        for (size_t i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+        for (size_t i = 0; i < d; ++i) x[r * d + i] *= scale * w[i];
+    }
+}
+
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
 // pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX).
 void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
@@ -86,12 +97,17 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
-    inv_freq_.resize(config.n_rot / 2);
-    for (size_t i = 0; i < inv_freq_.size(); ++i) {
-        const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot);
-        inv_freq_[i] = static_cast<double>(config.rope_freq_scale) * std::pow(double{config.rope_base}, exponent);
-        if (!weights.rope_freqs.empty()) inv_freq_[i] /= weights.rope_freqs[i];
-    }
+    auto inv_freq = [&](double base, double scale) {
+        std::vector<double> f(config.n_rot / 2);
+        for (size_t i = 0; i < f.size(); ++i) {
+            const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot);
+            f[i] = scale * std::pow(base, exponent);
+            if (!weights.rope_freqs.empty()) f[i] /= weights.rope_freqs[i];
+        }
+        return f;
+    };
+    inv_freq_ = inv_freq(config.rope_base, config.rope_freq_scale);
+    inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local);
     const size_t cache = static_cast<size_t>(config.n_layer * options.n_slots * options.n_ctx * config.n_embd_kv());
     k_cache_.assign(cache, 0.0);
     v_cache_.assign(cache, 0.0);
@@ -128,13 +144,12 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
     const ModelConfig& c = config_;
     const int64_t hd = c.head_dim, kv_dim = c.n_embd_kv();
     const int64_t group = c.n_head / c.n_head_kv;  // query heads per KV head
-    const int64_t n_kv = t.pos + 1;                 // positions attended: 0..pos of the slot
-    const double inv_sqrt_hd = 1.0 / std::sqrt(static_cast<double>(hd));
 
-    // x = token_embd[token]
+    // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
     row_.resize(c.n_embd);
     dequantize_row(weights_.tok_embd.type, weights_.tok_embd.row(t.token), row_.data(), c.n_embd);
-    x_.assign(row_.begin(), row_.begin() + c.n_embd);
+    x_.resize(c.n_embd);
+    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] = static_cast<double>(row_[i]) * c.embd_scale;
 
     for (int64_t l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = weights_.layers[l];
@@ -149,9 +164,13 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
         for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
         for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
         for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
-        // q, k = RoPE(q, pos), RoPE(k, pos)
-        rope(q_, c.n_head, c, inv_freq_, t.pos);
-        rope(k_, c.n_head_kv, c, inv_freq_, t.pos);
+        // gemma3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
+        if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
+        if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
+        // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies on a local layer
+        const std::vector<double>& inv_freq = c.layer_is_local(l) ? inv_freq_local_ : inv_freq_;
+        rope(q_, c.n_head, c, inv_freq, t.pos);
+        rope(k_, c.n_head_kv, c, inv_freq, t.pos);
         // K[l, slot, pos] = k, V[l, slot, pos] = v
         const bool f16 = kv_shape_.type == KvType::f16;
         double* k_row = cache_row(k_cache_, l, t.slot, t.pos);
@@ -161,40 +180,53 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
             v_row[i] = f16 ? round_to_fp16(v_[i]) : v_[i];
         }
 
-        // att_h = sum_j softmax_j(q_h . K_j / sqrt(head_dim)) V_j over j = 0..pos; head h reads KV head h / group.
+        // att_h = sum_j softmax_j(q_h . K_j * attn_scale) V_j over j = first..pos (first = 0, or the start of the
+        // sliding window on a local layer); head h reads KV head h / group.
         // With an f16 cache q_h and the probabilities are rounded to fp16 too, as half-precision attention (the
         // CPU backend's, llama.cpp's) feeds its products with K and V.
+        const int64_t first = c.layer_is_local(l) ? std::max<int64_t>(0, t.pos - c.sliding_window + 1) : 0;
+        const int64_t n_kv = t.pos + 1 - first;
         att_.assign(c.n_embd_q(), 0.0);
         for (int64_t h = 0; h < c.n_head; ++h) {
             double* qh = q_.data() + h * hd;
             if (f16) std::transform(qh, qh + hd, qh, round_to_fp16);
             const int64_t kv_off = (h / group) * hd;
             for (int64_t j = 0; j < n_kv; ++j) {
-                const double* kj = cache_row(k_cache_, l, t.slot, j) + kv_off;
+                const double* kj = cache_row(k_cache_, l, t.slot, first + j) + kv_off;
                 double s = 0.0;
                 for (int64_t i = 0; i < hd; ++i) s += qh[i] * kj[i];
-                score_[j] = s * inv_sqrt_hd;
+                score_[j] = s * c.attn_scale;
             }
             softmax(score_, n_kv);
             if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
             double* ah = att_.data() + h * hd;
             for (int64_t j = 0; j < n_kv; ++j) {
-                const double* vj = cache_row(v_cache_, l, t.slot, j) + kv_off;
+                const double* vj = cache_row(v_cache_, l, t.slot, first + j) + kv_off;
                 for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
             }
         }
-        // x = x + Wo att
+        // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm)
         matvec(L.wo, att_, out_, row_);
         for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
+        if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
 
         // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
         rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
-        // x = x + W2 (silu(W1 xn) * W3 xn), silu(g) = g / (1 + e^-g)
+        // x = x + W2 (act(W1 xn) * W3 xn), act(g) = silu(g) = g / (1 + e^-g), or (gemma3)
+        // gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); gemma3 normalizes the sum's term by ffn_post_norm
         matvec(L.ffn_gate, xn_, gate_, row_);
         matvec(L.ffn_up, xn_, up_, row_);
-        for (int64_t i = 0; i < c.n_ff; ++i) gate_[i] = gate_[i] / (1.0 + std::exp(-gate_[i])) * up_[i];
+        const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
+        const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
+        for (int64_t i = 0; i < c.n_ff; ++i) {
+            const double g = gate_[i];
+            const double a = gelu ? 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g)))
+                                  : g / (1.0 + std::exp(-g));
+            gate_[i] = a * up_[i];
+        }
         matvec(L.ffn_down, gate_, out_, row_);
+        if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
     }
     if (!logits) return;
@@ -202,7 +234,10 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
     // logits = W_out (x / sqrt(mean(x^2) + eps) * output_norm); W_out is token_embd itself when the model ties them
     rms_norm(x_, weights_.output_norm, c.rms_eps, xn_);
     matvec(weights_.output, xn_, logit_, row_);
-    for (int64_t i = 0; i < c.n_vocab; ++i) logits[i] = static_cast<float>(logit_[i]);
+    // soft-capped, cap * tanh(logit / cap), when the model sets a cap
+    const double cap = c.final_logit_softcap;
+    for (int64_t i = 0; i < c.n_vocab; ++i)
+        logits[i] = static_cast<float>(cap > 0.0 ? cap * std::tanh(logit_[i] / cap) : logit_[i]);
 }
 
 }  // namespace quill

@@ -48,6 +48,7 @@ private:
     const Weights& weights_;
     KvCacheShape kv_shape_;
     std::vector<double> inv_freq_;   // [n_rot / 2] freq_scale * base^(-2i / n_rot) / rope_freqs[i]
+    std::vector<double> inv_freq_local_;  // the same with the local layers' base and scale
     std::vector<double> k_cache_;    // [n_layer, n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<double> v_cache_;    // [n_layer, n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<uint8_t> written_;   // [n_slots, n_ctx] 1 where a token has stored its K and V
