@@ -86,18 +86,31 @@ void for_each_matrix(const Weights& w, F&& f) {
     f(w.output);
 }
 
+// Every float vector of the model, the optional ones (biases, gemma3's norms) included; an absent one is empty.
 template <class F>
 void for_each_vector(const Weights& w, F&& f) {
-    for (const LayerWeights& L : w.layers) {
-        f(L.attn_norm);
-        f(L.ffn_norm);
-    }
+    for (const LayerWeights& L : w.layers)
+        for (const std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.attn_q_norm,
+                                            &L.attn_k_norm, &L.attn_post_norm, &L.ffn_post_norm})
+            f(*v);
     f(w.output_norm);
 }
 
 int64_t workspace_tokens_floats(const ModelConfig& c) {
-    // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin [n_rot]
-    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + c.n_rot;
+    // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin, and the local layers'
+    // [n_rot each]
+    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + 2 * c.n_rot;
+}
+
+// theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i], as the CPU backend computes it.
+std::vector<double> rope_inv_freq(const ModelConfig& c, const Weights& w, double base, double freq_scale) {
+    std::vector<double> f(c.n_rot / 2);
+    for (size_t i = 0; i < f.size(); ++i) {
+        f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot));
+        if (!w.rope_freqs.empty()) f[i] /= w.rope_freqs[i];
+        f[i] *= freq_scale;
+    }
+    return f;
 }
 
 }  // namespace
@@ -111,23 +124,12 @@ std::string MemoryPlan::describe() const {
 
 void check_model(const ModelConfig& config, const Weights& weights) {
     check_weights(weights);
-    if (config.rope != ModelConfig::Rope::adjacent)
-        throw FileError(fmt::format("the CUDA backend does not run the {} architecture yet (NEOX RoPE)", config.arch));
-    for (const LayerWeights& L : weights.layers)
-        if (L.has_bias())
-            throw FileError("the CUDA backend does not run models with attention biases yet");
-    // gemma3's settings (and a sliding window anywhere): the CPU runs them.
-    const bool plain = config.ffn_act == ModelConfig::Activation::silu && config.embd_scale == 1.0f &&
-                       config.final_logit_softcap == 0.0f && config.sliding_window == 0 &&
-                       config.attn_scale == 1.0f / std::sqrt(static_cast<float>(config.head_dim));
-    bool norms = false;
-    for (const LayerWeights& L : weights.layers)
-        norms = norms || !L.attn_q_norm.empty() || !L.attn_k_norm.empty() || !L.attn_post_norm.empty() ||
-                !L.ffn_post_norm.empty();
-    if (!plain || norms)
-        throw FileError(fmt::format("the CUDA backend does not run the {} architecture's settings yet (GELU, Q/K and "
-                                    "post norms, sliding window, scaled embeddings or queries, logit soft-capping)",
-                                    config.arch));
+    // Every architecture setting of ModelConfig has its kernel (forward); the kernels' shape limits remain.
+    if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
+        config.n_head % config.n_head_kv != 0)
+        throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "
+                                    "n_head a multiple of n_head_kv (got {}, {}, {} and {})",
+                                    config.head_dim, config.n_rot, config.n_head, config.n_head_kv));
 }
 
 void check_weights(const Weights& weights) {
@@ -205,17 +207,20 @@ struct CudaBackend::Impl {
         DeviceMatrix wq, wk, wv, wo, gate, up, down;
         const float* attn_norm = nullptr;
         const float* ffn_norm = nullptr;
+        // nullptr when the model has none (LayerWeights)
+        const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+        const float *q_norm = nullptr, *k_norm = nullptr, *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
     };
     std::vector<Layer> layers;
     DeviceMatrix tok_embd, output;
     const float* output_norm = nullptr;
-    std::vector<double> rope_inv_freq;
+    std::vector<double> rope_inv_freq, rope_inv_freq_local;  // the local one empty unless ModelConfig::two_ropes
 
     // Workspace for a batch of up to cap_tokens tokens and cap_logits logit rows.
     int64_t cap_tokens = 0, cap_logits = 0;
     DeviceBuffer floats, ints;
     float *x = nullptr, *xn = nullptr, *q = nullptr, *att = nullptr, *k = nullptr, *v = nullptr, *gate = nullptr,
-          *up = nullptr, *cs = nullptr, *logits = nullptr;
+          *up = nullptr, *cs = nullptr, *cs_local = nullptr, *logits = nullptr;
     int32_t* tokens = nullptr;
     PinnedBuffer host_in;   // what a forward call uploads: ints, then cos/sin
     PinnedBuffer host_out;  // the flag, then the logits
@@ -249,10 +254,11 @@ struct CudaBackend::Impl {
         gate = take(n * c.n_ff);
         up = take(n * c.n_ff);
         cs = take(n * c.n_rot);
+        cs_local = take(n * c.n_rot);
         logits = take(m * c.n_vocab);
         QUILL_CHECK(f <= floats.get() + floats.size(), "float workspace overrun");
         tokens = reinterpret_cast<int32_t*>(ints.get());  // then slots, positions, logit rows, the flag (forward)
-        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1) + sizeof(float) * n * c.n_rot,
+        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1) + 2 * sizeof(float) * n * c.n_rot,
                         "cudaHostAlloc (batch upload buffer)");
         host_out.reserve(sizeof(float) * static_cast<size_t>(m * c.n_vocab + 1), "cudaHostAlloc (logits buffer)");
         cap_tokens = n;
@@ -266,11 +272,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_model(config, weights);
-    if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
-        config.n_head % config.n_head_kv != 0)
-        throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "
-                                    "n_head a multiple of n_head_kv (got {}, {}, {} and {})",
-                                    config.head_dim, config.n_rot, config.n_head, config.n_head_kv));
     plan_ = plan_memory(config, weights, options);  // before anything is allocated
 
     impl_ = std::make_unique<Impl>();
@@ -323,7 +324,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
         return DeviceMatrix{t.type, p, t.ne[0], t.n_rows(), t.row_bytes()};
     };
     auto vec = [&](const std::vector<float>& v) {
-        return reinterpret_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
+        return v.empty() ? nullptr : reinterpret_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
     };
     d.tok_embd = matrix(weights.tok_embd);
     for (const LayerWeights& L : weights.layers) {
@@ -339,20 +340,25 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     }
     d.output = matrix(weights.output);
     for (size_t i = 0; i < weights.layers.size(); ++i) {
-        d.layers[i].attn_norm = vec(weights.layers[i].attn_norm);
-        d.layers[i].ffn_norm = vec(weights.layers[i].ffn_norm);
+        const LayerWeights& L = weights.layers[i];
+        Impl::Layer& l = d.layers[i];
+        l.attn_norm = vec(L.attn_norm);
+        l.ffn_norm = vec(L.ffn_norm);
+        l.bq = vec(L.bq);
+        l.bk = vec(L.bk);
+        l.bv = vec(L.bv);
+        l.bo = vec(L.bo);
+        l.q_norm = vec(L.attn_q_norm);
+        l.k_norm = vec(L.attn_k_norm);
+        l.attn_post_norm = vec(L.attn_post_norm);
+        l.ffn_post_norm = vec(L.ffn_post_norm);
     }
     d.output_norm = vec(weights.output_norm);
     check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize (weight upload)");
 
-    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i], as the CPU backend computes it.
-    const int64_t half = config.n_rot / 2;
-    d.rope_inv_freq.resize(half);
-    for (int64_t i = 0; i < half; ++i) {
-        double f = std::pow(static_cast<double>(config.rope_base), -2.0 * i / static_cast<double>(config.n_rot));
-        if (!weights.rope_freqs.empty()) f /= weights.rope_freqs[i];
-        d.rope_inv_freq[i] = f * config.rope_freq_scale;
-    }
+    d.rope_inv_freq = rope_inv_freq(config, weights, config.rope_base, config.rope_freq_scale);
+    if (config.two_ropes())
+        d.rope_inv_freq_local = rope_inv_freq(config, weights, config.rope_base_local, config.rope_freq_scale_local);
     d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots), 1);
 }
 
@@ -378,12 +384,18 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
         if (bt.logits) in[3 * n + r++] = static_cast<int32_t>(t);
     }
     in[3 * n + m] = INT_MAX;
+    // cos and sin of every token's angles [n, n_rot / 2, 2], then the local layers' when they differ
     auto* cs = reinterpret_cast<float*>(in + 3 * n + m + 1);
-    for (int64_t t = 0; t < n; ++t) {
-        for (int64_t i = 0; i < half; ++i) {
-            const double theta = static_cast<double>(batch.tokens[t].pos) * d.rope_inv_freq[i];
-            cs[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
-            cs[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+    const bool two_ropes = !d.rope_inv_freq_local.empty();
+    for (int f = 0; f < (two_ropes ? 2 : 1); ++f) {
+        const std::vector<double>& inv_freq = f == 0 ? d.rope_inv_freq : d.rope_inv_freq_local;
+        float* out = cs + f * n * half * 2;
+        for (int64_t t = 0; t < n; ++t) {
+            for (int64_t i = 0; i < half; ++i) {
+                const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
+                out[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
+                out[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+            }
         }
     }
     // The same layout on the device: tokens [n], slots [n], pos [n], rows [m], flag.
@@ -397,40 +409,65 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
     check(cudaMemcpyAsync(d.cs, cs, sizeof(float) * static_cast<size_t>(n * half * 2), cudaMemcpyHostToDevice,
                           d.stream),
           "cudaMemcpyAsync (rope angles)");
+    if (two_ropes)
+        check(cudaMemcpyAsync(d.cs_local, cs + n * half * 2, sizeof(float) * static_cast<size_t>(n * half * 2),
+                              cudaMemcpyHostToDevice, d.stream),
+              "cudaMemcpyAsync (local rope angles)");
 
     const Heads heads{static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
-                      static_cast<int>(c.n_rot)};
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+                      static_cast<int>(c.n_rot), c.rope == ModelConfig::Rope::neox};
     const size_t layer_elems = static_cast<size_t>(kv_shape_.n_slots * kv_shape_.n_ctx) * kv_shape_.row_elems();
     const size_t esize = kv_shape_.elem_size();
+    const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
     cudaStream_t s = d.stream;
 
-    embed(d.tok_embd, d.tokens, n, d.x, s);
+    embed(d.tok_embd, d.tokens, n, c.embd_scale, d.x, s);
     for (int64_t l = 0; l < c.n_layer; ++l) {
         const Impl::Layer& L = d.layers[l];
         const LayerCache cache{d.k_cache.get() + l * layer_elems * esize, d.v_cache.get() + l * layer_elems * esize,
                                kv_shape_.type == KvType::f16,
                                static_cast<int64_t>(kv_shape_.n_ctx * kv_shape_.row_elems())};
-        // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), xn = rms_norm(x) * attn_norm
+        const bool local = c.layer_is_local(l);
+        // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), xn = rms_norm(x) * attn_norm, with the optional
+        // biases, per-head Q/K norms and output norm (ModelConfig, LayerWeights)
         rms_norm(d.x, L.attn_norm, d.xn, n, c.n_embd, c.rms_eps, s);
         matmul(L.wq, d.xn, n, d.q, false, s);
         matmul(L.wk, d.xn, n, d.k, false, s);
         matmul(L.wv, d.xn, n, d.v, false, s);
-        rope_store(d.q, d.k, d.v, d.cs, slots, pos, n, heads, cache, s);
-        attention(d.q, slots, pos, n, heads, cache, scale, d.att, s);
-        matmul(L.wo, d.att, n, d.x, true, s);
-        // x += W2 (silu(W1 xn) * W3 xn), xn = rms_norm(x) * ffn_norm
+        if (L.bq) add_rows(d.q, L.bq, n, c.n_embd_q(), s);
+        if (L.bk) add_rows(d.k, L.bk, n, c.n_embd_kv(), s);
+        if (L.bv) add_rows(d.v, L.bv, n, c.n_embd_kv(), s);
+        if (L.q_norm) rms_norm(d.q, L.q_norm, d.q, n * c.n_head, c.head_dim, c.rms_eps, s);
+        if (L.k_norm) rms_norm(d.k, L.k_norm, d.k, n * c.n_head_kv, c.head_dim, c.rms_eps, s);
+        rope_store(d.q, d.k, d.v, local && two_ropes ? d.cs_local : d.cs, slots, pos, n, heads, cache, s);
+        attention(d.q, slots, pos, n, heads, cache, c.attn_scale, local ? c.sliding_window : 0, d.att, s);
+        if (L.bo || L.attn_post_norm) {  // through xn (free after the Q/K/V products), then into x
+            matmul(L.wo, d.att, n, d.xn, false, s);
+            if (L.bo) add_rows(d.xn, L.bo, n, c.n_embd, s);
+            if (L.attn_post_norm) rms_norm(d.xn, L.attn_post_norm, d.xn, n, c.n_embd, c.rms_eps, s);
+            add(d.x, d.xn, n * c.n_embd, s);
+        } else {
+            matmul(L.wo, d.att, n, d.x, true, s);
+        }
+        // x += W2 (act(W1 xn) * W3 xn), xn = rms_norm(x) * ffn_norm; gemma3 norms the term first
         rms_norm(d.x, L.ffn_norm, d.xn, n, c.n_embd, c.rms_eps, s);
         matmul(L.gate, d.xn, n, d.gate, false, s);
         matmul(L.up, d.xn, n, d.up, false, s);
-        swiglu(d.gate, d.up, n * c.n_ff, s);
-        matmul(L.down, d.gate, n, d.x, true, s);
+        gated_activation(d.gate, d.up, n * c.n_ff, gelu, s);
+        if (L.ffn_post_norm) {
+            matmul(L.down, d.gate, n, d.xn, false, s);
+            rms_norm(d.xn, L.ffn_post_norm, d.xn, n, c.n_embd, c.rms_eps, s);
+            add(d.x, d.xn, n * c.n_embd, s);
+        } else {
+            matmul(L.down, d.gate, n, d.x, true, s);
+        }
         check_finite(d.x, n * c.n_embd, static_cast<int32_t>(l), flag, s);
     }
     if (m > 0) {
         gather_rows(d.x, rows, m, c.n_embd, d.xn, s);
         rms_norm(d.xn, d.output_norm, d.xn, m, c.n_embd, c.rms_eps, s);
         matmul(d.output, d.xn, m, d.logits, false, s);
+        if (c.final_logit_softcap > 0.0f) softcap(d.logits, m * c.n_vocab, c.final_logit_softcap, s);
     }
     auto* out = reinterpret_cast<float*>(d.host_out.get());
     check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (flag)");

@@ -32,7 +32,7 @@ struct MemoryPlan {
 
 // FileError naming the first tensor whose type has no CUDA kernel (the embedding included).
 void check_weights(const Weights& weights);
-// check_weights, and FileError for what the CUDA forward pass lacks: NEOX RoPE (qwen2), attention biases.
+// check_weights, and FileError for shapes the CUDA kernels do not take (head_dim above 512, an odd rope dimension).
 void check_model(const ModelConfig& config, const Weights& weights);
 
 // Device bytes of weights as uploaded, and of the workspace for a batch of n_tokens asking for n_logits rows.

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 
 template <GgmlType T>
 __global__ void embed_kernel(const uint8_t* __restrict__ emb, size_t row_bytes, int64_t cols,
-                             const int32_t* __restrict__ tokens, float* __restrict__ x) {
+                             const int32_t* __restrict__ tokens, float scale, float* __restrict__ x) {
     const int64_t t = blockIdx.x;
     const uint8_t* row = emb + static_cast<int64_t>(tokens[t]) * row_bytes;
     float* out = x + t * cols;
@@ -134,10 +134,10 @@ __global__ void embed_kernel(const uint8_t* __restrict__ emb, size_t row_bytes, 
             float v[32];
             decode_group32<T>(row, g, v);
 #pragma unroll
-            for (int i = 0; i < 32; ++i) out[g * 32 + i] = v[i];
+            for (int i = 0; i < 32; ++i) out[g * 32 + i] = v[i] * scale;
         }
     } else {
-        for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) out[k] = decode_element<T>(row, k);
+        for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) out[k] = decode_element<T>(row, k) * scale;
     }
 }
 
@@ -168,13 +168,15 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
     const int half = h.n_rot / 2;
     const float* cst = cs + t * half * 2;
     float* qt = q + t * h.n_head * h.head_dim;
+    // Pair i of a head: dims (2i, 2i+1), or (i, i + half) with NEOX.
+    const int stride = h.neox ? half : 1, step = h.neox ? 1 : 2;
     for (int idx = threadIdx.x; idx < h.n_head * half; idx += blockDim.x) {
         const int head = idx / half, i = idx % half;
         const float co = cst[2 * i], si = cst[2 * i + 1];
-        float* p = qt + head * h.head_dim + 2 * i;
-        const float x0 = p[0], x1 = p[1];
+        float* p = qt + head * h.head_dim + step * i;
+        const float x0 = p[0], x1 = p[stride];
         p[0] = x0 * co - x1 * si;
-        p[1] = x0 * si + x1 * co;
+        p[stride] = x0 * si + x1 * co;
     }
     const int row = h.n_head_kv * h.head_dim;
     const float* kt = k + t * row;
@@ -184,10 +186,13 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
         const int i = e % h.head_dim;
         float val = kt[e];
         if (i < h.n_rot) {
-            const int e0 = e - (i & 1);  // the pair's first element
-            const float co = cst[i & ~1], si = cst[(i & ~1) + 1];
-            const float x0 = kt[e0], x1 = kt[e0 + 1];
-            val = (i & 1) ? x0 * si + x1 * co : x0 * co - x1 * si;
+            // this element's pair, and whether it is the pair's first element
+            const int pair = h.neox ? (i < half ? i : i - half) : i / 2;
+            const bool first = h.neox ? i < half : (i & 1) == 0;
+            const int e0 = e - i + step * pair;
+            const float co = cst[2 * pair], si = cst[2 * pair + 1];
+            const float x0 = kt[e0], x1 = kt[e0 + stride];
+            val = first ? x0 * co - x1 * si : x0 * si + x1 * co;
         }
         store_kv(c.k, dst + e, val, c.f16);
         store_kv(c.v, dst + e, vt[e], c.f16);
@@ -201,7 +206,7 @@ constexpr int kAttnMaxDimsPerThread = 4;  // head_dim <= 512
 
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
-                     Heads h, LayerCache c, float scale, float* __restrict__ out) {
+                     Heads h, LayerCache c, float scale, int64_t window, float* __restrict__ out) {
     extern __shared__ float smem[];
     float* sq = smem;                   // [head_dim] the query, times scale
     float* sp = smem + h.head_dim;      // [128] this chunk's probabilities
@@ -214,13 +219,14 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int i = threadIdx.x; i < hd; i += kAttnThreads) sq[i] = qh[i];
     __syncthreads();
     const int64_t n_kv = static_cast<int64_t>(pos[t]) + 1;
+    const int64_t j0 = window > 0 && n_kv > window ? n_kv - window : 0;  // the first key of a sliding window
     const int64_t row = static_cast<int64_t>(h.n_head_kv) * hd;
     const size_t base = static_cast<size_t>(slots[t]) * c.slot_stride + static_cast<size_t>(kv_head) * hd;
     float m = -INFINITY, l = 0.0f;
     float o[kAttnMaxDimsPerThread];
 #pragma unroll
     for (int i = 0; i < kAttnMaxDimsPerThread; ++i) o[i] = 0.0f;
-    for (int64_t c0 = 0; c0 < n_kv; c0 += kAttnThreads) {
+    for (int64_t c0 = j0; c0 < n_kv; c0 += kAttnThreads) {
         const int64_t j = c0 + threadIdx.x;
         float s = -INFINITY;
         if (j < n_kv) {
@@ -257,12 +263,33 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 }
 
-__global__ void swiglu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
+// gate = g sigmoid(z) up: z = g is SiLU, z = 2 sqrt(2/pi) (g + 0.044715 g^3) GELU's tanh form (0.5 g (1 + tanh(u))
+// = g sigmoid(2u)).
+template <bool kGelu>
+__global__ void gated_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
+        const float z = kGelu ? 1.5957691216057308f * (g + 0.044715f * g * g * g) : g;
+        gate[i] = g / (1.0f + expf(-z)) * up[i];
     }
+}
+
+__global__ void add_rows_kernel(float* __restrict__ x, const float* __restrict__ b, int64_t d) {
+    float* xr = x + static_cast<int64_t>(blockIdx.x) * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) xr[i] += b[i];
+}
+
+__global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] += y[i];
+}
+
+__global__ void softcap_kernel(float* __restrict__ x, int64_t n, float cap) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int64_t d,
@@ -304,10 +331,11 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, b
     check(cudaGetLastError(), "the matmul kernel launch");
 }
 
-void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float* x, cudaStream_t s) {
+void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float scale, float* x, cudaStream_t s) {
     with_type(emb.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::value;
-        embed_kernel<T><<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(emb.data, emb.row_bytes, emb.cols, tokens, x);
+        embed_kernel<T><<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(emb.data, emb.row_bytes, emb.cols, tokens,
+                                                                         scale, x);
     });
     check(cudaGetLastError(), "the embedding kernel launch");
 }
@@ -324,19 +352,35 @@ void rope_store(float* q, const float* k, const float* v, const float* cs, const
 }
 
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
-               const LayerCache& cache, float scale, float* out, cudaStream_t s) {
+               const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s) {
     if (heads.head_dim > kAttnThreads * kAttnMaxDimsPerThread) {
         check(cudaErrorInvalidValue, "attention (head_dim above 512)");
     }
     const size_t smem = (static_cast<size_t>(heads.head_dim) + kAttnThreads + 32) * sizeof(float);
     attention_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head)), kAttnThreads, smem, s>>>(
-        q, slots, pos, heads, cache, scale, out);
+        q, slots, pos, heads, cache, scale, window, out);
     check(cudaGetLastError(), "the attention kernel launch");
 }
 
-void swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
-    swiglu_kernel<<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
-    check(cudaGetLastError(), "the SwiGLU kernel launch");
+void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s) {
+    if (gelu) gated_kernel<true><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
+    else gated_kernel<false><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
+    check(cudaGetLastError(), "the SwiGLU/GeGLU kernel launch");
+}
+
+void add_rows(float* x, const float* b, int64_t n, int64_t d, cudaStream_t s) {
+    add_rows_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, b, d);
+    check(cudaGetLastError(), "the bias kernel launch");
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t s) {
+    add_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+    check(cudaGetLastError(), "the residual add kernel launch");
+}
+
+void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
+    softcap_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, cap);
+    check(cudaGetLastError(), "the logit soft-capping kernel launch");
 }
 
 void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y, cudaStream_t s) {

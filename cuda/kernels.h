@@ -24,8 +24,8 @@ struct DeviceMatrix {
 // 16-byte aligned, y [n_tokens, rows].
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, bool accumulate, cudaStream_t s);
 
-// x[t] = row tokens[t] of the embedding matrix, decoded to float: x [n_tokens, emb.cols].
-void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float* x, cudaStream_t s);
+// x[t] = row tokens[t] of the embedding matrix, decoded to float, times scale: x [n_tokens, emb.cols].
+void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float scale, float* x, cudaStream_t s);
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n rows of d (y may be x).
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s);
@@ -41,21 +41,30 @@ struct LayerCache {
 
 struct Heads {
     int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+    bool neox = false;  // RoPE pairs (x[i], x[i + n_rot/2]) instead of (x[2i], x[2i+1]) (ModelConfig::Rope)
 };
 
 // Rotates q [n, n_head * head_dim] in place and stores rotated k and v [n, n_head_kv * head_dim] at each token's
-// (slot, pos) of the cache. cs [n, n_rot / 2, 2] holds cos and sin of each token's angles; rotation is of adjacent
-// pairs (x[2i], x[2i+1]) of each head's first n_rot dims, as the CPU backend does.
+// (slot, pos) of the cache. cs [n, n_rot / 2, 2] holds cos and sin of each token's angles; rotation is of pair i of
+// each head's first n_rot dims (adjacent or NEOX, heads.neox), as the CPU backend does.
 void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
                 const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s);
 
-// out[t, h] = softmax(q[t, h] . K[slot_t, 0..pos_t] * scale) V[slot_t, 0..pos_t] for every token and head, with
-// grouped-query heads (head h reads KV head h / (n_head / n_head_kv)). head_dim <= 512.
+// out[t, h] = softmax(q[t, h] . K[slot_t, j0..pos_t] * scale) V[slot_t, j0..pos_t] for every token and head, with
+// grouped-query heads (head h reads KV head h / (n_head / n_head_kv)); j0 = 0, or with a sliding window > 0
+// max(0, pos_t - window + 1). head_dim <= 512.
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
-               const LayerCache& cache, float scale, float* out, cudaStream_t s);
+               const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s);
 
-// gate = silu(gate) * up, n elements.
-void swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+// gate = act(gate) * up, n elements: act SiLU, or GELU in its tanh form when gelu.
+void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s);
+
+// x[t, i] += b[i] for n rows of d.
+void add_rows(float* x, const float* b, int64_t n, int64_t d, cudaStream_t s);
+// x[i] += y[i], n elements.
+void add(float* x, const float* y, int64_t n, cudaStream_t s);
+// x = cap * tanh(x / cap), n elements.
+void softcap(float* x, int64_t n, float cap, cudaStream_t s);
 
 // y[i] = x[rows[i]] for i < m, rows of d floats.
 void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y, cudaStream_t s);
