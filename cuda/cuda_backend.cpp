@@ -214,7 +214,9 @@ struct CudaBackend::Impl {
     std::vector<Layer> layers;
     DeviceMatrix tok_embd, output;
     const float* output_norm = nullptr;
-    std::vector<double> rope_inv_freq, rope_inv_freq_local;  // the local one empty unless ModelConfig::two_ropes
+    DeviceBuffer rope_freq;  // [2, n_rot / 2] doubles: RoPE inverse frequencies, global then local (two_ropes)
+    const double* inv_freq = nullptr;
+    std::map<int64_t, cudaGraphExec_t> graphs;  // decode steps by token count
 
     // Workspace for a batch of up to cap_tokens tokens and cap_logits logit rows.
     int64_t cap_tokens = 0, cap_logits = 0;
@@ -226,7 +228,35 @@ struct CudaBackend::Impl {
     PinnedBuffer host_out;  // the flag, then the logits
 
     ~Impl() {
+        drop_graphs();
         if (stream) cudaStreamDestroy(stream);
+    }
+
+    void drop_graphs() {
+        for (auto& [n, exec] : graphs)
+            if (exec) cudaGraphExecDestroy(exec);
+        graphs.clear();
+    }
+
+    // The work `enqueue` puts on the stream, captured as an executable graph (nothing runs). A failure during the
+    // capture ends it before the error propagates, leaving the stream usable.
+    template <class F>
+    cudaGraphExec_t capture(F&& enqueue) {
+        check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        cudaGraph_t graph = nullptr;
+        try {
+            enqueue();
+        } catch (...) {
+            cudaStreamEndCapture(stream, &graph);
+            if (graph) cudaGraphDestroy(graph);
+            throw;
+        }
+        check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        check(e, "cudaGraphInstantiate");
+        return exec;
     }
 
     void reserve(const ModelConfig& c, int64_t n, int64_t m) {
@@ -234,6 +264,7 @@ struct CudaBackend::Impl {
         n = std::max(n, cap_tokens);
         m = std::max(m, cap_logits);
         check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (before growing the workspace)");
+        drop_graphs();  // they point into the old workspace
         floats.allocate(sizeof(float) * static_cast<size_t>(n * workspace_tokens_floats(c) + m * c.n_vocab) +
                             16 * kAlign,
                         "cudaMalloc (activation workspace)");
@@ -258,7 +289,7 @@ struct CudaBackend::Impl {
         logits = take(m * c.n_vocab);
         QUILL_CHECK(f <= floats.get() + floats.size(), "float workspace overrun");
         tokens = reinterpret_cast<int32_t*>(ints.get());  // then slots, positions, logit rows, the flag (forward)
-        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1) + 2 * sizeof(float) * n * c.n_rot,
+        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1),
                         "cudaHostAlloc (batch upload buffer)");
         host_out.reserve(sizeof(float) * static_cast<size_t>(m * c.n_vocab + 1), "cudaHostAlloc (logits buffer)");
         cap_tokens = n;
@@ -268,7 +299,8 @@ struct CudaBackend::Impl {
 
 CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options)
     : config_(config),
-      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
+      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
+      graphs_(options.graphs) {
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_model(config, weights);
@@ -356,9 +388,16 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     d.output_norm = vec(weights.output_norm);
     check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize (weight upload)");
 
-    d.rope_inv_freq = rope_inv_freq(config, weights, config.rope_base, config.rope_freq_scale);
-    if (config.two_ropes())
-        d.rope_inv_freq_local = rope_inv_freq(config, weights, config.rope_base_local, config.rope_freq_scale_local);
+    // RoPE inverse frequencies for the angle kernel: the global ones, then the local layers' (the same unless
+    // two_ropes).
+    std::vector<double> freq = rope_inv_freq(config, weights, config.rope_base, config.rope_freq_scale);
+    const std::vector<double> local =
+        rope_inv_freq(config, weights, config.rope_base_local, config.rope_freq_scale_local);
+    freq.insert(freq.end(), local.begin(), local.end());
+    d.rope_freq.allocate(freq.size() * sizeof(double), "cudaMalloc (RoPE frequencies)");
+    check(cudaMemcpy(d.rope_freq.get(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),
+          "cudaMemcpy (RoPE frequencies)");
+    d.inv_freq = reinterpret_cast<const double*>(d.rope_freq.get());
     d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots), 1);
 }
 
@@ -372,8 +411,8 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
     const int64_t m = batch.n_logits();
     d.reserve(c, n, m);
 
-    // One upload of the batch: tokens, slots, positions, logit rows, the flag; then cos and sin of every angle.
-    const int64_t half = c.n_rot / 2;
+    // One upload of the batch: tokens, slots, positions, logit rows, the flag (RoPE angles are computed on the
+    // device from the positions, so a captured step reads everything that changes from this copy).
     auto* in = reinterpret_cast<int32_t*>(d.host_in.get());
     int64_t r = 0;
     for (int64_t t = 0; t < n; ++t) {
@@ -384,35 +423,58 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
         if (bt.logits) in[3 * n + r++] = static_cast<int32_t>(t);
     }
     in[3 * n + m] = INT_MAX;
-    // cos and sin of every token's angles [n, n_rot / 2, 2], then the local layers' when they differ
-    auto* cs = reinterpret_cast<float*>(in + 3 * n + m + 1);
-    const bool two_ropes = !d.rope_inv_freq_local.empty();
-    for (int f = 0; f < (two_ropes ? 2 : 1); ++f) {
-        const std::vector<double>& inv_freq = f == 0 ? d.rope_inv_freq : d.rope_inv_freq_local;
-        float* out = cs + f * n * half * 2;
-        for (int64_t t = 0; t < n; ++t) {
-            for (int64_t i = 0; i < half; ++i) {
-                const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
-                out[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
-                out[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
-            }
-        }
-    }
-    // The same layout on the device: tokens [n], slots [n], pos [n], rows [m], flag.
     check(cudaMemcpyAsync(d.tokens, in, sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1), cudaMemcpyHostToDevice,
                           d.stream),
           "cudaMemcpyAsync (batch)");
+
+    // A decode step (every token asks for logits): replay its graph, captured on first use. The layout of the
+    // upload above depends only on n when m == n, so the graph's pointers stay valid until the workspace grows
+    // (reserve then drops every graph).
+    if (graphs_ && m == n && n <= kMaxGraphTokens) {
+        cudaGraphExec_t& exec = d.graphs[n];
+        if (!exec) exec = d.capture([&] { enqueue_forward(n, m); });
+        check(cudaGraphLaunch(exec, d.stream), "cudaGraphLaunch (decode step)");
+    } else {
+        enqueue_forward(n, m);
+    }
+
+    int32_t* flag = d.tokens + 3 * n + m;
+    auto* out = reinterpret_cast<float*>(d.host_out.get());
+    check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, d.stream), "cudaMemcpyAsync (flag)");
+    if (m > 0)
+        check(cudaMemcpyAsync(out + 1, d.logits, sizeof(float) * static_cast<size_t>(m * c.n_vocab),
+                              cudaMemcpyDeviceToHost, d.stream),
+              "cudaMemcpyAsync (logits)");
+    check(cudaStreamSynchronize(d.stream), "the forward pass (cudaStreamSynchronize)");
+    int32_t bad_layer;
+    std::memcpy(&bad_layer, out, sizeof bad_layer);
+    if (bad_layer != INT_MAX)
+        throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual stream: "
+                                "the model's weights are corrupt or out of range",
+                                bad_layer, bad_layer));
+    std::copy_n(out + 1, m * c.n_vocab, logits.data());
+    for (int64_t i = 0; i < m * c.n_vocab; ++i) {
+        if (!std::isfinite(logits[i]))
+            throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
+                        "weights are corrupt or out of range");
+    }
+}
+
+size_t CudaBackend::n_graphs() const { return impl_->graphs.size(); }
+
+// The kernels of a forward call over the batch uploaded at d.tokens (n tokens, m logit rows): no host work, no
+// synchronization, so that a decode step can be captured as a graph.
+void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
+    const ModelConfig& c = config_;
+    Impl& d = *impl_;
     int32_t* slots = d.tokens + n;
     int32_t* pos = slots + n;
     int32_t* rows = pos + n;
     int32_t* flag = rows + m;
-    check(cudaMemcpyAsync(d.cs, cs, sizeof(float) * static_cast<size_t>(n * half * 2), cudaMemcpyHostToDevice,
-                          d.stream),
-          "cudaMemcpyAsync (rope angles)");
-    if (two_ropes)
-        check(cudaMemcpyAsync(d.cs_local, cs + n * half * 2, sizeof(float) * static_cast<size_t>(n * half * 2),
-                              cudaMemcpyHostToDevice, d.stream),
-              "cudaMemcpyAsync (local rope angles)");
+    const int64_t half = c.n_rot / 2;
+    const bool two_ropes = c.two_ropes();
+    rope_angles(pos, d.inv_freq, half, n, d.cs, d.stream);
+    if (two_ropes) rope_angles(pos, d.inv_freq + half, half, n, d.cs_local, d.stream);
 
     const Heads heads{static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
                       static_cast<int>(c.n_rot), c.rope == ModelConfig::Rope::neox};
@@ -468,25 +530,6 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
         rms_norm(d.xn, d.output_norm, d.xn, m, c.n_embd, c.rms_eps, s);
         matmul(d.output, d.xn, m, d.logits, false, s);
         if (c.final_logit_softcap > 0.0f) softcap(d.logits, m * c.n_vocab, c.final_logit_softcap, s);
-    }
-    auto* out = reinterpret_cast<float*>(d.host_out.get());
-    check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (flag)");
-    if (m > 0)
-        check(cudaMemcpyAsync(out + 1, d.logits, sizeof(float) * static_cast<size_t>(m * c.n_vocab),
-                              cudaMemcpyDeviceToHost, s),
-              "cudaMemcpyAsync (logits)");
-    check(cudaStreamSynchronize(s), "the forward pass (cudaStreamSynchronize)");
-    int32_t bad_layer;
-    std::memcpy(&bad_layer, out, sizeof bad_layer);
-    if (bad_layer != INT_MAX)
-        throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual stream: "
-                                "the model's weights are corrupt or out of range",
-                                bad_layer, bad_layer));
-    std::copy_n(out + 1, m * c.n_vocab, logits.data());
-    for (int64_t i = 0; i < m * c.n_vocab; ++i) {
-        if (!std::isfinite(logits[i]))
-            throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
-                        "weights are corrupt or out of range");
     }
 }
 

@@ -18,7 +18,14 @@ struct CudaBackendOptions {
     int64_t n_slots = 1;  // sequences in flight
     KvType kv_type = KvType::f16;
     int64_t plan_tokens = 512;  // tokens per forward call the workspace is planned for (it grows when a batch is larger)
+    // Decode steps (every token asks for logits, at most kMaxGraphTokens of them) as CUDA graphs: captured once per
+    // token count, replayed after that, reading tokens, slots and positions from device memory. Off: every kernel
+    // launched each call (the same kernels, so the same results bit for bit).
+    bool graphs = true;
 };
+
+// The largest decode batch replayed as a CUDA graph.
+constexpr int64_t kMaxGraphTokens = 64;
 
 // Device memory the backend takes, and what the device had free before it took it.
 struct MemoryPlan {
@@ -61,10 +68,15 @@ public:
 
     const MemoryPlan& plan() const { return plan_; }
 
+    // Decode graphs captured so far (for the tests).
+    size_t n_graphs() const;
+
 private:
+    void enqueue_forward(int64_t n, int64_t m);  // every kernel of one forward call, on the backend's stream
     struct Impl;
     const ModelConfig& config_;
     KvCacheShape kv_shape_;
+    bool graphs_;
     MemoryPlan plan_;
     std::unique_ptr<Impl> impl_;
 };

@@ -152,6 +152,18 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, flo
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];  // each thread its own i
 }
 
+__global__ void rope_angles_kernel(const int32_t* __restrict__ pos, const double* __restrict__ inv_freq, int64_t half,
+                                   int64_t n, float* __restrict__ cs) {
+    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n * half;
+         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const double theta = static_cast<double>(pos[idx / half]) * inv_freq[idx % half];
+        double sn, cn;
+        sincos(theta, &sn, &cn);
+        cs[2 * idx] = static_cast<float>(cn);
+        cs[2 * idx + 1] = static_cast<float>(sn);
+    }
+}
+
 __device__ __forceinline__ float load_kv(const void* base, size_t i, bool f16) {
     return f16 ? __half2float(static_cast<const __half*>(base)[i]) : static_cast<const float*>(base)[i];
 }
@@ -343,6 +355,11 @@ void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, flo
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s) {
     rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps);
     check(cudaGetLastError(), "the RMSNorm kernel launch");
+}
+
+void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, float* cs, cudaStream_t s) {
+    rope_angles_kernel<<<grid_for(n * half, 256), 256, 0, s>>>(pos, inv_freq, half, n, cs);
+    check(cudaGetLastError(), "the RoPE angle kernel launch");
 }
 
 void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,

@@ -44,6 +44,10 @@ struct Heads {
     bool neox = false;  // RoPE pairs (x[i], x[i + n_rot/2]) instead of (x[2i], x[2i+1]) (ModelConfig::Rope)
 };
 
+// cs[t, i] = (cos, sin) of pos[t] * inv_freq[i] for t < n, i < half: the angles rope_store takes, computed in
+// double as the CPU backend does.
+void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, float* cs, cudaStream_t s);
+
 // Rotates q [n, n_head * head_dim] in place and stores rotated k and v [n, n_head_kv * head_dim] at each token's
 // (slot, pos) of the cache. cs [n, n_rot / 2, 2] holds cos and sin of each token's angles; rotation is of pair i of
 // each head's first n_rot dims (adjacent or NEOX, heads.neox), as the CPU backend does.

@@ -52,11 +52,13 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 // max |cuda - reference| / rms(reference) allowed on the tiny random models (see the top of the file).
 double backend_tol(KvType kv) { return kv == KvType::f32 ? 1e-4 : 1e-2; }
 
-std::unique_ptr<cuda::CudaBackend> gpu(const Model& m, KvType kv, int64_t n_slots = 1, int64_t n_ctx = 64) {
+std::unique_ptr<cuda::CudaBackend> gpu(const Model& m, KvType kv, int64_t n_slots = 1, int64_t n_ctx = 64,
+                                       bool graphs = true) {
     cuda::CudaBackendOptions o;
     o.n_ctx = n_ctx;
     o.n_slots = n_slots;
     o.kv_type = kv;
+    o.graphs = graphs;
     return std::make_unique<cuda::CudaBackend>(m.config, m.weights, o);
 }
 
@@ -205,6 +207,43 @@ TEST_CASE("CUDA backend prefill equals step-by-step decode, and a long prompt cr
                                   backend_tol(kv));
             }
         }
+    }
+}
+
+TEST_CASE("decode steps replayed as CUDA graphs equal the same steps launched kernel by kernel, bit for bit",
+          "[cuda]") {
+    if (!have_gpu()) return;
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int nv = static_cast<int>(c.spec.n_vocab);
+        INFO(c.label);
+        // One sequence: a 6-token prompt without logits (no graph), then 10 decode steps (one graph, replayed 9
+        // times at new positions); then 3 sequences decoding together (a second graph).
+        auto run = [&](bool graphs) {
+            auto g = gpu(*model, KvType::f16, 3, 64, graphs);
+            std::vector<float> all;
+            Batch prompt;
+            for (int s = 0; s < 3; ++s)
+                for (int i = 0; i < 6; ++i) prompt.add((i * 7 + s * 13) % nv, i, s, false);
+            std::vector<float> none;
+            g->forward(prompt, none);
+            std::vector<float> l(3 * static_cast<size_t>(nv));
+            for (int step = 0; step < 10; ++step) {
+                Batch one;
+                one.add((step * 11 + 1) % nv, 6 + step, 0, true);
+                g->forward(one, std::span<float>(l.data(), nv));
+                all.insert(all.end(), l.begin(), l.begin() + nv);
+            }
+            for (int step = 0; step < 4; ++step) {
+                Batch three;
+                for (int s = 0; s < 3; ++s) three.add((step * 5 + s) % nv, s == 0 ? 16 + step : 6 + step, s, true);
+                g->forward(three, l);
+                all.insert(all.end(), l.begin(), l.end());
+            }
+            CHECK(g->n_graphs() == (graphs ? 2u : 0u));
+            return all;
+        };
+        CHECK(run(true) == run(false));
     }
 }
 
