@@ -573,6 +573,7 @@ int cmd_bench(BenchCliOptions& o) {
         }
         j["reps"] = o.bench.reps;
         j["n_batch"] = o.bench.n_batch;
+        if (const double copy = backend->copy_bandwidth_gbs(); copy > 0.0) j["copy_gb_per_s"] = copy;
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         return 0;
     }
@@ -581,12 +582,15 @@ int cmd_bench(BenchCliOptions& o) {
         cpu ? fmt::format("cpu {}", quill::cpu::isa_name(cpu->isa())) : std::string(backend->name());
     const std::string threads_col = cpu ? std::to_string(cpu->n_threads()) : "-";
     out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
+    const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
     for (const quill::BenchTest& t : res.tests) {
         std::string ts = quill::mean_pm_stddev(t.tokens_per_s);
         if (!t.gb_per_s.empty()) {
             std::vector<double> g = t.gb_per_s;
             std::sort(g.begin(), g.end());
-            ts += fmt::format(" ({:.1f} GB/s)", g[g.size() / 2]);
+            const double median = g[g.size() / 2];
+            ts += copy > 0.0 ? fmt::format(" ({:.1f} GB/s, {:.0f}% of copy)", median, 100.0 * median / copy)
+                             : fmt::format(" ({:.1f} GB/s)", median);
         }
         out.write(fmt::format("| {} | {} | {} | {} | {} |\n", quill::escape_for_terminal(desc), backend_col,
                               threads_col, t.name, ts));

@@ -462,6 +462,37 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
 
 size_t CudaBackend::n_graphs() const { return impl_->graphs.size(); }
 
+double CudaBackend::copy_bandwidth_gbs() {
+    if (copy_gbs_ > 0.0) return copy_gbs_;
+    constexpr size_t kBytes = size_t{256} << 20;
+    DeviceBuffer a, b;
+    try {  // no room for the two buffers: no measurement (bench prints GB/s without the fraction)
+        a.allocate(kBytes, "cudaMalloc (bandwidth test)");
+        b.allocate(kBytes, "cudaMalloc (bandwidth test)");
+    } catch (const Error&) {
+        return 0.0;
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    float best_ms = 0.0f;
+    cudaError_t e = cudaMemsetAsync(a.get(), 1, kBytes, impl_->stream);
+    for (int i = 0; i < 6 && e == cudaSuccess; ++i) {  // the first is a warm-up
+        e = cudaEventRecord(start, impl_->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(b.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice, impl_->stream);
+        if (e == cudaSuccess) e = cudaEventRecord(stop, impl_->stream);
+        if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+        float ms = 0.0f;
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, stop);
+        if (e == cudaSuccess && i > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    check(e, "the copy bandwidth measurement");
+    copy_gbs_ = best_ms > 0.0f ? 2.0 * kBytes / (best_ms * 1e-3) / 1e9 : 0.0;
+    return copy_gbs_;
+}
+
 // The kernels of a forward call over the batch uploaded at d.tokens (n tokens, m logit rows): no host work, no
 // synchronization, so that a decode step can be captured as a graph.
 void CudaBackend::enqueue_forward(int64_t n, int64_t m) {

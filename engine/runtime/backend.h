@@ -63,6 +63,10 @@ public:
     // or earlier calls). logits [batch.n_logits(), n_vocab] receives the rows of the tokens that ask, in batch
     // order. Throws UsageError for a position outside the context or a slot out of range.
     virtual void forward(const Batch& batch, std::span<float> logits) = 0;
+
+    // The device's measured memory bandwidth in GB/s (a large device-to-device copy, bytes read plus written, over
+    // its time), for `quill bench` to state decode's fraction of it; 0 where there is no such measurement (CPU).
+    virtual double copy_bandwidth_gbs() { return 0.0; }
 };
 
 // The checks every backend's forward() makes first: a non-empty batch, tokens inside the vocabulary, positions
