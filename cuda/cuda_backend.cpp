@@ -4,6 +4,7 @@
 #include "cuda/dequant.h"
 #include "cuda/kernels.h"
 #include "engine/error.h"
+#include "engine/runtime/sampler.h"
 
 #include <cuda_runtime.h>
 
@@ -224,6 +225,8 @@ struct CudaBackend::Impl {
     float *x = nullptr, *xn = nullptr, *q = nullptr, *att = nullptr, *k = nullptr, *v = nullptr, *gate = nullptr,
           *up = nullptr, *cs = nullptr, *cs_local = nullptr, *logits = nullptr;
     int32_t* tokens = nullptr;
+    DeviceBuffer picked_buffer;  // [cap_logits] tokens picked on the device (forward_sample)
+    int32_t* picked = nullptr;
     PinnedBuffer host_in;   // what a forward call uploads: ints, then cos/sin
     PinnedBuffer host_out;  // the flag, then the logits
 
@@ -289,6 +292,9 @@ struct CudaBackend::Impl {
         logits = take(m * c.n_vocab);
         QUILL_CHECK(f <= floats.get() + floats.size(), "float workspace overrun");
         tokens = reinterpret_cast<int32_t*>(ints.get());  // then slots, positions, logit rows, the flag (forward)
+        picked_buffer.allocate(sizeof(int32_t) * static_cast<size_t>(std::max<int64_t>(m, 1)),
+                               "cudaMalloc (picked tokens)");
+        picked = reinterpret_cast<int32_t*>(picked_buffer.get());
         host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1),
                         "cudaHostAlloc (batch upload buffer)");
         host_out.reserve(sizeof(float) * static_cast<size_t>(m * c.n_vocab + 1), "cudaHostAlloc (logits buffer)");
@@ -403,8 +409,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
 
 CudaBackend::~CudaBackend() = default;
 
-void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
-    check_batch(batch, config_, kv_shape_, logits);
+void CudaBackend::launch(const Batch& batch) {
     const ModelConfig& c = config_;
     Impl& d = *impl_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -437,7 +442,25 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
     } else {
         enqueue_forward(n, m);
     }
+}
 
+void CudaBackend::raise_flag(int32_t bad_layer) const {
+    if (bad_layer == INT_MAX) return;
+    if (bad_layer >= config_.n_layer)
+        throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
+                    "weights are corrupt or out of range");
+    throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual stream: the "
+                            "model's weights are corrupt or out of range",
+                            bad_layer, bad_layer));
+}
+
+void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
+    check_batch(batch, config_, kv_shape_, logits);
+    const ModelConfig& c = config_;
+    Impl& d = *impl_;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    const int64_t m = batch.n_logits();
+    launch(batch);
     int32_t* flag = d.tokens + 3 * n + m;
     auto* out = reinterpret_cast<float*>(d.host_out.get());
     check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, d.stream), "cudaMemcpyAsync (flag)");
@@ -448,16 +471,40 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
     check(cudaStreamSynchronize(d.stream), "the forward pass (cudaStreamSynchronize)");
     int32_t bad_layer;
     std::memcpy(&bad_layer, out, sizeof bad_layer);
-    if (bad_layer != INT_MAX)
-        throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual stream: "
-                                "the model's weights are corrupt or out of range",
-                                bad_layer, bad_layer));
+    raise_flag(bad_layer);
     std::copy_n(out + 1, m * c.n_vocab, logits.data());
     for (int64_t i = 0; i < m * c.n_vocab; ++i) {
-        if (!std::isfinite(logits[i]))
-            throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
-                        "weights are corrupt or out of range");
+        if (!std::isfinite(logits[i])) raise_flag(static_cast<int32_t>(c.n_layer));
     }
+}
+
+void CudaBackend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                                 std::span<int32_t> tokens) {
+    const int64_t m = batch.n_logits();
+    const bool on_device = m > 0 && std::all_of(samplers.begin(), samplers.end(),
+                                                [](const Sampler* s) { return s->plain_greedy(); });
+    if (!on_device) return forward_sample_on_host(batch, samplers, n_token_ids, tokens);
+    check_batch(batch, config_, kv_shape_);
+    const ModelConfig& c = config_;
+    QUILL_CHECK(static_cast<int64_t>(samplers.size()) == m && static_cast<int64_t>(tokens.size()) >= m &&
+                    n_token_ids > 0 && n_token_ids <= c.n_vocab,
+                "forward_sample: {} samplers, room for {} tokens, {} token ids, for {} rows of {}", samplers.size(),
+                tokens.size(), n_token_ids, m, c.n_vocab);
+    Impl& d = *impl_;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    launch(batch);
+    int32_t* flag = d.tokens + 3 * n + m;
+    // The picks, and a finiteness check of every logit (flag n_layer: the output layer), in place of the copy.
+    check_finite(d.logits, m * c.n_vocab, static_cast<int32_t>(c.n_layer), flag, d.stream);
+    argmax_rows(d.logits, m, c.n_vocab, n_token_ids, d.picked, d.stream);
+    auto* out = reinterpret_cast<int32_t*>(d.host_out.get());
+    check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, d.stream), "cudaMemcpyAsync (flag)");
+    check(cudaMemcpyAsync(out + 1, d.picked, sizeof(int32_t) * static_cast<size_t>(m), cudaMemcpyDeviceToHost,
+                          d.stream),
+          "cudaMemcpyAsync (picked tokens)");
+    check(cudaStreamSynchronize(d.stream), "the forward pass (cudaStreamSynchronize)");
+    raise_flag(out[0]);
+    std::copy_n(out + 1, m, tokens.data());
 }
 
 size_t CudaBackend::n_graphs() const { return impl_->graphs.size(); }

@@ -65,6 +65,10 @@ public:
     const ModelConfig& config() const override { return config_; }
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
     void forward(const Batch& batch, std::span<float> logits) override;
+    // Rows whose samplers are all plain greedy (Sampler::plain_greedy) are picked on the device, and only their ids
+    // come back; any other batch samples on the host.
+    void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                        std::span<int32_t> tokens) override;
     // Measured once (5 copies of 256 MiB, the fastest), then remembered.
     double copy_bandwidth_gbs() override;
 
@@ -75,6 +79,8 @@ public:
 
 private:
     void enqueue_forward(int64_t n, int64_t m);  // every kernel of one forward call, on the backend's stream
+    void launch(const Batch& batch);             // uploads the batch and enqueues its forward pass (or graph)
+    void raise_flag(int32_t bad_layer) const;    // the error for a non-finite layer output (INT_MAX: none)
     struct Impl;
     const ModelConfig& config_;
     KvCacheShape kv_shape_;

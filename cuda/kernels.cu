@@ -8,6 +8,7 @@
 
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <cmath>
 #include <type_traits>
 
@@ -311,6 +312,48 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
 }
 
+// One block per row: each thread keeps the first maximum of its stride, then the block keeps the largest value
+// and, among equal ones, the smallest index (std::max_element's choice).
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_rows_kernel(const float* __restrict__ x, int64_t stride, int64_t n, int32_t* __restrict__ out) {
+    __shared__ float sv[kArgmaxThreads / kWarp];
+    __shared__ int32_t si[kArgmaxThreads / kWarp];
+    const float* row = x + static_cast<int64_t>(blockIdx.x) * stride;
+    float bv = -INFINITY;
+    int32_t bi = INT_MAX;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = row[i];
+        if (v > bv || bi == INT_MAX) {  // strictly larger: the first index of a maximum stays
+            bv = v;
+            bi = static_cast<int32_t>(i);
+        }
+    }
+    auto better = [](float v, int32_t i, float w, int32_t j) { return w > v || (w == v && j < i); };
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+        const float w = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int32_t j = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(bv, bi, w, j)) bv = w, bi = j;
+    }
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        const int n_warps = blockDim.x / kWarp;
+        bv = lane < n_warps ? sv[lane] : -INFINITY;
+        bi = lane < n_warps ? si[lane] : INT_MAX;
+#pragma unroll
+        for (int o = kWarp / 2; o > 0; o /= 2) {
+            const float w = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int32_t j = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (better(bv, bi, w, j)) bv = w, bi = j;
+        }
+        if (lane == 0) out[blockIdx.x] = bi;
+    }
+}
+
 __global__ void check_finite_kernel(const float* __restrict__ x, int64_t n, int32_t layer, int32_t* flag) {
     bool bad = false;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -403,6 +446,11 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
 void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y, cudaStream_t s) {
     gather_rows_kernel<<<static_cast<unsigned>(m), 256, 0, s>>>(x, rows, d, y);
     check(cudaGetLastError(), "the row gather kernel launch");
+}
+
+void argmax_rows(const float* x, int64_t m, int64_t stride, int64_t n, int32_t* out, cudaStream_t s) {
+    argmax_rows_kernel<<<static_cast<unsigned>(m), kArgmaxThreads, 0, s>>>(x, stride, n, out);
+    check(cudaGetLastError(), "the argmax kernel launch");
 }
 
 void check_finite(const float* x, int64_t n, int32_t layer, int32_t* flag, cudaStream_t s) {

@@ -73,6 +73,9 @@ void softcap(float* x, int64_t n, float cap, cudaStream_t s);
 // y[i] = x[rows[i]] for i < m, rows of d floats.
 void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y, cudaStream_t s);
 
+// out[r] = the index of the first maximum of x[r, 0..n) for r < m, rows `stride` floats apart (greedy sampling).
+void argmax_rows(const float* x, int64_t m, int64_t stride, int64_t n, int32_t* out, cudaStream_t s);
+
 // *flag = min(*flag, layer) when any of x[0..n) is inf or NaN.
 void check_finite(const float* x, int64_t n, int32_t layer, int32_t* flag, cudaStream_t s);
 

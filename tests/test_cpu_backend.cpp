@@ -5,6 +5,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
+#include "engine/runtime/sampler.h"
 #include "tests/backend_checks.h"
 #include "tests/test_util.h"
 
@@ -230,5 +231,44 @@ TEST_CASE("stories260K greedy tokens match the reference on every kernel family"
         INFO(cpu::isa_name(isa));
         auto b = make(*model, false, 2, isa);
         CHECK(test::greedy_tokens(*b, {1, 403, 407, 261, 378}, 64) == want);
+    }
+}
+
+TEST_CASE("forward_sample picks each logit row's token with its own sampler, among the tokenizer's ids", "[cpu]") {
+    test::TinySpec spec;
+    spec.type = spec.ffn_down_type = GgmlType::Q8_0;
+    auto model = test::make_tiny_model(spec);
+    const int64_t nv = model->config.n_vocab;
+    const auto a = some_tokens(5, static_cast<int>(nv), 3), b = some_tokens(3, static_cast<int>(nv), 4);
+    // Two sequences' prompts in one batch; rows: a's last token (slot 0), b's last (slot 1).
+    Batch batch;
+    for (int i = 0; i < 5; ++i) batch.add(a[i], i, 0, i == 4);
+    for (int i = 0; i < 3; ++i) batch.add(b[i], i, 1, i == 2);
+    auto be = make(*model, false, 2, {}, 2);
+    std::vector<float> logits(2 * static_cast<size_t>(nv));
+    be->forward(batch, logits);
+    for (int64_t n_ids : {nv, nv / 2}) {
+        INFO("token ids below " << n_ids);
+        SamplingParams greedy;
+        greedy.temperature = 0.0f;
+        SamplingParams seeded;
+        seeded.temperature = 1.5f;
+        seeded.top_k = 0;
+        seeded.seed = 11;
+        // What the samplers pick from forward's rows, past the tokenizer's ids masked.
+        std::vector<int32_t> want;
+        for (int r = 0; r < 2; ++r) {
+            std::vector<float> row(logits.begin() + r * nv, logits.begin() + (r + 1) * nv);
+            std::fill(row.begin() + n_ids, row.end(), -INFINITY);
+            want.push_back(Sampler(r == 0 ? greedy : seeded).sample(row));
+        }
+        REQUIRE(want[0] < n_ids);
+        REQUIRE(want[1] < n_ids);
+        Sampler s0(greedy), s1(seeded);
+        Sampler* samplers[] = {&s0, &s1};
+        std::vector<int32_t> got(2);
+        auto fresh = make(*model, false, 2, {}, 2);
+        fresh->forward_sample(batch, samplers, n_ids, got);
+        CHECK(got == want);
     }
 }

@@ -19,6 +19,7 @@
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/reference/reference_backend.h"
+#include "engine/runtime/sampler.h"
 #include "tests/backend_checks.h"
 #include "tests/test_util.h"
 
@@ -244,6 +245,54 @@ TEST_CASE("decode steps replayed as CUDA graphs equal the same steps launched ke
             return all;
         };
         CHECK(run(true) == run(false));
+    }
+}
+
+TEST_CASE("greedy tokens picked on the GPU are the first maxima of forward's logits, and other samplers run on the "
+          "host",
+          "[cuda]") {
+    if (!have_gpu()) return;
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int nv = static_cast<int>(c.spec.n_vocab);
+        INFO(c.label);
+        SamplingParams greedy;
+        greedy.temperature = 0.0f;
+        SamplingParams seeded;
+        seeded.temperature = 1.0f;
+        seeded.seed = 5;
+        for (int64_t n_ids : {static_cast<int64_t>(nv), static_cast<int64_t>(nv / 3)}) {
+            // Two sequences decoding 6 steps together: forward's logits (and host samplers) on one backend,
+            // forward_sample on another, fed the same tokens.
+            auto ref = gpu(*model, KvType::f16, 2), dev = gpu(*model, KvType::f16, 2);
+            for (bool all_greedy : {true, false}) {
+                INFO((all_greedy ? "both greedy" : "one seeded") << ", ids below " << n_ids);
+                Sampler r0(greedy), r1(all_greedy ? greedy : seeded), d0(greedy), d1(all_greedy ? greedy : seeded);
+                Sampler* host[] = {&r0, &r1};
+                Sampler* device[] = {&d0, &d1};
+                int32_t next[2] = {1, 2};
+                const int base = all_greedy ? 0 : 6;
+                for (int step = 0; step < 6; ++step) {
+                    Batch batch;
+                    batch.add(next[0], base + step, 0, true);
+                    batch.add(next[1], base + step, 1, true);
+                    std::vector<float> logits(2 * static_cast<size_t>(nv));
+                    ref->forward(batch, logits);
+                    int32_t want[2];
+                    for (int r = 0; r < 2; ++r) {
+                        std::vector<float> row(logits.begin() + r * nv, logits.begin() + (r + 1) * nv);
+                        std::fill(row.begin() + n_ids, row.end(), -INFINITY);
+                        want[r] = host[r]->sample(row);
+                    }
+                    std::vector<int32_t> got(2);
+                    dev->forward_sample(batch, device, n_ids, got);
+                    CHECK(got[0] == want[0]);
+                    CHECK(got[1] == want[1]);
+                    next[0] = want[0];
+                    next[1] = want[1];
+                }
+            }
+        }
     }
 }
 

@@ -146,3 +146,19 @@ TEST_CASE("out-of-range sampling parameters name the flag", "[sampler]") {
     p.repeat_penalty = 0;
     CHECK_THROWS_WITH(Sampler(p), Catch::Contains("--repeat-penalty"));
 }
+
+TEST_CASE("plain greedy: temperature 0 and no penalty in effect", "[sampler]") {
+    SamplingParams p = plain(0.0f);
+    CHECK(Sampler(p).plain_greedy());
+    p.repeat_penalty = 1.1f;
+    CHECK_FALSE(Sampler(p).plain_greedy());
+    p.repeat_last_n = 0;  // the penalty's window is empty: no effect
+    CHECK(Sampler(p).plain_greedy());
+    p = plain(0.0f);
+    p.frequency_penalty = 0.5f;
+    CHECK_FALSE(Sampler(p).plain_greedy());
+    p = plain(0.0f);
+    p.presence_penalty = 0.5f;
+    CHECK_FALSE(Sampler(p).plain_greedy());
+    CHECK_FALSE(Sampler(plain(0.7f)).plain_greedy());
+}

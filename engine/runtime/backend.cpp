@@ -1,8 +1,10 @@
 #include "engine/runtime/backend.h"
 
 #include "engine/error.h"
+#include "engine/runtime/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace quill {
 
@@ -10,9 +12,37 @@ int Batch::n_logits() const {
     return static_cast<int>(std::count_if(tokens.begin(), tokens.end(), [](const BatchToken& t) { return t.logits; }));
 }
 
+void Backend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                             std::span<int32_t> tokens) {
+    forward_sample_on_host(batch, samplers, n_token_ids, tokens);
+}
+
+void Backend::forward_sample_on_host(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                                     std::span<int32_t> tokens) {
+    const size_t m = static_cast<size_t>(batch.n_logits());
+    const size_t n_vocab = static_cast<size_t>(config().n_vocab);
+    QUILL_CHECK(samplers.size() == m && tokens.size() >= m, "{} samplers and room for {} tokens for {} logit rows",
+                samplers.size(), tokens.size(), m);
+    QUILL_CHECK(n_token_ids > 0 && static_cast<size_t>(n_token_ids) <= n_vocab, "n_token_ids {} outside 1..{}",
+                n_token_ids, n_vocab);
+    sample_logits_.resize(std::max<size_t>(1, m) * n_vocab);
+    forward(batch, sample_logits_);
+    for (size_t r = 0; r < m; ++r) {
+        const std::span<float> row(sample_logits_.data() + r * n_vocab, n_vocab);
+        std::fill(row.begin() + n_token_ids, row.end(), -INFINITY);
+        tokens[r] = samplers[r]->sample(row);
+    }
+}
+
 std::string_view kv_type_name(KvType t) { return t == KvType::f16 ? "f16" : "f32"; }
 
 void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv, std::span<const float> logits) {
+    check_batch(batch, config, kv);
+    const size_t need = static_cast<size_t>(batch.n_logits()) * config.n_vocab;
+    QUILL_CHECK(logits.size() >= need, "logits buffer has {} floats, the batch needs {}", logits.size(), need);
+}
+
+void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv) {
     if (batch.tokens.empty()) throw UsageError("empty batch");
     for (const auto& t : batch.tokens) {
         if (t.token < 0 || t.token >= config.n_vocab)
@@ -29,8 +59,6 @@ void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheSha
     std::sort(at.begin(), at.end());
     if (auto dup = std::adjacent_find(at.begin(), at.end()); dup != at.end())
         throw UsageError(fmt::format("the batch holds two tokens at slot {} position {}", dup->first, dup->second));
-    const size_t need = static_cast<size_t>(batch.n_logits()) * config.n_vocab;
-    QUILL_CHECK(logits.size() >= need, "logits buffer has {} floats, the batch needs {}", logits.size(), need);
 }
 
 }  // namespace quill

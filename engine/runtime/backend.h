@@ -15,6 +15,8 @@
 
 namespace quill {
 
+class Sampler;
+
 struct BatchToken {
     int32_t token = 0;
     int32_t pos = 0;      // position in its sequence; K and V land at this cache position
@@ -64,14 +66,32 @@ public:
     // order. Throws UsageError for a position outside the context or a slot out of range.
     virtual void forward(const Batch& batch, std::span<float> logits) = 0;
 
+    // Runs the model over the batch as forward() does and picks the next token of each row that asks for logits:
+    // tokens[r] = samplers[r]->sample(row r), rows in batch order, over the row's first n_token_ids logits (the
+    // tokenizer's vocabulary: a model may pad its output rows past it, and those are no tokens). Here: forward()
+    // into host memory, then each sampler. A GPU backend overrides it to pick plain greedy rows on the device and
+    // copy back only the ids.
+    virtual void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                                std::span<int32_t> tokens);
+
     // The device's measured memory bandwidth in GB/s (a large device-to-device copy, bytes read plus written, over
     // its time), for `quill bench` to state decode's fraction of it; 0 where there is no such measurement (CPU).
     virtual double copy_bandwidth_gbs() { return 0.0; }
+
+protected:
+    // forward_sample's host path, for backends that override it only for some batches.
+    void forward_sample_on_host(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                                std::span<int32_t> tokens);
+
+private:
+    std::vector<float> sample_logits_;  // forward_sample_on_host's logits [n_logits, n_vocab]
 };
 
 // The checks every backend's forward() makes first: a non-empty batch, tokens inside the vocabulary, positions
-// inside the context and slots in range (UsageError naming the value), and a logits buffer of at least
-// [batch.n_logits(), n_vocab] floats (QUILL_CHECK: the caller's bug).
+// inside the context and slots in range, no two tokens at one (slot, pos) (UsageError naming the value), and a
+// logits buffer of at least [batch.n_logits(), n_vocab] floats (QUILL_CHECK: the caller's bug).
 void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv, std::span<const float> logits);
+// The same but for the logits buffer (forward_sample without one).
+void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv);
 
 }  // namespace quill

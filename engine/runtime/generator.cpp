@@ -89,12 +89,12 @@ std::string Generation::interrupt() {
     return finish(FinishReason::interrupted);
 }
 
-std::string Generation::step(std::span<float> logits) {
-    QUILL_CHECK(!finished(), "step() after the generation finished");
-    // Models may pad their output rows past the tokenizer's vocabulary: those rows are no tokens.
-    if (logits.size() > static_cast<size_t>(tok_.n_vocab()))
-        std::fill(logits.begin() + tok_.n_vocab(), logits.end(), -INFINITY);
-    last_ = sampler_.sample(logits);
+int64_t Generation::n_token_ids() const { return tok_.n_vocab(); }
+
+std::string Generation::advance(int32_t token) {
+    QUILL_CHECK(!finished(), "advance() after the generation finished");
+    QUILL_CHECK(token >= 0 && token < tok_.n_vocab(), "token {} is outside the vocabulary", token);
+    last_ = token;
     if (tok_.is_eog(last_)) return finish(FinishReason::stop);
     ++n_generated_;
     generated_.push_back(last_);

@@ -54,8 +54,12 @@ public:
     Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const GenerationParams& params, int64_t n_ctx);
 
     const std::vector<int32_t>& prompt() const { return prompt_; }
-    // Samples the next token from the logits of the last token fed; returns the text that became printable.
-    std::string step(std::span<float> logits);
+    // The sampler that picks the next token from the logits of the last token fed (Backend::forward_sample).
+    Sampler& sampler() { return sampler_; }
+    // Ids below this are tokens; a model's logits rows may be longer (Backend::forward_sample's n_token_ids).
+    int64_t n_token_ids() const;
+    // Takes the token the sampler picked; returns the text that became printable.
+    std::string advance(int32_t token);
 
     // Ends the generation with FinishReason::interrupted; returns the text still held back (an incomplete
     // UTF-8 character, a possible stop-string start).

@@ -74,6 +74,13 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
 }
 
+bool Sampler::plain_greedy() const {
+    const SamplingParams& p = params_;
+    const bool no_penalty =
+        p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
+    return p.temperature <= 0.0f && no_penalty;
+}
+
 int32_t Sampler::sample(std::span<float> logits) {
     QUILL_CHECK(!logits.empty(), "no logits to sample from");
     apply_penalties(logits);

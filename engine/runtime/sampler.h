@@ -47,6 +47,9 @@ public:
     void accept(int32_t token);
 
     const SamplingParams& params() const { return params_; }
+    // Whether sample() is the logits' first maximum: greedy with no penalty in effect (what a device can pick
+    // without the history or the RNG).
+    bool plain_greedy() const;
 
 private:
     void apply_penalties(std::span<float> logits) const;

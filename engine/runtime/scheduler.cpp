@@ -115,16 +115,15 @@ void Scheduler::build_batch() {
     }
 }
 
-// Logits rows come in batch order, which is the order of logit_slot_.
+// Picked tokens come in batch order, which is the order of logit_slot_.
 void Scheduler::sample_all() {
     const auto now = clock::now();
-    const size_t n_vocab = static_cast<size_t>(backend_.config().n_vocab);
     for (size_t r = 0; r < logit_slot_.size(); ++r) {
         const int32_t slot = logit_slot_[r];
         Slot& s = slots_[slot];
         const bool first = s.stats.ttft_ms == 0;  // the prompt just completed
         if (first) s.stats.prefill_ms = ms_between(s.t_admit, now);
-        const std::string text = s.gen->step(std::span<float>(logits_.data() + r * n_vocab, n_vocab));
+        const std::string text = s.gen->advance(picked_[r]);
         if (first) {
             s.t_first = clock::now();
             s.stats.ttft_ms = std::max(1e-6, ms_between(s.t_admit, s.t_first));
@@ -140,9 +139,15 @@ bool Scheduler::step() {
     admit();
     if (n_running() == 0) return false;
     build_batch();
-    const size_t n_vocab = static_cast<size_t>(backend_.config().n_vocab);
-    logits_.resize(std::max<size_t>(1, logit_slot_.size()) * n_vocab);
-    backend_.forward(batch_, logits_);
+    samplers_.clear();
+    int64_t n_token_ids = backend_.config().n_vocab;
+    for (int32_t slot : logit_slot_) {
+        Generation& gen = *slots_[slot].gen;
+        samplers_.push_back(&gen.sampler());
+        n_token_ids = std::min(n_token_ids, gen.n_token_ids());
+    }
+    picked_.resize(logit_slot_.size());
+    backend_.forward_sample(batch_, samplers_, n_token_ids, picked_);
     sample_all();
     return true;
 }

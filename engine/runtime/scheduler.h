@@ -90,7 +90,8 @@ private:
     bool admitting_ = true;
     Batch batch_;
     std::vector<int32_t> logit_slot_;  // [batch.n_logits()] the slot whose token asked for each logits row
-    std::vector<float> logits_;        // [batch.n_logits(), n_vocab]
+    std::vector<Sampler*> samplers_;   // [batch.n_logits()] each logit row's sampler
+    std::vector<int32_t> picked_;      // [batch.n_logits()] the tokens they picked
     StepStats last_step_;
 };
 
