@@ -53,7 +53,7 @@ QUILL_HD_CONSTEXPR bool cuda_supports(GgmlType t) {
     switch (t) {
         case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
         case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
-        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+        case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
             return true;
         default:
             return false;
@@ -161,6 +161,37 @@ QUILL_HD void decode_group32(const uint8_t* row, int64_t g, float* out) {
         for (int l = 0; l < 32; ++l) {
             const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
             out[l] = (l < 16 ? s0 : s1) * static_cast<float>(q);
+        }
+    } else if constexpr (T == GgmlType::Q3_K) {
+        // hmask[32], qs[64], scales[12], d. 32-block j lies in the 128-element half j / 4: element l has its two low
+        // bits in qs[32 half + l] at bit 2 (j % 4) and its high bit in hmask[l] at bit j; x = d sc (q - 4 + 4 high)
+        // with a signed 6-bit scale per 16 (low nibble in scales[0..8), top two bits in scales[8 + i % 4]).
+        const uint8_t* b = row + (g / 8) * 110;
+        const int j = static_cast<int>(g % 8), half = j / 4, shift = 2 * (j % 4);
+        const float d = half_to_float(load_u16(b + 108));
+        const uint8_t* scales = b + 96;
+        float s[2];
+        for (int h = 0; h < 2; ++h) {
+            const int i = 2 * j + h;
+            const int low = i < 8 ? (scales[i] & 0xF) : (scales[i - 8] >> 4);
+            const int high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+            s[h] = d * static_cast<float>((low | (high << 4)) - 32);
+        }
+        for (int l = 0; l < 32; ++l) {
+            const int q = ((b[32 + 32 * half + l] >> shift) & 3) - (((b[l] >> j) & 1) ? 0 : 4);
+            out[l] = s[l / 16] * static_cast<float>(q);
+        }
+    } else if constexpr (T == GgmlType::Q2_K) {
+        // scales[16] (low nibble the scale, high the min), qs[64], d, dmin. Element l of 32-block j: two bits of
+        // qs[32 (j / 4) + l] at bit 2 (j % 4); x = d sc q - dmin m per 16 elements.
+        const uint8_t* b = row + (g / 8) * 84;
+        const int j = static_cast<int>(g % 8), half = j / 4, shift = 2 * (j % 4);
+        const float d = half_to_float(load_u16(b + 80)), dmin = half_to_float(load_u16(b + 82));
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t sc = b[2 * j + l / 16];
+            const float dl = d * static_cast<float>(sc & 0xF);
+            const float ml = dmin * static_cast<float>(sc >> 4);
+            out[l] = dl * static_cast<float>((b[16 + 32 * half + l] >> shift) & 3) - ml;
         }
     } else {
         static_assert(is_block_type(T) && !is_block_type(T), "no decoder for this type");

@@ -13,6 +13,7 @@
 // wide margin. Tighten them from the first GPU run (tests/gpu/check.sh prints the measured errors).
 #ifdef QUILL_HAVE_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/dequant.h"
 #include "cuda/device.h"
 #include "cuda/kernels.h"
 #include "engine/cpu/cpu_backend.h"
@@ -99,8 +100,7 @@ TEST_CASE("the CUDA probe reports the device or why there is none", "[cuda]") {
     CHECK(info.cc_major >= 5);
 }
 
-TEST_CASE("the CUDA backend takes every architecture setting, and refuses weight types it lacks, before touching the "
-          "device",
+TEST_CASE("the CUDA backend takes every architecture setting and the 13 weight types, before touching the device",
           "[cuda]") {
     // No device needed: the checks read the config and weights only (so --device auto falls back to the CPU).
     for (const test::TinyCase& c : test::tiny_cases()) {
@@ -108,21 +108,17 @@ TEST_CASE("the CUDA backend takes every architecture setting, and refuses weight
         INFO(c.label);
         CHECK_NOTHROW(cuda::check_model(model->config, model->weights));
     }
-    test::TinySpec q3;
-    q3.type = GgmlType::Q3_K;
-    q3.n_embd = 256;
-    q3.ffn_down_type = GgmlType::Q8_0;
-    q3.n_ff = 256;
-    auto model = test::make_tiny_model(q3);
-    CHECK_THROWS_WITH(cuda::check_model(model->config, model->weights),
-                      Catch::Contains("has type q3_K, which the CUDA backend cannot multiply"));
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                       GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                       GgmlType::Q6_K})
+        CHECK(cuda::cuda_supports(t));
 }
 
 TEST_CASE("CUDA matmul equals a double-precision product on every weight type and odd shapes", "[cuda]") {
     if (!have_gpu()) return;
-    const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-                              GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                              GgmlType::Q6_K};
+    const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+                              GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
     std::mt19937 rng(20261130);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (GgmlType type : types) {

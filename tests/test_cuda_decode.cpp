@@ -34,6 +34,11 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, uint32_t seed, bool ra
                 tame(2);
                 break;
             case GgmlType::Q6_K: tame(208); break;
+            case GgmlType::Q3_K: tame(108); break;
+            case GgmlType::Q2_K:
+                tame(80);
+                tame(82);
+                break;
             default: tame(0); break;
         }
         return row;
@@ -87,10 +92,12 @@ TEST_CASE("CUDA block decoders, compiled for the host, equal the reference dequa
     check_type<GgmlType::Q4_K>();
     check_type<GgmlType::Q5_K>();
     check_type<GgmlType::Q6_K>();
+    check_type<GgmlType::Q2_K>();
+    check_type<GgmlType::Q3_K>();
     // Every type the backend claims has a decoder above, and nothing else is claimed.
     int claimed = 0;
     for (uint32_t id = 0; id < 64; ++id) {
         if (const TypeTraits* t = find_type_traits(id)) claimed += cuda::cuda_supports(t->type);
     }
-    CHECK(claimed == 11);
+    CHECK(claimed == 13);
 }

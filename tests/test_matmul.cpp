@@ -74,6 +74,7 @@ bool uses_int8(GgmlType type) {
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:
         case GgmlType::Q6_K:
+        case GgmlType::Q3_K:
             return true;
         default:
             return false;

@@ -160,6 +160,14 @@ inline void unpack_k4_scales(const uint8_t* scales, uint8_t sc[8], uint8_t mn[8]
     std::memcpy(mn + 4, &mn_hi, 4);
 }
 
+// The signed 6-bit scale j (0..15) of a Q3_K block: low nibble in bytes 0..7 (j < 8: low nibbles, else high),
+// top two bits in byte 8 + j % 4 at bit 2 (j / 4); stored with an offset of 32.
+inline int q3_k_scale(const uint8_t* scales, int j) {
+    const int low = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
+    const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
 }  // namespace
 
 }  // namespace quill::cpu

@@ -541,6 +541,8 @@ Kernel find_kernel(GgmlType type) {
             return {quant_rows<DecQ5_K>, true};
         case GgmlType::Q6_K:
             return {quant_rows<DecQ6_K>, true};
+        case GgmlType::Q3_K:
+            return {quant_rows<DecQ3_K>, true};
         default:
             return {};
     }

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstring>
 
 #include "engine/cpu/kernels.h"
 
@@ -228,6 +229,61 @@ struct DecQ6_K {
                 const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql[q], nibble_shift), _mm256_set1_epi8(0x0F));
                 const __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh[q], top_shift), _mm256_set1_epi8(3));
                 s.u[q][p] = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
+                s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
+            }
+        }
+        s.wc = _mm_setzero_ps();
+        return s;
+    }
+};
+
+// Q3_K: w = d * sc_i * (u - 4) with a scale per 16 elements, u = the two low bits of qs[32 half + l] at bit 2k
+// plus 4 when bit j of hmask[l] is set, for 32-block j (half = j / 4, k = j % 4; see decode_q3_k in
+// kernels_generic.cpp).
+struct DecQ3_K {
+    static constexpr int kOffset = 4;
+    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false;
+    static constexpr int kQuartersPerScale = 1;
+    static constexpr int kGroupSteps = 8;
+    static constexpr int64_t kGroupBytes = sizeof(BlockQ3_K);
+    struct State {
+        float ws[4][16];  // [row][i]: d * sc_i
+    };
+
+    // The 16 scales (q3_k_scale) four at a time: word w of the result holds scales 4w .. 4w + 3, their low
+    // nibbles from word w % 2 of the 12 bytes (shifted by 4 for w >= 2) and top bits from word 2 at 2w.
+    static void load_group(Rows rows, int64_t g, State& st, float*, int64_t) {
+        for (int r = 0; r < 4; ++r) {
+            const uint8_t* b = rows[r] + g * sizeof(BlockQ3_K);
+            uint32_t w[3];
+            std::memcpy(w, b + offsetof(BlockQ3_K, scales), 12);
+            const uint32_t low4 = 0x0F0F0F0F, top2 = 0x03030303;
+            auto word = [&](int k) {
+                return static_cast<int>(((w[k % 2] >> (4 * (k / 2))) & low4) | (((w[2] >> (2 * k)) & top2) << 4));
+            };
+            // Built in registers: four scalar stores read back as one vector would stall store forwarding.
+            const __m128i u = _mm_sub_epi8(_mm_set_epi32(word(3), word(2), word(1), word(0)), _mm_set1_epi8(32));
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ3_K, d))));
+            _mm256_storeu_ps(st.ws[r], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(u))));
+            _mm256_storeu_ps(st.ws[r] + 8,
+                             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(u, 8)))));
+        }
+    }
+
+    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
+        const size_t off = g * sizeof(BlockQ3_K);
+        const int half = j / 4, k = j % 4;
+        const __m128i shift = _mm_cvtsi32_si128(2 * k);
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j)), four = _mm256_set1_epi8(4);
+        Step4 s;
+        for (int p = 0; p < 2; ++p) {
+            __m256i qs[2], hm[2];
+            load_2x32(rows, p, off + offsetof(BlockQ3_K, qs) + 32 * half, qs[0], qs[1]);
+            load_2x32(rows, p, off + offsetof(BlockQ3_K, hmask), hm[0], hm[1]);
+            for (int q = 0; q < 2; ++q) {
+                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(qs[q], shift), _mm256_set1_epi8(3));
+                const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm[q], bit), bit), four);
+                s.u[q][p] = _mm256_or_si256(low, high);
                 s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
             }
         }

@@ -123,6 +123,21 @@ void decode_q6_k(const void* row, int64_t b, DecodedBlock& out) {
     out.wm = 0.0f;
 }
 
+// Q3_K: 32-block j (0..7) lies in the 128-element half j / 4: element i has its two low bits in qs[32 * half + i]
+// at bit 2 * (j % 4) and its high bit in hmask[i] at bit j; w = d * sc * (low + 4 high - 4), a scale per 16.
+void decode_q3_k(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ3_K>(row, b / 8);
+    const int j = static_cast<int>(b % 8), half = j / 4, shift = 2 * (j % 4);
+    for (int i = 0; i < 32; ++i) {
+        const int low = (blk.qs[32 * half + i] >> shift) & 3, high = (blk.hmask[i] >> j) & 1;
+        out.q[i] = static_cast<int8_t>(low + 4 * high - 4);
+    }
+    const float d = half_to_float(blk.d);
+    out.ws[0] = d * static_cast<float>(q3_k_scale(blk.scales, 2 * j));
+    out.ws[1] = d * static_cast<float>(q3_k_scale(blk.scales, 2 * j + 1));
+    out.wm = 0.0f;
+}
+
 using DecodeFn = void (*)(const void* row, int64_t b, DecodedBlock& out);
 
 DecodeFn find_decoder(GgmlType type) {
@@ -143,6 +158,8 @@ DecodeFn find_decoder(GgmlType type) {
             return decode_q5_k;
         case GgmlType::Q6_K:
             return decode_q6_k;
+        case GgmlType::Q3_K:
+            return decode_q3_k;
         default:
             return nullptr;
     }
@@ -255,6 +272,8 @@ Kernel find_kernel(GgmlType type) {
             return {quant_rows<decode_q5_k>, true};
         case GgmlType::Q6_K:
             return {quant_rows<decode_q6_k>, true};
+        case GgmlType::Q3_K:
+            return {quant_rows<decode_q3_k>, true};
         default:
             return {};
     }
