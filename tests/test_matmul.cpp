@@ -75,6 +75,7 @@ bool uses_int8(GgmlType type) {
         case GgmlType::Q5_K:
         case GgmlType::Q6_K:
         case GgmlType::Q3_K:
+        case GgmlType::Q2_K:
             return true;
         default:
             return false;

@@ -333,13 +333,21 @@ void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
         for (int64_t t = 0; t < nt; ++t) y[t * n_out + block.r0 + i0] = block.buf[i0 * nt + t];
 }
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
+// out[r] = the dot of row r of a [4, stride] with b over n elements: per row, 8 lanes accumulated in order, then
+// their sum and the tail. The four rows' chains interleave (one chain alone waits on each fma's latency); each
+// row's operations are those of a lone dot, so its bits are too.
+void dot4_f32(const float* a, int64_t stride, const float* b, int64_t n, float out[4]) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    float sum = hsum(acc);
-    for (; i < n; ++i) sum += a[i] * b[i];
-    return sum;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 bv = _mm256_loadu_ps(b + i);
+        for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * stride + i), bv, acc[r]);
+    }
+    for (int r = 0; r < 4; ++r) {
+        float sum = hsum(acc[r]);
+        for (int64_t k = i; k < n; ++k) sum += a[r * stride + k] * b[k];
+        out[r] = sum;
+    }
 }
 
 // The scratch of a quantized kernel: the row tile's minima, its repacked steps and the output block.
@@ -371,10 +379,14 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
-    // The k-quants' row minima dotted with the token's block sums (the same call on both paths).
-    auto with_row_minima = [&](float v, int i, int64_t t) {
-        if constexpr (Dec::kRowMinima) v += dot_f32(sc.wm + i * sc.wm_stride, q.ds + t * q.blk_stride, nb);
-        return v;
+    // The k-quants' row minima of the tile dotted with token t's block sums (the same call on both paths), or 0.
+    auto row_minima = [&](int64_t t, float m[4]) {
+        if constexpr (Dec::kMinimaPer16)  // one minimum per 16 elements, against the half sums
+            dot4_f32(sc.wm, sc.wm_stride, q.ds16 + 2 * t * q.blk_stride, 2 * nb, m);
+        else if constexpr (Dec::kRowMinima)
+            dot4_f32(sc.wm, sc.wm_stride, q.ds + t * q.blk_stride, nb, m);
+        else
+            m[0] = m[1] = m[2] = m[3] = 0.0f;
     };
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
         OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
@@ -393,8 +405,11 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                     } else {
                         decode_tile<Dec, 2>(tile, q, t, n_groups, out);
                     }
-                    for (int i = 0; i < nr; ++i) {
-                        for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = with_row_minima(out[i][j], i, t + j);
+                    for (int j = 0; j < nt; ++j) {
+                        float m[4];
+                        row_minima(t + j, m);
+                        for (int i = 0; i < nr; ++i)
+                            block.at(r + i, t + j) = Dec::kRowMinima ? out[i][j] + m[i] : out[i][j];
                     }
                 }
                 continue;
@@ -403,8 +418,11 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
             for (int64_t t = 0; t < args.n_tokens;) {  // all four rows (a ragged tile's copies are not written)
                 float out[4][kPrefillTokens];
                 const int nt = prefill_tokens<QG, Dec::kSigned>(sc.repacked, nb, q, t, args.n_tokens - t, out);
-                for (int i = 0; i < nr; ++i) {
-                    for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = with_row_minima(out[i][j], i, t + j);
+                for (int j = 0; j < nt; ++j) {
+                    float m[4];
+                    row_minima(t + j, m);
+                    for (int i = 0; i < nr; ++i)
+                        block.at(r + i, t + j) = Dec::kRowMinima ? out[i][j] + m[i] : out[i][j];
                 }
                 t += nt;
             }
@@ -543,6 +561,8 @@ Kernel find_kernel(GgmlType type) {
             return {quant_rows<DecQ6_K>, true};
         case GgmlType::Q3_K:
             return {quant_rows<DecQ3_K>, true};
+        case GgmlType::Q2_K:
+            return {quant_rows<DecQ2_K>, true};
         default:
             return {};
     }

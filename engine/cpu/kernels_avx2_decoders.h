@@ -76,6 +76,7 @@ inline __m256i bits_to_sixteens(uint32_t bits) {
 //   kSigned            u holds signed weights (Q8_0); the kernels move their signs onto the activations
 //   kHasMin            blocks have a float minimum
 //   kRowMinima         load_group writes each row's minima to wm (see below) instead of Step4::wc
+//   kMinimaPer16       those minima are per 16 elements (Q2_K), dotted with the activations' half sums
 //   kQuartersPerScale  quarters sharing one scale: 2 (a 32-block), 1 for Q6_K
 //   kGroupSteps        steps (32-blocks) per group (a super-block for the k-quants)
 //   kGroupBytes        bytes of a group in a row
@@ -88,7 +89,7 @@ struct Dec32 {
     static constexpr int kOffset = Offset;
     static constexpr bool kSigned = sizeof(Block::qs) == 32;
     static constexpr bool kHasMin = requires(Block b) { b.m; };
-    static constexpr bool kRowMinima = false;
+    static constexpr bool kRowMinima = false, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kGroupBytes = sizeof(Block);
@@ -136,7 +137,7 @@ template <typename Block>
 struct DecK4 {
     static constexpr bool kHigh = requires(Block b) { b.qh; };
     static constexpr int kOffset = 0;
-    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true;
+    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(Block);
@@ -194,7 +195,7 @@ using DecQ5_K = DecK4<BlockQ5_K>;
 // k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/format/quant_k.cpp).
 struct DecQ6_K {
     static constexpr int kOffset = 32;
-    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false;
+    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ6_K);
@@ -242,7 +243,7 @@ struct DecQ6_K {
 // kernels_generic.cpp).
 struct DecQ3_K {
     static constexpr int kOffset = 4;
-    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false;
+    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ3_K);
@@ -284,6 +285,53 @@ struct DecQ3_K {
                 const __m256i low = _mm256_and_si256(_mm256_srl_epi16(qs[q], shift), _mm256_set1_epi8(3));
                 const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm[q], bit), bit), four);
                 s.u[q][p] = _mm256_or_si256(low, high);
+                s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
+            }
+        }
+        s.wc = _mm_setzero_ps();
+        return s;
+    }
+};
+
+// Q2_K: w = d * sc_i * u - dmin * m_i per 16 elements i, u the two bits of qs[32 (j / 4) + l] at bit 2 (j % 4) for
+// 32-block j (see decode_q2_k in kernels_generic.cpp); the minima go to wm, one per 16 elements.
+struct DecQ2_K {
+    static constexpr int kOffset = 0;
+    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true, kMinimaPer16 = true;
+    static constexpr int kQuartersPerScale = 1;
+    static constexpr int kGroupSteps = 8;
+    static constexpr int64_t kGroupBytes = sizeof(BlockQ2_K);
+    struct State {
+        float ws[4][16];  // [row][i]: d * sc_i
+    };
+
+    // Minima -dmin * m_i go to wm[r * wm_stride + 16 g + i].
+    static void load_group(Rows rows, int64_t g, State& st, float* wm, int64_t wm_stride) {
+        for (int r = 0; r < 4; ++r) {
+            const uint8_t* b = rows[r] + g * sizeof(BlockQ2_K);
+            const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(BlockQ2_K, scales)));
+            const __m128i lo = _mm_and_si128(sc, _mm_set1_epi8(0x0F));
+            const __m128i hi = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F));
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ2_K, d))));
+            const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ2_K, dmin))));
+            for (int h = 0; h < 2; ++h) {
+                const __m128i l8 = h == 0 ? lo : _mm_srli_si128(lo, 8), m8 = h == 0 ? hi : _mm_srli_si128(hi, 8);
+                _mm256_storeu_ps(st.ws[r] + 8 * h, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(l8))));
+                _mm256_storeu_ps(wm + r * wm_stride + 16 * g + 8 * h,
+                                 _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8))));
+            }
+        }
+    }
+
+    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
+        const size_t off = g * sizeof(BlockQ2_K);
+        const __m128i shift = _mm_cvtsi32_si128(2 * (j % 4));
+        Step4 s;
+        for (int p = 0; p < 2; ++p) {
+            __m256i qs[2];
+            load_2x32(rows, p, off + offsetof(BlockQ2_K, qs) + 32 * (j / 4), qs[0], qs[1]);
+            for (int q = 0; q < 2; ++q) {
+                s.u[q][p] = _mm256_and_si256(_mm256_srl_epi16(qs[q], shift), _mm256_set1_epi8(3));
                 s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
             }
         }

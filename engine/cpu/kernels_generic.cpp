@@ -18,6 +18,14 @@ struct DecodedBlock {
     int8_t q[32];
     float ws[2];
     float wm;
+    // Q2_K: a minimum per 16-element half (wm16[h] * da * the half's sum), in place of wm.
+    bool half_minima = false;
+    float wm16[2] = {0.0f, 0.0f};
+
+    // The minima term of this block for activations with block sum ds and half sums ds16[0..1].
+    float minima(float ds, const float* ds16) const {
+        return half_minima ? wm16[0] * ds16[0] + wm16[1] * ds16[1] : wm * ds;
+    }
 };
 
 template <typename Block>
@@ -138,6 +146,22 @@ void decode_q3_k(const void* row, int64_t b, DecodedBlock& out) {
     out.wm = 0.0f;
 }
 
+// Q2_K: element i of 32-block j has two bits of qs[32 (j / 4) + i] at bit 2 (j % 4); w = d sc q - dmin m with a
+// 4-bit scale (low nibble of scales[k]) and minimum (high nibble) per 16 elements k.
+void decode_q2_k(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockQ2_K>(row, b / 8);
+    const int j = static_cast<int>(b % 8), half = j / 4, shift = 2 * (j % 4);
+    for (int i = 0; i < 32; ++i) out.q[i] = static_cast<int8_t>((blk.qs[32 * half + i] >> shift) & 3);
+    const float d = half_to_float(blk.d), dmin = half_to_float(blk.dmin);
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t sc = blk.scales[2 * j + h];
+        out.ws[h] = d * static_cast<float>(sc & 0xF);
+        out.wm16[h] = -dmin * static_cast<float>(sc >> 4);
+    }
+    out.wm = 0.0f;
+    out.half_minima = true;
+}
+
 using DecodeFn = void (*)(const void* row, int64_t b, DecodedBlock& out);
 
 DecodeFn find_decoder(GgmlType type) {
@@ -160,6 +184,8 @@ DecodeFn find_decoder(GgmlType type) {
             return decode_q6_k;
         case GgmlType::Q3_K:
             return decode_q3_k;
+        case GgmlType::Q2_K:
+            return decode_q2_k;
         default:
             return nullptr;
     }
@@ -185,12 +211,13 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float*) {
             const int8_t* qa = a.qs + t * a.qs_stride;  // [n_in]
             const float* da = a.d + t * a.blk_stride;   // [nb]
             const float* ds = a.ds + t * a.blk_stride;  // [nb]
+            const float* ds16 = a.ds16 + 2 * t * a.blk_stride;  // [2 nb]
             float sum = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
                 const DecodedBlock& blk = blocks[static_cast<size_t>(b)];
                 const float lo = static_cast<float>(dot16(blk.q, qa + 32 * b));
                 const float hi = static_cast<float>(dot16(blk.q + 16, qa + 32 * b + 16));
-                sum += da[b] * (blk.ws[0] * lo + blk.ws[1] * hi) + blk.wm * ds[b];
+                sum += da[b] * (blk.ws[0] * lo + blk.ws[1] * hi) + blk.minima(ds[b], ds16 + 2 * b);
             }
             args.y[t * w.n_out + r] = sum;
         }
@@ -274,6 +301,8 @@ Kernel find_kernel(GgmlType type) {
             return {quant_rows<decode_q6_k>, true};
         case GgmlType::Q3_K:
             return {quant_rows<decode_q3_k>, true};
+        case GgmlType::Q2_K:
+            return {quant_rows<decode_q2_k>, true};
         default:
             return {};
     }
@@ -289,7 +318,8 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
     const int8_t* qa = q.qs + t * q.qs_stride + 32 * b;
     const float lo = static_cast<float>(dot16(blk.q, qa));
     const float hi = static_cast<float>(dot16(blk.q + 16, qa + 16));
-    return q.d[t * q.blk_stride + b] * (blk.ws[0] * lo + blk.ws[1] * hi) + blk.wm * q.ds[t * q.blk_stride + b];
+    return q.d[t * q.blk_stride + b] * (blk.ws[0] * lo + blk.ws[1] * hi) +
+           blk.minima(q.ds[t * q.blk_stride + b], q.ds16 + 2 * (t * q.blk_stride + b));
 }
 
 }  // namespace generic
