@@ -103,17 +103,6 @@ int64_t workspace_tokens_floats(const ModelConfig& c) {
     return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + 2 * c.n_rot;
 }
 
-// theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i], as the CPU backend computes it.
-std::vector<double> rope_inv_freq(const ModelConfig& c, const Weights& w, double base, double freq_scale) {
-    std::vector<double> f(c.n_rot / 2);
-    for (size_t i = 0; i < f.size(); ++i) {
-        f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot));
-        if (!w.rope_freqs.empty()) f[i] /= w.rope_freqs[i];
-        f[i] *= freq_scale;
-    }
-    return f;
-}
-
 }  // namespace
 
 size_t MemoryPlan::needed() const { return weights + kv + workspace + kRuntimeMargin; }
@@ -396,9 +385,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
 
     // RoPE inverse frequencies for the angle kernel: the global ones, then the local layers' (the same unless
     // two_ropes).
-    std::vector<double> freq = rope_inv_freq(config, weights, config.rope_base, config.rope_freq_scale);
-    const std::vector<double> local =
-        rope_inv_freq(config, weights, config.rope_base_local, config.rope_freq_scale_local);
+    std::vector<double> freq = weights.rope_inv_freq(config, false);
+    const std::vector<double> local = weights.rope_inv_freq(config, true);
     freq.insert(freq.end(), local.begin(), local.end());
     d.rope_freq.allocate(freq.size() * sizeof(double), "cudaMalloc (RoPE frequencies)");
     check(cudaMemcpy(d.rope_freq.get(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),

@@ -68,18 +68,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_weights(weights);
-    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
-    auto inv_freq = [&](double base, double scale) {
-        std::vector<double> f(config.n_rot / 2);
-        for (size_t i = 0; i < f.size(); ++i) {
-            f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot));
-            if (!weights.rope_freqs.empty()) f[i] /= weights.rope_freqs[i];
-            f[i] *= scale;
-        }
-        return f;
-    };
-    rope_inv_freq_ = inv_freq(config.rope_base, config.rope_freq_scale);
-    if (config.two_ropes()) rope_inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local);
+    rope_inv_freq_ = weights.rope_inv_freq(config, false);
+    if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
 }
 
 void CpuBackend::check_weights(const Weights& weights) {

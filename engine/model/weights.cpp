@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <unordered_set>
 
 namespace quill {
@@ -109,6 +110,18 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
                                     "does not support?)",
                                     file.path(), t->name, c.arch));
     return w;
+}
+
+std::vector<double> Weights::rope_inv_freq(const ModelConfig& c, bool local) const {
+    const double base = local ? c.rope_base_local : c.rope_base;
+    const double scale = local ? c.rope_freq_scale_local : c.rope_freq_scale;
+    std::vector<double> f(c.n_rot / 2);
+    for (size_t i = 0; i < f.size(); ++i) {
+        f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot));
+        if (!rope_freqs.empty()) f[i] /= rope_freqs[i];
+        f[i] *= scale;
+    }
+    return f;
 }
 
 }  // namespace quill

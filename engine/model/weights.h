@@ -55,6 +55,11 @@ struct Weights {
     // Views every tensor the architecture needs, checking presence, shape and type. A mismatch throws FileError
     // naming the tensor, the expected and the actual shape or type. The file must outlive the views.
     static Weights from_gguf(const GgufFile& file, const ModelConfig& config);
+
+    // RoPE inverse frequencies [n_rot / 2]: theta_i(pos) = pos * inv_freq[i], inv_freq[i] = freq_scale *
+    // base^(-2i / n_rot) / rope_freqs[i], with the global layers' base and scale, or the local layers' when `local`.
+    // The fast backends' (the reference backend computes its own).
+    std::vector<double> rope_inv_freq(const ModelConfig& config, bool local) const;
 };
 
 }  // namespace quill
