@@ -189,17 +189,14 @@ TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]"
     }
 }
 
-TEST_CASE("an SPM vocabulary whose control token repeats a normal piece's text still encodes", "[tokenizer]") {
-    // Found by fuzz_gguf: sentencepiece looks its reserved (control, unknown) pieces up before the normal ones, so a
-    // merge that spelled a control piece's text came out as that control id, covering no text, and Encode failed
-    // ("all normalized characters are not consumed"). The normal piece is the one text must become.
+// A GGUF SPM vocabulary of the given pieces and types (1 normal, 2 unknown, 3 control, 6 byte), no dummy prefix.
+std::unique_ptr<Tokenizer> tiny_spm(const std::vector<std::string>& pieces, const std::vector<int32_t>& types,
+                                    const std::vector<float>& score_of) {
     using quill::GgufType;
     using quill::GgufValue;
-    const std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "a", "b", "ab", "ab", "b"};
-    const std::vector<int32_t> types{2, 3, 3, 1, 1, 1, 3, 3};  // unknown, control, normal; ids 6 and 7 repeat 5 and 4
     std::vector<GgufValue> scores, type_values;
     for (size_t i = 0; i < pieces.size(); ++i) {
-        scores.emplace_back(i == 5 ? 1.0f : 0.0f);
+        scores.emplace_back(score_of[i]);
         type_values.emplace_back(types[i]);
     }
     quill::GgufWriter w;
@@ -209,11 +206,64 @@ TEST_CASE("an SPM vocabulary whose control token repeats a normal piece's text s
     w.set("tokenizer.ggml.scores", GgufValue::array(GgufType::F32, scores));
     w.set("tokenizer.ggml.token_type", GgufValue::array(GgufType::I32, type_values));
     w.set("tokenizer.ggml.add_space_prefix", false);
-    const auto tok = Tokenizer::from_gguf(quill::GgufFile::parse("repeats", w.to_bytes()));
+    return Tokenizer::from_gguf(quill::GgufFile::parse("tiny", w.to_bytes()));
+}
+
+TEST_CASE("an SPM vocabulary whose control token repeats a normal piece's text still encodes", "[tokenizer]") {
+    // Found by fuzz_gguf: sentencepiece looks its reserved (control, unknown) pieces up before the normal ones, so a
+    // merge that spelled a control piece's text came out as that control id, covering no text, and Encode failed
+    // ("all normalized characters are not consumed"). The normal piece is the one text must become.
+    const auto tok = tiny_spm({"<unk>", "<s>", "</s>", "a", "b", "ab", "ab", "b"},
+                              {2, 3, 3, 1, 1, 1, 3, 3},  // ids 6 and 7 (control) repeat 5 and 4
+                              {0, 0, 0, 0, 0, 1, 0, 0});
     CHECK(tok->encode("ab", false, false) == std::vector<int32_t>{5});
     CHECK(tok->encode("bab", false, false) == std::vector<int32_t>{4, 5});
     CHECK(tok->encode("b", false, false) == std::vector<int32_t>{4});
     CHECK(tok->encode("abc", false, false) == std::vector<int32_t>{5, 0});  // 'c' is not in the vocabulary: <unk>
+}
+
+TEST_CASE("an SPM vocabulary with a one-character control token encodes that character as text", "[tokenizer]") {
+    // Found by fuzz_gguf (a second form of the case above): every character of the text is one of sentencepiece's
+    // initial symbols, so a control piece spelled as one character ("\u2581" here, or "c") was reached with no merge
+    // at all. Text never becomes a control token: the character falls back to its bytes, or to <unk> without them.
+    std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "a", "b", "ab", "\xE2\x96\x81", "c"};
+    std::vector<int32_t> types{2, 3, 3, 1, 1, 1, 3, 3};
+    std::vector<float> scores{0, 0, 0, 0, 0, 1, 0, 0};
+    {
+        const auto tok = tiny_spm(pieces, types, scores);
+        CHECK(tok->encode("ab c", false, false) == std::vector<int32_t>{5, 0});  // one <unk> for the unknown run
+        CHECK(tok->encode("c", false, false) == std::vector<int32_t>{0});
+    }
+    for (int b = 0; b < 256; ++b) {
+        pieces.push_back(fmt::format("<0x{:02X}>", b));
+        types.push_back(6);
+        scores.push_back(0);
+    }
+    const auto tok = tiny_spm(pieces, types, scores);
+    CHECK(tok->encode("ab c", false, false) == std::vector<int32_t>{5, 8 + 0xE2, 8 + 0x96, 8 + 0x81, 8 + 'c'});
+}
+
+TEST_CASE("an SPM vocabulary with a normal piece spelled like a byte piece encodes that text as text", "[tokenizer]") {
+    // sentencepiece looks byte pieces up before normal ones too: text merged into a normal piece "<0x41>" came out as
+    // the byte 'A' (decoding to "A"). quill keeps the byte piece and gives up the normal one: the text becomes
+    // smaller pieces that decode to it.
+    std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "<", "0", "x", "4", "1", ">", "<0", "<0x", "<0x4", "<0x41", "<0x41>"};
+    std::vector<int32_t> types{2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    std::vector<float> scores{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5};
+    for (int b = 0; b < 256; ++b) {
+        pieces.push_back(fmt::format("<0x{:02X}>", b));
+        types.push_back(6);
+        scores.push_back(0);
+    }
+    const auto tok = tiny_spm(pieces, types, scores);
+    for (const std::string text : {"<0x41>", "a<0x41>b", "<0x41><0x41>"}) {
+        INFO(text);
+        const std::vector<int32_t> ids = tok->encode(text, false, false);
+        CHECK(quill::decode(*tok, ids) == text);
+        CHECK(std::find(ids.begin(), ids.end(), 13) == ids.end());
+    }
+    CHECK(tok->encode("<0x41>", false, false) == std::vector<int32_t>{12, 8});  // "<0x41" ">"
+    CHECK(tok->encode("A", false, false) == std::vector<int32_t>{14 + 'A'});   // byte fallback still works
 }
 
 TEST_CASE("tokenizer special ids, BOS/EOS and end-of-generation tokens", "[tokenizer]") {

@@ -195,25 +195,47 @@ std::string read_whole_file(const std::string& path) {
     return read_capped(fd.get(), path, size_t{1} << 30, "is it a tokenizer.model?");
 }
 
-// sentencepiece keeps reserved pieces (control, unknown) in their own map and looks a text up there first, so a
-// reserved piece spelled like a normal one shadows it: a merge reaching that text comes out as the reserved id, which
-// covers no text, and Encode fails ("all normalized characters are not consumed"). It also refuses two reserved
-// pieces with one text, or an empty one. Text never becomes a reserved piece (quill parses special tokens itself, and
-// ids map back through the vocabulary, not through these names), so such pieces get a unique name in the model
-// handed to the library; a real vocabulary has none of them.
+// Whether sentencepiece may cut `p` out of a text as one initial symbol: one UTF-8 character (a lead byte's length;
+// the normalizer turns invalid bytes into U+FFFD, one character too).
+bool is_one_character(std::string_view p) {
+    if (p.empty()) return false;
+    const auto lead = static_cast<unsigned char>(p[0]);
+    const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+    return p.size() == length;
+}
+
+// sentencepiece keeps reserved pieces (control, unknown, byte) in their own map and looks a symbol up there first,
+// so a reserved piece a symbol can spell shadows the text. Symbols are single characters or merges, and merges only
+// ever form normal pieces: so a control or unknown piece spelled as one character, or as a normal piece, comes out
+// covering no text, and Encode fails ("all normalized characters are not consumed"). The library also refuses two
+// reserved pieces with one text, or an empty one. Text never becomes a control or unknown piece (quill parses special
+// tokens itself, and ids map back through the vocabulary, not through these names), so such pieces get a unique,
+// unreachable name in the model handed to the library. Byte pieces keep their names (byte fallback finds them by
+// name): a normal piece spelled "<0x41>" would come out as the byte 'A', so that normal piece is renamed instead, and
+// its text becomes smaller pieces. A real vocabulary has none of these.
 void rename_shadowing_reserved_pieces(std::vector<SpmModel::Piece>& pieces) {
-    std::unordered_set<std::string> taken;
+    std::unordered_set<std::string> taken, reserved;  // normal names; reserved and new names
     for (const SpmModel::Piece& p : pieces) {
-        if (p.type != kControl && p.type != kUnknown) taken.insert(p.piece);
+        if (p.type == kByte) reserved.insert(p.piece);
+        else if (p.type != kControl && p.type != kUnknown) taken.insert(p.piece);
     }
     size_t next = 0;
-    for (SpmModel::Piece& p : pieces) {
-        if (p.type != kControl && p.type != kUnknown) continue;
-        if (!p.piece.empty() && taken.insert(p.piece).second) continue;
+    auto rename = [&](SpmModel::Piece& p) {
         std::string name;
         do name = fmt::format("<quill-reserved-{}>", next++);
-        while (!taken.insert(name).second);
+        while (taken.contains(name) || !reserved.insert(name).second);
         p.piece = std::move(name);
+    };
+    for (SpmModel::Piece& p : pieces) {
+        if (p.type == kByte || p.type == kControl || p.type == kUnknown || !reserved.contains(p.piece)) continue;
+        taken.erase(p.piece);
+        rename(p);
+    }
+    for (SpmModel::Piece& p : pieces) {
+        if (p.type != kControl && p.type != kUnknown) continue;
+        if (!p.piece.empty() && !is_one_character(p.piece) && !taken.contains(p.piece) && reserved.insert(p.piece).second)
+            continue;
+        rename(p);
     }
 }
 
