@@ -20,6 +20,10 @@
 #include "engine/cpu/matmul.h"
 #include "engine/format/quant.h"
 
+#if defined(__FMA__)  // the AVX2 and AVX-512 kernel files
+#include <immintrin.h>
+#endif
+
 namespace quill::cpu {
 
 // Activations quantized to int8 blocks of 32 (see Activations::Cache). Row t of qs starts at qs + t * qs_stride;
@@ -86,6 +90,12 @@ namespace avx512 {
 Kernel find_kernel(GgmlType type);
 }
 
+// For tests: replaces the avx512 family's kernel table (nullptr restores the built-in one), and makes
+// isa_available(Isa::avx512) true on a CPU with AVX2, so that tests/avx512_emulated.cpp (kernels_avx512.cpp built
+// on SIMDe's portable AVX-512) runs the AVX-512 kernels' code on machines without AVX-512. best_isa() keeps to what
+// the hardware has.
+void set_avx512_kernels(Kernel (*find_kernel)(GgmlType));
+
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
 // null). Kernels only read through a QuantizedActs.
 void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
@@ -123,6 +133,31 @@ struct OutputBlock {
         }
     }
 };
+
+#if defined(__FMA__)
+// Adds the 32-block minima of a repacked row tile to rows [r, r + nr) of the block, for every token: wm [nb, 4]
+// (element i: row r + i) dotted with each token's block sums ds, one fma per block in block order, exactly as the
+// decode tiles' minima accumulate (batch invariance); eight tokens' chains side by side, so they do not wait on one.
+inline void add_block_minima(OutputBlock& block, const float* wm, const QuantizedActs& q, int64_t nb, int64_t r,
+                             int nr) {
+    auto add = [&]<int T>(int64_t t) {
+        __m128 acc[T];
+        for (int j = 0; j < T; ++j) acc[j] = _mm_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m128 w = _mm_loadu_ps(wm + 4 * b);
+            for (int j = 0; j < T; ++j)
+                acc[j] = _mm_fmadd_ps(w, _mm_set1_ps(q.ds[(t + j) * q.blk_stride + b]), acc[j]);
+        }
+        alignas(16) float mins[T][4];
+        for (int j = 0; j < T; ++j) _mm_store_ps(mins[j], acc[j]);
+        for (int i = 0; i < nr; ++i)
+            for (int j = 0; j < T; ++j) block.at(r + i, t + j) += mins[j][i];
+    };
+    int64_t t = 0;
+    for (; t + 8 <= block.n_tokens; t += 8) add.template operator()<8>(t);
+    for (; t < block.n_tokens; ++t) add.template operator()<1>(t);
+}
+#endif
 
 // IEEE half to float without a table (used where F16C is not available).
 inline float half_to_float(uint16_t h) {

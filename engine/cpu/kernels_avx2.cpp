@@ -80,7 +80,7 @@ inline __m256i broadcast_quarter(const int8_t* a) {
 // coefficients. Each vpmaddubsw multiplies a quarter of a row pair (lane i: row 2p + i) with the token's quarter
 // broadcast to both lanes; c * (the lane's sum of a) is subtracted in int32, so each lane holds the exact sum of
 // (u - c) * a that the prefill tile computes. The 32-block types' minima come in through accm = sum over blocks of
-// wm * ds, in block order (block_minima repeats it for the prefill path).
+// wm * ds, in block order (add_block_minima repeats it for the prefill path).
 template <typename Dec, int T>
 void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
     constexpr int QG = Dec::kQuartersPerScale;
@@ -288,20 +288,6 @@ int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const Quantize
 
 // ---- quantized rows ----
 
-// The 32-block types' minima of a repacked row tile for T tokens side by side (token i's sums from
-// ds + i * ds_stride), element r = row r: sum over blocks s of wm[s, r] * ds[s], one fma per block in block order,
-// exactly as decode_tile's accm (batch invariance); T independent chains, so T > 1 does not wait on one.
-template <int T>
-inline void block_minima(const float* wm, const float* ds, int64_t ds_stride, int64_t nb, __m128* out) {
-    __m128 acc[T];
-    for (int i = 0; i < T; ++i) acc[i] = _mm_setzero_ps();
-    for (int64_t s = 0; s < nb; ++s) {
-        const __m128 w = _mm_loadu_ps(wm + 4 * s);
-        for (int i = 0; i < T; ++i) acc[i] = _mm_fmadd_ps(w, _mm_broadcast_ss(ds + i * ds_stride + s), acc[i]);
-    }
-    for (int i = 0; i < T; ++i) out[i] = acc[i];
-}
-
 // block.flush with 8x8 tiles transposed in registers: eight rows' runs of eight tokens become eight tokens' runs of
 // eight rows, each one store. The values are copied, not computed: the result is block.flush's, bit for bit.
 void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
@@ -427,17 +413,7 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 t += nt;
             }
             if constexpr (Dec::kHasMin && !Dec::kRowMinima) {
-                auto add_minima = [&]<int T>(int64_t t) {
-                    __m128 m[T];
-                    alignas(16) float mins[T][4];
-                    block_minima<T>(sc.wm, q.ds + t * q.blk_stride, q.blk_stride, nb, m);
-                    for (int j = 0; j < T; ++j) _mm_store_ps(mins[j], m[j]);
-                    for (int i = 0; i < nr; ++i)
-                        for (int j = 0; j < T; ++j) block.at(r + i, t + j) += mins[j][i];
-                };
-                int64_t t = 0;
-                for (; t + 8 <= args.n_tokens; t += 8) add_minima.template operator()<8>(t);
-                for (; t < args.n_tokens; ++t) add_minima.template operator()<1>(t);
+                add_block_minima(block, sc.wm, q, nb, r, nr);
             }
         }
         flush_block(block, args.y, w.n_out);

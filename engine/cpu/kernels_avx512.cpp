@@ -10,19 +10,28 @@
 //    16 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
 #include "engine/cpu/kernels.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
-    defined(__F16C__)
+// tests/avx512_emulated.cpp builds this file a second time on SIMDe's portable AVX-512 (it defines
+// QUILL_AVX512_EMULATED, provides the intrinsics, and names the namespace with QUILL_AVX512_NS), so that the tests
+// run these kernels on machines without AVX-512.
+#ifndef QUILL_AVX512_NS
+#define QUILL_AVX512_NS avx512
+#endif
+
+#if defined(QUILL_AVX512_EMULATED) || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+                                       defined(__AVX512VNNI__) && defined(__F16C__))
 // GCC 12's AVX-512 intrinsics initialize their pass-through operands with `__m512 __Y = __Y;`, which -Wuninitialized
 // reports after inlining (GCC bug 105593, fixed in GCC 13).
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#ifndef QUILL_AVX512_EMULATED
 #include <immintrin.h>
+#endif
 
 #include "engine/cpu/kernels_avx512_decoders.h"
 
-namespace quill::cpu::avx512 {
+namespace quill::cpu::QUILL_AVX512_NS {
 
 namespace {
 
@@ -64,18 +73,19 @@ struct RowTile {
 // ---- decode tile: 4 rows x T tokens, rows decoded on the fly ----
 
 // out[r][t] = the dot of row r with token t0 + t over the first n_groups groups. Each vpdpbusd multiplies a
-// quarter of all 4 rows (lane r) with the token's quarter broadcast; the offset c and the float minima come in
-// through accm: sum over blocks of (wm or ws) * ds, ds = da * sum(a) per block (per quarter for Q6_K).
+// quarter of all 4 rows (lane r) with the token's quarter broadcast; c * (the lane's sum of a) is subtracted in
+// int32, so each lane holds the exact sum of (u - c) * a that the prefill tile computes. The float minima come in
+// through accm = sum over blocks (sub-blocks for the k-quants) of wm * ds, in block order (add_block_minima repeats
+// it for the prefill path).
 template <typename Dec, int T>
 void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
     constexpr int QG = Dec::kQuartersPerScale;
-    const int8_t* a0 = q.qs + t0 * q.qs_stride;  // [T][qs_stride]
-    const float* d0 = q.d + t0 * q.blk_stride;   // [T][blk_stride]
-    // Activation sums per scale group: per block, or per quarter for Q6_K.
-    const int64_t sum_stride = QG == 2 ? q.blk_stride : 2 * q.blk_stride;
-    const float* sum0 = (QG == 2 ? q.ds : q.ds16) + t0 * sum_stride;  // [T][sum_stride]
-    __m512 acc[T];                                                    // lane 4r + g: row r
-    __m128 accm[T];                                                   // element r: row r
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(Dec::kOffset));
+    const int8_t* a0 = q.qs + t0 * q.qs_stride;   // [T][qs_stride]
+    const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
+    const float* ds0 = q.ds + t0 * q.blk_stride;  // [T][blk_stride]
+    __m512 acc[T];                                // lane 4r + g: row r
+    __m128 accm[T];                               // element r: row r
     for (int t = 0; t < T; ++t) {
         acc[t] = _mm512_setzero_ps();
         accm[t] = _mm_setzero_ps();
@@ -88,32 +98,33 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
             const Step4 w = tile.step(g, k);
             for (int j = 0; j < 4 / QG; ++j) {  // scale groups: 2 blocks, or 4 quarters for Q6_K
                 const __m512 ws = w.ws[j * QG];
-                const __m128 wm = w.wc[j];
-                const int64_t b = 2 * s + j * QG / 2;       // the activation block
-                const int64_t c = QG == 2 ? b : 4 * s + j;  // its sum (of the quarter for Q6_K)
+                const int64_t b = 2 * s + j * QG / 2;  // the activation block
                 for (int t = 0; t < T; ++t) {
                     const int8_t* a = a0 + t * q.qs_stride + 64 * s + 16 * QG * j;
-                    __m512i dot = _mm512_setzero_si512();
+                    __m512i dot = _mm512_setzero_si512(), coff = _mm512_setzero_si512();
                     for (int i = 0; i < QG; ++i) {
                         const __m512i ai =
                             _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
                         dot = _mm512_dpbusd_epi32(dot, w.u[j * QG + i], ai);
+                        if constexpr (Dec::kOffset != 0) coff = _mm512_dpbusd_epi32(coff, offset, ai);
                     }
+                    if constexpr (Dec::kOffset != 0) dot = _mm512_sub_epi32(dot, coff);
                     const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(d0[t * q.blk_stride + b]));
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
-                    accm[t] = _mm_fmadd_ps(wm, _mm_set1_ps(sum0[t * sum_stride + c]), accm[t]);
+                    if constexpr (Dec::kHasMin)
+                        accm[t] = _mm_fmadd_ps(w.wc[j], _mm_set1_ps(ds0[t * q.blk_stride + b]), accm[t]);
                 }
             }
         }
     }
-    const __m128 c_scale = _mm_set1_ps(Dec::kHasMin ? 1.0f : -static_cast<float>(Dec::kOffset));
     for (int t = 0; t < T; ++t) {
         alignas(64) float lanes[16];
         alignas(16) float mins[4];
         _mm512_store_ps(lanes, acc[t]);
-        _mm_store_ps(mins, _mm_mul_ps(accm[t], c_scale));
+        _mm_store_ps(mins, accm[t]);
         for (int r = 0; r < 4; ++r) {
-            out[r][t] = ((lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3])) + mins[r];
+            out[r][t] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+            if constexpr (Dec::kHasMin) out[r][t] += mins[r];
         }
     }
 }
@@ -131,9 +142,10 @@ struct alignas(64) PrefillStep {
     __m512 ws[4 / QG];  // scale of group j, lane 4r + g: row r
 };
 
-// Decodes the whole row tile into out [n_groups * kGroupSteps] and its float minima into wm [4, wm_stride].
+// Decodes the whole row tile into out [n_groups * kGroupSteps] and its float minima into wm [2 * n_steps, 4] (block
+// by block, element r: row r).
 template <typename Dec, int QG = Dec::kQuartersPerScale>
-void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out, float* wm, int64_t wm_stride) {
+void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out, float* wm) {
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(Dec::kOffset));
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t g = 0; g < n_groups; ++g) {
@@ -150,11 +162,7 @@ void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out, flo
                 step.ws[j] = w.ws[j * QG];
             }
             if constexpr (Dec::kHasMin) {
-                for (int i = 0; i < 2; ++i) {
-                    alignas(16) float m[4];
-                    _mm_store_ps(m, w.wc[i]);
-                    for (int r = 0; r < 4; ++r) wm[r * wm_stride + 2 * s + i] = m[r];
-                }
+                for (int i = 0; i < 2; ++i) _mm_storeu_ps(wm + 4 * (2 * s + i), w.wc[i]);
             }
         }
     }
@@ -206,29 +214,16 @@ int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const Quantize
 
 // ---- quantized rows ----
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
 // The scratch of a quantized kernel: the row tile's minima, its repacked steps and the output block.
 template <typename Step>
 struct QuantScratch {
-    float* wm;  // [4, wm_stride]
-    int64_t wm_stride;
+    float* wm;            // [n_in / 32, 4]
     Step* repacked;       // [n_steps]
     float* output_block;  // see OutputBlock
 
     QuantScratch(float* scratch, int64_t n_in) {
-        wm = scratch;
-        wm_stride = n_in / 16 + 16;
-        float* p = scratch + (4 * wm_stride + 15) / 16 * 16;
+        wm = scratch;  // within the [kRowTile, n_in / 16 + 16] floats scratch_floats sets aside for it
+        float* p = scratch + (4 * (n_in / 16 + 16) + 15) / 16 * 16;
         repacked = reinterpret_cast<Step*>(p);
         output_block = p + (4 * n_in * 3 / 4 + 15) / 16 * 16;
     }
@@ -255,17 +250,12 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
             for (int i = 0; i < 4; ++i) {  // a ragged tile repeats its last row
                 tile.rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
             }
-            if (prefill) repack_tile(tile, n_groups, sc.repacked, sc.wm, sc.wm_stride);
+            if (prefill) repack_tile(tile, n_groups, sc.repacked, sc.wm);
             for (int64_t t = 0; t < args.n_tokens;) {
                 float out[4][kPrefillTokens];
                 int nt;
                 if (prefill) {
                     nt = prefill_tokens(sc.repacked, n_steps, q, t, args.n_tokens - t, out);
-                    for (int i = 0; i < nr && Dec::kHasMin; ++i) {
-                        for (int j = 0; j < nt; ++j) {
-                            out[i][j] += dot_f32(sc.wm + i * sc.wm_stride, q.ds + (t + j) * q.blk_stride, nb_main);
-                        }
-                    }
                 } else {
                     nt = static_cast<int>(min64(kMaxTokens, args.n_tokens - t));
                     float part[4][kMaxTokens];
@@ -288,14 +278,21 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                     }
                 }
                 for (int i = 0; i < nr; ++i) {
-                    for (int j = 0; j < nt; ++j) {
-                        float v = out[i][j];
-                        for (int64_t b = nb_main; b < nb; ++b)
-                            v += generic::block_dot(w.type, tile.rows[i], b, q, t + j);
-                        block.at(r + i, t + j) = v;
-                    }
+                    for (int j = 0; j < nt; ++j) block.at(r + i, t + j) = out[i][j];
                 }
                 t += nt;
+            }
+            if constexpr (Dec::kHasMin) {
+                if (prefill) {  // decode_tile added them; the prefill path adds them here, in the same order
+                    add_block_minima(block, sc.wm, q, nb_main, r, nr);
+                }
+            }
+            // A trailing odd 32-block, after everything else on both paths.
+            for (int64_t b = nb_main; b < nb; ++b) {
+                for (int i = 0; i < nr; ++i) {
+                    for (int64_t t = 0; t < args.n_tokens; ++t)
+                        block.at(r + i, t) += generic::block_dot(w.type, tile.rows[i], b, q, t);
+                }
             }
         }
         block.flush(args.y, w.n_out);
@@ -433,7 +430,7 @@ Kernel find_kernel(GgmlType type) {
     }
 }
 
-}  // namespace quill::cpu::avx512
+}  // namespace quill::cpu::QUILL_AVX512_NS
 
 #else  // built without AVX-512 support in the compiler flags
 

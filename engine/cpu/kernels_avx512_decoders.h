@@ -7,13 +7,15 @@
 // kernels.h (w = ws * (u - c) + wm).
 #pragma once
 
+#ifndef QUILL_AVX512_EMULATED
 #include <immintrin.h>
+#endif
 
 #include <cstddef>
 
 #include "engine/cpu/kernels.h"
 
-namespace quill::cpu::avx512 {
+namespace quill::cpu::QUILL_AVX512_NS {
 namespace {
 
 struct Step4 {
@@ -264,4 +266,4 @@ struct DecQ6_K {
 };
 
 }  // namespace
-}  // namespace quill::cpu::avx512
+}  // namespace quill::cpu::QUILL_AVX512_NS

@@ -96,10 +96,15 @@ const float* prepare_f16(Activations& x) {
     return c.x_f16.data();
 }
 
+std::atomic<Kernel (*)(GgmlType)> g_avx512_kernels{nullptr};  // see set_avx512_kernels
+
 // The one dispatch over weight types: the ISA's kernel, else the portable one, else dequantize-and-dot.
 Kernel select_kernel(GgmlType type, Isa isa) {
     Kernel k;
-    if (isa == Isa::avx512) k = avx512::find_kernel(type);
+    if (isa == Isa::avx512) {
+        Kernel (*emulated)(GgmlType) = g_avx512_kernels.load(std::memory_order_relaxed);
+        k = emulated ? emulated(type) : avx512::find_kernel(type);
+    }
     if (!k.fn && (isa == Isa::avx512 || isa == Isa::avx2)) k = avx2::find_kernel(type);
     if (!k.fn) k = generic::find_kernel(type);
     if (!k.fn && type_traits(type).can_dequantize) k = generic::fallback_kernel();
@@ -218,7 +223,12 @@ bool matmul_supports(GgmlType type) {
 
 // ---- instruction sets ----
 
-bool isa_available(Isa isa) {
+void set_avx512_kernels(Kernel (*find_kernel)(GgmlType)) { g_avx512_kernels.store(find_kernel); }
+bool avx512_emulated() { return g_avx512_kernels.load() != nullptr; }
+
+namespace {
+
+bool hardware_has(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
@@ -242,6 +252,13 @@ bool isa_available(Isa isa) {
 #endif
 }
 
+}  // namespace
+
+bool isa_available(Isa isa) {
+    if (isa == Isa::avx512 && avx512_emulated()) return hardware_has(Isa::avx2);
+    return hardware_has(isa);
+}
+
 std::string_view isa_name(Isa isa) {
     switch (isa) {
         case Isa::generic:
@@ -249,7 +266,7 @@ std::string_view isa_name(Isa isa) {
         case Isa::avx2:
             return "avx2";
         case Isa::avx512:
-            return "avx512-vnni";
+            return avx512_emulated() ? "avx512-vnni (emulated)" : "avx512-vnni";
     }
     return "unknown";
 }
@@ -257,7 +274,7 @@ std::string_view isa_name(Isa isa) {
 Isa best_isa() {
     Isa best = Isa::generic;
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        if (isa_available(isa)) best = isa;
+        if (hardware_has(isa)) best = isa;
     }
     const char* env = std::getenv("QUILL_CPU_ISA");
     if (env == nullptr || *env == '\0') return best;

@@ -61,8 +61,11 @@ enum class Isa { generic, avx2, avx512 };
 // The best family this CPU runs, lowered by QUILL_CPU_ISA=generic|avx2|avx512 when set (asking for one the CPU
 // lacks gives the best it has).
 Isa best_isa();
+// Whether the family can run here: the hardware has it, or (avx512, in the tests) its kernels are emulated.
 bool isa_available(Isa isa);
-std::string_view isa_name(Isa isa);  // "generic", "avx2", "avx512-vnni"
+// True when the avx512 family runs emulated kernels (tests/avx512_emulated.cpp; see set_avx512_kernels).
+bool avx512_emulated();
+std::string_view isa_name(Isa isa);  // "generic", "avx2", "avx512-vnni" (with " (emulated)" when it is)
 
 // Fast path: runs every job over the pool in one parallel section (rows split across threads).
 void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa);
