@@ -378,7 +378,10 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
         OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
             const int nr = static_cast<int>(min64(4, r1 - r));
-            RowTile<Dec> tile{{}, sc.wm, sc.wm_stride, prefetch_distance(w.row_bytes), {}};
+            RowTile<Dec> tile;  // its decoder state is written by begin_group before a step reads it: not zeroed
+            tile.wm = sc.wm;
+            tile.wm_stride = sc.wm_stride;
+            tile.prefetch = prefetch_distance(w.row_bytes);
             for (int i = 0; i < 4; ++i) {  // a ragged tile repeats its last row
                 tile.rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
             }

@@ -247,8 +247,12 @@ struct DecQ3_K {
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ3_K);
+    // The group's bit planes as Step4 lays them out, arranged once per group rather than for each of its eight
+    // 32-blocks (each reads the same hmask and one of two qs halves).
     struct State {
-        float ws[4][16];  // [row][i]: d * sc_i
+        __m256i hm[2][2];     // [pair][quarter]: hmask
+        __m256i qs[2][2][2];  // [half][pair][quarter]: qs[32 half ..]
+        float ws[4][16];      // [row][i]: d * sc_i
     };
 
     // The 16 scales (q3_k_scale) four at a time: word w of the result holds scales 4w .. 4w + 3, their low
@@ -269,21 +273,24 @@ struct DecQ3_K {
             _mm256_storeu_ps(st.ws[r] + 8,
                              _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(u, 8)))));
         }
+        const size_t off = g * sizeof(BlockQ3_K);
+        for (int p = 0; p < 2; ++p) {
+            load_2x32(rows, p, off + offsetof(BlockQ3_K, hmask), st.hm[p][0], st.hm[p][1]);
+            for (int half = 0; half < 2; ++half)
+                load_2x32(rows, p, off + offsetof(BlockQ3_K, qs) + 32 * half, st.qs[half][p][0], st.qs[half][p][1]);
+        }
     }
 
-    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
-        const size_t off = g * sizeof(BlockQ3_K);
+    static Step4 step(Rows, int64_t, int j, const State& st) {
         const int half = j / 4, k = j % 4;
         const __m128i shift = _mm_cvtsi32_si128(2 * k);
         const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j)), four = _mm256_set1_epi8(4);
         Step4 s;
         for (int p = 0; p < 2; ++p) {
-            __m256i qs[2], hm[2];
-            load_2x32(rows, p, off + offsetof(BlockQ3_K, qs) + 32 * half, qs[0], qs[1]);
-            load_2x32(rows, p, off + offsetof(BlockQ3_K, hmask), hm[0], hm[1]);
             for (int q = 0; q < 2; ++q) {
-                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(qs[q], shift), _mm256_set1_epi8(3));
-                const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm[q], bit), bit), four);
+                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(st.qs[half][p][q], shift), _mm256_set1_epi8(3));
+                const __m256i high =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(st.hm[p][q], bit), bit), four);
                 s.u[q][p] = _mm256_or_si256(low, high);
                 s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
             }
@@ -302,7 +309,8 @@ struct DecQ2_K {
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ2_K);
     struct State {
-        float ws[4][16];  // [row][i]: d * sc_i
+        __m256i qs[2][2][2];  // [half][pair][quarter]: qs[32 half ..] as Step4 lays it out, once per group
+        float ws[4][16];      // [row][i]: d * sc_i
     };
 
     // Minima -dmin * m_i go to wm[r * wm_stride + 16 g + i].
@@ -321,17 +329,20 @@ struct DecQ2_K {
                                  _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8))));
             }
         }
+        for (int p = 0; p < 2; ++p) {
+            for (int half = 0; half < 2; ++half) {
+                load_2x32(rows, p, g * sizeof(BlockQ2_K) + offsetof(BlockQ2_K, qs) + 32 * half, st.qs[half][p][0],
+                          st.qs[half][p][1]);
+            }
+        }
     }
 
-    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
-        const size_t off = g * sizeof(BlockQ2_K);
+    static Step4 step(Rows, int64_t, int j, const State& st) {
         const __m128i shift = _mm_cvtsi32_si128(2 * (j % 4));
         Step4 s;
         for (int p = 0; p < 2; ++p) {
-            __m256i qs[2];
-            load_2x32(rows, p, off + offsetof(BlockQ2_K, qs) + 32 * (j / 4), qs[0], qs[1]);
             for (int q = 0; q < 2; ++q) {
-                s.u[q][p] = _mm256_and_si256(_mm256_srl_epi16(qs[q], shift), _mm256_set1_epi8(3));
+                s.u[q][p] = _mm256_and_si256(_mm256_srl_epi16(st.qs[j / 4][p][q], shift), _mm256_set1_epi8(3));
                 s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
             }
         }
