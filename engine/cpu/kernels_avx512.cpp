@@ -5,7 +5,8 @@
 // vpdpbusd multiplies a 16-element quarter of all four rows (one per 128-bit lane) with a token's quarter
 // broadcast to every lane; one accumulator per token then holds the four rows (lane 4r + g: row r).
 //  - Decode (fewer than 8 tokens, 4 at a time): the rows are decoded as the tile walks them, unsigned bytes u
-//    against the signed activations; the offset c and float minima are a float term per block, wc * da * sum(a).
+//    against the signed activations, with c * sum(a) taken off each int32 lane; the float minima are a float term
+//    per block, wc * da * sum(a).
 //  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
 //    16 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
 #include "engine/cpu/kernels.h"

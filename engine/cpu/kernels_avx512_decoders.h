@@ -21,8 +21,7 @@ namespace {
 struct Step4 {
     __m512i u[4];  // quarter q, lane r: row r
     __m512 ws[4];  // scale of quarter q, lane 4r + g: row r (laid out like a vpdpbusd result)
-    __m128 wc[4];  // per scale group j < 4 / kQuartersPerScale, element r: row r: its minimum (kHasMin), else
-                   // its scale (the kernels multiply it with -c)
+    __m128 wc[2];  // kHasMin only: the minimum of 32-block j, element r: row r
 };
 
 using Rows = const uint8_t* const*;  // the 4 rows
@@ -135,11 +134,7 @@ struct Dec32 {
             }
             const __m128 d = half_4(rows, off + offsetof(Block, d));
             s.ws[2 * i] = s.ws[2 * i + 1] = expand_rows(d);
-            if constexpr (kHasMin) {
-                s.wc[i] = half_4(rows, off + offsetof(Block, m));
-            } else {
-                s.wc[i] = d;
-            }
+            if constexpr (kHasMin) s.wc[i] = half_4(rows, off + offsetof(Block, m));
         }
         return s;
     }
@@ -259,7 +254,6 @@ struct DecQ6_K {
             s.u[q] = _mm512_or_si512(low, _mm512_slli_epi16(top, 4));
             const int i = 4 * k + q;  // the 16-element sub-block
             s.ws[q] = st.ws[i / 8].expanded(i % 8);
-            s.wc[q] = st.ws[i / 8].column(i % 8);
         }
         return s;
     }
