@@ -1,7 +1,8 @@
-// The CPU attention kernels (engine/cpu/attention.*): the fast grouped-query kernel of each available ISA against
-// the plain scalar path (the reference backend's arithmetic), at cache lengths from 1 to 2048, head sizes with and
-// without a multiple of 16, every grouping of query heads on a KV head (MHA, GQA, MQA, groups above the kernel's 8),
-// both cache types; and batch invariance: a head's output has the same bits whichever heads share its call.
+// The CPU attention (engine/cpu/attention.*): the tiled kernel of each available ISA against the plain two-pass
+// attention (the reference backend's arithmetic) at cache lengths from 1 to 2048, for decode rows (one token's heads)
+// and prefill tiles (several tokens of one slot), with and without a sliding window, head sizes with and without a
+// multiple of 16, every grouping of query heads on a KV head, both cache types; and batch invariance: a row's output
+// has the same bits whichever rows share its call and whichever of the kernel's lane layouts runs it.
 #include "engine/cpu/attention.h"
 #include "engine/format/quant.h"
 #include "tests/backend_checks.h"
@@ -12,7 +13,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <utility>
 #include <vector>
 
 using namespace quill;
@@ -24,92 +24,149 @@ struct Shape {
     int n_head, n_head_kv, head_dim;
 };
 
+// A random cache of n_kv positions and a query for every (position, head).
 struct Inputs {
-    std::vector<float> q;       // [n_head, head_dim]
-    std::vector<float> k, v;    // [n_kv, n_head_kv, head_dim]
+    Shape s;
+    int n_kv;
+    std::vector<float> q;     // [n_kv, n_head, head_dim]
+    std::vector<float> k, v;  // K in the cache's blocks of 8 positions (k_cache_offset), V [n_kv, n_head_kv, head_dim]
     std::vector<uint16_t> k16, v16;
 };
 
 Inputs random_inputs(const Shape& s, int n_kv, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    Inputs in;
-    in.q.resize(static_cast<size_t>(s.n_head) * s.head_dim);
+    Inputs in{s, n_kv, {}, {}, {}, {}, {}};
+    in.q.resize(static_cast<size_t>(n_kv) * s.n_head * s.head_dim);
     for (float& x : in.q) x = 2.0f * normal(rng);  // sharp enough softmaxes to matter
-    const size_t n = static_cast<size_t>(n_kv) * s.n_head_kv * s.head_dim;
-    in.k.resize(n);
-    in.v.resize(n);
-    for (float& x : in.k) x = normal(rng);
+    const int64_t row = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+    in.k.assign(static_cast<size_t>((n_kv + 7) / 8 * 8 * row), NAN);  // the padding of the last block is never read
+    in.v.resize(static_cast<size_t>(n_kv * row));
+    for (int j = 0; j < n_kv; ++j)
+        for (int64_t e = 0; e < row; ++e) in.k[k_cache_offset(j, e, row)] = normal(rng);
     for (float& x : in.v) x = normal(rng);
     for (float x : in.k) in.k16.push_back(fp32_to_fp16(x));
     for (float x : in.v) in.v16.push_back(fp32_to_fp16(x));
     return in;
 }
 
-// out [n_head, head_dim] for heads [h0, h1) (the rest left NaN).
-std::vector<float> attend_range(const Shape& s, const Inputs& in, KvType kv, int n_kv, const KvOps& ops, int h0,
-                                int h1) {
-    AttentionArgs a{in.q.data(),
-                    kv == KvType::f16 ? static_cast<const void*>(in.k16.data()) : in.k.data(),
-                    kv == KvType::f16 ? static_cast<const void*>(in.v16.data()) : in.v.data(),
-                    kv,
-                    n_kv,
-                    s.n_head,
-                    s.n_head_kv,
-                    s.head_dim,
-                    1.0f / std::sqrt(static_cast<float>(s.head_dim))};
-    std::vector<float> scores(static_cast<size_t>(kMaxGroupHeads) * n_kv);
-    std::vector<float> out(static_cast<size_t>(s.n_head) * s.head_dim, NAN);
-    attend(a, ops, h0, h1, scores.data(), out.data());
+KvHead kv_head(const Inputs& in, KvType type, int g) {
+    const int64_t row = static_cast<int64_t>(in.s.n_head_kv) * in.s.head_dim;
+    const size_t koff = k_cache_offset(0, static_cast<int64_t>(g) * in.s.head_dim, row);
+    const size_t voff = static_cast<size_t>(g) * in.s.head_dim;
+    const bool f16 = type == KvType::f16;
+    return KvHead{f16 ? static_cast<const void*>(in.k16.data() + koff) : in.k.data() + koff,
+                  f16 ? static_cast<const void*>(in.v16.data() + voff) : in.v.data() + voff,
+                  type,
+                  static_cast<size_t>(row) * 8,
+                  static_cast<size_t>(row),
+                  in.s.head_dim,
+                  1.0f / std::sqrt(static_cast<float>(in.s.head_dim))};
+}
+
+// The rows of tokens [t0, t1) and heads [h0, h1) (one KV head's), each token at its own position t, seeing
+// `window` positions (0: all), writing into out [n_kv, n_head, head_dim].
+std::vector<AttnRow> rows_of(const Inputs& in, int t0, int t1, int h0, int h1, int window, std::vector<float>& out) {
+    std::vector<AttnRow> rows;
+    for (int t = t0; t < t1; ++t)
+        for (int h = h0; h < h1; ++h) {
+            const size_t off = (static_cast<size_t>(t) * in.s.n_head + h) * in.s.head_dim;
+            rows.push_back({in.q.data() + off, out.data() + off, window > 0 && t >= window ? t - window + 1 : 0, t});
+        }
+    return rows;
+}
+
+// Every row of tokens [t0, t1) through attend_rows, `tile` tokens and all the heads of a KV head per call
+// (at most kMaxTileRows rows).
+std::vector<float> attend_tokens(const Inputs& in, KvType type, const KvOps& ops, int t0, int t1, int tile,
+                                 int window) {
+    const int group = in.s.n_head / in.s.n_head_kv;
+    std::vector<float> out(in.q.size(), NAN);
+    std::vector<float> scratch(attend_scratch_floats(in.n_kv));
+    for (int g = 0; g < in.s.n_head_kv; ++g)
+        for (int t = t0; t < t1; t += tile)
+            for (int h = g * group; h < (g + 1) * group; h += kMaxTileRows / tile) {
+                const std::vector<AttnRow> rows =
+                    rows_of(in, t, std::min(t + tile, t1), h, std::min(h + kMaxTileRows / tile, (g + 1) * group),
+                            window, out);
+                attend_rows(rows.data(), static_cast<int>(rows.size()), kv_head(in, type, g), ops, scratch.data());
+            }
     return out;
+}
+
+std::vector<float> slice(const std::vector<float>& v, const Inputs& in, int t0, int t1) {
+    const size_t w = static_cast<size_t>(in.s.n_head) * in.s.head_dim;
+    return std::vector<float>(v.begin() + t0 * w, v.begin() + t1 * w);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
 
-TEST_CASE("grouped attention kernels equal the plain attention at cache lengths 1 to 2048", "[cpu]") {
-    const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {8, 1, 72}, {16, 2, 64}, {12, 1, 40}, {3, 3, 8}};
+TEST_CASE("tiled attention equals the plain attention at cache lengths 1 to 2048", "[cpu]") {
+    const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {8, 1, 72}, {16, 2, 64}, {12, 1, 40}, {3, 3, 8}, {9, 3, 64},
+                            {4, 1, 256}};
     for (Isa isa : test::available_isas()) {
         for (const Shape& s : shapes) {
             for (int n_kv : {1, 17, 511, 2048}) {
                 const Inputs in = random_inputs(s, n_kv, static_cast<uint32_t>(n_kv * 31 + s.head_dim));
                 for (KvType kv : {KvType::f32, KvType::f16}) {
-                    INFO(isa_name(isa) << ", " << s.n_head << "/" << s.n_head_kv << " heads of " << s.head_dim
-                                       << ", " << n_kv << " positions, KV " << kv_type_name(kv));
-                    const std::vector<float> want = attend_range(s, in, kv, n_kv, kv_ops(isa, true), 0, s.n_head);
-                    const std::vector<float> got = attend_range(s, in, kv, n_kv, kv_ops(isa, false), 0, s.n_head);
-                    // Both round q and the probabilities to fp16 with an f16 cache; they differ in summation order and
-                    // in exp (a polynomial within 2 ulp of expf), and where an intermediate sits that close to an
-                    // fp16 rounding boundary one probability moves one fp16 step (2^-11 of itself). Measured here,
-                    // max |diff| / rms over all cases: f32 cache 6.0e-6, f16 cache 4.2e-4; limits 2e-5 and 2e-3.
-                    CHECK(test::max_diff(got, want) / test::rms(want) <= (kv == KvType::f32 ? 2e-5 : 2e-3));
+                    for (int window : {0, 100}) {
+                        INFO(isa_name(isa) << ", " << s.n_head << "/" << s.n_head_kv << " heads of " << s.head_dim
+                                           << ", " << n_kv << " positions, KV " << kv_type_name(kv) << ", window "
+                                           << window);
+                        // The last token alone (a decode), then the last 16 as a prefill in tiles of 4 and of 1.
+                        const int t0 = std::max(0, n_kv - 16);
+                        const std::vector<float> want =
+                            slice(attend_tokens(in, kv, kv_ops(isa, true), t0, n_kv, 1, window), in, t0, n_kv);
+                        const std::vector<float> decode =
+                            slice(attend_tokens(in, kv, kv_ops(isa, false), n_kv - 1, n_kv, 1, window), in, n_kv - 1,
+                                  n_kv);
+                        const std::vector<float> tiled =
+                            slice(attend_tokens(in, kv, kv_ops(isa, false), t0, n_kv, 4, window), in, t0, n_kv);
+                        // Both round q and the probabilities to fp16 with an f16 cache; they differ in summation order
+                        // and in exp (a polynomial within 2 ulp of expf), and where an intermediate sits that close to
+                        // an fp16 rounding boundary one probability moves one fp16 step (2^-11 of itself). Measured
+                        // here, max |diff| / rms over all cases: f32 cache 1.3e-5 (scores reach |s| ~ 10 with these
+                        // sharp queries, so their float error of a few 1e-7 shows in exp), f16 cache 8.6e-4; limits
+                        // 4e-5 and 2e-3.
+                        const double tol = kv == KvType::f32 ? 4e-5 : 2e-3;
+                        CHECK(test::max_diff(tiled, want) / test::rms(want) <= tol);
+                        const std::vector<float> want_last(want.end() - decode.size(), want.end());
+                        CHECK(test::max_diff(decode, want_last) / test::rms(want_last) <= tol);
+                    }
                 }
             }
         }
     }
 }
 
-TEST_CASE("a head's attention has the same bits whichever heads share the call", "[cpu]") {
+TEST_CASE("a row's attention has the same bits whichever rows share its call", "[cpu]") {
     const Shape s{12, 3, 64};  // groups of 4 query heads per KV head
-    const int n_kv = 300;
+    const int n_kv = 300, t0 = 284;
     const Inputs in = random_inputs(s, n_kv, 5);
     for (Isa isa : test::available_isas()) {
         for (KvType kv : {KvType::f32, KvType::f16}) {
-            INFO(isa_name(isa) << ", KV " << kv_type_name(kv));
-            const KvOps& ops = kv_ops(isa, false);
-            const std::vector<float> all = attend_range(s, in, kv, n_kv, ops, 0, s.n_head);
-            // Each head alone, then ragged ranges cutting groups apart (as the thread split of a decode does).
-            std::vector<float> alone(all.size()), ragged(all.size());
-            for (int h = 0; h < s.n_head; ++h) {
-                const std::vector<float> one = attend_range(s, in, kv, n_kv, ops, h, h + 1);
-                std::copy_n(one.begin() + h * s.head_dim, s.head_dim, alone.begin() + h * s.head_dim);
+            for (int window : {0, 70}) {
+                INFO(isa_name(isa) << ", KV " << kv_type_name(kv) << ", window " << window);
+                const KvOps& ops = kv_ops(isa, false);
+                // Tiles of 4 tokens (16 rows: the rows-in-lanes layout), of 1 token (4 rows: keys in lanes), and
+                // rows one by one.
+                const std::vector<float> tiles = slice(attend_tokens(in, kv, ops, t0, n_kv, 4, window), in, t0, n_kv);
+                const std::vector<float> tokens = slice(attend_tokens(in, kv, ops, t0, n_kv, 1, window), in, t0, n_kv);
+                std::vector<float> alone(in.q.size(), NAN);
+                std::vector<float> scratch(attend_scratch_floats(n_kv));
+                for (int g = 0; g < s.n_head_kv; ++g)
+                    for (int t = t0; t < n_kv; ++t)
+                        for (int h = 4 * g; h < 4 * g + 4; ++h) {
+                            const std::vector<AttnRow> row = rows_of(in, t, t + 1, h, h + 1, window, alone);
+                            attend_rows(row.data(), 1, kv_head(in, kv, g), ops, scratch.data());
+                        }
+                CHECK(same_bits(tiles, tokens));
+                CHECK(same_bits(tiles, slice(alone, in, t0, n_kv)));
             }
-            for (auto [h0, h1] : {std::pair{0, 3}, std::pair{3, 7}, std::pair{7, 12}}) {
-                const std::vector<float> part = attend_range(s, in, kv, n_kv, ops, h0, h1);
-                std::copy(part.begin() + h0 * s.head_dim, part.begin() + h1 * s.head_dim,
-                          ragged.begin() + h0 * s.head_dim);
-            }
-            CHECK(std::memcmp(alone.data(), all.data(), all.size() * sizeof(float)) == 0);
-            CHECK(std::memcmp(ragged.data(), all.data(), all.size() * sizeof(float)) == 0);
         }
     }
 }

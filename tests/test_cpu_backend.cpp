@@ -12,6 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
+#include <utility>
 
 using namespace quill;
 using quill::cpu::CpuBackend;
@@ -78,19 +80,43 @@ TEST_CASE("fast path equals the scalar reference on random models of every weigh
     }
 }
 
-TEST_CASE("prefill logits equal step-by-step decode logits", "[cpu]") {
+// The kernels are batch invariant (a row's products, and a query row's attention, never depend on the other rows
+// of the batch), so a token's logits have the same bits however the prompt is cut into forward calls.
+TEST_CASE("prefill logits equal step-by-step decode logits bit for bit", "[cpu]") {
     for (const test::TinyCase& c : test::tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(12, static_cast<int>(c.spec.n_vocab), 2);
-        for (bool reference : {true, false}) {
-            INFO(c.label << (reference ? ", reference path" : ", fast path"));
-            auto b1 = make(*model, reference, 2);
-            auto b2 = make(*model, reference, 2);
+        std::vector<std::optional<Isa>> isas{std::nullopt};  // the reference path, then each kernel family
+        for (Isa isa : available_isas()) isas.push_back(isa);
+        for (const auto& isa : isas) {
+            INFO(c.label << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
+            auto b1 = make(*model, !isa, 2, isa);
+            auto b2 = make(*model, !isa, 2, isa);
             const std::vector<float> batched = prefill_logits(*b1, tokens);
             const std::vector<float> stepped = stepwise_logits(*b2, tokens);
-            // The same arithmetic in a different order (tiled products against row products): float rounding, and
-            // the rounding flips that it can cause (see the tolerances above).
-            CHECK(max_diff(batched, stepped) <= kernel_tol(c.spec.type) * max_abs(stepped));
+            CHECK(max_diff(batched, stepped) == 0.0);
+        }
+    }
+}
+
+TEST_CASE("a prompt continuing a filled cache equals the whole prompt at once, bit for bit", "[cpu]") {
+    // 100 positions: two key blocks of the tiled attention, several tiles, and past every sliding window.
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int64_t nv = c.spec.n_vocab;
+        const auto tokens = some_tokens(100, static_cast<int>(nv), 6);
+        for (Isa isa : available_isas()) {
+            INFO(c.label << ", " << cpu::isa_name(isa));
+            auto whole = make(*model, false, 2, isa);
+            const std::vector<float> want = prefill_logits(*whole, tokens);
+            auto parts = make(*model, false, 2, isa);
+            std::vector<float> got(want.size());
+            for (auto [p0, p1] : {std::pair{0, 37}, std::pair{37, 41}, std::pair{41, 100}}) {
+                Batch batch;
+                for (int p = p0; p < p1; ++p) batch.add(tokens[p], p, 0, true);
+                parts->forward(batch, std::span<float>(got.data() + p0 * nv, (p1 - p0) * nv));
+            }
+            CHECK(max_diff(got, want) == 0.0);
         }
     }
 }

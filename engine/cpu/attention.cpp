@@ -13,11 +13,12 @@ float widen(uint16_t h) { return fp16_to_fp32(h); }
 float widen(float f) { return f; }
 
 template <class T>
-void scores_plain(const T* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores) {
-    for (int j = 0; j < n_kv; ++j) {
+void scores_plain(const T* k, size_t block_stride, const float* q, int head_dim, int j0, int n_kv, float* scores) {
+    for (int j = j0; j < j0 + n_kv; ++j) {
+        const T* kj = k + static_cast<size_t>(j / 8) * block_stride + j % 8;  // element i at kj[8 * i]
         float s = 0.0f;
-        for (int i = 0; i < head_dim; ++i) s += widen(k[j * stride + i]) * q[i];
-        scores[j] = s;
+        for (int i = 0; i < head_dim; ++i) s += widen(kj[8 * i]) * q[i];
+        scores[j - j0] = s;
     }
 }
 
@@ -53,9 +54,48 @@ void geglu_plain(float* gate, const float* up, int64_t n) {
 constexpr KvOps kPlain{scores_plain<uint16_t>, scores_plain<float>, mix_plain<uint16_t>, mix_plain<float>,
                        round_f16_plain,        to_f16_plain,        nullptr,            nullptr,
                        swiglu_plain,           geglu_plain};
-constexpr KvOps kAvx2{avx2::scores_f16,       avx2::scores_f32,       avx2::mix_f16, avx2::mix_f32, avx2::round_f16,
-                      avx2::to_f16,           avx2::attend_heads_f16, avx2::attend_heads_f32, avx2::swiglu,
-                      avx2::geglu};
+// The AVX2 set: the tiled kernel does the work; the per-row primitives serve only head sizes it does not take.
+constexpr KvOps kAvx2{scores_plain<uint16_t>, scores_plain<float>, avx2::mix_f16,  avx2::mix_f32,
+                      avx2::round_f16,        avx2::to_f16,        avx2::tile_f16, avx2::tile_f32,
+                      avx2::swiglu,           avx2::geglu};
+
+// One row over its whole range [first, last] at once: scores, softmax, mix (the path without a tiled kernel).
+void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, float* scores) {
+    const bool f16 = kv.type == KvType::f16;
+    const int n_kv = row.last + 1 - row.first;
+    const size_t off = static_cast<size_t>(row.first) * kv.v_stride;
+    float q16[kMaxHeadDim];
+    std::copy_n(row.q, kv.head_dim, q16);
+    // scores[j] = q . k_j * scale
+    if (f16) {
+        ops.round_f16(q16, kv.head_dim);
+        ops.scores_f16(static_cast<const uint16_t*>(kv.k), kv.k_block_stride, q16, kv.head_dim, row.first, n_kv,
+                       scores);
+    } else {
+        ops.scores_f32(static_cast<const float*>(kv.k), kv.k_block_stride, q16, kv.head_dim, row.first, n_kv,
+                       scores);
+    }
+    // p = softmax(scores), shifted by the max so exp never overflows
+    float max_score = -INFINITY;
+    for (int j = 0; j < n_kv; ++j) {
+        scores[j] *= kv.scale;
+        max_score = std::max(max_score, scores[j]);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n_kv; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < n_kv; ++j) scores[j] *= inv;
+    // out = sum_j p_j v_j
+    if (f16) {
+        ops.round_f16(scores, n_kv);
+        ops.mix_f16(scores, static_cast<const uint16_t*>(kv.v) + off, kv.v_stride, kv.head_dim, n_kv, row.out);
+    } else {
+        ops.mix_f32(scores, static_cast<const float*>(kv.v) + off, kv.v_stride, kv.head_dim, n_kv, row.out);
+    }
+}
 
 }  // namespace
 
@@ -64,68 +104,29 @@ const KvOps& kv_ops(Isa isa, bool reference) {
     return kAvx2;  // AVX-512 machines run the AVX2 primitives: head_dim rows are short
 }
 
-void attend(const AttentionArgs& a, const KvOps& ops, int head_begin, int head_end, float* scores, float* out) {
-    const int group = a.n_head / a.n_head_kv;  // query heads per KV head
-    const size_t stride = static_cast<size_t>(a.n_head_kv) * a.head_dim;
-    const bool f16 = a.kv_type == KvType::f16;
-    if ((f16 ? ops.attend_heads_f16 != nullptr : ops.attend_heads_f32 != nullptr) && a.head_dim % 8 == 0) {
-        // Runs of heads that share a KV head, at most kMaxGroupHeads at a time.
-        for (int h0 = head_begin; h0 < head_end;) {
-            const int kv_head = h0 / group;
-            int h1 = h0 + 1;
-            while (h1 < head_end && h1 / group == kv_head && h1 - h0 < kMaxGroupHeads) ++h1;
-            const float* q[kMaxGroupHeads];
-            float* o[kMaxGroupHeads];
-            for (int h = h0; h < h1; ++h) {
-                q[h - h0] = a.q + static_cast<size_t>(h) * a.head_dim;
-                o[h - h0] = out + static_cast<size_t>(h) * a.head_dim;
-            }
-            const size_t kv_off = static_cast<size_t>(kv_head) * a.head_dim;
-            if (f16)
-                ops.attend_heads_f16(q, h1 - h0, static_cast<const uint16_t*>(a.k) + kv_off,
-                                     static_cast<const uint16_t*>(a.v) + kv_off, stride, a.head_dim, a.n_kv, a.scale,
-                                     scores, o);
-            else
-                ops.attend_heads_f32(q, h1 - h0, static_cast<const float*>(a.k) + kv_off,
-                                     static_cast<const float*>(a.v) + kv_off, stride, a.head_dim, a.n_kv, a.scale,
-                                     scores, o);
-            h0 = h1;
-        }
+size_t attend_scratch_floats(int n_ctx) { return static_cast<size_t>(n_ctx); }
+
+void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch) {
+    const bool f16 = kv.type == KvType::f16;
+    if ((f16 ? ops.tile_f16 == nullptr : ops.tile_f32 == nullptr) || kv.head_dim % 8 != 0) {
+        for (int r = 0; r < n; ++r) attend_row_plain(rows[r], kv, ops, scratch);
         return;
     }
-    float q16[kMaxHeadDim];
-    for (int h = head_begin; h < head_end; ++h) {
-        const size_t kv_off = static_cast<size_t>(h / group) * a.head_dim;
-        std::copy_n(a.q + static_cast<size_t>(h) * a.head_dim, a.head_dim, q16);
-        // scores[j] = q . k_j * scale
-        if (f16) {
-            ops.round_f16(q16, a.head_dim);
-            ops.scores_f16(static_cast<const uint16_t*>(a.k) + kv_off, stride, q16, a.head_dim, a.n_kv, scores);
-        } else {
-            ops.scores_f32(static_cast<const float*>(a.k) + kv_off, stride, q16, a.head_dim, a.n_kv, scores);
-        }
-        // p = softmax(scores), shifted by the max so exp never overflows
-        float max_score = -INFINITY;
-        for (int j = 0; j < a.n_kv; ++j) {
-            scores[j] *= a.scale;
-            max_score = std::max(max_score, scores[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < a.n_kv; ++j) {
-            scores[j] = std::exp(scores[j] - max_score);
-            sum += scores[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int j = 0; j < a.n_kv; ++j) scores[j] *= inv;
-        // out_h = sum_j p_j v_j
-        float* oh = out + static_cast<size_t>(h) * a.head_dim;
-        if (f16) {
-            ops.round_f16(scores, a.n_kv);
-            ops.mix_f16(scores, static_cast<const uint16_t*>(a.v) + kv_off, stride, a.head_dim, a.n_kv, oh);
-        } else {
-            ops.mix_f32(scores, static_cast<const float*>(a.v) + kv_off, stride, a.head_dim, a.n_kv, oh);
-        }
+    const float* q[kMaxTileRows];
+    float* out[kMaxTileRows];
+    int first[kMaxTileRows], last[kMaxTileRows];
+    for (int r = 0; r < n; ++r) {
+        q[r] = rows[r].q;
+        out[r] = rows[r].out;
+        first[r] = rows[r].first;
+        last[r] = rows[r].last;
     }
+    if (f16)
+        ops.tile_f16(q, first, last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
+                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, out);
+    else
+        ops.tile_f32(q, first, last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
+                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, out);
 }
 
 }  // namespace quill::cpu

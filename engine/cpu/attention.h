@@ -1,4 +1,10 @@
-// Causal attention of one token over its slot's KV cache, in float, with the cache in F16 or F32.
+// Causal attention over a slot's KV cache, in float, with the cache in F16 or F32.
+//
+// The unit of work is a tile: up to kMaxTileRows query rows (heads of tokens of one slot) that share one KV head.
+// Where the ISA has a tiled kernel, the tile goes through the cache in blocks of kKeyBlock positions, each K and V
+// block loaded once for all its rows (a prefill's consecutive tokens share almost all of their cache), with the
+// softmax between the two passes over one row of scores per query row. A row's arithmetic depends only on its own
+// query and visible positions, never on the other rows of its tile: batch invariance.
 #pragma once
 
 #include "engine/runtime/backend.h"
@@ -10,25 +16,32 @@
 namespace quill::cpu {
 
 constexpr int kMaxHeadDim = 512;
-// Query heads attended together when they share a KV head (attend's scratch holds this many rows of scores).
-constexpr int kMaxGroupHeads = 8;
+// Key positions per block of the tiled attention.
+constexpr int kKeyBlock = 64;
+// Query rows that attend together (the tokens of a tile times the heads they take on one KV head).
+constexpr int kMaxTileRows = 16;
 
-// Row primitives over one head's cache, per ISA. K and V rows of consecutive positions are `stride` elements apart.
+// Primitives over one head's cache, per ISA, in the cache's layouts (KvHead): K in blocks of 8 positions with the
+// positions innermost, V a row per position `stride` elements apart.
 struct KvOps {
-    // scores[j] = k_j . q for j < n_kv
-    void (*scores_f16)(const uint16_t* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores);
-    void (*scores_f32)(const float* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores);
-    // out = sum_j p[j] v_j
+    // scores[j - j0] = k_j . q for j in [j0, j0 + n_kv)
+    void (*scores_f16)(const uint16_t* k, size_t block_stride, const float* q, int head_dim, int j0, int n_kv,
+                       float* scores);
+    void (*scores_f32)(const float* k, size_t block_stride, const float* q, int head_dim, int j0, int n_kv,
+                       float* scores);
+    // out = sum_j p[j] v_j for j < n_kv
     void (*mix_f16)(const float* p, const uint16_t* v, size_t stride, int head_dim, int n_kv, float* out);
     void (*mix_f32)(const float* p, const float* v, size_t stride, int head_dim, int n_kv, float* out);
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
-    // Whole attention of up to kMaxGroupHeads heads sharing a KV head (see kv_ops_avx2.h), for head_dim % 8 == 0;
-    // nullptr where the ISA has none (attend then goes head by head through the primitives above).
-    void (*attend_heads_f16)(const float* const* q, int n_q, const uint16_t* k, const uint16_t* v, size_t stride,
-                             int head_dim, int n_kv, float scale, float* scores, float* const* out);
-    void (*attend_heads_f32)(const float* const* q, int n_q, const float* k, const float* v, size_t stride,
-                             int head_dim, int n_kv, float scale, float* scores, float* const* out);
+    // The tiled kernel (see kv_ops_avx2.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
+    // one by one through the primitives above).
+    void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
+                     size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,
+                     float* const* out);
+    void (*tile_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
+                     size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,
+                     float* const* out);
     // gate = silu(gate) * up elementwise (the FFN's activation; here because it shares the vector exp)
     void (*swiglu)(float* gate, const float* up, int64_t n);
     // gate = gelu(gate) * up, GELU in its tanh form (gemma3's FFN)
@@ -37,20 +50,38 @@ struct KvOps {
 // The primitives for an ISA; `reference` gives plain scalar loops with the scalar fp16 conversions (the oracle).
 const KvOps& kv_ops(Isa isa, bool reference);
 
-struct AttentionArgs {
-    const float* q;   // [n_head, head_dim] of this token, RoPE applied
-    const void* k;    // [n_kv, n_head_kv, head_dim] this layer's and slot's cache from the first visible position
-    const void* v;    // [n_kv, n_head_kv, head_dim]
-    KvType kv_type;
-    int n_kv;         // positions attended: pos + 1 - the first visible one
-    int n_head, n_head_kv, head_dim;
-    float scale;      // ModelConfig::attn_scale
+// One KV head of one slot's cache. K goes in blocks of 8 positions, each [head_dim][8]: element d of position j at
+// k + (j / 8) * k_block_stride + d * 8 + j % 8, so that eight consecutive positions' element d load as one vector
+// (the attention kernels put keys in the vector lanes without transposing). V is a row per position: element d of
+// position j at v + j * v_stride + d.
+struct KvHead {
+    const void* k;
+    const void* v;
+    KvType type;
+    size_t k_block_stride;
+    size_t v_stride;
+    int head_dim;
+    float scale;  // ModelConfig::attn_scale
+};
+// Element offset of (position j, element e of the row of all KV heads, row_elems of them) in a slot's K: the K
+// layout of KvHead, with every head of a block of 8 positions together.
+inline size_t k_cache_offset(int64_t j, int64_t e, int64_t row_elems) {
+    return static_cast<size_t>((j / 8) * row_elems * 8 + e * 8 + j % 8);
+}
+
+// A query row: one head of one token, RoPE applied. It sees the cache positions [first, last].
+struct AttnRow {
+    const float* q;  // [head_dim]
+    float* out;      // [head_dim]
+    int first, last;
 };
 
-// out[h, :] = softmax_j(q_h . k_j * scale) . v_j for heads [head_begin, head_end); scores is scratch
-// [kMaxGroupHeads, n_kv]. A head's result does not depend on the range it is computed in.
-// With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
+// Floats of scratch attend_rows needs for a cache of n_ctx positions.
+size_t attend_scratch_floats(int n_ctx);
+
+// out = softmax_j(q . k_j * scale) v_j over each row's visible positions, for n <= kMaxTileRows rows sharing the
+// KV head. With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
-void attend(const AttentionArgs& a, const KvOps& ops, int head_begin, int head_end, float* scores, float* out);
+void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch);
 
 }  // namespace quill::cpu

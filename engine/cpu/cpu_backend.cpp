@@ -63,7 +63,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       isa_(options.isa.value_or(best_isa())),
       pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
       kv_ops_(kv_ops(isa_, options.reference)),
-      kv_k_(kv_shape_.bytes() / 2),
+      kv_k_(static_cast<size_t>(kv_shape_.n_layer * kv_shape_.n_slots * ctx8()) * kv_shape_.row_elems() *
+            kv_shape_.elem_size()),
       kv_v_(kv_shape_.bytes() / 2) {
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
@@ -94,7 +95,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     proj_.resize(n * c.n_embd);
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
-    scores_.resize(static_cast<size_t>(pool_.size()) * kMaxGroupHeads * kv_shape_.n_ctx);
+    attn_scratch_.resize(static_cast<size_t>(pool_.size()) * attend_scratch_floats(static_cast<int>(kv_shape_.n_ctx)));
 }
 
 void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in) {
@@ -120,9 +121,13 @@ void CpuBackend::norm(const float* x, const float* w, float* y, int64_t n) {
     });
 }
 
-void* CpuBackend::cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos) {
-    auto* base = static_cast<uint8_t*>(is_v ? kv_v_.p : kv_k_.p);
-    return base + kv_shape_.offset(layer, slot, pos) * kv_shape_.elem_size();
+uint8_t* CpuBackend::k_cache(int64_t layer, int64_t slot) {
+    const size_t elems = static_cast<size_t>((layer * kv_shape_.n_slots + slot) * ctx8()) * kv_shape_.row_elems();
+    return static_cast<uint8_t*>(kv_k_.p) + elems * kv_shape_.elem_size();
+}
+
+uint8_t* CpuBackend::v_cache(int64_t layer, int64_t slot, int64_t pos) {
+    return static_cast<uint8_t*>(kv_v_.p) + kv_shape_.offset(layer, slot, pos) * kv_shape_.elem_size();
 }
 
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
@@ -203,58 +208,89 @@ void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
     }
 }
 
+// V as a row at (slot, pos); K scattered into its block of 8 positions (k_cache_offset).
 void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v) {
     const size_t n = kv_shape_.row_elems();
-    void* kd = cache_ptr(false, layer, t.slot, t.pos);
-    void* vd = cache_ptr(true, layer, t.slot, t.pos);
+    uint8_t* kd = k_cache(layer, t.slot);
+    void* vd = v_cache(layer, t.slot, t.pos);
+    const size_t k0 = k_cache_offset(t.pos, 0, static_cast<int64_t>(n));
     if (kv_shape_.type == KvType::f32) {
-        std::memcpy(kd, k, n * sizeof(float));
         std::memcpy(vd, v, n * sizeof(float));
+        auto* kf = reinterpret_cast<float*>(kd) + k0;
+        for (size_t e = 0; e < n; ++e) kf[8 * e] = k[e];
     } else {
-        kv_ops_.to_f16(k, static_cast<uint16_t*>(kd), static_cast<int>(n));
         kv_ops_.to_f16(v, static_cast<uint16_t*>(vd), static_cast<int>(n));
+        auto* kh = reinterpret_cast<uint16_t*>(kd) + k0;
+        for (size_t e0 = 0; e0 < n; e0 += 64) {
+            const size_t m = std::min<size_t>(64, n - e0);
+            uint16_t k16[64];
+            kv_ops_.to_f16(k + e0, k16, static_cast<int>(m));
+            for (size_t e = 0; e < m; ++e) kh[8 * (e0 + e)] = k16[e];
+        }
     }
 }
 
-// Every (token, head) pair of the batch attends over its slot's cache. Decode splits the pairs evenly across
-// threads; a prefill hands out (token, KV head) units from an atomic counter, latest tokens first: a token's cost
-// grows with its position, so an even split would leave the thread with the early tokens idle. A head's result does
-// not depend on the split (attend).
+// The attention work of a batch comes in units: a tile of query rows of one slot on one KV head (consecutive tokens
+// of the slot times unit_heads_ of their heads on that KV head). Unit u's rows and cache; returns the row count.
+int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv) {
+    const auto& c = config_;
+    const int64_t group = c.n_head / c.n_head_kv;
+    const int64_t chunks = (group + unit_heads_ - 1) / unit_heads_;
+    const Tile tile = tiles_[unit / (c.n_head_kv * chunks)];
+    const int64_t g = unit / chunks % c.n_head_kv, h0 = g * group + unit % chunks * unit_heads_;
+    const int64_t h1 = std::min(h0 + unit_heads_, (g + 1) * group);
+    const int64_t slot = batch.tokens[tile.t0].slot;
+    const size_t es = kv_shape_.elem_size();
+    *kv = KvHead{k_cache(layer, slot) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
+                 v_cache(layer, slot, 0) + static_cast<size_t>(g * c.head_dim) * es,
+                 kv_shape_.type,
+                 static_cast<size_t>(c.n_embd_kv()) * 8,
+                 static_cast<size_t>(c.n_embd_kv()),
+                 static_cast<int>(c.head_dim),
+                 c.attn_scale};
+    int m = 0;
+    for (int64_t t = tile.t0; t < tile.t1; ++t) {
+        const int64_t pos = batch.tokens[t].pos;
+        for (int64_t h = h0; h < h1; ++h)
+            rows[m++] = AttnRow{q_.data() + t * c.n_embd_q() + h * c.head_dim,
+                                att_.data() + t * c.n_embd_q() + h * c.head_dim,
+                                static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
+                                static_cast<int>(pos)};
+    }
+    return m;
+}
+
+// Every (token, head) pair of the batch attends over its slot's cache, unit by unit (attention_unit): a prefill's
+// tokens go in tiles of up to kMaxTileRows rows, which share each K and V block they read; when that leaves too few
+// units to keep the threads busy (a decode), the heads of a KV head are split over more units. Units are handed out
+// from an atomic counter, latest tokens first: a token's cost grows with its position, so an even split would leave
+// the thread with the early tokens idle. A row's result depends on neither choice (attention.h).
 void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    auto run = [&](int64_t t, int64_t h0, int64_t h1, float* scores) {
-        const BatchToken& bt = batch.tokens[t];
-        const int64_t first = c.first_visible(layer, bt.pos);  // past the sliding window, on a local layer
-        AttentionArgs a{q_.data() + t * c.n_embd_q(),
-                        cache_ptr(false, layer, bt.slot, first),
-                        cache_ptr(true, layer, bt.slot, first),
-                        kv_shape_.type,
-                        static_cast<int>(bt.pos + 1 - first),
-                        static_cast<int>(c.n_head),
-                        static_cast<int>(c.n_head_kv),
-                        static_cast<int>(c.head_dim),
-                        c.attn_scale};
-        attend(a, kv_ops_, static_cast<int>(h0), static_cast<int>(h1), scores, att_.data() + t * c.n_embd_q());
-    };
-    if (n == 1) {
-        pool_.run([&](int ith, int nth) {
-            float* scores = scores_.data() + static_cast<size_t>(ith) * kMaxGroupHeads * kv_shape_.n_ctx;
-            const Range r = split_range(c.n_head, ith, nth);
-            if (r.begin < r.end) run(0, r.begin, r.end, scores);
-        });
-        return;
-    }
     const int64_t group = c.n_head / c.n_head_kv;
-    const int64_t n_units = n * c.n_head_kv;
+    const int64_t tile_tokens = std::max<int64_t>(1, kMaxTileRows / group);
+    tiles_.clear();
+    for (int64_t t = 0; t < n;) {
+        int64_t t1 = t + 1;
+        while (t1 < n && t1 - t < tile_tokens && batch.tokens[t1].slot == batch.tokens[t].slot) ++t1;
+        tiles_.push_back({t, t1});
+        t = t1;
+    }
+    const int64_t tiles_heads = static_cast<int64_t>(tiles_.size()) * c.n_head_kv;
+    unit_heads_ = std::min<int64_t>(group, kMaxTileRows);
+    while (unit_heads_ > 1 && tiles_heads * ((group + unit_heads_ - 1) / unit_heads_) < 2 * pool_.size())
+        unit_heads_ = (unit_heads_ + 1) / 2;
+    const int64_t n_units = tiles_heads * ((group + unit_heads_ - 1) / unit_heads_);
+    const size_t per_thread = attn_scratch_.size() / pool_.size();
     std::atomic<int64_t> next{0};
     pool_.run([&](int ith, int) {
-        float* scores = scores_.data() + static_cast<size_t>(ith) * kMaxGroupHeads * kv_shape_.n_ctx;
+        AttnRow rows[kMaxTileRows];
+        KvHead kv;
         for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n_units;
              u = next.fetch_add(1, std::memory_order_relaxed)) {
-            const int64_t unit = n_units - 1 - u;  // latest first
-            const int64_t t = unit / c.n_head_kv, g = unit % c.n_head_kv;
-            run(t, g * group, (g + 1) * group, scores);
+            const int m = attention_unit(batch, layer, n_units - 1 - u, rows, &kv);  // latest first
+            attend_rows(rows, m, kv, kv_ops_, attn_scratch_.data() + per_thread * ith);
         }
     });
 }

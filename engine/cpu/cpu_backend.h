@@ -50,10 +50,14 @@ private:
     void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     void attend_all(const Batch& batch, int64_t layer);
+    int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
     void norm(const float* x, const float* w, float* y, int64_t n);
     static void add_bias(float* x, const std::vector<float>& b, int64_t n);
-    void* cache_ptr(bool is_v, int64_t layer, int64_t slot, int64_t pos);
+    // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
+    uint8_t* k_cache(int64_t layer, int64_t slot);
+    uint8_t* v_cache(int64_t layer, int64_t slot, int64_t pos);
+    int64_t ctx8() const { return (kv_shape_.n_ctx + 7) / 8 * 8; }  // K's positions per slot, whole blocks
 
     const ModelConfig& config_;
     const Weights& weights_;
@@ -65,8 +69,9 @@ private:
     std::vector<double> rope_inv_freq_;  // [n_rot / 2] freq_scale * base^(-2i/n_rot) / rope_freqs[i]
     std::vector<double> rope_inv_freq_local_;  // the same for the local layers when their RoPE differs (two_ropes)
 
-    // K and V caches [n_layer, n_slots, n_ctx, n_head_kv, head_dim], in anonymous memory that the OS backs only
-    // as positions are written, so a long context costs memory only when it is used.
+    // K and V caches, in anonymous memory that the OS backs only as positions are written, so a long context costs
+    // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8
+    // (rounded up), n_head_kv, head_dim, 8], eight positions innermost (KvHead).
     struct CacheMemory {
         void* p = nullptr;
         size_t n = 0;
@@ -88,7 +93,14 @@ private:
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
-    std::vector<float> scores_;  // [n_threads, kMaxGroupHeads, n_ctx]
+    std::vector<float> attn_scratch_;  // [n_threads, attend_scratch_floats(n_ctx)]
+    // Attention units of a batch (attend_all): runs of tokens [t0, t1) of one slot, times the KV heads, times chunks
+    // of unit_heads_ of the query heads on a KV head.
+    struct Tile {
+        int64_t t0, t1;
+    };
+    std::vector<Tile> tiles_;
+    int64_t unit_heads_ = 1;
     std::vector<float> rope_cs_;  // [n, n_rot / 2, 2] cos and sin of each token's angles
     std::vector<float> rope_cs_local_;  // the same for the local layers (two_ropes only)
 };

@@ -1,10 +1,15 @@
 #include "engine/cpu/kv_ops_avx2.h"
 
+#include "engine/cpu/attention.h"
+
 #include "engine/format/quant.h"
 
 #include <immintrin.h>
 
 #include <cmath>
+#include <algorithm>
+#include <memory>
+#include <vector>
 
 namespace quill::cpu::avx2 {
 
@@ -21,23 +26,6 @@ __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinter
 __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 float load1(const uint16_t* p) { return fp16_to_fp32(*p); }
 float load1(const float* p) { return *p; }
-
-template <class T>
-void scores(const T* k, size_t stride, const float* q, int head_dim, int n_kv, float* out) {
-    for (int j = 0; j < n_kv; ++j) {
-        const T* kj = k + j * stride;  // [head_dim]
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 16 <= head_dim; i += 16) {
-            acc0 = _mm256_fmadd_ps(load8(kj + i), _mm256_loadu_ps(q + i), acc0);
-            acc1 = _mm256_fmadd_ps(load8(kj + i + 8), _mm256_loadu_ps(q + i + 8), acc1);
-        }
-        for (; i + 8 <= head_dim; i += 8) acc0 = _mm256_fmadd_ps(load8(kj + i), _mm256_loadu_ps(q + i), acc0);
-        float s = hsum(_mm256_add_ps(acc0, acc1));
-        for (; i < head_dim; ++i) s += load1(kj + i) * q[i];
-        out[j] = s;
-    }
-}
 
 // out = sum_j p[j] v_j, 32 columns at a time so the accumulators stay in registers across all positions.
 template <class T>
@@ -84,110 +72,61 @@ __m256 exp8(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// Eight vectors' horizontal sums as one vector: lane k = the sum of a[k]'s lanes, ((0+1)+(2+3))+((4+5)+(6+7)),
-// the same operations for every k.
-__m256 hsum8(const __m256* a) {
-    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    // u0 = [a0 a1 a2 a3 (lanes 0-3 sums) | a0 a1 a2 a3 (lanes 4-7 sums)], u1 likewise for a4..a7
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+constexpr int kMaxDim = kMaxHeadDim;
+constexpr int KB = kKeyBlock;
+
+// Per-thread scratch of the tiled kernel (large for head_dim 512, so on the heap).
+struct TileScratch {
+    alignas(32) float q[kMaxTileRows][kMaxDim];  // the rows' queries, fp16-rounded with an F16 cache
+    alignas(32) float qt[kMaxDim][16];           // the same transposed: rows in lanes
+    alignas(32) float kf[KB * kMaxDim];          // a block of K in float, in the cache's layout
+    std::vector<float> s_mem;                    // scores, then probabilities, of every row and visible position
+
+    float* scores(size_t n) {
+        if (s_mem.size() < n + 8) s_mem.resize(n + 8);
+        return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(s_mem.data()) + 31) & ~uintptr_t{31});
+    }
+};
+
+TileScratch& tile_scratch() {
+    thread_local std::unique_ptr<TileScratch> s;
+    if (!s) s = std::make_unique<TileScratch>();
+    return *s;
 }
 
-constexpr int kMaxDim = 512;
+// The rows of one call: their visible positions [first, last], and the union [lo, hi) of them.
+struct Tile {
+    int n, lo, hi;
+    const int* first;
+    const int* last;
+    float* const* out;
+};
 
-// scores[g][j] = (q[g] . k_j) * scale: per key and head one fma chain over the row (8 elements a step), then
-// eight keys' chains reduced together by hsum8. The G heads share each converted K vector, and KP keys go side by
-// side so that enough chains are in flight (interleaving changes no chain).
-template <int G, class T>
-void group_scores(const float (*q)[kMaxDim], const T* k, size_t stride, int hd, int n_kv, float scale,
-                  float* scores, int n_kv_stride) {
-    constexpr int KP = G == 1 ? 4 : G <= 3 ? 2 : 1;
-    alignas(32) __m256 part[G][8];
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int j0 = 0; j0 < n_kv; j0 += 8) {
-        const int nk = n_kv - j0 < 8 ? n_kv - j0 : 8;
-        for (int kk = 0; kk < 8; kk += KP) {
-            __m256 acc[KP][G];
-            for (int x = 0; x < KP; ++x)
-                for (int g = 0; g < G; ++g) acc[x][g] = _mm256_setzero_ps();
-            const T* kj[KP];
-            for (int x = 0; x < KP; ++x)  // a key past the end reads row j0 (in range) and is never stored
-                kj[x] = k + static_cast<size_t>(kk + x < nk ? j0 + kk + x : j0) * stride;
-            for (int i = 0; i < hd; i += 8) {
-                for (int x = 0; x < KP; ++x) {
-                    const __m256 kv = load8(kj[x] + i);
-                    for (int g = 0; g < G; ++g) acc[x][g] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[g] + i), acc[x][g]);
-                }
-            }
-            for (int x = 0; x < KP; ++x)
-                for (int g = 0; g < G; ++g) part[g][kk + x] = kk + x < nk ? acc[x][g] : _mm256_setzero_ps();
-        }
-        for (int g = 0; g < G; ++g) {
-            const __m256 sc = _mm256_mul_ps(hsum8(part[g]), vscale);
-            float* dst = scores + static_cast<size_t>(g) * n_kv_stride + j0;
-            if (nk == 8) {
-                _mm256_storeu_ps(dst, sc);
-            } else {
-                alignas(32) float tmp[8];
-                _mm256_store_ps(tmp, sc);
-                for (int kk = 0; kk < nk; ++kk) dst[kk] = tmp[kk];
-            }
-        }
-    }
-}
+// The arithmetic of every row, whichever of the two layouts below computes it (they differ in what goes in the vector
+// lanes, never in the operations on one row's numbers), the same as the plain attention's up to summation order
+// and exp:
+//   s_j = (fma chain over d = 0..hd-1 of q[d] k_j[d], from 0) * scale, for the visible j;
+//   m = max s_j;  e_j = exp8(s_j - m);
+//   l = ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)), where Lc sums the e_j with j % 8 == c in order of j;
+//   p_j = e_j * (1 / l), fp16-rounded with an F16 cache;
+//   out[c] = fma chain over j in order of p_j v_j[c], from 0 (zero p_j outside a row's range add nothing).
+// Both layouts go through the cache a block of kKeyBlock positions at a time, the block loaded once for all rows.
 
-// p = softmax(s) in place over n values (the max subtracted first), rounded to fp16 when `round`.
-void softmax(float* s, int n, bool round) {
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    int j = 0;
-    for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    float mx = lanes[0];
-    for (int i = 1; i < 8; ++i) mx = mx > lanes[i] ? mx : lanes[i];
-    for (int i = j; i < n; ++i) mx = mx > s[i] ? mx : s[i];
-    const __m256 m = _mm256_set1_ps(mx);
-    __m256 vsum = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
-        _mm256_storeu_ps(s + j, e);
-        vsum = _mm256_add_ps(vsum, e);
-    }
-    if (j < n) {  // the tail through the same exp8 (lane by lane), the padding left out of the sum
-        alignas(32) float t[8];
-        for (int i = 0; i < 8; ++i) t[i] = j + i < n ? s[j + i] - mx : 0.0f;
-        _mm256_store_ps(t, exp8(_mm256_load_ps(t)));
-        alignas(32) float keep[8];
-        for (int i = 0; i < 8; ++i) keep[i] = j + i < n ? t[i] : 0.0f;
-        for (int i = 0; j + i < n; ++i) s[j + i] = t[i];
-        vsum = _mm256_add_ps(vsum, _mm256_load_ps(keep));
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum(vsum));
-    for (j = 0; j + 8 <= n; j += 8) {
-        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s + j), inv);
-        if (round) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
-        _mm256_storeu_ps(s + j, p);
-    }
-    for (; j < n; ++j) {
-        const float p = s[j] * _mm256_cvtss_f32(inv);
-        s[j] = round ? fp16_to_fp32(fp32_to_fp16(p)) : p;
-    }
-}
-
-// out[g][c..c+8V) = sum_j p[g][j] v_j over all positions, V vectors per head; the G heads share each converted V
-// vector. Each output element is one fma chain over j in order, whatever V and G are.
-template <int G, int V, class T>
-void mix_columns(const float* p, int n_kv_stride, const T* v, size_t stride, int c, int n_kv, float* const* out) {
+// out[g][c..c+8V) += sum_j p(g, j) v_j over positions [0, n_kv), continuing the chains held in out, V vectors per
+// row, with p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector.
+template <int G, int V, int key_stride, class T>
+void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* out) {
+    const float* pg[G];
+    for (int g = 0; g < G; ++g) pg[g] = p + g * row_stride;
     __m256 acc[G][V];
     for (int g = 0; g < G; ++g)
-        for (int x = 0; x < V; ++x) acc[g][x] = _mm256_setzero_ps();
+        for (int x = 0; x < V; ++x) acc[g][x] = _mm256_loadu_ps(out[g] + c + 8 * x);
     for (int j = 0; j < n_kv; ++j) {
         const T* vj = v + static_cast<size_t>(j) * stride + c;
         __m256 vv[V];
         for (int x = 0; x < V; ++x) vv[x] = load8(vj + 8 * x);
         for (int g = 0; g < G; ++g) {
-            const __m256 pj = _mm256_broadcast_ss(p + static_cast<size_t>(g) * n_kv_stride + j);
+            const __m256 pj = _mm256_broadcast_ss(pg[g] + j * key_stride);
             for (int x = 0; x < V; ++x) acc[g][x] = _mm256_fmadd_ps(pj, vv[x], acc[g][x]);
         }
     }
@@ -195,52 +134,227 @@ void mix_columns(const float* p, int n_kv_stride, const T* v, size_t stride, int
         for (int x = 0; x < V; ++x) _mm256_storeu_ps(out[g] + c + 8 * x, acc[g][x]);
 }
 
-// Enough accumulators in flight for one head, few enough for eight to stay in registers.
-template <int G, class T>
-void group_mix(const float* p, int n_kv_stride, const T* v, size_t stride, int hd, int n_kv, float* const* out) {
-    constexpr int V = G == 1 ? 4 : G <= 3 ? 2 : 1;
-    int c = 0;
-    for (; c + 8 * V <= hd; c += 8 * V) mix_columns<G, V>(p, n_kv_stride, v, stride, c, n_kv, out);
-    for (; c < hd; c += 8) mix_columns<G, 1>(p, n_kv_stride, v, stride, c, n_kv, out);
+// Calls f.template operator()<G>(r0) for chunks [r0, r0 + G) of at most 6 rows covering [0, n).
+template <class F>
+void by_chunks(int n, F&& f) {
+    for (int r0 = 0; r0 < n; r0 += 6) {
+        switch (n - r0) {
+            case 1: f.template operator()<1>(r0); break;
+            case 2: f.template operator()<2>(r0); break;
+            case 3: f.template operator()<3>(r0); break;
+            case 4: f.template operator()<4>(r0); break;
+            case 5: f.template operator()<5>(r0); break;
+            default: f.template operator()<6>(r0); break;
+        }
+    }
 }
 
-template <int G, class T>
-void attend_group(const float* const* q, const T* k, const T* v, size_t stride, int hd, int n_kv, float scale,
-                  float* scores, float* const* out) {
-    constexpr bool f16 = sizeof(T) == 2;
-    alignas(32) float qr[G][kMaxDim];
-    for (int g = 0; g < G; ++g) {
-        for (int i = 0; i < hd; ++i) qr[g][i] = q[g][i];
-        if (f16) round_f16(qr[g], hd);
+// out = p . v over the tile's positions, a block at a time: p(r, j) at p[r * row_stride + (j - p0) * key_stride].
+template <int key_stride, class T>
+void mix_tile(const Tile& t, const float* p, int p0, int row_stride, const T* v, size_t stride, int hd) {
+    for (int r = 0; r < t.n; ++r) std::fill(t.out[r], t.out[r] + hd, 0.0f);
+    for (int b0 = t.lo; b0 < t.hi; b0 = (b0 / KB + 1) * KB) {
+        const int b1 = (b0 / KB + 1) * KB < t.hi ? (b0 / KB + 1) * KB : t.hi;
+        const T* vb = v + static_cast<size_t>(b0) * stride;
+        const float* pb = p + (b0 - p0) * key_stride;
+        by_chunks(t.n, [&]<int G>(int r0) {
+            constexpr int V = G <= 2 ? 4 : G <= 6 ? 2 : 1;
+            float* const* o = t.out + r0;
+            const float* pr = pb + r0 * row_stride;
+            int c = 0;
+            for (; c + 8 * V <= hd; c += 8 * V)
+                mix_columns<G, V, key_stride>(pr, row_stride, vb, stride, c, b1 - b0, o);
+            for (; c < hd; c += 8) mix_columns<G, 1, key_stride>(pr, row_stride, vb, stride, c, b1 - b0, o);
+        });
     }
-    group_scores<G>(qr, k, stride, hd, n_kv, scale, scores, n_kv);
-    for (int g = 0; g < G; ++g) softmax(scores + static_cast<size_t>(g) * n_kv, n_kv, f16);
-    group_mix<G>(scores, n_kv, v, stride, hd, n_kv, out);
+}
+
+// Few rows: the keys go in the lanes, s[r][j - a0] for j in [a0, hi) with a0 = lo rounded down to a multiple of 8.
+// Eight positions' element d are one vector of the cache; each row's scores come eight keys at a time.
+template <class T>
+void tile_keys_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, const T* v, size_t stride, int hd,
+                        float scale) {
+    const int a0 = t.lo / 8 * 8;
+    const int width = (t.hi - a0 + 7) / 8 * 8;
+    float* s = sc.scores(static_cast<size_t>(t.n) * width);
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int b0 = a0; b0 < t.hi; b0 += KB) {
+        const int nvec = (std::min(b0 + KB, t.hi) - b0 + 7) / 8;
+        const T* kb = k + static_cast<size_t>(b0 / 8) * kbs;  // key vector i at kb + i * kbs
+        for (int r = 0; r < t.n; ++r) {
+            const float* q = sc.q[r];
+            float* sr = s + static_cast<size_t>(r) * width + (b0 - a0);
+            int i = 0;
+            auto run = [&]<int KV>() {  // KV key vectors, each lane its own chain over d
+                __m256 acc[KV];
+                for (int x = 0; x < KV; ++x) acc[x] = _mm256_setzero_ps();
+                for (int d = 0; d < hd; ++d) {
+                    const __m256 qd = _mm256_broadcast_ss(q + d);
+                    for (int x = 0; x < KV; ++x)
+                        acc[x] = _mm256_fmadd_ps(qd, load8(kb + (i + x) * kbs + 8 * d), acc[x]);
+                }
+                for (int x = 0; x < KV; ++x) _mm256_store_ps(sr + 8 * (i + x), _mm256_mul_ps(acc[x], vscale));
+                i += KV;
+            };
+            while (i + 4 <= nvec) run.template operator()<4>();
+            if (i + 2 <= nvec) run.template operator()<2>();
+            if (i < nvec) run.template operator()<1>();
+        }
+    }
+    // softmax, row by row
+    const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int r = 0; r < t.n; ++r) {
+        float* sr = s + static_cast<size_t>(r) * width;
+        const __m256i first = _mm256_set1_epi32(t.first[r]), last = _mm256_set1_epi32(t.last[r]);
+        auto visible = [&](int i) {
+            const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(a0 + 8 * i), lane);
+            return _mm256_castsi256_ps(
+                _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(first, j), _mm256_cmpgt_epi32(j, last)),
+                                    _mm256_set1_epi32(-1)));
+        };
+        __m256 vmax = neg_inf;
+        for (int i = 0; i < width / 8; ++i)
+            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(sr + 8 * i), visible(i)));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, vmax);
+        float m = lanes[0];
+        for (int x = 1; x < 8; ++x) m = m > lanes[x] ? m : lanes[x];
+        const __m256 vm = _mm256_set1_ps(m);
+        __m256 lsum = _mm256_setzero_ps();
+        for (int i = 0; i < width / 8; ++i) {
+            const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_load_ps(sr + 8 * i), vm)), visible(i));
+            _mm256_store_ps(sr + 8 * i, e);
+            lsum = _mm256_add_ps(lsum, e);
+        }
+        const __m256 inv = _mm256_set1_ps(1.0f / hsum(lsum));  // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7))
+        for (int i = 0; i < width / 8; ++i) {
+            __m256 p = _mm256_mul_ps(_mm256_load_ps(sr + 8 * i), inv);
+            if (sizeof(T) == 2) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+            _mm256_store_ps(sr + 8 * i, p);
+        }
+    }
+    mix_tile<1>(t, s, a0, width, v, stride, hd);
+}
+
+// Many rows: the rows go in the lanes (two vectors of eight), s[(j - lo) * 16 + r]. The queries are transposed once;
+// each key's element is broadcast against them.
+template <class T>
+void tile_rows_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, const T* v, size_t stride, int hd,
+                        float scale) {
+    const int nk = t.hi - t.lo;
+    float* s = sc.scores(static_cast<size_t>(nk) * 16);
+    for (int d = 0; d < hd; ++d)
+        for (int r = 0; r < 16; ++r) sc.qt[d][r] = r < t.n ? sc.q[r][d] : 0.0f;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int b0 = t.lo; b0 < t.hi; b0 = (b0 / KB + 1) * KB) {
+        const int b1 = (b0 / KB + 1) * KB < t.hi ? (b0 / KB + 1) * KB : t.hi;
+        // The block's key vectors in float (converted from fp16 once, or read in place): element d of position j
+        // at kf + (j / 8 - b0 / 8) * kstride + d * 8 + j % 8.
+        const float* kf;
+        size_t kstride;
+        if constexpr (sizeof(T) == 2) {
+            for (int j8 = b0 / 8; j8 <= (b1 - 1) / 8; ++j8) {
+                const T* src = k + static_cast<size_t>(j8) * kbs;
+                float* dst = sc.kf + static_cast<size_t>(j8 - b0 / 8) * hd * 8;
+                for (int d = 0; d < hd; ++d) _mm256_store_ps(dst + 8 * d, load8(src + 8 * d));
+            }
+            kf = sc.kf;
+            kstride = static_cast<size_t>(hd) * 8;
+        } else {
+            kf = k + static_cast<size_t>(b0 / 8) * kbs;
+            kstride = kbs;
+        }
+        // s = q . k_j * scale for sixteen rows, KG keys at a time
+        int j = b0;
+        auto run = [&]<int KG>() {
+            __m256 acc[KG][2];
+            for (int x = 0; x < KG; ++x) acc[x][0] = acc[x][1] = _mm256_setzero_ps();
+            const float* kx[KG];
+            for (int x = 0; x < KG; ++x) kx[x] = kf + static_cast<size_t>((j + x) / 8 - b0 / 8) * kstride + (j + x) % 8;
+            for (int d = 0; d < hd; ++d) {
+                const __m256 q0 = _mm256_load_ps(&sc.qt[d][0]), q1 = _mm256_load_ps(&sc.qt[d][8]);
+                for (int x = 0; x < KG; ++x) {
+                    const __m256 kd = _mm256_broadcast_ss(kx[x] + 8 * d);
+                    acc[x][0] = _mm256_fmadd_ps(q0, kd, acc[x][0]);
+                    acc[x][1] = _mm256_fmadd_ps(q1, kd, acc[x][1]);
+                }
+            }
+            for (int x = 0; x < KG; ++x) {
+                _mm256_store_ps(s + (j + x - t.lo) * 16, _mm256_mul_ps(acc[x][0], vscale));
+                _mm256_store_ps(s + (j + x - t.lo) * 16 + 8, _mm256_mul_ps(acc[x][1], vscale));
+            }
+            j += KG;
+        };
+        while (j + 6 <= b1) run.template operator()<6>();
+        if (j + 3 <= b1) run.template operator()<3>();
+        while (j < b1) run.template operator()<1>();
+    }
+    // softmax, a position at a time for sixteen rows
+    const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+    __m256i first[2], last[2];
+    for (int h = 0; h < 2; ++h) {
+        alignas(32) int f8[8], l8[8];
+        for (int x = 0; x < 8; ++x) {
+            const int r = 8 * h + x;
+            f8[x] = r < t.n ? t.first[r] : 1;  // padding rows see nothing
+            l8[x] = r < t.n ? t.last[r] : 0;
+        }
+        first[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(f8));
+        last[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(l8));
+    }
+    auto visible = [&](int j, int h) {
+        const __m256i pos = _mm256_set1_epi32(j);
+        return _mm256_castsi256_ps(_mm256_andnot_si256(
+            _mm256_or_si256(_mm256_cmpgt_epi32(first[h], pos), _mm256_cmpgt_epi32(pos, last[h])),
+            _mm256_set1_epi32(-1)));
+    };
+    const int nh = t.n > 8 ? 2 : 1;
+    for (int h = 0; h < nh; ++h) {
+        __m256 vmax = neg_inf;
+        for (int j = t.lo; j < t.hi; ++j)
+            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + (j - t.lo) * 16 + 8 * h),
+                                                        visible(j, h)));
+        __m256 lsum[8];
+        for (int c = 0; c < 8; ++c) lsum[c] = _mm256_setzero_ps();
+        for (int j = t.lo; j < t.hi; ++j) {
+            float* sj = s + (j - t.lo) * 16 + 8 * h;
+            const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_load_ps(sj), vmax)), visible(j, h));
+            _mm256_store_ps(sj, e);
+            lsum[j % 8] = _mm256_add_ps(lsum[j % 8], e);
+        }
+        const __m256 l = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(lsum[0], lsum[4]), _mm256_add_ps(lsum[2], lsum[6])),
+                                       _mm256_add_ps(_mm256_add_ps(lsum[1], lsum[5]), _mm256_add_ps(lsum[3], lsum[7])));
+        const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), l);
+        for (int j = t.lo; j < t.hi; ++j) {
+            float* sj = s + (j - t.lo) * 16 + 8 * h;
+            __m256 p = _mm256_mul_ps(_mm256_load_ps(sj), inv);
+            if (sizeof(T) == 2) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+            _mm256_store_ps(sj, p);
+        }
+    }
+    mix_tile<16>(t, s, t.lo, 1, v, stride, hd);
 }
 
 template <class T>
-void attend_heads(const float* const* q, int n_q, const T* k, const T* v, size_t stride, int hd, int n_kv,
-                  float scale, float* scores, float* const* out) {
-    switch (n_q) {
-        case 1: return attend_group<1>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        case 2: return attend_group<2>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        case 3: return attend_group<3>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        case 4: return attend_group<4>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        case 5: return attend_group<5>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        case 6: return attend_group<6>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        case 7: return attend_group<7>(q, k, v, stride, hd, n_kv, scale, scores, out);
-        default: return attend_group<8>(q, k, v, stride, hd, n_kv, scale, scores, out);
+void attend_tile(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, const T* v,
+                 size_t stride, int hd, float scale, float* const* out) {
+    TileScratch& sc = tile_scratch();
+    Tile t{n, first[0], last[0] + 1, first, last, out};
+    for (int r = 0; r < n; ++r) {
+        t.lo = first[r] < t.lo ? first[r] : t.lo;
+        t.hi = last[r] + 1 > t.hi ? last[r] + 1 : t.hi;
+        for (int i = 0; i < hd; ++i) sc.q[r][i] = q[r][i];
+        if (sizeof(T) == 2) round_f16(sc.q[r], hd);
     }
+    if (n <= 4)
+        tile_keys_in_lanes(t, sc, k, kbs, v, stride, hd, scale);
+    else
+        tile_rows_in_lanes(t, sc, k, kbs, v, stride, hd, scale);
 }
 
 }  // namespace
 
-void scores_f16(const uint16_t* k, size_t stride, const float* q, int head_dim, int n_kv, float* s) {
-    scores(k, stride, q, head_dim, n_kv, s);
-}
-void scores_f32(const float* k, size_t stride, const float* q, int head_dim, int n_kv, float* s) {
-    scores(k, stride, q, head_dim, n_kv, s);
-}
 void mix_f16(const float* p, const uint16_t* v, size_t stride, int head_dim, int n_kv, float* out) {
     mix(p, v, stride, head_dim, n_kv, out);
 }
@@ -255,14 +369,14 @@ void round_f16(float* x, int n) {
     for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
 }
 
-void attend_heads_f16(const float* const* q, int n_q, const uint16_t* k, const uint16_t* v, size_t stride,
-                      int head_dim, int n_kv, float scale, float* scores, float* const* out) {
-    attend_heads(q, n_q, k, v, stride, head_dim, n_kv, scale, scores, out);
+void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
+              size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out);
 }
 
-void attend_heads_f32(const float* const* q, int n_q, const float* k, const float* v, size_t stride, int head_dim,
-                      int n_kv, float scale, float* scores, float* const* out) {
-    attend_heads(q, n_q, k, v, stride, head_dim, n_kv, scale, scores, out);
+void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
+              const float* v, size_t v_stride, int head_dim, float scale, float* const* out) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out);
 }
 
 namespace {

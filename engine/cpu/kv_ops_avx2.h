@@ -7,8 +7,6 @@
 
 namespace quill::cpu::avx2 {
 
-void scores_f16(const uint16_t* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores);
-void scores_f32(const float* k, size_t stride, const float* q, int head_dim, int n_kv, float* scores);
 void mix_f16(const float* p, const uint16_t* v, size_t stride, int head_dim, int n_kv, float* out);
 void mix_f32(const float* p, const float* v, size_t stride, int head_dim, int n_kv, float* out);
 void round_f16(float* x, int n);
@@ -18,14 +16,13 @@ void swiglu(float* gate, const float* up, int64_t n);
 // gate = gelu_tanh(gate) * up
 void geglu(float* gate, const float* up, int64_t n);
 
-// Attention of n_q query heads of one token that share one KV head (1 <= n_q <= 8) over positions [0, n_kv):
-// out[g] = softmax_j(q[g] . k_j * scale) v_j, head_dim a multiple of 8. With the F16 cache q is rounded to fp16
-// first, and the probabilities before they meet V. The heads share each K and V row's conversion; every head's
-// result is computed by the same operations in the same order whatever n_q is, so it does not depend on which
-// heads or tokens share a call (batch invariance). scores: scratch [n_q, n_kv].
-void attend_heads_f16(const float* const* q, int n_q, const uint16_t* k, const uint16_t* v, size_t stride,
-                      int head_dim, int n_kv, float scale, float* scores, float* const* out);
-void attend_heads_f32(const float* const* q, int n_q, const float* k, const float* v, size_t stride, int head_dim,
-                      int n_kv, float scale, float* scores, float* const* out);
-
+// The tiled attention (attention.h) of n <= kMaxTileRows query rows on one KV head, head_dim a multiple of 8: row r
+// sees positions [first[r], last[r]] and gets out[r] = softmax_j(q_r . k_j * scale) v_j. With the F16 cache q is
+// rounded to fp16 first, and the probabilities before they meet V. The cache goes through in blocks, each loaded
+// once for all the rows; every row's result comes from the same operations in the same order whatever the other
+// rows are (the two lane layouts inside compute the same numbers).
+void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
+              size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out);
+void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
+              const float* v, size_t v_stride, int head_dim, float scale, float* const* out);
 }  // namespace quill::cpu::avx2
