@@ -6,6 +6,7 @@
 #include "engine/cpu/attention.h"
 #include "engine/format/quant.h"
 #include "tests/backend_checks.h"
+#include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
 
@@ -105,36 +106,47 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
+// The tiled kernels of this machine's ISAs, without repeats (AVX-512 machines run the AVX2 attention; the generic
+// ISA runs the plain attention itself).
+std::vector<const KvOps*> tiled_kv_ops() {
+    std::vector<const KvOps*> v;
+    for (Isa isa : test::available_isas()) {
+        const KvOps* ops = &kv_ops(isa, false);
+        if (ops->tile_f16 && std::find(v.begin(), v.end(), ops) == v.end()) v.push_back(ops);
+    }
+    return v;
+}
+
 TEST_CASE("tiled attention equals the plain attention at cache lengths 1 to 2048", "[cpu]") {
     const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {8, 1, 72}, {16, 2, 64}, {12, 1, 40}, {3, 3, 8}, {9, 3, 64},
                             {4, 1, 256}};
-    for (Isa isa : test::available_isas()) {
-        for (const Shape& s : shapes) {
-            for (int n_kv : {1, 17, 511, 2048}) {
-                const Inputs in = random_inputs(s, n_kv, static_cast<uint32_t>(n_kv * 31 + s.head_dim));
-                for (KvType kv : {KvType::f32, KvType::f16}) {
-                    for (int window : {0, 100}) {
-                        INFO(isa_name(isa) << ", " << s.n_head << "/" << s.n_head_kv << " heads of " << s.head_dim
-                                           << ", " << n_kv << " positions, KV " << kv_type_name(kv) << ", window "
-                                           << window);
-                        // The last token alone (a decode), then the last 16 as a prefill in tiles of 4 and of 1.
-                        const int t0 = std::max(0, n_kv - 16);
-                        const std::vector<float> want =
-                            slice(attend_tokens(in, kv, kv_ops(isa, true), t0, n_kv, 1, window), in, t0, n_kv);
+    if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
+    const KvOps& plain = kv_ops(Isa::generic, true);
+    for (const Shape& s : shapes) {
+        for (int n_kv : {1, 17, 511, 2048}) {
+            const Inputs in = random_inputs(s, n_kv, static_cast<uint32_t>(n_kv * 31 + s.head_dim));
+            for (KvType kv : {KvType::f32, KvType::f16}) {
+                for (int window : {0, 100}) {
+                    // The last token alone (a decode), then the last 16 as a prefill in tiles of 4.
+                    const int t0 = std::max(0, n_kv - 16);
+                    const std::vector<float> want = slice(attend_tokens(in, kv, plain, t0, n_kv, 1, window), in, t0, n_kv);
+                    const std::vector<float> want_last(want.end() - static_cast<ptrdiff_t>(want.size()) /
+                                                                        (n_kv - t0), want.end());
+                    for (const KvOps* ops : tiled_kv_ops()) {
+                        INFO(s.n_head << "/" << s.n_head_kv << " heads of " << s.head_dim << ", " << n_kv
+                                      << " positions, KV " << kv_type_name(kv) << ", window " << window);
                         const std::vector<float> decode =
-                            slice(attend_tokens(in, kv, kv_ops(isa, false), n_kv - 1, n_kv, 1, window), in, n_kv - 1,
-                                  n_kv);
+                            slice(attend_tokens(in, kv, *ops, n_kv - 1, n_kv, 1, window), in, n_kv - 1, n_kv);
                         const std::vector<float> tiled =
-                            slice(attend_tokens(in, kv, kv_ops(isa, false), t0, n_kv, 4, window), in, t0, n_kv);
-                        // Both round q and the probabilities to fp16 with an f16 cache; they differ in summation order
-                        // and in exp (a polynomial within 2 ulp of expf), and where an intermediate sits that close to
-                        // an fp16 rounding boundary one probability moves one fp16 step (2^-11 of itself). Measured
-                        // here, max |diff| / rms over all cases: f32 cache 1.3e-5 (scores reach |s| ~ 10 with these
-                        // sharp queries, so their float error of a few 1e-7 shows in exp), f16 cache 8.6e-4; limits
-                        // 4e-5 and 2e-3.
+                            slice(attend_tokens(in, kv, *ops, t0, n_kv, 4, window), in, t0, n_kv);
+                        // Both round q and the probabilities to fp16 with an f16 cache; they differ in summation
+                        // order and in exp (a polynomial within 2 ulp of expf), and where an intermediate sits that
+                        // close to an fp16 rounding boundary one probability moves one fp16 step (2^-11 of itself).
+                        // Measured here, max |diff| / rms over all cases: f32 cache 1.3e-5 (scores reach |s| ~ 10
+                        // with these sharp queries, so their float error of a few 1e-7 shows in exp), f16 cache
+                        // 8.6e-4; limits 4e-5 and 2e-3.
                         const double tol = kv == KvType::f32 ? 4e-5 : 2e-3;
                         CHECK(test::max_diff(tiled, want) / test::rms(want) <= tol);
-                        const std::vector<float> want_last(want.end() - decode.size(), want.end());
                         CHECK(test::max_diff(decode, want_last) / test::rms(want_last) <= tol);
                     }
                 }
@@ -146,12 +158,13 @@ TEST_CASE("tiled attention equals the plain attention at cache lengths 1 to 2048
 TEST_CASE("a row's attention has the same bits whichever rows share its call", "[cpu]") {
     const Shape s{12, 3, 64};  // groups of 4 query heads per KV head
     const int n_kv = 300, t0 = 284;
+    if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
     const Inputs in = random_inputs(s, n_kv, 5);
-    for (Isa isa : test::available_isas()) {
+    for (const KvOps* fast : tiled_kv_ops()) {
         for (KvType kv : {KvType::f32, KvType::f16}) {
             for (int window : {0, 70}) {
-                INFO(isa_name(isa) << ", KV " << kv_type_name(kv) << ", window " << window);
-                const KvOps& ops = kv_ops(isa, false);
+                INFO("KV " << kv_type_name(kv) << ", window " << window);
+                const KvOps& ops = *fast;
                 // Tiles of 4 tokens (16 rows: the rows-in-lanes layout), of 1 token (4 rows: keys in lanes), and
                 // rows one by one.
                 const std::vector<float> tiles = slice(attend_tokens(in, kv, ops, t0, n_kv, 4, window), in, t0, n_kv);
