@@ -183,3 +183,43 @@ TEST_CASE("a row's attention has the same bits whichever rows share its call", "
         }
     }
 }
+
+TEST_CASE("the split form spread over key blocks gives attend_rows' bits", "[cpu]") {
+    if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
+    const Shape s{16, 1, 64};  // one KV head: a token's 16 heads fill a tile
+    const int n_kv = 300;
+    const Inputs in = random_inputs(s, n_kv, 9);
+    for (const KvOps* ops : tiled_kv_ops()) {
+        for (KvType kv : {KvType::f32, KvType::f16}) {
+            for (int window : {0, 70}) {
+                // Three heads of the last token (keys in lanes), and sixteen rows of the last four tokens (rows in
+                // lanes), each over its whole range in one call and in the split form.
+                for (auto [t0, h1] : {std::pair{n_kv - 1, 3}, std::pair{n_kv - 4, 4}}) {
+                    INFO("KV " << kv_type_name(kv) << ", window " << window << ", " << (n_kv - t0) * h1 << " rows");
+                    std::vector<float> whole(in.q.size(), NAN), split(in.q.size(), NAN);
+                    std::vector<float> scratch(attend_scratch_floats(n_kv));
+                    const KvHead head = kv_head(in, kv, 0);
+                    const std::vector<AttnRow> a = rows_of(in, t0, n_kv, 0, h1, window, whole);
+                    attend_rows(a.data(), static_cast<int>(a.size()), head, *ops, scratch.data());
+                    const std::vector<AttnRow> b = rows_of(in, t0, n_kv, 0, h1, window, split);
+                    const int n = static_cast<int>(b.size());
+                    int b_first = 0;
+                    const int n_blocks = attend_block_span(b.data(), n, &b_first);
+                    REQUIRE(n_blocks == (n_kv - 1) / kKeyBlock - b_first + 1);
+                    REQUIRE(n_blocks >= 2);
+                    std::vector<float> scores(attend_score_floats(b.data(), n, *ops) + 8);
+                    float* sc = scores.data() + (8 - reinterpret_cast<uintptr_t>(scores.data()) / 4 % 8) % 8;
+                    std::vector<float> parts(static_cast<size_t>(n_blocks) * n * s.head_dim);
+                    for (int i = n_blocks - 1; i >= 0; --i)  // any order within a phase
+                        attend_split_scores(b.data(), n, head, *ops, b_first + i, sc);
+                    attend_split_softmax(b.data(), n, head, *ops, sc);
+                    for (int i = 0; i < n_blocks; ++i)
+                        attend_split_mix(b.data(), n, head, *ops, b_first + i, sc,
+                                         parts.data() + static_cast<size_t>(i) * n * s.head_dim);
+                    attend_split_sum(b.data(), n, s.head_dim, parts.data(), n_blocks);
+                    CHECK(same_bits(slice(whole, in, t0, n_kv), slice(split, in, t0, n_kv)));
+                }
+            }
+        }
+    }
+}

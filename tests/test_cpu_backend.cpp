@@ -121,6 +121,19 @@ TEST_CASE("a prompt continuing a filled cache equals the whole prompt at once, b
     }
 }
 
+TEST_CASE("decode over a long cache spread over many threads equals the prefill bit for bit", "[cpu]") {
+    // 8 threads against a decode's few attention units: each step's key blocks go to different threads once the
+    // cache passes one block (64 positions), then are summed in order (attend_split).
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const auto tokens = some_tokens(100, static_cast<int>(c.spec.n_vocab), 7);
+        INFO(c.label);
+        auto b1 = make(*model, false, 2);
+        auto b8 = make(*model, false, 8);
+        CHECK(max_diff(prefill_logits(*b1, tokens), stepwise_logits(*b8, tokens)) == 0.0);
+    }
+}
+
 TEST_CASE("one batch with tokens of several sequences equals running them apart", "[cpu]") {
     test::TinySpec spec;
     spec.type = spec.ffn_down_type = GgmlType::Q8_0;

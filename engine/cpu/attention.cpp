@@ -51,13 +51,39 @@ void geglu_plain(float* gate, const float* up, int64_t n) {
     }
 }
 
-constexpr KvOps kPlain{scores_plain<uint16_t>, scores_plain<float>, mix_plain<uint16_t>, mix_plain<float>,
-                       round_f16_plain,        to_f16_plain,        nullptr,            nullptr,
-                       swiglu_plain,           geglu_plain};
+constexpr KvOps kPlain{scores_plain<uint16_t>,
+                       scores_plain<float>,
+                       mix_plain<uint16_t>,
+                       mix_plain<float>,
+                       round_f16_plain,
+                       to_f16_plain,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       swiglu_plain,
+                       geglu_plain};
 // The AVX2 set: the tiled kernel does the work; the per-row primitives serve only head sizes it does not take.
-constexpr KvOps kAvx2{scores_plain<uint16_t>, scores_plain<float>, avx2::mix_f16,  avx2::mix_f32,
-                      avx2::round_f16,        avx2::to_f16,        avx2::tile_f16, avx2::tile_f32,
-                      avx2::swiglu,           avx2::geglu};
+constexpr KvOps kAvx2{scores_plain<uint16_t>,
+                      scores_plain<float>,
+                      avx2::mix_f16,
+                      avx2::mix_f32,
+                      avx2::round_f16,
+                      avx2::to_f16,
+                      avx2::tile_f16,
+                      avx2::tile_f32,
+                      avx2::tile_score_floats,
+                      avx2::tile_scores_f16,
+                      avx2::tile_scores_f32,
+                      avx2::tile_softmax,
+                      avx2::tile_mix_f16,
+                      avx2::tile_mix_f32,
+                      avx2::swiglu,
+                      avx2::geglu};
 
 // One row over its whole range [first, last] at once: scores, softmax, mix (the path without a tiled kernel).
 void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, float* scores) {
@@ -106,21 +132,93 @@ const KvOps& kv_ops(Isa isa, bool reference) {
 
 size_t attend_scratch_floats(int n_ctx) { return static_cast<size_t>(n_ctx); }
 
-void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch) {
-    const bool f16 = kv.type == KvType::f16;
-    if ((f16 ? ops.tile_f16 == nullptr : ops.tile_f32 == nullptr) || kv.head_dim % 8 != 0) {
-        for (int r = 0; r < n; ++r) attend_row_plain(rows[r], kv, ops, scratch);
-        return;
-    }
+namespace {
+
+// The rows' fields as the kernels take them.
+struct RowArrays {
     const float* q[kMaxTileRows];
     float* out[kMaxTileRows];
     int first[kMaxTileRows], last[kMaxTileRows];
-    for (int r = 0; r < n; ++r) {
-        q[r] = rows[r].q;
-        out[r] = rows[r].out;
-        first[r] = rows[r].first;
-        last[r] = rows[r].last;
+
+    RowArrays(const AttnRow* rows, int n) {
+        for (int r = 0; r < n; ++r) {
+            q[r] = rows[r].q;
+            out[r] = rows[r].out;
+            first[r] = rows[r].first;
+            last[r] = rows[r].last;
+        }
     }
+};
+
+}  // namespace
+
+bool attend_tiled(const KvOps& ops, const KvHead& kv) {
+    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
+}
+
+int attend_block_span(const AttnRow* rows, int n, int* b_first) {
+    int first = rows[0].first, last = rows[0].last;
+    for (int r = 1; r < n; ++r) {
+        first = std::min(first, rows[r].first);
+        last = std::max(last, rows[r].last);
+    }
+    *b_first = first / kKeyBlock;
+    return last / kKeyBlock - *b_first + 1;
+}
+
+size_t attend_score_floats(const AttnRow* rows, int n, const KvOps& ops) {
+    const RowArrays a(rows, n);
+    return ops.tile_score_floats(a.first, a.last, n);
+}
+
+void attend_split_scores(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, float* s) {
+    const RowArrays a(rows, n);
+    if (kv.type == KvType::f16)
+        ops.tile_scores_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
+                            kv.head_dim, kv.scale, b, s);
+    else
+        ops.tile_scores_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride, kv.head_dim,
+                            kv.scale, b, s);
+}
+
+void attend_split_softmax(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* s) {
+    const RowArrays a(rows, n);
+    ops.tile_softmax(a.first, a.last, n, kv.type == KvType::f16, s);
+}
+
+void attend_split_mix(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, const float* s,
+                      float* part) {
+    const RowArrays a(rows, n);
+    float* o[kMaxTileRows];
+    for (int r = 0; r < n; ++r) o[r] = part + static_cast<size_t>(r) * kv.head_dim;
+    if (kv.type == KvType::f16)
+        ops.tile_mix_f16(a.first, a.last, n, static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, b, s, o);
+    else
+        ops.tile_mix_f32(a.first, a.last, n, static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, b, s, o);
+}
+
+void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* parts, int n_blocks) {
+    for (int r = 0; r < n; ++r) {
+        float* out = rows[r].out;
+        std::fill(out, out + head_dim, 0.0f);
+        for (int b = 0; b < n_blocks; ++b) {
+            const float* p = parts + (static_cast<size_t>(b) * n + r) * head_dim;
+            for (int i = 0; i < head_dim; ++i) out[i] = out[i] + p[i];
+        }
+    }
+}
+
+void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch) {
+    const bool f16 = kv.type == KvType::f16;
+    if (!attend_tiled(ops, kv)) {
+        for (int r = 0; r < n; ++r) attend_row_plain(rows[r], kv, ops, scratch);
+        return;
+    }
+    const RowArrays a(rows, n);
+    const float* const* q = a.q;
+    float* const* out = a.out;
+    const int* first = a.first;
+    const int* last = a.last;
     if (f16)
         ops.tile_f16(q, first, last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
                      static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, out);

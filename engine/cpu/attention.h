@@ -42,6 +42,18 @@ struct KvOps {
     void (*tile_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
                      size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,
                      float* const* out);
+    // The tiled kernel in phases (the split form below): the floats of the rows' scores; the scores of key block b
+    // (positions [b, b + 1) * kKeyBlock); the softmax over all of them; block b's share o_b of the output, stored.
+    size_t (*tile_score_floats)(const int* first, const int* last, int n);
+    void (*tile_scores_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
+                            size_t k_block_stride, int head_dim, float scale, int b, float* s);
+    void (*tile_scores_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
+                            size_t k_block_stride, int head_dim, float scale, int b, float* s);
+    void (*tile_softmax)(const int* first, const int* last, int n, bool f16, float* s);
+    void (*tile_mix_f16)(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim,
+                         int b, const float* s, float* const* o);
+    void (*tile_mix_f32)(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim,
+                         int b, const float* s, float* const* o);
     // gate = silu(gate) * up elementwise (the FFN's activation; here because it shares the vector exp)
     void (*swiglu)(float* gate, const float* up, int64_t n);
     // gate = gelu(gate) * up, GELU in its tanh form (gemma3's FFN)
@@ -83,5 +95,19 @@ size_t attend_scratch_floats(int n_ctx);
 // KV head. With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
 void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch);
+
+// The split form of attend_rows, for a decode over a long cache with fewer tiles than threads: the tile's key blocks
+// spread over threads. Where attend_tiled, the rows span key blocks [b_first, b_first + n_blocks); then, phase by
+// phase (the calls of one phase may run on any threads at once): attend_split_scores for every block, into s
+// (attend_score_floats of them); attend_split_softmax; attend_split_mix for every block, block i's share into
+// parts + i * n * head_dim; attend_split_sum. The rows' outputs get the same bits as attend_rows gives them.
+bool attend_tiled(const KvOps& ops, const KvHead& kv);
+int attend_block_span(const AttnRow* rows, int n, int* b_first);
+size_t attend_score_floats(const AttnRow* rows, int n, const KvOps& ops);
+void attend_split_scores(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, float* s);
+void attend_split_softmax(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* s);
+void attend_split_mix(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, const float* s,
+                      float* part);
+void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* parts, int n_blocks);
 
 }  // namespace quill::cpu

@@ -282,6 +282,7 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     while (unit_heads_ > 1 && tiles_heads * ((group + unit_heads_ - 1) / unit_heads_) < 2 * pool_.size())
         unit_heads_ = (unit_heads_ + 1) / 2;
     const int64_t n_units = tiles_heads * ((group + unit_heads_ - 1) / unit_heads_);
+    if (n_units < 2 * pool_.size() && pool_.size() > 1 && attend_split(batch, layer, n_units)) return;
     const size_t per_thread = attn_scratch_.size() / pool_.size();
     std::atomic<int64_t> next{0};
     pool_.run([&](int ith, int) {
@@ -293,6 +294,72 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
             attend_rows(rows, m, kv, kv_ops_, attn_scratch_.data() + per_thread * ith);
         }
     });
+}
+
+// attend_all for units too few to keep the threads busy, when they span several key blocks (a decode over a long
+// cache): the units' blocks are spread over the threads, phase by phase (attention.h). Returns false, having done
+// nothing, when the split does not apply.
+bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units) {
+    AttnRow rows[kMaxTileRows];
+    KvHead kv;
+    splits_.clear();
+    size_t score_floats = 0, part_floats = 0;
+    int most_blocks = 0;
+    for (int64_t u = 0; u < n_units; ++u) {
+        const int m = attention_unit(batch, layer, u, rows, &kv);
+        if (!attend_tiled(kv_ops_, kv)) return false;
+        Split sp{};
+        sp.n_blocks = attend_block_span(rows, m, &sp.b_first);
+        sp.scores = score_floats;
+        sp.parts = part_floats;
+        score_floats += attend_score_floats(rows, m, kv_ops_) + 8;  // + 8: each unit's scores 32-byte aligned
+        part_floats += static_cast<size_t>(sp.n_blocks) * m * kv.head_dim;
+        most_blocks = std::max(most_blocks, sp.n_blocks);
+        splits_.push_back(sp);
+    }
+    if (most_blocks < 2 || score_floats + part_floats > (size_t{1} << 26)) return false;
+    if (split_scores_.size() < score_floats + 8) split_scores_.resize(score_floats + 8);
+    if (split_parts_.size() < part_floats) split_parts_.resize(part_floats);
+    auto* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(split_scores_.data()) + 31) & ~uintptr_t{31});
+    auto scores = [&](int64_t u) { return base + (splits_[u].scores + 7) / 8 * 8; };
+    // (unit, block) jobs, numbered unit by unit
+    std::vector<int64_t> first_job(n_units + 1, 0);
+    for (int64_t u = 0; u < n_units; ++u) first_job[u + 1] = first_job[u] + splits_[u].n_blocks;
+    auto per_block = [&](auto&& f) {
+        std::atomic<int64_t> next{0};
+        pool_.run([&](int, int) {
+            AttnRow r[kMaxTileRows];
+            KvHead h;
+            for (int64_t j = next.fetch_add(1, std::memory_order_relaxed); j < first_job[n_units];
+                 j = next.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t u = std::upper_bound(first_job.begin(), first_job.end(), j) - first_job.begin() - 1;
+                const int m = attention_unit(batch, layer, u, r, &h);
+                f(u, r, m, h, static_cast<int>(j - first_job[u]));
+            }
+        });
+    };
+    auto per_unit = [&](auto&& f) {
+        pool_.run([&](int ith, int nth) {
+            AttnRow r[kMaxTileRows];
+            KvHead h;
+            const Range range = split_range(n_units, ith, nth);
+            for (int64_t u = range.begin; u < range.end; ++u) f(u, r, attention_unit(batch, layer, u, r, &h), h);
+        });
+    };
+    per_block([&](int64_t u, const AttnRow* r, int m, const KvHead& h, int i) {
+        attend_split_scores(r, m, h, kv_ops_, splits_[u].b_first + i, scores(u));
+    });
+    per_unit([&](int64_t u, const AttnRow* r, int m, const KvHead& h) {
+        attend_split_softmax(r, m, h, kv_ops_, scores(u));
+    });
+    per_block([&](int64_t u, const AttnRow* r, int m, const KvHead& h, int i) {
+        attend_split_mix(r, m, h, kv_ops_, splits_[u].b_first + i, scores(u),
+                         split_parts_.data() + splits_[u].parts + static_cast<size_t>(i) * m * h.head_dim);
+    });
+    per_unit([&](int64_t u, const AttnRow* r, int m, const KvHead& h) {
+        attend_split_sum(r, m, h.head_dim, split_parts_.data() + splits_[u].parts, splits_[u].n_blocks);
+    });
+    return true;
 }
 
 // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm. gemma3 also normalizes

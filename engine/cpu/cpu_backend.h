@@ -51,6 +51,7 @@ private:
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     void attend_all(const Batch& batch, int64_t layer);
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
+    bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
     void norm(const float* x, const float* w, float* y, int64_t n);
     static void add_bias(float* x, const std::vector<float>& b, int64_t n);
@@ -101,6 +102,13 @@ private:
     };
     std::vector<Tile> tiles_;
     int64_t unit_heads_ = 1;
+    // attend_split: each unit's first key block, block count, and offsets of its scores and its blocks' outputs.
+    struct Split {
+        int b_first, n_blocks;
+        size_t scores, parts;
+    };
+    std::vector<Split> splits_;
+    std::vector<float> split_scores_, split_parts_;
     std::vector<float> rope_cs_;  // [n, n_rot / 2, 2] cos and sin of each token's angles
     std::vector<float> rope_cs_local_;  // the same for the local layers (two_ropes only)
 };

@@ -94,96 +94,67 @@ TileScratch& tile_scratch() {
     return *s;
 }
 
-// The rows of one call: their visible positions [first, last], and the union [lo, hi) of them.
+// The rows of one call: their visible positions [first, last], the union [lo, hi) of them, and where their scores go:
+// rows in lanes (many rows) s[(j - lo) * 16 + r]; keys in lanes (few rows) s[r * width + j - a0], a0 = lo rounded
+// down to a multiple of 8.
 struct Tile {
     int n, lo, hi;
     const int* first;
     const int* last;
-    float* const* out;
+    bool rows_in_lanes;
+    int a0, width;
+
+    Tile(const int* f, const int* l, int n_rows) : n(n_rows), lo(f[0]), hi(l[0] + 1), first(f), last(l) {
+        for (int r = 1; r < n; ++r) {
+            lo = f[r] < lo ? f[r] : lo;
+            hi = l[r] + 1 > hi ? l[r] + 1 : hi;
+        }
+        rows_in_lanes = n > 4;
+        a0 = lo / 8 * 8;
+        width = (hi - a0 + 7) / 8 * 8;
+    }
+    size_t score_floats() const {
+        return rows_in_lanes ? static_cast<size_t>(hi - lo) * 16 : static_cast<size_t>(n) * width;
+    }
+    // Block b's positions [b_lo, b_hi) within [lo, hi), the blocks aligned to multiples of kKeyBlock.
+    int b_lo(int b) const { return b * KB > lo ? b * KB : lo; }
+    int b_hi(int b) const { return (b + 1) * KB < hi ? (b + 1) * KB : hi; }
 };
 
-// The arithmetic of every row, whichever of the two layouts below computes it (they differ in what goes in the vector
-// lanes, never in the operations on one row's numbers), the same as the plain attention's up to summation order
-// and exp:
+// The arithmetic of every row, whichever layout computes it (they differ in what goes in the vector lanes, never in
+// the operations on one row's numbers), the same as the plain attention's up to summation order and exp:
 //   s_j = (fma chain over d = 0..hd-1 of q[d] k_j[d], from 0) * scale, for the visible j;
 //   m = max s_j;  e_j = exp8(s_j - m);
 //   l = ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)), where Lc sums the e_j with j % 8 == c in order of j;
 //   p_j = e_j * (1 / l), fp16-rounded with an F16 cache;
-//   out[c] = fma chain over j in order of p_j v_j[c], from 0 (zero p_j outside a row's range add nothing).
-// Both layouts go through the cache a block of kKeyBlock positions at a time, the block loaded once for all rows.
+//   out = sum over the blocks b in order, from 0, of o_b, where o_b[c] = fma chain over j in block b in order of
+//   p_j v_j[c], from 0 (zero p_j outside a row's range add nothing).
+// Scores and mix go a block of kKeyBlock positions at a time, the block loaded once for all the rows, and one call
+// can take all the blocks or a decode's blocks can be spread over threads (tile_*_block below): the same numbers.
 
-// out[g][c..c+8V) += sum_j p(g, j) v_j over positions [0, n_kv), continuing the chains held in out, V vectors per
-// row, with p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector.
-template <int G, int V, int key_stride, class T>
-void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* out) {
-    const float* pg[G];
-    for (int g = 0; g < G; ++g) pg[g] = p + g * row_stride;
-    __m256 acc[G][V];
-    for (int g = 0; g < G; ++g)
-        for (int x = 0; x < V; ++x) acc[g][x] = _mm256_loadu_ps(out[g] + c + 8 * x);
-    for (int j = 0; j < n_kv; ++j) {
-        const T* vj = v + static_cast<size_t>(j) * stride + c;
-        __m256 vv[V];
-        for (int x = 0; x < V; ++x) vv[x] = load8(vj + 8 * x);
-        for (int g = 0; g < G; ++g) {
-            const __m256 pj = _mm256_broadcast_ss(pg[g] + j * key_stride);
-            for (int x = 0; x < V; ++x) acc[g][x] = _mm256_fmadd_ps(pj, vv[x], acc[g][x]);
-        }
+// The rows' queries (fp16-rounded with an F16 cache), and transposed for rows in lanes.
+void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int hd, bool f16) {
+    for (int r = 0; r < t.n; ++r) {
+        for (int i = 0; i < hd; ++i) sc.q[r][i] = q[r][i];
+        if (f16) round_f16(sc.q[r], hd);
     }
-    for (int g = 0; g < G; ++g)
-        for (int x = 0; x < V; ++x) _mm256_storeu_ps(out[g] + c + 8 * x, acc[g][x]);
+    if (t.rows_in_lanes)
+        for (int d = 0; d < hd; ++d)
+            for (int r = 0; r < 16; ++r) sc.qt[d][r] = r < t.n ? sc.q[r][d] : 0.0f;
 }
 
-// Calls f.template operator()<G>(r0) for chunks [r0, r0 + G) of at most 6 rows covering [0, n).
-template <class F>
-void by_chunks(int n, F&& f) {
-    for (int r0 = 0; r0 < n; r0 += 6) {
-        switch (n - r0) {
-            case 1: f.template operator()<1>(r0); break;
-            case 2: f.template operator()<2>(r0); break;
-            case 3: f.template operator()<3>(r0); break;
-            case 4: f.template operator()<4>(r0); break;
-            case 5: f.template operator()<5>(r0); break;
-            default: f.template operator()<6>(r0); break;
-        }
-    }
-}
-
-// out = p . v over the tile's positions, a block at a time: p(r, j) at p[r * row_stride + (j - p0) * key_stride].
-template <int key_stride, class T>
-void mix_tile(const Tile& t, const float* p, int p0, int row_stride, const T* v, size_t stride, int hd) {
-    for (int r = 0; r < t.n; ++r) std::fill(t.out[r], t.out[r] + hd, 0.0f);
-    for (int b0 = t.lo; b0 < t.hi; b0 = (b0 / KB + 1) * KB) {
-        const int b1 = (b0 / KB + 1) * KB < t.hi ? (b0 / KB + 1) * KB : t.hi;
-        const T* vb = v + static_cast<size_t>(b0) * stride;
-        const float* pb = p + (b0 - p0) * key_stride;
-        by_chunks(t.n, [&]<int G>(int r0) {
-            constexpr int V = G <= 2 ? 4 : G <= 6 ? 2 : 1;
-            float* const* o = t.out + r0;
-            const float* pr = pb + r0 * row_stride;
-            int c = 0;
-            for (; c + 8 * V <= hd; c += 8 * V)
-                mix_columns<G, V, key_stride>(pr, row_stride, vb, stride, c, b1 - b0, o);
-            for (; c < hd; c += 8) mix_columns<G, 1, key_stride>(pr, row_stride, vb, stride, c, b1 - b0, o);
-        });
-    }
-}
-
-// Few rows: the keys go in the lanes, s[r][j - a0] for j in [a0, hi) with a0 = lo rounded down to a multiple of 8.
-// Eight positions' element d are one vector of the cache; each row's scores come eight keys at a time.
+// Scores of block b. Keys in lanes: eight positions' element d are one vector of the cache. Rows in lanes: each
+// key's element is broadcast against sixteen rows.
 template <class T>
-void tile_keys_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, const T* v, size_t stride, int hd,
-                        float scale) {
-    const int a0 = t.lo / 8 * 8;
-    const int width = (t.hi - a0 + 7) / 8 * 8;
-    float* s = sc.scores(static_cast<size_t>(t.n) * width);
+void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s) {
     const __m256 vscale = _mm256_set1_ps(scale);
-    for (int b0 = a0; b0 < t.hi; b0 += KB) {
-        const int nvec = (std::min(b0 + KB, t.hi) - b0 + 7) / 8;
-        const T* kb = k + static_cast<size_t>(b0 / 8) * kbs;  // key vector i at kb + i * kbs
+    if (!t.rows_in_lanes) {
+        const int j0 = b * KB > t.a0 ? b * KB : t.a0;  // a multiple of 8
+        const int nvec = (t.b_hi(b) - j0 + 7) / 8;
+        const T* kb = k + static_cast<size_t>(j0 / 8) * kbs;  // key vector i at kb + i * kbs
         for (int r = 0; r < t.n; ++r) {
             const float* q = sc.q[r];
-            float* sr = s + static_cast<size_t>(r) * width + (b0 - a0);
+            float* sr = s + static_cast<size_t>(r) * t.width + (j0 - t.a0);
             int i = 0;
             auto run = [&]<int KV>() {  // KV key vectors, each lane its own chain over d
                 __m256 acc[KV];
@@ -200,98 +171,87 @@ void tile_keys_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, 
             if (i + 2 <= nvec) run.template operator()<2>();
             if (i < nvec) run.template operator()<1>();
         }
+        return;
     }
-    // softmax, row by row
-    const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int r = 0; r < t.n; ++r) {
-        float* sr = s + static_cast<size_t>(r) * width;
-        const __m256i first = _mm256_set1_epi32(t.first[r]), last = _mm256_set1_epi32(t.last[r]);
-        auto visible = [&](int i) {
-            const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(a0 + 8 * i), lane);
-            return _mm256_castsi256_ps(
-                _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(first, j), _mm256_cmpgt_epi32(j, last)),
-                                    _mm256_set1_epi32(-1)));
-        };
-        __m256 vmax = neg_inf;
-        for (int i = 0; i < width / 8; ++i)
-            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(sr + 8 * i), visible(i)));
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, vmax);
-        float m = lanes[0];
-        for (int x = 1; x < 8; ++x) m = m > lanes[x] ? m : lanes[x];
-        const __m256 vm = _mm256_set1_ps(m);
-        __m256 lsum = _mm256_setzero_ps();
-        for (int i = 0; i < width / 8; ++i) {
-            const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_load_ps(sr + 8 * i), vm)), visible(i));
-            _mm256_store_ps(sr + 8 * i, e);
-            lsum = _mm256_add_ps(lsum, e);
+    const int b0 = t.b_lo(b), b1 = t.b_hi(b);
+    // The block's key vectors in float (converted from fp16 once, or read in place): element d of position j at
+    // kf + (j / 8 - b0 / 8) * kstride + d * 8 + j % 8.
+    const float* kf;
+    size_t kstride;
+    if constexpr (sizeof(T) == 2) {
+        for (int j8 = b0 / 8; j8 <= (b1 - 1) / 8; ++j8) {
+            const T* src = k + static_cast<size_t>(j8) * kbs;
+            float* dst = sc.kf + static_cast<size_t>(j8 - b0 / 8) * hd * 8;
+            for (int d = 0; d < hd; ++d) _mm256_store_ps(dst + 8 * d, load8(src + 8 * d));
         }
-        const __m256 inv = _mm256_set1_ps(1.0f / hsum(lsum));  // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7))
-        for (int i = 0; i < width / 8; ++i) {
-            __m256 p = _mm256_mul_ps(_mm256_load_ps(sr + 8 * i), inv);
-            if (sizeof(T) == 2) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
-            _mm256_store_ps(sr + 8 * i, p);
-        }
+        kf = sc.kf;
+        kstride = static_cast<size_t>(hd) * 8;
+    } else {
+        kf = k + static_cast<size_t>(b0 / 8) * kbs;
+        kstride = kbs;
     }
-    mix_tile<1>(t, s, a0, width, v, stride, hd);
+    int j = b0;
+    auto run = [&]<int KG>() {  // KG keys at a time for sixteen rows
+        __m256 acc[KG][2];
+        for (int x = 0; x < KG; ++x) acc[x][0] = acc[x][1] = _mm256_setzero_ps();
+        const float* kx[KG];
+        for (int x = 0; x < KG; ++x) kx[x] = kf + static_cast<size_t>((j + x) / 8 - b0 / 8) * kstride + (j + x) % 8;
+        for (int d = 0; d < hd; ++d) {
+            const __m256 q0 = _mm256_load_ps(&sc.qt[d][0]), q1 = _mm256_load_ps(&sc.qt[d][8]);
+            for (int x = 0; x < KG; ++x) {
+                const __m256 kd = _mm256_broadcast_ss(kx[x] + 8 * d);
+                acc[x][0] = _mm256_fmadd_ps(q0, kd, acc[x][0]);
+                acc[x][1] = _mm256_fmadd_ps(q1, kd, acc[x][1]);
+            }
+        }
+        for (int x = 0; x < KG; ++x) {
+            _mm256_store_ps(s + (j + x - t.lo) * 16, _mm256_mul_ps(acc[x][0], vscale));
+            _mm256_store_ps(s + (j + x - t.lo) * 16 + 8, _mm256_mul_ps(acc[x][1], vscale));
+        }
+        j += KG;
+    };
+    while (j + 6 <= b1) run.template operator()<6>();
+    if (j + 3 <= b1) run.template operator()<3>();
+    while (j < b1) run.template operator()<1>();
 }
 
-// Many rows: the rows go in the lanes (two vectors of eight), s[(j - lo) * 16 + r]. The queries are transposed once;
-// each key's element is broadcast against them.
-template <class T>
-void tile_rows_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, const T* v, size_t stride, int hd,
-                        float scale) {
-    const int nk = t.hi - t.lo;
-    float* s = sc.scores(static_cast<size_t>(nk) * 16);
-    for (int d = 0; d < hd; ++d)
-        for (int r = 0; r < 16; ++r) sc.qt[d][r] = r < t.n ? sc.q[r][d] : 0.0f;
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int b0 = t.lo; b0 < t.hi; b0 = (b0 / KB + 1) * KB) {
-        const int b1 = (b0 / KB + 1) * KB < t.hi ? (b0 / KB + 1) * KB : t.hi;
-        // The block's key vectors in float (converted from fp16 once, or read in place): element d of position j
-        // at kf + (j / 8 - b0 / 8) * kstride + d * 8 + j % 8.
-        const float* kf;
-        size_t kstride;
-        if constexpr (sizeof(T) == 2) {
-            for (int j8 = b0 / 8; j8 <= (b1 - 1) / 8; ++j8) {
-                const T* src = k + static_cast<size_t>(j8) * kbs;
-                float* dst = sc.kf + static_cast<size_t>(j8 - b0 / 8) * hd * 8;
-                for (int d = 0; d < hd; ++d) _mm256_store_ps(dst + 8 * d, load8(src + 8 * d));
-            }
-            kf = sc.kf;
-            kstride = static_cast<size_t>(hd) * 8;
-        } else {
-            kf = k + static_cast<size_t>(b0 / 8) * kbs;
-            kstride = kbs;
-        }
-        // s = q . k_j * scale for sixteen rows, KG keys at a time
-        int j = b0;
-        auto run = [&]<int KG>() {
-            __m256 acc[KG][2];
-            for (int x = 0; x < KG; ++x) acc[x][0] = acc[x][1] = _mm256_setzero_ps();
-            const float* kx[KG];
-            for (int x = 0; x < KG; ++x) kx[x] = kf + static_cast<size_t>((j + x) / 8 - b0 / 8) * kstride + (j + x) % 8;
-            for (int d = 0; d < hd; ++d) {
-                const __m256 q0 = _mm256_load_ps(&sc.qt[d][0]), q1 = _mm256_load_ps(&sc.qt[d][8]);
-                for (int x = 0; x < KG; ++x) {
-                    const __m256 kd = _mm256_broadcast_ss(kx[x] + 8 * d);
-                    acc[x][0] = _mm256_fmadd_ps(q0, kd, acc[x][0]);
-                    acc[x][1] = _mm256_fmadd_ps(q1, kd, acc[x][1]);
-                }
-            }
-            for (int x = 0; x < KG; ++x) {
-                _mm256_store_ps(s + (j + x - t.lo) * 16, _mm256_mul_ps(acc[x][0], vscale));
-                _mm256_store_ps(s + (j + x - t.lo) * 16 + 8, _mm256_mul_ps(acc[x][1], vscale));
-            }
-            j += KG;
-        };
-        while (j + 6 <= b1) run.template operator()<6>();
-        if (j + 3 <= b1) run.template operator()<3>();
-        while (j < b1) run.template operator()<1>();
-    }
-    // softmax, a position at a time for sixteen rows
+// The softmax of every row over all of its scores, in place: s becomes p.
+void tile_softmax(const Tile& t, float* s, bool f16) {
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+    if (!t.rows_in_lanes) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        for (int r = 0; r < t.n; ++r) {
+            float* sr = s + static_cast<size_t>(r) * t.width;
+            const __m256i first = _mm256_set1_epi32(t.first[r]), last = _mm256_set1_epi32(t.last[r]);
+            auto visible = [&](int i) {
+                const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(t.a0 + 8 * i), lane);
+                return _mm256_castsi256_ps(
+                    _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(first, j), _mm256_cmpgt_epi32(j, last)),
+                                        _mm256_set1_epi32(-1)));
+            };
+            __m256 vmax = neg_inf;
+            for (int i = 0; i < t.width / 8; ++i)
+                vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(sr + 8 * i), visible(i)));
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, vmax);
+            float m = lanes[0];
+            for (int x = 1; x < 8; ++x) m = m > lanes[x] ? m : lanes[x];
+            const __m256 vm = _mm256_set1_ps(m);
+            __m256 lsum = _mm256_setzero_ps();
+            for (int i = 0; i < t.width / 8; ++i) {
+                const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_load_ps(sr + 8 * i), vm)), visible(i));
+                _mm256_store_ps(sr + 8 * i, e);
+                lsum = _mm256_add_ps(lsum, e);
+            }
+            const __m256 inv = _mm256_set1_ps(1.0f / hsum(lsum));  // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7))
+            for (int i = 0; i < t.width / 8; ++i) {
+                __m256 p = _mm256_mul_ps(_mm256_load_ps(sr + 8 * i), inv);
+                if (f16) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+                _mm256_store_ps(sr + 8 * i, p);
+            }
+        }
+        return;
+    }
     __m256i first[2], last[2];
     for (int h = 0; h < 2; ++h) {
         alignas(32) int f8[8], l8[8];
@@ -309,8 +269,7 @@ void tile_rows_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, 
             _mm256_or_si256(_mm256_cmpgt_epi32(first[h], pos), _mm256_cmpgt_epi32(pos, last[h])),
             _mm256_set1_epi32(-1)));
     };
-    const int nh = t.n > 8 ? 2 : 1;
-    for (int h = 0; h < nh; ++h) {
+    for (int h = 0; h < (t.n > 8 ? 2 : 1); ++h) {
         __m256 vmax = neg_inf;
         for (int j = t.lo; j < t.hi; ++j)
             vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + (j - t.lo) * 16 + 8 * h),
@@ -329,28 +288,85 @@ void tile_rows_in_lanes(const Tile& t, TileScratch& sc, const T* k, size_t kbs, 
         for (int j = t.lo; j < t.hi; ++j) {
             float* sj = s + (j - t.lo) * 16 + 8 * h;
             __m256 p = _mm256_mul_ps(_mm256_load_ps(sj), inv);
-            if (sizeof(T) == 2) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+            if (f16) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
             _mm256_store_ps(sj, p);
         }
     }
-    mix_tile<16>(t, s, t.lo, 1, v, stride, hd);
+}
+
+// o[g][c..c+8V) = sum_j p(g, j) v_j over positions [0, n_kv) (one chain per element from 0), V vectors per row, with
+// p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector. Stored into o, or added
+// to what o holds when `add`.
+template <int G, int V, int key_stride, bool add, class T>
+void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* o) {
+    const float* pg[G];
+    for (int g = 0; g < G; ++g) pg[g] = p + g * row_stride;
+    __m256 acc[G][V];
+    for (int g = 0; g < G; ++g)
+        for (int x = 0; x < V; ++x) acc[g][x] = _mm256_setzero_ps();
+    for (int j = 0; j < n_kv; ++j) {
+        const T* vj = v + static_cast<size_t>(j) * stride + c;
+        __m256 vv[V];
+        for (int x = 0; x < V; ++x) vv[x] = load8(vj + 8 * x);
+        for (int g = 0; g < G; ++g) {
+            const __m256 pj = _mm256_broadcast_ss(pg[g] + j * key_stride);
+            for (int x = 0; x < V; ++x) acc[g][x] = _mm256_fmadd_ps(pj, vv[x], acc[g][x]);
+        }
+    }
+    for (int g = 0; g < G; ++g)
+        for (int x = 0; x < V; ++x) {
+            float* dst = o[g] + c + 8 * x;
+            _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), acc[g][x]) : acc[g][x]);
+        }
+}
+
+// Calls f.template operator()<G>(r0) for chunks [r0, r0 + G) of at most 6 rows covering [0, n).
+template <class F>
+void by_chunks(int n, F&& f) {
+    for (int r0 = 0; r0 < n; r0 += 6) {
+        switch (n - r0) {
+            case 1: f.template operator()<1>(r0); break;
+            case 2: f.template operator()<2>(r0); break;
+            case 3: f.template operator()<3>(r0); break;
+            case 4: f.template operator()<4>(r0); break;
+            case 5: f.template operator()<5>(r0); break;
+            default: f.template operator()<6>(r0); break;
+        }
+    }
+}
+
+// o_b of block b for every row: stored into o, or added to it when `add`.
+template <bool add, class T>
+void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, int b, float* const* o) {
+    const int b0 = t.b_lo(b), b1 = t.b_hi(b);
+    const T* vb = v + static_cast<size_t>(b0) * stride;
+    by_chunks(t.n, [&]<int G>(int r0) {
+        constexpr int V = G <= 2 ? 4 : G <= 6 ? 2 : 1;
+        auto columns = [&]<int KS>(const float* pr, int row_stride) {
+            int c = 0;
+            for (; c + 8 * V <= hd; c += 8 * V)
+                mix_columns<G, V, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+            for (; c < hd; c += 8) mix_columns<G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+        };
+        if (t.rows_in_lanes)
+            columns.template operator()<16>(s + (b0 - t.lo) * 16 + r0, 1);
+        else
+            columns.template operator()<1>(s + static_cast<size_t>(r0) * t.width + (b0 - t.a0), t.width);
+    });
 }
 
 template <class T>
 void attend_tile(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, const T* v,
                  size_t stride, int hd, float scale, float* const* out) {
     TileScratch& sc = tile_scratch();
-    Tile t{n, first[0], last[0] + 1, first, last, out};
-    for (int r = 0; r < n; ++r) {
-        t.lo = first[r] < t.lo ? first[r] : t.lo;
-        t.hi = last[r] + 1 > t.hi ? last[r] + 1 : t.hi;
-        for (int i = 0; i < hd; ++i) sc.q[r][i] = q[r][i];
-        if (sizeof(T) == 2) round_f16(sc.q[r], hd);
-    }
-    if (n <= 4)
-        tile_keys_in_lanes(t, sc, k, kbs, v, stride, hd, scale);
-    else
-        tile_rows_in_lanes(t, sc, k, kbs, v, stride, hd, scale);
+    const Tile t(first, last, n);
+    prepare_queries(t, sc, q, hd, sizeof(T) == 2);
+    float* s = sc.scores(t.score_floats());
+    const int b_begin = t.lo / KB, b_end = (t.hi - 1) / KB + 1;
+    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k, kbs, hd, scale, b, s);
+    tile_softmax(t, s, sizeof(T) == 2);
+    for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
+    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v, stride, hd, b, out);
 }
 
 }  // namespace
@@ -377,6 +393,45 @@ void tile_f16(const float* const* q, const int* first, const int* last, int n, c
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
               const float* v, size_t v_stride, int head_dim, float scale, float* const* out) {
     attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out);
+}
+
+size_t tile_score_floats(const int* first, const int* last, int n) { return Tile(first, last, n).score_floats(); }
+
+namespace {
+
+template <class T>
+void scores_of_block(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, int hd,
+                     float scale, int b, float* s) {
+    TileScratch& sc = tile_scratch();
+    const Tile t(first, last, n);
+    prepare_queries(t, sc, q, hd, sizeof(T) == 2);
+    tile_scores(t, sc, k, kbs, hd, scale, b, s);
+}
+
+}  // namespace
+
+void tile_scores_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
+                     size_t k_block_stride, int head_dim, float scale, int b, float* s) {
+    scores_of_block(q, first, last, n, k, k_block_stride, head_dim, scale, b, s);
+}
+
+void tile_scores_f32(const float* const* q, const int* first, const int* last, int n, const float* k,
+                     size_t k_block_stride, int head_dim, float scale, int b, float* s) {
+    scores_of_block(q, first, last, n, k, k_block_stride, head_dim, scale, b, s);
+}
+
+void tile_softmax(const int* first, const int* last, int n, bool f16, float* s) {
+    tile_softmax(Tile(first, last, n), s, f16);
+}
+
+void tile_mix_f16(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim, int b,
+                  const float* s, float* const* o) {
+    tile_mix<false>(Tile(first, last, n), s, v, v_stride, head_dim, b, o);
+}
+
+void tile_mix_f32(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim, int b,
+                  const float* s, float* const* o) {
+    tile_mix<false>(Tile(first, last, n), s, v, v_stride, head_dim, b, o);
 }
 
 namespace {

@@ -25,4 +25,15 @@ void tile_f16(const float* const* q, const int* first, const int* last, int n, c
               size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out);
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
               const float* v, size_t v_stride, int head_dim, float scale, float* const* out);
+// The same in phases, for a decode's key blocks spread over threads (KvOps::TileSplit).
+size_t tile_score_floats(const int* first, const int* last, int n);
+void tile_scores_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
+                     size_t k_block_stride, int head_dim, float scale, int b, float* s);
+void tile_scores_f32(const float* const* q, const int* first, const int* last, int n, const float* k,
+                     size_t k_block_stride, int head_dim, float scale, int b, float* s);
+void tile_softmax(const int* first, const int* last, int n, bool f16, float* s);
+void tile_mix_f16(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim, int b,
+                  const float* s, float* const* o);
+void tile_mix_f32(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim, int b,
+                  const float* s, float* const* o);
 }  // namespace quill::cpu::avx2
