@@ -165,10 +165,8 @@ TEST_CASE("a row's attention has the same bits whichever rows share its call", "
             for (int window : {0, 70}) {
                 INFO("KV " << kv_type_name(kv) << ", window " << window);
                 const KvOps& ops = *fast;
-                // Tiles of 4 tokens (16 rows: the rows-in-lanes layout), of 1 token (4 rows: keys in lanes), and
-                // rows one by one.
-                const std::vector<float> tiles = slice(attend_tokens(in, kv, ops, t0, n_kv, 4, window), in, t0, n_kv);
-                const std::vector<float> tokens = slice(attend_tokens(in, kv, ops, t0, n_kv, 1, window), in, t0, n_kv);
+                // Rows one by one, then tiles of 1 token (4 rows: keys in lanes) and of 2, 4, 6 and 8 tokens (8, 16, 24
+                // and 32 rows: one to four vectors of rows in lanes).
                 std::vector<float> alone(in.q.size(), NAN);
                 std::vector<float> scratch(attend_scratch_floats(n_kv));
                 for (int g = 0; g < s.n_head_kv; ++g)
@@ -177,8 +175,11 @@ TEST_CASE("a row's attention has the same bits whichever rows share its call", "
                             const std::vector<AttnRow> row = rows_of(in, t, t + 1, h, h + 1, window, alone);
                             attend_rows(row.data(), 1, kv_head(in, kv, g), ops, scratch.data());
                         }
-                CHECK(same_bits(tiles, tokens));
-                CHECK(same_bits(tiles, slice(alone, in, t0, n_kv)));
+                for (int tile : {1, 2, 4, 6, 8}) {
+                    INFO("tiles of " << tile << " tokens");
+                    CHECK(same_bits(slice(attend_tokens(in, kv, ops, t0, n_kv, tile, window), in, t0, n_kv),
+                                    slice(alone, in, t0, n_kv)));
+                }
             }
         }
     }

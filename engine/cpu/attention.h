@@ -19,7 +19,7 @@ constexpr int kMaxHeadDim = 512;
 // Key positions per block of the tiled attention.
 constexpr int kKeyBlock = 64;
 // Query rows that attend together (the tokens of a tile times the heads they take on one KV head).
-constexpr int kMaxTileRows = 16;
+constexpr int kMaxTileRows = 32;
 
 // Primitives over one head's cache, per ISA, in the cache's layouts (KvHead): K in blocks of 8 positions with the
 // positions innermost, V a row per position `stride` elements apart.

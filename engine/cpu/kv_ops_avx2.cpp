@@ -74,11 +74,12 @@ __m256 exp8(__m256 x) {
 
 constexpr int kMaxDim = kMaxHeadDim;
 constexpr int KB = kKeyBlock;
+constexpr int RL = kMaxTileRows;  // lanes of a position's scores with rows in lanes (RL / 8 vectors)
 
 // Per-thread scratch of the tiled kernel (large for head_dim 512, so on the heap).
 struct TileScratch {
     alignas(32) float q[kMaxTileRows][kMaxDim];  // the rows' queries, fp16-rounded with an F16 cache
-    alignas(32) float qt[kMaxDim][16];           // the same transposed: rows in lanes
+    alignas(32) float qt[kMaxDim][RL];           // the same transposed: rows in lanes
     alignas(32) float kf[KB * kMaxDim];          // a block of K in float, in the cache's layout
     std::vector<float> s_mem;                    // scores, then probabilities, of every row and visible position
 
@@ -95,7 +96,7 @@ TileScratch& tile_scratch() {
 }
 
 // The rows of one call: their visible positions [first, last], the union [lo, hi) of them, and where their scores go:
-// rows in lanes (many rows) s[(j - lo) * 16 + r]; keys in lanes (few rows) s[r * width + j - a0], a0 = lo rounded
+// rows in lanes (many rows) s[(j - lo) * RL + r]; keys in lanes (few rows) s[r * width + j - a0], a0 = lo rounded
 // down to a multiple of 8.
 struct Tile {
     int n, lo, hi;
@@ -114,7 +115,7 @@ struct Tile {
         width = (hi - a0 + 7) / 8 * 8;
     }
     size_t score_floats() const {
-        return rows_in_lanes ? static_cast<size_t>(hi - lo) * 16 : static_cast<size_t>(n) * width;
+        return rows_in_lanes ? static_cast<size_t>(hi - lo) * RL : static_cast<size_t>(n) * width;
     }
     // Block b's positions [b_lo, b_hi) within [lo, hi), the blocks aligned to multiples of kKeyBlock.
     int b_lo(int b) const { return b * KB > lo ? b * KB : lo; }
@@ -140,11 +141,11 @@ void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int 
     }
     if (t.rows_in_lanes)
         for (int d = 0; d < hd; ++d)
-            for (int r = 0; r < 16; ++r) sc.qt[d][r] = r < t.n ? sc.q[r][d] : 0.0f;
+            for (int r = 0; r < RL; ++r) sc.qt[d][r] = r < t.n ? sc.q[r][d] : 0.0f;
 }
 
 // Scores of block b. Keys in lanes: eight positions' element d are one vector of the cache. Rows in lanes: each
-// key's element is broadcast against sixteen rows.
+// key's element is broadcast against up to kMaxTileRows rows.
 template <class T>
 void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s) {
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -190,29 +191,38 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
         kf = k + static_cast<size_t>(b0 / 8) * kbs;
         kstride = kbs;
     }
-    int j = b0;
-    auto run = [&]<int KG>() {  // KG keys at a time for sixteen rows
-        __m256 acc[KG][2];
-        for (int x = 0; x < KG; ++x) acc[x][0] = acc[x][1] = _mm256_setzero_ps();
+    // KG keys at a time for the RV vectors of eight rows that hold rows
+    auto rows_vectors = [&]<int RV, int KG>(int& j) {
+        __m256 acc[KG][RV];
+        for (int x = 0; x < KG; ++x)
+            for (int h = 0; h < RV; ++h) acc[x][h] = _mm256_setzero_ps();
         const float* kx[KG];
         for (int x = 0; x < KG; ++x) kx[x] = kf + static_cast<size_t>((j + x) / 8 - b0 / 8) * kstride + (j + x) % 8;
         for (int d = 0; d < hd; ++d) {
-            const __m256 q0 = _mm256_load_ps(&sc.qt[d][0]), q1 = _mm256_load_ps(&sc.qt[d][8]);
+            __m256 qv[RV];
+            for (int h = 0; h < RV; ++h) qv[h] = _mm256_load_ps(&sc.qt[d][8 * h]);
             for (int x = 0; x < KG; ++x) {
                 const __m256 kd = _mm256_broadcast_ss(kx[x] + 8 * d);
-                acc[x][0] = _mm256_fmadd_ps(q0, kd, acc[x][0]);
-                acc[x][1] = _mm256_fmadd_ps(q1, kd, acc[x][1]);
+                for (int h = 0; h < RV; ++h) acc[x][h] = _mm256_fmadd_ps(qv[h], kd, acc[x][h]);
             }
         }
-        for (int x = 0; x < KG; ++x) {
-            _mm256_store_ps(s + (j + x - t.lo) * 16, _mm256_mul_ps(acc[x][0], vscale));
-            _mm256_store_ps(s + (j + x - t.lo) * 16 + 8, _mm256_mul_ps(acc[x][1], vscale));
-        }
+        for (int x = 0; x < KG; ++x)
+            for (int h = 0; h < RV; ++h)
+                _mm256_store_ps(s + (j + x - t.lo) * RL + 8 * h, _mm256_mul_ps(acc[x][h], vscale));
         j += KG;
     };
-    while (j + 6 <= b1) run.template operator()<6>();
-    if (j + 3 <= b1) run.template operator()<3>();
-    while (j < b1) run.template operator()<1>();
+    auto all_keys = [&]<int RV>() {
+        constexpr int KG = 12 / RV;
+        int j = b0;
+        while (j + KG <= b1) rows_vectors.template operator()<RV, KG>(j);
+        while (j < b1) rows_vectors.template operator()<RV, 1>(j);
+    };
+    switch ((t.n + 7) / 8) {
+        case 1: all_keys.template operator()<1>(); break;
+        case 2: all_keys.template operator()<2>(); break;
+        case 3: all_keys.template operator()<3>(); break;
+        default: all_keys.template operator()<4>(); break;
+    }
 }
 
 // The softmax of every row over all of its scores, in place: s becomes p.
@@ -252,8 +262,8 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
         }
         return;
     }
-    __m256i first[2], last[2];
-    for (int h = 0; h < 2; ++h) {
+    __m256i first[RL / 8], last[RL / 8];
+    for (int h = 0; h < RL / 8; ++h) {
         alignas(32) int f8[8], l8[8];
         for (int x = 0; x < 8; ++x) {
             const int r = 8 * h + x;
@@ -269,15 +279,15 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
             _mm256_or_si256(_mm256_cmpgt_epi32(first[h], pos), _mm256_cmpgt_epi32(pos, last[h])),
             _mm256_set1_epi32(-1)));
     };
-    for (int h = 0; h < (t.n > 8 ? 2 : 1); ++h) {
+    for (int h = 0; h < (t.n + 7) / 8; ++h) {
         __m256 vmax = neg_inf;
         for (int j = t.lo; j < t.hi; ++j)
-            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + (j - t.lo) * 16 + 8 * h),
+            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + (j - t.lo) * RL + 8 * h),
                                                         visible(j, h)));
         __m256 lsum[8];
         for (int c = 0; c < 8; ++c) lsum[c] = _mm256_setzero_ps();
         for (int j = t.lo; j < t.hi; ++j) {
-            float* sj = s + (j - t.lo) * 16 + 8 * h;
+            float* sj = s + (j - t.lo) * RL + 8 * h;
             const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_load_ps(sj), vmax)), visible(j, h));
             _mm256_store_ps(sj, e);
             lsum[j % 8] = _mm256_add_ps(lsum[j % 8], e);
@@ -286,7 +296,7 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
                                        _mm256_add_ps(_mm256_add_ps(lsum[1], lsum[5]), _mm256_add_ps(lsum[3], lsum[7])));
         const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), l);
         for (int j = t.lo; j < t.hi; ++j) {
-            float* sj = s + (j - t.lo) * 16 + 8 * h;
+            float* sj = s + (j - t.lo) * RL + 8 * h;
             __m256 p = _mm256_mul_ps(_mm256_load_ps(sj), inv);
             if (f16) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
             _mm256_store_ps(sj, p);
@@ -349,7 +359,7 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
             for (; c < hd; c += 8) mix_columns<G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
         };
         if (t.rows_in_lanes)
-            columns.template operator()<16>(s + (b0 - t.lo) * 16 + r0, 1);
+            columns.template operator()<RL>(s + (b0 - t.lo) * RL + r0, 1);
         else
             columns.template operator()<1>(s + static_cast<size_t>(r0) * t.width + (b0 - t.a0), t.width);
     });
