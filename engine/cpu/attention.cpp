@@ -215,16 +215,12 @@ void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops,
         return;
     }
     const RowArrays a(rows, n);
-    const float* const* q = a.q;
-    float* const* out = a.out;
-    const int* first = a.first;
-    const int* last = a.last;
     if (f16)
-        ops.tile_f16(q, first, last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
-                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, out);
+        ops.tile_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
+                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out);
     else
-        ops.tile_f32(q, first, last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
-                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, out);
+        ops.tile_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
+                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out);
 }
 
 }  // namespace quill::cpu

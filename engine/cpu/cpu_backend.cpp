@@ -312,7 +312,7 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
         sp.n_blocks = attend_block_span(rows, m, &sp.b_first);
         sp.scores = score_floats;
         sp.parts = part_floats;
-        score_floats += attend_score_floats(rows, m, kv_ops_) + 8;  // + 8: each unit's scores 32-byte aligned
+        score_floats += (attend_score_floats(rows, m, kv_ops_) + 7) / 8 * 8;  // each unit's scores 32-byte aligned
         part_floats += static_cast<size_t>(sp.n_blocks) * m * kv.head_dim;
         most_blocks = std::max(most_blocks, sp.n_blocks);
         splits_.push_back(sp);
@@ -321,7 +321,7 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
     if (split_scores_.size() < score_floats + 8) split_scores_.resize(score_floats + 8);
     if (split_parts_.size() < part_floats) split_parts_.resize(part_floats);
     auto* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(split_scores_.data()) + 31) & ~uintptr_t{31});
-    auto scores = [&](int64_t u) { return base + (splits_[u].scores + 7) / 8 * 8; };
+    auto scores = [&](int64_t u) { return base + splits_[u].scores; };
     // (unit, block) jobs, numbered unit by unit
     std::vector<int64_t> first_job(n_units + 1, 0);
     for (int64_t u = 0; u < n_units; ++u) first_job[u + 1] = first_job[u] + splits_[u].n_blocks;

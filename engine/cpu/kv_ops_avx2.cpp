@@ -6,8 +6,8 @@
 
 #include <immintrin.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 

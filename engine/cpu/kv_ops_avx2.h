@@ -25,7 +25,7 @@ void tile_f16(const float* const* q, const int* first, const int* last, int n, c
               size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out);
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
               const float* v, size_t v_stride, int head_dim, float scale, float* const* out);
-// The same in phases, for a decode's key blocks spread over threads (KvOps::TileSplit).
+// The same in phases, for a decode's key blocks spread over threads (the split form of attention.h).
 size_t tile_score_floats(const int* first, const int* last, int n);
 void tile_scores_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
                      size_t k_block_stride, int head_dim, float scale, int b, float* s);
