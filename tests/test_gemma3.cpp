@@ -168,11 +168,27 @@ TEST_CASE("gemma3 270M: greedy tokens equal Hugging Face's, within and past the 
     const HfReference ref = read_reference();
     auto model = Model::load(path->string());
     const int64_t nv = model->config.n_vocab;
-    // Measured: the first 25 tokens are transformers' (the reference backend's: all 32), then an int8 rounding flips
-    // a near tie (" located" / " capital").
-    auto b = fast(*model, 2, 1024);
-    const std::vector<int32_t> greedy = test::greedy_tokens(*b, ref.prompt.at("capital"), 25);
-    CHECK(greedy == std::vector<int32_t>(ref.greedy.at("capital").begin(), ref.greedy.at("capital").begin() + 25));
+    // Along transformers' greedy path (its 32 tokens fed back, teacher forcing), the fast backend picks transformers'
+    // token at every position but near ties. Its int8 activations move logits by 0.1-0.3, so a near tie may go either
+    // way: the 12th token is " located" by 0.014 over " capital" in the reference backend (which gives all 32 tokens
+    // exactly, above), and the fast backend's kernels have picked either. Measured: 30 of 32 positions agree; at the
+    // 12th and the 26th the fast backend prefers the runner-up by 0.03 and 0.04. A free-running greedy comparison
+    // would test which side of the first tie the rounding falls on, and everything after it.
+    {
+        const std::vector<int32_t>& want = ref.greedy.at("capital");
+        std::vector<int32_t> forced = ref.prompt.at("capital");
+        forced.insert(forced.end(), want.begin(), want.end() - 1);
+        const std::vector<float> logits = test::prefill_logits(*fast(*model, 2, 1024), forced);
+        int agree = 0;
+        for (size_t k = 0; k < want.size(); ++k) {
+            const int64_t row = static_cast<int64_t>(ref.prompt.at("capital").size() + k) - 1;
+            const int32_t pick = argmax_row(logits, nv, row);
+            INFO("generated token " << k << ": transformers " << want[k] << ", fast backend " << pick);
+            agree += pick == want[k];
+            CHECK(logits[row * nv + pick] - logits[row * nv + want[k]] <= 0.1f);
+        }
+        CHECK(agree >= 28);
+    }
     // 640 tokens: the local layers' window of 512 is full and slides; the logits after it are transformers'.
     // Measured: max |diff| over the top 10s 0.21-0.29; 9-17 without the window, 2-3 with a window of 256, 8-15 with
     // the global RoPE base on the local layers.

@@ -33,6 +33,7 @@ struct QuantizedActs {
     float* d = nullptr;       // [n_tokens, blk_stride]: block scale da
     float* ds = nullptr;      // [n_tokens, blk_stride]: da * sum of the block's 32 values
     float* ds16 = nullptr;    // [n_tokens, 2 * blk_stride]: da * sum of each 16-element half of a block
+    int32_t* isum = nullptr;  // [n_tokens, blk_stride]: sum of the block's 32 int8 values
     uint8_t* qs_u = nullptr;  // [n_tokens, qs_stride]: qs + 128 as unsigned bytes (only for n_tokens > 1)
     int64_t n_tokens = 0, n_in = 0;
     int64_t qs_stride = 0, blk_stride = 0;
@@ -56,13 +57,14 @@ struct Kernel {
     bool int8_acts = false;
 };
 
-// Rows a kernel prefers to be handed together (its register tile); work is split in multiples of this.
-constexpr int64_t kRowTile = 4;
+// Rows a kernel prefers to be handed together (the eight-row tiles; the four-row kernels take two); work is split
+// in multiples of this.
+constexpr int64_t kRowTile = 8;
 // Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
 constexpr int64_t kOutputBlockFloats = 16384;
-// Per-thread scratch a kernel may use: the float minima of one row tile, [kRowTile, n_in / 16 + 16], then one
-// row tile decoded for reuse (up to 3 bytes per weight), then an output block (at least kRowTile rows), plus slack
-// for alignment.
+// Per-thread scratch a kernel may use: room for the float minima of a row tile, [kRowTile, n_in / 16 + 16], then
+// for a row tile decoded for reuse (up to 3 bytes per weight of four rows, 10 bytes per 32 weights of eight), then
+// an output block (at least kRowTile rows), plus slack for alignment.
 constexpr int64_t scratch_floats(int64_t n_in, int64_t n_tokens) {
     const int64_t output_block = kOutputBlockFloats > kRowTile * n_tokens ? kOutputBlockFloats : kRowTile * n_tokens;
     return kRowTile * (n_in / 16 + 16) + kRowTile * n_in * 3 / 4 + output_block + 128;

@@ -1,7 +1,10 @@
 // AVX2 kernels (with FMA and F16C). This file alone is compiled with those flags (see CMakeLists.txt) and
 // matmul.cpp calls into it only when the CPU has them. No std:: containers or fmt here (see kernels.h).
 //
-// Quantized weights go four rows at a time as two row pairs, interleaved by the decoders
+// The 4- and 5-bit 32-block types (Q4_0, Q4_1, Q5_0, Q5_1) go eight rows at a time with the rows in the 32-bit
+// lanes (Step8, rows8 below): each lane ends a block holding its row's exact integer dot product, so the float
+// work of a block is one convert, multiply and fma for eight rows.
+// The other quantized weights go four rows at a time as two row pairs, interleaved by the decoders
 // (kernels_avx2_decoders.h) so that one vpmaddubsw + vpmaddwd multiplies a 16-element quarter of a row pair (one
 // row per 128-bit lane) with a token's quarter broadcast to both lanes (int32 lanes 0..3: row 2p, 4..7: 2p + 1).
 //  - Decode (fewer than 4 tokens, 2 at a time): the rows are decoded as the tile walks them, unsigned bytes u
@@ -423,6 +426,138 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     }
 }
 
+// ---- the 4- and 5-bit 32-block types: eight rows in lanes (Step8) ----
+// One arithmetic on both paths, so that it is batch invariant: for row r and token t, block by block in order,
+// I = the exact int32 sum over the block of (u - c) * qa, acc = fma(float(I), ws * da, acc); with a minimum,
+// m = fma(wm, ds, m) alike; y = acc + m. The decode path decodes each block of the eight rows as it goes; the
+// prefill path decodes the row tile once into Step8 form and runs up to kRows8Tokens tokens at a time over it.
+
+constexpr int kRows8Tokens = 4;
+
+// Token t's activations: its int8 blocks, their scales and (for c != 0) integer sums.
+struct TokenActs {
+    const int8_t* qs;
+    const float* d;
+    const int32_t* isum;
+    TokenActs(const QuantizedActs& q, int64_t t)
+        : qs(q.qs + t * q.qs_stride), d(q.d + t * q.blk_stride), isum(q.isum + t * q.blk_stride) {}
+    const float* ds(const QuantizedActs& q) const { return d - q.d + q.ds; }
+};
+
+// Adds block b of the eight rows to a token's accumulators (ds: the token's ds row, for the minima).
+template <typename Dec>
+inline void rows8_block(const Step8& st, const TokenActs& ta, const float* ds, int64_t b, __m256& acc, __m256& accm) {
+    constexpr int G = Dec::kGroupsPerMadd;
+    const int8_t* a = ta.qs + 32 * b;  // [32]
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i dot = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 8 / G; ++h) {
+        __m256i p = _mm256_maddubs_epi16(st.w[h * G], _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * h * G)));
+#pragma GCC unroll 8
+        for (int k = h * G + 1; k < h * G + G; ++k)
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(st.w[k], _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * k))));
+        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+    }
+    if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(Dec::kOffset * ta.isum[b]));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws, _mm256_broadcast_ss(ta.d + b)), acc);
+    if constexpr (Dec::kHasMin) accm = _mm256_fmadd_ps(st.wm, _mm256_broadcast_ss(ds + b), accm);
+}
+
+// out[j][r] = row r of the tile against token t0 + j, j < T, from the repacked blocks.
+template <typename Dec, int T>
+void rows8_tile(const Step8* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
+    __m256 acc[T], accm[T];
+    const TokenActs ta[4] = {TokenActs(q, t0), TokenActs(q, t0 + (T > 1)), TokenActs(q, t0 + 2 * (T > 2)),
+                             TokenActs(q, t0 + 3 * (T > 3))};
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) rows8_block<Dec>(steps[b], ta[t], ta[t].ds(q), b, acc[t], accm[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], Dec::kHasMin ? _mm256_add_ps(acc[t], accm[t]) : acc[t]);
+}
+
+// The decode path on eight rows decoded as it goes (with `prefetch` bytes ahead in each row prefetched).
+template <typename Dec, int T>
+void rows8_decode(Rows rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
+    static_assert(T <= 3 && 2 * Dec::kBlockBytes <= 64);
+    __m256 acc[T], accm[T];
+    const TokenActs ta[3] = {TokenActs(q, t0), TokenActs(q, t0 + (T > 1)), TokenActs(q, t0 + 2 * (T > 2))};
+    for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        if (b % 2 == 0) {  // two blocks are less than a cache line
+            for (int r = 0; r < 8; ++r)
+                _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + b * Dec::kBlockBytes), _MM_HINT_T1);
+        }
+        const Step8 st = Dec::load(rows, b);
+        for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], ta[t].ds(q), b, acc[t], accm[t]);
+    }
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], Dec::kHasMin ? _mm256_add_ps(acc[t], accm[t]) : acc[t]);
+}
+
+// Tokens [t0, t0 + T) for T = min(left, kRows8Tokens); returns T.
+template <typename Dec>
+int rows8_tokens(const Step8* steps, int64_t nb, const QuantizedActs& q, int64_t t0, int64_t left, float (*out)[8]) {
+    if (left >= 4) return rows8_tile<Dec, 4>(steps, nb, q, t0, out), 4;
+    if (left == 3) return rows8_tile<Dec, 3>(steps, nb, q, t0, out), 3;
+    if (left == 2) return rows8_tile<Dec, 2>(steps, nb, q, t0, out), 2;
+    return rows8_tile<Dec, 1>(steps, nb, q, t0, out), 1;
+}
+
+// The same for fewer than kPrefillMinTokens tokens, decoding the rows as it goes.
+template <typename Dec>
+int rows8_decode_tokens(Rows rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, int64_t left,
+                        float (*out)[8]) {
+    static_assert(kPrefillMinTokens <= 4);
+    if (left >= 3) return rows8_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;
+    if (left == 2) return rows8_decode<Dec, 2>(rows, prefetch, nb, q, t0, out), 2;
+    return rows8_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
+}
+
+// Rows [r0, r1) of y for all tokens, eight rows at a time, written a block of rows at a time.
+template <typename Dec>
+void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32;
+    const bool prefill = args.n_tokens >= kPrefillMinTokens;
+    static_assert(kRowTile == 8);
+    auto* steps = reinterpret_cast<Step8*>(scratch);  // [nb]: the repacked row tile (scratch is 64-byte aligned)
+    float* output_block = scratch + (nb * static_cast<int64_t>(sizeof(Step8)) / 4 + 15) / 16 * 16;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const auto tile_bytes = 8 * static_cast<int64_t>(w.row_bytes);
+    const int64_t prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);  // a multiple of 8 (kRowTile)
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        OutputBlock block{output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
+        for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
+            const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
+            const uint8_t* rows[8];  // a ragged tile repeats its last row
+            for (int i = 0; i < 8; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            if (prefill) {
+                for (int64_t b = 0; b < nb; ++b) {
+                    for (int i = 0; i < 8; ++i)
+                        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + prefetch + b * Dec::kBlockBytes),
+                                     _MM_HINT_T1);
+                    steps[b] = Dec::load(rows, b);
+                }
+            }
+            for (int64_t t = 0; t < args.n_tokens;) {
+                float out[kRows8Tokens][8];
+                const int nt = prefill ? rows8_tokens<Dec>(steps, nb, q, t, args.n_tokens - t, out)
+                                       : rows8_decode_tokens<Dec>(rows, prefetch, nb, q, t, args.n_tokens - t, out);
+                for (int j = 0; j < nt; ++j)
+                    for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
+                t += nt;
+            }
+        }
+        flush_block(block, args.y, w.n_out);
+    }
+}
+
 // ---- float weights: 4 rows x T tokens, 8 elements per step, the row converted in registers ----
 
 struct LoadF32 {
@@ -523,13 +658,13 @@ Kernel find_kernel(GgmlType type) {
         case GgmlType::BF16:
             return {float_rows<LoadBF16>, false};
         case GgmlType::Q4_0:
-            return {quant_rows<DecQ4_0>, true};
+            return {rows8<Dec8Q4_0>, true};
         case GgmlType::Q4_1:
-            return {quant_rows<DecQ4_1>, true};
+            return {rows8<Dec8Q4_1>, true};
         case GgmlType::Q5_0:
-            return {quant_rows<DecQ5_0>, true};
+            return {rows8<Dec8Q5_0>, true};
         case GgmlType::Q5_1:
-            return {quant_rows<DecQ5_1>, true};
+            return {rows8<Dec8Q5_1>, true};
         case GgmlType::Q8_0:
             return {quant_rows<DecQ8_0>, true};
         case GgmlType::Q4_K:

@@ -28,12 +28,6 @@ using Rows = const uint8_t* const*;  // the 4 rows
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-// Lane i = the 16 bytes at rows[2p + i] + off.
-inline __m256i load_2x16(Rows rows, int p, size_t off) {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(load128(rows[2 * p] + off)), load128(rows[2 * p + 1] + off),
-                                   1);
-}
-
 // The 32 bytes at rows[2p + i] + off as two quarter vectors: lo gets bytes 0..15 of each row, hi bytes 16..31.
 inline void load_2x32(Rows rows, int p, size_t off, __m256i& lo, __m256i& hi) {
     const __m256i a = load256(rows[2 * p] + off), b = load256(rows[2 * p + 1] + off);
@@ -62,15 +56,6 @@ inline __m256 pair_of(const float* a, const float* b) {
 inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
 inline __m256i high_nibbles(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
 
-// Byte i = 0x10 where bit i of `bits` is set.
-inline __m256i bits_to_sixteens(uint32_t bits) {
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int>(bits)),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
-}
-
 // ---- the decoders ----
 //   kOffset            c of the unified form
 //   kSigned            u holds signed weights (Q8_0); the kernels move their signs onto the activations
@@ -83,53 +68,28 @@ inline __m256i bits_to_sixteens(uint32_t bits) {
 
 struct NoState {};
 
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a group is one block.
-template <typename Block, int Offset>
-struct Dec32 {
-    static constexpr int kOffset = Offset;
-    static constexpr bool kSigned = sizeof(Block::qs) == 32;
-    static constexpr bool kHasMin = requires(Block b) { b.m; };
-    static constexpr bool kRowMinima = false, kMinimaPer16 = false;
+// Q8_0: a group is one block of signed bytes. (The 4- and 5-bit 32-block types have their own kernels, with the
+// eight-row decoders below.)
+struct DecQ8_0 {
+    static constexpr int kOffset = 0;
+    static constexpr bool kSigned = true, kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 1;
-    static constexpr int64_t kGroupBytes = sizeof(Block);
+    static constexpr int64_t kGroupBytes = sizeof(BlockQ8_0);
     using State = NoState;
     static void load_group(Rows, int64_t, State&, float*, int64_t) {}
 
     static Step4 step(Rows rows, int64_t g, int, const State&) {
-        const size_t off = g * sizeof(Block);
+        const size_t off = g * sizeof(BlockQ8_0);
         Step4 s;
-        for (int p = 0; p < 2; ++p) {
-            if constexpr (kSigned) {
-                load_2x32(rows, p, off + offsetof(Block, qs), s.u[0][p], s.u[1][p]);
-            } else {  // nibbles: low ones are elements 0..15, high ones 16..31
-                const __m256i v = load_2x16(rows, p, off + offsetof(Block, qs));
-                s.u[0][p] = low_nibbles(v);
-                s.u[1][p] = high_nibbles(v);
-                if constexpr (requires(Block b) { b.qh; }) {
-                    const uint32_t h0 = load_unaligned<uint32_t>(rows[2 * p] + off + offsetof(Block, qh));
-                    const uint32_t h1 = load_unaligned<uint32_t>(rows[2 * p + 1] + off + offsetof(Block, qh));
-                    s.u[0][p] = _mm256_or_si256(s.u[0][p], bits_to_sixteens((h0 & 0xFFFF) | (h1 << 16)));
-                    s.u[1][p] = _mm256_or_si256(s.u[1][p], bits_to_sixteens((h0 >> 16) | (h1 & 0xFFFF0000)));
-                }
-            }
-        }
-        const __m128 d = half_4(rows, off + offsetof(Block, d));
+        for (int p = 0; p < 2; ++p) load_2x32(rows, p, off + offsetof(BlockQ8_0, qs), s.u[0][p], s.u[1][p]);
+        const __m128 d = half_4(rows, off + offsetof(BlockQ8_0, d));
         for (int p = 0; p < 2; ++p) s.ws[0][p] = s.ws[1][p] = expand_pair(d, p);
-        if constexpr (kHasMin) {
-            s.wc = half_4(rows, off + offsetof(Block, m));
-        } else {
-            s.wc = d;
-        }
+        s.wc = d;
         return s;
     }
 };
 
-using DecQ4_0 = Dec32<BlockQ4_0, 8>;
-using DecQ4_1 = Dec32<BlockQ4_1, 0>;
-using DecQ5_0 = Dec32<BlockQ5_0, 16>;
-using DecQ5_1 = Dec32<BlockQ5_1, 0>;
-using DecQ8_0 = Dec32<BlockQ8_0, 0>;
 
 // Q4_K / Q5_K: sub-block j has scale d * sc_j and minimum -dmin * m_j; its values are the low (j even) or high
 // (j odd) nibbles of qs[32 (j / 2) .. + 32), and Q5_K's fifth bit of element l is bit j of qh[l].
@@ -350,6 +310,110 @@ struct DecQ2_K {
         return s;
     }
 };
+
+// ---- eight rows in lanes: the 4- and 5-bit 32-block types ----
+// One 32-block of eight rows with the rows in the 32-bit lanes: w[k] holds in lane r the four bytes u[4k .. 4k + 3]
+// of row r's block, so that one vpmaddubsw multiplies all eight rows with a token's four activations a[4k .. 4k + 3]
+// broadcast to every lane. Summing the eight products in int16 and one vpmaddwd leaves lane r holding row r's whole
+// block, sum u * a, exactly: no lanes to add up later, and the float work of a block (convert, scale, accumulate)
+// is one instruction each for eight rows.
+struct Step8 {
+    __m256i w[8];  // unsigned u (0..15, or 0..31 with a fifth bit)
+    __m256 ws;     // lane r: row r's scale
+    __m256 wm;     // lane r: row r's minimum (kHasMin)
+};
+
+inline uint32_t load_u32(const uint8_t* p) { return load_unaligned<uint32_t>(p); }
+
+// Keeps v in an integer register: without it the compiler vectorizes the gathers below into many more vector
+// instructions (inserts, widenings, shifts) than the integer units need for them.
+template <typename T>
+inline T in_gpr(T v) {
+    asm("" : "+r"(v));
+    return v;
+}
+
+// The 32 bits at rows[r] + off in lane r, put together two rows to a 64-bit integer register: the integer units
+// do the gathering, and the vector units, which the kernels keep busy, only insert four quadwords.
+inline __m256i gather_u32(Rows rows, size_t off) {
+    uint64_t pairs[4];
+    for (int i = 0; i < 4; ++i)
+        pairs[i] = in_gpr(uint64_t{load_u32(rows[2 * i] + off)} | (uint64_t{load_u32(rows[2 * i + 1] + off)} << 32));
+    return _mm256_setr_epi64x(static_cast<long long>(pairs[0]), static_cast<long long>(pairs[1]),
+                              static_cast<long long>(pairs[2]), static_cast<long long>(pairs[3]));
+}
+
+// The 16 bits at rows[r] + off in 16-bit lane r of 128 bits, gathered like gather_u32.
+inline __m128i gather_u16(Rows rows, size_t off) {
+    uint64_t quads[2] = {0, 0};
+    for (int r = 0; r < 8; ++r)
+        quads[r / 4] |= in_gpr(uint64_t{load_unaligned<uint16_t>(rows[r] + off)}) << (16 * (r % 4));
+    return _mm_set_epi64x(static_cast<long long>(in_gpr(quads[1])), static_cast<long long>(in_gpr(quads[0])));
+}
+
+//   kOffset         c of the unified form (w = ws * (u - c) + wm)
+//   kHasMin         blocks have a float minimum
+//   kGroupsPerMadd  four-byte groups whose products an int16 lane can sum without overflow: 8 x 2 x 15 x 127 and
+//                   4 x 2 x 31 x 127 stay below 32767
+template <typename Block, int Offset>
+struct Dec8 {
+    static constexpr int kOffset = Offset;
+    static constexpr bool kHasMin = requires(Block b) { b.m; };
+    static constexpr bool kHigh = requires(Block b) { b.qh; };
+    static constexpr int kGroupsPerMadd = kHigh ? 4 : 8;
+    static constexpr int64_t kBlockBytes = sizeof(Block);
+
+    // Block b of the eight rows. The nibbles of the 8 x 16 bytes are transposed as bytes of four: lane r of x[j]
+    // is bytes 4j .. 4j + 3 of row r, whose low nibbles are elements 4j .. 4j + 3 and high ones 16 + 4j ...
+    static Step8 load(Rows rows, int64_t b) {
+        const size_t off = static_cast<size_t>(b) * sizeof(Block);
+        __m256i y[4];  // lane 0: row i, lane 1: row i + 4
+        for (int i = 0; i < 4; ++i)
+            y[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(rows[i] + off + offsetof(Block, qs))),
+                                           load128(rows[i + 4] + off + offsetof(Block, qs)), 1);
+        const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+        const __m256i x[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                              _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        Step8 s;
+        for (int j = 0; j < 4; ++j) {
+            s.w[j] = low_nibbles(x[j]);
+            s.w[4 + j] = high_nibbles(x[j]);
+        }
+        if constexpr (kHigh) {  // element e's fifth bit is bit e of qh: group k's are bits 4k .. 4k + 3, in byte k / 2
+            const __m256i h = gather_u32(rows, off + offsetof(Block, qh));
+            const __m256i sixteen = _mm256_set1_epi8(16);
+            for (int k = 0; k < 8; ++k) {
+                const char src = static_cast<char>(k / 2);  // the byte of each lane holding the group's bits
+                const __m256i idx = _mm256_setr_epi8(src, src, src, src, src + 4, src + 4, src + 4, src + 4, src + 8,
+                                                     src + 8, src + 8, src + 8, src + 12, src + 12, src + 12, src + 12,
+                                                     src, src, src, src, src + 4, src + 4, src + 4, src + 4, src + 8,
+                                                     src + 8, src + 8, src + 8, src + 12, src + 12, src + 12, src + 12);
+                const __m256i bit = _mm256_set1_epi32(static_cast<int>(0x08040201u << (4 * (k % 2))));
+                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, idx), bit), bit);
+                s.w[k] = _mm256_or_si256(s.w[k], _mm256_and_si256(set, sixteen));
+            }
+        }
+        if constexpr (kHasMin) {  // the fp16 scale and minimum of each row, low halves to the first 128 bits
+            static_assert(offsetof(Block, m) == offsetof(Block, d) + 2);
+            const __m256i dm = gather_u32(rows, off + offsetof(Block, d));
+            const __m256i halves = _mm256_permute4x64_epi64(
+                _mm256_shuffle_epi8(dm, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4,
+                                                         5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)),
+                0xD8);
+            s.ws = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
+            s.wm = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
+        } else {
+            s.ws = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(Block, d)));
+        }
+        return s;
+    }
+};
+
+using Dec8Q4_0 = Dec8<BlockQ4_0, 8>;
+using Dec8Q4_1 = Dec8<BlockQ4_1, 0>;
+using Dec8Q5_0 = Dec8<BlockQ5_0, 16>;
+using Dec8Q5_1 = Dec8<BlockQ5_1, 0>;
 
 }  // namespace
 }  // namespace quill::cpu::avx2

@@ -357,6 +357,7 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
         float* dr = out.d + t * out.blk_stride;            // [blk_stride]
         float* dsr = out.ds + t * out.blk_stride;          // [blk_stride]
         float* ds16r = out.ds16 + 2 * t * out.blk_stride;  // [2 * blk_stride]
+        int32_t* isumr = out.isum + t * out.blk_stride;    // [blk_stride]
         for (int64_t b = 0; b < nb; ++b) {
             int32_t sum[2];
             // The scale kept is rounded to fp16, as in a Q8_0 block: the oracle (reference_activations) and the
@@ -364,11 +365,15 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             const float scale = fp16_to_fp32(fp32_to_fp16(quantize_block(xr + 32 * b, qr + 32 * b, sum)));
             dr[b] = scale;
             dsr[b] = scale * static_cast<float>(sum[0] + sum[1]);
+            isumr[b] = sum[0] + sum[1];
             ds16r[2 * b] = scale * static_cast<float>(sum[0]);
             ds16r[2 * b + 1] = scale * static_cast<float>(sum[1]);
         }
         for (int64_t i = 32 * nb; i < out.qs_stride; ++i) qr[i] = 0;
-        for (int64_t b = nb; b < out.blk_stride; ++b) dr[b] = dsr[b] = ds16r[2 * b] = ds16r[2 * b + 1] = 0.0f;
+        for (int64_t b = nb; b < out.blk_stride; ++b) {
+            dr[b] = dsr[b] = ds16r[2 * b] = ds16r[2 * b + 1] = 0.0f;
+            isumr[b] = 0;
+        }
         if (out.qs_u != nullptr) {
             uint8_t* ur = out.qs_u + t * out.qs_stride;  // [qs_stride]
             for (int64_t i = 0; i < out.qs_stride; ++i) ur[i] = static_cast<uint8_t>(qr[i] ^ 0x80);

@@ -26,6 +26,7 @@ struct Activations::Cache {
     std::vector<float> d;               // [n_tokens, blk_stride]
     std::vector<float> ds;              // [n_tokens, blk_stride]
     std::vector<float> ds16;            // [n_tokens, 2 * blk_stride]
+    std::vector<int32_t> isum;          // [n_tokens, blk_stride]
     std::vector<float> scratch;         // [n_threads, scratch_floats(n_in, n_tokens)] plus alignment room
     QuantizedActs view;
 };
@@ -64,13 +65,14 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     c.d.resize(static_cast<size_t>(n_tokens * blk_stride));
     c.ds.resize(static_cast<size_t>(n_tokens * blk_stride));
     c.ds16.resize(static_cast<size_t>(2 * n_tokens * blk_stride));
+    c.isum.resize(static_cast<size_t>(n_tokens * blk_stride));
     int8_t* qs = align64(c.qs_storage.data());
     uint8_t* qs_u = nullptr;  // the unsigned copy serves the many-token kernels
     if (n_tokens > 1) {
         c.qs_u_storage.resize(c.qs_storage.size());
         qs_u = align64(c.qs_u_storage.data());
     }
-    c.view = {qs, c.d.data(), c.ds.data(), c.ds16.data(), qs_u, n_tokens, n_in, qs_stride, blk_stride};
+    c.view = {qs, c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u, n_tokens, n_in, qs_stride, blk_stride};
     const QuantizeBlock block = isa == Isa::generic ? generic::quantize_block : avx2::quantize_block;
     auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view, block); };
     if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
