@@ -428,8 +428,9 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
 
 // ---- the 4- and 5-bit 32-block types: eight rows in lanes (Step8) ----
 // One arithmetic on both paths, so that it is batch invariant: for row r and token t, block by block in order,
-// I = the exact int32 sum over the block of (u - c) * qa, acc = fma(float(I), ws * da, acc); with a minimum,
-// m = fma(wm, ds, m) alike; y = acc + m. The decode path decodes each block of the eight rows as it goes; the
+// I = the exact int32 sum over the block of (u - c) * qa, acc = fma(float(I), ws * da, acc), then with a minimum
+// acc = fma(wm, ds, acc); y = acc. (One accumulator per token: with a second one for the minima, four tokens'
+// accumulators no longer fit the registers beside a block's weights.) The decode path decodes each block of the eight rows as it goes; the
 // prefill path decodes the row tile once into Step8 form and runs up to kRows8Tokens tokens at a time over it.
 
 constexpr int kRows8Tokens = 4;
@@ -446,7 +447,7 @@ struct TokenActs {
 
 // Adds block b of the eight rows to a token's accumulators (ds: the token's ds row, for the minima).
 template <typename Dec>
-inline void rows8_block(const Step8& st, const TokenActs& ta, const float* ds, int64_t b, __m256& acc, __m256& accm) {
+inline void rows8_block(const Step8& st, const TokenActs& ta, const float* ds, int64_t b, __m256& acc) {
     constexpr int G = Dec::kGroupsPerMadd;
     const int8_t* a = ta.qs + 32 * b;  // [32]
     const __m256i ones = _mm256_set1_epi16(1);
@@ -461,41 +462,41 @@ inline void rows8_block(const Step8& st, const TokenActs& ta, const float* ds, i
     }
     if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(Dec::kOffset * ta.isum[b]));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws, _mm256_broadcast_ss(ta.d + b)), acc);
-    if constexpr (Dec::kHasMin) accm = _mm256_fmadd_ps(st.wm, _mm256_broadcast_ss(ds + b), accm);
+    if constexpr (Dec::kHasMin) acc = _mm256_fmadd_ps(st.wm, _mm256_broadcast_ss(ds + b), acc);
 }
 
 // out[j][r] = row r of the tile against token t0 + j, j < T, from the repacked blocks.
 template <typename Dec, int T>
 void rows8_tile(const Step8* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
-    __m256 acc[T], accm[T];
+    __m256 acc[T];
     const TokenActs ta[4] = {TokenActs(q, t0), TokenActs(q, t0 + (T > 1)), TokenActs(q, t0 + 2 * (T > 2)),
                              TokenActs(q, t0 + 3 * (T > 3))};
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) rows8_block<Dec>(steps[b], ta[t], ta[t].ds(q), b, acc[t], accm[t]);
+        for (int t = 0; t < T; ++t) rows8_block<Dec>(steps[b], ta[t], ta[t].ds(q), b, acc[t]);
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], Dec::kHasMin ? _mm256_add_ps(acc[t], accm[t]) : acc[t]);
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
 
 // The decode path on eight rows decoded as it goes (with `prefetch` bytes ahead in each row prefetched).
 template <typename Dec, int T>
 void rows8_decode(Rows rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
     static_assert(T <= 3 && 2 * Dec::kBlockBytes <= 64);
-    __m256 acc[T], accm[T];
+    __m256 acc[T];
     const TokenActs ta[3] = {TokenActs(q, t0), TokenActs(q, t0 + (T > 1)), TokenActs(q, t0 + 2 * (T > 2))};
-    for (int t = 0; t < T; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         if (b % 2 == 0) {  // two blocks are less than a cache line
             for (int r = 0; r < 8; ++r)
                 _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + b * Dec::kBlockBytes), _MM_HINT_T1);
         }
         const Step8 st = Dec::load(rows, b);
-        for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], ta[t].ds(q), b, acc[t], accm[t]);
+        for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], ta[t].ds(q), b, acc[t]);
     }
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], Dec::kHasMin ? _mm256_add_ps(acc[t], accm[t]) : acc[t]);
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
 
 // Tokens [t0, t0 + T) for T = min(left, kRows8Tokens); returns T.
