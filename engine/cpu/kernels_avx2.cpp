@@ -1,9 +1,9 @@
 // AVX2 kernels (with FMA and F16C). This file alone is compiled with those flags (see CMakeLists.txt) and
 // matmul.cpp calls into it only when the CPU has them. No std:: containers or fmt here (see kernels.h).
 //
-// The 4- and 5-bit 32-block types (Q4_0, Q4_1, Q5_0, Q5_1) go eight rows at a time with the rows in the 32-bit
-// lanes (Step8, rows8 below): each lane ends a block holding its row's exact integer dot product, so the float
-// work of a block is one convert, multiply and fma for eight rows.
+// The 4- and 5-bit types (Q4_0, Q4_1, Q5_0, Q5_1, and Q4_K, Q5_K as eight 32-blocks per super-block) go eight rows
+// at a time with the rows in the 32-bit lanes (Step8, rows8 below): each lane ends a block holding its row's exact
+// integer dot product, so the float work of a block is one convert, multiply and fma for eight rows.
 // The other quantized weights go four rows at a time as two row pairs, interleaved by the decoders
 // (kernels_avx2_decoders.h) so that one vpmaddubsw + vpmaddwd multiplies a 16-element quarter of a row pair (one
 // row per 128-bit lane) with a token's quarter broadcast to both lanes (int32 lanes 0..3: row 2p, 4..7: 2p + 1).
@@ -426,7 +426,7 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     }
 }
 
-// ---- the 4- and 5-bit 32-block types: eight rows in lanes (Step8) ----
+// ---- the 4- and 5-bit types: eight rows in lanes (Step8) ----
 // One arithmetic on both paths, so that it is batch invariant: for row r and token t, block by block in order,
 // I = the exact int32 sum over the block of (u - c) * qa, acc = fma(float(I), ws * da, acc), then with a minimum
 // acc = fma(wm, ds, acc); y = acc. (One accumulator per token: with a second one for the minima, four tokens'
@@ -481,20 +481,27 @@ void rows8_tile(const Step8* steps, int64_t nb, const QuantizedActs& q, int64_t 
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
 
+// Prefetches the eight rows `prefetch` bytes ahead of each byte below `end` (from row starts) not prefetched yet;
+// *done: how far that has gone, a cache line at a time.
+inline void prefetch_rows8(Rows rows, int64_t prefetch, int64_t end, int64_t* done) {
+    for (; *done < end; *done += 64) {
+        for (int r = 0; r < 8; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + *done), _MM_HINT_T1);
+    }
+}
+
 // The decode path on eight rows decoded as it goes (with `prefetch` bytes ahead in each row prefetched).
 template <typename Dec, int T>
 void rows8_decode(Rows rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
-    static_assert(T <= 3 && 2 * Dec::kBlockBytes <= 64);
+    static_assert(T <= 3);
     __m256 acc[T];
     const TokenActs ta[3] = {TokenActs(q, t0), TokenActs(q, t0 + (T > 1)), TokenActs(q, t0 + 2 * (T > 2))};
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        if (b % 2 == 0) {  // two blocks are less than a cache line
-            for (int r = 0; r < 8; ++r)
-                _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + b * Dec::kBlockBytes), _MM_HINT_T1);
-        }
-        const Step8 st = Dec::load(rows, b);
-        for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], ta[t].ds(q), b, acc[t]);
+    int64_t prefetched = 0;
+    for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
+        prefetch_rows8(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
+        Dec::for_group(rows, g, [&](int64_t b, const Step8& st) {
+            for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], ta[t].ds(q), b, acc[t]);
+        });
     }
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
@@ -539,11 +546,10 @@ void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
             const uint8_t* rows[8];  // a ragged tile repeats its last row
             for (int i = 0; i < 8; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
             if (prefill) {
-                for (int64_t b = 0; b < nb; ++b) {
-                    for (int i = 0; i < 8; ++i)
-                        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + prefetch + b * Dec::kBlockBytes),
-                                     _MM_HINT_T1);
-                    steps[b] = Dec::load(rows, b);
+                int64_t prefetched = 0;
+                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
+                    prefetch_rows8(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
+                    Dec::for_group(rows, g, [&](int64_t b, const Step8& st) { steps[b] = st; });
                 }
             }
             for (int64_t t = 0; t < args.n_tokens;) {
@@ -669,9 +675,9 @@ Kernel find_kernel(GgmlType type) {
         case GgmlType::Q8_0:
             return {quant_rows<DecQ8_0>, true};
         case GgmlType::Q4_K:
-            return {quant_rows<DecQ4_K>, true};
+            return {rows8<Dec8Q4_K>, true};
         case GgmlType::Q5_K:
-            return {quant_rows<DecQ5_K>, true};
+            return {rows8<Dec8Q5_K>, true};
         case GgmlType::Q6_K:
             return {quant_rows<DecQ6_K>, true};
         case GgmlType::Q3_K:

@@ -90,66 +90,6 @@ struct DecQ8_0 {
     }
 };
 
-
-// Q4_K / Q5_K: sub-block j has scale d * sc_j and minimum -dmin * m_j; its values are the low (j even) or high
-// (j odd) nibbles of qs[32 (j / 2) .. + 32), and Q5_K's fifth bit of element l is bit j of qh[l].
-template <typename Block>
-struct DecK4 {
-    static constexpr bool kHigh = requires(Block b) { b.qh; };
-    static constexpr int kOffset = 0;
-    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true, kMinimaPer16 = false;
-    static constexpr int kQuartersPerScale = 2;
-    static constexpr int kGroupSteps = 8;
-    static constexpr int64_t kGroupBytes = sizeof(Block);
-    struct State {
-        float ws[4][8];  // [row][j]: d * sc_j
-    };
-
-    // Minima -dmin * m_j go to wm[r * wm_stride + 8 g + j].
-    static void load_group(Rows rows, int64_t g, State& st, float* wm, int64_t wm_stride) {
-        for (int r = 0; r < 4; ++r) {
-            const uint8_t* b = rows[r] + g * sizeof(Block);
-            uint8_t s8[8], m8[8];
-            unpack_k4_scales(b + offsetof(Block, scales), s8, m8);
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(Block, d))));
-            const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(Block, dmin))));
-            _mm256_storeu_ps(st.ws[r], _mm256_mul_ps(d, to_float(s8)));
-            _mm256_storeu_ps(wm + r * wm_stride + 8 * g, _mm256_mul_ps(dmin, to_float(m8)));
-        }
-    }
-
-    static Step4 step(Rows rows, int64_t g, int j, const State& st) {
-        const size_t off = g * sizeof(Block);
-        Step4 s;
-        for (int p = 0; p < 2; ++p) {
-            __m256i lo, hi;
-            load_2x32(rows, p, off + offsetof(Block, qs) + 32 * (j / 2), lo, hi);
-            const __m128i shift = _mm_cvtsi32_si128(4 * (j % 2));
-            s.u[0][p] = _mm256_and_si256(_mm256_srl_epi16(lo, shift), _mm256_set1_epi8(0x0F));
-            s.u[1][p] = _mm256_and_si256(_mm256_srl_epi16(hi, shift), _mm256_set1_epi8(0x0F));
-            if constexpr (kHigh) {
-                __m256i h_lo, h_hi;
-                load_2x32(rows, p, off + offsetof(Block, qh), h_lo, h_hi);
-                const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j)), sixteen = _mm256_set1_epi8(16);
-                const __m256i set_lo = _mm256_cmpeq_epi8(_mm256_and_si256(h_lo, bit), bit);
-                const __m256i set_hi = _mm256_cmpeq_epi8(_mm256_and_si256(h_hi, bit), bit);
-                s.u[0][p] = _mm256_or_si256(s.u[0][p], _mm256_and_si256(set_lo, sixteen));
-                s.u[1][p] = _mm256_or_si256(s.u[1][p], _mm256_and_si256(set_hi, sixteen));
-            }
-            s.ws[0][p] = s.ws[1][p] = pair_of(&st.ws[2 * p][j], &st.ws[2 * p + 1][j]);
-        }
-        s.wc = _mm_setzero_ps();
-        return s;
-    }
-
-    static __m256 to_float(const uint8_t* v) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
-    }
-};
-
-using DecQ4_K = DecK4<BlockQ4_K>;
-using DecQ5_K = DecK4<BlockQ5_K>;
-
 // Q6_K: w = d * sc_i * (q - 32) with a scale per 16 elements. 32-block j of the super-block lies in the
 // 128-element half j / 4; with k = j % 4 its low nibbles are ql[64 half + 32 (k % 2) + l] (high nibbles when
 // k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/format/quant_k.cpp).
@@ -351,6 +291,30 @@ inline __m128i gather_u16(Rows rows, size_t off) {
     return _mm_set_epi64x(static_cast<long long>(in_gpr(quads[1])), static_cast<long long>(in_gpr(quads[0])));
 }
 
+// The 16 bytes at rows[r] + off as four vectors of four-byte groups: lane r of x[k] holds bytes 4k .. 4k + 3 of
+// row r (two rows to a 256-bit load, then a 4 x 4 transpose of 32-bit elements within each 128-bit half).
+inline void transpose_16(Rows rows, size_t off, __m256i x[4]) {
+    __m256i y[4];  // lane 0: row i, lane 1: row i + 4
+    for (int i = 0; i < 4; ++i)
+        y[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(rows[i] + off)), load128(rows[i + 4] + off), 1);
+    const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    x[0] = _mm256_unpacklo_epi64(t0, t2);
+    x[1] = _mm256_unpackhi_epi64(t0, t2);
+    x[2] = _mm256_unpacklo_epi64(t1, t3);
+    x[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// Two fp16 values per 32-bit lane (lane r: row r's pair, low half first) as floats: lo the low halves, hi the high.
+inline void halves_to_float(__m256i v, __m256& lo, __m256& hi) {
+    const __m256i halves = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9,
+                                                12, 13, 2, 3, 6, 7, 10, 11, 14, 15)),
+        0xD8);
+    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
+    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
+}
+
 //   kOffset         c of the unified form (w = ws * (u - c) + wm)
 //   kHasMin         blocks have a float minimum
 //   kGroupsPerMadd  four-byte groups whose products an int16 lane can sum without overflow: 8 x 2 x 15 x 127 and
@@ -361,20 +325,22 @@ struct Dec8 {
     static constexpr bool kHasMin = requires(Block b) { b.m; };
     static constexpr bool kHigh = requires(Block b) { b.qh; };
     static constexpr int kGroupsPerMadd = kHigh ? 4 : 8;
-    static constexpr int64_t kBlockBytes = sizeof(Block);
+
+    static constexpr int kGroupSteps = 1;  // a group is one block
+    static constexpr int64_t kGroupBytes = sizeof(Block);
+
+    // f(b, step) for block b of the eight rows.
+    template <typename F>
+    static void for_group(Rows rows, int64_t b, F&& f) {
+        f(b, load(rows, b));
+    }
 
     // Block b of the eight rows. The nibbles of the 8 x 16 bytes are transposed as bytes of four: lane r of x[j]
     // is bytes 4j .. 4j + 3 of row r, whose low nibbles are elements 4j .. 4j + 3 and high ones 16 + 4j ...
     static Step8 load(Rows rows, int64_t b) {
         const size_t off = static_cast<size_t>(b) * sizeof(Block);
-        __m256i y[4];  // lane 0: row i, lane 1: row i + 4
-        for (int i = 0; i < 4; ++i)
-            y[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(rows[i] + off + offsetof(Block, qs))),
-                                           load128(rows[i + 4] + off + offsetof(Block, qs)), 1);
-        const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
-        const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
-        const __m256i x[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                              _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        __m256i x[4];
+        transpose_16(rows, off + offsetof(Block, qs), x);
         Step8 s;
         for (int j = 0; j < 4; ++j) {
             s.w[j] = low_nibbles(x[j]);
@@ -396,13 +362,7 @@ struct Dec8 {
         }
         if constexpr (kHasMin) {  // the fp16 scale and minimum of each row, low halves to the first 128 bits
             static_assert(offsetof(Block, m) == offsetof(Block, d) + 2);
-            const __m256i dm = gather_u32(rows, off + offsetof(Block, d));
-            const __m256i halves = _mm256_permute4x64_epi64(
-                _mm256_shuffle_epi8(dm, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4,
-                                                         5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)),
-                0xD8);
-            s.ws = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
-            s.wm = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
+            halves_to_float(gather_u32(rows, off + offsetof(Block, d)), s.ws, s.wm);
         } else {
             s.ws = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(Block, d)));
         }
@@ -414,6 +374,73 @@ using Dec8Q4_0 = Dec8<BlockQ4_0, 8>;
 using Dec8Q4_1 = Dec8<BlockQ4_1, 0>;
 using Dec8Q5_0 = Dec8<BlockQ5_0, 16>;
 using Dec8Q5_1 = Dec8<BlockQ5_1, 0>;
+
+// Q4_K / Q5_K with eight rows in lanes: a group is a super-block, whose eight 32-blocks (sub-blocks) become Step8s
+// one after the other. Sub-block j has scale d * sc_j and minimum -dmin * m_j (the same floats as the reference kernels'); its
+// values are the low (j even) or high (j odd) nibbles of qs[32 (j / 2) .. + 32), with Q5_K's fifth bit of element l
+// at bit j of qh[l]. The 16 bytes before the values (d, dmin and the 12 bytes of packed scales) are transposed like
+// the values, so that one lane's three words of scales unpack as unpack_k4_scales does, eight rows at once.
+template <typename Block>
+struct Dec8K4 {
+    static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = true;
+    static constexpr bool kHigh = requires(Block b) { b.qh; };
+    static constexpr int kGroupsPerMadd = kHigh ? 4 : 8;
+    static constexpr int kGroupSteps = 8;
+    static constexpr int64_t kGroupBytes = sizeof(Block);
+    static_assert(offsetof(Block, dmin) == 2 && offsetof(Block, scales) == 4 && sizeof(Block::scales) == 12);
+
+    // f(8 g + j, step) for the sub-blocks j of super-block g of the eight rows, in order.
+    template <typename F>
+    static void for_group(Rows rows, int64_t g, F&& f) {
+        const size_t off = static_cast<size_t>(g) * sizeof(Block);
+        __m256i head[4];  // lane r: row r's d and dmin, then its scale words w[0], w[1], w[2]
+        transpose_16(rows, off, head);
+        __m256 d, dmin;
+        halves_to_float(head[0], d, dmin);
+        const __m256 neg_dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0f));
+        const __m256i low6 = _mm256_set1_epi8(0x3F), low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x03);
+        // Bytes of sc[0..3], m[0..3], sc[4..7], m[4..7] in each lane.
+        const __m256i packed[4] = {
+            _mm256_and_si256(head[1], low6), _mm256_and_si256(head[2], low6),
+            _mm256_or_si256(_mm256_and_si256(head[3], low4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(head[1], 6), top2), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(head[3], 4), low4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(head[2], 6), top2), 4))};
+        __m256i qh[8];  // Q5_K: lane r of qh[k] = qh[4k .. 4k + 3] of row r
+        if constexpr (kHigh) {
+            transpose_16(rows, off + offsetof(Block, qh), qh);
+            transpose_16(rows, off + offsetof(Block, qh) + 16, qh + 4);
+        }
+        for (int i = 0; i < 4; ++i) {  // the sub-block pair 2i, 2i + 1: the nibbles of qs[32 i .. + 32)
+            __m256i x[8];
+            transpose_16(rows, off + offsetof(Block, qs) + 32 * i, x);
+            transpose_16(rows, off + offsetof(Block, qs) + 32 * i + 16, x + 4);
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * i + h;
+                const __m256i byte = _mm256_set1_epi32(0xFF);
+                const int shift = 8 * (j % 4);
+                const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(packed[2 * (j / 4)], shift), byte));
+                const __m256 mn =
+                    _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(packed[2 * (j / 4) + 1], shift), byte));
+                Step8 s;
+                s.ws = _mm256_mul_ps(d, sc);
+                s.wm = _mm256_mul_ps(neg_dmin, mn);
+                for (int k = 0; k < 8; ++k) {
+                    s.w[k] = h == 0 ? low_nibbles(x[k]) : high_nibbles(x[k]);
+                    if constexpr (kHigh) {  // bit j of each byte to bit 4
+                        const __m256i bit = j <= 4 ? _mm256_slli_epi16(qh[k], 4 - j) : _mm256_srli_epi16(qh[k], j - 4);
+                        s.w[k] = _mm256_or_si256(s.w[k], _mm256_and_si256(bit, _mm256_set1_epi8(16)));
+                    }
+                }
+                f(static_cast<int64_t>(g) * kGroupSteps + j, s);
+            }
+        }
+    }
+};
+
+using Dec8Q4_K = Dec8K4<BlockQ4_K>;
+using Dec8Q5_K = Dec8K4<BlockQ5_K>;
 
 }  // namespace
 }  // namespace quill::cpu::avx2
