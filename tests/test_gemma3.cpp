@@ -171,9 +171,13 @@ TEST_CASE("gemma3 270M: greedy tokens equal Hugging Face's, within and past the 
     // Along transformers' greedy path (its 32 tokens fed back, teacher forcing), the fast backend picks transformers'
     // token at every position but near ties. Its int8 activations move logits by 0.1-0.3, so a near tie may go either
     // way: the 12th token is " located" by 0.014 over " capital" in the reference backend (which gives all 32 tokens
-    // exactly, above), and the fast backend's kernels have picked either. Measured: 30 of 32 positions agree; at the
-    // 12th and the 26th the fast backend prefers the runner-up by 0.03 and 0.04. A free-running greedy comparison
-    // would test which side of the first tie the rounding falls on, and everything after it.
+    // exactly, above), and the fast backend's kernels have picked either. Which way, and by how much, follows the
+    // kernels' float rounding: a last-bit change can flip an activation's int8 rounding in the next layer. Measured:
+    // 30 of 32 positions agree; at the 12th and the 26th the fast backend prefers the runner-up by 0.03 and 0.04 with
+    // the four-row Q4_K kernels, by 0.136 at the 12th with the eight- and sixteen-row ones (the same on AVX2 and
+    // AVX-512, whose lanes compute the same operations), while the generic kernels pick " located". Hence a bound of
+    // 0.25, inside the int8 noise and far below what a wrong kernel gives. A free-running greedy comparison would
+    // test which side of the first tie the rounding falls on, and everything after it.
     {
         const std::vector<int32_t>& want = ref.greedy.at("capital");
         std::vector<int32_t> forced = ref.prompt.at("capital");
@@ -185,7 +189,7 @@ TEST_CASE("gemma3 270M: greedy tokens equal Hugging Face's, within and past the 
             const int32_t pick = argmax_row(logits, nv, row);
             INFO("generated token " << k << ": transformers " << want[k] << ", fast backend " << pick);
             agree += pick == want[k];
-            CHECK(logits[row * nv + pick] - logits[row * nv + want[k]] <= 0.1f);
+            CHECK(logits[row * nv + pick] - logits[row * nv + want[k]] <= 0.25f);
         }
         CHECK(agree >= 28);
     }

@@ -57,13 +57,13 @@ struct Kernel {
     bool int8_acts = false;
 };
 
-// Rows a kernel prefers to be handed together (the eight-row tiles; the four-row kernels take two); work is split
-// in multiples of this.
-constexpr int64_t kRowTile = 8;
+// Rows a kernel prefers to be handed together (the AVX-512 sixteen-row tiles; the eight- and four-row kernels take
+// two and four); work is split in multiples of this.
+constexpr int64_t kRowTile = 16;
 // Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
 constexpr int64_t kOutputBlockFloats = 16384;
 // Per-thread scratch a kernel may use: room for the float minima of a row tile, [kRowTile, n_in / 16 + 16], then
-// for a row tile decoded for reuse (up to 3 bytes per weight of four rows, 10 bytes per 32 weights of eight), then
+// for a row tile decoded for reuse (up to 3 bytes per weight of four rows, 40 bytes per 32 weights of sixteen), then
 // an output block (at least kRowTile rows), plus slack for alignment.
 constexpr int64_t scratch_floats(int64_t n_in, int64_t n_tokens) {
     const int64_t output_block = kOutputBlockFloats > kRowTile * n_tokens ? kOutputBlockFloats : kRowTile * n_tokens;

@@ -532,13 +532,13 @@ void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32;
     const bool prefill = args.n_tokens >= kPrefillMinTokens;
-    static_assert(kRowTile == 8);
+    static_assert(kRowTile % 8 == 0);
     auto* steps = reinterpret_cast<Step8*>(scratch);  // [nb]: the repacked row tile (scratch is 64-byte aligned)
     float* output_block = scratch + (nb * static_cast<int64_t>(sizeof(Step8)) / 4 + 15) / 16 * 16;
     const auto* base = static_cast<const uint8_t*>(w.data);
     const auto tile_bytes = 8 * static_cast<int64_t>(w.row_bytes);
     const int64_t prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
-    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);  // a multiple of 8 (kRowTile)
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);  // a multiple of kRowTile, so of 8
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
         OutputBlock block{output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 8) {

@@ -273,9 +273,11 @@ inline T in_gpr(T v) {
     return v;
 }
 
+// (R: the eight rows, an array of pointers or anything with rows[r].)
 // The 32 bits at rows[r] + off in lane r, put together two rows to a 64-bit integer register: the integer units
 // do the gathering, and the vector units, which the kernels keep busy, only insert four quadwords.
-inline __m256i gather_u32(Rows rows, size_t off) {
+template <typename R>
+inline __m256i gather_u32(const R& rows, size_t off) {
     uint64_t pairs[4];
     for (int i = 0; i < 4; ++i)
         pairs[i] = in_gpr(uint64_t{load_u32(rows[2 * i] + off)} | (uint64_t{load_u32(rows[2 * i + 1] + off)} << 32));
@@ -284,7 +286,8 @@ inline __m256i gather_u32(Rows rows, size_t off) {
 }
 
 // The 16 bits at rows[r] + off in 16-bit lane r of 128 bits, gathered like gather_u32.
-inline __m128i gather_u16(Rows rows, size_t off) {
+template <typename R>
+inline __m128i gather_u16(const R& rows, size_t off) {
     uint64_t quads[2] = {0, 0};
     for (int r = 0; r < 8; ++r)
         quads[r / 4] |= in_gpr(uint64_t{load_unaligned<uint16_t>(rows[r] + off)}) << (16 * (r % 4));
@@ -293,7 +296,8 @@ inline __m128i gather_u16(Rows rows, size_t off) {
 
 // The 16 bytes at rows[r] + off as four vectors of four-byte groups: lane r of x[k] holds bytes 4k .. 4k + 3 of
 // row r (two rows to a 256-bit load, then a 4 x 4 transpose of 32-bit elements within each 128-bit half).
-inline void transpose_16(Rows rows, size_t off, __m256i x[4]) {
+template <typename R>
+inline void transpose_16(const R& rows, size_t off, __m256i x[4]) {
     __m256i y[4];  // lane 0: row i, lane 1: row i + 4
     for (int i = 0; i < 4; ++i)
         y[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(rows[i] + off)), load128(rows[i + 4] + off), 1);
@@ -330,14 +334,15 @@ struct Dec8 {
     static constexpr int64_t kGroupBytes = sizeof(Block);
 
     // f(b, step) for block b of the eight rows.
-    template <typename F>
-    static void for_group(Rows rows, int64_t b, F&& f) {
+    template <typename R, typename F>
+    static void for_group(const R& rows, int64_t b, F&& f) {
         f(b, load(rows, b));
     }
 
     // Block b of the eight rows. The nibbles of the 8 x 16 bytes are transposed as bytes of four: lane r of x[j]
     // is bytes 4j .. 4j + 3 of row r, whose low nibbles are elements 4j .. 4j + 3 and high ones 16 + 4j ...
-    static Step8 load(Rows rows, int64_t b) {
+    template <typename R>
+    static Step8 load(const R& rows, int64_t b) {
         const size_t off = static_cast<size_t>(b) * sizeof(Block);
         __m256i x[4];
         transpose_16(rows, off + offsetof(Block, qs), x);
@@ -391,8 +396,8 @@ struct Dec8K4 {
     static_assert(offsetof(Block, dmin) == 2 && offsetof(Block, scales) == 4 && sizeof(Block::scales) == 12);
 
     // f(8 g + j, step) for the sub-blocks j of super-block g of the eight rows, in order.
-    template <typename F>
-    static void for_group(Rows rows, int64_t g, F&& f) {
+    template <typename R, typename F>
+    static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(Block);
         __m256i head[4];  // lane r: row r's d and dmin, then its scale words w[0], w[1], w[2]
         transpose_16(rows, off, head);

@@ -30,6 +30,7 @@
 #include <immintrin.h>
 #endif
 
+#include "engine/cpu/kernels_avx2_decoders.h"  // the eight-row decoders of the decode path
 #include "engine/cpu/kernels_avx512_decoders.h"
 
 namespace quill::cpu::QUILL_AVX512_NS {
@@ -300,6 +301,212 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     }
 }
 
+// ---- the 4- and 5-bit types: sixteen rows in lanes (Step16) ----
+// One arithmetic on both paths, so that it is batch invariant: for row r and token t, block by block in order,
+// I = the exact int32 sum over the block of (u - c) * qa, acc = fma(float(I), ws * da, acc), then with a minimum
+// acc = fma(wm, ds, acc); y = acc. The decode path decodes each block of the sixteen rows as it goes; the prefill
+// path decodes the row tile once into Step16 form and runs up to kRows16Tokens tokens at a time over it.
+
+constexpr int kRows16Tokens = 8;
+constexpr int kRows16MinTokens = 4;  // from this many tokens on, the row tile is decoded once for all of them
+
+// Token t's activations: its int8 blocks, their scales, float sums and (for c != 0) integer sums.
+struct TokenActs {
+    const int8_t* qs;
+    const float* d;
+    const float* ds;
+    const int32_t* isum;
+    TokenActs() = default;
+    TokenActs(const QuantizedActs& q, int64_t t)
+        : qs(q.qs + t * q.qs_stride), d(q.d + t * q.blk_stride), ds(q.ds + t * q.blk_stride),
+          isum(q.isum + t * q.blk_stride) {}
+};
+
+// Adds block b of the sixteen rows to a token's accumulator.
+template <typename Dec>
+inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m512& acc) {
+    const int8_t* a = ta.qs + 32 * b;  // [32]
+    __m512i dot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains; the integer sum is exact
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k)
+        dot[k % 2] = _mm512_dpbusd_epi32(dot[k % 2], st.w[k], _mm512_set1_epi32(load_unaligned<int32_t>(a + 4 * k)));
+    __m512i sum = _mm512_add_epi32(dot[0], dot[1]);
+    if constexpr (Dec::kOffset != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(Dec::kOffset * ta.isum[b]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(st.ws, _mm512_set1_ps(ta.d[b])), acc);
+    if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ta.ds[b]), acc);
+}
+
+// out[j][r] = row r of the tile against token t0 + j, j < T, from the repacked blocks.
+template <typename Dec, int T>
+void rows16_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16]) {
+    __m512 acc[T];
+    TokenActs ta[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+        ta[t] = TokenActs(q, t0 + t);
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) rows16_block<Dec>(steps[b], ta[t], b, acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+// Prefetches the sixteen rows `prefetch` bytes ahead of each byte below `end` (from row starts) not prefetched
+// yet; *done: how far that has gone, a cache line at a time.
+inline void prefetch_rows16(Rows16 rows, int64_t prefetch, int64_t end, int64_t* done) {
+    for (; *done < end; *done += 64) {
+        for (int r = 0; r < 16; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + *done), _MM_HINT_T1);
+    }
+}
+
+// The decode path, eight rows at a time in 256-bit vectors, decoded as it goes by the AVX2 file's eight-row
+// decoders (Dec::Dec8, kernels_avx2_decoders.h): with sixteen rows the sixteen row pointers and the gathers'
+// temporaries no longer fit the integer registers, and the spills made decode 13-16% slower than the four-row
+// kernels before them. Each lane computes exactly what a lane of rows16_block computes (the same exact integer
+// dot, then the same float operations), so a token's outputs have the same bits on both paths.
+template <typename Dec>
+inline void rows8_block(const avx2::Step8& st, const TokenActs& ta, int64_t b, __m256& acc) {
+    const int8_t* a = ta.qs + 32 * b;  // [32]
+    __m256i dot[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k)
+        dot[k % 2] = _mm256_dpbusd_epi32(dot[k % 2], st.w[k], _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * k)));
+    __m256i sum = _mm256_add_epi32(dot[0], dot[1]);
+    if constexpr (Dec::kOffset != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(Dec::kOffset * ta.isum[b]));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(st.ws, _mm256_set1_ps(ta.d[b])), acc);
+    if constexpr (Dec::kHasMin) acc = _mm256_fmadd_ps(st.wm, _mm256_set1_ps(ta.ds[b]), acc);
+}
+
+// out[t][8 half + r] = row r of the eight rows against token t0 + t, t < T (with `prefetch` bytes ahead in each
+// row prefetched).
+// Eight rows `stride` bytes apart, addressed from two bases (rows 0 and 4) and the strides s and 3s, so that a
+// row's address is one addressing mode and four registers hold all eight (eight pointers, with the gathers'
+// temporaries, spill).
+struct Strided8 {
+    const uint8_t* base;
+    const uint8_t* base4;
+    int64_t s, s3;
+    Strided8(const uint8_t* row0, int64_t stride) : base(row0), base4(row0 + 4 * stride), s(stride), s3(3 * stride) {}
+    const uint8_t* operator[](int i) const {
+        const uint8_t* b = i < 4 ? base : base4;
+        switch (i % 4) {
+            case 0:
+                return b;
+            case 1:
+                return b + s;
+            case 2:
+                return b + 2 * s;
+            default:
+                return b + s3;
+        }
+    }
+};
+
+template <typename Dec, int T, typename R>
+void rows8_decode(const R& rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, int half,
+                  float (*out)[16]) {
+    using Dec8 = typename Dec::Dec8;
+    static_assert(Dec8::kGroupSteps == Dec::kGroupSteps && Dec8::kOffset == Dec::kOffset);
+    __m256 acc[T];
+    TokenActs ta[T];
+    for (int t = 0; t < T; ++t) {
+        ta[t] = TokenActs(q, t0 + t);
+        acc[t] = _mm256_setzero_ps();
+    }
+    // Groups go kChunk at a time, each chunk's bytes of the rows a prefetch distance ahead prefetched first: a
+    // line every 64 bytes or less, so no line is skipped, with no bookkeeping in the loop.
+    constexpr int64_t kChunk = Dec::kGroupBytes >= 64 ? 1 : 64 / Dec::kGroupBytes;
+    constexpr int kLines = static_cast<int>((kChunk * Dec::kGroupBytes + 63) / 64);
+    const int64_t n_groups = nb / Dec::kGroupSteps;
+    auto group = [&](int64_t g) {
+        Dec8::for_group(rows, g, [&](int64_t b, const avx2::Step8& st) {
+            for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], b, acc[t]);
+        });
+    };
+    int64_t g = 0;
+    for (; g + kChunk <= n_groups; g += kChunk) {
+        for (int l = 0; l < kLines; ++l) {
+            for (int r = 0; r < 8; ++r)
+                _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * Dec::kGroupBytes + 64 * l),
+                             _MM_HINT_T1);
+        }
+        for (int64_t k = 0; k < kChunk; ++k) group(g + k);
+    }
+    for (; g < n_groups; ++g) group(g);
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t] + 8 * half, acc[t]);
+}
+
+template <typename Dec, int T>
+void rows16_decode(Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16]) {
+    const int64_t stride = rows[1] - rows[0];
+    if (rows[15] - rows[0] == 15 * stride) {  // a whole tile
+        for (int half = 0; half < 2; ++half)
+            rows8_decode<Dec, T>(Strided8(rows[8 * half], stride), prefetch, nb, q, t0, half, out);
+    } else {
+        for (int half = 0; half < 2; ++half) rows8_decode<Dec, T>(rows + 8 * half, prefetch, nb, q, t0, half, out);
+    }
+}
+
+// Tokens [t0, t0 + T) for T = min(left, kRows16Tokens) (or 3 on the decode path); returns T.
+template <typename Dec>
+int rows16_tokens(const Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0,
+                  int64_t left, float (*out)[16]) {
+    if (steps == nullptr) {
+        static_assert(kRows16MinTokens <= 4);
+        if (left >= 3) return rows16_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;
+        if (left == 2) return rows16_decode<Dec, 2>(rows, prefetch, nb, q, t0, out), 2;
+        return rows16_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
+    }
+    if (left >= 8) return rows16_tile<Dec, 8>(steps, nb, q, t0, out), 8;
+    if (left >= 6) return rows16_tile<Dec, 6>(steps, nb, q, t0, out), 6;
+    if (left >= 4) return rows16_tile<Dec, 4>(steps, nb, q, t0, out), 4;
+    if (left >= 2) return rows16_tile<Dec, 2>(steps, nb, q, t0, out), 2;
+    return rows16_tile<Dec, 1>(steps, nb, q, t0, out), 1;
+}
+
+// Rows [r0, r1) of y for all tokens, sixteen rows at a time, written a block of rows at a time.
+template <typename Dec>
+void rows16(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32;
+    const bool prefill = args.n_tokens >= kRows16MinTokens;
+    static_assert(kRowTile == 16);
+    auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb]: the repacked row tile (scratch is 64-byte aligned)
+    float* output_block = scratch + (nb * static_cast<int64_t>(sizeof(Step16)) / 4 + 15) / 16 * 16;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const auto tile_bytes = 16 * static_cast<int64_t>(w.row_bytes);
+    const int64_t prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
+    const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);  // a multiple of 16 (kRowTile)
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        OutputBlock block{output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
+        for (int64_t r = rb; r < rb + block.n_rows; r += 16) {
+            const int nr = static_cast<int>(min64(16, rb + block.n_rows - r));
+            const uint8_t* rows[16];  // a ragged tile repeats its last row
+            for (int i = 0; i < 16; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            if (prefill) {
+                int64_t prefetched = 0;
+                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
+                    prefetch_rows16(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
+                    Dec::for_group(rows, g, [&](int64_t b, const Step16& st) { steps[b] = st; });
+                }
+            }
+            for (int64_t t = 0; t < args.n_tokens;) {
+                float out[kRows16Tokens][16];
+                const int nt =
+                    rows16_tokens<Dec>(prefill ? steps : nullptr, rows, prefetch, nb, q, t, args.n_tokens - t, out);
+                for (int j = 0; j < nt; ++j)
+                    for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
+                t += nt;
+            }
+        }
+        block.flush(args.y, w.n_out);
+    }
+}
+
 // ---- float weights: 4 rows x T tokens, 16 elements per step, the row converted in registers ----
 
 struct LoadF32 {
@@ -411,19 +618,19 @@ Kernel find_kernel(GgmlType type) {
         case GgmlType::BF16:
             return {float_rows<LoadBF16>, false};
         case GgmlType::Q4_0:
-            return {quant_rows<DecQ4_0>, true};
+            return {rows16<Dec16Q4_0>, true};
         case GgmlType::Q4_1:
-            return {quant_rows<DecQ4_1>, true};
+            return {rows16<Dec16Q4_1>, true};
         case GgmlType::Q5_0:
-            return {quant_rows<DecQ5_0>, true};
+            return {rows16<Dec16Q5_0>, true};
         case GgmlType::Q5_1:
-            return {quant_rows<DecQ5_1>, true};
+            return {rows16<Dec16Q5_1>, true};
         case GgmlType::Q8_0:
             return {quant_rows<DecQ8_0>, true};
         case GgmlType::Q4_K:
-            return {quant_rows<DecQ4_K>, true};
+            return {rows16<Dec16Q4_K>, true};
         case GgmlType::Q5_K:
-            return {quant_rows<DecQ5_K>, true};
+            return {rows16<Dec16Q5_K>, true};
         case GgmlType::Q6_K:
             return {quant_rows<DecQ6_K>, true};
         default:

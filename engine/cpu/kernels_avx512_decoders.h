@@ -259,5 +259,196 @@ struct DecQ6_K {
     }
 };
 
+// ---- sixteen rows in lanes: the 4- and 5-bit types ----
+// One 32-block of sixteen rows with the rows in the 32-bit lanes: w[k] holds in lane r the four bytes u[4k .. 4k + 3]
+// of row r's block, so that one vpdpbusd multiplies all sixteen rows with a token's four activations a[4k .. 4k + 3]
+// broadcast to every lane, and lane r ends the block holding row r's whole sum u * a, exactly. The float work of a
+// block (convert, scale, accumulate) is then one instruction each for sixteen rows.
+struct Step16 {
+    __m512i w[8];  // unsigned u (0..15, or 0..31 with a fifth bit)
+    __m512 ws;     // lane r: row r's scale
+    __m512 wm;     // lane r: row r's minimum (kHasMin)
+};
+
+using Rows16 = const uint8_t* const*;  // the 16 rows
+
+// Keeps v in an integer register: without it the compiler vectorizes the gathers below into many more vector
+// instructions than the integer units need for them.
+template <typename T>
+inline T in_gpr(T v) {
+    asm("" : "+r"(v));
+    return v;
+}
+
+// The 16 bytes at rows[r] + off as four vectors of four-byte groups: lane r of x[k] holds bytes 4k .. 4k + 3 of
+// row r (four rows to a 512-bit vector, then a 4 x 4 transpose of 32-bit elements within each 128-bit lane).
+inline void transpose_16x16(Rows16 rows, size_t off, __m512i x[4]) {
+    __m512i z[4];  // 128-bit lane l: row i + 4 l
+    for (int i = 0; i < 4; ++i) {
+        const uint8_t* const four[4] = {rows[i], rows[i + 4], rows[i + 8], rows[i + 12]};
+        z[i] = load_4x16(four, off);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    x[0] = _mm512_unpacklo_epi64(t0, t2);
+    x[1] = _mm512_unpackhi_epi64(t0, t2);
+    x[2] = _mm512_unpacklo_epi64(t1, t3);
+    x[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// The 32 bits at rows[r] + off in lane r, put together two rows to a 64-bit integer register.
+inline __m512i gather_u32_16(Rows16 rows, size_t off) {
+    long long pairs[8];
+    for (int i = 0; i < 8; ++i) {
+        const uint64_t lo = load_unaligned<uint32_t>(rows[2 * i] + off), hi = load_unaligned<uint32_t>(rows[2 * i + 1] + off);
+        pairs[i] = static_cast<long long>(in_gpr(lo | (hi << 32)));
+    }
+    return _mm512_set_epi64(pairs[7], pairs[6], pairs[5], pairs[4], pairs[3], pairs[2], pairs[1], pairs[0]);
+}
+
+// The fp16 values at rows[r] + off as floats, lane r.
+inline __m512 half_16(Rows16 rows, size_t off) {
+
+    uint64_t quads[4] = {0, 0, 0, 0};
+    for (int r = 0; r < 16; ++r)
+        quads[r / 4] |= in_gpr(uint64_t{load_unaligned<uint16_t>(rows[r] + off)}) << (16 * (r % 4));
+    return _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<long long>(in_gpr(quads[3])),
+                                             static_cast<long long>(in_gpr(quads[2])),
+                                             static_cast<long long>(in_gpr(quads[1])),
+                                             static_cast<long long>(in_gpr(quads[0]))));
+}
+
+// Two fp16 values per 32-bit lane (lane r: row r's pair, low half first) as floats: lo the low halves, hi the high.
+inline void halves_to_float(__m512i v, __m512& lo, __m512& hi) {
+    // Within each 128-bit lane the low halves to bytes 0..7 and the high ones to 8..15, then the lanes' low
+    // quadwords to the low 256 bits.
+    const __m512i split = _mm512_shuffle_epi8(
+        v, _mm512_set4_epi32(0x0F0E0B0A, 0x07060302, 0x0D0C0908, 0x05040100));
+    const __m512i halves = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), split);
+    lo = _mm512_cvtph_ps(_mm512_castsi512_si256(halves));
+    hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
+}
+
+//   kOffset         c of the unified form (w = ws * (u - c) + wm)
+//   kHasMin         blocks have a float minimum
+//   kGroupSteps     32-blocks per group (a super-block for the k-quants), whose steps for_group makes in order
+//   kGroupBytes     bytes of a group in a row
+template <typename Block, int Offset>
+struct Dec16 {
+    static constexpr int kOffset = Offset;
+    static constexpr bool kHasMin = requires(Block b) { b.m; };
+    static constexpr bool kHigh = requires(Block b) { b.qh; };
+    static constexpr int kGroupSteps = 1;
+    static constexpr int64_t kGroupBytes = sizeof(Block);
+    using Dec8 = avx2::Dec8<Block, Offset>;  // the same blocks eight rows at a time (the decode path)
+
+    // f(b, step) for block b of the sixteen rows. The nibbles of the 16 x 16 bytes are transposed as bytes of
+    // four: lane r of x[j] is bytes 4j .. 4j + 3 of row r, whose low nibbles are elements 4j .. 4j + 3 and high
+    // ones 16 + 4j ...
+    template <typename F>
+    static void for_group(Rows16 rows, int64_t b, F&& f) {
+        const size_t off = static_cast<size_t>(b) * sizeof(Block);
+        __m512i x[4];
+        transpose_16x16(rows, off + offsetof(Block, qs), x);
+        Step16 s;
+        for (int j = 0; j < 4; ++j) {
+            s.w[j] = low_nibbles(x[j]);
+            s.w[4 + j] = high_nibbles(x[j]);
+        }
+        if constexpr (kHigh) {  // element e's fifth bit is bit e of qh: group k's are bits 4k .. 4k + 3, in byte k / 2
+            const __m512i h = gather_u32_16(rows, off + offsetof(Block, qh));
+            for (int k = 0; k < 8; ++k) {
+                const char src = static_cast<char>(k / 2);  // the byte of each lane holding the group's bits
+                const __m512i idx = _mm512_set4_epi32(0x01010101 * (src + 12), 0x01010101 * (src + 8),
+                                                      0x01010101 * (src + 4), 0x01010101 * src);
+                const __m512i bit = _mm512_set1_epi32(static_cast<int>(0x08040201u << (4 * (k % 2))));
+                const __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, idx), bit);
+                s.w[k] = _mm512_mask_add_epi8(s.w[k], set, s.w[k], _mm512_set1_epi8(16));
+            }
+        }
+        if constexpr (kHasMin) {
+            static_assert(offsetof(Block, m) == offsetof(Block, d) + 2);
+            halves_to_float(gather_u32_16(rows, off + offsetof(Block, d)), s.ws, s.wm);
+        } else {
+            s.ws = half_16(rows, off + offsetof(Block, d));
+        }
+        f(b, s);
+    }
+};
+
+using Dec16Q4_0 = Dec16<BlockQ4_0, 8>;
+using Dec16Q4_1 = Dec16<BlockQ4_1, 0>;
+using Dec16Q5_0 = Dec16<BlockQ5_0, 16>;
+using Dec16Q5_1 = Dec16<BlockQ5_1, 0>;
+
+// Q4_K / Q5_K with sixteen rows in lanes: a group is a super-block, whose eight 32-blocks (sub-blocks) become
+// Step16s one after the other. Sub-block j has scale d * sc_j and minimum -dmin * m_j; its values are the low (j
+// even) or high (j odd) nibbles of qs[32 (j / 2) .. + 32), with Q5_K's fifth bit of element l at bit j of qh[l].
+// The 16 bytes before the values (d, dmin and the 12 bytes of packed scales) are transposed like the values, so
+// that one lane's three words of scales unpack as unpack_k4_scales does, sixteen rows at once.
+template <typename Block>
+struct Dec16K4 {
+    static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = true;
+    static constexpr bool kHigh = requires(Block b) { b.qh; };
+    static constexpr int kGroupSteps = 8;
+    static constexpr int64_t kGroupBytes = sizeof(Block);
+    static_assert(offsetof(Block, dmin) == 2 && offsetof(Block, scales) == 4 && sizeof(Block::scales) == 12);
+    using Dec8 = avx2::Dec8K4<Block>;  // the same super-blocks eight rows at a time (the decode path)
+
+    // f(8 g + j, step) for the sub-blocks j of super-block g of the sixteen rows, in order.
+    template <typename F>
+    static void for_group(Rows16 rows, int64_t g, F&& f) {
+        const size_t off = static_cast<size_t>(g) * sizeof(Block);
+        __m512i head[4];  // lane r: row r's d and dmin, then its scale words w[0], w[1], w[2]
+        transpose_16x16(rows, off, head);
+        __m512 d, dmin;
+        halves_to_float(head[0], d, dmin);
+        const __m512 neg_dmin = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+        const __m512i low6 = _mm512_set1_epi8(0x3F), low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x03);
+        // Bytes of sc[0..3], m[0..3], sc[4..7], m[4..7] in each lane.
+        const __m512i packed[4] = {
+            _mm512_and_si512(head[1], low6), _mm512_and_si512(head[2], low6),
+            _mm512_or_si512(_mm512_and_si512(head[3], low4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(head[1], 6), top2), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 4), low4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(head[2], 6), top2), 4))};
+        __m512i qh[8];  // Q5_K: lane r of qh[k] = qh[4k .. 4k + 3] of row r
+        if constexpr (kHigh) {
+            transpose_16x16(rows, off + offsetof(Block, qh), qh);
+            transpose_16x16(rows, off + offsetof(Block, qh) + 16, qh + 4);
+        }
+        for (int i = 0; i < 4; ++i) {  // the sub-block pair 2i, 2i + 1: the nibbles of qs[32 i .. + 32)
+            __m512i x[8];
+            transpose_16x16(rows, off + offsetof(Block, qs) + 32 * i, x);
+            transpose_16x16(rows, off + offsetof(Block, qs) + 32 * i + 16, x + 4);
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * i + h;
+                const __m512i byte = _mm512_set1_epi32(0xFF);
+                const unsigned shift = 8 * (j % 4);
+                const __m512 sc =
+                    _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(packed[2 * (j / 4)], shift), byte));
+                const __m512 mn =
+                    _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(packed[2 * (j / 4) + 1], shift), byte));
+                Step16 s;
+                s.ws = _mm512_mul_ps(d, sc);
+                s.wm = _mm512_mul_ps(neg_dmin, mn);
+                for (int k = 0; k < 8; ++k) {
+                    s.w[k] = h == 0 ? low_nibbles(x[k]) : high_nibbles(x[k]);
+                    if constexpr (kHigh) {
+                        const __mmask64 set = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << j)));
+                        s.w[k] = _mm512_mask_add_epi8(s.w[k], set, s.w[k], _mm512_set1_epi8(16));
+                    }
+                }
+                f(static_cast<int64_t>(g) * kGroupSteps + j, s);
+            }
+        }
+    }
+};
+
+using Dec16Q4_K = Dec16K4<BlockQ4_K>;
+using Dec16Q5_K = Dec16K4<BlockQ5_K>;
+
 }  // namespace
 }  // namespace quill::cpu::QUILL_AVX512_NS
