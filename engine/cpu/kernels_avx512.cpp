@@ -1,14 +1,21 @@
 // AVX-512 kernels (F, BW, VL, DQ, VNNI). This file alone is compiled with those flags (see CMakeLists.txt) and
 // matmul.cpp calls into it only when the CPU has them. No std:: containers or fmt here (see kernels.h).
 //
-// Quantized weights go four rows at a time, interleaved by the decoders (kernels_avx512_decoders.h) so that one
-// vpdpbusd multiplies a 16-element quarter of all four rows (one per 128-bit lane) with a token's quarter
-// broadcast to every lane; one accumulator per token then holds the four rows (lane 4r + g: row r).
+// The 4- and 5-bit types (Q4_0, Q4_1, Q5_0, Q5_1, and Q4_K, Q5_K as eight 32-blocks per super-block) go sixteen rows
+// at a time with the rows in the 32-bit lanes (Step16, rows16 below): one vpdpbusd multiplies sixteen rows with four
+// broadcast activations, and each lane ends a block holding its row's exact integer dot product, so the float work
+// of a block is one convert, multiply and fma for sixteen rows. Prefill decodes a row tile once and runs up to 8
+// tokens over it; decode (fewer than 4 tokens) runs the same lane arithmetic eight rows at a time in 256-bit
+// vectors, decoded as it goes by the AVX2 file's eight-row decoders.
+// Q8_0 and Q6_K go four rows at a time, interleaved by the decoders (kernels_avx512_decoders.h) so that one vpdpbusd
+// multiplies a 16-element quarter of all four rows (one per 128-bit lane) with a token's quarter broadcast to every
+// lane; one accumulator per token then holds the four rows (lane 4r + g: row r).
 //  - Decode (fewer than 8 tokens, 4 at a time): the rows are decoded as the tile walks them, unsigned bytes u
-//    against the signed activations, with c * sum(a) taken off each int32 lane; the float minima are a float term
-//    per block, wc * da * sum(a).
+//    against the signed activations, with c * sum(a) taken off each int32 lane.
 //  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
 //    16 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
+// (The sixteen-row form was measured for Q8_0 too: prefill 1.3-1.5x, but decode 13-19% slower, gemma3 270M's
+// included, whose 262,144-row output matrix is Q8_0.)
 #include "engine/cpu/kernels.h"
 
 // tests/avx512_emulated.cpp builds this file a second time on SIMDe's portable AVX-512 (it defines

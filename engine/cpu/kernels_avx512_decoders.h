@@ -1,10 +1,11 @@
 // Weight decoders of the AVX-512 kernels. Included by kernels_avx512.cpp only, which alone is compiled with the
 // AVX-512 flags; everything here has internal linkage.
 //
-// A decoder reads four weight rows at once, 64 elements (two 32-blocks, four 16-element quarters) per step, and
-// interleaves them so that one vpdpbusd multiplies all four rows with a token's quarter broadcast to every lane:
-// u[q] holds in its 128-bit lane r the 16 weights of quarter q of row r, as unsigned bytes in the unified form of
-// kernels.h (w = ws * (u - c) + wm).
+// The four-row decoders (Q8_0, Q6_K) read four weight rows at once, 64 elements (two 32-blocks, four 16-element
+// quarters) per step, and interleave them so that one vpdpbusd multiplies all four rows with a token's quarter
+// broadcast to every lane: u[q] holds in its 128-bit lane r the 16 weights of quarter q of row r, as unsigned bytes
+// in the unified form of kernels.h (w = ws * (u - c) + wm). The sixteen-row decoders (the 4- and 5-bit types) are
+// at the end.
 #pragma once
 
 #ifndef QUILL_AVX512_EMULATED
@@ -55,17 +56,6 @@ inline __m128 half_4(Rows rows, size_t off) {
 inline __m512i low_nibbles(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
 inline __m512i high_nibbles(__m512i v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
 
-// Adds 16 where the fifth bit of a Q5 block is set: bit l of row r's 32-bit qh is element l's; quarter `half`
-// covers elements 16 half .. 16 half + 15.
-inline __m512i add_q5_high(__m512i u, Rows rows, size_t qh_off, int half) {
-    uint64_t mask = 0;
-    for (int r = 0; r < 4; ++r) {
-        const uint32_t qh = load_unaligned<uint32_t>(rows[r] + qh_off);
-        mask |= uint64_t{(qh >> (16 * half)) & 0xFFFF} << (16 * r);
-    }
-    return _mm512_mask_add_epi8(u, _cvtu64_mask64(mask), u, _mm512_set1_epi8(16));
-}
-
 // Lane 4r + g takes element r of a 4-float vector.
 inline __m512 expand_rows(__m128 v) {
     return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
@@ -104,111 +94,29 @@ struct RowColumns {
 
 struct NoState {};
 
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a group is one step, two blocks.
-template <typename Block, int Offset>
-struct Dec32 {
-    static constexpr int kOffset = Offset;
-    static constexpr bool kHasMin = requires(Block b) { b.m; };
+// Q8_0: a group is one step, two blocks. (The 4- and 5-bit types have their own kernels, with the sixteen-row
+// decoders below.)
+struct DecQ8_0 {
+    static constexpr int kOffset = 128;  // signed bytes flipped to unsigned
+    static constexpr bool kHasMin = false;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 1;
-    static constexpr int64_t kGroupBytes = 2 * sizeof(Block);
+    static constexpr int64_t kGroupBytes = 2 * sizeof(BlockQ8_0);
     using State = NoState;
     static void load_group(Rows, int64_t, State&) {}
 
     static Step4 step(Rows rows, int64_t g, int, const State&) {
         Step4 s;
         for (int i = 0; i < 2; ++i) {
-            const size_t off = (2 * g + i) * sizeof(Block);
-            if constexpr (sizeof(Block::qs) == 32) {  // Q8_0: signed bytes, flipped to unsigned (c = 128)
-                load_4x32(rows, off + offsetof(Block, qs), s.u[2 * i], s.u[2 * i + 1]);
-                s.u[2 * i] = _mm512_xor_si512(s.u[2 * i], _mm512_set1_epi8(static_cast<char>(0x80)));
-                s.u[2 * i + 1] = _mm512_xor_si512(s.u[2 * i + 1], _mm512_set1_epi8(static_cast<char>(0x80)));
-            } else {  // nibbles: low ones are elements 0..15, high ones 16..31
-                const __m512i v = load_4x16(rows, off + offsetof(Block, qs));
-                s.u[2 * i] = low_nibbles(v);
-                s.u[2 * i + 1] = high_nibbles(v);
-                if constexpr (requires(Block b) { b.qh; }) {
-                    s.u[2 * i] = add_q5_high(s.u[2 * i], rows, off + offsetof(Block, qh), 0);
-                    s.u[2 * i + 1] = add_q5_high(s.u[2 * i + 1], rows, off + offsetof(Block, qh), 1);
-                }
-            }
-            const __m128 d = half_4(rows, off + offsetof(Block, d));
-            s.ws[2 * i] = s.ws[2 * i + 1] = expand_rows(d);
-            if constexpr (kHasMin) s.wc[i] = half_4(rows, off + offsetof(Block, m));
+            const size_t off = (2 * g + i) * sizeof(BlockQ8_0);
+            load_4x32(rows, off + offsetof(BlockQ8_0, qs), s.u[2 * i], s.u[2 * i + 1]);
+            s.u[2 * i] = _mm512_xor_si512(s.u[2 * i], _mm512_set1_epi8(static_cast<char>(0x80)));
+            s.u[2 * i + 1] = _mm512_xor_si512(s.u[2 * i + 1], _mm512_set1_epi8(static_cast<char>(0x80)));
+            s.ws[2 * i] = s.ws[2 * i + 1] = expand_rows(half_4(rows, off + offsetof(BlockQ8_0, d)));
         }
         return s;
     }
 };
-
-using DecQ4_0 = Dec32<BlockQ4_0, 8>;
-using DecQ4_1 = Dec32<BlockQ4_1, 0>;
-using DecQ5_0 = Dec32<BlockQ5_0, 16>;
-using DecQ5_1 = Dec32<BlockQ5_1, 0>;
-using DecQ8_0 = Dec32<BlockQ8_0, 128>;
-
-// Q4_K / Q5_K: sub-block j has scale d * sc_j and minimum -dmin * m_j. Step k holds sub-blocks 2k (the low
-// nibbles of qs[32k .. 32k + 32)) and 2k + 1 (the high nibbles); Q5_K's fifth bit of element l of sub-block j is
-// bit j of qh[l].
-template <typename Block>
-struct DecK4 {
-    static constexpr bool kHigh = requires(Block b) { b.qh; };
-    static constexpr int kOffset = 0;
-    static constexpr bool kHasMin = true;
-    static constexpr int kQuartersPerScale = 2;
-    static constexpr int kGroupSteps = 4;
-    static constexpr int64_t kGroupBytes = sizeof(Block);
-    struct State {
-        RowColumns ws, wm;     // d * sc_j and -dmin * m_j of each row
-        __m512i qh_lo, qh_hi;  // Q5_K: qh as quarter vectors
-    };
-
-    static void load_group(Rows rows, int64_t g, State& st) {
-        __m256 sc[4], mn[4];  // [row]
-        for (int r = 0; r < 4; ++r) {
-            const uint8_t* b = rows[r] + g * sizeof(Block);
-            uint8_t s8[8], m8[8];
-            unpack_k4_scales(b + offsetof(Block, scales), s8, m8);
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(Block, d))));
-            const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(Block, dmin))));
-            sc[r] = _mm256_mul_ps(d, to_float(s8));
-            mn[r] = _mm256_mul_ps(dmin, to_float(m8));
-        }
-        st.ws.set(sc);
-        st.wm.set(mn);
-        if constexpr (kHigh) load_4x32(rows, g * sizeof(Block) + offsetof(Block, qh), st.qh_lo, st.qh_hi);
-    }
-
-    static Step4 step(Rows rows, int64_t g, int k, const State& st) {
-        Step4 s;
-        __m512i lo, hi;
-        load_4x32(rows, g * sizeof(Block) + offsetof(Block, qs) + 32 * k, lo, hi);
-        s.u[0] = low_nibbles(lo);
-        s.u[1] = low_nibbles(hi);
-        s.u[2] = high_nibbles(lo);
-        s.u[3] = high_nibbles(hi);
-        if constexpr (kHigh) {
-            const __m512i sixteen = _mm512_set1_epi8(16);
-            const __m512i bit0 = _mm512_set1_epi8(static_cast<char>(1 << (2 * k)));
-            const __m512i bit1 = _mm512_set1_epi8(static_cast<char>(2 << (2 * k)));
-            s.u[0] = _mm512_mask_add_epi8(s.u[0], _mm512_test_epi8_mask(st.qh_lo, bit0), s.u[0], sixteen);
-            s.u[1] = _mm512_mask_add_epi8(s.u[1], _mm512_test_epi8_mask(st.qh_hi, bit0), s.u[1], sixteen);
-            s.u[2] = _mm512_mask_add_epi8(s.u[2], _mm512_test_epi8_mask(st.qh_lo, bit1), s.u[2], sixteen);
-            s.u[3] = _mm512_mask_add_epi8(s.u[3], _mm512_test_epi8_mask(st.qh_hi, bit1), s.u[3], sixteen);
-        }
-        s.ws[0] = s.ws[1] = st.ws.expanded(2 * k);
-        s.ws[2] = s.ws[3] = st.ws.expanded(2 * k + 1);
-        s.wc[0] = st.wm.column(2 * k);
-        s.wc[1] = st.wm.column(2 * k + 1);
-        return s;
-    }
-
-    static __m256 to_float(const uint8_t* v) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
-    }
-};
-
-using DecQ4_K = DecK4<BlockQ4_K>;
-using DecQ5_K = DecK4<BlockQ5_K>;
 
 // Q6_K: w = d * sc_i * (q - 32) with a scale per 16 elements. Step k covers 32-blocks 2k and 2k + 1, both in the
 // 128-element half k / 2: block 2k's low nibbles are ql[64 half + l], block 2k + 1's ql[64 half + 32 + l] (high
