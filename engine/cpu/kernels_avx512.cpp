@@ -37,7 +37,6 @@
 #include <immintrin.h>
 #endif
 
-#include "engine/cpu/kernels_avx2_decoders.h"  // the eight-row decoders of the decode path
 #include "engine/cpu/kernels_avx512_decoders.h"
 
 namespace quill::cpu::QUILL_AVX512_NS {

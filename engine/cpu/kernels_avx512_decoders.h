@@ -15,6 +15,8 @@
 #include <cstddef>
 
 #include "engine/cpu/kernels.h"
+// The eight-row decoders: the sixteen-row ones below name them as their decode path (Dec8) and share in_gpr.
+#include "engine/cpu/kernels_avx2_decoders.h"
 
 namespace quill::cpu::QUILL_AVX512_NS {
 namespace {
@@ -180,13 +182,7 @@ struct Step16 {
 
 using Rows16 = const uint8_t* const*;  // the 16 rows
 
-// Keeps v in an integer register: without it the compiler vectorizes the gathers below into many more vector
-// instructions than the integer units need for them.
-template <typename T>
-inline T in_gpr(T v) {
-    asm("" : "+r"(v));
-    return v;
-}
+using avx2::in_gpr;  // keeps a gathered value in an integer register (see kernels_avx2_decoders.h)
 
 // The 16 bytes at rows[r] + off as four vectors of four-byte groups: lane r of x[k] holds bytes 4k .. 4k + 3 of
 // row r (four rows to a 512-bit vector, then a 4 x 4 transpose of 32-bit elements within each 128-bit lane).
