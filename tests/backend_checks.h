@@ -180,7 +180,7 @@ inline std::vector<TinyCase> tiny_cases() {
 // The CPU kernel families this machine runs.
 inline std::vector<cpu::Isa> available_isas() {
     std::vector<cpu::Isa> v;
-    for (cpu::Isa i : {cpu::Isa::generic, cpu::Isa::avx2, cpu::Isa::avx512})
+    for (cpu::Isa i : cpu::kAllIsas)
         if (cpu::isa_available(i)) v.push_back(i);
     return v;
 }

@@ -173,7 +173,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    for (Isa isa : kAllIsas) {
         if (isa_available(isa)) o.isas.push_back(isa);
     }
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -192,8 +192,9 @@ Options parse(int argc, char** argv) {
         if (key == "--isa") {
             o.isas.clear();
             for (const auto& name : split_list(value)) {
-                for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
-                    if (name == isa_name(isa) || (name == "avx512" && isa == Isa::avx512)) o.isas.push_back(isa);
+                for (Isa isa : kAllIsas) {
+                    if (name == isa_name(isa) || (name == "avx512" && isa == Isa::avx512) || (name == "amx" && isa == Isa::amx))
+                        o.isas.push_back(isa);
                 }
             }
         }

@@ -136,7 +136,7 @@ Tolerance tolerances(const TestMatrix& m, const std::vector<float>& x, int64_t n
 
 std::vector<Isa> available_isas() {
     std::vector<Isa> isas;
-    for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    for (Isa isa : kAllIsas) {
         if (isa_available(isa)) isas.push_back(isa);
     }
     return isas;
@@ -336,13 +336,41 @@ TEST_CASE("a token's outputs do not depend on the other tokens of the batch", "[
     }
 }
 
+TEST_CASE("the AMX kernels give the AVX-512 kernels' bits", "[matmul]") {
+    if (!isa_available(Isa::amx)) {
+        quill::test::skip_no_device("no AMX-INT8 here (or the kernel refused it): the AMX kernels cannot run");
+        return;
+    }
+    std::mt19937 rng(4242);
+    ThreadPool pool(2);
+    // Token groups of 16 (fewer padded), odd numbers of 32-blocks (800), ragged row tiles (45 rows), and chunks of
+    // 1 MiB of int8 activations (400 tokens of 2816: 368 + 32).
+    for (GgmlType type : kTypes) {
+        const bool k_quant = type_traits(type).block_size == 256;
+        for (auto [n_in, n_tokens] : {std::pair<int64_t, int64_t>{k_quant ? 1024 : 800, 8}, {k_quant ? 1024 : 800, 9},
+                                      {k_quant ? 1024 : 800, 16}, {k_quant ? 1024 : 800, 33}, {2816, 400}}) {
+            const TestMatrix m = make_matrix(type, 45, n_in, rng);
+            INFO(fmt::format("{} batch of {}", type_name(type), n_tokens));
+            const std::vector<float> x = make_input(n_tokens, n_in, rng);
+            std::vector<float> y[2];
+            for (int i = 0; i < 2; ++i) {
+                Activations act;
+                act.set(x.data(), n_tokens, n_in);
+                y[i] = poisoned(static_cast<size_t>(n_tokens * m.n_out));
+                matmul(m.view(), act, y[i].data(), pool, i == 0 ? Isa::avx512 : Isa::amx);
+            }
+            CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
+        }
+    }
+}
+
 TEST_CASE("best_isa honours QUILL_CPU_ISA", "[matmul]") {
     IsaEnvGuard guard;
     unsetenv("QUILL_CPU_ISA");
     const Isa best = best_isa();
     REQUIRE(isa_available(best));
     REQUIRE(isa_available(Isa::generic));
-    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
         if (isa_available(isa) && !(isa == Isa::avx512 && avx512_emulated())) REQUIRE(best >= isa);
     }
     if (avx512_emulated()) REQUIRE(best < Isa::avx512);  // the product never runs emulated kernels
@@ -351,12 +379,15 @@ TEST_CASE("best_isa honours QUILL_CPU_ISA", "[matmul]") {
     setenv("QUILL_CPU_ISA", "avx2", 1);
     CHECK(best_isa() == (isa_available(Isa::avx2) ? Isa::avx2 : Isa::generic));
     setenv("QUILL_CPU_ISA", "avx512", 1);
+    CHECK(best_isa() == std::min(best, Isa::avx512));
+    setenv("QUILL_CPU_ISA", "amx", 1);
     CHECK(best_isa() == best);  // asking for more than the CPU has gives the best it has
     setenv("QUILL_CPU_ISA", "sse9", 1);
     CHECK_THROWS_AS(best_isa(), UsageError);
     CHECK(isa_name(Isa::generic) == "generic");
     CHECK(isa_name(Isa::avx2) == "avx2");
     CHECK(isa_name(Isa::avx512) == (avx512_emulated() ? "avx512-vnni (emulated)" : "avx512-vnni"));
+    CHECK(isa_name(Isa::amx) == "avx512-vnni+amx");
 }
 
 TEST_CASE("the AVX-512 kernels run here natively or emulated", "[matmul]") {

@@ -35,6 +35,12 @@ struct QuantizedActs {
     float* ds16 = nullptr;    // [n_tokens, 2 * blk_stride]: da * sum of each 16-element half of a block
     int32_t* isum = nullptr;  // [n_tokens, blk_stride]: sum of the block's 32 int8 values
     uint8_t* qs_u = nullptr;  // [n_tokens, qs_stride]: qs + 128 as unsigned bytes (only for n_tokens > 1)
+    // For the AMX kernels (Isa::amx, from kAmxMinTokens tokens): qs, d and ds in groups of 16 tokens (the last
+    // group padded with zeros), so that a group's block b is one contiguous A tile: tile_qs [n_groups, nb, 16, 32],
+    // tile_d and tile_ds [n_groups, nb, 16], nb = n_in / 32.
+    int8_t* tile_qs = nullptr;
+    float* tile_d = nullptr;
+    float* tile_ds = nullptr;
     int64_t n_tokens = 0, n_in = 0;
     int64_t qs_stride = 0, blk_stride = 0;
 };
@@ -60,6 +66,9 @@ struct Kernel {
 // Rows a kernel prefers to be handed together (the AVX-512 sixteen-row tiles; the eight- and four-row kernels take
 // two and four); work is split in multiples of this.
 constexpr int64_t kRowTile = 16;
+// Token groups of the AMX kernels' activations (QuantizedActs::tile_qs), and from how many tokens they run.
+constexpr int64_t kAmxGroup = 16;
+constexpr int64_t kAmxMinTokens = 8;
 // Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
 constexpr int64_t kOutputBlockFloats = 16384;
 // Per-thread scratch a kernel may use: room for the float minima of a row tile, [kRowTile, n_in / 16 + 16], then
@@ -90,6 +99,9 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic 
 }
 namespace avx512 {
 Kernel find_kernel(GgmlType type);
+// The AMX kernels (nullptr fn for a type without one); amx_built() is false when the compiler could not build them.
+Kernel find_kernel_amx(GgmlType type);
+bool amx_built();
 }
 
 // For tests: replaces the avx512 family's kernel table (nullptr restores the built-in one), and makes

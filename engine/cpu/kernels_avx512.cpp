@@ -514,6 +514,138 @@ void rows16(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     }
 }
 
+// ---- AMX-INT8: sixteen rows x sixteen tokens x one block per tile multiply (Isa::amx) ----
+// The repacked row tile's eight vectors of a block are a B tile as TDPBSSD reads it (row k: four bytes of each of
+// the sixteen rows), stored as signed u - c; sixteen tokens' int8 blocks, qs_stride apart, are an A tile. One
+// TDPBSSD gives C[t][r] = the exact int32 dot of block b for sixteen tokens and rows, the integer rows16_block
+// computes; the float work that follows is rows16_block's, so a token's outputs have the same bits as on the avx512
+// path. Blocks alternate between two C tiles so that the tile unit multiplies block b + 1 while the vector units
+// scale block b.
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && !defined(QUILL_AVX512_EMULATED)
+#define QUILL_AMX 1
+
+// Tiles 0 and 1: C [16 tokens, 16 rows] int32; 2 and 3: A [16 tokens, 32 bytes]; 4 and 5: B [8, 64 bytes].
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+inline void configure_tiles() {
+    TileConfig c;
+    for (int i : {0, 1}) c.rows[i] = 16, c.colsb[i] = 64;
+    for (int i : {2, 3}) c.rows[i] = 16, c.colsb[i] = 32;
+    for (int i : {4, 5}) c.rows[i] = 8, c.colsb[i] = 64;
+    // Not _tile_loadconfig: GCC 12's macro hands the asm only the first 8 bytes of the config as its operand, and
+    // the stores to the rest were dropped as dead (the tiles then stayed unconfigured: SIGILL at the first use).
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
+}
+
+// y[j * n_out + r] = row r of the tile against token t0 + j, j < n <= N, for the rows set in `rows`, from the
+// repacked blocks (w signed) and token group t0 / 16 of the tile layout (its padding tokens are zeros); the first N
+// of the sixteen results are scaled (all N, so that the accumulators stay in registers), the first n stored.
+// Sixteen rows are a whole cache line of a token's outputs, so they go straight to y.
+template <typename Dec, int N>
+void amx_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, int n, float* y, int64_t n_out,
+              __mmask16 rows) {
+    static_assert(kAmxGroup == 16 && N <= 16);
+    alignas(64) int32_t c[2][256];
+    __m512 acc[N];
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    const int64_t g = t0 / kAmxGroup;
+    const int8_t* a = q.tile_qs + g * nb * 512;  // [nb][16][32]
+    const float* d = q.tile_d + g * nb * 16;     // [nb][16]
+    const float* ds = q.tile_ds + g * nb * 16;   // [nb][16]
+    auto scale = [&](int64_t b, const int32_t* cb) {
+        const __m512 ws = steps[b].ws;
+        const float* db = d + 16 * b;
+        const float* dsb = ds + 16 * b;
+#pragma GCC unroll 16
+        for (int t = 0; t < N; ++t) {
+            const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t));
+            acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(ws, _mm512_set1_ps(db[t])), acc[t]);
+            if constexpr (Dec::kHasMin) acc[t] = _mm512_fmadd_ps(steps[b].wm, _mm512_set1_ps(dsb[t]), acc[t]);
+        }
+    };
+    _tile_zero(0);
+    _tile_loadd(2, a, 32);
+    _tile_loadd(4, steps[0].w, 64);
+    _tile_dpbssd(0, 2, 4);
+    for (int64_t b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) {
+            _tile_zero(1);
+            _tile_loadd(3, a + 512 * (b + 1), 32);
+            _tile_loadd(5, steps[b + 1].w, 64);
+            _tile_dpbssd(1, 3, 5);
+        }
+        _tile_stored(0, c[0], 64);
+        scale(b, c[0]);
+        if (b + 1 < nb) {
+            if (b + 2 < nb) {
+                _tile_zero(0);
+                _tile_loadd(2, a + 512 * (b + 2), 32);
+                _tile_loadd(4, steps[b + 2].w, 64);
+                _tile_dpbssd(0, 2, 4);
+            }
+            _tile_stored(1, c[1], 64);
+            scale(b + 1, c[1]);
+        }
+    }
+    for (int t = 0; t < n; ++t) _mm512_mask_storeu_ps(y + t * n_out, rows, acc[t]);
+}
+
+// Int8 activations per token chunk: the chunk's rows stay in L2 while every row tile of the range passes over them
+// (a row tile is decoded again for each chunk).
+constexpr int64_t kAmxChunkBytes = 1 << 20;
+
+// Rows [r0, r1) of y for all tokens: rows16 below kAmxMinTokens tokens, else amx_tile over each row tile, decoded
+// once per token chunk.
+template <typename Dec>
+void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    if (args.n_tokens < kAmxMinTokens) return rows16<Dec>(args, r0, r1, scratch);
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32;
+    auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb]: the repacked row tile (scratch is 64-byte aligned)
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const auto tile_bytes = 16 * static_cast<int64_t>(w.row_bytes);
+    const int64_t prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
+    const int64_t chunk = kAmxChunkBytes / q.qs_stride / 16 * 16 > 16 ? kAmxChunkBytes / q.qs_stride / 16 * 16 : 16;
+    if (q.tile_qs == nullptr) return rows16<Dec>(args, r0, r1, scratch);  // (the activations were made for avx512)
+    configure_tiles();
+    for (int64_t c0 = 0; c0 < args.n_tokens; c0 += chunk) {
+        const int64_t c1 = min64(args.n_tokens, c0 + chunk);
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int nr = static_cast<int>(min64(16, r1 - r));
+            const uint8_t* rows[16];  // a ragged tile repeats its last row
+            for (int i = 0; i < 16; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            int64_t prefetched = 0;
+            for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
+                prefetch_rows16(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
+                Dec::for_group(rows, g, [&](int64_t b, const Step16& st) {
+                    steps[b] = st;
+                    if constexpr (Dec::kOffset != 0) {  // TDPBSSD multiplies signed weights: u - c
+                        for (__m512i& v : steps[b].w) v = _mm512_sub_epi8(v, _mm512_set1_epi8(Dec::kOffset));
+                    }
+                });
+            }
+            const auto mask = static_cast<__mmask16>((1u << nr) - 1);
+            for (int64_t t = c0; t < c1; t += 16) {
+                const int nt = static_cast<int>(min64(16, c1 - t));
+                float* y = args.y + t * w.n_out + r;
+                if (nt > 8) {
+                    amx_tile<Dec, 16>(steps, nb, q, t, nt, y, w.n_out, mask);
+                } else {
+                    amx_tile<Dec, 8>(steps, nb, q, t, nt, y, w.n_out, mask);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+#endif
+
 // ---- float weights: 4 rows x T tokens, 16 elements per step, the row converted in registers ----
 
 struct LoadF32 {
@@ -645,12 +777,42 @@ Kernel find_kernel(GgmlType type) {
     }
 }
 
+#ifndef QUILL_AVX512_EMULATED
+#ifdef QUILL_AMX
+bool amx_built() { return true; }
+
+Kernel find_kernel_amx(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0:
+            return {rows16_amx<Dec16Q4_0>, true};
+        case GgmlType::Q4_1:
+            return {rows16_amx<Dec16Q4_1>, true};
+        case GgmlType::Q5_0:
+            return {rows16_amx<Dec16Q5_0>, true};
+        case GgmlType::Q5_1:
+            return {rows16_amx<Dec16Q5_1>, true};
+        case GgmlType::Q4_K:
+            return {rows16_amx<Dec16Q4_K>, true};
+        case GgmlType::Q5_K:
+            return {rows16_amx<Dec16Q5_K>, true};
+        default:
+            return {};
+    }
+}
+#else
+bool amx_built() { return false; }
+Kernel find_kernel_amx(GgmlType) { return {}; }
+#endif
+#endif
+
 }  // namespace quill::cpu::QUILL_AVX512_NS
 
 #else  // built without AVX-512 support in the compiler flags
 
 namespace quill::cpu::avx512 {
 Kernel find_kernel(GgmlType) { return {}; }
+Kernel find_kernel_amx(GgmlType) { return {}; }
+bool amx_built() { return false; }
 }  // namespace quill::cpu::avx512
 
 #endif

@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "engine/cpu/kernels.h"
@@ -27,6 +32,8 @@ struct Activations::Cache {
     std::vector<float> ds;              // [n_tokens, blk_stride]
     std::vector<float> ds16;            // [n_tokens, 2 * blk_stride]
     std::vector<int32_t> isum;          // [n_tokens, blk_stride]
+    std::vector<int8_t> tile_qs_storage;  // the AMX tile layout (QuantizedActs::tile_qs), when used
+    std::vector<float> tile_d, tile_ds;
     std::vector<float> scratch;         // [n_threads, scratch_floats(n_in, n_tokens)] plus alignment room
     QuantizedActs view;
 };
@@ -54,6 +61,28 @@ T* align64(T* p) {
     return p + ((64 - a % 64) % 64) / sizeof(T);
 }
 
+// Copies token group g of q's rows into the tile layout (see QuantizedActs::tile_qs), zeros past n_tokens.
+void tile_group(const QuantizedActs& q, int64_t g) {
+    const int64_t nb = q.n_in / 32;
+    int8_t* tq = q.tile_qs + g * nb * kAmxGroup * 32;  // [nb][16][32]
+    float* td = q.tile_d + g * nb * kAmxGroup;         // [nb][16]
+    float* tds = q.tile_ds + g * nb * kAmxGroup;       // [nb][16]
+    for (int64_t j = 0; j < kAmxGroup; ++j) {
+        const int64_t t = g * kAmxGroup + j;
+        for (int64_t b = 0; b < nb; ++b) {
+            int8_t* dst = tq + (b * kAmxGroup + j) * 32;
+            if (t < q.n_tokens) {
+                std::memcpy(dst, q.qs + t * q.qs_stride + 32 * b, 32);
+                td[b * kAmxGroup + j] = q.d[t * q.blk_stride + b];
+                tds[b * kAmxGroup + j] = q.ds[t * q.blk_stride + b];
+            } else {
+                std::memset(dst, 0, 32);
+                td[b * kAmxGroup + j] = tds[b * kAmxGroup + j] = 0.0f;
+            }
+        }
+    }
+}
+
 void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     Activations::Cache& c = x.cache();
     if (c.int8_ready) return;
@@ -72,15 +101,32 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
         c.qs_u_storage.resize(c.qs_storage.size());
         qs_u = align64(c.qs_u_storage.data());
     }
-    c.view = {qs, c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u, n_tokens, n_in, qs_stride, blk_stride};
+    c.view = {qs,      c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u,
+              nullptr, nullptr,    nullptr,     n_tokens,      n_in,          qs_stride, blk_stride};
     const QuantizeBlock block = isa == Isa::generic ? generic::quantize_block : avx2::quantize_block;
     auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view, block); };
+    const bool tiles = isa == Isa::amx && n_tokens >= kAmxMinTokens;
+    const int64_t n_groups = (n_tokens + kAmxGroup - 1) / kAmxGroup, nb = n_in / 32;
+    if (tiles) {
+        c.tile_qs_storage.resize(static_cast<size_t>(n_groups * nb * kAmxGroup * 32 + 64));
+        c.tile_d.resize(static_cast<size_t>(n_groups * nb * kAmxGroup));
+        c.tile_ds.resize(c.tile_d.size());
+        c.view.tile_qs = align64(c.tile_qs_storage.data());
+        c.view.tile_d = c.tile_d.data();
+        c.view.tile_ds = c.tile_ds.data();
+    }
+    // Units of work: tokens, or (AMX) groups of tokens, each quantized and then copied into the tile layout.
+    const int64_t n_units = tiles ? n_groups : n_tokens, unit = tiles ? kAmxGroup : 1;
+    auto quantize_units = [&](int64_t u0, int64_t u1) {
+        quantize(u0 * unit, std::min(n_tokens, u1 * unit));
+        for (int64_t g = u0; tiles && g < u1; ++g) tile_group(c.view, g);
+    };
     if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
-        quantize(0, n_tokens);
+        quantize_units(0, n_units);
     } else {
         pool.run([&](int ith, int nth) {
-            const Range r = split_range(n_tokens, ith, nth);
-            quantize(r.begin, r.end);
+            const Range r = split_range(n_units, ith, nth);
+            quantize_units(r.begin, r.end);
         });
     }
     c.int8_ready = true;
@@ -103,11 +149,12 @@ std::atomic<Kernel (*)(GgmlType)> g_avx512_kernels{nullptr};  // see set_avx512_
 // The one dispatch over weight types: the ISA's kernel, else the portable one, else dequantize-and-dot.
 Kernel select_kernel(GgmlType type, Isa isa) {
     Kernel k;
-    if (isa == Isa::avx512) {
+    if (isa == Isa::amx) k = avx512::find_kernel_amx(type);
+    if (!k.fn && isa >= Isa::avx512) {
         Kernel (*emulated)(GgmlType) = g_avx512_kernels.load(std::memory_order_relaxed);
         k = emulated ? emulated(type) : avx512::find_kernel(type);
     }
-    if (!k.fn && (isa == Isa::avx512 || isa == Isa::avx2)) k = avx2::find_kernel(type);
+    if (!k.fn && isa >= Isa::avx2) k = avx2::find_kernel(type);
     if (!k.fn) k = generic::find_kernel(type);
     if (!k.fn && type_traits(type).can_dequantize) k = generic::fallback_kernel();
     return k;
@@ -230,6 +277,29 @@ bool avx512_emulated() { return g_avx512_kernels.load() != nullptr; }
 
 namespace {
 
+#if defined(__x86_64__)
+// AMX-TILE and AMX-INT8 in CPUID, tile state enabled by the OS (XCR0 bits 17 and 18), and the kernel's permission
+// for this process to use the tile data (Linux 5.16+: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked
+// once; a refusal leaves the avx512 kernels).
+bool amx_permitted() {
+    static const bool permitted = [] {
+        if (!avx512::amx_built()) return false;
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_OSXSAVE)) return false;
+        if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+        if (!((edx >> 24) & 1) || !((edx >> 25) & 1)) return false;  // AMX-TILE, AMX-INT8
+        uint32_t xcr0 = 0, xcr0_high = 0;
+        __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+        if ((xcr0 & (3u << 17)) != (3u << 17)) return false;  // XTILECFG and XTILEDATA
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }();
+    return permitted;
+}
+#else
+bool amx_permitted() { return false; }
+#endif
+
 bool hardware_has(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -247,6 +317,8 @@ bool hardware_has(Isa isa) {
             return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                    __builtin_cpu_supports("avx512vnni");
+        case Isa::amx:
+            return hardware_has(Isa::avx512) && amx_permitted();
     }
     return false;
 #else
@@ -269,13 +341,15 @@ std::string_view isa_name(Isa isa) {
             return "avx2";
         case Isa::avx512:
             return avx512_emulated() ? "avx512-vnni (emulated)" : "avx512-vnni";
+        case Isa::amx:
+            return "avx512-vnni+amx";
     }
     return "unknown";
 }
 
 Isa best_isa() {
     Isa best = Isa::generic;
-    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
         if (hardware_has(isa)) best = isa;
     }
     const char* env = std::getenv("QUILL_CPU_ISA");
@@ -288,8 +362,10 @@ Isa best_isa() {
         asked = Isa::avx2;
     } else if (want == "avx512" || want == "avx512-vnni") {
         asked = Isa::avx512;
+    } else if (want == "amx" || want == "avx512-vnni+amx") {
+        asked = Isa::amx;
     } else {
-        throw UsageError(fmt::format("QUILL_CPU_ISA={} is not one of generic, avx2, avx512", want));
+        throw UsageError(fmt::format("QUILL_CPU_ISA={} is not one of generic, avx2, avx512, amx", want));
     }
     return std::min(asked, best);
 }

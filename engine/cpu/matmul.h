@@ -57,15 +57,19 @@ struct MatmulJob {
 };
 
 // Kernel families, best last. The backend picks one at construction (best_isa()); tests run every available one.
-enum class Isa { generic, avx2, avx512 };
-// The best family this CPU runs, lowered by QUILL_CPU_ISA=generic|avx2|avx512 when set (asking for one the CPU
+// amx is avx512 with Intel AMX-INT8 tile multiplies for prefill (8 tokens or more) where the CPU has AMX and the
+// kernel lets the process use it; its results have the same bits as avx512's.
+enum class Isa { generic, avx2, avx512, amx };
+inline constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
+// The best family this CPU runs, lowered by QUILL_CPU_ISA=generic|avx2|avx512|amx when set (asking for one the CPU
 // lacks gives the best it has).
 Isa best_isa();
 // Whether the family can run here: the hardware has it, or (avx512, in the tests) its kernels are emulated.
 bool isa_available(Isa isa);
 // True when the avx512 family runs emulated kernels (tests/avx512_emulated.cpp; see set_avx512_kernels).
 bool avx512_emulated();
-std::string_view isa_name(Isa isa);  // "generic", "avx2", "avx512-vnni" (with " (emulated)" when it is)
+// "generic", "avx2", "avx512-vnni" (with " (emulated)" when it is), "avx512-vnni+amx"
+std::string_view isa_name(Isa isa);
 
 // Fast path: runs every job over the pool in one parallel section (rows split across threads).
 void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa);
