@@ -7,15 +7,19 @@
 // of a block is one convert, multiply and fma for sixteen rows. Prefill decodes a row tile once and runs up to 8
 // tokens over it; decode (fewer than 4 tokens) runs the same lane arithmetic eight rows at a time in 256-bit
 // vectors, decoded as it goes by the AVX2 file's eight-row decoders.
-// Q8_0 and Q6_K go four rows at a time, interleaved by the decoders (kernels_avx512_decoders.h) so that one vpdpbusd
+// Q6_K goes four rows at a time, interleaved by the decoders (kernels_avx512_decoders.h) so that one vpdpbusd
 // multiplies a 16-element quarter of all four rows (one per 128-bit lane) with a token's quarter broadcast to every
 // lane; one accumulator per token then holds the four rows (lane 4r + g: row r).
 //  - Decode (fewer than 8 tokens, 4 at a time): the rows are decoded as the tile walks them, unsigned bytes u
 //    against the signed activations, with c * sum(a) taken off each int32 lane.
 //  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
 //    16 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
-// (The sixteen-row form was measured for Q8_0 too: prefill 1.3-1.5x, but decode 13-19% slower, gemma3 270M's
-// included, whose 262,144-row output matrix is Q8_0.)
+// Q8_0 decodes (fewer than 4 tokens) on the four-row kernels, with each block's four lanes of a row summed to the
+// block's exact integer so that the arithmetic is the sixteen-row kernels', which take 4 tokens or more (a
+// sixteen-row decode was measured 13-19% slower for Q8_0, gemma3 270M's 262,144-row output matrix included).
+// With AMX (Isa::amx), 8 tokens or more of every sixteen-row type go through tile multiplies (rows16_amx).
+#include <type_traits>
+
 #include "engine/cpu/kernels.h"
 
 // tests/avx512_emulated.cpp builds this file a second time on SIMDe's portable AVX-512 (it defines
@@ -80,6 +84,10 @@ struct RowTile {
 
 // ---- decode tile: 4 rows x T tokens, rows decoded on the fly ----
 
+// Whether the decoder's blocks end in an exact integer dot per row (see DecQ8_0).
+template <typename Dec>
+constexpr bool kExactBlocks = requires { requires Dec::kExactBlocks; };
+
 // out[r][t] = the dot of row r with token t0 + t over the first n_groups groups. Each vpdpbusd multiplies a
 // quarter of all 4 rows (lane r) with the token's quarter broadcast; c * (the lane's sum of a) is subtracted in
 // int32, so each lane holds the exact sum of (u - c) * a that the prefill tile computes. The float minima come in
@@ -117,6 +125,14 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
                         if constexpr (Dec::kOffset != 0) coff = _mm512_dpbusd_epi32(coff, offset, ai);
                     }
                     if constexpr (Dec::kOffset != 0) dot = _mm512_sub_epi32(dot, coff);
+                    if constexpr (kExactBlocks<Dec>) {  // the block's integer dot in all four lanes of its row
+                        static_assert(QG == 2);
+                        // (byte shuffles: SIMDe, which the emulated build uses, has no _mm512_shuffle_epi32)
+                        const __m512i swap64 = _mm512_set4_epi32(0x07060504, 0x03020100, 0x0F0E0D0C, 0x0B0A0908);
+                        const __m512i swap32 = _mm512_set4_epi32(0x0B0A0908, 0x0F0E0D0C, 0x03020100, 0x07060504);
+                        dot = _mm512_add_epi32(dot, _mm512_shuffle_epi8(dot, swap64));
+                        dot = _mm512_add_epi32(dot, _mm512_shuffle_epi8(dot, swap32));
+                    }
                     const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(d0[t * q.blk_stride + b]));
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[t]);
                     if constexpr (Dec::kHasMin)
@@ -131,7 +147,11 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
         _mm512_store_ps(lanes, acc[t]);
         _mm_store_ps(mins, accm[t]);
         for (int r = 0; r < 4; ++r) {
-            out[r][t] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+            if constexpr (kExactBlocks<Dec>) {
+                out[r][t] = lanes[4 * r];  // the four lanes are the same chain
+            } else {
+                out[r][t] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+            }
             if constexpr (Dec::kHasMin) out[r][t] += mins[r];
         }
     }
@@ -295,11 +315,22 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                     add_block_minima(block, sc.wm, q, nb_main, r, nr);
                 }
             }
-            // A trailing odd 32-block, after everything else on both paths.
+            // A trailing odd 32-block, after everything else on both paths (with exact blocks, the chain's last fma).
             for (int64_t b = nb_main; b < nb; ++b) {
                 for (int i = 0; i < nr; ++i) {
-                    for (int64_t t = 0; t < args.n_tokens; ++t)
-                        block.at(r + i, t) += generic::block_dot(w.type, tile.rows[i], b, q, t);
+                    for (int64_t t = 0; t < args.n_tokens; ++t) {
+                        if constexpr (kExactBlocks<Dec>) {
+                            static_assert(std::is_same_v<Dec, DecQ8_0>);
+                            const auto* blk = reinterpret_cast<const BlockQ8_0*>(tile.rows[i]) + b;
+                            const int8_t* a = q.qs + t * q.qs_stride + 32 * b;
+                            int32_t dot = 0;
+                            for (int k = 0; k < 32; ++k) dot += int32_t{blk->qs[k]} * a[k];
+                            const float scale = half_to_float(blk->d) * q.d[t * q.blk_stride + b];
+                            block.at(r + i, t) = __builtin_fmaf(static_cast<float>(dot), scale, block.at(r + i, t));
+                        } else {
+                            block.at(r + i, t) += generic::block_dot(w.type, tile.rows[i], b, q, t);
+                        }
+                    }
                 }
             }
         }
@@ -461,11 +492,13 @@ void rows16_decode(Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedAct
 template <typename Dec>
 int rows16_tokens(const Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0,
                   int64_t left, float (*out)[16]) {
-    if (steps == nullptr) {
-        static_assert(kRows16MinTokens <= 4);
-        if (left >= 3) return rows16_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;
-        if (left == 2) return rows16_decode<Dec, 2>(rows, prefetch, nb, q, t0, out), 2;
-        return rows16_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
+    if constexpr (requires { typename Dec::Dec8; }) {  // (Q8_0 decodes on the four-row kernels: q8_0_rows)
+        if (steps == nullptr) {
+            static_assert(kRows16MinTokens <= 4);
+            if (left >= 3) return rows16_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;
+            if (left == 2) return rows16_decode<Dec, 2>(rows, prefetch, nb, q, t0, out), 2;
+            return rows16_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
+        }
     }
     if (left >= 8) return rows16_tile<Dec, 8>(steps, nb, q, t0, out), 8;
     if (left >= 6) return rows16_tile<Dec, 6>(steps, nb, q, t0, out), 6;
@@ -626,7 +659,7 @@ void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 Dec::for_group(rows, g, [&](int64_t b, const Step16& st) {
                     steps[b] = st;
                     if constexpr (Dec::kOffset != 0) {  // TDPBSSD multiplies signed weights: u - c
-                        for (__m512i& v : steps[b].w) v = _mm512_sub_epi8(v, _mm512_set1_epi8(Dec::kOffset));
+                        for (__m512i& v : steps[b].w) v = _mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(Dec::kOffset)));
                     }
                 });
             }
@@ -643,6 +676,19 @@ void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
         }
     }
     _tile_release();
+}
+#endif
+
+// Q8_0: decode on the four-row kernels (exact blocks), more tokens sixteen rows at a time (the same arithmetic).
+void q8_0_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    if (args.n_tokens < kRows16MinTokens) return quant_rows<DecQ8_0>(args, r0, r1, scratch);
+    rows16<Dec16Q8_0>(args, r0, r1, scratch);
+}
+
+#ifdef QUILL_AMX
+void q8_0_rows_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    if (args.n_tokens < kRows16MinTokens) return quant_rows<DecQ8_0>(args, r0, r1, scratch);
+    rows16_amx<Dec16Q8_0>(args, r0, r1, scratch);
 }
 #endif
 
@@ -765,7 +811,7 @@ Kernel find_kernel(GgmlType type) {
         case GgmlType::Q5_1:
             return {rows16<Dec16Q5_1>, true};
         case GgmlType::Q8_0:
-            return {quant_rows<DecQ8_0>, true};
+            return {q8_0_rows, true};
         case GgmlType::Q4_K:
             return {rows16<Dec16Q4_K>, true};
         case GgmlType::Q5_K:
@@ -783,6 +829,8 @@ bool amx_built() { return true; }
 
 Kernel find_kernel_amx(GgmlType type) {
     switch (type) {
+        case GgmlType::Q8_0:
+            return {q8_0_rows_amx, true};
         case GgmlType::Q4_0:
             return {rows16_amx<Dec16Q4_0>, true};
         case GgmlType::Q4_1:

@@ -98,9 +98,13 @@ struct NoState {};
 
 // Q8_0: a group is one step, two blocks. (The 4- and 5-bit types have their own kernels, with the sixteen-row
 // decoders below.)
+// Its decode (fewer than kRows16MinTokens tokens) ends each block with the block's exact integer dot per row
+// (kExactBlocks) and one fma chain per row in block order, the arithmetic of the sixteen-row kernels that multiply
+// more tokens (Dec16Q8_0), so that a token's outputs do not depend on the batch.
 struct DecQ8_0 {
     static constexpr int kOffset = 128;  // signed bytes flipped to unsigned
     static constexpr bool kHasMin = false;
+    static constexpr bool kExactBlocks = true;
     static constexpr int kQuartersPerScale = 2;
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kGroupBytes = 2 * sizeof(BlockQ8_0);
@@ -276,6 +280,26 @@ struct Dec16 {
         } else {
             s.ws = half_16(rows, off + offsetof(Block, d));
         }
+        f(b, s);
+    }
+};
+
+// Q8_0 sixteen rows in lanes (the prefill side of DecQ8_0): the 32 bytes of a block transposed as two halves of
+// 16, flipped to unsigned (u = q + 128).
+struct Dec16Q8_0 {
+    static constexpr int kOffset = 128;
+    static constexpr bool kHasMin = false;
+    static constexpr int kGroupSteps = 1;
+    static constexpr int64_t kGroupBytes = sizeof(BlockQ8_0);
+
+    template <typename F>
+    static void for_group(Rows16 rows, int64_t b, F&& f) {
+        const size_t off = static_cast<size_t>(b) * sizeof(BlockQ8_0);
+        Step16 s;
+        transpose_16x16(rows, off + offsetof(BlockQ8_0, qs), s.w);
+        transpose_16x16(rows, off + offsetof(BlockQ8_0, qs) + 16, s.w + 4);
+        for (__m512i& v : s.w) v = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+        s.ws = half_16(rows, off + offsetof(BlockQ8_0, d));
         f(b, s);
     }
 };
