@@ -364,6 +364,55 @@ TEST_CASE("the AMX kernels give the AVX-512 kernels' bits", "[matmul]") {
     }
 }
 
+TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
+    for (GgmlType type : kTypes) {
+        CHECK(PackedWeights::supports(type, Isa::generic) == false);
+        CHECK(PackedWeights::supports(type, Isa::avx2) == false);
+    }
+    const bool any = PackedWeights::supports(GgmlType::Q4_0, Isa::avx512) || PackedWeights::supports(GgmlType::Q4_0, Isa::amx);
+    if (!any) {
+        quill::test::skip_no_device("no native AVX-512 here: the packed kernels cannot run");
+        return;
+    }
+    std::mt19937 rng(777);
+    ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
+    for (GgmlType type : kTypes) {
+        if (!PackedWeights::supports(type, Isa::avx512)) continue;
+        // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800), a single block, and AMX's chunks (400
+        // tokens of 2816); every token count of every path (decode 1-3, sixteen-row tiles, AMX groups).
+        for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 800}, {7, 32}, {18, 2816}}) {
+            const TestMatrix m = make_matrix(type, n_out, n_in, rng);
+            // The packed view's file data are zeros, so only kernels that read the packed form give m's results.
+            const std::vector<uint8_t> zeros(m.data.size(), 0);
+            WeightMatrix packed_view = m.view();
+            packed_view.data = zeros.data();
+            PackedWeights packed(m.view(), &pools[1]);
+            packed_view.packed = packed.data();
+            REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) *
+                                          static_cast<size_t>(type == GgmlType::Q8_0 ? 544 : type == GgmlType::Q4_1 ? 320 : 288));
+            for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 40, 400}) {
+                if (n_tokens == 400 && n_in != 2816) continue;
+                const std::vector<float> x = make_input(n_tokens, n_in, rng);
+                for (Isa isa : {Isa::avx512, Isa::amx}) {
+                    if (!PackedWeights::supports(type, isa)) continue;
+                    for (ThreadPool& pool : pools) {
+                        INFO(fmt::format("{} {}x{} tokens {} isa {} threads {}", type_name(type), n_out, n_in,
+                                         n_tokens, isa_name(isa), pool.size()));
+                        std::vector<float> y[2];
+                        for (int i = 0; i < 2; ++i) {
+                            Activations act;
+                            act.set(x.data(), n_tokens, n_in);
+                            y[i] = poisoned(static_cast<size_t>(n_tokens * n_out));
+                            matmul(i == 0 ? m.view() : packed_view, act, y[i].data(), pool, isa);
+                        }
+                        CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("best_isa honours QUILL_CPU_ISA", "[matmul]") {
     IsaEnvGuard guard;
     unsetenv("QUILL_CPU_ISA");

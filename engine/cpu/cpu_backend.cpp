@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace quill::cpu {
 
@@ -69,8 +70,36 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_weights(weights);
+    if (!reference_) pack_weights();
     rope_inv_freq_ = weights.rope_inv_freq(config, false);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
+}
+
+void CpuBackend::pack_weights() {
+    std::vector<const TensorView*> matrices = {&weights_.output};
+    for (const LayerWeights& L : weights_.layers) {
+        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) matrices.push_back(t);
+    }
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (const TensorView* t : matrices) {
+        if (!PackedWeights::supports(t->type, isa_) || t->ne[0] % 32 != 0 || packed_.count(t->data)) continue;
+        packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_));
+        // The file's copy is not read again (but for the rows of a tied token embedding that a prompt looks up):
+        // let the kernel reclaim its pages, so that resident memory stays about the file's size. MADV_PAGEOUT
+        // keeps the data of any memory (a model parsed from a buffer is not a file mapping); a kernel without it
+        // (before Linux 5.4) refuses, and the pages stay.
+        const auto begin = (reinterpret_cast<uintptr_t>(t->data) + page - 1) / page * page;
+        const auto end = (reinterpret_cast<uintptr_t>(t->data) + t->n_bytes) / page * page;
+#ifdef MADV_PAGEOUT
+        if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#endif
+    }
+}
+
+WeightMatrix CpuBackend::matrix(const TensorView& t) const {
+    WeightMatrix m = as_matrix(t);
+    if (auto it = packed_.find(t.data); it != packed_.end()) m.packed = it->second.data();
+    return m;
 }
 
 void CpuBackend::check_weights(const Weights& weights) {
@@ -368,7 +397,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     norm(x_.data(), L.attn_norm.data(), xn_.data(), n);
-    const MatmulJob qkv[] = {{as_matrix(L.wq), q_.data()}, {as_matrix(L.wk), k_.data()}, {as_matrix(L.wv), v_.data()}};
+    const MatmulJob qkv[] = {{matrix(L.wq), q_.data()}, {matrix(L.wk), k_.data()}, {matrix(L.wv), v_.data()}};
     mm(qkv, xn_.data(), n, c.n_embd);
     if (L.has_bias()) {
         add_bias(q_.data(), L.bq, n);
@@ -396,7 +425,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         });
     }
     attend_all(batch, layer);
-    const MatmulJob o[] = {{as_matrix(L.wo), proj_.data()}};
+    const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, c.n_embd_q());
     add_bias(proj_.data(), L.bo, n);
     if (!L.attn_post_norm.empty()) norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), n);
@@ -408,14 +437,14 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
     const auto& c = config_;
     norm(x_.data(), L.ffn_norm.data(), xn_.data(), n);
-    const MatmulJob gate_up[] = {{as_matrix(L.ffn_gate), gate_.data()}, {as_matrix(L.ffn_up), up_.data()}};
+    const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     mm(gate_up, xn_.data(), n, c.n_embd);
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n * c.n_ff, ith, nth, 64);
         act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
     });
-    const MatmulJob down[] = {{as_matrix(L.ffn_down), proj_.data()}};
+    const MatmulJob down[] = {{matrix(L.ffn_down), proj_.data()}};
     mm(down, gate_.data(), n, c.n_ff);
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
@@ -432,7 +461,7 @@ void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
     }
     if (m == 0) return;
     norm(xn_.data(), weights_.output_norm.data(), xn_.data(), m);
-    const MatmulJob out[] = {{as_matrix(weights_.output), logits.data()}};
+    const MatmulJob out[] = {{matrix(weights_.output), logits.data()}};
     mm(out, xn_.data(), m, c.n_embd);
     if (c.final_logit_softcap > 0.0f) {
         const float cap = c.final_logit_softcap;

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace quill::cpu {
@@ -53,6 +54,9 @@ private:
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
     bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
+    // The matrix of a weight tensor, with its packed form when pack_weights made one.
+    WeightMatrix matrix(const TensorView& t) const;
+    void pack_weights();
     void norm(const float* x, const float* w, float* y, int64_t n);
     static void add_bias(float* x, const std::vector<float>& b, int64_t n);
     // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
@@ -69,6 +73,8 @@ private:
     const KvOps& kv_ops_;
     std::vector<double> rope_inv_freq_;  // [n_rot / 2] freq_scale * base^(-2i/n_rot) / rope_freqs[i]
     std::vector<double> rope_inv_freq_local_;  // the same for the local layers when their RoPE differs (two_ropes)
+    // Weight matrices repacked for the kernels (PackedWeights), by their data in the file.
+    std::unordered_map<const uint8_t*, PackedWeights> packed_;
 
     // K and V caches, in anonymous memory that the OS backs only as positions are written, so a long context costs
     // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8

@@ -102,6 +102,26 @@ Kernel find_kernel(GgmlType type);
 // The AMX kernels (nullptr fn for a type without one); amx_built() is false when the compiler could not build them.
 Kernel find_kernel_amx(GgmlType type);
 bool amx_built();
+// The kernels for PackedWeights (with AMX tile multiplies for prefill when amx).
+Kernel find_kernel_packed(GgmlType type, bool amx);
+// Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer); false when the build has
+// no AVX-512.
+bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
+}
+
+// Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, then sixteen fp16 scales
+// and, for Q4_1, sixteen fp16 minima); 0 for a type without a packed form.
+constexpr int64_t packed_record_bytes(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0:
+            return 16 * 16 + 32;
+        case GgmlType::Q4_1:
+            return 16 * 16 + 64;
+        case GgmlType::Q8_0:
+            return 16 * 32 + 32;
+        default:
+            return 0;
+    }
 }
 
 // For tests: replaces the avx512 family's kernel table (nullptr restores the built-in one), and makes

@@ -679,6 +679,126 @@ void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
 }
 #endif
 
+// ---- PackedWeights: the sixteen-row records read as they lie ----
+// A record (packed_record_bytes) holds a block's values already in lanes and the sixteen scales side by side, so
+// a Step16 is a few loads (and nibble masks) instead of a transpose and gathers, and the tiles are one stream.
+// The arithmetic is rows16_block's (and amx_tile's), so results have the bits of the unpacked kernels.
+
+template <GgmlType Type>
+struct Packed16 {
+    static constexpr bool kQ8 = Type == GgmlType::Q8_0;
+    static constexpr int kOffset = kQ8 ? 128 : Type == GgmlType::Q4_0 ? 8 : 0;
+    static constexpr bool kHasMin = Type == GgmlType::Q4_1;
+    static constexpr int64_t kRecordBytes = packed_record_bytes(Type);
+    static constexpr int64_t kValueBytes = kQ8 ? 512 : 256;
+    static_assert(kRecordBytes > 0);
+
+    static Step16 step(const uint8_t* rec) {
+        Step16 s;
+        if constexpr (kQ8) {  // signed values flipped to unsigned (u = q + 128)
+            for (int k = 0; k < 8; ++k)
+                s.w[k] = _mm512_xor_si512(_mm512_loadu_si512(rec + 64 * k), _mm512_set1_epi8(static_cast<char>(0x80)));
+        } else {
+            for (int j = 0; j < 4; ++j) {
+                const __m512i x = _mm512_loadu_si512(rec + 64 * j);
+                s.w[j] = low_nibbles(x);
+                s.w[4 + j] = high_nibbles(x);
+            }
+        }
+        s.ws = _mm512_cvtph_ps(load256(rec + kValueBytes));
+        if constexpr (kHasMin) s.wm = _mm512_cvtph_ps(load256(rec + kValueBytes + 32));
+        return s;
+    }
+};
+
+// out[t][r] = row r of a packed tile against token t0 + t, t < T (decode: the records decoded as they stream by).
+template <typename P, int T>
+void packed_decode(const uint8_t* tile, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16]) {
+    __m512 acc[T];
+    TokenActs ta[T];
+    for (int t = 0; t < T; ++t) {
+        ta[t] = TokenActs(q, t0 + t);
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* rec = tile + b * P::kRecordBytes;
+        for (int64_t o = 0; o < P::kRecordBytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+        const Step16 st = P::step(rec);
+        for (int t = 0; t < T; ++t) rows16_block<P>(st, ta[t], b, acc[t]);
+    }
+    for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+// Rows [r0, r1) of y for all tokens from PackedWeights: decode below kRows16MinTokens tokens; more decode each tile
+// into steps once and run rows16_tile over them, or with Amx from kAmxMinTokens on amx_tile (tokens in chunks).
+template <typename P, bool Amx>
+void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32, n_tokens = args.n_tokens;
+    const auto* packed = static_cast<const uint8_t*>(w.packed);
+    const int64_t tile_bytes = nb * P::kRecordBytes;
+    auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb] (scratch is 64-byte aligned)
+    const bool prefill = n_tokens >= kRows16MinTokens;
+#ifdef QUILL_AMX
+    const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr;
+    if (amx) configure_tiles();
+    const int64_t amx_chunk = kAmxChunkBytes / q.qs_stride / 16 * 16 > 16 ? kAmxChunkBytes / q.qs_stride / 16 * 16 : 16;
+    const int64_t chunk = amx ? amx_chunk : n_tokens;
+#else
+    constexpr bool amx = false;
+    const int64_t chunk = n_tokens;
+#endif
+    for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
+        const int64_t c1 = min64(n_tokens, c0 + chunk);
+        for (int64_t r = r0; r < r1; r += 16) {
+            const auto mask = static_cast<__mmask16>((1u << min64(16, r1 - r)) - 1);
+            const uint8_t* tile = packed + (r / 16) * tile_bytes;
+            if (prefill) {
+                for (int64_t b = 0; b < nb; ++b) {
+                    steps[b] = P::step(tile + b * P::kRecordBytes);
+                    if (amx && P::kOffset != 0) {  // TDPBSSD multiplies signed weights: u - c
+                        for (__m512i& v : steps[b].w)
+                            v = _mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(P::kOffset)));
+                    }
+                }
+            }
+            for (int64_t t = c0; t < c1;) {
+                float* y = args.y + t * w.n_out + r;
+#ifdef QUILL_AMX
+                if (amx) {
+                    const int nt = static_cast<int>(min64(16, c1 - t));
+                    if (nt > 8) {
+                        amx_tile<P, 16>(steps, nb, q, t, nt, y, w.n_out, mask);
+                    } else {
+                        amx_tile<P, 8>(steps, nb, q, t, nt, y, w.n_out, mask);
+                    }
+                    t += nt;
+                    continue;
+                }
+#endif
+                float out[kRows16Tokens][16];
+                int nt;
+                if (prefill) {
+                    nt = rows16_tokens<P>(steps, nullptr, 0, nb, q, t, c1 - t, out);
+                } else if (c1 - t >= 3) {
+                    packed_decode<P, 3>(tile, nb, q, t, out), nt = 3;
+                } else if (c1 - t == 2) {
+                    packed_decode<P, 2>(tile, nb, q, t, out), nt = 2;
+                } else {
+                    packed_decode<P, 1>(tile, nb, q, t, out), nt = 1;
+                }
+                for (int j = 0; j < nt; ++j) _mm512_mask_storeu_ps(y + j * w.n_out, mask, _mm512_loadu_ps(out[j]));
+                t += nt;
+            }
+        }
+    }
+#ifdef QUILL_AMX
+    if (amx) _tile_release();
+#endif
+}
+
 // Q8_0: decode on the four-row kernels (exact blocks), more tokens sixteen rows at a time (the same arithmetic).
 void q8_0_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     if (args.n_tokens < kRows16MinTokens) return quant_rows<DecQ8_0>(args, r0, r1, scratch);
@@ -851,6 +971,52 @@ Kernel find_kernel_amx(GgmlType type) {
 bool amx_built() { return false; }
 Kernel find_kernel_amx(GgmlType) { return {}; }
 #endif
+
+bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
+    const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
+    const int64_t value_bytes = q8 ? 512 : 256;  // per record
+    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
+    const size_t qs_at = has_min ? offsetof(BlockQ4_1, qs) : q8 ? offsetof(BlockQ8_0, qs) : offsetof(BlockQ4_0, qs);
+    static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+        const uint8_t* rows[16];
+        for (int r = 0; r < 16; ++r) {  // a ragged tile repeats its last row
+            const int64_t row = min64(tile * 16 + r, w.n_out - 1);
+            rows[r] = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes);
+        }
+        auto* rec = static_cast<uint8_t*>(out) + tile * nb * record;
+        for (int64_t b = 0; b < nb; ++b, rec += record) {
+            const auto off = static_cast<size_t>(b * block_bytes);
+            for (int64_t half = 0; half < value_bytes / 256; ++half) {  // 16 bytes of each row per transpose
+                __m512i x[4];
+                transpose_16x16(rows, off + qs_at + 16 * half, x);
+                for (int j = 0; j < 4; ++j) _mm512_storeu_si512(rec + 256 * half + 64 * j, x[j]);
+            }
+            for (int r = 0; r < 16; ++r) {
+                std::memcpy(rec + value_bytes + 2 * r, rows[r] + off, 2);                        // d
+                if (has_min) std::memcpy(rec + value_bytes + 32 + 2 * r, rows[r] + off + 2, 2);  // m
+            }
+        }
+    }
+    return true;
+}
+
+Kernel find_kernel_packed(GgmlType type, bool amx) {
+    switch (type) {
+        case GgmlType::Q4_0:
+            return {amx ? packed_rows<Packed16<GgmlType::Q4_0>, true> : packed_rows<Packed16<GgmlType::Q4_0>, false>,
+                    true};
+        case GgmlType::Q4_1:
+            return {amx ? packed_rows<Packed16<GgmlType::Q4_1>, true> : packed_rows<Packed16<GgmlType::Q4_1>, false>,
+                    true};
+        case GgmlType::Q8_0:
+            return {amx ? packed_rows<Packed16<GgmlType::Q8_0>, true> : packed_rows<Packed16<GgmlType::Q8_0>, false>,
+                    true};
+        default:
+            return {};
+    }
+}
 #endif
 
 }  // namespace quill::cpu::QUILL_AVX512_NS
@@ -861,6 +1027,8 @@ namespace quill::cpu::avx512 {
 Kernel find_kernel(GgmlType) { return {}; }
 Kernel find_kernel_amx(GgmlType) { return {}; }
 bool amx_built() { return false; }
+Kernel find_kernel_packed(GgmlType, bool) { return {}; }
+bool pack_tiles(const WeightMatrix&, void*, int64_t, int64_t) { return false; }
 }  // namespace quill::cpu::avx512
 
 #endif

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#include <sys/mman.h>
 #if defined(__x86_64__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -146,10 +149,14 @@ const float* prepare_f16(Activations& x) {
 
 std::atomic<Kernel (*)(GgmlType)> g_avx512_kernels{nullptr};  // see set_avx512_kernels
 
-// The one dispatch over weight types: the ISA's kernel, else the portable one, else dequantize-and-dot.
-Kernel select_kernel(GgmlType type, Isa isa) {
+// The one dispatch over weight types: the ISA's kernel (for the packed weights when there are some), else the
+// portable one, else dequantize-and-dot.
+Kernel select_kernel(const WeightMatrix& w, Isa isa) {
+    const GgmlType type = w.type;
     Kernel k;
-    if (isa == Isa::amx) k = avx512::find_kernel_amx(type);
+    if (w.packed != nullptr && isa >= Isa::avx512 && !avx512_emulated())
+        k = avx512::find_kernel_packed(type, isa == Isa::amx);
+    if (!k.fn && isa == Isa::amx) k = avx512::find_kernel_amx(type);
     if (!k.fn && isa >= Isa::avx512) {
         Kernel (*emulated)(GgmlType) = g_avx512_kernels.load(std::memory_order_relaxed);
         k = emulated ? emulated(type) : avx512::find_kernel(type);
@@ -196,7 +203,7 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
     for (size_t j = 0; j < jobs.size(); ++j) {
         check_job(jobs[j], x);
         PlannedJob& p = plan[j];
-        p.kernel = select_kernel(jobs[j].w.type, isa);
+        p.kernel = select_kernel(jobs[j].w, isa);
         const float* xf = jobs[j].w.type == GgmlType::F16 ? prepare_f16(x) : x.data();
         p.args = {&jobs[j].w, xf, nullptr, x.n_tokens(), jobs[j].y};
         p.first_unit = total_units;
@@ -233,6 +240,53 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
             run_units(r.begin, r.end, thread_scratch);
         }
     });
+}
+
+bool PackedWeights::supports(GgmlType type, Isa isa) {
+    return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() && packed_record_bytes(type) > 0;
+}
+
+PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool) {
+    const int64_t record = packed_record_bytes(w.type);
+    QUILL_CHECK(record > 0 && w.n_in % 32 == 0, "no packed form for {} rows of {}", type_name(w.type), w.n_in);
+    const int64_t nb = w.n_in / 32, n_tiles = (w.n_out + 15) / 16;
+    bytes_ = static_cast<size_t>(n_tiles * nb * record);
+    // Anonymous memory of its own, in huge pages where the kernel gives them (fewer faults while packing, fewer TLB
+    // misses while reading).
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error(fmt::format("out of memory packing {} MiB of weights", bytes_ >> 20));
+    data_ = p;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes_, MADV_HUGEPAGE);
+#endif
+    // The AVX-512 file transposes the tiles (the packed kernels run only where it can).
+    auto pack = [&](int64_t tile0, int64_t tile1) {
+        QUILL_CHECK(avx512::pack_tiles(w, data_, tile0, tile1), "packed weights need the AVX-512 kernels");
+    };
+    if (pool == nullptr || pool->size() == 1) {
+        pack(0, n_tiles);
+    } else {
+        pool->run([&](int ith, int nth) {
+            const Range r = split_range(n_tiles, ith, nth);
+            pack(r.begin, r.end);
+        });
+    }
+}
+
+PackedWeights::PackedWeights(PackedWeights&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PackedWeights& PackedWeights::operator=(PackedWeights&& o) noexcept {
+    if (this != &o) {
+        if (data_ != nullptr) munmap(data_, bytes_);
+        data_ = std::exchange(o.data_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+PackedWeights::~PackedWeights() {
+    if (data_ != nullptr) munmap(data_, bytes_);
 }
 
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {

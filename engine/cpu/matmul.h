@@ -18,6 +18,12 @@
 
 namespace quill::cpu {
 
+// Kernel families, best last. The backend picks one at construction (best_isa()); tests run every available one.
+// amx is avx512 with Intel AMX-INT8 tile multiplies for prefill (8 tokens or more) where the CPU has AMX and the
+// kernel lets the process use it; its results have the same bits as avx512's.
+enum class Isa { generic, avx2, avx512, amx };
+inline constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
+
 // A weight matrix view into the model file: n_out rows of n_in elements, row r at data + r * row_bytes.
 struct WeightMatrix {
     GgmlType type = GgmlType::F32;
@@ -25,6 +31,31 @@ struct WeightMatrix {
     int64_t n_in = 0;   // row length (ne[0])
     int64_t n_out = 0;  // number of rows (ne[1])
     size_t row_bytes = 0;
+    // The same weights repacked for the AVX-512 kernels (PackedWeights), or null. Kernels of the families that
+    // read them (avx512, amx) use them; the others read data.
+    const void* packed = nullptr;
+};
+
+// Weights repacked once for the AVX-512 kernels: tiles of sixteen rows (the last one repeating its last row), each
+// 32-block of a tile one record holding the sixteen rows' values in the 32-bit lanes the kernels multiply (lane r:
+// four consecutive values of row r) followed by their sixteen fp16 scales (and minima), so that decode reads one
+// stream with no transposes. The types with a packed form: Q4_0, Q4_1, Q8_0. Results have the same bits as from
+// the file's layout.
+class PackedWeights {
+public:
+    static bool supports(GgmlType type, Isa isa);
+    PackedWeights() = default;
+    // Packs w (a supported type), the tiles split over the pool when one is given.
+    PackedWeights(const WeightMatrix& w, ThreadPool* pool);
+    PackedWeights(PackedWeights&&) noexcept;
+    PackedWeights& operator=(PackedWeights&&) noexcept;
+    ~PackedWeights();
+    const void* data() const { return data_; }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
 };
 
 // Input rows x [n_tokens, n_in], with the conversions each weight type needs made on first use and cached until
@@ -56,11 +87,6 @@ struct MatmulJob {
     float* y;
 };
 
-// Kernel families, best last. The backend picks one at construction (best_isa()); tests run every available one.
-// amx is avx512 with Intel AMX-INT8 tile multiplies for prefill (8 tokens or more) where the CPU has AMX and the
-// kernel lets the process use it; its results have the same bits as avx512's.
-enum class Isa { generic, avx2, avx512, amx };
-inline constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
 // The best family this CPU runs, lowered by QUILL_CPU_ISA=generic|avx2|avx512|amx when set (asking for one the CPU
 // lacks gives the best it has).
 Isa best_isa();
