@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,6 +14,21 @@
 namespace quill::cpu {
 
 namespace {
+
+// Whether [begin, end) lies in one mapping of a file (/proc/self/maps: a nonzero inode).
+bool file_mapped(uintptr_t begin, uintptr_t end) {
+    std::FILE* maps = std::fopen("/proc/self/maps", "r");
+    if (maps == nullptr) return false;
+    bool found = false;
+    char line[4096];
+    while (!found && std::fgets(line, sizeof line, maps) != nullptr) {
+        unsigned long lo = 0, hi = 0, inode = 0;
+        if (std::sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &inode) == 3 && lo <= begin && end <= hi)
+            found = inode != 0;
+    }
+    std::fclose(maps);
+    return found;
+}
 
 cpu::WeightMatrix as_matrix(const TensorView& t) {
     return {t.type, t.data, t.ne[0], t.n_rows(), t.row_bytes()};
@@ -83,16 +99,20 @@ void CpuBackend::pack_weights() {
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     for (const TensorView* t : matrices) {
         if (!PackedWeights::supports(t->type, isa_) || t->ne[0] % 32 != 0 || packed_.count(t->data)) continue;
-        packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_));
         // The file's copy is not read again (but for the rows of a tied token embedding that a prompt looks up):
-        // let the kernel reclaim its pages, so that resident memory stays about the file's size. MADV_PAGEOUT
-        // keeps the data of any memory (a model parsed from a buffer is not a file mapping); a kernel without it
-        // (before Linux 5.4) refuses, and the pages stay.
-        const auto begin = (reinterpret_cast<uintptr_t>(t->data) + page - 1) / page * page;
-        const auto end = (reinterpret_cast<uintptr_t>(t->data) + t->n_bytes) / page * page;
-#ifdef MADV_PAGEOUT
-        if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
-#endif
+        // each chunk of its rows, once packed, leaves this process's pages, so that resident memory stays about
+        // the file's size, also while packing. Only for a file mapping (MADV_DONTNEED on other memory would zero
+        // it), whose pages stay in the page cache and come back at the cost of a minor fault when read
+        // (MADV_PAGEOUT would evict them to disk: the first prompt of a tied embedding then waited ~100 ms).
+        const auto data = reinterpret_cast<uintptr_t>(t->data);
+        const bool release = file_mapped(data, data + t->n_bytes);
+        const size_t row_bytes = t->row_bytes();
+        auto packed = [&](int64_t row0, int64_t row1) {
+            const auto begin = (data + static_cast<uintptr_t>(row0) * row_bytes + page - 1) / page * page;
+            const auto end = (data + static_cast<uintptr_t>(row1) * row_bytes) / page * page;
+            if (release && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+        };
+        packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_, packed));
     }
 }
 

@@ -246,7 +246,8 @@ bool PackedWeights::supports(GgmlType type, Isa isa) {
     return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() && packed_record_bytes(type) > 0;
 }
 
-PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool) {
+PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
+                             const std::function<void(int64_t, int64_t)>& packed) {
     const int64_t record = packed_record_bytes(w.type);
     QUILL_CHECK(record > 0 && w.n_in % 32 == 0, "no packed form for {} rows of {}", type_name(w.type), w.n_in);
     const int64_t nb = w.n_in / 32, n_tiles = (w.n_out + 15) / 16;
@@ -263,13 +264,19 @@ PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool) {
     auto pack = [&](int64_t tile0, int64_t tile1) {
         QUILL_CHECK(avx512::pack_tiles(w, data_, tile0, tile1), "packed weights need the AVX-512 kernels");
     };
-    if (pool == nullptr || pool->size() == 1) {
-        pack(0, n_tiles);
-    } else {
-        pool->run([&](int ith, int nth) {
-            const Range r = split_range(n_tiles, ith, nth);
-            pack(r.begin, r.end);
-        });
+    // In chunks of about 8 MiB of the file's rows, each reported when done.
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / (16 * static_cast<int64_t>(w.row_bytes)));
+    for (int64_t c0 = 0; c0 < n_tiles; c0 += chunk) {
+        const int64_t c1 = std::min(n_tiles, c0 + chunk);
+        if (pool == nullptr || pool->size() == 1) {
+            pack(c0, c1);
+        } else {
+            pool->run([&](int ith, int nth) {
+                const Range r = split_range(c1 - c0, ith, nth);
+                pack(c0 + r.begin, c0 + r.end);
+            });
+        }
+        if (packed) packed(c0 * 16, std::min(w.n_out, c1 * 16));
     }
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -45,8 +46,9 @@ class PackedWeights {
 public:
     static bool supports(GgmlType type, Isa isa);
     PackedWeights() = default;
-    // Packs w (a supported type), the tiles split over the pool when one is given.
-    PackedWeights(const WeightMatrix& w, ThreadPool* pool);
+    // Packs w (a supported type), the tiles split over the pool when one is given; packed(row0, row1) is called as
+    // each chunk of w's rows is done (the backend hands their pages back).
+    PackedWeights(const WeightMatrix& w, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& packed = {});
     PackedWeights(PackedWeights&&) noexcept;
     PackedWeights& operator=(PackedWeights&&) noexcept;
     ~PackedWeights();
