@@ -549,7 +549,7 @@ void rows16(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
 
 // ---- AMX-INT8: sixteen rows x sixteen tokens x one block per tile multiply (Isa::amx) ----
 // The repacked row tile's eight vectors of a block are a B tile as TDPBSSD reads it (row k: four bytes of each of
-// the sixteen rows), stored as signed u - c; sixteen tokens' int8 blocks, qs_stride apart, are an A tile. One
+// the sixteen rows), stored as signed u - c; sixteen tokens' int8 blocks (QuantizedActs::tile_qs) an A tile. One
 // TDPBSSD gives C[t][r] = the exact int32 dot of block b for sixteen tokens and rows, the integer rows16_block
 // computes; the float work that follows is rows16_block's, so a token's outputs have the same bits as on the avx512
 // path. Blocks alternate between two C tiles so that the tile unit multiplies block b + 1 while the vector units
@@ -632,6 +632,34 @@ void amx_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t
 // (a row tile is decoded again for each chunk).
 constexpr int64_t kAmxChunkBytes = 1 << 20;
 
+// Tokens per chunk: kAmxChunkBytes of activation rows, whole groups of 16, at least one.
+inline int64_t amx_chunk_tokens(const QuantizedActs& q) {
+    const int64_t tokens = kAmxChunkBytes / q.qs_stride / 16 * 16;
+    return tokens > 16 ? tokens : 16;
+}
+
+// A decoded block as TDPBSSD multiplies it: signed weights u - c.
+template <typename Dec>
+inline void to_signed(Step16& st) {
+    if constexpr (Dec::kOffset != 0) {
+        for (__m512i& v : st.w) v = _mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(Dec::kOffset)));
+    }
+}
+
+// Tokens [c0, c1) against a decoded row tile (signed steps), sixteen at a time; y: row r of token 0.
+template <typename Dec>
+void amx_tokens(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t c0, int64_t c1, float* y,
+                int64_t n_out, __mmask16 mask) {
+    for (int64_t t = c0; t < c1; t += 16) {
+        const int nt = static_cast<int>(min64(16, c1 - t));
+        if (nt > 8) {
+            amx_tile<Dec, 16>(steps, nb, q, t, nt, y + t * n_out, n_out, mask);
+        } else {
+            amx_tile<Dec, 8>(steps, nb, q, t, nt, y + t * n_out, n_out, mask);
+        }
+    }
+}
+
 // Rows [r0, r1) of y for all tokens: rows16 below kAmxMinTokens tokens, else amx_tile over each row tile, decoded
 // once per token chunk.
 template <typename Dec>
@@ -644,8 +672,8 @@ void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     const auto* base = static_cast<const uint8_t*>(w.data);
     const auto tile_bytes = 16 * static_cast<int64_t>(w.row_bytes);
     const int64_t prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
-    const int64_t chunk = kAmxChunkBytes / q.qs_stride / 16 * 16 > 16 ? kAmxChunkBytes / q.qs_stride / 16 * 16 : 16;
     if (q.tile_qs == nullptr) return rows16<Dec>(args, r0, r1, scratch);  // (the activations were made for avx512)
+    const int64_t chunk = amx_chunk_tokens(q);
     configure_tiles();
     for (int64_t c0 = 0; c0 < args.n_tokens; c0 += chunk) {
         const int64_t c1 = min64(args.n_tokens, c0 + chunk);
@@ -658,21 +686,10 @@ void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 prefetch_rows16(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
                 Dec::for_group(rows, g, [&](int64_t b, const Step16& st) {
                     steps[b] = st;
-                    if constexpr (Dec::kOffset != 0) {  // TDPBSSD multiplies signed weights: u - c
-                        for (__m512i& v : steps[b].w) v = _mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(Dec::kOffset)));
-                    }
+                    to_signed<Dec>(steps[b]);
                 });
             }
-            const auto mask = static_cast<__mmask16>((1u << nr) - 1);
-            for (int64_t t = c0; t < c1; t += 16) {
-                const int nt = static_cast<int>(min64(16, c1 - t));
-                float* y = args.y + t * w.n_out + r;
-                if (nt > 8) {
-                    amx_tile<Dec, 16>(steps, nb, q, t, nt, y, w.n_out, mask);
-                } else {
-                    amx_tile<Dec, 8>(steps, nb, q, t, nt, y, w.n_out, mask);
-                }
-            }
+            amx_tokens<Dec>(steps, nb, q, c0, c1, args.y + r, w.n_out, static_cast<__mmask16>((1u << nr) - 1));
         }
     }
     _tile_release();
@@ -744,10 +761,8 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
 #ifdef QUILL_AMX
     const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr;
     if (amx) configure_tiles();
-    const int64_t amx_chunk = kAmxChunkBytes / q.qs_stride / 16 * 16 > 16 ? kAmxChunkBytes / q.qs_stride / 16 * 16 : 16;
-    const int64_t chunk = amx ? amx_chunk : n_tokens;
+    const int64_t chunk = amx ? amx_chunk_tokens(q) : n_tokens;
 #else
-    constexpr bool amx = false;
     const int64_t chunk = n_tokens;
 #endif
     for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
@@ -758,26 +773,19 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
             if (prefill) {
                 for (int64_t b = 0; b < nb; ++b) {
                     steps[b] = P::step(tile + b * P::kRecordBytes);
-                    if (amx && P::kOffset != 0) {  // TDPBSSD multiplies signed weights: u - c
-                        for (__m512i& v : steps[b].w)
-                            v = _mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(P::kOffset)));
-                    }
+#ifdef QUILL_AMX
+                    if (amx) to_signed<P>(steps[b]);
+#endif
                 }
             }
+#ifdef QUILL_AMX
+            if (amx) {
+                amx_tokens<P>(steps, nb, q, c0, c1, args.y + r, w.n_out, mask);
+                continue;
+            }
+#endif
             for (int64_t t = c0; t < c1;) {
                 float* y = args.y + t * w.n_out + r;
-#ifdef QUILL_AMX
-                if (amx) {
-                    const int nt = static_cast<int>(min64(16, c1 - t));
-                    if (nt > 8) {
-                        amx_tile<P, 16>(steps, nb, q, t, nt, y, w.n_out, mask);
-                    } else {
-                        amx_tile<P, 8>(steps, nb, q, t, nt, y, w.n_out, mask);
-                    }
-                    t += nt;
-                    continue;
-                }
-#endif
                 float out[kRows16Tokens][16];
                 int nt;
                 if (prefill) {
