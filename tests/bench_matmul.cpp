@@ -5,8 +5,10 @@
 // own weights, so decode streams them from memory as a real model does. Also measures plain memory read bandwidth,
 // the ceiling for decode.
 //
-//   bench_matmul [--shape stories110m|tinyllama] [--types q4_0,q8_0] [--isa generic|avx2|avx512]
-//                [--threads 1,2] [--tokens 1,64] [--reps N]
+// Q4_0, Q4_1 and Q8_0 matrices are packed (PackedWeights) as the backend packs them, unless --packed 0.
+//
+//   bench_matmul [--shape stories110m|tinyllama|smollm2] [--types q4_0,q8_0] [--isa generic|avx2|avx512|amx]
+//                [--threads 1,2] [--tokens 1,64] [--reps N] [--packed 1] [--all-logits 0]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,6 +30,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+bool g_packed = true;         // --packed
+bool g_all_logits = false;    // --all-logits: the output matrix for every token (a batched decode step)
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 struct ModelShape {
@@ -38,13 +43,19 @@ struct ModelShape {
 const ModelShape kShapes[] = {
     {"stories110m", 768, 2048, 12, 32000, 768},
     {"tinyllama", 2048, 5632, 22, 32000, 256},
+    {"smollm2", 576, 1536, 30, 49152, 192},
 };
 
 struct Matrix {
     GgmlType type;
     int64_t n_out, n_in;
     std::vector<uint8_t> data;  // [n_out, row_bytes]
-    WeightMatrix view() const { return {type, data.data(), n_in, n_out, row_size(type, n_in)}; }
+    PackedWeights packed;       // for Isa::avx512 and Isa::amx, when packing is on and the type has a packed form
+    WeightMatrix view(Isa isa) const {
+        WeightMatrix w{type, data.data(), n_in, n_out, row_size(type, n_in)};
+        if ((isa == Isa::avx512 || isa == Isa::amx) && packed.data() != nullptr) w.packed = packed.data();
+        return w;
+    }
 };
 
 // Random rows quantized once (quantizing a billion weights with the scalar reference would take minutes), then
@@ -65,6 +76,8 @@ Matrix make_matrix(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng
         std::memcpy(m.data.data() + rb * static_cast<size_t>(r),
                     distinct.data() + rb * static_cast<size_t>((r + shift) % kDistinctRows), rb);
     }
+    if (g_packed && PackedWeights::supports(type, Isa::avx512) && n_in % 32 == 0)
+        m.packed = PackedWeights(WeightMatrix{type, m.data.data(), n_in, n_out, rb}, nullptr);
     return m;
 }
 
@@ -109,7 +122,7 @@ Model make_model(const ModelShape& s, GgmlType type, std::mt19937& rng) {
 struct Buffers {
     std::vector<float> x_embd, x_ff;        // [n_tokens, n_embd], [n_tokens, n_ff]
     std::vector<float> q, k, v, o, h1, h3;  // outputs
-    std::vector<float> logits;              // [n_vocab]
+    std::vector<float> logits;              // [n_tokens, n_vocab]
 };
 
 void forward_matmuls(const Model& m, Buffers& b, int64_t n_tokens, Activations& act, ThreadPool& pool, Isa isa,
@@ -117,19 +130,24 @@ void forward_matmuls(const Model& m, Buffers& b, int64_t n_tokens, Activations& 
     const int64_t n_embd = m.layers[0].wq.n_in, n_ff = m.layers[0].w2.n_in;
     for (const Layer& l : m.layers) {
         act.set(b.x_embd.data(), n_tokens, n_embd);
-        const MatmulJob qkv[] = {{l.wq.view(), b.q.data()}, {l.wk.view(), b.k.data()}, {l.wv.view(), b.v.data()}};
+        const MatmulJob qkv[] = {
+            {l.wq.view(isa), b.q.data()}, {l.wk.view(isa), b.k.data()}, {l.wv.view(isa), b.v.data()}};
         matmul(qkv, act, pool, isa);
         act.set(b.x_embd.data() + 1, n_tokens, n_embd);  // a different pointer: a new input
-        matmul(l.wo.view(), act, b.o.data(), pool, isa);
+        matmul(l.wo.view(isa), act, b.o.data(), pool, isa);
         act.set(b.x_embd.data(), n_tokens, n_embd);
-        const MatmulJob ffn[] = {{l.w1.view(), b.h1.data()}, {l.w3.view(), b.h3.data()}};
+        const MatmulJob ffn[] = {{l.w1.view(isa), b.h1.data()}, {l.w3.view(isa), b.h3.data()}};
         matmul(ffn, act, pool, isa);
         act.set(b.x_ff.data(), n_tokens, n_ff);
-        matmul(l.w2.view(), act, b.o.data(), pool, isa);
+        matmul(l.w2.view(isa), act, b.o.data(), pool, isa);
     }
     if (with_output) {
-        act.set(b.x_embd.data() + (n_tokens - 1) * n_embd, 1, n_embd);  // logits of the last token only
-        matmul(m.output.view(), act, b.logits.data(), pool, isa);
+        if (g_all_logits) {
+            act.set(b.x_embd.data(), n_tokens, n_embd);
+        } else {
+            act.set(b.x_embd.data() + (n_tokens - 1) * n_embd, 1, n_embd);  // logits of the last token only
+        }
+        matmul(m.output.view(isa), act, b.logits.data(), pool, isa);
     }
 }
 
@@ -181,6 +199,8 @@ Options parse(int argc, char** argv) {
         if (key == "--shape") o.shapes = split_list(value);
         if (key == "--types") o.types = split_list(value);
         if (key == "--reps") o.reps = std::stoi(value);
+        if (key == "--packed") g_packed = value != "0";
+        if (key == "--all-logits") g_all_logits = value != "0";
         if (key == "--threads") {
             o.threads.clear();
             for (const auto& t : split_list(value)) o.threads.push_back(std::stoi(t));
@@ -225,9 +245,9 @@ int main(int argc, char** argv) {
                 for (float& v : b.x_ff) v = normal(rng);
                 for (auto* out : {&b.q, &b.k, &b.v, &b.o}) out->resize(static_cast<size_t>(n_tokens * shape.n_embd));
                 for (auto* out : {&b.h1, &b.h3}) out->resize(static_cast<size_t>(n_tokens * shape.n_ff));
-                b.logits.resize(static_cast<size_t>(shape.n_vocab));
+                b.logits.resize(static_cast<size_t>(shape.n_vocab * n_tokens));
                 // Decode multiplies the output matrix every token; prefill only for the last one.
-                const bool per_token_output = n_tokens == 1;
+                const bool per_token_output = n_tokens == 1 || g_all_logits;
                 for (Isa isa : opt.isas) {
                     for (int threads : opt.threads) {
                         ThreadPool pool(threads);

@@ -579,8 +579,10 @@ inline void configure_tiles() {
 // repacked blocks (w signed) and token group t0 / 16 of the tile layout (its padding tokens are zeros); the first N
 // of the sixteen results are scaled (all N, so that the accumulators stay in registers), the first n stored.
 // Sixteen rows are a whole cache line of a token's outputs, so they go straight to y.
-template <typename Dec, int N>
-void amx_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, int n, float* y, int64_t n_out,
+// Steps: a callable, steps(b) -> const Step16& (called in block order, each block once; the reference it gives
+// stays valid until steps(b + 2) is called).
+template <typename Dec, int N, typename Steps>
+void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int n, float* y, int64_t n_out,
               __mmask16 rows) {
     static_assert(kAmxGroup == 16 && N <= 16);
     alignas(64) int32_t c[2][256];
@@ -590,39 +592,43 @@ void amx_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t
     const int8_t* a = q.tile_qs + g * nb * 512;  // [nb][16][32]
     const float* d = q.tile_d + g * nb * 16;     // [nb][16]
     const float* ds = q.tile_ds + g * nb * 16;   // [nb][16]
-    auto scale = [&](int64_t b, const int32_t* cb) {
-        const __m512 ws = steps[b].ws;
+    const Step16* st[2];  // the blocks whose products tiles 0 and 1 hold
+    auto scale = [&](int64_t b, const int32_t* cb, const Step16& sb) {
+        const __m512 ws = sb.ws;
         const float* db = d + 16 * b;
         const float* dsb = ds + 16 * b;
 #pragma GCC unroll 16
         for (int t = 0; t < N; ++t) {
             const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t));
             acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(ws, _mm512_set1_ps(db[t])), acc[t]);
-            if constexpr (Dec::kHasMin) acc[t] = _mm512_fmadd_ps(steps[b].wm, _mm512_set1_ps(dsb[t]), acc[t]);
+            if constexpr (Dec::kHasMin) acc[t] = _mm512_fmadd_ps(sb.wm, _mm512_set1_ps(dsb[t]), acc[t]);
         }
     };
     _tile_zero(0);
     _tile_loadd(2, a, 32);
-    _tile_loadd(4, steps[0].w, 64);
+    st[0] = &steps(0);
+    _tile_loadd(4, st[0]->w, 64);
     _tile_dpbssd(0, 2, 4);
     for (int64_t b = 0; b < nb; b += 2) {
         if (b + 1 < nb) {
             _tile_zero(1);
             _tile_loadd(3, a + 512 * (b + 1), 32);
-            _tile_loadd(5, steps[b + 1].w, 64);
+            st[1] = &steps(b + 1);
+            _tile_loadd(5, st[1]->w, 64);
             _tile_dpbssd(1, 3, 5);
         }
         _tile_stored(0, c[0], 64);
-        scale(b, c[0]);
+        scale(b, c[0], *st[0]);
         if (b + 1 < nb) {
             if (b + 2 < nb) {
                 _tile_zero(0);
                 _tile_loadd(2, a + 512 * (b + 2), 32);
-                _tile_loadd(4, steps[b + 2].w, 64);
+                st[0] = &steps(b + 2);
+                _tile_loadd(4, st[0]->w, 64);
                 _tile_dpbssd(0, 2, 4);
             }
             _tile_stored(1, c[1], 64);
-            scale(b + 1, c[1]);
+            scale(b + 1, c[1], *st[1]);
         }
     }
     for (int t = 0; t < n; ++t) _mm512_mask_storeu_ps(y + t * n_out, rows, acc[t]);
@@ -650,12 +656,13 @@ inline void to_signed(Step16& st) {
 template <typename Dec>
 void amx_tokens(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t c0, int64_t c1, float* y,
                 int64_t n_out, __mmask16 mask) {
+    auto at = [steps](int64_t b) -> const Step16& { return steps[b]; };
     for (int64_t t = c0; t < c1; t += 16) {
         const int nt = static_cast<int>(min64(16, c1 - t));
         if (nt > 8) {
-            amx_tile<Dec, 16>(steps, nb, q, t, nt, y + t * n_out, n_out, mask);
+            amx_tile<Dec, 16>(at, nb, q, t, nt, y + t * n_out, n_out, mask);
         } else {
-            amx_tile<Dec, 8>(steps, nb, q, t, nt, y + t * n_out, n_out, mask);
+            amx_tile<Dec, 8>(at, nb, q, t, nt, y + t * n_out, n_out, mask);
         }
     }
 }
@@ -728,6 +735,33 @@ struct Packed16 {
     }
 };
 
+#ifdef QUILL_AMX
+// amx_tile's steps for a single token group: each record is decoded (signed) two blocks before the tile unit loads
+// it, into a ring of four, so that the stores have reached the cache when the tile load reads them and the decode
+// overlaps the tile work (no pass over the row tile before the first multiply).
+template <typename P>
+struct StepStream {
+    const uint8_t* tile;
+    int64_t nb;
+    Step16 ring[4];
+    StepStream(const uint8_t* t, int64_t n) : tile(t), nb(n) {
+        for (int64_t b = 0; b < 2 && b < nb; ++b) decode(b);
+    }
+    void decode(int64_t b) {
+        const uint8_t* rec = tile + b * P::kRecordBytes;
+        for (int64_t o = 0; o < P::kRecordBytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+        Step16 st = P::step(rec);
+        to_signed<P>(st);
+        ring[b & 3] = st;
+    }
+    const Step16& operator()(int64_t b) {
+        if (b + 2 < nb) decode(b + 2);
+        return ring[b & 3];
+    }
+};
+#endif
+
 // out[t][r] = row r of a packed tile against token t0 + t, t < T (decode: the records decoded as they stream by).
 template <typename P, int T>
 void packed_decode(const uint8_t* tile, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16]) {
@@ -770,9 +804,25 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
         for (int64_t r = r0; r < r1; r += 16) {
             const auto mask = static_cast<__mmask16>((1u << min64(16, r1 - r)) - 1);
             const uint8_t* tile = packed + (r / 16) * tile_bytes;
+#ifdef QUILL_AMX
+            if (amx && c1 - c0 <= 16) {  // one token group: each record decoded as the tile unit comes to it
+                StepStream<P> stream(tile, nb);
+                const int nt = static_cast<int>(c1 - c0);
+                float* y = args.y + c0 * w.n_out + r;
+                if (nt > 8) {
+                    amx_tile<P, 16>(stream, nb, q, c0, nt, y, w.n_out, mask);
+                } else {
+                    amx_tile<P, 8>(stream, nb, q, c0, nt, y, w.n_out, mask);
+                }
+                continue;
+            }
+#endif
             if (prefill) {
                 for (int64_t b = 0; b < nb; ++b) {
-                    steps[b] = P::step(tile + b * P::kRecordBytes);
+                    const uint8_t* rec = tile + b * P::kRecordBytes;
+                    for (int64_t o = 0; o < P::kRecordBytes; o += 64)
+                        _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+                    steps[b] = P::step(rec);
 #ifdef QUILL_AMX
                     if (amx) to_signed<P>(steps[b]);
 #endif
