@@ -180,6 +180,21 @@ TEST_CASE("a row's attention has the same bits whichever rows share its call", "
                     CHECK(same_bits(slice(attend_tokens(in, kv, ops, t0, n_kv, tile, window), in, t0, n_kv),
                                     slice(alone, in, t0, n_kv)));
                 }
+                // One token's heads two and three at a time (keys in lanes, rows sharing each key vector), the rest
+                // of the group alone.
+                for (int heads : {2, 3}) {
+                    INFO(heads << " heads per call");
+                    std::vector<float> shared(in.q.size(), NAN);
+                    for (int g = 0; g < s.n_head_kv; ++g)
+                        for (int t = t0; t < n_kv; ++t)
+                            for (int h = 4 * g; h < 4 * g + 4; h += heads) {
+                                const std::vector<AttnRow> rows =
+                                    rows_of(in, t, t + 1, h, std::min(h + heads, 4 * g + 4), window, shared);
+                                attend_rows(rows.data(), static_cast<int>(rows.size()), kv_head(in, kv, g), ops,
+                                            scratch.data());
+                            }
+                    CHECK(same_bits(slice(shared, in, t0, n_kv), slice(alone, in, t0, n_kv)));
+                }
             }
         }
     }

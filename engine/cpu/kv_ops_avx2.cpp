@@ -144,33 +144,63 @@ void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int 
             for (int r = 0; r < RL; ++r) sc.qt[d][r] = r < t.n ? sc.q[r][d] : 0.0f;
 }
 
-// Scores of block b. Keys in lanes: eight positions' element d are one vector of the cache. Rows in lanes: each
-// key's element is broadcast against up to kMaxTileRows rows.
+// Scores of block b. Keys in lanes: eight positions' element d are one vector of the cache, loaded once for all the
+// rows. Rows in lanes: each key's element is broadcast against up to kMaxTileRows rows. With v (keys in lanes: a
+// decode), the block's V rows are prefetched for the mix that follows, and K runs ahead of its use the same way.
 template <class T>
-void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s) {
+void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s,
+                 const T* v = nullptr, size_t v_stride = 0) {
     const __m256 vscale = _mm256_set1_ps(scale);
     if (!t.rows_in_lanes) {
         const int j0 = b * KB > t.a0 ? b * KB : t.a0;  // a multiple of 8
         const int nvec = (t.b_hi(b) - j0 + 7) / 8;
         const T* kb = k + static_cast<size_t>(j0 / 8) * kbs;  // key vector i at kb + i * kbs
-        for (int r = 0; r < t.n; ++r) {
-            const float* q = sc.q[r];
-            float* sr = s + static_cast<size_t>(r) * t.width + (j0 - t.a0);
+        const int vec_bytes = 8 * hd * static_cast<int>(sizeof(T));
+        const int row_bytes = hd * static_cast<int>(sizeof(T));
+        // Key vector i's lines, and the V rows of its eight positions.
+        auto prefetch = [&](int i) {
+            const char* kv = reinterpret_cast<const char*>(kb + static_cast<size_t>(i) * kbs);
+            for (int o = 0; o < vec_bytes; o += 64) _mm_prefetch(kv + o, _MM_HINT_T0);
+            if (v == nullptr) return;
+            for (int j = j0 + 8 * i; j < j0 + 8 * i + 8; ++j) {
+                const char* vr = reinterpret_cast<const char*>(v + static_cast<size_t>(j) * v_stride);
+                for (int o = 0; o < row_bytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T1);
+                _mm_prefetch(vr + row_bytes - 1, _MM_HINT_T1);  // (a row that does not start a line)
+            }
+        };
+        constexpr int kAhead = 2;  // key vectors
+        for (int i = 0; i < kAhead && i < nvec; ++i) prefetch(i);
+        auto rows = [&]<int R>() {
+            float* sr[R];
+            for (int r = 0; r < R; ++r) sr[r] = s + static_cast<size_t>(r) * t.width + (j0 - t.a0);
             int i = 0;
-            auto run = [&]<int KV>() {  // KV key vectors, each lane its own chain over d
-                __m256 acc[KV];
-                for (int x = 0; x < KV; ++x) acc[x] = _mm256_setzero_ps();
+            auto run = [&]<int KV>() {  // KV key vectors, each lane of each row its own chain over d
+                for (int x = 0; x < KV; ++x)
+                    if (i + x + kAhead < nvec) prefetch(i + x + kAhead);
+                __m256 acc[KV][R];
+                for (int x = 0; x < KV; ++x)
+                    for (int r = 0; r < R; ++r) acc[x][r] = _mm256_setzero_ps();
                 for (int d = 0; d < hd; ++d) {
-                    const __m256 qd = _mm256_broadcast_ss(q + d);
-                    for (int x = 0; x < KV; ++x)
-                        acc[x] = _mm256_fmadd_ps(qd, load8(kb + (i + x) * kbs + 8 * d), acc[x]);
+                    __m256 kd[KV];
+                    for (int x = 0; x < KV; ++x) kd[x] = load8(kb + (i + x) * kbs + 8 * d);
+                    for (int r = 0; r < R; ++r) {
+                        const __m256 qd = _mm256_broadcast_ss(sc.q[r] + d);
+                        for (int x = 0; x < KV; ++x) acc[x][r] = _mm256_fmadd_ps(qd, kd[x], acc[x][r]);
+                    }
                 }
-                for (int x = 0; x < KV; ++x) _mm256_store_ps(sr + 8 * (i + x), _mm256_mul_ps(acc[x], vscale));
+                for (int x = 0; x < KV; ++x)
+                    for (int r = 0; r < R; ++r) _mm256_store_ps(sr[r] + 8 * (i + x), _mm256_mul_ps(acc[x][r], vscale));
                 i += KV;
             };
-            while (i + 4 <= nvec) run.template operator()<4>();
-            if (i + 2 <= nvec) run.template operator()<2>();
-            if (i < nvec) run.template operator()<1>();
+            constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
+            while (i + kMaxKv <= nvec) run.template operator()<kMaxKv>();
+            while (i < nvec) run.template operator()<1>();
+        };
+        switch (t.n) {
+            case 1: rows.template operator()<1>(); break;
+            case 2: rows.template operator()<2>(); break;
+            case 3: rows.template operator()<3>(); break;
+            default: rows.template operator()<4>(); break;
         }
         return;
     }
@@ -373,7 +403,7 @@ void attend_tile(const float* const* q, const int* first, const int* last, int n
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
     float* s = sc.scores(t.score_floats());
     const int b_begin = t.lo / KB, b_end = (t.hi - 1) / KB + 1;
-    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k, kbs, hd, scale, b, s);
+    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k, kbs, hd, scale, b, s, v, stride);
     tile_softmax(t, s, sizeof(T) == 2);
     for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
     for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v, stride, hd, b, out);
