@@ -131,7 +131,8 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
 void set_avx512_kernels(Kernel (*find_kernel)(GgmlType));
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
-// null). Kernels only read through a QuantizedActs.
+// null), and into the tile layout when out.tile_qs is set (its padding tokens are not written). Kernels only read
+// through a QuantizedActs.
 void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
                           QuantizeBlock quantize_block);
 

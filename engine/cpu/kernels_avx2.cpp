@@ -715,13 +715,15 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums) {
         const __m256 step = _mm256_or_ps(_mm256_and_ps(y, sign), one);
         iv[c] = _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, step)));
     }
+    __m128i half_sums[2];
     for (int h = 0; h < 2; ++h) {
         const __m256i s8 = _mm256_add_epi32(iv[2 * h], iv[2 * h + 1]);
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
         s4 = _mm_hadd_epi32(s4, s4);
-        s4 = _mm_hadd_epi32(s4, s4);
-        sums[h] = _mm_cvtsi128_si32(s4);
+        half_sums[h] = _mm_hadd_epi32(s4, s4);
     }
+    // One 8-byte store: the caller reads both sums at once, and two 4-byte stores would not forward to that load.
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(sums), _mm_unpacklo_epi32(half_sums[0], half_sums[1]));
     // packs interleave the 128-bit lanes; the permutation puts the 32 bytes back in order
     const __m256i p16a = _mm256_packs_epi32(iv[0], iv[1]), p16b = _mm256_packs_epi32(iv[2], iv[3]);
     const __m256i p8 = _mm256_packs_epi16(p16a, p16b);

@@ -19,6 +19,7 @@
 // sixteen-row decode was measured 13-19% slower for Q8_0, gemma3 270M's 262,144-row output matrix included).
 // With AMX (Isa::amx), 8 tokens or more of every sixteen-row type go through tile multiplies (rows16_amx).
 #include <type_traits>
+#include <utility>
 
 #include "engine/cpu/kernels.h"
 
@@ -565,6 +566,24 @@ struct alignas(64) TileConfig {
     uint8_t rows[16] = {};
 };
 
+// Tile loads and stores that show the compiler the memory they touch (GCC's _tile_loadd names only the address, so
+// stores that fill a buffer just before it could legally move past it; its _tile_stored clobbers all memory, which
+// kept amx_tile's accumulators on the stack). Every tile here moves 512 bytes in (A, B) or 1 KiB out (C).
+struct TileIn {
+    char bytes[512];
+};
+struct TileOut {
+    char bytes[1024];
+};
+#define QUILL_TILE_LOAD(tmm, base, stride)                                                                \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #tmm                                                  \
+                     :                                                                                  \
+                     : "r"(base), "r"(static_cast<long>(stride)), "m"(*reinterpret_cast<const TileIn*>(base)))
+#define QUILL_TILE_STORE(tmm, base)                                                                       \
+    __asm__ volatile("tilestored %%tmm" #tmm ", (%1,%2,1)"                                              \
+                     : "=m"(*reinterpret_cast<TileOut*>(base))                                          \
+                     : "r"(base), "r"(64L))
+
 inline void configure_tiles() {
     TileConfig c;
     for (int i : {0, 1}) c.rows[i] = 16, c.colsb[i] = 64;
@@ -586,8 +605,11 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
               __mmask16 rows) {
     static_assert(kAmxGroup == 16 && N <= 16);
     alignas(64) int32_t c[2][256];
+    // acc is only ever indexed by constants (the folds over T below), so that the compiler can keep it in registers.
     __m512 acc[N];
-    for (auto& v : acc) v = _mm512_setzero_ps();
+    [&]<int... T>(std::integer_sequence<int, T...>) {
+        ((acc[T] = _mm512_setzero_ps()), ...);
+    }(std::make_integer_sequence<int, N>());
     const int64_t g = t0 / kAmxGroup;
     const int8_t* a = q.tile_qs + g * nb * 512;  // [nb][16][32]
     const float* d = q.tile_d + g * nb * 16;     // [nb][16]
@@ -597,41 +619,43 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
         const __m512 ws = sb.ws;
         const float* db = d + 16 * b;
         const float* dsb = ds + 16 * b;
-#pragma GCC unroll 16
-        for (int t = 0; t < N; ++t) {
-            const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t));
-            acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(ws, _mm512_set1_ps(db[t])), acc[t]);
-            if constexpr (Dec::kHasMin) acc[t] = _mm512_fmadd_ps(sb.wm, _mm512_set1_ps(dsb[t]), acc[t]);
-        }
+        [&]<int... T>(std::integer_sequence<int, T...>) {
+            ((acc[T] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * T)),
+                                       _mm512_mul_ps(ws, _mm512_set1_ps(db[T])), acc[T])),
+             ...);
+            if constexpr (Dec::kHasMin) ((acc[T] = _mm512_fmadd_ps(sb.wm, _mm512_set1_ps(dsb[T]), acc[T])), ...);
+        }(std::make_integer_sequence<int, N>());
     };
     _tile_zero(0);
-    _tile_loadd(2, a, 32);
+    QUILL_TILE_LOAD(2, a, 32);
     st[0] = &steps(0);
-    _tile_loadd(4, st[0]->w, 64);
+    QUILL_TILE_LOAD(4, st[0]->w, 64);
     _tile_dpbssd(0, 2, 4);
     for (int64_t b = 0; b < nb; b += 2) {
         if (b + 1 < nb) {
             _tile_zero(1);
-            _tile_loadd(3, a + 512 * (b + 1), 32);
+            QUILL_TILE_LOAD(3, a + 512 * (b + 1), 32);
             st[1] = &steps(b + 1);
-            _tile_loadd(5, st[1]->w, 64);
+            QUILL_TILE_LOAD(5, st[1]->w, 64);
             _tile_dpbssd(1, 3, 5);
         }
-        _tile_stored(0, c[0], 64);
+        QUILL_TILE_STORE(0, c[0]);
         scale(b, c[0], *st[0]);
         if (b + 1 < nb) {
             if (b + 2 < nb) {
                 _tile_zero(0);
-                _tile_loadd(2, a + 512 * (b + 2), 32);
+                QUILL_TILE_LOAD(2, a + 512 * (b + 2), 32);
                 st[0] = &steps(b + 2);
-                _tile_loadd(4, st[0]->w, 64);
+                QUILL_TILE_LOAD(4, st[0]->w, 64);
                 _tile_dpbssd(0, 2, 4);
             }
-            _tile_stored(1, c[1], 64);
+            QUILL_TILE_STORE(1, c[1]);
             scale(b + 1, c[1], *st[1]);
         }
     }
-    for (int t = 0; t < n; ++t) _mm512_mask_storeu_ps(y + t * n_out, rows, acc[t]);
+    [&]<int... T>(std::integer_sequence<int, T...>) {
+        ((T < n ? _mm512_mask_storeu_ps(y + T * n_out, rows, acc[T]) : void()), ...);
+    }(std::make_integer_sequence<int, N>());
 }
 
 // Int8 activations per token chunk: the chunk's rows stay in L2 while every row tile of the range passes over them
@@ -717,7 +741,7 @@ struct Packed16 {
     static constexpr int64_t kValueBytes = kQ8 ? 512 : 256;
     static_assert(kRecordBytes > 0);
 
-    static Step16 step(const uint8_t* rec) {
+    [[gnu::always_inline]] static Step16 step(const uint8_t* rec) {
         Step16 s;
         if constexpr (kQ8) {  // signed values flipped to unsigned (u = q + 128)
             for (int k = 0; k < 8; ++k)
@@ -747,7 +771,8 @@ struct StepStream {
     StepStream(const uint8_t* t, int64_t n) : tile(t), nb(n) {
         for (int64_t b = 0; b < 2 && b < nb; ++b) decode(b);
     }
-    void decode(int64_t b) {
+    // (Inlined: a call inside amx_tile's loop would make its accumulators, caller-saved registers, live in memory.)
+    [[gnu::always_inline]] void decode(int64_t b) {
         const uint8_t* rec = tile + b * P::kRecordBytes;
         for (int64_t o = 0; o < P::kRecordBytes; o += 64)
             _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
@@ -755,7 +780,7 @@ struct StepStream {
         to_signed<P>(st);
         ring[b & 3] = st;
     }
-    const Step16& operator()(int64_t b) {
+    [[gnu::always_inline]] const Step16& operator()(int64_t b) {
         if (b + 2 < nb) decode(b + 2);
         return ring[b & 3];
     }

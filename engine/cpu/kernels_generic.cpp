@@ -2,6 +2,7 @@
 // row is decoded once into signed int8 values with per-16 scales (or into floats), then dotted with every token.
 // Also the activation quantizer every ISA shares and the scalar dot of one 32-block used for odd tails.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
@@ -375,8 +376,22 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             isumr[b] = 0;
         }
         if (out.qs_u != nullptr) {
-            uint8_t* ur = out.qs_u + t * out.qs_stride;  // [qs_stride]
-            for (int64_t i = 0; i < out.qs_stride; ++i) ur[i] = static_cast<uint8_t>(qr[i] ^ 0x80);
+            uint8_t* ur = out.qs_u + t * out.qs_stride;  // [qs_stride], a multiple of 64
+            for (int64_t i = 0; i < out.qs_stride; i += 8) {  // eight bytes at a time: q ^ 0x80 = q + 128
+                uint64_t w;
+                std::memcpy(&w, qr + i, 8);
+                w ^= 0x8080808080808080u;
+                std::memcpy(ur + i, &w, 8);
+            }
+        }
+        if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
+            const int64_t g = t / kAmxGroup, j = t % kAmxGroup;
+            for (int64_t b = 0; b < nb; ++b) {
+                const int64_t at = (g * nb + b) * kAmxGroup + j;
+                std::memcpy(out.tile_qs + at * 32, qr + 32 * b, 32);
+                out.tile_d[at] = dr[b];
+                out.tile_ds[at] = dsr[b];
+            }
         }
     }
 }

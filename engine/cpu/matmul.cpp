@@ -56,7 +56,7 @@ void Activations::set(const float* x, int64_t n_tokens, int64_t n_in) {
 namespace {
 
 // Below this many input elements the quantization runs on the calling thread: a parallel section costs more.
-constexpr int64_t kParallelQuantizeElements = 1 << 15;
+constexpr int64_t kParallelQuantizeElements = 1 << 13;
 
 template <typename T>
 T* align64(T* p) {
@@ -64,24 +64,15 @@ T* align64(T* p) {
     return p + ((64 - a % 64) % 64) / sizeof(T);
 }
 
-// Copies token group g of q's rows into the tile layout (see QuantizedActs::tile_qs), zeros past n_tokens.
-void tile_group(const QuantizedActs& q, int64_t g) {
-    const int64_t nb = q.n_in / 32;
-    int8_t* tq = q.tile_qs + g * nb * kAmxGroup * 32;  // [nb][16][32]
-    float* td = q.tile_d + g * nb * kAmxGroup;         // [nb][16]
-    float* tds = q.tile_ds + g * nb * kAmxGroup;       // [nb][16]
-    for (int64_t j = 0; j < kAmxGroup; ++j) {
-        const int64_t t = g * kAmxGroup + j;
+// Zeros the tile layout's padding tokens (past n_tokens, in the last group; see QuantizedActs::tile_qs).
+void zero_tile_padding(const QuantizedActs& q) {
+    const int64_t nb = q.n_in / 32, n_groups = (q.n_tokens + kAmxGroup - 1) / kAmxGroup;
+    for (int64_t t = q.n_tokens; t < n_groups * kAmxGroup; ++t) {
+        const int64_t g = t / kAmxGroup, j = t % kAmxGroup;
         for (int64_t b = 0; b < nb; ++b) {
-            int8_t* dst = tq + (b * kAmxGroup + j) * 32;
-            if (t < q.n_tokens) {
-                std::memcpy(dst, q.qs + t * q.qs_stride + 32 * b, 32);
-                td[b * kAmxGroup + j] = q.d[t * q.blk_stride + b];
-                tds[b * kAmxGroup + j] = q.ds[t * q.blk_stride + b];
-            } else {
-                std::memset(dst, 0, 32);
-                td[b * kAmxGroup + j] = tds[b * kAmxGroup + j] = 0.0f;
-            }
+            const int64_t at = (g * nb + b) * kAmxGroup + j;
+            std::memset(q.tile_qs + at * 32, 0, 32);
+            q.tile_d[at] = q.tile_ds[at] = 0.0f;
         }
     }
 }
@@ -118,18 +109,13 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
         c.view.tile_d = c.tile_d.data();
         c.view.tile_ds = c.tile_ds.data();
     }
-    // Units of work: tokens, or (AMX) groups of tokens, each quantized and then copied into the tile layout.
-    const int64_t n_units = tiles ? n_groups : n_tokens, unit = tiles ? kAmxGroup : 1;
-    auto quantize_units = [&](int64_t u0, int64_t u1) {
-        quantize(u0 * unit, std::min(n_tokens, u1 * unit));
-        for (int64_t g = u0; tiles && g < u1; ++g) tile_group(c.view, g);
-    };
+    if (tiles) zero_tile_padding(c.view);
     if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
-        quantize_units(0, n_units);
+        quantize(0, n_tokens);
     } else {
         pool.run([&](int ith, int nth) {
-            const Range r = split_range(n_units, ith, nth);
-            quantize_units(r.begin, r.end);
+            const Range r = split_range(n_tokens, ith, nth);
+            quantize(r.begin, r.end);
         });
     }
     c.int8_ready = true;
