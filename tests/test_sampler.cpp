@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <random>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -40,6 +41,19 @@ TEST_CASE("greedy picks the first maximum", "[sampler]") {
     Sampler s(plain(0.0f));
     std::vector<float> l{0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
     CHECK(s.sample(l) == 1);
+    // Longer rows (the search runs eight lanes at a time, then the tail): std::max_element's answer wherever the
+    // maximum and its ties fall, with all-negative values.
+    std::mt19937 rng(3);
+    for (size_t n : {7u, 8u, 9u, 31u, 49152u, 49157u}) {
+        std::vector<float> x(n);
+        for (int trial = 0; trial < 20; ++trial) {
+            const uint32_t levels = trial % 2 == 0 ? 5 : 100000;  // the maximum tied many times, or rarely
+            for (float& v : x) v = -1.0f - static_cast<float>(rng() % levels) * 0.25f;
+            std::vector<float> copy = x;
+            INFO("n " << n << ", trial " << trial);
+            CHECK(s.sample(copy) == std::max_element(x.begin(), x.end()) - x.begin());
+        }
+    }
 }
 
 TEST_CASE("the same seed gives the same tokens, another seed other tokens", "[sampler]") {

@@ -22,6 +22,24 @@ void SamplingParams::validate() const {
 }
 
 namespace {
+// The index of the first maximum of x (std::max_element's answer for finite values): the maximum in eight lanes,
+// a loop the compiler vectorizes, then the first index that holds it. A batch of sequences samples tens of
+// thousands of logits per sequence per step on one thread; std::max_element's compare-and-branch was 2-3% of it.
+size_t first_max(std::span<const float> x) {
+    constexpr size_t kLanes = 8;
+    float m[kLanes];
+    std::fill_n(m, kLanes, -INFINITY);
+    size_t i = 0;
+    for (; i + kLanes <= x.size(); i += kLanes)
+        for (size_t k = 0; k < kLanes; ++k) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    float best = m[0];
+    for (size_t k = 1; k < kLanes; ++k) best = m[k] > best ? m[k] : best;
+    for (; i < x.size(); ++i) best = x[i] > best ? x[i] : best;
+    for (i = 0; i < x.size(); ++i)
+        if (x[i] == best) return i;
+    return 0;  // (no value is a number)
+}
+
 uint64_t splitmix64(uint64_t& x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -85,7 +103,7 @@ int32_t Sampler::sample(std::span<float> logits) {
     QUILL_CHECK(!logits.empty(), "no logits to sample from");
     apply_penalties(logits);
     if (params_.temperature <= 0.0f)  // greedy: the first maximum
-        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        return static_cast<int32_t>(first_max(logits));
 
     // top-k: the k largest logits, sorted descending (ties by id, so the order is deterministic)
     cand_.resize(logits.size());
