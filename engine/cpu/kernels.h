@@ -69,6 +69,10 @@ constexpr int64_t kRowTile = 16;
 // Token groups of the AMX kernels' activations (QuantizedActs::tile_qs), and from how many tokens they run.
 constexpr int64_t kAmxGroup = 16;
 constexpr int64_t kAmxMinTokens = 8;
+// Where token t's block b lies in the tile layout: tile_qs + 32 * entry, tile_d[entry], tile_ds[entry].
+inline int64_t tile_entry(const QuantizedActs& q, int64_t t, int64_t b) {
+    return (t / kAmxGroup * (q.n_in / 32) + b) * kAmxGroup + t % kAmxGroup;
+}
 // Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
 constexpr int64_t kOutputBlockFloats = 16384;
 // Per-thread scratch a kernel may use: room for the float minima of a row tile, [kRowTile, n_in / 16 + 16], then

@@ -610,10 +610,10 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
     [&]<int... T>(std::integer_sequence<int, T...>) {
         ((acc[T] = _mm512_setzero_ps()), ...);
     }(std::make_integer_sequence<int, N>());
-    const int64_t g = t0 / kAmxGroup;
-    const int8_t* a = q.tile_qs + g * nb * 512;  // [nb][16][32]
-    const float* d = q.tile_d + g * nb * 16;     // [nb][16]
-    const float* ds = q.tile_ds + g * nb * 16;   // [nb][16]
+    const int64_t g0 = tile_entry(q, t0, 0);  // t0 starts a group
+    const int8_t* a = q.tile_qs + 32 * g0;    // [nb][16][32]
+    const float* d = q.tile_d + g0;           // [nb][16]
+    const float* ds = q.tile_ds + g0;         // [nb][16]
     const Step16* st[2];  // the blocks whose products tiles 0 and 1 hold
     auto scale = [&](int64_t b, const int32_t* cb, const Step16& sb) {
         const __m512 ws = sb.ws;
@@ -759,6 +759,13 @@ struct Packed16 {
     }
 };
 
+// The record kPrefetchBytes ahead of rec, into L2 (the packed tiles of a thread's rows are one stream).
+template <typename P>
+[[gnu::always_inline]] inline void prefetch_record(const uint8_t* rec) {
+    for (int64_t o = 0; o < P::kRecordBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+}
+
 #ifdef QUILL_AMX
 // amx_tile's steps for a single token group: each record is decoded (signed) two blocks before the tile unit loads
 // it, into a ring of four, so that the stores have reached the cache when the tile load reads them and the decode
@@ -774,8 +781,7 @@ struct StepStream {
     // (Inlined: a call inside amx_tile's loop would make its accumulators, caller-saved registers, live in memory.)
     [[gnu::always_inline]] void decode(int64_t b) {
         const uint8_t* rec = tile + b * P::kRecordBytes;
-        for (int64_t o = 0; o < P::kRecordBytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+        prefetch_record<P>(rec);
         Step16 st = P::step(rec);
         to_signed<P>(st);
         ring[b & 3] = st;
@@ -798,8 +804,7 @@ void packed_decode(const uint8_t* tile, int64_t nb, const QuantizedActs& q, int6
     }
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* rec = tile + b * P::kRecordBytes;
-        for (int64_t o = 0; o < P::kRecordBytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+        prefetch_record<P>(rec);
         const Step16 st = P::step(rec);
         for (int t = 0; t < T; ++t) rows16_block<P>(st, ta[t], b, acc[t]);
     }
@@ -845,8 +850,7 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
             if (prefill) {
                 for (int64_t b = 0; b < nb; ++b) {
                     const uint8_t* rec = tile + b * P::kRecordBytes;
-                    for (int64_t o = 0; o < P::kRecordBytes; o += 64)
-                        _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+                    prefetch_record<P>(rec);
                     steps[b] = P::step(rec);
 #ifdef QUILL_AMX
                     if (amx) to_signed<P>(steps[b]);

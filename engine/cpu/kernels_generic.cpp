@@ -385,9 +385,8 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             }
         }
         if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
-            const int64_t g = t / kAmxGroup, j = t % kAmxGroup;
             for (int64_t b = 0; b < nb; ++b) {
-                const int64_t at = (g * nb + b) * kAmxGroup + j;
+                const int64_t at = tile_entry(out, t, b);
                 std::memcpy(out.tile_qs + at * 32, qr + 32 * b, 32);
                 out.tile_d[at] = dr[b];
                 out.tile_ds[at] = dsr[b];

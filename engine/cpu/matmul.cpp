@@ -68,9 +68,8 @@ T* align64(T* p) {
 void zero_tile_padding(const QuantizedActs& q) {
     const int64_t nb = q.n_in / 32, n_groups = (q.n_tokens + kAmxGroup - 1) / kAmxGroup;
     for (int64_t t = q.n_tokens; t < n_groups * kAmxGroup; ++t) {
-        const int64_t g = t / kAmxGroup, j = t % kAmxGroup;
         for (int64_t b = 0; b < nb; ++b) {
-            const int64_t at = (g * nb + b) * kAmxGroup + j;
+            const int64_t at = tile_entry(q, t, b);
             std::memset(q.tile_qs + at * 32, 0, 32);
             q.tile_d[at] = q.tile_ds[at] = 0.0f;
         }
@@ -99,17 +98,16 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
               nullptr, nullptr,    nullptr,     n_tokens,      n_in,          qs_stride, blk_stride};
     const QuantizeBlock block = isa == Isa::generic ? generic::quantize_block : avx2::quantize_block;
     auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view, block); };
-    const bool tiles = isa == Isa::amx && n_tokens >= kAmxMinTokens;
-    const int64_t n_groups = (n_tokens + kAmxGroup - 1) / kAmxGroup, nb = n_in / 32;
-    if (tiles) {
+    if (isa == Isa::amx && n_tokens >= kAmxMinTokens) {  // the tile layout too (quantize writes the tokens)
+        const int64_t n_groups = (n_tokens + kAmxGroup - 1) / kAmxGroup, nb = n_in / 32;
         c.tile_qs_storage.resize(static_cast<size_t>(n_groups * nb * kAmxGroup * 32 + 64));
         c.tile_d.resize(static_cast<size_t>(n_groups * nb * kAmxGroup));
         c.tile_ds.resize(c.tile_d.size());
         c.view.tile_qs = align64(c.tile_qs_storage.data());
         c.view.tile_d = c.tile_d.data();
         c.view.tile_ds = c.tile_ds.data();
+        zero_tile_padding(c.view);
     }
-    if (tiles) zero_tile_padding(c.view);
     if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
         quantize(0, n_tokens);
     } else {
