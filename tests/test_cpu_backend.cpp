@@ -166,6 +166,48 @@ TEST_CASE("one batch with tokens of several sequences equals running them apart"
     CHECK(max_diff(row(out, 4), row(lb, 3)) <= tol);
 }
 
+TEST_CASE("a sequence's decode steps have the same bits alone and in mixed batches", "[cpu]") {
+    // What a scheduler step holds: decode steps of running sequences first (BatchToken::decode), then prompt chunks.
+    // A decode step's logits must not depend on its company (with AMX, F16 and BF16 weights run decode steps on the
+    // vector units and prompt tokens on tiles: by role, never by batch).
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int64_t nv = c.spec.n_vocab;
+        const auto a = some_tokens(8, static_cast<int>(nv), 21), b = some_tokens(6, static_cast<int>(nv), 22),
+                   p = some_tokens(20, static_cast<int>(nv), 23);
+        for (Isa isa : available_isas()) {
+            INFO(c.label << ", " << cpu::isa_name(isa));
+            // Alone: a's prompt (5 tokens), then its decode steps one per call.
+            auto alone = make(*model, false, 2, isa);
+            prefill_logits(*alone, std::vector<int32_t>(a.begin(), a.begin() + 5));
+            std::vector<float> want(3 * nv);
+            for (int i = 5; i < 8; ++i) {
+                Batch step;
+                step.add(a[i], i, 0, true, true);
+                alone->forward(step, std::span<float>(want.data() + (i - 5) * nv, nv));
+            }
+            // Together: a in slot 0 and b in slot 1 decoding, a prompt arriving in slot 2 in chunks of 7, 1 and 12.
+            auto mixed = make(*model, false, 2, isa, 3);
+            prefill_logits(*mixed, std::vector<int32_t>(a.begin(), a.begin() + 5), 0);
+            prefill_logits(*mixed, std::vector<int32_t>(b.begin(), b.begin() + 3), 1);
+            std::vector<float> got(3 * nv);
+            int p0 = 0;
+            for (int i = 5; int n_chunk : {7, 1, 12}) {
+                Batch batch;
+                batch.add(a[i], i, 0, true, true);
+                batch.add(b[i - 2], i - 2, 1, true, true);
+                for (int j = p0; j < p0 + n_chunk; ++j) batch.add(p[j], j, 2, j + 1 == p0 + n_chunk);
+                p0 += n_chunk;
+                std::vector<float> out(3 * nv);
+                mixed->forward(batch, out);
+                std::copy_n(out.begin(), nv, got.begin() + (i - 5) * nv);
+                ++i;
+            }
+            CHECK(max_diff(got, want) == 0.0);
+        }
+    }
+}
+
 TEST_CASE("f32 and f16 KV caches agree", "[cpu]") {
     test::TinySpec spec;
     auto model = test::make_tiny_model(spec);
@@ -215,6 +257,12 @@ TEST_CASE("bad batches are rejected with a clear error", "[cpu]") {
     batch.tokens.pop_back();
     batch.tokens.back().logits = true;
     CHECK_NOTHROW(two->forward(batch, logits));
+    // Decode steps lead the batch (the backends pick their kernels by role; see BatchToken::decode).
+    std::vector<float> two_logits(2 * model->config.n_vocab);
+    batch.tokens = {{1, 5, 0, true, false}, {2, 5, 1, true, true}};
+    CHECK_THROWS_WITH(two->forward(batch, two_logits), Catch::Contains("decode steps come first"));
+    std::swap(batch.tokens[0], batch.tokens[1]);
+    CHECK_NOTHROW(two->forward(batch, two_logits));
 }
 
 // ---- stories260K against the reference implementation ----

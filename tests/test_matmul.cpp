@@ -344,8 +344,10 @@ TEST_CASE("the AMX kernels give the AVX-512 kernels' bits", "[matmul]") {
     std::mt19937 rng(4242);
     ThreadPool pool(2);
     // Token groups of 16 (fewer padded), odd numbers of 32-blocks (800), ragged row tiles (45 rows), and chunks of
-    // 1 MiB of int8 activations (400 tokens of 2816: 368 + 32).
+    // 1 MiB of int8 activations (400 tokens of 2816: 368 + 32). (F16 and BF16 weights sum other terms on AMX: the
+    // tests below.)
     for (GgmlType type : kTypes) {
+        if (!uses_int8(type)) continue;
         const bool k_quant = type_traits(type).block_size == 256;
         for (auto [n_in, n_tokens] : {std::pair<int64_t, int64_t>{k_quant ? 1024 : 800, 8}, {k_quant ? 1024 : 800, 9},
                                       {k_quant ? 1024 : 800, 16}, {k_quant ? 1024 : 800, 33}, {2816, 400}}) {
@@ -360,6 +362,98 @@ TEST_CASE("the AMX kernels give the AVX-512 kernels' bits", "[matmul]") {
                 matmul(m.view(), act, y[i].data(), pool, i == 0 ? Isa::avx512 : Isa::amx);
             }
             CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
+        }
+    }
+}
+
+TEST_CASE("F16 and BF16 weights multiply exactly split bf16 terms on AMX: a lone product comes out exact",
+          "[matmul]") {
+    // One nonzero weight per row (a power of two, or a full-precision value against inputs that are powers of two):
+    // the result is a single product, exact in fp32, whatever the summation order. A lost term of the bf16 split
+    // (three for a float input, two for an fp16 weight or input) changes it.
+    std::mt19937 rng(515);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+        for (int64_t n_tokens : {1, 5, 16, 37}) {
+            const int64_t n_out = 45, n_in = 800;
+            const size_t rb = row_size(type, n_in);
+            std::vector<uint8_t> w(rb * n_out);
+            std::vector<float> row(static_cast<size_t>(n_in)), deq(static_cast<size_t>(n_out * n_in));
+            for (int64_t r = 0; r < n_out; ++r) {
+                std::fill(row.begin(), row.end(), 0.0f);
+                // Half the rows: a power of two; the others: a value with every bit of the type set.
+                row[static_cast<size_t>((r * 37) % n_in)] = r % 2 == 0 ? std::ldexp(1.0f, static_cast<int>(r % 9) - 4)
+                                                                     : normal(rng);
+                quantize_row(type, row.data(), w.data() + rb * r, n_in);
+                dequantize_row(type, w.data() + rb * r, deq.data() + r * n_in, n_in);
+            }
+            // Inputs: full floats against the power-of-two rows; powers of two against the others would lose
+            // nothing either, so every input is a full float and the odd rows are checked against their product.
+            std::vector<float> x = make_input(n_tokens, n_in, rng);
+            const std::vector<float> xr = reference_activations(type, x.data(), n_tokens, n_in);
+            const WeightMatrix m{type, w.data(), n_in, n_out, rb};
+            for (Isa isa : available_isas()) {
+                for (int64_t n_decode : {int64_t{0}, n_tokens / 2}) {
+                    INFO(fmt::format("{} {} tokens ({} decode) isa {}", type_name(type), n_tokens, n_decode,
+                                     isa_name(isa)));
+                    Activations act;
+                    act.set(x.data(), n_tokens, n_in, n_decode);
+                    std::vector<float> y = poisoned(static_cast<size_t>(n_tokens * n_out));
+                    matmul(m, act, y.data(), pool, isa);
+                    size_t bad = 0;
+                    for (int64_t t = 0; t < n_tokens; ++t) {
+                        for (int64_t r = 0; r < n_out; ++r) {
+                            const int64_t i = (r * 37) % n_in;
+                            const double exact = static_cast<double>(deq[r * n_in + i]) * xr[t * n_in + i];
+                            // The even rows' products are exact in fp32; the odd rows' round once.
+                            const auto expect = static_cast<float>(exact);
+                            if (r % 2 == 0 ? y[t * n_out + r] != expect
+                                           : std::fabs(y[t * n_out + r] - exact) > std::fabs(exact) * 0x1p-23)
+                                ++bad;
+                        }
+                    }
+                    CHECK(bad == 0);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("F16 and BF16 weights: a token's bits depend on whether it is a decode step, not on its batch",
+          "[matmul]") {
+    // With AMX, decode steps (the leading n_decode tokens) stay on the vector units and the other tokens go through
+    // tiles; without it both take one path. Either way a decode step gives the bits it gives alone, and so does a
+    // prompt token, whatever the mix (the batch of a scheduler step: decode steps, then prompt chunks).
+    std::mt19937 rng(8080);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+        const int64_t n_in = 352, n_out = 45;
+        const TestMatrix m = make_matrix(type, n_out, n_in, rng);
+        const std::vector<float> x = make_input(40, n_in, rng);
+        for (Isa isa : available_isas()) {
+            std::vector<float> alone[2];  // token 0 alone: [0] as a prompt token, [1] as a decode step
+            for (int d = 0; d < 2; ++d) {
+                Activations act;
+                act.set(x.data(), 1, n_in, d);
+                alone[d] = poisoned(static_cast<size_t>(n_out));
+                matmul(m.view(), act, alone[d].data(), pool, isa);
+            }
+            for (auto [n_tokens, n_decode] : {std::pair<int64_t, int64_t>{3, 1}, {17, 2}, {40, 16}, {20, 0}, {5, 5},
+                                              {33, 32}, {18, 1}}) {
+                INFO(fmt::format("{} isa {}: {} tokens, {} decode steps", type_name(type), isa_name(isa), n_tokens,
+                                 n_decode));
+                // Token 0's row as the first decode step and as the first prompt token.
+                std::vector<float> xb(x.begin(), x.begin() + n_tokens * n_in);
+                std::copy_n(x.begin(), n_in, xb.begin() + n_decode * n_in % (n_tokens * n_in));
+                Activations act;
+                act.set(xb.data(), n_tokens, n_in, n_decode);
+                std::vector<float> y = poisoned(static_cast<size_t>(n_tokens * n_out));
+                matmul(m.view(), act, y.data(), pool, isa);
+                if (n_decode > 0) CHECK(std::memcmp(y.data(), alone[1].data(), n_out * sizeof(float)) == 0);
+                if (n_decode < n_tokens)
+                    CHECK(std::memcmp(y.data() + n_decode * n_out, alone[0].data(), n_out * sizeof(float)) == 0);
+            }
         }
     }
 }

@@ -147,13 +147,14 @@ void CpuBackend::resize_scratch(int64_t n) {
     attn_scratch_.resize(static_cast<size_t>(pool_.size()) * attend_scratch_floats(static_cast<int>(kv_shape_.n_ctx)));
 }
 
-void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in) {
+void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in,
+                    int64_t n_decode) {
     if (reference_) {
         for (const auto& j : jobs)
             matmul_reference(j.w, reference_activations(j.w.type, x, n_tokens, n_in).data(), n_tokens, j.y);
         return;
     }
-    act_.set(x, n_tokens, n_in);
+    act_.set(x, n_tokens, n_in, n_decode);
     matmul(jobs, act_, pool_, isa_);
 }
 
@@ -182,6 +183,8 @@ uint8_t* CpuBackend::v_cache(int64_t layer, int64_t slot, int64_t pos) {
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
     check_batch(batch, config_, kv_shape_, logits);
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    n_decode_ = 0;  // the leading decode steps (check_batch: they come first)
+    while (n_decode_ < n && batch.tokens[n_decode_].decode) ++n_decode_;
     resize_scratch(n);
     embed(batch);
     rope_angles(batch);
@@ -418,7 +421,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     norm(x_.data(), L.attn_norm.data(), xn_.data(), n);
     const MatmulJob qkv[] = {{matrix(L.wq), q_.data()}, {matrix(L.wk), k_.data()}, {matrix(L.wv), v_.data()}};
-    mm(qkv, xn_.data(), n, c.n_embd);
+    mm(qkv, xn_.data(), n, c.n_embd, n_decode_);
     if (L.has_bias()) {
         add_bias(q_.data(), L.bq, n);
         add_bias(k_.data(), L.bk, n);
@@ -446,7 +449,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     }
     attend_all(batch, layer);
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
-    mm(o, att_.data(), n, c.n_embd_q());
+    mm(o, att_.data(), n, c.n_embd_q(), n_decode_);
     add_bias(proj_.data(), L.bo, n);
     if (!L.attn_post_norm.empty()) norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), n);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
@@ -458,14 +461,14 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
     const auto& c = config_;
     norm(x_.data(), L.ffn_norm.data(), xn_.data(), n);
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
-    mm(gate_up, xn_.data(), n, c.n_embd);
+    mm(gate_up, xn_.data(), n, c.n_embd, n_decode_);
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n * c.n_ff, ith, nth, 64);
         act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
     });
     const MatmulJob down[] = {{matrix(L.ffn_down), proj_.data()}};
-    mm(down, gate_.data(), n, c.n_ff);
+    mm(down, gate_.data(), n, c.n_ff, n_decode_);
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
     for (int64_t i = 0; i < n * c.n_embd; ++i) x_[i] += proj_[i];
 }
@@ -473,16 +476,17 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t n) {
 // logits = W_out rms_norm(x) * output_norm, for the rows that asked; soft-capped when the model says so
 void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
     const auto& c = config_;
-    int64_t m = 0;
+    int64_t m = 0, m_decode = 0;  // rows gathered, the decode steps among them (a prefix: they come first)
     for (size_t t = 0; t < batch.tokens.size(); ++t) {
         if (!batch.tokens[t].logits) continue;
         std::copy_n(x_.data() + t * c.n_embd, c.n_embd, xn_.data() + m * c.n_embd);  // gather
         ++m;
+        if (batch.tokens[t].decode) ++m_decode;
     }
     if (m == 0) return;
     norm(xn_.data(), weights_.output_norm.data(), xn_.data(), m);
     const MatmulJob out[] = {{matrix(weights_.output), logits.data()}};
-    mm(out, xn_.data(), m, c.n_embd);
+    mm(out, xn_.data(), m, c.n_embd, m_decode);
     if (c.final_logit_softcap > 0.0f) {
         const float cap = c.final_logit_softcap;
         for (int64_t i = 0; i < m * c.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -53,7 +53,8 @@ private:
     void attend_all(const Batch& batch, int64_t layer);
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
     bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
-    void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in);
+    // n_decode: the leading decode steps among the n_tokens rows (Activations::set).
+    void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode);
     // The matrix of a weight tensor, with its packed form when pack_weights made one.
     WeightMatrix matrix(const TensorView& t) const;
     void pack_weights();
@@ -91,6 +92,7 @@ private:
 
     // Scratch for one batch of n tokens.
     Activations act_;
+    int64_t n_decode_ = 0;  // decode steps leading the current batch
     std::vector<float> x_;       // [n, n_embd] residual stream
     std::vector<float> xn_;      // [n, n_embd] normed input of a block
     std::vector<float> q_;       // [n, n_head * head_dim]

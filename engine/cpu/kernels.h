@@ -45,11 +45,23 @@ struct QuantizedActs {
     int64_t qs_stride = 0, blk_stride = 0;
 };
 
+// Activations as AMX-BF16 B tiles, for the F16 and BF16 weight kernels with AMX (float_rows_amx): each value split
+// into `parts` bf16 terms whose sum is exact (three for a float: BF16 weights; two for the value rounded to fp16: F16
+// weights). Term p of 32-block b (zeros past n_in) of token group g (width tokens; the last group's missing tokens
+// are zeros) is the tile at tiles + ((g * nb + b) * parts + p) * 32 * width: row k holds elements 2k and 2k + 1 of
+// every token of the group, as TDPBF16PS reads its second operand.
+struct PairActs {
+    const uint16_t* tiles = nullptr;
+    int64_t n_groups = 0, nb = 0;  // nb = ceil(n_in / 32)
+    int parts = 0, width = 0;      // width = min(16, n_tokens)
+};
+
 // Everything a kernel needs for one weight matrix: it computes y[t, r] for every token t and rows [r0, r1).
 struct KernelArgs {
     const WeightMatrix* w = nullptr;
     const float* x = nullptr;          // [n_tokens, n_in]: float activations (float and fallback kernels)
     const QuantizedActs* q = nullptr;  // int8 activations (quantized kernels)
+    const PairActs* pairs = nullptr;   // bf16 tiles (Kernel::pair_acts)
     int64_t n_tokens = 0;
     float* y = nullptr;  // [n_tokens, w->n_out]
 };
@@ -61,6 +73,7 @@ using RowKernel = void (*)(const KernelArgs& args, int64_t r0, int64_t r1, float
 struct Kernel {
     RowKernel fn = nullptr;
     bool int8_acts = false;
+    bool pair_acts = false;  // PairActs of the input (rounded to fp16 for F16 weights)
 };
 
 // Rows a kernel prefers to be handed together (the AVX-512 sixteen-row tiles; the eight- and four-row kernels take
@@ -76,11 +89,12 @@ inline int64_t tile_entry(const QuantizedActs& q, int64_t t, int64_t b) {
 // Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
 constexpr int64_t kOutputBlockFloats = 16384;
 // Per-thread scratch a kernel may use: room for the float minima of a row tile, [kRowTile, n_in / 16 + 16], then
-// for a row tile decoded for reuse (up to 3 bytes per weight of four rows, 40 bytes per 32 weights of sixteen), then
-// an output block (at least kRowTile rows), plus slack for alignment.
+// for a row tile decoded for reuse (up to 3 bytes per weight of four rows, 40 bytes per 32 weights of sixteen; or
+// two bf16 terms of each weight of sixteen rows, whole 32-blocks, and a tile of results), then an output block (at
+// least kRowTile rows), plus slack for alignment.
 constexpr int64_t scratch_floats(int64_t n_in, int64_t n_tokens) {
     const int64_t output_block = kOutputBlockFloats > kRowTile * n_tokens ? kOutputBlockFloats : kRowTile * n_tokens;
-    return kRowTile * (n_in / 16 + 16) + kRowTile * n_in * 3 / 4 + output_block + 128;
+    return kRowTile * (n_in / 16 + 16) + kRowTile * n_in + 1024 + output_block + 128;
 }
 
 // Quantizes one block of 32 exactly as quantize_row's Q8_0 does: q = round(x / d), half away from zero, with
@@ -111,6 +125,10 @@ Kernel find_kernel_packed(GgmlType type, bool amx);
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer); false when the build has
 // no AVX-512.
 bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
+// Writes token groups [g0, g1) of the PairActs of x [n_tokens, n_in] (shape given by `shape`, fp16-rounded first
+// when f16) to `tiles`; false when the build has no AMX kernels.
+bool pair_tiles(const float* x, int64_t n_tokens, int64_t n_in, bool f16, const PairActs& shape, uint16_t* tiles,
+                int64_t g0, int64_t g1);
 }
 
 // Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, then sixteen fp16 scales

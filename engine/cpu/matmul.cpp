@@ -37,6 +37,9 @@ struct Activations::Cache {
     std::vector<int32_t> isum;          // [n_tokens, blk_stride]
     std::vector<int8_t> tile_qs_storage;  // the AMX tile layout (QuantizedActs::tile_qs), when used
     std::vector<float> tile_d, tile_ds;
+    bool pairs_ready[2] = {};                // PairActs of the input: [0] as floats (BF16), [1] fp16-rounded (F16)
+    std::vector<uint16_t> pairs_storage[2];  // their tiles plus alignment room
+    PairActs pairs[2];
     std::vector<float> scratch;         // [n_threads, scratch_floats(n_in, n_tokens)] plus alignment room
     QuantizedActs view;
 };
@@ -44,13 +47,16 @@ struct Activations::Cache {
 Activations::Activations() : cache_(std::make_unique<Cache>()) {}
 Activations::~Activations() = default;
 
-void Activations::set(const float* x, int64_t n_tokens, int64_t n_in) {
+void Activations::set(const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode) {
     QUILL_CHECK(x != nullptr && n_tokens > 0 && n_in > 0, "activations need data, got {} x {}", n_tokens, n_in);
+    QUILL_CHECK(n_decode >= 0 && n_decode <= n_tokens, "{} decode tokens of {}", n_decode, n_tokens);
     x_ = x;
     n_tokens_ = n_tokens;
     n_in_ = n_in;
+    n_decode_ = n_decode;
     cache_->int8_ready = false;
     cache_->f16_ready = false;
+    cache_->pairs_ready[0] = cache_->pairs_ready[1] = false;
 }
 
 namespace {
@@ -131,6 +137,39 @@ const float* prepare_f16(Activations& x) {
     return c.x_f16.data();
 }
 
+// The input's tokens past the decode steps as AMX-BF16 B tiles (see PairActs), rounded to fp16 first for F16
+// weights.
+const PairActs* prepare_pairs(Activations& x, ThreadPool& pool, bool f16) {
+    Activations::Cache& c = x.cache();
+    const int i = f16 ? 1 : 0;
+    if (!c.pairs_ready[i]) {
+        const int64_t n_tokens = x.n_tokens() - x.n_decode(), n_in = x.n_in();
+        const float* data = x.data() + x.n_decode() * n_in;
+        PairActs& s = c.pairs[i];
+        s.width = static_cast<int>(std::min<int64_t>(kAmxGroup, n_tokens));
+        s.n_groups = (n_tokens + s.width - 1) / s.width;
+        s.nb = (n_in + 31) / 32;
+        s.parts = f16 ? 2 : 3;
+        c.pairs_storage[i].resize(static_cast<size_t>(s.n_groups * s.nb * s.parts * 32 * s.width + 32));
+        uint16_t* tiles = align64(c.pairs_storage[i].data());
+        s.tiles = tiles;
+        auto fill = [&](int64_t g0, int64_t g1) {
+            QUILL_CHECK(avx512::pair_tiles(data, n_tokens, n_in, f16, s, tiles, g0, g1),
+                        "bf16 tile activations need the AMX kernels");
+        };
+        if (s.n_groups < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
+            fill(0, s.n_groups);
+        } else {
+            pool.run([&](int ith, int nth) {
+                const Range r = split_range(s.n_groups, ith, nth);
+                fill(r.begin, r.end);
+            });
+        }
+        c.pairs_ready[i] = true;
+    }
+    return &c.pairs[i];
+}
+
 std::atomic<Kernel (*)(GgmlType)> g_avx512_kernels{nullptr};  // see set_avx512_kernels
 
 // The one dispatch over weight types: the ISA's kernel (for the packed weights when there are some), else the
@@ -181,19 +220,29 @@ struct PlannedJob {
 
 void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa) {
     QUILL_CHECK(x.data() != nullptr, "matmul before Activations::set");
-    std::vector<PlannedJob> plan(jobs.size());
+    std::vector<PlannedJob> plan;
+    plan.reserve(2 * jobs.size());
     int64_t total_units = 0;
     bool need_int8 = false;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-        check_job(jobs[j], x);
-        PlannedJob& p = plan[j];
-        p.kernel = select_kernel(jobs[j].w, isa);
-        const float* xf = jobs[j].w.type == GgmlType::F16 ? prepare_f16(x) : x.data();
-        p.args = {&jobs[j].w, xf, nullptr, x.n_tokens(), jobs[j].y};
+    // Tokens [t0, t1) of job j on kernel k.
+    auto add = [&](const MatmulJob& job, Kernel k, int64_t t0, int64_t t1) {
+        PlannedJob& p = plan.emplace_back();
+        p.kernel = k;
+        const bool f16 = job.w.type == GgmlType::F16;
+        const float* xf = f16 && !k.pair_acts ? prepare_f16(x) : x.data();
+        p.args = {&job.w, xf + t0 * x.n_in(), nullptr, nullptr, t1 - t0, job.y + t0 * job.w.n_out};
+        if (k.pair_acts) p.args.pairs = prepare_pairs(x, pool, f16);
         p.first_unit = total_units;
-        p.n_units = (jobs[j].w.n_out + kRowTile - 1) / kRowTile;
+        p.n_units = (job.w.n_out + kRowTile - 1) / kRowTile;
         total_units += p.n_units;
-        need_int8 = need_int8 || p.kernel.int8_acts;
+        need_int8 = need_int8 || k.int8_acts;
+    };
+    for (const MatmulJob& job : jobs) {
+        check_job(job, x);
+        const Kernel k = select_kernel(job.w, isa);
+        const int64_t n_decode = k.pair_acts ? x.n_decode() : 0;  // the decode steps stay on the vector units
+        if (n_decode > 0) add(job, select_kernel(job.w, Isa::avx512), 0, n_decode);
+        if (n_decode < x.n_tokens()) add(job, k, n_decode, x.n_tokens());
     }
     if (total_units == 0) return;
     if (need_int8) {
@@ -323,7 +372,7 @@ bool avx512_emulated() { return g_avx512_kernels.load() != nullptr; }
 namespace {
 
 #if defined(__x86_64__)
-// AMX-TILE and AMX-INT8 in CPUID, tile state enabled by the OS (XCR0 bits 17 and 18), and the kernel's permission
+// AMX-TILE, AMX-INT8 and AMX-BF16 in CPUID, tile state enabled by the OS (XCR0 bits 17 and 18), and the kernel's permission
 // for this process to use the tile data (Linux 5.16+: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked
 // once; a refusal leaves the avx512 kernels).
 bool amx_permitted() {
@@ -332,7 +381,7 @@ bool amx_permitted() {
         unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
         if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_OSXSAVE)) return false;
         if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-        if (!((edx >> 24) & 1) || !((edx >> 25) & 1)) return false;  // AMX-TILE, AMX-INT8
+        if (!((edx >> 24) & 1) || !((edx >> 25) & 1) || !((edx >> 22) & 1)) return false;  // TILE, INT8, BF16
         uint32_t xcr0 = 0, xcr0_high = 0;
         __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
         if ((xcr0 & (3u << 17)) != (3u << 17)) return false;  // XTILECFG and XTILEDATA

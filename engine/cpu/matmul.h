@@ -69,17 +69,22 @@ public:
     Activations(const Activations&) = delete;
     Activations& operator=(const Activations&) = delete;
 
-    void set(const float* x, int64_t n_tokens, int64_t n_in);
+    // x [n_tokens, n_in]; its first n_decode tokens are decode steps (BatchToken::decode), which F16 and BF16 weights
+    // multiply on the vector units even where AMX is used for the others: at one token per sequence the tile
+    // multiplies of the exact bf16 split cost more than a memory-bound decode can hide (F16 about 1.5x slower, BF16
+    // 1.1-1.4x on a 2-core Sapphire Rapids), and a token's path depends only on its role, not on its batch.
+    void set(const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode = 0);
     const float* data() const { return x_; }
     int64_t n_tokens() const { return n_tokens_; }
     int64_t n_in() const { return n_in_; }
+    int64_t n_decode() const { return n_decode_; }
 
     struct Cache;  // the converted forms (kernel-private)
     Cache& cache() { return *cache_; }
 
 private:
     const float* x_ = nullptr;
-    int64_t n_tokens_ = 0, n_in_ = 0;
+    int64_t n_tokens_ = 0, n_in_ = 0, n_decode_ = 0;
     std::unique_ptr<Cache> cache_;
 };
 

@@ -22,12 +22,18 @@ struct BatchToken {
     int32_t pos = 0;      // position in its sequence; K and V land at this cache position
     int32_t slot = 0;     // KV cache slot of its sequence
     bool logits = false;  // whether forward() returns this token's logits
+    // A decode step: the token just sampled for its sequence, fed back. Decode tokens come first in a batch. The
+    // CPU backend keeps them off the AMX tiles for F16 and BF16 weights (see Activations::set), so a token's
+    // arithmetic depends on its role, never on what else is in its batch.
+    bool decode = false;
 };
 
 struct Batch {
     std::vector<BatchToken> tokens;
 
-    void add(int32_t token, int32_t pos, int32_t slot, bool logits) { tokens.push_back({token, pos, slot, logits}); }
+    void add(int32_t token, int32_t pos, int32_t slot, bool logits, bool decode = false) {
+        tokens.push_back({token, pos, slot, logits, decode});
+    }
     int n_logits() const;
 };
 

@@ -52,7 +52,7 @@ std::pair<double, double> decode_run(Backend& backend, size_t weight_bytes, int 
     const auto t0 = clock::now();
     for (int i = 0; i < n; ++i) {
         batch.tokens.clear();
-        for (int s = 0; s < n_seq; ++s) batch.add(tokens[s], i, s, true);
+        for (int s = 0; s < n_seq; ++s) batch.add(tokens[s], i, s, true, true);
         backend.forward(batch, logits);
         for (int s = 0; s < n_seq; ++s) tokens[s] = argmax(logits.data() + s * c.n_vocab, c.n_vocab);
         bytes += static_cast<double>(weight_bytes) +

@@ -93,7 +93,7 @@ void Scheduler::build_batch() {
     for (size_t i = 0; i < slots_.size(); ++i) {
         const Slot& s = slots_[i];
         if (!s.busy || s.next_prompt < s.gen->prompt().size()) continue;
-        batch_.add(s.gen->last_token(), s.gen->next_pos(), static_cast<int32_t>(i), true);
+        batch_.add(s.gen->last_token(), s.gen->next_pos(), static_cast<int32_t>(i), true, true);
         logit_slot_.push_back(static_cast<int32_t>(i));
     }
     // At least one prefill token per step, so prompts progress even when the decode tokens fill the budget.
