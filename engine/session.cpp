@@ -64,27 +64,39 @@ size_t available_memory() {
     return size_t{8} << 30;
 }
 
-size_t kv_bytes_per_position(const ModelConfig& c, KvType kv, int64_t n_slots) {
-    return 2 * static_cast<size_t>(c.n_layer * c.n_embd_kv()) * (kv == KvType::f16 ? 2 : 4) *
-           static_cast<size_t>(std::max<int64_t>(1, n_slots));
+namespace {
+// The largest context up to `most` whose CPU KV cache (sliding-window rings included) takes at most `budget` bytes;
+// 0 when none does.
+int64_t largest_context(const ModelConfig& c, KvType kv, int64_t n_slots, size_t budget, int64_t most) {
+    int64_t lo = 0, hi = most;  // the cache grows with the context: bisect
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (cpu::CpuBackend::kv_cache_bytes(c, kv, mid, n_slots) <= budget) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
 }
+}  // namespace
 
 void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t n_slots) {
-    const size_t per_pos = kv_bytes_per_position(c, kv, n_slots);
+    if (n_ctx <= 0) return;
+    const size_t bytes = cpu::CpuBackend::kv_cache_bytes(c, kv, n_ctx, n_slots);
     const size_t available = available_memory();
-    const size_t fit = available / per_pos;
-    if (n_ctx <= 0 || static_cast<size_t>(n_ctx) <= fit) return;
+    if (bytes <= available) return;
     const std::string slots = n_slots > 1 ? fmt::format(" for {} sequences", n_slots) : "";
     throw UsageError(fmt::format("-c {}: the KV cache{} would take {}, but only {} of memory is available; at most "
                                  "-c {} fits",
-                                 n_ctx, slots, format_bytes(per_pos * static_cast<size_t>(n_ctx)),
-                                 format_bytes(available), fit));
+                                 n_ctx, slots, format_bytes(bytes), format_bytes(available),
+                                 largest_context(c, kv, n_slots, available, n_ctx)));
 }
 
 int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots) {
     if (asked > 0) return asked;  // make_backend checks that it fits where the cache will live
-    const size_t per_pos = kv_bytes_per_position(c, kv, n_slots);
-    const int64_t fit = std::max<int64_t>(256, static_cast<int64_t>(available_memory() / 4 / per_pos));
+    const int64_t fit =
+        std::max<int64_t>(256, largest_context(c, kv, n_slots, available_memory() / 4, c.n_ctx_train));
     if (c.n_ctx_train <= fit) return c.n_ctx_train;
     print_stderr("quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
                  "memory; -c sets it\n", fit, c.n_ctx_train);

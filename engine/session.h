@@ -41,9 +41,6 @@ size_t available_memory();
 // the KV cache of n_slots sequences takes at most a quarter of the available memory (said on stderr when it caps).
 int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots);
 
-// Bytes of K and V cache one position takes for n_slots sequences.
-size_t kv_bytes_per_position(const ModelConfig& config, KvType kv, int64_t n_slots);
-
 // UsageError when a KV cache of n_ctx positions (for n_slots sequences) cannot fit in the available memory,
 // saying how large it would be and the largest context that fits.
 void check_context_fits(const ModelConfig& config, int64_t n_ctx, KvType kv, int64_t n_slots);

@@ -108,6 +108,39 @@ TEST_CASE("undo removes the last exchange and regen gives the same greedy reply 
     CHECK(t.text == fresh_reply(*s, nlohmann::json::array({{{"role", "user"}, {"content", "She saw a dog"}}}), 10));
 }
 
+namespace {
+// A backend that keeps only the last `limit` positions for going back (as sliding-window rings do).
+class RewindLimited final : public Backend {
+public:
+    RewindLimited(Backend& inner, int64_t limit) : inner_(inner), limit_(limit) {}
+    std::string_view name() const override { return inner_.name(); }
+    const ModelConfig& config() const override { return inner_.config(); }
+    const KvCacheShape& kv_shape() const override { return inner_.kv_shape(); }
+    void forward(const Batch& batch, std::span<float> logits) override { inner_.forward(batch, logits); }
+    int64_t max_rewind() const override { return limit_; }
+
+private:
+    Backend& inner_;
+    int64_t limit_;
+};
+}  // namespace
+
+TEST_CASE("a turn that would go back past what the cache keeps starts again from position 0", "[chat]") {
+    auto s = load_stories();
+    if (!s) return;
+    auto inner = backend_for(*s, 512);
+    RewindLimited b(*inner, 4);
+    Conversation conv(b, *s->tok, *s->format, 512, greedy(10), ContextOverflow::error);
+    conv.send("Lily went to the park", kIgnore);
+    TurnResult t2 = conv.send("She saw a dog", kIgnore);
+    CHECK(t2.stats.reused_tokens > 0);  // a turn continuing where the last one ended goes back a token or two
+    // Regenerating goes back over the whole reply (10 tokens): further than the backend keeps.
+    TurnResult again = conv.regenerate(kIgnore);
+    CHECK(again.stats.reused_tokens == 0);
+    CHECK(again.stats.prefilled_tokens == again.stats.prompt_tokens);
+    CHECK(again.text == t2.text);
+}
+
 TEST_CASE("an interrupted reply stays in the conversation and the next turn is still right", "[chat]") {
     auto s = load_stories();
     if (!s) return;

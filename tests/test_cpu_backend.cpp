@@ -208,6 +208,87 @@ TEST_CASE("a sequence's decode steps have the same bits alone and in mixed batch
     }
 }
 
+TEST_CASE("sliding-window layers keeping a ring of recent positions give the bits of the whole cache", "[cpu]") {
+    // A context of 2048 and windows of 4 to 6: the local layers keep rings of 640 positions (window + 512 + a key
+    // block, in whole blocks), which 1500 positions wrap twice (past the doubled mapping's 1280). A 1400-token prompt
+    // in one batch (split into parts: a ring holds window + 512 positions), then decode steps, two sequences side by
+    // side in mixed batches; every logit row against a backend that keeps every position.
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        if (c.spec.sliding_window == 0) continue;
+        auto model = test::make_tiny_model(c.spec);
+        const int64_t nv = c.spec.n_vocab;
+        auto make_ctx = [&](bool window_cache) {
+            CpuBackendOptions o;
+            o.n_threads = 2;
+            o.n_ctx = 2048;
+            o.n_slots = 2;
+            o.window_cache = window_cache;
+            return std::make_unique<CpuBackend>(model->config, model->weights, o);
+        };
+        auto ring = make_ctx(true), whole = make_ctx(false);
+        INFO(c.label);
+        REQUIRE(whole->window_ring() == 0);
+        REQUIRE(ring->window_ring() == 640);
+        CHECK(ring->max_rewind() == 640 - c.spec.sliding_window);
+        const auto a = some_tokens(1500, static_cast<int>(nv), 31), b = some_tokens(400, static_cast<int>(nv), 32);
+        auto both = [&](Backend& be, const Batch& batch) {
+            std::vector<float> out(static_cast<size_t>(batch.n_logits() * nv));
+            be.forward(batch, out);
+            return out;
+        };
+        // a's prompt alone (every logit row), then b's prompt of 300 with a's decode steps, then both decoding.
+        Batch batch;
+        for (int i = 0; i < 1400; ++i) batch.add(a[i], i, 0, true);
+        CHECK(max_diff(both(*ring, batch), both(*whole, batch)) == 0.0);
+        for (int step = 0; step < 100; ++step) {
+            batch.tokens.clear();
+            batch.add(a[1400 + step], 1400 + step, 0, true, true);  // decode steps first
+            if (step == 2)
+                for (int i = 0; i < 300; ++i) batch.add(b[i], i, 1, i == 299);
+            if (step >= 3) batch.add(b[300 + step - 3], 300 + step - 3, 1, true, true);
+            INFO("step " << step);
+            CHECK(max_diff(both(*ring, batch), both(*whole, batch)) == 0.0);
+        }
+    }
+}
+
+TEST_CASE("past the rings, a model with sliding-window layers adds cache only for its global layers", "[cpu]") {
+    test::TinySpec spec;
+    spec.arch = "gemma3";
+    spec.sliding_window = 8;
+    spec.n_layer = 7;  // six local layers, one global (layer 5)
+    auto model = test::make_tiny_model(spec);
+    const ModelConfig& c = model->config;
+    REQUIRE(c.layer_is_local(0));
+    REQUIRE_FALSE(c.layer_is_local(5));
+    const int64_t ring = CpuBackend::window_ring_for(c, KvType::f16, 1 << 20);
+    REQUIRE(ring >= 8 + 512);
+    const auto row = static_cast<size_t>(2 * c.n_embd_kv() * 2);  // K and V, f16
+    // Within the ring every layer keeps every position; past it only the global layer grows.
+    CHECK(CpuBackend::window_ring_for(c, KvType::f16, ring) == 0);
+    CHECK(CpuBackend::kv_cache_bytes(c, KvType::f16, ring, 1) == 7 * ring * row);
+    CHECK(CpuBackend::kv_cache_bytes(c, KvType::f16, 100000, 3) == 3 * (6 * ring + 100000) * row);
+    CpuBackendOptions o;
+    o.n_ctx = 100000;
+    CpuBackend b(c, model->weights, o);
+    CHECK(b.window_ring() == ring);
+}
+
+TEST_CASE("a batch out of position order is refused where rings need order", "[cpu]") {
+    test::TinySpec spec;
+    spec.sliding_window = 8;
+    auto model = test::make_tiny_model(spec);
+    CpuBackendOptions o;
+    o.n_ctx = 2048;
+    CpuBackend b(model->config, model->weights, o);
+    REQUIRE(b.window_ring() > 0);
+    Batch batch;
+    batch.add(1, 1, 0, false);
+    batch.add(2, 0, 0, true);
+    std::vector<float> logits(model->config.n_vocab);
+    CHECK_THROWS_WITH(b.forward(batch, logits), Catch::Contains("positions of a sequence must increase"));
+}
+
 TEST_CASE("f32 and f16 KV caches agree", "[cpu]") {
     test::TinySpec spec;
     auto model = test::make_tiny_model(spec);

@@ -121,6 +121,8 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     // The longest prefix already in the cache; the last prompt token always runs, for its logits.
     size_t n_past = 0;
     while (n_past < cached_.size() && n_past + 1 < prompt.size() && cached_[n_past] == prompt[n_past]) ++n_past;
+    // A cache that keeps only recent positions for some layers (sliding-window rings) cannot go back further.
+    if (written_ - static_cast<int64_t>(n_past) > backend_.max_rewind()) n_past = 0;
 
     GenerationParams gp = params_;
     gp.sampling.seed = params_.sampling.seed + turn_index_++;
@@ -133,7 +135,17 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
         result.text += piece;
         on_text(piece);
     };
-    result.stats = generate(backend_, gen, slot_, collect, opts);
+    // What the slot may now hold: the prompt and every generated token (an upper bound, also when interrupted).
+    auto note_written = [&] {
+        written_ = std::max(written_, static_cast<int64_t>(prompt.size() + gen.generated().size()));
+    };
+    try {
+        result.stats = generate(backend_, gen, slot_, collect, opts);
+    } catch (...) {
+        note_written();
+        throw;
+    }
+    note_written();
     result.finish = gen.finish_reason();
     // The slot now holds the prompt and every generated token but the last one sampled (which was not fed back,
     // unless generation ended on an end-of-generation token, which is not in generated()).

@@ -84,6 +84,7 @@ private:
     std::string system_;
     nlohmann::json turns_ = nlohmann::json::array();  // user/assistant messages
     std::vector<int32_t> cached_;                       // [n] token at each filled cache position of the slot
+    int64_t written_ = 0;  // one past the highest position any turn may have written in the slot (max_rewind)
     std::vector<int32_t> fed_tokens_;  // the last turn's prompt and reply tokens, as the model saw them
     std::string fed_text_;             // the text they stand for (the rendering, then the reply)
     uint64_t turn_index_ = 0;                           // varies the seed from turn to turn

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -72,6 +74,44 @@ CpuBackend::CacheMemory::~CacheMemory() {
     if (p) munmap(p, n);
 }
 
+namespace {
+// With sliding-window rings, the positions of one sequence in one forward part span fewer than this many
+// (forward() splits larger batches): a ring keeps window + kRingChunk + a key block's slack.
+constexpr int64_t kRingChunk = 512;
+}  // namespace
+
+CpuBackend::RingMemory::RingMemory(size_t n_rings, size_t ring_bytes) : span(2 * n_rings * ring_bytes) {
+    auto fail = [&](const char* what) {
+        const int err = errno;
+        release();
+        throw Error(fmt::format("cannot allocate the sliding-window KV cache ({:.1f} MiB): {}: {}",
+                                n_rings * ring_bytes / 1048576.0, what, std::strerror(err)));
+    };
+    fd = memfd_create("quill-kv-window", MFD_CLOEXEC);
+    if (fd < 0) fail("memfd_create");
+    if (ftruncate(fd, static_cast<off_t>(n_rings * ring_bytes)) != 0) fail("ftruncate");
+    base = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        base = nullptr;
+        fail("mmap");
+    }
+    for (size_t i = 0; i < n_rings; ++i) {
+        for (size_t half = 0; half < 2; ++half) {
+            void* at = static_cast<uint8_t*>(base) + (2 * i + half) * ring_bytes;
+            if (mmap(at, ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                     static_cast<off_t>(i * ring_bytes)) == MAP_FAILED)
+                fail("mmap");
+        }
+    }
+}
+
+void CpuBackend::RingMemory::release() {
+    if (base) munmap(base, span);
+    if (fd >= 0) close(fd);
+    base = nullptr;
+    fd = -1;
+}
+
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const CpuBackendOptions& options)
     : config_(config),
       weights_(weights),
@@ -86,6 +126,16 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_weights(weights);
+    local_index_.assign(static_cast<size_t>(config.n_layer), -1);
+    if (options.window_cache) ring_ = window_ring_for(config, options.kv_type, options.n_ctx);
+    if (ring_ > 0) {
+        int64_t n_local = 0;
+        for (int64_t l = 0; l < config.n_layer; ++l)
+            if (config.layer_is_local(l)) local_index_[l] = n_local++;
+        const size_t row_bytes = kv_shape_.row_elems() * kv_shape_.elem_size();
+        rings_ = std::make_unique<RingMemory>(static_cast<size_t>(2 * n_local * kv_shape_.n_slots),
+                                              static_cast<size_t>(ring_) * row_bytes);
+    }
     if (!reference_) pack_weights();
     rope_inv_freq_ = weights.rope_inv_freq(config, false);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
@@ -171,17 +221,80 @@ void CpuBackend::norm(const float* x, const float* w, float* y, int64_t n) {
     });
 }
 
+uint8_t* CpuBackend::ring(int64_t layer, int64_t slot, int kind) const {
+    const auto ring_bytes = static_cast<size_t>(ring_) * kv_shape_.row_elems() * kv_shape_.elem_size();
+    const auto i = static_cast<size_t>((local_index_[layer] * kv_shape_.n_slots + slot) * 2 + kind);
+    return static_cast<uint8_t*>(rings_->base) + 2 * i * ring_bytes;
+}
+
+int64_t CpuBackend::window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
+    int64_t n_local = 0;
+    for (int64_t l = 0; l < config.n_layer; ++l) n_local += config.layer_is_local(l) ? 1 : 0;
+    if (n_local == 0) return 0;
+    // Whole key blocks of 64 positions and whole pages per ring.
+    const int64_t row_bytes = config.n_head_kv * config.head_dim * (kv == KvType::f16 ? 2 : 4);
+    const auto page = static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+    const int64_t step = std::lcm<int64_t>(64, page / std::gcd(row_bytes, page));
+    const int64_t ring = (config.sliding_window + kRingChunk + 64 + step - 1) / step * step;
+    return ring < (n_ctx + 7) / 8 * 8 ? ring : 0;
+}
+
+size_t CpuBackend::kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots) {
+    const int64_t ring = window_ring_for(config, kv, n_ctx);
+    int64_t positions = 0;  // per slot, over the layers
+    for (int64_t l = 0; l < config.n_layer; ++l) positions += ring > 0 && config.layer_is_local(l) ? ring : n_ctx;
+    return 2 * static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_head_kv * config.head_dim) *
+           (kv == KvType::f16 ? 2 : 4);
+}
+
+int64_t CpuBackend::max_rewind() const {
+    return ring_ > 0 ? ring_ - config_.sliding_window : std::numeric_limits<int64_t>::max();
+}
+
 uint8_t* CpuBackend::k_cache(int64_t layer, int64_t slot) {
+    if (local_index_[layer] >= 0) return ring(layer, slot, 0);
     const size_t elems = static_cast<size_t>((layer * kv_shape_.n_slots + slot) * ctx8()) * kv_shape_.row_elems();
     return static_cast<uint8_t*>(kv_k_.p) + elems * kv_shape_.elem_size();
 }
 
 uint8_t* CpuBackend::v_cache(int64_t layer, int64_t slot, int64_t pos) {
+    if (local_index_[layer] >= 0)
+        return ring(layer, slot, 1) + static_cast<size_t>(pos % ring_) * kv_shape_.row_elems() * kv_shape_.elem_size();
     return static_cast<uint8_t*>(kv_v_.p) + kv_shape_.offset(layer, slot, pos) * kv_shape_.elem_size();
 }
 
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
     check_batch(batch, config_, kv_shape_, logits);
+    if (ring_ == 0) return forward_part(batch, logits);
+    // Rings keep window + kRingChunk positions: a sequence's tokens go in parts spanning fewer than kRingChunk
+    // positions, in increasing order (each part's K and V are all stored before its attention).
+    std::unordered_map<int32_t, std::pair<int32_t, int32_t>> seen;  // slot -> (first position in the part, last)
+    Batch part;
+    size_t row = 0;
+    const auto nv = static_cast<size_t>(config_.n_vocab);
+    auto flush = [&] {
+        const size_t rows = static_cast<size_t>(part.n_logits());
+        forward_part(part, logits.subspan(row * nv, rows * nv));
+        row += rows;
+        part.tokens.clear();
+        for (auto& [slot, s] : seen) s.first = -1;
+    };
+    for (const BatchToken& t : batch.tokens) {
+        auto [it, fresh] = seen.try_emplace(t.slot, -1, -1);
+        auto& [first, last] = it->second;
+        if (!fresh && t.pos <= last)
+            throw UsageError(fmt::format("slot {}: position {} after {} in one batch (positions of a sequence must "
+                                         "increase within a batch on a model with sliding-window layers)",
+                                         t.slot, t.pos, last));
+        if (first >= 0 && t.pos - first >= kRingChunk) flush();
+        if (first < 0) first = t.pos;
+        last = t.pos;
+        part.tokens.push_back(t);
+    }
+    flush();
+}
+
+void CpuBackend::forward_part(const Batch& batch, std::span<float> logits) {
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     n_decode_ = 0;  // the leading decode steps (check_batch: they come first)
     while (n_decode_ < n && batch.tokens[n_decode_].decode) ++n_decode_;
@@ -265,7 +378,8 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
     const size_t n = kv_shape_.row_elems();
     uint8_t* kd = k_cache(layer, t.slot);
     void* vd = v_cache(layer, t.slot, t.pos);
-    const size_t k0 = k_cache_offset(t.pos, 0, static_cast<int64_t>(n));
+    const int64_t row = local_index_[layer] >= 0 ? t.pos % ring_ : t.pos;  // a ring's row
+    const size_t k0 = k_cache_offset(row, 0, static_cast<int64_t>(n));
     if (kv_shape_.type == KvType::f32) {
         std::memcpy(vd, v, n * sizeof(float));
         auto* kf = reinterpret_cast<float*>(kd) + k0;
@@ -308,6 +422,17 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
                                 att_.data() + t * c.n_embd_q() + h * c.head_dim,
                                 static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
                                 static_cast<int>(pos)};
+    }
+    if (local_index_[layer] >= 0) {
+        // A ring holds the rows' positions [lo, hi] at rows lo % ring_ .. in its doubled mapping: positions go to the
+        // kernels less a multiple of ring_ (and of the key blocks, so that blocks and results are the same).
+        int lo = rows[0].first;
+        for (int i = 1; i < m; ++i) lo = std::min(lo, rows[i].first);
+        const int shift = lo - lo % static_cast<int>(ring_);
+        for (int i = 0; i < m; ++i) {
+            rows[i].first -= shift;
+            rows[i].last -= shift;
+        }
     }
     return m;
 }

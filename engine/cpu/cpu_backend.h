@@ -24,6 +24,9 @@ struct CpuBackendOptions {
     KvType kv_type = KvType::f16;
     bool reference = false;  // the scalar oracle path
     std::optional<Isa> isa;  // kernel family; best_isa() when unset
+    // Sliding-window layers keep a ring of their recent positions instead of the whole context (when it is
+    // smaller); false keeps every position (the tests' comparison).
+    bool window_cache = true;
 };
 
 class CpuBackend final : public Backend {
@@ -37,11 +40,19 @@ public:
     const ModelConfig& config() const override { return config_; }
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
     void forward(const Batch& batch, std::span<float> logits) override;
+    int64_t max_rewind() const override;
+    // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
+    int64_t window_ring() const { return ring_; }
+    // The ring a backend with these settings uses (window_cache on), 0 for none; and the bytes of K and V cache it
+    // holds once every position of every slot is written.
+    static int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx);
+    static size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots);
 
     int n_threads() const { return pool_.size(); }
     Isa isa() const { return isa_; }
 
 private:
+    void forward_part(const Batch& batch, std::span<float> logits);
     void resize_scratch(int64_t n_tokens);
     void embed(const Batch& batch);
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
@@ -89,6 +100,26 @@ private:
         CacheMemory& operator=(const CacheMemory&) = delete;
     };
     CacheMemory kv_k_, kv_v_;
+
+    // The sliding-window layers' caches when they keep a ring of ring_ positions (a multiple of 64, so that key
+    // blocks never wrap, and of whole pages): position p at row p % ring_, K and V laid out as above. Each ring is
+    // mapped twice, back to back, so that any ring_ consecutive positions read as one contiguous range from the
+    // row of the first (attention_unit hands the kernels positions relative to a multiple of ring_; the local
+    // layers' part of kv_k_ and kv_v_ is then never touched and costs no memory).
+    struct RingMemory {
+        void* base = nullptr;  // [n_rings][2][ring bytes]: both halves map ring i of the memfd
+        size_t span = 0;
+        int fd = -1;
+        RingMemory(size_t n_rings, size_t ring_bytes);
+        ~RingMemory() { release(); }
+        void release();
+        RingMemory(const RingMemory&) = delete;
+        RingMemory& operator=(const RingMemory&) = delete;
+    };
+    int64_t ring_ = 0;
+    std::vector<int64_t> local_index_;  // [n_layer] a ring layer's index among them, -1 for the others
+    std::unique_ptr<RingMemory> rings_;
+    uint8_t* ring(int64_t layer, int64_t slot, int kind) const;  // kind 0: K, 1: V; row 0
 
     // Scratch for one batch of n tokens.
     Activations act_;

@@ -80,6 +80,11 @@ public:
     virtual void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                                 std::span<int32_t> tokens);
 
+    // How far back from the end of what a slot's cache holds (one past the highest position written) a sequence may
+    // continue (n_past, for a cached prefix): a backend that keeps only a window of recent positions for its
+    // sliding-window layers has overwritten older ones. Further back, a sequence starts again from position 0.
+    virtual int64_t max_rewind() const { return INT64_MAX; }
+
     // The device's measured memory bandwidth in GB/s (a large device-to-device copy, bytes read plus written, over
     // its time), for `quill bench` to state decode's fraction of it; 0 where there is no such measurement (CPU).
     virtual double copy_bandwidth_gbs() { return 0.0; }
