@@ -216,8 +216,13 @@ struct CudaBackend::Impl {
     int32_t* tokens = nullptr;
     DeviceBuffer picked_buffer;  // [cap_logits] tokens picked on the device (forward_sample)
     int32_t* picked = nullptr;
-    PinnedBuffer host_in;   // what a forward call uploads: ints, then cos/sin
-    PinnedBuffer host_out;  // the flag, then the logits
+    // forward_sample's candidates (top_candidates): per logit row how many, then their ids and logits
+    DeviceBuffer top_buffer;
+    int32_t* top_need = nullptr;  // [cap_logits]
+    int32_t* top_ids = nullptr;   // [cap_logits, kMaxTopCandidates]
+    float* top_vals = nullptr;    // [cap_logits, kMaxTopCandidates]
+    PinnedBuffer host_in;   // what a forward call uploads: the batch's ints (then forward_sample's candidate counts)
+    PinnedBuffer host_out;  // the flag, then the logits (or forward_sample's candidates)
 
     ~Impl() {
         drop_graphs();
@@ -284,9 +289,16 @@ struct CudaBackend::Impl {
         picked_buffer.allocate(sizeof(int32_t) * static_cast<size_t>(std::max<int64_t>(m, 1)),
                                "cudaMalloc (picked tokens)");
         picked = reinterpret_cast<int32_t*>(picked_buffer.get());
-        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + m + 1),
+        const auto top_words = static_cast<size_t>(m) * kMaxTopCandidates;
+        top_buffer.allocate(sizeof(int32_t) * (static_cast<size_t>(m) + 2 * top_words) + 2 * kAlign,
+                            "cudaMalloc (sampling candidates)");
+        top_need = reinterpret_cast<int32_t*>(top_buffer.get());
+        top_ids = reinterpret_cast<int32_t*>(top_buffer.get() + align_up(sizeof(int32_t) * static_cast<size_t>(m)));
+        top_vals = reinterpret_cast<float*>(top_ids + top_words);
+        host_in.reserve(sizeof(int32_t) * static_cast<size_t>(3 * n + 2 * m + 1),
                         "cudaHostAlloc (batch upload buffer)");
-        host_out.reserve(sizeof(float) * static_cast<size_t>(m * c.n_vocab + 1), "cudaHostAlloc (logits buffer)");
+        host_out.reserve(sizeof(float) * std::max(static_cast<size_t>(m * c.n_vocab), 2 * top_words) + sizeof(float),
+                         "cudaHostAlloc (logits buffer)");
         cap_tokens = n;
         cap_logits = m;
     }
@@ -469,9 +481,17 @@ void CudaBackend::forward(const Batch& batch, std::span<float> logits) {
 void CudaBackend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                                  std::span<int32_t> tokens) {
     const int64_t m = batch.n_logits();
-    const bool on_device = m > 0 && std::all_of(samplers.begin(), samplers.end(),
-                                                [](const Sampler* s) { return s->plain_greedy(); });
-    if (!on_device) return forward_sample_on_host(batch, samplers, n_token_ids, tokens);
+    const bool greedy = m > 0 && std::all_of(samplers.begin(), samplers.end(),
+                                             [](const Sampler* s) { return s->plain_greedy(); });
+    // Other samplers: the device selects each row's top_needed() largest logits and the host samples from those
+    // (Sampler::sample_top: the same token and draw as from the whole row), unless a row has no such bound.
+    const bool candidates = !greedy && m > 0 && static_cast<int64_t>(samplers.size()) == m &&
+                            std::all_of(samplers.begin(), samplers.end(), [](const Sampler* s) {
+                                const int k = s->top_needed();
+                                return k > 0 && k <= kMaxTopCandidates;
+                            });
+    if (candidates) return forward_sample_candidates(batch, samplers, n_token_ids, tokens);
+    if (!greedy) return forward_sample_on_host(batch, samplers, n_token_ids, tokens);
     check_batch(batch, config_, kv_shape_);
     const ModelConfig& c = config_;
     QUILL_CHECK(static_cast<int64_t>(samplers.size()) == m && static_cast<int64_t>(tokens.size()) >= m &&
@@ -493,6 +513,45 @@ void CudaBackend::forward_sample(const Batch& batch, std::span<Sampler* const> s
     check(cudaStreamSynchronize(d.stream), "the forward pass (cudaStreamSynchronize)");
     raise_flag(out[0]);
     std::copy_n(out + 1, m, tokens.data());
+}
+
+void CudaBackend::forward_sample_candidates(const Batch& batch, std::span<Sampler* const> samplers,
+                                            int64_t n_token_ids, std::span<int32_t> tokens) {
+    check_batch(batch, config_, kv_shape_);
+    const ModelConfig& c = config_;
+    const int64_t m = batch.n_logits();
+    QUILL_CHECK(static_cast<int64_t>(tokens.size()) >= m && n_token_ids > 0 && n_token_ids <= c.n_vocab,
+                "forward_sample: room for {} tokens, {} token ids, for {} rows of {}", tokens.size(), n_token_ids, m,
+                c.n_vocab);
+    Impl& d = *impl_;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    launch(batch);
+    int32_t* flag = d.tokens + 3 * n + m;
+    check_finite(d.logits, m * c.n_vocab, static_cast<int32_t>(c.n_layer), flag, d.stream);
+    // The counts go up behind the batch's upload in the pinned buffer (that copy is already enqueued).
+    int32_t* need = reinterpret_cast<int32_t*>(d.host_in.get()) + 3 * n + m + 1;
+    for (int64_t r = 0; r < m; ++r) need[r] = samplers[r]->top_needed();
+    check(cudaMemcpyAsync(d.top_need, need, sizeof(int32_t) * static_cast<size_t>(m), cudaMemcpyHostToDevice,
+                          d.stream),
+          "cudaMemcpyAsync (candidate counts)");
+    top_candidates(d.logits, m, c.n_vocab, c.n_vocab, n_token_ids, d.top_need, d.top_ids, d.top_vals, d.stream);
+    auto* out = reinterpret_cast<int32_t*>(d.host_out.get());
+    const auto words = static_cast<size_t>(m) * kMaxTopCandidates;
+    check(cudaMemcpyAsync(out, flag, sizeof(int32_t), cudaMemcpyDeviceToHost, d.stream), "cudaMemcpyAsync (flag)");
+    check(cudaMemcpyAsync(out + 1, d.top_ids, sizeof(int32_t) * words, cudaMemcpyDeviceToHost, d.stream),
+          "cudaMemcpyAsync (candidate ids)");
+    check(cudaMemcpyAsync(out + 1 + words, d.top_vals, sizeof(float) * words, cudaMemcpyDeviceToHost, d.stream),
+          "cudaMemcpyAsync (candidate logits)");
+    check(cudaStreamSynchronize(d.stream), "the forward pass (cudaStreamSynchronize)");
+    raise_flag(out[0]);
+    const auto* vals = reinterpret_cast<const float*>(out + 1 + words);
+    std::vector<SampleCandidate> cands;
+    for (int64_t r = 0; r < m; ++r) {
+        const int64_t count = std::min<int64_t>(need[r], c.n_vocab), at = r * kMaxTopCandidates;
+        cands.resize(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) cands[i] = {out[1 + at + i], vals[at + i]};
+        tokens[r] = samplers[r]->sample_top(cands);
+    }
 }
 
 size_t CudaBackend::n_graphs() const { return impl_->graphs.size(); }

@@ -66,7 +66,9 @@ public:
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
     void forward(const Batch& batch, std::span<float> logits) override;
     // Rows whose samplers are all plain greedy (Sampler::plain_greedy) are picked on the device, and only their ids
-    // come back; any other batch samples on the host.
+    // come back. Otherwise, when every sampler bounds the candidates it needs (Sampler::top_needed), the device
+    // selects them (top_candidates) and only they come back for the host to sample from (Sampler::sample_top, the
+    // CPU's tokens and draws); else the logits come back and sample on the host.
     void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                         std::span<int32_t> tokens) override;
     // Measured once (5 copies of 256 MiB, the fastest), then remembered.
@@ -81,6 +83,8 @@ private:
     void enqueue_forward(int64_t n, int64_t m);  // every kernel of one forward call, on the backend's stream
     void launch(const Batch& batch);             // uploads the batch and enqueues its forward pass (or graph)
     void raise_flag(int32_t bad_layer) const;    // the error for a non-finite layer output (INT_MAX: none)
+    void forward_sample_candidates(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                                   std::span<int32_t> tokens);
     struct Impl;
     const ModelConfig& config_;
     KvCacheShape kv_shape_;

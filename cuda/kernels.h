@@ -76,6 +76,14 @@ void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, floa
 // out[r] = the index of the first maximum of x[r, 0..n) for r < m, rows `stride` floats apart (greedy sampling).
 void argmax_rows(const float* x, int64_t m, int64_t stride, int64_t n, int32_t* out, cudaStream_t s);
 
+// The most candidates top_candidates takes per row.
+constexpr int32_t kMaxTopCandidates = 512;
+// For r < m: the need[r] (at most kMaxTopCandidates, and at most the row) largest of x[r, 0..n_row), rows `stride`
+// floats apart, values past n_ids taken as -inf, ties broken towards the lower index (Sampler::sample_top's
+// candidates), written in no particular order to ids[r * kMaxTopCandidates ..] and vals[r * kMaxTopCandidates ..].
+void top_candidates(const float* x, int64_t m, int64_t stride, int64_t n_row, int64_t n_ids, const int32_t* need,
+                    int32_t* ids, float* vals, cudaStream_t s);
+
 // *flag = min(*flag, layer) when any of x[0..n) is inf or NaN.
 void check_finite(const float* x, int64_t n, int32_t layer, int32_t* flag, cudaStream_t s);
 

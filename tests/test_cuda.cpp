@@ -27,8 +27,10 @@
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 
 using namespace quill;
@@ -244,8 +246,8 @@ TEST_CASE("decode steps replayed as CUDA graphs equal the same steps launched ke
     }
 }
 
-TEST_CASE("greedy tokens picked on the GPU are the first maxima of forward's logits, and other samplers run on the "
-          "host",
+TEST_CASE("greedy tokens picked on the GPU are the first maxima of forward's logits, and other samplers pick the "
+          "host's tokens from the GPU's top candidates",
           "[cuda]") {
     if (!have_gpu()) return;
     for (const test::TinyCase& c : test::tiny_cases()) {
@@ -254,20 +256,26 @@ TEST_CASE("greedy tokens picked on the GPU are the first maxima of forward's log
         INFO(c.label);
         SamplingParams greedy;
         greedy.temperature = 0.0f;
-        SamplingParams seeded;
+        SamplingParams seeded;  // top-k 40 and the other defaults: candidates from the device
         seeded.temperature = 1.0f;
         seeded.seed = 5;
+        SamplingParams penalized = seeded;  // the window's tokens come back too
+        penalized.repeat_penalty = 1.5f;
+        penalized.presence_penalty = 0.5f;
+        SamplingParams unbounded = seeded;  // top-k off: the logits come back
+        unbounded.top_k = 0;
         for (int64_t n_ids : {static_cast<int64_t>(nv), static_cast<int64_t>(nv / 3)}) {
             // Two sequences decoding 6 steps together: forward's logits (and host samplers) on one backend,
             // forward_sample on another, fed the same tokens.
             auto ref = gpu(*model, KvType::f16, 2), dev = gpu(*model, KvType::f16, 2);
-            for (bool all_greedy : {true, false}) {
-                INFO((all_greedy ? "both greedy" : "one seeded") << ", ids below " << n_ids);
-                Sampler r0(greedy), r1(all_greedy ? greedy : seeded), d0(greedy), d1(all_greedy ? greedy : seeded);
+            const SamplingParams* second[] = {&greedy, &seeded, &penalized, &unbounded};
+            for (int mode = 0; mode < 4; ++mode) {
+                INFO("mode " << mode << ", ids below " << n_ids);
+                Sampler r0(greedy), r1(*second[mode]), d0(greedy), d1(*second[mode]);
                 Sampler* host[] = {&r0, &r1};
                 Sampler* device[] = {&d0, &d1};
                 int32_t next[2] = {1, 2};
-                const int base = all_greedy ? 0 : 6;
+                const int base = 6 * mode;
                 for (int step = 0; step < 6; ++step) {
                     Batch batch;
                     batch.add(next[0], base + step, 0, true);
@@ -286,8 +294,62 @@ TEST_CASE("greedy tokens picked on the GPU are the first maxima of forward's log
                     CHECK(got[1] == want[1]);
                     next[0] = want[0];
                     next[1] = want[1];
+                    for (int r = 0; r < 2; ++r) {
+                        host[r]->accept(want[r]);
+                        device[r]->accept(want[r]);
+                    }
                 }
             }
+        }
+    }
+}
+
+TEST_CASE("top candidates on the GPU are a row's largest logits, ties to the lower id, past n_ids -inf", "[cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(99);
+    std::uniform_int_distribution<int> level(-20, 20);
+    const int64_t n = 70000, n_ids = 69001, m = 5;
+    std::vector<float> x(static_cast<size_t>(m * n));
+    for (float& v : x) v = 0.5f * static_cast<float>(level(rng));  // thousands of ties at every level
+    x[3] = 1e30f;                                                    // one far above the rest
+    x[n + 5] = -1e30f;
+    const std::vector<int32_t> need = {1, 40, 512, 7, 300};
+    float* dx = nullptr;
+    int32_t *dneed = nullptr, *dids = nullptr;
+    float* dvals = nullptr;
+    REQUIRE(cudaMalloc(&dx, sizeof(float) * x.size()) == cudaSuccess);
+    REQUIRE(cudaMalloc(&dneed, sizeof(int32_t) * m) == cudaSuccess);
+    REQUIRE(cudaMalloc(&dids, sizeof(int32_t) * m * cuda::kMaxTopCandidates) == cudaSuccess);
+    REQUIRE(cudaMalloc(&dvals, sizeof(float) * m * cuda::kMaxTopCandidates) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dx, x.data(), sizeof(float) * x.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dneed, need.data(), sizeof(int32_t) * m, cudaMemcpyHostToDevice) == cudaSuccess);
+    cuda::top_candidates(dx, m, n, n, n_ids, dneed, dids, dvals, nullptr);
+    std::vector<int32_t> ids(static_cast<size_t>(m * cuda::kMaxTopCandidates));
+    std::vector<float> vals(ids.size());
+    REQUIRE(cudaMemcpy(ids.data(), dids, sizeof(int32_t) * ids.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    REQUIRE(cudaMemcpy(vals.data(), dvals, sizeof(float) * vals.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    cudaFree(dx);
+    cudaFree(dneed);
+    cudaFree(dids);
+    cudaFree(dvals);
+    for (int64_t r = 0; r < m; ++r) {
+        INFO("row " << r << ", " << need[r] << " candidates");
+        const float* row = x.data() + r * n;
+        auto value = [&](int32_t i) { return i < n_ids ? row[i] : -INFINITY; };
+        std::vector<int32_t> order(static_cast<size_t>(n));
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + need[r], order.end(), [&](int32_t a, int32_t b) {
+            return value(a) > value(b) || (value(a) == value(b) && a < b);
+        });
+        std::vector<int32_t> want(order.begin(), order.begin() + need[r]);
+        std::vector<int32_t> got(ids.begin() + r * cuda::kMaxTopCandidates,
+                                 ids.begin() + r * cuda::kMaxTopCandidates + need[r]);
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        CHECK(got == want);
+        for (int32_t i = 0; i < need[r]; ++i) {
+            const size_t at = static_cast<size_t>(r * cuda::kMaxTopCandidates + i);
+            CHECK(vals[at] == value(ids[at]));
         }
     }
 }

@@ -176,3 +176,68 @@ TEST_CASE("plain greedy: temperature 0 and no penalty in effect", "[sampler]") {
     CHECK_FALSE(Sampler(p).plain_greedy());
     CHECK_FALSE(Sampler(plain(0.7f)).plain_greedy());
 }
+
+TEST_CASE("sampling from a row's top_needed largest logits picks what sampling the whole row picks", "[sampler]") {
+    // What a GPU hands back instead of the row: the top_needed() largest logits (ties: lower id first) of the row
+    // before penalties, in any order. Rows with many ties and a masked tail (-inf past the tokenizer's ids), the
+    // penalties pushing window tokens out of the top-k; the same tokens and draws, step after step.
+    std::mt19937 rng(2024);
+    std::uniform_int_distribution<int> level(-40, 40);
+    const int n_vocab = 1000, n_ids = 950;
+    auto params = [](float temp, int k, float p, float min_p, float rep, float freq, float pres, int last_n) {
+        SamplingParams s;
+        s.temperature = temp;
+        s.top_k = k;
+        s.top_p = p;
+        s.min_p = min_p;
+        s.repeat_penalty = rep;
+        s.frequency_penalty = freq;
+        s.presence_penalty = pres;
+        s.repeat_last_n = last_n;
+        s.seed = 77;
+        return s;
+    };
+    const std::vector<SamplingParams> cases = {
+        params(0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64),    // the defaults
+        params(1.5f, 5, 1.0f, 0.0f, 1.3f, 0.2f, 0.5f, 16),       // penalties
+        params(0.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.0f, -1),       // greedy with a penalty over the whole history
+        params(1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64),       // top-1
+        params(2.0f, 999, 0.5f, 0.0f, 1.1f, 0.1f, 0.0f, 8),      // k near the vocabulary, masked logits in it
+        params(0.7f, 60, 0.9f, 0.1f, 1.0f, 0.0f, 1.0f, 32),      // presence only
+    };
+    for (const SamplingParams& p : cases) {
+        INFO("temp " << p.temperature << " top_k " << p.top_k << " penalties " << p.repeat_penalty << "/"
+                     << p.frequency_penalty << "/" << p.presence_penalty);
+        Sampler whole(p), top(p);
+        for (int step = 0; step < 300; ++step) {
+            std::vector<float> row(n_vocab, -INFINITY);
+            for (int i = 0; i < n_ids; ++i) row[i] = 0.25f * static_cast<float>(level(rng));  // many ties
+            // Recent tokens near the top, so that the penalties reorder it.
+            if (step % 3 == 0) row[static_cast<size_t>(step * 7 % n_ids)] = 11.0f;
+            const int need = top.top_needed();
+            REQUIRE(need == whole.top_needed());
+            REQUIRE(need > 0);
+            std::vector<int32_t> order(n_vocab);
+            std::iota(order.begin(), order.end(), 0);
+            const auto n_top = std::min<size_t>(static_cast<size_t>(need), order.size());
+            std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n_top), order.end(),
+                              [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+            std::vector<SampleCandidate> cands;
+            for (size_t i = 0; i < n_top; ++i) cands.push_back({order[i], row[order[i]]});
+            std::shuffle(cands.begin(), cands.end(), rng);
+            std::vector<float> copy = row;
+            const int32_t a = whole.sample(copy), b = top.sample_top(cands);
+            REQUIRE(a == b);
+            whole.accept(a);
+            top.accept(b);
+        }
+    }
+    // No bound: top-k off, or penalties that can raise a logit.
+    for (const SamplingParams& p : {params(0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 64),
+                                    params(0.8f, 40, 1.0f, 0.0f, 0.9f, 0.0f, 0.0f, 64),
+                                    params(0.8f, 40, 1.0f, 0.0f, 1.0f, -0.5f, 0.0f, 64)}) {
+        Sampler s(p);
+        s.accept(3);
+        CHECK(s.top_needed() == 0);
+    }
+}

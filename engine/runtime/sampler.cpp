@@ -81,15 +81,49 @@ void Sampler::accept(int32_t token) {
 }
 
 // logit -> logit / r if positive, logit * r if not; then - count * frequency - presence.
+float Sampler::penalized(float l, int count) const {
+    l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+    return l - (static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty);
+}
+
+bool Sampler::penalties_on() const {
+    return params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
+}
+
 void Sampler::apply_penalties(std::span<float> logits) const {
-    if (params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f)
-        return;
+    if (!penalties_on()) return;
     for (const auto& [id, count] : counts_) {
         if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
-        float& l = logits[id];
-        l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
-        l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
+        logits[id] = penalized(logits[id], count);
     }
+}
+
+int Sampler::top_needed() const {
+    const SamplingParams& p = params_;
+    const int base = p.temperature <= 0.0f ? 1 : p.top_k;
+    if (base <= 0) return 0;
+    if (!penalties_on() || counts_.empty()) return base;
+    // l / r and l * r (r >= 1) and l - x (x >= 0) are never above l, also rounded.
+    if (!(p.repeat_penalty >= 1.0f && p.frequency_penalty >= 0.0f && p.presence_penalty >= 0.0f)) return 0;
+    return base + static_cast<int>(counts_.size());
+}
+
+int32_t Sampler::sample_top(std::span<const SampleCandidate> top) {
+    QUILL_CHECK(!top.empty(), "no candidates to sample from");
+    cand_.assign(top.begin(), top.end());
+    if (penalties_on()) {
+        for (Candidate& c : cand_) {
+            if (auto it = counts_.find(c.id); it != counts_.end()) c.logit = penalized(c.logit, it->second);
+        }
+    }
+    auto by_logit = [](const Candidate& a, const Candidate& b) {
+        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    if (params_.temperature <= 0.0f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->id;
+    const size_t k = std::min<size_t>(params_.top_k, cand_.size());
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
+    cand_.resize(k);
+    return finish();
 }
 
 bool Sampler::plain_greedy() const {
@@ -114,7 +148,10 @@ int32_t Sampler::sample(std::span<float> logits) {
     size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, cand_.size()) : cand_.size();
     std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
     cand_.resize(k);
+    return finish();
+}
 
+int32_t Sampler::finish() {
     // probabilities at temperature 1 for top-p and min-p
     auto softmax = [&](float temp) {
         probs_.resize(cand_.size());

@@ -37,6 +37,12 @@ private:
     uint64_t s_[4];
 };
 
+// A token and its logit, one of a row's largest (Sampler::sample_top).
+struct SampleCandidate {
+    int32_t id;
+    float logit;
+};
+
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& params);
@@ -51,13 +57,23 @@ public:
     // without the history or the RNG).
     bool plain_greedy() const;
 
+    // How many of a row's largest logits (ties: the lower id first) sample_top needs to pick what sample() picks:
+    // top-k (1 for greedy) plus every token of the penalty window, whose logits the penalties can only lower here
+    // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, or penalties
+    // that can raise a logit). What a device selects so that only those candidates, not the row, come back.
+    int top_needed() const;
+    // sample() of a row from its top_needed() largest logits (any order, ids ascending among equal logits): the
+    // same token, and the same draw from the RNG.
+    int32_t sample_top(std::span<const SampleCandidate> top);
+
 private:
     void apply_penalties(std::span<float> logits) const;
+    bool penalties_on() const;
+    float penalized(float logit, int count) const;
+    // The chain after top-k: cand_ holds the top k sorted (logit descending, ids ascending among equals).
+    int32_t finish();
 
-    struct Candidate {
-        int32_t id;
-        float logit;
-    };
+    using Candidate = SampleCandidate;
     SamplingParams params_;
     Rng rng_;
     std::deque<int32_t> history_;             // the penalty window, oldest first
