@@ -140,14 +140,39 @@ int32_t Sampler::sample(std::span<float> logits) {
         return static_cast<int32_t>(first_max(logits));
 
     // top-k: the k largest logits, sorted descending (ties by id, so the order is deterministic)
-    cand_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {static_cast<int32_t>(i), logits[i]};
     auto by_logit = [](const Candidate& a, const Candidate& b) {
         return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
     };
-    size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, cand_.size()) : cand_.size();
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
-    cand_.resize(k);
+    const size_t n = logits.size();
+    const size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, n) : n;
+    if (k == n) {
+        cand_.resize(n);
+        for (size_t i = 0; i < n; ++i) cand_[i] = {static_cast<int32_t>(i), logits[i]};
+        std::sort(cand_.begin(), cand_.end(), by_logit);
+        return finish();
+    }
+    // std::partial_sort's selection without a candidate per logit: a heap of the k best so far, its worst on top,
+    // which a later logit replaces only when strictly larger (an equal one has a larger id: worse). Sixteen logits
+    // at a time are first checked against the worst at once: after the first few blocks almost none get in.
+    cand_.clear();
+    for (size_t i = 0; i < k; ++i) cand_.push_back({static_cast<int32_t>(i), logits[i]});
+    std::make_heap(cand_.begin(), cand_.end(), by_logit);
+    auto offer = [&](size_t i) {
+        if (!(logits[i] > cand_.front().logit)) return;
+        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
+        cand_.back() = {static_cast<int32_t>(i), logits[i]};
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+    };
+    size_t i = k;
+    constexpr size_t kBlock = 16;
+    for (; i + kBlock <= n; i += kBlock) {
+        float top = logits[i];
+        for (size_t j = 1; j < kBlock; ++j) top = logits[i + j] > top ? logits[i + j] : top;
+        if (top > cand_.front().logit)
+            for (size_t j = 0; j < kBlock; ++j) offer(i + j);
+    }
+    for (; i < n; ++i) offer(i);
+    std::sort_heap(cand_.begin(), cand_.end(), by_logit);
     return finish();
 }
 
