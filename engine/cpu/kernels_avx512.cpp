@@ -1014,7 +1014,7 @@ void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
 }
 
 #ifdef QUILL_AMX
-// ---- AMX-BF16: F16 and BF16 weights (Isa::amx), at every batch size ----
+// ---- AMX-BF16: F16 and BF16 weights (Isa::amx), for every token but decode steps (Activations::set) ----
 // TDPBF16PS multiplies pairs of bf16 values and accumulates in fp32. Weights and activations are split into bf16
 // terms whose sum is exact: the value's top 16 bits (truncation), then the remainder (exact in fp32) split the same
 // way: a float's 24 bits are three terms, an fp16 value's 11 bits two. A product of two terms is exact in fp32, so
@@ -1024,8 +1024,8 @@ void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
 // A tiles: sixteen weight rows x one 32-block, each row's 64 bytes as they lie, so BF16 rows load straight from the
 // weights (F16 rows, and BF16 tiles that are ragged or end in a partial block, are split into scratch first). B
 // tiles: PairActs. C: [16 rows, width tokens] fp32 for one token group, accumulating over the whole row. A token's
-// chain of tile multiplies is the same whatever else is in the batch, and a single token (decode) runs the same
-// tiles, so results are batch invariant.
+// chain of tile multiplies is the same whatever else is in the batch, a token alone included, so results are batch
+// invariant.
 
 // Tiles 0-3: C [16 rows, width tokens]; 4 and 5: A [16 rows, 32 bf16]; 6 and 7: B [16 pairs, width tokens].
 inline void configure_pair_tiles(int width) {
@@ -1083,7 +1083,7 @@ struct PairPrefetch {
             t -= nb;
         }
         // (asm: GCC 12 dropped these as _mm_prefetch after inlining)
-        for (int i = 0; i < 16; ++i) __asm__ volatile("prefetcht0 %0" : : "m"(*(r[i] + 64 * t)));
+        for (int i = 0; i < 16; ++i) __asm__ volatile("prefetcht1 %0" : : "m"(*(r[i] + 64 * t)));
     }
 };
 
