@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 constexpr int kTopThreads = 1024;
 
 __device__ inline uint32_t order_key(float v) {
-    const uint32_t u = __float_as_uint(v);
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);  // -0 and +0 are one logit (ties go by id)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

@@ -313,6 +313,9 @@ TEST_CASE("top candidates on the GPU are a row's largest logits, ties to the low
     for (float& v : x) v = 0.5f * static_cast<float>(level(rng));  // thousands of ties at every level
     x[3] = 1e30f;                                                    // one far above the rest
     x[n + 5] = -1e30f;
+    // Row 4's largest are zeros of both signs, which tie (the lowest ids win), over negative values.
+    for (int64_t i = 0; i < n; ++i)
+        x[4 * n + i] = i % 2 == 1 ? -1.0f - std::fabs(x[4 * n + i]) : i % 4 == 0 ? 0.0f : -0.0f;
     const std::vector<int32_t> need = {1, 40, 512, 7, 300};
     float* dx = nullptr;
     int32_t *dneed = nullptr, *dids = nullptr;
