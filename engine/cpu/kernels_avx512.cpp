@@ -1320,7 +1320,8 @@ bool pair_tiles(const float* x, int64_t n_tokens, int64_t n_in, bool f16, const 
             const int64_t t = g * width + n;
             for (int64_t b = 0; b < nb; ++b) {
                 __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
-                if (t < n_tokens) load_block32<LoadF32>(reinterpret_cast<const uint8_t*>(x + t * n_in), 32 * b, n_in, v0, v1);
+                if (t < n_tokens)
+                    load_block32<LoadF32>(reinterpret_cast<const uint8_t*>(x + t * n_in), 32 * b, n_in, v0, v1);
                 uint16_t* tile = tiles + (g * nb + b) * shape.parts * tile_words + 2 * n;
                 __m512i terms[3];
                 if (f16) {

@@ -372,9 +372,9 @@ bool avx512_emulated() { return g_avx512_kernels.load() != nullptr; }
 namespace {
 
 #if defined(__x86_64__)
-// AMX-TILE, AMX-INT8 and AMX-BF16 in CPUID, tile state enabled by the OS (XCR0 bits 17 and 18), and the kernel's permission
-// for this process to use the tile data (Linux 5.16+: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked
-// once; a refusal leaves the avx512 kernels).
+// AMX-TILE, AMX-INT8 and AMX-BF16 in CPUID, tile state enabled by the OS (XCR0 bits 17 and 18), and the kernel's
+// permission for this process to use the tile data (Linux 5.16+: arch_prctl(ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA), asked once; a refusal leaves the avx512 kernels).
 bool amx_permitted() {
     static const bool permitted = [] {
         if (!avx512::amx_built()) return false;

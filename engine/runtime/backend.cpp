@@ -54,8 +54,8 @@ void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheSha
     }
     for (size_t i = 1; i < batch.tokens.size(); ++i) {
         if (batch.tokens[i].decode && !batch.tokens[i - 1].decode)
-            throw UsageError(fmt::format("batch token {} is a decode step after a prompt token: decode steps come first",
-                                         i));
+            throw UsageError(
+                fmt::format("batch token {} is a decode step after a prompt token: decode steps come first", i));
     }
     // Two tokens at one (slot, pos) would write the same cache row, and which one wins is a race.
     std::vector<std::pair<int32_t, int32_t>> at;  // [n_tokens] (slot, pos)
