@@ -43,6 +43,16 @@ inline __m512 cvtepi32_ps(__m512i a) {
     return bits<__m512>(out);
 }
 
+inline __m512i cvttps_epi32(__m512 a) {  // truncation; NaN and values out of range give INT32_MIN, as vcvttps2dq
+    const auto in = bits<Lanes<float, 16>>(a);
+    Lanes<int32_t, 16> out;
+    for (int i = 0; i < 16; ++i) {
+        const float x = in.v[i];
+        out.v[i] = x > -2147483904.0f && x < 2147483648.0f ? static_cast<int32_t>(x) : INT32_MIN;
+    }
+    return bits<__m512i>(out);
+}
+
 inline __m512i cvtepi8_epi32(__m128i a) {
     const auto in = bits<Lanes<int8_t, 16>>(a);
     Lanes<int32_t, 16> out;
@@ -63,6 +73,21 @@ inline __m512 cvtph_ps(__m256i a) {  // F16C, exact, 8 halves at a time
     std::memcpy(reinterpret_cast<char*>(&out), &lo, 32);
     std::memcpy(reinterpret_cast<char*>(&out) + 32, &hi, 32);
     return out;
+}
+
+inline __m256i cvtps_ph(__m512 a, int) {  // F16C, 8 floats at a time; the kernels ask only for round to nearest even
+    __m256 lo, hi;
+    std::memcpy(&lo, reinterpret_cast<const char*>(&a), 32);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&a) + 32, 32);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT)),
+                                   _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), 1);
+}
+
+template <typename V>
+inline void mask_storeu_32(void* p, uint16_t k, V a) {  // writes only the lanes in k
+    for (int i = 0; i < 16; ++i) {
+        if (k >> i & 1) std::memcpy(static_cast<char*>(p) + 4 * i, reinterpret_cast<const char*>(&a) + 4 * i, 4);
+    }
 }
 
 inline __m256 extractf32x8_ps(__m512 a, int imm) {
@@ -99,9 +124,13 @@ inline float reduce_add_ps(__m512 a) {  // GCC's order: halves, quarters, then p
 }  // namespace quill_simde_extra
 
 #define _mm512_cvtepi32_ps quill_simde_extra::cvtepi32_ps
+#define _mm512_cvttps_epi32 quill_simde_extra::cvttps_epi32
 #define _mm512_cvtepi8_epi32 quill_simde_extra::cvtepi8_epi32
 #define _mm512_cvtepu16_epi32 quill_simde_extra::cvtepu16_epi32
 #define _mm512_cvtph_ps quill_simde_extra::cvtph_ps
+#define _mm512_cvtps_ph quill_simde_extra::cvtps_ph
+#define _mm512_mask_storeu_ps quill_simde_extra::mask_storeu_32<__m512>
+#define _mm512_mask_storeu_epi32 quill_simde_extra::mask_storeu_32<__m512i>
 #define _mm512_extractf32x8_ps quill_simde_extra::extractf32x8_ps
 #define _mm512_maskz_loadu_ps quill_simde_extra::maskz_loadu_ps
 #define _mm256_maskz_loadu_epi16 quill_simde_extra::maskz_loadu_epi16

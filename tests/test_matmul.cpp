@@ -640,6 +640,151 @@ TEST_CASE("activation quantization is defined for huge, tiny, infinite and NaN i
     }
 }
 
+#ifdef QUILL_AVX512_EMULATION
+namespace quill::cpu::avx512_simde {
+bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
+}
+#endif
+
+namespace {
+
+// Every buffer quantize_activations writes, filled with a marker byte first (so that what a quantizer leaves
+// unwritten compares too), and the QuantizedActs over them.
+struct ActBuffers {
+    std::vector<int8_t> qs, tile_qs;
+    std::vector<uint8_t> qs_u;
+    std::vector<float> d, ds, ds16, tile_d, tile_ds;
+    std::vector<int32_t> isum;
+    QuantizedActs view;
+
+    ActBuffers(int64_t n_tokens, int64_t n_in, bool unsigned_copy, bool tiles) {
+        const int64_t qs_stride = (n_in + 63) / 64 * 64, blk_stride = qs_stride / 32, nb = n_in / 32;
+        const int64_t tile_entries = (n_tokens + kAmxGroup - 1) / kAmxGroup * nb * kAmxGroup;
+        auto fill = [](auto& v, int64_t n) {
+            v.resize(static_cast<size_t>(n));
+            std::memset(v.data(), 0x5A, v.size() * sizeof(v[0]));
+        };
+        fill(qs, n_tokens * qs_stride);
+        fill(d, n_tokens * blk_stride);
+        fill(ds, n_tokens * blk_stride);
+        fill(ds16, 2 * n_tokens * blk_stride);
+        fill(isum, n_tokens * blk_stride);
+        if (unsigned_copy) fill(qs_u, n_tokens * qs_stride);
+        if (tiles) {
+            fill(tile_qs, 32 * tile_entries);
+            fill(tile_d, tile_entries);
+            fill(tile_ds, tile_entries);
+        }
+        view = {qs.data(),   d.data(),    ds.data(),      ds16.data(),    isum.data(),
+                unsigned_copy ? qs_u.data() : nullptr,
+                tiles ? tile_qs.data() : nullptr, tiles ? tile_d.data() : nullptr, tiles ? tile_ds.data() : nullptr,
+                n_tokens,    n_in,        qs_stride,      blk_stride};
+    }
+    template <typename T>
+    static bool same(const std::vector<T>& a, const std::vector<T>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+    }
+    bool operator==(const ActBuffers& o) const {
+        return same(qs, o.qs) && same(qs_u, o.qs_u) && same(d, o.d) && same(ds, o.ds) && same(ds16, o.ds16) &&
+               same(isum, o.isum) && same(tile_qs, o.tile_qs) && same(tile_d, o.tile_d) && same(tile_ds, o.tile_ds);
+    }
+};
+
+using QuantizeRows = bool (*)(const float*, int64_t, int64_t, int64_t, const QuantizedActs&);
+
+// The sixteen-block quantizers this machine can run: the AVX-512 one natively, and its SIMDe build.
+std::vector<std::pair<const char*, QuantizeRows>> wide_quantizers() {
+    std::vector<std::pair<const char*, QuantizeRows>> out;
+    if (isa_available(Isa::avx512) && !avx512_emulated()) out.emplace_back("avx512", avx512::quantize_rows);
+#ifdef QUILL_AVX512_EMULATION
+    out.emplace_back("avx512 on SIMDe", avx512_simde::quantize_rows);
+#endif
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the sixteen-block activation quantizer writes what quantize_activations writes", "[matmul]") {
+    const auto quantizers = wide_quantizers();
+    if (quantizers.empty()) {
+        quill::test::skip_no_device("neither native AVX-512 nor its SIMDe build: the sixteen-block quantizer cannot run");
+        return;
+    }
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> pick(0, 9);
+    for (int64_t n_in : {32, 64, 96, 512, 544, 576, 1024, 1536, 1568}) {
+        for (int64_t n_tokens : {1, 3, 17}) {
+            std::vector<float> x(static_cast<size_t>(n_in * n_tokens));
+            for (size_t b = 0; b < x.size() / 32; ++b) {  // blocks of every kind of scale, zeros and exact ties
+                const int kind = pick(rng);
+                const float scale = std::pow(10.0f, static_cast<float>(kind) - 5.0f);
+                for (size_t i = 0; i < 32; ++i) {
+                    float& v = x[32 * b + i];
+                    v = kind == 0 ? 0.0f : normal(rng) * scale;
+                    if (kind == 9) v = static_cast<float>(i % 2 ? i : -static_cast<int>(i)) + (i == 0 ? 127.0f : 0.5f);
+                }
+                if (kind == 8) x[32 * b + 5] = 1e-42f;  // a subnormal among normal values
+                if (kind == 1) x[32 * b + 31] = 7e-45f * static_cast<float>(b % 3);  // scales below fp16's range
+                if (kind == 7) x[32 * b + 2] = 3e37f;  // a scale past fp16's range
+            }
+            for (const bool tiles : {false, true}) {
+                const bool unsigned_copy = n_tokens > 1;
+                ActBuffers want(n_tokens, n_in, unsigned_copy, tiles);
+                quantize_activations(x.data(), n_in, 0, n_tokens, want.view, generic::quantize_block);
+                for (const auto& [name, quantize] : quantizers) {
+                    ActBuffers got(n_tokens, n_in, unsigned_copy, tiles);
+                    // Two calls, as the threads split the tokens.
+                    REQUIRE(quantize(x.data(), n_in, 0, n_tokens / 2, got.view));
+                    REQUIRE(quantize(x.data(), n_in, n_tokens / 2, n_tokens, got.view));
+                    INFO(name << ", n_in " << n_in << ", " << n_tokens << " tokens, tiles " << tiles);
+                    CHECK(got == want);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("the sixteen-block activation quantizer keeps non-finite inputs in range", "[matmul]") {
+    const auto quantizers = wide_quantizers();
+    if (quantizers.empty()) {
+        quill::test::skip_no_device("neither native AVX-512 nor its SIMDe build: the sixteen-block quantizer cannot run");
+        return;
+    }
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float big = std::numeric_limits<float>::max();
+    std::vector<float> x(32 * 20);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 37) - 18.0f;
+    x[3] = nan;
+    x[32 * 2 + 7] = inf;
+    x[32 * 5 + 30] = -inf;
+    for (size_t i = 32 * 9; i < 32 * 10; ++i) x[i] = nan;
+    for (size_t i = 32 * 17; i < 32 * 18; ++i) x[i] = i % 2 ? big : -big;
+    const std::vector<size_t> non_finite = {0, 2, 5, 9};
+    ActBuffers want(1, 640, false, false);
+    quantize_activations(x.data(), 640, 0, 1, want.view, generic::quantize_block);
+    for (const auto& [name, quantize] : quantizers) {
+        ActBuffers got(1, 640, false, false);
+        REQUIRE(quantize(x.data(), 640, 0, 1, got.view));
+        INFO(name);
+        for (size_t b = 0; b < 20; ++b) {
+            INFO("block " << b);
+            const int8_t* q = got.qs.data() + 32 * b;
+            int32_t sum = 0;
+            for (size_t i = 0; i < 32; ++i) {
+                CHECK((q[i] >= -127 && q[i] <= 127));
+                if (std::isnan(x[32 * b + i])) CHECK(q[i] == 0);
+                sum += q[i];
+            }
+            CHECK(got.isum[b] == sum);
+            if (std::find(non_finite.begin(), non_finite.end(), b) == non_finite.end()) {
+                CHECK(std::equal(q, q + 32, want.qs.data() + 32 * b));
+                CHECK(std::memcmp(&got.d[b], &want.d[b], sizeof(float)) == 0);
+            }
+        }
+    }
+}
+
 TEST_CASE("the thread pool runs every task of every section once, with more threads than cores", "[matmul]") {
     const int cores = ThreadPool::physical_cores();
     REQUIRE(cores >= 1);

@@ -117,6 +117,9 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic 
 }
 namespace avx512 {
 Kernel find_kernel(GgmlType type);
+// quantize_activations' work with the same results (the same bytes and floats), sixteen blocks at a time; false
+// when the build has no AVX-512.
+bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
 // The AMX kernels (nullptr fn for a type without one); amx_built() is false when the compiler could not build them.
 Kernel find_kernel_amx(GgmlType type);
 bool amx_built();

@@ -103,7 +103,11 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     c.view = {qs,      c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u,
               nullptr, nullptr,    nullptr,     n_tokens,      n_in,          qs_stride, blk_stride};
     const QuantizeBlock block = isa == Isa::generic ? generic::quantize_block : avx2::quantize_block;
-    auto quantize = [&](int64_t t0, int64_t t1) { quantize_activations(x.data(), n_in, t0, t1, c.view, block); };
+    const bool wide = isa >= Isa::avx512 && !avx512_emulated();  // sixteen blocks at a time (the same results)
+    auto quantize = [&](int64_t t0, int64_t t1) {
+        if (!wide || !avx512::quantize_rows(x.data(), n_in, t0, t1, c.view))
+            quantize_activations(x.data(), n_in, t0, t1, c.view, block);
+    };
     if (isa == Isa::amx && n_tokens >= kAmxMinTokens) {  // the tile layout too (quantize writes the tokens)
         const int64_t n_groups = (n_tokens + kAmxGroup - 1) / kAmxGroup, nb = n_in / 32;
         c.tile_qs_storage.resize(static_cast<size_t>(n_groups * nb * kAmxGroup * 32 + 64));
