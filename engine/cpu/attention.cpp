@@ -208,6 +208,27 @@ void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* par
     }
 }
 
+void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv) {
+    int first = rows[0].first, last = rows[0].last;
+    for (int r = 1; r < n; ++r) {
+        first = std::min(first, rows[r].first);
+        last = std::max(last, rows[r].last);
+    }
+    const size_t es = kv.type == KvType::f16 ? 2 : 4;
+    const size_t k_bytes = static_cast<size_t>(kv.head_dim) * 8 * es, v_bytes = static_cast<size_t>(kv.head_dim) * es;
+    const auto* k = static_cast<const char*>(kv.k);
+    const auto* v = static_cast<const char*>(kv.v);
+    for (int j8 = first / 8; j8 <= last / 8; ++j8) {  // the head's share of a block of 8 positions: contiguous
+        const char* kb = k + static_cast<size_t>(j8) * kv.k_block_stride * es;
+        for (size_t o = 0; o < k_bytes; o += 64) __builtin_prefetch(kb + o, 0, 2);
+    }
+    for (int j = first; j <= last; ++j) {  // each line of the head's V row once
+        const auto row = reinterpret_cast<uintptr_t>(v + static_cast<size_t>(j) * kv.v_stride * es);
+        for (uintptr_t line = row & ~uintptr_t{63}; line < row + v_bytes; line += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(line), 0, 2);
+    }
+}
+
 void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch) {
     const bool f16 = kv.type == KvType::f16;
     if (!attend_tiled(ops, kv)) {

@@ -96,6 +96,9 @@ size_t attend_scratch_floats(int n_ctx);
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
 void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch);
 
+// Prefetches into L2 the K and V of the positions the rows see (a unit of attention work about to run).
+void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv);
+
 // The split form of attend_rows, for a decode over a long cache with fewer tiles than threads: the tile's key blocks
 // spread over threads. Where attend_tiled, the rows span key blocks [b_first, b_first + n_blocks); then, phase by
 // phase (the calls of one phase may run on any threads at once): attend_split_scores for every block, into s

@@ -463,12 +463,23 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const size_t per_thread = attn_scratch_.size() / pool_.size();
     std::atomic<int64_t> next{0};
     pool_.run([&](int ith, int) {
-        AttnRow rows[kMaxTileRows];
-        KvHead kv;
-        for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n_units;
-             u = next.fetch_add(1, std::memory_order_relaxed)) {
-            const int m = attention_unit(batch, layer, n_units - 1 - u, rows, &kv);  // latest first
-            attend_rows(rows, m, kv, kv_ops_, attn_scratch_.data() + per_thread * ith);
+        // A thread claims its next unit before it runs the current one and prefetches that unit's cache: a unit is
+        // too short a walk for the hardware prefetchers to get ahead of it.
+        AttnRow rows[2][kMaxTileRows];
+        KvHead kv[2];
+        int m[2] = {};
+        int cur = 0;
+        int64_t u = next.fetch_add(1, std::memory_order_relaxed);
+        if (u < n_units) m[cur] = attention_unit(batch, layer, n_units - 1 - u, rows[cur], &kv[cur]);  // latest first
+        while (u < n_units) {
+            const int64_t v = next.fetch_add(1, std::memory_order_relaxed);
+            if (v < n_units) {
+                m[1 - cur] = attention_unit(batch, layer, n_units - 1 - v, rows[1 - cur], &kv[1 - cur]);
+                attend_prefetch(rows[1 - cur], m[1 - cur], kv[1 - cur]);
+            }
+            attend_rows(rows[cur], m[cur], kv[cur], kv_ops_, attn_scratch_.data() + per_thread * ith);
+            u = v;
+            cur = 1 - cur;
         }
     });
 }
