@@ -621,7 +621,7 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
     alignas(64) int32_t c[2][256];
     // acc is only ever indexed by constants (the folds over T below), so that the compiler can keep it in registers.
     __m512 acc[N];
-    [&]<int... T>(std::integer_sequence<int, T...>) {
+    [&]<int... T>(std::integer_sequence<int, T...>) __attribute__((always_inline)) {
         ((acc[T] = _mm512_setzero_ps()), ...);
     }(std::make_integer_sequence<int, N>());
     const int64_t g0 = tile_entry(q, t0, 0);  // t0 starts a group
@@ -629,11 +629,11 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
     const float* d = q.tile_d + g0;           // [nb][16]
     const float* ds = q.tile_ds + g0;         // [nb][16]
     const Step16* st[2];  // the blocks whose products tiles 0 and 1 hold
-    auto scale = [&](int64_t b, const int32_t* cb, const Step16& sb) {
+    auto scale = [&](int64_t b, const int32_t* cb, const Step16& sb) __attribute__((always_inline)) {
         const __m512 ws = sb.ws;
         const float* db = d + 16 * b;
         const float* dsb = ds + 16 * b;
-        [&]<int... T>(std::integer_sequence<int, T...>) {
+        [&]<int... T>(std::integer_sequence<int, T...>) __attribute__((always_inline)) {
             ((acc[T] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * T)),
                                        _mm512_mul_ps(ws, _mm512_set1_ps(db[T])), acc[T])),
              ...);
@@ -667,7 +667,7 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
             scale(b + 1, c[1], *st[1]);
         }
     }
-    [&]<int... T>(std::integer_sequence<int, T...>) {
+    [&]<int... T>(std::integer_sequence<int, T...>) __attribute__((always_inline)) {
         ((T < n ? _mm512_mask_storeu_ps(y + T * n_out, rows, acc[T]) : void()), ...);
     }(std::make_integer_sequence<int, N>());
 }
