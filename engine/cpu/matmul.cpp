@@ -118,12 +118,15 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
         c.view.tile_ds = c.tile_ds.data();
         zero_tile_padding(c.view);
     }
-    if (n_tokens < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
+    // With the tile layout the threads take whole token groups: the line of tile_d (and tile_ds) that holds a group's
+    // block holds all sixteen of its tokens, and written from two cores it would bounce between them.
+    const int64_t unit = c.view.tile_qs != nullptr ? kAmxGroup : 1, n_units = (n_tokens + unit - 1) / unit;
+    if (n_units < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
         quantize(0, n_tokens);
     } else {
         pool.run([&](int ith, int nth) {
-            const Range r = split_range(n_tokens, ith, nth);
-            quantize(r.begin, r.end);
+            const Range r = split_range(n_units, ith, nth);
+            quantize(r.begin * unit, std::min(r.end * unit, n_tokens));
         });
     }
     c.int8_ready = true;
