@@ -208,12 +208,17 @@ void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* par
     }
 }
 
+// Positions attend_prefetch covers at most: a decode's unit whole at the lengths where it pays (a longer range is a
+// stream the hardware prefetchers follow, and all of it would not stay in L2).
+constexpr int kPrefetchPositions = 256;
+
 void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv) {
     int first = rows[0].first, last = rows[0].last;
     for (int r = 1; r < n; ++r) {
         first = std::min(first, rows[r].first);
         last = std::max(last, rows[r].last);
     }
+    last = std::min(last, first + kPrefetchPositions - 1);
     const size_t es = kv.type == KvType::f16 ? 2 : 4;
     const size_t k_bytes = static_cast<size_t>(kv.head_dim) * 8 * es, v_bytes = static_cast<size_t>(kv.head_dim) * es;
     const auto* k = static_cast<const char*>(kv.k);

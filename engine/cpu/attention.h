@@ -96,7 +96,8 @@ size_t attend_scratch_floats(int n_ctx);
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
 void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch);
 
-// Prefetches into L2 the K and V of the positions the rows see (a unit of attention work about to run).
+// Prefetches into L2 the K and V of the positions the rows see, the first 256 of them at most (a
+// unit of attention work about to run).
 void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv);
 
 // The split form of attend_rows, for a decode over a long cache with fewer tiles than threads: the tile's key blocks
