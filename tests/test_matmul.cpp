@@ -682,7 +682,7 @@ struct ActBuffers {
     }
     template <typename T>
     static bool same(const std::vector<T>& a, const std::vector<T>& b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+        return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
     }
     bool operator==(const ActBuffers& o) const {
         return same(qs, o.qs) && same(qs_u, o.qs_u) && same(d, o.d) && same(ds, o.ds) && same(ds16, o.ds16) &&
