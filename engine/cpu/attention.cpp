@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace quill::cpu {
 
@@ -152,16 +153,26 @@ struct RowArrays {
 
 }  // namespace
 
-bool attend_tiled(const KvOps& ops, const KvHead& kv) {
-    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
-}
+namespace {
 
-int attend_block_span(const AttnRow* rows, int n, int* b_first) {
+// The first and the last position any of the rows sees.
+std::pair<int, int> visible_span(const AttnRow* rows, int n) {
     int first = rows[0].first, last = rows[0].last;
     for (int r = 1; r < n; ++r) {
         first = std::min(first, rows[r].first);
         last = std::max(last, rows[r].last);
     }
+    return {first, last};
+}
+
+}  // namespace
+
+bool attend_tiled(const KvOps& ops, const KvHead& kv) {
+    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
+}
+
+int attend_block_span(const AttnRow* rows, int n, int* b_first) {
+    const auto [first, last] = visible_span(rows, n);
     *b_first = first / kKeyBlock;
     return last / kKeyBlock - *b_first + 1;
 }
@@ -213,11 +224,7 @@ void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* par
 constexpr int kPrefetchPositions = 256;
 
 void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv) {
-    int first = rows[0].first, last = rows[0].last;
-    for (int r = 1; r < n; ++r) {
-        first = std::min(first, rows[r].first);
-        last = std::max(last, rows[r].last);
-    }
+    auto [first, last] = visible_span(rows, n);
     last = std::min(last, first + kPrefetchPositions - 1);
     const size_t es = kv.type == KvType::f16 ? 2 : 4;
     const size_t k_bytes = static_cast<size_t>(kv.head_dim) * 8 * es, v_bytes = static_cast<size_t>(kv.head_dim) * es;

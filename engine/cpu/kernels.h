@@ -167,6 +167,19 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
 // compiled for AVX-512. For the same reason the ISA files use no std:: containers and no fmt.
 namespace {
 
+// Token t's row padding in `out`: zero values past its nb blocks (0x80 in the unsigned copy), zero scales and sums.
+inline void write_row_padding(const QuantizedActs& out, int64_t t, int64_t nb) {
+    for (int64_t i = 32 * nb; i < out.qs_stride; ++i) {
+        out.qs[t * out.qs_stride + i] = 0;
+        if (out.qs_u != nullptr) out.qs_u[t * out.qs_stride + i] = 0x80;
+    }
+    for (int64_t b = nb; b < out.blk_stride; ++b) {
+        const int64_t at = t * out.blk_stride + b;
+        out.d[at] = out.ds[at] = out.ds16[2 * at] = out.ds16[2 * at + 1] = 0.0f;
+        out.isum[at] = 0;
+    }
+}
+
 template <typename T>
 inline T load_unaligned(const void* p) {
     T v;

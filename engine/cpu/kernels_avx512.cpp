@@ -1373,16 +1373,7 @@ bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const Q
     for (int64_t t = t0; t < t1; ++t) {
         const float* xr = x + t * n_in;
         for (int64_t b0 = 0; b0 < nb; b0 += 16) quantize_group(xr, t, b0, static_cast<int>(min64(16, nb - b0)), out, fold);
-        // Padding: zero values past the row (0x80 in the unsigned copy) and zero scales and sums.
-        int8_t* qr = out.qs + t * out.qs_stride;
-        for (int64_t i = 32 * nb; i < out.qs_stride; ++i) qr[i] = 0;
-        if (out.qs_u != nullptr)
-            for (int64_t i = 32 * nb; i < out.qs_stride; ++i) out.qs_u[t * out.qs_stride + i] = 0x80;
-        for (int64_t b = nb; b < out.blk_stride; ++b) {
-            const int64_t at = t * out.blk_stride + b;
-            out.d[at] = out.ds[at] = out.ds16[2 * at] = out.ds16[2 * at + 1] = 0.0f;
-            out.isum[at] = 0;
-        }
+        write_row_padding(out, t, nb);
     }
     return true;
 }

@@ -370,11 +370,7 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             ds16r[2 * b] = scale * static_cast<float>(sum[0]);
             ds16r[2 * b + 1] = scale * static_cast<float>(sum[1]);
         }
-        for (int64_t i = 32 * nb; i < out.qs_stride; ++i) qr[i] = 0;
-        for (int64_t b = nb; b < out.blk_stride; ++b) {
-            dr[b] = dsr[b] = ds16r[2 * b] = ds16r[2 * b + 1] = 0.0f;
-            isumr[b] = 0;
-        }
+        write_row_padding(out, t, nb);
         if (out.qs_u != nullptr) {
             uint8_t* ur = out.qs_u + t * out.qs_stride;  // [qs_stride], a multiple of 64
             for (int64_t i = 0; i < out.qs_stride; i += 8) {  // eight bytes at a time: q ^ 0x80 = q + 128
