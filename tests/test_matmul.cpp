@@ -461,17 +461,17 @@ TEST_CASE("F16 and BF16 weights: a token's bits depend on whether it is a decode
 TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     for (GgmlType type : kTypes) {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
-        CHECK(PackedWeights::supports(type, Isa::avx2) == false);
+        const bool avx2_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1;
+        CHECK(PackedWeights::supports(type, Isa::avx2) == (avx2_form && isa_available(Isa::avx2)));
     }
-    const bool any = PackedWeights::supports(GgmlType::Q4_0, Isa::avx512) || PackedWeights::supports(GgmlType::Q4_0, Isa::amx);
-    if (!any) {
-        quill::test::skip_no_device("no native AVX-512 here: the packed kernels cannot run");
+    if (!PackedWeights::supports(GgmlType::Q4_0, Isa::avx2) && !PackedWeights::supports(GgmlType::Q4_0, Isa::avx512)) {
+        quill::test::skip_no_device("no AVX2 here: the packed kernels cannot run");
         return;
     }
     std::mt19937 rng(777);
     ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
     for (GgmlType type : kTypes) {
-        if (!PackedWeights::supports(type, Isa::avx512)) continue;
+        if (!PackedWeights::supports(type, Isa::avx2) && !PackedWeights::supports(type, Isa::avx512)) continue;
         // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800), a single block, and AMX's chunks (400
         // tokens of 2816); every token count of every path (decode 1-3, sixteen-row tiles, AMX groups).
         for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 800}, {7, 32}, {18, 2816}}) {
@@ -487,7 +487,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
             for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;
                 const std::vector<float> x = make_input(n_tokens, n_in, rng);
-                for (Isa isa : {Isa::avx512, Isa::amx}) {
+                for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
                     if (!PackedWeights::supports(type, isa)) continue;
                     for (ThreadPool& pool : pools) {
                         INFO(fmt::format("{} {}x{} tokens {} isa {} threads {}", type_name(type), n_out, n_in,
@@ -645,6 +645,28 @@ namespace quill::cpu::avx512_simde {
 bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
 }
 #endif
+
+// (The AVX2 packed kernels, which read the portable packer's tiles on machines without AVX-512, are checked against
+// the file's layout above.)
+TEST_CASE("the portable packer writes the AVX-512 packer's bytes", "[matmul]") {
+    if (!isa_available(Isa::avx512) || avx512_emulated()) {
+        quill::test::skip_no_device("no native AVX-512 here: no AVX-512 packer to compare with");
+        return;
+    }
+    std::mt19937 rng(4242);
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+        for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 800}, {7, 32}, {32, 96}}) {
+            INFO(fmt::format("{} {}x{}", type_name(type), n_out, n_in));
+            const TestMatrix m = make_matrix(type, n_out, n_in, rng);
+            const int64_t n_tiles = (n_out + 15) / 16;
+            const size_t bytes = static_cast<size_t>(n_tiles * (n_in / 32) * packed_record_bytes(type));
+            std::vector<uint8_t> portable(bytes, 0xAB), transposed(bytes, 0xCD);
+            generic::pack_tiles(m.view(), portable.data(), 0, n_tiles);
+            REQUIRE(avx512::pack_tiles(m.view(), transposed.data(), 0, n_tiles));
+            CHECK(portable == transposed);
+        }
+    }
+}
 
 namespace {
 

@@ -110,9 +110,14 @@ Kernel fallback_kernel();
 // Contribution of one 32-block `b` of weight row `row` (a 32-block type) to token t: the ISA kernels that step
 // 64 elements at a time use it for a trailing odd block.
 float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t);
+// Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer), a value at a time: the
+// layout avx512::pack_tiles writes with its transposes, for machines without AVX-512.
+void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
 Kernel find_kernel(GgmlType type);
+// The kernels for PackedWeights of Q4_0 and Q4_1 (nullptr fn for other types, or in a build without AVX2).
+Kernel find_kernel_packed(GgmlType type);
 float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
 }
 namespace avx512 {

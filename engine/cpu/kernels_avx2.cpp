@@ -489,17 +489,61 @@ inline void prefetch_rows8(Rows rows, int64_t prefetch, int64_t end, int64_t* do
     }
 }
 
-// The decode path on eight rows decoded as it goes (with `prefetch` bytes ahead in each row prefetched).
-template <typename Dec, int T>
-void rows8_decode(Rows rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
+// Where the eight rows of a tile come from: for_group(g, f) calls f(b, step) for the blocks b of group g in order.
+// FileRows8: the file's rows, decoded by D, each row prefetched kPrefetchBytes ahead (rounded up to whole tiles).
+template <typename D>
+struct FileRows8 {
+    using Dec = D;
+    const uint8_t* rows[8];
+    int64_t prefetch, prefetched = 0;
+
+    FileRows8(const WeightMatrix& w, int64_t r, int nr) {
+        const auto* base = static_cast<const uint8_t*>(w.data);
+        for (int i = 0; i < 8; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+        const auto tile_bytes = 8 * static_cast<int64_t>(w.row_bytes);  // (a ragged tile repeats its last row)
+        prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
+    }
+    template <typename F>
+    void for_group(int64_t g, F&& f) {
+        prefetch_rows8(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
+        Dec::for_group(rows, g, f);
+    }
+};
+
+// PackedRows8: rows 8h .. 8h + 7 of a sixteen-row tile of PackedWeights, its records one after the other (P decodes
+// them). The pass over the first half prefetches the stream kPrefetchBytes ahead; the second half's pass finds the
+// tile's lines in cache.
+template <typename P>
+struct PackedRows8 {
+    using Dec = P;
+    const uint8_t* tile;
+    int h;
+
+    PackedRows8(const WeightMatrix& w, int64_t r, int) {
+        tile = static_cast<const uint8_t*>(w.packed) + r / 16 * (w.n_in / 32) * P::kRecordBytes;
+        h = static_cast<int>(r / 8 % 2);
+    }
+    template <typename F>
+    void for_group(int64_t b, F&& f) {
+        const uint8_t* rec = tile + b * P::kRecordBytes;
+        if (h == 0) {
+            for (int64_t o = 0; o < P::kRecordBytes; o += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+        }
+        f(b, P::load(rec, h));
+    }
+};
+
+// The decode path on eight rows decoded as they stream by.
+template <typename Src, int T>
+void rows8_decode(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
+    using Dec = typename Src::Dec;
     static_assert(T <= 3);
     __m256 acc[T];
     const TokenActs ta[3] = {TokenActs(q, t0), TokenActs(q, t0 + (T > 1)), TokenActs(q, t0 + 2 * (T > 2))};
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    int64_t prefetched = 0;
     for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
-        prefetch_rows8(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
-        Dec::for_group(rows, g, [&](int64_t b, const Step8& st) {
+        src.for_group(g, [&](int64_t b, const Step8& st) {
             for (int t = 0; t < T; ++t) rows8_block<Dec>(st, ta[t], ta[t].ds(q), b, acc[t]);
         });
     }
@@ -516,46 +560,40 @@ int rows8_tokens(const Step8* steps, int64_t nb, const QuantizedActs& q, int64_t
 }
 
 // The same for fewer than kPrefillMinTokens tokens, decoding the rows as it goes.
-template <typename Dec>
-int rows8_decode_tokens(Rows rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0, int64_t left,
-                        float (*out)[8]) {
+template <typename Src>
+int rows8_decode_tokens(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0, int64_t left, float (*out)[8]) {
     static_assert(kPrefillMinTokens <= 4);
-    if (left >= 3) return rows8_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;
-    if (left == 2) return rows8_decode<Dec, 2>(rows, prefetch, nb, q, t0, out), 2;
-    return rows8_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
+    if (left >= 3) return rows8_decode<Src, 3>(src, nb, q, t0, out), 3;
+    if (left == 2) return rows8_decode<Src, 2>(src, nb, q, t0, out), 2;
+    return rows8_decode<Src, 1>(src, nb, q, t0, out), 1;
 }
 
-// Rows [r0, r1) of y for all tokens, eight rows at a time, written a block of rows at a time.
-template <typename Dec>
+// Rows [r0, r1) of y for all tokens, eight rows at a time (from Src: FileRows8 or PackedRows8), written a block of
+// rows at a time.
+template <typename Src>
 void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    using Dec = typename Src::Dec;
     const WeightMatrix& w = *args.w;
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32;
     const bool prefill = args.n_tokens >= kPrefillMinTokens;
-    static_assert(kRowTile % 8 == 0);
+    static_assert(kRowTile % 16 == 0);  // so that a packed tile's halves start at multiples of 8
     auto* steps = reinterpret_cast<Step8*>(scratch);  // [nb]: the repacked row tile (scratch is 64-byte aligned)
     float* output_block = scratch + (nb * static_cast<int64_t>(sizeof(Step8)) / 4 + 15) / 16 * 16;
-    const auto* base = static_cast<const uint8_t*>(w.data);
-    const auto tile_bytes = 8 * static_cast<int64_t>(w.row_bytes);
-    const int64_t prefetch = (kPrefetchBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
     const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);  // a multiple of kRowTile, so of 8
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
         OutputBlock block{output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
             const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
-            const uint8_t* rows[8];  // a ragged tile repeats its last row
-            for (int i = 0; i < 8; ++i) rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            Src src(w, r, nr);
             if (prefill) {
-                int64_t prefetched = 0;
-                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
-                    prefetch_rows8(rows, prefetch, (g + 1) * Dec::kGroupBytes, &prefetched);
-                    Dec::for_group(rows, g, [&](int64_t b, const Step8& st) { steps[b] = st; });
-                }
+                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g)
+                    src.for_group(g, [&](int64_t b, const Step8& st) { steps[b] = st; });
             }
             for (int64_t t = 0; t < args.n_tokens;) {
                 float out[kRows8Tokens][8];
                 const int nt = prefill ? rows8_tokens<Dec>(steps, nb, q, t, args.n_tokens - t, out)
-                                       : rows8_decode_tokens<Dec>(rows, prefetch, nb, q, t, args.n_tokens - t, out);
+                                       : rows8_decode_tokens(src, nb, q, t, args.n_tokens - t, out);
                 for (int j = 0; j < nt; ++j)
                     for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
                 t += nt;
@@ -665,25 +703,36 @@ Kernel find_kernel(GgmlType type) {
         case GgmlType::BF16:
             return {float_rows<LoadBF16>, false};
         case GgmlType::Q4_0:
-            return {rows8<Dec8Q4_0>, true};
+            return {rows8<FileRows8<Dec8Q4_0>>, true};
         case GgmlType::Q4_1:
-            return {rows8<Dec8Q4_1>, true};
+            return {rows8<FileRows8<Dec8Q4_1>>, true};
         case GgmlType::Q5_0:
-            return {rows8<Dec8Q5_0>, true};
+            return {rows8<FileRows8<Dec8Q5_0>>, true};
         case GgmlType::Q5_1:
-            return {rows8<Dec8Q5_1>, true};
+            return {rows8<FileRows8<Dec8Q5_1>>, true};
         case GgmlType::Q8_0:
             return {quant_rows<DecQ8_0>, true};
         case GgmlType::Q4_K:
-            return {rows8<Dec8Q4_K>, true};
+            return {rows8<FileRows8<Dec8Q4_K>>, true};
         case GgmlType::Q5_K:
-            return {rows8<Dec8Q5_K>, true};
+            return {rows8<FileRows8<Dec8Q5_K>>, true};
         case GgmlType::Q6_K:
             return {quant_rows<DecQ6_K>, true};
         case GgmlType::Q3_K:
             return {quant_rows<DecQ3_K>, true};
         case GgmlType::Q2_K:
             return {quant_rows<DecQ2_K>, true};
+        default:
+            return {};
+    }
+}
+
+Kernel find_kernel_packed(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0:
+            return {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
+        case GgmlType::Q4_1:
+            return {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
         default:
             return {};
     }
@@ -738,6 +787,7 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums) {
 
 namespace quill::cpu::avx2 {
 Kernel find_kernel(GgmlType) { return {}; }
+Kernel find_kernel_packed(GgmlType) { return {}; }
 float quantize_block(const float* x, int8_t* q, int32_t* sums) { return generic::quantize_block(x, q, sums); }
 }  // namespace quill::cpu::avx2
 

@@ -375,6 +375,31 @@ struct Dec8 {
     }
 };
 
+// Half h (rows 8h .. 8h + 7) of a record of PackedWeights (Q4_0, Q4_1): each 64 bytes of values hold four bytes of
+// each of the sixteen rows, rows 0..7 in the low 32, so that half h of value group j is the x[j] of Dec8::load (the
+// same Step8, with no transposes); then the sixteen fp16 scales and, for Q4_1, the sixteen minima.
+template <GgmlType Type>
+struct Packed8 {
+    static_assert(Type == GgmlType::Q4_0 || Type == GgmlType::Q4_1);
+    static constexpr int kOffset = Type == GgmlType::Q4_0 ? 8 : 0;
+    static constexpr bool kHasMin = Type == GgmlType::Q4_1;
+    static constexpr int kGroupsPerMadd = 8;
+    static constexpr int kGroupSteps = 1;
+    static constexpr int64_t kRecordBytes = packed_record_bytes(Type);
+
+    static Step8 load(const uint8_t* rec, int h) {
+        Step8 s;
+        for (int j = 0; j < 4; ++j) {
+            const __m256i x = load256(rec + 64 * j + 32 * h);
+            s.w[j] = low_nibbles(x);
+            s.w[4 + j] = high_nibbles(x);
+        }
+        s.ws = _mm256_cvtph_ps(load128(rec + 256 + 16 * h));
+        if constexpr (kHasMin) s.wm = _mm256_cvtph_ps(load128(rec + 288 + 16 * h));
+        return s;
+    }
+};
+
 using Dec8Q4_0 = Dec8<BlockQ4_0, 8>;
 using Dec8Q4_1 = Dec8<BlockQ4_1, 0>;
 using Dec8Q5_0 = Dec8<BlockQ5_0, 16>;

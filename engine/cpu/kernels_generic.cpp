@@ -1,7 +1,9 @@
 // Portable kernels (baseline x86-64 or any other CPU), written as plain loops the compiler vectorizes: each weight
 // row is decoded once into signed int8 values with per-16 scales (or into floats), then dotted with every token.
 // Also the activation quantizer every ISA shares and the scalar dot of one 32-block used for odd tails.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -321,6 +323,29 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
     const float hi = static_cast<float>(dot16(blk.q + 16, qa + 16));
     return q.d[t * q.blk_stride + b] * (blk.ws[0] * lo + blk.ws[1] * hi) +
            blk.minima(q.ds[t * q.blk_stride + b], q.ds16 + 2 * (t * q.blk_stride + b));
+}
+
+
+void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
+    const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
+    const int64_t value_bytes = q8 ? 512 : 256;  // per record: 64 bytes per four bytes of each of the 16 rows
+    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
+    const size_t qs_at = has_min ? offsetof(BlockQ4_1, qs) : q8 ? offsetof(BlockQ8_0, qs) : offsetof(BlockQ4_0, qs);
+    static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+        auto* rec = static_cast<uint8_t*>(out) + tile * nb * record;
+        for (int64_t b = 0; b < nb; ++b, rec += record) {
+            for (int64_t r = 0; r < 16; ++r) {  // a ragged tile repeats its last row
+                const int64_t row = std::min(tile * 16 + r, w.n_out - 1);
+                const uint8_t* block = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
+                                       b * block_bytes;
+                for (int64_t c = 0; c < value_bytes / 64; ++c) std::memcpy(rec + 64 * c + 4 * r, block + qs_at + 4 * c, 4);
+                std::memcpy(rec + value_bytes + 2 * r, block, 2);                        // d
+                if (has_min) std::memcpy(rec + value_bytes + 32 + 2 * r, block + 2, 2);  // m
+            }
+        }
+    }
 }
 
 }  // namespace generic

@@ -186,6 +186,7 @@ Kernel select_kernel(const WeightMatrix& w, Isa isa) {
     Kernel k;
     if (w.packed != nullptr && isa >= Isa::avx512 && !avx512_emulated())
         k = avx512::find_kernel_packed(type, isa == Isa::amx);
+    if (w.packed != nullptr && isa == Isa::avx2) k = avx2::find_kernel_packed(type);
     if (!k.fn && isa == Isa::amx) k = avx512::find_kernel_amx(type);
     if (!k.fn && isa >= Isa::avx512) {
         Kernel (*emulated)(GgmlType) = g_avx512_kernels.load(std::memory_order_relaxed);
@@ -283,6 +284,7 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
 }
 
 bool PackedWeights::supports(GgmlType type, Isa isa) {
+    if (isa == Isa::avx2) return isa_available(isa) && avx2::find_kernel_packed(type).fn != nullptr;
     return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() && packed_record_bytes(type) > 0;
 }
 
@@ -300,9 +302,10 @@ PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
 #ifdef MADV_HUGEPAGE
     madvise(p, bytes_, MADV_HUGEPAGE);
 #endif
-    // The AVX-512 file transposes the tiles (the packed kernels run only where it can).
+    // The AVX-512 file transposes the tiles where it can run; elsewhere they are written a value at a time.
+    const bool transposes = isa_available(Isa::avx512) && !avx512_emulated();
     auto pack = [&](int64_t tile0, int64_t tile1) {
-        QUILL_CHECK(avx512::pack_tiles(w, data_, tile0, tile1), "packed weights need the AVX-512 kernels");
+        if (!transposes || !avx512::pack_tiles(w, data_, tile0, tile1)) generic::pack_tiles(w, data_, tile0, tile1);
     };
     // In chunks of about 8 MiB of the file's rows, each reported when done.
     const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / (16 * static_cast<int64_t>(w.row_bytes)));
