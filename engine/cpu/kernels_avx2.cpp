@@ -568,10 +568,137 @@ int rows8_decode_tokens(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0
     return rows8_decode<Src, 1>(src, nb, q, t0, out), 1;
 }
 
+// ---- eight tokens in lanes: prefill, and decode steps of eight sequences or more ----
+// With the rows in lanes each token's activations are broadcast for every eight rows; here the activations of eight
+// tokens are transposed into the lanes once per pass (LaneBlock), and each weight row's four bytes are broadcast
+// against them. Every output lane gets rows8_block's operations in its order (the same exact int32 block sums, then
+// fma(float(I), ws * da, acc) and fma(wm, ds, acc)), so the bits are those of the other paths.
+
+constexpr int64_t kLaneTokens = 8;  // tokens per lane group
+constexpr int64_t kLaneChunk = 32;  // tokens per pass over a thread's rows (their LaneBlocks stay in L1 and L2)
+
+// Block b of a group of eight tokens: qs[k] lane j = bytes 4k .. 4k + 3 of token j's block, then each token's
+// scale, d * sum and offset * sum (the c * sum(a) of the unified form).
+struct LaneBlock {
+    __m256i qs[8];
+    __m256 d, ds;
+    __m256i coff;
+};
+
+// The LaneBlocks [nb] of tokens [t0, t0 + 8).
+template <int Offset>
+void transpose_lanes(const QuantizedActs& q, int64_t t0, int64_t nb, LaneBlock* out) {
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i r[8], u[8];
+        for (int j = 0; j < 8; ++j)
+            r[j] = load256(reinterpret_cast<const uint8_t*>(q.qs + (t0 + j) * q.qs_stride + 32 * b));
+        for (int j = 0; j < 8; j += 4) {  // u[j + i]: dwords i and 4 + i of tokens j .. j + 3 (one per lane half)
+            const __m256i lo01 = _mm256_unpacklo_epi32(r[j], r[j + 1]), hi01 = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+            const __m256i lo23 = _mm256_unpacklo_epi32(r[j + 2], r[j + 3]), hi23 = _mm256_unpackhi_epi32(r[j + 2], r[j + 3]);
+            u[j] = _mm256_unpacklo_epi64(lo01, lo23);
+            u[j + 1] = _mm256_unpackhi_epi64(lo01, lo23);
+            u[j + 2] = _mm256_unpacklo_epi64(hi01, hi23);
+            u[j + 3] = _mm256_unpackhi_epi64(hi01, hi23);
+        }
+        for (int i = 0; i < 4; ++i) {
+            out[b].qs[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+            out[b].qs[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+        }
+        alignas(32) float d[8], ds[8];
+        alignas(32) int32_t coff[8];
+        for (int j = 0; j < 8; ++j) {
+            const int64_t at = (t0 + j) * q.blk_stride + b;
+            d[j] = q.d[at];
+            ds[j] = q.ds[at];
+            coff[j] = Offset * q.isum[at];
+        }
+        out[b].d = _mm256_load_ps(d);
+        out[b].ds = _mm256_load_ps(ds);
+        out[b].coff = _mm256_load_si256(reinterpret_cast<const __m256i*>(coff));
+    }
+}
+
+// out[r][j] = row r of the repacked tile against token j of the group.
+template <typename Dec>
+void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*out)[8]) {
+    constexpr int G = Dec::kGroupsPerMadd;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const LaneBlock& a = lanes[b];
+        const auto* w = reinterpret_cast<const uint8_t*>(steps[b].w);  // [8 groups][8 rows][4 bytes]
+        const auto* ws = reinterpret_cast<const float*>(&steps[b].ws);
+        const auto* wm = reinterpret_cast<const float*>(&steps[b].wm);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+            __m256i dot = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int h = 0; h < 8 / G; ++h) {
+                __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * h * G + 4 * r)),
+                                                 a.qs[h * G]);
+#pragma GCC unroll 8
+                for (int k = h * G + 1; k < h * G + G; ++k)
+                    p = _mm256_add_epi16(
+                        p, _mm256_maddubs_epi16(_mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r)), a.qs[k]));
+                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+            }
+            if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, a.coff);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_broadcast_ss(ws + r), a.d), acc[r]);
+            if constexpr (Dec::kHasMin) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(wm + r), a.ds, acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(out[r], acc[r]);
+}
+
+// rows8 for kLaneTokens tokens or more: kLaneChunk tokens at a time, their whole groups of eight in lanes and the
+// rest (fewer than eight) by rows8_tokens, each row tile repacked once per chunk.
+template <typename Src>
+void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    using Dec = typename Src::Dec;
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32;
+    auto* steps = reinterpret_cast<Step8*>(scratch);                     // [nb] (scratch is 64-byte aligned)
+    auto* lanes = reinterpret_cast<LaneBlock*>(steps + nb);               // [kLaneChunk / kLaneTokens][nb]
+    auto* output_block = reinterpret_cast<float*>(lanes + kLaneChunk / kLaneTokens * nb);
+    static_assert(sizeof(Step8) % 64 == 0 && sizeof(LaneBlock) % 32 == 0);
+    for (int64_t c0 = 0; c0 < args.n_tokens; c0 += kLaneChunk) {
+        const int64_t nt = min64(kLaneChunk, args.n_tokens - c0), n_groups = nt / kLaneTokens;
+        for (int64_t g = 0; g < n_groups; ++g) transpose_lanes<Dec::kOffset>(q, c0 + 8 * g, nb, lanes + g * nb);
+        const int64_t block_rows = OutputBlock::rows_for(nt);
+        for (int64_t rb = r0; rb < r1; rb += block_rows) {
+            OutputBlock block{output_block, nt, rb, min64(block_rows, r1 - rb)};
+            for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
+                const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
+                Src src(w, r, nr);
+                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g)
+                    src.for_group(g, [&](int64_t b, const Step8& st) { steps[b] = st; });
+                for (int64_t g = 0; g < n_groups; ++g) {
+                    float out[8][8];
+                    lanes_tile<Dec>(steps, nb, lanes + g * nb, out);
+                    for (int i = 0; i < nr; ++i) std::memcpy(&block.at(r + i, 8 * g), out[i], sizeof(out[i]));
+                }
+                for (int64_t t = n_groups * kLaneTokens; t < nt;) {
+                    float out[kRows8Tokens][8];
+                    const int n = rows8_tokens<Dec>(steps, nb, q, c0 + t, nt - t, out);
+                    for (int j = 0; j < n; ++j)
+                        for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
+                    t += n;
+                }
+            }
+            flush_block(block, args.y + c0 * w.n_out, w.n_out);
+        }
+    }
+}
+
 // Rows [r0, r1) of y for all tokens, eight rows at a time (from Src: FileRows8 or PackedRows8), written a block of
 // rows at a time.
 template <typename Src>
 void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    if (args.n_tokens >= kLaneTokens) return rows8_lanes<Src>(args, r0, r1, scratch);
     using Dec = typename Src::Dec;
     const WeightMatrix& w = *args.w;
     const QuantizedActs& q = *args.q;
