@@ -472,7 +472,7 @@ TEST_CASE("F16 and BF16 weights: a token's bits depend on whether it is a decode
 TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     for (GgmlType type : kTypes) {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
-        const bool avx2_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1;
+        const bool avx2_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (avx2_form && isa_available(Isa::avx2)));
     }
     if (!PackedWeights::supports(GgmlType::Q4_0, Isa::avx2) && !PackedWeights::supports(GgmlType::Q4_0, Isa::avx512)) {

@@ -1,10 +1,11 @@
 // AVX2 kernels (with FMA and F16C). This file alone is compiled with those flags (see CMakeLists.txt) and
 // matmul.cpp calls into it only when the CPU has them. No std:: containers or fmt here (see kernels.h).
 //
-// The 4- and 5-bit types (Q4_0, Q4_1, Q5_0, Q5_1, and Q4_K, Q5_K as eight 32-blocks per super-block) go eight rows
-// at a time with the rows in the 32-bit lanes (Step8, rows8 below): each lane ends a block holding its row's exact
-// integer dot product, so the float work of a block is one convert, multiply and fma for eight rows.
-// The other quantized weights go four rows at a time as two row pairs, interleaved by the decoders
+// The 4- and 5-bit types (Q4_0, Q4_1, Q5_0, Q5_1, and Q4_K, Q5_K as eight 32-blocks per super-block) and Q8_0 go
+// eight rows at a time with the rows in the 32-bit lanes (Step8, rows8 below): each lane ends a block holding its
+// row's exact integer dot product, so the float work of a block is one convert, multiply and fma for eight rows.
+// vpmaddubsw saturates past 32767, so Q8_0 keeps signed weights and moves their signs onto the activations.
+// The other quantized weights (Q6_K, Q3_K, Q2_K) go four rows at a time as two row pairs, interleaved by the decoders
 // (kernels_avx2_decoders.h) so that one vpmaddubsw + vpmaddwd multiplies a 16-element quarter of a row pair (one
 // row per 128-bit lane) with a token's quarter broadcast to both lanes (int32 lanes 0..3: row 2p, 4..7: 2p + 1).
 //  - Decode (fewer than 4 tokens, 2 at a time): the rows are decoded as the tile walks them, unsigned bytes u
@@ -16,7 +17,6 @@
 // Batch invariance: both paths compute every output with the same float operations in the same order (the same
 // exact int32 lane sums of (u - c) * a, scaled and accumulated block by block, the minima likewise), so a token's
 // outputs have the same bits whether it is decoded alone or sits in a large batch.
-// vpmaddubsw saturates past 32767, so Q8_0 keeps signed weights and moves their signs onto the activations.
 #include "engine/cpu/kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -64,11 +64,8 @@ struct RowTile {
     void begin_group(int64_t g) { Dec::load_group(rows, g, st, wm, wm_stride); }
     Step4 step(int64_t g, int k) {
         const int64_t at = prefetch + (g * Dec::kGroupSteps + k) * kStepBytes;
-        for (int r = 0; r < 4; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at), _MM_HINT_T1);
-            // A step longer than a cache line (Q8_0's 68 bytes) needs a second one not to skip lines.
-            if constexpr (kStepBytes > 64) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at + 64), _MM_HINT_T1);
-        }
+        static_assert(kStepBytes <= 64);  // one prefetch per step reaches every line
+        for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + at), _MM_HINT_T1);
         return Dec::step(rows, g, k, st);
     }
 };
@@ -105,19 +102,13 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
         for (int k = 0; k < Dec::kGroupSteps; ++k) {
             const int64_t s = g * Dec::kGroupSteps + k;  // the block: elements [32 s, 32 s + 32)
             const Step4 w = tile.step(g, k);
-            __m256i wabs[2][2];
-            if constexpr (Dec::kSigned) {
-                for (int i = 0; i < 2; ++i) {
-                    for (int p = 0; p < 2; ++p) wabs[i][p] = _mm256_sign_epi8(w.u[i][p], w.u[i][p]);
-                }
-            }
             for (int t = 0; t < T; ++t) {
                 const __m256i a[2] = {broadcast_quarter(a0 + t * q.qs_stride + 32 * s),
                                       broadcast_quarter(a0 + t * q.qs_stride + 32 * s + 16)};
                 const __m256 da = _mm256_broadcast_ss(d0 + t * q.blk_stride + s);
                 // coff[j]: per int32 lane, c times the sum of the activations that lane multiplies (scale group j).
                 __m256i coff[2] = {};
-                if constexpr (!Dec::kSigned && Dec::kOffset != 0) {
+                if constexpr (Dec::kOffset != 0) {
                     if constexpr (QG == 2) {
                         coff[0] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(offset, a[0]),
                                                                      _mm256_maddubs_epi16(offset, a[1])),
@@ -127,14 +118,7 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
                     }
                 }
                 for (int p = 0; p < 2; ++p) {
-                    if constexpr (Dec::kSigned) {
-                        __m256i dot = _mm256_setzero_si256();
-                        for (int i = 0; i < 2; ++i) {
-                            const __m256i prod = _mm256_maddubs_epi16(wabs[i][p], _mm256_sign_epi8(a[i], w.u[i][p]));
-                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
-                        }
-                        acc[t][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.ws[0][p], da), acc[t][p]);
-                    } else if constexpr (QG == 2) {
+                    if constexpr (QG == 2) {
                         const __m256i prod = _mm256_add_epi16(_mm256_maddubs_epi16(w.u[0][p], a[0]),
                                                               _mm256_maddubs_epi16(w.u[1][p], a[1]));
                         __m256i dot = _mm256_madd_epi16(prod, ones);
@@ -175,11 +159,11 @@ void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t
 // One 32-element step (one 32-block) of a 4-row tile as Step4 lays it out (w[p][q]: lane i = quarter q of row
 // 2p + i), as signed bytes (u - c). The activations go in as unsigned bytes (a + 128), so vpmaddubsw adds
 // 128 * sum(w); aux[p][j] = -128 * sum(w) per int32 lane over the quarters of scale group j removes it (QG
-// quarters share a scale). Q8_0 (Signed) keeps the activations signed and instead holds |w| in aux[p][q].
+// quarters share a scale).
 template <int QG>
 struct alignas(32) PrefillStep {
     __m256i w[2][2];
-    __m256i aux[2][2];
+    __m256i aux[2][2 / QG];
     __m256 ws[2][2 / QG];  // lanes 0..3: the scale of group j of row 2p, lanes 4..7 of row 2p + 1
 };
 
@@ -195,20 +179,15 @@ void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out) {
             const Step4 w = tile.step(g, k);
             PrefillStep<QG>& step = out[s];
             for (int p = 0; p < 2; ++p) {
-                for (int i = 0; i < 2; ++i) {
-                    step.w[p][i] = Dec::kSigned ? w.u[i][p] : _mm256_sub_epi8(w.u[i][p], offset);
-                    if constexpr (Dec::kSigned) step.aux[p][i] = _mm256_sign_epi8(w.u[i][p], w.u[i][p]);
-                }
+                for (int i = 0; i < 2; ++i) step.w[p][i] = _mm256_sub_epi8(w.u[i][p], offset);
                 for (int j = 0; j < 2 / QG; ++j) {
                     step.ws[p][j] = w.ws[j * QG][p];
-                    if constexpr (!Dec::kSigned) {
-                        __m256i sum = _mm256_setzero_si256();
-                        for (int i = 0; i < QG; ++i) {
-                            const __m256i pairs = _mm256_maddubs_epi16(ones8, step.w[p][j * QG + i]);
-                            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones16));
-                        }
-                        step.aux[p][j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7));
+                    __m256i sum = _mm256_setzero_si256();
+                    for (int i = 0; i < QG; ++i) {
+                        const __m256i pairs = _mm256_maddubs_epi16(ones8, step.w[p][j * QG + i]);
+                        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones16));
                     }
+                    step.aux[p][j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7));
                 }
             }
             if constexpr (Dec::kHasMin && !Dec::kRowMinima) _mm_storeu_ps(tile.wm + 4 * s, w.wc);  // [nb, 4]
@@ -220,12 +199,11 @@ void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out) {
 // minima excluded, for the NP row pairs from p0. With both pairs of the tile in one pass (NP = 2), each token's
 // activation loads and scale broadcast serve four rows, and the activations stream through once per tile instead
 // of once per pair. Every output lane is computed by the same operations in the same order whatever NP and T are.
-template <int QG, bool Signed, int T, int NP>
+template <int QG, int T, int NP>
 void prefill_tile(const PrefillStep<QG>* steps, int p0, int64_t n_steps, const QuantizedActs& q, int64_t t0,
                   float (*out)[kPrefillTokens]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const uint8_t* acts = Signed ? reinterpret_cast<const uint8_t*>(q.qs) : q.qs_u;
-    const uint8_t* a0 = acts + t0 * q.qs_stride;  // [T][qs_stride]: activations (+ 128 unless Signed)
+    const uint8_t* a0 = q.qs_u + t0 * q.qs_stride;  // [T][qs_stride]: activations + 128
     const float* d0 = q.d + t0 * q.blk_stride;    // [T][blk_stride]
     // acc[x][t] is indexed by the unrolled loops only, so the accumulators stay in registers (a loop the compiler
     // kept would leave them on the stack, with a store and a reload around every fma).
@@ -245,25 +223,16 @@ void prefill_tile(const PrefillStep<QG>* steps, int p0, int64_t n_steps, const Q
             for (int t = 0; t < T; ++t, a += q.qs_stride, d += q.blk_stride) {
                 __m256i ai[2];
 #pragma GCC unroll 2
-                for (int i = 0; i < (Signed ? 2 : QG); ++i)
+                for (int i = 0; i < QG; ++i)
                     ai[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
                 const __m256 dt = _mm256_broadcast_ss(d);
 #pragma GCC unroll 2
                 for (int x = 0; x < NP; ++x) {
                     const int p = p0 + x;
-                    __m256i dot;
-                    if constexpr (Signed) {
-                        dot = _mm256_setzero_si256();
-                        for (int i = 0; i < 2; ++i) {
-                            const __m256i prod = _mm256_maddubs_epi16(st.aux[p][i], _mm256_sign_epi8(ai[i], st.w[p][i]));
-                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
-                        }
-                    } else {
-                        __m256i pairs = _mm256_setzero_si256();
-                        for (int i = 0; i < QG; ++i)
-                            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(ai[i], st.w[p][j * QG + i]));
-                        dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), st.aux[p][j]);
-                    }
+                    __m256i pairs = _mm256_setzero_si256();
+                    for (int i = 0; i < QG; ++i)
+                        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(ai[i], st.w[p][j * QG + i]));
+                    const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), st.aux[p][j]);
                     acc[x][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws[p][j], dt), acc[x][t]);
                 }
             }
@@ -281,12 +250,12 @@ void prefill_tile(const PrefillStep<QG>* steps, int p0, int64_t n_steps, const Q
 
 // Both pairs of the tile for up to 3 tokens (six accumulators: with eight the compiler spills them); returns the
 // tokens done.
-template <int QG, bool Signed>
+template <int QG>
 int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const QuantizedActs& q, int64_t t0, int64_t left,
                    float (*out)[kPrefillTokens]) {
-    if (left >= 3) return prefill_tile<QG, Signed, 3, 2>(steps, 0, n_steps, q, t0, out), 3;
-    if (left >= 2) return prefill_tile<QG, Signed, 2, 2>(steps, 0, n_steps, q, t0, out), 2;
-    return prefill_tile<QG, Signed, 1, 2>(steps, 0, n_steps, q, t0, out), 1;
+    if (left >= 3) return prefill_tile<QG, 3, 2>(steps, 0, n_steps, q, t0, out), 3;
+    if (left >= 2) return prefill_tile<QG, 2, 2>(steps, 0, n_steps, q, t0, out), 2;
+    return prefill_tile<QG, 1, 2>(steps, 0, n_steps, q, t0, out), 1;
 }
 
 // ---- quantized rows ----
@@ -409,7 +378,7 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
             repack_tile(tile, n_groups, sc.repacked);
             for (int64_t t = 0; t < args.n_tokens;) {  // all four rows (a ragged tile's copies are not written)
                 float out[4][kPrefillTokens];
-                const int nt = prefill_tokens<QG, Dec::kSigned>(sc.repacked, nb, q, t, args.n_tokens - t, out);
+                const int nt = prefill_tokens<QG>(sc.repacked, nb, q, t, args.n_tokens - t, out);
                 for (int j = 0; j < nt; ++j) {
                     float m[4];
                     row_minima(t + j, m);
@@ -448,10 +417,20 @@ struct TokenActs {
 // Adds block b of the eight rows to a token's accumulators (ds: the token's ds row, for the minima).
 template <typename Dec>
 inline void rows8_block(const Step8& st, const TokenActs& ta, const float* ds, int64_t b, __m256& acc) {
-    constexpr int G = Dec::kGroupsPerMadd;
     const int8_t* a = ta.qs + 32 * b;  // [32]
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i dot = _mm256_setzero_si256();
+    if constexpr (Dec::kSigned) {  // each product pair to int32 at once: two pairs of 127 x 128 overflow int16
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+            const __m256i ak = _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * k));
+            const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(st.w[k], st.w[k]), _mm256_sign_epi8(ak, st.w[k]));
+            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws, _mm256_broadcast_ss(ta.d + b)), acc);
+        return;
+    }
+    constexpr int G = Dec::kGroupsPerMadd;
 #pragma GCC unroll 2
     for (int h = 0; h < 8 / G; ++h) {
         __m256i p = _mm256_maddubs_epi16(st.w[h * G], _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * h * G)));
@@ -634,8 +613,16 @@ void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
             __m256i dot = _mm256_setzero_si256();
+            if constexpr (Dec::kSigned) {  // as rows8_block: the weight's sign onto the activations
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; ++k) {
+                    const __m256i wk = _mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r));
+                    const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(wk, wk), _mm256_sign_epi8(a.qs[k], wk));
+                    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+                }
+            }
 #pragma GCC unroll 2
-            for (int h = 0; h < 8 / G; ++h) {
+            for (int h = 0; h < (Dec::kSigned ? 0 : 8 / G); ++h) {
                 __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * h * G + 4 * r)),
                                                  a.qs[h * G]);
 #pragma GCC unroll 8
@@ -838,7 +825,7 @@ Kernel find_kernel(GgmlType type) {
         case GgmlType::Q5_1:
             return {rows8<FileRows8<Dec8Q5_1>>, true};
         case GgmlType::Q8_0:
-            return {quant_rows<DecQ8_0>, true};
+            return {rows8<FileRows8<Dec8Q8_0>>, true};
         case GgmlType::Q4_K:
             return {rows8<FileRows8<Dec8Q4_K>>, true};
         case GgmlType::Q5_K:
@@ -860,6 +847,8 @@ Kernel find_kernel_packed(GgmlType type) {
             return {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
         case GgmlType::Q4_1:
             return {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
+        case GgmlType::Q8_0:
+            return {rows8<PackedRows8<Packed8<GgmlType::Q8_0>>>, true};
         default:
             return {};
     }

@@ -3,8 +3,9 @@
 //
 // A decoder reads four weight rows at once, one 32-block (two 16-element quarters) per step, as two row pairs:
 // u[q][p] holds in its 128-bit lane i the 16 weights of quarter q of row 2p + i, so that vpmaddubsw multiplies
-// two rows with a token's quarter broadcast to both lanes. Bytes are unsigned in the unified form of kernels.h
-// (w = ws * (u - c) + wm), except for Q8_0 (kSigned), whose 8-bit values would saturate vpmaddubsw as unsigned.
+// two rows with a token's quarter broadcast to both lanes (Q6_K, Q3_K, Q2_K). Bytes are unsigned in the unified
+// form of kernels.h (w = ws * (u - c) + wm). The eight-row decoders below (Dec8, Dec8K4, Dec8Q8_0, Packed8) put
+// eight rows in the lanes of a vector; Q8_0's values, which would saturate vpmaddubsw as unsigned, stay signed.
 #pragma once
 
 #include <immintrin.h>
@@ -58,7 +59,6 @@ inline __m256i high_nibbles(__m256i v) { return _mm256_and_si256(_mm256_srli_epi
 
 // ---- the decoders ----
 //   kOffset            c of the unified form
-//   kSigned            u holds signed weights (Q8_0); the kernels move their signs onto the activations
 //   kHasMin            blocks have a float minimum
 //   kRowMinima         load_group writes each row's minima to wm (see below) instead of Step4::wc
 //   kMinimaPer16       those minima are per 16 elements (Q2_K), dotted with the activations' half sums
@@ -68,34 +68,12 @@ inline __m256i high_nibbles(__m256i v) { return _mm256_and_si256(_mm256_srli_epi
 
 struct NoState {};
 
-// Q8_0: a group is one block of signed bytes. (The 4- and 5-bit 32-block types have their own kernels, with the
-// eight-row decoders below.)
-struct DecQ8_0 {
-    static constexpr int kOffset = 0;
-    static constexpr bool kSigned = true, kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
-    static constexpr int kQuartersPerScale = 2;
-    static constexpr int kGroupSteps = 1;
-    static constexpr int64_t kGroupBytes = sizeof(BlockQ8_0);
-    using State = NoState;
-    static void load_group(Rows, int64_t, State&, float*, int64_t) {}
-
-    static Step4 step(Rows rows, int64_t g, int, const State&) {
-        const size_t off = g * sizeof(BlockQ8_0);
-        Step4 s;
-        for (int p = 0; p < 2; ++p) load_2x32(rows, p, off + offsetof(BlockQ8_0, qs), s.u[0][p], s.u[1][p]);
-        const __m128 d = half_4(rows, off + offsetof(BlockQ8_0, d));
-        for (int p = 0; p < 2; ++p) s.ws[0][p] = s.ws[1][p] = expand_pair(d, p);
-        s.wc = d;
-        return s;
-    }
-};
-
 // Q6_K: w = d * sc_i * (q - 32) with a scale per 16 elements. 32-block j of the super-block lies in the
 // 128-element half j / 4; with k = j % 4 its low nibbles are ql[64 half + 32 (k % 2) + l] (high nibbles when
 // k >= 2) and its top two bits qh[32 half + l] at bit 2k (see engine/format/quant_k.cpp).
 struct DecQ6_K {
     static constexpr int kOffset = 32;
-    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
+    static constexpr bool kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ6_K);
@@ -143,7 +121,7 @@ struct DecQ6_K {
 // kernels_generic.cpp).
 struct DecQ3_K {
     static constexpr int kOffset = 4;
-    static constexpr bool kSigned = false, kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
+    static constexpr bool kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ3_K);
@@ -204,7 +182,7 @@ struct DecQ3_K {
 // 32-block j (see decode_q2_k in kernels_generic.cpp); the minima go to wm, one per 16 elements.
 struct DecQ2_K {
     static constexpr int kOffset = 0;
-    static constexpr bool kSigned = false, kHasMin = true, kRowMinima = true, kMinimaPer16 = true;
+    static constexpr bool kHasMin = true, kRowMinima = true, kMinimaPer16 = true;
     static constexpr int kQuartersPerScale = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockQ2_K);
@@ -326,6 +304,7 @@ inline void halves_to_float(__m256i v, __m256& lo, __m256& hi) {
 template <typename Block, int Offset>
 struct Dec8 {
     static constexpr int kOffset = Offset;
+    static constexpr bool kSigned = false;
     static constexpr bool kHasMin = requires(Block b) { b.m; };
     static constexpr bool kHigh = requires(Block b) { b.qh; };
     static constexpr int kGroupsPerMadd = kHigh ? 4 : 8;
@@ -375,27 +354,54 @@ struct Dec8 {
     }
 };
 
-// Half h (rows 8h .. 8h + 7) of a record of PackedWeights (Q4_0, Q4_1): each 64 bytes of values hold four bytes of
-// each of the sixteen rows, rows 0..7 in the low 32, so that half h of value group j is the x[j] of Dec8::load (the
-// same Step8, with no transposes); then the sixteen fp16 scales and, for Q4_1, the sixteen minima.
+// Q8_0 with eight rows in lanes: w[k] holds the signed bytes 4k .. 4k + 3 of each row (kSigned: the kernels move
+// their signs onto the activations, as vpmaddubsw wants one unsigned side, and sum each product pair in int32).
+struct Dec8Q8_0 {
+    static constexpr int kOffset = 0;
+    static constexpr bool kSigned = true, kHasMin = false;
+    static constexpr int kGroupsPerMadd = 1;
+    static constexpr int kGroupSteps = 1;
+    static constexpr int64_t kGroupBytes = sizeof(BlockQ8_0);
+
+    template <typename R, typename F>
+    static void for_group(const R& rows, int64_t b, F&& f) {
+        const size_t off = static_cast<size_t>(b) * sizeof(BlockQ8_0);
+        Step8 s;
+        transpose_16(rows, off + offsetof(BlockQ8_0, qs), s.w);
+        transpose_16(rows, off + offsetof(BlockQ8_0, qs) + 16, s.w + 4);
+        s.ws = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockQ8_0, d)));
+        f(b, s);
+    }
+};
+
+// Half h (rows 8h .. 8h + 7) of a record of PackedWeights: each 64 bytes of values hold four bytes of each of the
+// sixteen rows, rows 0..7 in the low 32, so that half h of value group j is the x[j] of Dec8::load (Q4_0, Q4_1;
+// the w[j] of Dec8Q8_0), the same Step8 with no transposes; then the sixteen fp16 scales and, for Q4_1, the
+// sixteen minima.
 template <GgmlType Type>
 struct Packed8 {
-    static_assert(Type == GgmlType::Q4_0 || Type == GgmlType::Q4_1);
+    static_assert(Type == GgmlType::Q4_0 || Type == GgmlType::Q4_1 || Type == GgmlType::Q8_0);
     static constexpr int kOffset = Type == GgmlType::Q4_0 ? 8 : 0;
+    static constexpr bool kSigned = Type == GgmlType::Q8_0;
     static constexpr bool kHasMin = Type == GgmlType::Q4_1;
-    static constexpr int kGroupsPerMadd = 8;
+    static constexpr int kGroupsPerMadd = kSigned ? 1 : 8;
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kRecordBytes = packed_record_bytes(Type);
+    static constexpr int64_t kValueBytes = kSigned ? 512 : 256;
 
     static Step8 load(const uint8_t* rec, int h) {
         Step8 s;
-        for (int j = 0; j < 4; ++j) {
-            const __m256i x = load256(rec + 64 * j + 32 * h);
-            s.w[j] = low_nibbles(x);
-            s.w[4 + j] = high_nibbles(x);
+        if constexpr (kSigned) {
+            for (int k = 0; k < 8; ++k) s.w[k] = load256(rec + 64 * k + 32 * h);
+        } else {
+            for (int j = 0; j < 4; ++j) {
+                const __m256i x = load256(rec + 64 * j + 32 * h);
+                s.w[j] = low_nibbles(x);
+                s.w[4 + j] = high_nibbles(x);
+            }
         }
-        s.ws = _mm256_cvtph_ps(load128(rec + 256 + 16 * h));
-        if constexpr (kHasMin) s.wm = _mm256_cvtph_ps(load128(rec + 288 + 16 * h));
+        s.ws = _mm256_cvtph_ps(load128(rec + kValueBytes + 16 * h));
+        if constexpr (kHasMin) s.wm = _mm256_cvtph_ps(load128(rec + kValueBytes + 32 + 16 * h));
         return s;
     }
 };
@@ -413,6 +419,7 @@ using Dec8Q5_1 = Dec8<BlockQ5_1, 0>;
 template <typename Block>
 struct Dec8K4 {
     static constexpr int kOffset = 0;
+    static constexpr bool kSigned = false;
     static constexpr bool kHasMin = true;
     static constexpr bool kHigh = requires(Block b) { b.qh; };
     static constexpr int kGroupsPerMadd = kHigh ? 4 : 8;
