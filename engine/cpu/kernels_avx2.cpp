@@ -414,31 +414,40 @@ struct TokenActs {
     const float* ds(const QuantizedActs& q) const { return d - q.d + q.ds; }
 };
 
+// The exact int32 sum of a 32-block's products, weights w(k) against activations a(k) for the four-byte groups
+// k = 0..7 (one side broadcast, the other in lanes): unsigned weights u against signed activations, kGroupsPerMadd
+// groups summed in int16 before vpmaddwd; Q8_0 (kSigned) moves the weights' signs onto the activations and widens
+// each product pair at once (two pairs of 128 x 127 overflow int16). Every path of rows8 sums through this.
+template <typename Dec, typename W, typename A>
+[[gnu::always_inline]] inline __m256i block_idot(W&& w, A&& a) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i dot = _mm256_setzero_si256();
+    if constexpr (Dec::kSigned) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+            const __m256i wk = w(k);
+            const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(wk, wk), _mm256_sign_epi8(a(k), wk));
+            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
+        }
+    } else {
+        constexpr int G = Dec::kGroupsPerMadd;
+#pragma GCC unroll 2
+        for (int h = 0; h < 8 / G; ++h) {
+            __m256i p = _mm256_maddubs_epi16(w(h * G), a(h * G));
+#pragma GCC unroll 8
+            for (int k = h * G + 1; k < h * G + G; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w(k), a(k)));
+            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+        }
+    }
+    return dot;
+}
+
 // Adds block b of the eight rows to a token's accumulators (ds: the token's ds row, for the minima).
 template <typename Dec>
 inline void rows8_block(const Step8& st, const TokenActs& ta, const float* ds, int64_t b, __m256& acc) {
     const int8_t* a = ta.qs + 32 * b;  // [32]
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i dot = _mm256_setzero_si256();
-    if constexpr (Dec::kSigned) {  // each product pair to int32 at once: two pairs of 127 x 128 overflow int16
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-            const __m256i ak = _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * k));
-            const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(st.w[k], st.w[k]), _mm256_sign_epi8(ak, st.w[k]));
-            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws, _mm256_broadcast_ss(ta.d + b)), acc);
-        return;
-    }
-    constexpr int G = Dec::kGroupsPerMadd;
-#pragma GCC unroll 2
-    for (int h = 0; h < 8 / G; ++h) {
-        __m256i p = _mm256_maddubs_epi16(st.w[h * G], _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * h * G)));
-#pragma GCC unroll 8
-        for (int k = h * G + 1; k < h * G + G; ++k)
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(st.w[k], _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * k))));
-        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
-    }
+    __m256i dot = block_idot<Dec>([&](int k) { return st.w[k]; },
+                                  [&](int k) { return _mm256_set1_epi32(load_unaligned<int32_t>(a + 4 * k)); });
     if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(Dec::kOffset * ta.isum[b]));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st.ws, _mm256_broadcast_ss(ta.d + b)), acc);
     if constexpr (Dec::kHasMin) acc = _mm256_fmadd_ps(st.wm, _mm256_broadcast_ss(ds + b), acc);
@@ -529,6 +538,13 @@ void rows8_decode(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0, floa
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
 
+// The tile's nb blocks decoded into steps, for the paths that reuse them for many tokens.
+template <typename Src>
+void repack_rows8(Src& src, int64_t nb, Step8* steps) {
+    for (int64_t g = 0; g < nb / Src::Dec::kGroupSteps; ++g)
+        src.for_group(g, [&](int64_t b, const Step8& st) { steps[b] = st; });
+}
+
 // Tokens [t0, t0 + T) for T = min(left, kRows8Tokens); returns T.
 template <typename Dec>
 int rows8_tokens(const Step8* steps, int64_t nb, const QuantizedActs& q, int64_t t0, int64_t left, float (*out)[8]) {
@@ -600,8 +616,6 @@ void transpose_lanes(const QuantizedActs& q, int64_t t0, int64_t nb, LaneBlock* 
 // out[r][j] = row r of the repacked tile against token j of the group.
 template <typename Dec>
 void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*out)[8]) {
-    constexpr int G = Dec::kGroupsPerMadd;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
@@ -612,25 +626,9 @@ void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*
         const auto* wm = reinterpret_cast<const float*>(&steps[b].wm);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
-            __m256i dot = _mm256_setzero_si256();
-            if constexpr (Dec::kSigned) {  // as rows8_block: the weight's sign onto the activations
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; ++k) {
-                    const __m256i wk = _mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r));
-                    const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(wk, wk), _mm256_sign_epi8(a.qs[k], wk));
-                    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(prod, ones));
-                }
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < (Dec::kSigned ? 0 : 8 / G); ++h) {
-                __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * h * G + 4 * r)),
-                                                 a.qs[h * G]);
-#pragma GCC unroll 8
-                for (int k = h * G + 1; k < h * G + G; ++k)
-                    p = _mm256_add_epi16(
-                        p, _mm256_maddubs_epi16(_mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r)), a.qs[k]));
-                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
-            }
+            __m256i dot = block_idot<Dec>(
+                [&](int k) { return _mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r)); },
+                [&](int k) { return a.qs[k]; });
             if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, a.coff);
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_broadcast_ss(ws + r), a.d), acc[r]);
             if constexpr (Dec::kHasMin) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(wm + r), a.ds, acc[r]);
@@ -661,8 +659,7 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
             for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
                 const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
                 Src src(w, r, nr);
-                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g)
-                    src.for_group(g, [&](int64_t b, const Step8& st) { steps[b] = st; });
+                repack_rows8(src, nb, steps);
                 for (int64_t g = 0; g < n_groups; ++g) {
                     float out[8][8];
                     lanes_tile<Dec>(steps, nb, lanes + g * nb, out);
@@ -700,10 +697,7 @@ void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
         for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
             const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
             Src src(w, r, nr);
-            if (prefill) {
-                for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g)
-                    src.for_group(g, [&](int64_t b, const Step8& st) { steps[b] = st; });
-            }
+            if (prefill) repack_rows8(src, nb, steps);
             for (int64_t t = 0; t < args.n_tokens;) {
                 float out[kRows8Tokens][8];
                 const int nt = prefill ? rows8_tokens<Dec>(steps, nb, q, t, args.n_tokens - t, out)
