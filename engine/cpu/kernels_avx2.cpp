@@ -497,6 +497,7 @@ inline void prefetch_rows8(Rows rows, int64_t prefetch, int64_t end, int64_t* do
 template <typename D>
 struct FileRows8 {
     using Dec = D;
+    static constexpr bool kPacked = false;
     const uint8_t* rows[8];
     int64_t prefetch, prefetched = 0;
 
@@ -519,6 +520,7 @@ struct FileRows8 {
 template <typename P>
 struct PackedRows8 {
     using Dec = P;
+    static constexpr bool kPacked = true;
     const uint8_t* tile;
     int h;
 
@@ -526,14 +528,18 @@ struct PackedRows8 {
         tile = static_cast<const uint8_t*>(w.packed) + r / 16 * (w.n_in / 32) * P::kRecordBytes;
         h = static_cast<int>(r / 8 % 2);
     }
-    template <typename F>
-    void for_group(int64_t b, F&& f) {
+    // Record b, its lines kPrefetchBytes ahead prefetched when `prefetch`.
+    const uint8_t* record(int64_t b, bool prefetch) const {
         const uint8_t* rec = tile + b * P::kRecordBytes;
-        if (h == 0) {
+        if (prefetch) {
             for (int64_t o = 0; o < P::kRecordBytes; o += 64)
                 _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
         }
-        f(b, P::load(rec, h));
+        return rec;
+    }
+    template <typename F>
+    void for_group(int64_t b, F&& f) {
+        f(b, P::load(record(b, h == 0), h));
     }
 };
 
@@ -559,14 +565,11 @@ void rows8_decode(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0, floa
 // 97-104). out[i] = row r + i; each half gets rows8_decode's operations in its order, so the bits are those of
 // the eight-row path. (For two or three tokens, six accumulators beside the weights cost more than they save.)
 template <typename P>
-void rows16_decode(const WeightMatrix& w, int64_t r, int64_t nb, const QuantizedActs& q, int64_t t, float out[16]) {
-    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + r / 16 * nb * P::kRecordBytes;
+void rows16_decode(const PackedRows8<P>& src, int64_t nb, const QuantizedActs& q, int64_t t, float out[16]) {
     const TokenActs ta(q, t);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* rec = tile + b * P::kRecordBytes;
-        for (int64_t o = 0; o < P::kRecordBytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchBytes + o), _MM_HINT_T1);
+        const uint8_t* rec = src.record(b, true);
         const Step8 lo = P::load(rec, 0), hi = P::load(rec, 1);
         const Step8* const halves[2] = {&lo, &hi};
         rows8_block<P, 2>(halves, ta, ta.ds(q), b, acc);
@@ -574,11 +577,6 @@ void rows16_decode(const WeightMatrix& w, int64_t r, int64_t nb, const Quantized
     _mm256_storeu_ps(out, acc[0]);
     _mm256_storeu_ps(out + 8, acc[1]);
 }
-
-template <typename Src>
-constexpr bool kPackedSource = false;
-template <typename P>
-constexpr bool kPackedSource<PackedRows8<P>> = true;
 
 // The tile's nb blocks decoded into steps, for the paths that reuse them for many tokens.
 template <typename Src>
@@ -738,14 +736,14 @@ void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
         OutputBlock block{output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
             const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
-            if constexpr (kPackedSource<Src>) {
+            Src src(w, r, nr);
+            if constexpr (Src::kPacked) {
                 if (args.n_tokens == 1 && r % 16 == 0 && rb + block.n_rows - r >= 16) {
-                    rows16_decode<Dec>(w, r, nb, q, 0, &block.at(r, 0));
+                    rows16_decode(src, nb, q, 0, &block.at(r, 0));
                     r += 8;  // both halves done
                     continue;
                 }
             }
-            Src src(w, r, nr);
             if (prefill) repack_rows8(src, nb, steps);
             for (int64_t t = 0; t < args.n_tokens;) {
                 float out[kRows8Tokens][8];
