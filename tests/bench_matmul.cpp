@@ -50,10 +50,10 @@ struct Matrix {
     GgmlType type;
     int64_t n_out, n_in;
     std::vector<uint8_t> data;  // [n_out, row_bytes]
-    PackedWeights packed;       // for Isa::avx512 and Isa::amx, when packing is on and the type has a packed form
+    PackedWeights packed;       // when packing is on and the type has a packed form, as the backend packs it
     WeightMatrix view(Isa isa) const {
         WeightMatrix w{type, data.data(), n_in, n_out, row_size(type, n_in)};
-        if ((isa == Isa::avx512 || isa == Isa::amx) && packed.data() != nullptr) w.packed = packed.data();
+        if (packed.data() != nullptr && PackedWeights::supports(type, isa)) w.packed = packed.data();
         return w;
     }
 };
@@ -76,7 +76,8 @@ Matrix make_matrix(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng
         std::memcpy(m.data.data() + rb * static_cast<size_t>(r),
                     distinct.data() + rb * static_cast<size_t>((r + shift) % kDistinctRows), rb);
     }
-    if (g_packed && PackedWeights::supports(type, Isa::avx512) && n_in % 32 == 0)
+    const bool packable = PackedWeights::supports(type, Isa::avx2) || PackedWeights::supports(type, Isa::avx512);
+    if (g_packed && packable && n_in % 32 == 0)
         m.packed = PackedWeights(WeightMatrix{type, m.data.data(), n_in, n_out, rb}, nullptr);
     return m;
 }
