@@ -235,3 +235,120 @@ TEST_CASE("generate() with a cached prefix continues a pinned slot", "[scheduler
     generate(*b1, g3, 0, [&](std::string_view t) { fresh += t; });
     CHECK(with_cache == fresh);
 }
+
+namespace {
+
+// A backend whose caches keep no positions to go back to (as with sliding-window rings shorter than a prompt).
+class NoRewindBackend final : public Backend {
+public:
+    explicit NoRewindBackend(Backend& inner) : inner_(inner) {}
+    std::string_view name() const override { return inner_.name(); }
+    const ModelConfig& config() const override { return inner_.config(); }
+    const KvCacheShape& kv_shape() const override { return inner_.kv_shape(); }
+    void forward(const Batch& batch, std::span<float> logits) override { inner_.forward(batch, logits); }
+    int64_t max_rewind() const override { return 0; }
+
+private:
+    Backend& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    // Two families of prompts with long shared prefixes.
+    const std::string a = "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+    const std::string b = "Tom had a big red ball. He liked to kick it in the park with his dog every";
+    const std::vector<std::string> prompts = {a + " One day", a + " Her mom", b + " day", b + " morning",
+                                              a + " She saw", a + " She saw"};
+    std::vector<std::vector<int32_t>> tokens;
+    for (const auto& p : prompts) tokens.push_back(s->tok->encode(p, true, false));
+    std::vector<GenerationParams> ps;
+    for (size_t i = 0; i < prompts.size(); ++i) ps.push_back(params(6 + 3 * static_cast<int>(i % 3)));
+    ps[3] = params(12, 0.9f, 5);  // a sampled one: its draws depend on its seed only
+    // Each prompt alone, on a fresh backend.
+    std::vector<std::string> want;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        auto b1 = backend(*s, 1);
+        Generation gen(*s->tok, tokens[i], ps[i], 256);
+        std::string text;
+        generate(*b1, gen, 0, [&](std::string_view t) { text += t; });
+        want.push_back(text);
+    }
+    // The tokens a request may skip after one that ran `before` on its slot: the common prefix, but for the
+    // prompt's last token, which always runs for its logits.
+    auto reusable = [&](size_t before, size_t i) {
+        const auto &x = tokens[before], &y = tokens[i];
+        size_t n = 0;
+        while (n < x.size() && n + 1 < y.size() && x[n] == y[n]) ++n;
+        return static_cast<int>(n);
+    };
+
+    SECTION("one slot: each request after the previous one") {
+        for (bool rewind : {true, false}) {
+            INFO((rewind ? "a backend that can go back" : "a backend that cannot go back"));
+            auto inner = backend(*s, 1);
+            RecordingBackend rec(*inner);
+            NoRewindBackend limited(rec);
+            std::vector<std::string> texts(prompts.size());
+            std::vector<GenerationStats> stats(prompts.size());
+            Scheduler sched(
+                rewind ? static_cast<Backend&>(rec) : static_cast<Backend&>(limited), SchedulerOptions{512},
+                [&](int64_t id, std::string_view t) { texts[id] += t; },
+                [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
+            std::vector<std::unique_ptr<Generation>> gens;
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                gens.push_back(std::make_unique<Generation>(*s->tok, tokens[i], ps[i], 256));
+                sched.submit(static_cast<int64_t>(i), *gens.back());
+            }
+            while (sched.step()) {
+            }
+            CHECK(texts == want);
+            int prefilled = 0, total = 0;  // only what was not reused ran through the model
+            for (const Batch& batch : rec.batches)
+                for (const auto& t : batch.tokens) prefilled += !t.decode;
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                INFO("request " << i);
+                CHECK(stats[i].reused_tokens == (rewind && i > 0 ? reusable(i - 1, i) : 0));
+                CHECK(stats[i].prefilled_tokens == static_cast<int>(tokens[i].size()) - stats[i].reused_tokens);
+                prefilled -= stats[i].prefilled_tokens;
+                total += stats[i].reused_tokens;
+            }
+            CHECK(prefilled == 0);
+            if (rewind) CHECK(total > 40);  // the shared prefixes are long
+        }
+    }
+    SECTION("two slots: the free slot with the longest prefix, not the first free one") {
+        auto b2 = backend(*s, 2);
+        std::vector<std::string> texts(prompts.size());
+        std::vector<GenerationStats> stats(prompts.size());
+        Scheduler sched(
+            *b2, SchedulerOptions{512}, [&](int64_t id, std::string_view t) { texts[id] += t; },
+            [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
+        std::vector<std::unique_ptr<Generation>> gens;
+        for (size_t i = 0; i < prompts.size(); ++i)
+            gens.push_back(std::make_unique<Generation>(*s->tok, tokens[i], ps[i], 256));
+        auto run = [&](std::initializer_list<size_t> ids) {
+            for (size_t i : ids) sched.submit(static_cast<int64_t>(i), *gens[i]);
+            while (sched.step()) {
+            }
+        };
+        run({2, 0});  // slot 0 holds b's prompt, slot 1 a's
+        run({1});     // a: slot 1
+        run({3});     // b: slot 0
+        run({4});     // a: slot 1 again
+        CHECK(stats[2].reused_tokens == 0);
+        CHECK(stats[0].reused_tokens == 0);
+        CHECK(stats[1].reused_tokens == reusable(0, 1));
+        CHECK(stats[3].reused_tokens == reusable(2, 3));
+        CHECK(stats[4].reused_tokens == reusable(1, 4));
+        CHECK(stats[1].reused_tokens > 10);
+        CHECK(stats[3].reused_tokens > 10);
+        for (size_t i : {0, 1, 2, 3, 4}) CHECK(texts[i] == want[i]);
+        // The same prompt again: all of it but its last token.
+        run({5});
+        CHECK(stats[5].reused_tokens == static_cast<int>(tokens[5].size()) - 1);
+        CHECK(texts[5] == want[5]);
+    }
+}

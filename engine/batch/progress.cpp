@@ -41,10 +41,12 @@ std::string summary_line(const BatchProgress& p) {
     if (p.done + p.abandoned < p.total)
         extra += fmt::format(", {} not started (--resume runs them)", p.total - p.done - p.abandoned);
     if (p.skipped) extra += fmt::format(", {} already in the output", p.skipped);
-    return fmt::format("quill: batch: {} written ({}){} | {} prompt tokens, {} generated | {:.1f} s | {:.1f} generated "
-                       "tok/s, {:.0f} prompt tok/s\n",
-                       plural(p.done, "record"), plural(p.errors, "error"), extra, p.prompt_tokens, p.generated_tokens,
-                       p.elapsed_s, rate(p.generated_tokens, p.elapsed_s), rate(p.prompt_tokens, p.elapsed_s));
+    const std::string reused = p.reused_tokens ? fmt::format(" ({} more reused from the cache)", p.reused_tokens) : "";
+    return fmt::format("quill: batch: {} written ({}){} | {} prompt tokens{}, {} generated | {:.1f} s | {:.1f} "
+                       "generated tok/s, {:.0f} prompt tok/s\n",
+                       plural(p.done, "record"), plural(p.errors, "error"), extra, p.prompt_tokens, reused,
+                       p.generated_tokens, p.elapsed_s, rate(p.generated_tokens, p.elapsed_s),
+                       rate(p.prompt_tokens, p.elapsed_s));
 }
 
 void ProgressReporter::update(const BatchProgress& p) {

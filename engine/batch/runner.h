@@ -35,6 +35,7 @@ struct BatchProgress {
     size_t abandoned = 0;  // interrupted requests, not written
     size_t skipped = 0;    // requests of this shard already in the output (--resume)
     int64_t prompt_tokens = 0;     // run through the model
+    int64_t reused_tokens = 0;     // prompt tokens of written records found in the cache (a shared prefix)
     int64_t generated_tokens = 0;  // sampled
     double elapsed_s = 0;
 };

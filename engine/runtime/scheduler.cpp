@@ -19,7 +19,8 @@ Scheduler::Scheduler(Backend& backend, const SchedulerOptions& options, TextFn o
       options_(options),
       on_text_(std::move(on_text)),
       on_finish_(std::move(on_finish)),
-      slots_(static_cast<size_t>(backend.kv_shape().n_slots)) {
+      slots_(static_cast<size_t>(backend.kv_shape().n_slots)),
+      caches_(slots_.size()) {
     options_.n_batch = std::max(1, options_.n_batch);
 }
 
@@ -37,7 +38,18 @@ size_t Scheduler::n_running() const {
     return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; }));
 }
 
+int32_t Scheduler::reusable(int32_t slot, const std::vector<int32_t>& prompt) const {
+    const SlotCache& c = caches_[slot];
+    size_t n = 0;  // the prompt's last token always runs, for its logits
+    while (n < c.tokens.size() && n + 1 < prompt.size() && c.tokens[n] == prompt[n]) ++n;
+    // A cache that keeps only recent positions for some layers (sliding-window rings) cannot go back further.
+    if (c.written - static_cast<int64_t>(n) > backend_.max_rewind()) return 0;
+    return static_cast<int32_t>(n);
+}
+
 void Scheduler::start(Slot& s, const Waiting& w) {
+    SlotCache& c = caches_[static_cast<size_t>(&s - slots_.data())];
+    c.tokens.resize(std::min(c.tokens.size(), static_cast<size_t>(w.n_past)));  // positions past it get rewritten
     s.busy = true;
     s.id = w.id;
     s.gen = w.gen;
@@ -54,16 +66,21 @@ void Scheduler::start(Slot& s, const Waiting& w) {
 void Scheduler::admit() {
     if (!admitting_) return;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
-        int32_t slot = it->slot;
-        if (slot < 0) {
-            auto free = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
-            if (free == slots_.end()) break;
-            slot = static_cast<int32_t>(free - slots_.begin());
-        } else if (slots_[slot].busy) {
+        Waiting w = *it;
+        if (w.slot < 0) {  // the free slot holding the longest prefix of the prompt
+            int32_t best = -1;
+            for (int32_t i = 0; i < n_slots(); ++i) {
+                if (slots_[i].busy) continue;
+                const int32_t n = reusable(i, w.gen->prompt());
+                if (best < 0 || n > w.n_past) best = i, w.n_past = n;
+            }
+            if (best < 0) break;
+            w.slot = best;
+        } else if (slots_[w.slot].busy) {
             ++it;
             continue;
         }
-        const Waiting w = *it;
+        const int32_t slot = w.slot;
         it = waiting_.erase(it);
         start(slots_[slot], w);
         if (w.gen->finished()) {
@@ -148,6 +165,11 @@ bool Scheduler::step() {
     }
     picked_.resize(logit_slot_.size());
     backend_.forward_sample(batch_, samplers_, n_token_ids, picked_);
+    for (const BatchToken& t : batch_.tokens) {  // now in the caches
+        SlotCache& c = caches_[static_cast<size_t>(t.slot)];
+        if (!t.decode && static_cast<size_t>(t.pos) == c.tokens.size()) c.tokens.push_back(t.token);
+        c.written = std::max(c.written, static_cast<int64_t>(t.pos) + 1);
+    }
     sample_all();
     return true;
 }

@@ -41,6 +41,11 @@ public:
     // Queues a request. `gen` must stay alive until on_finish(id). slot: -1 for any free slot, else that slot
     // (chat keeps one). n_past: prompt tokens already in that slot's cache (0..prompt size - 1; only with a
     // pinned slot). UsageError for a slot out of range or a bad n_past.
+    //
+    // A request for any free slot goes to the free slot whose cache already holds the longest prefix of its prompt
+    // (the prompt tokens of the requests that slot ran before; ties to the lowest slot), and only the rest of its
+    // prompt is run: requests that share a system prompt or a template's preamble compute it once per slot. A
+    // token's K and V do not depend on what shared its batch, so the text is the same either way.
     void submit(int64_t id, Generation& gen, int32_t slot = -1, int32_t n_past = 0);
 
     // Admits waiting requests into free slots, runs one forward pass and samples. Returns false when there was
@@ -74,7 +79,15 @@ private:
         GenerationStats stats;
         clock::time_point t_admit, t_first;
     };
+    // What a slot's cache holds, kept across its requests: cached[p] is the token whose K and V are at position
+    // p (prompt tokens only, those forward() has run), written one past the highest position ever written.
+    struct SlotCache {
+        std::vector<int32_t> tokens;
+        int64_t written = 0;
+    };
 
+    // The prompt tokens of `prompt` that slot's cache holds and a request may start after.
+    int32_t reusable(int32_t slot, const std::vector<int32_t>& prompt) const;
     void admit();
     void start(Slot& s, const Waiting& w);
     void finish(int32_t slot);
@@ -86,6 +99,7 @@ private:
     TextFn on_text_;
     FinishFn on_finish_;
     std::vector<Slot> slots_;
+    std::vector<SlotCache> caches_;  // [slot]
     std::deque<Waiting> waiting_;
     bool admitting_ = true;
     Batch batch_;
