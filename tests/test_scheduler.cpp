@@ -19,7 +19,8 @@ using namespace quill;
 
 namespace {
 
-// A backend that records every batch it runs and hands it on.
+// A backend that records every batch it runs and hands it on (and can claim to keep no positions to go back to,
+// as with sliding-window rings shorter than a prompt).
 class RecordingBackend final : public Backend {
 public:
     explicit RecordingBackend(Backend& inner) : inner_(inner) {}
@@ -30,7 +31,9 @@ public:
         batches.push_back(batch);
         inner_.forward(batch, logits);
     }
+    int64_t max_rewind() const override { return can_rewind ? inner_.max_rewind() : 0; }
     std::vector<Batch> batches;
+    bool can_rewind = true;
 
 private:
     Backend& inner_;
@@ -236,24 +239,6 @@ TEST_CASE("generate() with a cached prefix continues a pinned slot", "[scheduler
     CHECK(with_cache == fresh);
 }
 
-namespace {
-
-// A backend whose caches keep no positions to go back to (as with sliding-window rings shorter than a prompt).
-class NoRewindBackend final : public Backend {
-public:
-    explicit NoRewindBackend(Backend& inner) : inner_(inner) {}
-    std::string_view name() const override { return inner_.name(); }
-    const ModelConfig& config() const override { return inner_.config(); }
-    const KvCacheShape& kv_shape() const override { return inner_.kv_shape(); }
-    void forward(const Batch& batch, std::span<float> logits) override { inner_.forward(batch, logits); }
-    int64_t max_rewind() const override { return 0; }
-
-private:
-    Backend& inner_;
-};
-
-}  // namespace
-
 TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[scheduler][model]") {
     auto s = load();
     if (!s) return;
@@ -290,11 +275,11 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
             INFO((rewind ? "a backend that can go back" : "a backend that cannot go back"));
             auto inner = backend(*s, 1);
             RecordingBackend rec(*inner);
-            NoRewindBackend limited(rec);
+            rec.can_rewind = rewind;
             std::vector<std::string> texts(prompts.size());
             std::vector<GenerationStats> stats(prompts.size());
             Scheduler sched(
-                rewind ? static_cast<Backend&>(rec) : static_cast<Backend&>(limited), SchedulerOptions{512},
+                rec, SchedulerOptions{512},
                 [&](int64_t id, std::string_view t) { texts[id] += t; },
                 [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
             std::vector<std::unique_ptr<Generation>> gens;
