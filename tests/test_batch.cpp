@@ -170,7 +170,7 @@ TEST_CASE("the shard option K/N is parsed strictly", "[batch]") {
 TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]") {
     BatchRequest r;
     r.id = "q1";
-    const Completion c{"Hello", FinishReason::length, 5, 2};
+    const Completion c{"Hello", FinishReason::length, 5, 2, 3};
     RecordContext ctx{InputFormat::jsonl, "llama", 1700000000};
     CHECK(json::parse(result_record(ctx, r, 3, c)) ==
           json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2}})"));
@@ -187,7 +187,8 @@ TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]"
     CHECK(body["created"] == 1700000000);
     CHECK(body["choices"][0]["message"] == json::parse(R"({"role":"assistant","content":"Hello"})"));
     CHECK(body["choices"][0]["finish_reason"] == "length");
-    CHECK(body["usage"] == json::parse(R"({"prompt_tokens":5,"completion_tokens":2,"total_tokens":7})"));
+    CHECK(body["usage"] ==
+          json::parse(R"({"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":3}})"));
     r.endpoint = Endpoint::completions;
     r.model = "asked";
     const json text = json::parse(result_record(ctx, r, 4, c));

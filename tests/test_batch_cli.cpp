@@ -245,6 +245,20 @@ TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
     CHECK(c1["response"]["body"]["choices"][0]["text"] == ", there was a");
     CHECK(c1["response"]["body"]["usage"]["total_tokens"] == 9);
     CHECK(got.at("c2")["response"]["status_code"] == 400);
+    // One slot: the second prompt extends the first, whose tokens its slot's cache holds.
+    const std::string extended =
+        R"({"custom_id": "c1", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}})"
+        "\n"
+        R"({"custom_id": "c3", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time there was", "max_tokens": 4, "temperature": 0}})"
+        "\n";
+    auto r2 = test::run_quill({"batch", "--raw", "-m", model->string(), "--quiet", "-t", "1", "--parallel", "1"}, extended);
+    REQUIRE(r2.status == 0);
+    const auto got2 = by_id(records(r2.out));
+    const json& u1 = got2.at("c1")["response"]["body"]["usage"];
+    const json& u3 = got2.at("c3")["response"]["body"]["usage"];
+    CHECK(u1["prompt_tokens_details"]["cached_tokens"] == 0);
+    CHECK(u3["prompt_tokens_details"]["cached_tokens"] == u1["prompt_tokens"]);
+    CHECK(u3["prompt_tokens"].get<int>() > u1["prompt_tokens"].get<int>());
 }
 
 TEST_CASE("kill -9 at random moments then --resume gives exactly one record per id", "[batch][model]") {

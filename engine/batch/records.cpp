@@ -30,7 +30,8 @@ json openai_envelope(const BatchRequest& r, size_t index, int status, json body)
 json usage(const Completion& c) {
     return json{{"prompt_tokens", c.prompt_tokens},
                 {"completion_tokens", c.completion_tokens},
-                {"total_tokens", c.prompt_tokens + c.completion_tokens}};
+                {"total_tokens", c.prompt_tokens + c.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", c.cached_tokens}}}};
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ struct Completion {
     FinishReason finish_reason = FinishReason::none;
     int prompt_tokens = 0;
     int completion_tokens = 0;
+    int cached_tokens = 0;  // prompt tokens found in the KV cache (OpenAI's usage.prompt_tokens_details)
 };
 
 // What OpenAI response bodies name: the model, and the creation time (Unix seconds).

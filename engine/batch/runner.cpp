@@ -80,7 +80,8 @@ void Run::finished(int64_t id, const GenerationStats& st) {
         ++p_.abandoned;
         return;
     }
-    Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens};
+    Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens,
+                 st.reused_tokens};
     out_.write(result_record(ctx_, input_.entries[static_cast<size_t>(id)].request, static_cast<size_t>(id), c));
     ++p_.done;
     p_.reused_tokens += st.reused_tokens;
