@@ -118,11 +118,8 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
         turns_ = before;
         throw;
     }
-    // The longest prefix already in the cache; the last prompt token always runs, for its logits.
-    size_t n_past = 0;
-    while (n_past < cached_.size() && n_past + 1 < prompt.size() && cached_[n_past] == prompt[n_past]) ++n_past;
-    // A cache that keeps only recent positions for some layers (sliding-window rings) cannot go back further.
-    if (written_ - static_cast<int64_t>(n_past) > backend_.max_rewind()) n_past = 0;
+    // The longest prefix already in the cache (sliding-window rings permitting).
+    const size_t n_past = backend_.reusable_prefix(cached_, written_, prompt);
 
     GenerationParams gp = params_;
     gp.sampling.seed = params_.sampling.seed + turn_index_++;

@@ -12,6 +12,13 @@ int Batch::n_logits() const {
     return static_cast<int>(std::count_if(tokens.begin(), tokens.end(), [](const BatchToken& t) { return t.logits; }));
 }
 
+size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written,
+                                std::span<const int32_t> prompt) const {
+    size_t n = 0;
+    while (n < cached.size() && n + 1 < prompt.size() && cached[n] == prompt[n]) ++n;
+    return written - static_cast<int64_t>(n) > max_rewind() ? 0 : n;
+}
+
 void Backend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                              std::span<int32_t> tokens) {
     forward_sample_on_host(batch, samplers, n_token_ids, tokens);

@@ -85,6 +85,11 @@ public:
     // sliding-window layers has overwritten older ones. Further back, a sequence starts again from position 0.
     virtual int64_t max_rewind() const { return INT64_MAX; }
 
+    // How many tokens of `prompt` a sequence may take from a slot whose cache holds `cached` (the token at each
+    // position from 0) and was written up to `written` (one past the highest position): their common prefix, but
+    // never the prompt's last token (it runs for its logits), and 0 where that is further back than max_rewind().
+    size_t reusable_prefix(std::span<const int32_t> cached, int64_t written, std::span<const int32_t> prompt) const;
+
     // The device's measured memory bandwidth in GB/s (a large device-to-device copy, bytes read plus written, over
     // its time), for `quill bench` to state decode's fraction of it; 0 where there is no such measurement (CPU).
     virtual double copy_bandwidth_gbs() { return 0.0; }

@@ -38,18 +38,9 @@ size_t Scheduler::n_running() const {
     return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; }));
 }
 
-int32_t Scheduler::reusable(int32_t slot, const std::vector<int32_t>& prompt) const {
-    const SlotCache& c = caches_[slot];
-    size_t n = 0;  // the prompt's last token always runs, for its logits
-    while (n < c.tokens.size() && n + 1 < prompt.size() && c.tokens[n] == prompt[n]) ++n;
-    // A cache that keeps only recent positions for some layers (sliding-window rings) cannot go back further.
-    if (c.written - static_cast<int64_t>(n) > backend_.max_rewind()) return 0;
-    return static_cast<int32_t>(n);
-}
-
 void Scheduler::start(Slot& s, const Waiting& w) {
-    SlotCache& c = caches_[static_cast<size_t>(&s - slots_.data())];
-    c.tokens.resize(std::min(c.tokens.size(), static_cast<size_t>(w.n_past)));  // positions past it get rewritten
+    std::vector<int32_t>& cached = caches_[static_cast<size_t>(w.slot)].tokens;
+    cached.resize(std::min(cached.size(), static_cast<size_t>(w.n_past)));  // positions past it get rewritten
     s.busy = true;
     s.id = w.id;
     s.gen = w.gen;
@@ -71,7 +62,8 @@ void Scheduler::admit() {
             int32_t best = -1;
             for (int32_t i = 0; i < n_slots(); ++i) {
                 if (slots_[i].busy) continue;
-                const int32_t n = reusable(i, w.gen->prompt());
+                const SlotCache& c = caches_[static_cast<size_t>(i)];
+                const auto n = static_cast<int32_t>(backend_.reusable_prefix(c.tokens, c.written, w.gen->prompt()));
                 if (best < 0 || n > w.n_past) best = i, w.n_past = n;
             }
             if (best < 0) break;

@@ -79,15 +79,13 @@ private:
         GenerationStats stats;
         clock::time_point t_admit, t_first;
     };
-    // What a slot's cache holds, kept across its requests: cached[p] is the token whose K and V are at position
-    // p (prompt tokens only, those forward() has run), written one past the highest position ever written.
+    // What a slot's cache holds, kept across its requests: tokens[p] is the token whose K and V are at position p
+    // (prompt tokens only, those forward() has run), written one past the highest position ever written.
     struct SlotCache {
         std::vector<int32_t> tokens;
         int64_t written = 0;
     };
 
-    // The prompt tokens of `prompt` that slot's cache holds and a request may start after.
-    int32_t reusable(int32_t slot, const std::vector<int32_t>& prompt) const;
     void admit();
     void start(Slot& s, const Waiting& w);
     void finish(int32_t slot);
