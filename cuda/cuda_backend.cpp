@@ -556,6 +556,20 @@ void CudaBackend::forward_sample_candidates(const Batch& batch, std::span<Sample
 
 size_t CudaBackend::n_graphs() const { return impl_->graphs.size(); }
 
+void CudaBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
+    check_copy(kv_shape_, src, dst, begin, end);
+    if (begin == end) return;
+    const size_t es = kv_shape_.elem_size();
+    const size_t bytes = static_cast<size_t>(end - begin) * kv_shape_.row_elems() * es;
+    for (int64_t l = 0; l < config_.n_layer; ++l) {
+        const size_t from = kv_shape_.offset(l, src, begin) * es, to = kv_shape_.offset(l, dst, begin) * es;
+        for (DeviceBuffer* cache : {&impl_->k_cache, &impl_->v_cache})
+            check(cudaMemcpyAsync(cache->get() + to, cache->get() + from, bytes, cudaMemcpyDeviceToDevice,
+                                  impl_->stream),
+                  "cudaMemcpyAsync (K and V between slots)");
+    }
+}
+
 double CudaBackend::copy_bandwidth_gbs() {
     if (copy_gbs_ > 0.0) return copy_gbs_;
     constexpr size_t kBytes = size_t{256} << 20;

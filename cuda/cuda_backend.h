@@ -71,6 +71,10 @@ public:
     // CPU's tokens and draws); else the logits come back and sample on the host.
     void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                         std::span<int32_t> tokens) override;
+    // One device-to-device copy per layer for K and for V, on the backend's stream (ordered before the next
+    // forward pass).
+    bool can_copy_kv() const override { return true; }
+    void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
     // Measured once (5 copies of 256 MiB, the fastest), then remembered.
     double copy_bandwidth_gbs() override;
 

@@ -252,6 +252,95 @@ TEST_CASE("sliding-window layers keeping a ring of recent positions give the bit
     }
 }
 
+namespace {
+
+// tokens[p0, p1) at positions p0.. of a slot, one batch, logits of every row.
+std::vector<float> run_at(Backend& b, const std::vector<int32_t>& tokens, int p0, int p1, int32_t slot) {
+    Batch batch;
+    for (int p = p0; p < p1; ++p) batch.add(tokens[p], p, slot, true);
+    std::vector<float> out(static_cast<size_t>(batch.n_logits() * b.config().n_vocab));
+    b.forward(batch, out);
+    return out;
+}
+
+// Slots 1 and 2 of b, given seq's first `from` positions by copies, go on with seq up to `to`: each must give the
+// rows of want (seq run from scratch) to the bit.
+void check_continued(Backend& b, const std::vector<int32_t>& seq, const std::vector<float>& want, int from, int to) {
+    for (int32_t slot : {1, 2}) {
+        INFO("slot " << slot);
+        CHECK(max_diff(run_at(b, seq, from, to, slot), test::rows(want, b.config().n_vocab, from, to)) == 0.0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("K and V copied from another slot continue a sequence bit for bit", "[cpu]") {
+    // Slot 0 runs a; slot 1, holding another sequence, takes a's first 61 positions whole (0..61: partial key
+    // blocks at the end); slot 2, holding a's first 13 positions and then other tokens, takes 13..61 (partial blocks
+    // at both ends). Both go on with other tokens from position 61 and must give the logits of that sequence run
+    // from scratch, to the bit; f16 and f32 caches.
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int nv = static_cast<int>(c.spec.n_vocab);
+        const auto a = some_tokens(100, nv, 7), other = some_tokens(100, nv, 8);
+        std::vector<int32_t> seq(a.begin(), a.begin() + 61);  // a's prefix, then other's tokens
+        seq.insert(seq.end(), other.begin() + 61, other.begin() + 90);
+        for (KvType kv : {KvType::f16, KvType::f32}) {
+            INFO(c.label << ", " << kv_type_name(kv) << " cache");
+            auto fresh = make(*model, false, 2, {}, 1, kv);
+            const std::vector<float> want = run_at(*fresh, seq, 0, 90, 0);
+            auto b = make(*model, false, 2, {}, 3, kv);
+            run_at(*b, a, 0, 100, 0);
+            run_at(*b, other, 0, 90, 1);
+            run_at(*b, a, 0, 13, 2);
+            run_at(*b, other, 13, 70, 2);
+            b->copy_kv(0, 1, 0, 61);
+            b->copy_kv(0, 2, 13, 61);
+            check_continued(*b, seq, want, 61, 90);
+        }
+    }
+    auto model = test::make_tiny_model({});
+    auto b = make(*model, false, 1, {}, 2);
+    CHECK_THROWS_WITH(b->copy_kv(0, 0, 0, 4), Catch::Contains("onto itself"));
+    CHECK_THROWS_WITH(b->copy_kv(0, 2, 0, 4), Catch::Contains("slot 2"));
+    CHECK_THROWS_WITH(b->copy_kv(0, 1, 5, 4), Catch::Contains("[5, 4)"));
+    CHECK_THROWS_WITH(b->copy_kv(0, 1, 0, 129), Catch::Contains("context of 128"));
+    CHECK_NOTHROW(b->copy_kv(0, 1, 0, 128));
+}
+
+TEST_CASE("K and V copied between sliding-window rings continue a sequence bit for bit", "[cpu]") {
+    // Rings of 640 positions: slot 0 runs 1400 tokens, slot 1 (another sequence) takes positions 0..1300 (of which
+    // a ring keeps only the last 640), slot 2 (a's first 1000 of its own) takes 1000..1300; both go on past 1300
+    // with other tokens and must equal that sequence on a backend that keeps every position.
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        if (c.spec.sliding_window == 0) continue;
+        auto model = test::make_tiny_model(c.spec);
+        const int nv = static_cast<int>(c.spec.n_vocab);
+        auto make_ctx = [&](bool window_cache, int64_t n_slots) {
+            CpuBackendOptions o;
+            o.n_threads = 2;
+            o.n_ctx = 2048;
+            o.n_slots = n_slots;
+            o.window_cache = window_cache;
+            return std::make_unique<CpuBackend>(model->config, model->weights, o);
+        };
+        const auto a = some_tokens(1400, nv, 41), other = some_tokens(1400, nv, 42);
+        std::vector<int32_t> seq(a.begin(), a.begin() + 1300);
+        seq.insert(seq.end(), other.begin() + 1300, other.begin() + 1340);
+        INFO(c.label);
+        auto whole = make_ctx(false, 1);
+        const std::vector<float> want = run_at(*whole, seq, 0, 1340, 0);
+        auto ring = make_ctx(true, 3);
+        REQUIRE(ring->window_ring() == 640);
+        run_at(*ring, a, 0, 1400, 0);
+        run_at(*ring, other, 0, 1330, 1);
+        run_at(*ring, a, 0, 1000, 2);
+        ring->copy_kv(0, 1, 0, 1300);
+        ring->copy_kv(0, 2, 1000, 1300);
+        check_continued(*ring, seq, want, 1300, 1340);
+    }
+}
+
 TEST_CASE("past the rings, a model with sliding-window layers adds cache only for its global layers", "[cpu]") {
     test::TinySpec spec;
     spec.arch = "gemma3";

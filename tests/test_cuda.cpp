@@ -397,6 +397,43 @@ TEST_CASE("a mixed multi-slot batch on the CUDA backend equals the sequences run
     }
 }
 
+TEST_CASE("K and V copied between CUDA slots continue a sequence as if it had run there", "[cuda]") {
+    if (!have_gpu()) return;
+    // As the CPU test: slot 1 (another sequence) takes positions 0..21 of slot 0, slot 2 (its own first 5, then
+    // other tokens) takes 5..21; both go on with other tokens and must give the logits of that sequence run alone
+    // on the GPU (the same kernels on the same inputs: to float summation order at most).
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int nv = static_cast<int>(c.spec.n_vocab);
+        const auto a = some_tokens(30, nv, 5), other = some_tokens(30, nv, 6);
+        std::vector<int32_t> seq(a.begin(), a.begin() + 21);
+        seq.insert(seq.end(), other.begin() + 21, other.end());
+        for (KvType kv : {KvType::f32, KvType::f16}) {
+            INFO(c.label << ", KV " << kv_type_name(kv));
+            const std::vector<float> want = prefill_logits(*gpu(*model, kv), seq);
+            auto g = gpu(*model, kv, 3);
+            auto run = [&](const std::vector<int32_t>& t, int p0, int p1, int32_t slot) {
+                Batch batch;
+                for (int p = p0; p < p1; ++p) batch.add(t[p], p, slot, true);
+                std::vector<float> out(static_cast<size_t>((p1 - p0) * nv));
+                g->forward(batch, out);
+                return out;
+            };
+            run(a, 0, 30, 0);
+            run(other, 0, 28, 1);
+            run(a, 0, 5, 2);
+            run(other, 5, 25, 2);
+            REQUIRE(g->can_copy_kv());
+            g->copy_kv(0, 1, 0, 21);
+            g->copy_kv(0, 2, 5, 21);
+            for (int32_t slot : {1, 2}) {
+                INFO("slot " << slot);
+                CHECK(relative_error(run(seq, 21, 30, slot), rows(want, nv, 21, 30)) <= 1e-5);
+            }
+        }
+    }
+}
+
 TEST_CASE("stories260K on the CUDA backend: the reference's logits and llama.cpp's 64 greedy tokens", "[cuda][model]") {
     if (!have_gpu()) return;
     for (const char* file : {"models/stories260K.gguf", "models/stories260K-Q8_0mix.gguf"}) {

@@ -252,6 +252,31 @@ TEST_CASE("the reference rejects bad batches with a clear error and keeps its ca
     CHECK(next == rows(whole, model->config.n_vocab, 2, 3));
 }
 
+TEST_CASE("the reference copies K and V between slots, and what was not written stays unwritten", "[reference]") {
+    auto model = test::make_tiny_model({});
+    const int64_t nv = model->config.n_vocab;
+    const auto a = some_tokens(30, static_cast<int>(nv), 3), other = some_tokens(30, static_cast<int>(nv), 4);
+    std::vector<int32_t> seq(a.begin(), a.begin() + 20);
+    seq.insert(seq.end(), other.begin() + 20, other.end());
+    for (KvType kv : {KvType::f32, KvType::f16}) {
+        INFO(kv_type_name(kv) << " cache");
+        const std::vector<float> want = prefill_logits(*reference(*model, kv), seq);
+        auto b = reference(*model, kv, 2);
+        prefill_logits(*b, std::vector<int32_t>(a.begin(), a.begin() + 25), 0);
+        b->copy_kv(0, 1, 0, 20);
+        Batch batch;
+        for (int p = 20; p < 30; ++p) batch.add(seq[p], p, 1, true);
+        std::vector<float> got(10 * nv);
+        b->forward(batch, got);
+        CHECK(got == rows(want, nv, 20, 30));
+        // Positions slot 0 never filled are copied as unfilled.
+        b->copy_kv(0, 1, 20, 40);
+        batch.tokens = {{1, 40, 1, true}};
+        CHECK_THROWS_WITH(b->forward(batch, got), Catch::Contains("would attend to position 25"));
+        CHECK_THROWS_WITH(b->copy_kv(1, 1, 0, 1), Catch::Contains("onto itself"));
+    }
+}
+
 // ---- the default model (SmolLM2-135M-Instruct Q4_1) ----
 
 TEST_CASE("default model: the reference's greedy answer equals llama.cpp's on F32 weights, the fast backend is close",

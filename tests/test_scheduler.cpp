@@ -32,8 +32,20 @@ public:
         inner_.forward(batch, logits);
     }
     int64_t max_rewind() const override { return can_rewind ? inner_.max_rewind() : 0; }
+    bool can_copy_kv() const override { return can_copy && inner_.can_copy_kv(); }
+    void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override {
+        copies.push_back({src, dst, begin, end, batches.size()});
+        inner_.copy_kv(src, dst, begin, end);
+    }
+    struct Copy {
+        int32_t src, dst;
+        int64_t begin, end;
+        size_t before;  // batches run before it
+    };
     std::vector<Batch> batches;
+    std::vector<Copy> copies;
     bool can_rewind = true;
+    bool can_copy = true;
 
 private:
     Backend& inner_;
@@ -91,6 +103,24 @@ struct SchedRun {
     std::vector<int> finish_step;  // [request] forward passes run when it finished
     std::vector<Batch> batches;
 };
+
+// Two families of prompts with long shared prefixes, for the prefix-reuse tests.
+const std::string kFamilyA = "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+const std::string kFamilyB = "Tom had a big red ball. He liked to kick it in the park with his dog every";
+
+// The text of each tokenized prompt alone, each on a fresh one-slot backend.
+std::vector<std::string> each_alone(const Stories& s, const std::vector<std::vector<int32_t>>& tokens,
+                                    const std::vector<GenerationParams>& ps) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        auto b1 = backend(s, 1);
+        Generation gen(*s.tok, tokens[i], ps[i], 256);
+        std::string text;
+        generate(*b1, gen, 0, [&](std::string_view t) { text += t; });
+        out.push_back(text);
+    }
+    return out;
+}
 
 SchedRun run_all(const Stories& s, const std::vector<GenerationParams>& ps, int64_t n_slots, int n_batch) {
     auto inner = backend(s, n_slots);
@@ -242,9 +272,7 @@ TEST_CASE("generate() with a cached prefix continues a pinned slot", "[scheduler
 TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[scheduler][model]") {
     auto s = load();
     if (!s) return;
-    // Two families of prompts with long shared prefixes.
-    const std::string a = "Once upon a time, there was a little girl named Lily. She loved to play outside.";
-    const std::string b = "Tom had a big red ball. He liked to kick it in the park with his dog every";
+    const std::string &a = kFamilyA, &b = kFamilyB;
     const std::vector<std::string> prompts = {a + " One day", a + " Her mom", b + " day", b + " morning",
                                               a + " She saw", a + " She saw"};
     std::vector<std::vector<int32_t>> tokens;
@@ -252,15 +280,7 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
     std::vector<GenerationParams> ps;
     for (size_t i = 0; i < prompts.size(); ++i) ps.push_back(params(6 + 3 * static_cast<int>(i % 3)));
     ps[3] = params(12, 0.9f, 5);  // a sampled one: its draws depend on its seed only
-    // Each prompt alone, on a fresh backend.
-    std::vector<std::string> want;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        auto b1 = backend(*s, 1);
-        Generation gen(*s->tok, tokens[i], ps[i], 256);
-        std::string text;
-        generate(*b1, gen, 0, [&](std::string_view t) { text += t; });
-        want.push_back(text);
-    }
+    const std::vector<std::string> want = each_alone(*s, tokens, ps);
     // The tokens a request may skip after one that ran `before` on its slot: the common prefix, but for the
     // prompt's last token, which always runs for its logits.
     auto reusable = [&](size_t before, size_t i) {
@@ -335,5 +355,86 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
         run({5});
         CHECK(stats[5].reused_tokens == static_cast<int>(tokens[5].size()) - 1);
         CHECK(texts[5] == want[5]);
+    }
+}
+
+TEST_CASE("requests that share a prompt prefix copy it from the slot that runs it first", "[scheduler][model]") {
+    auto s = load();
+    if (!s) return;
+    const std::string &a = kFamilyA, &b = kFamilyB;
+    // Submitted together into four slots: 0 and 2 start their families, 1 and 3 share their prefixes; 4 and 5 come
+    // after them and find the prefix in some slot's cache. 6 shares only the first few tokens of b (under kMinWait).
+    const std::vector<std::string> prompts = {a + " One day", a + " Her mom", b + " day", b + " morning",
+                                              a + " She saw", b + " night", "Tom had a cat."};
+    std::vector<std::vector<int32_t>> tokens;
+    for (const auto& p : prompts) tokens.push_back(s->tok->encode(p, true, false));
+    auto common = [&](size_t i, size_t j) {  // what j may take from i's prompt
+        size_t n = 0;
+        while (n < tokens[i].size() && n + 1 < tokens[j].size() && tokens[i][n] == tokens[j][n]) ++n;
+        return static_cast<int>(n);
+    };
+    REQUIRE(common(0, 1) >= static_cast<int>(Scheduler::kMinWait));
+    REQUIRE(common(2, 3) >= static_cast<int>(Scheduler::kMinWait));
+    REQUIRE(common(2, 6) > 0);
+    REQUIRE(common(2, 6) < static_cast<int>(Scheduler::kMinWait));
+    std::vector<GenerationParams> ps;
+    for (size_t i = 0; i < prompts.size(); ++i) ps.push_back(params(5 + 4 * static_cast<int>(i % 3)));
+    ps[3] = params(12, 0.9f, 5);
+    const std::vector<std::string> want = each_alone(*s, tokens, ps);
+    for (bool copy : {true, false}) {
+        INFO((copy ? "a backend that copies" : "a backend that cannot copy"));
+        auto inner = backend(*s, 4);
+        RecordingBackend rec(*inner);
+        rec.can_copy = copy;
+        std::vector<std::string> texts(prompts.size());
+        std::vector<GenerationStats> stats(prompts.size());
+        Scheduler sched(
+            rec, SchedulerOptions{512}, [&](int64_t id, std::string_view t) { texts[id] += t; },
+            [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
+        std::vector<std::unique_ptr<Generation>> gens;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            gens.push_back(std::make_unique<Generation>(*s->tok, tokens[i], ps[i], 256));
+            if (i < 4) sched.submit(static_cast<int64_t>(i), *gens.back());
+        }
+        REQUIRE(sched.step());
+        // The first step runs the prompts of 0 and 2 only; 1 and 3 wait for them, and so does 6 (for a slot).
+        std::set<int32_t> first;
+        for (const auto& t : rec.batches[0].tokens) first.insert(t.slot);
+        CHECK(first == (copy ? std::set<int32_t>{0, 2} : std::set<int32_t>{0, 1, 2, 3}));
+        for (size_t i = 4; i < prompts.size(); ++i) sched.submit(static_cast<int64_t>(i), *gens[i]);
+        while (sched.step()) {
+        }
+        CHECK(texts == want);
+        int prefilled = 0;
+        for (const Batch& batch : rec.batches)
+            for (const auto& t : batch.tokens) prefilled += !t.decode;
+        for (size_t i = 0; i < prompts.size(); ++i) prefilled -= stats[i].prefilled_tokens;
+        CHECK(prefilled == 0);
+        CHECK(stats[0].reused_tokens == 0);
+        CHECK(stats[2].reused_tokens == 0);
+        if (!copy) {
+            CHECK(rec.copies.empty());
+            CHECK(stats[1].reused_tokens == 0);
+            CHECK(stats[3].reused_tokens == 0);
+            continue;
+        }
+        // 1 and 3 copied their family's prefix in the second step, from the slot that ran it.
+        CHECK(stats[1].reused_tokens == common(0, 1));
+        CHECK(stats[3].reused_tokens == common(2, 3));
+        // Later requests take the longest prefix any slot holds: 4 that of 0 or 1 (a + " She" at most), 5 b's, and
+        // 6 what some slot of b's family holds (below kMinWait, so it never waited for it).
+        CHECK(stats[4].reused_tokens == std::max(common(0, 4), common(1, 4)));
+        CHECK(stats[5].reused_tokens == std::max(common(2, 5), common(3, 5)));
+        CHECK(stats[6].reused_tokens == common(2, 6));
+        REQUIRE(rec.copies.size() >= 2);
+        CHECK(rec.copies[0].src == 0);
+        CHECK(rec.copies[0].dst == 1);
+        CHECK(rec.copies[0].begin == 0);
+        CHECK(rec.copies[0].end == common(0, 1));
+        CHECK(rec.copies[0].before == 1);
+        CHECK(rec.copies[1].src == 2);
+        CHECK(rec.copies[1].dst == 3);
+        CHECK(rec.copies[1].end == common(2, 3));
+        CHECK(rec.copies[1].before == 1);
     }
 }

@@ -251,6 +251,41 @@ int64_t CpuBackend::max_rewind() const {
     return ring_ > 0 ? ring_ - config_.sliding_window : std::numeric_limits<int64_t>::max();
 }
 
+// Whole key blocks and runs of V rows where they can, position by position in a partial key block at either end
+// of the range (the block's other positions keep dst's values). A ring holds the last ring_ positions written, so
+// older ones of the range are neither in src nor needed in dst (a sequence attends to a window of them).
+void CpuBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
+    check_copy(kv_shape_, src, dst, begin, end);
+    const size_t es = kv_shape_.elem_size();
+    const auto n = static_cast<int64_t>(kv_shape_.row_elems());
+    const size_t row_bytes = static_cast<size_t>(n) * es;
+    for (int64_t l = 0; l < config_.n_layer; ++l) {
+        const bool in_ring = local_index_[l] >= 0;
+        const int64_t first = in_ring ? std::max(begin, end - ring_) : begin;
+        const uint8_t* ks = k_cache(l, src);
+        uint8_t* kd = k_cache(l, dst);
+        for (int64_t p = first; p < end;) {
+            const int64_t row = in_ring ? p % ring_ : p;  // ring_ is a multiple of 64: a key block never wraps
+            if (row % 8 == 0 && p + 8 <= end) {
+                const size_t off = k_cache_offset(row, 0, n) * es;
+                std::memcpy(kd + off, ks + off, 8 * row_bytes);
+                p += 8;
+                continue;
+            }
+            for (int64_t e = 0; e < n; ++e) {
+                const size_t off = k_cache_offset(row, e, n) * es;
+                std::memcpy(kd + off, ks + off, es);
+            }
+            ++p;
+        }
+        if (in_ring) {
+            for (int64_t p = first; p < end; ++p) std::memcpy(v_cache(l, dst, p), v_cache(l, src, p), row_bytes);
+        } else if (end > first) {
+            std::memcpy(v_cache(l, dst, first), v_cache(l, src, first), static_cast<size_t>(end - first) * row_bytes);
+        }
+    }
+}
+
 uint8_t* CpuBackend::k_cache(int64_t layer, int64_t slot) {
     if (local_index_[layer] >= 0) return ring(layer, slot, 0);
     const size_t elems = static_cast<size_t>((layer * kv_shape_.n_slots + slot) * ctx8()) * kv_shape_.row_elems();

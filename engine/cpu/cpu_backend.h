@@ -41,6 +41,8 @@ public:
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
     void forward(const Batch& batch, std::span<float> logits) override;
     int64_t max_rewind() const override;
+    bool can_copy_kv() const override { return true; }
+    void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
     // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
     int64_t window_ring() const { return ring_; }
     // The ring a backend with these settings uses (window_cache on), 0 for none; and the bytes of K and V cache it

@@ -119,6 +119,16 @@ double* ReferenceBackend::cache_row(std::vector<double>& cache, int64_t layer, i
     return cache.data() + kv_shape_.offset(layer, slot, pos);
 }
 
+void ReferenceBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
+    check_copy(kv_shape_, src, dst, begin, end);
+    const auto n = static_cast<std::ptrdiff_t>((end - begin) * config_.n_embd_kv());
+    for (int64_t l = 0; l < config_.n_layer; ++l)
+        for (std::vector<double>* cache : {&k_cache_, &v_cache_})
+            std::copy_n(cache_row(*cache, l, src, begin), n, cache_row(*cache, l, dst, begin));
+    const auto at = [&](int32_t slot) { return written_.begin() + slot * kv_shape_.n_ctx + begin; };
+    std::copy_n(at(src), end - begin, at(dst));
+}
+
 void ReferenceBackend::forward(const Batch& batch, std::span<float> logits) {
     check_batch(batch, config_, kv_shape_, logits);
     // Every position a token attends to is filled by an earlier call or an earlier token of this batch.

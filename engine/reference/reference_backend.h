@@ -38,6 +38,9 @@ public:
     // batch and of earlier calls, never of later ones: a token that would attend to a position of its slot that
     // no token has written yet is a UsageError (the fast backends would read stale memory there).
     void forward(const Batch& batch, std::span<float> logits) override;
+    bool can_copy_kv() const override { return true; }
+    // A position src has not written is copied as not written: a token of dst attending to it is refused.
+    void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
 
 private:
     // The whole model for one token; logits [n_vocab] receives its output row when not null.

@@ -19,6 +19,10 @@ size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written
     return written - static_cast<int64_t>(n) > max_rewind() ? 0 : n;
 }
 
+void Backend::copy_kv(int32_t, int32_t, int64_t, int64_t) {
+    QUILL_CHECK(false, "the {} backend cannot copy K and V between slots", name());
+}
+
 void Backend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                              std::span<int32_t> tokens) {
     forward_sample_on_host(batch, samplers, n_token_ids, tokens);
@@ -71,6 +75,16 @@ void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheSha
     std::sort(at.begin(), at.end());
     if (auto dup = std::adjacent_find(at.begin(), at.end()); dup != at.end())
         throw UsageError(fmt::format("the batch holds two tokens at slot {} position {}", dup->first, dup->second));
+}
+
+void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin, int64_t end) {
+    for (int32_t slot : {src, dst})
+        if (slot < 0 || slot >= kv.n_slots)
+            throw UsageError(fmt::format("slot {} is outside 0..{}", slot, kv.n_slots - 1));
+    if (src == dst) throw UsageError(fmt::format("copying slot {} onto itself", src));
+    if (begin < 0 || begin > end || end > kv.n_ctx)
+        throw UsageError(fmt::format("positions [{}, {}) are not a range inside the context of {} tokens", begin, end,
+                                     kv.n_ctx));
 }
 
 }  // namespace quill

@@ -90,6 +90,16 @@ public:
     // never the prompt's last token (it runs for its logits), and 0 where that is further back than max_rewind().
     size_t reusable_prefix(std::span<const int32_t> cached, int64_t written, std::span<const int32_t> prompt) const;
 
+    // Whether copy_kv() works on this backend.
+    virtual bool can_copy_kv() const { return false; }
+    // Copies the K and V that slot src holds at positions [begin, end), every layer, into slot dst: a sequence in
+    // dst whose tokens at positions 0..end-1 are those of src then continues from end as if it had run them (a
+    // token's K and V depend only on the tokens up to it, never on its batch). src must hold them: written, and no
+    // further back than max_rewind() from what src has written since. Positions outside [begin, end) keep what dst
+    // held. UsageError for a slot or range out of bounds, or src == dst; a backend that cannot copy (can_copy_kv()
+    // false) fails QUILL_CHECK.
+    virtual void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end);
+
     // The device's measured memory bandwidth in GB/s (a large device-to-device copy, bytes read plus written, over
     // its time), for `quill bench` to state decode's fraction of it; 0 where there is no such measurement (CPU).
     virtual double copy_bandwidth_gbs() { return 0.0; }
@@ -109,5 +119,7 @@ private:
 void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv, std::span<const float> logits);
 // The same but for the logits buffer (forward_sample without one).
 void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv);
+// copy_kv's checks (UsageError naming the value).
+void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin, int64_t end);
 
 }  // namespace quill

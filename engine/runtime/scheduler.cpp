@@ -38,13 +38,14 @@ size_t Scheduler::n_running() const {
     return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; }));
 }
 
-void Scheduler::start(Slot& s, const Waiting& w) {
+void Scheduler::start(Slot& s, const Waiting& w, bool any_slot) {
     std::vector<int32_t>& cached = caches_[static_cast<size_t>(w.slot)].tokens;
     cached.resize(std::min(cached.size(), static_cast<size_t>(w.n_past)));  // positions past it get rewritten
     s.busy = true;
     s.id = w.id;
     s.gen = w.gen;
     s.next_prompt = static_cast<size_t>(w.n_past);
+    s.settled = !any_slot || !backend_.can_copy_kv();
     s.stats = {};
     s.stats.prompt_tokens = static_cast<int>(w.gen->prompt().size());
     s.stats.reused_tokens = w.n_past;
@@ -58,7 +59,8 @@ void Scheduler::admit() {
     if (!admitting_) return;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
         Waiting w = *it;
-        if (w.slot < 0) {  // the free slot holding the longest prefix of the prompt
+        const bool any_slot = w.slot < 0;
+        if (any_slot) {  // the free slot holding the longest prefix of the prompt
             int32_t best = -1;
             for (int32_t i = 0; i < n_slots(); ++i) {
                 if (slots_[i].busy) continue;
@@ -74,7 +76,7 @@ void Scheduler::admit() {
         }
         const int32_t slot = w.slot;
         it = waiting_.erase(it);
-        start(slots_[slot], w);
+        start(slots_[slot], w, any_slot);
         if (w.gen->finished()) {
             slots_[slot].stats.prefilled_tokens = 0;
             finish(slot);
@@ -94,6 +96,39 @@ void Scheduler::finish(int32_t slot) {
     on_finish_(id, stats);
 }
 
+// Whether the request in `slot` (for any slot, not yet settled) starts its prompt now: with the longest prefix any
+// other slot's cache holds, copied, or none. It waits instead (false) while a slot that is running its prompt will
+// hold a prefix kMinWait tokens longer: a slot past admission whose cache is short of the prompts' common prefix.
+bool Scheduler::settle(int32_t slot) {
+    Slot& s = slots_[slot];
+    const std::vector<int32_t>& prompt = s.gen->prompt();
+    size_t best = s.next_prompt, pending = 0;
+    int32_t from = -1;
+    for (int32_t j = 0; j < n_slots(); ++j) {
+        if (j == slot) continue;
+        const SlotCache& c = caches_[static_cast<size_t>(j)];
+        const size_t n = backend_.reusable_prefix(c.tokens, c.written, prompt);
+        if (n > best) best = n, from = j;
+        const Slot& o = slots_[j];
+        if (!o.busy || !o.settled) continue;
+        const std::vector<int32_t>& other = o.gen->prompt();
+        size_t m = 0;  // the prompts' common prefix, but for this prompt's last token
+        while (m < other.size() && m + 1 < prompt.size() && other[m] == prompt[m]) ++m;
+        if (c.tokens.size() < m) pending = std::max(pending, m);
+    }
+    if (pending >= best + kMinWait) return false;
+    s.settled = true;
+    if (from < 0) return true;
+    backend_.copy_kv(from, slot, static_cast<int64_t>(s.next_prompt), static_cast<int64_t>(best));
+    SlotCache& mine = caches_[static_cast<size_t>(slot)];
+    mine.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(best));
+    mine.written = std::max(mine.written, static_cast<int64_t>(best));
+    s.next_prompt = best;
+    s.stats.reused_tokens = static_cast<int>(best);
+    s.stats.prefilled_tokens = s.stats.prompt_tokens - s.stats.reused_tokens;
+    return true;
+}
+
 // Decode tokens first (one per sequence whose prompt is in), then prefill chunks of the others in slot order
 // while the token budget lasts. The prompt's last token asks for logits; so does every decode token.
 void Scheduler::build_batch() {
@@ -111,7 +146,7 @@ void Scheduler::build_batch() {
         Slot& s = slots_[i];
         if (!s.busy) continue;
         const std::vector<int32_t>& prompt = s.gen->prompt();
-        if (s.next_prompt >= prompt.size()) continue;
+        if (s.next_prompt >= prompt.size() || (!s.settled && !settle(static_cast<int32_t>(i)))) continue;
         const size_t end = std::min(prompt.size(), s.next_prompt + budget);
         for (size_t p = s.next_prompt; p < end; ++p) {
             const bool last = p + 1 == prompt.size();

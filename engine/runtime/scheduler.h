@@ -45,7 +45,11 @@ public:
     // A request for any free slot goes to the free slot whose cache already holds the longest prefix of its prompt
     // (the prompt tokens of the requests that slot ran before; ties to the lowest slot), and only the rest of its
     // prompt is run: requests that share a system prompt or a template's preamble compute it once per slot. A
-    // token's K and V do not depend on what shared its batch, so the text is the same either way.
+    // token's K and V do not depend on what shared its batch, so the text is the same either way. Where the backend
+    // can copy K and V between slots (Backend::copy_kv), such a request also takes a longer prefix from any other
+    // slot's cache, and when a slot still running its prompt will hold a prefix longer by kMinWait tokens than any
+    // cache holds now, the request waits for it (the first requests of a batch that share a system prompt: one
+    // computes it, the others copy it a step later).
     void submit(int64_t id, Generation& gen, int32_t slot = -1, int32_t n_past = 0);
 
     // Admits waiting requests into free slots, runs one forward pass and samples. Returns false when there was
@@ -64,6 +68,9 @@ public:
     int n_slots() const { return static_cast<int>(slots_.size()); }
     const StepStats& last_step() const { return last_step_; }
 
+    // Shared prompt tokens that make a request wait for a slot still running its prompt (see submit).
+    static constexpr size_t kMinWait = 16;
+
 private:
     using clock = std::chrono::steady_clock;
     struct Waiting {
@@ -76,6 +83,7 @@ private:
         int64_t id = 0;
         Generation* gen = nullptr;
         size_t next_prompt = 0;  // first prompt token not yet in the cache
+        bool settled = true;     // false until a request for any slot has looked for its prefix in other slots
         GenerationStats stats;
         clock::time_point t_admit, t_first;
     };
@@ -87,7 +95,8 @@ private:
     };
 
     void admit();
-    void start(Slot& s, const Waiting& w);
+    void start(Slot& s, const Waiting& w, bool any_slot);
+    bool settle(int32_t slot);
     void finish(int32_t slot);
     void build_batch();
     void sample_all();
