@@ -278,7 +278,8 @@ TEST_CASE("K and V copied from another slot continue a sequence bit for bit", "[
     // Slot 0 runs a; slot 1, holding another sequence, takes a's first 61 positions whole (0..61: partial key
     // blocks at the end); slot 2, holding a's first 13 positions and then other tokens, takes 13..61 (partial blocks
     // at both ends). Both go on with other tokens from position 61 and must give the logits of that sequence run
-    // from scratch, to the bit; f16 and f32 caches.
+    // from scratch, to the bit; f16 caches, and an f32 one on the first model.
+    bool first = true;
     for (const test::TinyCase& c : test::tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int nv = static_cast<int>(c.spec.n_vocab);
@@ -286,6 +287,7 @@ TEST_CASE("K and V copied from another slot continue a sequence bit for bit", "[
         std::vector<int32_t> seq(a.begin(), a.begin() + 61);  // a's prefix, then other's tokens
         seq.insert(seq.end(), other.begin() + 61, other.begin() + 90);
         for (KvType kv : {KvType::f16, KvType::f32}) {
+            if (kv == KvType::f32 && !first) continue;
             INFO(c.label << ", " << kv_type_name(kv) << " cache");
             auto fresh = make(*model, false, 2, {}, 1, kv);
             const std::vector<float> want = run_at(*fresh, seq, 0, 90, 0);
@@ -298,6 +300,7 @@ TEST_CASE("K and V copied from another slot continue a sequence bit for bit", "[
             b->copy_kv(0, 2, 13, 61);
             check_continued(*b, seq, want, 61, 90);
         }
+        first = false;
     }
     auto model = test::make_tiny_model({});
     auto b = make(*model, false, 1, {}, 2);
