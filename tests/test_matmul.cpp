@@ -472,8 +472,10 @@ TEST_CASE("F16 and BF16 weights: a token's bits depend on whether it is a decode
 TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     for (GgmlType type : kTypes) {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
-        const bool avx2_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+        const bool avx512_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+        const bool avx2_form = avx512_form || type == GgmlType::Q4_K || type == GgmlType::Q5_K;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (avx2_form && isa_available(Isa::avx2)));
+        if (!avx512_form) CHECK_FALSE(PackedWeights::supports(type, Isa::avx512));
     }
     if (!PackedWeights::supports(GgmlType::Q4_0, Isa::avx2) && !PackedWeights::supports(GgmlType::Q4_0, Isa::avx512)) {
         quill::test::skip_no_device("no AVX2 here: the packed kernels cannot run");
@@ -483,9 +485,11 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
     for (GgmlType type : kTypes) {
         if (!PackedWeights::supports(type, Isa::avx2) && !PackedWeights::supports(type, Isa::avx512)) continue;
-        // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800), a single block, and AMX's chunks (400
-        // tokens of 2816); every token count of every path (decode 1-3, sixteen-row tiles, AMX groups).
-        for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 800}, {7, 32}, {18, 2816}}) {
+        // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800; super-blocks for Q4_K and Q5_K: 768), a
+        // single block, and AMX's chunks (400 tokens of 2816); every token count of every path (decode 1-3,
+        // sixteen-row tiles, AMX groups).
+        const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K;
+        for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, k ? 768 : 800}, {7, k ? 256 : 32}, {18, 2816}}) {
             const TestMatrix m = make_matrix(type, n_out, n_in, rng);
             // The packed view's file data are zeros, so only kernels that read the packed form give m's results.
             const std::vector<uint8_t> zeros(m.data.size(), 0);
@@ -493,8 +497,11 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
             packed_view.data = zeros.data();
             PackedWeights packed(m.view(), &pools[1]);
             packed_view.packed = packed.data();
-            REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) *
-                                          static_cast<size_t>(type == GgmlType::Q8_0 ? 544 : type == GgmlType::Q4_1 ? 320 : 288));
+            const size_t record = type == GgmlType::Q8_0 ? 544
+                                  : type == GgmlType::Q4_1   ? 320
+                                  : type == GgmlType::Q5_K   ? 352
+                                                             : 288;  // Q4_0, Q4_K
+            REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
             for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;
                 const std::vector<float> x = make_input(n_tokens, n_in, rng);

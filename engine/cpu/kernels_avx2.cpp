@@ -543,6 +543,32 @@ struct PackedRows8 {
     }
 };
 
+// PackedK8: rows 8h .. 8h + 7 of a sixteen-row tile of packed Q4_K or Q5_K (generic::pack_tiles): the half's
+// super-blocks one after the other, each 16-byte chunk already in transpose_16's vectors, so the decoder loads what
+// it would transpose (the same Step8s, so the same bits as FileRows8); the stream prefetched kPrefetchBytes ahead.
+// kPacked is false: the paths for Packed8's records (one token over both halves at once, decoding again for every
+// three tokens) do not apply, and from kPrefillMinTokens tokens a tile is repacked as from the file's rows.
+template <typename D>
+struct PackedK8 {
+    using Dec = D;
+    static constexpr bool kPacked = false;
+    static constexpr int64_t kSuperBytes = 8 * Dec::kGroupBytes;  // a super-block of eight rows
+    const uint8_t* half;
+
+    PackedK8(const WeightMatrix& w, int64_t r, int) {
+        half = static_cast<const uint8_t*>(w.packed) + r / 8 * (w.n_in / 256) * kSuperBytes;
+    }
+    template <typename F>
+    void for_group(int64_t g, F&& f) {
+        const uint8_t* sb = half + g * kSuperBytes;
+        for (int64_t o = 0; o < kSuperBytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchBytes + o), _MM_HINT_T1);
+        Dec::steps(g, [&](size_t at, __m256i x[4]) {
+            for (int k = 0; k < 4; ++k) x[k] = load256(sb + 8 * at + 32 * k);
+        }, f);
+    }
+};
+
 // The decode path on eight rows decoded as they stream by.
 template <typename Src, int T>
 void rows8_decode(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
@@ -894,6 +920,10 @@ Kernel find_kernel_packed(GgmlType type) {
             return {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
         case GgmlType::Q8_0:
             return {rows8<PackedRows8<Packed8<GgmlType::Q8_0>>>, true};
+        case GgmlType::Q4_K:
+            return {rows8<PackedK8<Dec8Q4_K>>, true};
+        case GgmlType::Q5_K:
+            return {rows8<PackedK8<Dec8Q5_K>>, true};
         default:
             return {};
     }

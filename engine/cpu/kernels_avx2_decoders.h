@@ -431,8 +431,15 @@ struct Dec8K4 {
     template <typename R, typename F>
     static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(Block);
+        steps(g, [&](size_t at, __m256i x[4]) { transpose_16(rows, off + at, x); }, f);
+    }
+
+    // The same from a super-block whose 16-byte chunks come transposed: chunk(at, x) sets x to the transpose of the
+    // eight rows' bytes at + 0 .. 15 of the super-block (transpose_16's vectors).
+    template <typename C, typename F>
+    static void steps(int64_t g, C&& chunk, F&& f) {
         __m256i head[4];  // lane r: row r's d and dmin, then its scale words w[0], w[1], w[2]
-        transpose_16(rows, off, head);
+        chunk(0, head);
         __m256 d, dmin;
         halves_to_float(head[0], d, dmin);
         const __m256 neg_dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0f));
@@ -446,13 +453,13 @@ struct Dec8K4 {
                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(head[2], 6), top2), 4))};
         __m256i qh[8];  // Q5_K: lane r of qh[k] = qh[4k .. 4k + 3] of row r
         if constexpr (kHigh) {
-            transpose_16(rows, off + offsetof(Block, qh), qh);
-            transpose_16(rows, off + offsetof(Block, qh) + 16, qh + 4);
+            chunk(offsetof(Block, qh), qh);
+            chunk(offsetof(Block, qh) + 16, qh + 4);
         }
         for (int i = 0; i < 4; ++i) {  // the sub-block pair 2i, 2i + 1: the nibbles of qs[32 i .. + 32)
             __m256i x[8];
-            transpose_16(rows, off + offsetof(Block, qs) + 32 * i, x);
-            transpose_16(rows, off + offsetof(Block, qs) + 32 * i + 16, x + 4);
+            chunk(offsetof(Block, qs) + 32 * i, x);
+            chunk(offsetof(Block, qs) + 32 * i + 16, x + 4);
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * i + h;
                 const __m256i byte = _mm256_set1_epi32(0xFF);

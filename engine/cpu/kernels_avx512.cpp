@@ -1473,6 +1473,7 @@ Kernel find_kernel_amx(GgmlType) { return {}; }
 #endif
 
 bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_1 && w.type != GgmlType::Q8_0) return false;
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
     const int64_t value_bytes = q8 ? 512 : 256;  // per record

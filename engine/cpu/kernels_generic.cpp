@@ -326,7 +326,34 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 }
 
 
+namespace {
+
+// pack_tiles for Q4_K and Q5_K (see kernels.h).
+void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 256));
+    const int64_t n_groups = w.n_in / 256, chunks = block_bytes / 16;
+    const int64_t half_bytes = n_groups * block_bytes * 8;
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+        for (int64_t h = 0; h < 2; ++h) {
+            auto* dst = static_cast<uint8_t*>(out) + (2 * tile + h) * half_bytes;
+            for (int64_t g = 0; g < n_groups; ++g)
+                for (int64_t c = 0; c < chunks; ++c)
+                    for (int64_t k = 0; k < 4; ++k)
+                        for (int64_t r = 0; r < 8; ++r, dst += 4) {  // a ragged tile repeats its last row
+                            const int64_t row = std::min(tile * 16 + 8 * h + r, w.n_out - 1);
+                            std::memcpy(dst,
+                                        static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
+                                            g * block_bytes + 16 * c + 4 * k,
+                                        4);
+                        }
+        }
+    }
+}
+
+}  // namespace
+
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1);
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
     const int64_t value_bytes = q8 ? 512 : 256;  // per record: 64 bytes per four bytes of each of the 16 rows

@@ -285,7 +285,8 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
 
 bool PackedWeights::supports(GgmlType type, Isa isa) {
     if (isa == Isa::avx2) return isa_available(isa) && avx2::find_kernel_packed(type).fn != nullptr;
-    return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() && packed_record_bytes(type) > 0;
+    return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() &&
+           avx512::find_kernel_packed(type, false).fn != nullptr;
 }
 
 PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
