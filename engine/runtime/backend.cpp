@@ -12,10 +12,15 @@ int Batch::n_logits() const {
     return static_cast<int>(std::count_if(tokens.begin(), tokens.end(), [](const BatchToken& t) { return t.logits; }));
 }
 
-size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written,
-                                std::span<const int32_t> prompt) const {
+size_t shared_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt) {
     size_t n = 0;
     while (n < cached.size() && n + 1 < prompt.size() && cached[n] == prompt[n]) ++n;
+    return n;
+}
+
+size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written,
+                                std::span<const int32_t> prompt) const {
+    const size_t n = shared_prefix(cached, prompt);
     return written - static_cast<int64_t>(n) > max_rewind() ? 0 : n;
 }
 

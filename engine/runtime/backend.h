@@ -119,6 +119,9 @@ private:
 void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv, std::span<const float> logits);
 // The same but for the logits buffer (forward_sample without one).
 void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheShape& kv);
+// The tokens `prompt` shares with `cached` from position 0, but never the prompt's last token (it runs for its
+// logits): what a sequence could take from a cache holding `cached`, before Backend::reusable_prefix's rewind rule.
+size_t shared_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt);
 // copy_kv's checks (UsageError naming the value).
 void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin, int64_t end);
 

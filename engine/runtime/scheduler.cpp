@@ -111,9 +111,7 @@ bool Scheduler::settle(int32_t slot) {
         if (n > best) best = n, from = j;
         const Slot& o = slots_[j];
         if (!o.busy || !o.settled) continue;
-        const std::vector<int32_t>& other = o.gen->prompt();
-        size_t m = 0;  // the prompts' common prefix, but for this prompt's last token
-        while (m < other.size() && m + 1 < prompt.size() && other[m] == prompt[m]) ++m;
+        const size_t m = shared_prefix(o.gen->prompt(), prompt);
         if (c.tokens.size() < m) pending = std::max(pending, m);
     }
     if (pending >= best + kMinWait) return false;
