@@ -278,10 +278,8 @@ void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
             const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
             const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
             const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
-            const __m256 c[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
-                                 _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
-                                 _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
-                                 _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+            const __m256 c[8] = {low_halves(b0, b4), low_halves(b1, b5), low_halves(b2, b6), low_halves(b3, b7),
+                                 high_halves(b0, b4), high_halves(b1, b5), high_halves(b2, b6), high_halves(b3, b7)};
             for (int j = 0; j < 8; ++j) _mm256_storeu_ps(y + (t0 + j) * n_out + block.r0 + i0, c[j]);
         }
         for (; t0 < nt; ++t0)
@@ -663,8 +661,8 @@ void transpose_lanes(const QuantizedActs& q, int64_t t0, int64_t nb, LaneBlock* 
             u[j + 3] = _mm256_unpackhi_epi64(hi01, hi23);
         }
         for (int i = 0; i < 4; ++i) {
-            out[b].qs[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
-            out[b].qs[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+            out[b].qs[i] = low_halves(u[i], u[4 + i]);
+            out[b].qs[4 + i] = high_halves(u[i], u[4 + i]);
         }
         alignas(32) float d[8], ds[8];
         alignas(32) int32_t coff[8];

@@ -29,11 +29,24 @@ using Rows = const uint8_t* const*;  // the 4 rows
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// Lanes 0..127 from a, 128..255 from b: a load and an insert (vperm2i128, which would take them from two 256-bit
+// loads, is 8 uops with a throughput of one per 3 cycles on Zen 1).
+inline __m256i load_2x16(const uint8_t* a, const uint8_t* b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a)), load128(b), 1);
+}
+
+// The 128-bit halves of a and b: low_halves = (a.lo, b.lo), high_halves = (a.hi, b.hi); vperm2i128's 0x20 and 0x31,
+// as an insert and an extract, each one or two uops.
+inline __m256i low_halves(__m256i a, __m256i b) { return _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1); }
+inline __m256i high_halves(__m256i a, __m256i b) { return _mm256_inserti128_si256(b, _mm256_extracti128_si256(a, 1), 0); }
+inline __m256 low_halves(__m256 a, __m256 b) { return _mm256_insertf128_ps(a, _mm256_castps256_ps128(b), 1); }
+inline __m256 high_halves(__m256 a, __m256 b) { return _mm256_insertf128_ps(b, _mm256_extractf128_ps(a, 1), 0); }
+
 // The 32 bytes at rows[2p + i] + off as two quarter vectors: lo gets bytes 0..15 of each row, hi bytes 16..31.
 inline void load_2x32(Rows rows, int p, size_t off, __m256i& lo, __m256i& hi) {
-    const __m256i a = load256(rows[2 * p] + off), b = load256(rows[2 * p + 1] + off);
-    lo = _mm256_permute2x128_si256(a, b, 0x20);
-    hi = _mm256_permute2x128_si256(a, b, 0x31);
+    const uint8_t *a = rows[2 * p] + off, *b = rows[2 * p + 1] + off;
+    lo = load_2x16(a, b);
+    hi = load_2x16(a + 16, b + 16);
 }
 
 // The fp16 values at rows[r] + off as floats, element r.
