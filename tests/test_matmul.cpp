@@ -473,7 +473,8 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     for (GgmlType type : kTypes) {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
         const bool avx512_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
-        const bool avx2_form = avx512_form || type == GgmlType::Q4_K || type == GgmlType::Q5_K;
+        const bool avx2_form = avx512_form || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
+                               type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (avx2_form && isa_available(Isa::avx2)));
         if (!avx512_form) CHECK_FALSE(PackedWeights::supports(type, Isa::avx512));
     }
@@ -499,8 +500,9 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
             packed_view.packed = packed.data();
             const size_t record = type == GgmlType::Q8_0 ? 544
                                   : type == GgmlType::Q4_1   ? 320
-                                  : type == GgmlType::Q5_K   ? 352
-                                                             : 288;  // Q4_0, Q4_K
+                                  : type == GgmlType::Q5_1   ? 384
+                                  : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
+                                                                                     : 288;  // Q4_0, Q4_K
             REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
             for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;

@@ -111,7 +111,8 @@ Kernel fallback_kernel();
 // 64 elements at a time use it for a trailing odd block.
 float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t);
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer), a value at a time: the
-// layout avx512::pack_tiles writes with its transposes, for machines without AVX-512. Q4_K and Q5_K tiles are two
+// layout avx512::pack_tiles writes with its transposes, for machines without AVX-512 (and Q5_0 and Q5_1 records,
+// which only the AVX2 kernels read: Q4_0's values, then each row's qh word). Q4_K and Q5_K tiles are two
 // eight-row halves, each its rows' super-blocks in order, each super-block's 16-byte chunks c in order as the four
 // vectors the AVX2 kernels' transpose of eight rows makes of them: vector k, lane r = bytes 16 c + 4 k .. + 3 of
 // row r.
@@ -119,8 +120,8 @@ void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
 Kernel find_kernel(GgmlType type);
-// The kernels for PackedWeights of Q4_0, Q4_1, Q8_0, Q4_K and Q5_K (nullptr fn for other types, or in a build
-// without AVX2).
+// The kernels for PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K (nullptr fn for other types, or in
+// a build without AVX2).
 Kernel find_kernel_packed(GgmlType type);
 float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
 }
@@ -143,8 +144,9 @@ bool pair_tiles(const float* x, int64_t n_tokens, int64_t n_in, bool f16, const 
                 int64_t g0, int64_t g1);
 }
 
-// Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, then sixteen fp16 scales
-// and, for Q4_1, sixteen fp16 minima); 0 for a type without a packed form. Q4_K and Q5_K (packed for the AVX2
+// Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, for Q5_0 and Q5_1 then the
+// sixteen rows' 32-bit qh words, then sixteen fp16 scales and, for Q4_1 and Q5_1, sixteen fp16 minima); 0 for a type
+// without a packed form. Q5_0 and Q5_1 are packed for the AVX2 kernels only. Q4_K and Q5_K (packed for the AVX2
 // kernels only) keep a super-block's bytes, re-laid out (generic::pack_tiles), so their records are nominal: a 32nd
 // of sixteen rows' super-blocks.
 constexpr int64_t packed_record_bytes(GgmlType type) {
@@ -157,6 +159,10 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
             return 16 * 16 + 32;
         case GgmlType::Q4_1:
             return 16 * 16 + 64;
+        case GgmlType::Q5_0:
+            return 16 * 16 + 64 + 32;
+        case GgmlType::Q5_1:
+            return 16 * 16 + 64 + 64;
         case GgmlType::Q8_0:
             return 16 * 32 + 32;
         default:

@@ -916,6 +916,10 @@ Kernel find_kernel_packed(GgmlType type) {
             return {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
         case GgmlType::Q4_1:
             return {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
+        case GgmlType::Q5_0:
+            return {rows8<PackedRows8<Packed8<GgmlType::Q5_0>>>, true};
+        case GgmlType::Q5_1:
+            return {rows8<PackedRows8<Packed8<GgmlType::Q5_1>>>, true};
         case GgmlType::Q8_0:
             return {rows8<PackedRows8<Packed8<GgmlType::Q8_0>>>, true};
         case GgmlType::Q4_K:

@@ -38,7 +38,9 @@ inline __m256i load_2x16(const uint8_t* a, const uint8_t* b) {
 // The 128-bit halves of a and b: low_halves = (a.lo, b.lo), high_halves = (a.hi, b.hi); vperm2i128's 0x20 and 0x31,
 // as an insert and an extract, each one or two uops.
 inline __m256i low_halves(__m256i a, __m256i b) { return _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1); }
-inline __m256i high_halves(__m256i a, __m256i b) { return _mm256_inserti128_si256(b, _mm256_extracti128_si256(a, 1), 0); }
+inline __m256i high_halves(__m256i a, __m256i b) {
+    return _mm256_inserti128_si256(b, _mm256_extracti128_si256(a, 1), 0);
+}
 inline __m256 low_halves(__m256 a, __m256 b) { return _mm256_insertf128_ps(a, _mm256_castps256_ps128(b), 1); }
 inline __m256 high_halves(__m256 a, __m256 b) { return _mm256_insertf128_ps(b, _mm256_extractf128_ps(a, 1), 0); }
 
@@ -310,6 +312,22 @@ inline void halves_to_float(__m256i v, __m256& lo, __m256& hi) {
     hi = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
 }
 
+// Q5_0 / Q5_1: element e's fifth bit is bit e of the block's qh word (lane r of h: row r's); the group of four
+// bytes w[k] (elements 4k .. 4k + 3) gets bits 4k .. 4k + 3 as 16s, from byte k / 2 of the word.
+inline void add_fifth_bits(__m256i h, __m256i w[8]) {
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    for (int k = 0; k < 8; ++k) {
+        const char src = static_cast<char>(k / 2);  // the byte of each lane holding the group's bits
+        const __m256i idx = _mm256_setr_epi8(src, src, src, src, src + 4, src + 4, src + 4, src + 4, src + 8, src + 8,
+                                             src + 8, src + 8, src + 12, src + 12, src + 12, src + 12, src, src, src,
+                                             src, src + 4, src + 4, src + 4, src + 4, src + 8, src + 8, src + 8,
+                                             src + 8, src + 12, src + 12, src + 12, src + 12);
+        const __m256i bit = _mm256_set1_epi32(static_cast<int>(0x08040201u << (4 * (k % 2))));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, idx), bit), bit);
+        w[k] = _mm256_or_si256(w[k], _mm256_and_si256(set, sixteen));
+    }
+}
+
 //   kOffset         c of the unified form (w = ws * (u - c) + wm)
 //   kHasMin         blocks have a float minimum
 //   kGroupsPerMadd  four-byte groups whose products an int16 lane can sum without overflow: 8 x 2 x 15 x 127 and
@@ -343,20 +361,7 @@ struct Dec8 {
             s.w[j] = low_nibbles(x[j]);
             s.w[4 + j] = high_nibbles(x[j]);
         }
-        if constexpr (kHigh) {  // element e's fifth bit is bit e of qh: group k's are bits 4k .. 4k + 3, in byte k / 2
-            const __m256i h = gather_u32(rows, off + offsetof(Block, qh));
-            const __m256i sixteen = _mm256_set1_epi8(16);
-            for (int k = 0; k < 8; ++k) {
-                const char src = static_cast<char>(k / 2);  // the byte of each lane holding the group's bits
-                const __m256i idx = _mm256_setr_epi8(src, src, src, src, src + 4, src + 4, src + 4, src + 4, src + 8,
-                                                     src + 8, src + 8, src + 8, src + 12, src + 12, src + 12, src + 12,
-                                                     src, src, src, src, src + 4, src + 4, src + 4, src + 4, src + 8,
-                                                     src + 8, src + 8, src + 8, src + 12, src + 12, src + 12, src + 12);
-                const __m256i bit = _mm256_set1_epi32(static_cast<int>(0x08040201u << (4 * (k % 2))));
-                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, idx), bit), bit);
-                s.w[k] = _mm256_or_si256(s.w[k], _mm256_and_si256(set, sixteen));
-            }
-        }
+        if constexpr (kHigh) add_fifth_bits(gather_u32(rows, off + offsetof(Block, qh)), s.w);
         if constexpr (kHasMin) {  // the fp16 scale and minimum of each row, low halves to the first 128 bits
             static_assert(offsetof(Block, m) == offsetof(Block, d) + 2);
             halves_to_float(gather_u32(rows, off + offsetof(Block, d)), s.ws, s.wm);
@@ -388,19 +393,22 @@ struct Dec8Q8_0 {
 };
 
 // Half h (rows 8h .. 8h + 7) of a record of PackedWeights: each 64 bytes of values hold four bytes of each of the
-// sixteen rows, rows 0..7 in the low 32, so that half h of value group j is the x[j] of Dec8::load (Q4_0, Q4_1;
-// the w[j] of Dec8Q8_0), the same Step8 with no transposes; then the sixteen fp16 scales and, for Q4_1, the
-// sixteen minima.
+// sixteen rows, rows 0..7 in the low 32, so that half h of value group j is the x[j] of Dec8::load (Q4_0, Q4_1, Q5_0,
+// Q5_1; the w[j] of Dec8Q8_0), the same Step8 with no transposes; for Q5_0 and Q5_1 then the sixteen rows' qh words
+// (half h's are gather_u32's vector); then the sixteen fp16 scales and, for Q4_1 and Q5_1, the sixteen minima.
 template <GgmlType Type>
 struct Packed8 {
-    static_assert(Type == GgmlType::Q4_0 || Type == GgmlType::Q4_1 || Type == GgmlType::Q8_0);
-    static constexpr int kOffset = Type == GgmlType::Q4_0 ? 8 : 0;
+    static_assert(Type == GgmlType::Q4_0 || Type == GgmlType::Q4_1 || Type == GgmlType::Q5_0 ||
+                  Type == GgmlType::Q5_1 || Type == GgmlType::Q8_0);
+    static constexpr bool kHigh = Type == GgmlType::Q5_0 || Type == GgmlType::Q5_1;
+    static constexpr int kOffset = Type == GgmlType::Q4_0 ? 8 : Type == GgmlType::Q5_0 ? 16 : 0;
     static constexpr bool kSigned = Type == GgmlType::Q8_0;
-    static constexpr bool kHasMin = Type == GgmlType::Q4_1;
-    static constexpr int kGroupsPerMadd = kSigned ? 1 : 8;
+    static constexpr bool kHasMin = Type == GgmlType::Q4_1 || Type == GgmlType::Q5_1;
+    static constexpr int kGroupsPerMadd = kSigned ? 1 : kHigh ? 4 : 8;  // as Dec8's
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kRecordBytes = packed_record_bytes(Type);
     static constexpr int64_t kValueBytes = kSigned ? 512 : 256;
+    static constexpr int64_t kScalesAt = kValueBytes + (kHigh ? 64 : 0);
 
     static Step8 load(const uint8_t* rec, int h) {
         Step8 s;
@@ -413,8 +421,9 @@ struct Packed8 {
                 s.w[4 + j] = high_nibbles(x);
             }
         }
-        s.ws = _mm256_cvtph_ps(load128(rec + kValueBytes + 16 * h));
-        if constexpr (kHasMin) s.wm = _mm256_cvtph_ps(load128(rec + kValueBytes + 32 + 16 * h));
+        if constexpr (kHigh) add_fifth_bits(load256(rec + kValueBytes + 32 * h), s.w);
+        s.ws = _mm256_cvtph_ps(load128(rec + kScalesAt + 16 * h));
+        if constexpr (kHasMin) s.wm = _mm256_cvtph_ps(load128(rec + kScalesAt + 32 + 16 * h));
         return s;
     }
 };

@@ -355,11 +355,19 @@ void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1);
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
-    const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
+    const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
+    const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;
     const int64_t value_bytes = q8 ? 512 : 256;  // per record: 64 bytes per four bytes of each of the 16 rows
+    const int64_t scales_at = value_bytes + (q5 ? 64 : 0);  // Q5_0, Q5_1: each row's qh word before the scales
     const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
-    const size_t qs_at = has_min ? offsetof(BlockQ4_1, qs) : q8 ? offsetof(BlockQ8_0, qs) : offsetof(BlockQ4_0, qs);
+    const size_t qs_at = q8                         ? offsetof(BlockQ8_0, qs)
+                         : w.type == GgmlType::Q4_0 ? offsetof(BlockQ4_0, qs)
+                         : w.type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs)
+                         : w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qs)
+                                                    : offsetof(BlockQ5_1, qs);
+    const size_t qh_at = w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qh) : offsetof(BlockQ5_1, qh);
     static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
+    static_assert(offsetof(BlockQ5_0, d) == 0 && offsetof(BlockQ5_1, d) == 0 && offsetof(BlockQ5_1, m) == 2);
     for (int64_t tile = tile0; tile < tile1; ++tile) {
         auto* rec = static_cast<uint8_t*>(out) + tile * nb * record;
         for (int64_t b = 0; b < nb; ++b, rec += record) {
@@ -368,8 +376,9 @@ void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) 
                 const uint8_t* block = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
                                        b * block_bytes;
                 for (int64_t c = 0; c < value_bytes / 64; ++c) std::memcpy(rec + 64 * c + 4 * r, block + qs_at + 4 * c, 4);
-                std::memcpy(rec + value_bytes + 2 * r, block, 2);                        // d
-                if (has_min) std::memcpy(rec + value_bytes + 32 + 2 * r, block + 2, 2);  // m
+                if (q5) std::memcpy(rec + value_bytes + 4 * r, block + qh_at, 4);      // qh
+                std::memcpy(rec + scales_at + 2 * r, block, 2);                        // d
+                if (has_min) std::memcpy(rec + scales_at + 32 + 2 * r, block + 2, 2);  // m
             }
         }
     }
