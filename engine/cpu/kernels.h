@@ -112,7 +112,8 @@ Kernel fallback_kernel();
 float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t);
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer), a value at a time: the
 // layout avx512::pack_tiles writes with its transposes, for machines without AVX-512 (and Q5_0 and Q5_1 records,
-// which only the AVX2 kernels read: Q4_0's values, then each row's qh word). Q4_K and Q5_K tiles are two
+// which only the AVX2 kernels read: Q4_0's values, then each row's qh word with its bits reordered, bit 8i + k the
+// fifth bit of element 4k + i). Q4_K and Q5_K tiles are two
 // eight-row halves, each its rows' super-blocks in order, each super-block's 16-byte chunks c in order as the four
 // vectors the AVX2 kernels' transpose of eight rows makes of them: vector k, lane r = bytes 16 c + 4 k .. + 3 of
 // row r.

@@ -376,7 +376,13 @@ void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) 
                 const uint8_t* block = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
                                        b * block_bytes;
                 for (int64_t c = 0; c < value_bytes / 64; ++c) std::memcpy(rec + 64 * c + 4 * r, block + qs_at + 4 * c, 4);
-                if (q5) std::memcpy(rec + value_bytes + 4 * r, block + qh_at, 4);      // qh
+                if (q5) {  // qh, spread: bit 8i + k = the fifth bit of element 4k + i
+                    uint32_t qh = 0, spread = 0;
+                    std::memcpy(&qh, block + qh_at, 4);
+                    for (int k = 0; k < 8; ++k)
+                        for (int i = 0; i < 4; ++i) spread |= ((qh >> (4 * k + i)) & 1u) << (8 * i + k);
+                    std::memcpy(rec + value_bytes + 4 * r, &spread, 4);
+                }
                 std::memcpy(rec + scales_at + 2 * r, block, 2);                        // d
                 if (has_min) std::memcpy(rec + scales_at + 32 + 2 * r, block + 2, 2);  // m
             }
