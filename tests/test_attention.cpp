@@ -239,3 +239,31 @@ TEST_CASE("the split form spread over key blocks gives attend_rows' bits", "[cpu
         }
     }
 }
+
+TEST_CASE("the AVX-512 build of the attention gives the AVX2 build's bits", "[cpu]") {
+    const KvOps& avx2 = kv_ops(Isa::avx2, false);
+    const KvOps& avx512 = kv_ops(Isa::avx512, false);
+    if (&avx512 == &avx2) return test::skip_no_device("no AVX-512 here: the attention runs its AVX2 build");
+    // Head sizes with 64-, 16- and 8-column remainders; decode rows (1 to 4 heads of a token: keys in lanes, 16
+    // positions to a register and an odd key vector left) and prefill tiles (rows in lanes); both cache types.
+    // (a token's group of 1, 2, 3 or 4 heads is keys in lanes, of 8 or 12 rows in lanes)
+    const Shape shapes[] = {{9, 3, 64}, {2, 2, 64}, {4, 2, 48}, {8, 1, 72}, {12, 1, 40}, {3, 3, 8}, {4, 1, 256},
+                            {16, 2, 64}};
+    for (const Shape& s : shapes) {
+        for (int n_kv : {1, 9, 100, 517}) {
+            const Inputs in = random_inputs(s, n_kv, static_cast<uint32_t>(n_kv + 7 * s.head_dim));
+            for (KvType kv : {KvType::f32, KvType::f16}) {
+                for (int window : {0, 70}) {
+                    INFO(s.n_head << "/" << s.n_head_kv << " heads of " << s.head_dim << ", " << n_kv
+                                  << " positions, KV " << kv_type_name(kv) << ", window " << window);
+                    const int t0 = std::max(0, n_kv - 8);
+                    for (int tile : {1, 4}) {
+                        INFO("tiles of " << tile << " tokens");
+                        CHECK(same_bits(attend_tokens(in, kv, avx512, t0, n_kv, tile, window),
+                                        attend_tokens(in, kv, avx2, t0, n_kv, tile, window)));
+                    }
+                }
+            }
+        }
+    }
+}

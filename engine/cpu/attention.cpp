@@ -86,6 +86,24 @@ constexpr KvOps kAvx2{scores_plain<uint16_t>,
                       avx2::swiglu,
                       avx2::geglu};
 
+// The same primitives built with AVX-512 (kv_ops_avx512.cpp): the same results, some loops sixteen lanes wide.
+constexpr KvOps kAvx512{scores_plain<uint16_t>,
+                        scores_plain<float>,
+                        avx512kv::mix_f16,
+                        avx512kv::mix_f32,
+                        avx512kv::round_f16,
+                        avx512kv::to_f16,
+                        avx512kv::tile_f16,
+                        avx512kv::tile_f32,
+                        avx512kv::tile_score_floats,
+                        avx512kv::tile_scores_f16,
+                        avx512kv::tile_scores_f32,
+                        avx512kv::tile_softmax,
+                        avx512kv::tile_mix_f16,
+                        avx512kv::tile_mix_f32,
+                        avx512kv::swiglu,
+                        avx512kv::geglu};
+
 // One row over its whole range [first, last] at once: scores, softmax, mix (the path without a tiled kernel).
 void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, float* scores) {
     const bool f16 = kv.type == KvType::f16;
@@ -128,7 +146,9 @@ void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, fl
 
 const KvOps& kv_ops(Isa isa, bool reference) {
     if (reference || isa == Isa::generic) return kPlain;
-    return kAvx2;  // AVX-512 machines run the AVX2 primitives: head_dim rows are short
+    // (where the AVX-512 kernels are SIMDe's emulation, the CPU lacks AVX-512)
+    if (isa >= Isa::avx512 && isa_available(Isa::avx512) && !avx512_emulated()) return kAvx512;
+    return kAvx2;
 }
 
 size_t attend_scratch_floats(int n_ctx) { return static_cast<size_t>(n_ctx); }

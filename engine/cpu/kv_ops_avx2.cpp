@@ -1,3 +1,7 @@
+// The attention primitives on AVX2 + F16C. engine/cpu/kv_ops_avx512.cpp builds this file a second time with AVX-512
+// (QUILL_KV_NS avx512kv): the keys-in-lanes scores and the mix then also go sixteen lanes at a time in zmm registers
+// (__AVX512F__ below), every lane doing the operations of the eight-lane code in the same order, so both builds
+// give the same bits.
 #include "engine/cpu/kv_ops_avx2.h"
 
 #include "engine/cpu/attention.h"
@@ -11,7 +15,11 @@
 #include <memory>
 #include <vector>
 
-namespace quill::cpu::avx2 {
+#ifndef QUILL_KV_NS
+#define QUILL_KV_NS avx2
+#endif
+
+namespace quill::cpu::QUILL_KV_NS {
 
 namespace {
 
@@ -26,6 +34,19 @@ __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinter
 __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 float load1(const uint16_t* p) { return fp16_to_fp32(*p); }
 float load1(const float* p) { return *p; }
+#ifdef __AVX512F__
+__m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+__m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+// Two key vectors of 8 positions, `apart` elements apart, as one vector of 16 (the first in the low lanes).
+__m512 load2x8(const uint16_t* p, size_t apart) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + apart));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+__m512 load2x8(const float* p, size_t apart) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p)), _mm256_loadu_ps(p + apart), 1);
+}
+#endif
 
 // out = sum_j p[j] v_j, 32 columns at a time so the accumulators stay in registers across all positions.
 template <class T>
@@ -192,6 +213,31 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
                     for (int r = 0; r < R; ++r) _mm256_store_ps(sr[r] + 8 * (i + x), _mm256_mul_ps(acc[x][r], vscale));
                 i += KV;
             };
+#ifdef __AVX512F__
+            // KV pairs of key vectors, sixteen positions to a register (32 of them): each lane the chain above.
+            auto run16 = [&]<int KV>() {
+                for (int x = 0; x < 2 * KV; ++x)
+                    if (i + x + kAhead < nvec) prefetch(i + x + kAhead);
+                __m512 acc[KV][R];
+                for (int x = 0; x < KV; ++x)
+                    for (int r = 0; r < R; ++r) acc[x][r] = _mm512_setzero_ps();
+                for (int d = 0; d < hd; ++d) {
+                    __m512 kd[KV];
+                    for (int x = 0; x < KV; ++x) kd[x] = load2x8(kb + (i + 2 * x) * kbs + 8 * d, kbs);
+                    for (int r = 0; r < R; ++r) {
+                        const __m512 qd = _mm512_set1_ps(sc.q[r][d]);
+                        for (int x = 0; x < KV; ++x) acc[x][r] = _mm512_fmadd_ps(qd, kd[x], acc[x][r]);
+                    }
+                }
+                for (int x = 0; x < KV; ++x)
+                    for (int r = 0; r < R; ++r)
+                        _mm512_storeu_ps(sr[r] + 8 * (i + 2 * x), _mm512_mul_ps(acc[x][r], _mm512_set1_ps(scale)));
+                i += 2 * KV;
+            };
+            constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
+            while (i + 2 * kMaxKv16 <= nvec) run16.template operator()<kMaxKv16>();
+            while (i + 2 <= nvec) run16.template operator()<1>();
+#endif
             constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
             while (i + kMaxKv <= nvec) run.template operator()<kMaxKv>();
             while (i < nvec) run.template operator()<1>();
@@ -334,29 +380,60 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
     }
 }
 
-// o[g][c..c+8V) = sum_j p(g, j) v_j over positions [0, n_kv) (one chain per element from 0), V vectors per row, with
-// p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector. Stored into o, or added
-// to what o holds when `add`.
-template <int G, int V, int key_stride, bool add, class T>
+// W float lanes to a register (8: AVX2; 16: the AVX-512 build), for the code written once for both.
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<8> {
+    using V = __m256;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V set1(float x) { return _mm256_set1_ps(x); }
+    template <class T>
+    static V load(const T* p) { return load8(p); }
+    static V loadu(const float* p) { return _mm256_loadu_ps(p); }
+    static void storeu(float* p, V x) { _mm256_storeu_ps(p, x); }
+    static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm256_add_ps(a, b); }
+};
+#ifdef __AVX512F__
+template <>
+struct Lanes<16> {
+    using V = __m512;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V set1(float x) { return _mm512_set1_ps(x); }
+    template <class T>
+    static V load(const T* p) { return load16(p); }
+    static V loadu(const float* p) { return _mm512_loadu_ps(p); }
+    static void storeu(float* p, V x) { _mm512_storeu_ps(p, x); }
+    static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm512_add_ps(a, b); }
+};
+#endif
+
+// o[g][c..c+W*V) = sum_j p(g, j) v_j over positions [0, n_kv) (one chain per element from 0), V vectors of W lanes
+// per row, with p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector. Stored
+// into o, or added to what o holds when `add`. Each lane's operations are the same whatever W.
+template <int W, int G, int V, int key_stride, bool add, class T>
 void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* o) {
+    using L = Lanes<W>;
     const float* pg[G];
     for (int g = 0; g < G; ++g) pg[g] = p + g * row_stride;
-    __m256 acc[G][V];
+    typename L::V acc[G][V];
     for (int g = 0; g < G; ++g)
-        for (int x = 0; x < V; ++x) acc[g][x] = _mm256_setzero_ps();
+        for (int x = 0; x < V; ++x) acc[g][x] = L::zero();
     for (int j = 0; j < n_kv; ++j) {
         const T* vj = v + static_cast<size_t>(j) * stride + c;
-        __m256 vv[V];
-        for (int x = 0; x < V; ++x) vv[x] = load8(vj + 8 * x);
+        typename L::V vv[V];
+        for (int x = 0; x < V; ++x) vv[x] = L::load(vj + W * x);
         for (int g = 0; g < G; ++g) {
-            const __m256 pj = _mm256_broadcast_ss(pg[g] + j * key_stride);
-            for (int x = 0; x < V; ++x) acc[g][x] = _mm256_fmadd_ps(pj, vv[x], acc[g][x]);
+            const typename L::V pj = L::set1(pg[g][j * key_stride]);
+            for (int x = 0; x < V; ++x) acc[g][x] = L::fmadd(pj, vv[x], acc[g][x]);
         }
     }
     for (int g = 0; g < G; ++g)
         for (int x = 0; x < V; ++x) {
-            float* dst = o[g] + c + 8 * x;
-            _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), acc[g][x]) : acc[g][x]);
+            float* dst = o[g] + c + W * x;
+            L::storeu(dst, add ? L::add(L::loadu(dst), acc[g][x]) : acc[g][x]);
         }
 }
 
@@ -384,9 +461,15 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
         constexpr int V = G <= 2 ? 4 : G <= 6 ? 2 : 1;
         auto columns = [&]<int KS>(const float* pr, int row_stride) {
             int c = 0;
+#ifdef __AVX512F__
+            for (; c + 64 <= hd; c += 64)
+                mix_columns<16, G, 4, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+            for (; c + 16 <= hd; c += 16)
+                mix_columns<16, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+#endif
             for (; c + 8 * V <= hd; c += 8 * V)
-                mix_columns<G, V, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
-            for (; c < hd; c += 8) mix_columns<G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+                mix_columns<8, G, V, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+            for (; c < hd; c += 8) mix_columns<8, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
         };
         if (t.rows_in_lanes)
             columns.template operator()<RL>(s + (b0 - t.lo) * RL + r0, 1);
@@ -519,4 +602,4 @@ void to_f16(const float* x, uint16_t* y, int n) {
     for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
-}  // namespace quill::cpu::avx2
+}  // namespace quill::cpu::QUILL_KV_NS
