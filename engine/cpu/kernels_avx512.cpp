@@ -386,12 +386,13 @@ template <typename V>
 template <typename Dec>
 inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m512& acc) {
     const int8_t* a = ta.qs + 32 * b;  // [32]
-    __m512i dot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains; the integer sum is exact
+    // Two chains, the first starting from -c * sum(a) (the unsigned weights' offset): the integer sum is exact.
+    __m512i dot[2] = {Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm512_setzero_si512(),
+                      _mm512_setzero_si512()};
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
         dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-    __m512i sum = _mm512_add_epi32(dot[0], dot[1]);
-    if constexpr (Dec::kOffset != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(Dec::kOffset * ta.isum[b]));
+    const __m512i sum = _mm512_add_epi32(dot[0], dot[1]);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(st.ws, _mm512_set1_ps(ta.d[b])), acc);
     if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ta.ds[b]), acc);
 }
@@ -445,12 +446,12 @@ inline void prefetch_rows16(Rows16 rows, int64_t prefetch, int64_t end, int64_t*
 template <typename Dec>
 inline void rows8_block(const avx2::Step8& st, const TokenActs& ta, int64_t b, __m256& acc) {
     const int8_t* a = ta.qs + 32 * b;  // [32]
-    __m256i dot[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    __m256i dot[2] = {Dec::kOffset != 0 ? _mm256_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};  // as in rows16_block
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
         dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-    __m256i sum = _mm256_add_epi32(dot[0], dot[1]);
-    if constexpr (Dec::kOffset != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(Dec::kOffset * ta.isum[b]));
+    const __m256i sum = _mm256_add_epi32(dot[0], dot[1]);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(st.ws, _mm256_set1_ps(ta.d[b])), acc);
     if constexpr (Dec::kHasMin) acc = _mm256_fmadd_ps(st.wm, _mm256_set1_ps(ta.ds[b]), acc);
 }
