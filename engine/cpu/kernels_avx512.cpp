@@ -406,10 +406,12 @@ struct NextRecords {
     int64_t bytes = 0;  // of a record
 };
 
-// out[j][r] = row r of the tile against token t0 + j, j < T, from the repacked blocks.
-template <typename Dec, int T>
-void rows16_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16],
-                 NextRecords next = {}) {
+// out[j][r] = row r of the tile against token t0 + j, j < T, from the repacked blocks; with Decode, the blocks are
+// first decoded from the packed records (Dec::step) and stored into steps as they go, for the tile's other tokens:
+// the records' loads then overlap this pass's arithmetic instead of stalling a pass of their own.
+template <typename Dec, int T, bool Decode = false>
+void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16],
+                 NextRecords next = {}, const uint8_t* records = nullptr) {
     __m512 acc[T];
     TokenActs ta[T];
 #pragma GCC unroll 8
@@ -422,8 +424,15 @@ void rows16_tile(const Step16* steps, int64_t nb, const QuantizedActs& q, int64_
             for (int64_t o = 0; o < next.bytes; o += 64)
                 _mm_prefetch(reinterpret_cast<const char*>(next.rec + b * next.bytes + o), _MM_HINT_T1);
         }
+        if constexpr (Decode) {
+            const Step16 st = Dec::step(records + b * Dec::kRecordBytes);
+            steps[b] = st;
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) rows16_block<Dec>(steps[b], ta[t], b, acc[t]);
+            for (int t = 0; t < T; ++t) rows16_block<Dec>(st, ta[t], b, acc[t]);
+        } else {
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) rows16_block<Dec>(steps[b], ta[t], b, acc[t]);
+        }
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
@@ -526,16 +535,26 @@ void rows16_decode(Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedAct
     }
 }
 
-// Tokens [t0, t0 + T) for T = min(left, kRows16Tokens) (or 3 on the decode path); returns T.
+// Tokens [t0, t0 + T) for T = min(left, kRows16Tokens) (or 3 on the decode path); returns T. With records (packed
+// types), the steps are decoded from them on the way (rows16_tile's Decode).
 template <typename Dec>
-int rows16_tokens(const Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0,
-                  int64_t left, float (*out)[16], NextRecords next = {}) {
+int rows16_tokens(Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0,
+                  int64_t left, float (*out)[16], NextRecords next = {}, const uint8_t* records = nullptr) {
     if constexpr (requires { typename Dec::Dec8; }) {  // (Q8_0 decodes on the four-row kernels: q8_0_rows)
         if (steps == nullptr) {
             static_assert(kRows16MinTokens <= 4);
             if (left >= 3) return rows16_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;
             if (left == 2) return rows16_decode<Dec, 2>(rows, prefetch, nb, q, t0, out), 2;
             return rows16_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
+        }
+    }
+    if constexpr (requires { Dec::kRecordBytes; }) {
+        if (records != nullptr) {
+            if (left >= 8) return rows16_tile<Dec, 8, true>(steps, nb, q, t0, out, next, records), 8;
+            if (left >= 6) return rows16_tile<Dec, 6, true>(steps, nb, q, t0, out, next, records), 6;
+            if (left >= 4) return rows16_tile<Dec, 4, true>(steps, nb, q, t0, out, next, records), 4;
+            if (left >= 2) return rows16_tile<Dec, 2, true>(steps, nb, q, t0, out, next, records), 2;
+            return rows16_tile<Dec, 1, true>(steps, nb, q, t0, out, next, records), 1;
         }
     }
     if (left >= 8) return rows16_tile<Dec, 8>(steps, nb, q, t0, out, next), 8;
@@ -897,20 +916,14 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                 continue;
             }
 #endif
-            if (prefill) {
-                for (int64_t b = 0; b < nb; ++b) {
-                    const uint8_t* rec = tile + b * P::kRecordBytes;
-#ifdef QUILL_AMX
-                    if (amx) prefetch_record<P>(rec);
-#endif
-                    steps[b] = P::step(rec);
-#ifdef QUILL_AMX
-                    if (amx) to_signed<P>(steps[b]);
-#endif
-                }
-            }
 #ifdef QUILL_AMX
             if (amx) {
+                for (int64_t b = 0; b < nb; ++b) {
+                    const uint8_t* rec = tile + b * P::kRecordBytes;
+                    prefetch_record<P>(rec);
+                    steps[b] = P::step(rec);
+                    to_signed<P>(steps[b]);
+                }
                 amx_tokens<P>(steps, nb, q, c0, c1, args.y + r, w.n_out, mask);
                 continue;
             }
@@ -919,9 +932,9 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                 float* y = args.y + t * w.n_out + r;
                 float out[kRows16Tokens][16];
                 int nt;
-                if (prefill) {  // the first tokens' multiply prefetches the next tile
+                if (prefill) {  // the first tokens' multiply decodes the tile and prefetches the next one
                     const NextRecords next{t == c0 && r + 16 < r1 ? tile + tile_bytes : nullptr, P::kRecordBytes};
-                    nt = rows16_tokens<P>(steps, nullptr, 0, nb, q, t, c1 - t, out, next);
+                    nt = rows16_tokens<P>(steps, nullptr, 0, nb, q, t, c1 - t, out, next, t == c0 ? tile : nullptr);
                 } else if (c1 - t >= 3) {
                     packed_decode<P, 3>(tile, nb, q, t, out), nt = 3;
                 } else if (c1 - t == 2) {
