@@ -36,12 +36,22 @@ cpu::WeightMatrix as_matrix(const TensorView& t) {
     return {t.type, t.data, t.ne[0], t.n_rows(), t.row_bytes()};
 }
 
+// The sum of x[i]^2 in double (each square exact), in eight chains (element i in chain i % 8) summed pairwise at the
+// end: one chain of d dependent additions made a row's norm take longer than its share of a 16-token matmul.
+double sum_squares(const float* x, int64_t d) {
+    double c[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8)
+        for (int j = 0; j < 8; ++j) c[j] += static_cast<double>(x[i + j]) * x[i + j];
+    for (int j = 0; i < d; ++i, ++j) c[j] += static_cast<double>(x[i]) * x[i];
+    return ((c[0] + c[4]) + (c[2] + c[6])) + ((c[1] + c[5]) + (c[3] + c[7]));
+}
+
 // y = x / sqrt(mean(x^2) + eps) * w, for n rows of d.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
     for (int64_t t = 0; t < n; ++t) {
         const float* xr = x + t * d;
-        double ss = 0.0;
-        for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+        const double ss = sum_squares(xr, d);
         const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
         float* yr = y + t * d;
         for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * scale * w[i];
