@@ -696,7 +696,7 @@ struct ActBuffers {
     std::vector<int8_t> qs, tile_qs;
     std::vector<uint8_t> qs_u;
     std::vector<float> d, ds, ds16, tile_d, tile_ds;
-    std::vector<int32_t> isum;
+    std::vector<int32_t> isum, tile_isum;
     QuantizedActs view;
 
     ActBuffers(int64_t n_tokens, int64_t n_in, bool unsigned_copy, bool tiles) {
@@ -716,10 +716,12 @@ struct ActBuffers {
             fill(tile_qs, 32 * tile_entries);
             fill(tile_d, tile_entries);
             fill(tile_ds, tile_entries);
+            fill(tile_isum, tile_entries);
         }
         view = {qs.data(),   d.data(),    ds.data(),      ds16.data(),    isum.data(),
                 unsigned_copy ? qs_u.data() : nullptr,
                 tiles ? tile_qs.data() : nullptr, tiles ? tile_d.data() : nullptr, tiles ? tile_ds.data() : nullptr,
+                tiles ? tile_isum.data() : nullptr,
                 n_tokens,    n_in,        qs_stride,      blk_stride};
     }
     template <typename T>
@@ -728,7 +730,8 @@ struct ActBuffers {
     }
     bool operator==(const ActBuffers& o) const {
         return same(qs, o.qs) && same(qs_u, o.qs_u) && same(d, o.d) && same(ds, o.ds) && same(ds16, o.ds16) &&
-               same(isum, o.isum) && same(tile_qs, o.tile_qs) && same(tile_d, o.tile_d) && same(tile_ds, o.tile_ds);
+               same(isum, o.isum) && same(tile_qs, o.tile_qs) && same(tile_d, o.tile_d) && same(tile_ds, o.tile_ds) &&
+               same(tile_isum, o.tile_isum);
     }
 };
 

@@ -35,12 +35,14 @@ struct QuantizedActs {
     float* ds16 = nullptr;    // [n_tokens, 2 * blk_stride]: da * sum of each 16-element half of a block
     int32_t* isum = nullptr;  // [n_tokens, blk_stride]: sum of the block's 32 int8 values
     uint8_t* qs_u = nullptr;  // [n_tokens, qs_stride]: qs + 128 as unsigned bytes (only for n_tokens > 1)
-    // For the AMX kernels (Isa::amx, from kAmxMinTokens tokens): qs, d and ds in groups of 16 tokens (the last
-    // group padded with zeros), so that a group's block b is one contiguous A tile: tile_qs [n_groups, nb, 16, 32],
-    // tile_d and tile_ds [n_groups, nb, 16], nb = n_in / 32.
+    // From kAmxMinTokens tokens on AVX-512 (and AMX): qs, d, ds and isum in groups of 16 tokens (the last group
+    // padded with zeros), so that a group's block b is one contiguous A tile: tile_qs [n_groups, nb, 16, 32],
+    // tile_d, tile_ds and tile_isum [n_groups, nb, 16], nb = n_in / 32. The sixteen-row VNNI tiles read eight
+    // tokens' block from one address there (the token-major rows take a register per token and array).
     int8_t* tile_qs = nullptr;
     float* tile_d = nullptr;
     float* tile_ds = nullptr;
+    int32_t* tile_isum = nullptr;
     int64_t n_tokens = 0, n_in = 0;
     int64_t qs_stride = 0, blk_stride = 0;
 };

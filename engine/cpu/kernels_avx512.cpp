@@ -397,6 +397,49 @@ inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m51
     if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ta.ds[b]), acc);
 }
 
+// Tokens t0.. of one group of the tile layout (QuantizedActs::tile_qs): token t0 + t's block b at qs + 512 * b +
+// 32 * t, its scale at d[16 * b + t] (and ds, isum): eight tokens' block from one address, where the token-major
+// rows need a register per token and array (the sixteen-row tiles spilled them).
+struct GroupedActs {
+    const int8_t* qs = nullptr;
+    const float* d = nullptr;
+    const float* ds = nullptr;
+    const int32_t* isum = nullptr;
+    GroupedActs() = default;
+    GroupedActs(const QuantizedActs& q, int64_t t0) {
+        const int64_t e = tile_entry(q, t0, 0);
+        qs = q.tile_qs + 32 * e;
+        d = q.tile_d + e;
+        ds = q.tile_ds + e;
+        isum = q.tile_isum + e;
+    }
+};
+
+// rows16_block for T tokens of the tile layout: each lane's operations are rows16_block's (the integer dot is
+// exact whatever the order of its additions), one chain per token, the multiplies going k by k over the tokens.
+template <typename Dec, int T>
+[[gnu::always_inline]] inline void rows16_block_grouped(const Step16& st, const GroupedActs& g, int64_t b,
+                                                        __m512* acc) {
+    const int8_t* a = g.qs + 512 * b;
+    const float* d = g.d + 16 * b;
+    const float* ds = g.ds + 16 * b;
+    const int32_t* isum = g.isum + 16 * b;
+    __m512i dot[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+        dot[t] = Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * isum[t]) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) dot[t] = dpbusd_broadcast(dot[t], st.w[k], a + 32 * t + 4 * k);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(st.ws, _mm512_set1_ps(d[t])), acc[t]);
+        if constexpr (Dec::kHasMin) acc[t] = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ds[t]), acc[t]);
+    }
+}
+
 // The packed records of the row tile after the one being multiplied, prefetched into L2 a record per block by the
 // multiply (rec == nullptr: none). Prefetched all at once before the multiply, as the unpacked path does, they
 // filled the line-fill buffers and stalled the decode of the records in between (a third of the packed matmul's
@@ -408,17 +451,28 @@ struct NextRecords {
 
 // out[j][r] = row r of the tile against token t0 + j, j < T, from the repacked blocks; with Decode, the blocks are
 // first decoded from the packed records (Dec::step) and stored into steps as they go, for the tile's other tokens:
-// the records' loads then overlap this pass's arithmetic instead of stalling a pass of their own.
-template <typename Dec, int T, bool Decode = false>
+// the records' loads then overlap this pass's arithmetic instead of stalling a pass of their own. Grouped: the
+// tokens lie in one group of the tile layout, read from there (rows16_block_grouped).
+template <typename Dec, int T, bool Decode = false, bool Grouped = false>
 void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16],
                  NextRecords next = {}, const uint8_t* records = nullptr) {
     __m512 acc[T];
     TokenActs ta[T];
+    GroupedActs g;
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-        ta[t] = TokenActs(q, t0 + t);
+        if constexpr (!Grouped) ta[t] = TokenActs(q, t0 + t);
         acc[t] = _mm512_setzero_ps();
     }
+    if constexpr (Grouped) g = GroupedActs(q, t0);
+    auto block = [&](const Step16& st, int64_t b) {
+        if constexpr (Grouped) {
+            rows16_block_grouped<Dec, T>(st, g, b, acc);
+        } else {
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) rows16_block<Dec>(st, ta[t], b, acc[t]);
+        }
+    };
     for (int64_t b = 0; b < nb; ++b) {
         if (next.rec != nullptr) {
             for (int64_t o = 0; o < next.bytes; o += 64)
@@ -427,11 +481,9 @@ void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, 
         if constexpr (Decode) {
             const Step16 st = Dec::step(records + b * Dec::kRecordBytes);
             steps[b] = st;
-#pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) rows16_block<Dec>(st, ta[t], b, acc[t]);
+            block(st, b);
         } else {
-#pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) rows16_block<Dec>(steps[b], ta[t], b, acc[t]);
+            block(steps[b], b);
         }
     }
 #pragma GCC unroll 8
@@ -548,20 +600,25 @@ int rows16_tokens(Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, cons
             return rows16_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
         }
     }
+    // T tokens from t0, in the tile layout when the tokens lie in one of its groups.
+    auto pass = [&]<int T, bool Decode>() {
+        if (q.tile_qs != nullptr && t0 % kAmxGroup + T <= kAmxGroup)
+            rows16_tile<Dec, T, Decode, true>(steps, nb, q, t0, out, next, records);
+        else
+            rows16_tile<Dec, T, Decode>(steps, nb, q, t0, out, next, records);
+        return T;
+    };
+    auto tokens = [&]<bool Decode>() {
+        if (left >= 8) return pass.template operator()<8, Decode>();
+        if (left >= 6) return pass.template operator()<6, Decode>();
+        if (left >= 4) return pass.template operator()<4, Decode>();
+        if (left >= 2) return pass.template operator()<2, Decode>();
+        return pass.template operator()<1, Decode>();
+    };
     if constexpr (requires { Dec::kRecordBytes; }) {
-        if (records != nullptr) {
-            if (left >= 8) return rows16_tile<Dec, 8, true>(steps, nb, q, t0, out, next, records), 8;
-            if (left >= 6) return rows16_tile<Dec, 6, true>(steps, nb, q, t0, out, next, records), 6;
-            if (left >= 4) return rows16_tile<Dec, 4, true>(steps, nb, q, t0, out, next, records), 4;
-            if (left >= 2) return rows16_tile<Dec, 2, true>(steps, nb, q, t0, out, next, records), 2;
-            return rows16_tile<Dec, 1, true>(steps, nb, q, t0, out, next, records), 1;
-        }
+        if (records != nullptr) return tokens.template operator()<true>();
     }
-    if (left >= 8) return rows16_tile<Dec, 8>(steps, nb, q, t0, out, next), 8;
-    if (left >= 6) return rows16_tile<Dec, 6>(steps, nb, q, t0, out, next), 6;
-    if (left >= 4) return rows16_tile<Dec, 4>(steps, nb, q, t0, out, next), 4;
-    if (left >= 2) return rows16_tile<Dec, 2>(steps, nb, q, t0, out, next), 2;
-    return rows16_tile<Dec, 1>(steps, nb, q, t0, out, next), 1;
+    return tokens.template operator()<false>();
 }
 
 // Rows [r0, r1) of y for all tokens, sixteen rows at a time, written a block of rows at a time.
@@ -1407,12 +1464,15 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
     if (n > 8) _mm512_mask_storeu_ps(out.ds16 + 2 * at + 16, static_cast<__mmask16>((1u << (2 * n - 16)) - 1), ds16_hi);
     if (out.tile_qs != nullptr) {
         alignas(64) float sl[16], dsl[16];
+        alignas(64) int32_t il[16];
         _mm512_store_ps(sl, scale);
         _mm512_store_ps(dsl, ds);
+        _mm512_store_si512(il, isum);
         for (int i = 0; i < n; ++i) {
             const int64_t e = tile_entry(out, t, b0 + i);
             out.tile_d[e] = sl[i];
             out.tile_ds[e] = dsl[i];
+            out.tile_isum[e] = il[i];
         }
     }
 }

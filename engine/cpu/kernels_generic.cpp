@@ -453,6 +453,7 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
                 std::memcpy(out.tile_qs + at * 32, qr + 32 * b, 32);
                 out.tile_d[at] = dr[b];
                 out.tile_ds[at] = dsr[b];
+                out.tile_isum[at] = isumr[b];
             }
         }
     }
