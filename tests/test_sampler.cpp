@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -44,7 +45,7 @@ TEST_CASE("greedy picks the first maximum", "[sampler]") {
     // Longer rows (the search runs eight lanes at a time, then the tail): std::max_element's answer wherever the
     // maximum and its ties fall, with all-negative values.
     std::mt19937 rng(3);
-    for (size_t n : {7u, 8u, 9u, 31u, 49152u, 49157u}) {
+    for (size_t n : {7u, 8u, 9u, 15u, 16u, 17u, 31u, 33u, 49152u, 49157u}) {
         std::vector<float> x(n);
         for (int trial = 0; trial < 20; ++trial) {
             const uint32_t levels = trial % 2 == 0 ? 5 : 100000;  // the maximum tied many times, or rarely
@@ -53,6 +54,25 @@ TEST_CASE("greedy picks the first maximum", "[sampler]") {
             INFO("n " << n << ", trial " << trial);
             CHECK(s.sample(copy) == std::max_element(x.begin(), x.end()) - x.begin());
         }
+    }
+    // NaN never wins, in the sixteen-lane part and in the tail, nor makes a lane forget its maximum (a smaller value
+    // 32 places on: the same lane, after a NaN); -0.0 and 0.0 tie (the first of them); a row of NaN gives 0.
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t n : {5u, 16u, 40u, 64u}) {
+        for (size_t at : {size_t{0}, n / 2, n - 1}) {
+            std::vector<float> x(n, nan);
+            x[at] = -3.0f;
+            if (at + 1 < n) x[at + 1] = -4.0f;
+            if (at + 32 < n) x[at + 32] = -4.0f;
+            INFO("n " << n << ", max at " << at);
+            CHECK(s.sample(x) == static_cast<int32_t>(at));
+        }
+        std::vector<float> zeros(n, -1.0f);
+        zeros[n - 1] = 0.0f;
+        zeros[n / 3] = -0.0f;
+        CHECK(s.sample(zeros) == static_cast<int32_t>(n / 3));
+        std::vector<float> all_nan(n, nan);
+        CHECK(s.sample(all_nan) == 0);
     }
 }
 
