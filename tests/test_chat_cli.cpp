@@ -273,6 +273,7 @@ TEST_CASE("quill chat on a terminal: two turns, Ctrl-C in a reply, undo, regen, 
     // The second turn reused the first from the cache.
     const size_t stats2 = p.output().find(" tok/s; context ", mark);
     REQUIRE(stats2 != std::string::npos);
+    REQUIRE(p.wait_for("\n", stats2));  // the rest of the line (it can arrive after its first part)
     CHECK(p.output().find("reused 0,", stats2) > p.output().find('\n', stats2));
     mark = p.output().find("reply interrupted", mark);
     at_prompt();
