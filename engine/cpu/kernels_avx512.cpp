@@ -382,6 +382,14 @@ template <typename V>
 #endif
 }
 
+// acc += the block's exact integer dots scaled: fma(float(dot), ws * da, acc), then with a minimum fma(wm, ds, acc).
+// Every sixteen-row path ends a block here, so that a token's outputs have the same bits on all of them.
+template <typename Dec>
+[[gnu::always_inline]] inline void scale_block(const Step16& st, __m512i dot, float da, float ds, __m512& acc) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(st.ws, _mm512_set1_ps(da)), acc);
+    if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ds), acc);
+}
+
 // Adds block b of the sixteen rows to a token's accumulator.
 template <typename Dec>
 inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m512& acc) {
@@ -392,9 +400,7 @@ inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m51
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
         dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-    const __m512i sum = _mm512_add_epi32(dot[0], dot[1]);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(st.ws, _mm512_set1_ps(ta.d[b])), acc);
-    if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ta.ds[b]), acc);
+    scale_block<Dec>(st, _mm512_add_epi32(dot[0], dot[1]), ta.d[b], ta.ds[b], acc);
 }
 
 // Tokens t0.. of one group of the tile layout (QuantizedActs::tile_qs): token t0 + t's block b at qs + 512 * b +
@@ -434,10 +440,7 @@ template <typename Dec, int T>
         for (int t = 0; t < T; ++t) dot[t] = dpbusd_broadcast(dot[t], st.w[k], a + 32 * t + 4 * k);
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(st.ws, _mm512_set1_ps(d[t])), acc[t]);
-        if constexpr (Dec::kHasMin) acc[t] = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ds[t]), acc[t]);
-    }
+    for (int t = 0; t < T; ++t) scale_block<Dec>(st, dot[t], d[t], ds[t], acc[t]);
 }
 
 // The packed records of the row tile after the one being multiplied, prefetched into L2 a record per block by the
