@@ -485,8 +485,11 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
 // Every (token, head) pair of the batch attends over its slot's cache, unit by unit (attention_unit): a prefill's
 // tokens go in tiles of up to kMaxTileRows rows, which share each K and V block they read; when that leaves too few
 // units to keep the threads busy (a decode), the heads of a KV head are split over more units. Units are handed out
-// from an atomic counter, latest tokens first: a token's cost grows with its position, so an even split would leave
-// the thread with the early tokens idle. A row's result depends on neither choice (attention.h).
+// from an atomic counter a tile at a time (all its KV heads), latest tokens first: a token's cost grows with its
+// position, so an even split would leave the thread with the early tokens idle; and a KV head's share of a K block
+// or V row lies between the other heads' shares, which the hardware prefetchers fetch with it, so a thread that
+// takes all of a tile's heads uses those lines where threads taking one head each both fetched all of them (a
+// 16-sequence decode's steps took 2.5-3.9% less time). A row's result depends on neither choice (attention.h).
 void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -503,7 +506,8 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     unit_heads_ = std::min<int64_t>(group, kMaxTileRows);
     while (unit_heads_ > 1 && tiles_heads * ((group + unit_heads_ - 1) / unit_heads_) < 2 * pool_.size())
         unit_heads_ = (unit_heads_ + 1) / 2;
-    const int64_t n_units = tiles_heads * ((group + unit_heads_ - 1) / unit_heads_);
+    const int64_t per_tile = c.n_head_kv * ((group + unit_heads_ - 1) / unit_heads_);  // units (attention_unit)
+    const int64_t n_units = static_cast<int64_t>(tiles_.size()) * per_tile;
     if (n_units < 2 * pool_.size() && pool_.size() > 1 && attend_split(batch, layer, n_units)) return;
     const size_t per_thread = attn_scratch_.size() / pool_.size();
     std::atomic<int64_t> next{0};
@@ -514,10 +518,18 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
         KvHead kv[2];
         int m[2] = {};
         int cur = 0;
-        int64_t u = next.fetch_add(1, std::memory_order_relaxed);
+        int64_t first = 0, taken = per_tile;  // the units of the tile claimed last: [first, first + per_tile)
+        auto claim = [&]() -> int64_t {
+            if (taken == per_tile) {
+                first = next.fetch_add(1, std::memory_order_relaxed) * per_tile;
+                taken = 0;
+            }
+            return std::min(first + taken++, n_units);
+        };
+        int64_t u = claim();
         if (u < n_units) m[cur] = attention_unit(batch, layer, n_units - 1 - u, rows[cur], &kv[cur]);  // latest first
         while (u < n_units) {
-            const int64_t v = next.fetch_add(1, std::memory_order_relaxed);
+            const int64_t v = claim();
             if (v < n_units) {
                 m[1 - cur] = attention_unit(batch, layer, n_units - 1 - v, rows[1 - cur], &kv[1 - cur]);
                 attend_prefetch(rows[1 - cur], m[1 - cur], kv[1 - cur]);
