@@ -488,7 +488,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         if (!PackedWeights::supports(type, Isa::avx2) && !PackedWeights::supports(type, Isa::avx512)) continue;
         // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800; super-blocks for Q4_K and Q5_K: 768), a
         // single block, and AMX's chunks (400 tokens of 2816); every token count of every path (decode 1-3,
-        // sixteen-row tiles, AMX groups).
+        // sixteen-row tiles, one whole group of the tile layout in one pass: 16, AMX groups).
         const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K;
         for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, k ? 768 : 800}, {7, k ? 256 : 32}, {18, 2816}}) {
             const TestMatrix m = make_matrix(type, n_out, n_in, rng);
@@ -504,7 +504,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
                                   : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
                                                                                      : 288;  // Q4_0, Q4_K
             REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
-            for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 40, 400}) {
+            for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;
                 const std::vector<float> x = make_input(n_tokens, n_in, rng);
                 for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
