@@ -1034,7 +1034,9 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
 #endif
             if (prefill && c1 - c0 == kAmxGroup && q.tile_qs != nullptr && c0 % kAmxGroup == 0) {  // one whole group
                 float out[kAmxGroup][16];
-                rows16_group<P>(nb, q, c0, out, {r + 16 < r1 ? tile + tile_bytes : nullptr, P::kRecordBytes}, tile);
+                // The next tile's records even past r1: a thread's next rows usually follow (UnitRanges).
+                rows16_group<P>(nb, q, c0, out, {r + 16 < w.n_out ? tile + tile_bytes : nullptr, P::kRecordBytes},
+                                tile);
                 float* y = args.y + c0 * w.n_out + r;
                 for (int j = 0; j < kAmxGroup; ++j) _mm512_mask_storeu_ps(y + j * w.n_out, mask, _mm512_loadu_ps(out[j]));
                 continue;
@@ -1046,7 +1048,7 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                 if (prefill) {  // the first tokens' multiply decodes the tile; the first passes prefetch the next one
                     // With two passes or more, the first two take every other record each.
                     const bool split = c1 - c0 > kRows16Tokens;
-                    const bool prefetching = r + 16 < r1 && (t == c0 || (split && t == c0 + kRows16Tokens));
+                    const bool prefetching = r + 16 < w.n_out && (t == c0 || (split && t == c0 + kRows16Tokens));
                     const NextRecords next{prefetching ? tile + tile_bytes : nullptr, P::kRecordBytes, split ? 2 : 1,
                                            t == c0 ? 0 : 1};
                     nt = rows16_tokens<P>(steps, nullptr, 0, nb, q, t, c1 - t, out, next, t == c0 ? tile : nullptr);

@@ -229,6 +229,53 @@ struct PlannedJob {
     int64_t first_unit = 0, n_units = 0;
 };
 
+// The units [0, n) of a parallel section as one contiguous range per task: task ith takes its range from the front
+// a chunk at a time, so its row tiles run in address order across chunks (and the kernels' prefetch of the next
+// tile reaches into its next chunk); a task whose range is done takes chunks from the back of the others', so a
+// thread slowed by something else on the machine does not hold them up. Chunks handed out in turn from one counter
+// (each thread's next chunk somewhere else, its first tile's records cold) made a 16-sequence decode step 3-5%
+// slower than one range per thread with no stealing, and 11% slower with four times the chunks.
+class UnitRanges {
+public:
+    UnitRanges(int64_t n, int n_tasks, int64_t chunk) : slots_(static_cast<size_t>(n_tasks)), chunk_(chunk) {
+        for (int i = 0; i < n_tasks; ++i) {
+            const Range r = split_range(n, i, n_tasks);
+            slots_[i].span.store(pack(r.begin, r.end), std::memory_order_relaxed);
+        }
+    }
+    // The next units for task ith into *r; false when every range is done.
+    bool next(int ith, Range* r) {
+        if (take(slots_[ith], true, r)) return true;
+        const int n = static_cast<int>(slots_.size());
+        for (int i = 1; i < n; ++i)
+            if (take(slots_[(ith + i) % n], false, r)) return true;
+        return false;
+    }
+
+private:
+    struct alignas(64) Slot {
+        std::atomic<uint64_t> span{0};  // begin | end << 32
+    };
+    static uint64_t pack(int64_t begin, int64_t end) {
+        return static_cast<uint64_t>(begin) | static_cast<uint64_t>(end) << 32;
+    }
+    bool take(Slot& s, bool front, Range* r) const {
+        uint64_t v = s.span.load(std::memory_order_relaxed);
+        for (;;) {
+            const auto b = static_cast<int64_t>(v & 0xffffffffu), e = static_cast<int64_t>(v >> 32);
+            if (b >= e) return false;
+            const int64_t k = std::min(chunk_, e - b);
+            const uint64_t taken = front ? pack(b + k, e) : pack(b, e - k);
+            if (s.span.compare_exchange_weak(v, taken, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+                *r = front ? Range{b, b + k} : Range{e - k, e};
+                return true;
+            }
+        }
+    }
+    std::vector<Slot> slots_;
+    int64_t chunk_;
+};
+
 }  // namespace
 
 void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa) {
@@ -263,11 +310,10 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
         for (PlannedJob& p : plan) p.args.q = &x.cache().view;
     }
 
-    // Units of kRowTile rows (tiles stay whole) handed out in chunks: each thread starts with chunk ith, then takes
-    // the next free one, so a thread slowed by something else on the machine does not hold the others up.
+    // Units of kRowTile rows (tiles stay whole), a range per thread taken a quarter at a time (UnitRanges).
     const int nth = pool.size();
-    const int64_t n_chunks = nth == 1 ? 1 : std::min<int64_t>(total_units, 4 * nth);
-    std::atomic<int64_t> next_chunk{nth};
+    QUILL_CHECK(total_units < (int64_t{1} << 31), "{} row tiles in one product", total_units);
+    UnitRanges ranges(total_units, nth, std::max<int64_t>(1, (total_units + 4 * nth - 1) / (4 * nth)));
     const int64_t scratch_stride = (scratch_floats(x.n_in(), x.n_tokens()) + 15) / 16 * 16;
     float* scratch_base = thread_scratch(x.cache(), nth, scratch_stride);
     auto run_units = [&](int64_t u0, int64_t u1, float* thread_scratch) {
@@ -281,10 +327,7 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
     };
     pool.run([&](int ith, int) {
         float* thread_scratch = scratch_base + ith * scratch_stride;
-        for (int64_t c = ith; c < n_chunks; c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
-            const Range r = split_range(total_units, static_cast<int>(c), static_cast<int>(n_chunks));
-            run_units(r.begin, r.end, thread_scratch);
-        }
+        for (Range r; ranges.next(ith, &r);) run_units(r.begin, r.end, thread_scratch);
     });
 }
 
