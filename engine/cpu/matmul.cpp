@@ -310,10 +310,11 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
         for (PlannedJob& p : plan) p.args.q = &x.cache().view;
     }
 
-    // Units of kRowTile rows (tiles stay whole), a range per thread taken a quarter at a time (UnitRanges).
+    // Units of kRowTile rows (tiles stay whole), a range per thread taken a quarter at a time (UnitRanges; one
+    // thread takes all at once).
     const int nth = pool.size();
     QUILL_CHECK(total_units < (int64_t{1} << 31), "{} row tiles in one product", total_units);
-    UnitRanges ranges(total_units, nth, std::max<int64_t>(1, (total_units + 4 * nth - 1) / (4 * nth)));
+    UnitRanges ranges(total_units, nth, nth == 1 ? total_units : (total_units + 4 * nth - 1) / (4 * nth));
     const int64_t scratch_stride = (scratch_floats(x.n_in(), x.n_tokens()) + 15) / 16 * 16;
     float* scratch_base = thread_scratch(x.cache(), nth, scratch_stride);
     auto run_units = [&](int64_t u0, int64_t u1, float* thread_scratch) {
