@@ -390,17 +390,22 @@ template <typename Dec>
     if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ds), acc);
 }
 
-// Adds block b of the sixteen rows to a token's accumulator.
+// The exact integer dots of a block of the sixteen rows with one token's 32 values a (their sum isum): two chains,
+// the first starting from -c * isum (the unsigned weights' offset).
 template <typename Dec>
-inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m512& acc) {
-    const int8_t* a = ta.qs + 32 * b;  // [32]
-    // Two chains, the first starting from -c * sum(a) (the unsigned weights' offset): the integer sum is exact.
-    __m512i dot[2] = {Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm512_setzero_si512(),
+[[gnu::always_inline]] inline __m512i block_dot(const Step16& st, const int8_t* a, int32_t isum) {
+    __m512i dot[2] = {Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * isum) : _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
         dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-    scale_block<Dec>(st, _mm512_add_epi32(dot[0], dot[1]), ta.d[b], ta.ds[b], acc);
+    return _mm512_add_epi32(dot[0], dot[1]);
+}
+
+// Adds block b of the sixteen rows to a token's accumulator.
+template <typename Dec>
+inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m512& acc) {
+    scale_block<Dec>(st, block_dot<Dec>(st, ta.qs + 32 * b, ta.isum[b]), ta.d[b], ta.ds[b], acc);
 }
 
 // Tokens t0.. of one group of the tile layout (QuantizedActs::tile_qs): token t0 + t's block b at qs + 512 * b +
@@ -502,8 +507,8 @@ void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, 
 }
 
 // out[t][r] = row r of a packed tile against the sixteen tokens of the tile layout's group from t0, in one pass:
-// each record is decoded once and multiplied by all of them a token at a time (its two integer chains, then its
-// scaling: rows16_block's operations per lane, so the same bits). Two passes of eight over decoded steps (rows16_tile)
+// each record is decoded once and multiplied by all of them a token at a time (rows16_block's block_dot and
+// scale_block, so the same bits). Two passes of eight over decoded steps (rows16_tile)
 // stored 640 bytes a block and read them back; this form keeps sixteen accumulators, the block's eight weight
 // vectors, its scales and a token's two chains in registers. A 16-sequence decode step of the default model took
 // 8-10% less time (in-process A/B on a 2-core AVX-512 Xeon, three runs), the same texts.
@@ -523,14 +528,7 @@ void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[1
         const float* ds = g.ds + 16 * b;
         const int32_t* isum = g.isum + 16 * b;
 #pragma GCC unroll 16
-        for (int t = 0; t < 16; ++t) {
-            // As in rows16_block: the first chain starts from -c * sum(a), the integer sum is exact.
-            __m512i dot[2] = {Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * isum[t]) : _mm512_setzero_si512(),
-                              _mm512_setzero_si512()};
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 32 * t + 4 * k);
-            scale_block<Dec>(st, _mm512_add_epi32(dot[0], dot[1]), d[t], ds[t], acc[t]);
-        }
+        for (int t = 0; t < 16; ++t) scale_block<Dec>(st, block_dot<Dec>(st, a + 32 * t, isum[t]), d[t], ds[t], acc[t]);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) _mm512_storeu_ps(out[t], acc[t]);
