@@ -12,6 +12,8 @@ void check(cudaError_t err, const char* what) {
     throw Error(fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(err), cudaGetErrorName(err)));
 }
 
+void throw_internal(const char* what) { throw Error(std::string("internal error: ") + what); }
+
 void throw_unsupported(GgmlType type) {
     throw FileError(fmt::format("the CUDA backend has no kernel for weight type {}", type_name(type)));
 }

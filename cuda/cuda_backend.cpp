@@ -2,8 +2,10 @@
 
 #include "cuda/check.h"
 #include "cuda/dequant.h"
+#include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "engine/error.h"
+#include "engine/io/output.h"
 #include "engine/runtime/sampler.h"
 
 #include <cuda_runtime.h>
@@ -11,11 +13,15 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string_view>
 #include <vector>
 
 namespace quill::cuda {
+
+static_assert(kGemmMinTokens > kMaxGraphTokens, "a captured decode step must not call cuBLAS");
 
 namespace {
 
@@ -97,10 +103,13 @@ void for_each_vector(const Weights& w, F&& f) {
     f(w.output_norm);
 }
 
+// Blocks of 32 in the widest matmul input of a token.
+int64_t q8_blocks(const ModelConfig& c) { return (std::max({c.n_embd, c.n_embd_q(), c.n_ff}) + 31) / 32; }
+
 int64_t workspace_tokens_floats(const ModelConfig& c) {
     // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin, and the local layers'
-    // [n_rot each]
-    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + 2 * c.n_rot;
+    // [n_rot each]; an input quantized for matmul_q8: int8 values and a (d, d * sum) pair per block of 32
+    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + 2 * c.n_rot + q8_blocks(c) * 10;
 }
 
 }  // namespace
@@ -147,6 +156,15 @@ size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_lo
     return align_up(floats * sizeof(float)) * 1 + align_up(ints * sizeof(int32_t)) + 16 * kAlign;
 }
 
+size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens) {
+    int64_t max_elems = 0, max_cols = 0;
+    for_each_matrix(weights, [&](const TensorView& t) {
+        max_elems = std::max(max_elems, t.ne[0] * t.n_rows());
+        max_cols = std::max(max_cols, t.ne[0]);
+    });
+    return gemm_scratch_bytes(mode, max_elems, max_cols, n_tokens);
+}
+
 namespace {
 
 size_t kv_bytes(const ModelConfig& c, const CudaBackendOptions& o, int64_t n_ctx) {
@@ -162,7 +180,7 @@ MemoryPlan plan_for(const ModelConfig& c, const Weights& w, const CudaBackendOpt
     check(cudaMemGetInfo(&p.free, &p.total), "cudaMemGetInfo");
     p.weights = weight_bytes(w);
     p.kv = kv_bytes(c, o, o.n_ctx);
-    p.workspace = workspace_bytes(c, o.plan_tokens, o.plan_tokens);
+    p.workspace = workspace_bytes(c, o.plan_tokens, o.plan_tokens) + gemm_workspace_bytes(w, o.gemm, o.plan_tokens);
     return p;
 }
 
@@ -208,11 +226,25 @@ struct CudaBackend::Impl {
     const double* inv_freq = nullptr;
     std::map<int64_t, cudaGraphExec_t> graphs;  // decode steps by token count
 
+    // Prefill products (more than kMaxGraphTokens tokens, never in a graph) through cuBLAS, when it loaded.
+    std::unique_ptr<Gemm> gemm;
+    GemmMode gemm_mode = GemmMode::off;
+    std::string gemm_why;  // why gemm_mode is off when the option was not
+    DeviceBuffer gemm_scratch;
+
     // Workspace for a batch of up to cap_tokens tokens and cap_logits logit rows.
     int64_t cap_tokens = 0, cap_logits = 0;
     DeviceBuffer floats, ints;
     float *x = nullptr, *xn = nullptr, *q = nullptr, *att = nullptr, *k = nullptr, *v = nullptr, *gate = nullptr,
           *up = nullptr, *cs = nullptr, *cs_local = nullptr, *logits = nullptr;
+    int8_t* xq = nullptr;    // [n, 32 q8_blocks] a matmul input quantized (matmul_q8)
+    float* xds = nullptr;    // [n, q8_blocks, 2] its blocks' (d, d * sum)
+    bool int8 = true;        // CudaBackendOptions::int8_products
+    bool flash = true;       // CudaBackendOptions::flash_attention
+    bool fuse = false;       // CudaBackendOptions::fused_kernels
+    // The current call's leading decode tokens (BatchToken::decode) and their logit rows: they always take the
+    // decode kernels, so that a sequence's arithmetic does not depend on the prompt chunks batched with it.
+    int64_t n_dec = 0, m_dec = 0;
     int32_t* tokens = nullptr;
     DeviceBuffer picked_buffer;  // [cap_logits] tokens picked on the device (forward_sample)
     int32_t* picked = nullptr;
@@ -224,7 +256,65 @@ struct CudaBackend::Impl {
     PinnedBuffer host_in;   // what a forward call uploads: the batch's ints (then forward_sample's candidate counts)
     PinnedBuffer host_out;  // the flag, then the logits (or forward_sample's candidates)
 
+    // QUILL_CUDA_PROFILE=1: the device time between marks of enqueue_forward, by the call's token count and phase,
+    // printed to stderr when the backend goes. Graphs are off then, so that every kernel is launched and timed.
+    bool profile = false;
+    std::vector<cudaEvent_t> marks;
+    std::vector<std::string> mark_names;
+    size_t n_marks = 0;
+    int64_t mark_tokens = 0;
+    std::map<std::string, std::pair<double, int64_t>> profile_ms;  // by "<tokens> tokens: <phase>": ms, times
+    std::map<int64_t, std::pair<double, int64_t>> profile_calls;    // by token count: ms, calls
+
+    void mark(const char* phase) {
+        if (!profile) return;
+        if (n_marks == marks.size()) {
+            cudaEvent_t e = nullptr;
+            check(cudaEventCreate(&e), "cudaEventCreate (profile)");
+            marks.push_back(e);
+            mark_names.emplace_back();
+        }
+        mark_names[n_marks] = phase;
+        check(cudaEventRecord(marks[n_marks++], stream), "cudaEventRecord (profile)");
+    }
+    // After the stream has passed every mark (each forward call synchronizes before it returns).
+    void collect() {
+        if (n_marks >= 2) {
+            double total = 0.0;
+            for (size_t i = 1; i < n_marks; ++i) {
+                float ms = 0.0f;
+                check(cudaEventElapsedTime(&ms, marks[i - 1], marks[i]), "cudaEventElapsedTime (profile)");
+                auto& [sum, times] = profile_ms[fmt::format("{:>6} tokens: {}", mark_tokens, mark_names[i])];
+                sum += ms;
+                ++times;
+                total += ms;
+            }
+            profile_calls[mark_tokens].first += total;
+            ++profile_calls[mark_tokens].second;
+        }
+        n_marks = 0;
+    }
+    void print_profile() {
+        if (!profile) return;
+        cudaStreamSynchronize(stream);
+        try {
+            collect();
+        } catch (const Error&) {
+        }
+        print_stderr("quill: CUDA profile (QUILL_CUDA_PROFILE): device ms per forward call, by phase\n");
+        for (const auto& [key, v] : profile_ms) {
+            const int64_t tokens = std::stoll(key);
+            const auto& [call_ms, calls] = profile_calls[tokens];
+            print_stderr("  {:<40} {:9.3f} ms {:5.1f}%  ({} calls)\n", key, v.first / static_cast<double>(calls),
+                         100.0 * v.first / call_ms, calls);
+        }
+        for (const auto& [tokens, v] : profile_calls)
+            print_stderr("  {:>6} tokens: total {:9.3f} ms a call ({} calls)\n", tokens,
+                         v.first / static_cast<double>(v.second), v.second);
+    }
+
     ~Impl() {
+        for (cudaEvent_t e : marks) cudaEventDestroy(e);
         drop_graphs();
         if (stream) cudaStreamDestroy(stream);
     }
@@ -283,6 +373,8 @@ struct CudaBackend::Impl {
         up = take(n * c.n_ff);
         cs = take(n * c.n_rot);
         cs_local = take(n * c.n_rot);
+        xq = reinterpret_cast<int8_t*>(take(n * q8_blocks(c) * 8));
+        xds = take(n * q8_blocks(c) * 2);
         logits = take(m * c.n_vocab);
         QUILL_CHECK(f <= floats.get() + floats.size(), "float workspace overrun");
         tokens = reinterpret_cast<int32_t*>(ints.get());  // then slots, positions, logit rows, the flag (forward)
@@ -306,6 +398,7 @@ struct CudaBackend::Impl {
 
 CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options)
     : config_(config),
+      weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
       graphs_(options.graphs) {
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
@@ -355,12 +448,41 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
         }
         return dst;
     };
-    std::map<const uint8_t*, const uint8_t*> uploaded;
+    // Q4_0, Q4_1 and Q8_0 in the packed layout (cuda/dequant.h), split into its two planes in the staging buffers.
+    auto upload_packed = [&](const TensorView& t) {
+        const int qb = packed_quant_bytes(t.type), sb = packed_scale_bytes(t.type);
+        const int64_t blocks = static_cast<int64_t>(t.n_bytes) / (qb + sb);
+        uint8_t* quants = next;
+        uint8_t* scales = next + blocks * qb;
+        next += align_up(t.n_bytes);
+        QUILL_CHECK(next <= d.weights.get() + d.weights.size(), "weight upload overruns its plan");
+        const int64_t per_chunk = static_cast<int64_t>(kChunk) / (qb + sb);
+        for (int64_t b0 = 0; b0 < blocks; b0 += per_chunk) {
+            const int64_t nb = std::min(per_chunk, blocks - b0);
+            check(cudaEventSynchronize(done[turn]), "cudaEventSynchronize (weight staging)");
+            uint8_t* st = stage[turn].get();
+            pack_blocks(t.type, t.data + b0 * (qb + sb), nb, st, st + nb * qb);
+            check(cudaMemcpyAsync(quants + b0 * qb, st, static_cast<size_t>(nb * qb), cudaMemcpyHostToDevice,
+                                  d.stream),
+                  "cudaMemcpyAsync (weights)");
+            check(cudaMemcpyAsync(scales + b0 * sb, st + nb * qb, static_cast<size_t>(nb * sb),
+                                  cudaMemcpyHostToDevice, d.stream),
+                  "cudaMemcpyAsync (weights)");
+            check(cudaEventRecord(done[turn], d.stream), "cudaEventRecord");
+            turn ^= 1;
+        }
+        return DeviceMatrix{t.type, quants, t.ne[0], t.n_rows(), t.row_bytes(), scales};
+    };
+    std::map<const uint8_t*, DeviceMatrix> uploaded;  // a tied output matrix is the embedding: uploaded once
     auto matrix = [&](const TensorView& t) {
         auto it = uploaded.find(t.data);
-        const uint8_t* p = it != uploaded.end() ? it->second : upload(t.data, t.n_bytes);
-        uploaded[t.data] = p;
-        return DeviceMatrix{t.type, p, t.ne[0], t.n_rows(), t.row_bytes()};
+        if (it != uploaded.end()) return it->second;
+        const bool pack = options.packed_weights && packed_quant_bytes(t.type) > 0 && t.ne[0] % 32 == 0;
+        const DeviceMatrix m = pack ? upload_packed(t)
+                                    : DeviceMatrix{t.type, upload(t.data, t.n_bytes), t.ne[0], t.n_rows(),
+                                                   t.row_bytes()};
+        uploaded[t.data] = m;
+        return m;
     };
     auto vec = [&](const std::vector<float>& v) {
         return v.empty() ? nullptr : reinterpret_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
@@ -404,22 +526,61 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     check(cudaMemcpy(d.rope_freq.get(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),
           "cudaMemcpy (RoPE frequencies)");
     d.inv_freq = reinterpret_cast<const double*>(d.rope_freq.get());
-    d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots), 1);
+    // Logit rows for a decode step of every slot (up to the largest graph), so that the first multi-sequence step
+    // does not grow the workspace and drop the graphs captured before it.
+    d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots),
+              std::min<int64_t>(options.n_slots, kMaxGraphTokens));
+    d.int8 = options.int8_products;
+    d.flash = options.flash_attention;
+    d.fuse = options.fused_kernels;
+    if (const char* env = std::getenv("QUILL_CUDA_PROFILE"); env && std::string_view(env) == "1") {
+        d.profile = true;
+        graphs_ = false;
+    }
+    if (options.gemm != GemmMode::off) {
+        d.gemm = std::make_unique<Gemm>();
+        if (d.gemm->available()) {
+            d.gemm_mode = options.gemm;
+            d.gemm_scratch.allocate(gemm_workspace_bytes(weights, d.gemm_mode, d.cap_tokens), "cudaMalloc (GEMM scratch)");
+        } else {
+            d.gemm_why = d.gemm->why();
+            d.gemm.reset();
+        }
+    }
 }
 
-CudaBackend::~CudaBackend() = default;
+GemmMode CudaBackend::gemm_mode() const { return impl_->gemm_mode; }
+
+const std::string& CudaBackend::gemm_unavailable() const { return impl_->gemm_why; }
+
+CudaBackend::~CudaBackend() {
+    if (impl_) impl_->print_profile();
+}
 
 void CudaBackend::launch(const Batch& batch) {
     const ModelConfig& c = config_;
     Impl& d = *impl_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     const int64_t m = batch.n_logits();
+    d.collect();  // the previous call's marks (it synchronized before returning)
+    d.mark_tokens = n;
     d.reserve(c, n, m);
+    if (d.gemm_mode != GemmMode::off && n >= kGemmMinTokens) {
+        const size_t need = gemm_workspace_bytes(weights_, d.gemm_mode, n);
+        if (need > d.gemm_scratch.size()) {
+            check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize (before growing the GEMM scratch)");
+            d.gemm_scratch.allocate(need, "cudaMalloc (GEMM scratch)");
+        }
+    }
 
     // One upload of the batch: tokens, slots, positions, logit rows, the flag (RoPE angles are computed on the
     // device from the positions, so a captured step reads everything that changes from this copy).
     auto* in = reinterpret_cast<int32_t*>(d.host_in.get());
     int64_t r = 0;
+    d.n_dec = 0;
+    while (d.n_dec < n && batch.tokens[d.n_dec].decode) ++d.n_dec;
+    d.m_dec = 0;
+    for (int64_t t = 0; t < d.n_dec; ++t) d.m_dec += batch.tokens[t].logits;
     for (int64_t t = 0; t < n; ++t) {
         const BatchToken& bt = batch.tokens[t];
         in[t] = bt.token;
@@ -612,8 +773,10 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     int32_t* flag = rows + m;
     const int64_t half = c.n_rot / 2;
     const bool two_ropes = c.two_ropes();
+    d.mark("");
     rope_angles(pos, d.inv_freq, half, n, d.cs, d.stream);
     if (two_ropes) rope_angles(pos, d.inv_freq + half, half, n, d.cs_local, d.stream);
+    d.mark("rope angles");
 
     const Heads heads{static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
                       static_cast<int>(c.n_rot), c.rope == ModelConfig::Rope::neox};
@@ -621,8 +784,77 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     const size_t esize = kv_shape_.elem_size();
     const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
     cudaStream_t s = d.stream;
+    // The products of a call: the leading decode tokens (n_lead) through the decode kernels, then the prompt tokens
+    // through cuBLAS when there are at least kGemmMinTokens of them (never inside a graph: graphs hold at most
+    // kMaxGraphTokens tokens), else through the kernels too. The kernels: Q4_0, Q4_1 and Q8_0 weights take int8
+    // products with x quantized per block of 32, other types the float kernel; alike matrices that share an input
+    // (Q, K, V; gate, up) go in one launch (fused). q8_of names the input whose quantization d.xq holds (for the
+    // kernels' rows): a kernel that writes one of the products' inputs resets it, or sets it when it quantized its
+    // output too (the fused norms and activation).
+    const float* q8_of = nullptr;
+    auto products = [&](std::initializer_list<std::pair<const DeviceMatrix*, float*>> list, const float* x,
+                        int64_t nt, bool accumulate) {
+        const std::pair<const DeviceMatrix*, float*>* item = list.begin();
+        const DeviceMatrix& w0 = *item->first;
+        const int64_t n_lead = nt == n ? d.n_dec : d.m_dec;  // the layers' products, or the output's
+        const bool gemm = d.gemm_mode != GemmMode::off && nt - n_lead >= kGemmMinTokens;
+        const int64_t nk = gemm ? n_lead : nt;  // tokens through the kernels
+        for (size_t i = 0; nk > 0 && i < list.size();) {
+            ProductSet ps = product_set(*item[i].first, item[i].second);
+            size_t j = i + 1;
+            for (; d.fuse && j < list.size() && can_share_launch(*item[i].first, *item[j].first); ++j)
+                ps.add(*item[j].first, item[j].second);
+            if (d.int8 && uses_q8(ps.w[0].type)) {
+                if (q8_of != x) {
+                    quantize_q8(x, nk, ps.w[0].cols, d.xq, d.xds, s);
+                    q8_of = x;
+                    d.mark("quantize activations");
+                }
+                matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, d.fuse);
+            } else {
+                cuda::matmul(ps, x, nk, accumulate, s);
+            }
+            i = j;
+        }
+        if (gemm)
+            for (const auto& [w, y] : list)
+                d.gemm->gemm(d.gemm_mode, *w, x + n_lead * w->cols, nt - n_lead, y + n_lead * w->rows, accumulate,
+                             d.gemm_scratch.get(), d.gemm_scratch.size(), s);
+        d.mark(w0.rows == c.n_vocab ? "output product" : "products");
+    };
+    // The input norm of products of `w` (written to d.xn): quantized in the same launch when they take int8
+    // products, and (check_layer >= 0) the check of the previous layer's output fused in.
+    auto input_norm = [&](const float* x, const float* weight, int64_t rows, const DeviceMatrix& w,
+                          int32_t check_layer) {
+        const bool quantize = d.fuse && d.int8 && uses_q8(w.type) && c.n_embd % 32 == 0;
+        rms_norm_q8(x, weight, d.xn, rows, c.n_embd, c.rms_eps, quantize ? d.xq : nullptr, d.xds,
+                    check_layer >= 0 ? flag : nullptr, check_layer, s);
+        q8_of = quantize ? d.xn : nullptr;
+        d.mark("norms, adds, biases");
+    };
+    // Attention likewise: the decode tokens one block per (token, head), a prompt of kGemmMinTokens or more tokens
+    // in flash-attention tiles. Fused, the kernel of the decode tokens also quantizes its output for the output
+    // projection.
+    auto attend = [&](const LayerCache& cache, int64_t window, const DeviceMatrix& wo) {
+        const int64_t lead = d.n_dec, rest = n - d.n_dec;
+        const bool quantize = d.fuse && d.int8 && uses_q8(wo.type) && c.head_dim % 32 == 0;
+        int8_t* q_out = quantize ? d.xq : nullptr;
+        if (d.flash && rest >= kGemmMinTokens) {
+            const int64_t q_row = c.n_head * c.head_dim;
+            if (lead > 0) attention(d.q, slots, pos, lead, heads, cache, c.attn_scale, window, d.att, s, false, q_out,
+                                    d.xds);
+            attention(d.q + lead * q_row, slots + lead, pos + lead, rest, heads, cache, c.attn_scale, window,
+                      d.att + lead * q_row, s, true);
+            // Only the decode tokens' rows are quantized: enough when cuBLAS takes the prompt's products
+            q8_of = quantize && d.gemm_mode != GemmMode::off ? d.att : nullptr;
+        } else {
+            attention(d.q, slots, pos, n, heads, cache, c.attn_scale, window, d.att, s, false, q_out, d.xds);
+            q8_of = quantize ? d.att : nullptr;
+        }
+    };
 
     embed(d.tok_embd, d.tokens, n, c.embd_scale, d.x, s);
+    d.mark("embed");
     for (int64_t l = 0; l < c.n_layer; ++l) {
         const Impl::Layer& L = d.layers[l];
         const LayerCache cache{d.k_cache.get() + l * layer_elems * esize, d.v_cache.get() + l * layer_elems * esize,
@@ -630,45 +862,61 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                                static_cast<int64_t>(kv_shape_.n_ctx * kv_shape_.row_elems())};
         const bool local = c.layer_is_local(l);
         // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), xn = rms_norm(x) * attn_norm, with the optional
-        // biases, per-head Q/K norms and output norm (ModelConfig, LayerWeights)
-        rms_norm(d.x, L.attn_norm, d.xn, n, c.n_embd, c.rms_eps, s);
-        matmul(L.wq, d.xn, n, d.q, false, s);
-        matmul(L.wk, d.xn, n, d.k, false, s);
-        matmul(L.wv, d.xn, n, d.v, false, s);
+        // biases, per-head Q/K norms and output norm (ModelConfig, LayerWeights). Fused, the norm checks the
+        // previous layer's output.
+        input_norm(d.x, L.attn_norm, n, L.wq, d.fuse && l > 0 ? static_cast<int32_t>(l - 1) : -1);
+        products({{&L.wq, d.q}, {&L.wk, d.k}, {&L.wv, d.v}}, d.xn, n, false);
         if (L.bq) add_rows(d.q, L.bq, n, c.n_embd_q(), s);
         if (L.bk) add_rows(d.k, L.bk, n, c.n_embd_kv(), s);
         if (L.bv) add_rows(d.v, L.bv, n, c.n_embd_kv(), s);
         if (L.q_norm) rms_norm(d.q, L.q_norm, d.q, n * c.n_head, c.head_dim, c.rms_eps, s);
         if (L.k_norm) rms_norm(d.k, L.k_norm, d.k, n * c.n_head_kv, c.head_dim, c.rms_eps, s);
+        d.mark("norms, adds, biases");
         rope_store(d.q, d.k, d.v, local && two_ropes ? d.cs_local : d.cs, slots, pos, n, heads, cache, s);
-        attention(d.q, slots, pos, n, heads, cache, c.attn_scale, local ? c.sliding_window : 0, d.att, s);
+        d.mark("rope + K/V store");
+        attend(cache, local ? c.sliding_window : 0, L.wo);
+        d.mark("attention");
         if (L.bo || L.attn_post_norm) {  // through xn (free after the Q/K/V products), then into x
-            matmul(L.wo, d.att, n, d.xn, false, s);
+            products({{&L.wo, d.xn}}, d.att, n, false);
+            q8_of = nullptr;
             if (L.bo) add_rows(d.xn, L.bo, n, c.n_embd, s);
             if (L.attn_post_norm) rms_norm(d.xn, L.attn_post_norm, d.xn, n, c.n_embd, c.rms_eps, s);
             add(d.x, d.xn, n * c.n_embd, s);
+            d.mark("norms, adds, biases");
         } else {
-            matmul(L.wo, d.att, n, d.x, true, s);
+            products({{&L.wo, d.x}}, d.att, n, true);
         }
         // x += W2 (act(W1 xn) * W3 xn), xn = rms_norm(x) * ffn_norm; gemma3 norms the term first
-        rms_norm(d.x, L.ffn_norm, d.xn, n, c.n_embd, c.rms_eps, s);
-        matmul(L.gate, d.xn, n, d.gate, false, s);
-        matmul(L.up, d.xn, n, d.up, false, s);
-        gated_activation(d.gate, d.up, n * c.n_ff, gelu, s);
+        input_norm(d.x, L.ffn_norm, n, L.gate, -1);
+        products({{&L.gate, d.gate}, {&L.up, d.up}}, d.xn, n, false);
+        if (d.fuse && d.int8 && uses_q8(L.down.type) && c.n_ff % 32 == 0) {
+            gated_activation_q8(d.gate, d.up, n * c.n_ff, gelu, d.xq, d.xds, s);
+            q8_of = d.gate;
+        } else {
+            gated_activation(d.gate, d.up, n * c.n_ff, gelu, s);
+            q8_of = nullptr;
+        }
+        d.mark("activation");
         if (L.ffn_post_norm) {
-            matmul(L.down, d.gate, n, d.xn, false, s);
+            products({{&L.down, d.xn}}, d.gate, n, false);
+            q8_of = nullptr;
             rms_norm(d.xn, L.ffn_post_norm, d.xn, n, c.n_embd, c.rms_eps, s);
             add(d.x, d.xn, n * c.n_embd, s);
+            d.mark("norms, adds, biases");
         } else {
-            matmul(L.down, d.gate, n, d.x, true, s);
+            products({{&L.down, d.x}}, d.gate, n, true);
         }
-        check_finite(d.x, n * c.n_embd, static_cast<int32_t>(l), flag, s);
+        if (!d.fuse || l + 1 == c.n_layer) {
+            check_finite(d.x, n * c.n_embd, static_cast<int32_t>(l), flag, s);
+            d.mark("finiteness check");
+        }
     }
     if (m > 0) {
         gather_rows(d.x, rows, m, c.n_embd, d.xn, s);
-        rms_norm(d.xn, d.output_norm, d.xn, m, c.n_embd, c.rms_eps, s);
-        matmul(d.output, d.xn, m, d.logits, false, s);
+        input_norm(d.xn, d.output_norm, m, d.output, -1);
+        products({{&d.output, d.logits}}, d.xn, m, false);
         if (c.final_logit_softcap > 0.0f) softcap(d.logits, m * c.n_vocab, c.final_logit_softcap, s);
+        d.mark("output product");
     }
 }
 

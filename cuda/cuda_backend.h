@@ -3,6 +3,7 @@
 // includes, so the session code and the tests compile without the toolkit's headers.
 #pragma once
 
+#include "cuda/gemm_mode.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/backend.h"
 
@@ -22,6 +23,25 @@ struct CudaBackendOptions {
     // token count, replayed after that, reading tokens, slots and positions from device memory. Off: every kernel
     // launched each call (the same kernels, so the same results bit for bit).
     bool graphs = true;
+    // Products of more than kMaxGraphTokens tokens (prefill) through cuBLAS in this mode (gemm_mode.h), when
+    // cuBLAS loads; else, and with off, quill's matmul kernel.
+    GemmMode gemm = GemmMode::tf32;
+    // Q4_0, Q4_1 and Q8_0 matrices uploaded in the packed layout (cuda/dequant.h: 16-byte loads of the quants).
+    bool packed_weights = true;
+    // Q4_0, Q4_1 and Q8_0 products of fewer tokens (decode) as int8 dot products with the input quantized per block
+    // of 32, as the CPU backend's kernels do (matmul_q8); off: the float kernel (the reference backend's function).
+    bool int8_products = true;
+    // Prompts of more than kMaxGraphTokens tokens attend in flash-attention tiles on the tensor cores (an f16 cache
+    // and head_dim a multiple of 16 up to 128; kernels.h attention).
+    bool flash_attention = true;
+    // Fewer launches a decode step: Q, K and V (and gate and up) multiplied in one launch when alike, the int8
+    // inputs quantized by the norm, the attention and the activation that write them, each layer's output checked by
+    // the next layer's norm; and more than eight decode tokens multiplied four rows a warp (matmul_q8 rows_kernel).
+    // The same arithmetic, bit for bit (tests/test_cuda.cpp). Off until a GPU run has checked and timed it: it was
+    // written after this project's last GPU run (the device profile of that run: 17 launches a layer, the norms
+    // and quantizations a quarter of a decode step's device time, batched decode of 16 and 64 sequences no faster
+    // than 16). QUILL_CUDA_FUSE=1 turns it on.
+    bool fused_kernels = false;
 };
 
 // The largest decode batch replayed as a CUDA graph.
@@ -31,7 +51,7 @@ constexpr int64_t kMaxGraphTokens = 64;
 struct MemoryPlan {
     std::string device;  // "NVIDIA H200"
     size_t total = 0, free = 0;
-    size_t weights = 0, kv = 0, workspace = 0;
+    size_t weights = 0, kv = 0, workspace = 0;  // workspace includes the GEMM's scratch
     size_t needed() const;  // weights + kv + workspace + a margin for the runtime
     // "weights 4.3 GiB, KV cache 1.0 GiB, workspace 0.2 GiB of 139.8 GiB (138.9 GiB free)"
     std::string describe() const;
@@ -45,6 +65,8 @@ void check_model(const ModelConfig& config, const Weights& weights);
 // Device bytes of weights as uploaded, and of the workspace for a batch of n_tokens asking for n_logits rows.
 size_t weight_bytes(const Weights& weights);
 size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits);
+// The GEMM's scratch for these weights in this mode, for a forward call of n_tokens tokens.
+size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens);
 
 // The plan on device 0, which must exist. UsageError when it does not fit in the free memory, saying how much it
 // needs and the largest context that would fit (or that the weights alone do not fit).
@@ -79,6 +101,10 @@ public:
     double copy_bandwidth_gbs() override;
 
     const MemoryPlan& plan() const { return plan_; }
+    // The mode prefill products run in: the option, or off when cuBLAS could not be loaded (gemm_unavailable says
+    // why).
+    GemmMode gemm_mode() const;
+    const std::string& gemm_unavailable() const;
 
     // Decode graphs captured so far (for the tests).
     size_t n_graphs() const;
@@ -91,6 +117,7 @@ private:
                                    std::span<int32_t> tokens);
     struct Impl;
     const ModelConfig& config_;
+    const Weights& weights_;
     KvCacheShape kv_shape_;
     bool graphs_;
     double copy_gbs_ = 0.0;

@@ -80,23 +80,62 @@ QUILL_HD float decode_element(const uint8_t* row, int64_t e) {
     }
 }
 
+// ---- The packed layout of Q4_0, Q4_1 and Q8_0 matrices on the device ----
+// A GGUF block puts its scales before its quants (18, 20 and 34 bytes a block), so most fields are only 2-byte
+// aligned and a lane decoding a block issues byte or halfword loads. At upload the CUDA backend splits such a matrix
+// into two planes: every block's quants in order (16 or 32 bytes a block, so 16-byte aligned: one or two 16-byte
+// loads a block, and a warp's lanes read consecutive blocks), then every block's scales (2 or 4 bytes). The planes
+// add up to the GGUF size.
+
+// Quant bytes of a block in the packed layout; 0 for a type that is not packed.
+QUILL_HD_CONSTEXPR int packed_quant_bytes(GgmlType t) {
+    return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 ? 16 : t == GgmlType::Q8_0 ? 32 : 0;
+}
+// Scale bytes of a block in the packed layout: d (Q4_0, Q8_0), or d and m (Q4_1), fp16.
+QUILL_HD_CONSTEXPR int packed_scale_bytes(GgmlType t) { return t == GgmlType::Q4_1 ? 4 : 2; }
+
+// Blocks [0, n) of GGUF data `src` (one type, rows back to back) to the two planes: quants[i * packed_quant_bytes]
+// and scales[i * packed_scale_bytes] for block i.
+inline void pack_blocks(GgmlType t, const uint8_t* src, int64_t n, uint8_t* quants, uint8_t* scales) {
+    const int qb = packed_quant_bytes(t), sb = packed_scale_bytes(t), bb = qb + sb;
+    for (int64_t i = 0; i < n; ++i) {
+        for (int j = 0; j < sb; ++j) scales[i * sb + j] = src[i * bb + j];
+        for (int j = 0; j < qb; ++j) quants[i * qb + j] = src[i * bb + sb + j];
+    }
+}
+
+// out[0..32) = the block with quants q and scales s (either layout: in GGUF s is the block and q follows it).
+template <GgmlType T>
+QUILL_HD void decode_packed32(const uint8_t* q, const uint8_t* s, float* out) {
+    if constexpr (T == GgmlType::Q4_0) {  // x = (q - 8) d, low nibbles are elements 0..15
+        const float d = half_to_float(load_u16(s));
+        for (int j = 0; j < 16; ++j) {
+            out[j] = static_cast<float>((q[j] & 0xF) - 8) * d;
+            out[j + 16] = static_cast<float>((q[j] >> 4) - 8) * d;
+        }
+    } else if constexpr (T == GgmlType::Q4_1) {  // x = q d + m
+        const float d = half_to_float(load_u16(s)), m = half_to_float(load_u16(s + 2));
+        for (int j = 0; j < 16; ++j) {
+            out[j] = static_cast<float>(q[j] & 0xF) * d + m;
+            out[j + 16] = static_cast<float>(q[j] >> 4) * d + m;
+        }
+    } else {
+        static_assert(T == GgmlType::Q8_0, "packed types: Q4_0, Q4_1, Q8_0");  // x = q d, int8 quants
+        const float d = half_to_float(load_u16(s));
+        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
+    }
+}
+
+// Whether the CUDA backend multiplies this type with int8 dot products against activations quantized to int8 per
+// block of 32 (matmul_q8), as the CPU backend's kernels do.
+QUILL_HD_CONSTEXPR bool uses_q8(GgmlType t) { return packed_quant_bytes(t) > 0; }
+
 // out[0..32) = elements [32 g, 32 g + 32) of a row of a block type.
 template <GgmlType T>
 QUILL_HD void decode_group32(const uint8_t* row, int64_t g, float* out) {
-    if constexpr (T == GgmlType::Q4_0) {
-        const uint8_t* b = row + g * 18;  // d, qs[16]: x = (q - 8) d, low nibbles are elements 0..15
-        const float d = half_to_float(load_u16(b));
-        for (int j = 0; j < 16; ++j) {
-            out[j] = static_cast<float>((b[2 + j] & 0xF) - 8) * d;
-            out[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
-        }
-    } else if constexpr (T == GgmlType::Q4_1) {
-        const uint8_t* b = row + g * 20;  // d, m, qs[16]: x = q d + m
-        const float d = half_to_float(load_u16(b)), m = half_to_float(load_u16(b + 2));
-        for (int j = 0; j < 16; ++j) {
-            out[j] = static_cast<float>(b[4 + j] & 0xF) * d + m;
-            out[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
-        }
+    if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
+        const uint8_t* b = row + g * (T == GgmlType::Q4_0 ? 18 : 20);  // the scales, then the quants
+        decode_packed32<T>(b + packed_scale_bytes(T), b, out);
     } else if constexpr (T == GgmlType::Q5_0) {
         const uint8_t* b = row + g * 22;  // d, qh[4], qs[16]: x = (q - 16) d, bit 4 of element j is bit j of qh
         const float d = half_to_float(load_u16(b));
@@ -118,9 +157,8 @@ QUILL_HD void decode_group32(const uint8_t* row, int64_t g, float* out) {
             out[j + 16] = static_cast<float>(hi) * d + m;
         }
     } else if constexpr (T == GgmlType::Q8_0) {
-        const uint8_t* b = row + g * 34;  // d, qs[32] (int8): x = q d
-        const float d = half_to_float(load_u16(b));
-        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+        const uint8_t* b = row + g * 34;
+        decode_packed32<T>(b + 2, b, out);
     } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
         // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]. Sub-block j (32 elements) has a 6-bit scale and min;
         // sub-blocks 2k and 2k+1 share qs bytes [32k, 32k + 32), low nibbles then high nibbles.

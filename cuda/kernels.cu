@@ -1,12 +1,15 @@
-// The forward pass's kernels, correct first: each is the plainest version that computes the CPU backend's function
-// on any shape (rows not a multiple of the tile, any head_dim up to 512, any GQA ratio). Speed is the next issue's:
-// the matmul decodes weights in registers and is memory-bound for decode but re-reads the weights once per 8
-// tokens in prefill (no tensor cores yet), and attention reads K one row per thread.
+// The forward pass's kernels. Each computes the CPU backend's function on any shape (rows not a multiple of the
+// tile, any head_dim up to 512, any GQA ratio). Decode: one warp per weight row, int8 dot products (dp4a) for Q4_0,
+// Q4_1 and Q8_0 with the input quantized per block of 32 as on the CPU, float for the other types; attention one
+// block per (token, head). Prompts: the products go through cuBLAS (cuda/gemm.h), attention through the flash
+// kernel below. Measured on an H200 (tests/gpu/check.sh): llama3-8b Q4_0 decode at 26% of the copy bandwidth,
+// the matmuls half of a step's device time and the small kernels' launches most of the rest.
 #include "cuda/check.h"
 #include "cuda/dequant.h"
 #include "cuda/kernels.h"
 
 #include <cuda_fp16.h>
+#include <mma.h>
 
 #include <climits>
 #include <cmath>
@@ -66,20 +69,86 @@ void with_type(GgmlType t, F&& f) {
     throw_unsupported(t);
 }
 
+// Elements [32 g, 32 g + 32) of row r of w, in either layout (DeviceMatrix).
+template <GgmlType T>
+__device__ __forceinline__ void decode_w(const DeviceMatrix& w, int64_t r, int64_t g, float* v) {
+    if constexpr (packed_quant_bytes(T) > 0) {
+        if (w.scales) {
+            const int64_t b = r * (w.cols / 32) + g;
+            decode_packed32<T>(w.data + b * packed_quant_bytes(T), w.scales + b * packed_scale_bytes(T), v);
+            return;
+        }
+    }
+    decode_group32<T>(w.data + r * w.row_bytes, g, v);
+}
+
+// Eight consecutive elements k..k+7 of a plain float row (F16, BF16, F32) from 16-byte aligned loads.
+template <GgmlType T>
+__device__ __forceinline__ void load8(const uint8_t* row, int64_t k, float* v) {
+    if constexpr (T == GgmlType::F32) {
+        const float4 a = *reinterpret_cast<const float4*>(row + 4 * k);
+        const float4 b = *reinterpret_cast<const float4*>(row + 4 * k + 16);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        const uint4 u = *reinterpret_cast<const uint4*>(row + 2 * k);
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if constexpr (T == GgmlType::F16) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+                v[2 * i] = f.x, v[2 * i + 1] = f.y;
+            } else {
+                v[2 * i] = __uint_as_float(words[i] << 16);
+                v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+            }
+        }
+    }
+}
+
 // ---- matmul: one warp per weight row, a tile of NT tokens per block row ----
 
 constexpr int kMatmulWarps = 4;
 
+// The matrix of a product set that global row `rg` falls in, and the row within it.
+__device__ __forceinline__ int set_member(const ProductSet& ps, int64_t rg, int64_t& r) {
+    const int i = rg < ps.row_end[0] ? 0 : rg < ps.row_end[1] ? 1 : 2;
+    r = rg - (i == 0 ? 0 : ps.row_end[i - 1]);
+    return i;
+}
+
+// Sums each token's lane partials over the warp and stores row r of tokens t0.. (y += when accumulate).
+template <int NT>
+__device__ __forceinline__ void store_row(float* acc, int nt, float* __restrict__ y, int64_t t0, int64_t rows,
+                                          int64_t r, bool accumulate, int lane) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                float& out = y[(t0 + t) * rows + r];
+                out = accumulate ? out + acc[t] : acc[t];
+            }
+        }
+    }
+}
+
+// The float kernel. Block types decode a group of 32 in registers; plain floats (F16, BF16, F32) load eight
+// elements a lane.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kMatmulWarps * kWarp)
-    matmul_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
-                  const float* __restrict__ x, int64_t n_tokens, float* __restrict__ y, bool accumulate) {
+    matmul_kernel(ProductSet ps, const float* __restrict__ x, int64_t n_tokens, bool accumulate) {
     const int lane = threadIdx.x % kWarp;
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
-    if (r >= rows) return;  // the whole warp: no block-wide barrier follows
+    const int64_t rg = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
+    if (rg >= ps.row_end[2]) return;  // the whole warp: no block-wide barrier follows
+    int64_t r;
+    const int member = set_member(ps, rg, r);
+    const DeviceMatrix w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
+    float* const y = member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2];
+    const int64_t rows = w.rows, cols = w.cols;
     const int64_t t0 = static_cast<int64_t>(blockIdx.y) * NT;
     const int nt = static_cast<int>(n_tokens - t0 < NT ? n_tokens - t0 : NT);
-    const uint8_t* wr = w + r * row_bytes;
+    const uint8_t* wr = w.data + r * w.row_bytes;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
@@ -88,7 +157,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         const int64_t groups = cols / 32;
         for (int64_t g = lane; g < groups; g += kWarp) {
             float v[32];
-            decode_group32<T>(wr, g, v);
+            decode_w<T>(w, r, g, v);
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t < nt) {
@@ -103,8 +172,23 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
                 }
             }
         }
+    } else if (cols % 8 == 0 && w.row_bytes % 16 == 0) {
+        // Plain floats, eight at a time: lane l takes elements 8 l.. of each 256, one 16-byte load (two for F32).
+        for (int64_t k = 8 * lane; k < cols; k += 8 * kWarp) {
+            float v[8];
+            load8<T>(wr, k, v);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) {
+                    const float4* xp = reinterpret_cast<const float4*>(x + (t0 + t) * cols + k);
+                    const float4 a = xp[0], b = xp[1];
+                    acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
+                              v[6] * b.z + v[7] * b.w;
+                }
+            }
+        }
     } else {
-        // Plain floats: lanes take consecutive elements (coalesced), and any cols works.
+        // Plain floats, any cols: lanes take consecutive elements (coalesced).
         for (int64_t k = lane; k < cols; k += kWarp) {
             const float wv = decode_element<T>(wr, k);
 #pragma unroll
@@ -113,29 +197,253 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
             }
         }
     }
+    store_row<NT>(acc, nt, y, t0, rows, r, accumulate, lane);
+}
+
+// ---- int8 products: activations quantized per block of 32, dp4a against the weights' quants ----
+
+// One warp per block of 32 (lane i: element i), blocks of all tokens back to back.
+// Lane i's value v of block b (32 values, one a lane of a warp) quantized into q[b * 32 + i] and the block's
+// (scale, scale * sum of q) into ds[b]: cpu::generic::quantize_block's arithmetic, the scale rounded to fp16.
+__device__ __forceinline__ void quantize_lane(float v, int64_t b, int lane, int8_t* __restrict__ q,
+                                              float2* __restrict__ ds) {
+    const float amax = warp_max(fabsf(v));  // fmaxf drops NaN, as std::max does on the CPU
+    const float d = amax / 127.0f;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const float y = v * inv;
+    const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
+    const int qi = static_cast<int>(roundf(clamped));
+    q[b * 32 + lane] = static_cast<int8_t>(qi);
+    int sum = qi;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+    for (int o = kWarp / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) {
+        const float scale = __half2float(__float2half_rn(d));
+        ds[b] = make_float2(scale, scale * static_cast<float>(sum));
+    }
+}
+
+// One warp per block of 32 (lane i: element i), blocks of all tokens back to back.
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
+                                   float2* __restrict__ ds) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+    for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; b < n_blocks;
+         b += warps)
+        quantize_lane(x[b * 32 + lane], b, lane, q, ds);
+}
+
+// The quants of block g of a row as int words (4 for Q4_0/Q4_1: byte j holds elements j and j + 16 in its low and
+// high nibbles; 8 for Q8_0: byte j is element j), and its scales. Packed (srow not null): qrow and srow start the
+// row in the quants and scales planes; else qrow starts the row's GGUF blocks.
+template <GgmlType T>
+__device__ __forceinline__ void load_q8_at(const uint8_t* qrow, const uint8_t* srow, int64_t g, int* wq, float& d,
+                                           float& m) {
+    constexpr int kWords = packed_quant_bytes(T) / 4;
+    if (srow) {  // packed: 16-byte loads of the quants
+        const int4* qp = reinterpret_cast<const int4*>(qrow + g * packed_quant_bytes(T));
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                float& out = y[(t0 + t) * rows + r];
-                out = accumulate ? out + acc[t] : acc[t];
+        for (int i = 0; i < kWords / 4; ++i) {
+            const int4 v = qp[i];
+            wq[4 * i] = v.x, wq[4 * i + 1] = v.y, wq[4 * i + 2] = v.z, wq[4 * i + 3] = v.w;
+        }
+        const uint8_t* sp = srow + g * packed_scale_bytes(T);
+        if constexpr (T == GgmlType::Q4_1) {
+            const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sp));
+            d = dm.x, m = dm.y;
+        } else {
+            d = __half2float(*reinterpret_cast<const __half*>(sp));
+            m = 0.0f;
+        }
+    } else {  // GGUF blocks: 2-byte aligned (Q4_1: 4-byte) fields
+        const uint8_t* blk = qrow + g * (packed_quant_bytes(T) + packed_scale_bytes(T));
+        const auto* h = reinterpret_cast<const uint16_t*>(blk);
+        d = __half2float(__ushort_as_half(h[0]));
+        m = T == GgmlType::Q4_1 ? __half2float(__ushort_as_half(h[1])) : 0.0f;
+        const auto* qh = h + packed_scale_bytes(T) / 2;
+#pragma unroll
+        for (int i = 0; i < kWords; ++i) wq[i] = static_cast<int>(qh[2 * i] | (static_cast<uint32_t>(qh[2 * i + 1]) << 16));
+    }
+}
+
+// Row r of w as load_q8_at takes it.
+template <GgmlType T>
+__device__ __forceinline__ void q8_row(const DeviceMatrix& w, int64_t r, const uint8_t*& qrow, const uint8_t*& srow) {
+    if (w.scales) {
+        const int64_t nb = w.cols / 32;
+        qrow = w.data + r * nb * packed_quant_bytes(T);
+        srow = w.scales + r * nb * packed_scale_bytes(T);
+    } else {
+        qrow = w.data + r * w.row_bytes;
+        srow = nullptr;
+    }
+}
+
+// One block's contribution to one token: eight dp4a (32 int8 products) with the token's quantized block (a, b) and
+// the scales: Q4_0 d (dx sum - 8 dx sum_q), Q4_1 d dx sum + m dx sum_q, Q8_0 d dx sum.
+template <GgmlType T>
+__device__ __forceinline__ float q8_block_dot(const int* wq, float d, float m, const int4& a, const int4& b,
+                                              const float2& ds) {
+    const int xa[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    int sum = 0;
+    if constexpr (T == GgmlType::Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum = __dp4a(wq[i], xa[i], sum);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sum = __dp4a(wq[i] & 0x0F0F0F0F, xa[i], sum);
+            sum = __dp4a((wq[i] >> 4) & 0x0F0F0F0F, xa[4 + i], sum);
+        }
+    }
+    if constexpr (T == GgmlType::Q4_0) return d * (ds.x * static_cast<float>(sum) - 8.0f * ds.y);
+    else if constexpr (T == GgmlType::Q4_1) return d * ds.x * static_cast<float>(sum) + m * ds.y;
+    else return d * ds.x * static_cast<float>(sum);
+}
+
+// One warp per weight row; every token, NT at a time (the row's blocks stay in L1 between tiles). Lane l takes
+// blocks l, l + 32, ...
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kMatmulWarps * kWarp)
+    matmul_q8_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                     int64_t n_tokens, bool accumulate) {
+    constexpr int kWords = packed_quant_bytes(T) / 4;
+    const int lane = threadIdx.x % kWarp;
+    const int64_t rg = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp;
+    if (rg >= ps.row_end[2]) return;  // the whole warp: no block-wide barrier follows
+    int64_t r;
+    const int member = set_member(ps, rg, r);
+    const DeviceMatrix w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
+    float* const y = member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2];
+    const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
+    const uint8_t *qrow, *srow;
+    q8_row<T>(w, r, qrow, srow);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const int nt = static_cast<int>(n_tokens - t0 < NT ? n_tokens - t0 : NT);
+        float acc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        for (int64_t g = lane; g < nb; g += kWarp) {
+            int wq[kWords];
+            float d, m;
+            load_q8_at<T>(qrow, srow, g, wq, d, m);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) {
+                    const int4* xp = reinterpret_cast<const int4*>(xq + (t0 + t) * cols + g * 32);
+                    acc[t] += q8_block_dot<T>(wq, d, m, xp[0], xp[1], xds[(t0 + t) * nb + g]);
+                }
             }
+        }
+        store_row<NT>(acc, nt, y, t0, rows, r, accumulate, lane);
+    }
+}
+
+// More than eight tokens (sequences decoding together): a warp takes kRowsPerWarp rows, so that each token's
+// quantized block, loaded once, serves them all (one row a warp reloads the input per row, and the input of many
+// tokens no longer stays in L1). Each (row, token) sums its blocks in the order matmul_q8_kernel does, with the same
+// operations: the same bits.
+constexpr int kRowsPerWarp = 4;
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kMatmulWarps * kWarp)
+    matmul_q8_rows_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                          int64_t n_tokens, bool accumulate) {
+    constexpr int kWords = packed_quant_bytes(T) / 4, R = kRowsPerWarp;
+    const int lane = threadIdx.x % kWarp;
+    const int64_t rg0 = (static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / kWarp) * R;
+    if (rg0 >= ps.row_end[2]) return;  // the whole warp: no block-wide barrier follows
+    const int64_t cols = ps.w[0].cols, nb = cols / 32;  // alike members: one width
+    const uint8_t *qrow[R], *srow[R];
+    float* yrow[R];  // the row's output column: token t at yrow[i][t * rows_of[i]]
+    int64_t rows_of[R];
+    bool ok[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        ok[i] = rg0 + i < ps.row_end[2];
+        int64_t r = 0;
+        const int member = ok[i] ? set_member(ps, rg0 + i, r) : 0;
+        const DeviceMatrix w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
+        q8_row<T>(w, r, qrow[i], srow[i]);
+        yrow[i] = (member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2]) + r;
+        rows_of[i] = w.rows;
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const int nt = static_cast<int>(n_tokens - t0 < NT ? n_tokens - t0 : NT);
+        float acc[R][NT];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
+        for (int64_t g = lane; g < nb; g += kWarp) {
+            int wq[R][kWords];
+            float d[R], m[R];
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                if (ok[i]) load_q8_at<T>(qrow[i], srow[i], g, wq[i], d[i], m[i]);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) {
+                    const int4* xp = reinterpret_cast<const int4*>(xq + (t0 + t) * cols + g * 32);
+                    const int4 a = xp[0], b = xp[1];
+                    const float2 ds = xds[(t0 + t) * nb + g];
+#pragma unroll
+                    for (int i = 0; i < R; ++i) {
+                        if (ok[i]) acc[i][t] += q8_block_dot<T>(wq[i], d[i], m[i], a, b, ds);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            if (ok[i]) store_row<NT>(acc[i], nt, yrow[i], t0, rows_of[i], 0, accumulate, lane);
         }
     }
 }
 
+// One thread per group of 32 elements (block types) or per element (plain floats) of rows [r0, r1).
+template <GgmlType T, class Out>
+__global__ void dequantize_kernel(DeviceMatrix w, int64_t r0, int64_t n_rows, Out* __restrict__ out) {
+    const int64_t cols = w.cols;
+    const int64_t per_row = is_block_type(T) ? cols / 32 : cols;
+    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n_rows * per_row;
+         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = idx / per_row, i = idx % per_row;
+        const uint8_t* row = w.data + (r0 + r) * w.row_bytes;
+        Out* o = out + r * cols;
+        if constexpr (is_block_type(T)) {
+            float v[32];
+            decode_w<T>(w, r0 + r, i, v);
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                if constexpr (std::is_same_v<Out, float>) o[32 * i + j] = v[j];
+                else o[32 * i + j] = __float2half_rn(v[j]);
+            }
+        } else {
+            const float v = decode_element<T>(row, i);
+            if constexpr (std::is_same_v<Out, float>) o[i] = v;
+            else o[i] = __float2half_rn(v);
+        }
+    }
+}
+
+__global__ void float_to_f16_kernel(const float* __restrict__ x, int64_t n, __half* __restrict__ out) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        out[i] = __float2half_rn(x[i]);
+}
+
 template <GgmlType T>
-__global__ void embed_kernel(const uint8_t* __restrict__ emb, size_t row_bytes, int64_t cols,
-                             const int32_t* __restrict__ tokens, float scale, float* __restrict__ x) {
-    const int64_t t = blockIdx.x;
-    const uint8_t* row = emb + static_cast<int64_t>(tokens[t]) * row_bytes;
+__global__ void embed_kernel(DeviceMatrix emb, const int32_t* __restrict__ tokens, float scale,
+                             float* __restrict__ x) {
+    const int64_t t = blockIdx.x, cols = emb.cols;
+    const uint8_t* row = emb.data + static_cast<int64_t>(tokens[t]) * emb.row_bytes;
     float* out = x + t * cols;
     if constexpr (is_block_type(T)) {
         for (int64_t g = threadIdx.x; g < cols / 32; g += blockDim.x) {
             float v[32];
-            decode_group32<T>(row, g, v);
+            decode_w<T>(emb, tokens[t], g, v);
 #pragma unroll
             for (int i = 0; i < 32; ++i) out[g * 32 + i] = v[i] * scale;
         }
@@ -144,15 +452,34 @@ __global__ void embed_kernel(const uint8_t* __restrict__ emb, size_t row_bytes, 
     }
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps) {
+// One block per row. With q: the row also quantized for matmul_q8 (d a multiple of 32), a warp a block of 32. With
+// flag: *flag = min(*flag, layer) when x holds inf or NaN (the previous layer's output check, fused).
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps,
+                                int8_t* __restrict__ q, float2* __restrict__ ds, int32_t* flag, int32_t layer) {
     __shared__ float scratch[32];
     const float* xr = x + blockIdx.x * d;
     float* yr = y + blockIdx.x * d;
     float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    bool bad = false;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        ss += xr[i] * xr[i];
+        bad |= !isfinite(xr[i]);
+    }
+    if (flag != nullptr && __syncthreads_or(bad) && threadIdx.x == 0) atomicMin(flag, layer);
     ss = block_reduce<false>(ss, scratch);
     const float scale = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];  // each thread its own i
+    if (q == nullptr) {
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];  // each thread its own i
+        return;
+    }
+    const int lane = threadIdx.x % kWarp, n_warps = blockDim.x / kWarp;
+    const int64_t nb = d / 32;
+    for (int64_t b = threadIdx.x / kWarp; b < nb; b += n_warps) {
+        const int64_t i = 32 * b + lane;
+        const float v = xr[i] * scale * w[i];
+        yr[i] = v;
+        quantize_lane(v, blockIdx.x * nb + b, lane, q, ds);
+    }
 }
 
 __global__ void rope_angles_kernel(const int32_t* __restrict__ pos, const double* __restrict__ inv_freq, int64_t half,
@@ -219,9 +546,16 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
 constexpr int kAttnThreads = 128;
 constexpr int kAttnMaxDimsPerThread = 4;  // head_dim <= 512
 
+// The rows of flash_attention_kernel: row rho is (token rho / G, head kv_head G + rho % G), G = n_head / n_head_kv,
+// in tiles of kFaRows rows; a tile's keys are those of the slot of its first row's token.
+constexpr int kFaRows = 64;
+
+// With only_others, a (token, head) whose row's tile has the same slot returns at once: flash_attention_kernel did
+// it.
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
-                     Heads h, LayerCache c, float scale, int64_t window, float* __restrict__ out) {
+                     Heads h, LayerCache c, float scale, int64_t window, float* __restrict__ out, bool only_others,
+                     int8_t* __restrict__ out_q, float2* __restrict__ out_ds) {
     extern __shared__ float smem[];
     float* sq = smem;                   // [head_dim] the query, times scale
     float* sp = smem + h.head_dim;      // [128] this chunk's probabilities
@@ -229,7 +563,12 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int64_t t = blockIdx.x;
     const int head = blockIdx.y;
     const int hd = h.head_dim;
-    const int kv_head = head / (h.n_head / h.n_head_kv);
+    const int group = h.n_head / h.n_head_kv;
+    const int kv_head = head / group;
+    if (only_others) {
+        const int64_t rho = t * group + head % group;
+        if (slots[t] == slots[rho / kFaRows * kFaRows / group]) return;
+    }
     const float* qh = q + (t * h.n_head + head) * hd;
     for (int i = threadIdx.x; i < hd; i += kAttnThreads) sq[i] = qh[i];
     __syncthreads();
@@ -274,19 +613,230 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
     for (int i = 0; i < kAttnMaxDimsPerThread; ++i) {
         const int d = threadIdx.x + i * kAttnThreads;
-        if (d < hd) oh[d] = o[i] / l;
+        if (d < hd) {
+            oh[d] = o[i] / l;
+            // Quantized for the output projection: a warp's 32 dims are one block (head_dim a multiple of 32, so
+            // that d < hd holds for the whole warp).
+            if (out_q != nullptr) quantize_lane(o[i] / l, ((t * h.n_head + head) * hd + d) / 32, d % 32, out_q, out_ds);
+        }
+    }
+}
+
+// ---- flash attention for prompts: tensor cores (WMMA, f16 in, float sums), an f16 cache, head_dim <= 128 ----
+//
+// A block takes kFaRows query rows (4 warps of 16) sharing one KV head (GQA: a token's G heads are G rows), and the
+// keys of its slot in chunks of kFaKeys: each warp multiplies its 16 queries with the chunk's keys (S = Q K^T), keeps
+// each row's running max and sum (online softmax), rounds the probabilities to f16 and adds P V to its output rows.
+// The scores never leave shared memory, and each key and value is read once per tile instead of once per query.
+// The query is rounded to f16 and the probabilities too, as the reference backend does with an f16 cache.
+constexpr int kFaKeys = 64;
+constexpr int kFaWarps = 4;
+constexpr int kFaMaxDim = 128;
+
+struct FaLayout {  // shared memory, each part at a 128-byte boundary; strides padded against bank conflicts
+    int ldq, ldk, lds, ldp, ldo;
+    size_t q, k, v, s, p, o, m, l, meta, bytes;
+    __host__ __device__ explicit FaLayout(int d) {
+        ldq = ldk = d + 8;  // halves
+        lds = kFaKeys + 4;  // floats
+        ldp = kFaKeys + 8;  // halves
+        ldo = d + 4;        // floats
+        size_t at = 0;
+        auto take = [&](size_t bytes) {
+            const size_t here = at;
+            at = (at + bytes + 127) / 128 * 128;
+            return here;
+        };
+        q = take(sizeof(__half) * kFaRows * ldq);
+        k = take(sizeof(__half) * kFaKeys * ldk);
+        v = take(sizeof(__half) * kFaKeys * ldk);
+        s = take(sizeof(float) * kFaRows * lds);
+        p = take(sizeof(__half) * kFaRows * ldp);
+        o = take(sizeof(float) * kFaRows * ldo);
+        m = take(sizeof(float) * kFaRows);
+        l = take(sizeof(float) * kFaRows);
+        meta = take(sizeof(int) * (2 * kFaRows + 2));
+        bytes = at;
+    }
+};
+
+__global__ void __launch_bounds__(kFaWarps * kWarp)
+    flash_attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ slots,
+                           const int32_t* __restrict__ pos, int64_t n, Heads h, LayerCache c, float scale,
+                           int64_t window, float* __restrict__ out) {
+    using namespace nvcuda;
+    extern __shared__ float4 fa_smem[];  // float4: 16-byte aligned; FaLayout aligns the parts to 128
+    unsigned char* smem = reinterpret_cast<unsigned char*>(fa_smem);
+    const int d_head = h.head_dim, group = h.n_head / h.n_head_kv, kv_head = blockIdx.y;
+    const FaLayout L(d_head);
+    __half* sq = reinterpret_cast<__half*>(smem + L.q);
+    __half* sk = reinterpret_cast<__half*>(smem + L.k);
+    __half* sv = reinterpret_cast<__half*>(smem + L.v);
+    float* ss = reinterpret_cast<float*>(smem + L.s);
+    __half* sp = reinterpret_cast<__half*>(smem + L.p);
+    float* so = reinterpret_cast<float*>(smem + L.o);
+    float* sm = reinterpret_cast<float*>(smem + L.m);
+    float* sl = reinterpret_cast<float*>(smem + L.l);
+    int* last = reinterpret_cast<int*>(smem + L.meta);  // [kFaRows] the row's last key (its position), -1: none
+    int* first = last + kFaRows;                         // [kFaRows] its first key (sliding window)
+    // The tile's key range. No static shared memory in this kernel: the dynamic part then starts at the shared
+    // window's base, aligned for WMMA's 32-byte loads.
+    int& s_kmin = first[kFaRows];
+    int& s_kmax = first[kFaRows + 1];
+    const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kFaRows, n_rows = n * group;
+    const int slot = slots[row0 / group];
+    if (tid == 0) s_kmin = INT_MAX, s_kmax = -1;
+    __syncthreads();
+    for (int i = tid; i < kFaRows; i += blockDim.x) {
+        const int64_t rho = row0 + i;
+        int p_last = -1, p_first = 0;
+        if (rho < n_rows && slots[rho / group] == slot) {
+            p_last = pos[rho / group];
+            p_first = window > 0 && p_last + 1 > window ? static_cast<int>(p_last + 1 - window) : 0;
+            atomicMin(&s_kmin, p_first);
+            atomicMax(&s_kmax, p_last);
+        }
+        last[i] = p_last;
+        first[i] = p_first;
+        sm[i] = -INFINITY;
+        sl[i] = 0.0f;
+    }
+    // The queries as f16 (rows of another slot or past the batch: zeros), the outputs zero.
+    for (int idx = tid; idx < kFaRows * d_head; idx += blockDim.x) {
+        const int i = idx / d_head, e = idx % d_head;
+        const int64_t rho = row0 + i;
+        float v = 0.0f;
+        if (rho < n_rows) {
+            const int64_t t = rho / group;
+            const int head = kv_head * group + static_cast<int>(rho % group);
+            v = q[(t * h.n_head + head) * d_head + e];
+        }
+        sq[i * L.ldq + e] = __float2half_rn(v);
+        so[i * L.ldo + e] = 0.0f;
+    }
+    __syncthreads();
+    const int64_t row_elems = static_cast<int64_t>(h.n_head_kv) * d_head;
+    const size_t base = static_cast<size_t>(slot) * c.slot_stride + static_cast<size_t>(kv_head) * d_head;
+    const auto* kc = static_cast<const __half*>(c.k);
+    const auto* vc = static_cast<const __half*>(c.v);
+    const int kmin = s_kmin, kmax = s_kmax;
+    for (int k0 = kmin; k0 <= kmax; k0 += kFaKeys) {
+        // The chunk's keys and values, eight halves (16 bytes) at a time; past kmax zeros (P is 0 there, and 0
+        // times a stale value could be NaN).
+        const int per_row = d_head / 8;
+        for (int idx = tid; idx < kFaKeys * per_row; idx += blockDim.x) {
+            const int j = idx / per_row, e = 8 * (idx % per_row);
+            uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (k0 + j <= kmax) {
+                const size_t at = base + static_cast<size_t>(k0 + j) * row_elems + e;
+                kk = *reinterpret_cast<const uint4*>(kc + at);
+                vv = *reinterpret_cast<const uint4*>(vc + at);
+            }
+            *reinterpret_cast<uint4*>(sk + j * L.ldk + e) = kk;
+            *reinterpret_cast<uint4*>(sv + j * L.ldk + e) = vv;
+        }
+        __syncthreads();
+        // S = Q K^T for this warp's 16 rows
+        const int r0 = warp * 16;
+        for (int kt = 0; kt < kFaKeys / 16; ++kt) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int dk = 0; dk < d_head / 16; ++dk) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+                wmma::load_matrix_sync(a, sq + r0 * L.ldq + dk * 16, L.ldq);
+                wmma::load_matrix_sync(b, sk + kt * 16 * L.ldk + dk * 16, L.ldk);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(ss + r0 * L.lds + kt * 16, acc, L.lds, wmma::mem_row_major);
+        }
+        __syncwarp();
+        // Online softmax: two lanes a row, 32 keys each.
+        {
+            const int r = r0 + lane / 2, j_begin = (lane % 2) * (kFaKeys / 2);
+            const int p_last = last[r], p_first = first[r];
+            float cmax = -INFINITY;
+            for (int j = j_begin; j < j_begin + kFaKeys / 2; ++j) {
+                const int key = k0 + j;
+                if (key >= p_first && key <= p_last) cmax = fmaxf(cmax, ss[r * L.lds + j] * scale);
+            }
+            cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 1));
+            const float m_old = sm[r];
+            const float m_new = fmaxf(m_old, cmax);
+            const bool none = m_new == -INFINITY;  // no key of this row so far
+            const float factor = none ? 1.0f : expf(m_old - m_new);
+            float psum = 0.0f;
+            for (int j = j_begin; j < j_begin + kFaKeys / 2; ++j) {
+                const int key = k0 + j;
+                __half pj = __float2half_rn(0.0f);
+                if (!none && key >= p_first && key <= p_last) {
+                    pj = __float2half_rn(expf(ss[r * L.lds + j] * scale - m_new));
+                    psum += __half2float(pj);
+                }
+                sp[r * L.ldp + j] = pj;
+            }
+            psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+            for (int e = (lane % 2) * (d_head / 2); e < (lane % 2 + 1) * (d_head / 2); ++e) so[r * L.ldo + e] *= factor;
+            __syncwarp();
+            if (lane % 2 == 0) {
+                sl[r] = sl[r] * factor + psum;
+                sm[r] = m_new;
+            }
+        }
+        __syncwarp();
+        // O += P V
+        for (int dt = 0; dt < d_head / 16; ++dt) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::load_matrix_sync(acc, so + r0 * L.ldo + dt * 16, L.ldo, wmma::mem_row_major);
+            for (int kk = 0; kk < kFaKeys / 16; ++kk) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
+                wmma::load_matrix_sync(a, sp + r0 * L.ldp + kk * 16, L.ldp);
+                wmma::load_matrix_sync(b, sv + kk * 16 * L.ldk + dt * 16, L.ldk);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(so + r0 * L.ldo + dt * 16, acc, L.ldo, wmma::mem_row_major);
+        }
+        __syncthreads();  // the next chunk overwrites K and V
+    }
+    for (int idx = tid; idx < kFaRows * d_head; idx += blockDim.x) {
+        const int i = idx / d_head, e = idx % d_head;
+        const int64_t rho = row0 + i;
+        if (rho >= n_rows || last[i] < 0) continue;  // another slot's row: attention_kernel's
+        const int64_t t = rho / group;
+        const int head = kv_head * group + static_cast<int>(rho % group);
+        out[(t * h.n_head + head) * d_head + e] = so[i * L.ldo + e] / sl[i];
     }
 }
 
 // gate = g sigmoid(z) up: z = g is SiLU, z = 2 sqrt(2/pi) (g + 0.044715 g^3) GELU's tanh form (0.5 g (1 + tanh(u))
 // = g sigmoid(2u)).
 template <bool kGelu>
+__device__ __forceinline__ float gated(float g, float u) {
+    const float z = kGelu ? 1.5957691216057308f * (g + 0.044715f * g * g * g) : g;
+    return g / (1.0f + expf(-z)) * u;
+}
+
+template <bool kGelu>
 __global__ void gated_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float g = gate[i];
-        const float z = kGelu ? 1.5957691216057308f * (g + 0.044715f * g * g * g) : g;
-        gate[i] = g / (1.0f + expf(-z)) * up[i];
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        gate[i] = gated<kGelu>(gate[i], up[i]);
+}
+
+// The same, a warp per block of 32 (n a multiple of 32), each block also quantized for matmul_q8.
+template <bool kGelu>
+__global__ void gated_q8_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n_blocks,
+                                int8_t* __restrict__ q, float2* __restrict__ ds) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+    for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; b < n_blocks;
+         b += warps) {
+        const int64_t i = 32 * b + lane;
+        const float v = gated<kGelu>(gate[i], up[i]);
+        gate[i] = v;
+        quantize_lane(v, b, lane, q, ds);
     }
 }
 
@@ -465,34 +1015,129 @@ unsigned grid_for(int64_t n, int threads, unsigned cap = 4096) {
 
 }  // namespace
 
-void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, bool accumulate, cudaStream_t s) {
-    with_type(w.type, [&](auto tag) {
+ProductSet product_set(const DeviceMatrix& w, float* y) {
+    ProductSet ps;
+    ps.w[0] = w;
+    ps.y[0] = y;
+    ps.row_end[0] = ps.row_end[1] = ps.row_end[2] = w.rows;
+    ps.count = 1;
+    return ps;
+}
+
+bool can_share_launch(const DeviceMatrix& a, const DeviceMatrix& b) {
+    return a.type == b.type && a.cols == b.cols && (a.scales == nullptr) == (b.scales == nullptr);
+}
+
+void ProductSet::add(const DeviceMatrix& m, float* out) {
+    if (count == 3 || (count > 0 && !can_share_launch(w[0], m)))
+        throw_internal("a product set takes up to three alike matrices");
+    w[count] = m;
+    y[count] = out;
+    const int64_t end = (count == 0 ? 0 : row_end[count - 1]) + m.rows;
+    for (int i = count; i < 3; ++i) row_end[i] = end;
+    ++count;
+}
+
+void matmul(const ProductSet& ps, const float* x, int64_t n_tokens, bool accumulate, cudaStream_t s) {
+    with_type(ps.w[0].type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::value;
-        const unsigned row_blocks = static_cast<unsigned>((w.rows + kMatmulWarps - 1) / kMatmulWarps);
+        const unsigned row_blocks = static_cast<unsigned>((ps.row_end[2] + kMatmulWarps - 1) / kMatmulWarps);
         if (n_tokens == 1) {
-            matmul_kernel<T, 1><<<dim3(row_blocks, 1), kMatmulWarps * kWarp, 0, s>>>(
-                w.data, w.row_bytes, w.rows, w.cols, x, n_tokens, y, accumulate);
+            matmul_kernel<T, 1><<<dim3(row_blocks, 1), kMatmulWarps * kWarp, 0, s>>>(ps, x, n_tokens, accumulate);
         } else {
             constexpr int kTile = 8;
             const unsigned tiles = static_cast<unsigned>((n_tokens + kTile - 1) / kTile);
-            matmul_kernel<T, kTile><<<dim3(row_blocks, tiles), kMatmulWarps * kWarp, 0, s>>>(
-                w.data, w.row_bytes, w.rows, w.cols, x, n_tokens, y, accumulate);
+            matmul_kernel<T, kTile><<<dim3(row_blocks, tiles), kMatmulWarps * kWarp, 0, s>>>(ps, x, n_tokens,
+                                                                                           accumulate);
         }
     });
     check(cudaGetLastError(), "the matmul kernel launch");
 }
 
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, bool accumulate, cudaStream_t s) {
+    matmul(product_set(w, y), x, n_tokens, accumulate, s);
+}
+
+void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s) {
+    const int64_t blocks = n * (cols / 32);
+    quantize_q8_kernel<<<grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s>>>(x, blocks, q,
+                                                                              reinterpret_cast<float2*>(ds));
+    check(cudaGetLastError(), "the activation quantization kernel launch");
+}
+
+void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
+               cudaStream_t s, bool rows_kernel) {
+    const unsigned row_blocks = static_cast<unsigned>((ps.row_end[2] + kMatmulWarps - 1) / kMatmulWarps);
+    const auto* xds = reinterpret_cast<const float2*>(ds);
+    auto go = [&](auto tag, auto nt) {
+        constexpr GgmlType T = decltype(tag)::value;
+        matmul_q8_kernel<T, decltype(nt)::value><<<row_blocks, kMatmulWarps * kWarp, 0, s>>>(ps, q, xds, n_tokens,
+                                                                                          accumulate);
+    };
+    auto by_tokens = [&](auto tag) {
+        if (n_tokens == 1) {
+            go(tag, std::integral_constant<int, 1>{});
+        } else if (n_tokens <= 4) {
+            go(tag, std::integral_constant<int, 4>{});
+        } else if (n_tokens <= 8 || !rows_kernel) {
+            go(tag, std::integral_constant<int, 8>{});
+        } else {
+            constexpr GgmlType T = decltype(tag)::value;
+            const auto warps = static_cast<unsigned>((ps.row_end[2] + kRowsPerWarp - 1) / kRowsPerWarp);
+            matmul_q8_rows_kernel<T, 8><<<(warps + kMatmulWarps - 1) / kMatmulWarps, kMatmulWarps * kWarp, 0, s>>>(
+                ps, q, xds, n_tokens, accumulate);
+        }
+    };
+    switch (ps.w[0].type) {
+        case GgmlType::Q4_0: by_tokens(std::integral_constant<GgmlType, GgmlType::Q4_0>{}); break;
+        case GgmlType::Q4_1: by_tokens(std::integral_constant<GgmlType, GgmlType::Q4_1>{}); break;
+        case GgmlType::Q8_0: by_tokens(std::integral_constant<GgmlType, GgmlType::Q8_0>{}); break;
+        default: check(cudaErrorInvalidValue, "matmul_q8 (a weight type without int8 products)");
+    }
+    check(cudaGetLastError(), "the int8 matmul kernel launch");
+}
+
+void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t n_tokens, float* y, bool accumulate,
+               cudaStream_t s, bool rows_kernel) {
+    matmul_q8(product_set(w, y), q, ds, n_tokens, accumulate, s, rows_kernel);
+}
+
+void dequantize_rows(const DeviceMatrix& w, int64_t r0, int64_t r1, bool to_f16, void* out, cudaStream_t s) {
+    with_type(w.type, [&](auto tag) {
+        constexpr GgmlType T = decltype(tag)::value;
+        const int64_t work = (r1 - r0) * (is_block_type(T) ? w.cols / 32 : w.cols);
+        const unsigned grid = grid_for(work, 256, 1u << 16);
+        if (to_f16)
+            dequantize_kernel<T, __half><<<grid, 256, 0, s>>>(w, r0, r1 - r0, static_cast<__half*>(out));
+        else
+            dequantize_kernel<T, float><<<grid, 256, 0, s>>>(w, r0, r1 - r0, static_cast<float*>(out));
+    });
+    check(cudaGetLastError(), "the dequantize kernel launch");
+}
+
+void float_to_f16(const float* x, int64_t n, void* out, cudaStream_t s) {
+    float_to_f16_kernel<<<grid_for(n, 256, 1u << 16), 256, 0, s>>>(x, n, static_cast<__half*>(out));
+    check(cudaGetLastError(), "the F16 conversion kernel launch");
+}
+
 void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float scale, float* x, cudaStream_t s) {
     with_type(emb.type, [&](auto tag) {
         constexpr GgmlType T = decltype(tag)::value;
-        embed_kernel<T><<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(emb.data, emb.row_bytes, emb.cols, tokens,
-                                                                         scale, x);
+        embed_kernel<T><<<static_cast<unsigned>(n_tokens), 128, 0, s>>>(emb, tokens, scale, x);
     });
     check(cudaGetLastError(), "the embedding kernel launch");
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s) {
-    rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps);
+    rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps, nullptr, nullptr, nullptr, 0);
+    check(cudaGetLastError(), "the RMSNorm kernel launch");
+}
+
+void rms_norm_q8(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, int8_t* q, float* ds,
+                 int32_t* flag, int32_t layer, cudaStream_t s) {
+    if (q != nullptr && d % 32 != 0) check(cudaErrorInvalidValue, "rms_norm_q8 (a row not a multiple of 32)");
+    rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps, q, reinterpret_cast<float2*>(ds), flag,
+                                                             layer);
     check(cudaGetLastError(), "the RMSNorm kernel launch");
 }
 
@@ -507,20 +1152,54 @@ void rope_store(float* q, const float* k, const float* v, const float* cs, const
     check(cudaGetLastError(), "the RoPE + KV store kernel launch");
 }
 
+bool flash_attention_takes(const Heads& heads, const LayerCache& cache) {
+    return cache.f16 && heads.head_dim % 16 == 0 && heads.head_dim <= kFaMaxDim;
+}
+
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
-               const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s) {
+               const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s, bool flash,
+               int8_t* q_out, float* ds_out) {
     if (heads.head_dim > kAttnThreads * kAttnMaxDimsPerThread) {
         check(cudaErrorInvalidValue, "attention (head_dim above 512)");
     }
+    flash = flash && flash_attention_takes(heads, cache);
+    if (flash) {
+        const FaLayout layout(heads.head_dim);
+        static bool opted_in = false;  // shared memory beyond 48 KiB must be asked for, once
+        if (!opted_in) {
+            check(cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(FaLayout(kFaMaxDim).bytes)),
+                  "cudaFuncSetAttribute (flash attention shared memory)");
+            opted_in = true;
+        }
+        const int64_t rows = n * (heads.n_head / heads.n_head_kv);
+        flash_attention_kernel<<<dim3(static_cast<unsigned>((rows + kFaRows - 1) / kFaRows),
+                                      static_cast<unsigned>(heads.n_head_kv)),
+                                 kFaWarps * kWarp, layout.bytes, s>>>(q, slots, pos, n, heads, cache, scale, window,
+                                                                      out);
+        check(cudaGetLastError(), "the flash attention kernel launch");
+    }
+    // Every (token, head) without flash attention; with it, those whose tile belongs to another slot.
+    if (q_out != nullptr && (flash || heads.head_dim % 32 != 0))
+        check(cudaErrorInvalidValue, "attention (quantized output: not with flash, head_dim a multiple of 32)");
     const size_t smem = (static_cast<size_t>(heads.head_dim) + kAttnThreads + 32) * sizeof(float);
     attention_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head)), kAttnThreads, smem, s>>>(
-        q, slots, pos, heads, cache, scale, window, out);
+        q, slots, pos, heads, cache, scale, window, out, flash, q_out, reinterpret_cast<float2*>(ds_out));
     check(cudaGetLastError(), "the attention kernel launch");
 }
 
 void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s) {
     if (gelu) gated_kernel<true><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
     else gated_kernel<false><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
+    check(cudaGetLastError(), "the SwiGLU/GeGLU kernel launch");
+}
+
+void gated_activation_q8(float* gate, const float* up, int64_t n, bool gelu, int8_t* q, float* ds, cudaStream_t s) {
+    if (n % 32 != 0) check(cudaErrorInvalidValue, "gated_activation_q8 (not a multiple of 32)");
+    const int64_t blocks = n / 32;
+    auto* ds2 = reinterpret_cast<float2*>(ds);
+    if (gelu) gated_q8_kernel<true><<<grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s>>>(gate, up, blocks, q, ds2);
+    else gated_q8_kernel<false><<<grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s>>>(gate, up, blocks, q, ds2);
     check(cudaGetLastError(), "the SwiGLU/GeGLU kernel launch");
 }
 

@@ -12,23 +12,67 @@
 
 namespace quill::cuda {
 
-// A weight matrix on the device: `rows` rows of `cols` elements, each row `row_bytes` bytes of `type` blocks.
+// A weight matrix on the device: `rows` rows of `cols` elements, each row `row_bytes` bytes of `type` blocks. In
+// the packed layout (Q4_0, Q4_1, Q8_0; cuda/dequant.h) `data` is the plane of every block's quants and `scales` the
+// plane of their scales; else `scales` is null and `data` holds the GGUF rows.
 struct DeviceMatrix {
     GgmlType type = GgmlType::F32;
     const uint8_t* data = nullptr;
     int64_t cols = 0, rows = 0;
     size_t row_bytes = 0;
+    const uint8_t* scales = nullptr;
 };
+
+// Up to three matrices multiplied with one input in one launch (Q, K and V; gate and up): the same type, width
+// and layout (can_share_launch). row_end[i]: the rows of matrices 0..i together (past count: the total).
+struct ProductSet {
+    DeviceMatrix w[3];
+    float* y[3] = {nullptr, nullptr, nullptr};
+    int64_t row_end[3] = {0, 0, 0};
+    int count = 0;
+    void add(const DeviceMatrix& m, float* out);  // QUILL_CHECK: at most three, all alike
+};
+bool can_share_launch(const DeviceMatrix& a, const DeviceMatrix& b);
+ProductSet product_set(const DeviceMatrix& w, float* y);
 
 // y[t, r] = sum_k W[r, k] x[t, k] for t < n_tokens (y += that when accumulate). x [n_tokens, cols] must be
 // 16-byte aligned, y [n_tokens, rows].
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, bool accumulate, cudaStream_t s);
+// Each matrix of the set times x into its output, in one launch.
+void matmul(const ProductSet& ps, const float* x, int64_t n_tokens, bool accumulate, cudaStream_t s);
+
+// The activations of matmul_q8: each block of 32 of x [n, cols] quantized as the CPU backend does
+// (cpu::generic::quantize_block: d = max|x| / 127, q = round(x / d), half away from zero, clamped to +-127), the
+// scale kept rounded to fp16: q [n, cols] int8 and ds [n, cols / 32] pairs (d, d * sum of the block's q). cols is a
+// multiple of 32; q and ds 16-byte aligned.
+void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s);
+
+// y[t, r] = sum over blocks of W's block times x's quantized block (y += when accumulate), for a type that
+// uses_q8: four int8 products a dp4a instruction, the block scales applied to each block's integer sum.
+// rows_kernel: more than eight tokens (sequences decoding together) take a kernel that multiplies four rows a warp,
+// each token's quantized block loaded once for the four (the same bits; written with its parity tests, not yet run
+// on a GPU: CudaBackendOptions::fused_kernels turns it on); else one row a warp, eight tokens at a time.
+void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t n_tokens, float* y, bool accumulate,
+               cudaStream_t s, bool rows_kernel = false);
+void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
+               cudaStream_t s, bool rows_kernel = false);
+
+// Rows r0 <= r < r1 of w, decoded, to out [r1 - r0, w.cols]: float, or F16 when to_f16 (the GEMM's inputs).
+void dequantize_rows(const DeviceMatrix& w, int64_t r0, int64_t r1, bool to_f16, void* out, cudaStream_t s);
+
+// out[i] = x[i] rounded to F16, n elements.
+void float_to_f16(const float* x, int64_t n, void* out, cudaStream_t s);
 
 // x[t] = row tokens[t] of the embedding matrix, decoded to float, times scale: x [n_tokens, emb.cols].
 void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, float scale, float* x, cudaStream_t s);
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n rows of d (y may be x).
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s);
+// The same, and (q not null; d a multiple of 32) y quantized as quantize_q8 does, and (flag not null) *flag =
+// min(*flag, layer) when x holds inf or NaN: the input checks and quantization of the products that follow, in the
+// norm's launch. y is bit for bit rms_norm's.
+void rms_norm_q8(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, int8_t* q, float* ds,
+                 int32_t* flag, int32_t layer, cudaStream_t s);
 
 // The KV cache of one layer: element (slot, pos, e) is at slot * slot_stride + pos * row + e, row = n_head_kv *
 // head_dim, in f16 or f32.
@@ -57,11 +101,21 @@ void rope_store(float* q, const float* k, const float* v, const float* cs, const
 // out[t, h] = softmax(q[t, h] . K[slot_t, j0..pos_t] * scale) V[slot_t, j0..pos_t] for every token and head, with
 // grouped-query heads (head h reads KV head h / (n_head / n_head_kv)); j0 = 0, or with a sliding window > 0
 // max(0, pos_t - window + 1). head_dim <= 512.
+// flash: the queries in tiles on the tensor cores (flash_attention_takes: an f16 cache and head_dim a multiple of 16
+// up to 128; else ignored), each K and V row read once per tile of 64 query rows, the query and the probabilities
+// rounded to f16 as the reference backend does with an f16 cache; meant for prompts. Tokens of a tile whose first
+// token has another slot, and every token without flash, go one block per (token, head), keys one per thread.
+// q_out, ds_out (not with flash; head_dim a multiple of 32): out also quantized as quantize_q8 does, in the same
+// launch.
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
-               const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s);
+               const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s, bool flash = false,
+               int8_t* q_out = nullptr, float* ds_out = nullptr);
+bool flash_attention_takes(const Heads& heads, const LayerCache& cache);
 
 // gate = act(gate) * up, n elements: act SiLU, or GELU in its tanh form when gelu.
 void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s);
+// The same (bit for bit), the result also quantized as quantize_q8 does (n a multiple of 32).
+void gated_activation_q8(float* gate, const float* up, int64_t n, bool gelu, int8_t* q, float* ds, cudaStream_t s);
 
 // x[t, i] += b[i] for n rows of d.
 void add_rows(float* x, const float* b, int64_t n, int64_t d, cudaStream_t s);

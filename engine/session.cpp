@@ -126,6 +126,15 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     co.n_ctx = n_ctx;
     co.n_slots = o.n_slots;
     co.kv_type = o.kv_type;
+    // Prefill's products: tf32 unless QUILL_CUDA_GEMM says off, f32, tf32 or f16 (cuda/gemm_mode.h).
+    if (const char* env = std::getenv("QUILL_CUDA_GEMM"); env && *env) co.gemm = cuda::parse_gemm_mode(env);
+    // Developer switches for side-by-side measurements: QUILL_CUDA_PACK=0 keeps the GGUF block layout on the
+    // device, QUILL_CUDA_INT8=0 multiplies Q4_0/Q4_1/Q8_0 with the float kernel, QUILL_CUDA_FLASH=0 attends one
+    // (token, head) a block in prompts too, QUILL_CUDA_FUSE=1 turns on the fused launches (not yet run on a GPU).
+    if (const char* env = std::getenv("QUILL_CUDA_PACK"); env && std::string_view(env) == "0") co.packed_weights = false;
+    if (const char* env = std::getenv("QUILL_CUDA_INT8"); env && std::string_view(env) == "0") co.int8_products = false;
+    if (const char* env = std::getenv("QUILL_CUDA_FLASH"); env && std::string_view(env) == "0") co.flash_attention = false;
+    if (const char* env = std::getenv("QUILL_CUDA_FUSE"); env && std::string_view(env) == "1") co.fused_kernels = true;
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {
@@ -197,7 +206,9 @@ std::string describe_backend(const Backend& backend) {
                            cpu::isa_name(cpu->isa()));
 #ifdef QUILL_HAVE_CUDA
     if (const auto* gpu = dynamic_cast<const cuda::CudaBackend*>(&backend))
-        return fmt::format("cuda backend, {}: {}", escape_for_terminal(gpu->plan().device), gpu->plan().describe());
+        return fmt::format("cuda backend, {}: {}; prefill GEMM {}{}", escape_for_terminal(gpu->plan().device),
+                           gpu->plan().describe(), cuda::gemm_mode_name(gpu->gemm_mode()),
+                           gpu->gemm_unavailable().empty() ? "" : " (" + gpu->gemm_unavailable() + ")");
 #endif
     return fmt::format("{} backend", backend.name());
 }

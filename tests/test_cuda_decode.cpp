@@ -101,3 +101,34 @@ TEST_CASE("CUDA block decoders, compiled for the host, equal the reference dequa
     }
     CHECK(claimed == 13);
 }
+
+namespace {
+
+template <GgmlType T>
+void check_packed() {
+    INFO(type_name(T));
+    const int64_t n = 3 * 320;  // three rows of 320, back to back
+    constexpr int qb = cuda::packed_quant_bytes(T), sb = cuda::packed_scale_bytes(T);
+    for (bool raw : {false, true}) {
+        const std::vector<uint8_t> gguf = random_row(T, n, 11, raw);
+        const int64_t blocks = n / 32;
+        REQUIRE(gguf.size() == static_cast<size_t>(blocks * (qb + sb)));  // the planes add up to the GGUF bytes
+        std::vector<uint8_t> planes(gguf.size());
+        cuda::pack_blocks(T, gguf.data(), blocks, planes.data(), planes.data() + blocks * qb);
+        std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+        dequantize_row(T, gguf.data(), want.data(), n);
+        for (int64_t b = 0; b < blocks; ++b)
+            cuda::decode_packed32<T>(planes.data() + b * qb, planes.data() + blocks * qb + b * sb, got.data() + 32 * b);
+        INFO((raw ? "raw bytes" : "quantized"));
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("the packed layout of Q4_0, Q4_1 and Q8_0 (two planes) decodes bit for bit as the GGUF blocks", "[quant]") {
+    check_packed<GgmlType::Q4_0>();
+    check_packed<GgmlType::Q4_1>();
+    check_packed<GgmlType::Q8_0>();
+    for (GgmlType t : {GgmlType::F16, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) CHECK(cuda::packed_quant_bytes(t) == 0);
+}

@@ -3,96 +3,169 @@
 #   1. uses the binaries tests/gpu/pack.sh built and carried in gpu-carry/ (with their shared libraries and the
 #      stories260K test data), or else configures and builds for the GPU it finds (that needs the build
 #      dependencies of .ci/install-deps, which a bare GPU machine may lack);
-#   2. runs the [cuda] tests (the CUDA backend against the reference backend and llama.cpp's tokens);
-#   3. measures a device-to-device copy (PyTorch, when the machine has it) as the bandwidth ceiling;
+#   2. runs each [cuda] test case in its own process (a crash or hang in one does not hide the others), and the
+#      first failing ones again under compute-sanitizer's memcheck;
+#   3. compares `quill run` greedy text on stories260K (F32 and the Q8_0 mix) and `quill batch` texts (32 prompts,
+#      16 in parallel), GPU against CPU;
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
-#      one batch) and tg64 (64 decode steps), 3 runs each;
-#   5. prints one table last: tokens/s, the decode's GB/s and that as a fraction of the copy bandwidth.
-# Everything lands in $OUT (or /tmp/quill-gpu): logs, bench JSON, the table. Budget: about 8 minutes.
+#      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
+#      by phase), with 16 and 64 sequences decoding together, with the fused launches on (QUILL_CUDA_FUSE=1), and
+#      prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures;
+#   5. prints one table last: tokens/s, the decode's GB/s and that as a fraction of the copy bandwidth quill
+#      measures on the device.
+# Logs, bench JSON and the table land in $OUT (or /tmp/quill-gpu), six files. The whole run keeps to
+# $QUILL_GPU_BUDGET seconds (default 360): each step's timeout is cut to what is left. On 2026-12-04 the tests and
+# the benchmarks took 111 s on an H200, after about a minute of the machine's start.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/quill-gpu}"
 mkdir -p "$out"
+budget="${QUILL_GPU_BUDGET:-360}"
 start=$SECONDS
 say() { echo "== $* ($((SECONDS - start)) s)"; }
+# limit N: N seconds, or what is left of the budget if less (at least 5).
+limit() { local left=$((budget - (SECONDS - start))); ((left < $1)) && echo $((left > 5 ? left : 5)) || echo "$1"; }
 
 say "GPU"
-nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$out/gpu.txt" || {
-    echo "no nvidia-smi: is there a GPU?"
-    exit 1
-}
+nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader \
+    | tee /tmp/quill-gpu.txt || { echo "no nvidia-smi: is there a GPU?"; exit 1; }
 
 if [ -x gpu-carry/bin/quill ] && [ -x gpu-carry/bin/quill_tests ]; then
-    say "using the binaries carried in gpu-carry/ (built by tests/gpu/pack.sh)"
-    # Through the carried dynamic loader, so the carried C and C++ libraries are the ones used.
-    loader=(gpu-carry/lib/ld-linux-x86-64.so.2 --library-path gpu-carry/lib)
-    quill=("${loader[@]}" gpu-carry/bin/quill)
-    tests=("${loader[@]}" gpu-carry/bin/quill_tests)
+    # The machine's own C library when the binaries run on it (the static CUDA runtime dlopens the driver's
+    # libcuda, which must find the machine's libc); else the carried loader, with the machine's library path
+    # after the carried one so that libcuda is still found.
+    libs=/tmp/quill-libs
+    rm -rf "$libs" && mkdir -p "$libs"
+    for f in gpu-carry/lib/*; do
+        case "$(basename "$f")" in ld-linux* | libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so*) ;;
+        *) ln -s "$PWD/$f" "$libs/" ;; esac
+    done
+    if LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}" gpu-carry/bin/quill --help >/dev/null 2>&1; then
+        say "carried binaries on the machine's C library"
+        export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
+        quill=(gpu-carry/bin/quill)
+        tests=(gpu-carry/bin/quill_tests)
+        native=1
+    else
+        say "carried binaries through the carried loader"
+        loader=(gpu-carry/lib/ld-linux-x86-64.so.2 --library-path "$PWD/gpu-carry/lib:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64:/usr/local/nvidia/lib")
+        quill=("${loader[@]}" gpu-carry/bin/quill)
+        tests=("${loader[@]}" gpu-carry/bin/quill_tests)
+        native=0
+    fi
     [ -d gpu-carry/testdata ] && export QUILL_TESTDATA="$PWD/gpu-carry/testdata"
 else
     cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')"
     say "building for sm_$cc"
     cmake -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQUILL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
-        >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
-    cmake --build build-gpu -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -m20 -E "error" "$out/build.log"; exit 1; }
+        >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    cmake --build build-gpu -j"$(nproc)" >>"$out/build.log" 2>&1 || { grep -m20 -E "error" "$out/build.log"; exit 1; }
     quill=(build-gpu/quill)
     tests=(build-gpu/tests/quill_tests)
+    native=1
 fi
 
-say "[cuda] tests"
+say "[cuda] tests, one process each"
 status=0
-timeout 240 "${tests[@]}" "[cuda]" --durations yes >"$out/tests.log" 2>&1 || status=$?
-grep -E "FAILED|failed|passed|skipped|with expansion|<=|==" "$out/tests.log" | head -60
-tail -4 "$out/tests.log"
-echo "[cuda] tests exit status: $status"
+failed=()
+log="$out/tests.log"
+: >"$log"
+mapfile -t names < <("${tests[@]}" --list-test-names-only "[cuda]" | grep -v '^$' | grep -v 'matching test cases')
+for name in "${names[@]}"; do
+    spec="${name%%,*}"  # a name with a comma: its part before the comma, as a prefix
+    spec="${spec%%[*}*"
+    t0=$SECONDS
+    timeout "$(limit 60)" "${tests[@]}" "$spec" --durations yes >>"$log" 2>&1
+    rc=$?
+    if ((rc == 0)); then r=passed; else r="FAILED ($rc)"; status=1; failed+=("$spec"); fi
+    printf '%-8s %3d s  %s\n' "${r%% *}" $((SECONDS - t0)) "$name" | tee -a "$out/summary.txt"
+done
+grep -E "^/.*(FAILED|failed)|with expansion|REQUIRE|CHECK|error" "$log" | head -40
 
-say "device-to-device copy bandwidth"
-python3 - >"$out/copy.txt" 2>"$out/copy.err" <<'EOF' || echo "(no PyTorch: no copy ceiling; see $out/copy.err)"
-import torch
-n = 1 << 30  # 1 GiB each way, far beyond L2
-a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-b = torch.empty_like(a)
-for _ in range(3):
-    b.copy_(a)
-torch.cuda.synchronize()
-times = []
-for _ in range(20):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); b.copy_(a); e.record(); e.synchronize()
-    times.append(s.elapsed_time(e) / 1e3)
-times.sort()
-print(2 * n / times[len(times) // 2] / 1e9)  # bytes read + bytes written, median
-EOF
-cat "$out/copy.txt" 2>/dev/null
+if ((native)) && ((${#failed[@]})) && command -v compute-sanitizer >/dev/null; then
+    for spec in "${failed[@]:0:2}"; do
+        say "memcheck: $spec"
+        timeout "$(limit 60)" compute-sanitizer --tool memcheck --print-limit 8 "${tests[@]}" "$spec" >"$out/memcheck.log" 2>&1
+        grep -E "=========" "$out/memcheck.log" | head -24
+    done
+fi
 
-for t in q4_0 q8_0 f16; do
-    say "bench llama3-8b $t"
-    timeout 150 "${quill[@]}" bench --synthetic llama3-8b --dtype "$t" --device cuda -p 2048 --batch 2048 -n 64 \
-        -r 3 --json >"$out/bench-$t.json" 2>"$out/bench-$t.err" || tail -3 "$out/bench-$t.err"
+say "quill run: stories260K (F32, Q8_0 mix) greedy, cuda against cpu"
+for f in stories260K stories260K-Q8_0mix; do
+    m="${QUILL_TESTDATA:-gpu-carry/testdata}/models/$f.gguf"
+    for dev in cpu cuda; do
+        timeout "$(limit 30)" "${quill[@]}" run -m "$m" --device "$dev" --raw --temp 0 -n 64 -p "Once upon a time" \
+            >"/tmp/run-$dev.txt" 2>"/tmp/run-$dev.err"
+        echo "$f $dev rc=$?: $(head -c 160 "/tmp/run-$dev.txt" | tr '\n' ' ')"
+        grep -v "^$" "/tmp/run-$dev.err" | head -2
+    done
+    cmp -s /tmp/run-cpu.txt /tmp/run-cuda.txt && echo "run $f: cuda text == cpu text" || echo "run $f: TEXTS DIFFER"
 done
 
+say "quill batch: stories260K, 32 prompts, 16 in parallel, cuda against cpu"
+for i in $(seq 1 32); do echo "Once upon a time, a little $([ $((i % 2)) = 0 ] && echo girl || echo dog) number $i"; done >/tmp/prompts.txt
+for dev in cpu cuda; do
+    timeout "$(limit 40)" "${quill[@]}" batch -m "${QUILL_TESTDATA:-gpu-carry/testdata}/models/stories260K.gguf" \
+        --device "$dev" --raw --temp 0 -n 48 --parallel 16 -i /tmp/prompts.txt -o "/tmp/batch-$dev.jsonl" \
+        2>"/tmp/batch-$dev.err"
+    echo "batch $dev rc=$?: $(wc -l <"/tmp/batch-$dev.jsonl") lines; $(tail -1 "/tmp/batch-$dev.err")"
+done
+python3 - <<'PY'
+import json
+a = [json.loads(l) for l in open("/tmp/batch-cpu.jsonl")]
+b = [json.loads(l) for l in open("/tmp/batch-cuda.jsonl")]
+key = lambda r: r.get("id")
+ta = {key(r): json.dumps(r.get("text", r.get("output", r)), sort_keys=True) for r in a}
+tb = {key(r): json.dumps(r.get("text", r.get("output", r)), sort_keys=True) for r in b}
+print(f"batch: {sum(ta[k] == tb.get(k) for k in ta)}/{len(ta)} texts identical, cuda against cpu")
+PY
+
+bench() {  # bench NAME [VAR=VALUE...] -- ARGS...: JSON to /tmp/bench-NAME.json, stderr (the profile) to bench.err
+    local name=$1; shift
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    say "bench $name ${envs[*]}"
+    echo "== $name ${envs[*]} $*" >>"$out/bench.err"
+    timeout "$(limit 100)" env "${envs[@]}" "${quill[@]}" bench --synthetic llama3-8b --device cuda --json "$@" \
+        >"/tmp/bench-$name.json" 2>>"$out/bench.err" || tail -3 "$out/bench.err"
+}
+# Most telling first: the run may be cut at the budget.
+bench q4_0 -- --dtype q4_0 -p 2048 --batch 2048 -n 64 -r 3
+bench q4_0-profile QUILL_CUDA_PROFILE=1 -- --dtype q4_0 -p 2048 --batch 2048 -n 16 -r 1
+grep -A40 "CUDA profile" "$out/bench.err" | head -40
+bench q8_0 -- --dtype q8_0 -p 2048 --batch 2048 -n 64 -r 3
+bench f16 -- --dtype f16 -p 2048 --batch 2048 -n 64 -r 3
+bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
+bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
+bench q4_0-fused QUILL_CUDA_FUSE=1 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_0-b64-fused QUILL_CUDA_FUSE=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
+bench f16-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype f16 -p 2048 --batch 2048 -n 0 -r 3
+bench q4_0-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype q4_0 -p 2048 --batch 2048 -n 0 -r 3
+
 say "summary"
-python3 - "$out" <<'EOF' | tee "$out/table.txt"
+cat /tmp/bench-*.json >"$out/bench.jsonl" 2>/dev/null
+python3 - "$out" <<'PY' | tee "$out/table.txt"
 import json, os, sys
 out = sys.argv[1]
-try:
-    copy = float(open(os.path.join(out, "copy.txt")).read())
-except Exception:
-    copy = None
-print("gpu: " + open(os.path.join(out, "gpu.txt")).read().strip())
-print("copy bandwidth: " + (f"{copy:.0f} GB/s (read + write)" if copy else "not measured"))
-print(f"{'llama3-8b':10} {'prefill tok/s':>14} {'decode tok/s':>13} {'GB/s':>8} {'of copy':>8}")
-for t in ("q4_0", "q8_0", "f16"):
+print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
+print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'decode tok/s':>13} {'GB/s':>8} {'of copy':>8}")
+for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-fused", "q4_0-b64-fused", "f16-gemm-f16",
+          "q4_0-gemm-f16"):
     try:
-        j = json.load(open(os.path.join(out, f"bench-{t}.json")))
+        j = json.load(open(f"/tmp/bench-{t}.json"))
     except Exception as e:
-        print(f"{t:10} no result ({type(e).__name__}; see bench-{t}.err)")
+        print(f"{t:14} no result ({type(e).__name__})")
         continue
+    copy = j.get("copy_gb_per_s")
     tests = {x["test"]: x for x in j["tests"]}
-    pp, tg = tests["pp2048"], tests["tg64"]
-    gbs = tg["gb_per_s"]
-    frac = f"{gbs / copy:.0%}" if copy else "-"
-    print(f"{t:10} {pp['tokens_per_s']:14.0f} {tg['tokens_per_s']:13.1f} {gbs:8.0f} {frac:>8}")
-EOF
+    pp = next((x for k, x in tests.items() if k.startswith("pp")), None)
+    tg = next((x for k, x in tests.items() if k.startswith("tg")), None)
+    gbs = tg.get("gb_per_s") if tg else None
+    frac = f"{gbs / copy:.0%}" if gbs and copy else "-"
+    pps = f"{pp['tokens_per_s']:14.0f}" if pp else f"{'-':>14}"
+    tgs = f"{tg['tokens_per_s']:13.1f}" if tg else f"{'-':>13}"
+    print(f"{t:14} {pps} {tgs} {gbs or 0:8.0f} {frac:>8}   copy {copy or 0:.0f} GB/s")
+PY
 say "done"
 exit "$status"
