@@ -155,6 +155,25 @@ TEST_CASE("the CUDA backend takes every architecture setting and the 13 weight t
         CHECK(cuda::cuda_supports(t));
 }
 
+TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing else and the CUDA options default as documented",
+          "[cuda]") {
+    // No device needed.
+    for (cuda::GemmMode m : {cuda::GemmMode::off, cuda::GemmMode::f32, cuda::GemmMode::tf32, cuda::GemmMode::f16})
+        CHECK(cuda::parse_gemm_mode(cuda::gemm_mode_name(m)) == m);
+    CHECK_THROWS_AS(cuda::parse_gemm_mode("TF32"), UsageError);
+    CHECK_THROWS_AS(cuda::parse_gemm_mode(""), UsageError);
+    const cuda::CudaBackendOptions o;
+    CHECK(o.gemm == cuda::GemmMode::tf32);
+    CHECK((o.packed_weights && o.int8_products && o.flash_attention && o.graphs));
+    CHECK_FALSE(o.fused_kernels);  // until a GPU run has checked it
+    // The GEMM's scratch: one slice of at most kGemmSliceElems (at least a row), plus the F16 input in f16 mode.
+    CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::off, 1 << 20, 4096, 100) == 0);
+    CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, 4096 * 4096, 4096, 100) == 4096u * 4096u * 4u);
+    CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, int64_t{1} << 30, 4096, 100) ==
+          static_cast<size_t>(cuda::kGemmSliceElems) * 4u);
+    CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::f16, 4096 * 4096, 4096, 100) == 4096u * 4096u * 2u + 4096u * 100u * 2u);
+}
+
 TEST_CASE("CUDA matmul equals a double-precision product on every weight type and odd shapes", "[cuda]") {
     if (!have_gpu()) return;
     const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,

@@ -139,6 +139,7 @@ bench f16 -- --dtype f16 -p 2048 --batch 2048 -n 64 -r 3
 bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-fused QUILL_CUDA_FUSE=1 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_0-fused-profile QUILL_CUDA_FUSE=1 QUILL_CUDA_PROFILE=1 -- --dtype q4_0 -p 0 -n 16 -r 1
 bench q4_0-b64-fused QUILL_CUDA_FUSE=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench f16-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype f16 -p 2048 --batch 2048 -n 0 -r 3
 bench q4_0-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype q4_0 -p 2048 --batch 2048 -n 0 -r 3
