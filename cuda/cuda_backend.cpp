@@ -541,7 +541,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
         d.gemm = std::make_unique<Gemm>();
         if (d.gemm->available()) {
             d.gemm_mode = options.gemm;
-            d.gemm_scratch.allocate(gemm_workspace_bytes(weights, d.gemm_mode, d.cap_tokens), "cudaMalloc (GEMM scratch)");
+            d.gemm_scratch.allocate(gemm_workspace_bytes(weights, d.gemm_mode, d.cap_tokens),
+                                    "cudaMalloc (GEMM scratch)");
         } else {
             d.gemm_why = d.gemm->why();
             d.gemm.reset();

@@ -262,7 +262,8 @@ __device__ __forceinline__ void load_q8_at(const uint8_t* qrow, const uint8_t* s
         m = T == GgmlType::Q4_1 ? __half2float(__ushort_as_half(h[1])) : 0.0f;
         const auto* qh = h + packed_scale_bytes(T) / 2;
 #pragma unroll
-        for (int i = 0; i < kWords; ++i) wq[i] = static_cast<int>(qh[2 * i] | (static_cast<uint32_t>(qh[2 * i + 1]) << 16));
+        for (int i = 0; i < kWords; ++i)
+            wq[i] = static_cast<int>(qh[2 * i] | (static_cast<uint32_t>(qh[2 * i + 1]) << 16));
     }
 }
 

@@ -131,10 +131,14 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     // Developer switches for side-by-side measurements: QUILL_CUDA_PACK=0 keeps the GGUF block layout on the
     // device, QUILL_CUDA_INT8=0 multiplies Q4_0/Q4_1/Q8_0 with the float kernel, QUILL_CUDA_FLASH=0 attends one
     // (token, head) a block in prompts too, QUILL_CUDA_FUSE=1 turns on the fused launches (not yet run on a GPU).
-    if (const char* env = std::getenv("QUILL_CUDA_PACK"); env && std::string_view(env) == "0") co.packed_weights = false;
-    if (const char* env = std::getenv("QUILL_CUDA_INT8"); env && std::string_view(env) == "0") co.int8_products = false;
-    if (const char* env = std::getenv("QUILL_CUDA_FLASH"); env && std::string_view(env) == "0") co.flash_attention = false;
-    if (const char* env = std::getenv("QUILL_CUDA_FUSE"); env && std::string_view(env) == "1") co.fused_kernels = true;
+    auto switch_is = [](const char* name, std::string_view value) {
+        const char* env = std::getenv(name);
+        return env && value == env;
+    };
+    if (switch_is("QUILL_CUDA_PACK", "0")) co.packed_weights = false;
+    if (switch_is("QUILL_CUDA_INT8", "0")) co.int8_products = false;
+    if (switch_is("QUILL_CUDA_FLASH", "0")) co.flash_attention = false;
+    if (switch_is("QUILL_CUDA_FUSE", "1")) co.fused_kernels = true;
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {

@@ -155,7 +155,8 @@ TEST_CASE("the CUDA backend takes every architecture setting and the 13 weight t
         CHECK(cuda::cuda_supports(t));
 }
 
-TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing else and the CUDA options default as documented",
+TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing else and the CUDA options default "
+          "as documented",
           "[cuda]") {
     // No device needed.
     for (cuda::GemmMode m : {cuda::GemmMode::off, cuda::GemmMode::f32, cuda::GemmMode::tf32, cuda::GemmMode::f16})
@@ -171,7 +172,8 @@ TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing el
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, 4096 * 4096, 4096, 100) == 4096u * 4096u * 4u);
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, int64_t{1} << 30, 4096, 100) ==
           static_cast<size_t>(cuda::kGemmSliceElems) * 4u);
-    CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::f16, 4096 * 4096, 4096, 100) == 4096u * 4096u * 2u + 4096u * 100u * 2u);
+    CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::f16, 4096 * 4096, 4096, 100) ==
+          4096u * 4096u * 2u + 4096u * 100u * 2u);
 }
 
 TEST_CASE("CUDA matmul equals a double-precision product on every weight type and odd shapes", "[cuda]") {
@@ -312,7 +314,8 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
                         CHECK(dy4.get(y0.size()) == dy.get(y0.size()));
                     }
                     std::vector<double> xd(x.size());  // the quantized input
-                    for (size_t k = 0; k < x.size(); ++k) xd[k] = static_cast<double>(want_ds[2 * (k / 32)]) * want_q[k];
+                    for (size_t k = 0; k < x.size(); ++k)
+                        xd[k] = static_cast<double>(want_ds[2 * (k / 32)]) * want_q[k];
                     CHECK(product_error(dy.get(y0.size()), y0, accumulate, w.wd, xd, rows_n, cols, n_tok) <= 1e-5);
                 }
             }
@@ -492,7 +495,8 @@ TEST_CASE("prefill through cuBLAS in each mode matches the reference on random m
             // for Q4_0, Q4_1, Q8_0); the tensor-core modes: their inputs' rounding carried through the layers
             // (2.0-5.5e-3 in the first GPU run)
             if (mode == cuda::GemmMode::f32) CHECK(rel <= 1e-4);
-            else if (mode == cuda::GemmMode::off) CHECK(reference_error(got, want, c.spec) <= reference_tol(KvType::f32, c.spec));
+            else if (mode == cuda::GemmMode::off)
+                CHECK(reference_error(got, want, c.spec) <= reference_tol(KvType::f32, c.spec));
             else CHECK(rel <= 1e-2);
         }
     }

@@ -130,5 +130,6 @@ TEST_CASE("the packed layout of Q4_0, Q4_1 and Q8_0 (two planes) decodes bit for
     check_packed<GgmlType::Q4_0>();
     check_packed<GgmlType::Q4_1>();
     check_packed<GgmlType::Q8_0>();
-    for (GgmlType t : {GgmlType::F16, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) CHECK(cuda::packed_quant_bytes(t) == 0);
+    for (GgmlType t : {GgmlType::F16, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K})
+        CHECK(cuda::packed_quant_bytes(t) == 0);
 }
