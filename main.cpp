@@ -574,6 +574,7 @@ int cmd_bench(BenchCliOptions& o) {
         j["reps"] = o.bench.reps;
         j["n_batch"] = o.bench.n_batch;
         if (const double copy = backend->copy_bandwidth_gbs(); copy > 0.0) j["copy_gb_per_s"] = copy;
+        if (const double rate = backend->matmul_rate_tflops(); rate > 0.0) j["matmul_tflops"] = rate;
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         return 0;
     }
@@ -583,8 +584,16 @@ int cmd_bench(BenchCliOptions& o) {
     const std::string threads_col = cpu ? std::to_string(cpu->n_threads()) : "-";
     out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
     const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
+    const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU
     for (const quill::BenchTest& t : res.tests) {
         std::string ts = quill::mean_pm_stddev(t.tokens_per_s);
+        if (!t.tflops.empty()) {
+            std::vector<double> f = t.tflops;
+            std::sort(f.begin(), f.end());
+            const double median = f[f.size() / 2];
+            ts += rate > 0.0 ? fmt::format(" ({:.2f} TFLOP/s, {:.0f}% of GEMM)", median, 100.0 * median / rate)
+                             : fmt::format(" ({:.2f} TFLOP/s)", median);
+        }
         if (!t.gb_per_s.empty()) {
             std::vector<double> g = t.gb_per_s;
             std::sort(g.begin(), g.end());

@@ -763,6 +763,51 @@ double CudaBackend::copy_bandwidth_gbs() {
     return copy_gbs_;
 }
 
+double CudaBackend::matmul_rate_tflops() {
+    if (gemm_tflops_ >= 0.0) return gemm_tflops_;
+    gemm_tflops_ = 0.0;
+    Impl& d = *impl_;
+    if (!d.gemm || d.gemm_mode == GemmMode::off) return 0.0;
+    constexpr int64_t kN = 8192;
+    try {
+        // The "weights" stored as the mode multiplies them (F16 rows in f16 mode, F32 rows else: no dequantized
+        // slice), the "tokens" as F32 (converted to F16 in f16 mode, as prefill's are: about a twentieth of the
+        // time), the product into Y.
+        const bool f16 = d.gemm_mode == GemmMode::f16;
+        const size_t welem = f16 ? 2 : 4;
+        DeviceBuffer w(welem * kN * kN, "cudaMalloc (GEMM rate)"), x(sizeof(float) * kN * kN, "cudaMalloc"),
+            y(sizeof(float) * kN * kN, "cudaMalloc (GEMM rate)");
+        // Not zeros: 0x3C bytes are 1.06 as F16 and 0.011 as F32, 0x3B bytes 0.0029 as F32.
+        check(cudaMemsetAsync(w.get(), 0x3C, w.size(), d.stream), "cudaMemsetAsync");
+        check(cudaMemsetAsync(x.get(), 0x3B, x.size(), d.stream), "cudaMemsetAsync");
+        const DeviceMatrix m{f16 ? GgmlType::F16 : GgmlType::F32, w.get(), kN, kN, welem * kN};
+        const size_t scratch_bytes = gemm_scratch_bytes(d.gemm_mode, kN * kN, kN, kN);
+        DeviceBuffer scratch(scratch_bytes, "cudaMalloc (GEMM rate scratch)");
+        cudaEvent_t start = nullptr, stop = nullptr;
+        check(cudaEventCreate(&start), "cudaEventCreate");
+        check(cudaEventCreate(&stop), "cudaEventCreate");
+        float best_ms = 0.0f;
+        cudaError_t e = cudaSuccess;
+        for (int i = 0; i < 6 && e == cudaSuccess; ++i) {  // the first is a warm-up
+            e = cudaEventRecord(start, d.stream);
+            d.gemm->gemm(d.gemm_mode, m, reinterpret_cast<const float*>(x.get()), kN,
+                         reinterpret_cast<float*>(y.get()), false, scratch.get(), scratch_bytes, d.stream);
+            if (e == cudaSuccess) e = cudaEventRecord(stop, d.stream);
+            if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+            float ms = 0.0f;
+            if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, stop);
+            if (e == cudaSuccess && i > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+        }
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        check(e, "the GEMM rate measurement");
+        gemm_tflops_ = best_ms > 0.0f ? 2.0 * kN * kN * kN / (best_ms * 1e-3) / 1e12 : 0.0;
+    } catch (const Error&) {
+        gemm_tflops_ = 0.0;
+    }
+    return gemm_tflops_;
+}
+
 // The kernels of a forward call over the batch uploaded at d.tokens (n tokens, m logit rows): no host work, no
 // synchronization, so that a decode step can be captured as a graph.
 void CudaBackend::enqueue_forward(int64_t n, int64_t m) {

@@ -99,6 +99,10 @@ public:
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
     // Measured once (5 copies of 256 MiB, the fastest), then remembered.
     double copy_bandwidth_gbs() override;
+    // Measured once: the fastest of 5 products of two 8192 x 8192 matrices through the prefill's GEMM path in its
+    // mode (weights stored as that mode multiplies them; F32 inputs, converted to F16 in f16 mode; inputs filled
+    // with a nonzero pattern, not zeros); 0 without cuBLAS or on any failure.
+    double matmul_rate_tflops() override;
 
     const MemoryPlan& plan() const { return plan_; }
     // The mode prefill products run in: the option, or off when cuBLAS could not be loaded (gemm_unavailable says
@@ -121,6 +125,7 @@ private:
     KvCacheShape kv_shape_;
     bool graphs_;
     double copy_gbs_ = 0.0;
+    double gemm_tflops_ = -1.0;  // not measured yet
     MemoryPlan plan_;
     std::unique_ptr<Impl> impl_;
 };

@@ -191,6 +191,14 @@ TEST_CASE("quill bench times a synthetic model and saves it as a loadable GGUF",
         CHECK(t["runs"].size() == 2);
     }
     CHECK(j["tests"][2]["gb_per_s"].get<double>() > 0);
+    // pp16's arithmetic, counted by hand for stories15m (6 layers of 288 wide, FFN 768, 6 heads of 48, vocabulary
+    // 32000): per token 6 x 2 x (4 x 288 x 288 + 3 x 288 x 768) = 11,943,936; causal attention 6 x 4 x 288 x
+    // (1 + ... + 16) = 940,032; the output row once, 2 x 288 x 32000 = 18,432,000. tflops is that over each run's
+    // time (the median of two runs: their mean, as tokens_per_s's).
+    const auto& pp16 = j["tests"][0];
+    CHECK(pp16["tflops"].get<double>() * 1e12 / pp16["tokens_per_s"].get<double>() ==
+          Approx((16 * 11943936.0 + 940032.0 + 18432000.0) / 16).epsilon(1e-9));
+    CHECK_FALSE(j["tests"][2].contains("tflops"));
     // Batched decode: 3 sequences per step, every token counted; a batch above the slots is refused.
     auto b3 = run_quill({"bench", "--synthetic", "stories15m", "-p", "0", "-n", "4", "-r", "1", "--batch-decode", "3",
                          "--json"});

@@ -103,6 +103,9 @@ public:
     // The device's measured memory bandwidth in GB/s (a large device-to-device copy, bytes read plus written, over
     // its time), for `quill bench` to state decode's fraction of it; 0 where there is no such measurement (CPU).
     virtual double copy_bandwidth_gbs() { return 0.0; }
+    // The rate of the matrix products a prefill runs on, in TFLOP/s, measured on the device (a large square product
+    // in the backend's prefill mode), for `quill bench` to state prefill's fraction of it; 0 where there is none.
+    virtual double matmul_rate_tflops() { return 0.0; }
 
 protected:
     // forward_sample's host path, for backends that override it only for some batches.

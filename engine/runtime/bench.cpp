@@ -16,6 +16,21 @@ size_t decode_weight_bytes(const Weights& w) {
     return n;
 }
 
+double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
+    double per_token = 0;
+    for (const auto& L : w.layers)
+        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+            per_token += 2.0 * static_cast<double>(t->ne[0]) * static_cast<double>(t->n_rows());
+    double attention = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        double keys = 0;  // sum over tokens of the positions each attends to
+        for (int64_t t = 0; t < n; ++t) keys += static_cast<double>(t + 1 - c.first_visible(l, t));
+        attention += 4.0 * static_cast<double>(c.n_head * c.head_dim) * keys;
+    }
+    const double output = 2.0 * static_cast<double>(w.output.ne[0]) * static_cast<double>(w.output.n_rows());
+    return per_token * static_cast<double>(n) + attention + output;
+}
+
 namespace {
 
 using clock = std::chrono::steady_clock;
@@ -105,12 +120,12 @@ BenchResult run_bench(Backend& backend, const Weights& weights, const BenchOptio
     const size_t wbytes = decode_weight_bytes(weights);
     BenchResult res;
     for (int p : o.n_prompt) {
-        if (p > 0) res.tests.push_back({fmt::format("pp{}", p), p, 0, 1, {}, {}});
+        if (p > 0) res.tests.push_back({fmt::format("pp{}", p), p, 0, 1, {}, {}, {}});
     }
     for (int g : o.n_gen) {
         if (g > 0)
             res.tests.push_back({o.n_seq > 1 ? fmt::format("tg{}x{}", g, o.n_seq) : fmt::format("tg{}", g), 0, g,
-                                 o.n_seq, {}, {}});
+                                 o.n_seq, {}, {}, {}});
     }
     for (BenchTest& t : res.tests) {
         // A short warm-up of the same kind (page faults, first-touch of the cache, thread start).
@@ -118,7 +133,9 @@ BenchResult run_bench(Backend& backend, const Weights& weights, const BenchOptio
         else decode_run(backend, wbytes, std::min(t.n_gen, 4), t.n_seq);
         for (int i = 0; i < o.reps; ++i) {
             if (t.n_prompt > 0) {
-                t.tokens_per_s.push_back(prefill_run(backend, t.n_prompt, o.n_batch));
+                const double tps = prefill_run(backend, t.n_prompt, o.n_batch);
+                t.tokens_per_s.push_back(tps);
+                t.tflops.push_back(prefill_flops(backend.config(), weights, t.n_prompt) * tps / t.n_prompt / 1e12);
             } else {
                 const auto [tps, gbs] = decode_run(backend, wbytes, t.n_gen, t.n_seq);
                 t.tokens_per_s.push_back(tps);
@@ -144,6 +161,7 @@ nlohmann::json BenchResult::to_json() const {
                          {"tokens_per_s_stddev", s.stddev}, {"tokens_per_s_min", s.min}, {"tokens_per_s_max", s.max},
                          {"runs", t.tokens_per_s}};
         if (!t.gb_per_s.empty()) e["gb_per_s"] = summarize(t.gb_per_s).median;
+        if (!t.tflops.empty()) e["tflops"] = summarize(t.tflops).median;
         j["tests"].push_back(e);
     }
     return j;

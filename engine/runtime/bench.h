@@ -27,17 +27,23 @@ struct BenchTest {
     int n_prompt = 0, n_gen = 0, n_seq = 1;
     std::vector<double> tokens_per_s;  // one per run
     std::vector<double> gb_per_s;      // tg: weights + KV cache read per step, over the step time
+    std::vector<double> tflops;        // pp: the prefill's arithmetic (prefill_flops) over its time
 };
 
 struct BenchResult {
     std::vector<BenchTest> tests;
     // {"tests": [{"test", "n_prompt", "n_gen", "n_seq", "tokens_per_s" (median), "tokens_per_s_mean", "_stddev",
-    // "_min", "_max", "gb_per_s" (median, tg), "runs": [...]}]}
+    // "_min", "_max", "gb_per_s" (median, tg), "tflops" (median, pp), "runs": [...]}]}
     nlohmann::json to_json() const;
 };
 
 // Bytes a decode step reads from the weights: every layer matrix and the output matrix.
 size_t decode_weight_bytes(const Weights& w);
+
+// Floating-point operations of a prefill of n tokens into an empty cache with logits for the last one: two per
+// multiply-add of every layer matrix and token, of the output matrix once, and of causal attention (Q K^T and P V
+// over each token's positions so far, or its sliding window).
+double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n);
 
 // The positions a backend needs per slot, and the slots, for these options.
 int64_t bench_context(const BenchOptions& opts);

@@ -11,8 +11,8 @@
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
 #      by phase), with 16 and 64 sequences decoding together, with the fused launches on (QUILL_CUDA_FUSE=1), and
 #      prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures;
-#   5. prints one table last: tokens/s, the decode's GB/s and that as a fraction of the copy bandwidth quill
-#      measures on the device.
+#   5. prints one table last: tokens/s, prefill's TFLOP/s and that as a fraction of the GEMM rate quill measures on
+#      the device, the decode's GB/s and that as a fraction of the copy bandwidth quill measures there.
 # Logs, bench JSON and the table land in $OUT (or /tmp/quill-gpu), six files. The whole run keeps to
 # $QUILL_GPU_BUDGET seconds (default 360): each step's timeout is cut to what is left. On 2026-12-04 the tests and
 # the benchmarks took 111 s on an H200, after about a minute of the machine's start.
@@ -150,7 +150,8 @@ python3 - "$out" <<'PY' | tee "$out/table.txt"
 import json, os, sys
 out = sys.argv[1]
 print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
-print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'decode tok/s':>13} {'GB/s':>8} {'of copy':>8}")
+print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
+      f"{'of copy':>8}")
 for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-fused", "q4_0-b64-fused", "f16-gemm-f16",
           "q4_0-gemm-f16"):
     try:
@@ -159,14 +160,19 @@ for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-fused", "q4_0-b64
         print(f"{t:14} no result ({type(e).__name__})")
         continue
     copy = j.get("copy_gb_per_s")
+    rate = j.get("matmul_tflops")
     tests = {x["test"]: x for x in j["tests"]}
     pp = next((x for k, x in tests.items() if k.startswith("pp")), None)
     tg = next((x for k, x in tests.items() if k.startswith("tg")), None)
     gbs = tg.get("gb_per_s") if tg else None
     frac = f"{gbs / copy:.0%}" if gbs and copy else "-"
     pps = f"{pp['tokens_per_s']:14.0f}" if pp else f"{'-':>14}"
+    tf = pp.get("tflops") if pp else None
+    tfs = f"{tf:8.1f}" if tf else f"{'-':>8}"
+    tff = f"{tf / rate:8.0%}" if tf and rate else f"{'-':>8}"
     tgs = f"{tg['tokens_per_s']:13.1f}" if tg else f"{'-':>13}"
-    print(f"{t:14} {pps} {tgs} {gbs or 0:8.0f} {frac:>8}   copy {copy or 0:.0f} GB/s")
+    print(f"{t:14} {pps} {tfs} {tff} {tgs} {gbs or 0:8.0f} {frac:>8}   copy {copy or 0:.0f} GB/s, "
+          f"GEMM {rate or 0:.0f} TFLOP/s")
 PY
 say "done"
 exit "$status"
