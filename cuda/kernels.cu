@@ -202,7 +202,6 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 
 // ---- int8 products: activations quantized per block of 32, dp4a against the weights' quants ----
 
-// One warp per block of 32 (lane i: element i), blocks of all tokens back to back.
 // Lane i's value v of block b (32 values, one a lane of a warp) quantized into q[b * 32 + i] and the block's
 // (scale, scale * sum of q) into ds[b]: cpu::generic::quantize_block's arithmetic, the scale rounded to fp16.
 __device__ __forceinline__ void quantize_lane(float v, int64_t b, int lane, int8_t* __restrict__ q,
