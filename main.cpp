@@ -585,21 +585,21 @@ int cmd_bench(BenchCliOptions& o) {
     out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
     const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
     const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU
+    auto median = [](std::vector<double> v) {  // the upper middle of an even count
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
     for (const quill::BenchTest& t : res.tests) {
         std::string ts = quill::mean_pm_stddev(t.tokens_per_s);
         if (!t.tflops.empty()) {
-            std::vector<double> f = t.tflops;
-            std::sort(f.begin(), f.end());
-            const double median = f[f.size() / 2];
-            ts += rate > 0.0 ? fmt::format(" ({:.2f} TFLOP/s, {:.0f}% of GEMM)", median, 100.0 * median / rate)
-                             : fmt::format(" ({:.2f} TFLOP/s)", median);
+            const double f = median(t.tflops);
+            ts += rate > 0.0 ? fmt::format(" ({:.2f} TFLOP/s, {:.0f}% of GEMM)", f, 100.0 * f / rate)
+                             : fmt::format(" ({:.2f} TFLOP/s)", f);
         }
         if (!t.gb_per_s.empty()) {
-            std::vector<double> g = t.gb_per_s;
-            std::sort(g.begin(), g.end());
-            const double median = g[g.size() / 2];
-            ts += copy > 0.0 ? fmt::format(" ({:.1f} GB/s, {:.0f}% of copy)", median, 100.0 * median / copy)
-                             : fmt::format(" ({:.1f} GB/s)", median);
+            const double g = median(t.gb_per_s);
+            ts += copy > 0.0 ? fmt::format(" ({:.1f} GB/s, {:.0f}% of copy)", g, 100.0 * g / copy)
+                             : fmt::format(" ({:.1f} GB/s)", g);
         }
         out.write(fmt::format("| {} | {} | {} | {} | {} |\n", quill::escape_for_terminal(desc), backend_col,
                               threads_col, t.name, ts));
