@@ -476,6 +476,56 @@ TEST_CASE("F16 and BF16 weights: a token's bits depend on whether it is a decode
     }
 }
 
+TEST_CASE("int8 activations quantized in parts by several threads give the matmul its own quantization's bits",
+          "[matmul]") {
+    // The backend quantizes a product's input inside the section that writes it, each thread its rows
+    // (Activations::begin_int8): the parts, written at once from three threads, must make the same int8 form as
+    // the matmul's own quantization, on the file's layout and the packed one, for the token counts of every path.
+    std::mt19937 rng(4242);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        const int64_t n_in = type_traits(type).block_size == 256 ? 512 : 352;
+        const TestMatrix m = make_matrix(type, 37, n_in, rng);
+        const std::vector<float> x = make_input(40, n_in, rng);
+        for (Isa isa : available_isas()) {
+            const bool packs = PackedWeights::supports(type, isa);
+            std::optional<PackedWeights> packed;
+            WeightMatrix w = m.view();
+            if (packs) {
+                packed.emplace(m.view(), &pool);
+                w.packed = packed->data();
+            }
+            REQUIRE(reads_int8(w, isa));
+            for (int64_t n_tokens : {1, 8, 12, 16, 17, 24, 40}) {
+                INFO(fmt::format("{} isa {} packed {} tokens {}", type_name(type), isa_name(isa), packs, n_tokens));
+                std::vector<float> y[2];
+                for (int i = 0; i < 2; ++i) {
+                    Activations act;
+                    act.set(x.data(), n_tokens, n_in);
+                    if (i == 1) {
+                        act.begin_int8(isa);
+                        std::vector<std::thread> threads;
+                        for (int ith = 0; ith < 3; ++ith) {
+                            const Range r = split_range(n_tokens, ith, 3, Activations::kInt8PartTokens);
+                            threads.emplace_back([&act, r] { act.quantize_int8(r.begin, r.end); });
+                        }
+                        for (auto& t : threads) t.join();
+                        act.end_int8();
+                    }
+                    y[i] = poisoned(static_cast<size_t>(n_tokens * m.n_out));
+                    matmul(w, act, y[i].data(), pool, isa);
+                }
+                CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
+            }
+        }
+    }
+    const std::vector<float> zeros(64 * 16, 0.0f);
+    Activations act;
+    act.set(zeros.data(), 16, 64);
+    act.begin_int8(Isa::generic);
+    CHECK_THROWS(act.quantize_int8(4, 16));  // a part must start a half group
+}
+
 TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     for (GgmlType type : kTypes) {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);

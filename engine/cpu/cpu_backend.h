@@ -57,8 +57,10 @@ private:
     void forward_part(const Batch& batch, std::span<float> logits);
     void resize_scratch(int64_t n_tokens);
     void embed(const Batch& batch);
+    // Each block leaves its output in proj_, added to x_ by the next block's residual_norm (in its parallel section,
+    // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
-    void ffn_block(const LayerWeights& L, int64_t n);
+    void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);
     void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
@@ -67,11 +69,21 @@ private:
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
     bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
     // n_decode: the leading decode steps among the n_tokens rows (Activations::set).
-    void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode);
+    // With x_ready, act_ already holds x and its int8 form (norm or ffn_block made them; see Activations::begin_int8).
+    void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode,
+            bool x_ready = false);
+    // Whether the rows a parallel section writes for the product with w are quantized there (Activations::begin_int8).
+    bool int8_in_section(const WeightMatrix& w, int64_t n) const;
     // The matrix of a weight tensor, with its packed form when pack_weights made one.
     WeightMatrix matrix(const TensorView& t) const;
     void pack_weights();
-    void norm(const float* x, const float* w, float* y, int64_t n);
+    // rms_norm of n rows; with `next` (the product y feeds, n_decode its leading decode steps), also y's int8 form
+    // for it where int8_in_section says so: then true, and act_ holds y.
+    bool norm(const float* x, const float* w, float* y, int64_t n, const WeightMatrix* next = nullptr,
+              int64_t n_decode = 0);
+    // x_ += proj_ for n rows, the output of layer `layer` (its name in the error when a value is not finite), then
+    // xn_ = rms_norm(x_) * w unless w is null, with xn_'s int8 form for `next` as norm() makes it (then true).
+    bool residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n);
     static void add_bias(float* x, const std::vector<float>& b, int64_t n);
     // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
     uint8_t* k_cache(int64_t layer, int64_t slot);

@@ -37,8 +37,10 @@ struct QuantizedActs {
     uint8_t* qs_u = nullptr;  // [n_tokens, qs_stride]: qs + 128 as unsigned bytes (only for n_tokens > 1)
     // From kAmxMinTokens tokens on AVX-512 (and AMX): qs, d, ds and isum in groups of 16 tokens (the last group
     // padded with zeros), so that a group's block b is one contiguous A tile: tile_qs [n_groups, nb, 16, 32],
-    // tile_d, tile_ds and tile_isum [n_groups, nb, 16], nb = n_in / 32. The sixteen-row VNNI tiles read eight
-    // tokens' block from one address there (the token-major rows take a register per token and array).
+    // and tile_d, tile_ds and tile_isum [n_groups, 2, nb, 8], nb = n_in / 32: the scales of a group's tokens 0-7
+    // and 8-15 in lines of their own, so that two threads quantize the two halves of a group without their
+    // writes meeting in a cache line (tile_scale_entry). The sixteen-row VNNI tiles read eight tokens' block from
+    // one address there (the token-major rows take a register per token and array).
     int8_t* tile_qs = nullptr;
     float* tile_d = nullptr;
     float* tile_ds = nullptr;
@@ -84,9 +86,16 @@ constexpr int64_t kRowTile = 16;
 // Token groups of the AMX kernels' activations (QuantizedActs::tile_qs), and from how many tokens they run.
 constexpr int64_t kAmxGroup = 16;
 constexpr int64_t kAmxMinTokens = 8;
-// Where token t's block b lies in the tile layout: tile_qs + 32 * entry, tile_d[entry], tile_ds[entry].
+// Where token t's block b lies in the tile layout's values: tile_qs + 32 * entry.
 inline int64_t tile_entry(const QuantizedActs& q, int64_t t, int64_t b) {
     return (t / kAmxGroup * (q.n_in / 32) + b) * kAmxGroup + t % kAmxGroup;
+}
+// Tokens in a line of the tile layout's scales: half a group.
+constexpr int64_t kTileScaleTokens = 8;
+// Where token t's block b lies in the tile layout's scales: tile_d[entry], tile_ds[entry], tile_isum[entry]. Token
+// t's half group keeps block b's scales at 8 * b of its own [nb, 8].
+inline int64_t tile_scale_entry(const QuantizedActs& q, int64_t t, int64_t b) {
+    return (t / kTileScaleTokens * (q.n_in / 32) + b) * kTileScaleTokens + t % kTileScaleTokens;
 }
 // Floats of per-thread scratch for buffering the outputs of a block of rows (see OutputBlock).
 constexpr int64_t kOutputBlockFloats = 16384;

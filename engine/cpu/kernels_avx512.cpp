@@ -409,32 +409,37 @@ inline void rows16_block(const Step16& st, const TokenActs& ta, int64_t b, __m51
 }
 
 // Tokens t0.. of one group of the tile layout (QuantizedActs::tile_qs): token t0 + t's block b at qs + 512 * b +
-// 32 * t, its scale at d[16 * b + t] (and ds, isum): eight tokens' block from one address, where the token-major
-// rows need a register per token and array (the sixteen-row tiles spilled them).
+// 32 * t, its scale at d[8 * b + t] while t0 + t lies in t0's half group, at d[half + 8 * b + t - 8] in the next
+// half (and ds, isum): eight tokens' block from one address, where the token-major rows need a register per token
+// and array (the sixteen-row tiles spilled them).
 struct GroupedActs {
     const int8_t* qs = nullptr;
     const float* d = nullptr;
     const float* ds = nullptr;
     const int32_t* isum = nullptr;
+    int64_t half = 0;  // from a half group's scales to the next half's
     GroupedActs() = default;
     GroupedActs(const QuantizedActs& q, int64_t t0) {
-        const int64_t e = tile_entry(q, t0, 0);
-        qs = q.tile_qs + 32 * e;
+        qs = q.tile_qs + 32 * tile_entry(q, t0, 0);
+        const int64_t e = tile_scale_entry(q, t0, 0);
         d = q.tile_d + e;
         ds = q.tile_ds + e;
         isum = q.tile_isum + e;
+        half = kTileScaleTokens * (q.n_in / 32);
     }
 };
 
-// rows16_block for T tokens of the tile layout: each lane's operations are rows16_block's (the integer dot is
-// exact whatever the order of its additions), one chain per token, the multiplies going k by k over the tokens.
+// rows16_block for T tokens of the tile layout, all in one half group: each lane's operations are rows16_block's
+// (the integer dot is exact whatever the order of its additions), one chain per token, the multiplies going k by k
+// over the tokens.
 template <typename Dec, int T>
 [[gnu::always_inline]] inline void rows16_block_grouped(const Step16& st, const GroupedActs& g, int64_t b,
                                                         __m512* acc) {
+    static_assert(T <= kTileScaleTokens);
     const int8_t* a = g.qs + 512 * b;
-    const float* d = g.d + 16 * b;
-    const float* ds = g.ds + 16 * b;
-    const int32_t* isum = g.isum + 16 * b;
+    const float* d = g.d + kTileScaleTokens * b;
+    const float* ds = g.ds + kTileScaleTokens * b;
+    const int32_t* isum = g.isum + kTileScaleTokens * b;
     __m512i dot[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t)
@@ -524,11 +529,12 @@ void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[1
         next.at(b);
         const Step16 st = Dec::step(records + b * Dec::kRecordBytes);
         const int8_t* a = g.qs + 512 * b;
-        const float* d = g.d + 16 * b;
-        const float* ds = g.ds + 16 * b;
-        const int32_t* isum = g.isum + 16 * b;
+        const int64_t e = kTileScaleTokens * b;  // the first half group's scales at e, the second's at half + e
 #pragma GCC unroll 16
-        for (int t = 0; t < 16; ++t) scale_block<Dec>(st, block_dot<Dec>(st, a + 32 * t, isum[t]), d[t], ds[t], acc[t]);
+        for (int t = 0; t < 16; ++t) {
+            const int64_t at = t < kTileScaleTokens ? e + t : g.half + e + t - kTileScaleTokens;
+            scale_block<Dec>(st, block_dot<Dec>(st, a + 32 * t, g.isum[at]), g.d[at], g.ds[at], acc[t]);
+        }
     }
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) _mm512_storeu_ps(out[t], acc[t]);
@@ -644,9 +650,9 @@ int rows16_tokens(Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, cons
             return rows16_decode<Dec, 1>(rows, prefetch, nb, q, t0, out), 1;
         }
     }
-    // T tokens from t0, in the tile layout when the tokens lie in one of its groups.
+    // T tokens from t0, in the tile layout when the tokens lie in one half of one of its groups.
     auto pass = [&]<int T, bool Decode>() {
-        if (q.tile_qs != nullptr && t0 % kAmxGroup + T <= kAmxGroup)
+        if (q.tile_qs != nullptr && t0 % kTileScaleTokens + T <= kTileScaleTokens)
             rows16_tile<Dec, T, Decode, true>(steps, nb, q, t0, out, next, records);
         else
             rows16_tile<Dec, T, Decode>(steps, nb, q, t0, out, next, records);
@@ -780,20 +786,23 @@ void amx_tile(Steps&& steps, int64_t nb, const QuantizedActs& q, int64_t t0, int
     [&]<int... T>(std::integer_sequence<int, T...>) __attribute__((always_inline)) {
         ((acc[T] = _mm512_setzero_ps()), ...);
     }(std::make_integer_sequence<int, N>());
-    const int64_t g0 = tile_entry(q, t0, 0);  // t0 starts a group
-    const int8_t* a = q.tile_qs + 32 * g0;    // [nb][16][32]
-    const float* d = q.tile_d + g0;           // [nb][16]
-    const float* ds = q.tile_ds + g0;         // [nb][16]
+    const int8_t* a = q.tile_qs + 32 * tile_entry(q, t0, 0);  // [nb][16][32]; t0 starts a group
+    const int64_t s0 = tile_scale_entry(q, t0, 0);
+    const float* d = q.tile_d + s0;    // [2][nb][8]
+    const float* ds = q.tile_ds + s0;  // [2][nb][8]
+    const int64_t half = kTileScaleTokens * nb;
     const Step16* st[2];  // the blocks whose products tiles 0 and 1 hold
     auto scale = [&](int64_t b, const int32_t* cb, const Step16& sb) __attribute__((always_inline)) {
         const __m512 ws = sb.ws;
-        const float* db = d + 16 * b;
-        const float* dsb = ds + 16 * b;
+        // Token T's scales: its half group's, block b.
+        auto at = [&](int t) __attribute__((always_inline)) {
+            return t < kTileScaleTokens ? kTileScaleTokens * b + t : half + kTileScaleTokens * b + t - kTileScaleTokens;
+        };
         [&]<int... T>(std::integer_sequence<int, T...>) __attribute__((always_inline)) {
             ((acc[T] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * T)),
-                                       _mm512_mul_ps(ws, _mm512_set1_ps(db[T])), acc[T])),
+                                       _mm512_mul_ps(ws, _mm512_set1_ps(d[at(T)])), acc[T])),
              ...);
-            if constexpr (Dec::kHasMin) ((acc[T] = _mm512_fmadd_ps(sb.wm, _mm512_set1_ps(dsb[T]), acc[T])), ...);
+            if constexpr (Dec::kHasMin) ((acc[T] = _mm512_fmadd_ps(sb.wm, _mm512_set1_ps(ds[at(T)]), acc[T])), ...);
         }(std::make_integer_sequence<int, N>());
     };
     _tile_zero(0);
@@ -1527,7 +1536,7 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
         _mm512_store_ps(dsl, ds);
         _mm512_store_si512(il, isum);
         for (int i = 0; i < n; ++i) {
-            const int64_t e = tile_entry(out, t, b0 + i);
+            const int64_t e = tile_scale_entry(out, t, b0 + i);
             out.tile_d[e] = sl[i];
             out.tile_ds[e] = dsl[i];
             out.tile_isum[e] = il[i];

@@ -449,8 +449,8 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
         }
         if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
             for (int64_t b = 0; b < nb; ++b) {
-                const int64_t at = tile_entry(out, t, b);
-                std::memcpy(out.tile_qs + at * 32, qr + 32 * b, 32);
+                std::memcpy(out.tile_qs + tile_entry(out, t, b) * 32, qr + 32 * b, 32);
+                const int64_t at = tile_scale_entry(out, t, b);
                 out.tile_d[at] = dr[b];
                 out.tile_ds[at] = dsr[b];
                 out.tile_isum[at] = isumr[b];

@@ -38,6 +38,7 @@ struct Activations::Cache {
     std::vector<int8_t> tile_qs_storage;  // the tile layout (QuantizedActs::tile_qs), when used
     std::vector<float> tile_d, tile_ds;
     std::vector<int32_t> tile_isum;
+    Isa isa = Isa::generic;                 // the family reserve_int8 laid the int8 form out for
     bool pairs_ready[2] = {};                // PairActs of the input: [0] as floats (BF16), [1] fp16-rounded (F16)
     std::vector<uint16_t> pairs_storage[2];  // their tiles plus alignment room
     PairActs pairs[2];
@@ -76,17 +77,17 @@ void zero_tile_padding(const QuantizedActs& q) {
     const int64_t nb = q.n_in / 32, n_groups = (q.n_tokens + kAmxGroup - 1) / kAmxGroup;
     for (int64_t t = q.n_tokens; t < n_groups * kAmxGroup; ++t) {
         for (int64_t b = 0; b < nb; ++b) {
-            const int64_t at = tile_entry(q, t, b);
-            std::memset(q.tile_qs + at * 32, 0, 32);
+            std::memset(q.tile_qs + tile_entry(q, t, b) * 32, 0, 32);
+            const int64_t at = tile_scale_entry(q, t, b);
             q.tile_d[at] = q.tile_ds[at] = 0.0f;
             q.tile_isum[at] = 0;
         }
     }
 }
 
-void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
+// Sizes the int8 buffers for x's tokens and sets the view (the tile layout too where the AVX-512 kernels read it).
+void reserve_int8(Activations& x, Isa isa) {
     Activations::Cache& c = x.cache();
-    if (c.int8_ready) return;
     const int64_t n_tokens = x.n_tokens(), n_in = x.n_in();
     QUILL_CHECK(n_in % 32 == 0, "int8 activations need a row length that is a multiple of 32, got {}", n_in);
     const int64_t qs_stride = (n_in + 63) / 64 * 64;
@@ -104,12 +105,7 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     }
     c.view = {qs,      c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u,      nullptr,
               nullptr, nullptr,    nullptr,     n_tokens,      n_in,          qs_stride, blk_stride};
-    const QuantizeBlock block = isa == Isa::generic ? generic::quantize_block : avx2::quantize_block;
-    const bool wide = isa >= Isa::avx512 && !avx512_emulated();  // sixteen blocks at a time (the same results)
-    auto quantize = [&](int64_t t0, int64_t t1) {
-        if (!wide || !avx512::quantize_rows(x.data(), n_in, t0, t1, c.view))
-            quantize_activations(x.data(), n_in, t0, t1, c.view, block);
-    };
+    c.isa = isa;
     if (isa >= Isa::avx512 && n_tokens >= kAmxMinTokens) {  // the tile layout too (quantize writes tokens)
         const int64_t n_groups = (n_tokens + kAmxGroup - 1) / kAmxGroup, nb = n_in / 32;
         c.tile_qs_storage.resize(static_cast<size_t>(n_groups * nb * kAmxGroup * 32 + 64));
@@ -122,20 +118,54 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
         c.view.tile_isum = c.tile_isum.data();
         zero_tile_padding(c.view);
     }
-    // With the tile layout the threads take whole token groups: the line of tile_d (and tile_ds, tile_isum) that
-    // holds a group's block holds all sixteen of its tokens, and written from two cores it would bounce between them
-    // (a 16-sequence decode's steps took 2.5-4.4% longer with each group's tokens split over two threads).
-    const int64_t unit = c.view.tile_qs != nullptr ? kAmxGroup : 1, n_units = (n_tokens + unit - 1) / unit;
-    if (n_units < 2 || n_tokens * n_in < kParallelQuantizeElements || pool.size() == 1) {
-        quantize(0, n_tokens);
+}
+
+// Token rows [t0, t1) of x into the int8 buffers reserve_int8 set up.
+void quantize_tokens(Activations& x, int64_t t0, int64_t t1) {
+    Activations::Cache& c = x.cache();
+    const Isa isa = c.isa;
+    const bool wide = isa >= Isa::avx512 && !avx512_emulated();  // sixteen blocks at a time (the same results)
+    if (!wide || !avx512::quantize_rows(x.data(), x.n_in(), t0, t1, c.view))
+        quantize_activations(x.data(), x.n_in(), t0, t1, c.view,
+                             isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
+}
+
+void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
+    Activations::Cache& c = x.cache();
+    if (c.int8_ready) return;
+    reserve_int8(x, isa);
+    const int64_t n_tokens = x.n_tokens();
+    // Ranges of whole half groups with the tile layout: a half group's scales fill lines of their own
+    // (tile_scale_entry), so two cores never write one line.
+    const int64_t unit = c.view.tile_qs != nullptr ? Activations::kInt8PartTokens : 1;
+    const int64_t n_units = (n_tokens + unit - 1) / unit;
+    if (n_units < 2 || n_tokens * x.n_in() < kParallelQuantizeElements || pool.size() == 1) {
+        quantize_tokens(x, 0, n_tokens);
     } else {
         pool.run([&](int ith, int nth) {
             const Range r = split_range(n_units, ith, nth);
-            quantize(r.begin * unit, std::min(r.end * unit, n_tokens));
+            quantize_tokens(x, r.begin * unit, std::min(r.end * unit, n_tokens));
         });
     }
     c.int8_ready = true;
 }
+
+}  // namespace
+
+void Activations::begin_int8(Isa isa) {
+    QUILL_CHECK(x_ != nullptr, "begin_int8 before Activations::set");
+    reserve_int8(*this, isa);
+}
+
+void Activations::quantize_int8(int64_t t0, int64_t t1) {
+    QUILL_CHECK(0 <= t0 && t0 <= t1 && t1 <= n_tokens_ && (t0 % kInt8PartTokens == 0 || t0 == t1),
+                "int8 part [{}, {}) of {} tokens", t0, t1, n_tokens_);
+    if (t0 < t1) quantize_tokens(*this, t0, t1);
+}
+
+void Activations::end_int8() { cache_->int8_ready = true; }
+
+namespace {
 
 // F16 weights meet the input rounded to fp16 (F16 x F16 products with float accumulation), as in ggml and on GPUs.
 const float* prepare_f16(Activations& x) {
@@ -331,6 +361,8 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
         for (Range r; ranges.next(ith, &r);) run_units(r.begin, r.end, thread_scratch);
     });
 }
+
+bool reads_int8(const WeightMatrix& w, Isa isa) { return select_kernel(w, isa).int8_acts; }
 
 bool PackedWeights::supports(GgmlType type, Isa isa) {
     if (isa == Isa::avx2) return isa_available(isa) && avx2::find_kernel_packed(type).fn != nullptr;

@@ -81,6 +81,17 @@ public:
     int64_t n_in() const { return n_in_; }
     int64_t n_decode() const { return n_decode_; }
 
+    // The int8 form made inside the parallel section that writes x (a norm, an activation function), each thread
+    // quantizing the rows it wrote while they are in its cache, instead of by one thread in the matmul while the
+    // others wait: begin_int8 on one thread after set(), then quantize_int8 for disjoint token ranges that start
+    // at multiples of kInt8PartTokens (a half group of the tile layout's scales: two threads' ranges never write
+    // one cache line of scales), then end_int8; the next matmul finds the int8 form ready. The same bytes as the
+    // matmul's own quantization.
+    static constexpr int64_t kInt8PartTokens = 8;
+    void begin_int8(Isa isa);
+    void quantize_int8(int64_t t0, int64_t t1);
+    void end_int8();
+
     struct Cache;  // the converted forms (kernel-private)
     Cache& cache() { return *cache_; }
 
@@ -124,5 +135,8 @@ std::vector<float> reference_activations(GgmlType weight_type, const float* x, i
 
 // Whether the fast path can multiply this weight type.
 bool matmul_supports(GgmlType type);
+
+// Whether the fast path multiplies w with int8 activations on this ISA (Activations::begin_int8 pays off).
+bool reads_int8(const WeightMatrix& w, Isa isa);
 
 }  // namespace quill::cpu
