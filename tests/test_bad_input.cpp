@@ -212,6 +212,9 @@ TEST_CASE("non-finite activations stop the run with an error naming the layer", 
                 "layer 4 (blk.4.*) produced non-finite values");
     check_error(quill_run({"run", "--raw", "-m", poison("output.weight", huge), "-p", "Once", "-n", "4"}), 1,
                 "the output layer (output_norm, output) produced non-finite logits");
+    // Greedy rows are checked where they are picked (CpuBackend::forward_sample).
+    check_error(quill_run({"run", "--raw", "-m", poison("output.weight", huge), "-p", "Once", "-n", "4", "--temp", "0"}),
+                1, "the output layer (output_norm, output) produced non-finite logits");
     std::filesystem::remove_all(dir);
 }
 

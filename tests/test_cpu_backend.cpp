@@ -531,4 +531,23 @@ TEST_CASE("forward_sample picks each logit row's token with its own sampler, amo
         fresh->forward_sample(batch, samplers, n_ids, got);
         CHECK(got == want);
     }
+    // Every row plain greedy: the CPU backend's threads search their ranges of the vocabulary; the picks are the
+    // first maxima of the masked rows whatever the number of ranges (17: a range boundary inside the ids).
+    for (int threads : {1, 2, 3}) {
+        for (int64_t n_ids : {nv, nv / 2, int64_t{17}}) {
+            INFO(threads << " threads, token ids below " << n_ids);
+            std::vector<int32_t> want;
+            for (int r = 0; r < 2; ++r)
+                want.push_back(static_cast<int32_t>(
+                    first_max(std::span<const float>(logits.data() + r * nv, static_cast<size_t>(n_ids)))));
+            SamplingParams greedy;
+            greedy.temperature = 0.0f;
+            Sampler s0(greedy), s1(greedy);
+            Sampler* samplers[] = {&s0, &s1};
+            std::vector<int32_t> got(2, -7);
+            auto fresh = make(*model, false, threads, {}, 2);
+            fresh->forward_sample(batch, samplers, n_ids, got);
+            CHECK(got == want);
+        }
+    }
 }

@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include "engine/error.h"
+#include "engine/runtime/sampler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -362,8 +363,64 @@ uint8_t* CpuBackend::v_cache(int64_t layer, int64_t slot, int64_t pos) {
     return static_cast<uint8_t*>(kv_v_.p) + kv_shape_.offset(layer, slot, pos) * kv_shape_.elem_size();
 }
 
+namespace {
+constexpr const char* kNonFiniteLogits =
+    "the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's weights are corrupt "
+    "or out of range";
+}  // namespace
+
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
     check_batch(batch, config_, kv_shape_, logits);
+    forward_logits(batch, logits);
+    if (!all_finite(logits.data(), batch.n_logits() * config_.n_vocab)) throw Error(kNonFiniteLogits);
+}
+
+// Plain greedy rows (a batch with --temp 0): each task checks and searches the vocabulary range that the same task
+// of the output product computed (the matmul's first split: ranges of 16-row units), so the logits are read once,
+// mostly from the core that wrote them, instead of twice by the calling thread while the others wait: a 16-sequence
+// greedy decode step of the default model took 1.8-2.3% less time, one sequence's 0-1.5% (in-process A/B, three
+// runs, 2-core Xeon).
+void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                                std::span<int32_t> tokens) {
+    const int64_t m = batch.n_logits();
+    const bool greedy = m > 0 && std::all_of(samplers.begin(), samplers.end(),
+                                             [](const Sampler* s) { return s->plain_greedy(); });
+    if (!greedy) return forward_sample_on_host(batch, samplers, n_token_ids, tokens);
+    const int64_t nv = config_.n_vocab;
+    QUILL_CHECK(static_cast<int64_t>(samplers.size()) == m && static_cast<int64_t>(tokens.size()) >= m &&
+                    n_token_ids > 0 && n_token_ids <= nv,
+                "forward_sample: {} samplers, room for {} tokens, {} token ids, for {} rows of {}", samplers.size(),
+                tokens.size(), n_token_ids, m, nv);
+    greedy_logits_.resize(static_cast<size_t>(m * nv));
+    check_batch(batch, config_, kv_shape_, greedy_logits_);
+    forward_logits(batch, greedy_logits_);
+    const int parts = pool_.size();
+    picks_.assign(static_cast<size_t>(parts * m), {-INFINITY, -1});
+    std::atomic<bool> finite{true};
+    pool_.run([&](int ith, int nth) {
+        const Range v = split_range(nv, ith, nth, 16);
+        const int64_t e = std::min(v.end, n_token_ids);
+        for (int64_t r = 0; r < m; ++r) {
+            const float* row = greedy_logits_.data() + r * nv;
+            if (!all_finite(row + v.begin, v.end - v.begin)) finite.store(false, std::memory_order_relaxed);
+            if (v.begin >= e) continue;
+            const int64_t i =
+                v.begin + static_cast<int64_t>(first_max({row + v.begin, static_cast<size_t>(e - v.begin)}));
+            picks_[static_cast<size_t>(ith * m + r)] = {row[i], static_cast<int32_t>(i)};
+        }
+    });
+    if (!finite.load(std::memory_order_relaxed)) throw Error(kNonFiniteLogits);
+    for (int64_t r = 0; r < m; ++r) {
+        Pick best{-INFINITY, -1};
+        for (int p = 0; p < parts; ++p) {  // ranges in vocabulary order: a later one wins only with a larger logit
+            const Pick& c = picks_[static_cast<size_t>(p * m + r)];
+            if (c.id >= 0 && (best.id < 0 || c.value > best.value)) best = c;
+        }
+        tokens[static_cast<size_t>(r)] = best.id;
+    }
+}
+
+void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits) {
     if (ring_ == 0) return forward_part(batch, logits);
     // Rings keep window + kRingChunk positions: a sequence's tokens go in parts spanning fewer than kRingChunk
     // positions, in increasing order (each part's K and V are all stored before its attention).
@@ -407,9 +464,6 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits) {
     }
     residual_norm(config_.n_layer - 1, nullptr, nullptr, n);
     output_block(batch, logits);
-    if (!all_finite(logits.data(), batch.n_logits() * config_.n_vocab))
-        throw Error("the output layer (output_norm, output) produced non-finite logits (inf or NaN): the model's "
-                    "weights are corrupt or out of range");
 }
 
 // x[t] += b for the n rows of x (b's length); nothing when b is empty.

@@ -40,6 +40,8 @@ public:
     const ModelConfig& config() const override { return config_; }
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
     void forward(const Batch& batch, std::span<float> logits) override;
+    void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
+                        std::span<int32_t> tokens) override;
     int64_t max_rewind() const override;
     bool can_copy_kv() const override { return true; }
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
@@ -54,6 +56,8 @@ public:
     Isa isa() const { return isa_; }
 
 private:
+    // forward() after its batch check and before its logits check.
+    void forward_logits(const Batch& batch, std::span<float> logits);
     void forward_part(const Batch& batch, std::span<float> logits);
     void resize_scratch(int64_t n_tokens);
     void embed(const Batch& batch);
@@ -148,6 +152,12 @@ private:
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
     std::vector<float> attn_scratch_;  // [n_threads, attend_scratch_floats(n_ctx)]
+    std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
+    struct Pick {
+        float value;
+        int32_t id;  // -1: none
+    };
+    std::vector<Pick> picks_;  // forward_sample's [n_threads, n_logits]: each range's first maximum
     // Attention units of a batch (attend_all): runs of tokens [t0, t1) of one slot, times the KV heads, times chunks
     // of unit_heads_ of the query heads on a KV head.
     struct Tile {

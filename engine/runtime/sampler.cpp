@@ -25,10 +25,8 @@ void SamplingParams::validate() const {
     if (!std::isfinite(presence_penalty)) bad("--presence-penalty", presence_penalty, "a finite number");
 }
 
-namespace {
-// The index of the first maximum of x (std::max_element's answer for finite values; NaN never wins): the maximum,
-// then the first index that holds it. A batch of sequences samples tens of thousands of logits per sequence per step
-// on one thread; std::max_element's compare-and-branch was 2-3% of it, and GCC left the eight-lane loop that
+// The maximum, then the first index that holds it. A batch of sequences samples tens of thousands of logits per
+// sequence per step; std::max_element's compare-and-branch was 2-3% of it, and GCC left the eight-lane loop that
 // replaced it scalar.
 size_t first_max(std::span<const float> x) {
     const float* p = x.data();
@@ -60,6 +58,7 @@ size_t first_max(std::span<const float> x) {
     return 0;  // (no value is a number)
 }
 
+namespace {
 uint64_t splitmix64(uint64_t& x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -3,6 +3,7 @@
 // the RNG and its conversion to [0, 1) are quill's own, not the standard library's unspecified distributions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -36,6 +37,10 @@ public:
 private:
     uint64_t s_[4];
 };
+
+// The index of the first maximum of x: std::max_element's answer for finite values (NaN never wins; 0 when no value
+// is a number). What greedy sampling picks.
+size_t first_max(std::span<const float> x);
 
 // A token and its logit, one of a row's largest (Sampler::sample_top).
 struct SampleCandidate {
