@@ -14,6 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 namespace quill::cpu {
 
 namespace {
@@ -485,17 +489,27 @@ void CpuBackend::embed(const Batch& batch) {
     }
 }
 
-// rope_cs_[t, i] = (cos, sin) of theta_i(pos_t), for every layer of this batch (and rope_cs_local_ for the local
-// layers when their RoPE differs).
+// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), for every layer of
+// this batch (and rope_cs_local_ for the local layers when their RoPE differs).
 void CpuBackend::rope_angles(const Batch& batch) {
-    const int64_t half = config_.n_rot / 2;
+    const int64_t n_rot = config_.n_rot, half = n_rot / 2;
+    const bool neox = config_.rope == ModelConfig::Rope::neox;
     auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs) {
-        cs.resize(batch.tokens.size() * half * 2);
+        cs.resize(batch.tokens.size() * n_rot * 2);
         for (size_t t = 0; t < batch.tokens.size(); ++t) {
+            float* c = cs.data() + t * n_rot * 2;  // [n_rot]
+            float* s = c + n_rot;                  // [n_rot]
             for (int64_t i = 0; i < half; ++i) {
                 const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
-                cs[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
-                cs[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+                const auto ci = static_cast<float>(std::cos(theta)), si = static_cast<float>(std::sin(theta));
+                if (neox) {  // pair i: dims i and i + half
+                    c[i] = ci;
+                    s[i] = si;
+                } else {  // pair i: dims 2i and 2i + 1, each with its angle's cosine, the sine signed for the sum
+                    c[2 * i] = c[2 * i + 1] = ci;
+                    s[2 * i] = -si;
+                    s[2 * i + 1] = si;
+                }
             }
         }
     };
@@ -504,20 +518,50 @@ void CpuBackend::rope_angles(const Batch& batch) {
 }
 
 // Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t (a local layer's
-// angles when `local` and they differ).
+// angles when `local` and they differ): x0' = x0 c - x1 s, x1' = x0 s + x1 c for each pair (x0, x1), as products
+// and one sum each (no fused multiply-add: this file is built for the baseline ISA), four lanes at a time with
+// SSE2 and the same operations in the scalar rest (the same bits as the scalar loop before it, which took about
+// 1.3% of a 16-sequence batch run: a 16-sequence decode step now takes 1.0-1.6% less time, in-process A/B).
 void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
-    const int64_t half = config_.n_rot / 2;
+    const int64_t n_rot = config_.n_rot, half = n_rot / 2;
     const std::vector<float>& cs = local && !rope_cs_local_.empty() ? rope_cs_local_ : rope_cs_;
-    // Dimension i of the pair and its partner: adjacent pairs, or the two halves (ModelConfig::Rope).
-    const bool neox = config_.rope == ModelConfig::Rope::neox;
-    for (int64_t i = 0; i < half; ++i) {
-        const float c = cs[(t * half + i) * 2], s = cs[(t * half + i) * 2 + 1];
-        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    const float* c = cs.data() + t * n_rot * 2;
+    const float* s = c + n_rot;
+    if (config_.rope == ModelConfig::Rope::neox) {  // dims i and i + half, i < half
         for (int64_t h = 0; h < n_heads; ++h) {
-            float* xh = x + h * config_.head_dim;
-            const float x0 = xh[i0], x1 = xh[i1];
-            xh[i0] = x0 * c - x1 * s;
-            xh[i1] = x0 * s + x1 * c;
+            float* lo = x + h * config_.head_dim;
+            float* hi = lo + half;
+            int64_t i = 0;
+#ifdef __SSE2__
+            for (; i + 4 <= half; i += 4) {
+                const __m128 x0 = _mm_loadu_ps(lo + i), x1 = _mm_loadu_ps(hi + i);
+                const __m128 ci = _mm_loadu_ps(c + i), si = _mm_loadu_ps(s + i);
+                _mm_storeu_ps(lo + i, _mm_sub_ps(_mm_mul_ps(x0, ci), _mm_mul_ps(x1, si)));
+                _mm_storeu_ps(hi + i, _mm_add_ps(_mm_mul_ps(x0, si), _mm_mul_ps(x1, ci)));
+            }
+#endif
+            for (; i < half; ++i) {
+                const float x0 = lo[i], x1 = hi[i];
+                lo[i] = x0 * c[i] - x1 * s[i];
+                hi[i] = x0 * s[i] + x1 * c[i];
+            }
+        }
+        return;
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {  // dims 2i and 2i + 1: x' = x c + swap(x) s, s signed per lane
+        float* xh = x + h * config_.head_dim;
+        int64_t j = 0;
+#ifdef __SSE2__
+        for (; j + 4 <= n_rot; j += 4) {
+            const __m128 v = _mm_loadu_ps(xh + j);
+            const __m128 swapped = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1));
+            _mm_storeu_ps(xh + j, _mm_add_ps(_mm_mul_ps(v, _mm_loadu_ps(c + j)), _mm_mul_ps(swapped, _mm_loadu_ps(s + j))));
+        }
+#endif
+        for (; j < n_rot; j += 2) {
+            const float x0 = xh[j], x1 = xh[j + 1];
+            xh[j] = x0 * c[j] + x1 * s[j];
+            xh[j + 1] = x1 * c[j + 1] + x0 * s[j + 1];
         }
     }
 }

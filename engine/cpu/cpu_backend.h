@@ -172,7 +172,9 @@ private:
     };
     std::vector<Split> splits_;
     std::vector<float> split_scores_, split_parts_;
-    std::vector<float> rope_cs_;  // [n, n_rot / 2, 2] cos and sin of each token's angles
+    // [n, 2, n_rot] each token's cosines, then sines, per dimension in rope()'s order: for adjacent pairs each
+    // angle's twice (the first sine negated), for neox halves each angle once (then n_rot / 2 of each are used).
+    std::vector<float> rope_cs_;
     std::vector<float> rope_cs_local_;  // the same for the local layers (two_ropes only)
 };
 
