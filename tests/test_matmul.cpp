@@ -498,16 +498,22 @@ TEST_CASE("int8 activations quantized in parts by several threads give the matmu
             REQUIRE(reads_int8(w, isa));
             for (int64_t n_tokens : {1, 8, 12, 16, 17, 24, 40}) {
                 INFO(fmt::format("{} isa {} packed {} tokens {}", type_name(type), isa_name(isa), packs, n_tokens));
-                std::vector<float> y[2];
-                for (int i = 0; i < 2; ++i) {
+                std::vector<float> y[3];
+                for (int i = 0; i < 3; ++i) {  // the matmul's quantization, parts by tokens, parts by blocks
                     Activations act;
                     act.set(x.data(), n_tokens, n_in);
-                    if (i == 1) {
+                    if (i > 0) {
                         act.begin_int8(isa);
                         std::vector<std::thread> threads;
+                        const int64_t nb = n_in / 32;
                         for (int ith = 0; ith < 3; ++ith) {
-                            const Range r = split_range(n_tokens, ith, 3, Activations::kInt8PartTokens);
-                            threads.emplace_back([&act, r] { act.quantize_int8(r.begin, r.end); });
+                            if (i == 1) {
+                                const Range r = split_range(n_tokens, ith, 3, Activations::kInt8PartTokens);
+                                threads.emplace_back([&act, r] { act.quantize_int8(r.begin, r.end); });
+                            } else {
+                                const Range r = split_range(nb, ith, 3, 2);
+                                threads.emplace_back([&act, r] { act.quantize_int8_blocks(r.begin, r.end); });
+                            }
                         }
                         for (auto& t : threads) t.join();
                         act.end_int8();
@@ -516,6 +522,7 @@ TEST_CASE("int8 activations quantized in parts by several threads give the matmu
                     matmul(w, act, y[i].data(), pool, isa);
                 }
                 CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(y[0].data(), y[2].data(), y[0].size() * sizeof(float)) == 0);
             }
         }
     }
@@ -524,6 +531,53 @@ TEST_CASE("int8 activations quantized in parts by several threads give the matmu
     act.set(zeros.data(), 16, 64);
     act.begin_int8(Isa::generic);
     CHECK_THROWS(act.quantize_int8(4, 16));  // a part must start a half group
+}
+
+TEST_CASE("matmul_pair gives both products' bits and hands each unit of rows to done once both are written",
+          "[matmul]") {
+    std::mt19937 rng(5150);
+    for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::F16}) {
+        const int64_t n_in = type_traits(type).block_size == 256 ? 512 : 352, n_out = 100;  // a ragged last unit
+        const TestMatrix ma = make_matrix(type, n_out, n_in, rng), mb = make_matrix(type, n_out, n_in, rng);
+        const std::vector<float> x = make_input(17, n_in, rng);
+        for (Isa isa : available_isas()) {
+            for (int threads : {1, 2, 3}) {
+                ThreadPool pool(threads);
+                for (int64_t n_tokens : {1, 8, 16, 17}) {
+                    INFO(fmt::format("{} isa {} threads {} tokens {}", type_name(type), isa_name(isa), threads,
+                                     n_tokens));
+                    std::vector<float> want[2];
+                    for (int i = 0; i < 2; ++i) {
+                        Activations act;
+                        act.set(x.data(), n_tokens, n_in);
+                        want[i] = poisoned(static_cast<size_t>(n_tokens * n_out));
+                        matmul((i == 0 ? ma : mb).view(), act, want[i].data(), pool, isa);
+                    }
+                    std::vector<float> got[2] = {poisoned(want[0].size()), poisoned(want[1].size())};
+                    std::vector<int> calls(static_cast<size_t>(n_out), 0);
+                    std::atomic<bool> written{true};
+                    Activations act;
+                    act.set(x.data(), n_tokens, n_in);
+                    matmul_pair({ma.view(), got[0].data()}, {mb.view(), got[1].data()}, act, pool, isa, 32,
+                                [&](int64_t r0, int64_t r1) {
+                                    for (int64_t r = r0; r < r1; ++r) {
+                                        ++calls[static_cast<size_t>(r)];  // (ranges of different calls never meet)
+                                        for (int i = 0; i < 2; ++i)
+                                            for (int64_t t = 0; t < n_tokens; ++t) {
+                                                const size_t at = static_cast<size_t>(t * n_out + r);
+                                                if (std::memcmp(&got[i][at], &want[i][at], sizeof(float)) != 0)
+                                                    written = false;
+                                            }
+                                    }
+                                });
+                    CHECK(written);
+                    CHECK(std::all_of(calls.begin(), calls.end(), [](int c) { return c == 1; }));
+                    for (int i = 0; i < 2; ++i)
+                        CHECK(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)) == 0);
+                }
+            }
+        }
+    }
 }
 
 TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {

@@ -798,32 +798,35 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
 }
 
 // proj = W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x + the attention's proj) * ffn_norm, act SiLU or GELU
-// (ModelConfig::ffn_act), the down product's int8 input quantized in act's section; gemma3 normalizes the output
-// before the sum.
+// (ModelConfig::ffn_act); gemma3 normalizes the output before the sum.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     const bool ready = residual_norm(layer, L.ffn_norm.data(), &gate_up[0].w, n);
-    mm(gate_up, xn_.data(), n, c.n_embd, n_decode_, ready);
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     const MatmulJob down[] = {{matrix(L.ffn_down), proj_.data()}};
-    const bool int8 = int8_in_section(down[0].w, n);  // each thread's rows quantized as it finishes them
-    if (int8) {
-        act_.set(gate_.data(), n, c.n_ff, n_decode_);
-        act_.begin_int8(isa_);
-    }
-    pool_.run([&](int ith, int nth) {
-        if (int8) {
-            const Range r = split_range(n, ith, nth, Activations::kInt8PartTokens);
-            act(gate_.data() + r.begin * c.n_ff, up_.data() + r.begin * c.n_ff, (r.end - r.begin) * c.n_ff);
-            act_.quantize_int8(r.begin, r.end);
-        } else {
+    if (int8_in_section(down[0].w, n)) {
+        // Gate and up in one section by units of kFfnUnit features, each thread applying the activation to its
+        // units' columns and quantizing their blocks for the down product as soon as it has both products' rows,
+        // instead of a section of its own reading rows that the other core wrote: a 16-sequence decode step took
+        // about 1% less time (in-process A/B, seven runs: 0.2% more to 3.3% less).
+        if (!ready) act_.set(xn_.data(), n, c.n_embd, n_decode_);
+        ffn_act_.set(gate_.data(), n, c.n_ff, n_decode_);
+        ffn_act_.begin_int8(isa_);
+        matmul_pair(gate_up[0], gate_up[1], act_, pool_, isa_, kFfnUnit, [&](int64_t f0, int64_t f1) {
+            for (int64_t t = 0; t < n; ++t) act(gate_.data() + t * c.n_ff + f0, up_.data() + t * c.n_ff + f0, f1 - f0);
+            ffn_act_.quantize_int8_blocks(f0 / 32, f1 / 32);
+        });
+        ffn_act_.end_int8();
+        matmul(down, ffn_act_, pool_, isa_);
+    } else {
+        mm(gate_up, xn_.data(), n, c.n_embd, n_decode_, ready);
+        pool_.run([&](int ith, int nth) {
             const Range r = split_range(n * c.n_ff, ith, nth, 64);
             act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
-        }
-    });
-    if (int8) act_.end_int8();
-    mm(down, gate_.data(), n, c.n_ff, n_decode_, int8);
+        });
+        mm(down, gate_.data(), n, c.n_ff, n_decode_);
+    }
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
 }
 

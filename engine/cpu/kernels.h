@@ -142,6 +142,9 @@ Kernel find_kernel(GgmlType type);
 // quantize_activations' work with the same results (the same bytes and floats), sixteen blocks at a time; false
 // when the build has no AVX-512.
 bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
+// quantize_activation_blocks' work the same way.
+bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
+                     const QuantizedActs& out);
 // The AMX kernels (nullptr fn for a type without one); amx_built() is false when the compiler could not build them.
 Kernel find_kernel_amx(GgmlType type);
 bool amx_built();
@@ -193,6 +196,9 @@ void set_avx512_kernels(Kernel (*find_kernel)(GgmlType));
 // through a QuantizedActs.
 void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
                           QuantizeBlock quantize_block);
+// Blocks [b0, b1) of those rows only: what quantize_activations writes for them, without the rows' padding.
+void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
+                                const QuantizedActs& out, QuantizeBlock quantize_block);
 
 // ---- helpers shared by the kernel files ----
 // These have internal linkage on purpose: the ISA files are compiled with -mavx2 / -mavx512*, and an inline

@@ -1546,14 +1546,20 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
 
 }  // namespace
 
-bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out) {
-    const int64_t nb = n_in / 32;
+bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
+                     const QuantizedActs& out) {
     const FoldIndex fold;
     for (int64_t t = t0; t < t1; ++t) {
         const float* xr = x + t * n_in;
-        for (int64_t b0 = 0; b0 < nb; b0 += 16) quantize_group(xr, t, b0, static_cast<int>(min64(16, nb - b0)), out, fold);
-        write_row_padding(out, t, nb);
+        for (int64_t b = b0; b < b1; b += 16) quantize_group(xr, t, b, static_cast<int>(min64(16, b1 - b)), out, fold);
     }
+    return true;
+}
+
+bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out) {
+    const int64_t nb = n_in / 32;
+    quantize_blocks(x, n_in, t0, t1, 0, nb, out);
+    for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
     return true;
 }
 
@@ -1706,6 +1712,7 @@ Kernel find_kernel_packed(GgmlType type, bool amx) {
 namespace quill::cpu::avx512 {
 Kernel find_kernel(GgmlType) { return {}; }
 bool quantize_rows(const float*, int64_t, int64_t, int64_t, const QuantizedActs&) { return false; }
+bool quantize_blocks(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, const QuantizedActs&) { return false; }
 Kernel find_kernel_amx(GgmlType) { return {}; }
 bool amx_built() { return false; }
 Kernel find_kernel_packed(GgmlType, bool) { return {}; }

@@ -416,9 +416,8 @@ float generic::quantize_block(const float* x, int8_t* q, int32_t* sums) {
     return d;
 }
 
-void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
-                          QuantizeBlock quantize_block) {
-    const int64_t nb = n_in / 32;
+void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
+                                const QuantizedActs& out, QuantizeBlock quantize_block) {
     for (int64_t t = t0; t < t1; ++t) {
         const float* xr = x + t * n_in;                    // [n_in]
         int8_t* qr = out.qs + t * out.qs_stride;           // [qs_stride]
@@ -426,7 +425,7 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
         float* dsr = out.ds + t * out.blk_stride;          // [blk_stride]
         float* ds16r = out.ds16 + 2 * t * out.blk_stride;  // [2 * blk_stride]
         int32_t* isumr = out.isum + t * out.blk_stride;    // [blk_stride]
-        for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t b = b0; b < b1; ++b) {
             int32_t sum[2];
             // The scale kept is rounded to fp16, as in a Q8_0 block: the oracle (reference_activations) and the
             // reference implementation see the same values.
@@ -437,10 +436,9 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             ds16r[2 * b] = scale * static_cast<float>(sum[0]);
             ds16r[2 * b + 1] = scale * static_cast<float>(sum[1]);
         }
-        write_row_padding(out, t, nb);
         if (out.qs_u != nullptr) {
-            uint8_t* ur = out.qs_u + t * out.qs_stride;  // [qs_stride], a multiple of 64
-            for (int64_t i = 0; i < out.qs_stride; i += 8) {  // eight bytes at a time: q ^ 0x80 = q + 128
+            uint8_t* ur = out.qs_u + t * out.qs_stride;
+            for (int64_t i = 32 * b0; i < 32 * b1; i += 8) {  // eight bytes at a time: q ^ 0x80 = q + 128
                 uint64_t w;
                 std::memcpy(&w, qr + i, 8);
                 w ^= 0x8080808080808080u;
@@ -448,7 +446,7 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             }
         }
         if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
-            for (int64_t b = 0; b < nb; ++b) {
+            for (int64_t b = b0; b < b1; ++b) {
                 std::memcpy(out.tile_qs + tile_entry(out, t, b) * 32, qr + 32 * b, 32);
                 const int64_t at = tile_scale_entry(out, t, b);
                 out.tile_d[at] = dr[b];
@@ -457,6 +455,13 @@ void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, 
             }
         }
     }
+}
+
+void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
+                          QuantizeBlock quantize_block) {
+    const int64_t nb = n_in / 32;
+    quantize_activation_blocks(x, n_in, t0, t1, 0, nb, out, quantize_block);
+    for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
 }
 
 }  // namespace quill::cpu

@@ -130,6 +130,16 @@ void quantize_tokens(Activations& x, int64_t t0, int64_t t1) {
                              isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
 }
 
+// Blocks [b0, b1) of every token (their padding: reserve_int8 wrote it when asked).
+void quantize_blocks(Activations& x, int64_t b0, int64_t b1) {
+    Activations::Cache& c = x.cache();
+    const Isa isa = c.isa;
+    const bool wide = isa >= Isa::avx512 && !avx512_emulated();
+    if (!wide || !avx512::quantize_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view))
+        quantize_activation_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view,
+                                   isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
+}
+
 void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     Activations::Cache& c = x.cache();
     if (c.int8_ready) return;
@@ -155,6 +165,12 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
 void Activations::begin_int8(Isa isa) {
     QUILL_CHECK(x_ != nullptr, "begin_int8 before Activations::set");
     reserve_int8(*this, isa);
+    for (int64_t t = 0; t < n_tokens_; ++t) write_row_padding(cache_->view, t, n_in_ / 32);  // for quantize_int8_blocks
+}
+
+void Activations::quantize_int8_blocks(int64_t b0, int64_t b1) {
+    QUILL_CHECK(0 <= b0 && b0 <= b1 && b1 <= n_in_ / 32, "int8 blocks [{}, {}) of {}", b0, b1, n_in_ / 32);
+    if (b0 < b1) quantize_blocks(*this, b0, b1);
 }
 
 void Activations::quantize_int8(int64_t t0, int64_t t1) {
@@ -308,11 +324,16 @@ private:
 
 }  // namespace
 
-void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa) {
+namespace {
+
+// Every job's kernels and arguments, with the activation forms they read made ready; the jobs' units (kRowTile rows)
+// numbered one after another.
+std::vector<PlannedJob> plan_jobs(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa,
+                                  int64_t* total_units) {
     QUILL_CHECK(x.data() != nullptr, "matmul before Activations::set");
     std::vector<PlannedJob> plan;
     plan.reserve(2 * jobs.size());
-    int64_t total_units = 0;
+    *total_units = 0;
     bool need_int8 = false;
     // Tokens [t0, t1) of job j on kernel k.
     auto add = [&](const MatmulJob& job, Kernel k, int64_t t0, int64_t t1) {
@@ -322,9 +343,9 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
         const float* xf = f16 && !k.pair_acts ? prepare_f16(x) : x.data();
         p.args = {&job.w, xf + t0 * x.n_in(), nullptr, nullptr, t1 - t0, job.y + t0 * job.w.n_out};
         if (k.pair_acts) p.args.pairs = prepare_pairs(x, pool, f16);
-        p.first_unit = total_units;
+        p.first_unit = *total_units;
         p.n_units = (job.w.n_out + kRowTile - 1) / kRowTile;
-        total_units += p.n_units;
+        *total_units += p.n_units;
         need_int8 = need_int8 || k.int8_acts;
     };
     for (const MatmulJob& job : jobs) {
@@ -334,17 +355,28 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
         if (n_decode > 0) add(job, select_kernel(job.w, Isa::avx512), 0, n_decode);
         if (n_decode < x.n_tokens()) add(job, k, n_decode, x.n_tokens());
     }
-    if (total_units == 0) return;
-    if (need_int8) {
+    if (need_int8 && *total_units > 0) {
         prepare_int8(x, pool, isa);
         for (PlannedJob& p : plan) p.args.q = &x.cache().view;
     }
+    return plan;
+}
 
-    // Units of kRowTile rows (tiles stay whole), a range per thread taken a quarter at a time (UnitRanges; one
-    // thread takes all at once).
+// Units handed out a range per thread, a quarter at a time (UnitRanges; one thread takes all at once).
+UnitRanges thread_ranges(int64_t n_units, int nth) {
+    QUILL_CHECK(n_units < (int64_t{1} << 31), "{} row tiles in one product", n_units);
+    return UnitRanges(n_units, nth, nth == 1 ? n_units : (n_units + 4 * nth - 1) / (4 * nth));
+}
+
+}  // namespace
+
+void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, Isa isa) {
+    int64_t total_units = 0;
+    const std::vector<PlannedJob> plan = plan_jobs(jobs, x, pool, isa, &total_units);
+    if (total_units == 0) return;
+    // Units of kRowTile rows (tiles stay whole).
     const int nth = pool.size();
-    QUILL_CHECK(total_units < (int64_t{1} << 31), "{} row tiles in one product", total_units);
-    UnitRanges ranges(total_units, nth, nth == 1 ? total_units : (total_units + 4 * nth - 1) / (4 * nth));
+    UnitRanges ranges = thread_ranges(total_units, nth);
     const int64_t scratch_stride = (scratch_floats(x.n_in(), x.n_tokens()) + 15) / 16 * 16;
     float* scratch_base = thread_scratch(x.cache(), nth, scratch_stride);
     auto run_units = [&](int64_t u0, int64_t u1, float* thread_scratch) {
@@ -359,6 +391,28 @@ void matmul(std::span<const MatmulJob> jobs, Activations& x, ThreadPool& pool, I
     pool.run([&](int ith, int) {
         float* thread_scratch = scratch_base + ith * scratch_stride;
         for (Range r; ranges.next(ith, &r);) run_units(r.begin, r.end, thread_scratch);
+    });
+}
+
+void matmul_pair(const MatmulJob& a, const MatmulJob& b, Activations& x, ThreadPool& pool, Isa isa, int64_t unit_rows,
+                 const std::function<void(int64_t, int64_t)>& done) {
+    QUILL_CHECK(a.w.n_out == b.w.n_out && unit_rows > 0 && unit_rows % kRowTile == 0,
+                "matmul_pair of {} and {} rows in units of {}", a.w.n_out, b.w.n_out, unit_rows);
+    const MatmulJob jobs[] = {a, b};
+    int64_t total_units = 0;
+    const std::vector<PlannedJob> plan = plan_jobs(jobs, x, pool, isa, &total_units);
+    const int64_t n_out = a.w.n_out, n_units = (n_out + unit_rows - 1) / unit_rows;
+    const int nth = pool.size();
+    UnitRanges ranges = thread_ranges(n_units, nth);
+    const int64_t scratch_stride = (scratch_floats(x.n_in(), x.n_tokens()) + 15) / 16 * 16;
+    float* scratch_base = thread_scratch(x.cache(), nth, scratch_stride);
+    pool.run([&](int ith, int) {
+        float* thread_scratch = scratch_base + ith * scratch_stride;
+        for (Range r; ranges.next(ith, &r);) {
+            const int64_t r0 = r.begin * unit_rows, r1 = std::min(n_out, r.end * unit_rows);
+            for (const PlannedJob& p : plan) p.kernel.fn(p.args, r0, r1, thread_scratch);
+            done(r0, r1);
+        }
     });
 }
 

@@ -87,9 +87,13 @@ public:
     // at multiples of kInt8PartTokens (a half group of the tile layout's scales: two threads' ranges never write
     // one cache line of scales), then end_int8; the next matmul finds the int8 form ready. The same bytes as the
     // matmul's own quantization.
+    // Or by blocks of columns: quantize_int8_blocks(b0, b1) makes 32-blocks [b0, b1) of every token (an even b0:
+    // two blocks of a half group's scales share a line), for a section whose threads each write a range of x's
+    // columns (matmul_pair).
     static constexpr int64_t kInt8PartTokens = 8;
     void begin_int8(Isa isa);
     void quantize_int8(int64_t t0, int64_t t1);
+    void quantize_int8_blocks(int64_t b0, int64_t b1);
     void end_int8();
 
     struct Cache;  // the converted forms (kernel-private)
@@ -123,6 +127,13 @@ inline void matmul(const WeightMatrix& w, Activations& x, float* y, ThreadPool& 
     MatmulJob job{w, y};
     matmul(std::span<const MatmulJob>(&job, 1), x, pool, isa);
 }
+
+// Two products of one input with the same number of rows (a gated FFN's gate and up), in one parallel section whose
+// units are `unit_rows` rows of both (a multiple of 16), so that a thread holds both products' rows [r0, r1) for
+// every token when it calls done(r0, r1) for them, in that section: the place for work on those columns alone (the
+// activation function and its product's int8 blocks), which then reads nothing another core wrote.
+void matmul_pair(const MatmulJob& a, const MatmulJob& b, Activations& x, ThreadPool& pool, Isa isa, int64_t unit_rows,
+                 const std::function<void(int64_t r0, int64_t r1)>& done);
 
 // Scalar oracle: each weight row dequantized with dequantize_row, dot products in double, single thread.
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
