@@ -232,6 +232,25 @@ bool CpuBackend::int8_in_section(const WeightMatrix& w, int64_t n) const {
     return !reference_ && pool_.size() > 1 && n >= Activations::kInt8PartTokens && reads_int8(w, isa_);
 }
 
+// rows(t0, t1) for token ranges of a parallel section (whole half groups), and when `next` reads int8 activations
+// (int8_in_section), y's int8 form for it quantized in the same section, each task its own rows; true then, with
+// act_ holding y [n, n_embd].
+bool CpuBackend::rows_section(int64_t n, float* y, int64_t n_decode, const WeightMatrix* next,
+                              const std::function<void(int64_t, int64_t)>& rows) {
+    const bool int8 = next != nullptr && int8_in_section(*next, n);
+    if (int8) {
+        act_.set(y, n, config_.n_embd, n_decode);
+        act_.begin_int8(isa_);
+    }
+    pool_.run([&](int ith, int nth) {
+        const Range r = split_range(n, ith, nth, Activations::kInt8PartTokens);
+        rows(r.begin, r.end);
+        if (int8) act_.quantize_int8(r.begin, r.end);
+    });
+    if (int8) act_.end_int8();
+    return int8;
+}
+
 // rms_norm of n rows, split across the pool from 8 rows on (each row computed alone, as in decode).
 bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const WeightMatrix* next,
                       int64_t n_decode) {
@@ -240,18 +259,9 @@ bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const
         rms_norm(x, w, y, n, d, config_.rms_eps);
         return false;
     }
-    const bool int8 = next != nullptr && int8_in_section(*next, n);
-    if (int8) {
-        act_.set(y, n, d, n_decode);
-        act_.begin_int8(isa_);
-    }
-    pool_.run([&](int ith, int nth) {
-        const Range r = split_range(n, ith, nth, Activations::kInt8PartTokens);
-        rms_norm(x + r.begin * d, w, y + r.begin * d, r.end - r.begin, d, config_.rms_eps);
-        if (int8) act_.quantize_int8(r.begin, r.end);
+    return rows_section(n, y, n_decode, next, [&](int64_t t0, int64_t t1) {
+        rms_norm(x + t0 * d, w, y + t0 * d, t1 - t0, d, config_.rms_eps);
     });
-    if (int8) act_.end_int8();
-    return int8;
 }
 
 // The sum in the norm's section, instead of on the calling thread after each block: a 16-sequence decode step took
@@ -271,17 +281,7 @@ bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix
     if (n < 8) {  // decode: a parallel section costs more than the work
         rows(0, n);
     } else {
-        int8 = next != nullptr && int8_in_section(*next, n);
-        if (int8) {
-            act_.set(xn_.data(), n, d, n_decode_);
-            act_.begin_int8(isa_);
-        }
-        pool_.run([&](int ith, int nth) {
-            const Range r = split_range(n, ith, nth, Activations::kInt8PartTokens);
-            rows(r.begin, r.end);
-            if (int8) act_.quantize_int8(r.begin, r.end);
-        });
-        if (int8) act_.end_int8();
+        int8 = rows_section(n, xn_.data(), n_decode_, next, rows);
     }
     if (!finite.load(std::memory_order_relaxed))
         throw Error(fmt::format("layer {} (blk.{}.*) produced non-finite values (inf or NaN) in the residual "

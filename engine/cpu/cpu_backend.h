@@ -10,6 +10,7 @@
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -85,6 +86,8 @@ private:
     // for it where int8_in_section says so: then true, and act_ holds y.
     bool norm(const float* x, const float* w, float* y, int64_t n, const WeightMatrix* next = nullptr,
               int64_t n_decode = 0);
+    bool rows_section(int64_t n, float* y, int64_t n_decode, const WeightMatrix* next,
+                      const std::function<void(int64_t, int64_t)>& rows);
     // x_ += proj_ for n rows, the output of layer `layer` (its name in the error when a value is not finite), then
     // xn_ = rms_norm(x_) * w unless w is null, with xn_'s int8 form for `next` as norm() makes it (then true).
     bool residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n);

@@ -130,7 +130,7 @@ void quantize_tokens(Activations& x, int64_t t0, int64_t t1) {
                              isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
 }
 
-// Blocks [b0, b1) of every token (their padding: reserve_int8 wrote it when asked).
+// Blocks [b0, b1) of every token, and the rows' padding with the last block.
 void quantize_blocks(Activations& x, int64_t b0, int64_t b1) {
     Activations::Cache& c = x.cache();
     const Isa isa = c.isa;
@@ -138,6 +138,8 @@ void quantize_blocks(Activations& x, int64_t b0, int64_t b1) {
     if (!wide || !avx512::quantize_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view))
         quantize_activation_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view,
                                    isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
+    if (b1 == x.n_in() / 32)
+        for (int64_t t = 0; t < x.n_tokens(); ++t) write_row_padding(c.view, t, b1);
 }
 
 void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
@@ -165,7 +167,6 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
 void Activations::begin_int8(Isa isa) {
     QUILL_CHECK(x_ != nullptr, "begin_int8 before Activations::set");
     reserve_int8(*this, isa);
-    for (int64_t t = 0; t < n_tokens_; ++t) write_row_padding(cache_->view, t, n_in_ / 32);  // for quantize_int8_blocks
 }
 
 void Activations::quantize_int8_blocks(int64_t b0, int64_t b1) {
