@@ -2,8 +2,9 @@
 // tile, any head_dim up to 512, any GQA ratio). Decode: one warp per weight row, int8 dot products (dp4a) for Q4_0,
 // Q4_1 and Q8_0 with the input quantized per block of 32 as on the CPU, float for the other types; attention one
 // block per (token, head). Prompts: the products go through cuBLAS (cuda/gemm.h), attention through the flash
-// kernel below. Measured on an H200 (tests/gpu/check.sh): llama3-8b Q4_0 decode at 26% of the copy bandwidth,
-// the matmuls half of a step's device time and the small kernels' launches most of the rest.
+// kernel below. Measured on an H200 (tests/gpu/check.sh, 2026-12-04, 4th GPU run): llama3-8b Q4_0 decode at 33% of
+// the copy bandwidth (321 tok/s), the int8 products 2.3 ms of a 3.1 ms step (42% of the copy bandwidth in their
+// own time), norms 0.3 ms, attention 0.2 ms, RoPE + K/V store and the activation 0.1 ms each.
 #include "cuda/check.h"
 #include "cuda/dequant.h"
 #include "cuda/kernels.h"
@@ -13,6 +14,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 namespace quill::cuda {
@@ -296,13 +298,18 @@ __device__ __forceinline__ float q8_block_dot(const int* wq, float d, float m, c
             sum = __dp4a((wq[i] >> 4) & 0x0F0F0F0F, xa[4 + i], sum);
         }
     }
-    if constexpr (T == GgmlType::Q4_0) return d * (ds.x * static_cast<float>(sum) - 8.0f * ds.y);
-    else if constexpr (T == GgmlType::Q4_1) return d * ds.x * static_cast<float>(sum) + m * ds.y;
-    else return d * ds.x * static_cast<float>(sum);
+    // Rounded operations (no contraction into FMAs, which the compiler may form differently in each kernel that
+    // inlines this): every kernel gets the same bits for a block.
+    const float fs = static_cast<float>(sum);
+    if constexpr (T == GgmlType::Q4_0) return __fmul_rn(d, __fsub_rn(__fmul_rn(ds.x, fs), __fmul_rn(8.0f, ds.y)));
+    else if constexpr (T == GgmlType::Q4_1) return __fadd_rn(__fmul_rn(__fmul_rn(d, ds.x), fs), __fmul_rn(m, ds.y));
+    else return __fmul_rn(__fmul_rn(d, ds.x), fs);
 }
 
 // One warp per weight row; every token, NT at a time (the row's blocks stay in L1 between tiles). Lane l takes
-// blocks l, l + 32, ...
+// blocks l, l + 32, ... and sums them in that order (matmul_q8_rows_kernel too: the same bits).
+constexpr int kUnroll = 4;
+
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kMatmulWarps * kWarp)
     matmul_q8_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
@@ -323,15 +330,26 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        for (int64_t g = lane; g < nb; g += kWarp) {
-            int wq[kWords];
-            float d, m;
-            load_q8_at<T>(qrow, srow, g, wq, d, m);
+        // kUnroll of the lane's blocks loaded before the first is used (several loads in flight a lane: one at a
+        // time left a decode step's products at 42% of the copy bandwidth), then summed in order.
+        for (int64_t g0 = lane; g0 < nb; g0 += kWarp * kUnroll) {
+            int wq[kUnroll][kWords];
+            float d[kUnroll], m[kUnroll];
 #pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                if (t < nt) {
-                    const int4* xp = reinterpret_cast<const int4*>(xq + (t0 + t) * cols + g * 32);
-                    acc[t] += q8_block_dot<T>(wq, d, m, xp[0], xp[1], xds[(t0 + t) * nb + g]);
+            for (int u = 0; u < kUnroll; ++u) {
+                if (g0 + u * kWarp < nb) load_q8_at<T>(qrow, srow, g0 + u * kWarp, wq[u], d[u], m[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int64_t g = g0 + u * kWarp;
+                if (g >= nb) break;
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (t < nt) {
+                        const int4* xp = reinterpret_cast<const int4*>(xq + (t0 + t) * cols + g * 32);
+                        acc[t] = __fadd_rn(acc[t], q8_block_dot<T>(wq[u], d[u], m[u], xp[0], xp[1],
+                                                                     xds[(t0 + t) * nb + g]));
+                    }
                 }
             }
         }
@@ -390,7 +408,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
                     const float2 ds = xds[(t0 + t) * nb + g];
 #pragma unroll
                     for (int i = 0; i < R; ++i) {
-                        if (ok[i]) acc[i][t] += q8_block_dot<T>(wq[i], d[i], m[i], a, b, ds);
+                        if (ok[i]) acc[i][t] = __fadd_rn(acc[i][t], q8_block_dot<T>(wq[i], d[i], m[i], a, b, ds));
                     }
                 }
             }
@@ -452,8 +470,84 @@ __global__ void embed_kernel(DeviceMatrix emb, const int32_t* __restrict__ token
     }
 }
 
-// One block per row. With q: the row also quantized for matmul_q8 (d a multiple of 32), a warp a block of 32. With
-// flag: *flag = min(*flag, layer) when x holds inf or NaN (the previous layer's output check, fused).
+// One block per row. With q: the row also quantized for matmul_q8 (d a multiple of 32). With flag: *flag =
+// min(*flag, layer) when x holds inf or NaN (the previous layer's output check, fused). Rows of d <= 1024 K
+// floats (d a multiple of 4) take the register form, kNormVec = K: every thread loads its float4s of x and w at
+// once before any use (a decode step's norm is one block, and it waited on one load at a time: 15-20 us a norm on
+// the H200, a fifth of the step), eight threads a block of 32 when quantizing. Other rows take the strided loop.
+// Both forms give every row the same bits whatever the batch (the sum of squares' order depends on d alone).
+constexpr int kNormThreads = 256;
+
+// The quantization of 32 values held four a thread by eight consecutive lanes (lane % 8 == 0 first), block b:
+// quantize_lane's arithmetic (cpu::generic::quantize_block's), the maximum and the sum over the eight lanes.
+// Lanes outside the row (valid false, values 0) take part in the shuffles and write nothing.
+__device__ __forceinline__ void quantize_quad(const float (&v)[4], int64_t b, int lane, bool valid,
+                                              int8_t* __restrict__ q, float2* __restrict__ ds) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    int qi[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float y = v[j] * inv;
+        const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
+        qi[j] = static_cast<int>(roundf(clamped));
+    }
+    if (valid)
+        *reinterpret_cast<char4*>(q + b * 32 + 4 * (lane % 8)) = make_char4(
+            static_cast<signed char>(qi[0]), static_cast<signed char>(qi[1]), static_cast<signed char>(qi[2]),
+            static_cast<signed char>(qi[3]));
+    int sum = qi[0] + qi[1] + qi[2] + qi[3];
+#pragma unroll
+    for (int o = 1; o < 8; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (valid && lane % 8 == 0) {
+        const float scale = __half2float(__float2half_rn(d));
+        ds[b] = make_float2(scale, scale * static_cast<float>(sum));
+    }
+}
+
+template <int K>
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_vec_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps,
+                        int8_t* __restrict__ q, float2* __restrict__ ds, int32_t* flag, int32_t layer) {
+    __shared__ float scratch[32];
+    const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * d);
+    const float4* wr = reinterpret_cast<const float4*>(w);
+    float4* yr = reinterpret_cast<float4*>(y + blockIdx.x * d);
+    const int64_t n4 = d / 4;
+    float4 xv[K], wv[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
+        xv[k] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        wv[k] = j < n4 ? wr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float ss = 0.0f;
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+        bad |= !isfinite(xv[k].x) || !isfinite(xv[k].y) || !isfinite(xv[k].z) || !isfinite(xv[k].w);
+    }
+    if (flag != nullptr && __syncthreads_or(bad) && threadIdx.x == 0) atomicMin(flag, layer);
+    ss = block_reduce<false>(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+    const int lane = threadIdx.x % kWarp;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
+        const float v[4] = {xv[k].x * scale * wv[k].x, xv[k].y * scale * wv[k].y, xv[k].z * scale * wv[k].z,
+                            xv[k].w * scale * wv[k].w};
+        if (j < n4) yr[j] = make_float4(v[0], v[1], v[2], v[3]);
+        // A block of 32 is eight float4s of eight consecutive lanes, all in the row or all past it (d a multiple
+        // of 32); every lane of the block takes part (k * kNormThreads < n4 is the same for all).
+        if (q != nullptr && static_cast<int64_t>(k) * kNormThreads < n4)
+            quantize_quad(v, blockIdx.x * (d / 32) + j / 8, lane, j < n4, q, ds);
+    }
+}
+
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps,
                                 int8_t* __restrict__ q, float2* __restrict__ ds, int32_t* flag, int32_t layer) {
     __shared__ float scratch[32];
@@ -503,29 +597,35 @@ __device__ __forceinline__ void store_kv(void* base, size_t i, float v, bool f16
     else static_cast<float*>(base)[i] = v;
 }
 
+// One block per (token, head): blockIdx.y < n_head rotates that query head in place, the others rotate key head
+// blockIdx.y - n_head and store it with its values in the slot's cache row at the token's position. (One block a
+// token did it all with one dependent load at a time: 15 us a decode step's call on the H200.)
 __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                                   const float* __restrict__ cs, const int32_t* __restrict__ slots,
                                   const int32_t* __restrict__ pos, Heads h, LayerCache c) {
     const int64_t t = blockIdx.x;
     const int half = h.n_rot / 2;
     const float* cst = cs + t * half * 2;
-    float* qt = q + t * h.n_head * h.head_dim;
     // Pair i of a head: dims (2i, 2i+1), or (i, i + half) with NEOX.
     const int stride = h.neox ? half : 1, step = h.neox ? 1 : 2;
-    for (int idx = threadIdx.x; idx < h.n_head * half; idx += blockDim.x) {
-        const int head = idx / half, i = idx % half;
-        const float co = cst[2 * i], si = cst[2 * i + 1];
-        float* p = qt + head * h.head_dim + step * i;
-        const float x0 = p[0], x1 = p[stride];
-        p[0] = x0 * co - x1 * si;
-        p[stride] = x0 * si + x1 * co;
+    if (static_cast<int>(blockIdx.y) < h.n_head) {
+        float* qh = q + (t * h.n_head + blockIdx.y) * h.head_dim;
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            const float co = cst[2 * i], si = cst[2 * i + 1];
+            float* p = qh + step * i;
+            const float x0 = p[0], x1 = p[stride];
+            p[0] = x0 * co - x1 * si;
+            p[stride] = x0 * si + x1 * co;
+        }
+        return;
     }
     const int row = h.n_head_kv * h.head_dim;
+    const int head_base = (static_cast<int>(blockIdx.y) - h.n_head) * h.head_dim;
     const float* kt = k + t * row;
     const float* vt = v + t * row;
     const size_t dst = static_cast<size_t>(slots[t]) * c.slot_stride + static_cast<size_t>(pos[t]) * row;
-    for (int e = threadIdx.x; e < row; e += blockDim.x) {
-        const int i = e % h.head_dim;
+    for (int i = threadIdx.x; i < h.head_dim; i += blockDim.x) {
+        const int e = head_base + i;
         float val = kt[e];
         if (i < h.n_rot) {
             // this element's pair, and whether it is the pair's first element
@@ -541,14 +641,25 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
     }
 }
 
-// One block of 128 threads per (token, head). Keys go by in chunks of 128, one per thread, with an online softmax:
-// the running max m and sum l rescale the output accumulators (dims tid, tid + 128, ... of the head) per chunk.
+// One block of 4 warps per (token, head). Keys go by in chunks of 128 with an online softmax: the running max m and
+// sum l rescale the output accumulators per chunk. Scores: warp w takes the chunk's keys w, w + 4, ..., four at a
+// time, its lanes the dims (lane, lane + 32, ...) of each, summed over the warp; P V: warp w the same keys, four at
+// a time, each lane its dims; the four warps' partial outputs are added at the end. (One key a thread and one
+// dependent load at a time took 8 us a (token, head) block at short contexts on the H200.)
 constexpr int kAttnThreads = 128;
-constexpr int kAttnMaxDimsPerThread = 4;  // head_dim <= 512
+constexpr int kAttnWarps = kAttnThreads / kWarp;
+constexpr int kAttnChunk = 128;
+constexpr int kAttnKeysAtOnce = 4;
+constexpr int kAttnMaxDimsPerLane = 16;  // head_dim <= 512
 
 // The rows of flash_attention_kernel: row rho is (token rho / G, head kv_head G + rho % G), G = n_head / n_head_kv,
 // in tiles of kFaRows rows; a tile's keys are those of the slot of its first row's token.
 constexpr int kFaRows = 64;
+
+// Shared memory of attention_kernel, in floats.
+__host__ __device__ constexpr size_t attention_smem_floats(int head_dim) {
+    return static_cast<size_t>(head_dim) * (1 + kAttnWarps) + kAttnChunk + 32;
+}
 
 // With only_others, a (token, head) whose row's tile has the same slot returns at once: flash_attention_kernel did
 // it.
@@ -557,68 +668,98 @@ __global__ void __launch_bounds__(kAttnThreads)
                      Heads h, LayerCache c, float scale, int64_t window, float* __restrict__ out, bool only_others,
                      int8_t* __restrict__ out_q, float2* __restrict__ out_ds) {
     extern __shared__ float smem[];
-    float* sq = smem;                   // [head_dim] the query, times scale
-    float* sp = smem + h.head_dim;      // [128] this chunk's probabilities
-    float* scratch = sp + kAttnThreads;  // [32] reductions
+    const int hd = h.head_dim;
+    float* sq = smem;                 // [head_dim] the query
+    float* so = sq + hd;              // [kAttnWarps, head_dim] the warps' partial outputs, at the end
+    float* sp = so + kAttnWarps * hd;  // [kAttnChunk] this chunk's scores, then probabilities
+    float* scratch = sp + kAttnChunk;  // [32] reductions
     const int64_t t = blockIdx.x;
     const int head = blockIdx.y;
-    const int hd = h.head_dim;
     const int group = h.n_head / h.n_head_kv;
     const int kv_head = head / group;
     if (only_others) {
         const int64_t rho = t * group + head % group;
         if (slots[t] == slots[rho / kFaRows * kFaRows / group]) return;
     }
+    const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
     const float* qh = q + (t * h.n_head + head) * hd;
-    for (int i = threadIdx.x; i < hd; i += kAttnThreads) sq[i] = qh[i];
+    for (int i = tid; i < hd; i += kAttnThreads) sq[i] = qh[i];
     __syncthreads();
     const int64_t n_kv = static_cast<int64_t>(pos[t]) + 1;
     const int64_t j0 = window > 0 && n_kv > window ? n_kv - window : 0;  // the first key of a sliding window
     const int64_t row = static_cast<int64_t>(h.n_head_kv) * hd;
     const size_t base = static_cast<size_t>(slots[t]) * c.slot_stride + static_cast<size_t>(kv_head) * hd;
     float m = -INFINITY, l = 0.0f;
-    float o[kAttnMaxDimsPerThread];
+    float o[kAttnMaxDimsPerLane];  // dims lane + 32 i of this warp's keys
 #pragma unroll
-    for (int i = 0; i < kAttnMaxDimsPerThread; ++i) o[i] = 0.0f;
-    for (int64_t c0 = j0; c0 < n_kv; c0 += kAttnThreads) {
-        const int64_t j = c0 + threadIdx.x;
-        float s = -INFINITY;
-        if (j < n_kv) {
-            const size_t kr = base + static_cast<size_t>(j * row);
-            float dot = 0.0f;
-            for (int i = 0; i < hd; ++i) dot += sq[i] * load_kv(c.k, kr + i, c.f16);
-            s = dot * scale;
+    for (int i = 0; i < kAttnMaxDimsPerLane; ++i) o[i] = 0.0f;
+    for (int64_t c0 = j0; c0 < n_kv; c0 += kAttnChunk) {
+        const int len = static_cast<int>(n_kv - c0 < kAttnChunk ? n_kv - c0 : kAttnChunk);
+        for (int u0 = warp; u0 < len; u0 += kAttnWarps * kAttnKeysAtOnce) {
+            float dot[kAttnKeysAtOnce];
+#pragma unroll
+            for (int k = 0; k < kAttnKeysAtOnce; ++k) {
+                const int jj = u0 + k * kAttnWarps;
+                dot[k] = 0.0f;
+                if (jj < len) {
+                    const size_t kr = base + static_cast<size_t>((c0 + jj) * row);
+#pragma unroll
+                    for (int i = 0; i < kAttnMaxDimsPerLane; ++i) {
+                        const int e = lane + i * kWarp;
+                        if (e < hd) dot[k] += sq[e] * load_kv(c.k, kr + e, c.f16);
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kAttnKeysAtOnce; ++k) {
+                const float sum = warp_sum(dot[k]);
+                const int jj = u0 + k * kAttnWarps;
+                if (lane == 0 && jj < len) sp[jj] = sum * scale;
+            }
         }
-        const float chunk_max = block_reduce<true>(s, scratch);  // finite: key c0 is always in range
+        __syncthreads();
+        const float sc = tid < len ? sp[tid] : -INFINITY;
+        const float chunk_max = block_reduce<true>(sc, scratch);  // finite: key c0 is always in range
         const float new_m = fmaxf(m, chunk_max);
         const float f = expf(m - new_m);  // 0 on the first chunk (m = -inf)
-        const float p = j < n_kv ? expf(s - new_m) : 0.0f;
-        sp[threadIdx.x] = p;
+        const float p = tid < len ? expf(sc - new_m) : 0.0f;
+        sp[tid] = p;
         l = l * f + block_reduce<false>(p, scratch);  // its barriers also publish sp
-        const int len = static_cast<int>(n_kv - c0 < kAttnThreads ? n_kv - c0 : kAttnThreads);
 #pragma unroll
-        for (int i = 0; i < kAttnMaxDimsPerThread; ++i) {
-            const int d = threadIdx.x + i * kAttnThreads;
-            if (d < hd) {
-                float acc = o[i] * f;
-                for (int jj = 0; jj < len; ++jj)
-                    acc += sp[jj] * load_kv(c.v, base + static_cast<size_t>((c0 + jj) * row) + d, c.f16);
-                o[i] = acc;
+        for (int i = 0; i < kAttnMaxDimsPerLane; ++i) o[i] *= f;
+        for (int u0 = warp; u0 < len; u0 += kAttnWarps * kAttnKeysAtOnce) {
+#pragma unroll
+            for (int k = 0; k < kAttnKeysAtOnce; ++k) {
+                const int jj = u0 + k * kAttnWarps;
+                if (jj < len) {
+                    const float pj = sp[jj];
+                    const size_t vr = base + static_cast<size_t>((c0 + jj) * row);
+#pragma unroll
+                    for (int i = 0; i < kAttnMaxDimsPerLane; ++i) {
+                        const int e = lane + i * kWarp;
+                        if (e < hd) o[i] += pj * load_kv(c.v, vr + e, c.f16);
+                    }
+                }
             }
         }
         m = new_m;
         __syncthreads();  // sp is rewritten by the next chunk
     }
-    float* oh = out + (t * h.n_head + head) * hd;
 #pragma unroll
-    for (int i = 0; i < kAttnMaxDimsPerThread; ++i) {
-        const int d = threadIdx.x + i * kAttnThreads;
-        if (d < hd) {
-            oh[d] = o[i] / l;
-            // Quantized for the output projection: a warp's 32 dims are one block (head_dim a multiple of 32, so
-            // that d < hd holds for the whole warp).
-            if (out_q != nullptr) quantize_lane(o[i] / l, ((t * h.n_head + head) * hd + d) / 32, d % 32, out_q, out_ds);
-        }
+    for (int i = 0; i < kAttnMaxDimsPerLane; ++i) {
+        const int e = lane + i * kWarp;
+        if (e < hd) so[warp * hd + e] = o[i];
+    }
+    __syncthreads();
+    float* oh = out + (t * h.n_head + head) * hd;
+    for (int e = tid; e < hd; e += kAttnThreads) {
+        float v = so[e];
+        for (int w = 1; w < kAttnWarps; ++w) v += so[w * hd + e];
+        v = v / l;
+        oh[e] = v;
+        // Quantized for the output projection: a warp's 32 dims are one block (head_dim a multiple of 32, so that
+        // e < hd holds for the whole warp).
+        if (out_q != nullptr) quantize_lane(v, ((t * h.n_head + head) * hd + e) / 32, e % 32, out_q, out_ds);
     }
 }
 
@@ -1129,15 +1270,27 @@ void embed(const DeviceMatrix& emb, const int32_t* tokens, int64_t n_tokens, flo
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, cudaStream_t s) {
-    rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps, nullptr, nullptr, nullptr, 0);
-    check(cudaGetLastError(), "the RMSNorm kernel launch");
+    rms_norm_q8(x, w, y, n, d, eps, nullptr, nullptr, nullptr, 0, s);
 }
 
 void rms_norm_q8(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, int8_t* q, float* ds,
                  int32_t* flag, int32_t layer, cudaStream_t s) {
     if (q != nullptr && d % 32 != 0) check(cudaErrorInvalidValue, "rms_norm_q8 (a row not a multiple of 32)");
-    rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, w, y, d, eps, q, reinterpret_cast<float2*>(ds), flag,
-                                                             layer);
+    auto* ds2 = reinterpret_cast<float2*>(ds);
+    const auto grid = static_cast<unsigned>(n);
+    const bool aligned = d % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+    const int64_t per_thread = (d / 4 + kNormThreads - 1) / kNormThreads;
+    if (aligned && per_thread <= 1)
+        rms_norm_vec_kernel<1><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
+    else if (aligned && per_thread <= 2)
+        rms_norm_vec_kernel<2><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
+    else if (aligned && per_thread <= 4)
+        rms_norm_vec_kernel<4><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
+    else if (aligned && per_thread <= 8)
+        rms_norm_vec_kernel<8><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
+    else
+        rms_norm_kernel<<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
     check(cudaGetLastError(), "the RMSNorm kernel launch");
 }
 
@@ -1148,7 +1301,8 @@ void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64
 
 void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
                 const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s) {
-    rope_store_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(q, k, v, cs, slots, pos, heads, cache);
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head + heads.n_head_kv));
+    rope_store_kernel<<<grid, 128, 0, s>>>(q, k, v, cs, slots, pos, heads, cache);
     check(cudaGetLastError(), "the RoPE + KV store kernel launch");
 }
 
@@ -1159,7 +1313,7 @@ bool flash_attention_takes(const Heads& heads, const LayerCache& cache) {
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
                const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s, bool flash,
                int8_t* q_out, float* ds_out) {
-    if (heads.head_dim > kAttnThreads * kAttnMaxDimsPerThread) {
+    if (heads.head_dim > kWarp * kAttnMaxDimsPerLane) {
         check(cudaErrorInvalidValue, "attention (head_dim above 512)");
     }
     flash = flash && flash_attention_takes(heads, cache);
@@ -1182,7 +1336,7 @@ void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t
     // Every (token, head) without flash attention; with it, those whose tile belongs to another slot.
     if (q_out != nullptr && (flash || heads.head_dim % 32 != 0))
         check(cudaErrorInvalidValue, "attention (quantized output: not with flash, head_dim a multiple of 32)");
-    const size_t smem = (static_cast<size_t>(heads.head_dim) + kAttnThreads + 32) * sizeof(float);
+    const size_t smem = attention_smem_floats(heads.head_dim) * sizeof(float);
     attention_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head)), kAttnThreads, smem, s>>>(
         q, slots, pos, heads, cache, scale, window, out, flash, q_out, reinterpret_cast<float2*>(ds_out));
     check(cudaGetLastError(), "the attention kernel launch");

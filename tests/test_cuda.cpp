@@ -165,8 +165,7 @@ TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing el
     CHECK_THROWS_AS(cuda::parse_gemm_mode(""), UsageError);
     const cuda::CudaBackendOptions o;
     CHECK(o.gemm == cuda::GemmMode::tf32);
-    CHECK((o.packed_weights && o.int8_products && o.flash_attention && o.graphs));
-    CHECK_FALSE(o.fused_kernels);  // until a GPU run has checked it
+    CHECK((o.packed_weights && o.int8_products && o.flash_attention && o.graphs && o.fused_kernels));
     // The GEMM's scratch: one slice of at most kGemmSliceElems (at least a row), plus the F16 input in f16 mode.
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::off, 1 << 20, 4096, 100) == 0);
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, 4096 * 4096, 4096, 100) == 4096u * 4096u * 4u);
@@ -267,59 +266,123 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
     if (!have_gpu()) return;
     std::mt19937 rng(20261205);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-        for (bool packed : {false, true}) {
-            const int64_t rows_n = 67, cols = 320, nb = cols / 32;
-            TestMatrix w = test_matrix(type, rows_n, cols, packed, rng);
-            // 40 tokens: four rows a warp (the last warp's rows past the matrix)
-            for (int64_t n_tok : {1, 3, 8, 13, 40}) {
-                for (bool accumulate : {false, true}) {
-                    INFO(type_name(type) << (packed ? ", packed" : ", GGUF layout") << ", " << n_tok << " tokens"
-                                         << (accumulate ? ", accumulating" : ""));
-                    std::vector<float> x(static_cast<size_t>(n_tok * cols));
-                    for (float& v : x) v = normal(rng) * (1.0f + static_cast<float>(rng() % 4));
-                    x[5] = 0.0f;  // and one all-zero block: scale 0
-                    if (n_tok > 1)
-                        for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(cols + 64 + i)] = 0.0f;
-                    // The CPU's quantization of every block, with its scale rounded to fp16.
-                    std::vector<int8_t> want_q(x.size());
-                    std::vector<float> want_ds(static_cast<size_t>(2 * n_tok * nb));
-                    for (int64_t b = 0; b < n_tok * nb; ++b) {
-                        int32_t sums[2];
-                        const float d = cpu::generic::quantize_block(x.data() + 32 * b, want_q.data() + 32 * b, sums);
-                        const float scale = fp16_to_fp32(fp32_to_fp16(d));
-                        want_ds[2 * b] = scale;
-                        want_ds[2 * b + 1] = scale * static_cast<float>(sums[0] + sums[1]);
-                    }
-                    DeviceArray<float> dx(x.size()), dds(want_ds.size());
-                    DeviceArray<int8_t> dq(x.size());
-                    dx.put(x);
-                    cuda::quantize_q8(dx.p, n_tok, cols, dq.p, dds.p, nullptr);
-                    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                    CHECK(dq.get(x.size()) == want_q);
-                    CHECK(dds.get(want_ds.size()) == want_ds);
-
-                    std::vector<float> y0(static_cast<size_t>(n_tok * rows_n));
-                    for (float& v : y0) v = accumulate ? normal(rng) : std::numeric_limits<float>::quiet_NaN();
-                    DeviceArray<float> dy(y0.size());
-                    dy.put(y0);
-                    // 40 tokens: also four rows a warp (the other must give the same bits)
-                    cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dy.p, accumulate, nullptr);
-                    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                    if (n_tok > 8) {
-                        DeviceArray<float> dy4(y0.size());
-                        dy4.put(y0);
-                        cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dy4.p, accumulate, nullptr, true);
+    // 10 blocks a row, and 293: a lane's blocks loaded four at a time (kUnroll) in two whole rounds and a part
+    for (int64_t cols : {320, 9376}) {
+        for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+            for (bool packed : {false, true}) {
+                const int64_t rows_n = 67, nb = cols / 32;
+                TestMatrix w = test_matrix(type, rows_n, cols, packed, rng);
+                // 40 tokens: four rows a warp (the last warp's rows past the matrix)
+                for (int64_t n_tok : {1, 3, 8, 13, 40}) {
+                    for (bool accumulate : {false, true}) {
+                        INFO(type_name(type) << (packed ? ", packed" : ", GGUF layout") << ", " << cols << " columns, "
+                                             << n_tok << " tokens" << (accumulate ? ", accumulating" : ""));
+                        std::vector<float> x(static_cast<size_t>(n_tok * cols));
+                        for (float& v : x) v = normal(rng) * (1.0f + static_cast<float>(rng() % 4));
+                        x[5] = 0.0f;  // and one all-zero block: scale 0
+                        if (n_tok > 1)
+                            for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(cols + 64 + i)] = 0.0f;
+                        // The CPU's quantization of every block, with its scale rounded to fp16.
+                        std::vector<int8_t> want_q(x.size());
+                        std::vector<float> want_ds(static_cast<size_t>(2 * n_tok * nb));
+                        for (int64_t b = 0; b < n_tok * nb; ++b) {
+                            int32_t sums[2];
+                            const float d =
+                                cpu::generic::quantize_block(x.data() + 32 * b, want_q.data() + 32 * b, sums);
+                            const float scale = fp16_to_fp32(fp32_to_fp16(d));
+                            want_ds[2 * b] = scale;
+                            want_ds[2 * b + 1] = scale * static_cast<float>(sums[0] + sums[1]);
+                        }
+                        DeviceArray<float> dx(x.size()), dds(want_ds.size());
+                        DeviceArray<int8_t> dq(x.size());
+                        dx.put(x);
+                        cuda::quantize_q8(dx.p, n_tok, cols, dq.p, dds.p, nullptr);
                         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                        CHECK(dy4.get(y0.size()) == dy.get(y0.size()));
+                        CHECK(dq.get(x.size()) == want_q);
+                        CHECK(dds.get(want_ds.size()) == want_ds);
+
+                        std::vector<float> y0(static_cast<size_t>(n_tok * rows_n));
+                        for (float& v : y0) v = accumulate ? normal(rng) : std::numeric_limits<float>::quiet_NaN();
+                        DeviceArray<float> dy(y0.size());
+                        dy.put(y0);
+                        // 40 tokens: also four rows a warp (the other must give the same bits)
+                        cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dy.p, accumulate, nullptr);
+                        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                        if (n_tok > 8) {
+                            DeviceArray<float> dy4(y0.size());
+                            dy4.put(y0);
+                            cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dy4.p, accumulate, nullptr, true);
+                            REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                            CHECK(dy4.get(y0.size()) == dy.get(y0.size()));
+                        }
+                        std::vector<double> xd(x.size());  // the quantized input
+                        for (size_t k = 0; k < x.size(); ++k)
+                            xd[k] = static_cast<double>(want_ds[2 * (k / 32)]) * want_q[k];
+                        CHECK(product_error(dy.get(y0.size()), y0, accumulate, w.wd, xd, rows_n, cols, n_tok) <= 1e-5);
                     }
-                    std::vector<double> xd(x.size());  // the quantized input
-                    for (size_t k = 0; k < x.size(); ++k)
-                        xd[k] = static_cast<double>(want_ds[2 * (k / 32)]) * want_q[k];
-                    CHECK(product_error(dy.get(y0.size()), y0, accumulate, w.wd, xd, rows_n, cols, n_tok) <= 1e-5);
                 }
             }
         }
+    }
+}
+
+TEST_CASE("RMSNorm on the GPU: rows within float rounding of a double norm, in place too, quantized as quantize_q8 "
+          "quantizes the output, and a non-finite input flagged",
+          "[cuda]") {
+    if (!have_gpu()) return;
+    std::mt19937 rng(20261208);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    // 64 and 576 wide: one float4 a thread or none (the register form), 4096 four, 8192 eight; 8224 (nine) and 102
+    // (not a multiple of 4): the strided form
+    for (int64_t d : {64, 576, 4096, 8192, 8224, 102}) {
+        INFO(d << " wide");
+        const int64_t n = 3;
+        const bool q8 = d % 32 == 0;
+        const float eps = 1e-5f;
+        std::vector<float> x(static_cast<size_t>(n * d)), w(static_cast<size_t>(d));
+        for (float& v : x) v = 3.0f * normal(rng);
+        for (float& v : w) v = normal(rng);
+        DeviceArray<float> dx(x.size()), dw(w.size()), dy(x.size()), dds(static_cast<size_t>(2 * n * d / 32 + 2));
+        DeviceArray<float> dds2(static_cast<size_t>(2 * n * d / 32 + 2));
+        DeviceArray<int8_t> dq(x.size()), dq2(x.size());
+        DeviceArray<int32_t> flag(1);
+        dx.put(x);
+        dw.put(w);
+        dy.put(std::vector<float>(x.size(), std::numeric_limits<float>::quiet_NaN()));  // every element written
+        flag.put({INT32_MAX});
+        cuda::rms_norm_q8(dx.p, dw.p, dy.p, n, d, eps, q8 ? dq.p : nullptr, dds.p, flag.p, 7, nullptr);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        const std::vector<float> y = dy.get(x.size());
+        double err = 0, top = 0;
+        for (int64_t t = 0; t < n; ++t) {
+            double ss = 0;
+            for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(x[t * d + i]) * x[t * d + i];
+            const double scale = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+            for (int64_t i = 0; i < d; ++i) {
+                const double want = x[t * d + i] * scale * w[i];
+                REQUIRE(std::isfinite(y[t * d + i]));
+                err = std::max(err, std::fabs(y[t * d + i] - want));
+                top = std::max(top, std::fabs(want));
+            }
+        }
+        CHECK(err <= 2e-6 * top);
+        CHECK(flag.get(1)[0] == INT32_MAX);
+        if (q8) {  // the norm's quantization is quantize_q8's of the norm's output
+            cuda::quantize_q8(dy.p, n, d, dq2.p, dds2.p, nullptr);
+            REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+            CHECK(dq.get(x.size()) == dq2.get(x.size()));
+            CHECK(dds.get(static_cast<size_t>(2 * n * d / 32)) == dds2.get(static_cast<size_t>(2 * n * d / 32)));
+        }
+        // In place (the per-head Q and K norms): the same bits
+        cuda::rms_norm(dx.p, dw.p, dx.p, n, d, eps, nullptr);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(dx.get(x.size()) == y);
+        // A non-finite input: the flag takes the layer
+        x[static_cast<size_t>(d + d / 2)] = std::numeric_limits<float>::infinity();
+        dx.put(x);
+        cuda::rms_norm_q8(dx.p, dw.p, dy.p, n, d, eps, q8 ? dq.p : nullptr, dds.p, flag.p, 7, nullptr);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(flag.get(1)[0] == 7);
     }
 }
 

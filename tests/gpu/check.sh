@@ -9,8 +9,9 @@
 #      16 in parallel), GPU against CPU;
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
-#      by phase), with 16 and 64 sequences decoding together, with the fused launches on (QUILL_CUDA_FUSE=1), and
-#      prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures;
+#      by phase), with 16 and 64 sequences decoding together, with the fused launches off (QUILL_CUDA_FUSE=0), and
+#      (QUILL_GPU_GEMM_F16=1) prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures; then the device time
+#      of each kernel of a few decode steps under Nsight Compute, where ncu is installed;
 #   5. prints one table last: tokens/s, prefill's TFLOP/s and that as a fraction of the GEMM rate quill measures on
 #      the device, the decode's GB/s and that as a fraction of the copy bandwidth quill measures there.
 # Logs, bench JSON and the table land in $OUT (or /tmp/quill-gpu), six files. The whole run keeps to
@@ -138,11 +139,40 @@ bench q8_0 -- --dtype q8_0 -p 2048 --batch 2048 -n 64 -r 3
 bench f16 -- --dtype f16 -p 2048 --batch 2048 -n 64 -r 3
 bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
-bench q4_0-fused QUILL_CUDA_FUSE=1 -- --dtype q4_0 -p 0 -n 64 -r 3
-bench q4_0-fused-profile QUILL_CUDA_FUSE=1 QUILL_CUDA_PROFILE=1 -- --dtype q4_0 -p 0 -n 16 -r 1
-bench q4_0-b64-fused QUILL_CUDA_FUSE=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
-bench f16-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype f16 -p 2048 --batch 2048 -n 0 -r 3
-bench q4_0-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype q4_0 -p 2048 --batch 2048 -n 0 -r 3
+bench q4_0-unfused QUILL_CUDA_FUSE=0 -- --dtype q4_0 -p 0 -n 64 -r 3
+if [ "${QUILL_GPU_GEMM_F16:-0}" = 1 ]; then
+    bench f16-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype f16 -p 2048 --batch 2048 -n 0 -r 3
+    bench q4_0-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype q4_0 -p 2048 --batch 2048 -n 0 -r 3
+fi
+
+# Per-kernel device time of a few decode steps under Nsight Compute (one metric, clocks left alone), default and
+# with QUILL_GPU_NCU_VARIANTS="default unfused" the separate launches too: which kernels the step's time goes to.
+# QUILL_GPU_NCU=0 skips it.
+ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+if [ "${QUILL_GPU_NCU:-1}" = 1 ] && [ -n "$ncu_bin" ]; then
+    for v in ${QUILL_GPU_NCU_VARIANTS:-default}; do
+        say "ncu: q4_0 decode, $v launches"
+        envs=(); [ "$v" = unfused ] && envs=(QUILL_CUDA_FUSE=0)
+        timeout "$(limit 60)" env "${envs[@]}" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv \
+            --print-units base --log-file "/tmp/ncu-$v.csv" "${quill[@]}" bench --synthetic llama3-8b --device cuda \
+            --dtype q4_0 -p 0 -n 3 -r 1 >/dev/null 2>"/tmp/ncu-$v.err" || tail -3 "/tmp/ncu-$v.err"
+        python3 - "/tmp/ncu-$v.csv" "$v" <<'PY' | tee -a "$out/ncu.txt"
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, rows = rows[0], rows[1:]
+k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows:
+    if r[m] == "gpu__time_duration.sum":
+        name = r[k].split("(")[0][:70]
+        tot[name] += float(r[v].replace(",", "")); cnt[name] += 1
+all_ns = sum(tot.values())
+print(f"ncu {sys.argv[2]}: {sum(cnt.values())} launches, {all_ns / 1e6:.2f} ms of kernels in all")
+for name, ns in tot.most_common(24):
+    print(f"{ns / 1e6:9.3f} ms {cnt[name]:6d} x {ns / cnt[name] / 1e3:8.2f} us  {name}")
+PY
+    done
+fi
 
 say "summary"
 cat /tmp/bench-*.json >"$out/bench.jsonl" 2>/dev/null
@@ -152,8 +182,7 @@ out = sys.argv[1]
 print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
 print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
       f"{'of copy':>8}")
-for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-fused", "q4_0-b64-fused", "f16-gemm-f16",
-          "q4_0-gemm-f16"):
+for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-unfused", "f16-gemm-f16", "q4_0-gemm-f16"):
     try:
         j = json.load(open(f"/tmp/bench-{t}.json"))
     except Exception as e:
