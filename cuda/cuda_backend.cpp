@@ -242,6 +242,7 @@ struct CudaBackend::Impl {
     bool int8 = true;        // CudaBackendOptions::int8_products
     bool flash = true;       // CudaBackendOptions::flash_attention
     bool fuse = false;       // CudaBackendOptions::fused_kernels
+    bool stream_q8 = false;  // CudaBackendOptions::stream_products
     // The current call's leading decode tokens (BatchToken::decode) and their logit rows: they always take the
     // decode kernels, so that a sequence's arithmetic does not depend on the prompt chunks batched with it.
     int64_t n_dec = 0, m_dec = 0;
@@ -533,6 +534,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     d.int8 = options.int8_products;
     d.flash = options.flash_attention;
     d.fuse = options.fused_kernels;
+    d.stream_q8 = options.stream_products;
+    if (d.int8 && d.stream_q8) prepare_stream_products();
     if (const char* env = std::getenv("QUILL_CUDA_PROFILE"); env && std::string_view(env) == "1") {
         d.profile = true;
         graphs_ = false;
@@ -861,7 +864,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                     q8_of = x;
                     d.mark("quantize activations");
                 }
-                matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, d.fuse);
+                matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, d.fuse, d.stream_q8);
             } else {
                 cuda::matmul(ps, x, nk, accumulate, s);
             }

@@ -41,6 +41,12 @@ struct CudaBackendOptions {
     // 2026-12-04): 9 launches a layer instead of 17, decode 241 against 234 tok/s, 64 sequences 790 against 544
     // generated tok/s. QUILL_CUDA_FUSE=0 turns it off.
     bool fused_kernels = true;
+    // Decode products of Q4_0, Q4_1 and Q8_0 rows a multiple of 1024 wide (packed layout) streamed through shared
+    // memory with cp.async (kernels.h matmul_q8 stream): the same bits (tested on an H200). Off: measured there
+    // slower than the register kernel (llama3-8b decode Q4_0 308.9 against 321.1 tok/s, Q8_0 243.8 against 257.2),
+    // its multiprocessors 43-69% busy issuing instructions (64-bit divisions a chunk; kernels.cu says more).
+    // QUILL_CUDA_STREAM=1 turns it on.
+    bool stream_products = false;
 };
 
 // The largest decode batch replayed as a CUDA graph.

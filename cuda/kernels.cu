@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -418,6 +419,105 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
             if (ok[i]) store_row<NT>(acc[i], nt, yrow[i], t0, rows_of[i], 0, accumulate, lane);
         }
     }
+}
+
+// ---- decode products streamed through shared memory (Q4_0, Q4_1, Q8_0 in the packed layout, cols % 1024 == 0) ----
+//
+// The register kernels above keep at most a row's blocks in flight a warp (2.3 KB of a 4096-wide Q4_0 row), and
+// their registers cap a multiprocessor at 32 warps: about 64 KB in flight, which left a decode step's products at
+// 42% of the copy bandwidth on the H200 (a four-rows-a-warp form with twice the loads a warp ran slower still, its
+// 128 registers a thread cutting the resident warps to 16). Here each warp streams its rows' chunks (a block a
+// lane: 32 blocks, 576 bytes of Q4_0) into a ring of kStreamStages stages in shared memory with cp.async, which
+// holds no registers while the bytes are on their way, so kStreamStages - 1 chunks a warp stay in flight, and the
+// grid is persistent (a warp takes rows gw, gw + W, ... of the product set). Each lane sums its blocks l, l + 32, ...
+// of a row in order and the warp adds the lanes as matmul_q8_kernel does, with the same operations: the same bits.
+// Measured on the H200 (2026-12-04, Nsight Compute, llama3-8b Q4_0 decode): correct, 37-41 warps resident a
+// multiprocessor, but the DRAM only 25-45% busy and the multiprocessors 43-69% busy issuing instructions (12
+// cycles a warp between issues): about 200 instructions a warp per chunk where the arithmetic needs a few dozen,
+// the likely cost the three 64-bit divisions a chunk (k / chunks, k % chunks in the issue and the step; each a
+// software routine of dozens of instructions); a step of 308.9 tok/s against the register kernel's 321.1.
+// Off by default (CudaBackendOptions::stream_products). Next: the (row, chunk) of the issue and of the step kept
+// as counters stepped by one, then measured again.
+constexpr int kStreamStages = 8;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const auto at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <GgmlType T>
+__host__ __device__ constexpr int stream_stage_bytes() {
+    return kWarp * (packed_quant_bytes(T) + packed_scale_bytes(T));
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kMatmulWarps * kWarp)
+    matmul_q8_stream_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                            int64_t n_tokens, bool accumulate) {
+    constexpr int QB = packed_quant_bytes(T), SB = packed_scale_bytes(T), kWords = QB / 4;
+    constexpr int kStage = stream_stage_bytes<T>();
+    extern __shared__ int4 stream_smem[];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    uint8_t* ring = reinterpret_cast<uint8_t*>(stream_smem) + warp * kStreamStages * kStage;
+    const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMatmulWarps;
+    const int64_t gw = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + warp;
+    const int64_t total = ps.row_end[2];
+    const int64_t cols = ps.w[0].cols, nb = cols / 32, chunks = nb / kWarp;  // alike members: one width
+    const int64_t my_rows = gw < total ? (total - gw + n_warps - 1) / n_warps : 0;
+    const int64_t n_chunks = my_rows * chunks;  // this warp's (row, chunk) sequence
+    // Chunk k into stage k % kStreamStages: lane l copies block l's quants, lanes 0.. the 32 blocks' scales. One
+    // commit a call, empty past the end, so that wait_group counts the same for every warp.
+    auto issue = [&](int64_t k) {
+        if (k < n_chunks) {
+            const int64_t rg = gw + (k / chunks) * n_warps, c = k % chunks;
+            int64_t r;
+            const int member = set_member(ps, rg, r);
+            const DeviceMatrix& w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
+            const int64_t b0 = r * nb + c * kWarp;  // the chunk's first block
+            uint8_t* st = ring + (k % kStreamStages) * kStage;
+#pragma unroll
+            for (int i = 0; i < QB / 16; ++i) cp_async16(st + lane * QB + 16 * i, w.data + (b0 + lane) * QB + 16 * i);
+            if (lane < kWarp * SB / 16) cp_async16(st + kWarp * QB + 16 * lane, w.scales + b0 * SB + 16 * lane);
+        }
+        cp_async_commit();
+    };
+    for (int k = 0; k < kStreamStages - 1; ++k) issue(k);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    const int nt = static_cast<int>(n_tokens);
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        cp_async_wait<kStreamStages - 2>();  // chunk k has landed (this lane's copies) ...
+        __syncwarp();                         // ... and every lane's; stage (k - 1) % S is read by all
+        issue(k + kStreamStages - 1);         // into stage (k - 1) % S
+        const uint8_t* st = ring + (k % kStreamStages) * kStage;
+        int wq[kWords];
+        float d, m;
+        load_q8_at<T>(st, st + kWarp * QB, lane, wq, d, m);
+        const int64_t c = k % chunks, g = c * kWarp + lane;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t < nt) {
+                const int4* xp = reinterpret_cast<const int4*>(xq + t * cols + g * 32);
+                acc[t] = __fadd_rn(acc[t], q8_block_dot<T>(wq, d, m, xp[0], xp[1], xds[t * nb + g]));
+            }
+        }
+        if (c == chunks - 1) {  // the row's last chunk
+            int64_t r;
+            const int member = set_member(ps, gw + (k / chunks) * n_warps, r);
+            float* const y = member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2];
+            const int64_t rows = member == 0 ? ps.w[0].rows : member == 1 ? ps.w[1].rows : ps.w[2].rows;
+            store_row<NT>(acc, nt, y, 0, rows, r, accumulate, lane);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        }
+    }
+    cp_async_wait<0>();
 }
 
 // One thread per group of 32 elements (block types) or per element (plain floats) of rows [r0, r1).
@@ -1206,10 +1306,80 @@ void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, 
     check(cudaGetLastError(), "the activation quantization kernel launch");
 }
 
+namespace {
+
+// Blocks of matmul_q8_stream_kernel<T, NT> that fit a multiprocessor at once, and the multiprocessors (asked once).
+template <GgmlType T, int NT>
+int stream_blocks_per_sm() {
+    static const int blocks = [] {
+        int n = 0;
+        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matmul_q8_stream_kernel<T, NT>, kMatmulWarps * kWarp,
+                                                            kMatmulWarps * kStreamStages * stream_stage_bytes<T>()),
+              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        return std::max(n, 1);
+    }();
+    return blocks;
+}
+
+int multiprocessors() {
+    static const int n = [] {
+        int device = 0, count = 0;
+        check(cudaGetDevice(&device), "cudaGetDevice");
+        check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+        return std::max(count, 1);
+    }();
+    return n;
+}
+
+template <GgmlType T>
+void prepare_stream() {
+    stream_blocks_per_sm<T, 1>();
+    stream_blocks_per_sm<T, 4>();
+    stream_blocks_per_sm<T, 8>();
+}
+
+}  // namespace
+
+void prepare_stream_products() {
+    multiprocessors();
+    prepare_stream<GgmlType::Q4_0>();
+    prepare_stream<GgmlType::Q4_1>();
+    prepare_stream<GgmlType::Q8_0>();
+}
+
+bool stream_takes(const ProductSet& ps, int64_t n_tokens) {
+    return uses_q8(ps.w[0].type) && ps.w[0].scales != nullptr && ps.w[0].cols % (32 * kWarp) == 0 &&
+           n_tokens >= 1 && n_tokens <= 8;
+}
+
 void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
-               cudaStream_t s, bool rows_kernel) {
+               cudaStream_t s, bool rows_kernel, bool stream, int stream_blocks) {
     const unsigned row_blocks = static_cast<unsigned>((ps.row_end[2] + kMatmulWarps - 1) / kMatmulWarps);
     const auto* xds = reinterpret_cast<const float2*>(ds);
+    if (stream && stream_takes(ps, n_tokens)) {
+        auto go_stream = [&](auto tag, auto nt) {
+            constexpr GgmlType T = decltype(tag)::value;
+            constexpr int NT = decltype(nt)::value;
+            const int64_t fit = static_cast<int64_t>(stream_blocks_per_sm<T, NT>()) * multiprocessors();
+            const auto grid = static_cast<unsigned>(
+                std::max<int64_t>(1, std::min<int64_t>(stream_blocks > 0 ? stream_blocks : fit, row_blocks)));
+            matmul_q8_stream_kernel<T, NT>
+                <<<grid, kMatmulWarps * kWarp, kMatmulWarps * kStreamStages * stream_stage_bytes<T>(), s>>>(
+                    ps, q, xds, n_tokens, accumulate);
+        };
+        auto by_tokens = [&](auto tag) {
+            if (n_tokens == 1) go_stream(tag, std::integral_constant<int, 1>{});
+            else if (n_tokens <= 4) go_stream(tag, std::integral_constant<int, 4>{});
+            else go_stream(tag, std::integral_constant<int, 8>{});
+        };
+        switch (ps.w[0].type) {
+            case GgmlType::Q4_0: by_tokens(std::integral_constant<GgmlType, GgmlType::Q4_0>{}); break;
+            case GgmlType::Q4_1: by_tokens(std::integral_constant<GgmlType, GgmlType::Q4_1>{}); break;
+            default: by_tokens(std::integral_constant<GgmlType, GgmlType::Q8_0>{}); break;
+        }
+        check(cudaGetLastError(), "the streamed int8 matmul kernel launch");
+        return;
+    }
     auto go = [&](auto tag, auto nt) {
         constexpr GgmlType T = decltype(tag)::value;
         matmul_q8_kernel<T, decltype(nt)::value><<<row_blocks, kMatmulWarps * kWarp, 0, s>>>(ps, q, xds, n_tokens,
@@ -1239,8 +1409,8 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
 }
 
 void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t n_tokens, float* y, bool accumulate,
-               cudaStream_t s, bool rows_kernel) {
-    matmul_q8(product_set(w, y), q, ds, n_tokens, accumulate, s, rows_kernel);
+               cudaStream_t s, bool rows_kernel, bool stream, int stream_blocks) {
+    matmul_q8(product_set(w, y), q, ds, n_tokens, accumulate, s, rows_kernel, stream, stream_blocks);
 }
 
 void dequantize_rows(const DeviceMatrix& w, int64_t r0, int64_t r1, bool to_f16, void* out, cudaStream_t s) {

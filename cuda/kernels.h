@@ -52,10 +52,16 @@ void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, 
 // rows_kernel: more than eight tokens (sequences decoding together) take a kernel that multiplies four rows a warp,
 // each token's quantized block loaded once for the four (the same bits; written with its parity tests, not yet run
 // on a GPU: CudaBackendOptions::fused_kernels turns it on); else one row a warp, eight tokens at a time.
+// stream: eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes) take
+// a kernel that streams the weights through shared memory with cp.async, more bytes in flight than registers
+// allow (the same bits); stream_blocks > 0 caps its persistent grid (tests: many rows a warp).
 void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t n_tokens, float* y, bool accumulate,
-               cudaStream_t s, bool rows_kernel = false);
+               cudaStream_t s, bool rows_kernel = false, bool stream = false, int stream_blocks = 0);
 void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
-               cudaStream_t s, bool rows_kernel = false);
+               cudaStream_t s, bool rows_kernel = false, bool stream = false, int stream_blocks = 0);
+bool stream_takes(const ProductSet& ps, int64_t n_tokens);
+// Asks the device once what the streamed kernel's grid needs (not a stream operation; call outside graph capture).
+void prepare_stream_products();
 
 // Rows r0 <= r < r1 of w, decoded, to out [r1 - r0, w.cols]: float, or F16 when to_f16 (the GEMM's inputs).
 void dequantize_rows(const DeviceMatrix& w, int64_t r0, int64_t r1, bool to_f16, void* out, cudaStream_t s);

@@ -130,7 +130,8 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     if (const char* env = std::getenv("QUILL_CUDA_GEMM"); env && *env) co.gemm = cuda::parse_gemm_mode(env);
     // Developer switches for side-by-side measurements: QUILL_CUDA_PACK=0 keeps the GGUF block layout on the
     // device, QUILL_CUDA_INT8=0 multiplies Q4_0/Q4_1/Q8_0 with the float kernel, QUILL_CUDA_FLASH=0 attends one
-    // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches.
+    // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches, QUILL_CUDA_STREAM=1
+    // on the streamed int8 decode products.
     auto switch_is = [](const char* name, std::string_view value) {
         const char* env = std::getenv(name);
         return env && value == env;
@@ -139,6 +140,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     if (switch_is("QUILL_CUDA_INT8", "0")) co.int8_products = false;
     if (switch_is("QUILL_CUDA_FLASH", "0")) co.flash_attention = false;
     if (switch_is("QUILL_CUDA_FUSE", "0")) co.fused_kernels = false;
+    if (switch_is("QUILL_CUDA_STREAM", "1")) co.stream_products = true;
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {

@@ -166,6 +166,7 @@ TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing el
     const cuda::CudaBackendOptions o;
     CHECK(o.gemm == cuda::GemmMode::tf32);
     CHECK((o.packed_weights && o.int8_products && o.flash_attention && o.graphs && o.fused_kernels));
+    CHECK_FALSE(o.stream_products);  // slower on the H200 as it stands
     // The GEMM's scratch: one slice of at most kGemmSliceElems (at least a row), plus the F16 input in f16 mode.
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::off, 1 << 20, 4096, 100) == 0);
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, 4096 * 4096, 4096, 100) == 4096u * 4096u * 4u);
@@ -266,8 +267,9 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
     if (!have_gpu()) return;
     std::mt19937 rng(20261205);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    // 10 blocks a row, and 293: a lane's blocks loaded four at a time (kUnroll) in two whole rounds and a part
-    for (int64_t cols : {320, 9376}) {
+    // 10 blocks a row, 293: a lane's blocks loaded four at a time (kUnroll) in two whole rounds and a part, and
+    // 160: five chunks of 32 blocks, which the streamed kernel takes (packed, eight tokens or fewer)
+    for (int64_t cols : {320, 9376, 5120}) {
         for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
             for (bool packed : {false, true}) {
                 const int64_t rows_n = 67, nb = cols / 32;
@@ -314,6 +316,33 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
                             cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dy4.p, accumulate, nullptr, true);
                             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
                             CHECK(dy4.get(y0.size()) == dy.get(y0.size()));
+                        }
+                        // Streamed through shared memory: the same bits, with the grid the device fits and with two
+                        // blocks (eight warps: eight or nine rows a warp, their chunks in one pipeline)
+                        const cuda::ProductSet one = cuda::product_set(w.m, nullptr);
+                        CHECK(cuda::stream_takes(one, n_tok) == (packed && cols % 1024 == 0 && n_tok <= 8));
+                        if (cuda::stream_takes(one, n_tok)) {
+                            for (int blocks : {0, 2}) {
+                                DeviceArray<float> dys(y0.size());
+                                dys.put(y0);
+                                cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dys.p, accumulate, nullptr, true, true,
+                                                blocks);
+                                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                                CHECK(dys.get(y0.size()) == dy.get(y0.size()));
+                            }
+                            // In a product set with a second matrix: each member's rows as apart
+                            TestMatrix w2 = test_matrix(type, 29, cols, packed, rng);
+                            DeviceArray<float> a2(static_cast<size_t>(n_tok * 29)), s1(y0.size()),
+                                s2(static_cast<size_t>(n_tok * 29));
+                            cuda::matmul_q8(w2.m, dq.p, dds.p, n_tok, a2.p, false, nullptr);
+                            cuda::ProductSet ps = cuda::product_set(w.m, s1.p);
+                            ps.add(w2.m, s2.p);
+                            s1.put(y0);
+                            cuda::matmul_q8(ps, dq.p, dds.p, n_tok, accumulate, nullptr, true, true, 3);
+                            REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                            CHECK(s1.get(y0.size()) == dy.get(y0.size()));
+                            if (!accumulate) CHECK(s2.get(static_cast<size_t>(n_tok * 29)) ==
+                                                   a2.get(static_cast<size_t>(n_tok * 29)));
                         }
                         std::vector<double> xd(x.size());  // the quantized input
                         for (size_t k = 0; k < x.size(); ++k)

@@ -9,14 +9,16 @@
 #      16 in parallel), GPU against CPU;
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
-#      by phase), with 16 and 64 sequences decoding together, with the fused launches off (QUILL_CUDA_FUSE=0), and
+#      by phase), with 16 and 64 sequences decoding together, with the fused launches off (QUILL_CUDA_FUSE=0), the
+#      int8 decode products without the streamed kernel (QUILL_CUDA_STREAM=0), and
 #      (QUILL_GPU_GEMM_F16=1) prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures; then the device time
 #      of each kernel of a few decode steps under Nsight Compute, where ncu is installed;
 #   5. prints one table last: tokens/s, prefill's TFLOP/s and that as a fraction of the GEMM rate quill measures on
 #      the device, the decode's GB/s and that as a fraction of the copy bandwidth quill measures there.
-# Logs, bench JSON and the table land in $OUT (or /tmp/quill-gpu), six files. The whole run keeps to
-# $QUILL_GPU_BUDGET seconds (default 360): each step's timeout is cut to what is left. On 2026-12-04 the tests and
-# the benchmarks took 111 s on an H200, after about a minute of the machine's start.
+# Logs, bench JSON, the kernel times and the table land in $OUT (or /tmp/quill-gpu), seven files. The whole run
+# keeps to $QUILL_GPU_BUDGET seconds (default 360): each step's timeout is cut to what is left. On 2026-12-04 the
+# script took 239 s on an H200 with the defaults, 105-125 s with QUILL_GPU_QUICK=1 and a few benchmarks skipped
+# (QUILL_GPU_SKIP), after 30-60 s of the machine's start.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/quill-gpu}"
@@ -123,6 +125,7 @@ PY
 
 bench() {  # bench NAME [VAR=VALUE...] -- ARGS...: JSON to /tmp/bench-NAME.json, stderr (the profile) to bench.err
     local name=$1; shift
+    case " ${QUILL_GPU_SKIP:-} " in *" $name "*) return ;; esac  # QUILL_GPU_SKIP="f16 q4_0-unfused": not these
     local envs=()
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
@@ -131,28 +134,32 @@ bench() {  # bench NAME [VAR=VALUE...] -- ARGS...: JSON to /tmp/bench-NAME.json,
     timeout "$(limit 100)" env "${envs[@]}" "${quill[@]}" bench --synthetic llama3-8b --device cuda --json "$@" \
         >"/tmp/bench-$name.json" 2>>"$out/bench.err" || tail -3 "$out/bench.err"
 }
-# Most telling first: the run may be cut at the budget.
-bench q4_0 -- --dtype q4_0 -p 2048 --batch 2048 -n 64 -r 3
-bench q4_0-profile QUILL_CUDA_PROFILE=1 -- --dtype q4_0 -p 2048 --batch 2048 -n 16 -r 1
+# Most telling first: the run may be cut at the budget. QUILL_GPU_QUICK=1: decode only (no 2048-token prefills).
+pp=(-p 2048 --batch 2048)
+[ "${QUILL_GPU_QUICK:-0}" = 1 ] && pp=(-p 0)
+bench q4_0 -- --dtype q4_0 "${pp[@]}" -n 64 -r 3
+bench q4_0-profile QUILL_CUDA_PROFILE=1 -- --dtype q4_0 "${pp[@]}" -n 16 -r 1
 grep -A40 "CUDA profile" "$out/bench.err" | head -40
-bench q8_0 -- --dtype q8_0 -p 2048 --batch 2048 -n 64 -r 3
-bench f16 -- --dtype f16 -p 2048 --batch 2048 -n 64 -r 3
+bench q8_0 -- --dtype q8_0 "${pp[@]}" -n 64 -r 3
+bench f16 -- --dtype f16 "${pp[@]}" -n 64 -r 3
 bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-unfused QUILL_CUDA_FUSE=0 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q8_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q8_0 -p 0 -n 64 -r 3
 if [ "${QUILL_GPU_GEMM_F16:-0}" = 1 ]; then
     bench f16-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype f16 -p 2048 --batch 2048 -n 0 -r 3
     bench q4_0-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype q4_0 -p 2048 --batch 2048 -n 0 -r 3
 fi
 
-# Per-kernel device time of a few decode steps under Nsight Compute (one metric, clocks left alone), default and
-# with QUILL_GPU_NCU_VARIANTS="default unfused" the separate launches too: which kernels the step's time goes to.
-# QUILL_GPU_NCU=0 skips it.
+# Per-kernel device time of a few decode steps under Nsight Compute (one metric, clocks left alone), by kernel and
+# grid: which kernels the step's time goes to. QUILL_GPU_NCU_VARIANTS="default unfused stream0" times the separate
+# launches and the register-only int8 kernel too; QUILL_GPU_NCU=0 skips it, QUILL_GPU_NCU_DETAIL=0 the detailed sections.
 ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
 if [ "${QUILL_GPU_NCU:-1}" = 1 ] && [ -n "$ncu_bin" ]; then
     for v in ${QUILL_GPU_NCU_VARIANTS:-default}; do
         say "ncu: q4_0 decode, $v launches"
-        envs=(); [ "$v" = unfused ] && envs=(QUILL_CUDA_FUSE=0)
+        envs=(); [ "$v" = unfused ] && envs=(QUILL_CUDA_FUSE=0); [ "$v" = stream0 ] && envs=(QUILL_CUDA_STREAM=0)
         timeout "$(limit 60)" env "${envs[@]}" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv \
             --print-units base --log-file "/tmp/ncu-$v.csv" "${quill[@]}" bench --synthetic llama3-8b --device cuda \
             --dtype q4_0 -p 0 -n 3 -r 1 >/dev/null 2>"/tmp/ncu-$v.err" || tail -3 "/tmp/ncu-$v.err"
@@ -161,17 +168,30 @@ import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 head, rows = rows[0], rows[1:]
 k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+g = head.index("Grid Size") if "Grid Size" in head else None
 tot, cnt = collections.Counter(), collections.Counter()
 for r in rows:
     if r[m] == "gpu__time_duration.sum":
-        name = r[k].split("(")[0][:70]
+        # by kernel and grid: a product's grid tells its matrix (rows) apart
+        name = r[k].split("(")[0].replace("quill::<unnamed>::", "")[:56] + (f" {r[g]}" if g is not None else "")
         tot[name] += float(r[v].replace(",", "")); cnt[name] += 1
 all_ns = sum(tot.values())
 print(f"ncu {sys.argv[2]}: {sum(cnt.values())} launches, {all_ns / 1e6:.2f} ms of kernels in all")
-for name, ns in tot.most_common(24):
+for name, ns in tot.most_common(30):
     print(f"{ns / 1e6:9.3f} ms {cnt[name]:6d} x {ns / cnt[name] / 1e3:8.2f} us  {name}")
 PY
     done
+    # One layer's four int8 products in detail (occupancy, warp stalls, memory): why they run where they do.
+    if [ "${QUILL_GPU_NCU_DETAIL:-1}" = 1 ]; then
+        say "ncu: four int8 products of a decode step in detail"
+        timeout "$(limit 90)" "$ncu_bin" --clock-control none -k regex:matmul_q8 --launch-skip 260 --launch-count 4 \
+            --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+            --section MemoryWorkloadAnalysis "${quill[@]}" bench --synthetic llama3-8b --device cuda --dtype q4_0 \
+            -p 0 -n 4 -r 1 >"/tmp/ncu-detail.txt" 2>&1 || tail -3 /tmp/ncu-detail.txt
+        grep -vE "^==PROF==|^\s*$" /tmp/ncu-detail.txt | grep -vE "^quill|^\{" >>"$out/ncu.txt"
+        grep -E "matmul_q8|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|Stall" \
+            /tmp/ncu-detail.txt | head -60
+    fi
 fi
 
 say "summary"
@@ -182,7 +202,8 @@ out = sys.argv[1]
 print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
 print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
       f"{'of copy':>8}")
-for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-unfused", "f16-gemm-f16", "q4_0-gemm-f16"):
+for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-unfused", "q4_0-stream0", "q8_0-stream0",
+          "f16-gemm-f16", "q4_0-gemm-f16"):
     try:
         j = json.load(open(f"/tmp/bench-{t}.json"))
     except Exception as e:
