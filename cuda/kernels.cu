@@ -331,8 +331,8 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        // kUnroll of the lane's blocks loaded before the first is used (several loads in flight a lane: one at a
-        // time left a decode step's products at 42% of the copy bandwidth), then summed in order.
+        // kUnroll of the lane's blocks loaded before the first is used, then summed in order (on the H200 no faster
+        // than one at a time, 42% of the copy bandwidth either way: not the limit, see the streamed kernel below).
         for (int64_t g0 = lane; g0 < nb; g0 += kWarp * kUnroll) {
             int wq[kUnroll][kWords];
             float d[kUnroll], m[kUnroll];
