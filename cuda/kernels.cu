@@ -207,22 +207,30 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 
 // Lane i's value v of block b (32 values, one a lane of a warp) quantized into q[b * 32 + i] and the block's
 // (scale, scale * sum of q) into ds[b]: cpu::generic::quantize_block's arithmetic, the scale rounded to fp16.
+// A block's scale d from its largest magnitude, 1 / d (0 for an all-zero block), and one value's quant.
+__device__ __forceinline__ float q8_scale(float amax) { return amax / 127.0f; }
+__device__ __forceinline__ float q8_inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
+__device__ __forceinline__ int q8_round(float v, float inv) {
+    const float y = v * inv;
+    const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
+    return static_cast<int>(roundf(clamped));
+}
+// The block's (scale rounded to fp16, scale * sum of its quants).
+__device__ __forceinline__ float2 q8_record(float d, int sum) {
+    const float scale = __half2float(__float2half_rn(d));
+    return make_float2(scale, scale * static_cast<float>(sum));
+}
+
 __device__ __forceinline__ void quantize_lane(float v, int64_t b, int lane, int8_t* __restrict__ q,
                                               float2* __restrict__ ds) {
     const float amax = warp_max(fabsf(v));  // fmaxf drops NaN, as std::max does on the CPU
-    const float d = amax / 127.0f;
-    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-    const float y = v * inv;
-    const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
-    const int qi = static_cast<int>(roundf(clamped));
+    const float d = q8_scale(amax);
+    const int qi = q8_round(v, q8_inverse(d));
     q[b * 32 + lane] = static_cast<int8_t>(qi);
     int sum = qi;
 #pragma unroll
     for (int o = kWarp / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) {
-        const float scale = __half2float(__float2half_rn(d));
-        ds[b] = make_float2(scale, scale * static_cast<float>(sum));
-    }
+    if (lane == 0) ds[b] = q8_record(d, sum);
 }
 
 // One warp per block of 32 (lane i: element i), blocks of all tokens back to back.
@@ -308,8 +316,9 @@ __device__ __forceinline__ float q8_block_dot(const int* wq, float d, float m, c
 }
 
 // One warp per weight row; every token, NT at a time (the row's blocks stay in L1 between tiles). Lane l takes
-// blocks l, l + 32, ... and sums them in that order (matmul_q8_rows_kernel too: the same bits).
-constexpr int kUnroll = 4;
+// blocks l, l + 32, ... and sums them in that order (matmul_q8_rows_kernel and matmul_q8_stream_kernel too: the
+// same bits). Loading four of a lane's blocks before using the first measured no faster on the H200 (42% of the copy
+// bandwidth either way).
 
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kMatmulWarps * kWarp)
@@ -331,26 +340,15 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        // kUnroll of the lane's blocks loaded before the first is used, then summed in order (on the H200 no faster
-        // than one at a time, 42% of the copy bandwidth either way: not the limit, see the streamed kernel below).
-        for (int64_t g0 = lane; g0 < nb; g0 += kWarp * kUnroll) {
-            int wq[kUnroll][kWords];
-            float d[kUnroll], m[kUnroll];
+        for (int64_t g = lane; g < nb; g += kWarp) {
+            int wq[kWords];
+            float d, m;
+            load_q8_at<T>(qrow, srow, g, wq, d, m);
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                if (g0 + u * kWarp < nb) load_q8_at<T>(qrow, srow, g0 + u * kWarp, wq[u], d[u], m[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int64_t g = g0 + u * kWarp;
-                if (g >= nb) break;
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (t < nt) {
-                        const int4* xp = reinterpret_cast<const int4*>(xq + (t0 + t) * cols + g * 32);
-                        acc[t] = __fadd_rn(acc[t], q8_block_dot<T>(wq[u], d[u], m[u], xp[0], xp[1],
-                                                                     xds[(t0 + t) * nb + g]));
-                    }
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) {
+                    const int4* xp = reinterpret_cast<const int4*>(xq + (t0 + t) * cols + g * 32);
+                    acc[t] = __fadd_rn(acc[t], q8_block_dot<T>(wq, d, m, xp[0], xp[1], xds[(t0 + t) * nb + g]));
                 }
             }
         }
@@ -423,10 +421,10 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 
 // ---- decode products streamed through shared memory (Q4_0, Q4_1, Q8_0 in the packed layout, cols % 1024 == 0) ----
 //
-// The register kernels above keep at most a row's blocks in flight a warp (2.3 KB of a 4096-wide Q4_0 row), and
-// their registers cap a multiprocessor at 32 warps: about 64 KB in flight, which left a decode step's products at
-// 42% of the copy bandwidth on the H200 (a four-rows-a-warp form with twice the loads a warp ran slower still, its
-// 128 registers a thread cutting the resident warps to 16). Here each warp streams its rows' chunks (a block a
+// The register kernels above hold the bytes on their way in registers, and registers cap the warps a
+// multiprocessor runs; a decode step's products ran at 42% of the copy bandwidth on the H200 (a four-rows-a-warp
+// form with more loads a warp ran slower still, its 128 registers a thread cutting the resident warps to 16). Here
+// each warp streams its rows' chunks (a block a
 // lane: 32 blocks, 576 bytes of Q4_0) into a ring of kStreamStages stages in shared memory with cp.async, which
 // holds no registers while the bytes are on their way, so kStreamStages - 1 chunks a warp stay in flight, and the
 // grid is persistent (a warp takes rows gw, gw + W, ... of the product set). Each lane sums its blocks l, l + 32, ...
@@ -571,10 +569,11 @@ __global__ void embed_kernel(DeviceMatrix emb, const int32_t* __restrict__ token
 }
 
 // One block per row. With q: the row also quantized for matmul_q8 (d a multiple of 32). With flag: *flag =
-// min(*flag, layer) when x holds inf or NaN (the previous layer's output check, fused). Rows of d <= 1024 K
-// floats (d a multiple of 4) take the register form, kNormVec = K: every thread loads its float4s of x and w at
-// once before any use (a decode step's norm is one block, and it waited on one load at a time: 15-20 us a norm on
-// the H200, a fifth of the step), eight threads a block of 32 when quantizing. Other rows take the strided loop.
+// min(*flag, layer) when x holds inf or NaN (the previous layer's output check, fused). Rows of d <= 1024 K floats
+// (d a multiple of 4, K <= 8) take the register form rms_norm_vec_kernel<K>: every thread loads its K float4s of x
+// and w at once before any use (a decode step's norm is one block, and it waited on one load at a time: 15-20 us a
+// norm on the H200, a fifth of the step), eight threads a block of 32 when quantizing. Other rows take the strided
+// loop.
 // Both forms give every row the same bits whatever the batch (the sum of squares' order depends on d alone).
 constexpr int kNormThreads = 256;
 
@@ -586,15 +585,10 @@ __device__ __forceinline__ void quantize_quad(const float (&v)[4], int64_t b, in
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
     for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f;
-    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = q8_scale(amax), inv = q8_inverse(d);
     int qi[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float y = v[j] * inv;
-        const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
-        qi[j] = static_cast<int>(roundf(clamped));
-    }
+    for (int j = 0; j < 4; ++j) qi[j] = q8_round(v[j], inv);
     if (valid)
         *reinterpret_cast<char4*>(q + b * 32 + 4 * (lane % 8)) = make_char4(
             static_cast<signed char>(qi[0]), static_cast<signed char>(qi[1]), static_cast<signed char>(qi[2]),
@@ -602,10 +596,7 @@ __device__ __forceinline__ void quantize_quad(const float (&v)[4], int64_t b, in
     int sum = qi[0] + qi[1] + qi[2] + qi[3];
 #pragma unroll
     for (int o = 1; o < 8; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (valid && lane % 8 == 0) {
-        const float scale = __half2float(__float2half_rn(d));
-        ds[b] = make_float2(scale, scale * static_cast<float>(sum));
-    }
+    if (valid && lane % 8 == 0) ds[b] = q8_record(d, sum);
 }
 
 template <int K>

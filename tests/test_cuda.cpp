@@ -267,8 +267,8 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
     if (!have_gpu()) return;
     std::mt19937 rng(20261205);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    // 10 blocks a row, 293: a lane's blocks loaded four at a time (kUnroll) in two whole rounds and a part, and
-    // 160: five chunks of 32 blocks, which the streamed kernel takes (packed, eight tokens or fewer)
+    // 10 blocks a row, 293 (nine or ten a lane), and 160: five chunks of 32 blocks, which the streamed kernel takes
+    // (packed, eight tokens or fewer)
     for (int64_t cols : {320, 9376, 5120}) {
         for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
             for (bool packed : {false, true}) {
