@@ -242,7 +242,12 @@ struct CudaBackend::Impl {
     bool int8 = true;        // CudaBackendOptions::int8_products
     bool flash = true;       // CudaBackendOptions::flash_attention
     bool fuse = false;       // CudaBackendOptions::fused_kernels
-    bool stream_q8 = false;  // CudaBackendOptions::stream_products
+    bool pdl = false;        // CudaBackendOptions::programmatic_launch (off while profiling: the phases overlap)
+    int stream_stages = 0;   // CudaBackendOptions::stream_stages
+    std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
+    bool stream_type(GgmlType t) const {
+        return std::find(stream_types.begin(), stream_types.end(), t) != stream_types.end();
+    }
     // The current call's leading decode tokens (BatchToken::decode) and their logit rows: they always take the
     // decode kernels, so that a sequence's arithmetic does not depend on the prompt chunks batched with it.
     int64_t n_dec = 0, m_dec = 0;
@@ -534,12 +539,14 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     d.int8 = options.int8_products;
     d.flash = options.flash_attention;
     d.fuse = options.fused_kernels;
-    d.stream_q8 = options.stream_products;
-    if (d.int8 && d.stream_q8) prepare_stream_products();
+    d.stream_types = options.stream_types;
+    if (d.int8 && !d.stream_types.empty()) prepare_stream_products();
     if (const char* env = std::getenv("QUILL_CUDA_PROFILE"); env && std::string_view(env) == "1") {
         d.profile = true;
         graphs_ = false;
     }
+    d.pdl = options.programmatic_launch && !d.profile;
+    d.stream_stages = options.stream_stages;
     if (options.gemm != GemmMode::off) {
         d.gemm = std::make_unique<Gemm>();
         if (d.gemm->available()) {
@@ -864,7 +871,12 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                     q8_of = x;
                     d.mark("quantize activations");
                 }
-                matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, d.fuse, d.stream_q8);
+                Q8Launch how;
+                how.rows_kernel = d.fuse;
+                how.stream = d.stream_type(ps.w[0].type);
+                how.stream_stages = d.stream_stages;
+                how.pdl = d.pdl;
+                matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, how);
             } else {
                 cuda::matmul(ps, x, nk, accumulate, s);
             }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace quill::cuda {
 
@@ -41,12 +42,18 @@ struct CudaBackendOptions {
     // 2026-12-04): 9 launches a layer instead of 17, decode 241 against 234 tok/s, 64 sequences 790 against 544
     // generated tok/s. QUILL_CUDA_FUSE=0 turns it off.
     bool fused_kernels = true;
-    // Decode products of Q4_0, Q4_1 and Q8_0 rows a multiple of 1024 wide (packed layout) streamed through shared
-    // memory with cp.async (kernels.h matmul_q8 stream): the same bits (tested on an H200). Off: measured there
-    // slower than the register kernel (llama3-8b decode Q4_0 308.9 against 321.1 tok/s, Q8_0 243.8 against 257.2),
-    // its multiprocessors 43-69% busy issuing instructions (64-bit divisions a chunk; kernels.cu says more).
-    // QUILL_CUDA_STREAM=1 turns it on.
-    bool stream_products = false;
+    // Decode products of these types (of Q4_0, Q4_1 and Q8_0), rows a multiple of 1024 wide in the packed layout,
+    // streamed through shared memory with cp.async (kernels.h Q8Launch::stream), the same bits (tested on an H200).
+    // Measured there (llama3-8b decode, 2026-12-04, 3 stages, the register kernel in the same run): Q4_0 388.4
+    // against 317.9 tok/s, Q4_1 390.6 against 307.7; Q8_0 280.0 against 299.1, so Q8_0 keeps the register kernel
+    // (kernels.cu has every stage count measured). QUILL_CUDA_STREAM=0: none, =1: all three.
+    std::vector<GgmlType> stream_types = {GgmlType::Q4_0, GgmlType::Q4_1};
+    int stream_stages = 0;  // the streamed kernel's ring: 2, 3, 4, 6 or 8 stages (0: kernels.h kStreamStagesDefault)
+    // The streamed products launched as programmatic dependents (sm_90): each fetches its first weights while the
+    // kernel before it finishes (kernels.h Q8Launch::pdl). Measured there, with against without (tok/s, three
+    // runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4 stages 367.0 / 359.8; Q8_0 streamed 251.8 /
+    // 235.5: 1-3% for Q4_0, about the runs' noise. QUILL_CUDA_PDL=0 turns it off.
+    bool programmatic_launch = true;
 };
 
 // The largest decode batch replayed as a CUDA graph.

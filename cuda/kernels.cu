@@ -113,6 +113,21 @@ __device__ __forceinline__ void load8(const uint8_t* row, int64_t k, float* v) {
 constexpr int kMatmulWarps = 4;
 
 // The matrix of a product set that global row `rg` falls in, and the row within it.
+// Programmatic dependent launch (sm_90): a kernel launched with the attribute may start while the kernel before it
+// in the stream still runs; pdl_wait() returns once that kernel has finished and its writes are visible (at once
+// when launched without the attribute). pdl_trigger() in the kernel before lets the dependent start launching then
+// (without it: when every block has exited). Both are no-ops below sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ int set_member(const ProductSet& ps, int64_t rg, int64_t& r) {
     const int i = rg < ps.row_end[0] ? 0 : rg < ps.row_end[1] ? 1 : 2;
     r = rg - (i == 0 ? 0 : ps.row_end[i - 1]);
@@ -236,6 +251,7 @@ __device__ __forceinline__ void quantize_lane(float v, int64_t b, int lane, int8
 // One warp per block of 32 (lane i: element i), blocks of all tokens back to back.
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                    float2* __restrict__ ds) {
+    pdl_trigger();  // a product launched after this one may start fetching its weights
     const int lane = threadIdx.x % kWarp;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
     for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; b < n_blocks;
@@ -424,19 +440,23 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // The register kernels above hold the bytes on their way in registers, and registers cap the warps a
 // multiprocessor runs; a decode step's products ran at 42% of the copy bandwidth on the H200 (a four-rows-a-warp
 // form with more loads a warp ran slower still, its 128 registers a thread cutting the resident warps to 16). Here
-// each warp streams its rows' chunks (a block a
-// lane: 32 blocks, 576 bytes of Q4_0) into a ring of kStreamStages stages in shared memory with cp.async, which
-// holds no registers while the bytes are on their way, so kStreamStages - 1 chunks a warp stay in flight, and the
-// grid is persistent (a warp takes rows gw, gw + W, ... of the product set). Each lane sums its blocks l, l + 32, ...
-// of a row in order and the warp adds the lanes as matmul_q8_kernel does, with the same operations: the same bits.
-// Measured on the H200 (2026-12-04, Nsight Compute, llama3-8b Q4_0 decode): correct, 37-41 warps resident a
-// multiprocessor, but the DRAM only 25-45% busy and the multiprocessors 43-69% busy issuing instructions (12
-// cycles a warp between issues): about 200 instructions a warp per chunk where the arithmetic needs a few dozen,
-// the likely cost the three 64-bit divisions a chunk (k / chunks, k % chunks in the issue and the step; each a
-// software routine of dozens of instructions); a step of 308.9 tok/s against the register kernel's 321.1.
-// Off by default (CudaBackendOptions::stream_products). Next: the (row, chunk) of the issue and of the step kept
-// as counters stepped by one, then measured again.
-constexpr int kStreamStages = 8;
+// each warp streams its rows' chunks (a block a lane: 32 blocks, 576 bytes of Q4_0) into a ring of S stages in
+// shared memory with cp.async, which holds no registers while the bytes are on their way, so S - 1 chunks a warp
+// stay in flight, and the grid is persistent (a warp takes rows gw, gw + W, ... of the product set). Each lane sums
+// its blocks l, l + 32, ... of a row in order and the warp adds the lanes as matmul_q8_kernel does, with the same
+// operations: the same bits (tests/test_cuda.cpp, every S).
+// Measured on the H200 (llama3-8b decode, against the register kernel in the same run):
+// - 2026-12-04, the (row, chunk) of each chunk found by 64-bit division: 308.9 against 321.1 tok/s (Q4_0); Nsight
+//   Compute showed the multiprocessors busy issuing (about 200 instructions a warp a chunk), the DRAM 25-45% busy.
+// - Later that day, counters instead of divisions, 8 stages: Q4_0 343.5 against 317.6; Q8_0 247.9 against 287.6 (48
+//   registers, 10 blocks of 4 warps a multiprocessor; the largest products' DRAM 43-58% busy).
+// - The same day, stages swept (tok/s; register kernel Q4_0 317.9, Q4_1 307.7, Q8_0 299.1): Q4_0 383.8 / 388.4 /
+//   367.0 / 365.5 at 2 / 3 / 4 / 8 stages, Q4_1 386.7 / 390.6 / 383.2 / 368.2, Q8_0 280.5 / 280.0 / 277.5 / 261.5.
+//   So 3 stages (kStreamStagesDefault), for Q4_0 and Q4_1 only (CudaBackendOptions::stream_types). Fewer chunks in
+//   flight ran faster, so bytes in flight are not what limits it; why is not measured (the shared memory the ring
+//   takes from the L1 that holds the input is one candidate). A fifth run with 3 stages the default: Q4_0 376.5
+//   against 321.7, Q4_1 380.7 against 298.4.
+// S: the ring's stages (Q8Launch::stream_stages).
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const auto at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -453,7 +473,7 @@ __host__ __device__ constexpr int stream_stage_bytes() {
     return kWarp * (packed_quant_bytes(T) + packed_scale_bytes(T));
 }
 
-template <GgmlType T, int NT>
+template <GgmlType T, int NT, int S>
 __global__ void __launch_bounds__(kMatmulWarps * kWarp)
     matmul_q8_stream_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
                             int64_t n_tokens, bool accumulate) {
@@ -461,59 +481,75 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
     constexpr int kStage = stream_stage_bytes<T>();
     extern __shared__ int4 stream_smem[];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    uint8_t* ring = reinterpret_cast<uint8_t*>(stream_smem) + warp * kStreamStages * kStage;
+    uint8_t* ring = reinterpret_cast<uint8_t*>(stream_smem) + warp * S * kStage;
     const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMatmulWarps;
     const int64_t gw = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + warp;
     const int64_t total = ps.row_end[2];
-    const int64_t cols = ps.w[0].cols, nb = cols / 32, chunks = nb / kWarp;  // alike members: one width
-    const int64_t my_rows = gw < total ? (total - gw + n_warps - 1) / n_warps : 0;
-    const int64_t n_chunks = my_rows * chunks;  // this warp's (row, chunk) sequence
-    // Chunk k into stage k % kStreamStages: lane l copies block l's quants, lanes 0.. the 32 blocks' scales. One
-    // commit a call, empty past the end, so that wait_group counts the same for every warp.
-    auto issue = [&](int64_t k) {
-        if (k < n_chunks) {
-            const int64_t rg = gw + (k / chunks) * n_warps, c = k % chunks;
-            int64_t r;
-            const int member = set_member(ps, rg, r);
-            const DeviceMatrix& w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
-            const int64_t b0 = r * nb + c * kWarp;  // the chunk's first block
-            uint8_t* st = ring + (k % kStreamStages) * kStage;
-#pragma unroll
-            for (int i = 0; i < QB / 16; ++i) cp_async16(st + lane * QB + 16 * i, w.data + (b0 + lane) * QB + 16 * i);
-            if (lane < kWarp * SB / 16) cp_async16(st + kWarp * QB + 16 * lane, w.scales + b0 * SB + 16 * lane);
-        }
-        cp_async_commit();
+    const int64_t cols = ps.w[0].cols, nb = cols / 32;  // alike members: one width
+    const int chunks = static_cast<int>(nb / kWarp);
+    // The issue side walks this warp's (row, chunk) sequence with counters (no division: the previous form's
+    // three 64-bit divisions a chunk were most of its instructions). is_q / is_s: this lane's next copy sources.
+    int64_t is_row = gw;
+    int is_c = 0, is_stage = 0;
+    const uint8_t *is_q = nullptr, *is_s = nullptr;
+    auto point = [&](int64_t rg) {  // the sources of row rg's chunk 0
+        int64_t r;
+        const int member = set_member(ps, rg, r);
+        const DeviceMatrix& w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
+        is_q = w.data + (r * nb + lane) * QB;
+        is_s = w.scales + r * nb * SB + 16 * lane;
     };
-    for (int k = 0; k < kStreamStages - 1; ++k) issue(k);
-    float acc[NT];
+    if (is_row < total) point(is_row);
+    // The next chunk into stage is_stage: lane l copies block l's quants, lanes 0.. the 32 blocks' scales. One
+    // commit a call, empty past the end, so that wait_group counts the same for every warp.
+    auto issue = [&]() {
+        if (is_row < total) {
+            uint8_t* st = ring + is_stage * kStage;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    const int nt = static_cast<int>(n_tokens);
-    for (int64_t k = 0; k < n_chunks; ++k) {
-        cp_async_wait<kStreamStages - 2>();  // chunk k has landed (this lane's copies) ...
-        __syncwarp();                         // ... and every lane's; stage (k - 1) % S is read by all
-        issue(k + kStreamStages - 1);         // into stage (k - 1) % S
-        const uint8_t* st = ring + (k % kStreamStages) * kStage;
-        int wq[kWords];
-        float d, m;
-        load_q8_at<T>(st, st + kWarp * QB, lane, wq, d, m);
-        const int64_t c = k % chunks, g = c * kWarp + lane;
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t < nt) {
-                const int4* xp = reinterpret_cast<const int4*>(xq + t * cols + g * 32);
-                acc[t] = __fadd_rn(acc[t], q8_block_dot<T>(wq, d, m, xp[0], xp[1], xds[t * nb + g]));
+            for (int i = 0; i < QB / 16; ++i) cp_async16(st + lane * QB + 16 * i, is_q + 16 * i);
+            if (lane < kWarp * SB / 16) cp_async16(st + kWarp * QB + 16 * lane, is_s);
+            is_q += kWarp * QB, is_s += kWarp * SB;
+            if (++is_c == chunks) {
+                is_c = 0, is_row += n_warps;
+                if (is_row < total) point(is_row);
             }
         }
-        if (c == chunks - 1) {  // the row's last chunk
-            int64_t r;
-            const int member = set_member(ps, gw + (k / chunks) * n_warps, r);
-            float* const y = member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2];
-            const int64_t rows = member == 0 ? ps.w[0].rows : member == 1 ? ps.w[1].rows : ps.w[2].rows;
-            store_row<NT>(acc, nt, y, 0, rows, r, accumulate, lane);
+        is_stage = is_stage + 1 == S ? 0 : is_stage + 1;
+        cp_async_commit();
+    };
+    for (int k = 0; k < S - 1; ++k) issue();  // weights only: before the kernel before has finished
+    pdl_wait();  // the input (and y) from here on
+    const int nt = static_cast<int>(n_tokens);
+    int stage = 0;
+    for (int64_t rg = gw; rg < total; rg += n_warps) {
+        float acc[NT];
 #pragma unroll
-            for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        const int8_t* xa = xq + 32 * lane;  // token 0's block g = c * 32 + lane
+        const float2* xd = xds + lane;
+        for (int c = 0; c < chunks; ++c) {
+            cp_async_wait<S - 2>();  // this chunk has landed (this lane's copies) ...
+            __syncwarp();                         // ... and every lane's; the previous stage is read by all
+            issue();                              // into the previous stage
+            const uint8_t* st = ring + stage * kStage;
+            stage = stage + 1 == S ? 0 : stage + 1;
+            int wq[kWords];
+            float d, m;
+            load_q8_at<T>(st, st + kWarp * QB, lane, wq, d, m);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < nt) {
+                    const int4* xp = reinterpret_cast<const int4*>(xa + t * cols);
+                    acc[t] = __fadd_rn(acc[t], q8_block_dot<T>(wq, d, m, xp[0], xp[1], xd[t * nb]));
+                }
+            }
+            xa += kWarp * 32, xd += kWarp;
         }
+        int64_t r;
+        const int member = set_member(ps, rg, r);
+        float* const y = member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2];
+        const int64_t rows = member == 0 ? ps.w[0].rows : member == 1 ? ps.w[1].rows : ps.w[2].rows;
+        store_row<NT>(acc, nt, y, 0, rows, r, accumulate, lane);
     }
     cp_async_wait<0>();
 }
@@ -603,6 +639,7 @@ template <int K>
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_vec_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps,
                         int8_t* __restrict__ q, float2* __restrict__ ds, int32_t* flag, int32_t layer) {
+    pdl_trigger();  // a product launched after this one may start fetching its weights
     __shared__ float scratch[32];
     const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * d);
     const float4* wr = reinterpret_cast<const float4*>(w);
@@ -758,6 +795,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
                      Heads h, LayerCache c, float scale, int64_t window, float* __restrict__ out, bool only_others,
                      int8_t* __restrict__ out_q, float2* __restrict__ out_ds) {
+    pdl_trigger();  // a product launched after this one may start fetching its weights
     extern __shared__ float smem[];
     const int hd = h.head_dim;
     float* sq = smem;                 // [head_dim] the query
@@ -1061,6 +1099,7 @@ __global__ void gated_kernel(float* __restrict__ gate, const float* __restrict__
 template <bool kGelu>
 __global__ void gated_q8_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n_blocks,
                                 int8_t* __restrict__ q, float2* __restrict__ ds) {
+    pdl_trigger();  // a product launched after this one may start fetching its weights
     const int lane = threadIdx.x % kWarp;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
     for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; b < n_blocks;
@@ -1299,13 +1338,14 @@ void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, 
 
 namespace {
 
-// Blocks of matmul_q8_stream_kernel<T, NT> that fit a multiprocessor at once, and the multiprocessors (asked once).
-template <GgmlType T, int NT>
+// Blocks of matmul_q8_stream_kernel<T, NT, S> that fit a multiprocessor at once (asked once).
+template <GgmlType T, int NT, int S>
 int stream_blocks_per_sm() {
     static const int blocks = [] {
         int n = 0;
-        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matmul_q8_stream_kernel<T, NT>, kMatmulWarps * kWarp,
-                                                            kMatmulWarps * kStreamStages * stream_stage_bytes<T>()),
+        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matmul_q8_stream_kernel<T, NT, S>,
+                                                            kMatmulWarps * kWarp,
+                                                            kMatmulWarps * S * stream_stage_bytes<T>()),
               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
         return std::max(n, 1);
     }();
@@ -1322,20 +1362,27 @@ int multiprocessors() {
     return n;
 }
 
-template <GgmlType T>
+template <GgmlType T, int S>
 void prepare_stream() {
-    stream_blocks_per_sm<T, 1>();
-    stream_blocks_per_sm<T, 4>();
-    stream_blocks_per_sm<T, 8>();
+    stream_blocks_per_sm<T, 1, S>();
+    stream_blocks_per_sm<T, 4, S>();
+    stream_blocks_per_sm<T, 8, S>();
 }
 
 }  // namespace
 
 void prepare_stream_products() {
     multiprocessors();
-    prepare_stream<GgmlType::Q4_0>();
-    prepare_stream<GgmlType::Q4_1>();
-    prepare_stream<GgmlType::Q8_0>();
+    auto each_type = [](auto st) {
+        prepare_stream<GgmlType::Q4_0, decltype(st)::value>();
+        prepare_stream<GgmlType::Q4_1, decltype(st)::value>();
+        prepare_stream<GgmlType::Q8_0, decltype(st)::value>();
+    };
+    each_type(std::integral_constant<int, 2>{});
+    each_type(std::integral_constant<int, 3>{});
+    each_type(std::integral_constant<int, 4>{});
+    each_type(std::integral_constant<int, 6>{});
+    each_type(std::integral_constant<int, 8>{});
 }
 
 bool stream_takes(const ProductSet& ps, int64_t n_tokens) {
@@ -1344,19 +1391,40 @@ bool stream_takes(const ProductSet& ps, int64_t n_tokens) {
 }
 
 void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
-               cudaStream_t s, bool rows_kernel, bool stream, int stream_blocks) {
+               cudaStream_t s, const Q8Launch& how) {
     const unsigned row_blocks = static_cast<unsigned>((ps.row_end[2] + kMatmulWarps - 1) / kMatmulWarps);
     const auto* xds = reinterpret_cast<const float2*>(ds);
-    if (stream && stream_takes(ps, n_tokens)) {
-        auto go_stream = [&](auto tag, auto nt) {
+    if (how.stream && stream_takes(ps, n_tokens)) {
+        const int stages = how.stream_stages > 0 ? how.stream_stages : kStreamStagesDefault;
+        if (stages != 2 && stages != 3 && stages != 4 && stages != 6 && stages != 8)
+            check(cudaErrorInvalidValue, "matmul_q8 (the streamed kernel takes 2, 3, 4, 6 or 8 stages)");
+        auto go_stream_s = [&](auto tag, auto nt, auto st) {
             constexpr GgmlType T = decltype(tag)::value;
-            constexpr int NT = decltype(nt)::value;
-            const int64_t fit = static_cast<int64_t>(stream_blocks_per_sm<T, NT>()) * multiprocessors();
-            const auto grid = static_cast<unsigned>(
-                std::max<int64_t>(1, std::min<int64_t>(stream_blocks > 0 ? stream_blocks : fit, row_blocks)));
-            matmul_q8_stream_kernel<T, NT>
-                <<<grid, kMatmulWarps * kWarp, kMatmulWarps * kStreamStages * stream_stage_bytes<T>(), s>>>(
-                    ps, q, xds, n_tokens, accumulate);
+            constexpr int NT = decltype(nt)::value, S = decltype(st)::value;
+            const int64_t fit = static_cast<int64_t>(stream_blocks_per_sm<T, NT, S>()) * multiprocessors();
+            const auto grid = static_cast<unsigned>(std::max<int64_t>(
+                1, std::min<int64_t>(how.stream_blocks > 0 ? how.stream_blocks : fit, row_blocks)));
+            cudaLaunchConfig_t cfg{};
+            cfg.gridDim = dim3(grid);
+            cfg.blockDim = dim3(kMatmulWarps * kWarp);
+            cfg.dynamicSmemBytes = kMatmulWarps * S * stream_stage_bytes<T>();
+            cfg.stream = s;
+            cudaLaunchAttribute attr{};
+            attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr.val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = &attr;
+            cfg.numAttrs = how.pdl ? 1 : 0;
+            check(cudaLaunchKernelEx(&cfg, matmul_q8_stream_kernel<T, NT, S>, ps, q, xds, n_tokens, accumulate),
+                  "the streamed int8 matmul kernel launch");
+        };
+        auto go_stream = [&](auto tag, auto nt) {
+            switch (stages) {
+                case 2: go_stream_s(tag, nt, std::integral_constant<int, 2>{}); break;
+                case 3: go_stream_s(tag, nt, std::integral_constant<int, 3>{}); break;
+                case 4: go_stream_s(tag, nt, std::integral_constant<int, 4>{}); break;
+                case 6: go_stream_s(tag, nt, std::integral_constant<int, 6>{}); break;
+                default: go_stream_s(tag, nt, std::integral_constant<int, 8>{}); break;
+            }
         };
         auto by_tokens = [&](auto tag) {
             if (n_tokens == 1) go_stream(tag, std::integral_constant<int, 1>{});
@@ -1381,7 +1449,7 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
             go(tag, std::integral_constant<int, 1>{});
         } else if (n_tokens <= 4) {
             go(tag, std::integral_constant<int, 4>{});
-        } else if (n_tokens <= 8 || !rows_kernel) {
+        } else if (n_tokens <= 8 || !how.rows_kernel) {
             go(tag, std::integral_constant<int, 8>{});
         } else {
             constexpr GgmlType T = decltype(tag)::value;
@@ -1400,8 +1468,8 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
 }
 
 void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t n_tokens, float* y, bool accumulate,
-               cudaStream_t s, bool rows_kernel, bool stream, int stream_blocks) {
-    matmul_q8(product_set(w, y), q, ds, n_tokens, accumulate, s, rows_kernel, stream, stream_blocks);
+               cudaStream_t s, const Q8Launch& how) {
+    matmul_q8(product_set(w, y), q, ds, n_tokens, accumulate, s, how);
 }
 
 void dequantize_rows(const DeviceMatrix& w, int64_t r0, int64_t r1, bool to_f16, void* out, cudaStream_t s) {

@@ -47,18 +47,29 @@ void matmul(const ProductSet& ps, const float* x, int64_t n_tokens, bool accumul
 // multiple of 32; q and ds 16-byte aligned.
 void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s);
 
+// How matmul_q8 multiplies (the same bits every way; tests/test_cuda.cpp compares them).
+struct Q8Launch {
+    // More than eight tokens (sequences decoding together): four rows a warp, each token's quantized block loaded
+    // once for the four (CudaBackendOptions::fused_kernels); else one row a warp, eight tokens at a time.
+    bool rows_kernel = false;
+    // Eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes): a kernel
+    // that streams the weights through shared memory with cp.async, more bytes in flight than registers allow.
+    bool stream = false;
+    int stream_blocks = 0;  // > 0: caps its persistent grid (tests: many rows a warp)
+    int stream_stages = 0;  // its ring's stages: 2, 3, 4, 6 or 8 (0: kStreamStagesDefault)
+    // The streamed kernel launched as a programmatic dependent (sm_90): it fetches its first chunks of weights
+    // while the kernel before it (a norm, the attention or the activation, which let it start early) finishes, and
+    // waits for that kernel before it reads the input.
+    bool pdl = false;
+};
+constexpr int kStreamStagesDefault = 3;  // measured fastest on the H200 (kernels.cu)
+
 // y[t, r] = sum over blocks of W's block times x's quantized block (y += when accumulate), for a type that
 // uses_q8: four int8 products a dp4a instruction, the block scales applied to each block's integer sum.
-// rows_kernel: more than eight tokens (sequences decoding together) take a kernel that multiplies four rows a warp,
-// each token's quantized block loaded once for the four (the same bits; written with its parity tests, not yet run
-// on a GPU: CudaBackendOptions::fused_kernels turns it on); else one row a warp, eight tokens at a time.
-// stream: eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes) take
-// a kernel that streams the weights through shared memory with cp.async, more bytes in flight than registers
-// allow (the same bits); stream_blocks > 0 caps its persistent grid (tests: many rows a warp).
 void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t n_tokens, float* y, bool accumulate,
-               cudaStream_t s, bool rows_kernel = false, bool stream = false, int stream_blocks = 0);
+               cudaStream_t s, const Q8Launch& how = {});
 void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
-               cudaStream_t s, bool rows_kernel = false, bool stream = false, int stream_blocks = 0);
+               cudaStream_t s, const Q8Launch& how = {});
 bool stream_takes(const ProductSet& ps, int64_t n_tokens);
 // Asks the device once what the streamed kernel's grid needs (not a stream operation; call outside graph capture).
 void prepare_stream_products();

@@ -130,8 +130,9 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     if (const char* env = std::getenv("QUILL_CUDA_GEMM"); env && *env) co.gemm = cuda::parse_gemm_mode(env);
     // Developer switches for side-by-side measurements: QUILL_CUDA_PACK=0 keeps the GGUF block layout on the
     // device, QUILL_CUDA_INT8=0 multiplies Q4_0/Q4_1/Q8_0 with the float kernel, QUILL_CUDA_FLASH=0 attends one
-    // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches, QUILL_CUDA_STREAM=1
-    // on the streamed int8 decode products.
+    // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches, QUILL_CUDA_STREAM=0 off
+    // the streamed int8 decode products (=1: for Q8_0 too), QUILL_CUDA_STAGES=2|3|4|6|8 their ring's stages,
+    // QUILL_CUDA_PDL=0 their programmatic launch.
     auto switch_is = [](const char* name, std::string_view value) {
         const char* env = std::getenv(name);
         return env && value == env;
@@ -140,7 +141,11 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     if (switch_is("QUILL_CUDA_INT8", "0")) co.int8_products = false;
     if (switch_is("QUILL_CUDA_FLASH", "0")) co.flash_attention = false;
     if (switch_is("QUILL_CUDA_FUSE", "0")) co.fused_kernels = false;
-    if (switch_is("QUILL_CUDA_STREAM", "1")) co.stream_products = true;
+    if (switch_is("QUILL_CUDA_STREAM", "0")) co.stream_types.clear();
+    if (switch_is("QUILL_CUDA_STREAM", "1")) co.stream_types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
+    for (const char* n : {"2", "3", "4", "6", "8"})
+        if (switch_is("QUILL_CUDA_STAGES", n)) co.stream_stages = std::atoi(n);
+    if (switch_is("QUILL_CUDA_PDL", "0")) co.programmatic_launch = false;
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {

@@ -10,7 +10,8 @@
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
 #      by phase), with 16 and 64 sequences decoding together, with the fused launches off (QUILL_CUDA_FUSE=0), the
-#      int8 decode products without the streamed kernel (QUILL_CUDA_STREAM=0), and
+#      int8 decode products without the streamed kernel (QUILL_CUDA_STREAM=0), its ring at 4 stages, without
+#      programmatic launch; q4_1 with and without it, q8_0 with it (QUILL_CUDA_STREAM=1) at 8 and 4 stages; and
 #      (QUILL_GPU_GEMM_F16=1) prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures; then the device time
 #      of each kernel of a few decode steps under Nsight Compute, where ncu is installed;
 #   5. prints one table last: tokens/s, prefill's TFLOP/s and that as a fraction of the GEMM rate quill measures on
@@ -146,7 +147,18 @@ bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-unfused QUILL_CUDA_FUSE=0 -- --dtype q4_0 -p 0 -n 64 -r 3
 bench q4_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_0 -p 0 -n 64 -r 3
-bench q8_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q8_0 -p 0 -n 64 -r 3
+bench q4_0-s4 QUILL_CUDA_STAGES=4 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_0-pdl0 QUILL_CUDA_PDL=0 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_1 -- --dtype q4_1 -p 0 -n 64 -r 3
+bench q4_1-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_1 -p 0 -n 64 -r 3
+bench q8_0-stream1 QUILL_CUDA_STREAM=1 -- --dtype q8_0 -p 0 -n 64 -r 3
+bench q8_0-stream1-s4 QUILL_CUDA_STREAM=1 QUILL_CUDA_STAGES=4 -- --dtype q8_0 -p 0 -n 64 -r 3
+# QUILL_GPU_STAGES="2 3 8": the streamed kernel's ring at those stages too, for each int8 type.
+for st in ${QUILL_GPU_STAGES:-}; do
+    bench "q4_0-s$st" QUILL_CUDA_STAGES="$st" -- --dtype q4_0 -p 0 -n 64 -r 2
+    bench "q4_1-s$st" QUILL_CUDA_STAGES="$st" -- --dtype q4_1 -p 0 -n 64 -r 2
+    bench "q8_0-stream1-s$st" QUILL_CUDA_STREAM=1 QUILL_CUDA_STAGES="$st" -- --dtype q8_0 -p 0 -n 64 -r 2
+done
 if [ "${QUILL_GPU_GEMM_F16:-0}" = 1 ]; then
     bench f16-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype f16 -p 2048 --batch 2048 -n 0 -r 3
     bench q4_0-gemm-f16 QUILL_CUDA_GEMM=f16 -- --dtype q4_0 -p 2048 --batch 2048 -n 0 -r 3
@@ -202,8 +214,11 @@ out = sys.argv[1]
 print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
 print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
       f"{'of copy':>8}")
-for t in ("q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-unfused", "q4_0-stream0", "q8_0-stream0",
-          "f16-gemm-f16", "q4_0-gemm-f16"):
+import glob
+order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-unfused", "q4_0-stream0", "q4_0-s4", "q4_0-pdl0",
+         "q4_1", "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4", "f16-gemm-f16", "q4_0-gemm-f16"]
+found = sorted(f[len("/tmp/bench-"):-len(".json")] for f in glob.glob("/tmp/bench-*.json"))
+for t in order + [t for t in found if t not in order and t != "q4_0-profile"]:
     try:
         j = json.load(open(f"/tmp/bench-{t}.json"))
     except Exception as e:
