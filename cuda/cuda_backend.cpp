@@ -244,6 +244,7 @@ struct CudaBackend::Impl {
     bool fuse = false;       // CudaBackendOptions::fused_kernels
     bool pdl = false;        // CudaBackendOptions::programmatic_launch (off while profiling: the phases overlap)
     int stream_stages = 0;   // CudaBackendOptions::stream_stages
+    bool mma = false;        // CudaBackendOptions::mma_products
     std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
     bool stream_type(GgmlType t) const {
         return std::find(stream_types.begin(), stream_types.end(), t) != stream_types.end();
@@ -547,6 +548,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     }
     d.pdl = options.programmatic_launch && !d.profile;
     d.stream_stages = options.stream_stages;
+    d.mma = options.mma_products;
+    if (d.int8 && d.mma) prepare_mma_products();
     if (options.gemm != GemmMode::off) {
         d.gemm = std::make_unique<Gemm>();
         if (d.gemm->available()) {
@@ -876,6 +879,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                 how.stream = d.stream_type(ps.w[0].type);
                 how.stream_stages = d.stream_stages;
                 how.pdl = d.pdl;
+                how.mma = d.mma;
                 matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, how);
             } else {
                 cuda::matmul(ps, x, nk, accumulate, s);

@@ -54,6 +54,10 @@ struct CudaBackendOptions {
     // runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4 stages 367.0 / 359.8; Q8_0 streamed 251.8 /
     // 235.5: 1-3% for Q4_0, about the runs' noise. QUILL_CUDA_PDL=0 turns it off.
     bool programmatic_launch = true;
+    // More than eight decode tokens (sequences decoding together) multiplied by int8 mma on the tensor cores (kernels.h
+    // Q8Launch::mma; sm_80 or later, packed layout), the same bits as the dp4a kernels by construction and by its
+    // test, which has not run on a GPU yet: off until it has. QUILL_CUDA_MMA=1 turns it on.
+    bool mma_products = false;
 };
 
 // The largest decode batch replayed as a CUDA graph.

@@ -306,6 +306,17 @@ __device__ __forceinline__ void q8_row(const DeviceMatrix& w, int64_t r, const u
     }
 }
 
+// A block's contribution to a token from the block's exact integer sum (sum over its 32 elements of the weight's
+// quant, Q4_0/Q4_1 its unsigned nibble, times the token's int8). Rounded operations (no contraction into FMAs, which
+// the compiler may form differently in each kernel that inlines this): every kernel gets the same bits for a block.
+template <GgmlType T>
+__device__ __forceinline__ float q8_block_value(int sum, float d, float m, const float2& ds) {
+    const float fs = static_cast<float>(sum);
+    if constexpr (T == GgmlType::Q4_0) return __fmul_rn(d, __fsub_rn(__fmul_rn(ds.x, fs), __fmul_rn(8.0f, ds.y)));
+    else if constexpr (T == GgmlType::Q4_1) return __fadd_rn(__fmul_rn(__fmul_rn(d, ds.x), fs), __fmul_rn(m, ds.y));
+    else return __fmul_rn(__fmul_rn(d, ds.x), fs);
+}
+
 // One block's contribution to one token: eight dp4a (32 int8 products) with the token's quantized block (a, b) and
 // the scales: Q4_0 d (dx sum - 8 dx sum_q), Q4_1 d dx sum + m dx sum_q, Q8_0 d dx sum.
 template <GgmlType T>
@@ -323,12 +334,7 @@ __device__ __forceinline__ float q8_block_dot(const int* wq, float d, float m, c
             sum = __dp4a((wq[i] >> 4) & 0x0F0F0F0F, xa[4 + i], sum);
         }
     }
-    // Rounded operations (no contraction into FMAs, which the compiler may form differently in each kernel that
-    // inlines this): every kernel gets the same bits for a block.
-    const float fs = static_cast<float>(sum);
-    if constexpr (T == GgmlType::Q4_0) return __fmul_rn(d, __fsub_rn(__fmul_rn(ds.x, fs), __fmul_rn(8.0f, ds.y)));
-    else if constexpr (T == GgmlType::Q4_1) return __fadd_rn(__fmul_rn(__fmul_rn(d, ds.x), fs), __fmul_rn(m, ds.y));
-    else return __fmul_rn(__fmul_rn(d, ds.x), fs);
+    return q8_block_value<T>(sum, d, m, ds);
 }
 
 // One warp per weight row; every token, NT at a time (the row's blocks stay in L1 between tiles). Lane l takes
@@ -432,6 +438,137 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         for (int i = 0; i < R; ++i) {
             if (ok[i]) store_row<NT>(acc[i], nt, yrow[i], t0, rows_of[i], 0, accumulate, lane);
         }
+    }
+}
+
+// ---- many decode tokens on the tensor cores (int8 mma; packed Q4_0, Q4_1, Q8_0) ----
+//
+// The dp4a kernels above give (row, token) the sum of 32 lane partials, lane l adding its blocks l, l + 32, ... in
+// order (q8_block_value of each block's integer sum), then the warp's butterfly (warp_sum). Here a block of 32 warps
+// takes 16 rows and kMmaTokens tokens: warp c plays lane c, taking blocks c, c + 32, ... in order; each block's
+// integer sums for 16 rows x 8 tokens come from one mma.m16n8k32 (exact int32, as dp4a's), then the same
+// q8_block_value and additions; the 32 partials of a (row, token) meet in shared memory and are added in
+// warp_sum's tree. The same bits as the one-token kernels, so a sequence's result does not depend on its batch.
+// Written with its parity test; not yet run on a GPU (CudaBackendOptions::mma_products, off).
+constexpr int kMmaRows = 16, kMmaTokens = 32, kMmaWarps = 32;
+
+// C = A (16 x 32 int8, row-major fragments a) B (32 x 8 int8, column fragments b), int32.
+__device__ __forceinline__ void mma_s8_16832(const int a[4], const int b[2], int c[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};\n"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0), "r"(0), "r"(0), "r"(0));
+#else
+    c[0] = c[1] = c[2] = c[3] = 0;  // not reached: mma_takes asks for sm_80
+#endif
+}
+
+// warp_sum's result, lane 0's, for the lane values part(0..31): (part(i) + part(i + 16)), then the sums 8, 4, 2 and
+// 1 apart.
+template <class Part>
+__device__ __forceinline__ float butterfly_sum(Part part) {
+    float v[kWarp / 2];
+#pragma unroll
+    for (int i = 0; i < kWarp / 2; ++i) v[i] = part(i) + part(i + kWarp / 2);
+#pragma unroll
+    for (int o = kWarp / 4; o > 0; o /= 2) {
+#pragma unroll
+        for (int i = 0; i < o; ++i) v[i] = v[i] + v[i + o];
+    }
+    return v[0];
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kMmaWarps * kWarp)
+    matmul_q8_mma_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                         int64_t n_tokens, bool accumulate) {
+    constexpr int QB = packed_quant_bytes(T), SB = packed_scale_bytes(T), kTiles = kMmaTokens / 8;
+    extern __shared__ float mma_partials[];  // [kMmaWarps][kMmaRows * kMmaTokens]: warp c's partials, (row, token)
+    const int lane = threadIdx.x % kWarp, c = threadIdx.x / kWarp;
+    const int grp = lane / 4, tig = lane % 4;  // the fragments' row (token) and column group
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMmaTokens, rg0 = static_cast<int64_t>(blockIdx.y) * kMmaRows;
+    const int64_t total = ps.row_end[2], cols = ps.w[0].cols, nb = cols / 32;  // alike members: one width
+    // This lane's two rows, grp and grp + 8 (a row past the set multiplies zeros)
+    const uint8_t *qrow[2], *srow[2];
+    bool have[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int64_t rg = rg0 + grp + 8 * i;
+        have[i] = rg < total;
+        int64_t r = 0;
+        const int member = have[i] ? set_member(ps, rg, r) : 0;
+        const DeviceMatrix& w = member == 0 ? ps.w[0] : member == 1 ? ps.w[1] : ps.w[2];
+        q8_row<T>(w, r, qrow[i], srow[i]);
+    }
+    // Its tokens: tile j's grp (B fragments) and 2 tig, 2 tig + 1 (C fragments)
+    float acc[kTiles][4];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[j][k] = 0.0f;
+    for (int64_t g = c; g < nb; g += kMmaWarps) {
+        int a[4];
+        float d[2], m[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            int lo = 0, hi = 0;
+            d[i] = m[i] = 0.0f;
+            if (have[i]) {
+                const int* q = reinterpret_cast<const int*>(qrow[i] + g * QB);
+                const uint8_t* sp = srow[i] + g * SB;
+                if constexpr (T == GgmlType::Q8_0) {
+                    lo = q[tig], hi = q[4 + tig];
+                } else {
+                    const int word = q[tig];
+                    lo = word & 0x0F0F0F0F, hi = (word >> 4) & 0x0F0F0F0F;
+                }
+                if constexpr (T == GgmlType::Q4_1) {
+                    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sp));
+                    d[i] = dm.x, m[i] = dm.y;
+                } else {
+                    d[i] = __half2float(*reinterpret_cast<const __half*>(sp));
+                }
+            }
+            a[i] = lo, a[2 + i] = hi;  // a0, a2: row grp; a1, a3: row grp + 8
+        }
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+            const int64_t tb = t0 + 8 * j + grp;  // this lane's token in the B fragment
+            int b[2] = {0, 0};
+            if (tb < n_tokens) {
+                const int* x = reinterpret_cast<const int*>(xq + tb * cols + g * 32);
+                b[0] = x[tig], b[1] = x[4 + tig];
+            }
+            int sum[4];
+            mma_s8_16832(a, b, sum);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {  // (row grp + 8 (k / 2), token 2 tig + k % 2)
+                const int64_t t = t0 + 8 * j + 2 * tig + k % 2;
+                const float2 ds = t < n_tokens ? xds[t * nb + g] : make_float2(0.0f, 0.0f);
+                acc[j][k] = __fadd_rn(acc[j][k], q8_block_value<T>(sum[k], d[k / 2], m[k / 2], ds));
+            }
+        }
+    }
+    float* mine = mma_partials + c * (kMmaRows * kMmaTokens);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mine[(grp + 8 * (k / 2)) * kMmaTokens + 8 * j + 2 * tig + k % 2] = acc[j][k];
+    __syncthreads();
+    // Each (row, token) of the tile: its 32 partials in warp_sum's order
+    for (int p = threadIdx.x; p < kMmaRows * kMmaTokens; p += blockDim.x) {
+        const int64_t rg = rg0 + p / kMmaTokens, t = t0 + p % kMmaTokens;
+        if (rg >= total || t >= n_tokens) continue;
+        static_assert(kMmaWarps == kWarp);
+        const float sum = butterfly_sum([&](int i) { return mma_partials[i * (kMmaRows * kMmaTokens) + p]; });
+        int64_t r;
+        const int member = set_member(ps, rg, r);
+        float* const y = member == 0 ? ps.y[0] : member == 1 ? ps.y[1] : ps.y[2];
+        const int64_t rows = member == 0 ? ps.w[0].rows : member == 1 ? ps.w[1].rows : ps.w[2].rows;
+        float& out = y[t * rows + r];
+        out = accumulate ? out + sum : sum;
     }
 }
 
@@ -1385,6 +1522,55 @@ void prepare_stream_products() {
     each_type(std::integral_constant<int, 8>{});
 }
 
+namespace {
+
+// f(std::integral_constant<GgmlType, T>) for the int8 product types Q4_0, Q4_1 and Q8_0 (t one of them: uses_q8).
+template <class F>
+void with_int8_type(GgmlType t, F&& f) {
+    switch (t) {
+        case GgmlType::Q4_0: f(std::integral_constant<GgmlType, GgmlType::Q4_0>{}); break;
+        case GgmlType::Q4_1: f(std::integral_constant<GgmlType, GgmlType::Q4_1>{}); break;
+        default: f(std::integral_constant<GgmlType, GgmlType::Q8_0>{}); break;
+    }
+}
+
+constexpr size_t kMmaSmem = sizeof(float) * kMmaWarps * kMmaRows * kMmaTokens;
+
+// The mma kernel's shared memory (more than 48 KB is asked for first), once a type.
+template <GgmlType T>
+void mma_ready() {
+    static const bool ready = [] {
+        check(cudaFuncSetAttribute(matmul_q8_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(kMmaSmem)),
+              "cudaFuncSetAttribute (the int8 mma kernel)");
+        return true;
+    }();
+    (void)ready;
+}
+
+bool device_sm80() {
+    static const bool yes = [] {
+        int device = 0, major = 0;
+        check(cudaGetDevice(&device), "cudaGetDevice");
+        check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+        return major >= 8;
+    }();
+    return yes;
+}
+
+}  // namespace
+
+void prepare_mma_products() {
+    if (!device_sm80()) return;
+    mma_ready<GgmlType::Q4_0>();
+    mma_ready<GgmlType::Q4_1>();
+    mma_ready<GgmlType::Q8_0>();
+}
+
+bool mma_takes(const ProductSet& ps, int64_t n_tokens) {
+    return uses_q8(ps.w[0].type) && ps.w[0].scales != nullptr && n_tokens > 8 && device_sm80();
+}
+
 bool stream_takes(const ProductSet& ps, int64_t n_tokens) {
     return uses_q8(ps.w[0].type) && ps.w[0].scales != nullptr && ps.w[0].cols % (32 * kWarp) == 0 &&
            n_tokens >= 1 && n_tokens <= 8;
@@ -1426,17 +1612,24 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
                 default: go_stream_s(tag, nt, std::integral_constant<int, 8>{}); break;
             }
         };
-        auto by_tokens = [&](auto tag) {
+        with_int8_type(ps.w[0].type, [&](auto tag) {
             if (n_tokens == 1) go_stream(tag, std::integral_constant<int, 1>{});
             else if (n_tokens <= 4) go_stream(tag, std::integral_constant<int, 4>{});
             else go_stream(tag, std::integral_constant<int, 8>{});
-        };
-        switch (ps.w[0].type) {
-            case GgmlType::Q4_0: by_tokens(std::integral_constant<GgmlType, GgmlType::Q4_0>{}); break;
-            case GgmlType::Q4_1: by_tokens(std::integral_constant<GgmlType, GgmlType::Q4_1>{}); break;
-            default: by_tokens(std::integral_constant<GgmlType, GgmlType::Q8_0>{}); break;
-        }
+        });
         check(cudaGetLastError(), "the streamed int8 matmul kernel launch");
+        return;
+    }
+    if (how.mma && mma_takes(ps, n_tokens)) {
+        constexpr size_t smem = kMmaSmem;
+        const dim3 grid(static_cast<unsigned>((n_tokens + kMmaTokens - 1) / kMmaTokens),
+                        static_cast<unsigned>((ps.row_end[2] + kMmaRows - 1) / kMmaRows));
+        with_int8_type(ps.w[0].type, [&](auto tag) {
+            constexpr GgmlType T = decltype(tag)::value;
+            mma_ready<T>();
+            matmul_q8_mma_kernel<T><<<grid, kMmaWarps * kWarp, smem, s>>>(ps, q, xds, n_tokens, accumulate);
+        });
+        check(cudaGetLastError(), "the int8 mma matmul kernel launch");
         return;
     }
     auto go = [&](auto tag, auto nt) {

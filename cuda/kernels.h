@@ -53,10 +53,15 @@ struct Q8Launch {
     // once for the four (CudaBackendOptions::fused_kernels); else one row a warp, eight tokens at a time.
     bool rows_kernel = false;
     // Eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes): a kernel
-    // that streams the weights through shared memory with cp.async, more bytes in flight than registers allow.
+    // that streams the weights through a ring in shared memory with cp.async, a persistent grid (kernels.cu has
+    // what it measured against the register kernel).
     bool stream = false;
     int stream_blocks = 0;  // > 0: caps its persistent grid (tests: many rows a warp)
     int stream_stages = 0;  // its ring's stages: 2, 3, 4, 6 or 8 (0: kStreamStagesDefault)
+    // More than eight tokens, weights in the packed layout, sm_80 or later (mma_takes): int8 mma on the tensor
+    // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; kernels.cu). Not yet run
+    // on a GPU: CudaBackendOptions::mma_products, off.
+    bool mma = false;
     // The streamed kernel launched as a programmatic dependent (sm_90): it fetches its first chunks of weights
     // while the kernel before it (a norm, the attention or the activation, which let it start early) finishes, and
     // waits for that kernel before it reads the input.
@@ -71,6 +76,9 @@ void matmul_q8(const DeviceMatrix& w, const int8_t* q, const float* ds, int64_t 
 void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n_tokens, bool accumulate,
                cudaStream_t s, const Q8Launch& how = {});
 bool stream_takes(const ProductSet& ps, int64_t n_tokens);
+bool mma_takes(const ProductSet& ps, int64_t n_tokens);
+// Asks the device once what the mma kernel needs (outside graph capture).
+void prepare_mma_products();
 // Asks the device once what the streamed kernel's grid needs (not a stream operation; call outside graph capture).
 void prepare_stream_products();
 

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -319,6 +320,16 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
                             cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dy4.p, accumulate, nullptr, {.rows_kernel = true});
                             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
                             CHECK(dy4.get(y0.size()) == dy.get(y0.size()));
+                            // On the tensor cores (packed weights): the same bits
+                            const cuda::ProductSet one = cuda::product_set(w.m, nullptr);
+                            CHECK(cuda::mma_takes(one, n_tok) == packed);
+                            if (cuda::mma_takes(one, n_tok)) {
+                                DeviceArray<float> dym(y0.size());
+                                dym.put(y0);
+                                cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dym.p, accumulate, nullptr, {.mma = true});
+                                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                                CHECK(dym.get(y0.size()) == dy.get(y0.size()));
+                            }
                         }
                         // Streamed through shared memory: the same bits, with the grid the device fits and with two
                         // blocks (eight warps: eight or nine rows a warp, their chunks in one pipeline), the ring at
@@ -482,6 +493,21 @@ TEST_CASE("a product set multiplies up to three alike matrices in one launch, bi
                 const std::vector<float> a = apart[i]->get(count);
                 CHECK(together[i]->get(count) == a);
                 CHECK(std::all_of(a.begin(), a.end(), [](float v) { return std::isfinite(v); }));
+            }
+            // On the tensor cores: 16-row tiles across the members' boundaries, the same bits
+            if (q8 && cuda::mma_takes(ps, n_tok)) {
+                cuda::ProductSet pm;
+                std::vector<std::unique_ptr<DeviceArray<float>>> by_mma;
+                for (const TestMatrix& m : ms) {
+                    by_mma.push_back(std::make_unique<DeviceArray<float>>(static_cast<size_t>(n_tok * m.m.rows)));
+                    pm.add(m.m, by_mma.back()->p);
+                }
+                cuda::matmul_q8(pm, dq.p, dds.p, n_tok, false, nullptr, {.mma = true});
+                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                for (size_t i = 0; i < ms.size(); ++i) {
+                    const size_t count = static_cast<size_t>(n_tok * ms[i].m.rows);
+                    CHECK(by_mma[i]->get(count) == apart[i]->get(count));
+                }
             }
         }
     }
@@ -778,17 +804,46 @@ TEST_CASE("decode steps replayed as CUDA graphs equal the same steps launched ke
     }
 }
 
+namespace {
+
+// The logits of `steps` decode steps after a prompt of prompt_len tokens in each of o.n_slots slots; step i decodes
+// slots 0 .. active(i) - 1 at their next positions (a graph for each batch size, replayed).
+std::vector<float> decode_logits(const Model& model, const cuda::CudaBackendOptions& o, int prompt_len, int steps,
+                                 const std::function<int(int)>& active) {
+    const int nv = static_cast<int>(model.config.n_vocab);
+    auto g = std::make_unique<cuda::CudaBackend>(model.config, model.weights, o);
+    Batch prompt;
+    for (int s = 0; s < o.n_slots; ++s)
+        for (int i = 0; i < prompt_len; ++i) prompt.add((i * 7 + s * 13) % nv, i, s, false);
+    std::vector<float> none, all, l(static_cast<size_t>(o.n_slots) * nv);
+    g->forward(prompt, none);
+    for (int step = 0; step < steps; ++step) {
+        Batch b;
+        for (int s = 0; s < active(step); ++s) b.add((step * 11 + s * 5) % nv, prompt_len + step, s, true);
+        const auto n = static_cast<std::ptrdiff_t>(b.tokens.size()) * nv;
+        g->forward(b, std::span<float>(l.data(), static_cast<size_t>(n)));
+        all.insert(all.end(), l.begin(), l.begin() + n);
+    }
+    return all;
+}
+
+test::TinySpec int8_spec(GgmlType type, int64_t n_embd, int64_t n_ff) {
+    test::TinySpec spec;
+    spec.type = spec.ffn_down_type = type;
+    spec.n_embd = n_embd, spec.n_ff = n_ff, spec.n_head = 8, spec.n_head_kv = 2, spec.n_vocab = 320;
+    return spec;
+}
+
+}  // namespace
+
 TEST_CASE("decode graphs with the streamed products launched as programmatic dependents equal the register "
           "kernels bit for bit",
           "[cuda]") {
     if (!have_gpu()) return;
-    // Rows 1024 and 2048 wide (the streamed kernel takes a multiple of 1024), each int8 type.
+    // Rows 1024 and 2048 wide (the streamed kernel takes a multiple of 1024), each int8 type; one sequence for four
+    // steps, then two.
     for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-        test::TinySpec spec;
-        spec.type = spec.ffn_down_type = type;
-        spec.n_embd = 1024, spec.n_ff = 2048, spec.n_head = 8, spec.n_head_kv = 2, spec.n_vocab = 320;
-        auto model = test::make_tiny_model(spec);
-        const int nv = static_cast<int>(spec.n_vocab);
+        auto model = test::make_tiny_model(int8_spec(type, 1024, 2048));
         INFO(type_name(type));
         auto run = [&](bool stream, bool pdl) {
             cuda::CudaBackendOptions o;
@@ -797,24 +852,28 @@ TEST_CASE("decode graphs with the streamed products launched as programmatic dep
             if (stream) o.stream_types = {type};
             else o.stream_types.clear();
             o.programmatic_launch = pdl;
-            auto g = std::make_unique<cuda::CudaBackend>(model->config, model->weights, o);
-            Batch prompt;
-            for (int s = 0; s < 2; ++s)
-                for (int i = 0; i < 5; ++i) prompt.add((i * 7 + s * 13) % nv, i, s, false);
-            std::vector<float> none, all, l(2 * static_cast<size_t>(nv));
-            g->forward(prompt, none);
-            for (int step = 0; step < 8; ++step) {  // one sequence, then both: two graphs, replayed
-                Batch b;
-                for (int s = 0; s < (step < 4 ? 1 : 2); ++s) b.add((step * 11 + s) % nv, 5 + step, s, true);
-                g->forward(b, std::span<float>(l.data(), b.tokens.size() * nv));
-                all.insert(all.end(), l.begin(), l.begin() + static_cast<std::ptrdiff_t>(b.tokens.size()) * nv);
-            }
-            CHECK(g->n_graphs() == 2u);
-            return all;
+            return decode_logits(*model, o, 5, 8, [](int step) { return step < 4 ? 1 : 2; });
         };
         const std::vector<float> registers = run(false, false);
         CHECK(run(true, true) == registers);
         CHECK(run(true, false) == registers);
+    }
+}
+
+TEST_CASE("twelve sequences decoding together on the tensor cores (int8 mma) equal the dp4a kernels bit for bit",
+          "[cuda]") {
+    if (!have_gpu()) return;
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+        auto model = test::make_tiny_model(int8_spec(type, 256, 320));
+        INFO(type_name(type));
+        auto run = [&](bool mma) {
+            cuda::CudaBackendOptions o;
+            o.n_ctx = 32;
+            o.n_slots = 12;
+            o.mma_products = mma;
+            return decode_logits(*model, o, 3, 4, [](int) { return 12; });
+        };
+        CHECK(run(true) == run(false));
     }
 }
 

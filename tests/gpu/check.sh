@@ -9,17 +9,19 @@
 #      16 in parallel), GPU against CPU;
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
-#      by phase), with 16 and 64 sequences decoding together, with the fused launches off (QUILL_CUDA_FUSE=0), the
-#      int8 decode products without the streamed kernel (QUILL_CUDA_STREAM=0), its ring at 4 stages, without
+#      by phase), with 16 and 64 sequences decoding together (also on the int8 mma kernel, QUILL_CUDA_MMA=1), with
+#      the fused launches off (QUILL_CUDA_FUSE=0), the int8 decode products without the streamed kernel
+#      (QUILL_CUDA_STREAM=0), its ring at 4 stages, without
 #      programmatic launch; q4_1 with and without it, q8_0 with it (QUILL_CUDA_STREAM=1) at 8 and 4 stages; and
-#      (QUILL_GPU_GEMM_F16=1) prefill with F16 GEMMs (q4_0 and f16) for side-by-side figures; then the device time
+#      (QUILL_GPU_GEMM_F16=1) prefill with F16 GEMMs (q4_0 and f16), (QUILL_GPU_STAGES="2 3 8") the streamed
+#      kernel at those stages for each int8 type, for side-by-side figures; then the device time
 #      of each kernel of a few decode steps under Nsight Compute, where ncu is installed;
 #   5. prints one table last: tokens/s, prefill's TFLOP/s and that as a fraction of the GEMM rate quill measures on
 #      the device, the decode's GB/s and that as a fraction of the copy bandwidth quill measures there.
 # Logs, bench JSON, the kernel times and the table land in $OUT (or /tmp/quill-gpu), seven files. The whole run
 # keeps to $QUILL_GPU_BUDGET seconds (default 360): each step's timeout is cut to what is left. On 2026-12-04 the
-# script took 239 s on an H200 with the defaults, 105-125 s with QUILL_GPU_QUICK=1 and a few benchmarks skipped
-# (QUILL_GPU_SKIP), after 30-60 s of the machine's start.
+# script took 239 s on an H200 with the defaults, 105-128 s with QUILL_GPU_QUICK=1 and some benchmarks skipped
+# (QUILL_GPU_SKIP; QUILL_GPU_NCU=0), after 30-60 s of the machine's start.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/quill-gpu}"
@@ -146,6 +148,8 @@ bench f16 -- --dtype f16 "${pp[@]}" -n 64 -r 3
 bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-unfused QUILL_CUDA_FUSE=0 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_0-b16-mma QUILL_CUDA_MMA=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
+bench q4_0-b64-mma QUILL_CUDA_MMA=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_0 -p 0 -n 64 -r 3
 bench q4_0-s4 QUILL_CUDA_STAGES=4 -- --dtype q4_0 -p 0 -n 64 -r 3
 bench q4_0-pdl0 QUILL_CUDA_PDL=0 -- --dtype q4_0 -p 0 -n 64 -r 3
@@ -215,8 +219,8 @@ print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
 print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
       f"{'of copy':>8}")
 import glob
-order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-unfused", "q4_0-stream0", "q4_0-s4", "q4_0-pdl0",
-         "q4_1", "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4", "f16-gemm-f16", "q4_0-gemm-f16"]
+order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-b16-mma", "q4_0-b64-mma", "q4_0-unfused",
+         "q4_0-stream0", "q4_0-s4", "q4_0-pdl0", "q4_1", "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4", "f16-gemm-f16", "q4_0-gemm-f16"]
 found = sorted(f[len("/tmp/bench-"):-len(".json")] for f in glob.glob("/tmp/bench-*.json"))
 for t in order + [t for t in found if t not in order and t != "q4_0-profile"]:
     try:
