@@ -220,7 +220,8 @@ print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'d
       f"{'of copy':>8}")
 import glob
 order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-b16-mma", "q4_0-b64-mma", "q4_0-unfused",
-         "q4_0-stream0", "q4_0-s4", "q4_0-pdl0", "q4_1", "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4", "f16-gemm-f16", "q4_0-gemm-f16"]
+         "q4_0-stream0", "q4_0-s4", "q4_0-pdl0", "q4_1", "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4",
+         "f16-gemm-f16", "q4_0-gemm-f16"]
 found = sorted(f[len("/tmp/bench-"):-len(".json")] for f in glob.glob("/tmp/bench-*.json"))
 for t in order + [t for t in found if t not in order and t != "q4_0-profile"]:
     try:
