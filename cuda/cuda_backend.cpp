@@ -242,7 +242,7 @@ struct CudaBackend::Impl {
     bool int8 = true;        // CudaBackendOptions::int8_products
     bool flash = true;       // CudaBackendOptions::flash_attention
     bool fuse = false;       // CudaBackendOptions::fused_kernels
-    bool pdl = false;        // CudaBackendOptions::programmatic_launch (off while profiling: the phases overlap)
+    bool pdl = false;  // CudaBackendOptions::programmatic_launch on sm_90 or later (off while profiling)
     int stream_stages = 0;   // CudaBackendOptions::stream_stages
     bool mma = false;        // CudaBackendOptions::mma_products
     std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
@@ -546,7 +546,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
         d.profile = true;
         graphs_ = false;
     }
-    d.pdl = options.programmatic_launch && !d.profile;
+    d.pdl = options.programmatic_launch && !d.profile && pdl_supported();
     d.stream_stages = options.stream_stages;
     d.mma = options.mma_products;
     if (d.int8 && d.mma) prepare_mma_products();

@@ -49,10 +49,10 @@ struct CudaBackendOptions {
     // (kernels.cu has every stage count measured). QUILL_CUDA_STREAM=0: none, =1: all three.
     std::vector<GgmlType> stream_types = {GgmlType::Q4_0, GgmlType::Q4_1};
     int stream_stages = 0;  // the streamed kernel's ring: 2, 3, 4, 6 or 8 stages (0: kernels.h kStreamStagesDefault)
-    // The streamed products launched as programmatic dependents (sm_90): each fetches its first weights while the
-    // kernel before it finishes (kernels.h Q8Launch::pdl). Measured there, with against without (tok/s, three
-    // runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4 stages 367.0 / 359.8; Q8_0 streamed 251.8 /
-    // 235.5: 1-3% for Q4_0, about the runs' noise. QUILL_CUDA_PDL=0 turns it off.
+    // The streamed products launched as programmatic dependents (sm_90 or later; ignored below): each fetches its
+    // first weights while the kernel before it finishes (kernels.h Q8Launch::pdl). Measured there, with against
+    // without (tok/s, three runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4 stages 367.0 / 359.8;
+    // Q8_0 streamed 251.8 / 235.5: 1-3% for Q4_0, about the runs' noise. QUILL_CUDA_PDL=0 turns it off.
     bool programmatic_launch = true;
     // More than eight decode tokens (sequences decoding together) multiplied by int8 mma on the tensor cores (kernels.h
     // Q8Launch::mma; sm_80 or later, packed layout), the same bits as the dp4a kernels by construction and by its

@@ -1548,17 +1548,21 @@ void mma_ready() {
     (void)ready;
 }
 
-bool device_sm80() {
-    static const bool yes = [] {
-        int device = 0, major = 0;
+int device_major() {  // the compute capability's major version (asked once)
+    static const int major = [] {
+        int device = 0, m = 0;
         check(cudaGetDevice(&device), "cudaGetDevice");
-        check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-        return major >= 8;
+        check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+        return m;
     }();
-    return yes;
+    return major;
 }
 
+bool device_sm80() { return device_major() >= 8; }
+
 }  // namespace
+
+bool pdl_supported() { return device_major() >= 9; }
 
 void prepare_mma_products() {
     if (!device_sm80()) return;
@@ -1599,7 +1603,7 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
             attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr.val.programmaticStreamSerializationAllowed = 1;
             cfg.attrs = &attr;
-            cfg.numAttrs = how.pdl ? 1 : 0;
+            cfg.numAttrs = how.pdl && pdl_supported() ? 1 : 0;  // (sm_90 or later)
             check(cudaLaunchKernelEx(&cfg, matmul_q8_stream_kernel<T, NT, S>, ps, q, xds, n_tokens, accumulate),
                   "the streamed int8 matmul kernel launch");
         };

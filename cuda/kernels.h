@@ -77,6 +77,8 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
                cudaStream_t s, const Q8Launch& how = {});
 bool stream_takes(const ProductSet& ps, int64_t n_tokens);
 bool mma_takes(const ProductSet& ps, int64_t n_tokens);
+// Whether the device takes programmatic dependent launches (Q8Launch::pdl): sm_90 or later.
+bool pdl_supported();
 // Asks the device once what the mma kernel needs (outside graph capture).
 void prepare_mma_products();
 // Asks the device once what the streamed kernel's grid needs (not a stream operation; call outside graph capture).
