@@ -541,13 +541,13 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     d.flash = options.flash_attention;
     d.fuse = options.fused_kernels;
     d.stream_types = options.stream_types;
-    if (d.int8 && !d.stream_types.empty()) prepare_stream_products();
+    d.stream_stages = options.stream_stages;
+    if (d.int8 && !d.stream_types.empty()) prepare_stream_products(d.stream_stages);
     if (const char* env = std::getenv("QUILL_CUDA_PROFILE"); env && std::string_view(env) == "1") {
         d.profile = true;
         graphs_ = false;
     }
     d.pdl = options.programmatic_launch && !d.profile && pdl_supported();
-    d.stream_stages = options.stream_stages;
     d.mma = options.mma_products;
     if (d.int8 && d.mma) prepare_mma_products();
     if (options.gemm != GemmMode::off) {

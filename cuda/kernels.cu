@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // q8_block_value and additions; the 32 partials of a (row, token) meet in shared memory and are added in
 // warp_sum's tree. The same bits as the one-token kernels, so a sequence's result does not depend on its batch.
 // Written with its parity test; not yet run on a GPU (CudaBackendOptions::mma_products, off).
-constexpr int kMmaRows = 16, kMmaTokens = 32, kMmaWarps = 32;
+constexpr int kMmaRows = 16, kMmaTokens = 32, kMmaWarps = kWarp;  // a warp in the place of each lane
 
 // C = A (16 x 32 int8, row-major fragments a) B (32 x 8 int8, column fragments b), int32.
 __device__ __forceinline__ void mma_s8_16832(const int a[4], const int b[2], int c[4]) {
@@ -561,7 +561,6 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp)
     for (int p = threadIdx.x; p < kMmaRows * kMmaTokens; p += blockDim.x) {
         const int64_t rg = rg0 + p / kMmaTokens, t = t0 + p % kMmaTokens;
         if (rg >= total || t >= n_tokens) continue;
-        static_assert(kMmaWarps == kWarp);
         const float sum = butterfly_sum([&](int i) { return mma_partials[i * (kMmaRows * kMmaTokens) + p]; });
         int64_t r;
         const int member = set_member(ps, rg, r);
@@ -666,8 +665,8 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         const float2* xd = xds + lane;
         for (int c = 0; c < chunks; ++c) {
             cp_async_wait<S - 2>();  // this chunk has landed (this lane's copies) ...
-            __syncwarp();                         // ... and every lane's; the previous stage is read by all
-            issue();                              // into the previous stage
+            __syncwarp();            // ... and every lane's; the previous stage is read by all
+            issue();                 // into the previous stage
             const uint8_t* st = ring + stage * kStage;
             stage = stage + 1 == S ? 0 : stage + 1;
             int wq[kWords];
@@ -1489,14 +1488,30 @@ int stream_blocks_per_sm() {
     return blocks;
 }
 
-int multiprocessors() {
-    static const int n = [] {
-        int device = 0, count = 0;
-        check(cudaGetDevice(&device), "cudaGetDevice");
-        check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-        return std::max(count, 1);
-    }();
+// An attribute of the current device.
+int device_attribute(cudaDeviceAttr a) {
+    int device = 0, v = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&v, a, device), "cudaDeviceGetAttribute");
+    return v;
+}
+
+int multiprocessors() {  // asked once
+    static const int n = std::max(device_attribute(cudaDevAttrMultiProcessorCount), 1);
     return n;
+}
+
+// f(std::integral_constant<int, S>) for the ring's stages the streamed kernel is built for (2, 3, 4, 6, 8).
+template <class F>
+void with_stages(int stages, F&& f) {
+    switch (stages) {
+        case 2: f(std::integral_constant<int, 2>{}); break;
+        case 3: f(std::integral_constant<int, 3>{}); break;
+        case 4: f(std::integral_constant<int, 4>{}); break;
+        case 6: f(std::integral_constant<int, 6>{}); break;
+        case 8: f(std::integral_constant<int, 8>{}); break;
+        default: check(cudaErrorInvalidValue, "matmul_q8 (the streamed kernel takes 2, 3, 4, 6 or 8 stages)");
+    }
 }
 
 template <GgmlType T, int S>
@@ -1508,18 +1523,13 @@ void prepare_stream() {
 
 }  // namespace
 
-void prepare_stream_products() {
+void prepare_stream_products(int stages) {
     multiprocessors();
-    auto each_type = [](auto st) {
+    with_stages(stages > 0 ? stages : kStreamStagesDefault, [](auto st) {
         prepare_stream<GgmlType::Q4_0, decltype(st)::value>();
         prepare_stream<GgmlType::Q4_1, decltype(st)::value>();
         prepare_stream<GgmlType::Q8_0, decltype(st)::value>();
-    };
-    each_type(std::integral_constant<int, 2>{});
-    each_type(std::integral_constant<int, 3>{});
-    each_type(std::integral_constant<int, 4>{});
-    each_type(std::integral_constant<int, 6>{});
-    each_type(std::integral_constant<int, 8>{});
+    });
 }
 
 namespace {
@@ -1549,12 +1559,7 @@ void mma_ready() {
 }
 
 int device_major() {  // the compute capability's major version (asked once)
-    static const int major = [] {
-        int device = 0, m = 0;
-        check(cudaGetDevice(&device), "cudaGetDevice");
-        check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-        return m;
-    }();
+    static const int major = device_attribute(cudaDevAttrComputeCapabilityMajor);
     return major;
 }
 
@@ -1585,10 +1590,7 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
     const unsigned row_blocks = static_cast<unsigned>((ps.row_end[2] + kMatmulWarps - 1) / kMatmulWarps);
     const auto* xds = reinterpret_cast<const float2*>(ds);
     if (how.stream && stream_takes(ps, n_tokens)) {
-        const int stages = how.stream_stages > 0 ? how.stream_stages : kStreamStagesDefault;
-        if (stages != 2 && stages != 3 && stages != 4 && stages != 6 && stages != 8)
-            check(cudaErrorInvalidValue, "matmul_q8 (the streamed kernel takes 2, 3, 4, 6 or 8 stages)");
-        auto go_stream_s = [&](auto tag, auto nt, auto st) {
+        auto go_stream = [&](auto tag, auto nt, auto st) {
             constexpr GgmlType T = decltype(tag)::value;
             constexpr int NT = decltype(nt)::value, S = decltype(st)::value;
             const int64_t fit = static_cast<int64_t>(stream_blocks_per_sm<T, NT, S>()) * multiprocessors();
@@ -1607,19 +1609,12 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
             check(cudaLaunchKernelEx(&cfg, matmul_q8_stream_kernel<T, NT, S>, ps, q, xds, n_tokens, accumulate),
                   "the streamed int8 matmul kernel launch");
         };
-        auto go_stream = [&](auto tag, auto nt) {
-            switch (stages) {
-                case 2: go_stream_s(tag, nt, std::integral_constant<int, 2>{}); break;
-                case 3: go_stream_s(tag, nt, std::integral_constant<int, 3>{}); break;
-                case 4: go_stream_s(tag, nt, std::integral_constant<int, 4>{}); break;
-                case 6: go_stream_s(tag, nt, std::integral_constant<int, 6>{}); break;
-                default: go_stream_s(tag, nt, std::integral_constant<int, 8>{}); break;
-            }
-        };
-        with_int8_type(ps.w[0].type, [&](auto tag) {
-            if (n_tokens == 1) go_stream(tag, std::integral_constant<int, 1>{});
-            else if (n_tokens <= 4) go_stream(tag, std::integral_constant<int, 4>{});
-            else go_stream(tag, std::integral_constant<int, 8>{});
+        with_stages(how.stream_stages > 0 ? how.stream_stages : kStreamStagesDefault, [&](auto st) {
+            with_int8_type(ps.w[0].type, [&](auto tag) {
+                if (n_tokens == 1) go_stream(tag, std::integral_constant<int, 1>{}, st);
+                else if (n_tokens <= 4) go_stream(tag, std::integral_constant<int, 4>{}, st);
+                else go_stream(tag, std::integral_constant<int, 8>{}, st);
+            });
         });
         check(cudaGetLastError(), "the streamed int8 matmul kernel launch");
         return;

@@ -81,8 +81,9 @@ bool mma_takes(const ProductSet& ps, int64_t n_tokens);
 bool pdl_supported();
 // Asks the device once what the mma kernel needs (outside graph capture).
 void prepare_mma_products();
-// Asks the device once what the streamed kernel's grid needs (not a stream operation; call outside graph capture).
-void prepare_stream_products();
+// Asks the device once what the streamed kernel's grid needs at that many stages (0: kStreamStagesDefault; not a
+// stream operation: call outside graph capture).
+void prepare_stream_products(int stages);
 
 // Rows r0 <= r < r1 of w, decoded, to out [r1 - r0, w.cols]: float, or F16 when to_f16 (the GEMM's inputs).
 void dequantize_rows(const DeviceMatrix& w, int64_t r0, int64_t r1, bool to_f16, void* out, cudaStream_t s);
