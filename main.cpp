@@ -728,8 +728,8 @@ int main(int argc, char** argv) {
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
     bench_cmd->add_option("-m,--model", bench.model, "GGUF model (default: models/" + std::string(kDefaultModel) + ")");
     bench_cmd->add_option("--synthetic", bench.synthetic,
-                          "Random weights in a preset shape: stories15m, stories110m, tinyllama-1.1b, llama2-7b, "
-                          "llama3-8b");
+                          "Random weights in a preset shape: stories15m, stories110m, smollm2-135m, tinyllama-1.1b, "
+                          "llama2-7b, llama3-8b");
     bench_cmd->add_option("--dtype", bench.dtype, "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0, ...)")->capture_default_str();
     bench_cmd->add_option("--save", bench.save, "Write the --synthetic model to this GGUF file");
     bench_cmd->add_option("-p,--n-prompt", bench.bench.n_prompt,
