@@ -243,6 +243,7 @@ struct CudaBackend::Impl {
     bool flash = true;       // CudaBackendOptions::flash_attention
     bool fuse = false;       // CudaBackendOptions::fused_kernels
     bool pdl = false;  // CudaBackendOptions::programmatic_launch on sm_90 or later (off while profiling)
+    bool chain = false;  // CudaBackendOptions::programmatic_chain, likewise
     int stream_stages = 0;   // CudaBackendOptions::stream_stages
     bool mma = false;        // CudaBackendOptions::mma_products
     std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
@@ -548,6 +549,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
         graphs_ = false;
     }
     d.pdl = options.programmatic_launch && !d.profile && pdl_supported();
+    d.chain = options.programmatic_chain && !d.profile && pdl_supported();
     d.mma = options.mma_products;
     if (d.int8 && d.mma) prepare_mma_products();
     if (options.gemm != GemmMode::off) {
@@ -870,7 +872,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                 ps.add(*item[j].first, item[j].second);
             if (d.int8 && uses_q8(ps.w[0].type)) {
                 if (q8_of != x) {
-                    quantize_q8(x, nk, ps.w[0].cols, d.xq, d.xds, s);
+                    quantize_q8(x, nk, ps.w[0].cols, d.xq, d.xds, s, d.chain);
                     q8_of = x;
                     d.mark("quantize activations");
                 }
@@ -898,7 +900,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                           int32_t check_layer) {
         const bool quantize = d.fuse && d.int8 && uses_q8(w.type) && c.n_embd % 32 == 0;
         rms_norm_q8(x, weight, d.xn, rows, c.n_embd, c.rms_eps, quantize ? d.xq : nullptr, d.xds,
-                    check_layer >= 0 ? flag : nullptr, check_layer, s);
+                    check_layer >= 0 ? flag : nullptr, check_layer, s, d.chain);
         q8_of = quantize ? d.xn : nullptr;
         d.mark("norms, adds, biases");
     };
@@ -912,13 +914,13 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
         if (d.flash && rest >= kGemmMinTokens) {
             const int64_t q_row = c.n_head * c.head_dim;
             if (lead > 0) attention(d.q, slots, pos, lead, heads, cache, c.attn_scale, window, d.att, s, false, q_out,
-                                    d.xds);
+                                    d.xds, d.chain);
             attention(d.q + lead * q_row, slots + lead, pos + lead, rest, heads, cache, c.attn_scale, window,
                       d.att + lead * q_row, s, true);
             // Only the decode tokens' rows are quantized: enough when cuBLAS takes the prompt's products
             q8_of = quantize && d.gemm_mode != GemmMode::off ? d.att : nullptr;
         } else {
-            attention(d.q, slots, pos, n, heads, cache, c.attn_scale, window, d.att, s, false, q_out, d.xds);
+            attention(d.q, slots, pos, n, heads, cache, c.attn_scale, window, d.att, s, false, q_out, d.xds, d.chain);
             q8_of = quantize ? d.att : nullptr;
         }
     };
@@ -942,7 +944,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
         if (L.q_norm) rms_norm(d.q, L.q_norm, d.q, n * c.n_head, c.head_dim, c.rms_eps, s);
         if (L.k_norm) rms_norm(d.k, L.k_norm, d.k, n * c.n_head_kv, c.head_dim, c.rms_eps, s);
         d.mark("norms, adds, biases");
-        rope_store(d.q, d.k, d.v, local && two_ropes ? d.cs_local : d.cs, slots, pos, n, heads, cache, s);
+        rope_store(d.q, d.k, d.v, local && two_ropes ? d.cs_local : d.cs, slots, pos, n, heads, cache, s, d.chain);
         d.mark("rope + K/V store");
         attend(cache, local ? c.sliding_window : 0, L.wo);
         d.mark("attention");
@@ -960,7 +962,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
         input_norm(d.x, L.ffn_norm, n, L.gate, -1);
         products({{&L.gate, d.gate}, {&L.up, d.up}}, d.xn, n, false);
         if (d.fuse && d.int8 && uses_q8(L.down.type) && c.n_ff % 32 == 0) {
-            gated_activation_q8(d.gate, d.up, n * c.n_ff, gelu, d.xq, d.xds, s);
+            gated_activation_q8(d.gate, d.up, n * c.n_ff, gelu, d.xq, d.xds, s, d.chain);
             q8_of = d.gate;
         } else {
             gated_activation(d.gate, d.up, n * c.n_ff, gelu, s);

@@ -49,15 +49,23 @@ struct CudaBackendOptions {
     // (kernels.cu has every stage count measured). QUILL_CUDA_STREAM=0: none, =1: all three.
     std::vector<GgmlType> stream_types = {GgmlType::Q4_0, GgmlType::Q4_1};
     int stream_stages = 0;  // the streamed kernel's ring: 2, 3, 4, 6 or 8 stages (0: kernels.h kStreamStagesDefault)
-    // The streamed products launched as programmatic dependents (sm_90 or later; ignored below): each fetches its
-    // first weights while the kernel before it finishes (kernels.h Q8Launch::pdl). Measured there, with against
-    // without (tok/s, three runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4 stages 367.0 / 359.8;
-    // Q8_0 streamed 251.8 / 235.5: 1-3% for Q4_0, about the runs' noise. QUILL_CUDA_PDL=0 turns it off.
+    // The int8 decode products launched as programmatic dependents (sm_90 or later; ignored below): each fetches its
+    // first weights while the kernel before it finishes (kernels.h Q8Launch::pdl). Measured there, the streamed
+    // kernel with against without (tok/s, three runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4
+    // stages 367.0 / 359.8; Q8_0 streamed 251.8 / 235.5: 1-3% for Q4_0, about the runs' noise.
     bool programmatic_launch = true;
+    // The other kernels of a decode step's layers (the norms, RoPE + K/V store, attention, activation, the
+    // activations' quantization) launched as programmatic dependents too (sm_90 or later): each kernel's blocks are
+    // on the multiprocessors, waiting, when the kernel before it finishes, instead of launching then. Measured on the
+    // H200 (decode tok/s, 2026-12-04, all in one run, then the same in a second): SmolLM2-135M's shape in Q4_1 744.9
+    // / 772.3 against 740.2 / 751.4 with the products only (QUILL_CUDA_PDL=products) and 666.3 / 680.8 with none
+    // (QUILL_CUDA_PDL=0); llama3-8b Q4_0 371.2 / 374.3 against 343.0 / 348.7 with none, Q8_0 290.5 against 290.3.
+    bool programmatic_chain = true;
     // More than eight decode tokens (sequences decoding together) multiplied by int8 mma on the tensor cores (kernels.h
     // Q8Launch::mma; sm_80 or later, packed layout), the same bits as the dp4a kernels by construction and by its
-    // test, which has not run on a GPU yet: off until it has. QUILL_CUDA_MMA=1 turns it on.
-    bool mma_products = false;
+    // test (passed on an H200). Measured there (llama3-8b Q4_0, 2026-12-04, generated tok/s, the dp4a kernels in the
+    // same run): 16 sequences 873.2 against 840.9, 64 sequences 1088.2 against 856.0. QUILL_CUDA_MMA=0 turns it off.
+    bool mma_products = true;
 };
 
 // The largest decode batch replayed as a CUDA graph.

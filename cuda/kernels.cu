@@ -127,6 +127,20 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// The start of a kernel of a decode step's chain: once the kernel before has finished, the next may launch (its
+// blocks wait at their own pdl_wait). Triggering only after the wait keeps one kernel launched ahead, not the whole
+// chain's blocks holding the multiprocessors.
+__device__ __forceinline__ void pdl_start() {
+    pdl_wait();
+    pdl_trigger();
+}
+
+// Brings [p, p + bytes) into L2, lane l taking its lines l, l + 32, ... (a hint: no data moves to the warp).
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes, int lane) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127}, end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t a = first + 128 * lane; a < end; a += 128 * kWarp)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+}
 
 __device__ __forceinline__ int set_member(const ProductSet& ps, int64_t rg, int64_t& r) {
     const int i = rg < ps.row_end[0] ? 0 : rg < ps.row_end[1] ? 1 : 2;
@@ -251,7 +265,7 @@ __device__ __forceinline__ void quantize_lane(float v, int64_t b, int lane, int8
 // One warp per block of 32 (lane i: element i), blocks of all tokens back to back.
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                    float2* __restrict__ ds) {
-    pdl_trigger();  // a product launched after this one may start fetching its weights
+    pdl_start();  // a product launched after this one may start fetching its weights
     const int lane = threadIdx.x % kWarp;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
     for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; b < n_blocks;
@@ -340,9 +354,10 @@ __device__ __forceinline__ float q8_block_dot(const int* wq, float d, float m, c
 // One warp per weight row; every token, NT at a time (the row's blocks stay in L1 between tiles). Lane l takes
 // blocks l, l + 32, ... and sums them in that order (matmul_q8_rows_kernel and matmul_q8_stream_kernel too: the
 // same bits). Loading four of a lane's blocks before using the first measured no faster on the H200 (42% of the copy
-// bandwidth either way).
+// bandwidth either way). P: launched as a programmatic dependent, the warp brings its first blocks into L2 while the
+// kernel before finishes.
 
-template <GgmlType T, int NT>
+template <GgmlType T, int NT, bool P>
 __global__ void __launch_bounds__(kMatmulWarps * kWarp)
     matmul_q8_kernel(ProductSet ps, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
                      int64_t n_tokens, bool accumulate) {
@@ -357,6 +372,15 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
     const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
     const uint8_t *qrow, *srow;
     q8_row<T>(w, r, qrow, srow);
+    if constexpr (P) {
+        // The lanes' first blocks (0..31: the whole of a row up to 1024 wide). The whole row of every warp on the
+        // device at once (4.3 KB a Q8_0 row 4096 wide, 36 MB in all) made Q8_0 decode slower on the H200 (270.5
+        // against 288.1 tok/s without): more than L2 keeps.
+        const int64_t first = nb < kWarp ? nb : kWarp;
+        prefetch_l2(qrow, w.scales ? first * packed_quant_bytes(T) : w.row_bytes * first / nb, lane);
+        if (w.scales) prefetch_l2(srow, first * packed_scale_bytes(T), lane);
+        pdl_start();  // the input (and y) from here on
+    }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
         const int nt = static_cast<int>(n_tokens - t0 < NT ? n_tokens - t0 : NT);
         float acc[NT];
@@ -449,7 +473,8 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // integer sums for 16 rows x 8 tokens come from one mma.m16n8k32 (exact int32, as dp4a's), then the same
 // q8_block_value and additions; the 32 partials of a (row, token) meet in shared memory and are added in
 // warp_sum's tree. The same bits as the one-token kernels, so a sequence's result does not depend on its batch.
-// Written with its parity test; not yet run on a GPU (CudaBackendOptions::mma_products, off).
+// Its parity tests passed on an H200, where it is faster than the dp4a kernels from 16 tokens on
+// (CudaBackendOptions::mma_products).
 constexpr int kMmaRows = 16, kMmaTokens = 32, kMmaWarps = kWarp;  // a warp in the place of each lane
 
 // C = A (16 x 32 int8, row-major fragments a) B (32 x 8 int8, column fragments b), int32.
@@ -654,7 +679,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
         cp_async_commit();
     };
     for (int k = 0; k < S - 1; ++k) issue();  // weights only: before the kernel before has finished
-    pdl_wait();  // the input (and y) from here on
+    pdl_start();  // the input (and y) from here on
     const int nt = static_cast<int>(n_tokens);
     int stage = 0;
     for (int64_t rg = gw; rg < total; rg += n_warps) {
@@ -775,7 +800,7 @@ template <int K>
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_vec_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps,
                         int8_t* __restrict__ q, float2* __restrict__ ds, int32_t* flag, int32_t layer) {
-    pdl_trigger();  // a product launched after this one may start fetching its weights
+    pdl_start();  // a product launched after this one may start fetching its weights
     __shared__ float scratch[32];
     const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * d);
     const float4* wr = reinterpret_cast<const float4*>(w);
@@ -814,6 +839,7 @@ __global__ void __launch_bounds__(kNormThreads)
 
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t d, float eps,
                                 int8_t* __restrict__ q, float2* __restrict__ ds, int32_t* flag, int32_t layer) {
+    pdl_start();
     __shared__ float scratch[32];
     const float* xr = x + blockIdx.x * d;
     float* yr = y + blockIdx.x * d;
@@ -867,6 +893,7 @@ __device__ __forceinline__ void store_kv(void* base, size_t i, float v, bool f16
 __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                                   const float* __restrict__ cs, const int32_t* __restrict__ slots,
                                   const int32_t* __restrict__ pos, Heads h, LayerCache c) {
+    pdl_start();
     const int64_t t = blockIdx.x;
     const int half = h.n_rot / 2;
     const float* cst = cs + t * half * 2;
@@ -931,7 +958,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
                      Heads h, LayerCache c, float scale, int64_t window, float* __restrict__ out, bool only_others,
                      int8_t* __restrict__ out_q, float2* __restrict__ out_ds) {
-    pdl_trigger();  // a product launched after this one may start fetching its weights
+    pdl_start();  // a product launched after this one may start fetching its weights
     extern __shared__ float smem[];
     const int hd = h.head_dim;
     float* sq = smem;                 // [head_dim] the query
@@ -1235,7 +1262,7 @@ __global__ void gated_kernel(float* __restrict__ gate, const float* __restrict__
 template <bool kGelu>
 __global__ void gated_q8_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n_blocks,
                                 int8_t* __restrict__ q, float2* __restrict__ ds) {
-    pdl_trigger();  // a product launched after this one may start fetching its weights
+    pdl_start();  // a product launched after this one may start fetching its weights
     const int lane = threadIdx.x % kWarp;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
     for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; b < n_blocks;
@@ -1420,6 +1447,24 @@ unsigned grid_for(int64_t n, int threads, unsigned cap = 4096) {
     return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
 }
 
+// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent of the kernel before it when pdl (and the
+// device is sm_90 or later: the attribute is left off below); `what` names the launch in its error.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl, const char* what,
+            Args&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = pdl && pdl_supported() ? 1 : 0;
+    check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
+
 }  // namespace
 
 ProductSet product_set(const DeviceMatrix& w, float* y) {
@@ -1465,11 +1510,10 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y, b
     matmul(product_set(w, y), x, n_tokens, accumulate, s);
 }
 
-void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s) {
+void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s, bool pdl) {
     const int64_t blocks = n * (cols / 32);
-    quantize_q8_kernel<<<grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s>>>(x, blocks, q,
-                                                                              reinterpret_cast<float2*>(ds));
-    check(cudaGetLastError(), "the activation quantization kernel launch");
+    launch(quantize_q8_kernel, grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s, pdl,
+           "the activation quantization kernel launch", x, blocks, q, reinterpret_cast<float2*>(ds));
 }
 
 namespace {
@@ -1596,18 +1640,9 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
             const int64_t fit = static_cast<int64_t>(stream_blocks_per_sm<T, NT, S>()) * multiprocessors();
             const auto grid = static_cast<unsigned>(std::max<int64_t>(
                 1, std::min<int64_t>(how.stream_blocks > 0 ? how.stream_blocks : fit, row_blocks)));
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = dim3(grid);
-            cfg.blockDim = dim3(kMatmulWarps * kWarp);
-            cfg.dynamicSmemBytes = kMatmulWarps * S * stream_stage_bytes<T>();
-            cfg.stream = s;
-            cudaLaunchAttribute attr{};
-            attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr.val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = &attr;
-            cfg.numAttrs = how.pdl && pdl_supported() ? 1 : 0;  // (sm_90 or later)
-            check(cudaLaunchKernelEx(&cfg, matmul_q8_stream_kernel<T, NT, S>, ps, q, xds, n_tokens, accumulate),
-                  "the streamed int8 matmul kernel launch");
+            launch(matmul_q8_stream_kernel<T, NT, S>, grid, kMatmulWarps * kWarp,
+                   kMatmulWarps * S * stream_stage_bytes<T>(), s, how.pdl, "the streamed int8 matmul kernel launch",
+                   ps, q, xds, n_tokens, accumulate);
         };
         with_stages(how.stream_stages > 0 ? how.stream_stages : kStreamStagesDefault, [&](auto st) {
             with_int8_type(ps.w[0].type, [&](auto tag) {
@@ -1633,8 +1668,14 @@ void matmul_q8(const ProductSet& ps, const int8_t* q, const float* ds, int64_t n
     }
     auto go = [&](auto tag, auto nt) {
         constexpr GgmlType T = decltype(tag)::value;
-        matmul_q8_kernel<T, decltype(nt)::value><<<row_blocks, kMatmulWarps * kWarp, 0, s>>>(ps, q, xds, n_tokens,
-                                                                                          accumulate);
+        constexpr int NT = decltype(nt)::value;
+        // As a programmatic dependent: the kernel that brings its first blocks into L2 before it waits.
+        if (how.pdl && pdl_supported())
+            launch(matmul_q8_kernel<T, NT, true>, row_blocks, kMatmulWarps * kWarp, 0, s, true,
+                   "the int8 matmul kernel launch", ps, q, xds, n_tokens, accumulate);
+        else
+            matmul_q8_kernel<T, NT, false><<<row_blocks, kMatmulWarps * kWarp, 0, s>>>(ps, q, xds, n_tokens,
+                                                                                    accumulate);
     };
     auto by_tokens = [&](auto tag) {
         if (n_tokens == 1) {
@@ -1695,24 +1736,19 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, fl
 }
 
 void rms_norm_q8(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, int8_t* q, float* ds,
-                 int32_t* flag, int32_t layer, cudaStream_t s) {
+                 int32_t* flag, int32_t layer, cudaStream_t s, bool pdl) {
     if (q != nullptr && d % 32 != 0) check(cudaErrorInvalidValue, "rms_norm_q8 (a row not a multiple of 32)");
     auto* ds2 = reinterpret_cast<float2*>(ds);
     const auto grid = static_cast<unsigned>(n);
     const bool aligned = d % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
     const int64_t per_thread = (d / 4 + kNormThreads - 1) / kNormThreads;
-    if (aligned && per_thread <= 1)
-        rms_norm_vec_kernel<1><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
-    else if (aligned && per_thread <= 2)
-        rms_norm_vec_kernel<2><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
-    else if (aligned && per_thread <= 4)
-        rms_norm_vec_kernel<4><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
-    else if (aligned && per_thread <= 8)
-        rms_norm_vec_kernel<8><<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
-    else
-        rms_norm_kernel<<<grid, kNormThreads, 0, s>>>(x, w, y, d, eps, q, ds2, flag, layer);
-    check(cudaGetLastError(), "the RMSNorm kernel launch");
+    auto kernel = aligned && per_thread <= 1   ? rms_norm_vec_kernel<1>
+                  : aligned && per_thread <= 2 ? rms_norm_vec_kernel<2>
+                  : aligned && per_thread <= 4 ? rms_norm_vec_kernel<4>
+                  : aligned && per_thread <= 8 ? rms_norm_vec_kernel<8>
+                                               : rms_norm_kernel;
+    launch(kernel, grid, kNormThreads, 0, s, pdl, "the RMSNorm kernel launch", x, w, y, d, eps, q, ds2, flag, layer);
 }
 
 void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, float* cs, cudaStream_t s) {
@@ -1721,10 +1757,10 @@ void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64
 }
 
 void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
-                const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s) {
+                const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s, bool pdl) {
     const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head + heads.n_head_kv));
-    rope_store_kernel<<<grid, 128, 0, s>>>(q, k, v, cs, slots, pos, heads, cache);
-    check(cudaGetLastError(), "the RoPE + KV store kernel launch");
+    launch(rope_store_kernel, grid, 128, 0, s, pdl, "the RoPE + KV store kernel launch", q, k, v, cs, slots, pos,
+           heads, cache);
 }
 
 bool flash_attention_takes(const Heads& heads, const LayerCache& cache) {
@@ -1733,7 +1769,7 @@ bool flash_attention_takes(const Heads& heads, const LayerCache& cache) {
 
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
                const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s, bool flash,
-               int8_t* q_out, float* ds_out) {
+               int8_t* q_out, float* ds_out, bool pdl) {
     if (heads.head_dim > kWarp * kAttnMaxDimsPerLane) {
         check(cudaErrorInvalidValue, "attention (head_dim above 512)");
     }
@@ -1758,9 +1794,9 @@ void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t
     if (q_out != nullptr && (flash || heads.head_dim % 32 != 0))
         check(cudaErrorInvalidValue, "attention (quantized output: not with flash, head_dim a multiple of 32)");
     const size_t smem = attention_smem_floats(heads.head_dim) * sizeof(float);
-    attention_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head)), kAttnThreads, smem, s>>>(
-        q, slots, pos, heads, cache, scale, window, out, flash, q_out, reinterpret_cast<float2*>(ds_out));
-    check(cudaGetLastError(), "the attention kernel launch");
+    launch(attention_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads.n_head)), kAttnThreads, smem,
+           s, pdl, "the attention kernel launch", q, slots, pos, heads, cache, scale, window, out, flash, q_out,
+           reinterpret_cast<float2*>(ds_out));
 }
 
 void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s) {
@@ -1769,13 +1805,12 @@ void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaSt
     check(cudaGetLastError(), "the SwiGLU/GeGLU kernel launch");
 }
 
-void gated_activation_q8(float* gate, const float* up, int64_t n, bool gelu, int8_t* q, float* ds, cudaStream_t s) {
+void gated_activation_q8(float* gate, const float* up, int64_t n, bool gelu, int8_t* q, float* ds, cudaStream_t s,
+                         bool pdl) {
     if (n % 32 != 0) check(cudaErrorInvalidValue, "gated_activation_q8 (not a multiple of 32)");
     const int64_t blocks = n / 32;
-    auto* ds2 = reinterpret_cast<float2*>(ds);
-    if (gelu) gated_q8_kernel<true><<<grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s>>>(gate, up, blocks, q, ds2);
-    else gated_q8_kernel<false><<<grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s>>>(gate, up, blocks, q, ds2);
-    check(cudaGetLastError(), "the SwiGLU/GeGLU kernel launch");
+    launch(gelu ? gated_q8_kernel<true> : gated_q8_kernel<false>, grid_for(blocks * kWarp, 256, 1u << 16), 256, 0, s,
+           pdl, "the SwiGLU/GeGLU kernel launch", gate, up, blocks, q, reinterpret_cast<float2*>(ds));
 }
 
 void add_rows(float* x, const float* b, int64_t n, int64_t d, cudaStream_t s) {

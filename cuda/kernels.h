@@ -45,7 +45,11 @@ void matmul(const ProductSet& ps, const float* x, int64_t n_tokens, bool accumul
 // (cpu::generic::quantize_block: d = max|x| / 127, q = round(x / d), half away from zero, clamped to +-127), the
 // scale kept rounded to fp16: q [n, cols] int8 and ds [n, cols / 32] pairs (d, d * sum of the block's q). cols is a
 // multiple of 32; q and ds 16-byte aligned.
-void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s);
+// pdl, here and in the kernels of a decode step's chain below (the norm, RoPE + K/V store, attention, activation):
+// launched as a programmatic dependent (sm_90 or later; ignored below), which waits for the kernel before it to
+// finish and then lets the next kernel launch, so that the next one's blocks are on the multiprocessors when it
+// finishes.
+void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s, bool pdl = false);
 
 // How matmul_q8 multiplies (the same bits every way; tests/test_cuda.cpp compares them).
 struct Q8Launch {
@@ -59,12 +63,13 @@ struct Q8Launch {
     int stream_blocks = 0;  // > 0: caps its persistent grid (tests: many rows a warp)
     int stream_stages = 0;  // its ring's stages: 2, 3, 4, 6 or 8 (0: kStreamStagesDefault)
     // More than eight tokens, weights in the packed layout, sm_80 or later (mma_takes): int8 mma on the tensor
-    // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; kernels.cu). Not yet run
-    // on a GPU: CudaBackendOptions::mma_products, off.
+    // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; kernels.cu;
+    // CudaBackendOptions::mma_products has what it measured).
     bool mma = false;
-    // The streamed kernel launched as a programmatic dependent (sm_90): it fetches its first chunks of weights
-    // while the kernel before it (a norm, the attention or the activation, which let it start early) finishes, and
-    // waits for that kernel before it reads the input.
+    // Launched as a programmatic dependent (sm_90): the streamed kernel fetches its first chunks of weights, the
+    // one-row-a-warp kernel (1 to 8 tokens) brings its first blocks into L2, while the kernel before it (a norm, the
+    // attention or the activation, which let it start early) finishes; each waits for that kernel before it reads
+    // the input, then lets the next kernel launch.
     bool pdl = false;
 };
 constexpr int kStreamStagesDefault = 3;  // measured fastest on the H200 (kernels.cu)
@@ -100,7 +105,7 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, fl
 // min(*flag, layer) when x holds inf or NaN: the input checks and quantization of the products that follow, in the
 // norm's launch. y is bit for bit rms_norm's.
 void rms_norm_q8(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps, int8_t* q, float* ds,
-                 int32_t* flag, int32_t layer, cudaStream_t s);
+                 int32_t* flag, int32_t layer, cudaStream_t s, bool pdl = false);
 
 // The KV cache of one layer: element (slot, pos, e) is at slot * slot_stride + pos * row + e, row = n_head_kv *
 // head_dim, in f16 or f32.
@@ -124,7 +129,8 @@ void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64
 // (slot, pos) of the cache. cs [n, n_rot / 2, 2] holds cos and sin of each token's angles; rotation is of pair i of
 // each head's first n_rot dims (adjacent or NEOX, heads.neox), as the CPU backend does.
 void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
-                const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s);
+                const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s,
+                bool pdl = false);
 
 // out[t, h] = softmax(q[t, h] . K[slot_t, j0..pos_t] * scale) V[slot_t, j0..pos_t] for every token and head, with
 // grouped-query heads (head h reads KV head h / (n_head / n_head_kv)); j0 = 0, or with a sliding window > 0
@@ -137,13 +143,14 @@ void rope_store(float* q, const float* k, const float* v, const float* cs, const
 // launch.
 void attention(const float* q, const int32_t* slots, const int32_t* pos, int64_t n, const Heads& heads,
                const LayerCache& cache, float scale, int64_t window, float* out, cudaStream_t s, bool flash = false,
-               int8_t* q_out = nullptr, float* ds_out = nullptr);
+               int8_t* q_out = nullptr, float* ds_out = nullptr, bool pdl = false);
 bool flash_attention_takes(const Heads& heads, const LayerCache& cache);
 
 // gate = act(gate) * up, n elements: act SiLU, or GELU in its tanh form when gelu.
 void gated_activation(float* gate, const float* up, int64_t n, bool gelu, cudaStream_t s);
 // The same (bit for bit), the result also quantized as quantize_q8 does (n a multiple of 32).
-void gated_activation_q8(float* gate, const float* up, int64_t n, bool gelu, int8_t* q, float* ds, cudaStream_t s);
+void gated_activation_q8(float* gate, const float* up, int64_t n, bool gelu, int8_t* q, float* ds, cudaStream_t s,
+                         bool pdl = false);
 
 // x[t, i] += b[i] for n rows of d.
 void add_rows(float* x, const float* b, int64_t n, int64_t d, cudaStream_t s);

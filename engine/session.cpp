@@ -132,7 +132,8 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     // device, QUILL_CUDA_INT8=0 multiplies Q4_0/Q4_1/Q8_0 with the float kernel, QUILL_CUDA_FLASH=0 attends one
     // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches, QUILL_CUDA_STREAM=0 off
     // the streamed int8 decode products (=1: for Q8_0 too), QUILL_CUDA_STAGES=2|3|4|6|8 their ring's stages,
-    // QUILL_CUDA_PDL=0 their programmatic launch, QUILL_CUDA_MMA=1 the int8 mma kernel for many decode tokens.
+    // QUILL_CUDA_PDL=0 their programmatic launch and the other kernels' (=products: theirs only), QUILL_CUDA_MMA=0
+    // the int8 mma kernel for many decode tokens.
     auto switch_is = [](const char* name, std::string_view value) {
         const char* env = std::getenv(name);
         return env && value == env;
@@ -145,8 +146,9 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     if (switch_is("QUILL_CUDA_STREAM", "1")) co.stream_types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
     for (const char* n : {"2", "3", "4", "6", "8"})
         if (switch_is("QUILL_CUDA_STAGES", n)) co.stream_stages = std::atoi(n);
-    if (switch_is("QUILL_CUDA_PDL", "0")) co.programmatic_launch = false;
-    if (switch_is("QUILL_CUDA_MMA", "1")) co.mma_products = true;
+    if (switch_is("QUILL_CUDA_PDL", "0")) co.programmatic_launch = co.programmatic_chain = false;
+    if (switch_is("QUILL_CUDA_PDL", "products")) co.programmatic_chain = false;
+    if (switch_is("QUILL_CUDA_MMA", "0")) co.mma_products = false;
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {

@@ -170,7 +170,9 @@ TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing el
     // Streamed products for Q4_0 and Q4_1 (faster on the H200), not Q8_0 (slower there); launched as programmatic
     // dependents
     CHECK(o.stream_types == std::vector<GgmlType>{GgmlType::Q4_0, GgmlType::Q4_1});
-    CHECK((o.stream_stages == 0 && o.programmatic_launch));
+    CHECK((o.stream_stages == 0 && o.programmatic_launch && o.programmatic_chain));
+    // and more than eight decode tokens on the tensor cores (faster there from 16 sequences on)
+    CHECK(o.mma_products);
     // The GEMM's scratch: one slice of at most kGemmSliceElems (at least a row), plus the F16 input in f16 mode.
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::off, 1 << 20, 4096, 100) == 0);
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, 4096 * 4096, 4096, 100) == 4096u * 4096u * 4u);
@@ -361,9 +363,13 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
                             CHECK(s1.get(y0.size()) == dy.get(y0.size()));
                             if (!accumulate) CHECK(s2.get(static_cast<size_t>(n_tok * 29)) ==
                                                    a2.get(static_cast<size_t>(n_tok * 29)));
-                            // Launched as a programmatic dependent of the quantization that writes its input
-                            // (which lets it start at once): it waits for that input, whose buffers held other
-                            // bytes until then.
+                        }
+                        // Launched as a programmatic dependent of the quantization that writes its input (itself a
+                        // dependent of the memsets, and which lets it start at once), the streamed kernel and the
+                        // register kernel (which brings its rows into L2 first): each waits for that input, whose
+                        // buffers held other bytes until then.
+                        for (bool stream : {true, false}) {
+                            if (stream && !cuda::stream_takes(one, n_tok)) continue;
                             cudaStream_t st = nullptr;
                             REQUIRE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
                             DeviceArray<int8_t> q2(x.size());
@@ -372,9 +378,9 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
                             REQUIRE(cudaMemset(ds2.p, 0x3f, want_ds.size() * sizeof(float)) == cudaSuccess);
                             yp.put(y0);
                             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                            cuda::quantize_q8(dx.p, n_tok, cols, q2.p, ds2.p, st);
+                            cuda::quantize_q8(dx.p, n_tok, cols, q2.p, ds2.p, st, true);
                             cuda::matmul_q8(cuda::product_set(w.m, yp.p), q2.p, ds2.p, n_tok, accumulate, st,
-                                            {.stream = true, .pdl = true});
+                                            {.stream = stream, .pdl = true});
                             REQUIRE(cudaStreamSynchronize(st) == cudaSuccess);
                             CHECK(yp.get(y0.size()) == dy.get(y0.size()));
                             REQUIRE(cudaStreamDestroy(st) == cudaSuccess);
@@ -836,27 +842,33 @@ test::TinySpec int8_spec(GgmlType type, int64_t n_embd, int64_t n_ff) {
 
 }  // namespace
 
-TEST_CASE("decode graphs with the streamed products launched as programmatic dependents equal the register "
-          "kernels bit for bit",
+TEST_CASE("decode graphs with the products, and the kernels between them, launched as programmatic dependents "
+          "equal plain launches of the register kernels bit for bit",
           "[cuda]") {
     if (!have_gpu()) return;
-    // Rows 1024 and 2048 wide (the streamed kernel takes a multiple of 1024), each int8 type; one sequence for four
-    // steps, then two.
-    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-        auto model = test::make_tiny_model(int8_spec(type, 1024, 2048));
-        INFO(type_name(type));
-        auto run = [&](bool stream, bool pdl) {
-            cuda::CudaBackendOptions o;
-            o.n_ctx = 64;
-            o.n_slots = 2;
-            if (stream) o.stream_types = {type};
-            else o.stream_types.clear();
-            o.programmatic_launch = pdl;
-            return decode_logits(*model, o, 5, 8, [](int step) { return step < 4 ? 1 : 2; });
-        };
-        const std::vector<float> registers = run(false, false);
-        CHECK(run(true, true) == registers);
-        CHECK(run(true, false) == registers);
+    // Rows 1024 and 2048 wide (the streamed kernel takes a multiple of 1024), and 256 and 320 (the register kernel
+    // only), each int8 type; one sequence for four steps, then two.
+    for (auto [n_embd, n_ff] : {std::pair<int64_t, int64_t>{1024, 2048}, {256, 320}}) {
+        for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+            auto model = test::make_tiny_model(int8_spec(type, n_embd, n_ff));
+            INFO(type_name(type) << " " << n_embd);
+            auto run = [&](bool stream, bool pdl, bool chain) {
+                cuda::CudaBackendOptions o;
+                o.n_ctx = 64;
+                o.n_slots = 2;
+                if (stream) o.stream_types = {type};
+                else o.stream_types.clear();
+                o.programmatic_launch = pdl;
+                o.programmatic_chain = chain;
+                return decode_logits(*model, o, 5, 8, [](int step) { return step < 4 ? 1 : 2; });
+            };
+            const std::vector<float> registers = run(false, false, false);
+            CHECK(run(true, true, true) == registers);
+            CHECK(run(true, true, false) == registers);
+            CHECK(run(true, false, false) == registers);
+            CHECK(run(false, true, true) == registers);
+            CHECK(run(false, true, false) == registers);
+        }
     }
 }
 

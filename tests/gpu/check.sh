@@ -9,7 +9,8 @@
 #      16 in parallel), GPU against CPU;
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
-#      by phase), with 16 and 64 sequences decoding together (also on the int8 mma kernel, QUILL_CUDA_MMA=1), with
+#      by phase), with 16 and 64 sequences decoding together (also on the dp4a kernels, QUILL_CUDA_MMA=0; 64 with
+#      the profile), SmolLM2-135M's shape in Q4_1 with 1, 16 and 64 sequences (the batch issue's model), with
 #      the fused launches off (QUILL_CUDA_FUSE=0), the int8 decode products without the streamed kernel
 #      (QUILL_CUDA_STREAM=0), its ring at 4 stages, without
 #      programmatic launch; q4_1 with and without it, q8_0 with it (QUILL_CUDA_STREAM=1) at 8 and 4 stages; and
@@ -126,33 +127,53 @@ tb = {key(r): json.dumps(r.get("text", r.get("output", r)), sort_keys=True) for 
 print(f"batch: {sum(ta[k] == tb.get(k) for k in ta)}/{len(ta)} texts identical, cuda against cpu")
 PY
 
-bench() {  # bench NAME [VAR=VALUE...] -- ARGS...: JSON to /tmp/bench-NAME.json, stderr (the profile) to bench.err
+# bench NAME [SYNTH=PRESET] [VAR=VALUE...] -- ARGS...: `quill bench --synthetic PRESET` (llama3-8b unless SYNTH=
+# names another), JSON to /tmp/bench-NAME.json, stderr (the profile) to bench.err
+bench() {
     local name=$1; shift
     case " ${QUILL_GPU_SKIP:-} " in *" $name "*) return ;; esac  # QUILL_GPU_SKIP="f16 q4_0-unfused": not these
-    local envs=()
-    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    local envs=() synth=llama3-8b
+    while [ "$1" != "--" ]; do
+        case "$1" in SYNTH=*) synth="${1#SYNTH=}" ;; *) envs+=("$1") ;; esac
+        shift
+    done
     shift
     say "bench $name ${envs[*]}"
-    echo "== $name ${envs[*]} $*" >>"$out/bench.err"
-    timeout "$(limit 100)" env "${envs[@]}" "${quill[@]}" bench --synthetic llama3-8b --device cuda --json "$@" \
+    echo "== $name $synth ${envs[*]} $*" >>"$out/bench.err"
+    timeout "$(limit 100)" env "${envs[@]}" "${quill[@]}" bench --synthetic "$synth" --device cuda --json "$@" \
         >"/tmp/bench-$name.json" 2>>"$out/bench.err" || tail -3 "$out/bench.err"
+}
+profile() {  # the CUDA profile bench NAME left in bench.err
+    awk -v h="== $1 " 'index($0, h) == 1 {on = 1; next} /^== / {on = 0} on' "$out/bench.err" | grep -A40 "CUDA profile" |
+        head -40
 }
 # Most telling first: the run may be cut at the budget. QUILL_GPU_QUICK=1: decode only (no 2048-token prefills).
 pp=(-p 2048 --batch 2048)
 [ "${QUILL_GPU_QUICK:-0}" = 1 ] && pp=(-p 0)
 bench q4_0 -- --dtype q4_0 "${pp[@]}" -n 64 -r 3
 bench q4_0-profile QUILL_CUDA_PROFILE=1 -- --dtype q4_0 "${pp[@]}" -n 16 -r 1
-grep -A40 "CUDA profile" "$out/bench.err" | head -40
+profile q4_0-profile
 bench q8_0 -- --dtype q8_0 "${pp[@]}" -n 64 -r 3
 bench f16 -- --dtype f16 "${pp[@]}" -n 64 -r 3
 bench q4_0-b16 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-unfused QUILL_CUDA_FUSE=0 -- --dtype q4_0 -p 0 -n 64 -r 3
-bench q4_0-b16-mma QUILL_CUDA_MMA=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
-bench q4_0-b64-mma QUILL_CUDA_MMA=1 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
+bench q4_0-b16-dp4a QUILL_CUDA_MMA=0 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
+bench q4_0-b64-dp4a QUILL_CUDA_MMA=0 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
+bench q4_0-b64-profile QUILL_CUDA_PROFILE=1 -- --dtype q4_0 -p 0 -n 8 --batch-decode 64 -r 1
+profile q4_0-b64-profile
+# The batch issue's shape: the default model's (SmolLM2-135M, Q4_1), one sequence and 16 and 64 together.
+bench smollm2-q4_1 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 -r 3
+bench smollm2-q4_1-b16 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 --batch-decode 16 -r 2
+bench smollm2-q4_1-b64 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 --batch-decode 64 -r 2
+bench smollm2-q4_1-pdl0 SYNTH=smollm2-135m QUILL_CUDA_PDL=0 -- --dtype q4_1 -p 0 -n 128 -r 3
+bench smollm2-q4_1-pdl-products SYNTH=smollm2-135m QUILL_CUDA_PDL=products -- --dtype q4_1 -p 0 -n 128 -r 3
 bench q4_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_0 -p 0 -n 64 -r 3
 bench q4_0-s4 QUILL_CUDA_STAGES=4 -- --dtype q4_0 -p 0 -n 64 -r 3
 bench q4_0-pdl0 QUILL_CUDA_PDL=0 -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q4_0-pdl-products QUILL_CUDA_PDL=products -- --dtype q4_0 -p 0 -n 64 -r 3
+bench q8_0-pdl0 QUILL_CUDA_PDL=0 -- --dtype q8_0 -p 0 -n 64 -r 3
+bench q8_0-pdl-products QUILL_CUDA_PDL=products -- --dtype q8_0 -p 0 -n 64 -r 3
 bench q4_1 -- --dtype q4_1 -p 0 -n 64 -r 3
 bench q4_1-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_1 -p 0 -n 64 -r 3
 bench q8_0-stream1 QUILL_CUDA_STREAM=1 -- --dtype q8_0 -p 0 -n 64 -r 3
@@ -216,18 +237,18 @@ python3 - "$out" <<'PY' | tee "$out/table.txt"
 import json, os, sys
 out = sys.argv[1]
 print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
-print(f"{'llama3-8b':14} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
+print(f"{'llama3-8b unless':18} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
       f"{'of copy':>8}")
 import glob
-order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-b16-mma", "q4_0-b64-mma", "q4_0-unfused",
-         "q4_0-stream0", "q4_0-s4", "q4_0-pdl0", "q4_1", "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4",
-         "f16-gemm-f16", "q4_0-gemm-f16"]
+order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-b16-dp4a", "q4_0-b64-dp4a", "q4_0-unfused",
+         "q4_0-stream0", "q4_0-s4", "q4_0-pdl0", "q4_0-pdl-products", "q8_0-pdl0", "q8_0-pdl-products", "q4_1",
+         "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4", "f16-gemm-f16", "q4_0-gemm-f16"]
 found = sorted(f[len("/tmp/bench-"):-len(".json")] for f in glob.glob("/tmp/bench-*.json"))
-for t in order + [t for t in found if t not in order and t != "q4_0-profile"]:
+for t in order + [t for t in found if t not in order and not t.endswith("-profile")]:
     try:
         j = json.load(open(f"/tmp/bench-{t}.json"))
     except Exception as e:
-        print(f"{t:14} no result ({type(e).__name__})")
+        print(f"{t:18} no result ({type(e).__name__})")
         continue
     copy = j.get("copy_gb_per_s")
     rate = j.get("matmul_tflops")
@@ -241,7 +262,7 @@ for t in order + [t for t in found if t not in order and t != "q4_0-profile"]:
     tfs = f"{tf:8.1f}" if tf else f"{'-':>8}"
     tff = f"{tf / rate:8.0%}" if tf and rate else f"{'-':>8}"
     tgs = f"{tg['tokens_per_s']:13.1f}" if tg else f"{'-':>13}"
-    print(f"{t:14} {pps} {tfs} {tff} {tgs} {gbs or 0:8.0f} {frac:>8}   copy {copy or 0:.0f} GB/s, "
+    print(f"{t:18} {pps} {tfs} {tff} {tgs} {gbs or 0:8.0f} {frac:>8}   copy {copy or 0:.0f} GB/s, "
           f"GEMM {rate or 0:.0f} TFLOP/s")
 PY
 say "done"
