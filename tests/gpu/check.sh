@@ -72,8 +72,9 @@ else
     native=1
 fi
 
-say "[cuda] tests, one process each"
 status=0
+if [ "${QUILL_GPU_TESTS:-1}" = 1 ]; then  # QUILL_GPU_TESTS=0: benchmarks only (code that passed them already)
+say "[cuda] tests, one process each"
 failed=()
 log="$out/tests.log"
 : >"$log"
@@ -126,12 +127,14 @@ ta = {key(r): json.dumps(r.get("text", r.get("output", r)), sort_keys=True) for 
 tb = {key(r): json.dumps(r.get("text", r.get("output", r)), sort_keys=True) for r in b}
 print(f"batch: {sum(ta[k] == tb.get(k) for k in ta)}/{len(ta)} texts identical, cuda against cpu")
 PY
+fi
 
 # bench NAME [SYNTH=PRESET] [VAR=VALUE...] -- ARGS...: `quill bench --synthetic PRESET` (llama3-8b unless SYNTH=
 # names another), JSON to /tmp/bench-NAME.json, stderr (the profile) to bench.err
 bench() {
     local name=$1; shift
     case " ${QUILL_GPU_SKIP:-} " in *" $name "*) return ;; esac  # QUILL_GPU_SKIP="f16 q4_0-unfused": not these
+    [ -z "${QUILL_GPU_ONLY:-}" ] || case " $QUILL_GPU_ONLY " in *" $name "*) ;; *) return ;; esac  # only these
     local envs=() synth=llama3-8b
     while [ "$1" != "--" ]; do
         case "$1" in SYNTH=*) synth="${1#SYNTH=}" ;; *) envs+=("$1") ;; esac
@@ -144,6 +147,7 @@ bench() {
         >"/tmp/bench-$name.json" 2>>"$out/bench.err" || tail -3 "$out/bench.err"
 }
 profile() {  # the CUDA profile bench NAME left in bench.err
+    [ -f "$out/bench.err" ] || return 0
     awk -v h="== $1 " 'index($0, h) == 1 {on = 1; next} /^== / {on = 0} on' "$out/bench.err" | grep -A40 "CUDA profile" |
         head -40
 }
@@ -190,17 +194,23 @@ if [ "${QUILL_GPU_GEMM_F16:-0}" = 1 ]; then
 fi
 
 # Per-kernel device time of a few decode steps under Nsight Compute (one metric, clocks left alone), by kernel and
-# grid: which kernels the step's time goes to. QUILL_GPU_NCU_VARIANTS="default unfused stream0" times the separate
-# launches and the register-only int8 kernel too; QUILL_GPU_NCU=0 skips it, QUILL_GPU_NCU_DETAIL=0 the detailed sections.
+# grid: which kernels the step's time goes to. QUILL_GPU_NCU_MODELS="llama3-8b:q4_0:1 smollm2-135m:q4_1:1
+# llama3-8b:q4_0:64" (preset:type:sequences; the first by default) chooses the steps, QUILL_GPU_NCU_VARIANTS="default
+# unfused stream0" times the separate launches and the register-only int8 kernel too; QUILL_GPU_NCU=0 skips it.
+# Then kernels in detail (occupancy, warp stalls, memory): QUILL_GPU_NCU_DETAIL="preset:type:sequences:kernel
+# regex:launches skipped" (default llama3-8b:q4_0:1:matmul_q8:260, one layer's four int8 products), =0 none.
 ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
 if [ "${QUILL_GPU_NCU:-1}" = 1 ] && [ -n "$ncu_bin" ]; then
-    for v in ${QUILL_GPU_NCU_VARIANTS:-default}; do
-        say "ncu: q4_0 decode, $v launches"
-        envs=(); [ "$v" = unfused ] && envs=(QUILL_CUDA_FUSE=0); [ "$v" = stream0 ] && envs=(QUILL_CUDA_STREAM=0)
-        timeout "$(limit 60)" env "${envs[@]}" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv \
-            --print-units base --log-file "/tmp/ncu-$v.csv" "${quill[@]}" bench --synthetic llama3-8b --device cuda \
-            --dtype q4_0 -p 0 -n 3 -r 1 >/dev/null 2>"/tmp/ncu-$v.err" || tail -3 "/tmp/ncu-$v.err"
-        python3 - "/tmp/ncu-$v.csv" "$v" <<'PY' | tee -a "$out/ncu.txt"
+    for spec in ${QUILL_GPU_NCU_MODELS:-llama3-8b:q4_0:1}; do
+        IFS=: read -r preset dtype seqs <<<"$spec"
+        for v in ${QUILL_GPU_NCU_VARIANTS:-default}; do
+            say "ncu: $preset $dtype decode, $seqs sequences, $v launches"
+            envs=(); [ "$v" = unfused ] && envs=(QUILL_CUDA_FUSE=0); [ "$v" = stream0 ] && envs=(QUILL_CUDA_STREAM=0)
+            csv="/tmp/ncu-$preset-$dtype-$seqs-$v.csv"
+            timeout "$(limit 60)" env "${envs[@]}" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum \
+                --csv --print-units base --log-file "$csv" "${quill[@]}" bench --synthetic "$preset" --device cuda \
+                --dtype "$dtype" -p 0 -n 3 --batch-decode "$seqs" -r 1 >/dev/null 2>"$csv.err" || tail -3 "$csv.err"
+            python3 - "$csv" "$spec $v" <<'PY' | tee -a "$out/ncu.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 head, rows = rows[0], rows[1:]
@@ -217,18 +227,23 @@ print(f"ncu {sys.argv[2]}: {sum(cnt.values())} launches, {all_ns / 1e6:.2f} ms o
 for name, ns in tot.most_common(30):
     print(f"{ns / 1e6:9.3f} ms {cnt[name]:6d} x {ns / cnt[name] / 1e3:8.2f} us  {name}")
 PY
+        done
     done
-    # One layer's four int8 products in detail (occupancy, warp stalls, memory): why they run where they do.
-    if [ "${QUILL_GPU_NCU_DETAIL:-1}" = 1 ]; then
-        say "ncu: four int8 products of a decode step in detail"
-        timeout "$(limit 90)" "$ncu_bin" --clock-control none -k regex:matmul_q8 --launch-skip 260 --launch-count 4 \
-            --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-            --section MemoryWorkloadAnalysis "${quill[@]}" bench --synthetic llama3-8b --device cuda --dtype q4_0 \
-            -p 0 -n 4 -r 1 >"/tmp/ncu-detail.txt" 2>&1 || tail -3 /tmp/ncu-detail.txt
-        grep -vE "^==PROF==|^\s*$" /tmp/ncu-detail.txt | grep -vE "^quill|^\{" >>"$out/ncu.txt"
-        grep -E "matmul_q8|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|Stall" \
-            /tmp/ncu-detail.txt | head -60
-    fi
+    for spec in ${QUILL_GPU_NCU_DETAIL-llama3-8b:q4_0:1:matmul_q8:260}; do
+        [ "$spec" = 0 ] && break
+        [ "$spec" = 1 ] && spec=llama3-8b:q4_0:1:matmul_q8:260
+        IFS=: read -r preset dtype seqs kernel skip <<<"$spec"
+        say "ncu: $kernel of $preset $dtype decode with $seqs sequences in detail (4 launches after $skip)"
+        detail="/tmp/ncu-detail-$preset-$dtype-$seqs.txt"
+        timeout "$(limit 90)" "$ncu_bin" --clock-control none -k "regex:$kernel" --launch-skip "$skip" \
+            --launch-count 4 --section SpeedOfLight --section LaunchStats --section Occupancy \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            "${quill[@]}" bench --synthetic "$preset" --device cuda --dtype "$dtype" -p 0 -n 4 --batch-decode "$seqs" \
+            -r 1 >"$detail" 2>&1 || tail -3 "$detail"
+        grep -vE "^==PROF==|^\s*$" "$detail" | grep -vE "^quill|^\{" >>"$out/ncu.txt"
+        grep -E "$kernel|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|Stall|Executed Ipc|Issue Slots" \
+            "$detail" | head -80
+    done
 fi
 
 say "summary"
