@@ -246,6 +246,7 @@ struct CudaBackend::Impl {
     bool chain = false;  // CudaBackendOptions::programmatic_chain, likewise
     int stream_stages = 0;   // CudaBackendOptions::stream_stages
     bool mma = false;        // CudaBackendOptions::mma_products
+    bool mma_staged = false;  // CudaBackendOptions::mma_staged
     std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
     bool stream_type(GgmlType t) const {
         return std::find(stream_types.begin(), stream_types.end(), t) != stream_types.end();
@@ -551,6 +552,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     d.pdl = options.programmatic_launch && !d.profile && pdl_supported();
     d.chain = options.programmatic_chain && !d.profile && pdl_supported();
     d.mma = options.mma_products;
+    d.mma_staged = options.mma_staged;
     if (d.int8 && d.mma) prepare_mma_products();
     if (options.gemm != GemmMode::off) {
         d.gemm = std::make_unique<Gemm>();
@@ -882,6 +884,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                 how.stream_stages = d.stream_stages;
                 how.pdl = d.pdl;
                 how.mma = d.mma;
+                how.mma_staged = d.mma_staged;
                 matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, how);
             } else {
                 cuda::matmul(ps, x, nk, accumulate, s);

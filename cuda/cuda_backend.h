@@ -66,6 +66,10 @@ struct CudaBackendOptions {
     // test (passed on an H200). Measured there (llama3-8b Q4_0, 2026-12-04, generated tok/s, the dp4a kernels in the
     // same run): 16 sequences 873.2 against 840.9, 64 sequences 1088.2 against 856.0. QUILL_CUDA_MMA=0 turns it off.
     bool mma_products = true;
+    // The mma kernel with the tokens' quants and scales staged in shared memory a round at a time (kernels.h
+    // Q8Launch::mma_staged), written for what Nsight Compute found the direct one bound by (L1's gathers): the same
+    // bits by construction and by its tests, which have not run on a GPU yet, so off. QUILL_CUDA_MMA=staged.
+    bool mma_staged = false;
 };
 
 // The largest decode batch replayed as a CUDA graph.

@@ -66,6 +66,8 @@ struct Q8Launch {
     // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; kernels.cu;
     // CudaBackendOptions::mma_products has what it measured).
     bool mma = false;
+    // The mma kernel that stages each round's token side in shared memory (kernels.cu; not yet run on a GPU).
+    bool mma_staged = false;
     // Launched as a programmatic dependent (sm_90): the streamed kernel fetches its first chunks of weights, the
     // one-row-a-warp kernel (1 to 8 tokens) brings its first blocks into L2, while the kernel before it (a norm, the
     // attention or the activation, which let it start early) finishes; each waits for that kernel before it reads

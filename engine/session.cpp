@@ -133,7 +133,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches, QUILL_CUDA_STREAM=0 off
     // the streamed int8 decode products (=1: for Q8_0 too), QUILL_CUDA_STAGES=2|3|4|6|8 their ring's stages,
     // QUILL_CUDA_PDL=0 their programmatic launch and the other kernels' (=products: theirs only), QUILL_CUDA_MMA=0
-    // the int8 mma kernel for many decode tokens.
+    // the int8 mma kernel for many decode tokens (=staged: its form with the tokens staged in shared memory).
     auto switch_is = [](const char* name, std::string_view value) {
         const char* env = std::getenv(name);
         return env && value == env;
@@ -149,6 +149,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     if (switch_is("QUILL_CUDA_PDL", "0")) co.programmatic_launch = co.programmatic_chain = false;
     if (switch_is("QUILL_CUDA_PDL", "products")) co.programmatic_chain = false;
     if (switch_is("QUILL_CUDA_MMA", "0")) co.mma_products = false;
+    if (switch_is("QUILL_CUDA_MMA", "staged")) co.mma_staged = true;
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {

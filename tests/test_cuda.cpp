@@ -173,6 +173,7 @@ TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing el
     CHECK((o.stream_stages == 0 && o.programmatic_launch && o.programmatic_chain));
     // and more than eight decode tokens on the tensor cores (faster there from 16 sequences on)
     CHECK(o.mma_products);
+    CHECK(!o.mma_staged);  // (not yet run on a GPU)
     // The GEMM's scratch: one slice of at most kGemmSliceElems (at least a row), plus the F16 input in f16 mode.
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::off, 1 << 20, 4096, 100) == 0);
     CHECK(cuda::gemm_scratch_bytes(cuda::GemmMode::tf32, 4096 * 4096, 4096, 100) == 4096u * 4096u * 4u);
@@ -326,11 +327,14 @@ TEST_CASE("int8 products: the GPU quantizes activations bit for bit as the CPU d
                             const cuda::ProductSet one = cuda::product_set(w.m, nullptr);
                             CHECK(cuda::mma_takes(one, n_tok) == packed);
                             if (cuda::mma_takes(one, n_tok)) {
-                                DeviceArray<float> dym(y0.size());
-                                dym.put(y0);
-                                cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dym.p, accumulate, nullptr, {.mma = true});
-                                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                                CHECK(dym.get(y0.size()) == dy.get(y0.size()));
+                                for (bool staged : {false, true}) {  // and with the tokens staged in shared memory
+                                    DeviceArray<float> dym(y0.size());
+                                    dym.put(y0);
+                                    cuda::matmul_q8(w.m, dq.p, dds.p, n_tok, dym.p, accumulate, nullptr,
+                                                    {.mma = true, .mma_staged = staged});
+                                    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                                    CHECK(dym.get(y0.size()) == dy.get(y0.size()));
+                                }
                             }
                         }
                         // Streamed through shared memory: the same bits, with the grid the device fits and with two
@@ -501,14 +505,16 @@ TEST_CASE("a product set multiplies up to three alike matrices in one launch, bi
                 CHECK(std::all_of(a.begin(), a.end(), [](float v) { return std::isfinite(v); }));
             }
             // On the tensor cores: 16-row tiles across the members' boundaries, the same bits
-            if (q8 && cuda::mma_takes(ps, n_tok)) {
+            for (bool staged : {false, true}) {
+                if (!q8 || !cuda::mma_takes(ps, n_tok)) break;
+                INFO((staged ? "staged" : "direct"));
                 cuda::ProductSet pm;
                 std::vector<std::unique_ptr<DeviceArray<float>>> by_mma;
                 for (const TestMatrix& m : ms) {
                     by_mma.push_back(std::make_unique<DeviceArray<float>>(static_cast<size_t>(n_tok * m.m.rows)));
                     pm.add(m.m, by_mma.back()->p);
                 }
-                cuda::matmul_q8(pm, dq.p, dds.p, n_tok, false, nullptr, {.mma = true});
+                cuda::matmul_q8(pm, dq.p, dds.p, n_tok, false, nullptr, {.mma = true, .mma_staged = staged});
                 REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
                 for (size_t i = 0; i < ms.size(); ++i) {
                     const size_t count = static_cast<size_t>(n_tok * ms[i].m.rows);
@@ -872,20 +878,24 @@ TEST_CASE("decode graphs with the products, and the kernels between them, launch
     }
 }
 
-TEST_CASE("twelve sequences decoding together on the tensor cores (int8 mma) equal the dp4a kernels bit for bit",
+TEST_CASE("twelve sequences decoding together on the tensor cores (int8 mma, direct and staged) equal the dp4a "
+          "kernels bit for bit",
           "[cuda]") {
     if (!have_gpu()) return;
     for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
         auto model = test::make_tiny_model(int8_spec(type, 256, 320));
         INFO(type_name(type));
-        auto run = [&](bool mma) {
+        auto run = [&](bool mma, bool staged) {
             cuda::CudaBackendOptions o;
             o.n_ctx = 32;
             o.n_slots = 12;
             o.mma_products = mma;
+            o.mma_staged = staged;
             return decode_logits(*model, o, 3, 4, [](int) { return 12; });
         };
-        CHECK(run(true) == run(false));
+        const std::vector<float> dp4a = run(false, false);
+        CHECK(run(true, false) == dp4a);
+        CHECK(run(true, true) == dp4a);
     }
 }
 

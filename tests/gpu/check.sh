@@ -9,8 +9,8 @@
 #      16 in parallel), GPU against CPU;
 #   4. runs `quill bench --synthetic llama3-8b` on the GPU for q4_0, q8_0 and f16: pp2048 (a 2048-token prefill in
 #      one batch) and tg64 (64 decode steps), 3 runs each; q4_0 once more with QUILL_CUDA_PROFILE=1 (device time
-#      by phase), with 16 and 64 sequences decoding together (also on the dp4a kernels, QUILL_CUDA_MMA=0; 64 with
-#      the profile), SmolLM2-135M's shape in Q4_1 with 1, 16 and 64 sequences (the batch issue's model), with
+#      by phase), with 16 and 64 sequences decoding together (also on the dp4a kernels, QUILL_CUDA_MMA=0, and the
+#      staged mma kernel, QUILL_CUDA_MMA=staged; 64 with the profile), SmolLM2-135M's shape in Q4_1 with 1, 16 and 64 sequences (the batch issue's model), with
 #      the fused launches off (QUILL_CUDA_FUSE=0), the int8 decode products without the streamed kernel
 #      (QUILL_CUDA_STREAM=0), its ring at 4 stages, without
 #      programmatic launch; q4_1 with and without it, q8_0 with it (QUILL_CUDA_STREAM=1) at 8 and 4 stages; and
@@ -164,12 +164,15 @@ bench q4_0-b64 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-unfused QUILL_CUDA_FUSE=0 -- --dtype q4_0 -p 0 -n 64 -r 3
 bench q4_0-b16-dp4a QUILL_CUDA_MMA=0 -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
 bench q4_0-b64-dp4a QUILL_CUDA_MMA=0 -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
+bench q4_0-b16-staged QUILL_CUDA_MMA=staged -- --dtype q4_0 -p 0 -n 32 --batch-decode 16 -r 2
+bench q4_0-b64-staged QUILL_CUDA_MMA=staged -- --dtype q4_0 -p 0 -n 32 --batch-decode 64 -r 2
 bench q4_0-b64-profile QUILL_CUDA_PROFILE=1 -- --dtype q4_0 -p 0 -n 8 --batch-decode 64 -r 1
 profile q4_0-b64-profile
 # The batch issue's shape: the default model's (SmolLM2-135M, Q4_1), one sequence and 16 and 64 together.
 bench smollm2-q4_1 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 -r 3
 bench smollm2-q4_1-b16 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 --batch-decode 16 -r 2
 bench smollm2-q4_1-b64 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 --batch-decode 64 -r 2
+bench smollm2-q4_1-b64-staged SYNTH=smollm2-135m QUILL_CUDA_MMA=staged -- --dtype q4_1 -p 0 -n 128 --batch-decode 64 -r 2
 bench smollm2-q4_1-pdl0 SYNTH=smollm2-135m QUILL_CUDA_PDL=0 -- --dtype q4_1 -p 0 -n 128 -r 3
 bench smollm2-q4_1-pdl-products SYNTH=smollm2-135m QUILL_CUDA_PDL=products -- --dtype q4_1 -p 0 -n 128 -r 3
 bench q4_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_0 -p 0 -n 64 -r 3
@@ -255,7 +258,8 @@ print("gpu: " + open("/tmp/quill-gpu.txt").read().strip())
 print(f"{'llama3-8b unless':18} {'prefill tok/s':>14} {'TFLOP/s':>8} {'of GEMM':>8} {'decode tok/s':>13} {'GB/s':>8} "
       f"{'of copy':>8}")
 import glob
-order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-b16-dp4a", "q4_0-b64-dp4a", "q4_0-unfused",
+order = ["q4_0", "q8_0", "f16", "q4_0-b16", "q4_0-b64", "q4_0-b16-dp4a", "q4_0-b64-dp4a", "q4_0-b16-staged",
+         "q4_0-b64-staged", "q4_0-unfused",
          "q4_0-stream0", "q4_0-s4", "q4_0-pdl0", "q4_0-pdl-products", "q8_0-pdl0", "q8_0-pdl-products", "q4_1",
          "q4_1-stream0", "q8_0-stream1", "q8_0-stream1-s4", "f16-gemm-f16", "q4_0-gemm-f16"]
 found = sorted(f[len("/tmp/bench-"):-len(".json")] for f in glob.glob("/tmp/bench-*.json"))
