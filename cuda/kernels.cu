@@ -137,7 +137,8 @@ __device__ __forceinline__ void pdl_start() {
 
 // Brings [p, p + bytes) into L2, lane l taking its lines l, l + 32, ... (a hint: no data moves to the warp).
 __device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes, int lane) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127}, end = reinterpret_cast<uintptr_t>(p) + bytes;
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t first = at & ~uintptr_t{127}, end = at + bytes;
     for (uintptr_t a = first + 128 * lane; a < end; a += 128 * kWarp)
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
 }
@@ -569,9 +570,9 @@ __device__ __forceinline__ void mma_a_fragment(const uint8_t* const (&qrow)[2], 
     }
 }
 
-// The mma kernels' end: warp c's partials (ml.acc) into shared memory, then each
-// (row, token) of the block's 16 x kMmaTokens: its 32 partials added in warp_sum's order and stored (y += when
-// accumulate). partials: kMmaWarps * kMmaRows * kMmaTokens floats, free for it.
+// The mma kernels' end: warp c's partials (ml.acc) into shared memory, then each (row, token) of the block's 16 x
+// kMmaTokens: its 32 partials added in warp_sum's order and stored (y += when accumulate). partials: kMmaWarps *
+// kMmaRows * kMmaTokens floats, free for it.
 __device__ __forceinline__ void mma_finish(const MmaLane& ml, float* partials, const ProductSet& ps,
                                            int64_t n_tokens, bool accumulate) {
     float* mine = partials + ml.c * (kMmaRows * kMmaTokens);
@@ -756,12 +757,13 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // (not measured). Here the block copies each round's token side (the 32 blocks c = 0..31 of the round, one a warp,
 // for its kMmaTokens tokens) into shared memory with cp.async, 16 contiguous bytes a thread, the next round in flight
 // while this one is multiplied; a warp then reads a B fragment as two 128-byte rows and a tile's scale pairs as one
-// 16-byte load a lane, with no bank conflicts: about 7 wavefronts an mma by the same count. Written with its parity tests; not yet run on a
-// GPU (Q8Launch::mma_staged, off). ptxas: 58-64 registers (the launch bound's 64), Q4_1 spilling 8 bytes.
-struct MmaStage {                             // one round's token side
-    int lo[kMmaWarps][kMmaTokens][4];        // block c of the round, token t: quant words 0..3
-    int hi[kMmaWarps][kMmaTokens][4];        // words 4..7
-    float2 ds[kMmaWarps][kMmaTokens];        // the block's (d, d * sum)
+// 16-byte load a lane, with no bank conflicts: about 7 wavefronts an mma by the same count. Written with its parity
+// tests; not yet run on a GPU (Q8Launch::mma_staged, off). ptxas: 56-64 registers (the launch bound's 64), Q4_1
+// spilling 8 bytes.
+struct MmaStage {                       // one round's token side
+    int lo[kMmaWarps][kMmaTokens][4];  // block c of the round, token t: quant words 0..3
+    int hi[kMmaWarps][kMmaTokens][4];  // words 4..7
+    float2 ds[kMmaWarps][kMmaTokens];  // the block's (d, d * sum)
 };
 constexpr size_t kMmaStagedSmem = 2 * sizeof(MmaStage) > kMmaSmem ? 2 * sizeof(MmaStage) : kMmaSmem;
 
