@@ -242,11 +242,10 @@ struct CudaBackend::Impl {
     bool int8 = true;        // CudaBackendOptions::int8_products
     bool flash = true;       // CudaBackendOptions::flash_attention
     bool fuse = false;       // CudaBackendOptions::fused_kernels
-    bool pdl = false;  // CudaBackendOptions::programmatic_launch on sm_90 or later (off while profiling)
-    bool chain = false;  // CudaBackendOptions::programmatic_chain, likewise
-    int stream_stages = 0;   // CudaBackendOptions::stream_stages
-    bool mma = false;        // CudaBackendOptions::mma_products
-    bool mma_staged = false;  // CudaBackendOptions::mma_staged
+    bool chain = false;      // CudaBackendOptions::programmatic_chain on sm_90 or later (off while profiling)
+    // How the int8 products launch (the options' stages, programmatic launch likewise, mma kernels); `stream` is
+    // set per product from stream_types.
+    Q8Launch q8;
     std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
     bool stream_type(GgmlType t) const {
         return std::find(stream_types.begin(), stream_types.end(), t) != stream_types.end();
@@ -543,17 +542,18 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     d.flash = options.flash_attention;
     d.fuse = options.fused_kernels;
     d.stream_types = options.stream_types;
-    d.stream_stages = options.stream_stages;
-    if (d.int8 && !d.stream_types.empty()) prepare_stream_products(d.stream_stages);
+    d.q8.rows_kernel = d.fuse;
+    d.q8.stream_stages = options.stream_stages;
+    if (d.int8 && !d.stream_types.empty()) prepare_stream_products(d.q8.stream_stages);
     if (const char* env = std::getenv("QUILL_CUDA_PROFILE"); env && std::string_view(env) == "1") {
         d.profile = true;
         graphs_ = false;
     }
-    d.pdl = options.programmatic_launch && !d.profile && pdl_supported();
+    d.q8.pdl = options.programmatic_launch && !d.profile && pdl_supported();
     d.chain = options.programmatic_chain && !d.profile && pdl_supported();
-    d.mma = options.mma_products;
-    d.mma_staged = options.mma_staged;
-    if (d.int8 && d.mma) prepare_mma_products();
+    d.q8.mma = options.mma_products;
+    d.q8.mma_staged = options.mma_staged;
+    if (d.int8 && d.q8.mma) prepare_mma_products();
     if (options.gemm != GemmMode::off) {
         d.gemm = std::make_unique<Gemm>();
         if (d.gemm->available()) {
@@ -878,13 +878,8 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                     q8_of = x;
                     d.mark("quantize activations");
                 }
-                Q8Launch how;
-                how.rows_kernel = d.fuse;
+                Q8Launch how = d.q8;
                 how.stream = d.stream_type(ps.w[0].type);
-                how.stream_stages = d.stream_stages;
-                how.pdl = d.pdl;
-                how.mma = d.mma;
-                how.mma_staged = d.mma_staged;
                 matmul_q8(ps, d.xq, d.xds, nk, accumulate, s, how);
             } else {
                 cuda::matmul(ps, x, nk, accumulate, s);

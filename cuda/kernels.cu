@@ -112,7 +112,6 @@ __device__ __forceinline__ void load8(const uint8_t* row, int64_t k, float* v) {
 
 constexpr int kMatmulWarps = 4;
 
-// The matrix of a product set that global row `rg` falls in, and the row within it.
 // Programmatic dependent launch (sm_90): a kernel launched with the attribute may start while the kernel before it
 // in the stream still runs; pdl_wait() returns once that kernel has finished and its writes are visible (at once
 // when launched without the attribute). pdl_trigger() in the kernel before lets the dependent start launching then
@@ -143,6 +142,7 @@ __device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes, int
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
 }
 
+// The matrix of a product set that global row `rg` falls in, and the row within it.
 __device__ __forceinline__ int set_member(const ProductSet& ps, int64_t rg, int64_t& r) {
     const int i = rg < ps.row_end[0] ? 0 : rg < ps.row_end[1] ? 1 : 2;
     r = rg - (i == 0 ? 0 : ps.row_end[i - 1]);
