@@ -615,6 +615,15 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
                                   : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
                                                                                      : 288;  // Q4_0, Q4_K
             REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
+            REQUIRE(PackedWeights::bytes_for(m.view()) == packed.bytes());
+            {  // packed into another's memory (the backend's one mapping for all its matrices), at a cache line
+                const HugeMemory memory(64 + packed.bytes());
+                REQUIRE(reinterpret_cast<uintptr_t>(memory.data()) % (uintptr_t{2} << 20) == 0);
+                auto* at = static_cast<uint8_t*>(memory.data()) + 64;
+                const PackedWeights into(m.view(), &pools[1], {}, at);
+                REQUIRE(into.data() == at);
+                CHECK(std::memcmp(into.data(), packed.data(), packed.bytes()) == 0);
+            }
             for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;
                 const std::vector<float> x = make_input(n_tokens, n_in, rng);

@@ -161,9 +161,22 @@ void CpuBackend::pack_weights() {
     for (const LayerWeights& L : weights_.layers) {
         for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) matrices.push_back(t);
     }
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    // One mapping for all of them, in the order the layers read them (HugeMemory), each at a cache line.
+    auto aligned_bytes = [](const TensorView& t) { return (PackedWeights::bytes_for(as_matrix(t)) + 63) / 64 * 64; };
+    std::vector<const TensorView*> packs;
+    size_t total = 0;
     for (const TensorView* t : matrices) {
-        if (!PackedWeights::supports(t->type, isa_) || t->ne[0] % 32 != 0 || packed_.count(t->data)) continue;
+        if (!PackedWeights::supports(t->type, isa_) || t->ne[0] % 32 != 0) continue;
+        if (std::find_if(packs.begin(), packs.end(), [&](auto* p) { return p->data == t->data; }) != packs.end())
+            continue;
+        packs.push_back(t);
+        total += aligned_bytes(*t);
+    }
+    if (packs.empty()) return;
+    packed_memory_ = HugeMemory(total);
+    auto* into = static_cast<uint8_t*>(packed_memory_.data());
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (const TensorView* t : packs) {
         // The file's copy is not read again (but for the rows of a tied token embedding that a prompt looks up):
         // each chunk of its rows, once packed, leaves this process's pages, so that resident memory stays about
         // the file's size, also while packing. Only for a file mapping (MADV_DONTNEED on other memory would zero
@@ -177,7 +190,8 @@ void CpuBackend::pack_weights() {
             const auto end = (data + static_cast<uintptr_t>(row1) * row_bytes) / page * page;
             if (release && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
         };
-        packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_, packed));
+        packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_, packed, into));
+        into += aligned_bytes(*t);
     }
 }
 

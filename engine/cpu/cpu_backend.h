@@ -106,7 +106,8 @@ private:
     const KvOps& kv_ops_;
     std::vector<double> rope_inv_freq_;  // [n_rot / 2] freq_scale * base^(-2i/n_rot) / rope_freqs[i]
     std::vector<double> rope_inv_freq_local_;  // the same for the local layers when their RoPE differs (two_ropes)
-    // Weight matrices repacked for the kernels (PackedWeights), by their data in the file.
+    // Weight matrices repacked for the kernels (PackedWeights), by their data in the file, all in packed_memory_.
+    HugeMemory packed_memory_;
     std::unordered_map<const uint8_t*, PackedWeights> packed_;
 
     // K and V caches, in anonymous memory that the OS backs only as positions are written, so a long context costs

@@ -425,20 +425,22 @@ bool PackedWeights::supports(GgmlType type, Isa isa) {
            avx512::find_kernel_packed(type, false).fn != nullptr;
 }
 
-PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
-                             const std::function<void(int64_t, int64_t)>& packed) {
+size_t PackedWeights::bytes_for(const WeightMatrix& w) {
     const int64_t record = packed_record_bytes(w.type);
     QUILL_CHECK(record > 0 && w.n_in % 32 == 0, "no packed form for {} rows of {}", type_name(w.type), w.n_in);
-    const int64_t nb = w.n_in / 32, n_tiles = (w.n_out + 15) / 16;
-    bytes_ = static_cast<size_t>(n_tiles * nb * record);
-    // Anonymous memory of its own, in huge pages where the kernel gives them (fewer faults while packing, fewer TLB
-    // misses while reading).
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw Error(fmt::format("out of memory packing {} MiB of weights", bytes_ >> 20));
-    data_ = p;
-#ifdef MADV_HUGEPAGE
-    madvise(p, bytes_, MADV_HUGEPAGE);
-#endif
+    return static_cast<size_t>((w.n_out + 15) / 16 * (w.n_in / 32) * record);
+}
+
+PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
+                             const std::function<void(int64_t, int64_t)>& packed, void* into)
+    : bytes_(bytes_for(w)) {
+    if (into == nullptr) {
+        auto memory = std::make_shared<HugeMemory>(bytes_);
+        into = memory->data();
+        own_ = std::shared_ptr<void>(memory, into);
+    }
+    data_ = into;
+    const int64_t n_tiles = (w.n_out + 15) / 16;
     // The AVX-512 file transposes the tiles where it can run; elsewhere they are written a value at a time.
     const bool transposes = isa_available(Isa::avx512) && !avx512_emulated();
     auto pack = [&](int64_t tile0, int64_t tile1) {
@@ -460,20 +462,42 @@ PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
     }
 }
 
-PackedWeights::PackedWeights(PackedWeights&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+HugeMemory::HugeMemory(size_t bytes) : bytes_(std::max<size_t>(bytes, 1)) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    // Over-allocated by 2 MiB and started at its first 2 MiB boundary (mmap aligns to pages only); the pages beyond
+    // bytes_ are never touched, so they cost address space only.
+    map_bytes_ = (bytes_ + kHuge - 1) / kHuge * kHuge + kHuge;
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        throw Error(fmt::format("out of memory allocating {} MiB of packed weights", bytes_ >> 20));
+    }
+    const auto at = (reinterpret_cast<uintptr_t>(map_) + kHuge - 1) / kHuge * kHuge;
+    data_ = reinterpret_cast<void*>(at);
+#ifdef MADV_HUGEPAGE
+    madvise(data_, (bytes_ + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+#endif
+}
 
-PackedWeights& PackedWeights::operator=(PackedWeights&& o) noexcept {
+HugeMemory::HugeMemory(HugeMemory&& o) noexcept
+    : map_(std::exchange(o.map_, nullptr)),
+      map_bytes_(std::exchange(o.map_bytes_, 0)),
+      data_(std::exchange(o.data_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)) {}
+
+HugeMemory& HugeMemory::operator=(HugeMemory&& o) noexcept {
     if (this != &o) {
-        if (data_ != nullptr) munmap(data_, bytes_);
+        if (map_ != nullptr) munmap(map_, map_bytes_);
+        map_ = std::exchange(o.map_, nullptr);
+        map_bytes_ = std::exchange(o.map_bytes_, 0);
         data_ = std::exchange(o.data_, nullptr);
         bytes_ = std::exchange(o.bytes_, 0);
     }
     return *this;
 }
 
-PackedWeights::~PackedWeights() {
-    if (data_ != nullptr) munmap(data_, bytes_);
+HugeMemory::~HugeMemory() {
+    if (map_ != nullptr) munmap(map_, map_bytes_);
 }
 
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {

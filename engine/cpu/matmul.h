@@ -47,17 +47,39 @@ struct WeightMatrix {
 class PackedWeights {
 public:
     static bool supports(GgmlType type, Isa isa);
+    // The bytes of w's packed form.
+    static size_t bytes_for(const WeightMatrix& w);
     PackedWeights() = default;
-    // Packs w (a supported type), the tiles split over the pool when one is given; packed(row0, row1) is called as
-    // each chunk of w's rows is done (the backend hands their pages back).
-    PackedWeights(const WeightMatrix& w, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& packed = {});
-    PackedWeights(PackedWeights&&) noexcept;
-    PackedWeights& operator=(PackedWeights&&) noexcept;
-    ~PackedWeights();
+    // Packs w (a supported type) into `into` (bytes_for(w) bytes, 64-byte aligned, outliving this object) or, when
+    // null, into HugeMemory of its own; the tiles split over the pool when one is given; packed(row0, row1) is
+    // called as each chunk of w's rows is done (the backend hands their pages back).
+    PackedWeights(const WeightMatrix& w, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& packed = {},
+                  void* into = nullptr);
     const void* data() const { return data_; }
     size_t bytes() const { return bytes_; }
 
 private:
+    std::shared_ptr<void> own_;  // the memory when not packed into another's
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// Anonymous memory aligned to 2 MiB and in transparent huge pages where the kernel gives them: the packed weights
+// of a whole model in one such mapping cost a TLB entry per 2 MiB instead of per 4 KiB page (a matrix of its own
+// below 2 MiB, as every layer's of a small model is, gets none).
+class HugeMemory {
+public:
+    HugeMemory() = default;
+    explicit HugeMemory(size_t bytes);
+    HugeMemory(HugeMemory&& o) noexcept;
+    HugeMemory& operator=(HugeMemory&& o) noexcept;
+    ~HugeMemory();
+    void* data() const { return data_; }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* map_ = nullptr;  // the whole mapping, data_ its first 2 MiB boundary
+    size_t map_bytes_ = 0;
     void* data_ = nullptr;
     size_t bytes_ = 0;
 };
