@@ -477,6 +477,7 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
 
 int cmd_batch(BatchCliOptions& o) {
     namespace qb = quill::batch;
+    if (o.output == "-") o.output.clear();  // stdout, as - is stdin for -i
     if (o.resume && o.output.empty()) throw UsageError("--resume needs -o OUTPUT (the file to resume)");
     quill::batch::RunnerOptions ro;
     ro.shard = qb::parse_shard(o.shard);
@@ -704,8 +705,8 @@ int main(int argc, char** argv) {
         "batch", "Generate replies for many prompts (plain lines, JSONL or OpenAI batch), continuously batched");
     add_model_options(batch_cmd, batch.model);
     add_engine_options(batch_cmd, batch.engine);
-    batch_cmd->add_option("-i,--input", batch.input, "Input file (default: stdin)");
-    batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default: stdout)");
+    batch_cmd->add_option("-i,--input", batch.input, "Input file (default or -: stdin)");
+    batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default or -: stdout)");
     batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots)")
         ->capture_default_str()->check(CLI::Range(1, 1024));
     batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");

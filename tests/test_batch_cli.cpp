@@ -209,9 +209,10 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
     CHECK(got.at("ok")["text"] == ", there was a");
     CHECK(got.at("zero")["text"] == "");
     CHECK(got.at("zero")["finish_reason"] == "length");
+    // A request's bad field is named as the request names it, not as the command line's flag.
     const std::map<std::string, std::string> errors = {{"long", "longer than the context of 16"},
-                                                       {"hot", "out of range: expected >= 0"},
-                                                       {"topp", "in (0, 1]"},
+                                                       {"hot", "temperature -1 is out of range: expected >= 0"},
+                                                       {"topp", "top_p 2 is out of range: expected in (0, 1]"},
                                                        {"chat", "no chat template"},
                                                        {"line-6", "input line 6: not valid JSON"}};
     for (const auto& [id, fragment] : errors) {
@@ -227,6 +228,18 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
     CHECK_FALSE(fs::exists(dir / "o.jsonl"));
     auto no_out = test::run_quill({"batch", "--raw", "-m", model->string(), "--resume"}, "a\n");
     CHECK_THAT(no_out.err, Catch::Contains("--resume needs -o OUTPUT"));
+    auto dash_resume = test::run_quill({"batch", "--raw", "-m", model->string(), "-o", "-", "--resume"}, "a\n");
+    CHECK_THAT(dash_resume.err, Catch::Contains("--resume needs -o OUTPUT"));
+    // -o - is stdout (as -i - is stdin), not a file named "-".
+    const fs::path cwd = fs::current_path(), model_path = fs::absolute(*model);
+    fs::current_path(dir);
+    auto dash = test::run_quill({"batch", "--raw", "-m", model_path.string(), "-i", "-", "-o", "-", "-n", "2", "--quiet",
+                                 "-t", "1"},
+                                "Once\n");
+    fs::current_path(cwd);
+    CHECK(dash.status == 0);
+    CHECK(records(dash.out).size() == 1);
+    CHECK_FALSE(fs::exists(dir / "-"));
 }
 
 TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {

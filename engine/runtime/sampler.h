@@ -23,8 +23,9 @@ struct SamplingParams {
     float presence_penalty = 0.0f;   // subtracted once if present in the window
     uint64_t seed = 0;
 
-    // Throws UsageError naming the flag that is out of range.
-    void validate() const;
+    // Throws UsageError naming the flag that is out of range, or with request_fields the field of a batch request
+    // that sets it (temperature, top_k, top_p, min_p: the only ones a request can set).
+    void validate(bool request_fields = false) const;
 };
 
 // xoshiro256** seeded through splitmix64.
