@@ -502,10 +502,12 @@ int cmd_batch(BatchCliOptions& o) {
     qb::RecordWriter writer(out_stream, file ? o.output : "stdout", is_regular_file(out_stream));
 
     quill::SessionOptions so = session_options(o.model, o.engine);
-    so.n_slots = o.parallel;
+    // No more slots than requests to run: every slot's KV cache counts when the context is fitted to memory.
+    so.n_slots = static_cast<int64_t>(
+        std::clamp<size_t>(qb::runnable_requests(input, ro.shard, resume.done), 1, static_cast<size_t>(o.parallel)));
     auto session = quill::Session::open(so);
     if (!o.quiet) quill::print_stderr("{}; {} input, {} slots\n", session->load_line(),
-                             qb::input_format_name(input.format), o.parallel);
+                             qb::input_format_name(input.format), so.n_slots);
     const quill::Tokenizer& tok = *session->tokenizer;
     const qb::PromptEncoder encode = batch_encoder(*session, o);
     quill::signals::install();
@@ -707,7 +709,7 @@ int main(int argc, char** argv) {
     add_engine_options(batch_cmd, batch.engine);
     batch_cmd->add_option("-i,--input", batch.input, "Input file (default or -: stdin)");
     batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default or -: stdout)");
-    batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots)")
+    batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots; no more than the requests)")
         ->capture_default_str()->check(CLI::Range(1, 1024));
     batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");
     batch_cmd->add_option("--shard", batch.shard, "Run only the requests whose index mod N is K")

@@ -2,6 +2,7 @@
 // --resume makes of a killed run's output (tests/test_batch_cli.cpp runs the command end to end).
 #include "engine/batch/input.h"
 #include "engine/batch/records.h"
+#include "engine/batch/runner.h"
 #include "engine/error.h"
 #include "tests/test_util.h"
 
@@ -149,6 +150,19 @@ TEST_CASE("OpenAI batch input: both endpoints, and error entries for what cannot
         REQUIRE(e.error);
         CHECK_THAT(*e.error, Catch::Contains(errors[i].second));
     }
+}
+
+TEST_CASE("the requests a run would take through the model: its shard, less the done ids and the error entries",
+          "[batch]") {
+    const BatchInput in = parse("{\"id\": \"a\", \"prompt\": \"x\"}\n{\"id\": \"b\", \"prompt\": \"x\"}\n"
+                                "not json\n{\"id\": \"d\", \"prompt\": \"x\"}\n{\"id\": \"e\", \"prompt\": \"x\"}\n");
+    REQUIRE(in.entries.size() == 5);
+    CHECK(runnable_requests(in, Shard{}, {}) == 4);
+    CHECK(runnable_requests(in, Shard{}, {"a", "e", "zzz"}) == 2);
+    CHECK(runnable_requests(in, Shard{0, 2}, {}) == 2);  // a and e (line 3, index 2, is the error)
+    CHECK(runnable_requests(in, Shard{1, 2}, {}) == 2);  // b, d
+    CHECK(runnable_requests(in, Shard{1, 2}, {"b", "d"}) == 0);
+    CHECK(runnable_requests(parse(""), Shard{}, {}) == 0);
 }
 
 TEST_CASE("duplicate ids stop the batch before anything runs, naming the id and its lines", "[batch]") {

@@ -363,4 +363,11 @@ TEST_CASE("shards 0/3 1/3 and 2/3 together give exactly the input's ids", "[batc
     }
     REQUIRE(seen.size() == ps.size());
     for (const auto& [id, n] : seen) CHECK(n == 1);
+    // A shard's KV slots: no more than its requests (1/3 of 16: lines 2, 5, 8, 11, 14), whatever --parallel asks.
+    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "1/3", "--parallel", "16", "-n", "3",
+                              "-t", "1"},
+                             lines(ps));
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.err, Catch::Contains("plain text input, 5 slots"));
+    CHECK(records(r.out).size() == 5);
 }

@@ -30,6 +30,10 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+bool in_shard(size_t index, const Shard& shard) {
+    return static_cast<int64_t>(index % static_cast<size_t>(shard.n)) == shard.k;
+}
+
 // One run's state: the queue of selected entries, the requests in flight, the counters.
 class Run {
 public:
@@ -109,9 +113,8 @@ BatchProgress Run::run(const std::unordered_set<std::string>& done,
                        const std::function<void(const BatchProgress&)>& on_progress) {
     const auto t0 = clock::now();
     const auto& entries = input_.entries;
-    const Shard shard = options_.shard;
     for (size_t i = 0; i < entries.size(); ++i) {
-        if (static_cast<int64_t>(i % static_cast<size_t>(shard.n)) != shard.k) continue;
+        if (!in_shard(i, options_.shard)) continue;
         if (done.contains(entries[i].request.id)) {
             ++p_.skipped;
             continue;
@@ -140,6 +143,15 @@ BatchProgress Run::run(const std::unordered_set<std::string>& done,
 }
 
 }  // namespace
+
+size_t runnable_requests(const BatchInput& input, const Shard& shard, const std::unordered_set<std::string>& done) {
+    size_t n = 0;
+    for (size_t i = 0; i < input.entries.size(); ++i) {
+        const InputEntry& e = input.entries[i];
+        n += in_shard(i, shard) && !e.error && !done.contains(e.request.id);
+    }
+    return n;
+}
 
 BatchProgress run_batch(Backend& backend, const Tokenizer& tok, int64_t n_ctx, const BatchInput& input,
                         const std::unordered_set<std::string>& done, const PromptEncoder& encode, RecordWriter& out,

@@ -47,6 +47,10 @@ BatchProgress run_batch(Backend& backend, const Tokenizer& tok, int64_t n_ctx, c
                         RecordWriter& out, const RecordContext& ctx, const RunnerOptions& options,
                         const std::function<void(const BatchProgress&)>& on_progress = {});
 
+// How many of input's entries run_batch would run through the model: in the shard, not in `done`, not error
+// entries. `quill batch` sizes its KV slots by it (more slots than requests only take memory from the context).
+size_t runnable_requests(const BatchInput& input, const Shard& shard, const std::unordered_set<std::string>& done);
+
 // The generation parameters of one request: the defaults with its fields applied. UsageError when out of range.
 GenerationParams request_params(const RunnerOptions& options, const RequestOverrides& o, uint64_t random_seed);
 
