@@ -427,7 +427,7 @@ int cmd_chat(ChatCliOptions& o) {
 struct BatchCliOptions {
     ModelOptions model;
     EngineOptions engine;
-    std::string input = "-";
+    std::string input;  // empty: stdin, not given on the command line
     std::string output;
     int parallel = 8;
     bool resume = false;
@@ -488,8 +488,11 @@ int cmd_batch(BatchCliOptions& o) {
     ro.n_batch = o.n_batch;
     ro.defaults.sampling.validate();
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
-    const std::string text =
-        o.input == "-" ? read_stdin(o.max_input_bytes) : quill::read_prompt_file(o.input, o.max_input_bytes);
+    // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
+    if (o.input.empty() && isatty(STDIN_FILENO))
+        throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");
+    const std::string text = o.input.empty() || o.input == "-" ? read_stdin(o.max_input_bytes)
+                                                               : quill::read_prompt_file(o.input, o.max_input_bytes);
     const qb::BatchInput input = qb::parse_batch_input(text);  // duplicate ids stop here, before any work
 
     qb::ResumeScan resume = o.resume ? qb::prepare_resume(o.output) : qb::ResumeScan{};
@@ -707,8 +710,8 @@ int main(int argc, char** argv) {
         "batch", "Generate replies for many prompts (plain lines, JSONL or OpenAI batch), continuously batched");
     add_model_options(batch_cmd, batch.model);
     add_engine_options(batch_cmd, batch.engine);
-    batch_cmd->add_option("-i,--input", batch.input, "Input file (default or -: stdin)");
-    batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default or -: stdout)");
+    batch_cmd->add_option("-i,--input", batch.input, "Input file (default or -: stdin)")->check(kNotEmpty);
+    batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default or -: stdout)")->check(kNotEmpty);
     batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots; no more than the requests)")
         ->capture_default_str()->check(CLI::Range(1, 1024));
     batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");

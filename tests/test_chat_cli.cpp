@@ -372,3 +372,29 @@ TEST_CASE("SIGTERM during a chat reply ends quill chat with the reply so far and
     close(in[1]);
     close(out[0]);
 }
+
+TEST_CASE("on a terminal run without a prompt and batch without -i refuse at once instead of waiting", "[cli]") {
+    auto stories = test::require_testdata("models/stories260K.gguf");
+    if (!stories) return;
+    const auto state = test::temp_dir("tty-refuse");
+    struct Case {
+        std::vector<std::string> args;
+        std::string message;
+    };
+    for (const Case& c : {Case{{"run", "-m", stories->string()}, "no prompt: give -p TEXT, -f FILE or pipe it"},
+                          Case{{"batch", "-m", stories->string()}, "no requests: give -i FILE or pipe them"}}) {
+        INFO(c.args[0]);
+        PtyProcess p(c.args, state.string());
+        CHECK(p.wait_for(c.message, 0, 30));
+        CHECK(p.wait_exit() == 2);
+    }
+    // -i - is stdin even on a terminal: requests typed there, ended by Ctrl-D.
+    PtyProcess typed({"batch", "-m", stories->string(), "--raw", "-i", "-", "-n", "2", "--quiet", "-t", "1"},
+                     state.string());
+    human_pause();
+    typed.send("Once\n");
+    human_pause();
+    typed.send("\x04");
+    CHECK(typed.wait_for("\"id\":\"line-1\"", 0, 30));
+    CHECK(typed.wait_exit() == 0);
+}
