@@ -494,6 +494,48 @@ TEST_CASE("stories260K greedy tokens match the reference on every kernel family"
     }
 }
 
+TEST_CASE("a file's float matrices are read from a copy in huge pages, its packable ones from their packed form",
+          "[cpu][model]") {
+    // The products read what matrix() gives them: a float matrix of a model file from its copy in the packed
+    // weights' mapping (the file's bytes exactly), a packable one (Q8_0 of the mix) from its packed form; a model
+    // that is not a file mapping keeps its own rows (nothing to hand back, so no copy).
+    auto f32 = test::require_testdata("models/stories260K.gguf");
+    if (!f32) return;
+    auto mix = test::require_testdata("models/stories260K-Q8_0mix.gguf");
+    if (!mix) return;
+    for (const auto& path : {*f32, *mix}) {
+        INFO(path.filename().string());
+        auto model = Model::load(path.string());
+        for (Isa isa : available_isas()) {
+            INFO(cpu::isa_name(isa));
+            auto b = make(*model, false, 2, isa);
+            int copies = 0;
+            for (const LayerWeights& L : model->weights.layers) {
+                for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
+                    const cpu::WeightMatrix m = b->matrix(*t);
+                    const bool is_float =
+                        t->type == GgmlType::F32 || t->type == GgmlType::F16 || t->type == GgmlType::BF16;
+                    if (is_float) {
+                        CHECK(m.data != static_cast<const void*>(t->data));
+                        CHECK(std::memcmp(m.data, t->data, t->n_bytes) == 0);
+                        CHECK(m.packed == nullptr);
+                        copies += 1;
+                    } else {
+                        CHECK(m.data == static_cast<const void*>(t->data));
+                        CHECK((m.packed != nullptr) == cpu::PackedWeights::supports(t->type, isa));
+                    }
+                }
+            }
+            CHECK(copies > 0);
+        }
+    }
+    test::TinySpec spec;
+    spec.type = spec.ffn_down_type = GgmlType::F16;
+    auto tiny = test::make_tiny_model(spec);
+    auto b = make(*tiny, false, 2);
+    CHECK(b->matrix(tiny->weights.layers[0].wq).data == static_cast<const void*>(tiny->weights.layers[0].wq.data));
+}
+
 TEST_CASE("forward_sample picks each logit row's token with its own sampler, among the tokenizer's ids", "[cpu]") {
     test::TinySpec spec;
     spec.type = spec.ffn_down_type = GgmlType::Q8_0;
