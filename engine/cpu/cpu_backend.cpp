@@ -209,16 +209,10 @@ void CpuBackend::pack_weights() {
             packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_, done, into));
         } else {
             // In chunks of about 8 MiB, split over the threads, each handed back when copied.
-            const int64_t rows = t->n_rows(), chunk = std::max<int64_t>(1, (int64_t{8} << 20) / row_bytes);
-            for (int64_t c0 = 0; c0 < rows; c0 += chunk) {
-                const int64_t c1 = std::min(rows, c0 + chunk);
-                pool_.run([&](int ith, int nth) {
-                    const Range r = split_range(c1 - c0, ith, nth);
-                    std::memcpy(into + (c0 + r.begin) * row_bytes, t->data + (c0 + r.begin) * row_bytes,
-                                (r.end - r.begin) * row_bytes);
-                });
-                done(c0, c1);
-            }
+            const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / static_cast<int64_t>(row_bytes));
+            run_chunks(&pool_, t->n_rows(), chunk, [&](int64_t r0, int64_t r1) {
+                std::memcpy(into + r0 * row_bytes, t->data + r0 * row_bytes, (r1 - r0) * row_bytes);
+            }, done);
             copies_.emplace(t->data, into);
         }
         into += (p.bytes + 63) / 64 * 64;

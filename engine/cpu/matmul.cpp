@@ -448,18 +448,9 @@ PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
     };
     // In chunks of about 8 MiB of the file's rows, each reported when done.
     const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / (16 * static_cast<int64_t>(w.row_bytes)));
-    for (int64_t c0 = 0; c0 < n_tiles; c0 += chunk) {
-        const int64_t c1 = std::min(n_tiles, c0 + chunk);
-        if (pool == nullptr || pool->size() == 1) {
-            pack(c0, c1);
-        } else {
-            pool->run([&](int ith, int nth) {
-                const Range r = split_range(c1 - c0, ith, nth);
-                pack(c0 + r.begin, c0 + r.end);
-            });
-        }
+    run_chunks(pool, n_tiles, chunk, pack, [&](int64_t c0, int64_t c1) {
         if (packed) packed(c0 * 16, std::min(w.n_out, c1 * 16));
-    }
+    });
 }
 
 HugeMemory::HugeMemory(size_t bytes) : bytes_(std::max<size_t>(bytes, 1)) {

@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -156,6 +157,22 @@ Range split_range(int64_t n, int ith, int nth, int64_t align) {
     int64_t b = ith * per + std::min<int64_t>(ith, extra);
     int64_t e = b + per + (ith < extra ? 1 : 0);
     return {std::min(n, b * align), std::min(n, e * align)};
+}
+
+void run_chunks(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& work,
+                const std::function<void(int64_t, int64_t)>& done) {
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        const int64_t c1 = std::min(n, c0 + chunk);
+        if (pool == nullptr || pool->size() == 1) {
+            work(c0, c1);
+        } else {
+            pool->run([&](int ith, int nth) {
+                const Range r = split_range(c1 - c0, ith, nth);
+                work(c0 + r.begin, c0 + r.end);
+            });
+        }
+        if (done) done(c0, c1);
+    }
 }
 
 }  // namespace quill::cpu

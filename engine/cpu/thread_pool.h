@@ -53,4 +53,10 @@ struct Range {
 };
 Range split_range(int64_t n, int ith, int nth, int64_t align = 1);
 
+// work(begin, end) over [0, n) a chunk of `chunk` at a time, each chunk split over the pool (the caller alone when
+// pool is null or has one thread), and done(begin, end) after each chunk, in order (a long job that reports its
+// progress: packing or copying weights, each chunk's file pages handed back when done).
+void run_chunks(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& work,
+                const std::function<void(int64_t, int64_t)>& done);
+
 }  // namespace quill::cpu
