@@ -260,6 +260,29 @@ int prefill_tokens(const PrefillStep<QG>* steps, int64_t n_steps, const Quantize
 
 // ---- quantized rows ----
 
+// Eight rows' runs of eight tokens (row k at r + k * stride) transposed in registers into y: token j's run of the
+// rows at y + j * n_out, one store each (of the first nr rows: a masked one when nr < 8). Copies, not arithmetic.
+inline void store_transposed(const float* r, int64_t stride, float* y, int64_t n_out, int nr = 8) {
+    __m256 v[8];
+    for (int k = 0; k < 8; ++k) v[k] = _mm256_loadu_ps(r + k * stride);
+    const __m256 a0 = _mm256_unpacklo_ps(v[0], v[1]), a1 = _mm256_unpackhi_ps(v[0], v[1]);
+    const __m256 a2 = _mm256_unpacklo_ps(v[2], v[3]), a3 = _mm256_unpackhi_ps(v[2], v[3]);
+    const __m256 a4 = _mm256_unpacklo_ps(v[4], v[5]), a5 = _mm256_unpackhi_ps(v[4], v[5]);
+    const __m256 a6 = _mm256_unpacklo_ps(v[6], v[7]), a7 = _mm256_unpackhi_ps(v[6], v[7]);
+    const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+    const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+    const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+    const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+    const __m256 c[8] = {low_halves(b0, b4), low_halves(b1, b5), low_halves(b2, b6), low_halves(b3, b7),
+                         high_halves(b0, b4), high_halves(b1, b5), high_halves(b2, b6), high_halves(b3, b7)};
+    if (nr == 8) {
+        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(y + j * n_out, c[j]);
+        return;
+    }
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int j = 0; j < 8; ++j) _mm256_maskstore_ps(y + j * n_out, mask, c[j]);
+}
+
 // block.flush with 8x8 tiles transposed in registers: eight rows' runs of eight tokens become eight tokens' runs of
 // eight rows, each one store. The values are copied, not computed: the result is block.flush's, bit for bit.
 void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
@@ -267,21 +290,7 @@ void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
     int64_t i0 = 0;
     for (; i0 + 8 <= nr; i0 += 8) {
         int64_t t0 = 0;
-        for (; t0 + 8 <= nt; t0 += 8) {
-            __m256 r[8];
-            for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(block.buf + (i0 + k) * nt + t0);
-            const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
-            const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
-            const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
-            const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
-            const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
-            const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
-            const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
-            const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
-            const __m256 c[8] = {low_halves(b0, b4), low_halves(b1, b5), low_halves(b2, b6), low_halves(b3, b7),
-                                 high_halves(b0, b4), high_halves(b1, b5), high_halves(b2, b6), high_halves(b3, b7)};
-            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(y + (t0 + j) * n_out + block.r0 + i0, c[j]);
-        }
+        for (; t0 + 8 <= nt; t0 += 8) store_transposed(block.buf + i0 * nt + t0, nt, y + t0 * n_out + block.r0 + i0, n_out);
         for (; t0 < nt; ++t0)
             for (int k = 0; k < 8; ++k) y[t0 * n_out + block.r0 + i0 + k] = block.buf[(i0 + k) * nt + t0];
     }
@@ -822,41 +831,42 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
     for (int64_t c0 = 0; c0 < args.n_tokens; c0 += kLaneChunk) {
         const int64_t nt = min64(kLaneChunk, args.n_tokens - c0), n_groups = nt / kLaneTokens;
         for (int64_t g = 0; g < n_groups; ++g) transpose_lanes<Dec::kOffset>(q, c0 + 8 * g, nb, lanes + g * nb);
-        const int64_t block_rows = OutputBlock::rows_for(nt);
+        // The groups' outputs go straight to y; the tokens after them (fewer than eight) through an output block.
+        const int64_t t_rest = n_groups * kLaneTokens, n_rest = nt - t_rest;
+        const int64_t block_rows = n_rest > 0 ? OutputBlock::rows_for(n_rest) : r1 - r0;
         for (int64_t rb = r0; rb < r1; rb += block_rows) {
-            OutputBlock block{output_block, nt, rb, min64(block_rows, r1 - rb)};
+            OutputBlock block{output_block, n_rest, rb, min64(block_rows, r1 - rb)};
             for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
                 const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
                 Src src(w, r, nr);
                 Ahead ahead = src.next(nb, r1);  // prefetched during the tile's first kernel
                 repack_rows8(src, nb, steps);
+                float* y = args.y + c0 * w.n_out + r;  // token c0's output of row r
                 int64_t g = 0;
                 if constexpr (Dec::kSigned || Dec::kGroupsPerMadd == 8) {
                     for (; g + 2 <= n_groups; g += 2) {
                         float out[2][8][8];
                         lanes_tile2<Dec>(steps, nb, lanes + g * nb, lanes + (g + 1) * nb, out, ahead);
                         ahead = {};
-                        for (int i = 0; i < nr; ++i) {
-                            std::memcpy(&block.at(r + i, 8 * g), out[0][i], sizeof(out[0][i]));
-                            std::memcpy(&block.at(r + i, 8 * g + 8), out[1][i], sizeof(out[1][i]));
-                        }
+                        store_transposed(out[0][0], 8, y + 8 * g * w.n_out, w.n_out, nr);
+                        store_transposed(out[1][0], 8, y + (8 * g + 8) * w.n_out, w.n_out, nr);
                     }
                 }
                 for (; g < n_groups; ++g) {
                     float out[8][8];
                     lanes_tile<Dec>(steps, nb, lanes + g * nb, out, ahead);
                     ahead = {};
-                    for (int i = 0; i < nr; ++i) std::memcpy(&block.at(r + i, 8 * g), out[i], sizeof(out[i]));
+                    store_transposed(out[0], 8, y + 8 * g * w.n_out, w.n_out, nr);
                 }
-                for (int64_t t = n_groups * kLaneTokens; t < nt;) {
+                for (int64_t t = 0; t < n_rest;) {
                     float out[kRows8Tokens][8];
-                    const int n = rows8_tokens<Dec>(steps, nb, q, c0 + t, nt - t, out);
+                    const int n = rows8_tokens<Dec>(steps, nb, q, c0 + t_rest + t, n_rest - t, out);
                     for (int j = 0; j < n; ++j)
                         for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
                     t += n;
                 }
             }
-            flush_block(block, args.y + c0 * w.n_out, w.n_out);
+            if (n_rest > 0) flush_block(block, args.y + (c0 + t_rest) * w.n_out, w.n_out);
         }
     }
 }
