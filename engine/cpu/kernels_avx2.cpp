@@ -290,7 +290,8 @@ void flush_block(const OutputBlock& block, float* y, int64_t n_out) {
     int64_t i0 = 0;
     for (; i0 + 8 <= nr; i0 += 8) {
         int64_t t0 = 0;
-        for (; t0 + 8 <= nt; t0 += 8) store_transposed(block.buf + i0 * nt + t0, nt, y + t0 * n_out + block.r0 + i0, n_out);
+        for (; t0 + 8 <= nt; t0 += 8)
+            store_transposed(block.buf + i0 * nt + t0, nt, y + t0 * n_out + block.r0 + i0, n_out);
         for (; t0 < nt; ++t0)
             for (int k = 0; k < 8; ++k) y[t0 * n_out + block.r0 + i0 + k] = block.buf[(i0 + k) * nt + t0];
     }
