@@ -841,7 +841,7 @@ struct ActBuffers {
         view = {qs.data(),   d.data(),    ds.data(),      ds16.data(),    isum.data(),
                 unsigned_copy ? qs_u.data() : nullptr,
                 tiles ? tile_qs.data() : nullptr, tiles ? tile_d.data() : nullptr, tiles ? tile_ds.data() : nullptr,
-                tiles ? tile_isum.data() : nullptr,
+                tiles ? tile_isum.data() : nullptr, nullptr,
                 n_tokens,    n_in,        qs_stride,      blk_stride};
     }
     template <typename T>

@@ -45,9 +45,24 @@ struct QuantizedActs {
     float* tile_d = nullptr;
     float* tile_ds = nullptr;
     int32_t* tile_isum = nullptr;
+    // From kLaneTokens tokens on AVX2: each whole group of eight tokens' blocks as the lane kernels read them,
+    // lanes[g * nb + b] for group g's block b (LaneActs), written by the quantization, so that the kernels of every
+    // matrix and thread sharing the input do not transpose it again.
+    struct LaneActs* lanes = nullptr;
     int64_t n_tokens = 0, n_in = 0;
     int64_t qs_stride = 0, blk_stride = 0;
 };
+
+// Tokens per group of the lane layout (QuantizedActs::lanes) and the least that has one.
+constexpr int64_t kLaneTokens = 8;
+// Block b of eight tokens j: qs[k] holds bytes 4k .. 4k + 3 of each token's block in its 32-bit lane j, then each
+// token's scale d, d * sum and sum of the block's values.
+struct alignas(32) LaneActs {
+    int8_t qs[8][32];
+    float d[8], ds[8];
+    int32_t isum[8];
+};
+static_assert(sizeof(LaneActs) == 352);
 
 // Activations as AMX-BF16 B tiles, for the F16 and BF16 weight kernels with AMX (float_rows_amx): each value split
 // into `parts` bf16 terms whose sum is exact (three for a float: BF16 weights; two for the value rounded to fp16: F16

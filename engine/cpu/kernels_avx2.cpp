@@ -671,52 +671,26 @@ int rows8_decode_tokens(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0
 
 // ---- eight tokens in lanes: prefill, and decode steps of eight sequences or more ----
 // With the rows in lanes each token's activations are broadcast for every eight rows; here the activations of eight
-// tokens are transposed into the lanes once per pass (LaneBlock), and each weight row's four bytes are broadcast
-// against them. Every output lane gets rows8_block's operations in its order (the same exact int32 block sums, then
+// tokens are in the lanes (laid out once per input by its quantization: QuantizedActs::lanes), and each weight row's
+// four bytes are broadcast against them. Every output lane gets rows8_block's operations in its order (the same exact int32 block sums, then
 // fma(float(I), ws * da, acc) and fma(wm, ds, acc)), so the bits are those of the other paths.
 
-constexpr int64_t kLaneTokens = 8;  // tokens per lane group
-constexpr int64_t kLaneChunk = 32;  // tokens per pass over a thread's rows (their LaneBlocks stay in L1 and L2)
+constexpr int64_t kLaneChunk = 32;  // tokens per pass over a thread's rows (their lane blocks stay in L1 and L2)
 
-// Block b of a group of eight tokens: qs[k] lane j = bytes 4k .. 4k + 3 of token j's block, then each token's
-// scale, d * sum and offset * sum (the c * sum(a) of the unified form).
+// Block b of a group of eight tokens (QuantizedActs::lanes, written by the quantization) as vectors: qs[k] lane j =
+// bytes 4k .. 4k + 3 of token j's block, then each token's scale, d * sum and sum.
 struct LaneBlock {
     __m256i qs[8];
     __m256 d, ds;
-    __m256i coff;
+    __m256i isum;
 };
+static_assert(sizeof(LaneBlock) == sizeof(LaneActs));
 
-// The LaneBlocks [nb] of tokens [t0, t0 + 8).
+// The c * sum(a) of the unified form, c = Offset (8 or 16), for the eight tokens.
 template <int Offset>
-void transpose_lanes(const QuantizedActs& q, int64_t t0, int64_t nb, LaneBlock* out) {
-    for (int64_t b = 0; b < nb; ++b) {
-        __m256i r[8], u[8];
-        for (int j = 0; j < 8; ++j)
-            r[j] = load256(reinterpret_cast<const uint8_t*>(q.qs + (t0 + j) * q.qs_stride + 32 * b));
-        for (int j = 0; j < 8; j += 4) {  // u[j + i]: dwords i and 4 + i of tokens j .. j + 3 (one per lane half)
-            const __m256i lo01 = _mm256_unpacklo_epi32(r[j], r[j + 1]), hi01 = _mm256_unpackhi_epi32(r[j], r[j + 1]);
-            const __m256i lo23 = _mm256_unpacklo_epi32(r[j + 2], r[j + 3]), hi23 = _mm256_unpackhi_epi32(r[j + 2], r[j + 3]);
-            u[j] = _mm256_unpacklo_epi64(lo01, lo23);
-            u[j + 1] = _mm256_unpackhi_epi64(lo01, lo23);
-            u[j + 2] = _mm256_unpacklo_epi64(hi01, hi23);
-            u[j + 3] = _mm256_unpackhi_epi64(hi01, hi23);
-        }
-        for (int i = 0; i < 4; ++i) {
-            out[b].qs[i] = low_halves(u[i], u[4 + i]);
-            out[b].qs[4 + i] = high_halves(u[i], u[4 + i]);
-        }
-        alignas(32) float d[8], ds[8];
-        alignas(32) int32_t coff[8];
-        for (int j = 0; j < 8; ++j) {
-            const int64_t at = (t0 + j) * q.blk_stride + b;
-            d[j] = q.d[at];
-            ds[j] = q.ds[at];
-            coff[j] = Offset * q.isum[at];
-        }
-        out[b].d = _mm256_load_ps(d);
-        out[b].ds = _mm256_load_ps(ds);
-        out[b].coff = _mm256_load_si256(reinterpret_cast<const __m256i*>(coff));
-    }
+inline __m256i lane_offsets(const LaneBlock& a) {
+    static_assert(Offset == 8 || Offset == 16);
+    return _mm256_slli_epi32(a.isum, Offset == 8 ? 3 : 4);
 }
 
 // out[r][j] = row r of the repacked tile against token j of the group.
@@ -736,7 +710,7 @@ void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*
             __m256i dot = block_idot<Dec>(
                 [&](int k) { return _mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r)); },
                 [&](int k) { return a.qs[k]; });
-            if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, a.coff);
+            if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, lane_offsets<Dec::kOffset>(a));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_broadcast_ss(ws + r), a.d), acc[r]);
             if constexpr (Dec::kHasMin) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(wm + r), a.ds, acc[r]);
         }
@@ -803,7 +777,7 @@ void lanes_tile2(const Step8* steps, int64_t nb, const LaneBlock* lanes0, const 
 #pragma GCC unroll 2
                 for (int g = 0; g < 2; ++g) {
                     __m256i d = dot[r][g];
-                    if constexpr (Dec::kOffset != 0) d = _mm256_sub_epi32(d, a[g]->coff);
+                    if constexpr (Dec::kOffset != 0) d = _mm256_sub_epi32(d, lane_offsets<Dec::kOffset>(*a[g]));
                     float* y = acc[g][r0 + r];
                     __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
                                                _mm256_mul_ps(_mm256_broadcast_ss(ws + r0 + r), a[g]->d),
@@ -825,13 +799,12 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
     const WeightMatrix& w = *args.w;
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32;
-    auto* steps = reinterpret_cast<Step8*>(scratch);                     // [nb] (scratch is 64-byte aligned)
-    auto* lanes = reinterpret_cast<LaneBlock*>(steps + nb);               // [kLaneChunk / kLaneTokens][nb]
-    auto* output_block = reinterpret_cast<float*>(lanes + kLaneChunk / kLaneTokens * nb);
-    static_assert(sizeof(Step8) % 64 == 0 && sizeof(LaneBlock) % 32 == 0);
+    auto* steps = reinterpret_cast<Step8*>(scratch);  // [nb] (scratch is 64-byte aligned)
+    auto* output_block = reinterpret_cast<float*>(steps + nb);
+    static_assert(sizeof(Step8) % 64 == 0);
     for (int64_t c0 = 0; c0 < args.n_tokens; c0 += kLaneChunk) {
         const int64_t nt = min64(kLaneChunk, args.n_tokens - c0), n_groups = nt / kLaneTokens;
-        for (int64_t g = 0; g < n_groups; ++g) transpose_lanes<Dec::kOffset>(q, c0 + 8 * g, nb, lanes + g * nb);
+        const auto* lanes = reinterpret_cast<const LaneBlock*>(q.lanes + c0 / kLaneTokens * nb);  // the chunk's
         // The groups' outputs go straight to y; the tokens after them (fewer than eight) through an output block.
         const int64_t t_rest = n_groups * kLaneTokens, n_rest = nt - t_rest;
         const int64_t block_rows = n_rest > 0 ? OutputBlock::rows_for(n_rest) : r1 - r0;

@@ -445,6 +445,16 @@ void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_
                 std::memcpy(ur + i, &w, 8);
             }
         }
+        if (out.lanes != nullptr && t < out.n_tokens / kLaneTokens * kLaneTokens) {  // its lane in its group's
+            const int64_t nb = out.n_in / 32, j = t % kLaneTokens;
+            for (int64_t b = b0; b < b1; ++b) {
+                LaneActs& l = out.lanes[t / kLaneTokens * nb + b];
+                for (int k = 0; k < 8; ++k) std::memcpy(l.qs[k] + 4 * j, qr + 32 * b + 4 * k, 4);
+                l.d[j] = dr[b];
+                l.ds[j] = dsr[b];
+                l.isum[j] = isumr[b];
+            }
+        }
         if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
             for (int64_t b = b0; b < b1; ++b) {
                 std::memcpy(out.tile_qs + tile_entry(out, t, b) * 32, qr + 32 * b, 32);

@@ -38,6 +38,7 @@ struct Activations::Cache {
     std::vector<int8_t> tile_qs_storage;  // the tile layout (QuantizedActs::tile_qs), when used
     std::vector<float> tile_d, tile_ds;
     std::vector<int32_t> tile_isum;
+    std::vector<uint8_t> lanes_storage;     // the lane layout (QuantizedActs::lanes), when used, plus alignment room
     Isa isa = Isa::generic;                 // the family reserve_int8 laid the int8 form out for
     bool pairs_ready[2] = {};                // PairActs of the input: [0] as floats (BF16), [1] fp16-rounded (F16)
     std::vector<uint16_t> pairs_storage[2];  // their tiles plus alignment room
@@ -103,7 +104,7 @@ void reserve_int8(Activations& x, Isa isa) {
         c.qs_u_storage.resize(c.qs_storage.size());
         qs_u = align64(c.qs_u_storage.data());
     }
-    c.view = {qs,      c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u,      nullptr,
+    c.view = {qs,      c.d.data(), c.ds.data(), c.ds16.data(), c.isum.data(), qs_u,          nullptr,   nullptr,
               nullptr, nullptr,    nullptr,     n_tokens,      n_in,          qs_stride, blk_stride};
     c.isa = isa;
     if (isa >= Isa::avx512 && n_tokens >= kAmxMinTokens) {  // the tile layout too (quantize writes tokens)
@@ -117,6 +118,11 @@ void reserve_int8(Activations& x, Isa isa) {
         c.view.tile_ds = c.tile_ds.data();
         c.view.tile_isum = c.tile_isum.data();
         zero_tile_padding(c.view);
+    }
+    if (isa == Isa::avx2 && n_tokens >= kLaneTokens) {  // the AVX2 lane kernels' layout (quantize writes tokens)
+        c.lanes_storage.resize(static_cast<size_t>(n_tokens / kLaneTokens * (n_in / 32)) * sizeof(LaneActs) + 64);
+        // (aligned to a line: two threads writing blocks [b0, b1) with b0 even never write one line)
+        c.view.lanes = reinterpret_cast<LaneActs*>(align64(c.lanes_storage.data()));
     }
 }
 
@@ -148,8 +154,8 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
     reserve_int8(x, isa);
     const int64_t n_tokens = x.n_tokens();
     // Ranges of whole half groups with the tile layout: a half group's scales fill lines of their own
-    // (tile_scale_entry), so two cores never write one line.
-    const int64_t unit = c.view.tile_qs != nullptr ? Activations::kInt8PartTokens : 1;
+    // (tile_scale_entry), so two cores never write one line; whole groups with the lane layout (one writer each).
+    const int64_t unit = c.view.tile_qs != nullptr || c.view.lanes != nullptr ? Activations::kInt8PartTokens : 1;
     const int64_t n_units = (n_tokens + unit - 1) / unit;
     if (n_units < 2 || n_tokens * x.n_in() < kParallelQuantizeElements || pool.size() == 1) {
         quantize_tokens(x, 0, n_tokens);
