@@ -672,8 +672,9 @@ int rows8_decode_tokens(Src& src, int64_t nb, const QuantizedActs& q, int64_t t0
 // ---- eight tokens in lanes: prefill, and decode steps of eight sequences or more ----
 // With the rows in lanes each token's activations are broadcast for every eight rows; here the activations of eight
 // tokens are in the lanes (laid out once per input by its quantization: QuantizedActs::lanes), and each weight row's
-// four bytes are broadcast against them. Every output lane gets rows8_block's operations in its order (the same exact int32 block sums, then
-// fma(float(I), ws * da, acc) and fma(wm, ds, acc)), so the bits are those of the other paths.
+// four bytes are broadcast against them. Every output lane gets rows8_block's operations in its order (the same
+// exact int32 block sums, then fma(float(I), ws * da, acc) and fma(wm, ds, acc)), so the bits are those of the other
+// paths.
 
 constexpr int64_t kLaneChunk = 32;  // tokens per pass over a thread's rows (their lane blocks stay in L1 and L2)
 
