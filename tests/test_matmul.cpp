@@ -974,3 +974,53 @@ TEST_CASE("the thread pool runs every task of every section once, with more thre
         for (int i = 0; i < threads; ++i) CHECK(runs[i].load() == kSections);
     }
 }
+
+TEST_CASE("the lane layout of int8 activations holds each whole group's blocks as the AVX2 lane kernels read them",
+          "[matmul]") {
+    // QuantizedActs::lanes: block b of group g at lanes[g * nb + b], qs[k] bytes 4j .. 4j + 3 = bytes 4k .. 4k + 3
+    // of token 8g + j's block, then its d, ds and isum; tokens past the last whole group have none. The portable
+    // writer against that definition, and the AVX2 one (as the threads call it: ranges of tokens, ranges of blocks)
+    // against the portable one.
+    std::mt19937 rng(99);
+    const int64_t n_in = 352, nb = n_in / 32;
+    for (int64_t n_tokens : {8, 16, 27}) {
+        const std::vector<float> x = make_input(n_tokens, n_in, rng);
+        ActBuffers acts(n_tokens, n_in, false, false);
+        quantize_activations(x.data(), n_in, 0, n_tokens, acts.view, generic::quantize_block);
+        const int64_t n_groups = n_tokens / kLaneTokens;
+        std::vector<LaneActs> want(static_cast<size_t>(n_groups * nb + 1));  // one more, left as made
+        std::memset(want.data(), 0x5A, want.size() * sizeof(LaneActs));
+        QuantizedActs q = acts.view;
+        q.lanes = want.data();
+        generic::lay_out_lanes(q, 0, n_tokens, 0, nb);
+        INFO(n_tokens << " tokens");
+        for (int64_t t = 0; t < n_groups * kLaneTokens; ++t) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const LaneActs& l = want[static_cast<size_t>(t / 8 * nb + b)];
+                const int64_t j = t % 8, at = t * q.blk_stride + b;
+                for (int k = 0; k < 8; ++k)
+                    CHECK(std::memcmp(l.qs[k] + 4 * j, q.qs + t * q.qs_stride + 32 * b + 4 * k, 4) == 0);
+                CHECK(l.d[j] == q.d[at]);
+                CHECK(l.ds[j] == q.ds[at]);
+                CHECK(l.isum[j] == q.isum[at]);
+            }
+        }
+        const auto* last = reinterpret_cast<const uint8_t*>(&want.back());
+        CHECK(std::all_of(last, last + sizeof(LaneActs), [](uint8_t v) { return v == 0x5A; }));
+        if (!isa_available(Isa::avx2)) continue;
+        for (int split = 0; split < 2; ++split) {
+            std::vector<LaneActs> got(want.size());
+            std::memset(got.data(), 0x5A, got.size() * sizeof(LaneActs));
+            q.lanes = got.data();
+            if (split == 0) {
+                avx2::lay_out_lanes(q, 0, 8, 0, nb);
+                avx2::lay_out_lanes(q, 8, n_tokens, 0, nb);
+            } else {
+                avx2::lay_out_lanes(q, 0, n_tokens, 0, 4);
+                avx2::lay_out_lanes(q, 0, n_tokens, 4, nb);
+            }
+            INFO("split by " << (split == 0 ? "tokens" : "blocks"));
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(LaneActs)) == 0);
+        }
+    }
+}

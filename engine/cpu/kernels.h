@@ -130,6 +130,9 @@ using QuantizeBlock = float (*)(const float* x, int8_t* q, int32_t* sums);
 // Each ISA's table; fn is nullptr for a type the ISA has no kernel for.
 namespace generic {
 float quantize_block(const float* x, int8_t* q, int32_t* sums);
+// Writes q.lanes (non-null) for tokens [t0, t1) of whole groups of eight (t0 a multiple of eight) and blocks
+// [b0, b1) from q's int8 form.
+void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1);
 Kernel find_kernel(GgmlType type);
 // The dequantize-then-float-dot path for any type dequantize_row handles.
 Kernel fallback_kernel();
@@ -151,6 +154,7 @@ Kernel find_kernel(GgmlType type);
 // a build without AVX2).
 Kernel find_kernel_packed(GgmlType type);
 float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
+void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1);  // generic's, in vectors
 }
 namespace avx512 {
 Kernel find_kernel(GgmlType type);

@@ -1077,6 +1077,38 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums) {
     return d;
 }
 
+void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
+    const int64_t nb = q.n_in / 32;
+    const __m256i rows = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);  // times blk_stride: eight tokens' scales
+    const __m256i scales = _mm256_mullo_epi32(rows, _mm256_set1_epi32(static_cast<int32_t>(q.blk_stride)));
+    for (int64_t t = t0; t + kLaneTokens <= t1 && t + kLaneTokens <= q.n_tokens; t += kLaneTokens) {
+        for (int64_t b = b0; b < b1; ++b) {
+            __m256i r[8], u[8];
+            for (int j = 0; j < 8; ++j)
+                r[j] = load256(reinterpret_cast<const uint8_t*>(q.qs + (t + j) * q.qs_stride + 32 * b));
+            for (int j = 0; j < 8; j += 4) {  // u[j + i]: dwords i and 4 + i of tokens j .. j + 3 (one per lane half)
+                const __m256i lo01 = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+                const __m256i hi01 = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+                const __m256i lo23 = _mm256_unpacklo_epi32(r[j + 2], r[j + 3]);
+                const __m256i hi23 = _mm256_unpackhi_epi32(r[j + 2], r[j + 3]);
+                u[j] = _mm256_unpacklo_epi64(lo01, lo23);
+                u[j + 1] = _mm256_unpackhi_epi64(lo01, lo23);
+                u[j + 2] = _mm256_unpacklo_epi64(hi01, hi23);
+                u[j + 3] = _mm256_unpackhi_epi64(hi01, hi23);
+            }
+            auto& out = reinterpret_cast<LaneBlock&>(q.lanes[t / kLaneTokens * nb + b]);
+            for (int i = 0; i < 4; ++i) {
+                out.qs[i] = low_halves(u[i], u[4 + i]);
+                out.qs[4 + i] = high_halves(u[i], u[4 + i]);
+            }
+            const int64_t first = t * q.blk_stride + b;  // token t's block b
+            out.d = _mm256_i32gather_ps(q.d + first, scales, 4);
+            out.ds = _mm256_i32gather_ps(q.ds + first, scales, 4);
+            out.isum = _mm256_i32gather_epi32(q.isum + first, scales, 4);
+        }
+    }
+}
+
 }  // namespace quill::cpu::avx2
 
 #else  // built without AVX2 in the compiler flags
@@ -1085,6 +1117,9 @@ namespace quill::cpu::avx2 {
 Kernel find_kernel(GgmlType) { return {}; }
 Kernel find_kernel_packed(GgmlType) { return {}; }
 float quantize_block(const float* x, int8_t* q, int32_t* sums) { return generic::quantize_block(x, q, sums); }
+void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
+    generic::lay_out_lanes(q, t0, t1, b0, b1);
+}
 }  // namespace quill::cpu::avx2
 
 #endif

@@ -445,16 +445,6 @@ void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_
                 std::memcpy(ur + i, &w, 8);
             }
         }
-        if (out.lanes != nullptr && t < out.n_tokens / kLaneTokens * kLaneTokens) {  // its lane in its group's
-            const int64_t nb = out.n_in / 32, j = t % kLaneTokens;
-            for (int64_t b = b0; b < b1; ++b) {
-                LaneActs& l = out.lanes[t / kLaneTokens * nb + b];
-                for (int k = 0; k < 8; ++k) std::memcpy(l.qs[k] + 4 * j, qr + 32 * b + 4 * k, 4);
-                l.d[j] = dr[b];
-                l.ds[j] = dsr[b];
-                l.isum[j] = isumr[b];
-            }
-        }
         if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
             for (int64_t b = b0; b < b1; ++b) {
                 std::memcpy(out.tile_qs + tile_entry(out, t, b) * 32, qr + 32 * b, 32);
@@ -463,6 +453,21 @@ void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_
                 out.tile_ds[at] = dsr[b];
                 out.tile_isum[at] = isumr[b];
             }
+        }
+    }
+}
+
+void generic::lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
+    const int64_t nb = q.n_in / 32;
+    for (int64_t t = t0; t < std::min(t1, q.n_tokens / kLaneTokens * kLaneTokens); ++t) {
+        const int64_t j = t % kLaneTokens;
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t at = t * q.blk_stride + b;
+            LaneActs& l = q.lanes[t / kLaneTokens * nb + b];
+            for (int k = 0; k < 8; ++k) std::memcpy(l.qs[k] + 4 * j, q.qs + t * q.qs_stride + 32 * b + 4 * k, 4);
+            l.d[j] = q.d[at];
+            l.ds[j] = q.ds[at];
+            l.isum[j] = q.isum[at];
         }
     }
 }

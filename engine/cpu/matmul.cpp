@@ -134,6 +134,7 @@ void quantize_tokens(Activations& x, int64_t t0, int64_t t1) {
     if (!wide || !avx512::quantize_rows(x.data(), x.n_in(), t0, t1, c.view))
         quantize_activations(x.data(), x.n_in(), t0, t1, c.view,
                              isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
+    if (c.view.lanes != nullptr) avx2::lay_out_lanes(c.view, t0, t1, 0, x.n_in() / 32);
 }
 
 // Blocks [b0, b1) of every token, and the rows' padding with the last block.
@@ -144,6 +145,7 @@ void quantize_blocks(Activations& x, int64_t b0, int64_t b1) {
     if (!wide || !avx512::quantize_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view))
         quantize_activation_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view,
                                    isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
+    if (c.view.lanes != nullptr) avx2::lay_out_lanes(c.view, 0, x.n_tokens(), b0, b1);
     if (b1 == x.n_in() / 32)
         for (int64_t t = 0; t < x.n_tokens(); ++t) write_row_padding(c.view, t, b1);
 }
