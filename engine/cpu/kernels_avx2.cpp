@@ -694,22 +694,50 @@ inline __m256i lane_offsets(const LaneBlock& a) {
     return _mm256_slli_epi32(a.isum, Offset == 8 ? 3 : 4);
 }
 
-// out[r][j] = row r of the repacked tile against token j of the group.
-template <typename Dec>
-void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*out)[8], const Ahead& ahead) {
+// Where the lane kernels read a tile's weights: block b's values, group k of row r at values(b) + kStride * k + 4r;
+// its eight rows' scales and minima as floats. StepWeights: the tile repacked into Step8s.
+struct StepWeights {
+    static constexpr int64_t kStride = 32;
+    const Step8* steps;
+    const uint8_t* values(int64_t b) const { return reinterpret_cast<const uint8_t*>(steps[b].w); }
+    const float* scales(int64_t b, float*) const { return reinterpret_cast<const float*>(&steps[b].ws); }
+    const float* minima(int64_t b) const { return reinterpret_cast<const float*>(&steps[b].wm); }
+};
+
+// Half h of a tile of packed Q8_0 records, read in place: its values are Step8's already, 64 bytes apart, and only
+// the fp16 scales need converting (into buf), so the tile is not repacked (a sixteen-sequence decode step spent
+// 1.7% of its time copying the output matrix's records).
+template <typename P>
+struct RecordWeights {
+    static_assert(P::kSigned && !P::kHasMin);
+    static constexpr int64_t kStride = 64;
+    const uint8_t* tile;
+    int h;
+    const uint8_t* values(int64_t b) const { return tile + b * P::kRecordBytes + 32 * h; }
+    const float* scales(int64_t b, float* buf) const {
+        _mm256_store_ps(buf, _mm256_cvtph_ps(load128(tile + b * P::kRecordBytes + P::kScalesAt + 16 * h)));
+        return buf;
+    }
+    const float* minima(int64_t) const { return nullptr; }
+};
+
+// out[r][j] = row r of the tile against token j of the group.
+template <typename Dec, typename W>
+void lanes_tile(const W& weights, int64_t nb, const LaneBlock* lanes, float (*out)[8], const Ahead& ahead) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         ahead.block(b);
         const LaneBlock& a = lanes[b];
-        const auto* w = reinterpret_cast<const uint8_t*>(steps[b].w);  // [8 groups][8 rows][4 bytes]
-        const auto* ws = reinterpret_cast<const float*>(&steps[b].ws);
-        const auto* wm = reinterpret_cast<const float*>(&steps[b].wm);
+        const uint8_t* w = weights.values(b);
+        alignas(32) float buf[8];
+        const float* ws = weights.scales(b, buf);
+        const float* wm = weights.minima(b);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
             __m256i dot = block_idot<Dec>(
-                [&](int k) { return _mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * r)); },
+                [&](int k) { return _mm256_set1_epi32(load_unaligned<int32_t>(w + W::kStride * k + 4 * r)); },
                 [&](int k) { return a.qs[k]; });
             if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, lane_offsets<Dec::kOffset>(a));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_broadcast_ss(ws + r), a.d), acc[r]);
@@ -720,9 +748,9 @@ void lanes_tile(const Step8* steps, int64_t nb, const LaneBlock* lanes, float (*
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(out[r], acc[r]);
 }
 
-// The exact int32 block sums of rows r0 .. r0 + 3 of block w ([8 groups][8 rows][4 bytes]) against two groups'
-// lanes: d[r][g] (the sums of block_idot: exact whatever the order of their int16 and int32 additions).
-template <typename Dec>
+// The exact int32 block sums of rows r0 .. r0 + 3 of block w (group k of row r at w + stride * k + 4r) against two
+// groups' lanes: d[r][g] (the sums of block_idot: exact whatever the order of their int16 and int32 additions).
+template <typename Dec, int64_t kStride>
 [[gnu::always_inline]] inline void block_idot_4x2(const uint8_t* w, int r0, const LaneBlock& a0,
                                                   const LaneBlock& a1, __m256i (&d)[4][2]) {
     static_assert(Dec::kSigned || Dec::kGroupsPerMadd == 8);
@@ -735,7 +763,7 @@ template <typename Dec>
         const __m256i x0 = a0.qs[k], x1 = a1.qs[k];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
-            const __m256i wk = _mm256_set1_epi32(load_unaligned<int32_t>(w + 32 * k + 4 * (r0 + r)));
+            const __m256i wk = _mm256_set1_epi32(load_unaligned<int32_t>(w + kStride * k + 4 * (r0 + r)));
             if constexpr (Dec::kSigned) {
                 const __m256i u = _mm256_sign_epi8(wk, wk);  // (as block_idot: the signs moved onto x)
                 const __m256i p0 = _mm256_maddubs_epi16(u, _mm256_sign_epi8(x0, wk));
@@ -759,20 +787,21 @@ template <typename Dec>
 // rows, so a block takes 6 loads for every 8 vpmaddubsw instead of 16 (one group's lanes_tile is bound by its loads
 // on a core with two load ports and one integer multiplier; a Q4_1 matrix of SmolLM2's shapes at sixteen tokens,
 // one thread: 37.5 ms against 41.6). Each output gets lanes_tile's float operations in its order: the same bits.
-template <typename Dec>
-void lanes_tile2(const Step8* steps, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1,
-                 float (*out)[8][8], const Ahead& ahead) {
+template <typename Dec, typename W>
+void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1, float (*out)[8][8],
+                 const Ahead& ahead) {
     alignas(32) float acc[2][8][8] = {};  // [group][row][token]
     for (int64_t b = 0; b < nb; ++b) {
         ahead.block(b);
         const LaneBlock* a[2] = {lanes0 + b, lanes1 + b};
-        const auto* w = reinterpret_cast<const uint8_t*>(steps[b].w);
-        const auto* ws = reinterpret_cast<const float*>(&steps[b].ws);
-        const auto* wm = reinterpret_cast<const float*>(&steps[b].wm);
+        const uint8_t* w = weights.values(b);
+        alignas(32) float buf[8];
+        const float* ws = weights.scales(b, buf);
+        const float* wm = weights.minima(b);
 #pragma GCC unroll 2
         for (int r0 = 0; r0 < 8; r0 += 4) {
             __m256i dot[4][2];
-            block_idot_4x2<Dec>(w, r0, *a[0], *a[1], dot);
+            block_idot_4x2<Dec, W::kStride>(w, r0, *a[0], *a[1], dot);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; ++r) {
 #pragma GCC unroll 2
@@ -815,23 +844,31 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                 const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
                 Src src(w, r, nr);
                 Ahead ahead = src.next(nb, r1);  // prefetched during the tile's first kernel
-                repack_rows8(src, nb, steps);
                 float* y = args.y + c0 * w.n_out + r;  // token c0's output of row r
-                int64_t g = 0;
-                if constexpr (Dec::kSigned || Dec::kGroupsPerMadd == 8) {
-                    for (; g + 2 <= n_groups; g += 2) {
-                        float out[2][8][8];
-                        lanes_tile2<Dec>(steps, nb, lanes + g * nb, lanes + (g + 1) * nb, out, ahead);
-                        ahead = {};
-                        store_transposed(out[0][0], 8, y + 8 * g * w.n_out, w.n_out, nr);
-                        store_transposed(out[1][0], 8, y + (8 * g + 8) * w.n_out, w.n_out, nr);
+                auto groups = [&](const auto& weights) {
+                    int64_t g = 0;
+                    if constexpr (Dec::kSigned || Dec::kGroupsPerMadd == 8) {
+                        for (; g + 2 <= n_groups; g += 2) {
+                            float out[2][8][8];
+                            lanes_tile2<Dec>(weights, nb, lanes + g * nb, lanes + (g + 1) * nb, out, ahead);
+                            ahead = {};
+                            store_transposed(out[0][0], 8, y + 8 * g * w.n_out, w.n_out, nr);
+                            store_transposed(out[1][0], 8, y + (8 * g + 8) * w.n_out, w.n_out, nr);
+                        }
                     }
-                }
-                for (; g < n_groups; ++g) {
-                    float out[8][8];
-                    lanes_tile<Dec>(steps, nb, lanes + g * nb, out, ahead);
-                    ahead = {};
-                    store_transposed(out[0], 8, y + 8 * g * w.n_out, w.n_out, nr);
+                    for (; g < n_groups; ++g) {
+                        float out[8][8];
+                        lanes_tile<Dec>(weights, nb, lanes + g * nb, out, ahead);
+                        ahead = {};
+                        store_transposed(out[0], 8, y + 8 * g * w.n_out, w.n_out, nr);
+                    }
+                };
+                if constexpr (Src::kPacked && Dec::kSigned) {  // Q8_0's records read in place
+                    groups(RecordWeights<Dec>{src.tile, src.h});
+                    if (n_rest > 0) repack_rows8(src, nb, steps);
+                } else {
+                    repack_rows8(src, nb, steps);
+                    groups(StepWeights{steps});
                 }
                 for (int64_t t = 0; t < n_rest;) {
                     float out[kRows8Tokens][8];
