@@ -458,7 +458,9 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
     const int b0 = t.b_lo(b), b1 = t.b_hi(b);
     const T* vb = v + static_cast<size_t>(b0) * stride;
     by_chunks(t.n, [&]<int G>(int r0) {
-        constexpr int V = G <= 2 ? 4 : G <= 6 ? 2 : 1;
+        // V vectors of columns a pass: G * V accumulators, each a chain of fmas (three rows, a decode's of SmolLM2,
+        // take three vectors, nine chains: with two, six chains waited on the fma latency)
+        constexpr int V = G <= 2 ? 4 : G == 3 ? 3 : G <= 6 ? 2 : 1;
         auto columns = [&]<int KS>(const float* pr, int row_stride) {
             int c = 0;
 #ifdef __AVX512F__
@@ -469,6 +471,9 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
 #endif
             for (; c + 8 * V <= hd; c += 8 * V)
                 mix_columns<8, G, V, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+            if constexpr (V > 2)
+                for (; c + 16 <= hd; c += 16)
+                    mix_columns<8, G, 2, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
             for (; c < hd; c += 8) mix_columns<8, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
         };
         if (t.rows_in_lanes)
