@@ -1084,18 +1084,18 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums) {
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float d = _mm_cvtss_f32(m4) / 127.0f;
     const __m256 inv = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 below_half = _mm256_set1_ps(0.49999997f);  // the float just below 1/2
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     __m256i iv[4];
     for (int c = 0; c < 4; ++c) {
         // clamped to -127..127 with NaN as 0, as generic::quantize_block (inputs that are not finite, tiny scales)
         const __m256 raw = _mm256_mul_ps(v[c], inv);
         const __m256 y = _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(raw, lo), hi), _mm256_cmp_ps(raw, raw, _CMP_ORD_Q));
-        // round half away from zero, exactly: truncate, then step away from zero when the rest is >= 1/2
-        const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
-        const __m256 step = _mm256_or_ps(_mm256_and_ps(y, sign), one);
-        iv[c] = _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, step)));
+        // round half away from zero, exactly: y + (the float below 1/2, with y's sign), truncated. The sum rounds up
+        // to the next integer exactly when y's fraction is 1/2 or more (at 1/2 itself the exact sum lies halfway
+        // between two floats and rounds to the even one, the integer); below 1/2 it stays below.
+        const __m256 nudge = _mm256_or_ps(_mm256_and_ps(y, sign), below_half);
+        iv[c] = _mm256_cvttps_epi32(_mm256_add_ps(y, nudge));
     }
     __m128i half_sums[2];
     for (int h = 0; h < 2; ++h) {
