@@ -723,6 +723,14 @@ TEST_CASE("activation quantization equals the reference Q8_0 quantizer on every 
             for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i % 2 ? i : -i) + 0.5f;
             x[0] = 127.0f;
         }
+        if (trial % 5 == 1) {  // the floats next to those ties, either side (the AVX2 rounding's hardest cases)
+            for (int i = 0; i < 32; ++i) {
+                const float tie = i < 2 ? (i == 0 ? 0.5f : -0.5f)  // where ulp(x) is finer than ulp(x + 1/2)
+                                        : static_cast<float>(i % 2 ? i : -i) + (i % 4 < 2 ? 0.5f : -0.5f);
+                x[i] = std::nextafter(tie, trial % 10 == 1 ? 0.0f : 1000.0f * tie);
+            }
+            x[31] = -127.0f;
+        }
         if (trial == 1) std::fill(std::begin(x), std::end(x), 0.0f);
         BlockQ8_0 ref{};
         quantize_row(GgmlType::Q8_0, x, &ref, 32);
