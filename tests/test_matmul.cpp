@@ -1032,3 +1032,32 @@ TEST_CASE("the lane layout of int8 activations holds each whole group's blocks a
         }
     }
 }
+
+TEST_CASE("an input quantized for another ISA (no lane layout) gives the AVX2 lane kernels' bits", "[matmul]") {
+    // The AVX2 kernels read the lane layout where reserve_int8 made one (AVX2, eight tokens or more); an int8 form
+    // made for the generic ISA has none, and the same products then go the row way, with the same bits.
+    if (!isa_available(Isa::avx2)) return quill::test::skip_no_device("no AVX2 here: the lane kernels cannot run");
+    std::mt19937 rng(2718);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
+        const TestMatrix m = make_matrix(type, 40, 352, rng);
+        const std::vector<float> x = make_input(19, 352, rng);
+        PackedWeights packed(m.view(), &pool);
+        WeightMatrix w = m.view();
+        w.packed = packed.data();
+        std::vector<float> y[2];
+        for (int i = 0; i < 2; ++i) {
+            Activations act;
+            act.set(x.data(), 19, 352);
+            if (i == 1) {
+                act.begin_int8(Isa::generic);
+                act.quantize_int8(0, 19);
+                act.end_int8();
+            }
+            y[i] = poisoned(static_cast<size_t>(19 * m.n_out));
+            matmul(w, act, y[i].data(), pool, Isa::avx2);
+        }
+        INFO(type_name(type));
+        CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
+    }
+}

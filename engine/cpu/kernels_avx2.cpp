@@ -502,7 +502,8 @@ inline void prefetch_rows8(Rows rows, int64_t prefetch, int64_t end, int64_t* do
 
 // The next tile's share of a weight stream, prefetched a block at a time as a lane kernel goes through its blocks
 // (rows8_lanes), so that the next tile's loads overlap the arithmetic: issued all at once by the repack, they waited
-// on memory with nothing else to do (the repack took a fifth of a sixteen-token step). Empty: nothing to prefetch.
+// on memory with nothing else to do (the repack took a fifth of a sixteen-token Q4_1 product). Empty: nothing to
+// prefetch.
 struct Ahead {
     const uint8_t* at = nullptr;  // the next tile's first block
     int64_t block_bytes = 0;      // bytes of the stream per 32-block
@@ -548,7 +549,7 @@ struct PackedRows8 {
     const uint8_t* tile;
     int64_t r;
     int h;
-    bool prefetch = true;
+    bool prefetch = true;  // for_group's own prefetch of the stream (off once next() hands it to Ahead)
 
     PackedRows8(const WeightMatrix& w, int64_t r, int) : r(r) {
         tile = static_cast<const uint8_t*>(w.packed) + r / 16 * (w.n_in / 32) * P::kRecordBytes;
@@ -587,7 +588,7 @@ struct PackedK8 {
     static constexpr int64_t kSuperBytes = 8 * Dec::kGroupBytes;  // a super-block of eight rows
     const uint8_t* half;
     int64_t r;
-    bool prefetch = true;
+    bool prefetch = true;  // as PackedRows8's
 
     PackedK8(const WeightMatrix& w, int64_t r, int) : r(r) {
         half = static_cast<const uint8_t*>(w.packed) + r / 8 * (w.n_in / 256) * kSuperBytes;
@@ -833,8 +834,9 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
     auto* output_block = reinterpret_cast<float*>(steps + nb);
     static_assert(sizeof(Step8) % 64 == 0);
     for (int64_t c0 = 0; c0 < args.n_tokens; c0 += kLaneChunk) {
-        const int64_t nt = min64(kLaneChunk, args.n_tokens - c0), n_groups = nt / kLaneTokens;
-        const auto* lanes = reinterpret_cast<const LaneBlock*>(q.lanes + c0 / kLaneTokens * nb);  // the chunk's
+        // (without the lane layout, which an input quantized for another ISA lacks, every token goes the row way)
+        const int64_t nt = min64(kLaneChunk, args.n_tokens - c0), n_groups = q.lanes ? nt / kLaneTokens : 0;
+        const auto* lanes = q.lanes ? reinterpret_cast<const LaneBlock*>(q.lanes + c0 / kLaneTokens * nb) : nullptr;
         // The groups' outputs go straight to y; the tokens after them (fewer than eight) through an output block.
         const int64_t t_rest = n_groups * kLaneTokens, n_rest = nt - t_rest;
         const int64_t block_rows = n_rest > 0 ? OutputBlock::rows_for(n_rest) : r1 - r0;
