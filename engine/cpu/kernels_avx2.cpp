@@ -751,9 +751,10 @@ void lanes_tile(const W& weights, int64_t nb, const LaneBlock* lanes, float (*ou
 
 // The exact int32 block sums of rows r0 .. r0 + 3 of block w (group k of row r at w + stride * k + 4r) against two
 // groups' lanes: d[r][g] (the sums of block_idot: exact whatever the order of their int16 and int32 additions).
-template <typename Dec, int64_t kStride>
+// between(k) runs after group k's products (lanes_tile2 finishes the pass before there).
+template <typename Dec, int64_t kStride, typename B>
 [[gnu::always_inline]] inline void block_idot_4x2(const uint8_t* w, int r0, const LaneBlock& a0,
-                                                  const LaneBlock& a1, __m256i (&d)[4][2]) {
+                                                  const LaneBlock& a1, __m256i (&d)[4][2], B&& between) {
     static_assert(Dec::kSigned || Dec::kGroupsPerMadd == 8);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i y[4][2];  // int32 sums (kSigned), or the int16 sums of the whole block
@@ -777,10 +778,72 @@ template <typename Dec, int64_t kStride>
             }
             asm("" : "+x"(y[r][0]), "+x"(y[r][1]));  // (keeps GCC from computing every product first, into the stack)
         }
+        between(k);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r)
         for (int g = 0; g < 2; ++g) d[r][g] = Dec::kSigned ? y[r][g] : _mm256_madd_epi16(y[r][g], ones);
+}
+
+// lanes_tile2 (below) for Q8_0, with each pass's float work spread over the next pass: the block sums of the pass
+// before are scaled into acc one (row, group) at a time between this pass's groups of products. Issued all at once
+// after a pass, those float operations took the one multiplier pipe from the next pass's products, of which Q8_0 has
+// two per product pair (vpmaddubsw, vpmaddwd); bench_matmul, 16 tokens, the build before side by side: SmolLM2's
+// shapes one thread 50.3-50.5 -> 47.9-48.3 ms, tinyllama's two threads 181-183 -> 171 ms (64 tokens: 709-714 ->
+// 669-671). The 4-bit types finish each pass after it: interleaved, their activations spilled (Q4_1 32.2-32.6 ->
+// 33.4-33.9 ms). Each output's operations keep their order: the same bits.
+template <typename Dec, typename W>
+void lanes_tile2_signed(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1,
+                        float (*out)[8][8], const Ahead& ahead) {
+    alignas(32) float acc[2][8][8] = {};  // [group][row][token]
+    alignas(32) int32_t pending_dot[4][2][8];
+    // finish(e) of a pass: scales (row, group) e's sums into acc; its pointers held by value, so that they stay in
+    // registers through the stores into acc.
+    auto finisher = [&pending_dot, &acc](const float* ws, const float* wm, const LaneBlock* a0, const LaneBlock* a1,
+                                         int r0) {
+        return [=, &pending_dot, &acc](int e) {
+            const int r = e / 2, g = e % 2;
+            const LaneBlock* a = g == 0 ? a0 : a1;
+            __m256i d = _mm256_load_si256(reinterpret_cast<const __m256i*>(pending_dot[r][g]));
+            if constexpr (Dec::kOffset != 0) d = _mm256_sub_epi32(d, lane_offsets<Dec::kOffset>(*a));
+            float* y = acc[g][r0 + r];
+            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(_mm256_broadcast_ss(ws + r0 + r), a->d),
+                                       _mm256_load_ps(y));
+            if constexpr (Dec::kHasMin) v = _mm256_fmadd_ps(_mm256_broadcast_ss(wm + r0 + r), a->ds, v);
+            _mm256_store_ps(y, v);
+        };
+    };
+    alignas(32) float buf[2][8];  // a block's scales where converted, for two blocks in turn
+    const float* prev_ws = nullptr;
+    const float* prev_wm = nullptr;
+    for (int64_t b = 0; b < nb; ++b) {
+        ahead.block(b);
+        const LaneBlock* a0 = lanes0 + b;
+        const LaneBlock* a1 = lanes1 + b;
+        const uint8_t* w = weights.values(b);
+        const float* ws = weights.scales(b, buf[b % 2]);
+        const float* wm = weights.minima(b);
+        auto pass = [&](int r0, auto&& between) {
+            __m256i dot[4][2];
+            block_idot_4x2<Dec, W::kStride>(w, r0, *a0, *a1, dot, between);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; ++r)
+                for (int g = 0; g < 2; ++g)
+                    _mm256_store_si256(reinterpret_cast<__m256i*>(pending_dot[r][g]), dot[r][g]);
+        };
+        if (b == 0)
+            pass(0, [](int) {});
+        else
+            pass(0, finisher(prev_ws, prev_wm, a0 - 1, a1 - 1, 4));
+        pass(4, finisher(ws, wm, a0, a1, 0));
+        prev_ws = ws;
+        prev_wm = wm;
+    }
+    if (nb > 0) {
+        const auto finish = finisher(prev_ws, prev_wm, lanes0 + nb - 1, lanes1 + nb - 1, 4);
+        for (int e = 0; e < 8; ++e) finish(e);
+    }
+    std::memcpy(out, acc, sizeof(acc));
 }
 
 // lanes_tile for two groups of eight tokens at once (out[g][r][j]: row r against token j of group g), four rows at a
@@ -791,6 +854,7 @@ template <typename Dec, int64_t kStride>
 template <typename Dec, typename W>
 void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1, float (*out)[8][8],
                  const Ahead& ahead) {
+    if constexpr (Dec::kSigned) return lanes_tile2_signed<Dec>(weights, nb, lanes0, lanes1, out, ahead);
     alignas(32) float acc[2][8][8] = {};  // [group][row][token]
     for (int64_t b = 0; b < nb; ++b) {
         ahead.block(b);
@@ -802,7 +866,7 @@ void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const La
 #pragma GCC unroll 2
         for (int r0 = 0; r0 < 8; r0 += 4) {
             __m256i dot[4][2];
-            block_idot_4x2<Dec, W::kStride>(w, r0, *a[0], *a[1], dot);
+            block_idot_4x2<Dec, W::kStride>(w, r0, *a[0], *a[1], dot, [](int) {});
 #pragma GCC unroll 4
             for (int r = 0; r < 4; ++r) {
 #pragma GCC unroll 2
