@@ -785,18 +785,23 @@ template <typename Dec, int64_t kStride, typename B>
         for (int g = 0; g < 2; ++g) d[r][g] = Dec::kSigned ? y[r][g] : _mm256_madd_epi16(y[r][g], ones);
 }
 
-// lanes_tile2 (below) for Q8_0, with each pass's float work spread over the next pass: the block sums of the pass
-// before are scaled into acc one (row, group) at a time between this pass's groups of products. Issued all at once
-// after a pass, those float operations took the one multiplier pipe from the next pass's products, of which Q8_0 has
-// two per product pair (vpmaddubsw, vpmaddwd); bench_matmul, 16 tokens, the build before side by side: SmolLM2's
-// shapes one thread 50.3-50.5 -> 47.9-48.3 ms, tinyllama's two threads 181-183 -> 171 ms (64 tokens: 709-714 ->
-// 669-671). The 4-bit types finish each pass after it: interleaved, their activations spilled (Q4_1 32.2-32.6 ->
-// 33.4-33.9 ms). Each output's operations keep their order: the same bits.
+// lanes_tile for two groups of eight tokens at once (out[g][r][j]: row r against token j of group g), four rows at a
+// time: each broadcast weight group meets both groups' activations, and each activation vector loaded meets four
+// rows, so a block takes 6 loads for every 8 vpmaddubsw instead of 16 (one group's lanes_tile is bound by its loads
+// on a core with two load ports and one integer multiplier; a Q4_1 matrix of SmolLM2's shapes at sixteen tokens,
+// one thread: 37.5 ms against 41.6). Each output gets lanes_tile's float operations in its order: the same bits.
+// Q8_0 scales each pass's block sums into acc one (row, group) at a time between the next pass's groups of
+// products: issued all at once after a pass, those float operations took the one multiplier pipe from the next
+// pass's products, of which Q8_0 has two per product pair (vpmaddubsw, vpmaddwd); bench_matmul, 16 tokens, the
+// build before side by side: SmolLM2's shapes one thread 50.3-50.5 -> 47.9-48.3 ms, tinyllama's two threads
+// 181-183 -> 171 ms (64 tokens: 709-714 -> 669-671). The 4-bit types scale each pass after it: interleaved, their
+// activations spilled (Q4_1 32.2-32.6 -> 33.4-33.9 ms).
 template <typename Dec, typename W>
-void lanes_tile2_signed(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1,
-                        float (*out)[8][8], const Ahead& ahead) {
+void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1, float (*out)[8][8],
+                 const Ahead& ahead) {
+    constexpr bool kInterleave = Dec::kSigned;
     alignas(32) float acc[2][8][8] = {};  // [group][row][token]
-    alignas(32) int32_t pending_dot[4][2][8];
+    alignas(32) int32_t pending_dot[4][2][8];  // the block sums of the pass to scale
     // finish(e) of a pass: scales (row, group) e's sums into acc; its pointers held by value, so that they stay in
     // registers through the stores into acc.
     auto finisher = [&pending_dot, &acc](const float* ws, const float* wm, const LaneBlock* a0, const LaneBlock* a1,
@@ -831,57 +836,27 @@ void lanes_tile2_signed(const W& weights, int64_t nb, const LaneBlock* lanes0, c
                 for (int g = 0; g < 2; ++g)
                     _mm256_store_si256(reinterpret_cast<__m256i*>(pending_dot[r][g]), dot[r][g]);
         };
-        if (b == 0)
-            pass(0, [](int) {});
-        else
-            pass(0, finisher(prev_ws, prev_wm, a0 - 1, a1 - 1, 4));
-        pass(4, finisher(ws, wm, a0, a1, 0));
+        if constexpr (kInterleave) {
+            if (b == 0)
+                pass(0, [](int) {});
+            else
+                pass(0, finisher(prev_ws, prev_wm, a0 - 1, a1 - 1, 4));
+            pass(4, finisher(ws, wm, a0, a1, 0));
+        } else {
+#pragma GCC unroll 2
+            for (int r0 = 0; r0 < 8; r0 += 4) {
+                pass(r0, [](int) {});
+                const auto finish = finisher(ws, wm, a0, a1, r0);
+#pragma GCC unroll 8
+                for (int e = 0; e < 8; ++e) finish(e);
+            }
+        }
         prev_ws = ws;
         prev_wm = wm;
     }
-    if (nb > 0) {
+    if (kInterleave && nb > 0) {
         const auto finish = finisher(prev_ws, prev_wm, lanes0 + nb - 1, lanes1 + nb - 1, 4);
         for (int e = 0; e < 8; ++e) finish(e);
-    }
-    std::memcpy(out, acc, sizeof(acc));
-}
-
-// lanes_tile for two groups of eight tokens at once (out[g][r][j]: row r against token j of group g), four rows at a
-// time: each broadcast weight group meets both groups' activations, and each activation vector loaded meets four
-// rows, so a block takes 6 loads for every 8 vpmaddubsw instead of 16 (one group's lanes_tile is bound by its loads
-// on a core with two load ports and one integer multiplier; a Q4_1 matrix of SmolLM2's shapes at sixteen tokens,
-// one thread: 37.5 ms against 41.6). Each output gets lanes_tile's float operations in its order: the same bits.
-template <typename Dec, typename W>
-void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1, float (*out)[8][8],
-                 const Ahead& ahead) {
-    if constexpr (Dec::kSigned) return lanes_tile2_signed<Dec>(weights, nb, lanes0, lanes1, out, ahead);
-    alignas(32) float acc[2][8][8] = {};  // [group][row][token]
-    for (int64_t b = 0; b < nb; ++b) {
-        ahead.block(b);
-        const LaneBlock* a[2] = {lanes0 + b, lanes1 + b};
-        const uint8_t* w = weights.values(b);
-        alignas(32) float buf[8];
-        const float* ws = weights.scales(b, buf);
-        const float* wm = weights.minima(b);
-#pragma GCC unroll 2
-        for (int r0 = 0; r0 < 8; r0 += 4) {
-            __m256i dot[4][2];
-            block_idot_4x2<Dec, W::kStride>(w, r0, *a[0], *a[1], dot, [](int) {});
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; ++r) {
-#pragma GCC unroll 2
-                for (int g = 0; g < 2; ++g) {
-                    __m256i d = dot[r][g];
-                    if constexpr (Dec::kOffset != 0) d = _mm256_sub_epi32(d, lane_offsets<Dec::kOffset>(*a[g]));
-                    float* y = acc[g][r0 + r];
-                    __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
-                                               _mm256_mul_ps(_mm256_broadcast_ss(ws + r0 + r), a[g]->d),
-                                               _mm256_load_ps(y));
-                    if constexpr (Dec::kHasMin) v = _mm256_fmadd_ps(_mm256_broadcast_ss(wm + r0 + r), a[g]->ds, v);
-                    _mm256_store_ps(y, v);
-                }
-            }
-        }
     }
     std::memcpy(out, acc, sizeof(acc));
 }
