@@ -200,6 +200,58 @@ TEST_CASE("a row's attention has the same bits whichever rows share its call", "
     }
 }
 
+TEST_CASE("KvPrefetch covers its two ranges' whole lines in order", "[cpu]") {
+    alignas(64) static char buf[1024];
+    KvPrefetch p;
+    CHECK(p.left() == 0);
+    p.set(buf + 60, 10, buf + 256, 129);  // lines 0 and 1, then 4, 5 and 6
+    CHECK(p.left() == 5);
+    p.step(1);
+    CHECK(p.left() == 4);
+    p.step(3);  // across the end of the first range
+    CHECK(p.left() == 1);
+    p.step(10);
+    CHECK(p.left() == 0);
+    p.set(buf, 0, buf + 64, 64);  // an empty range, then one line
+    CHECK(p.left() == 1);
+    p.finish();
+    CHECK(p.left() == 0);
+    p.set(buf, 1024, nullptr, 0);
+    p.set(buf, 64, nullptr, 0);  // what was left is dropped
+    CHECK(p.left() == 1);
+}
+
+// The backend hands the kernels the next unit's lines to prefetch as they go: the kernels step through them, and a
+// row's result is the same with or without them.
+TEST_CASE("the tiled kernels step a KvPrefetch and give the same bits with it", "[cpu]") {
+    const Shape s{9, 3, 64};  // SmolLM2's heads
+    const int n_kv = 200;
+    if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
+    const Inputs in = random_inputs(s, n_kv, 9);
+    std::vector<float> scratch(attend_scratch_floats(n_kv));
+    for (const KvOps* ops : tiled_kv_ops()) {
+        for (KvType kv : {KvType::f32, KvType::f16}) {
+            for (int tile : {1, 4}) {  // a decode's three rows (keys in lanes), four tokens' twelve (rows in lanes)
+                INFO("KV " << kv_type_name(kv) << ", tiles of " << tile << " tokens");
+                std::vector<float> plain(in.q.size(), NAN), stepped(in.q.size(), NAN);
+                for (int g = 0; g < s.n_head_kv; ++g)
+                    for (int t = n_kv - 2 * tile; t < n_kv; t += tile) {
+                        const std::vector<AttnRow> a = rows_of(in, t, t + tile, 3 * g, 3 * g + 3, 0, plain);
+                        attend_rows(a.data(), static_cast<int>(a.size()), kv_head(in, kv, g), *ops, scratch.data());
+                        KvPrefetch ahead;
+                        ahead.set(in.k16.data(), in.k16.size() * 2, in.v16.data(), in.v16.size() * 2);
+                        const size_t lines = ahead.left();
+                        const std::vector<AttnRow> b = rows_of(in, t, t + tile, 3 * g, 3 * g + 3, 0, stepped);
+                        attend_rows(b.data(), static_cast<int>(b.size()), kv_head(in, kv, g), *ops, scratch.data(),
+                                    &ahead);
+                        CHECK(ahead.left() < lines);
+                    }
+                CHECK(same_bits(slice(stepped, in, n_kv - 2 * tile, n_kv), slice(plain, in, n_kv - 2 * tile, n_kv)));
+            }
+        }
+    }
+}
+
 TEST_CASE("the split form spread over key blocks gives attend_rows' bits", "[cpu]") {
     if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
     const Shape s{16, 1, 64};  // one KV head: a token's 16 heads fill a tile

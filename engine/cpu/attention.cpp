@@ -239,29 +239,7 @@ void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* par
     }
 }
 
-// Positions attend_prefetch covers at most: a decode's unit whole at the lengths where it pays (a longer range is a
-// stream the hardware prefetchers follow, and all of it would not stay in L2).
-constexpr int kPrefetchPositions = 256;
-
-void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv) {
-    auto [first, last] = visible_span(rows, n);
-    last = std::min(last, first + kPrefetchPositions - 1);
-    const size_t es = kv.type == KvType::f16 ? 2 : 4;
-    const size_t k_bytes = static_cast<size_t>(kv.head_dim) * 8 * es, v_bytes = static_cast<size_t>(kv.head_dim) * es;
-    const auto* k = static_cast<const char*>(kv.k);
-    const auto* v = static_cast<const char*>(kv.v);
-    for (int j8 = first / 8; j8 <= last / 8; ++j8) {  // the head's share of a block of 8 positions: contiguous
-        const char* kb = k + static_cast<size_t>(j8) * kv.k_block_stride * es;
-        for (size_t o = 0; o < k_bytes; o += 64) __builtin_prefetch(kb + o, 0, 2);
-    }
-    for (int j = first; j <= last; ++j) {  // each line of the head's V row once
-        const auto row = reinterpret_cast<uintptr_t>(v + static_cast<size_t>(j) * kv.v_stride * es);
-        for (uintptr_t line = row & ~uintptr_t{63}; line < row + v_bytes; line += 64)
-            __builtin_prefetch(reinterpret_cast<const char*>(line), 0, 2);
-    }
-}
-
-void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch) {
+void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch, KvPrefetch* ahead) {
     const bool f16 = kv.type == KvType::f16;
     if (!attend_tiled(ops, kv)) {
         for (int r = 0; r < n; ++r) attend_row_plain(rows[r], kv, ops, scratch);
@@ -270,10 +248,10 @@ void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops,
     const RowArrays a(rows, n);
     if (f16)
         ops.tile_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
-                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out);
+                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, ahead);
     else
         ops.tile_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
-                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out);
+                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, ahead);
 }
 
 }  // namespace quill::cpu

@@ -21,6 +21,60 @@ constexpr int kKeyBlock = 64;
 // Query rows that attend together (the tokens of a tile times the heads they take on one KV head).
 constexpr int kMaxTileRows = 32;
 
+// Cache lines to bring into L2 a few at a time while an attention kernel runs: the K and V that the thread's next
+// unit of work will read (two ranges, each whole lines). A decode's unit is a short walk over ~100 positions, too short
+// for the hardware prefetchers; issued at once before the unit ran, the prefetches waited on memory with the kernel
+// (a decode step's attention took the time of reading its K and V plus that of its arithmetic), while paced through the
+// kernel's loops (step) the reads overlap its arithmetic.
+class KvPrefetch {
+public:
+    // The lines covering [a, a + a_bytes) and [b, b + b_bytes), in that order; what was left of before is dropped.
+    void set(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+        range_[0] = lines(a, a_bytes);
+        range_[1] = lines(b, b_bytes);
+        at_ = 0;
+    }
+    // Prefetches the next n lines, as long as any are left.
+    void step(int n) {
+        for (; n > 0 && at_ < 2; --n) {
+            Range& r = range_[at_];
+            if (r.left == 0) {
+                ++at_;
+                ++n;
+                continue;
+            }
+            __builtin_prefetch(r.line, 0, 2);
+            r.line += 64;
+            --r.left;
+        }
+    }
+    // Lines not yet prefetched.
+    size_t left() const {
+        size_t n = 0;
+        for (int i = at_; i < 2; ++i) n += range_[i].left;
+        return n;
+    }
+    // Prefetches every line left.
+    void finish() {
+        for (; at_ < 2; ++at_)
+            for (Range& r = range_[at_]; r.left > 0; --r.left, r.line += 64) __builtin_prefetch(r.line, 0, 2);
+    }
+
+private:
+    struct Range {
+        const char* line = nullptr;
+        size_t left = 0;
+    };
+    static Range lines(const void* p, size_t bytes) {
+        if (bytes == 0) return {};
+        const auto begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+        const auto end = (reinterpret_cast<uintptr_t>(p) + bytes + 63) & ~uintptr_t{63};
+        return {reinterpret_cast<const char*>(begin), (end - begin) / 64};
+    }
+    Range range_[2];
+    int at_ = 2;  // the range being prefetched; 2: none left
+};
+
 // Primitives over one head's cache, per ISA, in the cache's layouts (KvHead): K in blocks of 8 positions with the
 // positions innermost, V a row per position `stride` elements apart.
 struct KvOps {
@@ -35,13 +89,13 @@ struct KvOps {
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
     // The tiled kernel (see kv_ops_avx2.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
-    // one by one through the primitives above).
+    // one by one through the primitives above). It steps `ahead` (when not null) through its loops.
     void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
                      size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,
-                     float* const* out);
+                     float* const* out, KvPrefetch* ahead);
     void (*tile_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
                      size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,
-                     float* const* out);
+                     float* const* out, KvPrefetch* ahead);
     // The tiled kernel in phases (the split form below): the floats of the rows' scores; the scores of key block b
     // (positions [b, b + 1) * kKeyBlock); the softmax over all of them; block b's share o_b of the output, stored.
     size_t (*tile_score_floats)(const int* first, const int* last, int n);
@@ -93,12 +147,10 @@ size_t attend_scratch_floats(int n_ctx);
 
 // out = softmax_j(q . k_j * scale) v_j over each row's visible positions, for n <= kMaxTileRows rows sharing the
 // KV head. With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
-// reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V.
-void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch);
-
-// Prefetches into L2 the K and V of the positions the rows see, the first 256 of them at most (a
-// unit of attention work about to run).
-void attend_prefetch(const AttnRow* rows, int n, const KvHead& kv);
+// reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V. The tiled
+// kernels step `ahead` (when not null) as they go; the rest is left in it.
+void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* scratch,
+                 KvPrefetch* ahead = nullptr);
 
 // The split form of attend_rows, for a decode over a long cache with fewer tiles than threads: the tile's key blocks
 // spread over threads. Where attend_tiled, the rows span key blocks [b_first, b_first + n_blocks); then, phase by

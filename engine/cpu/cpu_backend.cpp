@@ -697,35 +697,58 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer) {
     const int64_t n_units = static_cast<int64_t>(tiles_.size()) * per_tile;
     if (n_units < 2 * pool_.size() && pool_.size() > 1 && attend_split(batch, layer, n_units)) return;
     const size_t per_thread = attn_scratch_.size() / pool_.size();
+    const auto n_tiles = static_cast<int64_t>(tiles_.size());
     std::atomic<int64_t> next{0};
     pool_.run([&](int ith, int) {
-        // A thread claims its next unit before it runs the current one and prefetches that unit's cache: a unit is
-        // too short a walk for the hardware prefetchers to get ahead of it.
-        AttnRow rows[2][kMaxTileRows];
-        KvHead kv[2];
-        int m[2] = {};
-        int cur = 0;
-        int64_t first = 0, taken = per_tile;  // the units of the tile claimed last: [first, first + per_tile)
-        auto claim = [&]() -> int64_t {
-            if (taken == per_tile) {
-                first = next.fetch_add(1, std::memory_order_relaxed) * per_tile;
-                taken = 0;
+        // A thread claims its next tile before it runs the current one, and the kernels prefetch that tile's K and V
+        // a few lines at a time as they go (KvPrefetch). After the thread's last tile of the layer, they prefetch the
+        // next layer's K and V of the tile it took first in this one, the tile it is likely to take first there.
+        AttnRow rows[kMaxTileRows];
+        KvHead kv;
+        KvPrefetch ahead;
+        float* scratch = attn_scratch_.data() + per_thread * ith;
+        const int64_t first = next.fetch_add(1, std::memory_order_relaxed);
+        for (int64_t i = first; i < n_tiles;) {
+            const int64_t following = next.fetch_add(1, std::memory_order_relaxed);
+            if (following < n_tiles)
+                tile_lines(batch, layer, n_tiles - 1 - following, per_tile, &ahead);  // latest tokens first
+            else if (layer + 1 < config_.n_layer)
+                tile_lines(batch, layer + 1, n_tiles - 1 - first, per_tile, &ahead);
+            else
+                ahead = {};
+            const int64_t tile = n_tiles - 1 - i;
+            for (int64_t u = tile * per_tile; u < (tile + 1) * per_tile; ++u) {
+                const int m = attention_unit(batch, layer, u, rows, &kv);
+                attend_rows(rows, m, kv, kv_ops_, scratch, &ahead);
             }
-            return std::min(first + taken++, n_units);
-        };
-        int64_t u = claim();
-        if (u < n_units) m[cur] = attention_unit(batch, layer, n_units - 1 - u, rows[cur], &kv[cur]);  // latest first
-        while (u < n_units) {
-            const int64_t v = claim();
-            if (v < n_units) {
-                m[1 - cur] = attention_unit(batch, layer, n_units - 1 - v, rows[1 - cur], &kv[1 - cur]);
-                attend_prefetch(rows[1 - cur], m[1 - cur], kv[1 - cur]);
-            }
-            attend_rows(rows[cur], m[cur], kv[cur], kv_ops_, attn_scratch_.data() + per_thread * ith);
-            u = v;
-            cur = 1 - cur;
+            if (following < n_tiles) ahead.finish();  // what the kernels left of the next tile's lines
+            i = following;
         }
     });
+}
+
+// Positions of a tile tile_lines covers at most: a decode's tile whole at the lengths where it pays (a prompt's tile
+// over a long cache is a stream the hardware prefetchers follow, and all of it would not stay in L2).
+constexpr int kPrefetchPositions = 256;
+
+// Sets `ahead` to the lines of K and V that tile i's units read in `layer` (each K block and V row whole: every KV
+// head's share), the first kPrefetchPositions positions at most.
+void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_t per_tile, KvPrefetch* ahead) {
+    AttnRow rows[kMaxTileRows];
+    KvHead kv;
+    const int m = attention_unit(batch, layer, i * per_tile, rows, &kv);  // the tile's first unit: KV head 0
+    int first = rows[0].first, last = rows[0].last;
+    for (int r = 1; r < m; ++r) {
+        first = std::min(first, rows[r].first);
+        last = std::max(last, rows[r].last);
+    }
+    last = std::min(last, first + kPrefetchPositions - 1);
+    const size_t es = kv_shape_.elem_size();
+    const size_t block = kv.k_block_stride * es, row = kv.v_stride * es;  // 8 positions of K, a position of V
+    const auto* k = static_cast<const uint8_t*>(kv.k);
+    const auto* v = static_cast<const uint8_t*>(kv.v);
+    ahead->set(k + static_cast<size_t>(first / 8) * block, static_cast<size_t>(last / 8 - first / 8 + 1) * block,
+               v + static_cast<size_t>(first) * row, static_cast<size_t>(last - first + 1) * row);
 }
 
 // attend_all for units too few to keep the threads busy, when they span several key blocks (a decode over a long

@@ -75,6 +75,7 @@ private:
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     void attend_all(const Batch& batch, int64_t layer);
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
+    void tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_t per_tile, KvPrefetch* ahead);
     bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
     // n_decode: the leading decode steps among the n_tokens rows (Activations::set).
     // With x_ready, act_ already holds x and its int8 form (norm or ffn_block made them; see Activations::begin_int8).

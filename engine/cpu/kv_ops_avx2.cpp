@@ -168,9 +168,10 @@ void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int 
 // Scores of block b. Keys in lanes: eight positions' element d are one vector of the cache, loaded once for all the
 // rows. Rows in lanes: each key's element is broadcast against up to kMaxTileRows rows. With v (keys in lanes: a
 // decode), the block's V rows are prefetched for the mix that follows, and K runs ahead of its use the same way.
+// `ahead` (when not null) steps every eight elements of a pass over the keys' d.
 template <class T>
 void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s,
-                 const T* v = nullptr, size_t v_stride = 0) {
+                 const T* v = nullptr, size_t v_stride = 0, KvPrefetch* ahead = nullptr) {
     const __m256 vscale = _mm256_set1_ps(scale);
     if (!t.rows_in_lanes) {
         const int j0 = b * KB > t.a0 ? b * KB : t.a0;  // a multiple of 8
@@ -201,12 +202,15 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
                 __m256 acc[KV][R];
                 for (int x = 0; x < KV; ++x)
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm256_setzero_ps();
-                for (int d = 0; d < hd; ++d) {
-                    __m256 kd[KV];
-                    for (int x = 0; x < KV; ++x) kd[x] = load8(kb + (i + x) * kbs + 8 * d);
-                    for (int r = 0; r < R; ++r) {
-                        const __m256 qd = _mm256_broadcast_ss(sc.q[r] + d);
-                        for (int x = 0; x < KV; ++x) acc[x][r] = _mm256_fmadd_ps(qd, kd[x], acc[x][r]);
+                for (int d8 = 0; d8 < hd; d8 += 8) {  // (hd a multiple of 8)
+                    if (ahead != nullptr) ahead->step(2 * KV);
+                    for (int d = d8; d < d8 + 8; ++d) {
+                        __m256 kd[KV];
+                        for (int x = 0; x < KV; ++x) kd[x] = load8(kb + (i + x) * kbs + 8 * d);
+                        for (int r = 0; r < R; ++r) {
+                            const __m256 qd = _mm256_broadcast_ss(sc.q[r] + d);
+                            for (int x = 0; x < KV; ++x) acc[x][r] = _mm256_fmadd_ps(qd, kd[x], acc[x][r]);
+                        }
                     }
                 }
                 for (int x = 0; x < KV; ++x)
@@ -221,12 +225,15 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
                 __m512 acc[KV][R];
                 for (int x = 0; x < KV; ++x)
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm512_setzero_ps();
-                for (int d = 0; d < hd; ++d) {
-                    __m512 kd[KV];
-                    for (int x = 0; x < KV; ++x) kd[x] = load2x8(kb + (i + 2 * x) * kbs + 8 * d, kbs);
-                    for (int r = 0; r < R; ++r) {
-                        const __m512 qd = _mm512_set1_ps(sc.q[r][d]);
-                        for (int x = 0; x < KV; ++x) acc[x][r] = _mm512_fmadd_ps(qd, kd[x], acc[x][r]);
+                for (int d8 = 0; d8 < hd; d8 += 8) {
+                    if (ahead != nullptr) ahead->step(4 * KV);
+                    for (int d = d8; d < d8 + 8; ++d) {
+                        __m512 kd[KV];
+                        for (int x = 0; x < KV; ++x) kd[x] = load2x8(kb + (i + 2 * x) * kbs + 8 * d, kbs);
+                        for (int r = 0; r < R; ++r) {
+                            const __m512 qd = _mm512_set1_ps(sc.q[r][d]);
+                            for (int x = 0; x < KV; ++x) acc[x][r] = _mm512_fmadd_ps(qd, kd[x], acc[x][r]);
+                        }
                     }
                 }
                 for (int x = 0; x < KV; ++x)
@@ -240,6 +247,9 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
 #endif
             constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
             while (i + kMaxKv <= nvec) run.template operator()<kMaxKv>();
+            // (a lone key vector's R chains wait on the fma latency: the rest two at a time where it can)
+            if constexpr (kMaxKv > 2)
+                while (i + 2 <= nvec) run.template operator()<2>();
             while (i < nvec) run.template operator()<1>();
         };
         switch (t.n) {
@@ -274,12 +284,15 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
             for (int h = 0; h < RV; ++h) acc[x][h] = _mm256_setzero_ps();
         const float* kx[KG];
         for (int x = 0; x < KG; ++x) kx[x] = kf + static_cast<size_t>((j + x) / 8 - b0 / 8) * kstride + (j + x) % 8;
-        for (int d = 0; d < hd; ++d) {
-            __m256 qv[RV];
-            for (int h = 0; h < RV; ++h) qv[h] = _mm256_load_ps(&sc.qt[d][8 * h]);
-            for (int x = 0; x < KG; ++x) {
-                const __m256 kd = _mm256_broadcast_ss(kx[x] + 8 * d);
-                for (int h = 0; h < RV; ++h) acc[x][h] = _mm256_fmadd_ps(qv[h], kd, acc[x][h]);
+        for (int d8 = 0; d8 < hd; d8 += 8) {
+            if (ahead != nullptr) ahead->step(1);
+            for (int d = d8; d < d8 + 8; ++d) {
+                __m256 qv[RV];
+                for (int h = 0; h < RV; ++h) qv[h] = _mm256_load_ps(&sc.qt[d][8 * h]);
+                for (int x = 0; x < KG; ++x) {
+                    const __m256 kd = _mm256_broadcast_ss(kx[x] + 8 * d);
+                    for (int h = 0; h < RV; ++h) acc[x][h] = _mm256_fmadd_ps(qv[h], kd, acc[x][h]);
+                }
             }
         }
         for (int x = 0; x < KG; ++x)
@@ -412,9 +425,11 @@ struct Lanes<16> {
 
 // o[g][c..c+W*V) = sum_j p(g, j) v_j over positions [0, n_kv) (one chain per element from 0), V vectors of W lanes
 // per row, with p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector. Stored
-// into o, or added to what o holds when `add`. Each lane's operations are the same whatever W.
+// into o, or added to what o holds when `add`. Each lane's operations are the same whatever W. `ahead` (when not
+// null) steps a line a position.
 template <int W, int G, int V, int key_stride, bool add, class T>
-void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* o) {
+void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* o,
+                 KvPrefetch* ahead) {
     using L = Lanes<W>;
     const float* pg[G];
     for (int g = 0; g < G; ++g) pg[g] = p + g * row_stride;
@@ -424,6 +439,7 @@ void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int 
     for (int j = 0; j < n_kv; ++j) {
         const T* vj = v + static_cast<size_t>(j) * stride + c;
         typename L::V vv[V];
+        if (ahead != nullptr) ahead->step(1);
         for (int x = 0; x < V; ++x) vv[x] = L::load(vj + W * x);
         for (int g = 0; g < G; ++g) {
             const typename L::V pj = L::set1(pg[g][j * key_stride]);
@@ -454,7 +470,8 @@ void by_chunks(int n, F&& f) {
 
 // o_b of block b for every row: stored into o, or added to it when `add`.
 template <bool add, class T>
-void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, int b, float* const* o) {
+void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, int b, float* const* o,
+              KvPrefetch* ahead = nullptr) {
     const int b0 = t.b_lo(b), b1 = t.b_hi(b);
     const T* vb = v + static_cast<size_t>(b0) * stride;
     by_chunks(t.n, [&]<int G>(int r0) {
@@ -465,16 +482,16 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
             int c = 0;
 #ifdef __AVX512F__
             for (; c + 64 <= hd; c += 64)
-                mix_columns<16, G, 4, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+                mix_columns<16, G, 4, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0, ahead);
             for (; c + 16 <= hd; c += 16)
-                mix_columns<16, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+                mix_columns<16, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0, ahead);
 #endif
             for (; c + 8 * V <= hd; c += 8 * V)
-                mix_columns<8, G, V, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+                mix_columns<8, G, V, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0, ahead);
             if constexpr (V > 2)
                 for (; c + 16 <= hd; c += 16)
-                    mix_columns<8, G, 2, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
-            for (; c < hd; c += 8) mix_columns<8, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0);
+                    mix_columns<8, G, 2, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0, ahead);
+            for (; c < hd; c += 8) mix_columns<8, G, 1, KS, add>(pr, row_stride, vb, stride, c, b1 - b0, o + r0, ahead);
         };
         if (t.rows_in_lanes)
             columns.template operator()<RL>(s + (b0 - t.lo) * RL + r0, 1);
@@ -485,16 +502,16 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
 
 template <class T>
 void attend_tile(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, const T* v,
-                 size_t stride, int hd, float scale, float* const* out) {
+                 size_t stride, int hd, float scale, float* const* out, KvPrefetch* ahead) {
     TileScratch& sc = tile_scratch();
     const Tile t(first, last, n);
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
     float* s = sc.scores(t.score_floats());
     const int b_begin = t.lo / KB, b_end = (t.hi - 1) / KB + 1;
-    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k, kbs, hd, scale, b, s, v, stride);
+    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k, kbs, hd, scale, b, s, v, stride, ahead);
     tile_softmax(t, s, sizeof(T) == 2);
     for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
-    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v, stride, hd, b, out);
+    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v, stride, hd, b, out, ahead);
 }
 
 }  // namespace
@@ -514,13 +531,14 @@ void round_f16(float* x, int n) {
 }
 
 void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
-              size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out);
+              size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out,
+              KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, ahead);
 }
 
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
-              const float* v, size_t v_stride, int head_dim, float scale, float* const* out) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out);
+              const float* v, size_t v_stride, int head_dim, float scale, float* const* out, KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, ahead);
 }
 
 size_t tile_score_floats(const int* first, const int* last, int n) { return Tile(first, last, n).score_floats(); }

@@ -10,13 +10,18 @@
 //   multiple of 8: row r sees positions [first[r], last[r]] and gets out[r] = softmax_j(q_r . k_j * scale) v_j. With
 //   the F16 cache q is rounded to fp16 first, and the probabilities before they meet V. The cache goes through in
 //   blocks, each loaded once for all the rows; every row's result comes from the same operations in the same order
-//   whatever the other rows are (the two lane layouts inside compute the same numbers).
+//   whatever the other rows are (the two lane layouts inside compute the same numbers). They step `ahead` (when not
+//   null) through their loops over keys and positions, a few lines at a time.
 // - tile_score_floats, tile_scores_*, tile_softmax, tile_mix_*: the same in phases, for a decode's key blocks spread
 //   over threads (the split form of attention.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+namespace quill::cpu {
+class KvPrefetch;
+}
 
 #define QUILL_KV_OPS_DECLARATIONS                                                                                    \
     void mix_f16(const float* p, const uint16_t* v, size_t stride, int head_dim, int n_kv, float* out);              \
@@ -27,10 +32,10 @@
     void geglu(float* gate, const float* up, int64_t n);                                                             \
     void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,                \
                   size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,              \
-                  float* const* out);                                                                                \
+                  float* const* out, KvPrefetch* ahead);                                                             \
     void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k,                   \
                   size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,                 \
-                  float* const* out);                                                                                \
+                  float* const* out, KvPrefetch* ahead);                                                             \
     size_t tile_score_floats(const int* first, const int* last, int n);                                              \
     void tile_scores_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,         \
                          size_t k_block_stride, int head_dim, float scale, int b, float* s);                         \
