@@ -722,9 +722,10 @@ struct RecordWeights {
     const float* minima(int64_t) const { return nullptr; }
 };
 
-// out[r][j] = row r of the tile against token j of the group.
-template <typename Dec, typename W>
-void lanes_tile(const W& weights, int64_t nb, const LaneBlock* lanes, float (*out)[8], const Ahead& ahead) {
+// out[r][j] = row r of the tile against token j of the group. side(b) runs after block b's products (rows8_lanes:
+// the next tile's repack).
+template <typename Dec, typename W, typename S>
+void lanes_tile(const W& weights, int64_t nb, const LaneBlock* lanes, float (*out)[8], const Ahead& ahead, S&& side) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
@@ -744,6 +745,7 @@ void lanes_tile(const W& weights, int64_t nb, const LaneBlock* lanes, float (*ou
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_broadcast_ss(ws + r), a.d), acc[r]);
             if constexpr (Dec::kHasMin) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(wm + r), a.ds, acc[r]);
         }
+        side(b);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(out[r], acc[r]);
@@ -796,9 +798,9 @@ template <typename Dec, int64_t kStride, typename B>
 // build before side by side: SmolLM2's shapes one thread 50.3-50.5 -> 47.9-48.3 ms, tinyllama's two threads
 // 181-183 -> 171 ms (64 tokens: 709-714 -> 669-671). The 4-bit types scale each pass after it: interleaved, their
 // activations spilled (Q4_1 32.2-32.6 -> 33.4-33.9 ms).
-template <typename Dec, typename W>
+template <typename Dec, typename W, typename S>
 void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1, float (*out)[8][8],
-                 const Ahead& ahead) {
+                 const Ahead& ahead, S&& side) {
     constexpr bool kInterleave = Dec::kSigned;
     alignas(32) float acc[2][8][8] = {};  // [group][row][token]
     alignas(32) int32_t pending_dot[4][2][8];  // the block sums of the pass to scale
@@ -842,6 +844,7 @@ void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const La
             else
                 pass(0, finisher(prev_ws, prev_wm, a0 - 1, a1 - 1, 4));
             pass(4, finisher(ws, wm, a0, a1, 0));
+            side(b);
         } else {
 #pragma GCC unroll 2
             for (int r0 = 0; r0 < 8; r0 += 4) {
@@ -849,6 +852,7 @@ void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const La
                 const auto finish = finisher(ws, wm, a0, a1, r0);
 #pragma GCC unroll 8
                 for (int e = 0; e < 8; ++e) finish(e);
+                if (r0 == 0) side(b);  // (between the passes, where no vector register is live)
             }
         }
         prev_ws = ws;
@@ -862,15 +866,19 @@ void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const La
 }
 
 // rows8 for kLaneTokens tokens or more: kLaneChunk tokens at a time, their whole groups of eight in lanes and the
-// rest (fewer than eight) by rows8_tokens, each row tile repacked once per chunk.
+// rest (fewer than eight) by rows8_tokens, each row tile repacked once per chunk. Packed 4-bit tiles are repacked
+// during the products of the tile before (side(b) of the lane kernels: the next tile's block b, its records in cache,
+// the first half's being this tile's and the next pair's prefetched by Ahead): a burst of its own, the repack's loads
+// and stores left the multiplier idle (8.5% of a sixteen-token Q4_1 product, one thread, bench_matmul).
 template <typename Src>
 void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     using Dec = typename Src::Dec;
     const WeightMatrix& w = *args.w;
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32;
-    auto* steps = reinterpret_cast<Step8*>(scratch);  // [nb] (scratch is 64-byte aligned)
-    auto* output_block = reinterpret_cast<float*>(steps + nb);
+    auto* steps = reinterpret_cast<Step8*>(scratch);  // [2][nb] (scratch is 64-byte aligned): this tile's, the next's
+    Step8* next_steps = steps + nb;
+    auto* output_block = reinterpret_cast<float*>(steps + 2 * nb);
     static_assert(sizeof(Step8) % 64 == 0);
     for (int64_t c0 = 0; c0 < args.n_tokens; c0 += kLaneChunk) {
         // (without the lane layout, which an input quantized for another ISA lacks, every token goes the row way)
@@ -881,17 +889,23 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
         const int64_t block_rows = n_rest > 0 ? OutputBlock::rows_for(n_rest) : r1 - r0;
         for (int64_t rb = r0; rb < r1; rb += block_rows) {
             OutputBlock block{output_block, n_rest, rb, min64(block_rows, r1 - rb)};
+            bool repacked = false;  // steps already holds the tile (repacked during the tile before's products)
             for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
                 const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
                 Src src(w, r, nr);
                 Ahead ahead = src.next(nb, r1);  // prefetched during the tile's first kernel
                 float* y = args.y + c0 * w.n_out + r;  // token c0's output of row r
-                auto groups = [&](const auto& weights) {
+                // The lane kernels, the first with `side`.
+                auto groups = [&](const auto& weights, auto&& side) {
+                    const auto none = [](int64_t) {};
                     int64_t g = 0;
                     if constexpr (Dec::kSigned || Dec::kGroupsPerMadd == 8) {
                         for (; g + 2 <= n_groups; g += 2) {
                             float out[2][8][8];
-                            lanes_tile2<Dec>(weights, nb, lanes + g * nb, lanes + (g + 1) * nb, out, ahead);
+                            if (g == 0)
+                                lanes_tile2<Dec>(weights, nb, lanes, lanes + nb, out, ahead, side);
+                            else
+                                lanes_tile2<Dec>(weights, nb, lanes + g * nb, lanes + (g + 1) * nb, out, ahead, none);
                             ahead = {};
                             store_transposed(out[0][0], 8, y + 8 * g * w.n_out, w.n_out, nr);
                             store_transposed(out[1][0], 8, y + (8 * g + 8) * w.n_out, w.n_out, nr);
@@ -899,17 +913,30 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                     }
                     for (; g < n_groups; ++g) {
                         float out[8][8];
-                        lanes_tile<Dec>(weights, nb, lanes + g * nb, out, ahead);
+                        if (g == 0)
+                            lanes_tile<Dec>(weights, nb, lanes, out, ahead, side);
+                        else
+                            lanes_tile<Dec>(weights, nb, lanes + g * nb, out, ahead, none);
                         ahead = {};
                         store_transposed(out[0], 8, y + 8 * g * w.n_out, w.n_out, nr);
                     }
                 };
                 if constexpr (Src::kPacked && Dec::kSigned) {  // Q8_0's records read in place
-                    groups(RecordWeights<Dec>{src.tile, src.h});
+                    groups(RecordWeights<Dec>{src.tile, src.h}, [](int64_t) {});
                     if (n_rest > 0) repack_rows8(src, nb, steps);
+                } else if constexpr (Src::kPacked) {
+                    if (!repacked) repack_rows8(src, nb, steps);
+                    repacked = n_groups > 0 && r + 8 < rb + block.n_rows;
+                    if (repacked) {
+                        const Src next(w, r + 8, static_cast<int>(min64(8, rb + block.n_rows - r - 8)));
+                        groups(StepWeights{steps},
+                               [&](int64_t b) { next_steps[b] = Dec::load(next.record(b, false), next.h); });
+                    } else {
+                        groups(StepWeights{steps}, [](int64_t) {});
+                    }
                 } else {
                     repack_rows8(src, nb, steps);
-                    groups(StepWeights{steps});
+                    groups(StepWeights{steps}, [](int64_t) {});
                 }
                 for (int64_t t = 0; t < n_rest;) {
                     float out[kRows8Tokens][8];
@@ -918,6 +945,7 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                         for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
                     t += n;
                 }
+                if (repacked) std::swap(steps, next_steps);
             }
             if (n_rest > 0) flush_block(block, args.y + (c0 + t_rest) * w.n_out, w.n_out);
         }
