@@ -865,9 +865,11 @@ struct ActBuffers {
 
 using QuantizeRows = bool (*)(const float*, int64_t, int64_t, int64_t, const QuantizedActs&);
 
-// The sixteen-block quantizers this machine can run: the AVX-512 one natively, and its SIMDe build.
+// The many-block quantizers this machine can run: the AVX2 one (eight blocks at a time), the AVX-512 one (sixteen)
+// natively, and its SIMDe build.
 std::vector<std::pair<const char*, QuantizeRows>> wide_quantizers() {
     std::vector<std::pair<const char*, QuantizeRows>> out;
+    if (isa_available(Isa::avx2)) out.emplace_back("avx2 (eight blocks at a time)", avx2::quantize_rows);
     if (isa_available(Isa::avx512) && !avx512_emulated()) out.emplace_back("avx512", avx512::quantize_rows);
 #ifdef QUILL_AVX512_EMULATION
     out.emplace_back("avx512 on SIMDe", avx512_simde::quantize_rows);
@@ -877,10 +879,10 @@ std::vector<std::pair<const char*, QuantizeRows>> wide_quantizers() {
 
 }  // namespace
 
-TEST_CASE("the sixteen-block activation quantizer writes what quantize_activations writes", "[matmul]") {
+TEST_CASE("the wide activation quantizers write what quantize_activations writes", "[matmul]") {
     const auto quantizers = wide_quantizers();
     if (quantizers.empty()) {
-        quill::test::skip_no_device("neither native AVX-512 nor its SIMDe build: the sixteen-block quantizer cannot run");
+        quill::test::skip_no_device("neither AVX2 nor AVX-512 (native or SIMDe): no wide quantizer can run");
         return;
     }
     std::mt19937 rng(1234);
@@ -918,10 +920,10 @@ TEST_CASE("the sixteen-block activation quantizer writes what quantize_activatio
     }
 }
 
-TEST_CASE("the sixteen-block activation quantizer keeps non-finite inputs in range", "[matmul]") {
+TEST_CASE("the wide activation quantizers keep non-finite inputs in range", "[matmul]") {
     const auto quantizers = wide_quantizers();
     if (quantizers.empty()) {
-        quill::test::skip_no_device("neither native AVX-512 nor its SIMDe build: the sixteen-block quantizer cannot run");
+        quill::test::skip_no_device("neither AVX2 nor AVX-512 (native or SIMDe): no wide quantizer can run");
         return;
     }
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();

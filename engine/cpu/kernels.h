@@ -154,6 +154,11 @@ Kernel find_kernel(GgmlType type);
 // a build without AVX2).
 Kernel find_kernel_packed(GgmlType type);
 float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
+// quantize_activations' and quantize_activation_blocks' work with quantize_block's results (the same bytes and
+// floats), eight blocks at a time; false in a build without AVX2.
+bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
+bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
+                     const QuantizedActs& out);
 void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1);  // generic's, in vectors
 }
 namespace avx512 {

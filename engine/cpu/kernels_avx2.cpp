@@ -1183,6 +1183,120 @@ float quantize_block(const float* x, int8_t* q, int32_t* sums) {
     return d;
 }
 
+namespace {
+
+// Blocks [b0, b0 + n) of token t's row xr (n <= 8), as quantize_activation_blocks writes them with quantize_block,
+// eight blocks at a time: each block's maximum, scale and sums go through vectors of eight blocks (quantize_block
+// spent most of its time in one block's chain of reductions, divisions and conversions). The same operations on
+// every block's numbers, so the same bytes and floats: each lane's maximum is quantize_block's
+// max(max(max(l0, l4), max(l2, l6)), max(max(l1, l5), max(l3, l7))) with the same operand order (which matters only
+// for NaN), the division, the fp16 rounding of the scale (vcvtps2ph, to nearest even, as fp32_to_fp16) and the
+// products of the sums are IEEE operations, and the sums are exact.
+void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const QuantizedActs& out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m[8];
+    for (int i = 0; i < 8; ++i) {
+        m[i] = _mm256_setzero_ps();
+        if (i < n)
+            for (int c = 0; c < 4; ++c)
+                m[i] = _mm256_max_ps(m[i], _mm256_andnot_ps(sign, _mm256_loadu_ps(xr + 32 * (b0 + i) + 8 * c)));
+    }
+    // h: max(lanes 0-3, lanes 4-7) of blocks 2k (low half) and 2k + 1 (high half)
+    __m256 h[4];
+    for (int k = 0; k < 4; ++k)
+        h[k] = _mm256_max_ps(_mm256_permute2f128_ps(m[2 * k], m[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(m[2 * k], m[2 * k + 1], 0x31));
+    // g: max(lanes 0-1, lanes 2-3) of each block's four: blocks 4k and 4k + 2 (low), 4k + 1 and 4k + 3 (high)
+    __m256 g[2];
+    for (int k = 0; k < 2; ++k)
+        g[k] = _mm256_max_ps(_mm256_shuffle_ps(h[2 * k], h[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(h[2 * k], h[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // max(lane 0, lane 1) of each: blocks 0, 2, 4, 6 (low), 1, 3, 5, 7 (high), then in order
+    const __m256 amax = _mm256_permutevar8x32_ps(
+        _mm256_max_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1))),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256 d = _mm256_div_ps(amax, _mm256_set1_ps(127.0f));
+    const __m256 inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
+                                     _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_UQ));  // (d != 0: NaN too)
+    const __m256 scale = _mm256_cvtph_ps(_mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    alignas(32) float inv_l[8];
+    alignas(32) int32_t half_sums[2][8] = {};
+    _mm256_store_ps(inv_l, inv);
+    const __m256 below_half = _mm256_set1_ps(0.49999997f), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    int8_t* qr = out.qs + t * out.qs_stride + 32 * b0;
+    uint8_t* ur = out.qs_u != nullptr ? out.qs_u + t * out.qs_stride + 32 * b0 : nullptr;
+    for (int i = 0; i < n; ++i) {
+        const float* xb = xr + 32 * (b0 + i);
+        const __m256 vi = _mm256_broadcast_ss(inv_l + i);
+        __m256i iv[4];
+        for (int c = 0; c < 4; ++c) {  // quantize_block's operations
+            const __m256 raw = _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * c), vi);
+            const __m256 y =
+                _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(raw, lo), hi), _mm256_cmp_ps(raw, raw, _CMP_ORD_Q));
+            iv[c] = _mm256_cvttps_epi32(_mm256_add_ps(y, _mm256_or_ps(_mm256_and_ps(y, sign), below_half)));
+        }
+        const __m256i q = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3])),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        const __m256i u = _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80)));  // q + 128
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + 32 * i), q);
+        if (ur != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ur + 32 * i), u);
+        if (out.tile_qs != nullptr)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.tile_qs + 32 * tile_entry(out, t, b0 + i)), q);
+        // each half's sum of q + 128 (vpsadbw: four runs of eight bytes), less 16 * 128
+        const __m256i runs = _mm256_sad_epu8(u, _mm256_setzero_si256());
+        const __m128i lo_runs = _mm256_castsi256_si128(runs), hi_runs = _mm256_extracti128_si256(runs, 1);
+        half_sums[0][i] = _mm_cvtsi128_si32(_mm_add_epi64(lo_runs, _mm_unpackhi_epi64(lo_runs, lo_runs))) - 16 * 128;
+        half_sums[1][i] = _mm_cvtsi128_si32(_mm_add_epi64(hi_runs, _mm_unpackhi_epi64(hi_runs, hi_runs))) - 16 * 128;
+    }
+    const __m256i s0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(half_sums[0]));
+    const __m256i s1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(half_sums[1]));
+    const __m256i isum = _mm256_add_epi32(s0, s1);
+    const __m256 ds = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
+    const __m256 ds0 = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s0)), ds1 = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s1));
+    const __m256 pairs_lo = _mm256_unpacklo_ps(ds0, ds1), pairs_hi = _mm256_unpackhi_ps(ds0, ds1);
+    const __m256 ds16[2] = {_mm256_permute2f128_ps(pairs_lo, pairs_hi, 0x20),   // blocks 0-3, each half 0 then 1
+                            _mm256_permute2f128_ps(pairs_lo, pairs_hi, 0x31)};  // blocks 4-7
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const auto first = [&](int k) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), lane); };  // lanes below k
+    const int64_t at = t * out.blk_stride + b0;
+    _mm256_maskstore_ps(out.d + at, first(n), scale);
+    _mm256_maskstore_ps(out.ds + at, first(n), ds);
+    _mm256_maskstore_epi32(out.isum + at, first(n), isum);
+    _mm256_maskstore_ps(out.ds16 + 2 * at, first(2 * n), ds16[0]);
+    if (n > 4) _mm256_maskstore_ps(out.ds16 + 2 * at + 8, first(2 * n - 8), ds16[1]);
+    if (out.tile_qs != nullptr) {
+        alignas(32) float sl[8], dsl[8];
+        alignas(32) int32_t il[8];
+        _mm256_store_ps(sl, scale);
+        _mm256_store_ps(dsl, ds);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(il), isum);
+        for (int i = 0; i < n; ++i) {
+            const int64_t e = tile_scale_entry(out, t, b0 + i);
+            out.tile_d[e] = sl[i];
+            out.tile_ds[e] = dsl[i];
+            out.tile_isum[e] = il[i];
+        }
+    }
+}
+
+}  // namespace
+
+bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
+                     const QuantizedActs& out) {
+    for (int64_t t = t0; t < t1; ++t)
+        for (int64_t b = b0; b < b1; b += 8) quantize_group8(x + t * n_in, t, b, static_cast<int>(min64(8, b1 - b)), out);
+    return true;
+}
+
+bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out) {
+    const int64_t nb = n_in / 32;
+    quantize_blocks(x, n_in, t0, t1, 0, nb, out);
+    for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
+    return true;
+}
+
 void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
     const int64_t nb = q.n_in / 32;
     const __m256i rows = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);  // times blk_stride: eight tokens' scales
@@ -1223,6 +1337,8 @@ namespace quill::cpu::avx2 {
 Kernel find_kernel(GgmlType) { return {}; }
 Kernel find_kernel_packed(GgmlType) { return {}; }
 float quantize_block(const float* x, int8_t* q, int32_t* sums) { return generic::quantize_block(x, q, sums); }
+bool quantize_blocks(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, const QuantizedActs&) { return false; }
+bool quantize_rows(const float*, int64_t, int64_t, int64_t, const QuantizedActs&) { return false; }
 void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
     generic::lay_out_lanes(q, t0, t1, b0, b1);
 }

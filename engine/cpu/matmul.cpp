@@ -130,8 +130,11 @@ void reserve_int8(Activations& x, Isa isa) {
 void quantize_tokens(Activations& x, int64_t t0, int64_t t1) {
     Activations::Cache& c = x.cache();
     const Isa isa = c.isa;
-    const bool wide = isa >= Isa::avx512 && !avx512_emulated();  // sixteen blocks at a time (the same results)
-    if (!wide || !avx512::quantize_rows(x.data(), x.n_in(), t0, t1, c.view))
+    const bool wide = isa >= Isa::avx512 && !avx512_emulated();
+    // (eight blocks at a time with AVX2, sixteen with AVX-512: the same results)
+    const bool done = isa != Isa::generic && (wide ? avx512::quantize_rows : avx2::quantize_rows)(x.data(), x.n_in(),
+                                                                                                 t0, t1, c.view);
+    if (!done)
         quantize_activations(x.data(), x.n_in(), t0, t1, c.view,
                              isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
     if (c.view.lanes != nullptr) avx2::lay_out_lanes(c.view, t0, t1, 0, x.n_in() / 32);
@@ -142,7 +145,9 @@ void quantize_blocks(Activations& x, int64_t b0, int64_t b1) {
     Activations::Cache& c = x.cache();
     const Isa isa = c.isa;
     const bool wide = isa >= Isa::avx512 && !avx512_emulated();
-    if (!wide || !avx512::quantize_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view))
+    const bool done = isa != Isa::generic && (wide ? avx512::quantize_blocks : avx2::quantize_blocks)(
+                                                 x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view);
+    if (!done)
         quantize_activation_blocks(x.data(), x.n_in(), 0, x.n_tokens(), b0, b1, c.view,
                                    isa == Isa::generic ? generic::quantize_block : avx2::quantize_block);
     if (c.view.lanes != nullptr) avx2::lay_out_lanes(c.view, 0, x.n_tokens(), b0, b1);
