@@ -230,6 +230,17 @@ void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_
 // compiled for AVX-512. For the same reason the ISA files use no std:: containers and no fmt.
 namespace {
 
+// Blocks [b0, b0 + n) of token t into the tile layout's scales: their d, ds and isum, in block order.
+inline void write_tile_scales(const QuantizedActs& out, int64_t t, int64_t b0, int n, const float* d, const float* ds,
+                              const int32_t* isum) {
+    for (int i = 0; i < n; ++i) {
+        const int64_t e = tile_scale_entry(out, t, b0 + i);
+        out.tile_d[e] = d[i];
+        out.tile_ds[e] = ds[i];
+        out.tile_isum[e] = isum[i];
+    }
+}
+
 // Token t's row padding in `out`: zero values past its nb blocks (0x80 in the unsigned copy), zero scales and sums.
 inline void write_row_padding(const QuantizedActs& out, int64_t t, int64_t nb) {
     for (int64_t i = 32 * nb; i < out.qs_stride; ++i) {

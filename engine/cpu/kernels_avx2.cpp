@@ -1272,12 +1272,7 @@ void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const Quanti
         _mm256_store_ps(sl, scale);
         _mm256_store_ps(dsl, ds);
         _mm256_store_si256(reinterpret_cast<__m256i*>(il), isum);
-        for (int i = 0; i < n; ++i) {
-            const int64_t e = tile_scale_entry(out, t, b0 + i);
-            out.tile_d[e] = sl[i];
-            out.tile_ds[e] = dsl[i];
-            out.tile_isum[e] = il[i];
-        }
+        write_tile_scales(out, t, b0, n, sl, dsl, il);
     }
 }
 

@@ -1535,12 +1535,7 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
         _mm512_store_ps(sl, scale);
         _mm512_store_ps(dsl, ds);
         _mm512_store_si512(il, isum);
-        for (int i = 0; i < n; ++i) {
-            const int64_t e = tile_scale_entry(out, t, b0 + i);
-            out.tile_d[e] = sl[i];
-            out.tile_ds[e] = dsl[i];
-            out.tile_isum[e] = il[i];
-        }
+        write_tile_scales(out, t, b0, n, sl, dsl, il);
     }
 }
 
