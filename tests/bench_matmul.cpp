@@ -8,7 +8,10 @@
 // Q4_0, Q4_1 and Q8_0 matrices are packed (PackedWeights) as the backend packs them, unless --packed 0.
 //
 //   bench_matmul [--shape stories110m|tinyllama|smollm2] [--types q4_0,q8_0] [--isa generic|avx2|avx512|amx]
-//                [--threads 1,2] [--tokens 1,64] [--reps N] [--packed 1] [--all-logits 0]
+//                [--threads 1,2] [--tokens 1,64] [--reps N] [--packed 1] [--all-logits 0] [--breakdown 0]
+//
+// --breakdown 1 also prints each product's share (wq|wk|wv, wo, w1|w3, w2, output): its median time per pass and
+// its rate in weights times tokens per nanosecond, where the sections' fixed costs show against the kernels'.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,6 +35,12 @@ using Clock = std::chrono::steady_clock;
 
 bool g_packed = true;         // --packed
 bool g_all_logits = false;    // --all-logits: the output matrix for every token (a batched decode step)
+bool g_breakdown = false;     // --breakdown
+
+// The products of a pass, for --breakdown: each one's seconds in the pass timed last.
+enum Product { kQkv, kO, kGateUp, kDown, kOutput, kProducts };
+constexpr const char* kProductNames[kProducts] = {"wq|wk|wv", "wo", "w1|w3", "w2", "output"};
+double g_product_s[kProducts];
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -129,18 +138,24 @@ struct Buffers {
 void forward_matmuls(const Model& m, Buffers& b, int64_t n_tokens, Activations& act, ThreadPool& pool, Isa isa,
                      bool with_output) {
     const int64_t n_embd = m.layers[0].wq.n_in, n_ff = m.layers[0].w2.n_in;
+    std::fill(std::begin(g_product_s), std::end(g_product_s), 0.0);
+    auto timed = [](Product p, auto&& f) {
+        const auto start = Clock::now();
+        f();
+        g_product_s[p] += seconds_since(start);
+    };
     for (const Layer& l : m.layers) {
         act.set(b.x_embd.data(), n_tokens, n_embd);
         const MatmulJob qkv[] = {
             {l.wq.view(isa), b.q.data()}, {l.wk.view(isa), b.k.data()}, {l.wv.view(isa), b.v.data()}};
-        matmul(qkv, act, pool, isa);
+        timed(kQkv, [&] { matmul(qkv, act, pool, isa); });
         act.set(b.x_embd.data() + 1, n_tokens, n_embd);  // a different pointer: a new input
-        matmul(l.wo.view(isa), act, b.o.data(), pool, isa);
+        timed(kO, [&] { matmul(l.wo.view(isa), act, b.o.data(), pool, isa); });
         act.set(b.x_embd.data(), n_tokens, n_embd);
         const MatmulJob ffn[] = {{l.w1.view(isa), b.h1.data()}, {l.w3.view(isa), b.h3.data()}};
-        matmul(ffn, act, pool, isa);
+        timed(kGateUp, [&] { matmul(ffn, act, pool, isa); });
         act.set(b.x_ff.data(), n_tokens, n_ff);
-        matmul(l.w2.view(isa), act, b.o.data(), pool, isa);
+        timed(kDown, [&] { matmul(l.w2.view(isa), act, b.o.data(), pool, isa); });
     }
     if (with_output) {
         if (g_all_logits) {
@@ -148,7 +163,7 @@ void forward_matmuls(const Model& m, Buffers& b, int64_t n_tokens, Activations& 
         } else {
             act.set(b.x_embd.data() + (n_tokens - 1) * n_embd, 1, n_embd);  // logits of the last token only
         }
-        matmul(m.output.view(isa), act, b.logits.data(), pool, isa);
+        timed(kOutput, [&] { matmul(m.output.view(isa), act, b.logits.data(), pool, isa); });
     }
 }
 
@@ -202,6 +217,7 @@ Options parse(int argc, char** argv) {
         if (key == "--reps") o.reps = std::stoi(value);
         if (key == "--packed") g_packed = value != "0";
         if (key == "--all-logits") g_all_logits = value != "0";
+        if (key == "--breakdown") g_breakdown = value != "0";
         if (key == "--threads") {
             o.threads.clear();
             for (const auto& t : split_list(value)) o.threads.push_back(std::stoi(t));
@@ -255,10 +271,12 @@ int main(int argc, char** argv) {
                         Activations act;
                         forward_matmuls(model, b, n_tokens, act, pool, isa, true);  // warm up
                         std::vector<double> times;
+                        std::vector<double> product_s[kProducts];
                         for (int rep = 0; rep < opt.reps; ++rep) {
                             const auto start = Clock::now();
                             forward_matmuls(model, b, n_tokens, act, pool, isa, true);
                             times.push_back(seconds_since(start));
+                            for (int p = 0; p < kProducts; ++p) product_s[p].push_back(g_product_s[p]);
                         }
                         std::sort(times.begin(), times.end());
                         const double best = times.front(), median = times[times.size() / 2];
@@ -271,6 +289,22 @@ int main(int argc, char** argv) {
                             shape.name, type_str, isa_name(isa), threads, n_tokens, best * 1e3, median * 1e3,
                             static_cast<double>(n_tokens) / best, static_cast<double>(model.bytes(true)) / best / 1e9,
                             flops / best / 1e9);
+                        if (!g_breakdown) continue;
+                        const Layer& l = model.layers[0];
+                        const double layers = static_cast<double>(model.layers.size());
+                        const double weights[kProducts] = {
+                            layers * static_cast<double>((l.wq.n_out + l.wk.n_out + l.wv.n_out) * l.wq.n_in),
+                            layers * static_cast<double>(l.wo.n_out * l.wo.n_in),
+                            layers * static_cast<double>((l.w1.n_out + l.w3.n_out) * l.w1.n_in),
+                            layers * static_cast<double>(l.w2.n_out * l.w2.n_in),
+                            static_cast<double>(model.output.n_out * model.output.n_in)};
+                        for (int p = 0; p < kProducts; ++p) {
+                            std::sort(product_s[p].begin(), product_s[p].end());
+                            const double s = product_s[p][product_s[p].size() / 2];
+                            const double tokens = p == kOutput && !per_token_output ? 1.0 : static_cast<double>(n_tokens);
+                            fmt::print("    {:9} {:8.3f} ms  {:6.2f} weight-tokens/ns\n", kProductNames[p], s * 1e3,
+                                       weights[p] * tokens / s * 1e-9);
+                        }
                     }
                 }
             }
