@@ -168,7 +168,7 @@ void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int 
 // Scores of block b. Keys in lanes: eight positions' element d are one vector of the cache, loaded once for all the
 // rows. Rows in lanes: each key's element is broadcast against up to kMaxTileRows rows. With v (keys in lanes: a
 // decode), the block's V rows are prefetched for the mix that follows, and K runs ahead of its use the same way.
-// `ahead` (when not null) steps every eight elements of a pass over the keys' d.
+// `ahead` (when not null) steps a line a key vector every eight elements of a pass over the keys' d.
 template <class T>
 void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s,
                  const T* v = nullptr, size_t v_stride = 0, KvPrefetch* ahead = nullptr) {
@@ -203,7 +203,7 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
                 for (int x = 0; x < KV; ++x)
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm256_setzero_ps();
                 for (int d8 = 0; d8 < hd; d8 += 8) {  // (hd a multiple of 8)
-                    if (ahead != nullptr) ahead->step(2 * KV);
+                    if (ahead != nullptr) ahead->step(KV);
                     for (int d = d8; d < d8 + 8; ++d) {
                         __m256 kd[KV];
                         for (int x = 0; x < KV; ++x) kd[x] = load8(kb + (i + x) * kbs + 8 * d);
@@ -226,7 +226,7 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
                 for (int x = 0; x < KV; ++x)
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm512_setzero_ps();
                 for (int d8 = 0; d8 < hd; d8 += 8) {
-                    if (ahead != nullptr) ahead->step(4 * KV);
+                    if (ahead != nullptr) ahead->step(2 * KV);
                     for (int d = d8; d < d8 + 8; ++d) {
                         __m512 kd[KV];
                         for (int x = 0; x < KV; ++x) kd[x] = load2x8(kb + (i + 2 * x) * kbs + 8 * d, kbs);
