@@ -173,9 +173,6 @@ struct RowArrays {
 
 }  // namespace
 
-namespace {
-
-// The first and the last position any of the rows sees.
 std::pair<int, int> visible_span(const AttnRow* rows, int n) {
     int first = rows[0].first, last = rows[0].last;
     for (int r = 1; r < n; ++r) {
@@ -184,6 +181,8 @@ std::pair<int, int> visible_span(const AttnRow* rows, int n) {
     }
     return {first, last};
 }
+
+namespace {
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace quill::cpu {
 
@@ -141,6 +142,9 @@ struct AttnRow {
     float* out;      // [head_dim]
     int first, last;
 };
+
+// The first and the last position any of the n >= 1 rows sees.
+std::pair<int, int> visible_span(const AttnRow* rows, int n);
 
 // Floats of scratch attend_rows needs for a cache of n_ctx positions.
 size_t attend_scratch_floats(int n_ctx);

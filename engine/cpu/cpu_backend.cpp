@@ -737,11 +737,7 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
     AttnRow rows[kMaxTileRows];
     KvHead kv;
     const int m = attention_unit(batch, layer, i * per_tile, rows, &kv);  // the tile's first unit: KV head 0
-    int first = rows[0].first, last = rows[0].last;
-    for (int r = 1; r < m; ++r) {
-        first = std::min(first, rows[r].first);
-        last = std::max(last, rows[r].last);
-    }
+    auto [first, last] = visible_span(rows, m);
     last = std::min(last, first + kPrefetchPositions - 1);
     const size_t es = kv_shape_.elem_size();
     const size_t block = kv.k_block_stride * es, row = kv.v_stride * es;  // 8 positions of K, a position of V

@@ -254,6 +254,16 @@ inline void write_row_padding(const QuantizedActs& out, int64_t t, int64_t nb) {
     }
 }
 
+// An ISA's quantize_rows from its quantize_blocks: every block of tokens [t0, t1), then their rows' padding.
+template <typename Blocks>
+inline bool quantize_rows_by_blocks(Blocks&& blocks, const float* x, int64_t n_in, int64_t t0, int64_t t1,
+                                    const QuantizedActs& out) {
+    const int64_t nb = n_in / 32;
+    blocks(x, n_in, t0, t1, 0, nb, out);
+    for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
+    return true;
+}
+
 template <typename T>
 inline T load_unaligned(const void* p) {
     T v;

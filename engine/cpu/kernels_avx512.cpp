@@ -1552,10 +1552,7 @@ bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64
 }
 
 bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out) {
-    const int64_t nb = n_in / 32;
-    quantize_blocks(x, n_in, t0, t1, 0, nb, out);
-    for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
-    return true;
+    return quantize_rows_by_blocks(quantize_blocks, x, n_in, t0, t1, out);
 }
 
 Kernel find_kernel(GgmlType type) {
