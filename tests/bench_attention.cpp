@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
                 const size_t voff = static_cast<size_t>(g) * hd;
                 KvHead kv{type == KvType::f16 ? static_cast<const void*>(k16.data() + koff) : k.data() + koff,
                           type == KvType::f16 ? static_cast<const void*>(v16.data() + voff) : v.data() + voff,
-                          type, stride * 8, stride, hd, 0.125f};
+                          type, stride * 8, stride, hd, 0.125f, {}};
                 AttnRow rows[kMaxTileRows];
                 int m = 0;
                 for (int t = t0k; t < std::min(n_tok, t0k + tile); ++t)

@@ -311,6 +311,46 @@ TEST_CASE("K and V copied from another slot continue a sequence bit for bit", "[
     CHECK_NOTHROW(b->copy_kv(0, 1, 0, 128));
 }
 
+// Slots that copied one prompt prefix read its key blocks from one copy (CpuBackend::shared_prefix): the slot
+// copied from, or the one it reads from itself. That holds only while no slot involved writes below the shared
+// length: rewritten there, the source ends the sharing (its readers would see the new values), and a reader that
+// goes on past a position it rewrote reads its own values from there. Each case must still give the logits of the
+// sequence run from scratch, to the bit.
+TEST_CASE("slots that copied a prefix read it from one copy until either side rewrites it", "[cpu]") {
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        INFO(c.label);
+        auto model = test::make_tiny_model(c.spec);
+        const int nv = static_cast<int>(c.spec.n_vocab);
+        const auto a = some_tokens(128, nv, 11), other = some_tokens(128, nv, 12);
+        std::vector<int32_t> fork(a.begin(), a.begin() + 70);  // a's first 70 positions, then other's tokens
+        fork.insert(fork.end(), other.begin() + 70, other.end());
+        auto fresh = make(*model, false, 2, {}, 1);
+        const std::vector<float> want_a = run_at(*fresh, a, 0, 120, 0);
+        auto fresh_fork = make(*model, false, 2, {}, 1);
+        const std::vector<float> want_fork = run_at(*fresh_fork, fork, 0, 120, 0);
+        auto b = make(*model, false, 2, {}, 4);
+        using Shared = std::pair<int32_t, int64_t>;
+        run_at(*b, a, 0, 100, 0);
+        b->copy_kv(0, 1, 0, 100);
+        b->copy_kv(1, 2, 0, 90);  // slot 1 reads from 0: so does slot 2
+        run_at(*b, a, 0, 30, 3);
+        b->copy_kv(1, 3, 30, 100);  // slot 3's first 30 positions are its own, not known to equal slot 0's
+        CHECK(b->shared_prefix(1) == Shared{0, 100});
+        CHECK(b->shared_prefix(2) == Shared{0, 90});
+        CHECK(b->shared_prefix(3) == Shared{-1, 0});
+        CHECK(b->shared_prefix(0) == Shared{-1, 0});
+        // Slot 2 forks at 70: it reads positions below 70 from slot 0 and the rest from its own cache.
+        CHECK(max_diff(run_at(*b, fork, 70, 120, 2), test::rows(want_fork, nv, 70, 120)) == 0.0);
+        CHECK(b->shared_prefix(2) == Shared{0, 70});
+        // Slot 0 runs another sequence over its first positions: slot 1 reads its own copy from then on.
+        run_at(*b, other, 0, 100, 0);
+        CHECK(b->shared_prefix(1) == Shared{-1, 0});
+        CHECK(b->shared_prefix(2) == Shared{-1, 0});
+        CHECK(max_diff(run_at(*b, a, 100, 120, 1), test::rows(want_a, nv, 100, 120)) == 0.0);
+        CHECK(max_diff(run_at(*b, a, 100, 120, 3), test::rows(want_a, nv, 100, 120)) == 0.0);
+    }
+}
+
 TEST_CASE("K and V copied between sliding-window rings continue a sequence bit for bit", "[cpu]") {
     // Rings of 640 positions: slot 0 runs 1400 tokens, slot 1 (another sequence) takes positions 0..1300 (of which
     // a ring keeps only the last 640), slot 2 (a's first 1000 of its own) takes 1000..1300; both go on past 1300

@@ -203,11 +203,12 @@ size_t attend_score_floats(const AttnRow* rows, int n, const KvOps& ops) {
 
 void attend_split_scores(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, float* s) {
     const RowArrays a(rows, n);
+    const void* k = b < kv.share.blocks ? kv.share.k : kv.k;
     if (kv.type == KvType::f16)
-        ops.tile_scores_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
-                            kv.head_dim, kv.scale, b, s);
+        ops.tile_scores_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(k), kv.k_block_stride, kv.head_dim,
+                            kv.scale, b, s);
     else
-        ops.tile_scores_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride, kv.head_dim,
+        ops.tile_scores_f32(a.q, a.first, a.last, n, static_cast<const float*>(k), kv.k_block_stride, kv.head_dim,
                             kv.scale, b, s);
 }
 
@@ -221,10 +222,11 @@ void attend_split_mix(const AttnRow* rows, int n, const KvHead& kv, const KvOps&
     const RowArrays a(rows, n);
     float* o[kMaxTileRows];
     for (int r = 0; r < n; ++r) o[r] = part + static_cast<size_t>(r) * kv.head_dim;
+    const void* v = b < kv.share.blocks ? kv.share.v : kv.v;
     if (kv.type == KvType::f16)
-        ops.tile_mix_f16(a.first, a.last, n, static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, b, s, o);
+        ops.tile_mix_f16(a.first, a.last, n, static_cast<const uint16_t*>(v), kv.v_stride, kv.head_dim, b, s, o);
     else
-        ops.tile_mix_f32(a.first, a.last, n, static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, b, s, o);
+        ops.tile_mix_f32(a.first, a.last, n, static_cast<const float*>(v), kv.v_stride, kv.head_dim, b, s, o);
 }
 
 void attend_split_sum(const AttnRow* rows, int n, int head_dim, const float* parts, int n_blocks) {
@@ -247,10 +249,10 @@ void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops,
     const RowArrays a(rows, n);
     if (f16)
         ops.tile_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
-                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, ahead);
+                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, kv.share, ahead);
     else
         ops.tile_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
-                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, ahead);
+                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, kv.share, ahead);
 }
 
 }  // namespace quill::cpu

@@ -76,6 +76,17 @@ private:
     int at_ = 2;  // the range being prefetched; 2: none left
 };
 
+// Where the first key blocks of a head's cache are also held, with the same values bit for bit: positions
+// [0, blocks * kKeyBlock) at k and v, laid out as the head's own (the same strides). Sequences that share a prompt
+// prefix hold copies of its K and V (Backend::copy_kv); the tiled kernels read those blocks from one copy, which
+// then stays in cache for all of them, instead of each sequence its own from memory. Blocks read there or from the
+// head's own cache give the same bits.
+struct KvShare {
+    const void* k = nullptr;
+    const void* v = nullptr;
+    int blocks = 0;
+};
+
 // Primitives over one head's cache, per ISA, in the cache's layouts (KvHead): K in blocks of 8 positions with the
 // positions innermost, V a row per position `stride` elements apart.
 struct KvOps {
@@ -90,13 +101,14 @@ struct KvOps {
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
     // The tiled kernel (see kv_ops_avx2.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
-    // one by one through the primitives above). It steps `ahead` (when not null) through its loops.
+    // one by one through the primitives above). It reads the key blocks `share` covers there, and steps `ahead`
+    // (when not null) through its loops.
     void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
                      size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,
-                     float* const* out, KvPrefetch* ahead);
+                     float* const* out, const KvShare& share, KvPrefetch* ahead);
     void (*tile_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
                      size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,
-                     float* const* out, KvPrefetch* ahead);
+                     float* const* out, const KvShare& share, KvPrefetch* ahead);
     // The tiled kernel in phases (the split form below): the floats of the rows' scores; the scores of key block b
     // (positions [b, b + 1) * kKeyBlock); the softmax over all of them; block b's share o_b of the output, stored.
     size_t (*tile_score_floats)(const int* first, const int* last, int n);
@@ -128,7 +140,8 @@ struct KvHead {
     size_t k_block_stride;
     size_t v_stride;
     int head_dim;
-    float scale;  // ModelConfig::attn_scale
+    float scale;    // ModelConfig::attn_scale
+    KvShare share;  // read by the tiled kernels of attend_rows
 };
 // Element offset of (position j, element e of the row of all KV heads, row_elems of them) in a slot's K: the K
 // layout of KvHead, with every head of a block of 8 positions together.

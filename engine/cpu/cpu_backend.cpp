@@ -142,6 +142,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_weights(weights);
     local_index_.assign(static_cast<size_t>(config.n_layer), -1);
+    kv_alias_.resize(static_cast<size_t>(options.n_slots));
     if (options.window_cache) ring_ = window_ring_for(config, options.kv_type, options.n_ctx);
     if (ring_ > 0) {
         int64_t n_local = 0;
@@ -364,6 +365,13 @@ int64_t CpuBackend::max_rewind() const {
 // older ones of the range are neither in src nor needed in dst (a sequence attends to a window of them).
 void CpuBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     check_copy(kv_shape_, src, dst, begin, end);
+    // dst then holds src's values at [0, end) where it held them (or those of the slot src reads from) below begin:
+    // it reads from where src reads, one copy for every slot that took this prefix.
+    const KvAlias before = kv_alias_[static_cast<size_t>(dst)], via = kv_alias_[static_cast<size_t>(src)];
+    const int32_t root = via.n >= end ? via.src : src;
+    kv_written(dst, begin);
+    if (end > begin && (begin == 0 || (before.n >= begin && (before.src == src || before.src == root))))
+        kv_alias_[static_cast<size_t>(dst)] = {root, end};
     const size_t es = kv_shape_.elem_size();
     const auto n = static_cast<int64_t>(kv_shape_.row_elems());
     const size_t row_bytes = static_cast<size_t>(n) * es;
@@ -391,6 +399,14 @@ void CpuBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
         } else if (end > first) {
             std::memcpy(v_cache(l, dst, first), v_cache(l, src, first), static_cast<size_t>(end - first) * row_bytes);
         }
+    }
+}
+
+void CpuBackend::kv_written(int32_t slot, int64_t begin) {
+    for (size_t s = 0; s < kv_alias_.size(); ++s) {
+        KvAlias& a = kv_alias_[s];
+        if ((static_cast<int32_t>(s) == slot || a.src == slot) && a.n > begin) a.n = begin;
+        if (a.n == 0) a.src = -1;
     }
 }
 
@@ -495,6 +511,7 @@ void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits) {
 
 void CpuBackend::forward_part(const Batch& batch, std::span<float> logits) {
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    for (const BatchToken& t : batch.tokens) kv_written(t.slot, t.pos);  // (before any of the part's attention)
     n_decode_ = 0;  // the leading decode steps (check_batch: they come first)
     while (n_decode_ < n && batch.tokens[n_decode_].decode) ++n_decode_;
     resize_scratch(n);
@@ -645,7 +662,13 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
                  static_cast<size_t>(c.n_embd_kv()) * 8,
                  static_cast<size_t>(c.n_embd_kv()),
                  static_cast<int>(c.head_dim),
-                 c.attn_scale};
+                 c.attn_scale,
+                 {}};
+    const KvAlias& alias = kv_alias_[static_cast<size_t>(slot)];
+    if (alias.n >= kKeyBlock && local_index_[layer] < 0)
+        kv->share = KvShare{k_cache(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
+                            v_cache(layer, alias.src, 0) + static_cast<size_t>(g * c.head_dim) * es,
+                            static_cast<int>(alias.n / kKeyBlock)};
     int m = 0;
     for (int64_t t = tile.t0; t < tile.t1; ++t) {
         const int64_t pos = batch.tokens[t].pos;
@@ -738,6 +761,11 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
     KvHead kv;
     const int m = attention_unit(batch, layer, i * per_tile, rows, &kv);  // the tile's first unit: KV head 0
     auto [first, last] = visible_span(rows, m);
+    first = std::max(first, kv.share.blocks * kKeyBlock);  // (the shared blocks are read by the other slots too)
+    if (first > last) {
+        *ahead = {};
+        return;
+    }
     last = std::min(last, first + kPrefetchPositions - 1);
     const size_t es = kv_shape_.elem_size();
     const size_t block = kv.k_block_stride * es, row = kv.v_stride * es;  // 8 positions of K, a position of V

@@ -46,6 +46,12 @@ public:
     int64_t max_rewind() const override;
     bool can_copy_kv() const override { return true; }
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
+    // The slot whose cache attention reads slot's positions [0, n) from, as {that slot, n} (copies of one prompt
+    // prefix read from one of them; see kv_alias_), or {-1, 0}.
+    std::pair<int32_t, int64_t> shared_prefix(int32_t slot) const {
+        const KvAlias& a = kv_alias_.at(static_cast<size_t>(slot));
+        return {a.src, a.n};
+    }
     // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
     int64_t window_ring() const { return ring_; }
     // The ring a backend with these settings uses (window_cache on), 0 for none; and the bytes of K and V cache it
@@ -148,6 +154,17 @@ private:
     std::vector<int64_t> local_index_;  // [n_layer] a ring layer's index among them, -1 for the others
     std::unique_ptr<RingMemory> rings_;
     uint8_t* ring(int64_t layer, int64_t slot, int kind) const;  // kind 0: K, 1: V; row 0
+
+    // Slot s's K and V at positions [0, n) hold the values of slot src's (copy_kv made them so, and neither slot has
+    // written below n since): attention reads the key blocks below n there (KvShare), so that the slots that copied
+    // one prompt prefix read one copy of it. n = 0: none. Layers with a ring never share.
+    struct KvAlias {
+        int32_t src = -1;
+        int64_t n = 0;
+    };
+    std::vector<KvAlias> kv_alias_;  // [n_slots]
+    // Slot `slot`'s positions from `begin` on are about to change: the aliases of it and to it end there.
+    void kv_written(int32_t slot, int64_t begin);
 
     // Scratch for one batch of n tokens.
     Activations act_;

@@ -502,16 +502,19 @@ void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, 
 
 template <class T>
 void attend_tile(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, const T* v,
-                 size_t stride, int hd, float scale, float* const* out, KvPrefetch* ahead) {
+                 size_t stride, int hd, float scale, float* const* out, const KvShare& share, KvPrefetch* ahead) {
     TileScratch& sc = tile_scratch();
     const Tile t(first, last, n);
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
     float* s = sc.scores(t.score_floats());
     const int b_begin = t.lo / KB, b_end = (t.hi - 1) / KB + 1;
-    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k, kbs, hd, scale, b, s, v, stride, ahead);
+    // Block b's K and V: the shared copy's for the blocks it covers (the same values at the same offsets).
+    auto k_of = [&](int b) { return b < share.blocks ? static_cast<const T*>(share.k) : k; };
+    auto v_of = [&](int b) { return b < share.blocks ? static_cast<const T*>(share.v) : v; };
+    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k_of(b), kbs, hd, scale, b, s, v_of(b), stride, ahead);
     tile_softmax(t, s, sizeof(T) == 2);
     for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
-    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v, stride, hd, b, out, ahead);
+    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v_of(b), stride, hd, b, out, ahead);
 }
 
 }  // namespace
@@ -532,13 +535,14 @@ void round_f16(float* x, int n) {
 
 void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
               size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out,
-              KvPrefetch* ahead) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, ahead);
+              const KvShare& share, KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, share, ahead);
 }
 
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
-              const float* v, size_t v_stride, int head_dim, float scale, float* const* out, KvPrefetch* ahead) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, ahead);
+              const float* v, size_t v_stride, int head_dim, float scale, float* const* out, const KvShare& share,
+              KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, share, ahead);
 }
 
 size_t tile_score_floats(const int* first, const int* last, int n) { return Tile(first, last, n).score_floats(); }

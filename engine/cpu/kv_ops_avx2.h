@@ -21,6 +21,7 @@
 
 namespace quill::cpu {
 class KvPrefetch;
+struct KvShare;
 }
 
 #define QUILL_KV_OPS_DECLARATIONS                                                                                    \
@@ -32,10 +33,10 @@ class KvPrefetch;
     void geglu(float* gate, const float* up, int64_t n);                                                             \
     void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,                \
                   size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,              \
-                  float* const* out, KvPrefetch* ahead);                                                             \
+                  float* const* out, const KvShare& share, KvPrefetch* ahead);                                       \
     void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k,                   \
                   size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,                 \
-                  float* const* out, KvPrefetch* ahead);                                                             \
+                  float* const* out, const KvShare& share, KvPrefetch* ahead);                                       \
     size_t tile_score_floats(const int* first, const int* last, int n);                                              \
     void tile_scores_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,         \
                          size_t k_block_stride, int head_dim, float scale, int b, float* s);                         \
