@@ -253,76 +253,85 @@ TEST_CASE("the tiled kernels step a KvPrefetch and give the same bits with it", 
     }
 }
 
-// Sequences that copied a prompt prefix read its key blocks from one copy (KvShare): the kernels must read exactly
-// the blocks it covers there and the rest from the head's own cache. Against a cache whose first blocks hold other
-// values, attending with those values given as the shared copy must give the bits of attending over a cache that
-// holds them itself; and a shared copy of the same values, the bits without one. Decode rows and prefill tiles,
-// rows that see only shared blocks, both, or none; the whole and the split form.
-TEST_CASE("the tiled kernels read the key blocks a KvShare covers from the shared copy", "[cpu]") {
+// Sequences that copied a prompt prefix read it from one copy (KvShare): the kernels must read exactly the positions
+// it covers there and the rest from the head's own cache. Against a cache whose first positions hold other values,
+// attending with those values given as the shared copy must give the bits of attending over a cache that holds them
+// itself; and a shared copy of the same values, the bits without one. Shared lengths within a key block and whole
+// blocks; decode rows and prefill tiles that see only shared positions, both, or none; the whole and the split form
+// (which reads only whole key blocks there).
+TEST_CASE("the tiled kernels read the positions a KvShare covers from the shared copy", "[cpu]") {
     const Shape s{9, 3, 64};
-    const int n_kv = 230, shared_blocks = 2;  // positions 0..127 shared, 128..229 the head's own
+    const int n_kv = 230;
     if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
     const Inputs in = random_inputs(s, n_kv, 21), other = random_inputs(s, n_kv, 22);
-    Inputs mixed = in;  // other's values below the shared positions, in's above
-    const int64_t row = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
-    for (int j = 0; j < shared_blocks * kKeyBlock; ++j)
-        for (int64_t e = 0; e < row; ++e) {
-            const size_t ko = k_cache_offset(j, e, row), vo = static_cast<size_t>(j * row + e);
-            mixed.k[ko] = other.k[ko];
-            mixed.k16[ko] = other.k16[ko];
-            mixed.v[vo] = other.v[vo];
-            mixed.v16[vo] = other.v16[vo];
-        }
     const Inputs copy = in;
-    auto shared = [&](const Inputs& own, const Inputs& from, KvType kv, int g) {
+    // in with other's values at positions below n
+    auto other_below = [&](int n) {
+        Inputs m = in;
+        const int64_t row = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+        for (int j = 0; j < n; ++j)
+            for (int64_t e = 0; e < row; ++e) {
+                const size_t ko = k_cache_offset(j, e, row), vo = static_cast<size_t>(j * row + e);
+                m.k[ko] = other.k[ko];
+                m.k16[ko] = other.k16[ko];
+                m.v[vo] = other.v[vo];
+                m.v16[vo] = other.v16[vo];
+            }
+        return m;
+    };
+    auto shared = [&](const Inputs& own, const Inputs& from, KvType kv, int g, int n_shared) {
         KvHead h = kv_head(own, kv, g);
         const KvHead f = kv_head(from, kv, g);
-        h.share = KvShare{f.k, f.v, shared_blocks};
+        h.share = KvShare{f.k, f.v, n_shared};
         return h;
     };
     std::vector<float> scratch(attend_scratch_floats(n_kv));
-    for (const KvOps* ops : tiled_kv_ops()) {
-        for (KvType kv : {KvType::f32, KvType::f16}) {
-            for (int tile : {1, 4}) {
-                for (int t0 : {40, 126, 200, n_kv - tile}) {
-                    INFO("KV " << kv_type_name(kv) << ", tiles of " << tile << " tokens from " << t0);
-                    std::vector<float> want(in.q.size(), NAN), got(in.q.size(), NAN);
-                    std::vector<float> plain(in.q.size(), NAN), same(in.q.size(), NAN);
-                    for (int g = 0; g < s.n_head_kv; ++g) {
-                        const std::vector<AttnRow> w = rows_of(mixed, t0, t0 + tile, 3 * g, 3 * g + 3, 0, want);
-                        attend_rows(w.data(), 3 * tile, kv_head(mixed, kv, g), *ops, scratch.data());
-                        const std::vector<AttnRow> a = rows_of(in, t0, t0 + tile, 3 * g, 3 * g + 3, 0, got);
-                        attend_rows(a.data(), 3 * tile, shared(in, other, kv, g), *ops, scratch.data());
-                        const std::vector<AttnRow> p = rows_of(in, t0, t0 + tile, 3 * g, 3 * g + 3, 0, plain);
-                        attend_rows(p.data(), 3 * tile, kv_head(in, kv, g), *ops, scratch.data());
-                        const std::vector<AttnRow> c = rows_of(in, t0, t0 + tile, 3 * g, 3 * g + 3, 0, same);
-                        attend_rows(c.data(), 3 * tile, shared(in, copy, kv, g), *ops, scratch.data());
+    for (int n_shared : {8, 96, 128}) {
+        const Inputs mixed = other_below(n_shared), mixed_blocks = other_below(n_shared / kKeyBlock * kKeyBlock);
+        for (const KvOps* ops : tiled_kv_ops()) {
+            for (KvType kv : {KvType::f32, KvType::f16}) {
+                for (int tile : {1, 4}) {
+                    for (int t0 : {4, 40, 126, 200, n_kv - tile}) {
+                        INFO(n_shared << " shared, KV " << kv_type_name(kv) << ", tiles of " << tile << " from " << t0);
+                        std::vector<float> want(in.q.size(), NAN), got(in.q.size(), NAN);
+                        std::vector<float> plain(in.q.size(), NAN), same(in.q.size(), NAN);
+                        for (int g = 0; g < s.n_head_kv; ++g) {
+                            const std::vector<AttnRow> w = rows_of(mixed, t0, t0 + tile, 3 * g, 3 * g + 3, 0, want);
+                            attend_rows(w.data(), 3 * tile, kv_head(mixed, kv, g), *ops, scratch.data());
+                            const std::vector<AttnRow> a = rows_of(in, t0, t0 + tile, 3 * g, 3 * g + 3, 0, got);
+                            attend_rows(a.data(), 3 * tile, shared(in, other, kv, g, n_shared), *ops, scratch.data());
+                            const std::vector<AttnRow> p = rows_of(in, t0, t0 + tile, 3 * g, 3 * g + 3, 0, plain);
+                            attend_rows(p.data(), 3 * tile, kv_head(in, kv, g), *ops, scratch.data());
+                            const std::vector<AttnRow> c = rows_of(in, t0, t0 + tile, 3 * g, 3 * g + 3, 0, same);
+                            attend_rows(c.data(), 3 * tile, shared(in, copy, kv, g, n_shared), *ops, scratch.data());
+                        }
+                        CHECK(same_bits(slice(got, in, t0, t0 + tile), slice(want, in, t0, t0 + tile)));
+                        CHECK(same_bits(slice(same, in, t0, t0 + tile), slice(plain, in, t0, t0 + tile)));
+                        CHECK_FALSE(same_bits(slice(want, in, t0, t0 + tile), slice(plain, in, t0, t0 + tile)));
                     }
-                    CHECK(same_bits(slice(got, in, t0, t0 + tile), slice(want, in, t0, t0 + tile)));
-                    CHECK(same_bits(slice(same, in, t0, t0 + tile), slice(plain, in, t0, t0 + tile)));
-                    CHECK_FALSE(same_bits(slice(want, in, t0, t0 + tile), slice(plain, in, t0, t0 + tile)));
                 }
+                // The split form: a decode row over every block, block by block.
+                INFO(n_shared << " shared, KV " << kv_type_name(kv) << ", split form");
+                std::vector<float> want(in.q.size(), NAN), got(in.q.size(), NAN);
+                auto split = [&](const Inputs& from, const KvHead& h, std::vector<float>& out) {
+                    const std::vector<AttnRow> r = rows_of(from, n_kv - 1, n_kv, 0, 3, 0, out);
+                    int b_first = 0;
+                    const int n_blocks = attend_block_span(r.data(), 3, &b_first);
+                    std::vector<float> sc(attend_score_floats(r.data(), 3, *ops) + 8);
+                    std::vector<float> parts(static_cast<size_t>(n_blocks) * 3 * s.head_dim);
+                    float* s32 =
+                        reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sc.data()) + 31) & ~uintptr_t{31});
+                    for (int b = 0; b < n_blocks; ++b) attend_split_scores(r.data(), 3, h, *ops, b_first + b, s32);
+                    attend_split_softmax(r.data(), 3, h, *ops, s32);
+                    for (int b = 0; b < n_blocks; ++b)
+                        attend_split_mix(r.data(), 3, h, *ops, b_first + b, s32,
+                                         parts.data() + static_cast<size_t>(b) * 3 * s.head_dim);
+                    attend_split_sum(r.data(), 3, s.head_dim, parts.data(), n_blocks);
+                };
+                split(mixed_blocks, kv_head(mixed_blocks, kv, 0), want);
+                split(in, shared(in, other, kv, 0, n_shared), got);
+                CHECK(same_bits(slice(got, in, n_kv - 1, n_kv), slice(want, in, n_kv - 1, n_kv)));
             }
-            // The split form: a decode row over every block, block by block.
-            INFO("KV " << kv_type_name(kv) << ", split form");
-            std::vector<float> want(in.q.size(), NAN), got(in.q.size(), NAN);
-            auto split = [&](const Inputs& from, const KvHead& h, std::vector<float>& out) {
-                const std::vector<AttnRow> r = rows_of(from, n_kv - 1, n_kv, 0, 3, 0, out);
-                int b_first = 0;
-                const int n_blocks = attend_block_span(r.data(), 3, &b_first);
-                std::vector<float> sc(attend_score_floats(r.data(), 3, *ops) + 8);
-                std::vector<float> parts(static_cast<size_t>(n_blocks) * 3 * s.head_dim);
-                float* s32 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(sc.data()) + 31) & ~uintptr_t{31});
-                for (int b = 0; b < n_blocks; ++b) attend_split_scores(r.data(), 3, h, *ops, b_first + b, s32);
-                attend_split_softmax(r.data(), 3, h, *ops, s32);
-                for (int b = 0; b < n_blocks; ++b)
-                    attend_split_mix(r.data(), 3, h, *ops, b_first + b, s32,
-                                     parts.data() + static_cast<size_t>(b) * 3 * s.head_dim);
-                attend_split_sum(r.data(), 3, s.head_dim, parts.data(), n_blocks);
-            };
-            split(mixed, kv_head(mixed, kv, 0), want);
-            split(in, shared(in, other, kv, 0), got);
-            CHECK(same_bits(slice(got, in, n_kv - 1, n_kv), slice(want, in, n_kv - 1, n_kv)));
         }
     }
 }

@@ -203,7 +203,7 @@ size_t attend_score_floats(const AttnRow* rows, int n, const KvOps& ops) {
 
 void attend_split_scores(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, float* s) {
     const RowArrays a(rows, n);
-    const void* k = b < kv.share.blocks ? kv.share.k : kv.k;
+    const void* k = (b + 1) * kKeyBlock <= kv.share.positions ? kv.share.k : kv.k;
     if (kv.type == KvType::f16)
         ops.tile_scores_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(k), kv.k_block_stride, kv.head_dim,
                             kv.scale, b, s);
@@ -222,7 +222,7 @@ void attend_split_mix(const AttnRow* rows, int n, const KvHead& kv, const KvOps&
     const RowArrays a(rows, n);
     float* o[kMaxTileRows];
     for (int r = 0; r < n; ++r) o[r] = part + static_cast<size_t>(r) * kv.head_dim;
-    const void* v = b < kv.share.blocks ? kv.share.v : kv.v;
+    const void* v = (b + 1) * kKeyBlock <= kv.share.positions ? kv.share.v : kv.v;
     if (kv.type == KvType::f16)
         ops.tile_mix_f16(a.first, a.last, n, static_cast<const uint16_t*>(v), kv.v_stride, kv.head_dim, b, s, o);
     else

@@ -76,15 +76,15 @@ private:
     int at_ = 2;  // the range being prefetched; 2: none left
 };
 
-// Where the first key blocks of a head's cache are also held, with the same values bit for bit: positions
-// [0, blocks * kKeyBlock) at k and v, laid out as the head's own (the same strides). Sequences that share a prompt
-// prefix hold copies of its K and V (Backend::copy_kv); the tiled kernels read those blocks from one copy, which
-// then stays in cache for all of them, instead of each sequence its own from memory. Blocks read there or from the
-// head's own cache give the same bits.
+// Where the first positions of a head's cache are also held, with the same values bit for bit: positions
+// [0, positions) at k and v, laid out as the head's own (the same strides), `positions` a multiple of 8. Sequences
+// that share a prompt prefix hold copies of its K and V (Backend::copy_kv); the tiled kernels read those positions
+// from one copy, which then stays in cache for all of them, instead of each sequence its own from memory (the split
+// form: the key blocks wholly below `positions`). Read there or from the head's own cache, the same bits.
 struct KvShare {
     const void* k = nullptr;
     const void* v = nullptr;
-    int blocks = 0;
+    int positions = 0;
 };
 
 // Primitives over one head's cache, per ISA, in the cache's layouts (KvHead): K in blocks of 8 positions with the
@@ -101,7 +101,7 @@ struct KvOps {
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
     // The tiled kernel (see kv_ops_avx2.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
-    // one by one through the primitives above). It reads the key blocks `share` covers there, and steps `ahead`
+    // one by one through the primitives above). It reads the positions `share` covers there, and steps `ahead`
     // (when not null) through its loops.
     void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
                      size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,

@@ -665,10 +665,10 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
                  c.attn_scale,
                  {}};
     const KvAlias& alias = kv_alias_[static_cast<size_t>(slot)];
-    if (alias.n >= kKeyBlock && local_index_[layer] < 0)
+    if (alias.n >= 8 && local_index_[layer] < 0)
         kv->share = KvShare{k_cache(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
                             v_cache(layer, alias.src, 0) + static_cast<size_t>(g * c.head_dim) * es,
-                            static_cast<int>(alias.n / kKeyBlock)};
+                            static_cast<int>(alias.n / 8 * 8)};
     int m = 0;
     for (int64_t t = tile.t0; t < tile.t1; ++t) {
         const int64_t pos = batch.tokens[t].pos;
@@ -761,7 +761,7 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
     KvHead kv;
     const int m = attention_unit(batch, layer, i * per_tile, rows, &kv);  // the tile's first unit: KV head 0
     auto [first, last] = visible_span(rows, m);
-    first = std::max(first, kv.share.blocks * kKeyBlock);  // (the shared blocks are read by the other slots too)
+    first = std::max(first, kv.share.positions);  // (the shared positions are read by the other slots too)
     if (first > last) {
         *ahead = {};
         return;

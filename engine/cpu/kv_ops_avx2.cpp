@@ -154,6 +154,21 @@ struct Tile {
 // Scores and mix go a block of kKeyBlock positions at a time, the block loaded once for all the rows, and one call
 // can take all the blocks or a decode's blocks can be spread over threads (tile_*_block below): the same numbers.
 
+// K or V of a head: positions below n_shared (a multiple of 8) read from `shared`, the rest from `own`, at the same
+// offsets from either (KvShare: the same values).
+template <class T>
+struct Src {
+    const T* own = nullptr;
+    const T* shared = nullptr;
+    int n_shared = 0;
+    const T* at(int j) const { return j < n_shared ? shared : own; }
+    // The same from position j0 on, positions counted from there.
+    Src from(int j0, size_t stride) const {
+        return {own + static_cast<size_t>(j0) * stride,
+                n_shared > j0 ? shared + static_cast<size_t>(j0) * stride : nullptr, n_shared - j0};
+    }
+};
+
 // The rows' queries (fp16-rounded with an F16 cache), and transposed for rows in lanes.
 void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int hd, bool f16) {
     for (int r = 0; r < t.n; ++r) {
@@ -170,22 +185,25 @@ void prepare_queries(const Tile& t, TileScratch& sc, const float* const* q, int 
 // decode), the block's V rows are prefetched for the mix that follows, and K runs ahead of its use the same way.
 // `ahead` (when not null) steps a line a key vector every eight elements of a pass over the keys' d.
 template <class T>
-void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd, float scale, int b, float* s,
-                 const T* v = nullptr, size_t v_stride = 0, KvPrefetch* ahead = nullptr) {
+void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, float scale, int b, float* s,
+                 Src<T> v = {}, size_t v_stride = 0, KvPrefetch* ahead = nullptr) {
     const __m256 vscale = _mm256_set1_ps(scale);
     if (!t.rows_in_lanes) {
         const int j0 = b * KB > t.a0 ? b * KB : t.a0;  // a multiple of 8
         const int nvec = (t.b_hi(b) - j0 + 7) / 8;
-        const T* kb = k + static_cast<size_t>(j0 / 8) * kbs;  // key vector i at kb + i * kbs
+        // Key vectors [0, n_shared) of the block from the shared copy, the rest from the head's own cache.
+        const int n_shared = std::clamp((k.n_shared - j0) / 8, 0, nvec);
+        const T* kb = nullptr;  // the current range's key vector i at kb + i * kbs
+        auto base = [&](int i) { return k.at(j0 + 8 * i) + static_cast<size_t>(j0 / 8) * kbs; };
         const int vec_bytes = 8 * hd * static_cast<int>(sizeof(T));
         const int row_bytes = hd * static_cast<int>(sizeof(T));
         // Key vector i's lines, and the V rows of its eight positions.
         auto prefetch = [&](int i) {
-            const char* kv = reinterpret_cast<const char*>(kb + static_cast<size_t>(i) * kbs);
+            const char* kv = reinterpret_cast<const char*>(base(i) + static_cast<size_t>(i) * kbs);
             for (int o = 0; o < vec_bytes; o += 64) _mm_prefetch(kv + o, _MM_HINT_T0);
-            if (v == nullptr) return;
+            if (v.own == nullptr) return;
             for (int j = j0 + 8 * i; j < j0 + 8 * i + 8; ++j) {
-                const char* vr = reinterpret_cast<const char*>(v + static_cast<size_t>(j) * v_stride);
+                const char* vr = reinterpret_cast<const char*>(v.at(j) + static_cast<size_t>(j) * v_stride);
                 for (int o = 0; o < row_bytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T1);
                 _mm_prefetch(vr + row_bytes - 1, _MM_HINT_T1);  // (a row that does not start a line)
             }
@@ -241,16 +259,23 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
                         _mm512_storeu_ps(sr[r] + 8 * (i + 2 * x), _mm512_mul_ps(acc[x][r], _mm512_set1_ps(scale)));
                 i += 2 * KV;
             };
-            constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
-            while (i + 2 * kMaxKv16 <= nvec) run16.template operator()<kMaxKv16>();
-            while (i + 2 <= nvec) run16.template operator()<1>();
 #endif
-            constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
-            while (i + kMaxKv <= nvec) run.template operator()<kMaxKv>();
-            // (a lone key vector's R chains wait on the fma latency: the rest two at a time where it can)
-            if constexpr (kMaxKv > 2)
-                while (i + 2 <= nvec) run.template operator()<2>();
-            while (i < nvec) run.template operator()<1>();
+            // The shared key vectors, then the head's own (each key vector's scores the same either way).
+            for (const int end : {n_shared, nvec}) {
+                if (i == end) continue;
+                kb = base(i);
+#ifdef __AVX512F__
+                constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
+                while (i + 2 * kMaxKv16 <= end) run16.template operator()<kMaxKv16>();
+                while (i + 2 <= end) run16.template operator()<1>();
+#endif
+                constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
+                while (i + kMaxKv <= end) run.template operator()<kMaxKv>();
+                // (a lone key vector's R chains wait on the fma latency: the rest two at a time where it can)
+                if constexpr (kMaxKv > 2)
+                    while (i + 2 <= end) run.template operator()<2>();
+                while (i < end) run.template operator()<1>();
+            }
         };
         switch (t.n) {
             case 1: rows.template operator()<1>(); break;
@@ -265,16 +290,16 @@ void tile_scores(const Tile& t, TileScratch& sc, const T* k, size_t kbs, int hd,
     // kf + (j / 8 - b0 / 8) * kstride + d * 8 + j % 8.
     const float* kf;
     size_t kstride;
-    if constexpr (sizeof(T) == 2) {
+    if (sizeof(T) == 2 || (b0 < k.n_shared && b1 > k.n_shared)) {  // (a float block read from two places: copied)
         for (int j8 = b0 / 8; j8 <= (b1 - 1) / 8; ++j8) {
-            const T* src = k + static_cast<size_t>(j8) * kbs;
+            const T* src = k.at(8 * j8) + static_cast<size_t>(j8) * kbs;
             float* dst = sc.kf + static_cast<size_t>(j8 - b0 / 8) * hd * 8;
             for (int d = 0; d < hd; ++d) _mm256_store_ps(dst + 8 * d, load8(src + 8 * d));
         }
         kf = sc.kf;
         kstride = static_cast<size_t>(hd) * 8;
     } else {
-        kf = k + static_cast<size_t>(b0 / 8) * kbs;
+        kf = reinterpret_cast<const float*>(k.at(b0)) + static_cast<size_t>(b0 / 8) * kbs;
         kstride = kbs;
     }
     // KG keys at a time for the RV vectors of eight rows that hold rows
@@ -428,7 +453,7 @@ struct Lanes<16> {
 // into o, or added to what o holds when `add`. Each lane's operations are the same whatever W. `ahead` (when not
 // null) steps a line a position.
 template <int W, int G, int V, int key_stride, bool add, class T>
-void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int c, int n_kv, float* const* o,
+void mix_columns(const float* p, int row_stride, Src<T> v, size_t stride, int c, int n_kv, float* const* o,
                  KvPrefetch* ahead) {
     using L = Lanes<W>;
     const float* pg[G];
@@ -436,8 +461,8 @@ void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int 
     typename L::V acc[G][V];
     for (int g = 0; g < G; ++g)
         for (int x = 0; x < V; ++x) acc[g][x] = L::zero();
-    for (int j = 0; j < n_kv; ++j) {
-        const T* vj = v + static_cast<size_t>(j) * stride + c;
+    auto position = [&](const T* rows, int j) {
+        const T* vj = rows + static_cast<size_t>(j) * stride + c;
         typename L::V vv[V];
         if (ahead != nullptr) ahead->step(1);
         for (int x = 0; x < V; ++x) vv[x] = L::load(vj + W * x);
@@ -445,7 +470,10 @@ void mix_columns(const float* p, int row_stride, const T* v, size_t stride, int 
             const typename L::V pj = L::set1(pg[g][j * key_stride]);
             for (int x = 0; x < V; ++x) acc[g][x] = L::fmadd(pj, vv[x], acc[g][x]);
         }
-    }
+    };
+    const int n_shared = std::min(v.n_shared, n_kv);  // the shared positions, then the head's own: one chain
+    for (int j = 0; j < n_shared; ++j) position(v.shared, j);
+    for (int j = std::max(n_shared, 0); j < n_kv; ++j) position(v.own, j);
     for (int g = 0; g < G; ++g)
         for (int x = 0; x < V; ++x) {
             float* dst = o[g] + c + W * x;
@@ -470,10 +498,10 @@ void by_chunks(int n, F&& f) {
 
 // o_b of block b for every row: stored into o, or added to it when `add`.
 template <bool add, class T>
-void tile_mix(const Tile& t, const float* s, const T* v, size_t stride, int hd, int b, float* const* o,
+void tile_mix(const Tile& t, const float* s, Src<T> v, size_t stride, int hd, int b, float* const* o,
               KvPrefetch* ahead = nullptr) {
     const int b0 = t.b_lo(b), b1 = t.b_hi(b);
-    const T* vb = v + static_cast<size_t>(b0) * stride;
+    const Src<T> vb = v.from(b0, stride);
     by_chunks(t.n, [&]<int G>(int r0) {
         // V vectors of columns a pass: G * V accumulators, each a chain of fmas (three rows, a decode's of SmolLM2,
         // take three vectors, nine chains: with two, six chains waited on the fma latency)
@@ -508,13 +536,12 @@ void attend_tile(const float* const* q, const int* first, const int* last, int n
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
     float* s = sc.scores(t.score_floats());
     const int b_begin = t.lo / KB, b_end = (t.hi - 1) / KB + 1;
-    // Block b's K and V: the shared copy's for the blocks it covers (the same values at the same offsets).
-    auto k_of = [&](int b) { return b < share.blocks ? static_cast<const T*>(share.k) : k; };
-    auto v_of = [&](int b) { return b < share.blocks ? static_cast<const T*>(share.v) : v; };
-    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, k_of(b), kbs, hd, scale, b, s, v_of(b), stride, ahead);
+    const int n_shared = share.k != nullptr ? share.positions : 0;
+    const Src<T> ks{k, static_cast<const T*>(share.k), n_shared}, vs{v, static_cast<const T*>(share.v), n_shared};
+    for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, ks, kbs, hd, scale, b, s, vs, stride, ahead);
     tile_softmax(t, s, sizeof(T) == 2);
     for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
-    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, v_of(b), stride, hd, b, out, ahead);
+    for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, vs, stride, hd, b, out, ahead);
 }
 
 }  // namespace
@@ -555,7 +582,7 @@ void scores_of_block(const float* const* q, const int* first, const int* last, i
     TileScratch& sc = tile_scratch();
     const Tile t(first, last, n);
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
-    tile_scores(t, sc, k, kbs, hd, scale, b, s);
+    tile_scores(t, sc, Src<T>{k}, kbs, hd, scale, b, s);
 }
 
 }  // namespace
@@ -576,12 +603,12 @@ void tile_softmax(const int* first, const int* last, int n, bool f16, float* s) 
 
 void tile_mix_f16(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim, int b,
                   const float* s, float* const* o) {
-    tile_mix<false>(Tile(first, last, n), s, v, v_stride, head_dim, b, o);
+    tile_mix<false>(Tile(first, last, n), s, Src{v}, v_stride, head_dim, b, o);
 }
 
 void tile_mix_f32(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim, int b,
                   const float* s, float* const* o) {
-    tile_mix<false>(Tile(first, last, n), s, v, v_stride, head_dim, b, o);
+    tile_mix<false>(Tile(first, last, n), s, Src{v}, v_stride, head_dim, b, o);
 }
 
 namespace {
