@@ -603,12 +603,12 @@ void tile_softmax(const int* first, const int* last, int n, bool f16, float* s) 
 
 void tile_mix_f16(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim, int b,
                   const float* s, float* const* o) {
-    tile_mix<false>(Tile(first, last, n), s, Src{v}, v_stride, head_dim, b, o);
+    tile_mix<false>(Tile(first, last, n), s, Src<uint16_t>{v}, v_stride, head_dim, b, o);
 }
 
 void tile_mix_f32(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim, int b,
                   const float* s, float* const* o) {
-    tile_mix<false>(Tile(first, last, n), s, Src{v}, v_stride, head_dim, b, o);
+    tile_mix<false>(Tile(first, last, n), s, Src<float>{v}, v_stride, head_dim, b, o);
 }
 
 namespace {
