@@ -156,8 +156,8 @@ private:
     uint8_t* ring(int64_t layer, int64_t slot, int kind) const;  // kind 0: K, 1: V; row 0
 
     // Slot s's K and V at positions [0, n) hold the values of slot src's (copy_kv made them so, and neither slot has
-    // written below n since): attention reads the key blocks below n there (KvShare), so that the slots that copied
-    // one prompt prefix read one copy of it. n = 0: none. Layers with a ring never share.
+    // written below n since): attention reads the whole key vectors (eight positions) below n there (KvShare), so
+    // that the slots that copied one prompt prefix read one copy of it. n = 0: none. Layers with a ring never share.
     struct KvAlias {
         int32_t src = -1;
         int64_t n = 0;

@@ -288,19 +288,20 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
     const int b0 = t.b_lo(b), b1 = t.b_hi(b);
     // The block's key vectors in float (converted from fp16 once, or read in place): element d of position j at
     // kf + (j / 8 - b0 / 8) * kstride + d * 8 + j % 8.
-    const float* kf;
-    size_t kstride;
-    if (sizeof(T) == 2 || (b0 < k.n_shared && b1 > k.n_shared)) {  // (a float block read from two places: copied)
+    const float* kf = sc.kf;
+    size_t kstride = static_cast<size_t>(hd) * 8;
+    if constexpr (sizeof(T) == 4) {
+        if (b1 <= k.n_shared || b0 >= k.n_shared) {  // in place, unless the block's key vectors are in two places
+            kf = k.at(b0) + static_cast<size_t>(b0 / 8) * kbs;
+            kstride = kbs;
+        }
+    }
+    if (kf == sc.kf) {
         for (int j8 = b0 / 8; j8 <= (b1 - 1) / 8; ++j8) {
             const T* src = k.at(8 * j8) + static_cast<size_t>(j8) * kbs;
             float* dst = sc.kf + static_cast<size_t>(j8 - b0 / 8) * hd * 8;
             for (int d = 0; d < hd; ++d) _mm256_store_ps(dst + 8 * d, load8(src + 8 * d));
         }
-        kf = sc.kf;
-        kstride = static_cast<size_t>(hd) * 8;
-    } else {
-        kf = reinterpret_cast<const float*>(k.at(b0)) + static_cast<size_t>(b0 / 8) * kbs;
-        kstride = kbs;
     }
     // KG keys at a time for the RV vectors of eight rows that hold rows
     auto rows_vectors = [&]<int RV, int KG>(int& j) {
