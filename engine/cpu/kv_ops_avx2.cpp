@@ -37,14 +37,14 @@ float load1(const float* p) { return *p; }
 #ifdef __AVX512F__
 __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-// Two key vectors of 8 positions, `apart` elements apart, as one vector of 16 (the first in the low lanes).
-__m512 load2x8(const uint16_t* p, size_t apart) {
+// Two key vectors of 8 positions, at p and q, as one vector of 16 (p's in the low lanes).
+__m512 load2x8(const uint16_t* p, const uint16_t* q) {
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + apart));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
-__m512 load2x8(const float* p, size_t apart) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p)), _mm256_loadu_ps(p + apart), 1);
+__m512 load2x8(const float* p, const float* q) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p)), _mm256_loadu_ps(q), 1);
 }
 #endif
 
@@ -191,15 +191,13 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
     if (!t.rows_in_lanes) {
         const int j0 = b * KB > t.a0 ? b * KB : t.a0;  // a multiple of 8
         const int nvec = (t.b_hi(b) - j0 + 7) / 8;
-        // Key vectors [0, n_shared) of the block from the shared copy, the rest from the head's own cache.
-        const int n_shared = std::clamp((k.n_shared - j0) / 8, 0, nvec);
-        const T* kb = nullptr;  // the current range's key vector i at kb + i * kbs
-        auto base = [&](int i) { return k.at(j0 + 8 * i) + static_cast<size_t>(j0 / 8) * kbs; };
+        // Key vector i of the block (positions j0 + 8i ..): from the shared copy below k.n_shared.
+        auto key = [&](int i) { return k.at(j0 + 8 * i) + static_cast<size_t>(j0 / 8 + i) * kbs; };
         const int vec_bytes = 8 * hd * static_cast<int>(sizeof(T));
         const int row_bytes = hd * static_cast<int>(sizeof(T));
         // Key vector i's lines, and the V rows of its eight positions.
         auto prefetch = [&](int i) {
-            const char* kv = reinterpret_cast<const char*>(base(i) + static_cast<size_t>(i) * kbs);
+            const char* kv = reinterpret_cast<const char*>(key(i));
             for (int o = 0; o < vec_bytes; o += 64) _mm_prefetch(kv + o, _MM_HINT_T0);
             if (v.own == nullptr) return;
             for (int j = j0 + 8 * i; j < j0 + 8 * i + 8; ++j) {
@@ -218,13 +216,16 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
                 for (int x = 0; x < KV; ++x)
                     if (i + x + kAhead < nvec) prefetch(i + x + kAhead);
                 __m256 acc[KV][R];
-                for (int x = 0; x < KV; ++x)
+                const T* kx[KV];
+                for (int x = 0; x < KV; ++x) {
+                    kx[x] = key(i + x);
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm256_setzero_ps();
+                }
                 for (int d8 = 0; d8 < hd; d8 += 8) {  // (hd a multiple of 8)
                     if (ahead != nullptr) ahead->step(KV);
                     for (int d = d8; d < d8 + 8; ++d) {
                         __m256 kd[KV];
-                        for (int x = 0; x < KV; ++x) kd[x] = load8(kb + (i + x) * kbs + 8 * d);
+                        for (int x = 0; x < KV; ++x) kd[x] = load8(kx[x] + 8 * d);
                         for (int r = 0; r < R; ++r) {
                             const __m256 qd = _mm256_broadcast_ss(sc.q[r] + d);
                             for (int x = 0; x < KV; ++x) acc[x][r] = _mm256_fmadd_ps(qd, kd[x], acc[x][r]);
@@ -241,13 +242,15 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
                 for (int x = 0; x < 2 * KV; ++x)
                     if (i + x + kAhead < nvec) prefetch(i + x + kAhead);
                 __m512 acc[KV][R];
+                const T* kx[2 * KV];
+                for (int x = 0; x < 2 * KV; ++x) kx[x] = key(i + x);
                 for (int x = 0; x < KV; ++x)
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm512_setzero_ps();
                 for (int d8 = 0; d8 < hd; d8 += 8) {
                     if (ahead != nullptr) ahead->step(2 * KV);
                     for (int d = d8; d < d8 + 8; ++d) {
                         __m512 kd[KV];
-                        for (int x = 0; x < KV; ++x) kd[x] = load2x8(kb + (i + 2 * x) * kbs + 8 * d, kbs);
+                        for (int x = 0; x < KV; ++x) kd[x] = load2x8(kx[2 * x] + 8 * d, kx[2 * x + 1] + 8 * d);
                         for (int r = 0; r < R; ++r) {
                             const __m512 qd = _mm512_set1_ps(sc.q[r][d]);
                             for (int x = 0; x < KV; ++x) acc[x][r] = _mm512_fmadd_ps(qd, kd[x], acc[x][r]);
@@ -260,22 +263,17 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
                 i += 2 * KV;
             };
 #endif
-            // The shared key vectors, then the head's own (each key vector's scores the same either way).
-            for (const int end : {n_shared, nvec}) {
-                if (i == end) continue;
-                kb = base(i);
 #ifdef __AVX512F__
-                constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
-                while (i + 2 * kMaxKv16 <= end) run16.template operator()<kMaxKv16>();
-                while (i + 2 <= end) run16.template operator()<1>();
+            constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
+            while (i + 2 * kMaxKv16 <= nvec) run16.template operator()<kMaxKv16>();
+            while (i + 2 <= nvec) run16.template operator()<1>();
 #endif
-                constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
-                while (i + kMaxKv <= end) run.template operator()<kMaxKv>();
-                // (a lone key vector's R chains wait on the fma latency: the rest two at a time where it can)
-                if constexpr (kMaxKv > 2)
-                    while (i + 2 <= end) run.template operator()<2>();
-                while (i < end) run.template operator()<1>();
-            }
+            constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
+            while (i + kMaxKv <= nvec) run.template operator()<kMaxKv>();
+            // (a lone key vector's R chains wait on the fma latency: the rest two at a time where it can)
+            if constexpr (kMaxKv > 2)
+                while (i + 2 <= nvec) run.template operator()<2>();
+            while (i < nvec) run.template operator()<1>();
         };
         switch (t.n) {
             case 1: rows.template operator()<1>(); break;
