@@ -79,7 +79,9 @@ private:
     void rope_angles(const Batch& batch);
     void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
-    void attend_all(const Batch& batch, int64_t layer);
+    // prepare(t0, t1): RoPE and the K/V stores of tokens [t0, t1), run inside the attention section, each tile's by
+    // the thread that attends it, where no tile reads what another tile's tokens store; before it otherwise.
+    void attend_all(const Batch& batch, int64_t layer, const std::function<void(int64_t, int64_t)>& prepare);
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
     void tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_t per_tile, KvPrefetch* ahead);
     bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
@@ -195,6 +197,7 @@ private:
         int64_t t0, t1;
     };
     std::vector<Tile> tiles_;
+    std::vector<int32_t> tile_slots_;  // attend_all's scratch
     int64_t unit_heads_ = 1;
     // attend_split: each unit's first key block, block count, and offsets of its scores and its blocks' outputs.
     struct Split {
