@@ -890,7 +890,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
         }
     };
-    attend_all(batch, layer, rope_store);
+    attend_all(batch, layer, std::ref(rope_store));  // (a reference: no std::function copy of the lambda)
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, c.n_embd_q(), n_decode_);
     add_bias(proj_.data(), L.bo, n);

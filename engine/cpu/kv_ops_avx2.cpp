@@ -262,8 +262,6 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
                         _mm512_storeu_ps(sr[r] + 8 * (i + 2 * x), _mm512_mul_ps(acc[x][r], _mm512_set1_ps(scale)));
                 i += 2 * KV;
             };
-#endif
-#ifdef __AVX512F__
             constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
             while (i + 2 * kMaxKv16 <= nvec) run16.template operator()<kMaxKv16>();
             while (i + 2 <= nvec) run16.template operator()<1>();
