@@ -1195,6 +1195,7 @@ namespace {
 void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const QuantizedActs& out) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m[8];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
         m[i] = _mm256_setzero_ps();
         if (i < n)
@@ -1221,12 +1222,17 @@ void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const Quanti
                                      _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_UQ));  // (d != 0: NaN too)
     const __m256 scale = _mm256_cvtph_ps(_mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     alignas(32) float inv_l[8];
-    alignas(32) int32_t half_sums[2][8] = {};
     _mm256_store_ps(inv_l, inv);
     const __m256 below_half = _mm256_set1_ps(0.49999997f), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     int8_t* qr = out.qs + t * out.qs_stride + 32 * b0;
     uint8_t* ur = out.qs_u != nullptr ? out.qs_u + t * out.qs_stride + 32 * b0 : nullptr;
-    for (int i = 0; i < n; ++i) {
+    __m256i runs[8];  // each block's vpsadbw of q + 128: the sums of its four runs of eight bytes, in 64-bit lanes
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        if (i >= n) {
+            runs[i] = _mm256_setzero_si256();
+            continue;
+        }
         const float* xb = xr + 32 * (b0 + i);
         const __m256 vi = _mm256_broadcast_ss(inv_l + i);
         __m256i iv[4];
@@ -1244,14 +1250,20 @@ void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const Quanti
         if (ur != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ur + 32 * i), u);
         if (out.tile_qs != nullptr)
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.tile_qs + 32 * tile_entry(out, t, b0 + i)), q);
-        // each half's sum of q + 128 (vpsadbw: four runs of eight bytes), less 16 * 128
-        const __m256i runs = _mm256_sad_epu8(u, _mm256_setzero_si256());
-        const __m128i lo_runs = _mm256_castsi256_si128(runs), hi_runs = _mm256_extracti128_si256(runs, 1);
-        half_sums[0][i] = _mm_cvtsi128_si32(_mm_add_epi64(lo_runs, _mm_unpackhi_epi64(lo_runs, lo_runs))) - 16 * 128;
-        half_sums[1][i] = _mm_cvtsi128_si32(_mm_add_epi64(hi_runs, _mm_unpackhi_epi64(hi_runs, hi_runs))) - 16 * 128;
+        runs[i] = _mm256_sad_epu8(u, _mm256_setzero_si256());
     }
-    const __m256i s0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(half_sums[0]));
-    const __m256i s1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(half_sums[1]));
+    // Each half's sum of q + 128, less 16 * 128, for the eight blocks, in registers: the sums' scalar stores, read
+    // back as a vector, failed to forward (and their array's zeroing was a rep stos): half of this function's time
+    // in a 16-sequence decode step. With runs r_i = [a_i, b_i | c_i, d_i] (64-bit lanes; a + b half 0, c + d half 1),
+    // each pair [a_i, a_i+1, b_i, b_i+1 | c_i, c_i+1, d_i, d_i+1] as 32-bit lanes (each run's sum is below 2^11).
+    const auto pair = [&](int i) { return _mm256_or_si256(runs[i], _mm256_slli_epi64(runs[i + 1], 32)); };
+    const auto quad = [&](int i) {  // [half 0 of blocks i .. i + 3 | half 1 of them]
+        const __m256i lo = pair(i), hi = pair(i + 2);
+        return _mm256_add_epi32(_mm256_unpacklo_epi64(lo, hi), _mm256_unpackhi_epi64(lo, hi));
+    };
+    const __m256i q0 = quad(0), q4 = quad(4), bias = _mm256_set1_epi32(16 * 128);
+    const __m256i s0 = _mm256_sub_epi32(_mm256_permute2x128_si256(q0, q4, 0x20), bias);
+    const __m256i s1 = _mm256_sub_epi32(_mm256_permute2x128_si256(q0, q4, 0x31), bias);
     const __m256i isum = _mm256_add_epi32(s0, s1);
     const __m256 ds = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
     const __m256 ds0 = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s0)), ds1 = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s1));
