@@ -1270,14 +1270,22 @@ void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const Quanti
     const __m256 pairs_lo = _mm256_unpacklo_ps(ds0, ds1), pairs_hi = _mm256_unpackhi_ps(ds0, ds1);
     const __m256 ds16[2] = {_mm256_permute2f128_ps(pairs_lo, pairs_hi, 0x20),   // blocks 0-3, each half 0 then 1
                             _mm256_permute2f128_ps(pairs_lo, pairs_hi, 0x31)};  // blocks 4-7
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const auto first = [&](int k) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), lane); };  // lanes below k
     const int64_t at = t * out.blk_stride + b0;
-    _mm256_maskstore_ps(out.d + at, first(n), scale);
-    _mm256_maskstore_ps(out.ds + at, first(n), ds);
-    _mm256_maskstore_epi32(out.isum + at, first(n), isum);
-    _mm256_maskstore_ps(out.ds16 + 2 * at, first(2 * n), ds16[0]);
-    if (n > 4) _mm256_maskstore_ps(out.ds16 + 2 * at + 8, first(2 * n - 8), ds16[1]);
+    if (n == 8) {  // (plain stores: a masked store is about twenty micro-ops on Zen 2, and this is the common case)
+        _mm256_storeu_ps(out.d + at, scale);
+        _mm256_storeu_ps(out.ds + at, ds);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.isum + at), isum);
+        _mm256_storeu_ps(out.ds16 + 2 * at, ds16[0]);
+        _mm256_storeu_ps(out.ds16 + 2 * at + 8, ds16[1]);
+    } else {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const auto first = [&](int k) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), lane); };  // lanes below k
+        _mm256_maskstore_ps(out.d + at, first(n), scale);
+        _mm256_maskstore_ps(out.ds + at, first(n), ds);
+        _mm256_maskstore_epi32(out.isum + at, first(n), isum);
+        _mm256_maskstore_ps(out.ds16 + 2 * at, first(2 * n), ds16[0]);
+        if (n > 4) _mm256_maskstore_ps(out.ds16 + 2 * at + 8, first(2 * n - 8), ds16[1]);
+    }
     if (out.tile_qs != nullptr) {
         alignas(32) float sl[8], dsl[8];
         alignas(32) int32_t il[8];
