@@ -31,6 +31,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -508,11 +509,20 @@ int cmd_batch(BatchCliOptions& o) {
     // No more slots than requests to run: every slot's KV cache counts when the context is fitted to memory.
     so.n_slots = static_cast<int64_t>(
         std::clamp<size_t>(qb::runnable_requests(input, ro.shard, resume.done), 1, static_cast<size_t>(o.parallel)));
+    // Without -c, the context is what the requests need (their prompts encoded once the tokenizer is loaded), when
+    // each has a max_tokens: no memory for positions no request can reach, and the CPU's cache in 2 MiB pages.
+    std::optional<qb::PromptEncoder> encoder;
+    so.context_needed = [&](const quill::Session& s) {
+        encoder = batch_encoder(s, o);
+        return qb::context_needed(input, ro.shard, resume.done, *encoder, ro);
+    };
     auto session = quill::Session::open(so);
-    if (!o.quiet) quill::print_stderr("{}; {} input, {} slots\n", session->load_line(),
-                             qb::input_format_name(input.format), so.n_slots);
+    if (!o.quiet)
+        quill::print_stderr("{}{}; {} input, {} slots\n", session->load_line(),
+                            session->context_fitted ? " (what the requests need)" : "",
+                            qb::input_format_name(input.format), so.n_slots);
     const quill::Tokenizer& tok = *session->tokenizer;
-    const qb::PromptEncoder encode = batch_encoder(*session, o);
+    const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o);
     quill::signals::install();
     ro.interrupts = [] { return quill::signals::count(); };
     const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};

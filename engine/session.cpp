@@ -172,6 +172,7 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weigh
     bo.n_ctx = n_ctx;
     bo.n_slots = o.n_slots;
     bo.kv_type = o.kv_type;
+    bo.kv_huge_pages = o.kv_huge_pages;
     check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
     return std::make_unique<cpu::CpuBackend>(config, weights, bo);
 }
@@ -208,8 +209,21 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
     s->model = Model::load(resolve_model_path(o.model));
     s->tokenizer = o.tokenizer.empty() ? Tokenizer::from_gguf(s->model->file)
                                        : Tokenizer::from_spm_file(o.tokenizer, &s->model->file);
-    s->n_ctx = choose_context(s->model->config, o.ctx, o.kv_type, o.n_slots);
-    s->backend = make_backend(s->model->config, s->model->weights, o, s->n_ctx);
+    SessionOptions opts = o;
+    if (o.ctx <= 0 && o.context_needed) {
+        const ModelConfig& c = s->model->config;
+        // whole key blocks of eight (the cache's unit), at most the model's training context; when that much does
+        // not fit in the quarter of memory choose_context allows, choose_context caps it as without a need
+        const int64_t need = o.context_needed(*s);
+        const int64_t want = std::min((need + 7) / 8 * 8, c.n_ctx_train);
+        if (need > 0 && want > 0 && want <= largest_context(c, o.kv_type, o.n_slots, available_memory() / 4, want)) {
+            opts.ctx = want;
+            opts.kv_huge_pages = true;
+            s->context_fitted = true;
+        }
+    }
+    s->n_ctx = choose_context(s->model->config, opts.ctx, opts.kv_type, opts.n_slots);
+    s->backend = make_backend(s->model->config, s->model->weights, opts, s->n_ctx);
     s->n_ctx = s->backend->kv_shape().n_ctx;  // the CUDA backend may cap it to the GPU's memory
     s->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return s;

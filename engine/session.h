@@ -7,6 +7,7 @@
 #include "engine/runtime/backend.h"
 #include "tokenizer/tokenizer.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,11 @@ struct SessionOptions {
     int64_t ctx = 0;        // positions per slot; 0: the model's, capped to fit memory
     int64_t n_slots = 1;    // sequences in flight at once (batch --parallel)
     KvType kv_type = KvType::f16;
+    // When ctx is 0: the positions a slot will need at most, asked once the model and tokenizer are loaded and before
+    // the backend is built (0: not known). A context fitted that way (capped to the model's) takes no memory beyond
+    // what the requests can use, and the CPU backend backs it with 2 MiB pages.
+    std::function<int64_t(const struct Session&)> context_needed;
+    bool kv_huge_pages = false;  // the CPU backend's CpuBackendOptions::kv_huge_pages (set for a fitted context)
 };
 
 // The file name of the default model, looked for in ./models and next to the binary.
@@ -62,6 +68,7 @@ struct Session {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Backend> backend;
     int64_t n_ctx = 0;
+    bool context_fitted = false;  // n_ctx came from SessionOptions::context_needed
     double load_ms = 0;
 
     // Loads everything. Throws FileError / UsageError with a one-line message.

@@ -165,6 +165,39 @@ TEST_CASE("the requests a run would take through the model: its shard, less the 
     CHECK(runnable_requests(parse(""), Shard{}, {}) == 0);
 }
 
+TEST_CASE("the context a batch needs: the most prompt tokens plus max_tokens of a request it runs", "[batch]") {
+    // A prompt of n characters encodes to n tokens here; "bad" cannot be encoded (an error record later).
+    int encoded = 0;
+    const PromptEncoder encode = [&](const BatchRequest& r) {
+        ++encoded;
+        if (*r.prompt == "bad") throw UsageError("no chat template");
+        return std::vector<int32_t>(r.prompt->size(), 1);
+    };
+    RunnerOptions o;
+    o.defaults.max_tokens = 10;
+    const BatchInput in = parse(R"({"id": "a", "prompt": "12345"})"
+                                "\n"
+                                R"({"id": "b", "prompt": "123", "max_tokens": 40})"
+                                "\n"
+                                R"({"id": "c", "prompt": "1234567890123456789012345"})"
+                                "\n"
+                                R"({"id": "d", "prompt": "bad", "max_tokens": 100})"
+                                "\n"
+                                R"({"id": "e", "prompt": "1", "temperature": -1, "max_tokens": 500})"
+                                "\nnot json\n");
+    CHECK(context_needed(in, Shard{}, {}, encode, o) == 43);       // b: 3 + 40 (c: 25 + 10; d, e and line 6 fail)
+    CHECK(context_needed(in, Shard{}, {"b"}, encode, o) == 35);    // c
+    CHECK(context_needed(in, Shard{0, 2}, {}, encode, o) == 35);   // a, c (and e)
+    CHECK(context_needed(in, Shard{0, 2}, {"c"}, encode, o) == 15);
+    CHECK(context_needed(in, Shard{}, {"a", "b", "c", "d", "e"}, encode, o) == 0);  // nothing runs
+    // One request that may run until the context is full: the model's context, and nothing encoded.
+    encoded = 0;
+    o.defaults.max_tokens = -1;
+    CHECK(context_needed(in, Shard{}, {}, encode, o) == 0);
+    CHECK(encoded == 0);
+    CHECK(context_needed(in, Shard{}, {"a", "c"}, encode, o) == 43);  // b; not d (3 + 100: it cannot be encoded)
+}
+
 TEST_CASE("duplicate ids stop the batch before anything runs, naming the id and its lines", "[batch]") {
     CHECK_THROWS_WITH(parse("{\"id\": \"x\", \"prompt\": \"a\"}\n{\"id\": \"y\", \"prompt\": \"b\"}\n"
                             "{\"id\": \"x\", \"prompt\": \"c\"}"),

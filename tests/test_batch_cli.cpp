@@ -1,6 +1,8 @@
 // quill batch end to end on stories260K (and the default model, briefly): batch invariance against `quill run` of
 // each request alone, error records, kill -9 then --resume, SIGINT, and --shard.
+#include "engine/model/model.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -184,6 +186,36 @@ TEST_CASE("batch invariance on the default model", "[batch][model]") {
     auto m = test::run_quill({"batch", "-m", model->string(), "--quiet", "-t", "1"}, msg);
     REQUIRE(m.status == 0);
     CHECK(by_id(records(m.out)).at("m")["text"] == chat_want[1]);
+}
+
+TEST_CASE("without -c a batch's context is what its requests need when each has a max_tokens", "[batch][model]") {
+    auto model = test::require_testdata("models/stories260K.gguf");
+    if (!model) return;
+    const auto loaded = Model::load(model->string());
+    const auto tok = Tokenizer::from_gguf(loaded->file);
+    const auto ps = prompts(12);
+    size_t longest = 0;  // prompt tokens, BOS included (--raw)
+    for (const auto& p : ps) longest = std::max(longest, tok->encode(p, true, false).size());
+    std::string input;
+    for (size_t i = 0; i < ps.size(); ++i)
+        input += json{{"id", fmt::format("r{}", i)}, {"prompt", ps[i]}, {"max_tokens", i == 5 ? 30 : 6}}.dump() + "\n";
+    const size_t need = (longest + 30 + 7) / 8 * 8;  // whole key blocks; request 5's prompt is not the longest
+    INFO("longest prompt " << longest << " tokens");
+    REQUIRE(tok->encode(ps[5], true, false).size() < longest);
+    auto fitted = test::run_quill({"batch", "--raw", "-m", model->string(), "--temp", "0", "-t", "1"}, input);
+    REQUIRE(fitted.status == 0);
+    // (at most longest + 30 tokens: the context holds request 5's whole prompt and 30 tokens, whatever its length)
+    CHECK_THAT(fitted.err, Catch::Contains(fmt::format("; context {} (what the requests need);", need)));
+    const auto got = by_id(records(fitted.out));
+    REQUIRE(got.size() == ps.size());
+    CHECK(got.at("r5")["usage"]["completion_tokens"] == 30);
+    CHECK(got.at("r5")["text"] == run_alone(model->string(), ps[5], {"-n", "30", "--temp", "0"}));
+    // -c as given; a request without max_tokens (-n -1, the default) may fill the model's context: 2048.
+    auto given = test::run_quill({"batch", "--raw", "-m", model->string(), "-c", "96", "-n", "2", "-t", "1"}, lines(ps));
+    CHECK_THAT(given.err, Catch::Contains("; context 96;"));
+    auto open = test::run_quill({"batch", "--raw", "-m", model->string(), "-t", "1"},
+                                input + R"({"id": "open", "prompt": "Once", "temperature": 0})" "\n");
+    CHECK_THAT(open.err, Catch::Contains("; context 2048;"));
 }
 
 TEST_CASE("requests that cannot run get error records and the batch goes on", "[batch][model]") {

@@ -12,6 +12,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <utility>
 
@@ -429,6 +432,53 @@ TEST_CASE("f32 and f16 KV caches agree", "[cpu]") {
     auto b32 = make(*model, false, 1, {}, 1, KvType::f32);
     const auto l32 = prefill_logits(*b32, tokens);
     CHECK(max_diff(prefill_logits(*b16, tokens), l32) <= 5e-3 * max_abs(l32));  // f16 rounding of K and V
+}
+
+TEST_CASE("a KV cache in 2 MiB pages gives the same logits, in a mapping the kernel marks for huge pages", "[cpu]") {
+    test::TinySpec spec;
+    auto model = test::make_tiny_model(spec);
+    const auto tokens = some_tokens(40, static_cast<int>(spec.n_vocab), 9);
+    CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = 64;
+    o.n_slots = 3;
+    auto plain = std::make_unique<CpuBackend>(model->config, model->weights, o);
+    o.kv_huge_pages = true;
+    auto huge = std::make_unique<CpuBackend>(model->config, model->weights, o);
+    CHECK_FALSE(plain->kv_huge_pages());
+    CHECK(prefill_logits(*huge, tokens) == prefill_logits(*plain, tokens));
+    CHECK(stepwise_logits(*huge, tokens) == stepwise_logits(*plain, tokens));
+    // A kernel built with transparent huge pages takes the advice (whatever its policy: "never" only stops it from
+    // using them) and lists the mapping with the "hg" flag; one without refuses it, and the cache stays as it was.
+    if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+        CHECK_FALSE(huge->kv_huge_pages());
+        test::skip("this kernel has no transparent huge pages: the cache keeps 4 KiB pages");
+        return;
+    }
+    CHECK(huge->kv_huge_pages());
+    // The VmFlags of the mapping holding address a ("" when none does).
+    auto flags_at = [](const void* a) {
+        const auto at = reinterpret_cast<uintptr_t>(a);
+        std::ifstream smaps("/proc/self/smaps");
+        bool inside = false;
+        for (std::string line; std::getline(smaps, line);) {
+            unsigned long lo = 0, hi = 0;
+            if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+                inside = lo <= at && at < hi;  // a mapping's first line ("lo-hi perms ..."), not a "Key: value"
+            } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+                return line + " ";
+            }
+        }
+        return std::string();
+    };
+    for (const auto& [cache, p] : {std::pair{"K", huge->kv_mappings().first}, {"V", huge->kv_mappings().second}}) {
+        INFO(cache << " cache: " << flags_at(p));
+        CHECK_THAT(flags_at(p), Catch::Contains(" hg "));
+    }
+    for (const void* p : {plain->kv_mappings().first, plain->kv_mappings().second}) {
+        INFO(flags_at(p));
+        CHECK_THAT(flags_at(p), Catch::StartsWith("VmFlags:") && !Catch::Contains(" hg "));
+    }
 }
 
 TEST_CASE("RoPE scaling: rope_freqs divisors and linear scaling rotate by the same smaller angles", "[cpu]") {

@@ -3,6 +3,7 @@
 #include "engine/error.h"
 #include "engine/runtime/scheduler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -151,6 +152,31 @@ size_t runnable_requests(const BatchInput& input, const Shard& shard, const std:
         n += in_shard(i, shard) && !e.error && !done.contains(e.request.id);
     }
     return n;
+}
+
+int64_t context_needed(const BatchInput& input, const Shard& shard, const std::unordered_set<std::string>& done,
+                       const PromptEncoder& encode, const RunnerOptions& options) {
+    std::vector<std::pair<size_t, int64_t>> bounded;  // (entry, max_tokens) of the runnable requests
+    for (size_t i = 0; i < input.entries.size(); ++i) {
+        const InputEntry& e = input.entries[i];
+        if (!in_shard(i, shard) || e.error || done.contains(e.request.id)) continue;
+        int64_t max_tokens = 0;
+        try {
+            max_tokens = request_params(options, e.request.overrides, 0).max_tokens;
+        } catch (const Error&) {
+            continue;  // an error record
+        }
+        if (max_tokens < 0) return 0;  // (before encoding anything)
+        bounded.emplace_back(i, max_tokens);
+    }
+    int64_t most = 0;
+    for (const auto& [i, max_tokens] : bounded) {
+        try {
+            most = std::max(most, static_cast<int64_t>(encode(input.entries[i].request).size()) + max_tokens);
+        } catch (const Error&) {
+        }
+    }
+    return most;
 }
 
 BatchProgress run_batch(Backend& backend, const Tokenizer& tok, int64_t n_ctx, const BatchInput& input,

@@ -51,6 +51,13 @@ BatchProgress run_batch(Backend& backend, const Tokenizer& tok, int64_t n_ctx, c
 // entries. `quill batch` sizes its KV slots by it (more slots than requests only take memory from the context).
 size_t runnable_requests(const BatchInput& input, const Shard& shard, const std::unordered_set<std::string>& done);
 
+// The positions a KV slot needs to run every request run_batch would run (runnable_requests): the most prompt tokens
+// plus max_tokens of one of them; 0 when one may generate until its context is full (max_tokens -1), or when none
+// can run. Encodes each prompt (requests whose prompt or parameters fail are skipped: they become error records).
+// `quill batch` fits its context to it (SessionOptions::context_needed).
+int64_t context_needed(const BatchInput& input, const Shard& shard, const std::unordered_set<std::string>& done,
+                       const PromptEncoder& encode, const RunnerOptions& options);
+
 // The generation parameters of one request: the defaults with its fields applied. UsageError when out of range.
 GenerationParams request_params(const RunnerOptions& options, const RequestOverrides& o, uint64_t random_seed);
 

@@ -77,12 +77,17 @@ bool all_finite(const float* x, int64_t n) {
 
 }  // namespace
 
-CpuBackend::CacheMemory::CacheMemory(size_t bytes) : n(std::max<size_t>(bytes, 1)) {
+CpuBackend::CacheMemory::CacheMemory(size_t bytes, bool huge_pages) : n(std::max<size_t>(bytes, 1)) {
     p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         p = nullptr;
         throw Error(fmt::format("cannot allocate a {:.1f} MiB KV cache: {}", n / 1048576.0, std::strerror(errno)));
     }
+#ifdef MADV_HUGEPAGE
+    if (huge_pages) huge = madvise(p, n, MADV_HUGEPAGE) == 0;  // (a kernel without THP refuses: 4 KiB pages then)
+#else
+    (void)huge_pages;
+#endif
 }
 
 CpuBackend::CacheMemory::~CacheMemory() {
@@ -136,8 +141,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
       kv_ops_(kv_ops(isa_, options.reference)),
       kv_k_(static_cast<size_t>(kv_shape_.n_layer * kv_shape_.n_slots * ctx8()) * kv_shape_.row_elems() *
-            kv_shape_.elem_size()),
-      kv_v_(kv_shape_.bytes() / 2) {
+            kv_shape_.elem_size(), options.kv_huge_pages),
+      kv_v_(kv_shape_.bytes() / 2, options.kv_huge_pages) {
     if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
     if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
     check_weights(weights);
