@@ -210,11 +210,14 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
     s->tokenizer = o.tokenizer.empty() ? Tokenizer::from_gguf(s->model->file)
                                        : Tokenizer::from_spm_file(o.tokenizer, &s->model->file);
     SessionOptions opts = o;
+    std::chrono::steady_clock::duration encode_time{0};
     if (o.ctx <= 0 && o.context_needed) {
         const ModelConfig& c = s->model->config;
         // whole key blocks of eight (the cache's unit), at most the model's training context; when that much does
         // not fit in the quarter of memory choose_context allows, choose_context caps it as without a need
+        const auto asked = std::chrono::steady_clock::now();
         const int64_t need = o.context_needed(*s);
+        encode_time = std::chrono::steady_clock::now() - asked;  // (not loading: left out of load_ms)
         const int64_t want = std::min((need + 7) / 8 * 8, c.n_ctx_train);
         if (need > 0 && want > 0 && want <= largest_context(c, o.kv_type, o.n_slots, available_memory() / 4, want)) {
             opts.ctx = want;
@@ -225,7 +228,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
     s->n_ctx = choose_context(s->model->config, opts.ctx, opts.kv_type, opts.n_slots);
     s->backend = make_backend(s->model->config, s->model->weights, opts, s->n_ctx);
     s->n_ctx = s->backend->kv_shape().n_ctx;  // the CUDA backend may cap it to the GPU's memory
-    s->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    s->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0 - encode_time).count();
     return s;
 }
 
