@@ -211,7 +211,8 @@ TEST_CASE("without -c a batch's context is what its requests need when each has 
     CHECK(got.at("r5")["usage"]["completion_tokens"] == 30);
     CHECK(got.at("r5")["text"] == run_alone(model->string(), ps[5], {"-n", "30", "--temp", "0"}));
     // -c as given; a request without max_tokens (-n -1, the default) may fill the model's context: 2048.
-    auto given = test::run_quill({"batch", "--raw", "-m", model->string(), "-c", "96", "-n", "2", "-t", "1"}, lines(ps));
+    auto given =
+        test::run_quill({"batch", "--raw", "-m", model->string(), "-c", "96", "-n", "2", "-t", "1"}, lines(ps));
     CHECK_THAT(given.err, Catch::Contains("; context 96;"));
     auto open = test::run_quill({"batch", "--raw", "-m", model->string(), "-t", "1"},
                                 input + R"({"id": "open", "prompt": "Once", "temperature": 0})" "\n");
