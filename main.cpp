@@ -31,12 +31,12 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <sys/stat.h>

@@ -219,7 +219,8 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
         const int64_t need = o.context_needed(*s);
         encode_time = std::chrono::steady_clock::now() - asked;  // (not loading: left out of load_ms)
         const int64_t want = std::min((need + 7) / 8 * 8, c.n_ctx_train);
-        if (need > 0 && want > 0 && want <= largest_context(c, o.kv_type, o.n_slots, available_memory() / 4, want)) {
+        if (need > 0 && want > 0 &&
+            cpu::CpuBackend::kv_cache_bytes(c, o.kv_type, want, o.n_slots) <= available_memory() / 4) {
             opts.ctx = want;
             opts.kv_huge_pages = true;
             s->context_fitted = true;
