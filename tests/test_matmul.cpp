@@ -10,11 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
@@ -577,6 +579,41 @@ TEST_CASE("matmul_pair gives both products' bits and hands each unit of rows to 
                 }
             }
         }
+    }
+}
+
+TEST_CASE("matmul_pair hands done whole groups of eight 32-blocks when the threads' shares allow", "[matmul]") {
+    std::mt19937 rng(2718);
+    const int64_t n_in = 64;
+    for (auto [n_out, threads, aligned] : {std::tuple{1536, 2, true}, std::tuple{2048, 4, true},
+                                           std::tuple{2528, 2, true}, std::tuple{5632, 16, false}}) {
+        INFO(fmt::format("{} rows, {} threads", n_out, threads));
+        const TestMatrix ma = make_matrix(GgmlType::Q4_1, n_out, n_in, rng), mb = make_matrix(GgmlType::Q4_1, n_out,
+                                                                                              n_in, rng);
+        const std::vector<float> x = make_input(16, n_in, rng);
+        std::vector<float> y[2] = {std::vector<float>(static_cast<size_t>(16 * n_out)),
+                                   std::vector<float>(static_cast<size_t>(16 * n_out))};
+        ThreadPool pool(threads);
+        Activations act;
+        act.set(x.data(), 16, n_in);
+        std::mutex m;
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        matmul_pair({ma.view(), y[0].data()}, {mb.view(), y[1].data()}, act, pool, best_isa(), 64,
+                    [&](int64_t r0, int64_t r1) {
+                        std::lock_guard lock(m);
+                        ranges.emplace_back(r0, r1);
+                    });
+        std::sort(ranges.begin(), ranges.end());
+        int64_t next = 0;
+        bool whole = true;
+        for (auto [r0, r1] : ranges) {
+            CHECK(r0 == next);
+            next = r1;
+            if (r0 % 256 != 0 || (r1 % 256 != 0 && r1 != n_out)) whole = false;
+        }
+        CHECK(next == n_out);
+        // (2528 rows: 40 units, the last ragged; 88 units on 16 threads would leave a thread 8 of them instead of 6)
+        CHECK(whole == aligned);
     }
 }
 
