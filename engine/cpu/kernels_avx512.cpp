@@ -19,6 +19,7 @@
 // sixteen-row decode was measured 13-19% slower for Q8_0, gemma3 270M's 262,144-row output matrix included).
 // With AMX (Isa::amx), 8 tokens or more of every sixteen-row type go through tile multiplies (rows16_amx), and the
 // prompt tokens of F16 and BF16 weights through AMX-BF16 tiles of exactly split terms (float_rows_amx).
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -946,29 +947,34 @@ template <typename P>
 }
 
 #ifdef QUILL_AMX
-// amx_tile's steps for a single token group: each record is decoded (signed) two blocks before the tile unit loads
-// it, into a ring of four, so that the stores have reached the cache when the tile load reads them and the decode
-// overlaps the tile work (no pass over the row tile before the first multiply).
+// amx_tile's steps for a single token group, over the row tiles of a range one after another (their records are
+// one stream): each record is decoded (signed) two blocks before the tile unit loads it, into a ring of four, so
+// that the stores have reached the cache when the tile load reads them and the decode overlaps the tile work; the
+// next row tile's first blocks are decoded while the one before ends (no stall on them at a tile's first multiply).
 template <typename P>
 struct StepStream {
-    const uint8_t* tile;
-    int64_t nb;
+    const uint8_t* records;  // the range's first row tile
+    int64_t nb, total;       // blocks per row tile, in the range
+    int64_t base = 0;        // the current row tile's first block in the stream
     Step16 ring[4];
-    StepStream(const uint8_t* t, int64_t n) : tile(t), nb(n) {
-        for (int64_t b = 0; b < 2 && b < nb; ++b) decode(b);
+    StepStream(const uint8_t* first, int64_t n, int64_t tiles) : records(first), nb(n), total(n * tiles) {
+        for (int64_t g = 0; g < 2 && g < total; ++g) decode(g);
     }
     // (Inlined: a call inside amx_tile's loop would make its accumulators, caller-saved registers, live in memory.)
-    [[gnu::always_inline]] void decode(int64_t b) {
-        const uint8_t* rec = tile + b * P::kRecordBytes;
+    [[gnu::always_inline]] void decode(int64_t g) {
+        const uint8_t* rec = records + g * P::kRecordBytes;
         prefetch_record<P>(rec);
         Step16 st = P::step(rec);
         to_signed<P>(st);
-        ring[b & 3] = st;
+        ring[g & 3] = st;
     }
+    // Block b of the current row tile.
     [[gnu::always_inline]] const Step16& operator()(int64_t b) {
-        if (b + 2 < nb) decode(b + 2);
-        return ring[b & 3];
+        const int64_t g = base + b;
+        if (g + 2 < total) decode(g + 2);
+        return ring[g & 3];
     }
+    void next_tile() { base += nb; }
 };
 #endif
 
@@ -1009,6 +1015,9 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
 #else
     const int64_t chunk = n_tokens;
 #endif
+#ifdef QUILL_AMX
+    std::optional<StepStream<P>> stream;  // one token group's records, across the row tiles
+#endif
     for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
         const int64_t c1 = min64(n_tokens, c0 + chunk);
         for (int64_t r = r0; r < r1; r += 16) {
@@ -1016,14 +1025,15 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
             const uint8_t* tile = packed + (r / 16) * tile_bytes;
 #ifdef QUILL_AMX
             if (amx && c1 - c0 <= 16) {  // one token group: each record decoded as the tile unit comes to it
-                StepStream<P> stream(tile, nb);
+                if (r == r0) stream.emplace(tile, nb, (r1 - r0 + 15) / 16);
                 const int nt = static_cast<int>(c1 - c0);
                 float* y = args.y + c0 * w.n_out + r;
                 if (nt > 8) {
-                    amx_tile<P, 16>(stream, nb, q, c0, nt, y, w.n_out, mask);
+                    amx_tile<P, 16>(*stream, nb, q, c0, nt, y, w.n_out, mask);
                 } else {
-                    amx_tile<P, 8>(stream, nb, q, c0, nt, y, w.n_out, mask);
+                    amx_tile<P, 8>(*stream, nb, q, c0, nt, y, w.n_out, mask);
                 }
+                stream->next_tile();
                 continue;
             }
 #endif
