@@ -434,6 +434,25 @@ TEST_CASE("f32 and f16 KV caches agree", "[cpu]") {
     CHECK(max_diff(prefill_logits(*b16, tokens), l32) <= 5e-3 * max_abs(l32));  // f16 rounding of K and V
 }
 
+namespace {
+// The line of /proc/self/smaps starting with `key` ("Rss:", "VmFlags:") in the entry of the mapping holding
+// address a ("" when there is none).
+std::string smaps_line(const void* a, const char* key) {
+    const auto at = reinterpret_cast<uintptr_t>(a);
+    std::ifstream smaps("/proc/self/smaps");
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+            inside = lo <= at && at < hi;  // a mapping's first line ("lo-hi perms ..."), not a "Key: value"
+        } else if (inside && line.rfind(key, 0) == 0) {
+            return line;
+        }
+    }
+    return {};
+}
+}  // namespace
+
 TEST_CASE("a KV cache in 2 MiB pages gives the same logits, in a mapping the kernel marks for huge pages", "[cpu]") {
     test::TinySpec spec;
     auto model = test::make_tiny_model(spec);
@@ -458,18 +477,8 @@ TEST_CASE("a KV cache in 2 MiB pages gives the same logits, in a mapping the ker
     CHECK(huge->kv_huge_pages());
     // The VmFlags of the mapping holding address a ("" when none does).
     auto flags_at = [](const void* a) {
-        const auto at = reinterpret_cast<uintptr_t>(a);
-        std::ifstream smaps("/proc/self/smaps");
-        bool inside = false;
-        for (std::string line; std::getline(smaps, line);) {
-            unsigned long lo = 0, hi = 0;
-            if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-                inside = lo <= at && at < hi;  // a mapping's first line ("lo-hi perms ..."), not a "Key: value"
-            } else if (inside && line.rfind("VmFlags:", 0) == 0) {
-                return line + " ";
-            }
-        }
-        return std::string();
+        const std::string line = smaps_line(a, "VmFlags:");
+        return line.empty() ? line : line + " ";
     };
     for (const auto& [cache, p] : {std::pair{"K", huge->kv_mappings().first}, {"V", huge->kv_mappings().second}}) {
         INFO(cache << " cache: " << flags_at(p));
@@ -479,6 +488,41 @@ TEST_CASE("a KV cache in 2 MiB pages gives the same logits, in a mapping the ker
         INFO(flags_at(p));
         CHECK_THAT(flags_at(p), Catch::StartsWith("VmFlags:") && !Catch::Contains(" hg "));
     }
+}
+
+TEST_CASE("a KV cache fitted to the requests is resident once the backend is made and another only as written",
+          "[cpu]") {
+    test::TinySpec spec;
+    auto model = test::make_tiny_model(spec);
+    CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.n_slots = 4;
+    auto plain = std::make_unique<CpuBackend>(model->config, model->weights, o);
+    o.kv_huge_pages = true;  // (set for a fitted context)
+    auto fitted = std::make_unique<CpuBackend>(model->config, model->weights, o);
+    // The resident kB and the size in kB of the mapping holding address a (-1 for what is missing).
+    auto rss_at = [](const void* a) {
+        long rss = -1, size = -1;
+        std::sscanf(smaps_line(a, "Rss:").c_str(), "Rss: %ld kB", &rss);
+        std::sscanf(smaps_line(a, "Size:").c_str(), "Size: %ld kB", &size);
+        return std::pair{rss, size};
+    };
+    for (const void* p : {fitted->kv_mappings().first, fitted->kv_mappings().second}) {
+        const auto [rss, size] = rss_at(p);
+        INFO("fitted: Rss " << rss << " kB of " << size << " kB");
+        REQUIRE(size > 0);
+        CHECK(rss >= size);  // (a mapping in 2 MiB pages may count its last whole page)
+    }
+    for (const void* p : {plain->kv_mappings().first, plain->kv_mappings().second}) {
+        const auto [rss, size] = rss_at(p);
+        INFO("plain: Rss " << rss << " kB of " << size << " kB");
+        REQUIRE(size > 0);
+        CHECK(rss == 0);
+    }
+    // Faulted in, not changed: both give the same logits.
+    const auto tokens = some_tokens(30, static_cast<int>(spec.n_vocab), 4);
+    CHECK(prefill_logits(*fitted, tokens) == prefill_logits(*plain, tokens));
 }
 
 TEST_CASE("RoPE scaling: rope_freqs divisors and linear scaling rotate by the same smaller angles", "[cpu]") {

@@ -28,9 +28,10 @@ struct CpuBackendOptions {
     // Sliding-window layers keep a ring of their recent positions instead of the whole context (when it is
     // smaller); false keeps every position (the tests' comparison).
     bool window_cache = true;
-    // Back the K and V caches with 2 MiB pages (MADV_HUGEPAGE) where the kernel allows them: for a context fitted
-    // to the requests, whose cache fills anyway. A large context left mostly unwritten would take a whole 2 MiB
-    // page for each layer and slot it touches instead of the 4 KiB ones it writes.
+    // Back the K and V caches with 2 MiB pages (MADV_HUGEPAGE) where the kernel allows them, and fault them all in
+    // when the backend is made: for a context fitted to the requests, whose cache fills anyway. A large context left
+    // mostly unwritten would take a whole 2 MiB page for each layer and slot it touches instead of the 4 KiB ones it
+    // writes.
     bool kv_huge_pages = false;
 };
 
