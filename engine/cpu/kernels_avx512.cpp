@@ -1012,11 +1012,9 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
     const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr;
     if (amx) configure_tiles();
     const int64_t chunk = amx ? amx_chunk_tokens(q) : n_tokens;
+    std::optional<StepStream<P>> stream;  // one token group's records, across the row tiles
 #else
     const int64_t chunk = n_tokens;
-#endif
-#ifdef QUILL_AMX
-    std::optional<StepStream<P>> stream;  // one token group's records, across the row tiles
 #endif
     for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
         const int64_t c1 = min64(n_tokens, c0 + chunk);
