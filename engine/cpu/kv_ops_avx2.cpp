@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #ifndef QUILL_KV_NS
@@ -73,25 +74,79 @@ void mix(const float* p, const T* v, size_t stride, int head_dim, int n_kv, floa
     }
 }
 
-// e^x for 8 floats, within 2 ulp of expf for x in [-87, 88] (x below gives e^-87, NaN stays NaN): x = n ln2 + r
-// with |r| <= ln2 / 2, e^r by the minimax polynomial of Cephes' expf, times 2^n through the exponent bits.
-__m256 exp8(__m256 x) {
+// W float lanes to a register (8: AVX2; 16: the AVX-512 build), for the code written once for both.
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<8> {
+    using V = __m256;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V set1(float x) { return _mm256_set1_ps(x); }
+    template <class T>
+    static V load(const T* p) { return load8(p); }
+    static V loadu(const float* p) { return _mm256_loadu_ps(p); }
+    static void storeu(float* p, V x) { _mm256_storeu_ps(p, x); }
+    static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm256_add_ps(a, b); }
+    static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static V min(V a, V b) { return _mm256_min_ps(a, b); }
+    static V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+    static V round(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    // 2^n for the integral n (in float) the exp below gives, through the exponent bits
+    static V pow2(V n) {
+        const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+    }
+};
+#ifdef __AVX512F__
+template <>
+struct Lanes<16> {
+    using V = __m512;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V set1(float x) { return _mm512_set1_ps(x); }
+    template <class T>
+    static V load(const T* p) { return load16(p); }
+    static V loadu(const float* p) { return _mm512_loadu_ps(p); }
+    static void storeu(float* p, V x) { _mm512_storeu_ps(p, x); }
+    static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm512_add_ps(a, b); }
+    static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static V min(V a, V b) { return _mm512_min_ps(a, b); }
+    static V max(V a, V b) { return _mm512_max_ps(a, b); }
+    static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+    static V round(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static V pow2(V n) {
+        const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+    }
+};
+#endif
+
+// e^x for W floats, within 2 ulp of expf for x in [-87, 88] (x below gives e^-87, NaN stays NaN): x = n ln2 + r
+// with |r| <= ln2 / 2, e^r by the minimax polynomial of Cephes' expf, times 2^n through the exponent bits. Each lane
+// does the same operations whatever W, so exp8 and exp16 give the same bits.
+template <int W>
+typename Lanes<W>::V exp_lanes(typename Lanes<W>::V x) {
+    using L = Lanes<W>;
     // max/min return their second operand when one is NaN: x second keeps a NaN.
-    x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    x = L::min(L::set1(88.3762626647949f), L::max(L::set1(-87.0f), x));
+    const auto n = L::round(L::mul(x, L::set1(1.44269504088896341f)));
+    auto r = L::fnmadd(n, L::set1(0.693359375f), x);
+    r = L::fnmadd(n, L::set1(-2.12194440e-4f), r);
+    auto p = L::set1(1.9875691500e-4f);
+    p = L::fmadd(p, r, L::set1(1.3981999507e-3f));
+    p = L::fmadd(p, r, L::set1(8.3334519073e-3f));
+    p = L::fmadd(p, r, L::set1(4.1665795894e-2f));
+    p = L::fmadd(p, r, L::set1(1.6666665459e-1f));
+    p = L::fmadd(p, r, L::set1(5.0000001201e-1f));
+    p = L::fmadd(p, L::mul(r, r), L::add(r, L::set1(1.0f)));
+    return L::mul(p, L::pow2(n));
 }
+__m256 exp8(__m256 x) { return exp_lanes<8>(x); }
+#ifdef __AVX512F__
+__m512 exp16(__m512 x) { return exp_lanes<16>(x); }
+#endif
 
 constexpr int kMaxDim = kMaxHeadDim;
 constexpr int KB = kKeyBlock;
@@ -237,17 +292,23 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
                 i += KV;
             };
 #ifdef __AVX512F__
-            // KV pairs of key vectors, sixteen positions to a register (32 of them): each lane the chain above.
-            auto run16 = [&]<int KV>() {
-                for (int x = 0; x < 2 * KV; ++x)
+            // KV registers of two key vectors each, sixteen positions to a register (32 of them): each lane the chain
+            // above. With kHalf the last register holds one key vector (loaded twice; its low half stored), so that
+            // what is left after the widest passes goes in one pass whose chains hide the fma latency together (a
+            // lone register's R chains, or an eight-lane pass's, wait on it: a third of a decode's scores at 104
+            // positions).
+            auto run16 = [&]<int KV, bool kHalf>() {
+                constexpr int kVectors = 2 * KV - (kHalf ? 1 : 0);
+                for (int x = 0; x < kVectors; ++x)
                     if (i + x + kAhead < nvec) prefetch(i + x + kAhead);
                 __m512 acc[KV][R];
                 const T* kx[2 * KV];
-                for (int x = 0; x < 2 * KV; ++x) kx[x] = key(i + x);
+                for (int x = 0; x < kVectors; ++x) kx[x] = key(i + x);
+                if constexpr (kHalf) kx[2 * KV - 1] = kx[2 * KV - 2];
                 for (int x = 0; x < KV; ++x)
                     for (int r = 0; r < R; ++r) acc[x][r] = _mm512_setzero_ps();
                 for (int d8 = 0; d8 < hd; d8 += 8) {
-                    if (ahead != nullptr) ahead->step(2 * KV);
+                    if (ahead != nullptr) ahead->step(kVectors);
                     for (int d = d8; d < d8 + 8; ++d) {
                         __m512 kd[KV];
                         for (int x = 0; x < KV; ++x) kd[x] = load2x8(kx[2 * x] + 8 * d, kx[2 * x + 1] + 8 * d);
@@ -258,13 +319,25 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
                     }
                 }
                 for (int x = 0; x < KV; ++x)
-                    for (int r = 0; r < R; ++r)
-                        _mm512_storeu_ps(sr[r] + 8 * (i + 2 * x), _mm512_mul_ps(acc[x][r], _mm512_set1_ps(scale)));
-                i += 2 * KV;
+                    for (int r = 0; r < R; ++r) {
+                        const __m512 scaled = _mm512_mul_ps(acc[x][r], _mm512_set1_ps(scale));
+                        if (kHalf && x == KV - 1)
+                            _mm256_storeu_ps(sr[r] + 8 * (i + 2 * x), _mm512_castps512_ps256(scaled));
+                        else
+                            _mm512_storeu_ps(sr[r] + 8 * (i + 2 * x), scaled);
+                    }
+                i += kVectors;
             };
             constexpr int kMaxKv16 = R <= 2 ? 6 : 4;  // accumulators and keys within the 32 registers
-            while (i + 2 * kMaxKv16 <= nvec) run16.template operator()<kMaxKv16>();
-            while (i + 2 <= nvec) run16.template operator()<1>();
+            while (i + 2 * kMaxKv16 <= nvec) run16.template operator()<kMaxKv16, false>();
+            // the rest (fewer than 2 * kMaxKv16 key vectors) in one pass
+            [&]<int... P>(std::integer_sequence<int, P...>) {
+                const int left = nvec - i;
+                ((left == 2 * (P + 1) ? run16.template operator()<P + 1, false>()
+                  : left == 2 * (P + 1) - 1 ? run16.template operator()<P + 1, true>()
+                                            : void()),
+                 ...);
+            }(std::make_integer_sequence<int, kMaxKv16>());
 #endif
             constexpr int kMaxKv = R <= 2 ? 4 : R == 3 ? 3 : 2;  // accumulators and keys within the 16 registers
             while (i + kMaxKv <= nvec) run.template operator()<kMaxKv>();
@@ -340,6 +413,64 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
 void tile_softmax(const Tile& t, float* s, bool f16) {
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
     if (!t.rows_in_lanes) {
+#ifdef __AVX512F__
+        // Sixteen positions to a register, the visible ones as a mask; the sum goes into the eight lanes of L0..L7
+        // a key vector at a time, in order. The rows go together through each pass, so that their chains (the
+        // maximum, the sum) overlap instead of each row waiting on its own.
+        auto rows = [&]<int R>() {
+            const int n_vec = t.width / 8;
+            const __m512i lane16 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            float* sr[R];
+            __m512i first[R], last[R];
+            for (int r = 0; r < R; ++r) {
+                sr[r] = s + static_cast<size_t>(r) * t.width;
+                first[r] = _mm512_set1_epi32(t.first[r]);
+                last[r] = _mm512_set1_epi32(t.last[r]);
+            }
+            // the register at vector i: two key vectors, one where i is the last
+            auto lanes = [&](int i) -> __mmask16 { return i + 1 < n_vec ? 0xffff : 0xff; };
+            auto visible = [&](int r, int i) -> __mmask16 {
+                const __m512i j = _mm512_add_epi32(_mm512_set1_epi32(t.a0 + 8 * i), lane16);
+                return _mm512_cmple_epi32_mask(first[r], j) & _mm512_cmple_epi32_mask(j, last[r]) & lanes(i);
+            };
+            __m512 vmax[R];
+            for (int r = 0; r < R; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
+            for (int i = 0; i < n_vec; i += 2)
+                for (int r = 0; r < R; ++r)
+                    vmax[r] = _mm512_mask_max_ps(vmax[r], visible(r, i), vmax[r],
+                                                 _mm512_maskz_loadu_ps(lanes(i), sr[r] + 8 * i));
+            __m512 vm[R];
+            __m256 lsum[R];
+            for (int r = 0; r < R; ++r) {
+                vm[r] = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[r]));
+                lsum[r] = _mm256_setzero_ps();
+            }
+            for (int i = 0; i < n_vec; i += 2)
+                for (int r = 0; r < R; ++r) {
+                    const __m512 x = _mm512_maskz_loadu_ps(lanes(i), sr[r] + 8 * i);
+                    const __m512 e = _mm512_maskz_mov_ps(visible(r, i), exp16(_mm512_sub_ps(x, vm[r])));
+                    _mm512_mask_storeu_ps(sr[r] + 8 * i, lanes(i), e);
+                    lsum[r] = _mm256_add_ps(lsum[r], _mm512_castps512_ps256(e));
+                    if (i + 1 < n_vec) lsum[r] = _mm256_add_ps(lsum[r], _mm512_extractf32x8_ps(e, 1));
+                }
+            __m512 inv[R];
+            for (int r = 0; r < R; ++r)  // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7))
+                inv[r] = _mm512_set1_ps(1.0f / hsum(lsum[r]));
+            for (int i = 0; i < n_vec; i += 2)
+                for (int r = 0; r < R; ++r) {
+                    __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(i), sr[r] + 8 * i), inv[r]);
+                    if (f16) p = _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+                    _mm512_mask_storeu_ps(sr[r] + 8 * i, lanes(i), p);
+                }
+        };
+        switch (t.n) {
+            case 1: rows.template operator()<1>(); break;
+            case 2: rows.template operator()<2>(); break;
+            case 3: rows.template operator()<3>(); break;
+            default: rows.template operator()<4>(); break;
+        }
+        return;
+#endif
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         for (int r = 0; r < t.n; ++r) {
             float* sr = s + static_cast<size_t>(r) * t.width;
@@ -414,36 +545,6 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
         }
     }
 }
-
-// W float lanes to a register (8: AVX2; 16: the AVX-512 build), for the code written once for both.
-template <int W>
-struct Lanes;
-template <>
-struct Lanes<8> {
-    using V = __m256;
-    static V zero() { return _mm256_setzero_ps(); }
-    static V set1(float x) { return _mm256_set1_ps(x); }
-    template <class T>
-    static V load(const T* p) { return load8(p); }
-    static V loadu(const float* p) { return _mm256_loadu_ps(p); }
-    static void storeu(float* p, V x) { _mm256_storeu_ps(p, x); }
-    static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-    static V add(V a, V b) { return _mm256_add_ps(a, b); }
-};
-#ifdef __AVX512F__
-template <>
-struct Lanes<16> {
-    using V = __m512;
-    static V zero() { return _mm512_setzero_ps(); }
-    static V set1(float x) { return _mm512_set1_ps(x); }
-    template <class T>
-    static V load(const T* p) { return load16(p); }
-    static V loadu(const float* p) { return _mm512_loadu_ps(p); }
-    static void storeu(float* p, V x) { _mm512_storeu_ps(p, x); }
-    static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-    static V add(V a, V b) { return _mm512_add_ps(a, b); }
-};
-#endif
 
 // o[g][c..c+W*V) = sum_j p(g, j) v_j over positions [0, n_kv) (one chain per element from 0), V vectors of W lanes
 // per row, with p(g, j) at p[g * row_stride + j * key_stride]; the G rows share each converted V vector. Stored
