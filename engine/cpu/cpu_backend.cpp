@@ -298,7 +298,7 @@ bool CpuBackend::rows_section(int64_t n, float* y, int64_t n_decode, const Weigh
     const bool int8 = next != nullptr && int8_in_section(*next, n);
     if (int8) {
         act_.set(y, n, config_.n_embd, n_decode);
-        act_.begin_int8(isa_);
+        act_.begin_int8(isa_, !reads_tiles_alone(*next, isa_, n));  // (next's fellow products: matmul checks)
     }
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n, ith, nth, Activations::kInt8PartTokens);
@@ -930,7 +930,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
         // about 1% less time (in-process A/B, seven runs: 0.2% more to 3.3% less).
         if (!ready) act_.set(xn_.data(), n, c.n_embd, n_decode_);
         ffn_act_.set(gate_.data(), n, c.n_ff, n_decode_);
-        ffn_act_.begin_int8(isa_);
+        ffn_act_.begin_int8(isa_, !reads_tiles_alone(down[0].w, isa_, n));
         matmul_pair(gate_up[0], gate_up[1], act_, pool_, isa_, kFfnUnit, [&](int64_t f0, int64_t f1) {
             for (int64_t t = 0; t < n; ++t) act(gate_.data() + t * c.n_ff + f0, up_.data() + t * c.n_ff + f0, f1 - f0);
             ffn_act_.quantize_int8_blocks(f0 / 32, f1 / 32);

@@ -35,6 +35,8 @@ struct QuantizedActs {
     float* ds16 = nullptr;    // [n_tokens, 2 * blk_stride]: da * sum of each 16-element half of a block
     int32_t* isum = nullptr;  // [n_tokens, blk_stride]: sum of the block's 32 int8 values
     uint8_t* qs_u = nullptr;  // [n_tokens, qs_stride]: qs + 128 as unsigned bytes (only for n_tokens > 1)
+    // The row-major arrays above are null where only the AMX kernels read the activations (the tile layout alone:
+    // Activations::begin_int8), and the AVX-512 quantizer then writes the tile layout only.
     // From kAmxMinTokens tokens on AVX-512 (and AMX): qs, d, ds and isum in groups of 16 tokens (the last group
     // padded with zeros), so that a group's block b is one contiguous A tile: tile_qs [n_groups, nb, 16, 32],
     // and tile_d, tile_ds and tile_isum [n_groups, 2, nb, 8], nb = n_in / 32: the scales of a group's tokens 0-7
@@ -93,6 +95,9 @@ struct Kernel {
     RowKernel fn = nullptr;
     bool int8_acts = false;
     bool pair_acts = false;  // PairActs of the input (rounded to fp16 for F16 weights)
+    // From kAmxMinTokens tokens on, where the int8 activations have the tile layout, it reads that alone (the AMX
+    // kernels), so their row-major form need not be written (Activations::begin_int8).
+    bool tiles_alone = false;
 };
 
 // Rows a kernel prefers to be handed together (the AVX-512 sixteen-row tiles; the eight- and four-row kernels take
@@ -243,6 +248,7 @@ inline void write_tile_scales(const QuantizedActs& out, int64_t t, int64_t b0, i
 
 // Token t's row padding in `out`: zero values past its nb blocks (0x80 in the unsigned copy), zero scales and sums.
 inline void write_row_padding(const QuantizedActs& out, int64_t t, int64_t nb) {
+    if (out.qs == nullptr) return;  // (the tile layout alone: its padding is zero_tile_padding's)
     for (int64_t i = 32 * nb; i < out.qs_stride; ++i) {
         out.qs[t * out.qs_stride + i] = 0;
         if (out.qs_u != nullptr) out.qs_u[t * out.qs_stride + i] = 0x80;

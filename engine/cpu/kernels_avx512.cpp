@@ -1496,8 +1496,9 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
     // h16[k] lane 2j + h: half h of block 8k + j as the sum of its q + 128 (vpsadbw), less 16 * 128 at the end.
     __m512i h16[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     const __m512i from_halves = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    int8_t* qr = out.qs + t * out.qs_stride + 32 * b0;
-    uint8_t* ur = out.qs_u != nullptr ? out.qs_u + t * out.qs_stride + 32 * b0 : nullptr;
+    const bool rows = out.qs != nullptr;  // else the tile layout alone
+    int8_t* qr = rows ? out.qs + t * out.qs_stride + 32 * b0 : nullptr;
+    uint8_t* ur = rows && out.qs_u != nullptr ? out.qs_u + t * out.qs_stride + 32 * b0 : nullptr;
     for (int i = 0; i < n; ++i) {
         const float* xb = xr + 32 * (b0 + i);
         const __m512 vi = _mm512_set1_ps(inv_l[i]);
@@ -1505,7 +1506,7 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
             _mm256_castsi128_si256(_mm512_cvtsepi32_epi8(quantize16(_mm512_loadu_ps(xb), vi))),
             _mm512_cvtsepi32_epi8(quantize16(_mm512_loadu_ps(xb + 16), vi)), 1);
         const __m256i u = _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80)));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + 32 * i), q);
+        if (rows) _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + 32 * i), q);
         if (ur != nullptr) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ur + 32 * i), u);
         if (out.tile_qs != nullptr)
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.tile_qs + 32 * tile_entry(out, t, b0 + i)), q);
@@ -1530,13 +1531,16 @@ inline void quantize_group(const float* xr, int64_t t, int64_t b0, int n, const 
     const __m512 ds16_lo = _mm512_mul_ps(_mm512_permutexvar_ps(pair, scale), _mm512_cvtepi32_ps(h16[0]));
     const __m512 ds16_hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(8)), scale),
                                          _mm512_cvtepi32_ps(h16[1]));
-    const auto mask = static_cast<__mmask16>((1u << n) - 1);
-    const int64_t at = t * out.blk_stride + b0;
-    _mm512_mask_storeu_ps(out.d + at, mask, scale);
-    _mm512_mask_storeu_ps(out.ds + at, mask, ds);
-    _mm512_mask_storeu_epi32(out.isum + at, mask, isum);
-    _mm512_mask_storeu_ps(out.ds16 + 2 * at, static_cast<__mmask16>((1u << min64(2 * n, 16)) - 1), ds16_lo);
-    if (n > 8) _mm512_mask_storeu_ps(out.ds16 + 2 * at + 16, static_cast<__mmask16>((1u << (2 * n - 16)) - 1), ds16_hi);
+    if (rows) {
+        const auto mask = static_cast<__mmask16>((1u << n) - 1);
+        const int64_t at = t * out.blk_stride + b0;
+        _mm512_mask_storeu_ps(out.d + at, mask, scale);
+        _mm512_mask_storeu_ps(out.ds + at, mask, ds);
+        _mm512_mask_storeu_epi32(out.isum + at, mask, isum);
+        _mm512_mask_storeu_ps(out.ds16 + 2 * at, static_cast<__mmask16>((1u << min64(2 * n, 16)) - 1), ds16_lo);
+        if (n > 8)
+            _mm512_mask_storeu_ps(out.ds16 + 2 * at + 16, static_cast<__mmask16>((1u << (2 * n - 16)) - 1), ds16_hi);
+    }
     if (out.tile_qs != nullptr) {
         alignas(64) float sl[16], dsl[16];
         alignas(64) int32_t il[16];
@@ -1599,19 +1603,19 @@ bool amx_built() { return true; }
 Kernel find_kernel_amx(GgmlType type) {
     switch (type) {
         case GgmlType::Q8_0:
-            return {q8_0_rows_amx, true};
+            return {q8_0_rows_amx, true, false, true};
         case GgmlType::Q4_0:
-            return {rows16_amx<Dec16Q4_0>, true};
+            return {rows16_amx<Dec16Q4_0>, true, false, true};
         case GgmlType::Q4_1:
-            return {rows16_amx<Dec16Q4_1>, true};
+            return {rows16_amx<Dec16Q4_1>, true, false, true};
         case GgmlType::Q5_0:
-            return {rows16_amx<Dec16Q5_0>, true};
+            return {rows16_amx<Dec16Q5_0>, true, false, true};
         case GgmlType::Q5_1:
-            return {rows16_amx<Dec16Q5_1>, true};
+            return {rows16_amx<Dec16Q5_1>, true, false, true};
         case GgmlType::Q4_K:
-            return {rows16_amx<Dec16Q4_K>, true};
+            return {rows16_amx<Dec16Q4_K>, true, false, true};
         case GgmlType::Q5_K:
-            return {rows16_amx<Dec16Q5_K>, true};
+            return {rows16_amx<Dec16Q5_K>, true, false, true};
         case GgmlType::F16:
             return {float_rows_amx<LoadF16, 2>, false, true};
         case GgmlType::BF16:
@@ -1689,16 +1693,17 @@ bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) 
 }
 
 Kernel find_kernel_packed(GgmlType type, bool amx) {
+    const bool tiles = amx && amx_built();  // (packed_rows' AMX path: the tile layout alone)
     switch (type) {
         case GgmlType::Q4_0:
             return {amx ? packed_rows<Packed16<GgmlType::Q4_0>, true> : packed_rows<Packed16<GgmlType::Q4_0>, false>,
-                    true};
+                    true, false, tiles};
         case GgmlType::Q4_1:
             return {amx ? packed_rows<Packed16<GgmlType::Q4_1>, true> : packed_rows<Packed16<GgmlType::Q4_1>, false>,
-                    true};
+                    true, false, tiles};
         case GgmlType::Q8_0:
             return {amx ? packed_rows<Packed16<GgmlType::Q8_0>, true> : packed_rows<Packed16<GgmlType::Q8_0>, false>,
-                    true};
+                    true, false, tiles};
         default:
             return {};
     }

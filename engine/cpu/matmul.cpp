@@ -27,6 +27,7 @@ namespace quill::cpu {
 // The converted forms of the current input: int8 blocks (see kernels.h), made on first use after set().
 struct Activations::Cache {
     bool int8_ready = false;
+    bool int8_rows = false;  // the int8 form has its row-major arrays (not the tile layout alone)
     bool f16_ready = false;
     std::vector<float> x_f16;           // [n_tokens, n_in] the input rounded to fp16, for F16 weights
     std::vector<int8_t> qs_storage;     // [n_tokens, qs_stride] plus room to align to 64 bytes
@@ -86,8 +87,9 @@ void zero_tile_padding(const QuantizedActs& q) {
     }
 }
 
-// Sizes the int8 buffers for x's tokens and sets the view (the tile layout too where the AVX-512 kernels read it).
-void reserve_int8(Activations& x, Isa isa) {
+// Sizes the int8 buffers for x's tokens and sets the view (the tile layout too where the AVX-512 kernels read it;
+// without the row-major arrays when !rows and the AVX-512 quantizer writes it).
+void reserve_int8(Activations& x, Isa isa, bool rows) {
     Activations::Cache& c = x.cache();
     const int64_t n_tokens = x.n_tokens(), n_in = x.n_in();
     QUILL_CHECK(n_in % 32 == 0, "int8 activations need a row length that is a multiple of 32, got {}", n_in);
@@ -118,6 +120,11 @@ void reserve_int8(Activations& x, Isa isa) {
         c.view.tile_ds = c.tile_ds.data();
         c.view.tile_isum = c.tile_isum.data();
         zero_tile_padding(c.view);
+    }
+    c.int8_rows = rows || c.view.tile_qs == nullptr || avx512_emulated();
+    if (!c.int8_rows) {
+        QuantizedActs& v = c.view;
+        v.qs = nullptr, v.qs_u = nullptr, v.d = v.ds = v.ds16 = nullptr, v.isum = nullptr;
     }
     if (isa == Isa::avx2 && n_tokens >= kLaneTokens) {  // the AVX2 lane kernels' layout (quantize writes tokens)
         c.lanes_storage.resize(static_cast<size_t>(n_tokens / kLaneTokens * (n_in / 32)) * sizeof(LaneActs) + 64);
@@ -155,10 +162,10 @@ void quantize_blocks(Activations& x, int64_t b0, int64_t b1) {
         for (int64_t t = 0; t < x.n_tokens(); ++t) write_row_padding(c.view, t, b1);
 }
 
-void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
+void prepare_int8(Activations& x, ThreadPool& pool, Isa isa, bool rows) {
     Activations::Cache& c = x.cache();
-    if (c.int8_ready) return;
-    reserve_int8(x, isa);
+    if (c.int8_ready && (c.int8_rows || !rows)) return;
+    reserve_int8(x, isa, rows);
     const int64_t n_tokens = x.n_tokens();
     // Ranges of whole half groups with the tile layout: a half group's scales fill lines of their own
     // (tile_scale_entry), so two cores never write one line; whole groups with the lane layout (one writer each).
@@ -177,9 +184,9 @@ void prepare_int8(Activations& x, ThreadPool& pool, Isa isa) {
 
 }  // namespace
 
-void Activations::begin_int8(Isa isa) {
+void Activations::begin_int8(Isa isa, bool rows) {
     QUILL_CHECK(x_ != nullptr, "begin_int8 before Activations::set");
-    reserve_int8(*this, isa);
+    reserve_int8(*this, isa, rows);
 }
 
 void Activations::quantize_int8_blocks(int64_t b0, int64_t b1) {
@@ -194,6 +201,8 @@ void Activations::quantize_int8(int64_t t0, int64_t t1) {
 }
 
 void Activations::end_int8() { cache_->int8_ready = true; }
+
+bool Activations::has_int8_rows() const { return cache_->int8_rows; }
 
 namespace {
 
@@ -349,7 +358,7 @@ std::vector<PlannedJob> plan_jobs(std::span<const MatmulJob> jobs, Activations& 
     std::vector<PlannedJob> plan;
     plan.reserve(2 * jobs.size());
     *total_units = 0;
-    bool need_int8 = false;
+    bool need_int8 = false, need_rows = false;
     // Tokens [t0, t1) of job j on kernel k.
     auto add = [&](const MatmulJob& job, Kernel k, int64_t t0, int64_t t1) {
         PlannedJob& p = plan.emplace_back();
@@ -362,6 +371,7 @@ std::vector<PlannedJob> plan_jobs(std::span<const MatmulJob> jobs, Activations& 
         p.n_units = (job.w.n_out + kRowTile - 1) / kRowTile;
         *total_units += p.n_units;
         need_int8 = need_int8 || k.int8_acts;
+        need_rows = need_rows || (k.int8_acts && !(k.tiles_alone && t1 - t0 >= kAmxMinTokens));
     };
     for (const MatmulJob& job : jobs) {
         check_job(job, x);
@@ -371,7 +381,7 @@ std::vector<PlannedJob> plan_jobs(std::span<const MatmulJob> jobs, Activations& 
         if (n_decode < x.n_tokens()) add(job, k, n_decode, x.n_tokens());
     }
     if (need_int8 && *total_units > 0) {
-        prepare_int8(x, pool, isa);
+        prepare_int8(x, pool, isa, need_rows);
         for (PlannedJob& p : plan) p.args.q = &x.cache().view;
     }
     return plan;
@@ -442,6 +452,11 @@ void matmul_pair(const MatmulJob& a, const MatmulJob& b, Activations& x, ThreadP
 }
 
 bool reads_int8(const WeightMatrix& w, Isa isa) { return select_kernel(w, isa).int8_acts; }
+
+bool reads_tiles_alone(const WeightMatrix& w, Isa isa, int64_t n_tokens) {
+    const Kernel k = select_kernel(w, isa);
+    return k.int8_acts && k.tiles_alone && n_tokens >= kAmxMinTokens;
+}
 
 bool PackedWeights::supports(GgmlType type, Isa isa) {
     if (isa == Isa::avx2) return isa_available(isa) && avx2::find_kernel_packed(type).fn != nullptr;
