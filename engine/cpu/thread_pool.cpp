@@ -3,6 +3,7 @@
 #include "engine/error.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -159,6 +160,16 @@ Range split_range(int64_t n, int ith, int nth, int64_t align) {
     return {std::min(n, b * align), std::min(n, e * align)};
 }
 
+void run_claimed(ThreadPool& pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& work) {
+    grain = std::max<int64_t>(grain, 1);
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (int64_t b = next.fetch_add(grain, std::memory_order_relaxed); b < n;
+             b = next.fetch_add(grain, std::memory_order_relaxed))
+            work(b, std::min(n, b + grain));
+    });
+}
+
 void run_chunks(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& work,
                 const std::function<void(int64_t, int64_t)>& done) {
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
@@ -166,10 +177,10 @@ void run_chunks(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<
         if (pool == nullptr || pool->size() == 1) {
             work(c0, c1);
         } else {
-            pool->run([&](int ith, int nth) {
-                const Range r = split_range(c1 - c0, ith, nth);
-                work(c0 + r.begin, c0 + r.end);
-            });
+            // Eight pieces a thread: with a fixed half each, the 2-core Xeon VM's second thread took 350-510 Mticks
+            // to pack the default model's share that the first packed in 50-200 (the pages it wrote came slower).
+            run_claimed(*pool, c1 - c0, (c1 - c0 + 8 * pool->size() - 1) / (8 * pool->size()),
+                        [&](int64_t b, int64_t e) { work(c0 + b, c0 + e); });
         }
         if (done) done(c0, c1);
     }

@@ -53,9 +53,14 @@ struct Range {
 };
 Range split_range(int64_t n, int ith, int nth, int64_t align = 1);
 
-// work(begin, end) over [0, n) a chunk of `chunk` at a time, each chunk split over the pool (the caller alone when
-// pool is null or has one thread), and done(begin, end) after each chunk, in order (a long job that reports its
-// progress: packing or copying weights, each chunk's file pages handed back when done).
+// work(begin, end) over [0, n) in pieces of `grain` that the pool's threads claim one after another, so that a
+// thread slowed by what it touches (a VM's first touch of a page) is not waited for with a fixed share of the work.
+void run_claimed(ThreadPool& pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& work);
+
+// work(begin, end) over [0, n) a chunk of `chunk` at a time, each chunk's pieces claimed by the pool's threads
+// (run_claimed; the caller alone when pool is null or has one thread), and done(begin, end) after each chunk, in
+// order (a long job that reports its progress: packing or copying weights, each chunk's file pages handed back
+// when done).
 void run_chunks(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& work,
                 const std::function<void(int64_t, int64_t)>& done);
 
