@@ -22,6 +22,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/error.h"
+#include "engine/runtime/sampler.h"
 #include "engine/format/quant.h"
 #include "tests/test_util.h"
 
@@ -1107,4 +1108,44 @@ TEST_CASE("an input quantized for another ISA (no lane layout) gives the AVX2 la
         INFO(type_name(type));
         CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
     }
+}
+
+TEST_CASE("greedy_search finds first_max's index and any non-finite value in one pass", "[matmul]") {
+    int64_t index = -1;
+    bool finite = false;
+    const float probe = 1.0f;
+    if (!isa_available(Isa::avx512) || avx512_emulated() || !avx512::greedy_search(&probe, 1, 1, &index, &finite))
+        return quill::test::skip_no_device("no AVX-512 here: greedy rows take the portable check and search");
+    std::mt19937 rng(99);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    for (int64_t n : {1, 15, 16, 17, 100, 4099}) {
+        for (int round = 0; round < 20; ++round) {
+            // logits on a coarse grid, so that the largest value often comes more than once (ties: the first wins),
+            // with signed zeros mixed in
+            std::vector<float> x(static_cast<size_t>(n));
+            for (float& v : x) v = std::round(u(rng));
+            if (round % 4 == 1) std::fill(x.begin(), x.end(), round % 8 == 1 ? 0.0f : -0.0f);
+            if (round % 4 == 2)
+                for (size_t i = 0; i < x.size(); i += 3) x[i] = -x[i] == 0.0f ? -0.0f : x[i];
+            const int64_t n_search = round % 3 == 0 ? n : std::max<int64_t>(1, n / 2);
+            INFO(n << " values, " << n_search << " searched, round " << round);
+            REQUIRE(avx512::greedy_search(x.data(), n_search, n, &index, &finite));
+            CHECK(finite);
+            CHECK(index == static_cast<int64_t>(first_max({x.data(), static_cast<size_t>(n_search)})));
+            // one non-finite value anywhere in [0, n), searched or not, is found
+            for (float bad : {INFINITY, -INFINITY, NAN}) {
+                const size_t at = static_cast<size_t>(rng() % static_cast<uint32_t>(n));
+                const float keep = x[at];
+                x[at] = bad;
+                REQUIRE(avx512::greedy_search(x.data(), n_search, n, &index, &finite));
+                CHECK_FALSE(finite);
+                x[at] = keep;
+            }
+        }
+    }
+    // nothing but -inf: first_max's answer, the first of them
+    const std::vector<float> low(40, -INFINITY);
+    REQUIRE(avx512::greedy_search(low.data(), 40, 40, &index, &finite));
+    CHECK_FALSE(finite);
+    CHECK(index == 0);
 }

@@ -1,5 +1,6 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include "engine/cpu/kernels.h"
 #include "engine/error.h"
 #include "engine/runtime/sampler.h"
 
@@ -474,6 +475,7 @@ void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> sa
     check_batch(batch, config_, kv_shape_, greedy_logits_);
     forward_logits(batch, greedy_logits_);
     const int parts = pool_.size();
+    const bool wide = isa_ >= Isa::avx512 && !avx512_emulated();  // (the one-pass search of greedy_search)
     picks_.assign(static_cast<size_t>(parts * m), {-INFINITY, -1});
     std::atomic<bool> finite{true};
     pool_.run([&](int ith, int nth) {
@@ -481,10 +483,18 @@ void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> sa
         const int64_t e = std::min(v.end, n_token_ids);
         for (int64_t r = 0; r < m; ++r) {
             const float* row = greedy_logits_.data() + r * nv;
-            if (!all_finite(row + v.begin, v.end - v.begin)) finite.store(false, std::memory_order_relaxed);
+            int64_t i = 0;
+            bool ok = true;
+            if (wide && avx512::greedy_search(row + v.begin, std::max<int64_t>(e - v.begin, 0), v.end - v.begin, &i,
+                                              &ok)) {
+                i += v.begin;
+            } else {
+                ok = all_finite(row + v.begin, v.end - v.begin);
+                if (v.begin < e)
+                    i = v.begin + static_cast<int64_t>(first_max({row + v.begin, static_cast<size_t>(e - v.begin)}));
+            }
+            if (!ok) finite.store(false, std::memory_order_relaxed);
             if (v.begin >= e) continue;
-            const int64_t i =
-                v.begin + static_cast<int64_t>(first_max({row + v.begin, static_cast<size_t>(e - v.begin)}));
             picks_[static_cast<size_t>(ith * m + r)] = {row[i], static_cast<int32_t>(i)};
         }
     });

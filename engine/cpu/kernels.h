@@ -174,6 +174,10 @@ bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const Q
 // quantize_activation_blocks' work the same way.
 bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
                      const QuantizedActs& out);
+// Greedy sampling's search of logits x in one pass: *first the first index of the largest of x[0, n_search) (NaN
+// never the largest, -0 equal to +0, as first_max), *finite whether all of x[0, n) are finite (n_search <= n);
+// false when the build has no AVX-512.
+bool greedy_search(const float* x, int64_t n_search, int64_t n, int64_t* first, bool* finite);
 // The AMX kernels (nullptr fn for a type without one); amx_built() is false when the compiler could not build them.
 Kernel find_kernel_amx(GgmlType type);
 bool amx_built();
