@@ -5,11 +5,14 @@
 // the q.k and the p.v products).
 //
 //   bench_attention [--heads 9/3] [--head-dim 64] [--tokens 2048] [--kv f16|f32] [--reps N]
-//                   [--decode CACHES]
+//                   [--decode CACHES] [--prefetch N]
 //
 // With --decode, one token per cache attends over its --tokens positions, a unit per KV head as a decode step's
-// attention runs them, over CACHES separate caches in turn (16 slots x 30 layers: 480, most of them out of the CPU's
-// caches as in a 16-sequence decode step; 1: the same cache again and again, in L1/L2); reports us per cache.
+// attention runs them, over CACHES separate caches in turn (16 slots x 30 layers at 103 positions: 480, 38 MB, which a
+// large last-level cache keeps between passes; 2400: 190 MB, from memory as in a 16-sequence decode step whose weights
+// pass through the cache too; 1: the same cache again and again, in L1/L2); reports us per cache. With
+// --prefetch N the kernels step through the lines of the cache N after the current one (KvPrefetch), the rest
+// prefetched at the end of each, as CpuBackend::attend_all does with N = 1.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -29,7 +32,8 @@ namespace {
 
 // A decode step's attention over `caches` caches of n_tok positions each (F16 or F32, random), every cache a unit
 // per KV head of its `group` heads; the best of `reps` passes over all of them, in us per cache.
-int bench_decode(const KvOps& ops, int n_head, int n_head_kv, int hd, int n_tok, KvType type, int caches, int reps) {
+int bench_decode(const KvOps& ops, int n_head, int n_head_kv, int hd, int n_tok, KvType type, int caches, int reps,
+                 int prefetch) {
     const int group = n_head / n_head_kv;
     const size_t stride = static_cast<size_t>(n_head_kv) * hd;
     const size_t es = type == KvType::f16 ? 2 : 4;
@@ -52,9 +56,14 @@ int bench_decode(const KvOps& ops, int n_head, int n_head_kv, int hd, int n_tok,
     double best = 1e30;
     for (int rep = 0; rep < reps; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
+        KvPrefetch ahead;
         for (int c = 0; c < caches; ++c) {
             const uint8_t* k = mem.data() + static_cast<size_t>(c) * (k_bytes + v_bytes);
             const uint8_t* v = k + k_bytes;
+            if (prefetch > 0 && caches > 1) {  // the next cache's K and V, stepped through by the kernels
+                const uint8_t* nk = mem.data() + static_cast<size_t>((c + prefetch) % caches) * (k_bytes + v_bytes);
+                ahead.set(nk, k_bytes, nk + k_bytes, v_bytes);
+            }
             for (int g = 0; g < n_head_kv; ++g) {
                 const size_t koff = k_cache_offset(0, static_cast<int64_t>(g) * hd, static_cast<int64_t>(stride));
                 const KvHead kv{k + koff * es, v + static_cast<size_t>(g) * hd * es, type, stride * 8, stride, hd,
@@ -64,8 +73,9 @@ int bench_decode(const KvOps& ops, int n_head, int n_head_kv, int hd, int n_tok,
                     const size_t at = (static_cast<size_t>(c) * n_head + g * group + h) * hd;
                     rows[h] = AttnRow{q.data() + at, out.data() + at, 0, n_tok - 1};
                 }
-                attend_rows(rows, group, kv, ops, scratch.data());
+                attend_rows(rows, group, kv, ops, scratch.data(), prefetch > 0 ? &ahead : nullptr);
             }
+            if (prefetch > 0) ahead.finish();
         }
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -77,7 +87,7 @@ int bench_decode(const KvOps& ops, int n_head, int n_head_kv, int hd, int n_tok,
 }  // namespace
 
 int main(int argc, char** argv) {
-    int n_head = 9, n_head_kv = 3, hd = 64, n_tok = 2048, reps = 3, decode = 0;
+    int n_head = 9, n_head_kv = 3, hd = 64, n_tok = 2048, reps = 3, decode = 0, prefetch = 0;
     KvType type = KvType::f16;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
@@ -87,6 +97,7 @@ int main(int argc, char** argv) {
         else if (a == "--kv") type = v == "f32" ? KvType::f32 : KvType::f16;
         else if (a == "--reps") reps = std::stoi(v);
         else if (a == "--decode") decode = std::stoi(v);
+        else if (a == "--prefetch") prefetch = std::stoi(v);
     }
     const int group = n_head / n_head_kv;
     const size_t stride = static_cast<size_t>(n_head_kv) * hd;
@@ -101,7 +112,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < k.size(); ++i) k16[i] = fp32_to_fp16(k[i]);
     for (size_t i = 0; i < v.size(); ++i) v16[i] = fp32_to_fp16(v[i]);
     const KvOps& ops = kv_ops(best_isa(), false);
-    if (decode > 0) return bench_decode(ops, n_head, n_head_kv, hd, n_tok, type, decode, reps);
+    if (decode > 0) return bench_decode(ops, n_head, n_head_kv, hd, n_tok, type, decode, reps, prefetch);
     std::vector<float> scratch(attend_scratch_floats(n_tok));
     const int tile = std::max(1, kMaxTileRows / group);
     double best = 1e30;
