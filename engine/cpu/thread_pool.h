@@ -7,6 +7,7 @@
 // are running take the tasks of the ones that are not, and the caller waits only for tasks already under way.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -52,6 +53,55 @@ struct Range {
     int64_t begin, end;
 };
 Range split_range(int64_t n, int ith, int nth, int64_t align = 1);
+
+// The units [0, n) of a parallel section as one contiguous range per task: task ith takes its range from the front
+// a chunk at a time, so its row tiles run in address order across chunks (and the kernels' prefetch of the next
+// tile reaches into its next chunk); a task whose range is done takes chunks from the back of the others', so a
+// thread slowed by something else on the machine does not hold them up. Chunks handed out in turn from one counter
+// (each thread's next chunk somewhere else, its first tile's records cold) made a 16-sequence decode step 3-5%
+// slower than one range per thread with no stealing, and 11% slower with four times the chunks. Attention's tiles go
+// the same way (a chunk of one), so that a thread keeps the same sequences from layer to layer.
+class UnitRanges {
+public:
+    UnitRanges(int64_t n, int n_tasks, int64_t chunk, int64_t align = 1)
+        : slots_(static_cast<size_t>(n_tasks)), chunk_(chunk) {
+        for (int i = 0; i < n_tasks; ++i) {
+            const Range r = split_range(n, i, n_tasks, align);
+            slots_[i].span.store(pack(r.begin, r.end), std::memory_order_relaxed);
+        }
+    }
+    // The next units for task ith into *r; false when every range is done.
+    bool next(int ith, Range* r) {
+        if (take(slots_[ith], true, r)) return true;
+        const int n = static_cast<int>(slots_.size());
+        for (int i = 1; i < n; ++i)
+            if (take(slots_[(ith + i) % n], false, r)) return true;
+        return false;
+    }
+
+private:
+    struct alignas(64) Slot {
+        std::atomic<uint64_t> span{0};  // begin | end << 32
+    };
+    static uint64_t pack(int64_t begin, int64_t end) {
+        return static_cast<uint64_t>(begin) | static_cast<uint64_t>(end) << 32;
+    }
+    bool take(Slot& s, bool front, Range* r) const {
+        uint64_t v = s.span.load(std::memory_order_relaxed);
+        for (;;) {
+            const auto b = static_cast<int64_t>(v & 0xffffffffu), e = static_cast<int64_t>(v >> 32);
+            if (b >= e) return false;
+            const int64_t k = std::min(chunk_, e - b);
+            const uint64_t taken = front ? pack(b + k, e) : pack(b, e - k);
+            if (s.span.compare_exchange_weak(v, taken, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+                *r = front ? Range{b, b + k} : Range{e - k, e};
+                return true;
+            }
+        }
+    }
+    std::vector<Slot> slots_;
+    int64_t chunk_;
+};
 
 // work(begin, end) over [0, n) in pieces of `grain` that the pool's threads claim one after another, so that a
 // thread slowed by what it touches (a VM's first touch of a page) is not waited for with a fixed share of the work.
