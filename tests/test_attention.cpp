@@ -403,3 +403,26 @@ TEST_CASE("the AVX-512 build of the attention gives the AVX2 build's bits", "[cp
         }
     }
 }
+
+TEST_CASE("the AVX-512 build's SwiGLU and GeGLU give the AVX2 build's bits", "[cpu]") {
+    const KvOps& avx2 = kv_ops(Isa::avx2, false);
+    const KvOps& avx512 = kv_ops(Isa::avx512, false);
+    if (&avx512 == &avx2) return test::skip_no_device("no AVX-512 here: the activations run their AVX2 build");
+    std::mt19937 rng(17);
+    std::normal_distribution<float> normal(0.0f, 4.0f);
+    // lengths with sixteen-, eight- and one-lane remainders; values up to the exponential's clamps and past them
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 24, 31, 100, 1536}) {
+        std::vector<float> gate(static_cast<size_t>(n)), up(gate.size());
+        for (size_t i = 0; i < gate.size(); ++i) {
+            gate[i] = normal(rng) * (i % 5 == 0 ? 30.0f : 1.0f);
+            up[i] = normal(rng);
+        }
+        for (bool gelu : {false, true}) {
+            INFO(n << " values, " << (gelu ? "GeGLU" : "SwiGLU"));
+            std::vector<float> a = gate, b = gate;
+            (gelu ? avx2.geglu : avx2.swiglu)(a.data(), up.data(), n);
+            (gelu ? avx512.geglu : avx512.swiglu)(b.data(), up.data(), n);
+            CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        }
+    }
+}

@@ -89,6 +89,8 @@ struct Lanes<8> {
     static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
     static V add(V a, V b) { return _mm256_add_ps(a, b); }
     static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+    static V div(V a, V b) { return _mm256_div_ps(a, b); }
     static V min(V a, V b) { return _mm256_min_ps(a, b); }
     static V max(V a, V b) { return _mm256_max_ps(a, b); }
     static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
@@ -112,6 +114,8 @@ struct Lanes<16> {
     static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static V add(V a, V b) { return _mm512_add_ps(a, b); }
     static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+    static V div(V a, V b) { return _mm512_div_ps(a, b); }
     static V min(V a, V b) { return _mm512_min_ps(a, b); }
     static V max(V a, V b) { return _mm512_max_ps(a, b); }
     static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
@@ -722,30 +726,38 @@ void tile_mix_f32(const int* first, const int* last, int n, const float* v, size
 namespace {
 
 // gate = gate * sigmoid(z(gate)) * up: z(g) = g is SiLU; z(g) = 2 sqrt(2/pi) (g + 0.044715 g^3) is GELU's tanh form
-// (0.5 g (1 + tanh(u)) = g sigmoid(2u)).
-template <bool kGelu>
-__m256 gated8(__m256 g, __m256 u) {
-    __m256 z = g;
+// (0.5 g (1 + tanh(u)) = g sigmoid(2u)). W lanes at a time, each lane the same operations whatever W.
+template <int W, bool kGelu>
+typename Lanes<W>::V gated_lanes(typename Lanes<W>::V g, typename Lanes<W>::V u) {
+    using L = Lanes<W>;
+    auto z = g;
     if constexpr (kGelu) {
-        const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
-        z = _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+        const auto g3 = L::mul(L::mul(g, g), g);
+        z = L::mul(L::set1(1.5957691216057308f), L::fmadd(L::set1(0.044715f), g3, g));
     }
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
-    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+    const auto e = exp_lanes<W>(L::sub(L::zero(), z));
+    return L::mul(L::div(g, L::add(L::set1(1.0f), e)), u);
 }
 
+// Sixteen lanes at a time in the AVX-512 build (the FFN's activation took 2% of a 16-sequence batch run in eight;
+// sixteen: 0.1-0.55% less time a step), then eight, then the tail through the same eight-lane operations, lane by
+// lane.
 template <bool kGelu>
 void gated(float* gate, const float* up, int64_t n) {
     int64_t i = 0;
+#ifdef __AVX512F__
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(gate + i, gated_lanes<16, kGelu>(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+#endif
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(gate + i, gated8<kGelu>(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-    if (i < n) {  // the tail through the same vector operations, lane by lane
+        _mm256_storeu_ps(gate + i, gated_lanes<8, kGelu>(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
         alignas(32) float g[8] = {}, u[8] = {};
         for (int64_t k = i; k < n; ++k) {
             g[k - i] = gate[k];
             u[k - i] = up[k];
         }
-        _mm256_store_ps(g, gated8<kGelu>(_mm256_load_ps(g), _mm256_load_ps(u)));
+        _mm256_store_ps(g, gated_lanes<8, kGelu>(_mm256_load_ps(g), _mm256_load_ps(u)));
         for (int64_t k = i; k < n; ++k) gate[k] = g[k - i];
     }
 }
