@@ -426,3 +426,64 @@ TEST_CASE("the AVX-512 build's SwiGLU and GeGLU give the AVX2 build's bits", "[c
         }
     }
 }
+
+TEST_CASE("the vector builds' RMS norm gives the plain loop's bits, and finds inf and NaN", "[cpu]") {
+    if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the norm runs its plain loop alone");
+    const KvOps& plain = kv_ops(Isa::generic, true);
+    std::mt19937 rng(23);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    // rows with sixteen-, eight- and one-lane remainders (576: SmolLM2's width, 18 vectors of 32)
+    for (int64_t d : {1, 5, 8, 13, 16, 24, 31, 64, 256, 576, 577}) {
+        const int64_t n = 3;
+        std::vector<float> x(static_cast<size_t>(n * d)), p(x.size()), w(static_cast<size_t>(d));
+        for (size_t i = 0; i < x.size(); ++i) {
+            x[i] = normal(rng) * (i % 7 == 0 ? 300.0f : 1.0f);
+            p[i] = normal(rng) * (i % 11 == 0 ? 1e-3f : 2.0f);
+        }
+        for (float& v : w) v = normal(rng);
+        std::vector<float> want_x = x, want_y(x.size()), want_norm(x.size());
+        REQUIRE(plain.add_norm(want_x.data(), p.data(), w.data(), want_y.data(), n, d, 1e-5f));
+        plain.rms_norm(x.data(), w.data(), want_norm.data(), n, d, 1e-5f);
+        // (the plain loop is the scalar sum_squares: rows of a few values are checked against the formula too)
+        if (d == 5) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(want_x[i]) * want_x[i];
+            const auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + 1e-5f));
+            for (int64_t i = 0; i < d; ++i) CHECK(want_y[i] == want_x[i] * scale * w[i]);
+        }
+        for (const KvOps* ops : tiled_kv_ops()) {
+            INFO((ops == &kv_ops(Isa::avx2, false) ? "AVX2" : "AVX-512") << " build, rows of " << d);
+            std::vector<float> got_x = x, got_y(x.size()), got_norm(x.size());
+            CHECK(ops->add_norm(got_x.data(), p.data(), w.data(), got_y.data(), n, d, 1e-5f));
+            ops->rms_norm(x.data(), w.data(), got_norm.data(), n, d, 1e-5f);
+            CHECK(std::memcmp(got_x.data(), want_x.data(), x.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(got_y.data(), want_y.data(), x.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(got_norm.data(), want_norm.data(), x.size() * sizeof(float)) == 0);
+            std::vector<float> in_place = want_x;  // y may be x (the post-norms of gemma3)
+            ops->rms_norm(in_place.data(), w.data(), in_place.data(), n, d, 1e-5f);
+            CHECK(std::memcmp(in_place.data(), got_y.data(), x.size() * sizeof(float)) == 0);
+            // no norm asked: the sum alone
+            std::vector<float> sum_only = x;
+            CHECK(ops->add_norm(sum_only.data(), p.data(), nullptr, nullptr, n, d, 1e-5f));
+            CHECK(std::memcmp(sum_only.data(), want_x.data(), x.size() * sizeof(float)) == 0);
+            // an inf or a NaN anywhere (a vector's lanes, a remainder, the last row) makes the sum non-finite
+            for (const float bad : {INFINITY, -INFINITY, NAN}) {
+                for (int64_t at : {int64_t{0}, d / 2, d - 1, n * d - 1}) {
+                    std::vector<float> xb = x;
+                    xb[static_cast<size_t>(at)] = bad;
+                    INFO("a " << bad << " at " << at);
+                    CHECK_FALSE(ops->add_norm(xb.data(), p.data(), nullptr, nullptr, n, d, 1e-5f));
+                    xb = x;
+                    std::vector<float> pb = p;
+                    pb[static_cast<size_t>(at)] = bad;
+                    CHECK_FALSE(plain.add_norm(xb.data(), pb.data(), nullptr, nullptr, n, d, 1e-5f));
+                    xb = x;
+                    CHECK_FALSE(ops->add_norm(xb.data(), pb.data(), nullptr, nullptr, n, d, 1e-5f));
+                }
+            }
+            // values whose sum overflows float: inf from finite inputs
+            std::vector<float> big(x.size(), 3e38f);
+            CHECK_FALSE(ops->add_norm(big.data(), big.data(), nullptr, nullptr, n, d, 1e-5f));
+        }
+    }
+}

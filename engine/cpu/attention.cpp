@@ -52,6 +52,37 @@ void geglu_plain(float* gate, const float* up, int64_t n) {
     }
 }
 
+// The sum of x[i]^2 in double (each square exact), in eight chains (element i in chain i % 8) summed pairwise at the
+// end: one chain of d dependent additions made a row's norm take longer than its share of a 16-token matmul. The
+// vector builds (kv_ops_avx2.cpp) keep the chains in lanes.
+double sum_squares(const float* x, int64_t d) {
+    double c[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8)
+        for (int j = 0; j < 8; ++j) c[j] += static_cast<double>(x[i + j]) * x[i + j];
+    for (int j = 0; i < d; ++i, ++j) c[j] += static_cast<double>(x[i]) * x[i];
+    return ((c[0] + c[4]) + (c[2] + c[6])) + ((c[1] + c[5]) + (c[3] + c[7]));
+}
+
+void rms_norm_plain(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
+    for (int64_t t = 0; t < n; ++t) {
+        const float* xr = x + t * d;
+        const float scale = static_cast<float>(1.0 / std::sqrt(sum_squares(xr, d) / static_cast<double>(d) + eps));
+        float* yr = y + t * d;
+        for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * scale * w[i];
+    }
+}
+
+bool add_norm_plain(float* x, const float* p, const float* w, float* y, int64_t n, int64_t d, float eps) {
+    bool finite = true;
+    for (int64_t i = 0; i < n * d; ++i) {
+        x[i] += p[i];
+        finite = finite && std::isfinite(x[i]);
+    }
+    if (w != nullptr) rms_norm_plain(x, w, y, n, d, eps);
+    return finite;
+}
+
 constexpr KvOps kPlain{scores_plain<uint16_t>,
                        scores_plain<float>,
                        mix_plain<uint16_t>,
@@ -67,7 +98,9 @@ constexpr KvOps kPlain{scores_plain<uint16_t>,
                        nullptr,
                        nullptr,
                        swiglu_plain,
-                       geglu_plain};
+                       geglu_plain,
+                       rms_norm_plain,
+                       add_norm_plain};
 // The AVX2 set: the tiled kernel does the work; the per-row primitives serve only head sizes it does not take.
 constexpr KvOps kAvx2{scores_plain<uint16_t>,
                       scores_plain<float>,
@@ -84,7 +117,9 @@ constexpr KvOps kAvx2{scores_plain<uint16_t>,
                       avx2::tile_mix_f16,
                       avx2::tile_mix_f32,
                       avx2::swiglu,
-                      avx2::geglu};
+                      avx2::geglu,
+                      avx2::rms_norm,
+                      avx2::add_norm};
 
 // The same primitives built with AVX-512 (kv_ops_avx512.cpp): the same results, some loops sixteen lanes wide.
 constexpr KvOps kAvx512{scores_plain<uint16_t>,
@@ -102,7 +137,9 @@ constexpr KvOps kAvx512{scores_plain<uint16_t>,
                         avx512kv::tile_mix_f16,
                         avx512kv::tile_mix_f32,
                         avx512kv::swiglu,
-                        avx512kv::geglu};
+                        avx512kv::geglu,
+                        avx512kv::rms_norm,
+                        avx512kv::add_norm};
 
 // One row over its whole range [first, last] at once: scores, softmax, mix (the path without a tiled kernel).
 void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, float* scores) {

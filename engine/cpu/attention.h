@@ -125,6 +125,11 @@ struct KvOps {
     void (*swiglu)(float* gate, const float* up, int64_t n);
     // gate = gelu(gate) * up, GELU in its tanh form (gemma3's FFN)
     void (*geglu)(float* gate, const float* up, int64_t n);
+    // y = x / sqrt(mean(x^2) + eps) * w for n rows of d, the mean's sum in double (attention.cpp's sum_squares); y
+    // may be x
+    void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps);
+    // x += p, then y = rms_norm(x) * w unless w is null, in one pass over each row; false when some sum is inf or NaN
+    bool (*add_norm)(float* x, const float* p, const float* w, float* y, int64_t n, int64_t d, float eps);
 };
 // The primitives for an ISA; `reference` gives plain scalar loops with the scalar fp16 conversions (the oracle).
 const KvOps& kv_ops(Isa isa, bool reference);

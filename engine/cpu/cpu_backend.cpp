@@ -42,28 +42,6 @@ cpu::WeightMatrix as_matrix(const TensorView& t) {
     return {t.type, t.data, t.ne[0], t.n_rows(), t.row_bytes()};
 }
 
-// The sum of x[i]^2 in double (each square exact), in eight chains (element i in chain i % 8) summed pairwise at the
-// end: one chain of d dependent additions made a row's norm take longer than its share of a 16-token matmul.
-double sum_squares(const float* x, int64_t d) {
-    double c[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= d; i += 8)
-        for (int j = 0; j < 8; ++j) c[j] += static_cast<double>(x[i + j]) * x[i + j];
-    for (int j = 0; i < d; ++i, ++j) c[j] += static_cast<double>(x[i]) * x[i];
-    return ((c[0] + c[4]) + (c[2] + c[6])) + ((c[1] + c[5]) + (c[3] + c[7]));
-}
-
-// y = x / sqrt(mean(x^2) + eps) * w, for n rows of d.
-void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
-    for (int64_t t = 0; t < n; ++t) {
-        const float* xr = x + t * d;
-        const double ss = sum_squares(xr, d);
-        const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-        float* yr = y + t * d;
-        for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * scale * w[i];
-    }
-}
-
 // True when every value is finite. Branch-free over the bits (exponent all ones: inf or NaN), so it vectorizes
 // and costs next to nothing beside the matmuls that produced the values.
 bool all_finite(const float* x, int64_t n) {
@@ -317,11 +295,11 @@ bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const
                       int64_t n_decode) {
     const int64_t d = config_.n_embd;
     if (n < 8) {
-        rms_norm(x, w, y, n, d, config_.rms_eps);
+        kv_ops_.rms_norm(x, w, y, n, d, config_.rms_eps);
         return false;
     }
     return rows_section(n, y, n_decode, next, [&](int64_t t0, int64_t t1) {
-        rms_norm(x + t0 * d, w, y + t0 * d, t1 - t0, d, config_.rms_eps);
+        kv_ops_.rms_norm(x + t0 * d, w, y + t0 * d, t1 - t0, d, config_.rms_eps);
     });
 }
 
@@ -332,11 +310,9 @@ bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix
     std::atomic<bool> finite{true};
     // Rows [t0, t1): the sum, its check (corrupt or out-of-range weights show up here first), the norm.
     auto rows = [&](int64_t t0, int64_t t1) {
-        float* x = x_.data() + t0 * d;
-        const float* p = proj_.data() + t0 * d;
-        for (int64_t i = 0; i < (t1 - t0) * d; ++i) x[i] += p[i];
-        if (!all_finite(x, (t1 - t0) * d)) finite.store(false, std::memory_order_relaxed);
-        if (w != nullptr) rms_norm(x, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps);
+        if (!kv_ops_.add_norm(x_.data() + t0 * d, proj_.data() + t0 * d, w, xn_.data() + t0 * d, t1 - t0, d,
+                              config_.rms_eps))
+            finite.store(false, std::memory_order_relaxed);
     };
     bool int8 = false;
     if (n < 8) {  // decode: a parallel section costs more than the work
@@ -918,8 +894,9 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         for (int64_t t = t0; t < t1; ++t) {
             float* q = q_.data() + t * c.n_embd_q();
             float* k = k_.data() + t * c.n_embd_kv();
-            if (!L.attn_q_norm.empty()) rms_norm(q, L.attn_q_norm.data(), q, c.n_head, c.head_dim, c.rms_eps);
-            if (!L.attn_k_norm.empty()) rms_norm(k, L.attn_k_norm.data(), k, c.n_head_kv, c.head_dim, c.rms_eps);
+            if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, c.n_head, c.head_dim, c.rms_eps);
+            if (!L.attn_k_norm.empty())
+                kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, c.n_head_kv, c.head_dim, c.rms_eps);
             rope(q, c.n_head, t, local);
             rope(k, c.n_head_kv, t, local);
             store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());

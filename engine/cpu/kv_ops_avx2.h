@@ -6,6 +6,7 @@
 // - mix_f16, mix_f32, round_f16, to_f16: the per-row primitives of KvOps.
 // - swiglu: gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], with exp8 (kv_ops_avx2.cpp) for
 //   e^x; geglu: gate = gelu_tanh(gate) * up.
+// - rms_norm, add_norm: the RMS norm of rows (KvOps), the same bits as the plain loops of attention.cpp.
 // - tile_f16, tile_f32: the tiled attention (attention.h) of n <= kMaxTileRows query rows on one KV head, head_dim a
 //   multiple of 8: row r sees positions [first[r], last[r]] and gets out[r] = softmax_j(q_r . k_j * scale) v_j. With
 //   the F16 cache q is rounded to fp16 first, and the probabilities before they meet V. The cache goes through in
@@ -31,6 +32,8 @@ struct KvShare;
     void to_f16(const float* x, uint16_t* y, int n);                                                                 \
     void swiglu(float* gate, const float* up, int64_t n);                                                            \
     void geglu(float* gate, const float* up, int64_t n);                                                             \
+    void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps);                         \
+    bool add_norm(float* x, const float* p, const float* w, float* y, int64_t n, int64_t d, float eps);               \
     void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,                \
                   size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,              \
                   float* const* out, const KvShare& share, KvPrefetch* ahead);                                       \
