@@ -550,9 +550,12 @@ bool amx_permitted() { return false; }
 bool hardware_has(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c". Read once: under a
+    // hypervisor CPUID is a VM exit (14 us on a KVM guest, where the checks of a model's tensors at load took 12 ms).
+    static const bool f16c = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    }();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
                       __builtin_cpu_supports("bmi2");
     switch (isa) {
