@@ -437,6 +437,40 @@ TEST_CASE("tokenizer metadata errors and unknown pre-tokenizers", "[tokenizer]")
 
 namespace {
 
+// A byte-level BPE vocabulary of the given texts (byte-level form) and merges, all normal tokens.
+std::unique_ptr<Tokenizer> tiny_bpe(const std::vector<std::string>& pieces, const std::vector<std::string>& merges) {
+    using quill::GgufValue;
+    std::vector<GgufValue> types(pieces.size(), GgufValue(int32_t{1}));
+    quill::GgufWriter w;
+    w.set("general.architecture", "llama");
+    w.set("tokenizer.ggml.model", "gpt2");
+    w.set("tokenizer.ggml.pre", "gpt-2");
+    w.set("tokenizer.ggml.tokens", GgufValue::strings(pieces));
+    w.set("tokenizer.ggml.token_type", GgufValue::array(quill::GgufType::I32, types));
+    w.set("tokenizer.ggml.merges", GgufValue::strings(merges));
+    return Tokenizer::from_gguf(quill::GgufFile::parse("tiny-bpe", w.to_bytes()));
+}
+
+}  // namespace
+
+TEST_CASE("a BPE vocabulary's merges apply by rank, and a repeated token text is an error", "[tokenizer]") {
+    // (the index of token texts that the merges are looked up in; the gpt-2 vectors check it at full size)
+    const auto tok = tiny_bpe({"a", "b", "ab", "c", "abc", "Ġ", "Ġc"}, {"a b", "ab c", "x y", "a z", "Ġ c"});
+    CHECK(tok->encode("abc", false, false) == std::vector<int32_t>{4});
+    CHECK(tok->encode("abab", false, false) == std::vector<int32_t>{2, 2});
+    CHECK(tok->encode("cab", false, false) == std::vector<int32_t>{3, 2});
+    CHECK(tok->encode("ab c", false, false) == std::vector<int32_t>{2, 6});
+    CHECK(tok->encode("ba", false, false) == std::vector<int32_t>{1, 0});
+    try {
+        tiny_bpe({"a", "b", "ab", "c", "b"}, {"a b"});
+        FAIL("a repeated token text was taken");
+    } catch (const quill::FileError& e) {
+        CHECK_THAT(e.what(), Catch::Matchers::Contains("token 4 'b' duplicates an earlier token"));
+    }
+}
+
+namespace {
+
 // Pushes one token per byte of `bytes`; every push must give valid UTF-8, and the whole must equal `expected`.
 void check_byte_stream(const Tokenizer& tok, const std::vector<int32_t>& byte_ids, const std::string& bytes,
                        const std::string& expected) {
