@@ -831,17 +831,23 @@ bool add_squares(float* x, const float* p, int64_t d, double* ss) {
     return finite;
 }
 
-// y = x * scale * w, in that order (the plain loop's), for one row of d.
+// y[i] = x[i] * scale * w[i], in that order (the plain loop's), W lanes at a time from i while W fit in d; returns
+// where it stopped.
+template <int W>
+int64_t scale_lanes(const float* x, float scale, const float* w, float* y, int64_t i, int64_t d) {
+    using L = Lanes<W>;
+    const auto s = L::set1(scale);
+    for (; i + W <= d; i += W) L::storeu(y + i, L::mul(L::mul(L::loadu(x + i), s), L::loadu(w + i)));
+    return i;
+}
+
+// The same for one row of d: sixteen lanes in the AVX-512 build, then eight, then the rest one at a time.
 void scale_row(const float* x, float scale, const float* w, float* y, int64_t d) {
     int64_t i = 0;
 #ifdef __AVX512F__
-    const __m512 s16 = _mm512_set1_ps(scale);
-    for (; i + 16 <= d; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), s16), _mm512_loadu_ps(w + i)));
+    i = scale_lanes<16>(x, scale, w, y, i, d);
 #endif
-    const __m256 s8 = _mm256_set1_ps(scale);
-    for (; i + 8 <= d; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s8), _mm256_loadu_ps(w + i)));
+    i = scale_lanes<8>(x, scale, w, y, i, d);
     for (; i < d; ++i) y[i] = x[i] * scale * w[i];
 }
 
