@@ -392,16 +392,18 @@ template <typename Dec>
     if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ds), acc);
 }
 
-// The exact integer dots of a block of the sixteen rows with one token's 32 values a (their sum isum): two chains,
-// the first starting from -c * isum (the unsigned weights' offset).
-template <typename Dec>
+// The exact integer dots of a block of the sixteen rows with one token's 32 values a (their sum isum), the first
+// chain starting from -c * isum (the unsigned weights' offset). Two chains halve the latency of a token's block;
+// one saves their sum where other tokens' blocks hide the latency (rows16_group).
+template <typename Dec, int Chains = 2>
 [[gnu::always_inline]] inline __m512i block_dot(const Step16& st, const int8_t* a, int32_t isum) {
+    static_assert(Chains == 1 || Chains == 2);
     __m512i dot[2] = {Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * isum) : _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
-        dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-    return _mm512_add_epi32(dot[0], dot[1]);
+        dot[k % Chains] = dpbusd_broadcast(dot[k % Chains], st.w[k], a + 4 * k);
+    return Chains == 1 ? dot[0] : _mm512_add_epi32(dot[0], dot[1]);
 }
 
 // Adds block b of the sixteen rows to a token's accumulator.
@@ -517,8 +519,9 @@ void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, 
 // each record is decoded once and multiplied by all of them a token at a time (rows16_block's block_dot and
 // scale_block, so the same bits). Two passes of eight over decoded steps (rows16_tile)
 // stored 640 bytes a block and read them back; this form keeps sixteen accumulators, the block's eight weight
-// vectors, its scales and a token's two chains in registers. A 16-sequence decode step of the default model took
-// 8-10% less time (in-process A/B on a 2-core AVX-512 Xeon, three runs), the same texts.
+// vectors, its scales and a token's chain in registers. A 16-sequence decode step of the default model took
+// 8-10% less time (in-process A/B on a 2-core AVX-512 Xeon, three runs), the same texts; one chain a token instead
+// of two (the sixteen tokens' chains overlap) 0.9% less (the AMX Xeon with QUILL_CPU_ISA=avx512, three runs).
 template <typename Dec>
 void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16], NextRecords next,
                   const uint8_t* records) {
@@ -535,7 +538,7 @@ void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[1
 #pragma GCC unroll 16
         for (int t = 0; t < 16; ++t) {
             const int64_t at = t < kTileScaleTokens ? e + t : g.half + e + t - kTileScaleTokens;
-            scale_block<Dec>(st, block_dot<Dec>(st, a + 32 * t, g.isum[at]), g.d[at], g.ds[at], acc[t]);
+            scale_block<Dec>(st, block_dot<Dec, 1>(st, a + 32 * t, g.isum[at]), g.d[at], g.ds[at], acc[t]);
         }
     }
 #pragma GCC unroll 16
