@@ -710,8 +710,7 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
 }
 
 // Every (token, head) pair of the batch attends over its slot's cache, unit by unit (attention_unit): a prefill's
-// tokens go in tiles of up to kMaxTileRows rows, which share each K and V block they read; when that leaves too few
-// units to keep the threads busy (a decode), the heads of a KV head are split over more units. Units are handed out
+// tokens go in tiles of up to kMaxTileRows rows, which share each K and V block they read. Units are handed out
 // a tile at a time (all its KV heads): a KV head's share of a K block or V row lies between the other heads' shares,
 // which the hardware prefetchers fetch with it, so a thread that takes all of a tile's heads uses those lines where
 // threads taking one head each both fetched all of them (a 16-sequence decode's steps took 2.5-3.9% less time).
@@ -719,8 +718,12 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
 // keeps its sequences from layer to layer and attends the tokens whose norm and quantization it does (those
 // sections split the tokens the same way), where tiles taken from one counter, latest tokens first, went to either
 // thread (a 16-sequence decode step 0.9-1.2% slower, in-process A/B, three runs). A prefill's later tokens cost
-// more (a token's cost grows with its position); the stealing evens the tasks out to within a tile. A row's result
-// depends on none of this (attention.h).
+// more (a token's cost grows with its position); the stealing evens the tasks out to within a tile. With fewer tiles
+// than threads (one sequence's decode) the units' key blocks are spread over the threads instead (attend_split).
+// (An earlier form split a KV head's query heads over more units for a decode instead: once tiles went whole that
+// gave no thread more work, read K and V once per unit, and kept one sequence's decode on one thread. One sequence
+// of SmolLM2, from 730 and 3.5K prompt tokens: 147-149 -> 187-196 and 40-42 -> 83-87 generated tokens/s; gemma3
+// 270M from 3.5K: 69 -> 84; the same texts.) A row's result depends on none of this (attention.h).
 void CpuBackend::attend_all(const Batch& batch, int64_t layer,
                             const std::function<void(int64_t, int64_t)>& prepare) {
     const auto& c = config_;
@@ -734,13 +737,11 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer,
         tiles_.push_back({t, t1});
         t = t1;
     }
-    const int64_t tiles_heads = static_cast<int64_t>(tiles_.size()) * c.n_head_kv;
     unit_heads_ = std::min<int64_t>(group, kMaxTileRows);
-    while (unit_heads_ > 1 && tiles_heads * ((group + unit_heads_ - 1) / unit_heads_) < 2 * pool_.size())
-        unit_heads_ = (unit_heads_ + 1) / 2;
     const int64_t per_tile = c.n_head_kv * ((group + unit_heads_ - 1) / unit_heads_);  // units (attention_unit)
-    const int64_t n_units = static_cast<int64_t>(tiles_.size()) * per_tile;
-    const bool try_split = n_units < 2 * pool_.size() && pool_.size() > 1;
+    const auto n_tiles = static_cast<int64_t>(tiles_.size());
+    const int64_t n_units = n_tiles * per_tile;
+    const bool try_split = n_tiles < pool_.size() && pool_.size() > 1;
     // A tile reads its own slot's cache, and other slots' positions below their shared lengths, which this batch does
     // not write (kv_written): when each slot has one tile, its tokens' RoPE and K/V stores go with it, by the thread
     // that attends it, instead of in a parallel section of their own (a 16-sequence decode step's RoPE, stores and
@@ -762,7 +763,6 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer,
     }
     if (try_split && attend_split(batch, layer, n_units)) return;
     const size_t per_thread = attn_scratch_.size() / pool_.size();
-    const auto n_tiles = static_cast<int64_t>(tiles_.size());
     UnitRanges claims(n_tiles, pool_.size(), 1);
     pool_.run([&](int ith, int) {
         // A thread claims its next tile before it runs the current one, and the kernels prefetch that tile's K and V
