@@ -845,12 +845,20 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
     if (split_parts_.size() < part_floats) split_parts_.resize(part_floats);
     auto* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(split_scores_.data()) + 31) & ~uintptr_t{31});
     auto scores = [&](int64_t u) { return base + splits_[u].scores; };
-    // (unit, block) jobs, numbered unit by unit
+    // (unit, block) jobs, numbered unit by unit; or block by block when the units span the same blocks (the KV heads
+    // of one tile), so that a range of jobs reads whole groups of K's 8 positions, every head's share, in order: one
+    // sequence of SmolLM2 from 3.5K and 730 prompt tokens 100-104 -> 108-110 and 245-251 -> 261 tok/s.
     std::vector<int64_t> first_job(n_units + 1, 0);
     for (int64_t u = 0; u < n_units; ++u) first_job[u + 1] = first_job[u] + splits_[u].n_blocks;
     const int64_t n_jobs = first_job[n_units];
-    auto unit_of = [&](int64_t j) {
-        return std::upper_bound(first_job.begin(), first_job.end(), j) - first_job.begin() - 1;
+    bool block_major = true;
+    for (int64_t u = 1; u < n_units; ++u)
+        block_major &= splits_[u].b_first == splits_[0].b_first && splits_[u].n_blocks == splits_[0].n_blocks;
+    // Job j's unit and its block's index among the unit's blocks.
+    auto job_at = [&](int64_t j) -> std::pair<int64_t, int> {
+        if (block_major) return {j % n_units, static_cast<int>(j / n_units)};
+        const int64_t u = std::upper_bound(first_job.begin(), first_job.end(), j) - first_job.begin() - 1;
+        return {u, static_cast<int>(j - first_job[u])};
     };
     const size_t es = kv_shape_.elem_size();
     // Job j's lines of K (its key block's groups of 8 positions, this head's share of each) or of V (its rows), in
@@ -858,9 +866,9 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
     auto prefetch_job = [&](int64_t j, bool k_lines) {
         AttnRow r[kMaxTileRows];
         KvHead h;
-        const int64_t u = unit_of(j);
+        const auto [u, i] = job_at(j);
         attention_unit(batch, layer, u, r, &h);
-        const int64_t p0 = (splits_[u].b_first + (j - first_job[u])) * kKeyBlock;
+        const int64_t p0 = static_cast<int64_t>(splits_[u].b_first + i) * kKeyBlock;
         const bool shared = p0 + kKeyBlock <= h.share.positions;
         if (k_lines) {
             const auto* k = static_cast<const char*>(shared ? h.share.k : h.k);
@@ -886,9 +894,9 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
             for (Range jobs{}; claims.next(ith, &jobs);) {
                 const int64_t j = jobs.begin;
                 if (j + 1 < n_jobs) prefetch_job(j + 1, k_lines);
-                const int64_t u = unit_of(j);
+                const auto [u, i] = job_at(j);
                 const int m = attention_unit(batch, layer, u, r, &h);
-                f(u, r, m, h, static_cast<int>(j - first_job[u]));
+                f(u, r, m, h, i);
             }
         });
     };
