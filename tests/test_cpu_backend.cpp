@@ -137,6 +137,35 @@ TEST_CASE("decode over a long cache spread over many threads equals the prefill 
     }
 }
 
+TEST_CASE("decode steps of sequences of different lengths spread over many threads equal each alone", "[cpu]") {
+    // Fewer tiles than threads: the key blocks go to the threads (attend_split), job by job in the units' order when
+    // the units span different blocks (here 70, 100 and 121 positions), each thread's range first.
+    for (const test::TinyCase& c : test::tiny_cases()) {
+        auto model = test::make_tiny_model(c.spec);
+        const int64_t nv = c.spec.n_vocab;
+        const int lengths[3] = {70, 100, 121};
+        std::vector<std::vector<int32_t>> seqs;
+        for (int s = 0; s < 3; ++s) seqs.push_back(some_tokens(lengths[s] + 1, static_cast<int>(nv), 30 + s));
+        INFO(c.label);
+        std::vector<float> want(3 * nv);
+        for (int s = 0; s < 3; ++s) {
+            auto alone = make(*model, false, 2);
+            prefill_logits(*alone, std::vector<int32_t>(seqs[s].begin(), seqs[s].begin() + lengths[s]));
+            Batch step;
+            step.add(seqs[s][lengths[s]], lengths[s], 0, true, true);
+            alone->forward(step, std::span<float>(want.data() + s * nv, nv));
+        }
+        auto spread = make(*model, false, 8, {}, 3);
+        for (int s = 0; s < 3; ++s)
+            prefill_logits(*spread, std::vector<int32_t>(seqs[s].begin(), seqs[s].begin() + lengths[s]), s);
+        Batch step;
+        for (int s = 0; s < 3; ++s) step.add(seqs[s][lengths[s]], lengths[s], s, true, true);
+        std::vector<float> got(3 * nv);
+        spread->forward(step, got);
+        CHECK(max_diff(got, want) == 0.0);
+    }
+}
+
 TEST_CASE("one batch with tokens of several sequences equals running them apart", "[cpu]") {
     test::TinySpec spec;
     spec.type = spec.ffn_down_type = GgmlType::Q8_0;
