@@ -32,10 +32,10 @@ using quill::test::stepwise_logits;
 namespace {
 
 std::unique_ptr<CpuBackend> make(const Model& m, bool reference, int threads = 1, std::optional<Isa> isa = {},
-                                 int64_t n_slots = 1, KvType kv = KvType::f16) {
+                                 int64_t n_slots = 1, KvType kv = KvType::f16, int64_t n_ctx = 128) {
     CpuBackendOptions o;
     o.n_threads = threads;
-    o.n_ctx = 128;
+    o.n_ctx = n_ctx;
     o.n_slots = n_slots;
     o.kv_type = kv;
     o.reference = reference;
@@ -126,36 +126,37 @@ TEST_CASE("a prompt continuing a filled cache equals the whole prompt at once, b
 
 TEST_CASE("decode over a long cache spread over many threads equals the prefill bit for bit", "[cpu]") {
     // 8 threads against a decode's few attention units: each step's key blocks go to different threads once the
-    // cache passes one block (64 positions), then are summed in order (attend_split).
+    // cache spans four blocks (from 192 positions on), then are summed in order (attend_split).
     for (const test::TinyCase& c : test::tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
-        const auto tokens = some_tokens(100, static_cast<int>(c.spec.n_vocab), 7);
+        const auto tokens = some_tokens(250, static_cast<int>(c.spec.n_vocab), 7);
         INFO(c.label);
-        auto b1 = make(*model, false, 2);
-        auto b8 = make(*model, false, 8);
+        auto b1 = make(*model, false, 2, {}, 1, KvType::f16, 256);
+        auto b8 = make(*model, false, 8, {}, 1, KvType::f16, 256);
         CHECK(max_diff(prefill_logits(*b1, tokens), stepwise_logits(*b8, tokens)) == 0.0);
     }
 }
 
 TEST_CASE("decode steps of sequences of different lengths spread over many threads equal each alone", "[cpu]") {
     // Fewer tiles than threads: the key blocks go to the threads (attend_split), job by job in the units' order when
-    // the units span different blocks (here 70, 100 and 121 positions), each thread's range first.
+    // the units span different blocks (here 130, 200 and 250 positions: three blocks and four), each thread's range
+    // first.
     for (const test::TinyCase& c : test::tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int64_t nv = c.spec.n_vocab;
-        const int lengths[3] = {70, 100, 121};
+        const int lengths[3] = {130, 200, 250};
         std::vector<std::vector<int32_t>> seqs;
         for (int s = 0; s < 3; ++s) seqs.push_back(some_tokens(lengths[s] + 1, static_cast<int>(nv), 30 + s));
         INFO(c.label);
         std::vector<float> want(3 * nv);
         for (int s = 0; s < 3; ++s) {
-            auto alone = make(*model, false, 2);
+            auto alone = make(*model, false, 2, {}, 1, KvType::f16, 256);
             prefill_logits(*alone, std::vector<int32_t>(seqs[s].begin(), seqs[s].begin() + lengths[s]));
             Batch step;
             step.add(seqs[s][lengths[s]], lengths[s], 0, true, true);
             alone->forward(step, std::span<float>(want.data() + s * nv, nv));
         }
-        auto spread = make(*model, false, 8, {}, 3);
+        auto spread = make(*model, false, 8, {}, 3, KvType::f16, 256);
         for (int s = 0; s < 3; ++s)
             prefill_logits(*spread, std::vector<int32_t>(seqs[s].begin(), seqs[s].begin() + lengths[s]), s);
         Batch step;

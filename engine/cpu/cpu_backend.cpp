@@ -822,6 +822,11 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
 // attend_all for units too few to keep the threads busy, when they span several key blocks (a decode over a long
 // cache): the units' blocks are spread over the threads, phase by phase (attention.h). Returns false, having done
 // nothing, when the split does not apply.
+// From this many key blocks on: the split's three more sections a layer cost more than they save over a short cache
+// (one sequence of SmolLM2, `quill batch --parallel 1` of the batch benchmark, 40-168 positions: 330-354 generated
+// tok/s from 2 blocks on, 372-376 never split; `quill run` from 730 prompt tokens 200-215 never split, 255-287 from
+// 2 or 4 blocks on, 239-268 from 8; from 330 level within the noise).
+constexpr int kSplitMinBlocks = 4;
 bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units) {
     AttnRow rows[kMaxTileRows];
     KvHead kv;
@@ -840,7 +845,7 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
         most_blocks = std::max(most_blocks, sp.n_blocks);
         splits_.push_back(sp);
     }
-    if (most_blocks < 2 || score_floats + part_floats > (size_t{1} << 26)) return false;
+    if (most_blocks < kSplitMinBlocks || score_floats + part_floats > (size_t{1} << 26)) return false;
     if (split_scores_.size() < score_floats + 8) split_scores_.resize(score_floats + 8);
     if (split_parts_.size() < part_floats) split_parts_.resize(part_floats);
     auto* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(split_scores_.data()) + 31) & ~uintptr_t{31});
