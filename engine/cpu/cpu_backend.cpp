@@ -719,7 +719,7 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
 // sections split the tokens the same way), where tiles taken from one counter, latest tokens first, went to either
 // thread (a 16-sequence decode step 0.9-1.2% slower, in-process A/B, three runs). A prefill's later tokens cost
 // more (a token's cost grows with its position); the stealing evens the tasks out to within a tile. With fewer tiles
-// than threads (one sequence's decode) the units' key blocks are spread over the threads instead (attend_split).
+// than threads (one sequence's decode) over a long cache, the units' key blocks go to the threads (attend_split).
 // (An earlier form split a KV head's query heads over more units for a decode instead: once tiles went whole that
 // gave no thread more work, read K and V once per unit, and kept one sequence's decode on one thread. One sequence
 // of SmolLM2, from 730 and 3.5K prompt tokens: 147-149 -> 187-196 and 40-42 -> 83-87 generated tokens/s; gemma3
@@ -819,14 +819,15 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
                v + static_cast<size_t>(first) * row, static_cast<size_t>(last - first + 1) * row);
 }
 
-// attend_all for units too few to keep the threads busy, when they span several key blocks (a decode over a long
-// cache): the units' blocks are spread over the threads, phase by phase (attention.h). Returns false, having done
-// nothing, when the split does not apply.
-// From this many key blocks on: the split's three more sections a layer cost more than they save over a short cache
-// (one sequence of SmolLM2, `quill batch --parallel 1` of the batch benchmark, 40-168 positions: 330-354 generated
-// tok/s from 2 blocks on, 372-376 never split; `quill run` from 730 prompt tokens 200-215 never split, 255-287 from
-// 2 or 4 blocks on, 239-268 from 8; from 330 level within the noise).
+// The key blocks a unit of attend_split spans at least: the split's three more sections a layer cost more than they
+// save over a short cache (one sequence of SmolLM2, `quill batch --parallel 1` of the batch benchmark, 40-168
+// positions: 330-354 generated tok/s from 2 blocks on, 372-376 never split; `quill run` from 730 prompt tokens
+// 200-215 never split, 255-287 from 2 or 4 blocks on, 239-268 from 8; from 330 level within the noise).
 constexpr int kSplitMinBlocks = 4;
+
+// attend_all for units too few to keep the threads busy, when they span kSplitMinBlocks key blocks or more (a decode
+// over a long cache): the units' blocks are spread over the threads, phase by phase (attention.h). Returns false,
+// having done nothing, when the split does not apply.
 bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units) {
     AttnRow rows[kMaxTileRows];
     KvHead kv;
