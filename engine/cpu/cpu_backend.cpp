@@ -841,6 +841,7 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
         sp.n_blocks = attend_block_span(rows, m, &sp.b_first);
         sp.scores = score_floats;
         sp.parts = part_floats;
+        sp.kv = kv;
         score_floats += (attend_score_floats(rows, m, kv_ops_) + 7) / 8 * 8;  // each unit's scores 32-byte aligned
         part_floats += static_cast<size_t>(sp.n_blocks) * m * kv.head_dim;
         most_blocks = std::max(most_blocks, sp.n_blocks);
@@ -870,10 +871,8 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
     // Job j's lines of K (its key block's groups of 8 positions, this head's share of each) or of V (its rows), in
     // the cache the split form reads that block from (a block wholly below share.positions: the sharing slot's).
     auto prefetch_job = [&](int64_t j, bool k_lines) {
-        AttnRow r[kMaxTileRows];
-        KvHead h;
         const auto [u, i] = job_at(j);
-        attention_unit(batch, layer, u, r, &h);
+        const KvHead& h = splits_[u].kv;
         const int64_t p0 = static_cast<int64_t>(splits_[u].b_first + i) * kKeyBlock;
         const bool shared = p0 + kKeyBlock <= h.share.positions;
         if (k_lines) {

@@ -216,6 +216,7 @@ private:
     struct Split {
         int b_first, n_blocks;
         size_t scores, parts;
+        KvHead kv;  // the unit's cache (attention_unit)
     };
     std::vector<Split> splits_;
     std::vector<float> split_scores_, split_parts_;
