@@ -17,6 +17,8 @@
 // Q8_0 decodes (fewer than 4 tokens) on the four-row kernels, with each block's four lanes of a row summed to the
 // block's exact integer so that the arithmetic is the sixteen-row kernels', which take 4 tokens or more (a
 // sixteen-row decode was measured 13-19% slower for Q8_0, gemma3 270M's 262,144-row output matrix included).
+// Q4_0, Q4_1, Q8_0, Q4_K and Q5_K are read from PackedWeights where the backend packed them (packed_rows, and
+// packed_k_rows over the layout the AVX2 kernels read), with the same bits as from the file's rows.
 // With AMX (Isa::amx), 8 tokens or more of every sixteen-row type go through tile multiplies (rows16_amx), and the
 // prompt tokens of F16 and BF16 weights through AMX-BF16 tiles of exactly split terms (float_rows_amx).
 #include <cmath>
@@ -982,22 +984,33 @@ struct StepStream {
 };
 #endif
 
-// out[t][r] = row r of a packed tile against token t0 + t, t < T (decode: the records decoded as they stream by).
-template <typename P, int T>
-void packed_decode(const uint8_t* tile, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16]) {
+// out[t][r] = row r of a tile against token t0 + t, t < T (decode: the steps decoded as they stream by), from
+// each_step(f), which calls f(b, step) for the tile's blocks in order.
+template <typename Dec, int T, typename Steps>
+[[gnu::always_inline]] inline void decode_tokens(const QuantizedActs& q, int64_t t0, float (*out)[16],
+                                                 Steps&& each_step) {
     __m512 acc[T];
     TokenActs ta[T];
     for (int t = 0; t < T; ++t) {
         ta[t] = TokenActs(q, t0 + t);
         acc[t] = _mm512_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* rec = tile + b * P::kRecordBytes;
-        prefetch_record<P>(rec);
-        const Step16 st = P::step(rec);
-        for (int t = 0; t < T; ++t) rows16_block<P>(st, ta[t], b, acc[t]);
-    }
+    each_step([&](int64_t b, const Step16& st) __attribute__((always_inline)) {
+        for (int t = 0; t < T; ++t) rows16_block<Dec>(st, ta[t], b, acc[t]);
+    });
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+// decode_tokens over a packed tile's records.
+template <typename P, int T>
+void packed_decode(const uint8_t* tile, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16]) {
+    decode_tokens<P, T>(q, t0, out, [&](auto&& f) __attribute__((always_inline)) {
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* rec = tile + b * P::kRecordBytes;
+            prefetch_record<P>(rec);
+            f(b, P::step(rec));
+        }
+    });
 }
 
 // Rows [r0, r1) of y for all tokens from PackedWeights: decode below kRows16MinTokens tokens; exactly one group of
@@ -1079,6 +1092,121 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                     packed_decode<P, 1>(tile, nb, q, t, out), nt = 1;
                 }
                 for (int j = 0; j < nt; ++j) _mm512_mask_storeu_ps(y + j * w.n_out, mask, _mm512_loadu_ps(out[j]));
+                t += nt;
+            }
+        }
+    }
+#ifdef QUILL_AMX
+    if (amx) _tile_release();
+#endif
+}
+
+// ---- Packed Q4_K and Q5_K: generic::pack_tiles' layout, which the AVX2 kernels read too ----
+// A tile is two eight-row halves, each its rows' super-blocks in order, each super-block's 16-byte chunks as the
+// four vectors of AVX2's transpose of eight rows; the two halves' 32 bytes side by side are the vectors
+// transpose_16x16 makes of the sixteen rows, two loads each instead of a transpose, so Dec16K4::steps gives the
+// steps (and the bits) of the file's layout from one stream a half.
+template <typename Dec>
+struct PackedK16 {
+    static constexpr int64_t kSuperBytes = 8 * Dec::kGroupBytes;  // a super-block of eight rows
+    int64_t half;                                                  // from half 0 of a tile to half 1
+    const uint8_t* tile;
+    PackedK16(const WeightMatrix& w, int64_t r)
+        : half(w.n_in / 256 * kSuperBytes), tile(static_cast<const uint8_t*>(w.packed) + r / 16 * 2 * half) {}
+
+    // f(b, step) for the sub-blocks b of super-block g, in order; the same share of `next` (the next tile, or
+    // null) prefetched into L2, so that the next tile is in cache when this one ends.
+    template <typename F>
+    [[gnu::always_inline]] void for_group(int64_t g, const uint8_t* next, F&& f) const {
+        const uint8_t* sb = tile + g * kSuperBytes;
+        constexpr int64_t kLines = (kSuperBytes + 63) / 64;
+        int64_t line = 0;
+        Dec::steps(g, [&](size_t at, __m512i x[4]) __attribute__((always_inline)) {
+            for (int k = 0; k < 4; ++k) {
+                const uint8_t* p = sb + 8 * at + 32 * k;
+                x[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(p)), load256(p + half), 1);
+            }
+        }, [&](int64_t b, const Step16& st) __attribute__((always_inline)) {
+            // An eighth of the lines a sub-block: all of a super-block's at once filled the line-fill buffers and
+            // stalled the loads (tinyllama-1.1b's shape, Q4_K, one sequence: 44-45 -> 47-48 tokens/s).
+            const int64_t upto = kLines * (b % 8 + 1) / 8;
+            for (; next != nullptr && line < upto; ++line) {
+                _mm_prefetch(reinterpret_cast<const char*>(next + g * kSuperBytes + 64 * line), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(next + half + g * kSuperBytes + 64 * line), _MM_HINT_T1);
+            }
+            f(b, st);
+        });
+    }
+};
+
+// decode_tokens over a packed K tile's super-blocks (sixteen rows a vector; each lane's operations are those of
+// rows8_block, the unpacked decode path's).
+template <typename Dec, int T>
+void packed_k_decode(const PackedK16<Dec>& src, const uint8_t* next, int64_t nb, const QuantizedActs& q, int64_t t0,
+                     float (*out)[16]) {
+    decode_tokens<Dec, T>(q, t0, out, [&](auto&& f) __attribute__((always_inline)) {
+        for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) src.for_group(g, next, f);
+    });
+}
+
+// Rows [r0, r1) of y for all tokens from packed Q4_K or Q5_K: decode below kRows16MinTokens tokens; more decode
+// each tile into steps once and run rows16_tile over them, or with Amx from kAmxMinTokens on amx_tile (tokens in
+// chunks, a tile decoded again for each).
+template <typename Dec, bool Amx>
+void packed_k_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
+    const WeightMatrix& w = *args.w;
+    const QuantizedActs& q = *args.q;
+    const int64_t nb = w.n_in / 32, n_tokens = args.n_tokens;
+    auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb] (scratch is 64-byte aligned)
+#ifdef QUILL_AMX
+    const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr;
+    if (amx) configure_tiles();
+    const int64_t chunk = amx ? amx_chunk_tokens(q) : n_tokens;
+#else
+    const int64_t chunk = n_tokens;
+#endif
+    for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
+        const int64_t c1 = min64(n_tokens, c0 + chunk);
+        for (int64_t r = r0; r < r1; r += 16) {
+            const auto mask = static_cast<__mmask16>((1u << min64(16, r1 - r)) - 1);
+            const PackedK16<Dec> src(w, r);
+            // The next tile even past r1: a thread's next rows usually follow (UnitRanges).
+            const uint8_t* next = r + 16 < w.n_out ? src.tile + 2 * src.half : nullptr;
+            float out[kRows16Tokens][16];
+            if (n_tokens < kRows16MinTokens) {
+                for (int64_t t = c0; t < c1;) {
+                    int nt = 1;
+                    if (c1 - t >= 3) {
+                        packed_k_decode<Dec, 3>(src, next, nb, q, t, out), nt = 3;
+                    } else if (c1 - t == 2) {
+                        packed_k_decode<Dec, 2>(src, next, nb, q, t, out), nt = 2;
+                    } else {
+                        packed_k_decode<Dec, 1>(src, next, nb, q, t, out);
+                    }
+                    for (int j = 0; j < nt; ++j)
+                        _mm512_mask_storeu_ps(args.y + (t + j) * w.n_out + r, mask, _mm512_loadu_ps(out[j]));
+                    t += nt;
+                }
+                continue;
+            }
+            for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
+                src.for_group(g, next, [&](int64_t b, const Step16& st) {
+                    steps[b] = st;
+#ifdef QUILL_AMX
+                    if (amx) to_signed<Dec>(steps[b]);
+#endif
+                });
+            }
+#ifdef QUILL_AMX
+            if (amx) {
+                amx_tokens<Dec>(steps, nb, q, c0, c1, args.y + r, w.n_out, mask);
+                continue;
+            }
+#endif
+            for (int64_t t = c0; t < c1;) {
+                const int nt = rows16_tokens<Dec>(steps, nullptr, 0, nb, q, t, c1 - t, out);
+                for (int j = 0; j < nt; ++j)
+                    _mm512_mask_storeu_ps(args.y + (t + j) * w.n_out + r, mask, _mm512_loadu_ps(out[j]));
                 t += nt;
             }
         }
@@ -1756,6 +1884,10 @@ Kernel find_kernel_packed(GgmlType type, bool amx) {
         case GgmlType::Q8_0:
             return {amx ? packed_rows<Packed16<GgmlType::Q8_0>, true> : packed_rows<Packed16<GgmlType::Q8_0>, false>,
                     true, false, tiles};
+        case GgmlType::Q4_K:
+            return {amx ? packed_k_rows<Dec16Q4_K, true> : packed_k_rows<Dec16Q4_K, false>, true, false, tiles};
+        case GgmlType::Q5_K:
+            return {amx ? packed_k_rows<Dec16Q5_K, true> : packed_k_rows<Dec16Q5_K, false>, true, false, tiles};
         default:
             return {};
     }

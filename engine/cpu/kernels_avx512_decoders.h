@@ -328,8 +328,15 @@ struct Dec16K4 {
     template <typename F>
     static void for_group(Rows16 rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(Block);
+        steps(g, [&](size_t at, __m512i x[4]) { transpose_16x16(rows, off + at, x); }, f);
+    }
+
+    // The same from chunk(at, x), which sets x to the four vectors transpose_16x16 makes of the sixteen rows'
+    // bytes at + 0 .. 15 of super-block g (the packed layout has them as they lie: PackedK16).
+    template <typename C, typename F>
+    [[gnu::always_inline]] static void steps(int64_t g, C&& chunk, F&& f) {
         __m512i head[4];  // lane r: row r's d and dmin, then its scale words w[0], w[1], w[2]
-        transpose_16x16(rows, off, head);
+        chunk(0, head);
         __m512 d, dmin;
         halves_to_float(head[0], d, dmin);
         const __m512 neg_dmin = _mm512_castsi512_ps(
@@ -344,13 +351,13 @@ struct Dec16K4 {
                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(head[2], 6), top2), 4))};
         __m512i qh[8];  // Q5_K: lane r of qh[k] = qh[4k .. 4k + 3] of row r
         if constexpr (kHigh) {
-            transpose_16x16(rows, off + offsetof(Block, qh), qh);
-            transpose_16x16(rows, off + offsetof(Block, qh) + 16, qh + 4);
+            chunk(offsetof(Block, qh), qh);
+            chunk(offsetof(Block, qh) + 16, qh + 4);
         }
         for (int i = 0; i < 4; ++i) {  // the sub-block pair 2i, 2i + 1: the nibbles of qs[32 i .. + 32)
             __m512i x[8];
-            transpose_16x16(rows, off + offsetof(Block, qs) + 32 * i, x);
-            transpose_16x16(rows, off + offsetof(Block, qs) + 32 * i + 16, x + 4);
+            chunk(offsetof(Block, qs) + 32 * i, x);
+            chunk(offsetof(Block, qs) + 32 * i + 16, x + 4);
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * i + h;
                 const __m512i byte = _mm512_set1_epi32(0xFF);
