@@ -629,11 +629,12 @@ TEST_CASE("matmul_pair hands done whole groups of eight 32-blocks when the threa
 TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
     for (GgmlType type : kTypes) {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
-        const bool avx512_form = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
-                                 type == GgmlType::Q4_K || type == GgmlType::Q5_K;
-        const bool avx2_form = avx512_form || type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
-        CHECK(PackedWeights::supports(type, Isa::avx2) == (avx2_form && isa_available(Isa::avx2)));
-        if (!avx512_form) CHECK_FALSE(PackedWeights::supports(type, Isa::avx512));
+        const bool packs = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
+                           type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q5_0 ||
+                           type == GgmlType::Q5_1;
+        CHECK(PackedWeights::supports(type, Isa::avx2) == (packs && isa_available(Isa::avx2)));
+        CHECK(PackedWeights::supports(type, Isa::avx512) ==
+              (packs && isa_available(Isa::avx512) && !avx512_emulated()));
     }
     if (!PackedWeights::supports(GgmlType::Q4_0, Isa::avx2) && !PackedWeights::supports(GgmlType::Q4_0, Isa::avx512)) {
         quill::test::skip_no_device("no AVX2 here: the packed kernels cannot run");

@@ -145,9 +145,9 @@ Kernel fallback_kernel();
 // 64 elements at a time use it for a trailing odd block.
 float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t);
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer), a value at a time: the
-// layout avx512::pack_tiles writes with its transposes, for machines without AVX-512 (and Q5_0 and Q5_1 records,
-// which only the AVX2 kernels read: Q4_0's values, then each row's qh word with its bits reordered, bit 8i + k the
-// fifth bit of element 4k + i). Q4_K and Q5_K tiles (for every family: avx512::pack_tiles leaves them here) are two
+// layout avx512::pack_tiles writes with its transposes, for machines without AVX-512 (and for every family the Q5_0
+// and Q5_1 records: Q4_0's values, then each row's qh word with its bits reordered, bit 8i + k the fifth bit of
+// element 4k + i). Q4_K and Q5_K tiles (for every family: avx512::pack_tiles leaves them here) are two
 // eight-row halves, each its rows' super-blocks in order, each super-block's 16-byte chunks c in order as the four
 // vectors the AVX2 kernels' transpose of eight rows makes of them: vector k, lane r = bytes 16 c + 4 k .. + 3 of
 // row r.
@@ -194,7 +194,7 @@ bool pair_tiles(const float* x, int64_t n_tokens, int64_t n_in, bool f16, const 
 
 // Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, for Q5_0 and Q5_1 then the
 // sixteen rows' 32-bit qh words, then sixteen fp16 scales and, for Q4_1 and Q5_1, sixteen fp16 minima); 0 for a type
-// without a packed form. Q5_0 and Q5_1 are packed for the AVX2 kernels only. Q4_K and Q5_K keep a super-block's
+// without a packed form. Q4_K and Q5_K keep a super-block's
 // bytes, re-laid out (generic::pack_tiles, read by the AVX2 and the AVX-512 kernels), so their records are nominal:
 // a 32nd of sixteen rows' super-blocks.
 constexpr int64_t packed_record_bytes(GgmlType type) {

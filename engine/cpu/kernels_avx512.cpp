@@ -17,8 +17,8 @@
 // Q8_0 decodes (fewer than 4 tokens) on the four-row kernels, with each block's four lanes of a row summed to the
 // block's exact integer so that the arithmetic is the sixteen-row kernels', which take 4 tokens or more (a
 // sixteen-row decode was measured 13-19% slower for Q8_0, gemma3 270M's 262,144-row output matrix included).
-// Q4_0, Q4_1, Q8_0, Q4_K and Q5_K are read from PackedWeights where the backend packed them (packed_rows, and
-// packed_k_rows over the layout the AVX2 kernels read), with the same bits as from the file's rows.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K are read from PackedWeights where the backend packed them
+// (packed_rows, and packed_k_rows over the layout the AVX2 kernels read), with the same bits as from the file's rows.
 // With AMX (Isa::amx), 8 tokens or more of every sixteen-row type go through tile multiplies (rows16_amx), and the
 // prompt tokens of F16 and BF16 weights through AMX-BF16 tiles of exactly split terms (float_rows_amx).
 #include <cmath>
@@ -921,10 +921,12 @@ void rows16_amx(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
 template <GgmlType Type>
 struct Packed16 {
     static constexpr bool kQ8 = Type == GgmlType::Q8_0;
-    static constexpr int kOffset = kQ8 ? 128 : Type == GgmlType::Q4_0 ? 8 : 0;
-    static constexpr bool kHasMin = Type == GgmlType::Q4_1;
+    static constexpr bool kQ5 = Type == GgmlType::Q5_0 || Type == GgmlType::Q5_1;
+    static constexpr int kOffset = kQ8 ? 128 : Type == GgmlType::Q4_0 ? 8 : Type == GgmlType::Q5_0 ? 16 : 0;
+    static constexpr bool kHasMin = Type == GgmlType::Q4_1 || Type == GgmlType::Q5_1;
     static constexpr int64_t kRecordBytes = packed_record_bytes(Type);
     static constexpr int64_t kValueBytes = kQ8 ? 512 : 256;
+    static constexpr int64_t kScalesAt = kValueBytes + (kQ5 ? 64 : 0);  // Q5_0, Q5_1: the rows' qh words first
     static_assert(kRecordBytes > 0);
 
     [[gnu::always_inline]] static Step16 step(const uint8_t* rec) {
@@ -939,8 +941,15 @@ struct Packed16 {
                 s.w[4 + j] = high_nibbles(x);
             }
         }
-        s.ws = _mm512_cvtph_ps(load256(rec + kValueBytes));
-        if constexpr (kHasMin) s.wm = _mm512_cvtph_ps(load256(rec + kValueBytes + 32));
+        if constexpr (kQ5) {  // lane r's qh word spread: bit 8i + k the fifth bit of element 4k + i (byte i of w[k])
+            const __m512i qh = _mm512_loadu_si512(rec + kValueBytes);
+            for (int k = 0; k < 8; ++k) {
+                const __mmask64 set = _mm512_test_epi8_mask(qh, _mm512_set1_epi8(static_cast<char>(1 << k)));
+                s.w[k] = _mm512_mask_add_epi8(s.w[k], set, s.w[k], _mm512_set1_epi8(16));
+            }
+        }
+        s.ws = _mm512_cvtph_ps(load256(rec + kScalesAt));
+        if constexpr (kHasMin) s.wm = _mm512_cvtph_ps(load256(rec + kScalesAt + 32));
         return s;
     }
 };
@@ -1883,6 +1892,12 @@ Kernel find_kernel_packed(GgmlType type, bool amx) {
                     true, false, tiles};
         case GgmlType::Q8_0:
             return {amx ? packed_rows<Packed16<GgmlType::Q8_0>, true> : packed_rows<Packed16<GgmlType::Q8_0>, false>,
+                    true, false, tiles};
+        case GgmlType::Q5_0:
+            return {amx ? packed_rows<Packed16<GgmlType::Q5_0>, true> : packed_rows<Packed16<GgmlType::Q5_0>, false>,
+                    true, false, tiles};
+        case GgmlType::Q5_1:
+            return {amx ? packed_rows<Packed16<GgmlType::Q5_1>, true> : packed_rows<Packed16<GgmlType::Q5_1>, false>,
                     true, false, tiles};
         case GgmlType::Q4_K:
             return {amx ? packed_k_rows<Dec16Q4_K, true> : packed_k_rows<Dec16Q4_K, false>, true, false, tiles};
