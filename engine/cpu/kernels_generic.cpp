@@ -2,6 +2,7 @@
 // row is decoded once into signed int8 values with per-16 scales (or into floats), then dotted with every token.
 // Also the activation quantizer every ISA shares and the scalar dot of one 32-block used for odd tails.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -328,6 +329,16 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 
 namespace {
 
+// Byte j of a Q5 block's qh word (elements 8j .. 8j + 7: k = 2j and 2j + 1, i = 0..3) spread as pack_tiles lays the
+// word out, shifted by 2j: bit 8i of an entry is bit i of the byte (element 8j + i), bit 8i + 1 its bit 4 + i. A
+// table look-up a byte instead of 32 single bits: packing a Q5_0 file took 2.5x the time of a Q4_0 one.
+constexpr std::array<uint32_t, 256> kSpreadQh = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t b = 0; b < 256; ++b)
+        for (uint32_t i = 0; i < 4; ++i) t[b] |= ((b >> i) & 1u) << (8 * i) | ((b >> (4 + i)) & 1u) << (8 * i + 1);
+    return t;
+}();
+
 // pack_tiles for Q4_K and Q5_K (see kernels.h).
 void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     const auto block_bytes = static_cast<int64_t>(row_size(w.type, 256));
@@ -379,8 +390,7 @@ void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) 
                 if (q5) {  // qh, spread: bit 8i + k = the fifth bit of element 4k + i
                     uint32_t qh = 0, spread = 0;
                     std::memcpy(&qh, block + qh_at, 4);
-                    for (int k = 0; k < 8; ++k)
-                        for (int i = 0; i < 4; ++i) spread |= ((qh >> (4 * k + i)) & 1u) << (8 * i + k);
+                    for (int j = 0; j < 4; ++j) spread |= kSpreadQh[(qh >> (8 * j)) & 0xFF] << (2 * j);
                     std::memcpy(rec + value_bytes + 4 * r, &spread, 4);
                 }
                 std::memcpy(rec + scales_at + 2 * r, block, 2);                        // d
