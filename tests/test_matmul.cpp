@@ -849,8 +849,9 @@ TEST_CASE("the portable packer writes the AVX-512 packer's bytes", "[matmul]") {
         return;
     }
     std::mt19937 rng(4242);
-    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-        for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 800}, {7, 32}, {32, 96}}) {
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K}) {
+        const int64_t k = type_traits(type).block_size / 32;  // 8 for the super-block types
+        for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 800 * k}, {7, 32 * k}, {32, 96 * k}}) {
             INFO(fmt::format("{} {}x{}", type_name(type), n_out, n_in));
             const TestMatrix m = make_matrix(type, n_out, n_in, rng);
             const int64_t n_tiles = (n_out + 15) / 16;

@@ -1850,7 +1850,38 @@ bool pair_tiles(const float*, int64_t, int64_t, bool, const PairActs&, uint16_t*
 Kernel find_kernel_amx(GgmlType) { return {}; }
 #endif
 
+namespace {
+
+// generic::pack_tiles' layout of Q4_K and Q5_K: each 16-byte chunk of sixteen rows' super-blocks transposed once,
+// its vectors' two halves stored to the tile's two halves.
+void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 256));
+    const int64_t n_groups = w.n_in / 256, half_bytes = n_groups * block_bytes * 8;
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+        const uint8_t* rows[16];
+        for (int r = 0; r < 16; ++r) {  // a ragged tile repeats its last row
+            const int64_t row = min64(tile * 16 + r, w.n_out - 1);
+            rows[r] = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes);
+        }
+        auto* half0 = static_cast<uint8_t*>(out) + 2 * tile * half_bytes;
+        for (int64_t g = 0; g < n_groups; ++g) {
+            for (int64_t c = 0; c < block_bytes / 16; ++c) {
+                __m512i x[4];
+                transpose_16x16(rows, static_cast<size_t>(g * block_bytes + 16 * c), x);
+                for (int k = 0; k < 4; ++k) {
+                    auto* at = reinterpret_cast<__m256i*>(half0 + g * 8 * block_bytes + 128 * c + 32 * k);
+                    _mm256_storeu_si256(at, _mm512_castsi512_si256(x[k]));
+                    _mm256_storeu_si256(at + half_bytes / 32, _mm512_extracti64x4_epi64(x[k], 1));
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
 bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1), true;
     if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_1 && w.type != GgmlType::Q8_0) return false;
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
