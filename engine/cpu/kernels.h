@@ -194,9 +194,8 @@ bool pair_tiles(const float* x, int64_t n_tokens, int64_t n_in, bool f16, const 
 
 // Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, for Q5_0 and Q5_1 then the
 // sixteen rows' 32-bit qh words, then sixteen fp16 scales and, for Q4_1 and Q5_1, sixteen fp16 minima); 0 for a type
-// without a packed form. Q4_K and Q5_K keep a super-block's
-// bytes, re-laid out (generic::pack_tiles, read by the AVX2 and the AVX-512 kernels), so their records are nominal:
-// a 32nd of sixteen rows' super-blocks.
+// without a packed form. Q4_K and Q5_K keep a super-block's bytes, re-laid out (generic::pack_tiles, read by the AVX2
+// and the AVX-512 kernels), so their records are nominal: a 32nd of sixteen rows' super-blocks.
 constexpr int64_t packed_record_bytes(GgmlType type) {
     switch (type) {
         case GgmlType::Q4_K:
