@@ -524,17 +524,16 @@ void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, 
 // vectors, its scales and a token's chain in registers. A 16-sequence decode step of the default model took
 // 8-10% less time (in-process A/B on a 2-core AVX-512 Xeon, three runs), the same texts; one chain a token instead
 // of two (the sixteen tokens' chains overlap) 0.9% less (the AMX Xeon with QUILL_CPU_ISA=avx512, three runs).
-template <typename Dec>
-void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16], NextRecords next,
-                  const uint8_t* records) {
+// The same over each_step(f), which calls f(b, step) for the tile's blocks in order (PackedK16's super-blocks).
+template <typename Dec, typename Steps>
+[[gnu::always_inline]] inline void group_tokens(const QuantizedActs& q, int64_t t0, float (*out)[16],
+                                                Steps&& each_step) {
     static_assert(kAmxGroup == 16);
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
     const GroupedActs g(q, t0);
-    for (int64_t b = 0; b < nb; ++b) {
-        next.at(b);
-        const Step16 st = Dec::step(records + b * Dec::kRecordBytes);
+    each_step([&](int64_t b, const Step16& st) __attribute__((always_inline)) {
         const int8_t* a = g.qs + 512 * b;
         const int64_t e = kTileScaleTokens * b;  // the first half group's scales at e, the second's at half + e
 #pragma GCC unroll 16
@@ -542,9 +541,20 @@ void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[1
             const int64_t at = t < kTileScaleTokens ? e + t : g.half + e + t - kTileScaleTokens;
             scale_block<Dec>(st, block_dot<Dec, 1>(st, a + 32 * t, g.isum[at]), g.d[at], g.ds[at], acc[t]);
         }
-    }
+    });
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+template <typename Dec>
+void rows16_group(int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[16], NextRecords next,
+                  const uint8_t* records) {
+    group_tokens<Dec>(q, t0, out, [&](auto&& f) __attribute__((always_inline)) {
+        for (int64_t b = 0; b < nb; ++b) {
+            next.at(b);
+            f(b, Dec::step(records + b * Dec::kRecordBytes));
+        }
+    });
 }
 
 // Prefetches the sixteen rows `prefetch` bytes ahead of each byte below `end` (from row starts) not prefetched
@@ -1167,8 +1177,13 @@ void packed_k_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratc
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32, n_tokens = args.n_tokens;
     auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb] (scratch is 64-byte aligned)
+    // One whole group of the tile layout (a 16-sequence decode step): each super-block decoded once and multiplied
+    // by the sixteen tokens in one pass, as rows16_group does, on AMX too: decoding the tile into steps for amx_tile
+    // and reading them back took 25% longer (tinyllama-1.1b's shape, Q4_K; the AVX-512 kernels' two passes of
+    // eight over the steps 30% longer).
+    const bool one_group = n_tokens == kAmxGroup && q.tile_qs != nullptr;
 #ifdef QUILL_AMX
-    const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr;
+    const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr && !one_group;
     if (amx) configure_tiles();
     const int64_t chunk = amx ? amx_chunk_tokens(q) : n_tokens;
 #else
@@ -1196,6 +1211,15 @@ void packed_k_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratc
                         _mm512_mask_storeu_ps(args.y + (t + j) * w.n_out + r, mask, _mm512_loadu_ps(out[j]));
                     t += nt;
                 }
+                continue;
+            }
+            if (one_group) {
+                float group[kAmxGroup][16];
+                group_tokens<Dec>(q, 0, group, [&](auto&& f) __attribute__((always_inline)) {
+                    for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) src.for_group(g, next, f);
+                });
+                for (int j = 0; j < kAmxGroup; ++j)
+                    _mm512_mask_storeu_ps(args.y + j * w.n_out + r, mask, _mm512_loadu_ps(group[j]));
                 continue;
             }
             for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) {
