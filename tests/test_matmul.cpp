@@ -646,7 +646,8 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         if (!PackedWeights::supports(type, Isa::avx2) && !PackedWeights::supports(type, Isa::avx512)) continue;
         // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800; super-blocks for Q4_K and Q5_K: 768), a
         // single block, and AMX's chunks (400 tokens of 2816); every token count of every path (decode 1-3,
-        // sixteen-row tiles, one whole group of the tile layout in one pass: 16, AMX groups).
+        // sixteen-row tiles, one whole group of the tile layout in one pass: 16, the K types' one group of 8 to 16
+        // in passes of 8, 12 or 16 with padding tokens: 9, 12, 13, AMX groups).
         const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K;
         for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, k ? 768 : 800}, {7, k ? 256 : 32}, {18, 2816}}) {
             const TestMatrix m = make_matrix(type, n_out, n_in, rng);
@@ -671,7 +672,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
                 REQUIRE(into.data() == at);
                 CHECK(std::memcmp(into.data(), packed.data(), packed.bytes()) == 0);
             }
-            for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, 400}) {
+            for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;
                 const std::vector<float> x = make_input(n_tokens, n_in, rng);
                 for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {

@@ -524,26 +524,27 @@ void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, 
 // vectors, its scales and a token's chain in registers. A 16-sequence decode step of the default model took
 // 8-10% less time (in-process A/B on a 2-core AVX-512 Xeon, three runs), the same texts; one chain a token instead
 // of two (the sixteen tokens' chains overlap) 0.9% less (the AMX Xeon with QUILL_CPU_ISA=avx512, three runs).
-// The same over each_step(f), which calls f(b, step) for the tile's blocks in order (PackedK16's super-blocks).
-template <typename Dec, typename Steps>
+// The same over each_step(f), which calls f(b, step) for the tile's blocks in order (PackedK16's super-blocks),
+// for the N tokens from t0 (N = 8: t0's half group).
+template <typename Dec, int N = 16, typename Steps>
 [[gnu::always_inline]] inline void group_tokens(const QuantizedActs& q, int64_t t0, float (*out)[16],
                                                 Steps&& each_step) {
-    static_assert(kAmxGroup == 16);
-    __m512 acc[16];
+    static_assert(kAmxGroup == 16 && N <= 16);
+    __m512 acc[N];
 #pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
     const GroupedActs g(q, t0);
     each_step([&](int64_t b, const Step16& st) __attribute__((always_inline)) {
         const int8_t* a = g.qs + 512 * b;
         const int64_t e = kTileScaleTokens * b;  // the first half group's scales at e, the second's at half + e
 #pragma GCC unroll 16
-        for (int t = 0; t < 16; ++t) {
+        for (int t = 0; t < N; ++t) {
             const int64_t at = t < kTileScaleTokens ? e + t : g.half + e + t - kTileScaleTokens;
             scale_block<Dec>(st, block_dot<Dec, 1>(st, a + 32 * t, g.isum[at]), g.d[at], g.ds[at], acc[t]);
         }
     });
 #pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) _mm512_storeu_ps(out[t], acc[t]);
+    for (int t = 0; t < N; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
 
 template <typename Dec>
@@ -1177,11 +1178,11 @@ void packed_k_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratc
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32, n_tokens = args.n_tokens;
     auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb] (scratch is 64-byte aligned)
-    // One whole group of the tile layout (a 16-sequence decode step): each super-block decoded once and multiplied
-    // by the sixteen tokens in one pass, as rows16_group does, on AMX too: decoding the tile into steps for amx_tile
-    // and reading them back took 25% longer (tinyllama-1.1b's shape, Q4_K; the AVX-512 kernels' two passes of
-    // eight over the steps 30% longer).
-    const bool one_group = n_tokens == kAmxGroup && q.tile_qs != nullptr;
+    // One group of the tile layout, 8 to 16 tokens (decode steps of that many sequences): each super-block decoded
+    // once and multiplied by the tokens in one pass (group_tokens for 8, 12 or 16 of them), on AMX too: decoding the
+    // tile into steps for amx_tile and reading them back took 25% longer at 16 tokens, 50-60% at 8, 20-25% at 10
+    // and 12 (tinyllama-1.1b's shape, Q4_K; the AVX-512 kernels' passes of eight over the steps as long).
+    const bool one_group = n_tokens <= kAmxGroup && q.tile_qs != nullptr;
 #ifdef QUILL_AMX
     const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr && !one_group;
     if (amx) configure_tiles();
@@ -1215,10 +1216,17 @@ void packed_k_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratc
             }
             if (one_group) {
                 float group[kAmxGroup][16];
-                group_tokens<Dec>(q, 0, group, [&](auto&& f) __attribute__((always_inline)) {
+                auto each_step = [&](auto&& f) __attribute__((always_inline)) {
                     for (int64_t g = 0; g < nb / Dec::kGroupSteps; ++g) src.for_group(g, next, f);
-                });
-                for (int j = 0; j < kAmxGroup; ++j)
+                };
+                if (n_tokens > 12) {  // (the tile layout's padding tokens are zeros)
+                    group_tokens<Dec>(q, 0, group, each_step);
+                } else if (n_tokens > 8) {
+                    group_tokens<Dec, 12>(q, 0, group, each_step);
+                } else {
+                    group_tokens<Dec, 8>(q, 0, group, each_step);
+                }
+                for (int j = 0; j < n_tokens; ++j)
                     _mm512_mask_storeu_ps(args.y + j * w.n_out + r, mask, _mm512_loadu_ps(group[j]));
                 continue;
             }
