@@ -24,7 +24,7 @@ namespace quill::cpu {
 namespace {
 
 // The mappings of files in this process (/proc/self/maps: a nonzero inode), read once for all of a model's tensors
-// (read for each of SmolLM2's 211 tensors, the listings took about 6 ms of its load on a 2-core VM).
+// rather than once a tensor: a model has hundreds of tensors, and each listing is a whole file to read and parse.
 class FileMappings {
 public:
     FileMappings() {
@@ -137,8 +137,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     check_weights(weights);
     // A context fitted to the requests (kv_huge_pages) fills: its pages are faulted in here, by all the threads at
     // once, instead of one at a time by the first prompt's K and V stores on one thread (a page's first touch is
-    // slow in a VM). A 16-sequence batch of the default model on a 2-core Xeon VM: its 65 MB cache took 74 ms here
-    // the first time, where the first prompt's forward had taken 170 ms instead of 17.
+    // slow in a VM, and the first prompt's forward would pay for every page of the cache).
     if (options.kv_huge_pages) {
         for (const CacheMemory* m : {&kv_k_, &kv_v_}) {
             // a 2 MiB page at a time, claimed in turn (run_claimed: one thread's pages can come slower)
@@ -173,10 +172,9 @@ void CpuBackend::pack_weights() {
     }
     // One mapping for all of them, in the order the layers read them (HugeMemory), each at a cache line: the packed
     // forms, and a copy of the file's bytes of each float matrix (F32, F16, BF16), whose products stream them at the
-    // memory's speed: from 4 KiB pages of the file they ran slower (SmolLM2-135M's shape in F16, one sequence on
-    // the Zen 2 EPYC: 58.5-61.5 against 63.7-65.7 tok/s, three rounds alternating), while Q6_K's products, bound by
-    // their arithmetic there, ran the same (tinyllama's shape: 17.6-18.5 either way), so the other types stay where
-    // they are and load no slower. Copies only from the file mapping, whose pages are handed back as copied.
+    // memory's speed: from 4 KiB pages of the file they ran slower, while Q6_K's products, bound by their
+    // arithmetic, ran the same, so the other types stay where they are and load no slower. Copies only from the file
+    // mapping, whose pages are handed back as copied.
     struct Placed {
         const TensorView* t;
         bool pack;
@@ -207,7 +205,8 @@ void CpuBackend::pack_weights() {
         // each chunk of its rows, once packed, leaves this process's pages, so that resident memory stays about
         // the file's size, also while packing. Only for a file mapping (MADV_DONTNEED on other memory would zero
         // it), whose pages stay in the page cache and come back at the cost of a minor fault when read
-        // (MADV_PAGEOUT would evict them to disk: the first prompt of a tied embedding then waited ~100 ms).
+        // (MADV_PAGEOUT would evict them to disk, and the first prompt of a tied embedding would wait on reading
+        // them back).
         const auto data = reinterpret_cast<uintptr_t>(t->data);
         const bool release = files.contain(data, data + t->n_bytes);
         const size_t row_bytes = t->row_bytes();
@@ -275,9 +274,8 @@ void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_t
 
 // From a half group of tokens on, with a second thread: the section that writes the rows quantizes them too, each
 // thread its own rows while they are in its cache, instead of one thread quantizing them in the matmul while the
-// others wait. With one thread (or a few tokens, whose sections run on the calling thread) nothing changes. A
-// 16-sequence decode step of the default model took 0.8-1.8% less time (in-process A/B, 2-core Xeon, three runs):
-// the rows still cross to the other core, in int8 now.
+// others wait. With one thread (or a few tokens, whose sections run on the calling thread) nothing changes. The
+// rows still cross to the other core, in int8 now.
 bool CpuBackend::int8_in_section(const WeightMatrix& w, int64_t n) const {
     return !reference_ && pool_.size() > 1 && n >= Activations::kInt8PartTokens && reads_int8(w, isa_);
 }
@@ -314,8 +312,8 @@ bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const
     });
 }
 
-// The sum in the norm's section, instead of on the calling thread after each block: a 16-sequence decode step took
-// 0.7-2.0% less time (in-process A/B, three runs).
+// The sum in the norm's section, each thread adding the rows it norms, instead of on the calling thread after each
+// block while the others wait.
 bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n) {
     const int64_t d = config_.n_embd;
     std::atomic<bool> finite{true};
@@ -444,9 +442,7 @@ void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
 
 // Plain greedy rows (a batch with --temp 0): each task checks and searches the vocabulary range that the same task
 // of the output product computed (the matmul's first split: ranges of 16-row units), so the logits are read once,
-// mostly from the core that wrote them, instead of twice by the calling thread while the others wait: a 16-sequence
-// greedy decode step of the default model took 1.8-2.3% less time, one sequence's 0-1.5% (in-process A/B, three
-// runs, 2-core Xeon).
+// mostly from the core that wrote them, instead of twice by the calling thread while the others wait.
 void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                                 std::span<int32_t> tokens) {
     const int64_t m = batch.n_logits();
@@ -593,8 +589,7 @@ void CpuBackend::rope_angles(const Batch& batch) {
 // Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t (a local layer's
 // angles when `local` and they differ): x0' = x0 c - x1 s, x1' = x0 s + x1 c for each pair (x0, x1), as products
 // and one sum each (no fused multiply-add: this file is built for the baseline ISA), four lanes at a time with
-// SSE2 and the same operations in the scalar rest (the same bits as the scalar loop before it, which took about
-// 1.3% of a 16-sequence batch run: a 16-sequence decode step now takes 1.0-1.6% less time, in-process A/B).
+// SSE2 and the same operations in the scalar rest (the same bits as a scalar loop over the pairs).
 void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
     const int64_t n_rot = config_.n_rot, half = n_rot / 2;
     const std::vector<float>& cs = local && !rope_cs_local_.empty() ? rope_cs_local_ : rope_cs_;
@@ -713,17 +708,16 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
 // tokens go in tiles of up to kMaxTileRows rows, which share each K and V block they read. Units are handed out
 // a tile at a time (all its KV heads): a KV head's share of a K block or V row lies between the other heads' shares,
 // which the hardware prefetchers fetch with it, so a thread that takes all of a tile's heads uses those lines where
-// threads taking one head each both fetched all of them (a 16-sequence decode's steps took 2.5-3.9% less time).
+// threads taking one head each both fetched all of them.
 // Each task takes the tiles of its own contiguous range first, then the last ones of the others' (UnitRanges): it
 // keeps its sequences from layer to layer and attends the tokens whose norm and quantization it does (those
 // sections split the tokens the same way), where tiles taken from one counter, latest tokens first, went to either
-// thread (a 16-sequence decode step 0.9-1.2% slower, in-process A/B, three runs). A prefill's later tokens cost
-// more (a token's cost grows with its position); the stealing evens the tasks out to within a tile. With fewer tiles
-// than threads (one sequence's decode) over a long cache, the units' key blocks go to the threads (attend_split).
+// thread. A prefill's later tokens cost more (a token's cost grows with its position); the stealing evens the tasks
+// out to within a tile. With fewer tiles than threads (one sequence's decode) over a long cache, the units' key
+// blocks go to the threads (attend_split).
 // (An earlier form split a KV head's query heads over more units for a decode instead: once tiles went whole that
-// gave no thread more work, read K and V once per unit, and kept one sequence's decode on one thread. One sequence
-// of SmolLM2, from 730 and 3.5K prompt tokens: 147-149 -> 187-196 and 40-42 -> 83-87 generated tokens/s; gemma3
-// 270M from 3.5K: 69 -> 84; the same texts.) A row's result depends on none of this (attention.h).
+// gave no thread more work, read K and V once per unit, and kept one sequence's decode on one thread.) A row's
+// result depends on none of this (attention.h).
 void CpuBackend::attend_all(const Batch& batch, int64_t layer,
                             const std::function<void(int64_t, int64_t)>& prepare) {
     const auto& c = config_;
@@ -744,8 +738,7 @@ void CpuBackend::attend_all(const Batch& batch, int64_t layer,
     const bool try_split = n_tiles < pool_.size() && pool_.size() > 1;
     // A tile reads its own slot's cache, and other slots' positions below their shared lengths, which this batch does
     // not write (kv_written): when each slot has one tile, its tokens' RoPE and K/V stores go with it, by the thread
-    // that attends it, instead of in a parallel section of their own (a 16-sequence decode step's RoPE, stores and
-    // attention 7.38/7.42 -> 7.11/7.03 Mticks, alternating step by step in one batch run, 2-core Zen 2).
+    // that attends it, instead of in a parallel section of their own (one section less a layer).
     std::vector<int32_t>& slots = tile_slots_;
     slots.clear();
     for (const Tile& tile : tiles_) slots.push_back(batch.tokens[tile.t0].slot);
@@ -820,9 +813,8 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
 }
 
 // The key blocks a unit of attend_split spans at least: the split's three more sections a layer cost more than they
-// save over a short cache (one sequence of SmolLM2, `quill batch --parallel 1` of the batch benchmark, 40-168
-// positions: 330-354 generated tok/s from 2 blocks on, 372-376 never split; `quill run` from 730 prompt tokens
-// 200-215 never split, 255-287 from 2 or 4 blocks on, 239-268 from 8; from 330 level within the noise).
+// save over a short cache (from two blocks on it slowed short sequences; from four, long ones gain as much as from
+// two).
 constexpr int kSplitMinBlocks = 4;
 
 // attend_all for units too few to keep the threads busy, when they span kSplitMinBlocks key blocks or more (a decode
@@ -853,8 +845,7 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
     auto* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(split_scores_.data()) + 31) & ~uintptr_t{31});
     auto scores = [&](int64_t u) { return base + splits_[u].scores; };
     // (unit, block) jobs, numbered unit by unit; or block by block when the units span the same blocks (the KV heads
-    // of one tile), so that a range of jobs reads whole groups of K's 8 positions, every head's share, in order: one
-    // sequence of SmolLM2 from 3.5K and 730 prompt tokens 100-104 -> 108-110 and 245-251 -> 261 tok/s.
+    // of one tile), so that a range of jobs reads whole groups of K's 8 positions, every head's share, in order.
     std::vector<int64_t> first_job(n_units + 1, 0);
     for (int64_t u = 0; u < n_units; ++u) first_job[u + 1] = first_job[u] + splits_[u].n_blocks;
     const int64_t n_jobs = first_job[n_units];
@@ -888,9 +879,8 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
         }
     };
     // The blocks' phases take jobs from each thread's own contiguous range first (UnitRanges), and each job first
-    // prefetches the K or V lines of the one after it (usually the thread's own next): where jobs came from one
-    // counter and the hardware prefetchers alone fetched them, one sequence of SmolLM2 from 730 and 3.5K prompt
-    // tokens decoded at 203-208 and 82-84 generated tokens/s, now 215-225 and 100-102 (the same texts).
+    // prefetches the K or V lines of the one after it (usually the thread's own next): jobs from one counter, their
+    // lines left to the hardware prefetchers, ran slower.
     auto per_block = [&](auto&& f, bool k_lines) {
         UnitRanges claims(n_jobs, pool_.size(), 1);
         pool_.run([&](int ith, int) {
@@ -975,8 +965,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     if (int8_in_section(down[0].w, n)) {
         // Gate and up in one section by units of kFfnUnit features, each thread applying the activation to its
         // units' columns and quantizing their blocks for the down product as soon as it has both products' rows,
-        // instead of a section of its own reading rows that the other core wrote: a 16-sequence decode step took
-        // about 1% less time (in-process A/B, seven runs: 0.2% more to 3.3% less).
+        // instead of a section of its own reading rows that the other core wrote.
         if (!ready) act_.set(xn_.data(), n, c.n_embd, n_decode_);
         ffn_act_.set(gate_.data(), n, c.n_ff, n_decode_);
         ffn_act_.begin_int8(isa_, !reads_tiles_alone(down[0].w, isa_, n));

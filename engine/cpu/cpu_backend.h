@@ -137,8 +137,8 @@ private:
     // K and V caches, in anonymous memory that the OS backs only as positions are written, so a long context costs
     // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8
     // (rounded up), n_head_kv, head_dim, 8], eight positions innermost (KvHead).
-    // With huge pages, the walks of a 16-sequence decode step's attention (each slot and layer a run of 4 KiB pages,
-    // where the hardware prefetchers stop) cost about an eighth of its time (2-core Zen 2, rdtsc around attend_all).
+    // With huge pages (CpuBackendOptions::kv_huge_pages): in 4 KiB pages, each slot and layer a batched decode step's
+    // attention walks is a run of pages, and the hardware prefetchers stop at every page's end.
     struct CacheMemory {
         void* p = nullptr;
         size_t n = 0;
@@ -185,7 +185,7 @@ private:
     Activations act_;
     Activations ffn_act_;  // the down product's input when ffn_block makes it in the gate and up section
     // Features per unit of that section: two 32-blocks, a line of the int8 form's scales (tile_scale_entry), so
-    // that two threads' blocks never share one (128 features took 0.8% more time per step, in-process A/B).
+    // that two threads' blocks never share one (a unit of 128 features was slower).
     static constexpr int64_t kFfnUnit = 64;
     int64_t n_decode_ = 0;  // decode steps leading the current batch
     std::vector<float> x_;       // [n, n_embd] residual stream

@@ -30,8 +30,8 @@ namespace {
 
 constexpr int kMaxTokens = 2;              // token columns of the decode tile (16 ymm registers)
 constexpr int kPrefillTokens = 8;          // token columns of the prefill tile
-// From this many tokens on, repacking a row tile once beats decoding its rows again for every 2 tokens (tinyllama
-// Q4_0, 8 sequences per decode step: 66 tok/s against 42 with the former threshold of 12; 4 sequences: 45 vs 44).
+// From this many tokens on, repacking a row tile once costs less than decoding its rows again for every 2 tokens:
+// the repack is paid once a tile, the decoding once for each pair of tokens.
 constexpr int kPrefillMinTokens = 4;
 constexpr int64_t kPrefetchBytes = 12288;  // how far ahead to prefetch weights (rounded up to whole row tiles)
 
@@ -51,7 +51,7 @@ inline float hsum(__m256 v) {
 
 // The 4 rows of a tile, decoded as the tile walks them, with the same place in the rows a few tiles ahead
 // prefetched into L2: rows are a few dozen cache lines, too short for the hardware prefetcher to learn each one,
-// and prefetching into L2 rather than L1 lets many more misses be in flight (about 1.6x the bandwidth).
+// and prefetching into L2 rather than L1 lets many more misses be in flight.
 template <typename Dec>
 struct RowTile {
     static constexpr int64_t kStepBytes = Dec::kGroupBytes / Dec::kGroupSteps;
@@ -712,8 +712,8 @@ struct StepWeights {
 };
 
 // Half h of a tile of packed Q8_0 records, read in place: its values are Step8's already, 64 bytes apart, and only
-// the fp16 scales need converting (into buf), so the tile is not repacked (a sixteen-sequence decode step spent
-// 1.7% of its time copying the output matrix's records).
+// the fp16 scales need converting (into buf), so the tile is not repacked: a batched decode then copies none of the
+// records, of which the output matrix has the most.
 template <typename P>
 struct RecordWeights {
     static_assert(P::kSigned && !P::kHasMin);
@@ -796,14 +796,12 @@ template <typename Dec, int64_t kStride, typename B>
 // lanes_tile for two groups of eight tokens at once (out[g][r][j]: row r against token j of group g), four rows at a
 // time: each broadcast weight group meets both groups' activations, and each activation vector loaded meets four
 // rows, so a block takes 6 loads for every 8 vpmaddubsw instead of 16 (one group's lanes_tile is bound by its loads
-// on a core with two load ports and one integer multiplier; a Q4_1 matrix of SmolLM2's shapes at sixteen tokens,
-// one thread: 37.5 ms against 41.6). Each output gets lanes_tile's float operations in its order: the same bits.
+// on a core with two load ports and one integer multiplier). Each output gets lanes_tile's float operations in its
+// order: the same bits.
 // Q8_0 scales each pass's block sums into acc one (row, group) at a time between the next pass's groups of
 // products: issued all at once after a pass, those float operations took the one multiplier pipe from the next
-// pass's products, of which Q8_0 has two per product pair (vpmaddubsw, vpmaddwd); bench_matmul, 16 tokens, the
-// build before side by side: SmolLM2's shapes one thread 50.3-50.5 -> 47.9-48.3 ms, tinyllama's two threads
-// 181-183 -> 171 ms (64 tokens: 709-714 -> 669-671). The 4-bit types scale each pass after it: interleaved, their
-// activations spilled (Q4_1 32.2-32.6 -> 33.4-33.9 ms).
+// pass's products, of which Q8_0 has two per product pair (vpmaddubsw, vpmaddwd). The 4-bit types scale each pass
+// after it: interleaved, their activations spilled.
 template <typename Dec, typename W, typename S>
 void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const LaneBlock* lanes1, float (*out)[8][8],
                  const Ahead& ahead, S&& side) {
@@ -875,7 +873,7 @@ void lanes_tile2(const W& weights, int64_t nb, const LaneBlock* lanes0, const La
 // rest (fewer than eight) by rows8_tokens, each row tile repacked once per chunk. Packed 4-bit tiles are repacked
 // during the products of the tile before (side(b) of the lane kernels: the next tile's block b, its records in cache,
 // the first half's being this tile's and the next pair's prefetched by Ahead): a burst of its own, the repack's loads
-// and stores left the multiplier idle (8.5% of a sixteen-token Q4_1 product, one thread, bench_matmul).
+// and stores left the multiplier idle.
 template <typename Src>
 void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     using Dec = typename Src::Dec;
@@ -968,8 +966,8 @@ void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32;
     // Packed records decode with no transposes: for fewer than kLaneTokens tokens, decoding them again for every
-    // three tokens costs less than a repacked tile (four to seven tokens, two threads: Q8_0 0.82-0.88x the time,
-    // Q4_1 0.85-0.92x); the file's rows, transposed as they are decoded, are repacked from kPrefillMinTokens tokens.
+    // three tokens costs less than a repacked tile (measured from four to seven tokens); the file's rows, transposed
+    // as they are decoded, are repacked from kPrefillMinTokens tokens.
     const bool prefill = !Src::kPacked && args.n_tokens >= kPrefillMinTokens;
     static_assert(kRowTile % 16 == 0);  // so that a packed tile's halves start at multiples of 8
     auto* steps = reinterpret_cast<Step8*>(scratch);  // [nb]: the repacked row tile (scratch is 64-byte aligned)
@@ -1277,7 +1275,7 @@ void quantize_group8(const float* xr, int64_t t, int64_t b0, int n, const Quanti
     const __m256 ds16[2] = {_mm256_permute2f128_ps(pairs_lo, pairs_hi, 0x20),   // blocks 0-3, each half 0 then 1
                             _mm256_permute2f128_ps(pairs_lo, pairs_hi, 0x31)};  // blocks 4-7
     const int64_t at = t * out.blk_stride + b0;
-    if (n == 8) {  // (plain stores: a masked store is about twenty micro-ops on Zen 2, and this is the common case)
+    if (n == 8) {  // (plain stores: a masked store can be about twenty micro-ops, and this is the common case)
         _mm256_storeu_ps(out.d + at, scale);
         _mm256_storeu_ps(out.ds + at, ds);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.isum + at), isum);

@@ -30,7 +30,7 @@ inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_ca
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // Lanes 0..127 from a, 128..255 from b: a load and an insert (vperm2i128, which would take them from two 256-bit
-// loads, is 8 uops with a throughput of one per 3 cycles on Zen 1).
+// loads, is 8 uops with a throughput of one per 3 cycles on some AVX2 cores).
 inline __m256i load_2x16(const uint8_t* a, const uint8_t* b) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a)), load128(b), 1);
 }

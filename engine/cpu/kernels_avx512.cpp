@@ -15,8 +15,8 @@
 //  - Prefill: the row tile is decoded once into PrefillStep form (signed weights u - c) and multiplied with up to
 //    16 tokens at a time as unsigned activations a + 128; each decoded weight is reused by every token.
 // Q8_0 decodes (fewer than 4 tokens) on the four-row kernels, with each block's four lanes of a row summed to the
-// block's exact integer so that the arithmetic is the sixteen-row kernels', which take 4 tokens or more (a
-// sixteen-row decode was measured 13-19% slower for Q8_0, gemma3 270M's 262,144-row output matrix included).
+// block's exact integer so that the arithmetic is the sixteen-row kernels', which take 4 tokens or more (the
+// sixteen-row kernels decoded Q8_0 slower, large output matrices included).
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K are read from PackedWeights where the backend packed them
 // (packed_rows, and packed_k_rows over the layout the AVX2 kernels read), with the same bits as from the file's rows.
 // With AMX (Isa::amx), 8 tokens or more of every sixteen-row type go through tile multiplies (rows16_amx), and the
@@ -68,7 +68,7 @@ inline int64_t prefetch_distance(size_t row_bytes) {
 
 // The 4 rows of a tile, decoded as the tile walks them, with the same place in the rows a few tiles ahead
 // prefetched into L2: rows are a few dozen cache lines, too short for the hardware prefetcher to learn each one,
-// and prefetching into L2 rather than L1 lets many more misses be in flight (about 1.6x the bandwidth).
+// and prefetching into L2 rather than L1 lets many more misses be in flight.
 template <typename Dec>
 struct RowTile {
     static constexpr int64_t kStepBytes = Dec::kGroupBytes / Dec::kGroupSteps;
@@ -366,10 +366,9 @@ struct TokenActs {
 };
 
 // acc + vpdpbusd(w, the four bytes at a in every lane), with the broadcast inside the instruction ({1toN}: one
-// micro-fused load). GCC 12 emits a vpbroadcastd and then the multiply, which made the sixteen-row tiles of a
-// batched decode about a third slower (a Sapphire Rapids class Xeon, one tile of 8 tokens in L1: 8 multiplies and
-// the float work of a block 3.0-3.6 ns per token against 4.1-4.6). The same instruction, so the same bits; the
-// emulated build keeps the intrinsics.
+// micro-fused load). GCC 12 emits a vpbroadcastd and then the multiply, an instruction more for every multiply,
+// which slowed the sixteen-row tiles of a batched decode. The same instruction, so the same bits; the emulated build
+// keeps the intrinsics.
 template <typename V>
 [[gnu::always_inline]] inline V dpbusd_broadcast(V acc, V w, const int8_t* a) {
 #ifdef QUILL_AVX512_EMULATED
@@ -461,11 +460,10 @@ template <typename Dec, int T>
 
 // The packed records of the row tile after the one being multiplied, prefetched into L2 a record per block by the
 // multiply (rec == nullptr: none). Prefetched all at once before the multiply, as the unpacked path does, they
-// filled the line-fill buffers and stalled the decode of the records in between (a third of the packed matmul's
-// time outside the multiply in a 16-sequence decode); spread over the multiply, the loads overlap its arithmetic.
-// Spread over two passes of tokens (every 2, phases 0 and 1), half the prefetches wait on full miss queues: a
-// 16-sequence decode's steps took 0.7-2.9% less time than with all of them in the first pass, which decodes the
-// records too (prefetching two tiles ahead took 0.7-1.6% more).
+// filled the line-fill buffers and stalled the decode of the records in between; spread over the multiply, the
+// loads overlap its arithmetic. Spread over two passes of tokens (every 2, phases 0 and 1) rather than all in the
+// first, which decodes the records too: there they waited on full miss queues. Prefetching two tiles ahead was
+// slower.
 struct NextRecords {
     const uint8_t* rec = nullptr;
     int64_t bytes = 0;  // of a record
@@ -521,9 +519,8 @@ void rows16_tile(Step16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, 
 // each record is decoded once and multiplied by all of them a token at a time (rows16_block's block_dot and
 // scale_block, so the same bits). Two passes of eight over decoded steps (rows16_tile)
 // stored 640 bytes a block and read them back; this form keeps sixteen accumulators, the block's eight weight
-// vectors, its scales and a token's chain in registers. A 16-sequence decode step of the default model took
-// 8-10% less time (in-process A/B on a 2-core AVX-512 Xeon, three runs), the same texts; one chain a token instead
-// of two (the sixteen tokens' chains overlap) 0.9% less (the AMX Xeon with QUILL_CPU_ISA=avx512, three runs).
+// vectors, its scales and a token's chain in registers. One chain a token, not two: the sixteen tokens' chains
+// overlap one another.
 // The same over each_step(f), which calls f(b, step) for the tile's blocks in order (PackedK16's super-blocks),
 // for the N tokens from t0 (N = 8: t0's half group).
 template <typename Dec, int N = 16, typename Steps>
@@ -568,8 +565,8 @@ inline void prefetch_rows16(Rows16 rows, int64_t prefetch, int64_t end, int64_t*
 
 // The decode path, eight rows at a time in 256-bit vectors, decoded as it goes by the AVX2 file's eight-row
 // decoders (Dec::Dec8, kernels_avx2_decoders.h): with sixteen rows the sixteen row pointers and the gathers'
-// temporaries no longer fit the integer registers, and the spills made decode 13-16% slower than the four-row
-// kernels before them (this form: Q4_0 4-10% slower, Q4_1 level, Q4_K 13% faster). Each lane computes exactly what
+// temporaries no longer fit the integer registers, and the spills made decode slower than the four-row kernels
+// before them (this form runs about level with those: Q4_K faster, Q4_0 slower). Each lane computes exactly what
 // a lane of rows16_block computes (the same exact integer dot, then the same float operations), so a token's
 // outputs have the same bits on both paths.
 template <typename Dec>
@@ -1148,7 +1145,7 @@ struct PackedK16 {
             }
         }, [&](int64_t b, const Step16& st) __attribute__((always_inline)) {
             // An eighth of the lines a sub-block: all of a super-block's at once filled the line-fill buffers and
-            // stalled the loads (tinyllama-1.1b's shape, Q4_K, one sequence: 44-45 -> 47-48 tokens/s).
+            // stalled the loads.
             const int64_t upto = kLines * (b % 8 + 1) / 8;
             for (; next != nullptr && line < upto; ++line) {
                 _mm_prefetch(reinterpret_cast<const char*>(next + g * kSuperBytes + 64 * line), _MM_HINT_T1);
@@ -1180,8 +1177,8 @@ void packed_k_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratc
     auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb] (scratch is 64-byte aligned)
     // One group of the tile layout, 8 to 16 tokens (decode steps of that many sequences): each super-block decoded
     // once and multiplied by the tokens in one pass (group_tokens for 8, 12 or 16 of them), on AMX too: decoding the
-    // tile into steps for amx_tile and reading them back took 25% longer at 16 tokens, 50-60% at 8, 20-25% at 10
-    // and 12 (tinyllama-1.1b's shape, Q4_K; the AVX-512 kernels' passes of eight over the steps as long).
+    // tile into steps for amx_tile and reading them back took longer at every count from 8 to 16, as did the
+    // AVX-512 kernels' passes of eight over the steps.
     const bool one_group = n_tokens <= kAmxGroup && q.tile_qs != nullptr;
 #ifdef QUILL_AMX
     const bool amx = Amx && n_tokens >= kAmxMinTokens && q.tile_qs != nullptr && !one_group;

@@ -550,10 +550,9 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
     }
 }
 
-// Lines of the next unit `ahead` steps through a position of the mix. On the 2-core Zen 2 (this file's AVX2 build)
-// two a position made a 16-sequence decode step's attention 13-22% slower than one; on the 2-core AMX Xeon (the
-// AVX-512 build, whose kernels leave less time between a unit's loads) two made the whole step 0.5% faster than one
-// and four 0.9% slower than two (alternating steps in one batch run, three runs each).
+// Lines of the next unit `ahead` steps through a position of the mix: one in the AVX2 build, where two slowed a
+// batched decode's attention; two in the AVX-512 build, whose kernels leave less time between a unit's loads (there
+// two were faster than one, and four slower than two).
 #ifdef __AVX512F__
 constexpr int kMixLines = 2;
 #else
@@ -739,9 +738,8 @@ typename Lanes<W>::V gated_lanes(typename Lanes<W>::V g, typename Lanes<W>::V u)
     return L::mul(L::div(g, L::add(L::set1(1.0f), e)), u);
 }
 
-// Sixteen lanes at a time in the AVX-512 build (the FFN's activation took 2% of a 16-sequence batch run in eight;
-// sixteen: 0.1-0.55% less time a step), then eight, then the tail through the same eight-lane operations, lane by
-// lane.
+// Sixteen lanes at a time in the AVX-512 build (half the instructions of eight lanes), then eight, then the tail
+// through the same eight-lane operations, lane by lane.
 template <bool kGelu>
 void gated(float* gate, const float* up, int64_t n) {
     int64_t i = 0;

@@ -384,8 +384,7 @@ void matmul_pair(const MatmulJob& a, const MatmulJob& b, Activations& x, ThreadP
     const int nth = pool.size();
     // done() gets whole groups of eight 32-blocks where the units allow and the threads' shares stay as even (the
     // largest no larger): AVX2 quantizes eight blocks at once, and the FFN's 1536 rows in units of 64 on two threads
-    // came in ranges of six, every one through the masked tail path (perf of a 16-sequence batch run: the
-    // quantization 3.05% -> 2.60% of the samples).
+    // came in ranges of six, every one through the masked tail path.
     constexpr int64_t kGroupRows = 8 * 32;
     int64_t group_units = kGroupRows % unit_rows == 0 ? kGroupRows / unit_rows : 1;
     const auto largest_share = [&](int64_t align) { return ((n_units + align - 1) / align + nth - 1) / nth * align; };
@@ -551,7 +550,7 @@ bool hardware_has(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c". Read once: under a
-    // hypervisor CPUID is a VM exit (14 us on a KVM guest, where the checks of a model's tensors at load took 12 ms).
+    // hypervisor CPUID is a VM exit, and a model's load checks every tensor.
     static const bool f16c = [] {
         unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
         return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;

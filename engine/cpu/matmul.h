@@ -95,8 +95,8 @@ public:
 
     // x [n_tokens, n_in]; its first n_decode tokens are decode steps (BatchToken::decode), which F16 and BF16 weights
     // multiply on the vector units even where AMX is used for the others: at one token per sequence the tile
-    // multiplies of the exact bf16 split cost more than a memory-bound decode can hide (F16 about 1.5x slower, BF16
-    // 1.1-1.4x on a 2-core Sapphire Rapids), and a token's path depends only on its role, not on its batch.
+    // multiplies of the exact bf16 split cost more than a memory-bound decode can hide, and a token's path depends
+    // only on its role, not on its batch.
     void set(const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode = 0);
     const float* data() const { return x_; }
     int64_t n_tokens() const { return n_tokens_; }
@@ -113,8 +113,8 @@ public:
     // two blocks of a half group's scales share a line), for a section whose threads each write a range of x's
     // columns (matmul_pair).
     // rows = false where the next products all read the tile layout alone (reads_tiles_alone): the AVX-512
-    // quantizer then skips the row-major form, which a 16-sequence decode step's AMX kernels never read (the step
-    // took 1.8-2.5% less time). A matmul whose kernel needs that form quantizes the input again.
+    // quantizer then skips the row-major form, which a 16-sequence decode step's AMX kernels never read. A matmul
+    // whose kernel needs that form quantizes the input again.
     static constexpr int64_t kInt8PartTokens = 8;
     void begin_int8(Isa isa, bool rows = true);
     void quantize_int8(int64_t t0, int64_t t1);
