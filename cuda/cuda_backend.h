@@ -38,33 +38,27 @@ struct CudaBackendOptions {
     // Fewer launches a decode step: Q, K and V (and gate and up) multiplied in one launch when alike, the int8
     // inputs quantized by the norm, the attention and the activation that write them, each layer's output checked by
     // the next layer's norm; and more than eight decode tokens multiplied four rows a warp (matmul_q8 rows_kernel).
-    // The same arithmetic, bit for bit (tests/test_cuda.cpp, passed on an H200). Measured there (llama3-8b Q4_0,
-    // 2026-12-04): 9 launches a layer instead of 17, decode 241 against 234 tok/s, 64 sequences 790 against 544
-    // generated tok/s. QUILL_CUDA_FUSE=0 turns it off.
+    // The same arithmetic, bit for bit (tests/test_cuda.cpp): 9 launches a layer instead of 17, and a decode step's
+    // kernels are short enough that the gaps between them count. QUILL_CUDA_FUSE=0 turns it off.
     bool fused_kernels = true;
     // Decode products of these types (of Q4_0, Q4_1 and Q8_0), rows a multiple of 1024 wide in the packed layout,
-    // streamed through shared memory with cp.async (kernels.h Q8Launch::stream), the same bits (tested on an H200).
-    // Measured there (llama3-8b decode, 2026-12-04, 3 stages, the register kernel in the same run): Q4_0 388.4
-    // against 317.9 tok/s, Q4_1 390.6 against 307.7; Q8_0 280.0 against 299.1, so Q8_0 keeps the register kernel
-    // (kernels.cu has every stage count measured). QUILL_CUDA_STREAM=0: none, =1: all three.
+    // streamed through shared memory with cp.async (kernels.h Q8Launch::stream), the same bits (tests/test_cuda.cpp).
+    // Q8_0 keeps the register kernel, which decoded it faster at every stage count tried (kernels.cu).
+    // QUILL_CUDA_STREAM=0: none, =1: all three.
     std::vector<GgmlType> stream_types = {GgmlType::Q4_0, GgmlType::Q4_1};
     int stream_stages = 0;  // the streamed kernel's ring: 2, 3, 4, 6 or 8 stages (0: kernels.h kStreamStagesDefault)
     // The int8 decode products launched as programmatic dependents (sm_90 or later; ignored below): each fetches its
-    // first weights while the kernel before it finishes (kernels.h Q8Launch::pdl). Measured there, the streamed
-    // kernel with against without (tok/s, three runs): Q4_0 at 8 stages 341.0 / 338.3 and 343.3 / 332.5, at 4
-    // stages 367.0 / 359.8; Q8_0 streamed 251.8 / 235.5: 1-3% for Q4_0, about the runs' noise.
+    // first weights while the kernel before it finishes (kernels.h Q8Launch::pdl).
     bool programmatic_launch = true;
     // The other kernels of a decode step's layers (the norms, RoPE + K/V store, attention, activation, the
     // activations' quantization) launched as programmatic dependents too (sm_90 or later): each kernel's blocks are
-    // on the multiprocessors, waiting, when the kernel before it finishes, instead of launching then. Measured on the
-    // H200 (decode tok/s, 2026-12-04, all in one run, then the same in a second): SmolLM2-135M's shape in Q4_1 744.9
-    // / 772.3 against 740.2 / 751.4 with the products only (QUILL_CUDA_PDL=products) and 666.3 / 680.8 with none
-    // (QUILL_CUDA_PDL=0); llama3-8b Q4_0 371.2 / 374.3 against 343.0 / 348.7 with none, Q8_0 290.5 against 290.3.
+    // on the multiprocessors, waiting, when the kernel before it finishes, instead of launching then. For comparison:
+    // QUILL_CUDA_PDL=products launches the products alone that way, QUILL_CUDA_PDL=0 none.
     bool programmatic_chain = true;
     // More than eight decode tokens (sequences decoding together) multiplied by int8 mma on the tensor cores (kernels.h
     // Q8Launch::mma; sm_80 or later, packed layout), the same bits as the dp4a kernels by construction and by its
-    // test (passed on an H200). Measured there (llama3-8b Q4_0, 2026-12-04, generated tok/s, the dp4a kernels in the
-    // same run): 16 sequences 873.2 against 840.9, 64 sequences 1088.2 against 856.0. QUILL_CUDA_MMA=0 turns it off.
+    // test; faster than the dp4a kernels from 16 sequences on, and more so the more sequences. QUILL_CUDA_MMA=0 turns
+    // it off.
     bool mma_products = true;
     // The mma kernel with the tokens' quants and scales staged in shared memory a round at a time (kernels.h
     // Q8Launch::mma_staged), written for what Nsight Compute found the direct one bound by (L1's gathers): the same
@@ -77,7 +71,7 @@ constexpr int64_t kMaxGraphTokens = 64;
 
 // Device memory the backend takes, and what the device had free before it took it.
 struct MemoryPlan {
-    std::string device;  // "NVIDIA H200"
+    std::string device;  // the device's name (cudaDeviceProp::name)
     size_t total = 0, free = 0;
     size_t weights = 0, kv = 0, workspace = 0;  // workspace includes the GEMM's scratch
     size_t needed() const;  // weights + kv + workspace + a margin for the runtime

@@ -2,9 +2,8 @@
 // tile, any head_dim up to 512, any GQA ratio). Decode: one warp per weight row, int8 dot products (dp4a) for Q4_0,
 // Q4_1 and Q8_0 with the input quantized per block of 32 as on the CPU, float for the other types; attention one
 // block per (token, head). Prompts: the products go through cuBLAS (cuda/gemm.h), attention through the flash
-// kernel below. Measured on an H200 (tests/gpu/check.sh, 2026-12-04, 4th GPU run): llama3-8b Q4_0 decode at 33% of
-// the copy bandwidth (321 tok/s), the int8 products 2.3 ms of a 3.1 ms step (42% of the copy bandwidth in their
-// own time), norms 0.3 ms, attention 0.2 ms, RoPE + K/V store and the activation 0.1 ms each.
+// kernel below. A decode step's time goes mostly to the int8 products, which stay short of the copy bandwidth;
+// tests/bench/HISTORY.md has the device profiles, kernel by kernel.
 #include "cuda/check.h"
 #include "cuda/dequant.h"
 #include "cuda/kernels.h"
@@ -354,9 +353,9 @@ __device__ __forceinline__ float q8_block_dot(const int* wq, float d, float m, c
 
 // One warp per weight row; every token, NT at a time (the row's blocks stay in L1 between tiles). Lane l takes
 // blocks l, l + 32, ... and sums them in that order (matmul_q8_rows_kernel and matmul_q8_stream_kernel too: the
-// same bits). Loading four of a lane's blocks before using the first measured no faster on the H200 (42% of the copy
-// bandwidth either way). P: launched as a programmatic dependent, the warp brings its first blocks into L2 while the
-// kernel before finishes.
+// same bits). Loading four of a lane's blocks before using the first was no faster, so the loop stays plain.
+// P: launched as a programmatic dependent, the warp brings its first blocks into L2 while the kernel before
+// finishes.
 
 template <GgmlType T, int NT, bool P>
 __global__ void __launch_bounds__(kMatmulWarps * kWarp)
@@ -375,8 +374,8 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
     q8_row<T>(w, r, qrow, srow);
     if constexpr (P) {
         // The lanes' first blocks (0..31: the whole of a row up to 1024 wide). The whole row of every warp on the
-        // device at once (4.3 KB a Q8_0 row 4096 wide, 36 MB in all) made Q8_0 decode slower on the H200 (270.5
-        // against 288.1 tok/s without): more than L2 keeps.
+        // device at once (4.3 KB a Q8_0 row 4096 wide, 36 MB in all) is more than L2 keeps, and made Q8_0 decode
+        // slower than no prefetch at all.
         const int64_t first = nb < kWarp ? nb : kWarp;
         prefetch_l2(qrow, w.scales ? first * packed_quant_bytes(T) : w.row_bytes * first / nb, lane);
         if (w.scales) prefetch_l2(srow, first * packed_scale_bytes(T), lane);
@@ -474,8 +473,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // integer sums for 16 rows x 8 tokens come from one mma.m16n8k32 (exact int32, as dp4a's), then the same
 // q8_block_value and additions; the 32 partials of a (row, token) meet in shared memory and are added in
 // warp_sum's tree. The same bits as the one-token kernels, so a sequence's result does not depend on its batch.
-// Its parity tests passed on an H200, where it is faster than the dp4a kernels from 16 tokens on
-// (CudaBackendOptions::mma_products).
+// Its parity tests check that; it is faster than the dp4a kernels from 16 tokens on (CudaBackendOptions::mma_products).
 constexpr int kMmaRows = 16, kMmaTokens = 32, kMmaWarps = kWarp;  // a warp in the place of each lane
 constexpr size_t kMmaSmem = sizeof(float) * kMmaWarps * kMmaRows * kMmaTokens;  // the partials
 
@@ -632,24 +630,19 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp)
 // ---- decode products streamed through shared memory (Q4_0, Q4_1, Q8_0 in the packed layout, cols % 1024 == 0) ----
 //
 // The register kernels above hold the bytes on their way in registers, and registers cap the warps a
-// multiprocessor runs; a decode step's products ran at 42% of the copy bandwidth on the H200 (a four-rows-a-warp
+// multiprocessor runs, and a decode step's products stayed well short of the copy bandwidth (a four-rows-a-warp
 // form with more loads a warp ran slower still, its 128 registers a thread cutting the resident warps to 16). Here
 // each warp streams its rows' chunks (a block a lane: 32 blocks, 576 bytes of Q4_0) into a ring of S stages in
 // shared memory with cp.async, which holds no registers while the bytes are on their way, so S - 1 chunks a warp
 // stay in flight, and the grid is persistent (a warp takes rows gw, gw + W, ... of the product set). Each lane sums
 // its blocks l, l + 32, ... of a row in order and the warp adds the lanes as matmul_q8_kernel does, with the same
 // operations: the same bits (tests/test_cuda.cpp, every S).
-// Measured on the H200 (llama3-8b decode, against the register kernel in the same run):
-// - 2026-12-04, the (row, chunk) of each chunk found by 64-bit division: 308.9 against 321.1 tok/s (Q4_0); Nsight
-//   Compute showed the multiprocessors busy issuing (about 200 instructions a warp a chunk), the DRAM 25-45% busy.
-// - Later that day, counters instead of divisions, 8 stages: Q4_0 343.5 against 317.6; Q8_0 247.9 against 287.6 (48
-//   registers, 10 blocks of 4 warps a multiprocessor; the largest products' DRAM 43-58% busy).
-// - The same day, stages swept (tok/s; register kernel Q4_0 317.9, Q4_1 307.7, Q8_0 299.1): Q4_0 383.8 / 388.4 /
-//   367.0 / 365.5 at 2 / 3 / 4 / 8 stages, Q4_1 386.7 / 390.6 / 383.2 / 368.2, Q8_0 280.5 / 280.0 / 277.5 / 261.5.
-//   So 3 stages (kStreamStagesDefault), for Q4_0 and Q4_1 only (CudaBackendOptions::stream_types). Fewer chunks in
-//   flight ran faster, so bytes in flight are not what limits it; why is not measured (the shared memory the ring
-//   takes from the L1 that holds the input is one candidate). A fifth run with 3 stages the default: Q4_0 376.5
-//   against 321.7, Q4_1 380.7 against 298.4.
+// A warp steps its (row, chunk) as counters: found by 64-bit divisions, they kept the multiprocessors busy issuing
+// instructions and the DRAM far from busy. Of the ring's stage counts tried (2, 3, 4, 8), 3 ran fastest
+// (kStreamStagesDefault), and Q8_0 ran faster on the register kernel at every count, so only Q4_0 and Q4_1 stream
+// (CudaBackendOptions::stream_types). Fewer chunks in flight ran faster, so bytes in flight are not what limits it;
+// why is not measured (the shared memory the ring takes from the L1 that holds the input is one candidate). The
+// measurements, run by run: tests/bench/HISTORY.md.
 // S: the ring's stages (Q8Launch::stream_stages).
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -751,8 +744,8 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // ---- many decode tokens on the tensor cores, the tokens staged in shared memory ----
 //
 // matmul_q8_mma_kernel's arithmetic (the same fragments, q8_block_value and additions in the same order: the same
-// bits), with its token side read differently. Nsight Compute on the H200 (tests/bench/HISTORY.md, run 16) found that
-// kernel bound by L1 (89% busy, DRAM 3%): each lane gathers its tokens' 4-byte quant words and 8-byte scale pairs
+// bits), with its token side read differently. Nsight Compute (tests/bench/HISTORY.md, CUDA run 16) found that
+// kernel bound by L1, not DRAM: each lane gathers its tokens' 4-byte quant words and 8-byte scale pairs
 // straight from global memory, eight to sixteen cache lines a warp-wide load: about 28 L1 wavefronts an mma by count
 // (not measured). Here the block copies each round's token side (the 32 blocks c = 0..31 of the round, one a warp,
 // for its kMmaTokens tokens) into shared memory with cp.async, 16 contiguous bytes a thread, the next round in flight
@@ -887,9 +880,8 @@ __global__ void embed_kernel(DeviceMatrix emb, const int32_t* __restrict__ token
 // One block per row. With q: the row also quantized for matmul_q8 (d a multiple of 32). With flag: *flag =
 // min(*flag, layer) when x holds inf or NaN (the previous layer's output check, fused). Rows of d <= 1024 K floats
 // (d a multiple of 4, K <= 8) take the register form rms_norm_vec_kernel<K>: every thread loads its K float4s of x
-// and w at once before any use (a decode step's norm is one block, and it waited on one load at a time: 15-20 us a
-// norm on the H200, a fifth of the step), eight threads a block of 32 when quantizing. Other rows take the strided
-// loop.
+// and w at once before any use (a decode step's norm is one block, and the strided loop waited on one load at a
+// time), eight threads a block of 32 when quantizing. Other rows take the strided loop.
 // Both forms give every row the same bits whatever the batch (the sum of squares' order depends on d alone).
 constexpr int kNormThreads = 256;
 
@@ -1008,7 +1000,7 @@ __device__ __forceinline__ void store_kv(void* base, size_t i, float v, bool f16
 
 // One block per (token, head): blockIdx.y < n_head rotates that query head in place, the others rotate key head
 // blockIdx.y - n_head and store it with its values in the slot's cache row at the token's position. (One block a
-// token did it all with one dependent load at a time: 15 us a decode step's call on the H200.)
+// token did it all with one dependent load at a time, a long wait in every decode step.)
 __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                                   const float* __restrict__ cs, const int32_t* __restrict__ slots,
                                   const int32_t* __restrict__ pos, Heads h, LayerCache c) {
@@ -1055,7 +1047,7 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
 // sum l rescale the output accumulators per chunk. Scores: warp w takes the chunk's keys w, w + 4, ..., four at a
 // time, its lanes the dims (lane, lane + 32, ...) of each, summed over the warp; P V: warp w the same keys, four at
 // a time, each lane its dims; the four warps' partial outputs are added at the end. (One key a thread and one
-// dependent load at a time took 8 us a (token, head) block at short contexts on the H200.)
+// dependent load at a time were slow even at short contexts.)
 constexpr int kAttnThreads = 128;
 constexpr int kAttnWarps = kAttnThreads / kWarp;
 constexpr int kAttnChunk = 128;

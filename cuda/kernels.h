@@ -57,14 +57,14 @@ struct Q8Launch {
     // once for the four (CudaBackendOptions::fused_kernels); else one row a warp, eight tokens at a time.
     bool rows_kernel = false;
     // Eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes): a kernel
-    // that streams the weights through a ring in shared memory with cp.async, a persistent grid (kernels.cu has
-    // what it measured against the register kernel).
+    // that streams the weights through a ring in shared memory with cp.async, a persistent grid (kernels.cu says
+    // why; tests/bench/HISTORY.md has what it measured against the register kernel).
     bool stream = false;
     int stream_blocks = 0;  // > 0: caps its persistent grid (tests: many rows a warp)
     int stream_stages = 0;  // its ring's stages: 2, 3, 4, 6 or 8 (0: kStreamStagesDefault)
     // More than eight tokens, weights in the packed layout, sm_80 or later (mma_takes): int8 mma on the tensor
     // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; kernels.cu;
-    // CudaBackendOptions::mma_products has what it measured).
+    // CudaBackendOptions::mma_products).
     bool mma = false;
     // The mma kernel that stages each round's token side in shared memory (kernels.cu; not yet run on a GPU).
     bool mma_staged = false;
@@ -74,7 +74,7 @@ struct Q8Launch {
     // the input, then lets the next kernel launch.
     bool pdl = false;
 };
-constexpr int kStreamStagesDefault = 3;  // measured fastest on the H200 (kernels.cu)
+constexpr int kStreamStagesDefault = 3;  // the fastest of the stage counts tried (kernels.cu)
 
 // y[t, r] = sum over blocks of W's block times x's quantized block (y += when accumulate), for a type that
 // uses_q8: four int8 products a dp4a instruction, the block scales applied to each block's integer sum.
