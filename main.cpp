@@ -140,8 +140,9 @@ std::unique_ptr<quill::Tokenizer> load_tokenizer(const quill::GgufFile& file, co
 
 std::string read_stdin(size_t max_bytes) { return quill::read_capped(STDIN_FILENO, "stdin", max_bytes); }
 
-void add_max_input_option(CLI::App* cmd, size_t& max_bytes) {
-    cmd->add_option("--max-input-bytes", max_bytes, "Longest prompt read from a file or stdin")
+void add_max_input_option(CLI::App* cmd, size_t& max_bytes,
+                          const char* help = "Longest prompt read from a file or stdin") {
+    cmd->add_option("--max-input-bytes", max_bytes, help)
         ->capture_default_str()
         ->check(kNotEmpty)
         ->check(CLI::Range(size_t{1}, size_t{1} << 40));
@@ -385,6 +386,8 @@ struct ChatCliOptions {
     std::string system;
     std::string chat_template;
     std::string overflow = "drop-oldest";
+    size_t max_input_bytes = quill::kDefaultMaxInputBytes;
+    bool quiet = false;
 };
 
 int cmd_chat(ChatCliOptions& o) {
@@ -393,7 +396,7 @@ int cmd_chat(ChatCliOptions& o) {
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     auto session = quill::Session::open(session_options(o.model, o.engine));
-    quill::print_stderr("{}\n", session->load_line());
+    if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
     quill::GenerationParams gp;
@@ -405,20 +408,24 @@ int cmd_chat(ChatCliOptions& o) {
 
     quill::signals::install();
     const bool tty = isatty(STDIN_FILENO) != 0;
-    auto in = tty ? quill::chat::make_terminal_reader(stdin, stdout, quill::chat::default_history_path())
-                  : quill::chat::make_stream_reader(stdin);
+    auto in = tty ? quill::chat::make_terminal_reader(stdin, stdout, quill::chat::default_history_path(),
+                                                      o.max_input_bytes)
+                  : quill::chat::make_stream_reader(stdin, o.max_input_bytes);
     quill::Output out(stdout, "stdout");
     quill::Output status(stderr, "stderr");
     quill::chat::ReplOptions ro;
     ro.color = tty && isatty(STDERR_FILENO) && !std::getenv("NO_COLOR");
+    ro.quiet = o.quiet;
     ro.model_name = session->model->config.name;
+    ro.max_input_bytes = o.max_input_bytes;
     ro.cancel = &quill::signals::stop_flag();
     ro.clear_cancel = [] { quill::signals::clear(); };
     // SIGTERM ends the chat; so does Ctrl-C when nobody is typing (input from a pipe or a file).
     ro.should_exit = [tty] { return quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0); };
     quill::chat::ChatRepl repl(conv, *in, out, status, ro);
     const int rc = repl.run();
-    // Ended by a signal: the conventional status (130 SIGINT, 143 SIGTERM), as `run` does.
+    // Ended by a signal: the conventional status (130 SIGINT, 143 SIGTERM), as `run` does; else 1 when a message
+    // or command read from a pipe or file failed.
     if (quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0)) return 128 + quill::signals::last();
     return rc;
 }
@@ -714,6 +721,8 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("--context-overflow", chat.overflow,
                          "When the conversation outgrows the context: drop-oldest (turns) or error")
         ->capture_default_str();
+    add_max_input_option(chat_cmd, chat.max_input_bytes, "Longest message and /load file");
+    chat_cmd->add_flag("-q,--quiet", chat.quiet, "No load line, no banner and no stats line after each reply");
 
     BatchCliOptions batch;
     CLI::App* batch_cmd = app.add_subcommand(

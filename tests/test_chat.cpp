@@ -258,7 +258,7 @@ TEST_CASE("REPL commands: system, undo, regen, save and load, reset, unknown com
     Captured out, err;
     Output o(out.f, "out"), e(err.f, "err");
     ChatRepl repl(conv, in, o, e, {});
-    CHECK(repl.run() == 0);
+    CHECK(repl.run() == 1);  // /frob failed
     const std::string status = err.text();
     INFO(status);
     CHECK(status.find("system message set") != std::string::npos);

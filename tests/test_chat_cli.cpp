@@ -3,22 +3,20 @@
 // /regen, Ctrl-D).
 #include "engine/format/gguf.h"
 #include "tests/fault_util.h"
+#include "tests/pty_process.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <csignal>
 #include <cstring>
 #include <fstream>
-#include <poll.h>
-#include <pty.h>
 #include <sstream>
-#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace quill;
+using test::human_pause;
+using test::PtyProcess;
 using test::run_quill;
 
 namespace {
@@ -140,87 +138,6 @@ TEST_CASE("quill chat through a pipe: one turn per line, replies followed by a b
 }
 
 namespace {
-
-// A child process on a pseudo-terminal.
-class PtyProcess {
-public:
-    explicit PtyProcess(const std::vector<std::string>& args, const std::string& state_dir) {
-        winsize size{};
-        size.ws_row = 40;
-        size.ws_col = 120;
-        pid_ = forkpty(&fd_, nullptr, nullptr, &size);
-        REQUIRE(pid_ >= 0);
-        if (pid_ == 0) {
-            // A clean start whatever the test process did with signals (masks and ignored signals survive exec).
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, nullptr);
-            for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) std::signal(sig, SIG_DFL);
-            setenv("NO_COLOR", "1", 1);
-            setenv("XDG_STATE_HOME", state_dir.c_str(), 1);
-            std::vector<char*> argv;
-            argv.push_back(const_cast<char*>(QUILL_BIN));
-            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-            argv.push_back(nullptr);
-            execv(QUILL_BIN, argv.data());
-            _exit(127);
-        }
-    }
-    ~PtyProcess() {
-        if (pid_ > 0 && !reaped_) {
-            kill(pid_, SIGKILL);
-            waitpid(pid_, nullptr, 0);
-        }
-        if (fd_ >= 0) close(fd_);
-    }
-
-    void send(const std::string& s) { REQUIRE(write(fd_, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
-
-    // Reads until `needle` appears after `from` in the whole output, or the time runs out (then false).
-    bool wait_for(const std::string& needle, size_t from = 0, int seconds = 60) {
-        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-        while (all_.find(needle, from) == std::string::npos) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-            if (left.count() <= 0) return false;
-            pollfd p{fd_, POLLIN, 0};
-            if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-            char buf[4096];
-            const ssize_t n = read(fd_, buf, sizeof buf);
-            if (n <= 0) return all_.find(needle, from) != std::string::npos;
-            for (ssize_t i = 0; i < n; ++i)
-                if (buf[i] != '\r') all_.push_back(buf[i]);
-        }
-        return true;
-    }
-    int wait_exit(int seconds = 30) {
-        for (int i = 0; i < seconds * 10; ++i) {
-            pollfd p{fd_, POLLIN, 0};
-            while (poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
-                char buf[4096];
-                if (read(fd_, buf, sizeof buf) <= 0) break;
-            }
-            int st = 0;
-            if (waitpid(pid_, &st, WNOHANG) == pid_) {
-                reaped_ = true;
-                return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            }
-            usleep(100000);
-        }
-        return -1;
-    }
-    const std::string& output() const { return all_; }
-    size_t size() const { return all_.size(); }
-
-private:
-    int fd_ = -1;
-    pid_t pid_ = -1;
-    bool reaped_ = false;
-    std::string all_;
-};
-
-// A person types a moment after the prompt shows; libedit prints the prompt just before it puts the terminal in
-// its own mode, and a key that arrives in between is handled by the terminal's line discipline instead.
-void human_pause() { usleep(300000); }
 
 // The reply printed after the echo of `input`, up to the stats line.
 // (Input typed ahead may be echoed twice: by the terminal, then by the line editor; the last echo counts.)

@@ -22,7 +22,27 @@ Conversation::Conversation(Backend& backend, const Tokenizer& tok, const ChatFor
       overflow_(overflow),
       slot_(slot) {}
 
-void Conversation::set_system(std::string text) { system_ = std::move(text); }
+void Conversation::set_system(std::string text) {
+    check_renders(text, turns_);
+    system_ = std::move(text);
+}
+
+void Conversation::set_params(GenerationParams params) {
+    turn_index_ = 0;
+    params_ = std::move(params);
+}
+
+std::string Conversation::describe_loss(std::string_view text) const {
+    return tok_.describe_loss(text, tok_.encode(text, false, false));
+}
+
+void Conversation::check_renders(const std::string& system, const nlohmann::json& turns) const {
+    nlohmann::json all = nlohmann::json::array();
+    if (!system.empty()) all.push_back({{"role", "system"}, {"content", system}});
+    for (const auto& m : turns) all.push_back(m);
+    all.push_back({{"role", "user"}, {"content", "Hello"}});
+    format_.render(all, true);
+}
 
 nlohmann::json Conversation::messages() const {
     nlohmann::json all = nlohmann::json::array();
@@ -32,14 +52,18 @@ nlohmann::json Conversation::messages() const {
 }
 
 void Conversation::load(const nlohmann::json& messages) {
-    system_.clear();
-    turns_ = nlohmann::json::array();
+    std::string system;
+    nlohmann::json turns = nlohmann::json::array();
     for (const auto& m : messages) {
-        if (m.value("role", "") == "system" && turns_.empty() && system_.empty())
-            system_ = m.value("content", "");
+        const nlohmann::json content = m["content"].is_string() ? m["content"] : "";
+        if (m.value("role", "") == "system" && turns.empty() && system.empty())
+            system = content.get<std::string>();
         else
-            turns_.push_back({{"role", m.value("role", "")}, {"content", m["content"].is_string() ? m["content"] : ""}});
+            turns.push_back({{"role", m.value("role", "")}, {"content", content}});
     }
+    check_renders(system, turns);
+    system_ = std::move(system);
+    turns_ = std::move(turns);
 }
 
 void Conversation::reset() { turns_ = nlohmann::json::array(); }
@@ -109,15 +133,9 @@ std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text) {
 TurnResult Conversation::respond(const std::function<void(std::string_view)>& on_text,
                                  const std::atomic<bool>* cancel) {
     TurnResult result;
-    const nlohmann::json before = turns_;
-    std::vector<int32_t> prompt;
     std::string prompt_text;  // the rendering the prompt stands for
-    try {
-        prompt = fit_prompt(result.dropped_messages, prompt_text);
-    } catch (...) {
-        turns_ = before;
-        throw;
-    }
+    const std::vector<int32_t> prompt = fit_prompt(result.dropped_messages, prompt_text);
+    if (result.dropped_messages > 0 && on_dropped_) on_dropped_(result.dropped_messages);
     // The longest prefix already in the cache (sliding-window rings permitting).
     const size_t n_past = backend_.reusable_prefix(cached_, written_, prompt);
 
@@ -172,21 +190,31 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
 
 TurnResult Conversation::send(std::string user_text, const std::function<void(std::string_view)>& on_text,
                               const std::atomic<bool>* cancel) {
+    // On a failure the messages as they were; cached_ and written_ are kept true to the slot by respond.
+    nlohmann::json before = turns_;
     turns_.push_back({{"role", "user"}, {"content", std::move(user_text)}});
     try {
         return respond(on_text, cancel);
     } catch (...) {
-        if (!turns_.empty() && turns_.back().value("role", "") == "user") turns_.erase(turns_.end() - 1);
+        turns_ = std::move(before);
         throw;
     }
 }
 
 TurnResult Conversation::regenerate(const std::function<void(std::string_view)>& on_text,
                                     const std::atomic<bool>* cancel) {
+    nlohmann::json before = turns_;
     if (!turns_.empty() && turns_.back().value("role", "") == "assistant") turns_.erase(turns_.end() - 1);
-    if (turns_.empty() || turns_.back().value("role", "") != "user")
+    if (turns_.empty() || turns_.back().value("role", "") != "user") {
+        turns_ = std::move(before);
         throw UsageError("nothing to regenerate: send a message first");
-    return respond(on_text, cancel);
+    }
+    try {
+        return respond(on_text, cancel);
+    } catch (...) {
+        turns_ = std::move(before);
+        throw;
+    }
 }
 
 }  // namespace quill::chat

@@ -35,16 +35,21 @@ public:
     Conversation(Backend& backend, const Tokenizer& tok, const ChatFormat& format, int64_t n_ctx,
                  GenerationParams params, ContextOverflow overflow, int32_t slot = 0);
 
-    // The system message ("" for none; the template may then add its own default).
+    // The system message ("" for none; the template may then add its own default). The error of the template
+    // (raise_exception: Gemma's refuse a system message) when it refuses the conversation with it; then the
+    // system message stays as it was.
     void set_system(std::string text);
     const std::string& system() const { return system_; }
 
     // Adds a user message and generates the reply, streamed through on_text. The reply joins the conversation,
     // also when cut short by cancel (a partial reply stays). Throws UsageError when the conversation does not
-    // fit the context (overflow error, or a single message too long) and leaves the conversation as it was.
+    // fit the context (overflow error, or a single message too long), the template's error when it refuses the
+    // conversation, and on any failure leaves the conversation as it was: the messages, and the cache bookkeeping
+    // true to what the slot holds.
     TurnResult send(std::string user_text, const std::function<void(std::string_view)>& on_text,
                     const std::atomic<bool>* cancel = nullptr);
-    // Generates the last reply again (after removing it). UsageError when there is no user message to answer.
+    // Generates the last reply again (after removing it). UsageError when there is no user message to answer; on
+    // a failure the last reply stays.
     TurnResult regenerate(const std::function<void(std::string_view)>& on_text,
                           const std::atomic<bool>* cancel = nullptr);
     // Removes the last exchange (the last user message and the reply after it); false when there is none.
@@ -56,15 +61,27 @@ public:
     nlohmann::json messages() const;
     // Non-system messages.
     const nlohmann::json& turns() const { return turns_; }
-    // Replaces the conversation by a saved one (system message taken from its first message when present).
+    // Replaces the conversation by a saved one (system message taken from its first message when present). The
+    // template's error, and the conversation unchanged, when the template refuses to go on from it (roles that do
+    // not alternate).
     void load(const nlohmann::json& messages);
+    // Called before a reply is generated when drop-oldest removed messages to fit it (with how many).
+    void on_dropped(std::function<void(int dropped)> notice) { on_dropped_ = std::move(notice); }
 
     // Tokens whose K and V are in the slot (a prefix the next turn may reuse).
     int64_t cached_tokens() const { return static_cast<int64_t>(cached_.size()); }
     int64_t n_ctx() const { return n_ctx_; }
-    GenerationParams& params() { return params_; }
+    const GenerationParams& params() const { return params_; }
+    // New parameters. The seed sequence starts again: the next reply samples with the seed as given, the one
+    // after it with seed + 1, and so on.
+    void set_params(GenerationParams params);
+    const ChatFormat& format() const { return format_; }
+    // What tokenizing `text` would lose ("" for nothing): Tokenizer::describe_loss.
+    std::string describe_loss(std::string_view text) const;
 
 private:
+    // Throws the template's error when it refuses [system] + turns + a next user message.
+    void check_renders(const std::string& system, const nlohmann::json& turns) const;
     TurnResult respond(const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
     // The prompt tokens for the conversation, dropping the oldest turns as the policy allows; counts drops.
     // `text` receives the rendering the tokens stand for.
@@ -88,6 +105,7 @@ private:
     std::vector<int32_t> fed_tokens_;  // the last turn's prompt and reply tokens, as the model saw them
     std::string fed_text_;             // the text they stand for (the rendering, then the reply)
     uint64_t turn_index_ = 0;                           // varies the seed from turn to turn
+    std::function<void(int)> on_dropped_;
 };
 
 }  // namespace quill::chat

@@ -1,5 +1,6 @@
-// Where chat input comes from: a terminal with line editing and history (libedit), or any other stream read line
-// by line (a pipe, a file), with no prompts and no escape codes.
+// Where chat input comes from: a terminal with line editing, history and bracketed paste (libedit), or any other
+// stream read line by line (a pipe, a file), with no prompts and no escape codes. Both refuse a line longer than a
+// cap without holding more than the cap in memory.
 #pragma once
 
 #include <cstdio>
@@ -9,8 +10,9 @@
 namespace quill::chat {
 
 struct InputLine {
-    enum class Status { line, eof, interrupted } status = Status::eof;
-    std::string text;  // without the newline
+    // too_long: a line longer than the reader's cap, read to its end and dropped (text is empty).
+    enum class Status { line, eof, interrupted, too_long } status = Status::eof;
+    std::string text;  // without the newline; a paste on a terminal keeps its inner newlines
 };
 
 class LineReader {
@@ -23,10 +25,13 @@ public:
     virtual bool interactive() const = 0;
 };
 
-// libedit on the terminal `in`/`out`; history loaded from and saved to `history_path` ("" for none).
-std::unique_ptr<LineReader> make_terminal_reader(std::FILE* in, std::FILE* out, const std::string& history_path);
-// Plain lines from `in`; lines longer than max_line_bytes are an error.
-std::unique_ptr<LineReader> make_stream_reader(std::FILE* in, size_t max_line_bytes = size_t{16} << 20);
+// libedit on the terminal `in`/`out`; history loaded from and saved to `history_path` ("" for none). Sets LC_CTYPE
+// to a UTF-8 locale (the environment's when it is one, else C.UTF-8), which libedit needs to accept non-ASCII
+// keys. A bracketed paste (ESC[200~ ... ESC[201~) is inserted into the line as one piece, newlines kept.
+std::unique_ptr<LineReader> make_terminal_reader(std::FILE* in, std::FILE* out, const std::string& history_path,
+                                                 size_t max_line_bytes);
+// Plain lines from `in`.
+std::unique_ptr<LineReader> make_stream_reader(std::FILE* in, size_t max_line_bytes);
 
 // $XDG_STATE_HOME/quill/history, else ~/.local/state/quill/history; "" when neither is known.
 std::string default_history_path();
