@@ -35,10 +35,14 @@ void Conversation::load(const nlohmann::json& messages) {
     system_.clear();
     turns_ = nlohmann::json::array();
     for (const auto& m : messages) {
-        if (m.value("role", "") == "system" && turns_.empty() && system_.empty())
-            system_ = m.value("content", "");
+        // (parse_messages checked the role is a string; a null content, as a message of tool calls has, is "")
+        const std::string role = m.value("role", "");
+        const auto content = m.find("content");
+        const std::string text = content != m.end() && content->is_string() ? content->get<std::string>() : "";
+        if (role == "system" && turns_.empty() && system_.empty())
+            system_ = text;
         else
-            turns_.push_back({{"role", m.value("role", "")}, {"content", m["content"].is_string() ? m["content"] : ""}});
+            turns_.push_back({{"role", role}, {"content", text}});
     }
 }
 
