@@ -43,6 +43,14 @@ TEST_CASE("JSON nested up to 64 levels parses; one more is an error naming where
                       "input line 3: JSON nested deeper than 64 levels at line 2, column 70");
 }
 
+TEST_CASE("try_parse_untrusted_json: the same limit, nullopt instead of an error", "[json]") {
+    CHECK(try_parse_untrusted_json(nested(kMaxJsonDepth)).has_value());
+    CHECK_FALSE(try_parse_untrusted_json(nested(kMaxJsonDepth + 1)).has_value());
+    CHECK_FALSE(try_parse_untrusted_json(nested(300000)).has_value());
+    CHECK_FALSE(try_parse_untrusted_json("{\"a\": 1,}").has_value());
+    CHECK(try_parse_untrusted_json("{\"a\": [1]}").value()["a"][0] == 1);
+}
+
 TEST_CASE("brackets inside strings do not count as nesting", "[json]") {
     const std::string many = std::string(1000, '[') + "\\\"{{{" + std::string(1000, '{');
     const nlohmann::json j = parse_untrusted_json("{\"s\": \"" + many + "\", \"t\": [\"]]]\"]}", "x");

@@ -57,6 +57,13 @@ size_t json_too_deep_at(std::string_view text, int max_depth) {
     return std::string_view::npos;
 }
 
+std::optional<nlohmann::json> try_parse_untrusted_json(std::string_view text) {
+    if (json_too_deep_at(text, kMaxJsonDepth) != std::string_view::npos) return std::nullopt;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) return std::nullopt;
+    return j;
+}
+
 nlohmann::json parse_untrusted_json(std::string_view text, std::string_view what) {
     if (const size_t at = json_too_deep_at(text, kMaxJsonDepth); at != std::string_view::npos)
         throw UsageError(fmt::format("{}: JSON nested deeper than {} levels at {}", what, kMaxJsonDepth, where(text, at)));

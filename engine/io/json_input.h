@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,9 @@ inline constexpr int kMaxJsonDepth = 64;
 // <where> is "line L, column C" ("column C" for text of one line); bytes that are not printable UTF-8 in the reason
 // are escaped. The tree returned is at most kMaxJsonDepth deep.
 nlohmann::json parse_untrusted_json(std::string_view text, std::string_view what);
+// The same where no message is needed (telling a format apart, scanning for records): nullopt instead of the error,
+// and no exception thrown.
+std::optional<nlohmann::json> try_parse_untrusted_json(std::string_view text);
 
 // The byte offset of the first '[' or '{' (outside strings) that opens level max_depth + 1; npos when none.
 size_t json_too_deep_at(std::string_view text, int max_depth);
