@@ -194,7 +194,7 @@ TEST_CASE("the format is read from the whole input: more than half of its lines 
 
 // ---- the output file ----
 
-TEST_CASE("a second batch on an output another batch is writing is refused; the first one's records stay single",
+TEST_CASE("a second batch on an output another batch is writing is refused, and the first one's records stay single",
           "[batch][model]") {
     auto model = test::require_testdata("models/stories260K.gguf");
     if (!model) return;
@@ -376,7 +376,7 @@ TEST_CASE("invalid UTF-8 in batch input gets one warning that counts its lines",
 
 // ---- the terminal ----
 
-TEST_CASE("-q is --quiet: nothing on stderr for a batch that went well", "[batch][model]") {
+TEST_CASE("batch -q is --quiet: nothing on stderr for a batch that went well", "[batch][model]") {
     auto model = test::require_testdata("models/stories260K.gguf");
     if (!model) return;
     auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "-n", "2", "-t", "1", "-q"}, "Once\nThe sun\n");

@@ -32,7 +32,7 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("JSON nested up to 64 levels parses; one more is an error naming where", "[json]") {
+TEST_CASE("JSON nested up to 64 levels parses, and one more is an error naming where", "[json]") {
     CHECK(depth_of(parse_untrusted_json(nested(kMaxJsonDepth), "x")) == kMaxJsonDepth);
     CHECK(depth_of(parse_untrusted_json("{\"a\": " + nested(kMaxJsonDepth - 1) + "}", "x")) == kMaxJsonDepth);
     CHECK_THROWS_WITH(parse_untrusted_json(nested(kMaxJsonDepth + 1), "in.json"),
