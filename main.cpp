@@ -39,7 +39,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -439,7 +438,9 @@ struct BatchCliOptions {
     std::string output;
     int parallel = 8;
     bool resume = false;
-    std::string shard = "0/1";
+    bool overwrite = false;
+    std::string format = "auto";
+    std::string shard = "1/1";
     int n_batch = 512;
     int n_predict = -1;
     quill::SamplingParams sampling;
@@ -451,11 +452,6 @@ struct BatchCliOptions {
     std::string system;
     std::string chat_template;
 };
-
-bool is_regular_file(std::FILE* f) {
-    struct stat st;
-    return fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 // How a batch request becomes tokens: `messages` through the chat template; OpenAI /v1/completions prompts as they
 // are; other prompts as the user message of the chat template, unless --raw. A model without a usable template
@@ -483,12 +479,73 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
     };
 }
 
+// The output of a batch: stdout, or OUTPUT opened and locked, then (--resume) its records read and a torn last line
+// cut off, under the lock, so that two runs never resume one file together. A non-empty OUTPUT is kept unless
+// --resume continues it or --overwrite empties it.
+struct BatchOutput {
+    std::unique_ptr<quill::batch::LockedOutput> file;  // null: stdout
+    quill::batch::ResumeScan earlier;
+};
+
+BatchOutput open_batch_output(const BatchCliOptions& o) {
+    BatchOutput out;
+    if (o.output.empty()) return out;
+    out.file = std::make_unique<quill::batch::LockedOutput>(o.output);
+    if (!out.file->locked())
+        warn_line(fmt::format("{}: the file system cannot lock it; a second quill batch on it would not be refused",
+                              o.output));
+    if (o.resume) {
+        out.earlier = quill::batch::prepare_resume(o.output);
+    } else if (o.overwrite) {
+        out.file->truncate();
+    } else if (out.file->initial_size() > 0) {
+        throw UsageError(fmt::format("{} is not empty ({}): --resume runs only the requests it lacks, --overwrite "
+                                     "replaces it",
+                                     o.output, quill::format_bytes(out.file->initial_size())));
+    }
+    return out;
+}
+
+// One warning for the input lines that are not UTF-8: in JSON they are error records; a plain-text prompt is
+// tokenized as it is, and the warning says what the tokenizer made of the first one, as `quill run` does.
+void warn_invalid_utf8(const quill::batch::BatchInput& input, const std::string& name, const quill::Tokenizer& tok) {
+    const std::vector<size_t>& bad = input.invalid_utf8_lines;
+    if (bad.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < bad.size() && i < 5; ++i) list += fmt::format("{}{}", i ? ", " : "", bad[i]);
+    if (bad.size() > 5) list += ", ...";
+    std::string effect = "they are error records (JSON text must be UTF-8)";
+    if (input.format == quill::batch::InputFormat::plain) {
+        const auto first = std::find_if(input.entries.begin(), input.entries.end(),
+                                        [&](const quill::batch::InputEntry& e) { return e.request.line == bad[0]; });
+        const std::string loss = tok.describe_loss(*first->request.prompt, {});
+        effect = loss.empty() ? "their bytes are tokenized as they are" : fmt::format("in line {}, {}", bad[0], loss);
+    }
+    warn_line(fmt::format("{}: {} line{} of invalid UTF-8 ({} {}): {}", quill::escape_for_terminal(name), bad.size(),
+                          bad.size() == 1 ? "" : "s", bad.size() == 1 ? "line" : "lines", list, effect));
+}
+
+// 128 + the signal when a signal stopped the batch; 3 when the output holds error records for requests of this
+// shard (this run's and, with --resume, earlier ones), their count on stderr; else 0.
+int batch_exit_status(const quill::batch::BatchInput& input, const quill::batch::Shard& shard,
+                      const quill::batch::ResumeScan& earlier, const quill::batch::BatchProgress& result,
+                      const std::string& output_name) {
+    if (quill::signals::count() > 0) return 128 + quill::signals::last();
+    size_t failed = result.errors;
+    for (size_t i = 0; i < input.entries.size(); ++i)
+        failed += shard.contains(i) && earlier.failed.contains(input.entries[i].request.id);
+    if (failed == 0) return 0;
+    quill::print_stderr("{}", quill::batch::failures_line(failed, result.done + result.skipped, output_name));
+    return 3;
+}
+
 int cmd_batch(BatchCliOptions& o) {
     namespace qb = quill::batch;
     if (o.output == "-") o.output.clear();  // stdout, as - is stdin for -i
     if (o.resume && o.output.empty()) throw UsageError("--resume needs -o OUTPUT (the file to resume)");
     quill::batch::RunnerOptions ro;
     ro.shard = qb::parse_shard(o.shard);
+    const qb::FormatHint format_option = qb::parse_format_option(o.format);
     ro.defaults.max_tokens = o.n_predict;
     ro.defaults.stop = o.stop;
     ro.defaults.sampling = o.sampling;
@@ -499,18 +556,18 @@ int cmd_batch(BatchCliOptions& o) {
     // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");
-    const std::string text = o.input.empty() || o.input == "-" ? read_stdin(o.max_input_bytes)
-                                                               : quill::read_prompt_file(o.input, o.max_input_bytes);
-    const qb::BatchInput input = qb::parse_batch_input(text);  // duplicate ids stop here, before any work
+    const bool from_stdin = o.input.empty() || o.input == "-";
+    const std::string text = from_stdin ? read_stdin(o.max_input_bytes) : quill::read_prompt_file(o.input, o.max_input_bytes);
+    const qb::FormatHint hint = format_option != qb::FormatHint::none || from_stdin
+                                    ? format_option
+                                    : qb::format_hint_from_name(o.input);
+    const qb::BatchInput input = qb::parse_batch_input(text, hint);  // duplicate ids stop here, before any work
 
-    qb::ResumeScan resume = o.resume ? qb::prepare_resume(o.output) : qb::ResumeScan{};
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
-    if (!o.output.empty()) {
-        file.reset(std::fopen(o.output.c_str(), o.resume ? "ab" : "wb"));
-        if (!file) throw quill::FileError(fmt::format("{}: cannot open for writing: {}", o.output, std::strerror(errno)));
-    }
-    std::FILE* out_stream = file ? file.get() : stdout;
-    qb::RecordWriter writer(out_stream, file ? o.output : "stdout", is_regular_file(out_stream));
+    BatchOutput output = open_batch_output(o);
+    const qb::ResumeScan& resume = output.earlier;
+    std::FILE* out_stream = output.file ? output.file->stream() : stdout;
+    const std::string out_name = output.file ? o.output : "stdout";
+    qb::RecordWriter writer(out_stream, out_name, output.file && output.file->is_regular());
 
     quill::SessionOptions so = session_options(o.model, o.engine);
     // No more slots than requests to run: every slot's KV cache counts when the context is fitted to memory.
@@ -524,22 +581,26 @@ int cmd_batch(BatchCliOptions& o) {
         return qb::context_needed(input, ro.shard, resume.done, *encoder, ro);
     };
     auto session = quill::Session::open(so);
-    if (!o.quiet)
+    if (!o.quiet) {
         quill::print_stderr("{}{}; {} input, {} slots\n", session->load_line(),
                             session->context_fitted ? " (what the requests need)" : "",
                             qb::input_format_name(input.format), so.n_slots);
+        if (ro.shard.n > 1) quill::print_stderr("{}", qb::shard_line(input, ro.shard));
+    }
     const quill::Tokenizer& tok = *session->tokenizer;
+    warn_invalid_utf8(input, from_stdin ? "stdin" : o.input, tok);
     const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o);
     quill::signals::install();
     ro.interrupts = [] { return quill::signals::count(); };
     const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};
     qb::ProgressReporter progress(isatty(STDERR_FILENO) != 0, o.quiet);
+    if (!output.file && qb::same_terminal(STDOUT_FILENO, STDERR_FILENO)) writer.set_before_write([&] { progress.clear(); });
     const qb::BatchProgress result =
         qb::run_batch(*session->backend, tok, session->n_ctx, input, resume.done, encode, writer, ctx, ro,
                       [&](const qb::BatchProgress& p) { progress.update(p); });
     progress.finish(result);
     if (resume.torn && !o.quiet) quill::print_stderr("quill: dropped a torn last line of {}\n", o.output);
-    return quill::signals::count() > 0 ? 130 : 0;
+    return batch_exit_status(input, ro.shard, resume, result, out_name);
 }
 
 // ---- bench ----
@@ -733,8 +794,18 @@ int main(int argc, char** argv) {
     batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default or -: stdout)")->check(kNotEmpty);
     batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots; no more than the requests)")
         ->capture_default_str()->check(CLI::Range(1, 1024));
-    batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");
-    batch_cmd->add_option("--shard", batch.shard, "Run only the requests whose index mod N is K")
+    auto* resume_flag =
+        batch_cmd->add_flag("--resume", batch.resume, "Skip the ids already in OUTPUT (a torn last line is dropped)");
+    batch_cmd->add_flag("--overwrite", batch.overwrite, "Replace a non-empty OUTPUT (without it, or --resume, "
+                                                        "a non-empty OUTPUT is refused)")
+        ->excludes(resume_flag);
+    batch_cmd->add_option("--format", batch.format,
+                          "Input format: auto (by the .txt or .jsonl name, else by content), txt, jsonl or openai")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "txt", "jsonl", "openai"}));
+    batch_cmd->add_option("--shard", batch.shard,
+                          "Run shard K of N (1 <= K <= N): the K-th request, then every N-th (as Slurm array "
+                          "indices 1..N)")
         ->capture_default_str();
     batch_cmd->add_option("--batch-tokens", batch.n_batch, "Tokens per forward pass (decode tokens + prefill chunks)")
         ->capture_default_str()->check(CLI::Range(1, 1 << 16));
@@ -746,7 +817,8 @@ int main(int argc, char** argv) {
     batch_cmd->add_option("--system", batch.system, "A system message for prompts without messages")
         ->excludes(batch_raw);
     add_template_option(batch_cmd, batch.chat_template);
-    batch_cmd->add_flag("--quiet", batch.quiet, "No progress line and no summary");
+    batch_cmd->add_flag("-q,--quiet", batch.quiet, "No progress line, no summary and no shard line (warnings and "
+                                                    "the count of failed requests still show)");
     batch_cmd->add_option("--max-input-bytes", batch.max_input_bytes, "Largest input read")->capture_default_str();
 
     BenchCliOptions bench;

@@ -159,9 +159,9 @@ TEST_CASE("the requests a run would take through the model: its shard, less the 
     REQUIRE(in.entries.size() == 5);
     CHECK(runnable_requests(in, Shard{}, {}) == 4);
     CHECK(runnable_requests(in, Shard{}, {"a", "e", "zzz"}) == 2);
-    CHECK(runnable_requests(in, Shard{0, 2}, {}) == 2);  // a and e (line 3, index 2, is the error)
-    CHECK(runnable_requests(in, Shard{1, 2}, {}) == 2);  // b, d
-    CHECK(runnable_requests(in, Shard{1, 2}, {"b", "d"}) == 0);
+    CHECK(runnable_requests(in, Shard{1, 2}, {}) == 2);  // a and e (line 3, index 2, is the error)
+    CHECK(runnable_requests(in, Shard{2, 2}, {}) == 2);  // b, d
+    CHECK(runnable_requests(in, Shard{2, 2}, {"b", "d"}) == 0);
     CHECK(runnable_requests(parse(""), Shard{}, {}) == 0);
 }
 
@@ -187,8 +187,8 @@ TEST_CASE("the context a batch needs: the most prompt tokens plus max_tokens of 
                                 "\nnot json\n");
     CHECK(context_needed(in, Shard{}, {}, encode, o) == 43);       // b: 3 + 40 (c: 25 + 10; d, e and line 6 fail)
     CHECK(context_needed(in, Shard{}, {"b"}, encode, o) == 35);    // c
-    CHECK(context_needed(in, Shard{0, 2}, {}, encode, o) == 35);   // a, c (and e)
-    CHECK(context_needed(in, Shard{0, 2}, {"c"}, encode, o) == 15);
+    CHECK(context_needed(in, Shard{1, 2}, {}, encode, o) == 35);   // a, c (and e)
+    CHECK(context_needed(in, Shard{1, 2}, {"c"}, encode, o) == 15);
     CHECK(context_needed(in, Shard{}, {"a", "b", "c", "d", "e"}, encode, o) == 0);  // nothing runs
     // One request that may run until the context is full: the model's context, and nothing encoded.
     encoded = 0;
@@ -208,7 +208,7 @@ TEST_CASE("duplicate ids stop the batch before anything runs, naming the id and 
 TEST_CASE("the shard option K/N is parsed strictly", "[batch]") {
     CHECK(parse_shard("2/3").k == 2);
     CHECK(parse_shard("2/3").n == 3);
-    for (const char* bad : {"3/3", "-1/3", "1", "1/0", "a/b", "1/3x", "/3", ""})
+    for (const char* bad : {"4/3", "0/3", "-1/3", "1", "1/0", "a/b", "1/3x", "/3", ""})
         CHECK_THROWS_WITH(parse_shard(bad), Catch::Contains("expected K/N"));
 }
 
@@ -217,10 +217,10 @@ TEST_CASE("the shard option K/N is parsed strictly", "[batch]") {
 TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]") {
     BatchRequest r;
     r.id = "q1";
-    const Completion c{"Hello", FinishReason::length, 5, 2, 3};
+    const Completion c{"Hello", FinishReason::length, 5, 2, 3, 42};
     RecordContext ctx{InputFormat::jsonl, "llama", 1700000000};
     CHECK(json::parse(result_record(ctx, r, 3, c)) ==
-          json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2}})"));
+          json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2},"seed":42})"));
     CHECK(json::parse(error_record(ctx, r, 3, "bad")) == json::parse(R"({"id":"q1","error":{"message":"bad"}})"));
     ctx.format = InputFormat::openai;
     r.endpoint = Endpoint::chat_completions;

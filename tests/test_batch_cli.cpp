@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fcntl.h>
 #include <fstream>
 #include <map>
@@ -236,7 +237,7 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
         R"({"id": "zero", "prompt": "Once", "max_tokens": 0})"
         "\n";
     auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "-c", "16", "--quiet", "-t", "1"}, input);
-    REQUIRE(r.status == 0);
+    REQUIRE(r.status == 3);  // some records are errors
     const auto got = by_id(records(r.out));
     REQUIRE(got.size() == 7);
     CHECK(got.at("ok")["text"] == ", there was a");
@@ -284,7 +285,7 @@ TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
         R"({"custom_id": "c2", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}]}})"
         "\n";
     auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--quiet", "-t", "1"}, input);
-    REQUIRE(r.status == 0);
+    REQUIRE(r.status == 3);  // c2 needs a chat template
     const auto got = by_id(records(r.out));
     const json& c1 = got.at("c1");
     CHECK(c1["response"]["status_code"] == 200);
@@ -314,8 +315,9 @@ TEST_CASE("kill -9 at random moments then --resume gives exactly one record per 
     const auto ps = prompts(24);
     const std::string in = (dir / "in.txt").string(), out = (dir / "out.jsonl").string();
     std::ofstream(in) << lines(ps);
+    // (--seed: records name their seed, so an uninterrupted run's equal a resumed run's only when it is fixed)
     const std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-i", in, "-o", out, "--temp", "0",
-                                        "-n", "24", "--parallel", "4", "-t", "1"};
+                                        "--seed", "5", "-n", "24", "--parallel", "4", "-t", "1"};
     const auto t0 = std::chrono::steady_clock::now();
     REQUIRE(wait_status(spawn_quill(args)) == 0);
     const int full_ms = static_cast<int>(
@@ -323,7 +325,10 @@ TEST_CASE("kill -9 at random moments then --resume gives exactly one record per 
     const auto reference = by_id(records(test::read_file(out)));
     REQUIRE(reference.size() == ps.size());
 
-    std::mt19937 rng(std::random_device{}());
+    const char* seed_env = std::getenv("QUILL_TEST_SEED");
+    const unsigned seed = seed_env ? static_cast<unsigned>(std::stoul(seed_env)) : std::random_device{}();
+    WARN("kill times from seed " << seed << " (QUILL_TEST_SEED=" << seed << " repeats them)");
+    std::mt19937 rng(seed);
     std::vector<std::string> resume_args = args;
     resume_args.push_back("--resume");
     for (int trial = 0; trial < 3; ++trial) {
@@ -378,13 +383,13 @@ TEST_CASE("SIGINT stops admission and leaves a valid output that --resume comple
     }
 }
 
-TEST_CASE("shards 0/3 1/3 and 2/3 together give exactly the input's ids", "[batch][model]") {
+TEST_CASE("shards 1/3 2/3 and 3/3 together give exactly the input's ids", "[batch][model]") {
     auto model = test::require_testdata("models/stories260K.gguf");
     if (!model) return;
     const auto ps = prompts(16);
     std::map<std::string, int> seen;
     for (int k = 0; k < 3; ++k) {
-        auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", fmt::format("{}/3", k), "-n", "3",
+        auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", fmt::format("{}/3", k + 1), "-n", "3",
                                   "--quiet", "-t", "1"},
                                  lines(ps));
         REQUIRE(r.status == 0);
@@ -396,8 +401,8 @@ TEST_CASE("shards 0/3 1/3 and 2/3 together give exactly the input's ids", "[batc
     }
     REQUIRE(seen.size() == ps.size());
     for (const auto& [id, n] : seen) CHECK(n == 1);
-    // A shard's KV slots: no more than its requests (1/3 of 16: lines 2, 5, 8, 11, 14), whatever --parallel asks.
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "1/3", "--parallel", "16", "-n", "3",
+    // A shard's KV slots: no more than its requests (2/3 of 16: lines 2, 5, 8, 11, 14), whatever --parallel asks.
+    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "2/3", "--parallel", "16", "-n", "3",
                               "-t", "1"},
                              lines(ps));
     REQUIRE(r.status == 0);

@@ -1,6 +1,8 @@
 #include "engine/batch/input.h"
 
 #include "engine/error.h"
+#include "engine/io/json_input.h"
+#include "tokenizer/utf8.h"
 
 #include <nlohmann/json.hpp>
 
@@ -164,19 +166,35 @@ std::string_view strip_cr(std::string_view line) {
 
 bool blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
-json parse_object(std::string_view line) {
-    json j = json::parse(line, nullptr, false);
-    return j.is_discarded() ? json() : j;
+// The first byte of a line after spaces and tabs is '{'.
+bool begins_with_brace(std::string_view line) {
+    const size_t at = line.find_first_not_of(" \t");
+    return at != std::string_view::npos && line[at] == '{';
 }
 
-InputFormat detect(const std::vector<std::string_view>& lines) {
-    for (std::string_view l : lines) {
-        if (blank(l)) continue;
-        const json j = parse_object(l);
-        if (!j.is_object()) return InputFormat::plain;
-        return j.contains("custom_id") || j.contains("body") ? InputFormat::openai : InputFormat::jsonl;
+InputFormat detect(const std::vector<std::string_view>& lines, FormatHint hint) {
+    switch (hint) {
+        case FormatHint::plain: return InputFormat::plain;
+        case FormatHint::jsonl: return InputFormat::jsonl;
+        case FormatHint::openai: return InputFormat::openai;
+        case FormatHint::none: {
+            size_t non_blank = 0, braces = 0;
+            for (std::string_view l : lines) {
+                non_blank += !blank(l);
+                braces += begins_with_brace(l);
+            }
+            if (2 * braces <= non_blank) return InputFormat::plain;
+            break;
+        }
+        case FormatHint::json: break;
     }
-    return InputFormat::plain;
+    for (std::string_view l : lines) {
+        if (!begins_with_brace(l)) continue;
+        const std::optional<json> j = try_parse_untrusted_json(l);
+        if (!j || !j->is_object()) continue;
+        return j->contains("custom_id") || j->contains("body") ? InputFormat::openai : InputFormat::jsonl;
+    }
+    return InputFormat::jsonl;
 }
 
 void check_unique_ids(const std::vector<InputEntry>& entries) {
@@ -218,7 +236,22 @@ std::string unescape_plain_line(std::string_view line) {
     return out;
 }
 
-BatchInput parse_batch_input(std::string_view text) {
+FormatHint parse_format_option(std::string_view name) {
+    if (name == "auto") return FormatHint::none;
+    if (name == "txt") return FormatHint::plain;
+    if (name == "jsonl") return FormatHint::jsonl;
+    if (name == "openai") return FormatHint::openai;
+    throw UsageError(fmt::format("--format '{}': expected auto, txt, jsonl or openai", name));
+}
+
+FormatHint format_hint_from_name(std::string_view path) {
+    if (path.ends_with(".txt")) return FormatHint::plain;
+    if (path.ends_with(".jsonl")) return FormatHint::json;
+    return FormatHint::none;
+}
+
+BatchInput parse_batch_input(std::string_view text, FormatHint hint) {
+    if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
     std::vector<std::string_view> lines;
     for (size_t start = 0; start < text.size();) {
         const size_t end = std::min(text.find('\n', start), text.size());
@@ -226,9 +259,10 @@ BatchInput parse_batch_input(std::string_view text) {
         start = end + 1;
     }
     BatchInput in;
-    in.format = detect(lines);
+    in.format = detect(lines, hint);
     for (size_t i = 0; i < lines.size(); ++i) {
         if (blank(lines[i])) continue;
+        if (!utf8::is_valid(lines[i])) in.invalid_utf8_lines.push_back(i + 1);
         InputEntry e;
         e.request.line = i + 1;
         e.request.id = line_id(i + 1);
@@ -236,11 +270,12 @@ BatchInput parse_batch_input(std::string_view text) {
             e.request.prompt = unescape_plain_line(lines[i]);
         } else {
             try {
-                const json j = json::parse(lines[i], nullptr, false);
-                if (j.is_discarded()) throw LineError{"not valid JSON"};
-                read_json_line(j, in.format, e.request);
+                read_json_line(parse_untrusted_json(lines[i], fmt::format("input line {}", i + 1)), in.format,
+                               e.request);
             } catch (const LineError& err) {
                 e.error = fmt::format("input line {}: {}", i + 1, err.message);
+            } catch (const UsageError& err) {  // not JSON, or nested too deep
+                e.error = err.what();
             }
         }
         in.entries.push_back(std::move(e));
@@ -257,8 +292,12 @@ Shard parse_shard(std::string_view text) {
         return ec == std::errc() && p == v.data() + v.size() && !v.empty();
     };
     if (slash == std::string_view::npos || !num(text.substr(0, slash), s.k) || !num(text.substr(slash + 1), s.n) ||
-        s.n < 1 || s.k < 0 || s.k >= s.n)
-        throw UsageError(fmt::format("--shard '{}': expected K/N with 0 <= K < N (e.g. 0/4)", text));
+        s.n < 1 || s.k < 0 || s.k > s.n)
+        throw UsageError(fmt::format("--shard '{}': expected K/N with 1 <= K <= N (e.g. 1/4)", text));
+    if (s.k == 0)
+        throw UsageError(fmt::format("--shard '{}': shards count from 1: expected K/N with 1 <= K <= N (the first "
+                                     "of {} is 1/{}, the last {}/{})",
+                                     text, s.n, s.n, s.n, s.n));
     return s;
 }
 

@@ -1,11 +1,13 @@
-// The input of `quill batch`: one request per line, in one of three formats told apart by content.
+// The input of `quill batch`: one request per line, in one of three formats.
 //  - plain text: a prompt per line; `\n` in a line is a newline (`\t` a tab, `\\` a backslash); ids line-<n>
 //  - JSONL: {"id", "prompt" | "messages", and optional "max_tokens", "temperature", "top_p", "top_k", "min_p",
 //    "seed", "stop"}
 //  - OpenAI batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body"}
-// The first non-blank line decides: a JSON object is JSONL (OpenAI batch when it has "custom_id" or "body"), else
-// plain text. A line that cannot be a request becomes an error entry (its record says why) and the rest go on.
-// parse_batch_input is a pure function of the text: no model, no files.
+// The format is given (--format, the file's extension) or read from the whole text: JSON lines when more than half
+// of the non-blank lines begin with '{', so that a few broken lines cannot turn a JSONL file into prompts; then
+// OpenAI batch when the first line that is a JSON object has "custom_id" or "body". A line that cannot be a request
+// becomes an error entry (its record says why) and the rest go on. JSON is parsed with parse_untrusted_json's depth
+// limit. parse_batch_input is a pure function of the text: no model, no files.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,14 @@ namespace quill::batch {
 
 enum class InputFormat { plain, jsonl, openai };
 std::string_view input_format_name(InputFormat f);  // "plain text", "JSONL", "OpenAI batch"
+
+// What is known of the format before the text is read: nothing, plain text, JSON lines (JSONL or OpenAI batch, by
+// content), or one format.
+enum class FormatHint { none, plain, json, jsonl, openai };
+// --format: "auto" (none), "txt", "jsonl" or "openai"; UsageError otherwise.
+FormatHint parse_format_option(std::string_view name);
+// An input file's name: .txt plain text, .jsonl JSON lines, anything else (stdin: "") none.
+FormatHint format_hint_from_name(std::string_view path);
 
 enum class Endpoint { none, completions, chat_completions };  // OpenAI url; none for plain text and JSONL
 
@@ -54,19 +64,25 @@ struct InputEntry {
 struct BatchInput {
     InputFormat format = InputFormat::plain;
     std::vector<InputEntry> entries;  // in input order
+    std::vector<size_t> invalid_utf8_lines;  // 1-based lines holding bytes that are not UTF-8, in order
 };
 
-// Parses the whole input. Never throws for a bad line (that is an error entry); throws UsageError for duplicate
-// ids (naming the id and both lines), which must stop the batch before anything runs.
-BatchInput parse_batch_input(std::string_view text);
+// Parses the whole input (a UTF-8 byte order mark at its start is dropped). Never throws for a bad line (that is
+// an error entry); throws UsageError for duplicate ids (naming the id and both lines), which must stop the batch
+// before anything runs.
+BatchInput parse_batch_input(std::string_view text, FormatHint hint = FormatHint::none);
 
 // Plain-text escapes: `\n` newline, `\t` tab, `\\` backslash; any other backslash stays as it is.
 std::string unescape_plain_line(std::string_view line);
 
-// --shard K/N: "K/N" with 0 <= K < N; UsageError otherwise.
+// --shard K/N: shard K of N takes the K-th request of the input, then every N-th (requests counted from 1, blank
+// lines not counted), so shards 1/N .. N/N together take every request once.
 struct Shard {
-    int64_t k = 0, n = 1;
+    int64_t k = 1, n = 1;  // 1 <= k <= n
+    // Whether the entry at 0-based `index` of the input belongs to the shard.
+    bool contains(size_t index) const { return static_cast<int64_t>(index % static_cast<size_t>(n)) == k - 1; }
 };
+// "K/N" with 1 <= K <= N; UsageError otherwise (0/N says that shards count from 1).
 Shard parse_shard(std::string_view text);
 
 }  // namespace quill::batch

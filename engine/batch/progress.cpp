@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace quill::batch {
 
@@ -49,6 +51,40 @@ std::string summary_line(const BatchProgress& p) {
                        rate(p.prompt_tokens, p.elapsed_s));
 }
 
+std::string shard_line(const BatchInput& input, const Shard& shard) {
+    std::vector<size_t> taken;  // 0-based entry indices
+    for (size_t i = 0; i < input.entries.size(); ++i)
+        if (shard.contains(i)) taken.push_back(i);
+    std::string head = fmt::format("quill: shard {}/{} takes {} of {}", shard.k, shard.n,
+                                   taken.empty() ? std::string("none") : std::to_string(taken.size()),
+                                   plural(input.entries.size(), "request"));
+    if (taken.empty()) return head + "\n";
+    std::string numbers;  // the first three and the last when there are more than six
+    const size_t shown = taken.size() > 6 ? 3 : taken.size();
+    for (size_t j = 0; j < shown; ++j) numbers += fmt::format("{}{}", j == 0 ? "" : ", ", taken[j] + 1);
+    if (shown < taken.size()) numbers += fmt::format(", ..., {}", taken.back() + 1);
+    const std::string& first = input.entries[taken.front()].request.id;
+    const std::string& last = input.entries[taken.back()].request.id;
+    const std::string ids = taken.size() == 1 ? fmt::format("id {}", first) : fmt::format("ids {} to {}", first, last);
+    return fmt::format("{}: {} ({})\n", head, numbers, ids);
+}
+
+std::string failures_line(size_t failed, size_t total, const std::string& output_name) {
+    return fmt::format("quill: {} of {} failed (error records in {})\n", failed, plural(total, "request"),
+                       output_name);
+}
+
+bool same_terminal(int fd_a, int fd_b) {
+    struct stat a {}, b {};
+    return isatty(fd_a) && isatty(fd_b) && fstat(fd_a, &a) == 0 && fstat(fd_b, &b) == 0 && a.st_rdev == b.st_rdev;
+}
+
+void ProgressReporter::clear() {
+    if (!drawn_) return;
+    print_stderr_noexcept("\r\033[K");
+    drawn_ = false;
+}
+
 void ProgressReporter::update(const BatchProgress& p) {
     if (!live_) return;
     const auto now = std::chrono::steady_clock::now();
@@ -59,7 +95,7 @@ void ProgressReporter::update(const BatchProgress& p) {
 }
 
 void ProgressReporter::finish(const BatchProgress& p) {
-    if (drawn_) print_stderr_noexcept("\r\033[K");
+    clear();
     if (!quiet_) print_stderr_noexcept(summary_line(p));
 }
 

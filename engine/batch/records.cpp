@@ -1,14 +1,19 @@
 #include "engine/batch/records.h"
 
 #include "engine/error.h"
+#include "engine/io/json_input.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace quill::batch {
@@ -42,7 +47,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
         return dump(json{{"id", r.id},
                          {"text", c.text},
                          {"finish_reason", reason},
-                         {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}}});
+                         {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}},
+                         {"seed", c.seed}});
     }
     const std::string model = r.model.empty() ? ctx.model_name : r.model;
     json body;
@@ -55,7 +61,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                      json::array({{{"index", 0},
                                    {"message", {{"role", "assistant"}, {"content", c.text}}},
                                    {"finish_reason", reason}}})},
-                    {"usage", usage(c)}};
+                    {"usage", usage(c)},
+                    {"seed", c.seed}};
     } else {
         body = json{{"id", fmt::format("cmpl-{}", index)},
                     {"object", "text_completion"},
@@ -63,7 +70,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                     {"model", model},
                     {"choices",
                      json::array({{{"index", 0}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", reason}}})},
-                    {"usage", usage(c)}};
+                    {"usage", usage(c)},
+                    {"seed", c.seed}};
     }
     return dump(openai_envelope(r, index, 200, std::move(body)));
 }
@@ -76,6 +84,27 @@ std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t
 
 // ---- resume ----
 
+namespace {
+
+// The request id of a record line ("custom_id" for OpenAI records, else "id"), and whether it is an error record;
+// nullopt when the line is not a record.
+std::optional<std::pair<std::string, bool>> read_record(std::string_view line) {
+    const std::optional<nlohmann::json> parsed = try_parse_untrusted_json(line);
+    if (!parsed || !parsed->is_object()) return std::nullopt;
+    const nlohmann::json& j = *parsed;
+    const auto id = j.find(j.contains("custom_id") ? "custom_id" : "id");
+    if (id == j.end() || !id->is_string()) return std::nullopt;
+    const auto error = j.find("error");
+    bool failed = error != j.end() && !error->is_null();
+    if (const auto r = j.find("response"); r != j.end() && r->is_object()) {
+        const auto status = r->find("status_code");
+        failed = failed || (status != r->end() && *status != 200);
+    }
+    return std::pair{id->get<std::string>(), failed};
+}
+
+}  // namespace
+
 ResumeScan scan_output(std::string_view content, const std::string& name) {
     ResumeScan scan;
     size_t line_no = 0;
@@ -84,19 +113,15 @@ ResumeScan scan_output(std::string_view content, const std::string& name) {
         const size_t nl = content.find('\n', start);
         const bool last = nl == std::string_view::npos || nl + 1 == content.size();
         const std::string_view line = content.substr(start, (nl == std::string_view::npos ? content.size() : nl) - start);
-        const json j = json::parse(line, nullptr, false);
-        const json* id = nullptr;
-        if (j.is_object()) {
-            auto it = j.find(j.contains("custom_id") ? "custom_id" : "id");
-            if (it != j.end() && it->is_string()) id = &*it;
-        }
-        if (nl == std::string_view::npos || !id) {
+        const auto record = read_record(line);
+        if (nl == std::string_view::npos || !record) {
             if (!last)
                 throw FileError(fmt::format("{}: line {} is not a batch record; cannot resume from it", name, line_no));
             scan.torn = true;
             break;
         }
-        scan.done.insert(id->get<std::string>());
+        scan.done.insert(record->first);
+        if (record->second) scan.failed.insert(record->first);
         scan.intact_bytes = nl + 1;
         start = nl + 1;
     }
@@ -116,6 +141,41 @@ ResumeScan prepare_resume(const std::string& path) {
     return scan;
 }
 
+// ---- the locked output file ----
+
+LockedOutput::LockedOutput(const std::string& path) : path_(path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) throw FileError(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
+    f_ = ::fdopen(fd, "ab");
+    if (!f_) {
+        ::close(fd);
+        throw FileError(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        locked_ = true;
+    } else if (errno == EWOULDBLOCK) {
+        std::fclose(f_);
+        f_ = nullptr;
+        throw FileError(fmt::format("{}: another quill batch is writing it (the file is locked); wait for it to "
+                                    "finish, or give another -o",
+                                    path));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        regular_ = true;
+        size_ = static_cast<uint64_t>(st.st_size);
+    }
+}
+
+LockedOutput::~LockedOutput() {
+    if (f_) std::fclose(f_);  // (the lock goes with the descriptor)
+}
+
+void LockedOutput::truncate() {
+    if (regular_ && ::ftruncate(fileno(f_), 0) != 0)
+        throw FileError(fmt::format("{}: cannot empty the output: {}", path_, std::strerror(errno)));
+}
+
 // ---- writer ----
 
 RecordWriter::RecordWriter(std::FILE* stream, std::string name, bool fsync_enabled, std::chrono::milliseconds every)
@@ -123,6 +183,7 @@ RecordWriter::RecordWriter(std::FILE* stream, std::string name, bool fsync_enabl
       last_sync_(std::chrono::steady_clock::now()) {}
 
 void RecordWriter::write(const std::string& record) {
+    if (before_write_) before_write_();
     out_.write(record);
     out_.write("\n");
     out_.flush();

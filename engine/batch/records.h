@@ -1,9 +1,11 @@
 // The output of `quill batch`: one JSONL record per request, written and flushed as each finishes, and the scan
 // that --resume makes of an earlier, possibly killed, run's output.
-//  - plain text and JSONL input: {"id", "text", "finish_reason", "usage": {"prompt_tokens", "completion_tokens"}}
-//    or {"id", "error": {"message"}}
+//  - plain text and JSONL input: {"id", "text", "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
+//    "seed"} or {"id", "error": {"message"}}
 //  - OpenAI batch input: {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null} with
-//    a chat.completion or text_completion body; a failed request has status_code 400 and an OpenAI error body.
+//    a chat.completion or text_completion body (which adds "seed"); a failed request has status_code 400 and an
+//    OpenAI error body.
+// "seed" is the sampler's seed, so that a request sent again with it (and the same settings) samples the same text.
 #pragma once
 
 #include "engine/batch/input.h"
@@ -11,7 +13,9 @@
 #include "engine/runtime/generator.h"
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <unordered_set>
 
@@ -23,6 +27,7 @@ struct Completion {
     int prompt_tokens = 0;
     int completion_tokens = 0;
     int cached_tokens = 0;  // prompt tokens found in the KV cache (OpenAI's usage.prompt_tokens_details)
+    uint64_t seed = 0;      // the sampler's seed
 };
 
 // What OpenAI response bodies name: the model, and the creation time (Unix seconds).
@@ -37,11 +42,12 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
 std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const std::string& message);
 
 // An earlier output, as --resume reads it: the request ids it holds ("custom_id" for OpenAI records, else "id"),
-// and where its intact part ends. A last line without its newline, or one that is not a JSON object, is torn (a
-// kill -9 in mid-write) and is dropped; an unreadable line before the last is a FileError (the file is not a
-// batch output).
+// those of its error records, and where its intact part ends. A last line without its newline, or one that is not
+// a JSON object, is torn (a kill -9 in mid-write) and is dropped; an unreadable line before the last is a FileError
+// (the file is not a batch output).
 struct ResumeScan {
     std::unordered_set<std::string> done;
+    std::unordered_set<std::string> failed;  // the ids of done whose record is an error
     size_t intact_bytes = 0;  // the file's length without a torn last line
     bool torn = false;
 };
@@ -50,18 +56,48 @@ ResumeScan scan_output(std::string_view content, const std::string& name);
 // Reads OUTPUT for --resume and cuts a torn last line off the file. A missing file is an empty scan.
 ResumeScan prepare_resume(const std::string& path);
 
+// The output file of a batch, opened for appending and locked (flock, exclusive) for as long as it is open, so that
+// a second `quill batch` on the same file is refused instead of writing every record again. Not truncated here.
+class LockedOutput {
+public:
+    // FileError "<path>: another quill batch is writing it" when another holds the lock; FileError when it cannot
+    // be opened. A file system that cannot lock (locked() false) does not stop the batch.
+    explicit LockedOutput(const std::string& path);
+    ~LockedOutput();
+    LockedOutput(const LockedOutput&) = delete;
+    LockedOutput& operator=(const LockedOutput&) = delete;
+
+    std::FILE* stream() const { return f_; }
+    // The file's size when it was opened; always 0 for what is not a regular file (a FIFO, a device).
+    uint64_t initial_size() const { return size_; }
+    bool is_regular() const { return regular_; }
+    bool locked() const { return locked_; }
+    // Empties the file (--overwrite).
+    void truncate();
+
+private:
+    std::string path_;
+    std::FILE* f_ = nullptr;
+    uint64_t size_ = 0;
+    bool regular_ = false;
+    bool locked_ = false;
+};
+
 // Writes records: each line written and flushed at once, and the file fsync'ed when `sync_every` has passed
 // since the last fsync (and by sync()), so that a crash or power loss loses at most those seconds.
 class RecordWriter {
 public:
     RecordWriter(std::FILE* stream, std::string name, bool fsync_enabled,
                  std::chrono::milliseconds sync_every = std::chrono::milliseconds(2000));
+    // Called before each record is written (a progress line on the same terminal clears itself).
+    void set_before_write(std::function<void()> f) { before_write_ = std::move(f); }
     void write(const std::string& record);
     void sync();
 
 private:
     std::FILE* f_;
     Output out_;
+    std::function<void()> before_write_;
     bool fsync_;
     std::chrono::milliseconds every_;
     std::chrono::steady_clock::time_point last_sync_;

@@ -31,10 +31,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-bool in_shard(size_t index, const Shard& shard) {
-    return static_cast<int64_t>(index % static_cast<size_t>(shard.n)) == shard.k;
-}
-
 // One run's state: the queue of selected entries, the requests in flight, the counters.
 class Run {
 public:
@@ -86,7 +82,7 @@ void Run::finished(int64_t id, const GenerationStats& st) {
         return;
     }
     Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens,
-                 st.reused_tokens};
+                 st.reused_tokens, gen.seed()};
     out_.write(result_record(ctx_, input_.entries[static_cast<size_t>(id)].request, static_cast<size_t>(id), c));
     ++p_.done;
     p_.reused_tokens += st.reused_tokens;
@@ -115,7 +111,7 @@ BatchProgress Run::run(const std::unordered_set<std::string>& done,
     const auto t0 = clock::now();
     const auto& entries = input_.entries;
     for (size_t i = 0; i < entries.size(); ++i) {
-        if (!in_shard(i, options_.shard)) continue;
+        if (!options_.shard.contains(i)) continue;
         if (done.contains(entries[i].request.id)) {
             ++p_.skipped;
             continue;
@@ -149,7 +145,7 @@ size_t runnable_requests(const BatchInput& input, const Shard& shard, const std:
     size_t n = 0;
     for (size_t i = 0; i < input.entries.size(); ++i) {
         const InputEntry& e = input.entries[i];
-        n += in_shard(i, shard) && !e.error && !done.contains(e.request.id);
+        n += shard.contains(i) && !e.error && !done.contains(e.request.id);
     }
     return n;
 }
@@ -159,7 +155,7 @@ int64_t context_needed(const BatchInput& input, const Shard& shard, const std::u
     std::vector<std::pair<size_t, int64_t>> bounded;  // (entry, max_tokens) of the runnable requests
     for (size_t i = 0; i < input.entries.size(); ++i) {
         const InputEntry& e = input.entries[i];
-        if (!in_shard(i, shard) || e.error || done.contains(e.request.id)) continue;
+        if (!shard.contains(i) || e.error || done.contains(e.request.id)) continue;
         int64_t max_tokens = 0;
         try {
             max_tokens = request_params(options, e.request.overrides, 0).max_tokens;

@@ -22,7 +22,7 @@ struct RunnerOptions {
     GenerationParams defaults;     // the command line's -n, --stop and sampling flags
     std::optional<uint64_t> seed;  // --seed; unset: a request without its own seed gets a random one
     int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
-    Shard shard;                   // the entries whose input index i has i % n == k
+    Shard shard;                   // the entries it runs
     // Signals received so far: 1 stops admission (running requests finish), 2 abandons the running ones (no
     // record is written for them, so --resume runs them again). Null: never interrupted.
     std::function<int()> interrupts;

@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/format/gguf.h"
+#include "engine/io/json_input.h"
 
 #include <filesystem>
 #include <fstream>
@@ -141,13 +142,11 @@ std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::
 }
 
 nlohmann::json parse_messages(const std::string& json_text, const std::string& what) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(json_text);
-    } catch (const nlohmann::json::exception& e) {
-        throw UsageError(fmt::format("{}: not valid JSON ({})", what, e.what()));
+    nlohmann::json j = parse_untrusted_json(json_text, what);
+    if (j.is_object() && j.contains("messages")) {
+        nlohmann::json messages = std::move(j["messages"]);
+        j = std::move(messages);
     }
-    if (j.is_object() && j.contains("messages")) j = j["messages"];
     if (!j.is_array()) throw UsageError(fmt::format("{}: expected a JSON array of messages or {{\"messages\": [...]}}", what));
     for (size_t i = 0; i < j.size(); ++i) {
         const auto& m = j[i];

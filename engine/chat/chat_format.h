@@ -70,7 +70,8 @@ private:
 };
 
 // A user's conversation file (`/save`, `quill template --messages`): a JSON array of messages, or an object
-// with "messages". Checks every message has string "role" and "content". UsageError naming what is wrong.
+// with "messages". Checks every message has a string "role" and a string or null "content". UsageError naming what
+// is wrong (parse_untrusted_json's, for text that is not JSON or nests deeper than kMaxJsonDepth).
 nlohmann::json parse_messages(const std::string& json_text, const std::string& what);
 
 // The single-message conversation of `quill run`: [{system}], {user}.

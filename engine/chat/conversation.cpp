@@ -55,11 +55,14 @@ void Conversation::load(const nlohmann::json& messages) {
     std::string system;
     nlohmann::json turns = nlohmann::json::array();
     for (const auto& m : messages) {
-        const nlohmann::json content = m["content"].is_string() ? m["content"] : "";
-        if (m.value("role", "") == "system" && turns.empty() && system.empty())
-            system = content.get<std::string>();
+        // (parse_messages checked the role is a string; a null content, as a message of tool calls has, is "")
+        const std::string role = m.value("role", "");
+        const auto content = m.find("content");
+        const std::string text = content != m.end() && content->is_string() ? content->get<std::string>() : "";
+        if (role == "system" && turns.empty() && system.empty())
+            system = text;
         else
-            turns.push_back({{"role", m.value("role", "")}, {"content", content}});
+            turns.push_back({{"role", role}, {"content", text}});
     }
     check_renders(system, turns);
     system_ = std::move(system);

@@ -4,8 +4,10 @@
 fuzz_gguf: two complete tiny llama models (f32 and f16 weights, 1 layer, n_embd 8) with an SPM and a byte-level
 BPE vocabulary, so mutations reach the config, weight and tokenizer loaders at once instead of stopping in the
 header. fuzz_tokenizer: texts at the edges (multi-byte and invalid UTF-8, NUL, special-token texts, whitespace
-runs). fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). The test data in
-../shared/testdata (GGUFs, .inp vectors) is added by .ci/fuzz at run time.
+runs). fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). fuzz_batch_input and
+fuzz_messages: JSON nested as deep as the limit allows (64 levels), one level more, and 20,000 levels (a recursive
+copy of that overflowed the stack under ASan before the limit). The test data in ../shared/testdata (GGUFs, .inp
+vectors) is added by .ci/fuzz at run time.
 """
 import os
 import struct
@@ -149,6 +151,21 @@ def main():
     write("fuzz_detokenizer", "split_euro", bytes([0, 1]) + byte_ids(b"a\xe2\x82\xacb"))
     write("fuzz_detokenizer", "ill_formed", bytes([1, 0]) + byte_ids(b"\xe2\x82 \xf0\x9f\x98 \xed\xa0\x80 \xc0"))
     write("fuzz_detokenizer", "plain_ids", bytes([3, 1]) + b"\x00\x01\x00\x00\x10\x00\x7f\xff\xff\x00\x00\x02")
+    # Nesting: documents `depth` levels deep in all, under a field quill reads ("messages") and one it does not ("x").
+    def arrays(n):
+        return b"[" * n + b"]" * n
+    def mixed(n):  # arrays and objects in turn
+        return b"".join(b'{"k":' if i % 2 else b"[" for i in range(n)) + b"".join(
+            b"}" if i % 2 else b"]" for i in reversed(range(n)))
+    for depth in (64, 65, 20000):
+        write("fuzz_batch_input", "depth-%d.jsonl" % depth,
+              b'{"id": "d", "prompt": "hi", "x": ' + arrays(depth - 1) + b'}\n'
+              b'{"id": "e", "messages": [{"role": "user", "content": "x", "y": ' + mixed(min(depth, 200) - 3) + b"}]}\n")
+        write("fuzz_messages", "depth-%d.json" % depth,
+              b'{"messages": [{"role": "user", "content": "hi", "x": ' + mixed(depth - 3) + b"}]}")
+    write("fuzz_messages", "plain.json",
+          b'[{"role": "system", "content": null}, {"role": "user", "content": "Hi \xc3\xa9"}, '
+          b'{"role": "assistant", "content": "Hello", "tool_calls": [{"function": {"name": "f", "arguments": {"a": [1, 2.5, true]}}}]}]')
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+// Fuzz target: a conversation file as `quill template --messages` and chat's /load read it: parse_messages, the
+// template rendering the parsed messages as they are (template --messages), then Conversation::load and a rendering
+// of the conversation it keeps (/load, then the next turn). Bad input must come back as quill::Error, never a
+// crash, a hang, an abort or another exception; the tree parse_messages returns is never deeper than
+// kMaxJsonDepth, and every message it passes has a string role.
+#include "engine/chat/chat_format.h"
+#include "engine/chat/conversation.h"
+#include "engine/error.h"
+#include "engine/io/json_input.h"
+#include "tests/fuzz/fuzz_util.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace {
+
+// A backend that is never run: Conversation::load and messages() do not touch it.
+class NoBackend final : public quill::Backend {
+public:
+    std::string_view name() const override { return "none"; }
+    const quill::ModelConfig& config() const override { return config_; }
+    const quill::KvCacheShape& kv_shape() const override { return kv_; }
+    void forward(const quill::Batch&, std::span<float>) override { std::abort(); }
+
+private:
+    quill::ModelConfig config_;
+    quill::KvCacheShape kv_;
+};
+
+// How deep a tree is (its recursion is what the depth limit bounds).
+int depth_of(const nlohmann::json& j) {
+    if (!j.is_structured()) return 0;
+    int most = 0;
+    for (const auto& child : j) most = std::max(most, depth_of(child));
+    return most + 1;
+}
+
+// A template that walks every message and prints each as JSON (the parsed messages may carry any fields), and a
+// built-in one.
+const std::vector<quill::chat::ChatFormat>& formats() {
+    static const std::vector<quill::chat::ChatFormat> f = [] {
+        std::vector<quill::chat::ChatFormat> v;
+        v.push_back(quill::chat::ChatFormat::from_source(
+            "{% for m in messages %}{{ m.role }}: {{ m.content }} {{ m | tojson }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}",
+            "fuzz", "<s>", "</s>"));
+        v.push_back(quill::chat::ChatFormat::choose(nullptr, nullptr, "chatml", [](const std::string&) {}));
+        return v;
+    }();
+    return f;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string text(reinterpret_cast<const char*>(data), size);
+    nlohmann::json messages;
+    try {
+        messages = quill::chat::parse_messages(text, "fuzz.json");
+    } catch (const quill::Error&) {
+        return 0;
+    }
+    quill::fuzz::check(depth_of(messages) <= quill::kMaxJsonDepth, "parse_messages", "a tree deeper than the limit");
+    for (const auto& m : messages)
+        quill::fuzz::check(m.is_object() && m.contains("role") && m.at("role").is_string(), "parse_messages", "a message without a string role");
+    for (const auto& format : formats()) {
+        try {
+            (void)format.render(messages, true);
+        } catch (const quill::Error&) {
+        }
+    }
+    static NoBackend backend;
+    const quill::Tokenizer& tok = *quill::fuzz::test_vocabs().front().tok;
+    quill::chat::Conversation conv(backend, tok, formats().back(), 64, {}, quill::chat::ContextOverflow::error);
+    conv.load(messages);
+    for (const auto& m : conv.messages())
+        quill::fuzz::check(m.at("role").is_string() && m.at("content").is_string(), "Conversation::load",
+                           "a loaded message without string role and content");
+    try {
+        (void)formats().back().render(conv.messages(), true);
+    } catch (const quill::Error&) {
+    }
+    return 0;
+}
