@@ -24,6 +24,8 @@
 #include "engine/model/synthetic.h"
 #include "tokenizer/tokenizer.h"
 
+#include "quill_build_info.h"  // generated at build time: QUILL_GIT_REVISION
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -38,6 +40,7 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 
@@ -67,12 +70,13 @@ const CLI::Validator kSeedValidator(
     "", "SEED");
 
 // Every option that takes a value, in every subcommand, refuses an empty one (`--temp ''`, `-m ''`); prompt
-// text (-p) is exempt: an empty prompt has its own message. (Validators run in the order added: an option with a
-// range check adds kNotEmpty before it, for this message rather than the range's.)
+// text (-p, run's argument) is exempt: an empty prompt has its own message. (Validators run in the order added: an
+// option with a range check adds kNotEmpty before it, for this message rather than the range's.)
 void refuse_empty_values(CLI::App& app) {
     for (CLI::App* cmd : app.get_subcommands({}))
         for (CLI::Option* opt : cmd->get_options())
-            if (opt->get_type_size() != 0 && opt->get_name() != "--prompt" && opt->get_name() != "--help")
+            if (opt->get_type_size() != 0 && opt->get_name() != "--prompt" && opt->get_name() != "prompt" &&
+                opt->get_name() != "--help")
                 opt->check(kNotEmpty);
 }
 
@@ -88,7 +92,16 @@ std::string parse_error_message(CLI::App& app, int argc, char** argv, const CLI:
     std::string expected;
     for (size_t i = 0; i < names.size(); ++i)
         expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-    return fmt::format("unknown subcommand '{}' (expected {})", quill::escape_for_terminal(argv[1]), expected);
+    return fmt::format("unknown subcommand '{}' (expected {})", argv[1], expected);
+}
+
+// One line on stderr, "quill: " + prefix + the message escaped and capped (escape_line: a model file's text can
+// carry escape sequences and run to megabytes). Never throws.
+void print_line(std::string_view prefix, std::string_view message) noexcept {
+    try {
+        quill::print_stderr_noexcept(fmt::format("quill: {}{}\n", prefix, quill::escape_line(message)));
+    } catch (...) {  // out of memory formatting a diagnostic: nothing better to do
+    }
 }
 
 // ---- options shared by the subcommands that load a model ----
@@ -103,6 +116,7 @@ struct EngineOptions {
     int64_t ctx = 0;
     std::string device = "auto";
     std::string kv_type = "f16";
+    bool verbose = false;
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
@@ -119,6 +133,7 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o) {
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--kv-type", o.kv_type, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
+    cmd->add_flag("-v,--verbose", o.verbose, "Say why the CPU runs the model when no GPU can (no driver, no device)");
 }
 
 quill::SessionOptions session_options(const ModelOptions& m, const EngineOptions& e) {
@@ -129,6 +144,7 @@ quill::SessionOptions session_options(const ModelOptions& m, const EngineOptions
     o.threads = e.threads;
     o.ctx = e.ctx;
     o.kv_type = quill::parse_kv_type(e.kv_type);
+    o.verbose = e.verbose;
     return o;
 }
 
@@ -151,7 +167,7 @@ void add_max_input_option(CLI::App* cmd, size_t& max_bytes,
 void warn_if_lossy(const quill::Tokenizer& tok, std::string_view text, const std::vector<int32_t>& ids) {
     const std::string loss = tok.describe_loss(text, ids);
     if (loss.empty()) return;
-    quill::print_stderr("quill: warning: the text was changed by tokenizing: {}\n", quill::escape_for_terminal(loss));
+    print_line("warning: the text was changed by tokenizing: ", loss);
 }
 
 // ---- info ----
@@ -227,6 +243,7 @@ struct RunOptions {
     ModelOptions model;
     EngineOptions engine;
     std::optional<std::string> prompt;
+    std::optional<std::string> positional_prompt;  // `quill run "text"`, as -p
     std::string prompt_file;
     int n_predict = -1;
     quill::SamplingParams sampling;
@@ -237,9 +254,10 @@ struct RunOptions {
     std::string system;
     std::string chat_template;
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
+    bool quiet = false;  // no load line and no stats line
 };
 
-void warn_line(const std::string& message) { quill::print_stderr("quill: warning: {}\n", message); }
+void warn_line(const std::string& message) { print_line("warning: ", message); }
 
 void add_template_option(CLI::App* cmd, std::string& chat_template) {
     cmd->add_option("--chat-template", chat_template,
@@ -259,18 +277,39 @@ void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional
     cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)")->check(kSeedValidator);
 }
 
+int chat_from_run(const RunOptions& o);  // (below cmd_chat)
+
+// run's prompt: -p, the argument, -f FILE (- for stdin) or stdin; nullopt when none is given and stdin is a terminal.
+std::optional<std::string> read_run_prompt(const RunOptions& o) {
+    if (o.positional_prompt && (o.prompt || !o.prompt_file.empty()))
+        throw UsageError("give the prompt once: as an argument, with -p or with -f");
+    if (o.prompt) return *o.prompt;
+    if (o.positional_prompt) return *o.positional_prompt;
+    if (!o.prompt_file.empty()) return quill::read_prompt_file(o.prompt_file, o.max_input_bytes);
+    if (isatty(STDIN_FILENO)) return std::nullopt;
+    return read_stdin(o.max_input_bytes);
+}
+
+// The text without one final line ending ("\n" or "\r\n"): a line read from a file or a pipe ends with one, which
+// is not part of the user's message (`echo Q | quill run` is `quill run Q`).
+std::string without_final_newline(std::string text) {
+    if (text.ends_with("\r\n")) text.resize(text.size() - 2);
+    else if (text.ends_with("\n")) text.pop_back();
+    return text;
+}
+
 int cmd_run(RunOptions& o) {
-    quill::signals::install();  // Ctrl-C and SIGTERM stop the generation; what was generated is kept
-    std::string text;
-    if (o.prompt) {
-        text = *o.prompt;
-    } else if (!o.prompt_file.empty()) {
-        text = quill::read_prompt_file(o.prompt_file, o.max_input_bytes);
-    } else {
-        if (isatty(STDIN_FILENO)) throw UsageError("no prompt: give -p TEXT, -f FILE or pipe it on stdin");
-        text = read_stdin(o.max_input_bytes);
+    quill::signals::install();  // Ctrl-C and SIGTERM stop the generation (or the read of stdin); the text is kept
+    std::optional<std::string> given = read_run_prompt(o);
+    if (!given) {  // nothing to complete at a terminal: a conversation, as `ollama run` starts one
+        if (o.raw || o.json)
+            throw UsageError("no prompt: give -p TEXT, an argument, -f FILE or pipe it on stdin (--raw and --json "
+                             "need one; without them, run at a terminal starts a chat)");
+        return chat_from_run(o);
     }
-    if (text.empty()) throw UsageError("the prompt is empty: give text with -p, -f or on stdin");
+    // --raw feeds the bytes exactly; the chat template gets the message without its line ending.
+    const std::string text = o.raw ? std::move(*given) : without_final_newline(std::move(*given));
+    if (text.empty()) throw UsageError("the prompt is empty: give text with -p, an argument, -f or on stdin");
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
     o.sampling.validate();
     if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
@@ -280,7 +319,7 @@ int cmd_run(RunOptions& o) {
     quill::Backend* backend = session->backend.get();
     const int64_t n_ctx = session->n_ctx;
     const double load_ms = session->load_ms;
-    quill::print_stderr("{}\n", session->load_line());
+    if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
 
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
@@ -288,7 +327,13 @@ int cmd_run(RunOptions& o) {
         prompt = tok->encode(text, true, false);
         warn_if_lossy(*tok, text, prompt);
     } else {
-        warn_if_lossy(*tok, text, tok->encode(text, false, false));
+        const std::vector<int32_t> plain = tok->encode(text, false, false);
+        warn_if_lossy(*tok, text, plain);
+        // Too long for the context already: said as with --raw, before the template renders (and caps) megabytes.
+        if (static_cast<int64_t>(plain.size()) > n_ctx)
+            throw UsageError(fmt::format("the prompt is {} tokens before the chat template, longer than the context "
+                                         "of {} (raise -c)",
+                                         plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true);
     }
@@ -323,10 +368,11 @@ int cmd_run(RunOptions& o) {
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
-    quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
-                        "tok/s; decode {:.1f} tok/s; finish reason {}\n",
-                        st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
-                        st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
+    if (!o.quiet)
+        quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
+                            "tok/s; decode {:.1f} tok/s; finish reason {}\n",
+                            st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
+                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
     // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
     if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
     return 0;
@@ -603,12 +649,26 @@ int cmd_batch(BatchCliOptions& o) {
     return batch_exit_status(input, ro.shard, resume, result, out_name);
 }
 
+// `quill run` with no prompt at a terminal: `quill chat` with run's options.
+int chat_from_run(const RunOptions& o) {
+    ChatCliOptions chat;
+    chat.model = o.model;
+    chat.engine = o.engine;
+    chat.n_predict = o.n_predict;
+    chat.sampling = o.sampling;
+    chat.seed = o.seed;
+    chat.stop = o.stop;
+    chat.system = o.system;
+    chat.chat_template = o.chat_template;
+    return cmd_chat(chat);
+}
+
 // ---- bench ----
 
 struct BenchCliOptions {
     std::string model;
     std::string synthetic;
-    std::string dtype = "q4_0";
+    std::optional<std::string> dtype;  // of --synthetic; q4_0 when not given
     std::string save;
     EngineOptions engine;
     quill::BenchOptions bench;
@@ -621,10 +681,15 @@ int cmd_bench(BenchCliOptions& o) {
     const quill::ModelConfig* config;
     const quill::Weights* weights;
     std::string desc;
+    if (o.dtype && o.synthetic.empty()) throw UsageError("bench: --dtype goes with --synthetic");
+    if (std::all_of(o.bench.n_prompt.begin(), o.bench.n_prompt.end(), [](int n) { return n == 0; }) &&
+        std::all_of(o.bench.n_gen.begin(), o.bench.n_gen.end(), [](int n) { return n == 0; }))
+        throw UsageError("bench: no tests: every -p and -n value is 0");
     if (!o.synthetic.empty()) {
         if (!o.model.empty()) throw UsageError("bench: give either -m or --synthetic, not both");
-        auto type = quill::type_from_name(o.dtype);
-        if (!type) throw UsageError(fmt::format("--dtype '{}' is not a tensor type", o.dtype));
+        const std::string dtype = o.dtype.value_or("q4_0");
+        auto type = quill::type_from_name(dtype);
+        if (!type) throw UsageError(fmt::format("--dtype '{}' is not a tensor type", dtype));
         synth = quill::SyntheticModel::make(quill::synthetic_config(o.synthetic), *type, 42);
         if (!o.save.empty()) {
             synth->save(o.save);
@@ -632,7 +697,7 @@ int cmd_bench(BenchCliOptions& o) {
         }
         config = &synth->config;
         weights = &synth->weights;
-        desc = fmt::format("{} ({}, {:.1f} MiB)", synth->config.name, o.dtype, synth->weight_bytes() / 1048576.0);
+        desc = fmt::format("{} ({}, {:.1f} MiB)", synth->config.name, dtype, synth->weight_bytes() / 1048576.0);
     } else {
         if (!o.save.empty()) throw UsageError("bench: --save goes with --synthetic");
         model = quill::Model::load(quill::resolve_model_path(o.model));
@@ -694,28 +759,56 @@ int cmd_bench(BenchCliOptions& o) {
 
 // The one place where errors become a message and an exit status: 2 for a usage error, 128 + the signal when
 // interrupted, 141 (as if killed by SIGPIPE) and no message when the reader of stdout went away (`quill run |
-// head`), 1 otherwise. Never throws: stderr may be closed or full.
+// head`), 1 otherwise. The message is one line, escaped and capped (print_line): it may quote a model file. Never
+// throws: stderr may be closed or full.
 int report_failure(std::exception_ptr error) noexcept {
     std::fflush(stdout);  // what was printed before the error comes first
     try {
         std::rethrow_exception(error);
     } catch (const quill::OutputError& e) {
         if (e.error_number() == EPIPE) return 128 + SIGPIPE;
-        quill::print_stderr("quill: error: {}\n", e.what());
+        print_line("error: ", e.what());
     } catch (const quill::Interrupted& e) {
-        quill::print_stderr("quill: {}\n", e.what());
+        print_line("", e.what());
         return 128 + (quill::signals::last() ? quill::signals::last() : SIGINT);
     } catch (const quill::UsageError& e) {
-        quill::print_stderr("quill: error: {}\n", e.what());
+        print_line("error: ", e.what());
         return 2;
     } catch (const std::bad_alloc&) {
-        quill::print_stderr("quill: error: out of memory\n");
+        print_line("error: ", "out of memory");
     } catch (const std::exception& e) {
-        quill::print_stderr("quill: error: {}\n", e.what());
+        print_line("error: ", e.what());
     } catch (...) {
-        quill::print_stderr("quill: error: an unexpected failure\n");
+        print_line("error: ", "an unexpected failure");
     }
     return 1;
+}
+
+// `quill --version`: the build (version, git revision, build type, CUDA and its architectures) and what this machine
+// offers it (the CUDA device or why there is none, the CPU kernels quill picks).
+std::string version_text() {
+#ifdef QUILL_HAVE_CUDA
+    const std::string cuda = fmt::format("on (architectures {}); {}", QUILL_CUDA_ARCHITECTURES, quill::describe_cuda());
+#else
+    const std::string cuda = "off (built without CUDA)";
+#endif
+    return fmt::format("quill {} (git {}, {} build)\nCUDA: {}\nCPU kernels: {} ({} CPUs available)", QUILL_VERSION,
+                       QUILL_GIT_REVISION, QUILL_BUILD_TYPE, cuda,
+                       quill::cpu::isa_name(quill::cpu::best_isa()), quill::cpu::ThreadPool::available_cpus());
+}
+
+// --help and --version: CLI11's text written through Output, so that a failed write (`quill --help > /dev/full`)
+// is an error line and status 1 instead of a silent 0.
+int print_requested_text(const CLI::App& app, const CLI::ParseError& e) noexcept {
+    try {
+        std::ostringstream text, ignored;
+        const int rc = app.exit(e, text, ignored);
+        quill::Output out(stdout, "stdout");
+        out.put(text.str());
+        return rc;
+    } catch (...) {
+        return report_failure(std::current_exception());
+    }
 }
 
 }  // namespace
@@ -725,6 +818,7 @@ int main(int argc, char** argv) {
     quill::signals::install_fault_handlers();
     CLI::App app{"quill: run large language models from GGUF files"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", version_text, "Print the version, the build and the CPU kernels, and exit");
 
     InfoOptions info;
     CLI::App* info_cmd = app.add_subcommand("info", "Describe a GGUF model file (validates the whole file)");
@@ -747,7 +841,8 @@ int main(int argc, char** argv) {
     add_model_options(run_cmd, run.model);
     add_engine_options(run_cmd, run.engine);
     auto* p_opt = run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
-    run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file")->excludes(p_opt);
+    run_cmd->add_option("prompt", run.positional_prompt, "Prompt text, as -p");
+    run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file (- for stdin)")->excludes(p_opt);
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
@@ -755,6 +850,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
     run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    run_cmd->add_flag("-q,--quiet", run.quiet, "No load line and no stats line on stderr")->excludes("--verbose");
     add_max_input_option(run_cmd, run.max_input_bytes);
 
     TemplateOptions tmpl;
@@ -827,20 +923,28 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("--synthetic", bench.synthetic,
                           "Random weights in a preset shape: stories15m, stories110m, smollm2-135m, tinyllama-1.1b, "
                           "llama2-7b, llama3-8b");
-    bench_cmd->add_option("--dtype", bench.dtype, "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0, ...)")->capture_default_str();
+    bench_cmd->add_option("--dtype", bench.dtype,
+                          "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0 (default), ...)");
     bench_cmd->add_option("--save", bench.save, "Write the --synthetic model to this GGUF file");
     bench_cmd->add_option("-p,--n-prompt", bench.bench.n_prompt,
                           "Prefill tests: prompt lengths, comma-separated (pp N; 0: none)")
         ->delimiter(',')
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 24));
     bench_cmd->add_option("-n,--n-gen", bench.bench.n_gen, "Decode tests: decoded tokens, comma-separated (tg N; 0: none)")
         ->delimiter(',')
-        ->capture_default_str();
-    bench_cmd->add_option("-r,--reps", bench.bench.reps, "Runs of each test")->capture_default_str();
-    bench_cmd->add_option("--batch", bench.bench.n_batch, "Prefill tokens per forward pass")->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 24));
+    bench_cmd->add_option("-r,--reps", bench.bench.reps, "Runs of each test")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
+    bench_cmd->add_option("--batch", bench.bench.n_batch, "Prefill tokens per forward pass")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 24));
     bench_cmd->add_option("--batch-decode", bench.bench.n_seq,
                           "Sequences decoded together in each decode test (tokens/s counts all of them)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
     bench_cmd->add_flag("--json", bench.json, "Print JSON (medians, min, max, every run)");
     add_engine_options(bench_cmd, bench.engine);
 
@@ -848,8 +952,8 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        if (e.get_exit_code() == 0) return app.exit(e);  // --help
-        quill::print_stderr("quill: error: {} (see quill --help)\n", parse_error_message(app, argc, argv, e));
+        if (e.get_exit_code() == 0) return print_requested_text(app, e);  // --help, --version
+        print_line("error: ", parse_error_message(app, argc, argv, e) + " (see quill --help)");
         return 2;
     }
     try {

@@ -94,7 +94,13 @@ void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t 
 }
 
 int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots) {
-    if (asked > 0) return asked;  // make_backend checks that it fits where the cache will live
+    if (asked > 0) {  // make_backend checks that it fits where the cache will live
+        if (c.n_ctx_train > 0 && asked > c.n_ctx_train)
+            print_stderr("quill: warning: -c {} is more than the {} tokens the model was trained for; past those its "
+                         "output may degrade\n",
+                         asked, c.n_ctx_train);
+        return asked;
+    }
     const int64_t fit =
         std::max<int64_t>(256, largest_context(c, kv, n_slots, available_memory() / 4, c.n_ctx_train));
     if (c.n_ctx_train <= fit) return c.n_ctx_train;
@@ -165,10 +171,15 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weigh
                                           int64_t n_ctx) {
     cpu::CpuBackendOptions bo;
     bo.n_threads = o.threads;
-    if (const int cores = cpu::ThreadPool::physical_cores(); o.threads > cores)
+    if (const int cpus = cpu::ThreadPool::available_cpus(); o.threads > cpus) {
+        print_stderr("quill: warning: -t {} is more threads than the {} CPU{} this process may use; using {}\n",
+                     o.threads, cpus, cpus == 1 ? "" : "s", cpus);
+        bo.n_threads = cpus;
+    } else if (const int cores = cpu::ThreadPool::physical_cores(); o.threads > cores) {
         print_stderr("quill: warning: -t {} is more threads than the {} core{} this process may use; the extra "
                      "threads only share cores\n",
                      o.threads, cores, cores == 1 ? "" : "s");
+    }
     bo.n_ctx = n_ctx;
     bo.n_slots = o.n_slots;
     bo.kv_type = o.kv_type;
@@ -186,7 +197,7 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& 
     const cuda::DeviceInfo info = cuda::probe();
     if (info.count == 0) {
         if (o.device == DeviceChoice::cuda) throw UsageError(fmt::format("--device cuda: {}", info.reason));
-        print_stderr("quill: {}; using the CPU\n", info.reason);
+        if (o.verbose) print_stderr("quill: {}; using the CPU\n", info.reason);
         return make_cpu_backend(config, weights, o, n_ctx);
     }
     try {
@@ -194,11 +205,11 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& 
     } catch (const Error& e) {
         if (o.device == DeviceChoice::cuda) throw;
         // auto: a weight type without a CUDA kernel, a model too large for the GPU, a failing GPU
-        print_stderr("quill: cannot run on {} ({}); using the CPU\n", info.name, e.what());
+        print_stderr("quill: cannot run on {} ({}); using the CPU\n", escape_line(info.name), escape_line(e.what()));
     }
 #else
     if (o.device == DeviceChoice::cuda) throw UsageError("--device cuda: this quill was built without CUDA");
-    print_stderr("quill: built without CUDA; using the CPU\n");
+    if (o.verbose) print_stderr("quill: built without CUDA; using the CPU\n");
 #endif
     return make_cpu_backend(config, weights, o, n_ctx);
 }
@@ -233,6 +244,17 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
     return s;
 }
 
+std::string describe_cuda() {
+#ifdef QUILL_HAVE_CUDA
+    const cuda::DeviceInfo info = cuda::probe();
+    if (info.count == 0) return info.reason;
+    return fmt::format("{} (compute capability {}.{}, {}){}", escape_line(info.name), info.cc_major, info.cc_minor,
+                       format_bytes(info.total_memory), info.count > 1 ? fmt::format(", {} devices", info.count) : "");
+#else
+    return "built without CUDA";
+#endif
+}
+
 std::string describe_backend(const Backend& backend) {
     if (const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(&backend))
         return fmt::format("{} backend, {} threads, {} kernels", cpu->name(), cpu->n_threads(),
@@ -248,7 +270,7 @@ std::string describe_backend(const Backend& backend) {
 
 std::string Session::load_line() const {
     return fmt::format("quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {}; context {}",
-                       escape_for_terminal(model->config.name),
+                       escape_line(model->config.name, 200),
                        model->weight_bytes() / 1048576.0, load_ms, describe_backend(*backend), n_ctx);
 }
 

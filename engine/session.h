@@ -32,6 +32,9 @@ struct SessionOptions {
     // what the requests can use, and the CPU backend backs it with 2 MiB pages.
     std::function<int64_t(const struct Session&)> context_needed;
     bool kv_huge_pages = false;  // the CPU backend's CpuBackendOptions::kv_huge_pages (set for a fitted context)
+    // Say on stderr why "auto" chose the CPU when no GPU can be used (no driver, no device, no CUDA in this build);
+    // said only when asked, since every command would say it on a machine without a GPU.
+    bool verbose = false;
 };
 
 // The file name of the default model, looked for in ./models and next to the binary.
@@ -43,8 +46,9 @@ std::string resolve_model_path(const std::string& given);
 // Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.
 size_t available_memory();
 
-// The context: `asked` when > 0 (make_backend checks that it fits), else the model's training context capped so
-// the KV cache of n_slots sequences takes at most a quarter of the available memory (said on stderr when it caps).
+// The context: `asked` when > 0 (make_backend checks that it fits; one warning line when it is above the model's
+// training context), else the model's training context capped so the KV cache of n_slots sequences takes at most a
+// quarter of the available memory (said on stderr when it caps).
 int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots);
 
 // UsageError when a KV cache of n_ctx positions (for n_slots sequences) cannot fit in the available memory,
@@ -57,9 +61,11 @@ std::string why_not_runnable(const GgufFile& file);
 
 // A backend for these weights (which must outlive it), on the device asked: "cpu" never touches the driver; "cuda"
 // builds the CUDA backend or fails saying why (no device, a weight type without a kernel, not enough GPU memory);
-// "auto" tries CUDA when a GPU is present and otherwise, or when it cannot run there, uses the CPU with one line on
-// stderr saying why. The CPU backend checks that n_ctx fits in host memory (check_context_fits); the CUDA backend
-// plans its device memory first and, when the user set no context (o.ctx == 0), caps n_ctx to what fits.
+// "auto" tries CUDA when a GPU is present and otherwise uses the CPU: with one line on stderr saying why when a GPU
+// is there but cannot run the model, or when o.verbose. More threads than the CPUs this process may use are capped
+// to those CPUs with one warning line (spinning threads beyond them stall each other). The CPU backend checks that
+// n_ctx fits in host memory (check_context_fits); the CUDA backend plans its device memory first and, when the user
+// set no context (o.ctx == 0), caps n_ctx to what fits.
 std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                       int64_t n_ctx);
 
@@ -77,6 +83,10 @@ struct Session {
     // "quill: <name> (<MiB>) loaded in <ms>; cpu backend, <n> threads, <isa> kernels; context <n>"
     std::string load_line() const;
 };
+
+// What this build and machine offer CUDA: "built without CUDA", "no CUDA driver", "NVIDIA H100 80GB HBM3 (compute
+// capability 9.0, 79.1 GiB)"; asks the driver, never fails.
+std::string describe_cuda();
 
 // "cpu, 2 threads, avx2 kernels" for a CPU backend; the backend's name otherwise.
 std::string describe_backend(const Backend& backend);

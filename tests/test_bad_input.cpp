@@ -141,8 +141,9 @@ TEST_CASE("bytes the tokenizer cannot represent get one warning, NUL bytes are t
     rewrite_gguf(m, plain, [&](GgufWriter& w) {
         const GgufFile f = GgufFile::open(m);
         std::vector<GgufValue> types;
-        for (const auto& v : f.get_array("tokenizer.ggml.token_type", GgufType::I32)->items)
-            types.emplace_back(static_cast<int32_t>(v.as_int() == 6 ? 1 : v.as_int()));
+        const GgufArray* old = f.get_array("tokenizer.ggml.token_type", GgufType::I32);
+        for (size_t i = 0; i < old->size(); ++i)
+            types.emplace_back(static_cast<int32_t>(old->at(i).as_int() == 6 ? 1 : old->at(i).as_int()));
         w.set("tokenizer.ggml.token_type", GgufValue::array(GgufType::I32, types));
     });
     r = quill_run({"tokenize", "-m", plain, "--no-bos", "-p", "a\u6f22b"});

@@ -298,7 +298,7 @@ TEST_CASE("on a terminal run without a prompt and batch without -i refuse at onc
         std::vector<std::string> args;
         std::string message;
     };
-    for (const Case& c : {Case{{"run", "-m", stories->string()}, "no prompt: give -p TEXT, -f FILE or pipe it"},
+    for (const Case& c : {Case{{"run", "-m", stories->string(), "--raw"}, "--raw and --json need one"},
                           Case{{"batch", "-m", stories->string()}, "no requests: give -i FILE or pipe them"}}) {
         INFO(c.args[0]);
         PtyProcess p(c.args, state.string());

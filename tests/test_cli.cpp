@@ -159,10 +159,10 @@ TEST_CASE("quill run reports bad input with one line and a non-zero exit", "[cli
     CHECK(full.err.find("context of 12 tokens is full") != std::string::npos);
 }
 
-TEST_CASE("without a GPU quill says so in one line and runs on the CPU", "[cli]") {
+TEST_CASE("without a GPU, quill -v says so in one line and runs on the CPU", "[cli]") {
     auto stories = test::require_testdata("models/stories260K.gguf");
     if (!stories) return;
-    auto r = run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once", "-n", "2"});
+    auto r = run_quill({"run", "--raw", "-v", "-m", stories->string(), "-p", "Once", "-n", "2"});
     CHECK(r.status == 0);
     size_t lines = 0;
     for (size_t at = r.err.find("using the CPU"); at != std::string::npos; at = r.err.find("using the CPU", at + 1))

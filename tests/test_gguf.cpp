@@ -127,12 +127,14 @@ TEST_CASE("writer output reads back with every value and tensor intact", "[gguf]
     CHECK(f.get_string("t.empty_string") == "");
     const GgufArray* strings = f.get_array("t.strings", GgufType::STRING);
     REQUIRE(strings);
-    REQUIRE(strings->items.size() == 4);
-    CHECK(strings->items[3].as_string() == "▁the");
-    CHECK(f.get_array("t.empty", GgufType::U32)->items.empty());
+    REQUIRE(strings->size() == 4);
+    CHECK(strings->string_at(3) == "▁the");
+    CHECK(strings->at(1).as_string().empty());
+    CHECK(f.get_array("t.empty", GgufType::U32)->empty());
     const GgufArray* nested = f.get_array("t.nested", GgufType::ARRAY);
     REQUIRE(nested);
-    CHECK(nested->items[0].as_array().items[1].v == GgufValue::Storage(uint8_t(2)));
+    CHECK(nested->at(0).as_array().at(1).v == GgufValue::Storage(uint8_t(2)));
+    CHECK(nested->at(1).as_array().empty());
     // Metadata in file order, equal to what was written.
     GgufWriter again;
     for (const auto& [k, v] : f.metadata()) again.set(k, v);

@@ -1,6 +1,7 @@
 #include "tokenizer/bpe.h"
 
 #include "engine/error.h"
+#include "engine/io/escape.h"
 #include "engine/io/output.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -268,14 +269,16 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab&& vocab) {
                                     "needs its BPE merges)",
                                     vocab.source));
     if (vocab.pre.empty()) {
-        print_stderr("warning: {}: no tokenizer.ggml.pre; using the default pre-tokenizer\n", vocab.source);
+        print_stderr("quill: warning: {}: no tokenizer.ggml.pre; using the default pre-tokenizer\n",
+                     escape_line(vocab.source));
         vocab.pre = "default";
     }
     std::optional<PreTokenizerSpec> spec = pre_tokenizer_spec(vocab.pre);
     if (!spec) {
-        print_stderr("warning: {}: unknown pre-tokenizer '{}' (tokenizer.ggml.pre); using the gpt-2 rules, "
-                     "tokenization may differ from the model's\n",
-                     vocab.source, vocab.pre);
+        print_stderr("quill: warning: {}\n",
+                     escape_line(fmt::format("{}: unknown pre-tokenizer '{}' (tokenizer.ggml.pre); using the gpt-2 "
+                                             "rules, tokenization may differ from the model's",
+                                             vocab.source, vocab.pre)));
         vocab.pre = "gpt-2";
         spec = pre_tokenizer_spec(vocab.pre);
     }

@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/format/gguf.h"
+#include "engine/io/escape.h"
 #include "engine/io/output.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
@@ -50,8 +51,9 @@ int32_t resolve_id(const std::optional<int64_t>& id, int32_t fallback, const cha
     if (fallback >= n_vocab) fallback = -1;
     if (!id) return fallback;
     if (*id >= 0 && *id < n_vocab) return static_cast<int32_t>(*id);
-    print_stderr("warning: {}: tokenizer.ggml.{} = {} is not a token id (n_vocab {}); using {}\n", vocab.source, key,
-                 *id, n_vocab, fallback);
+    print_stderr("quill: warning: {}\n",
+                 escape_line(fmt::format("{}: tokenizer.ggml.{} = {} is not a token id (n_vocab {}); using {}",
+                                         vocab.source, key, *id, n_vocab, fallback)));
     return fallback;
 }
 
@@ -208,7 +210,24 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
 
 std::string Tokenizer::describe_loss(std::string_view text, std::span<const int32_t> ids) const {
     std::vector<std::string> parts;
-    if (model_ == "llama") {
+    if (model_ != "llama") {
+        // Byte-level BPE keeps every byte the vocabulary has a token for and drops the others (a vocabulary may lack
+        // some: the default model's lacks 21), so what was kept is the text less the dropped bytes.
+        std::span<const int32_t> body = ids;
+        if (add_bos_ && !body.empty() && body.front() == bos_) body = body.subspan(1);  // added by encode
+        if (add_eos_ && !body.empty() && body.back() == eos_) body = body.first(body.size() - 1);
+        std::string kept;
+        for (int32_t id : body) kept += token_bytes(id);
+        if (kept.size() < text.size()) {
+            const auto at = std::mismatch(text.begin(), text.end(), kept.begin(), kept.end()).first;
+            const auto first = static_cast<size_t>(at - text.begin());
+            const size_t n = text.size() - kept.size();
+            parts.push_back(fmt::format("{} byte{} with no token in the vocabulary (the first, 0x{:02x}, at offset {}) "
+                                        "{} dropped",
+                                        n, n == 1 ? "" : "s", static_cast<uint8_t>(text[first]), first,
+                                        n == 1 ? "was" : "were"));
+        }
+    } else {
         size_t n_bad = 0, first = 0;
         for (size_t i = 0; i < text.size();) {
             const utf8::Scan r = utf8::scan(text.substr(i));

@@ -56,10 +56,11 @@ public:
     std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
                                               std::span<const TextSpan> literal) const;
 
-    // What encode(text, _, false) could not keep, as one sentence for a warning; "" when nothing was lost. Two
-    // losses: bytes that are not valid UTF-8, which an SPM tokenizer replaces with U+FFFD (byte-level BPE keeps
-    // every byte), and characters the vocabulary lacks, which became the unknown token (SPM without byte
-    // fallback). NUL and other control bytes are ordinary bytes: kept when the vocabulary has them.
+    // What encode(text, _, false) could not keep, as one sentence for a warning; "" when nothing was lost. Three
+    // losses: bytes that are not valid UTF-8, which an SPM tokenizer replaces with U+FFFD; bytes a byte-level BPE
+    // vocabulary has no token for, which it drops; and characters the vocabulary lacks, which became the unknown
+    // token (SPM without byte fallback). NUL and other control bytes are ordinary bytes: kept when the vocabulary
+    // has them.
     std::string describe_loss(std::string_view text, std::span<const int32_t> ids) const;
 
     int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }

@@ -27,13 +27,13 @@ TokenType token_type_from_gguf(int64_t value) {
 std::vector<std::string> read_pieces(const GgufFile& file) {
     const GgufArray* tokens = file.get_array("tokenizer.ggml.tokens", GgufType::STRING);
     if (!tokens) fail(file, "metadata 'tokenizer.ggml.tokens' is missing (expected the vocabulary as strings)");
-    if (tokens->items.empty()) fail(file, "metadata 'tokenizer.ggml.tokens' is empty");
-    if (tokens->items.size() > static_cast<size_t>(INT32_MAX))
-        fail(file, fmt::format("metadata 'tokenizer.ggml.tokens' has {} entries, too many", tokens->items.size()));
+    if (tokens->empty()) fail(file, "metadata 'tokenizer.ggml.tokens' is empty");
+    if (tokens->size() > static_cast<size_t>(INT32_MAX))
+        fail(file, fmt::format("metadata 'tokenizer.ggml.tokens' has {} entries, too many", tokens->size()));
     std::vector<std::string> pieces;
-    pieces.reserve(tokens->items.size());
-    for (const GgufValue& v : tokens->items) {
-        pieces.push_back(v.as_string());
+    pieces.reserve(tokens->size());
+    for (size_t i = 0; i < tokens->size(); ++i) {
+        pieces.emplace_back(tokens->string_at(i));
         if (pieces.back().empty()) pieces.back() = fmt::format("[EMPTY_{}]", pieces.size() - 1);
     }
     return pieces;
@@ -73,19 +73,19 @@ Vocab read_gguf_vocab(const GgufFile& file) {
 
     vocab.scores.assign(n_vocab, 0.0f);
     if (const GgufArray* scores = file.get_array("tokenizer.ggml.scores", GgufType::F32)) {
-        check_length(file, "tokenizer.ggml.scores", scores->items.size(), n_vocab);
-        for (size_t i = 0; i < n_vocab; ++i) vocab.scores[i] = static_cast<float>(scores->items[i].as_float());
+        check_length(file, "tokenizer.ggml.scores", scores->size(), n_vocab);
+        for (size_t i = 0; i < n_vocab; ++i) vocab.scores[i] = static_cast<float>(scores->at(i).as_float());
     }
 
     vocab.types.assign(n_vocab, TokenType::normal);
     if (const GgufArray* types = file.get_array("tokenizer.ggml.token_type", GgufType::I32)) {
-        check_length(file, "tokenizer.ggml.token_type", types->items.size(), n_vocab);
-        for (size_t i = 0; i < n_vocab; ++i) vocab.types[i] = token_type_from_gguf(types->items[i].as_int());
+        check_length(file, "tokenizer.ggml.token_type", types->size(), n_vocab);
+        for (size_t i = 0; i < n_vocab; ++i) vocab.types[i] = token_type_from_gguf(types->at(i).as_int());
     }
 
     if (const GgufArray* merges = file.get_array("tokenizer.ggml.merges", GgufType::STRING)) {
-        vocab.merges.reserve(merges->items.size());
-        for (const GgufValue& v : merges->items) vocab.merges.push_back(v.as_string());
+        vocab.merges.reserve(merges->size());
+        for (size_t i = 0; i < merges->size(); ++i) vocab.merges.emplace_back(merges->string_at(i));
     }
 
     read_gguf_specials(file, vocab);

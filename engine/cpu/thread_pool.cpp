@@ -152,6 +152,16 @@ int ThreadPool::physical_cores() {
     return n > 0 ? n : 1;
 }
 
+int ThreadPool::available_cpus() {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    int n = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                               : static_cast<int>(std::thread::hardware_concurrency());
+    const int quota = cgroup_cpu_limit();
+    if (quota > 0 && quota < n) n = quota;
+    return n > 0 ? n : 1;
+}
+
 Range split_range(int64_t n, int ith, int nth, int64_t align) {
     int64_t units = (n + align - 1) / align;
     int64_t per = units / nth, extra = units % nth;

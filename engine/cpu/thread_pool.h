@@ -32,6 +32,9 @@ public:
     // The cores this process may use: the physical cores (distinct package and core ids) among the CPUs of its
     // affinity mask, capped by its cgroup's CPU quota (cpu.max); at least 1.
     static int physical_cores();
+    // The CPUs (hardware threads) this process may use: those of its affinity mask, capped by its cgroup's CPU
+    // quota; at least 1. A pool larger than this stalls: its threads spin waiting for ones that have no CPU.
+    static int available_cpus();
 
 private:
     void worker();

@@ -39,9 +39,13 @@ bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::
 // message says where the file went wrong.
 class Cursor {
 public:
-    Cursor(std::span<const uint8_t> bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+    // `owner` keeps the bytes alive (arrays share them).
+    Cursor(std::span<const uint8_t> bytes, const std::string& path, const std::shared_ptr<const void>& owner)
+        : bytes_(bytes), path_(path), owner_(owner) {}
 
     size_t pos() const { return pos_; }
+    std::span<const uint8_t> bytes() const { return bytes_; }
+    const std::shared_ptr<const void>& owner() const { return owner_; }
     size_t remaining() const { return bytes_.size() - pos_; }
 
     [[noreturn]] void fail(const std::string& defect) const { throw FileError(fmt::format("{}: {}", path_, defect)); }
@@ -79,6 +83,21 @@ public:
         return read_string("string");
     }
 
+    // Moves past n bytes, which `what` needs.
+    void skip(uint64_t n, std::string_view what) {
+        need(n, what);
+        pos_ += n;
+    }
+
+    // Moves past a string value of metadata key `key`, checking its length as read_key_string does.
+    void skip_key_string(const std::string& key) {
+        uint64_t len = 0;
+        if (remaining() >= sizeof len) std::memcpy(&len, bytes_.data() + pos_, sizeof len);
+        if (remaining() < sizeof len || len > remaining() - sizeof len)
+            read_string(fmt::format("key '{}': string", key));  // (fails, naming the key)
+        pos_ += sizeof len + len;
+    }
+
     // A count of items that each occupy at least `min_size` bytes: rejected before anything is sized by it.
     uint64_t read_count(size_t min_size, std::string_view what) {
         uint64_t n = read<uint64_t>(what);
@@ -90,21 +109,57 @@ public:
 private:
     std::span<const uint8_t> bytes_;
     const std::string& path_;
+    const std::shared_ptr<const void>& owner_;
     size_t pos_ = 0;
 };
 
-GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key);
+void skip_value(Cursor& c, GgufType type, int depth, const std::string& key);
 
-GgufArray read_array(Cursor& c, int depth, const std::string& key) {
+// Checks the n elements of `type` at the cursor and moves past them, allocating nothing: an array is kept as the
+// file's bytes (GgufArray), so its checks must not cost memory per element.
+void skip_elements(Cursor& c, GgufType type, uint64_t n, int depth, const std::string& key) {
+    switch (type) {
+        case GgufType::STRING:
+            for (uint64_t i = 0; i < n; ++i) c.skip_key_string(key);
+            return;
+        case GgufType::ARRAY:
+            for (uint64_t i = 0; i < n; ++i) skip_value(c, type, depth + 1, key);
+            return;
+        case GgufType::BOOL:
+            for (uint64_t i = 0; i < n; ++i) {
+                const uint8_t b = c.read<uint8_t>("bool value");
+                if (b > 1) c.fail(fmt::format("key '{}': bool value {} is neither 0 nor 1", key, b));
+            }
+            return;
+        default:  // n was checked against the bytes left (read_count), so the product does not overflow
+            c.skip(n * min_value_size(type), fmt::format("key '{}': array", key));
+    }
+}
+
+// An array's element type and count at the cursor; checks and skips its elements. Returns where they begin.
+size_t skip_array(Cursor& c, int depth, const std::string& key, GgufType* type, uint64_t* n) {
     if (depth >= kMaxArrayDepth) c.fail(fmt::format("key '{}': arrays nested deeper than {}", key, kMaxArrayDepth));
     uint32_t et = c.read<uint32_t>("array element type");
     if (!valid_value_type(et)) c.fail(fmt::format("key '{}': unknown array element type {}", key, et));
-    GgufArray arr;
-    arr.type = static_cast<GgufType>(et);
-    uint64_t n = c.read_count(min_value_size(arr.type), fmt::format("key '{}': array length", key));
-    arr.items.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) arr.items.push_back(read_value(c, arr.type, depth + 1, key));
-    return arr;
+    *type = static_cast<GgufType>(et);
+    *n = c.read_count(min_value_size(*type), fmt::format("key '{}': array length", key));
+    const size_t start = c.pos();
+    skip_elements(c, *type, *n, depth, key);
+    return start;
+}
+
+void skip_value(Cursor& c, GgufType type, int depth, const std::string& key) {
+    GgufType et;
+    uint64_t n;
+    if (type == GgufType::ARRAY) skip_array(c, depth, key, &et, &n);
+    else skip_elements(c, type, 1, depth, key);
+}
+
+GgufArray read_array(Cursor& c, int depth, const std::string& key) {
+    GgufType type;
+    uint64_t n;
+    const size_t start = skip_array(c, depth, key, &type, &n);
+    return GgufArray::from_encoded(type, n, c.bytes().subspan(start, c.pos() - start), c.owner());
 }
 
 GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key) {
@@ -132,6 +187,90 @@ GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+// ---- encoding: the writer's, and arrays built in memory ----
+
+template <class Sink>
+void put_raw(Sink& sink, const void* p, size_t n) {
+    sink(static_cast<const uint8_t*>(p), n);
+}
+
+template <class T, class Sink>
+void put(Sink& sink, T x) {
+    put_raw(sink, &x, sizeof x);
+}
+
+template <class Sink>
+void put_string(Sink& sink, const std::string& s) {
+    put<uint64_t>(sink, s.size());
+    put_raw(sink, s.data(), s.size());
+}
+
+template <class Sink>
+void put_value(Sink& sink, const GgufValue& v) {
+    std::visit(
+        [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::string>) {
+                put_string(sink, x);
+            } else if constexpr (std::is_same_v<T, GgufArray>) {
+                put<uint32_t>(sink, static_cast<uint32_t>(x.type()));
+                put<uint64_t>(sink, x.size());
+                put_raw(sink, x.encoded().data(), x.encoded().size());
+            } else if constexpr (std::is_same_v<T, bool>) {
+                put<uint8_t>(sink, x ? 1 : 0);
+            } else {
+                put<T>(sink, x);
+            }
+        },
+        v.v);
+}
+
+// ---- arrays kept in their encoding ----
+
+constexpr size_t kIndexStride = 16;  // GgufArray::index_ holds the offset of every 16th variable-size element
+
+template <class T>
+T load(std::span<const uint8_t> bytes, size_t pos) {
+    QUILL_CHECK(pos <= bytes.size() && sizeof(T) <= bytes.size() - pos, "array element at {} runs past {} bytes",
+                pos, bytes.size());
+    T v;
+    std::memcpy(&v, bytes.data() + pos, sizeof v);
+    return v;
+}
+
+// The bytes one element of a fixed-size type takes; 0 for strings and arrays.
+size_t fixed_size(GgufType t) { return t == GgufType::STRING || t == GgufType::ARRAY ? 0 : min_value_size(t); }
+
+size_t element_size(GgufType type, std::span<const uint8_t> bytes, size_t pos, int depth);
+
+// The bytes of n elements of `type` encoded from pos.
+size_t elements_size(GgufType type, uint64_t n, std::span<const uint8_t> bytes, size_t pos, int depth) {
+    if (const size_t size = fixed_size(type)) {
+        QUILL_CHECK(pos <= bytes.size() && n <= (bytes.size() - pos) / size, "{} array elements run past {} bytes",
+                    n, bytes.size());
+        return n * size;
+    }
+    size_t at = pos;
+    for (uint64_t i = 0; i < n; ++i) at += element_size(type, bytes, at, depth);
+    return at - pos;
+}
+
+// The bytes of the element of `type` encoded at pos; `depth` counts the arrays around it.
+size_t element_size(GgufType type, std::span<const uint8_t> bytes, size_t pos, int depth) {
+    if (const size_t size = fixed_size(type)) return elements_size(type, 1, bytes, pos, depth);
+    if (type == GgufType::STRING) {
+        const auto len = load<uint64_t>(bytes, pos);
+        QUILL_CHECK(len <= bytes.size() - pos - 8, "a string of {} bytes at {} runs past {} bytes", len, pos,
+                    bytes.size());
+        return 8 + len;
+    }
+    QUILL_CHECK(depth < kMaxArrayDepth, "arrays nested deeper than {}", kMaxArrayDepth);
+    const auto et = load<uint32_t>(bytes, pos);
+    QUILL_CHECK(valid_value_type(et), "unknown array element type {}", et);
+    const auto n = load<uint64_t>(bytes, pos + 4);
+    return 12 + elements_size(static_cast<GgufType>(et), n, bytes, pos + 12, depth + 1);
+}
+
 // Owns an mmap'ed file.
 struct Mapping {
     void* addr = nullptr;
@@ -153,18 +292,93 @@ std::string_view gguf_type_name(GgufType type) {
     return i < std::size(names) ? names[i] : "unknown";
 }
 
-GgufValue GgufValue::array(GgufType type, std::vector<GgufValue> items) {
-    for (const auto& it : items)
+GgufArray::GgufArray(GgufType type, const std::vector<GgufValue>& items) {
+    auto buffer = std::make_shared<std::vector<uint8_t>>();
+    auto sink = [&](const uint8_t* p, size_t n) { buffer->insert(buffer->end(), p, p + n); };
+    for (const auto& it : items) {
         QUILL_CHECK(it.type() == type, "array item of type {} in an array of {}", gguf_type_name(it.type()),
                     gguf_type_name(type));
-    return GgufValue(GgufArray{type, std::move(items)});
+        put_value(sink, it);
+    }
+    const std::span<const uint8_t> bytes(*buffer);
+    *this = from_encoded(type, items.size(), bytes, std::move(buffer));
+}
+
+GgufArray GgufArray::from_encoded(GgufType type, uint64_t n, std::span<const uint8_t> bytes,
+                                  std::shared_ptr<const void> owner) {
+    QUILL_CHECK(valid_value_type(static_cast<uint32_t>(type)), "unknown array element type {}",
+                static_cast<uint32_t>(type));
+    QUILL_CHECK(n <= bytes.size() / min_value_size(type), "{} array elements in {} bytes", n, bytes.size());
+    GgufArray a;
+    a.type_ = type;
+    a.size_ = static_cast<size_t>(n);
+    a.owner_ = std::move(owner);
+    size_t end = 0;
+    if (fixed_size(type) != 0) {
+        end = elements_size(type, n, bytes, 0, 1);
+    } else {
+        a.index_.reserve((a.size_ + kIndexStride - 1) / kIndexStride);
+        for (size_t i = 0; i < a.size_; ++i) {
+            if (i % kIndexStride == 0) a.index_.push_back(end);
+            end += element_size(type, bytes, end, 1);
+        }
+    }
+    a.bytes_ = bytes.first(end);
+    return a;
+}
+
+size_t GgufArray::offset_of(size_t i) const {
+    QUILL_CHECK(i < size_, "array element {} of {}", i, size_);
+    if (const size_t size = fixed_size(type_)) return i * size;
+    size_t at = index_[i / kIndexStride];
+    for (size_t k = i / kIndexStride * kIndexStride; k < i; ++k) at += element_size(type_, bytes_, at, 1);
+    return at;
+}
+
+GgufValue GgufArray::at(size_t i) const {
+    const size_t pos = offset_of(i);
+    switch (type_) {
+        case GgufType::U8: return load<uint8_t>(bytes_, pos);
+        case GgufType::I8: return load<int8_t>(bytes_, pos);
+        case GgufType::U16: return load<uint16_t>(bytes_, pos);
+        case GgufType::I16: return load<int16_t>(bytes_, pos);
+        case GgufType::U32: return load<uint32_t>(bytes_, pos);
+        case GgufType::I32: return load<int32_t>(bytes_, pos);
+        case GgufType::F32: return load<float>(bytes_, pos);
+        case GgufType::U64: return load<uint64_t>(bytes_, pos);
+        case GgufType::I64: return load<int64_t>(bytes_, pos);
+        case GgufType::F64: return load<double>(bytes_, pos);
+        case GgufType::BOOL: return load<uint8_t>(bytes_, pos) != 0;
+        case GgufType::STRING: return std::string(string_at(i));
+        case GgufType::ARRAY:
+            return from_encoded(static_cast<GgufType>(load<uint32_t>(bytes_, pos)), load<uint64_t>(bytes_, pos + 4),
+                                bytes_.subspan(pos + 12), owner_);
+    }
+    QUILL_CHECK(false, "unknown array element type {}", static_cast<uint32_t>(type_));
+    return {};
+}
+
+std::string_view GgufArray::string_at(size_t i) const {
+    QUILL_CHECK(type_ == GgufType::STRING, "string_at on an array of {}", gguf_type_name(type_));
+    const size_t pos = offset_of(i);
+    const auto len = load<uint64_t>(bytes_, pos);
+    return {reinterpret_cast<const char*>(bytes_.data() + pos + 8), static_cast<size_t>(len)};
+}
+
+bool GgufArray::operator==(const GgufArray& o) const {
+    return type_ == o.type_ && size_ == o.size_ && std::ranges::equal(bytes_, o.bytes_);
+}
+
+GgufValue GgufValue::array(GgufType type, const std::vector<GgufValue>& items) {
+    return GgufValue(GgufArray(type, items));
 }
 
 GgufValue GgufValue::strings(const std::vector<std::string>& items) {
-    GgufArray arr{GgufType::STRING, {}};
-    arr.items.reserve(items.size());
-    for (const auto& s : items) arr.items.emplace_back(s);
-    return GgufValue(std::move(arr));
+    auto buffer = std::make_shared<std::vector<uint8_t>>();
+    auto sink = [&](const uint8_t* p, size_t n) { buffer->insert(buffer->end(), p, p + n); };
+    for (const auto& s : items) put_string(sink, s);
+    const std::span<const uint8_t> bytes(*buffer);
+    return GgufValue(GgufArray::from_encoded(GgufType::STRING, items.size(), bytes, std::move(buffer)));
 }
 
 bool GgufValue::is_integer() const {
@@ -215,8 +429,6 @@ bool GgufValue::as_bool() const {
     if (const auto* b = std::get_if<bool>(&v)) return *b;
     throw Error(fmt::format("expected a bool, found {}", gguf_type_name(type())));
 }
-
-bool GgufArray::operator==(const GgufArray& o) const { return type == o.type && items == o.items; }
 
 bool GgufValue::operator==(const GgufValue& o) const {
     if (type() != o.type()) return false;
@@ -273,7 +485,7 @@ GgufFile GgufFile::parse(const std::string& name, std::span<const uint8_t> bytes
 void GgufFile::fail(const std::string& defect) const { throw FileError(fmt::format("{}: {}", path_, defect)); }
 
 void GgufFile::parse_all() {
-    Cursor c(bytes_, path_);
+    Cursor c(bytes_, path_, storage_);
     if (bytes_.size() < 4) fail(fmt::format("not a GGUF file: {} bytes is too short for the magic", bytes_.size()));
     uint32_t magic = c.read<uint32_t>("magic");
     if (magic != kMagic) fail(fmt::format("not a GGUF file: bad magic 0x{:08x}", magic));
@@ -409,8 +621,8 @@ const GgufArray* GgufFile::get_array(std::string_view key, GgufType elem) const 
     if (v->type() != GgufType::ARRAY)
         fail(fmt::format("metadata '{}' is a {}, expected an array", key, gguf_type_name(v->type())));
     const GgufArray& a = v->as_array();
-    if (a.type != elem)
-        fail(fmt::format("metadata '{}' is an array of {}, expected an array of {}", key, gguf_type_name(a.type),
+    if (a.type() != elem)
+        fail(fmt::format("metadata '{}' is an array of {}, expected an array of {}", key, gguf_type_name(a.type()),
                          gguf_type_name(elem)));
     return &a;
 }
@@ -454,42 +666,6 @@ uint64_t GgufWriter::alignment() const {
 }
 
 namespace {
-
-template <class Sink>
-void put_raw(Sink& sink, const void* p, size_t n) {
-    sink(static_cast<const uint8_t*>(p), n);
-}
-
-template <class T, class Sink>
-void put(Sink& sink, T x) {
-    put_raw(sink, &x, sizeof x);
-}
-
-template <class Sink>
-void put_string(Sink& sink, const std::string& s) {
-    put<uint64_t>(sink, s.size());
-    put_raw(sink, s.data(), s.size());
-}
-
-template <class Sink>
-void put_value(Sink& sink, const GgufValue& v) {
-    std::visit(
-        [&](const auto& x) {
-            using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, std::string>) {
-                put_string(sink, x);
-            } else if constexpr (std::is_same_v<T, GgufArray>) {
-                put<uint32_t>(sink, static_cast<uint32_t>(x.type));
-                put<uint64_t>(sink, x.items.size());
-                for (const auto& item : x.items) put_value(sink, item);
-            } else if constexpr (std::is_same_v<T, bool>) {
-                put<uint8_t>(sink, x ? 1 : 0);
-            } else {
-                put<T>(sink, x);
-            }
-        },
-        v.v);
-}
 
 template <class Sink>
 void put_padding(Sink& sink, uint64_t written, uint64_t alignment) {

@@ -26,10 +26,40 @@ enum class GgufType : uint32_t {
 std::string_view gguf_type_name(GgufType type);
 
 struct GgufValue;
-struct GgufArray {
-    GgufType type = GgufType::U8;  // element type
-    std::vector<GgufValue> items;
+
+// An array value. Its elements are kept as GGUF stores them (scalars back to back; a string as its u64 length and
+// bytes; an array as its u32 element type, u64 count and elements) in one buffer the array shares: a read file's
+// mapping, or a buffer of its own for an array built in memory. Variable-size elements (strings, arrays) are found
+// from the offset of every 16th, so an array costs its bytes in the file and half a byte per element at most.
+class GgufArray {
+public:
+    GgufArray() = default;  // an empty array of u8
+    // An array of `type` holding `items`, each of that type (QUILL_CHECK).
+    GgufArray(GgufType type, const std::vector<GgufValue>& items);
+    // The n elements of `type` encoded at the start of `bytes` (which may go on past them), whose memory `owner`
+    // keeps alive. QUILL_CHECK when they run past the bytes or nest arrays deeper than 4 (GgufFile validated them).
+    static GgufArray from_encoded(GgufType type, uint64_t n, std::span<const uint8_t> bytes,
+                                  std::shared_ptr<const void> owner);
+
+    GgufType type() const { return type_; }
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    // Element i (< size()) as a value; a nested array shares this array's bytes.
+    GgufValue at(size_t i) const;
+    // Element i (< size()) of an array of strings, viewing the shared bytes (valid while this array or a copy lives).
+    std::string_view string_at(size_t i) const;
+    // The elements in GGUF's encoding, without the array's own type and count.
+    std::span<const uint8_t> encoded() const { return bytes_; }
     bool operator==(const GgufArray& o) const;
+
+private:
+    size_t offset_of(size_t i) const;  // of element i in bytes_
+
+    GgufType type_ = GgufType::U8;
+    size_t size_ = 0;
+    std::span<const uint8_t> bytes_;
+    std::shared_ptr<const void> owner_;
+    std::vector<uint64_t> index_;  // variable-size elements: the offset of element k * 16 in bytes_, [ceil(size / 16)]
 };
 
 // One metadata value. The variant's index is the GgufType id.
@@ -42,7 +72,7 @@ struct GgufValue {
     template <class T>
     GgufValue(T x) : v(std::move(x)) {}  // NOLINT: implicit by design, GgufValue(uint32_t(3))
     GgufValue(const char* s) : v(std::string(s)) {}
-    static GgufValue array(GgufType type, std::vector<GgufValue> items);
+    static GgufValue array(GgufType type, const std::vector<GgufValue>& items);
     static GgufValue strings(const std::vector<std::string>& items);
 
     GgufType type() const { return static_cast<GgufType>(v.index()); }

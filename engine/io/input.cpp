@@ -64,6 +64,7 @@ std::string read_capped(int fd, const std::string& name, size_t max_bytes, std::
 }
 
 std::string read_prompt_file(const std::string& path, size_t max_bytes) {
+    if (path == "-") return read_capped(STDIN_FILENO, "stdin", max_bytes);
     struct stat st {};
     FileDescriptor fd = open_nonblocking(path, "the prompt file", st);
     if (S_ISDIR(st.st_mode)) throw FileError(fmt::format("{}: the prompt file is a directory", path));

@@ -36,8 +36,8 @@ FileDescriptor open_regular_file(const std::string& path, const char* what);
 std::string read_capped(int fd, const std::string& name, size_t max_bytes,
                         std::string_view hint = "--max-input-bytes raises it");
 
-// A prompt file: a regular file, a pipe (a shell's <(...)), or a character device; never a directory. Opening
-// does not block on a FIFO with no writer (that reads as empty). At most max_bytes, as read_capped.
+// A prompt file: a regular file, a pipe (a shell's <(...)), or a character device; never a directory; "-" is stdin.
+// Opening does not block on a FIFO with no writer (that reads as empty). At most max_bytes, as read_capped.
 std::string read_prompt_file(const std::string& path, size_t max_bytes);
 
 // "64 MiB", "1.5 KiB", "12 bytes".

@@ -114,7 +114,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2) {
         c.n_vocab = emb->ne[1];
     } else if (const GgufArray* tokens = f.get_array("tokenizer.ggml.tokens", GgufType::STRING)) {
-        c.n_vocab = static_cast<int64_t>(tokens->items.size());
+        c.n_vocab = static_cast<int64_t>(tokens->size());
     }
     c.n_vocab = optional_int(f, p + "vocab_size", c.n_vocab, 1, int64_t{1} << 31);
     if (c.n_vocab <= 0) throw FileError(fmt::format("{}: the vocabulary size is unknown", f.path()));

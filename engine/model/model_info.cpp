@@ -26,7 +26,7 @@ json value_json(const GgufValue& v) {
         case GgufType::U64: return std::get<uint64_t>(v.v);
         case GgufType::ARRAY: {
             const auto& a = v.as_array();
-            return json{{"array", gguf_type_name(a.type)}, {"length", a.items.size()}};
+            return json{{"array", gguf_type_name(a.type())}, {"length", a.size()}};
         }
         default: return v.as_int();
     }
@@ -37,7 +37,7 @@ json tokenizer_json(const GgufFile& f) {
     if (auto model = f.get_string("tokenizer.ggml.model")) t["model"] = *model;
     if (auto pre = f.get_string("tokenizer.ggml.pre")) t["pre"] = *pre;
     if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->type() == GgufType::ARRAY)
-        t["vocab_size"] = tokens->as_array().items.size();
+        t["vocab_size"] = tokens->as_array().size();
     for (const char* k : {"bos_token_id", "eos_token_id", "eot_token_id", "unknown_token_id", "padding_token_id"})
         if (const GgufValue* v = f.find(std::string("tokenizer.ggml.") + k); v && v->is_integer())
             t[k] = v->as_int();
