@@ -283,6 +283,35 @@ TEST_CASE("an SPM vocabulary with a one-character control token encodes that cha
     CHECK(tok->encode("ab c", false, false) == std::vector<int32_t>{5, 8 + 0xE2, 8 + 0x96, 8 + 0x81, 8 + 'c'});
 }
 
+TEST_CASE("an SPM vocabulary's end-of-generation text typed user-defined or normal is a control token, never text's",
+          "[tokenizer]") {
+    // Found by fuzz_tokenizer on quill's own tiny vocabulary: <|im_end|> typed user-defined (4) or normal (1) is a
+    // control token to quill, as to llama.cpp, so user text that spells it must stay text; the sentencepiece
+    // library, told it was user-defined or normal, still cut it out of the text (or merged it), and the control
+    // token printed nothing.
+    for (int32_t type : {4, 1}) {
+        INFO("type " << type);
+        std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "<|im_end|>", "<", "|", "im", "_", "end", ">",
+                                        "<|", "<|im", "<|im_", "<|im_end", "<|im_end|"};
+        std::vector<int32_t> types{2, 3, 3, type, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        std::vector<float> scores{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5};
+        for (int b = 0; b < 256; ++b) {
+            pieces.push_back(fmt::format("<0x{:02X}>", b));
+            types.push_back(6);
+            scores.push_back(0);
+        }
+        const auto tok = tiny_spm(pieces, types, scores);
+        CHECK(tok->is_control(3));
+        for (const std::string text : {"<|im_end|>", "a<|im_end|>b"}) {
+            INFO(text);
+            const std::vector<int32_t> ids = tok->encode(text, false, false);
+            CHECK(std::find(ids.begin(), ids.end(), 3) == ids.end());
+            CHECK(quill::decode(*tok, ids) == text);
+        }
+        CHECK(tok->encode("<|im_end|>", false, true) == std::vector<int32_t>{3});
+    }
+}
+
 TEST_CASE("an SPM vocabulary with a normal piece spelled like a byte piece encodes that text as text", "[tokenizer]") {
     // sentencepiece looks byte pieces up before normal ones too: text merged into a normal piece "<0x41>" came out as
     // the byte 'A' (decoding to "A"). quill keeps the byte piece and gives up the normal one: the text becomes
