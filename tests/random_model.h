@@ -1,9 +1,11 @@
-// Tiny llama/qwen2/gemma3-architecture models with random weights, written with the GGUF writer, for backend tests.
+// Tiny llama/qwen2/gemma3-architecture models with random weights, written with the GGUF writer, for backend tests;
+// with a vocabulary (tests/tiny_vocab.h) and a chat template, as files the CLI tests run in place of a real model.
 #pragma once
 
 #include "engine/format/gguf.h"
 #include "engine/model/model.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +28,12 @@ struct TinySpec {
     int64_t head_dim = 0;                    // attention.key_length (0: n_embd / n_head, and no key written)
     int64_t sliding_window = 0;              // attention.sliding_window (0: none written)
     float final_logit_softcap = 0.0f;        // final_logit_softcapping (0: none written)
+    int64_t n_ctx_train = 256;               // context_length
+    // "spm", "spm-chatml" (with chatml's markers) or "bpe-chatml": tests/tiny_vocab.h's vocabulary, whose size
+    // replaces n_vocab; its byte, control and unknown tokens get zero output rows, so generated text is made of its
+    // characters and words and never ends by itself. "": no vocabulary.
+    std::string vocab;
+    std::string chat_template;               // tokenizer.chat_template ("": none written)
     uint64_t seed = 1;
 };
 
@@ -33,5 +41,19 @@ struct TinySpec {
 std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec);
 // The same, loaded through the real loader (parse, config, weights).
 std::unique_ptr<Model> make_tiny_model(const TinySpec& spec);
+
+// Tiny models with a vocabulary for the tests that need "a small model" file (the CLI, generation, scheduling,
+// chat): the shape of stories260K (5 layers, n_embd 64, 8 heads, 4 KV heads, n_ff 192, context 2048), random
+// weights from seed 1.
+enum class TinyModel {
+    spm,       // F32 weights, SPM vocabulary with byte fallback, no chat template (nor chatml's tokens)
+    spm_q8_0,  // the same weights in Q8_0, but ffn_down in F16 and the norms F32
+    spm_chat,  // F32, the SPM vocabulary with chatml's markers, and kTinyChatTemplate
+    bpe_chat,  // F32, the byte-level BPE vocabulary (chatml's markers included) and kTinyChatTemplate
+};
+// The spec of such a model.
+TinySpec tiny_model_spec(TinyModel which);
+// Its file, written on first use into a directory of this test process that is removed when the process ends.
+const std::filesystem::path& tiny_model_file(TinyModel which);
 
 }  // namespace quill::test

@@ -1,6 +1,7 @@
-// quill batch end to end on stories260K (and the default model, briefly): batch invariance against `quill run` of
-// each request alone, error records, kill -9 then --resume, SIGINT, and --shard.
+// quill batch end to end on the tiny model the tests write (and the default model, briefly): batch invariance
+// against `quill run` of each request alone, error records, kill -9 then --resume, SIGINT, and --shard.
 #include "engine/model/model.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,6 +23,7 @@
 
 using namespace quill;
 using nlohmann::json;
+using test::TinyModel;
 namespace fs = std::filesystem;
 
 namespace {
@@ -50,7 +52,7 @@ std::map<std::string, json> by_id(const std::vector<json>& rs) {
     return m;
 }
 
-// Short different prompts for stories260K.
+// Short different prompts, made of the tiny vocabulary's words.
 std::vector<std::string> prompts(size_t n) {
     const char* starts[] = {"Once upon a time", "The little dog", "Lily wanted to", "One day, Tom", "The sun",
                             "A big red ball", "Mom said", "The cat and the bird"};
@@ -103,15 +105,14 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 }  // namespace
 
 TEST_CASE("batch invariance: each greedy text equals quill run of the request alone", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     const auto ps = prompts(20);
     std::vector<std::string> want;
-    for (const auto& p : ps) want.push_back(run_alone(model->string(), p, {"-n", "16", "--temp", "0"}));
+    for (const auto& p : ps) want.push_back(run_alone(tiny.string(), p, {"-n", "16", "--temp", "0"}));
     for (const char* parallel : {"1", "4", "16"}) {
         for (const char* budget : {"512", "7"}) {  // 7: prompts split into chunks that share batches with decodes
             INFO("--parallel " << parallel << " --batch-tokens " << budget);
-            auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--temp", "0", "-n", "16", "--parallel", parallel,
+            auto r = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--temp", "0", "-n", "16", "--parallel", parallel,
                                       "--batch-tokens", budget, "--quiet", "-t", "1"},
                                      lines(ps));
             REQUIRE(r.status == 0);
@@ -128,8 +129,7 @@ TEST_CASE("batch invariance: each greedy text equals quill run of the request al
 }
 
 TEST_CASE("a sampled request depends only on its own seed and parameters", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     const auto ps = prompts(8);
     std::string input;
     std::vector<std::string> want;
@@ -138,11 +138,11 @@ TEST_CASE("a sampled request depends only on its own seed and parameters", "[bat
         const double temp = 0.6 + 0.1 * static_cast<double>(i % 4);
         input += json{{"id", fmt::format("s{}", i)}, {"prompt", ps[i]}, {"seed", seed}, {"temperature", temp},
                       {"max_tokens", 20}}.dump() + "\n";
-        want.push_back(run_alone(model->string(), ps[i],
+        want.push_back(run_alone(tiny.string(), ps[i],
                                  {"-n", "20", "--seed", std::to_string(seed), "--temp", fmt::format("{}", temp)}));
     }
     for (const char* parallel : {"1", "8"}) {
-        auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--parallel", parallel, "--quiet", "-t", "1"}, input);
+        auto r = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--parallel", parallel, "--quiet", "-t", "1"}, input);
         REQUIRE(r.status == 0);
         const auto got = by_id(records(r.out));
         for (size_t i = 0; i < ps.size(); ++i) CHECK(got.at(fmt::format("s{}", i))["text"] == want[i]);
@@ -190,9 +190,8 @@ TEST_CASE("batch invariance on the default model", "[batch][model]") {
 }
 
 TEST_CASE("without -c a batch's context is what its requests need when each has a max_tokens", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
-    const auto loaded = Model::load(model->string());
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
+    const auto loaded = Model::load(tiny.string());
     const auto tok = Tokenizer::from_gguf(loaded->file);
     const auto ps = prompts(12);
     size_t longest = 0;  // prompt tokens, BOS included (--raw)
@@ -203,26 +202,25 @@ TEST_CASE("without -c a batch's context is what its requests need when each has 
     const size_t need = (longest + 30 + 7) / 8 * 8;  // whole key blocks; request 5's prompt is not the longest
     INFO("longest prompt " << longest << " tokens");
     REQUIRE(tok->encode(ps[5], true, false).size() < longest);
-    auto fitted = test::run_quill({"batch", "--raw", "-m", model->string(), "--temp", "0", "-t", "1"}, input);
+    auto fitted = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--temp", "0", "-t", "1"}, input);
     REQUIRE(fitted.status == 0);
     // (at most longest + 30 tokens: the context holds request 5's whole prompt and 30 tokens, whatever its length)
     CHECK_THAT(fitted.err, Catch::Contains(fmt::format("; context {} (what the requests need);", need)));
     const auto got = by_id(records(fitted.out));
     REQUIRE(got.size() == ps.size());
     CHECK(got.at("r5")["usage"]["completion_tokens"] == 30);
-    CHECK(got.at("r5")["text"] == run_alone(model->string(), ps[5], {"-n", "30", "--temp", "0"}));
+    CHECK(got.at("r5")["text"] == run_alone(tiny.string(), ps[5], {"-n", "30", "--temp", "0"}));
     // -c as given; a request without max_tokens (-n -1, the default) may fill the model's context: 2048.
     auto given =
-        test::run_quill({"batch", "--raw", "-m", model->string(), "-c", "96", "-n", "2", "-t", "1"}, lines(ps));
+        test::run_quill({"batch", "--raw", "-m", tiny.string(), "-c", "96", "-n", "2", "-t", "1"}, lines(ps));
     CHECK_THAT(given.err, Catch::Contains("; context 96;"));
-    auto open = test::run_quill({"batch", "--raw", "-m", model->string(), "-t", "1"},
+    auto open = test::run_quill({"batch", "--raw", "-m", tiny.string(), "-t", "1"},
                                 input + R"({"id": "open", "prompt": "Once", "temperature": 0})" "\n");
     CHECK_THAT(open.err, Catch::Contains("; context 2048;"));
 }
 
 TEST_CASE("requests that cannot run get error records and the batch goes on", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     const std::string input =
         R"({"id": "ok", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})"
         "\n"
@@ -236,11 +234,11 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
         "\n{\"id\": \"broken\n"
         R"({"id": "zero", "prompt": "Once", "max_tokens": 0})"
         "\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "-c", "16", "--quiet", "-t", "1"}, input);
+    auto r = test::run_quill({"batch", "--raw", "-m", tiny.string(), "-c", "16", "--quiet", "-t", "1"}, input);
     REQUIRE(r.status == 3);  // some records are errors
     const auto got = by_id(records(r.out));
     REQUIRE(got.size() == 7);
-    CHECK(got.at("ok")["text"] == ", there was a");
+    CHECK(got.at("ok")["text"] == run_alone(tiny.string(), "Once upon a time", {"-n", "4", "--temp", "0"}));
     CHECK(got.at("zero")["text"] == "");
     CHECK(got.at("zero")["finish_reason"] == "length");
     // A request's bad field is named as the request names it, not as the command line's flag.
@@ -255,17 +253,17 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
     }
     // Duplicate ids: an error before anything runs, and no output file.
     auto dir = test::temp_dir("batch-dup");
-    auto dup = test::run_quill({"batch", "--raw", "-m", model->string(), "-o", (dir / "o.jsonl").string()},
+    auto dup = test::run_quill({"batch", "--raw", "-m", tiny.string(), "-o", (dir / "o.jsonl").string()},
                                "{\"id\": 1, \"prompt\": \"a\"}\n{\"id\": 1, \"prompt\": \"b\"}\n");
     CHECK(dup.status != 0);
     CHECK_THAT(dup.err, Catch::Contains("id \"1\" twice"));
     CHECK_FALSE(fs::exists(dir / "o.jsonl"));
-    auto no_out = test::run_quill({"batch", "--raw", "-m", model->string(), "--resume"}, "a\n");
+    auto no_out = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--resume"}, "a\n");
     CHECK_THAT(no_out.err, Catch::Contains("--resume needs -o OUTPUT"));
-    auto dash_resume = test::run_quill({"batch", "--raw", "-m", model->string(), "-o", "-", "--resume"}, "a\n");
+    auto dash_resume = test::run_quill({"batch", "--raw", "-m", tiny.string(), "-o", "-", "--resume"}, "a\n");
     CHECK_THAT(dash_resume.err, Catch::Contains("--resume needs -o OUTPUT"));
     // -o - is stdout (as -i - is stdin), not a file named "-".
-    const fs::path cwd = fs::current_path(), model_path = fs::absolute(*model);
+    const fs::path cwd = fs::current_path(), model_path = fs::absolute(tiny);
     fs::current_path(dir);
     auto dash = test::run_quill({"batch", "--raw", "-m", model_path.string(), "-i", "-", "-o", "-", "-n", "2", "--quiet",
                                  "-t", "1"},
@@ -277,19 +275,19 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
 }
 
 TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     const std::string input =
         R"({"custom_id": "c1", "method": "POST", "url": "/v1/completions", "body": {"model": "x", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}})"
         "\n"
         R"({"custom_id": "c2", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}]}})"
         "\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--quiet", "-t", "1"}, input);
+    auto r = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--quiet", "-t", "1"}, input);
     REQUIRE(r.status == 3);  // c2 needs a chat template
     const auto got = by_id(records(r.out));
     const json& c1 = got.at("c1");
     CHECK(c1["response"]["status_code"] == 200);
-    CHECK(c1["response"]["body"]["choices"][0]["text"] == ", there was a");
+    CHECK(c1["response"]["body"]["choices"][0]["text"] ==
+          run_alone(tiny.string(), "Once upon a time", {"-n", "4", "--temp", "0"}));
     CHECK(c1["response"]["body"]["usage"]["total_tokens"] == 9);
     CHECK(got.at("c2")["response"]["status_code"] == 400);
     // One slot: the second prompt extends the first, whose tokens its slot's cache holds.
@@ -298,7 +296,7 @@ TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
         "\n"
         R"({"custom_id": "c3", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once upon a time there was", "max_tokens": 4, "temperature": 0}})"
         "\n";
-    auto r2 = test::run_quill({"batch", "--raw", "-m", model->string(), "--quiet", "-t", "1", "--parallel", "1"}, extended);
+    auto r2 = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--quiet", "-t", "1", "--parallel", "1"}, extended);
     REQUIRE(r2.status == 0);
     const auto got2 = by_id(records(r2.out));
     const json& u1 = got2.at("c1")["response"]["body"]["usage"];
@@ -309,14 +307,13 @@ TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
 }
 
 TEST_CASE("kill -9 at random moments then --resume gives exactly one record per id", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     auto dir = test::temp_dir("batch-kill");
     const auto ps = prompts(24);
     const std::string in = (dir / "in.txt").string(), out = (dir / "out.jsonl").string();
     std::ofstream(in) << lines(ps);
     // (--seed: records name their seed, so an uninterrupted run's equal a resumed run's only when it is fixed)
-    const std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-i", in, "-o", out, "--temp", "0",
+    const std::vector<std::string> args{"batch", "--raw", "-m", tiny.string(), "-i", in, "-o", out, "--temp", "0",
                                         "--seed", "5", "-n", "24", "--parallel", "4", "-t", "1"};
     const auto t0 = std::chrono::steady_clock::now();
     REQUIRE(wait_status(spawn_quill(args)) == 0);
@@ -354,13 +351,12 @@ TEST_CASE("kill -9 at random moments then --resume gives exactly one record per 
 }
 
 TEST_CASE("SIGINT stops admission and leaves a valid output that --resume completes", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     auto dir = test::temp_dir("batch-sigint");
     const auto ps = prompts(40);
     const std::string in = (dir / "in.txt").string(), out = (dir / "out.jsonl").string();
     std::ofstream(in) << lines(ps);
-    std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-i", in, "-o", out, "--temp", "0", "-n", "200",
+    std::vector<std::string> args{"batch", "--raw", "-m", tiny.string(), "-i", in, "-o", out, "--temp", "0", "-n", "200",
                                   "--parallel", "4", "-t", "1"};
     for (int signals : {1, 2}) {
         INFO(signals << " SIGINT");
@@ -384,12 +380,11 @@ TEST_CASE("SIGINT stops admission and leaves a valid output that --resume comple
 }
 
 TEST_CASE("shards 1/3 2/3 and 3/3 together give exactly the input's ids", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     const auto ps = prompts(16);
     std::map<std::string, int> seen;
     for (int k = 0; k < 3; ++k) {
-        auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", fmt::format("{}/3", k + 1), "-n", "3",
+        auto r = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--shard", fmt::format("{}/3", k + 1), "-n", "3",
                                   "--quiet", "-t", "1"},
                                  lines(ps));
         REQUIRE(r.status == 0);
@@ -402,7 +397,7 @@ TEST_CASE("shards 1/3 2/3 and 3/3 together give exactly the input's ids", "[batc
     REQUIRE(seen.size() == ps.size());
     for (const auto& [id, n] : seen) CHECK(n == 1);
     // A shard's KV slots: no more than its requests (2/3 of 16: lines 2, 5, 8, 11, 14), whatever --parallel asks.
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "2/3", "--parallel", "16", "-n", "3",
+    auto r = test::run_quill({"batch", "--raw", "-m", tiny.string(), "--shard", "2/3", "--parallel", "16", "-n", "3",
                               "-t", "1"},
                              lines(ps));
     REQUIRE(r.status == 0);

@@ -6,6 +6,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,23 +21,22 @@ using namespace quill::chat;
 
 namespace {
 
-struct Stories {
+struct Tiny {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<ChatFormat> format;
 };
 
-std::optional<Stories> load_stories() {
-    auto path = test::require_testdata("models/stories260K.gguf");
-    if (!path) return std::nullopt;
-    Stories s;
-    s.model = Model::load(path->string());
+// The tiny chat model the tests write, with the built-in chatml format.
+Tiny load_tiny() {
+    Tiny s;
+    s.model = Model::load(test::tiny_model_file(test::TinyModel::spm_chat).string());
     s.tok = Tokenizer::from_gguf(s.model->file);
     s.format = std::make_unique<ChatFormat>(ChatFormat::from_source(*builtin_template("chatml"), "chatml", "", ""));
     return s;
 }
 
-std::unique_ptr<cpu::CpuBackend> backend_for(const Stories& s, int64_t n_ctx) {
+std::unique_ptr<cpu::CpuBackend> backend_for(const Tiny& s, int64_t n_ctx) {
     cpu::CpuBackendOptions o;
     o.n_threads = 1;
     o.n_ctx = n_ctx;
@@ -53,7 +53,7 @@ GenerationParams greedy(int max_tokens) {
 const auto kIgnore = [](std::string_view) {};
 
 // The reply a fresh backend gives for these messages (no cache reuse): the oracle for every reused prefix.
-std::string fresh_reply(const Stories& s, const nlohmann::json& messages, int max_tokens, int64_t n_ctx = 512) {
+std::string fresh_reply(const Tiny& s, const nlohmann::json& messages, int max_tokens, int64_t n_ctx = 512) {
     auto b = backend_for(s, n_ctx);
     Generation gen(*s.tok, s.format->tokenize(*s.tok, messages, true), greedy(max_tokens), n_ctx);
     std::string text;
@@ -64,33 +64,31 @@ std::string fresh_reply(const Stories& s, const nlohmann::json& messages, int ma
 }  // namespace
 
 TEST_CASE("a second turn reuses the cached prefix and replies as a fresh run would", "[chat]") {
-    auto s = load_stories();
-    if (!s) return;
-    auto b = backend_for(*s, 512);
-    Conversation conv(*b, *s->tok, *s->format, 512, greedy(12), ContextOverflow::error);
+    const Tiny s = load_tiny();
+    auto b = backend_for(s, 512);
+    Conversation conv(*b, *s.tok, *s.format, 512, greedy(12), ContextOverflow::error);
     conv.set_system("Tell a story.");
     TurnResult t1 = conv.send("Once upon a time", kIgnore);
     CHECK(t1.stats.reused_tokens == 0);
-    CHECK(t1.text == fresh_reply(*s, nlohmann::json::array({{{"role", "system"}, {"content", "Tell a story."}},
+    CHECK(t1.text == fresh_reply(s, nlohmann::json::array({{{"role", "system"}, {"content", "Tell a story."}},
                                                              {{"role", "user"}, {"content", "Once upon a time"}}}),
                                  12));
     TurnResult t2 = conv.send("The cat sat", kIgnore);
     // Everything of turn 1 that the template renders the same way is reused.
-    const auto prompt2 = s->format->tokenize(*s->tok, conv.messages(), false);
+    const auto prompt2 = s.format->tokenize(*s.tok, conv.messages(), false);
     CHECK(t2.stats.reused_tokens > t1.stats.prompt_tokens);
     CHECK(t2.stats.reused_tokens + t2.stats.prefilled_tokens == t2.stats.prompt_tokens);
     nlohmann::json upto2 = conv.messages();
     upto2.erase(upto2.end() - 1);  // without the reply of turn 2
-    CHECK(t2.text == fresh_reply(*s, upto2, 12));
+    CHECK(t2.text == fresh_reply(s, upto2, 12));
     CHECK(conv.turns().size() == 4);
     CHECK(prompt2.size() > 0);
 }
 
 TEST_CASE("undo removes the last exchange and regen gives the same greedy reply from the cache", "[chat]") {
-    auto s = load_stories();
-    if (!s) return;
-    auto b = backend_for(*s, 512);
-    Conversation conv(*b, *s->tok, *s->format, 512, greedy(10), ContextOverflow::error);
+    const Tiny s = load_tiny();
+    auto b = backend_for(s, 512);
+    Conversation conv(*b, *s.tok, *s.format, 512, greedy(10), ContextOverflow::error);
     conv.send("Lily went to the park", kIgnore);
     TurnResult t2 = conv.send("She saw a dog", kIgnore);
     TurnResult again = conv.regenerate(kIgnore);
@@ -105,7 +103,7 @@ TEST_CASE("undo removes the last exchange and regen gives the same greedy reply 
     CHECK_THROWS_AS(conv.regenerate(kIgnore), UsageError);
     // After undoing everything the next turn equals a fresh conversation's first turn.
     TurnResult t = conv.send("She saw a dog", kIgnore);
-    CHECK(t.text == fresh_reply(*s, nlohmann::json::array({{{"role", "user"}, {"content", "She saw a dog"}}}), 10));
+    CHECK(t.text == fresh_reply(s, nlohmann::json::array({{{"role", "user"}, {"content", "She saw a dog"}}}), 10));
 }
 
 namespace {
@@ -126,11 +124,10 @@ private:
 }  // namespace
 
 TEST_CASE("a turn that would go back past what the cache keeps starts again from position 0", "[chat]") {
-    auto s = load_stories();
-    if (!s) return;
-    auto inner = backend_for(*s, 512);
+    const Tiny s = load_tiny();
+    auto inner = backend_for(s, 512);
     RewindLimited b(*inner, 4);
-    Conversation conv(b, *s->tok, *s->format, 512, greedy(10), ContextOverflow::error);
+    Conversation conv(b, *s.tok, *s.format, 512, greedy(10), ContextOverflow::error);
     conv.send("Lily went to the park", kIgnore);
     TurnResult t2 = conv.send("She saw a dog", kIgnore);
     CHECK(t2.stats.reused_tokens > 0);  // a turn continuing where the last one ended goes back a token or two
@@ -142,10 +139,9 @@ TEST_CASE("a turn that would go back past what the cache keeps starts again from
 }
 
 TEST_CASE("an interrupted reply stays in the conversation and the next turn is still right", "[chat]") {
-    auto s = load_stories();
-    if (!s) return;
-    auto b = backend_for(*s, 512);
-    Conversation conv(*b, *s->tok, *s->format, 512, greedy(40), ContextOverflow::error);
+    const Tiny s = load_tiny();
+    auto b = backend_for(s, 512);
+    Conversation conv(*b, *s.tok, *s.format, 512, greedy(40), ContextOverflow::error);
     std::atomic<bool> cancel{false};
     int pieces = 0;
     TurnResult t1 = conv.send("Once upon a time", [&](std::string_view) {
@@ -159,7 +155,7 @@ TEST_CASE("an interrupted reply stays in the conversation and the next turn is s
     TurnResult t2 = conv.send("Then", kIgnore, &cancel);
     nlohmann::json upto = conv.messages();
     upto.erase(upto.end() - 1);
-    CHECK(t2.text == fresh_reply(*s, upto, 40));
+    CHECK(t2.text == fresh_reply(s, upto, 40));
 
     // Cancelled before the prefill: nothing generated, the cache keeps only what is known to be there.
     cancel = true;
@@ -170,15 +166,14 @@ TEST_CASE("an interrupted reply stays in the conversation and the next turn is s
     TurnResult t4 = conv.regenerate(kIgnore, &cancel);
     upto = conv.messages();
     upto.erase(upto.end() - 1);
-    CHECK(t4.text == fresh_reply(*s, upto, 40));
+    CHECK(t4.text == fresh_reply(s, upto, 40));
 }
 
 TEST_CASE("a conversation that outgrows the context drops its oldest turns or fails as asked", "[chat]") {
-    auto s = load_stories();
-    if (!s) return;
+    const Tiny s = load_tiny();
     const int64_t n_ctx = 192;
-    auto b = backend_for(*s, n_ctx);
-    Conversation drop(*b, *s->tok, *s->format, n_ctx, greedy(12), ContextOverflow::drop_oldest);
+    auto b = backend_for(s, n_ctx);
+    Conversation drop(*b, *s.tok, *s.format, n_ctx, greedy(12), ContextOverflow::drop_oldest);
     drop.set_system("Stories.");
     int dropped = 0;
     for (int i = 0; i < 6; ++i) {
@@ -188,13 +183,13 @@ TEST_CASE("a conversation that outgrows the context drops its oldest turns or fa
         // The reply after dropping equals a fresh run of the conversation as it now stands.
         nlohmann::json upto = drop.messages();
         upto.erase(upto.end() - 1);
-        CHECK(t.text == fresh_reply(*s, upto, 12, n_ctx));
+        CHECK(t.text == fresh_reply(s, upto, 12, n_ctx));
     }
     CHECK(dropped > 0);
     CHECK(drop.messages()[0]["role"] == "system");
 
-    auto b2 = backend_for(*s, n_ctx);
-    Conversation strict(*b2, *s->tok, *s->format, n_ctx, greedy(12), ContextOverflow::error);
+    auto b2 = backend_for(s, n_ctx);
+    Conversation strict(*b2, *s.tok, *s.format, n_ctx, greedy(12), ContextOverflow::error);
     bool failed = false;
     for (int i = 0; i < 6 && !failed; ++i) {
         const auto before = strict.turns();
@@ -246,10 +241,9 @@ struct Captured {
 }  // namespace
 
 TEST_CASE("REPL commands: system, undo, regen, save and load, reset, unknown commands", "[chat]") {
-    auto s = load_stories();
-    if (!s) return;
-    auto b = backend_for(*s, 512);
-    Conversation conv(*b, *s->tok, *s->format, 512, greedy(6), ContextOverflow::error);
+    const Tiny s = load_tiny();
+    auto b = backend_for(s, 512);
+    Conversation conv(*b, *s.tok, *s.format, 512, greedy(6), ContextOverflow::error);
     const auto dir = test::temp_dir("chat-repl");
     const std::string saved = (dir / "conv.json").string();
     ScriptReader in({"/system Be brief.", "Hello there", "\"\"\"", "two", "lines", "\"\"\"", "joined \\", "line",

@@ -1,10 +1,14 @@
 // `quill chat`, `quill template` and `quill run` with chat templates, end to end on the default model: through a
 // pipe, and through a pseudo-terminal as a person types (two turns, Ctrl-C in the middle of a reply, /undo,
-// /regen, Ctrl-D).
+// /regen, Ctrl-D); and on the tiny model the tests write where any model will do.
+#include "engine/chat/chat_format.h"
 #include "engine/format/gguf.h"
 #include "tests/fault_util.h"
 #include "tests/pty_process.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
+#include "tests/tiny_vocab.h"
+#include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -28,21 +32,11 @@ std::vector<int32_t> parse_ids(const std::string& line) {
     return ids;
 }
 
-// The reference's prompt tokens and text for the chat-sky case.
-struct SkyRef {
-    std::vector<int32_t> prompt_tokens;
-};
-
-std::optional<SkyRef> sky_reference() {
-    auto path = test::require_testdata("models/ref/SmolLM2-135M-Instruct.Q4_1.chat-sky.greedy.txt");
-    if (!path) return std::nullopt;
-    std::istringstream in(test::read_file(*path));
-    SkyRef r;
-    for (std::string line; std::getline(in, line);) {
-        const std::string key = "prompt_tokens (add_special=true) ";
-        if (line.starts_with(key)) r.prompt_tokens = parse_ids(line.substr(key.size()));
-    }
-    return r;
+// The ids `quill template --tokens` prints on its last line.
+std::vector<int32_t> template_ids(const std::string& out) {
+    const size_t last_line = out.rfind('\n', out.size() - 2);
+    REQUIRE(last_line != std::string::npos);
+    return parse_ids(out.substr(last_line + 1));
 }
 
 std::optional<std::string> default_model_or_skip() {
@@ -54,9 +48,8 @@ std::optional<std::string> default_model_or_skip() {
 
 }  // namespace
 
-TEST_CASE("quill template renders the model's template and tokenizes it as the reference does", "[chat][model]") {
-    auto ref = sky_reference();
-    if (!ref) return;
+TEST_CASE("quill template prints the prompt and its tokens, and the user's text never becomes a special token",
+          "[chat][model]") {
     auto model = default_model_or_skip();
     if (!model) return;
     const std::string messages = R"([{"role": "user", "content": "Why is the sky blue?"}])";
@@ -64,7 +57,11 @@ TEST_CASE("quill template renders the model's template and tokenizes it as the r
     REQUIRE(r.status == 0);
     const size_t last_line = r.out.rfind('\n', r.out.size() - 2);
     REQUIRE(last_line != std::string::npos);
-    CHECK(parse_ids(r.out.substr(last_line + 1)) == ref->prompt_tokens);
+    // The ids are those of the model's chat format (which test_template.cpp checks against the reference's).
+    const GgufFile gguf = GgufFile::open(*model);
+    const auto tok = Tokenizer::from_gguf(gguf);
+    const auto format = chat::ChatFormat::choose(&gguf, tok.get(), "", [](const std::string&) {});
+    CHECK(template_ids(r.out) == format.tokenize(*tok, nlohmann::json::parse(messages), true));
     CHECK(r.out.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"));
     CHECK(r.out.substr(0, last_line).ends_with("<|im_start|>user\nWhy is the sky blue?<|im_end|>\n"
                                               "<|im_start|>assistant\n"));
@@ -73,7 +70,7 @@ TEST_CASE("quill template renders the model's template and tokenizes it as the r
     auto typed = run_quill({"template", "-m", *model, "--messages", "-", "--tokens"},
                            R"([{"role": "user", "content": "a<|im_end|>b"}])");
     REQUIRE(typed.status == 0);
-    auto ids = parse_ids(typed.out.substr(typed.out.rfind('\n', typed.out.size() - 2) + 1));
+    auto ids = template_ids(typed.out);
     CHECK(std::count(ids.begin(), ids.end(), 2) == 2);  // the template's two <|im_end|>, not the user's
 
     // Without a generation prompt, with other bos/eos texts, and errors.
@@ -89,14 +86,16 @@ TEST_CASE("quill template renders the model's template and tokenizes it as the r
 }
 
 TEST_CASE("quill run applies the chat template: the README's first command answers", "[chat][model]") {
-    auto ref = sky_reference();
-    if (!ref) return;
     auto model = default_model_or_skip();
     if (!model) return;
     auto r = run_quill({"run", "-m", *model, "-p", "Why is the sky blue?", "--temp", "0", "-n", "24", "--json"});
     REQUIRE(r.status == 0);
     auto j = nlohmann::json::parse(r.out);
-    CHECK(j["prompt_tokens"] == ref->prompt_tokens.size());
+    // The prompt is the template's rendering of the question, as `quill template` tokenizes it.
+    auto t = run_quill({"template", "-m", *model, "--messages", "-", "--tokens"},
+                       R"([{"role": "user", "content": "Why is the sky blue?"}])");
+    REQUIRE(t.status == 0);
+    CHECK(j["prompt_tokens"] == template_ids(t.out).size());
     CHECK(j["completion_tokens"].get<int>() > 0);
     CHECK(!j["text"].get<std::string>().empty());
     auto raw = run_quill({"run", "-m", *model, "-p", "Why is the sky blue?", "--temp", "0", "-n", "4", "--raw",
@@ -110,13 +109,12 @@ TEST_CASE("quill run applies the chat template: the README's first command answe
 }
 
 TEST_CASE("quill run without a template asks for --chat-template or --raw", "[chat]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    auto r = run_quill({"run", "-m", stories->string(), "-p", "Once upon a time", "-n", "4"});
+    const auto tiny = test::tiny_model_file(test::TinyModel::spm);  // no template, no chatml tokens
+    auto r = run_quill({"run", "-m", tiny.string(), "-p", "Once upon a time", "-n", "4"});
     CHECK(r.status == 2);
     CHECK(r.err.find("no chat template") != std::string::npos);
     CHECK(r.err.find("--raw") != std::string::npos);
-    auto ok = run_quill({"run", "-m", stories->string(), "-p", "Once", "-n", "4", "--chat-template", "chatml"});
+    auto ok = run_quill({"run", "-m", tiny.string(), "-p", "Once", "-n", "4", "--chat-template", "chatml"});
     CHECK(ok.status == 0);
 }
 
@@ -135,6 +133,36 @@ TEST_CASE("quill chat through a pipe: one turn per line, replies followed by a b
     REQUIRE(single.status == 0);
     CHECK(r.out.substr(0, sep) == single.out);
     CHECK(r.out.size() > sep + 4);  // a second reply
+}
+
+TEST_CASE("a byte-level BPE model's own template: quill template, run and chat feed the model its tokens", "[chat]") {
+    const std::string m = test::tiny_model_file(test::TinyModel::bpe_chat).string();
+    const test::TinyVocab vocab = test::tiny_bpe_vocab();
+    // The template's default system message, then the user's message; the markers are control tokens, the text
+    // around them the tokenizer's.
+    const std::string messages = R"([{"role": "user", "content": "Once upon a time"}])";
+    auto t = run_quill({"template", "-m", m, "--messages", "-", "--tokens"}, messages);
+    REQUIRE(t.status == 0);
+    const std::string rendered = t.out.substr(0, t.out.rfind('\n', t.out.size() - 2) + 1);
+    CHECK(rendered == "<|im_start|>system\nYou are a tiny test model.<|im_end|>\n<|im_start|>user\nOnce upon a "
+                      "time<|im_end|>\n<|im_start|>assistant\n\n");
+    const std::vector<int32_t> ids = template_ids(t.out);
+    CHECK(ids == test::make_tokenizer(vocab)->encode(rendered.substr(0, rendered.size() - 1), false, true));
+    CHECK(std::count(ids.begin(), ids.end(), vocab.id("<|im_start|>")) == 3);
+    CHECK(std::count(ids.begin(), ids.end(), vocab.id("Ġupon")) == 1);
+    // run feeds those tokens; chat's first reply through a pipe is run's reply.
+    auto run = run_quill({"run", "-m", m, "-p", "Once upon a time", "--temp", "0", "-n", "12", "--json"});
+    REQUIRE(run.status == 0);
+    const auto j = nlohmann::json::parse(run.out);
+    CHECK(j["prompt_tokens"] == ids.size());
+    CHECK(j["completion_tokens"] == 12);
+    auto single = run_quill({"run", "-m", m, "-p", "Once upon a time", "--temp", "0", "-n", "12"});
+    auto chat = run_quill({"chat", "-m", m, "--temp", "0", "-n", "12"}, "Once upon a time\nThe cat\n");
+    REQUIRE(chat.status == 0);
+    const size_t sep = chat.out.find("\n\n");
+    REQUIRE(sep != std::string::npos);
+    CHECK(chat.out.substr(0, sep) == single.out);
+    CHECK(chat.out.size() > sep + 4);  // a second reply
 }
 
 namespace {
@@ -234,12 +262,11 @@ TEST_CASE("quill chat on a terminal: Ctrl-C at the prompt does not exit, Ctrl-D 
 }
 
 TEST_CASE("a model template quill cannot parse gets one warning and the built-in format it resembles", "[chat]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const auto tiny = test::tiny_model_file(test::TinyModel::spm);  // no template, no chatml tokens
     const auto dir = test::temp_dir("chat-fallback");
     auto with_template = [&](const std::string& name, const std::string& source) {
         const std::string out = (dir / name).string();
-        test::rewrite_gguf(stories->string(), out,
+        test::rewrite_gguf(tiny.string(), out,
                            [&](GgufWriter& w) { w.set("tokenizer.chat_template", GgufValue(source)); });
         return out;
     };
@@ -264,12 +291,11 @@ TEST_CASE("a model template quill cannot parse gets one warning and the built-in
 }
 
 TEST_CASE("SIGTERM during a chat reply ends quill chat with the reply so far and status 143", "[chat][faults]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const auto tiny = test::tiny_model_file(test::TinyModel::spm);  // no template, no chatml tokens
     int in[2], out[2];
     REQUIRE(pipe(in) == 0);
     REQUIRE(pipe(out) == 0);
-    const pid_t pid = test::spawn_quill({"chat", "-m", stories->string(), "--chat-template", "chatml", "-n", "100000",
+    const pid_t pid = test::spawn_quill({"chat", "-m", tiny.string(), "--chat-template", "chatml", "-n", "100000",
                                          "-c", "100000", "--temp", "1", "--seed", "1", "-t", "1"},
                                         {in[0], out[1], -1});
     close(in[0]);
@@ -291,22 +317,21 @@ TEST_CASE("SIGTERM during a chat reply ends quill chat with the reply so far and
 }
 
 TEST_CASE("on a terminal run without a prompt and batch without -i refuse at once instead of waiting", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const auto tiny = test::tiny_model_file(test::TinyModel::spm);  // no template, no chatml tokens
     const auto state = test::temp_dir("tty-refuse");
     struct Case {
         std::vector<std::string> args;
         std::string message;
     };
-    for (const Case& c : {Case{{"run", "-m", stories->string(), "--raw"}, "--raw and --json need one"},
-                          Case{{"batch", "-m", stories->string()}, "no requests: give -i FILE or pipe them"}}) {
+    for (const Case& c : {Case{{"run", "-m", tiny.string(), "--raw"}, "--raw and --json need one"},
+                          Case{{"batch", "-m", tiny.string()}, "no requests: give -i FILE or pipe them"}}) {
         INFO(c.args[0]);
         PtyProcess p(c.args, state.string());
         CHECK(p.wait_for(c.message, 0, 30));
         CHECK(p.wait_exit() == 2);
     }
     // -i - is stdin even on a terminal: requests typed there, ended by Ctrl-D.
-    PtyProcess typed({"batch", "-m", stories->string(), "--raw", "-i", "-", "-n", "2", "--quiet", "-t", "1"},
+    PtyProcess typed({"batch", "-m", tiny.string(), "--raw", "-i", "-", "-n", "2", "--quiet", "-t", "1"},
                      state.string());
     human_pause();
     typed.send("Once\n");

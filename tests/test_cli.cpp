@@ -1,9 +1,12 @@
-// The quill binary end to end: info, tokenize, run and bench on real files, and bad input getting one clear
-// error line and a non-zero exit.
+// The quill binary end to end: info, tokenize, run and bench on the tiny models the tests write and on real files,
+// and bad input getting one clear error line and a non-zero exit.
 #include "engine/format/gguf.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
+#include "tests/tiny_vocab.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -11,8 +14,11 @@
 
 using namespace quill;
 using test::run_quill;
+using test::TinyModel;
 
 namespace {
+
+std::string tiny_model(TinyModel which = TinyModel::spm) { return test::tiny_model_file(which).string(); }
 
 const char* kStoriesText =
     ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red "
@@ -35,10 +41,10 @@ void check_one_error_line(const test::CommandResult& r, const std::string& fragm
 }  // namespace
 
 TEST_CASE("quill info describes every GGUF in the test data", "[cli]") {
-    auto root = test::require_testdata("");
-    if (!root) return;
+    if (!test::require_testdata("vocab") || !test::require_testdata("models")) return;
+    const std::filesystem::path root = test::testdata_dir();
     for (const char* sub : {"vocab", "models"}) {
-        for (const auto& e : std::filesystem::directory_iterator(*root / sub)) {
+        for (const auto& e : std::filesystem::directory_iterator(root / sub)) {
             if (e.path().extension() != ".gguf") continue;
             INFO(e.path());
             auto r = run_quill({"info", e.path().string()});
@@ -52,7 +58,7 @@ TEST_CASE("quill info describes every GGUF in the test data", "[cli]") {
             CHECK(info["tensors"].size() == info["tensor_count"].get<size_t>());
         }
     }
-    auto r = run_quill({"info", "--json", (*root / "models/stories260K-Q8_0mix.gguf").string()});
+    auto r = run_quill({"info", "--json", (root / "models/stories260K-Q8_0mix.gguf").string()});
     auto info = nlohmann::json::parse(r.out);
     CHECK(info["architecture"] == "llama");
     CHECK(info["runnable"] == true);
@@ -61,9 +67,45 @@ TEST_CASE("quill info describes every GGUF in the test data", "[cli]") {
     CHECK(info["chat_template"]["present"] == false);
 }
 
+TEST_CASE("quill info describes a model's shape, tensor types, tokenizer and chat template", "[cli]") {
+    for (TinyModel which : {TinyModel::spm, TinyModel::spm_q8_0, TinyModel::spm_chat, TinyModel::bpe_chat}) {
+        const std::string m = tiny_model(which);
+        INFO(m);
+        auto r = run_quill({"info", m});
+        CHECK(r.status == 0);
+        CHECK(r.out.find("architecture") != std::string::npos);
+        CHECK(r.out.find("tokenizer") != std::string::npos);
+        auto j = run_quill({"info", "--json", "--tensors", m});
+        REQUIRE(j.status == 0);
+        auto info = nlohmann::json::parse(j.out);
+        CHECK(info["architecture"] == "llama");
+        CHECK(info["runnable"] == true);
+        CHECK(info["model"]["n_layer"] == 5);
+        CHECK(info["model"]["n_head_kv"] == 4);
+        CHECK(info["tensors"].size() == info["tensor_count"].get<size_t>());
+        CHECK(info["tensor_count"] == 48);  // 5 layers of 9, the embedding, the output and its norm
+        // Every matrix (7 a layer, the embedding, the output) in the file's type, the norms F32; the Q8_0 file's
+        // ffn_down in F16.
+        if (which == TinyModel::spm_q8_0) {
+            CHECK(info["tensor_types"]["q8_0"]["count"] == 32);
+            CHECK(info["tensor_types"]["f16"]["count"] == 5);
+            CHECK(info["tensor_types"]["f32"]["count"] == 11);
+        } else {
+            CHECK(info["tensor_types"]["f32"]["count"] == 48);
+        }
+        const test::TinyVocab vocab = which == TinyModel::bpe_chat   ? test::tiny_bpe_vocab()
+                                      : which == TinyModel::spm_chat ? test::tiny_spm_vocab(true)
+                                                                     : test::tiny_spm_vocab();
+        CHECK(info["tokenizer"]["model"] == vocab.model);
+        CHECK(info["tokenizer"]["vocab_size"] == vocab.size());
+        CHECK(info["tokenizer"]["bos_token_id"] == vocab.bos);
+        const bool chat = which == TinyModel::spm_chat || which == TinyModel::bpe_chat;
+        CHECK(info["chat_template"]["present"] == chat);
+    }
+}
+
 TEST_CASE("quill info rejects malformed files with one line naming the file and the defect", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string model = tiny_model();
     auto dir = test::temp_dir("cli-bad");
     auto write = [&](const std::string& name, const std::string& bytes) {
         auto p = dir / name;
@@ -74,7 +116,7 @@ TEST_CASE("quill info rejects malformed files with one line naming the file and 
     check_one_error_line(run_quill({"info", bad_magic}), bad_magic + ": not a GGUF file: bad magic");
     auto empty = write("empty.gguf", "");
     check_one_error_line(run_quill({"info", empty}), "empty.gguf: not a GGUF file");
-    std::string bytes = test::read_file(*stories);
+    std::string bytes = test::read_file(model);
     auto cut = write("cut.gguf", bytes.substr(0, bytes.size() / 2));
     check_one_error_line(run_quill({"info", cut}), "runs past the end");
     // A tensor of the wrong shape: rename the attention output so a required tensor is missing.
@@ -89,20 +131,21 @@ TEST_CASE("quill info rejects malformed files with one line naming the file and 
 }
 
 TEST_CASE("quill tokenize prints ids, pieces and JSON", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
+    const test::TinyVocab v = test::tiny_spm_vocab();
+    const int32_t once = v.id("▁Once"), upon = v.id("▁upon"), a = v.id("▁a"), time = v.id("▁time");
     auto r = run_quill({"tokenize", "-m", m, "-p", "Once upon a time"});
     CHECK(r.status == 0);
-    CHECK(r.out == "1 403 407 261 378\n");
-    CHECK(run_quill({"tokenize", "-m", m, "--no-bos", "-p", "Once upon a time"}).out == "403 407 261 378\n");
+    CHECK(r.out == fmt::format("1 {} {} {} {}\n", once, upon, a, time));
+    CHECK(run_quill({"tokenize", "-m", m, "--no-bos", "-p", "Once upon a time"}).out ==
+          fmt::format("{} {} {} {}\n", once, upon, a, time));
     // stdin is used exactly as read: the trailing newline is a token too.
     auto s = run_quill({"tokenize", "-m", m, "--no-bos"}, "Once upon a time\n");
-    CHECK(s.out.starts_with("403 407 261 378 "));
+    CHECK(s.out.starts_with(fmt::format("{} {} {} {} ", once, upon, a, time)));
     auto p = run_quill({"tokenize", "-m", m, "--pieces", "-p", "Once upon"});
-    CHECK(p.out == "1\t<s>\n403\t▁Once\n407\t▁upon\n");
+    CHECK(p.out == fmt::format("1\t<s>\n{}\t▁Once\n{}\t▁upon\n", once, upon));
     auto j = nlohmann::json::parse(run_quill({"tokenize", "-m", m, "--json", "-p", "Once"}).out);
-    CHECK(j["ids"] == nlohmann::json::array({1, 403}));
+    CHECK(j["ids"] == nlohmann::json::array({1, once}));
 }
 
 TEST_CASE("quill run on stories260K prints exactly the reference text", "[cli][model]") {
@@ -120,9 +163,8 @@ TEST_CASE("quill run on stories260K prints exactly the reference text", "[cli][m
 }
 
 TEST_CASE("quill run --json prints one record", "[cli][model]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    auto r = run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"});
+    const std::string m = tiny_model();
+    auto r = run_quill({"run", "--raw", "-m", m, "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"});
     REQUIRE(r.status == 0);
     auto j = nlohmann::json::parse(r.out);
     CHECK(j["finish_reason"] == "length");
@@ -132,20 +174,24 @@ TEST_CASE("quill run --json prints one record", "[cli][model]") {
     CHECK(j["timings"]["decode_tokens_per_s"].get<double>() > 0);
     CHECK(j["timings"]["ttft_ms"].get<double>() > 0);
     auto again = nlohmann::json::parse(
-        run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"}).out);
+        run_quill({"run", "--raw", "-m", m, "-p", "Once upon a time", "-n", "16", "--json", "--seed", "9"}).out);
     CHECK(again["text"] == j["text"]);
-    // --stop cuts the text and gives finish reason "stop".
-    auto s = nlohmann::json::parse(run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "64",
-                                              "--temp", "0", "--stop", "Lily", "--json"})
-                                       .out);
-    CHECK(s["text"] == ", there was a little girl named ");
+    // --stop cuts the text and gives finish reason "stop": a stop string from the middle of the greedy text.
+    const std::vector<std::string> greedy{"run", "--raw", "-m", m, "-p", "Once upon a time", "-n", "64", "--temp", "0",
+                                          "--json"};
+    const std::string text = nlohmann::json::parse(run_quill(greedy).out)["text"];
+    REQUIRE(text.size() > 40);
+    const std::string stop = text.substr(text.size() / 2, 4);
+    const size_t cut = text.find(stop);
+    auto with_stop = greedy;
+    with_stop.insert(with_stop.end(), {"--stop", stop});
+    auto s = nlohmann::json::parse(run_quill(with_stop).out);
+    CHECK(s["text"] == text.substr(0, cut));
     CHECK(s["finish_reason"] == "stop");
 }
 
 TEST_CASE("quill run reports bad input with one line and a non-zero exit", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
     check_one_error_line(run_quill({"run", "--raw", "-m", m, "-c", "4", "-p", "Once upon a time"}),
                          "the prompt is 5 tokens, longer than the context of 4");
     check_one_error_line(run_quill({"run", "--raw", "-m", m, "-p", "x", "--top-p", "2"}), "--top-p");
@@ -160,17 +206,16 @@ TEST_CASE("quill run reports bad input with one line and a non-zero exit", "[cli
 }
 
 TEST_CASE("without a GPU, quill -v says so in one line and runs on the CPU", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    auto r = run_quill({"run", "--raw", "-v", "-m", stories->string(), "-p", "Once", "-n", "2"});
+    const std::string m = tiny_model();
+    auto r = run_quill({"run", "--raw", "-v", "-m", m, "-p", "Once", "-n", "2"});
     CHECK(r.status == 0);
     size_t lines = 0;
     for (size_t at = r.err.find("using the CPU"); at != std::string::npos; at = r.err.find("using the CPU", at + 1))
         ++lines;
     CHECK(lines == 1);
-    CHECK(run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once", "-n", "2", "--device", "cpu"})
-              .err.find("using the CPU") == std::string::npos);
-    auto cuda = run_quill({"run", "--raw", "-m", stories->string(), "-p", "Once", "-n", "2", "--device", "cuda"});
+    CHECK(run_quill({"run", "--raw", "-m", m, "-p", "Once", "-n", "2", "--device", "cpu"}).err.find("using the CPU") ==
+          std::string::npos);
+    auto cuda = run_quill({"run", "--raw", "-m", m, "-p", "Once", "-n", "2", "--device", "cuda"});
     CHECK(cuda.status != 0);  // no GPU here, or no CUDA backend yet: an error, never a silent CPU run
 }
 

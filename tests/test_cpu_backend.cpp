@@ -1,7 +1,8 @@
 // The CPU backend: fast path against its scalar path (CpuBackendOptions::reference, the oracle of the kernels: the
 // same forward with plain products of the same int8/fp16 inputs) on random tiny models of every weight type, prefill
-// against step-by-step decode, multi-sequence batches, and the real stories260K model against llama.cpp's logits and
-// greedy tokens. The model maths is checked against the independent reference backend in test_reference.cpp.
+// against step-by-step decode, multi-sequence batches, model files the tests write, and the real stories260K model
+// against llama.cpp's logits and greedy tokens. The model maths is checked against the independent reference backend
+// in test_reference.cpp.
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -663,11 +664,8 @@ TEST_CASE("a file's float matrices are read from a copy in huge pages, its packa
     // The products read what matrix() gives them: a float matrix of a model file from its copy in the packed
     // weights' mapping (the file's bytes exactly), a packable one (Q8_0 of the mix) from its packed form; a model
     // that is not a file mapping keeps its own rows (nothing to hand back, so no copy).
-    auto f32 = test::require_testdata("models/stories260K.gguf");
-    if (!f32) return;
-    auto mix = test::require_testdata("models/stories260K-Q8_0mix.gguf");
-    if (!mix) return;
-    for (const auto& path : {*f32, *mix}) {
+    for (test::TinyModel which : {test::TinyModel::spm, test::TinyModel::spm_q8_0}) {
+        const std::filesystem::path& path = test::tiny_model_file(which);
         INFO(path.filename().string());
         auto model = Model::load(path.string());
         for (Isa isa : available_isas()) {

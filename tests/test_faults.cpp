@@ -5,7 +5,9 @@
 // To signal quill at a known point, a test makes it block: its stdout or stderr is a pipe filled to the brim
 // beforehand, and /proc/<pid>/syscall shows when quill's main thread sits in write() on that descriptor.
 #include "tests/fault_util.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
+#include "tests/tiny_vocab.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -27,10 +29,16 @@ using namespace quill::test;
 
 namespace {
 
-// The greedy continuation of "Once upon a time" by stories260K (llama.cpp's output, as in test_cli.cpp).
-const std::string kStoriesText =
-    ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red "
-    "ball. She wanted to play with it, but it was too high.\nLily's mom said";
+// The tiny model the tests write.
+std::string tiny_model() { return tiny_model_file(TinyModel::spm).string(); }
+
+// What `quill run` prints for these arguments when nothing goes wrong.
+std::string undisturbed_output(const std::vector<std::string>& args) {
+    Outcome r = run_io(args, "", "", "");
+    REQUIRE(r.status == 0);
+    REQUIRE(!r.out.empty());
+    return r.out;
+}
 
 // A pipe whose buffer is full: the next write to it blocks until the reader drains it. Returns the filler size.
 size_t make_full_pipe(int fds[2]) {
@@ -71,24 +79,21 @@ bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) {
 }  // namespace
 
 TEST_CASE("a closed or full stderr changes nothing: same output, same exit status", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::vector<std::string> run{"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "64", "--temp",
-                                       "0"};
+    const std::string tiny = tiny_model();
+    const std::vector<std::string> run{"run", "--raw", "-m", tiny, "-p", "Once upon a time", "-n", "64", "--temp", "0"};
+    const std::string text = undisturbed_output(run);
     for (const char* err : {"<closed>", "/dev/full"}) {
         INFO("stderr " << err);
         Outcome r = run_io(run, "", "", err);
         CHECK(r.status == 0);  // it was 134 (SIGABRT): the error handler threw while printing
-        CHECK(r.out == kStoriesText);
+        CHECK(r.out == text);
         CHECK(run_io({"info", "--bogus"}, "", "", err).status == 2);
         CHECK(run_io({"run", "--raw", "-m", "/nonexistent.gguf", "-p", "x"}, "", "", err).status == 1);
     }
 }
 
 TEST_CASE("a failed write to stdout is one error line and exit status 1", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
     const std::vector<std::vector<std::string>> commands{
         {"run", "--raw", "-m", m, "-p", "Once upon a time", "-n", "16", "--temp", "0"},
         {"run", "--raw", "-m", m, "-p", "Once upon a time", "-n", "16", "--json"},
@@ -110,13 +115,12 @@ TEST_CASE("a failed write to stdout is one error line and exit status 1", "[faul
 }
 
 TEST_CASE("a reader that goes away ends the run at once, quietly, with status 141", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string tiny = tiny_model();
     int out[2];
     make_full_pipe(out);
     const auto dir = temp_dir("faults-epipe");
     const int err = open((dir / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const pid_t pid = spawn_quill({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "400"},
+    const pid_t pid = spawn_quill({"run", "--raw", "-m", tiny, "-p", "Once upon a time", "-n", "400"},
                                   {-1, out[1], err});
     close(out[1]);
     close(err);
@@ -171,10 +175,10 @@ Interrupted interrupt_run(const std::vector<std::string>& args, int fd, int sig)
 }  // namespace
 
 TEST_CASE("SIGINT and SIGTERM stop a run: the text so far is printed, then exit 130 or 143", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::vector<std::string> args{"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "64",
+    const std::string tiny = tiny_model();
+    const std::vector<std::string> args{"run", "--raw", "-m", tiny, "-p", "Once upon a time", "-n", "64",
                                         "--temp", "0"};
+    const std::string text = undisturbed_output(args);
     for (auto [sig, status] : {std::pair{SIGINT, 130}, std::pair{SIGTERM, 143}}) {
         INFO("signal " << sig);
         Interrupted r = interrupt_run(args, 1, sig);
@@ -186,21 +190,20 @@ TEST_CASE("SIGINT and SIGTERM stop a run: the text so far is printed, then exit 
         CHECK(r.status == status);
         // Stopped at once: the first pieces of the greedy text, not all of it.
         CHECK(!r.out.empty());
-        CHECK(r.out.size() < kStoriesText.size());
-        CHECK(kStoriesText.starts_with(r.out));
+        CHECK(r.out.size() < text.size());
+        CHECK(text.starts_with(r.out));
         CHECK(r.err.find("finish reason interrupted") != std::string::npos);
         CHECK(count_errors(r.err) == 0);
     }
 }
 
 TEST_CASE("SIGINT while run waits for its prompt on stdin ends it with status 130", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string tiny = tiny_model();
     int in[2];
     REQUIRE(pipe2(in, O_CLOEXEC) == 0);
     int err[2];
     REQUIRE(pipe2(err, O_CLOEXEC) == 0);
-    const pid_t pid = spawn_quill({"run", "--raw", "-m", stories->string()}, {in[0], -1, err[1]});
+    const pid_t pid = spawn_quill({"run", "--raw", "-m", tiny}, {in[0], -1, err[1]});
     close(in[0]);
     close(err[1]);
     bool supported = true;
@@ -220,10 +223,9 @@ TEST_CASE("SIGINT while run waits for its prompt on stdin ends it with status 13
 }
 
 TEST_CASE("SIGINT during run --json still prints the record, with finish reason interrupted", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string tiny = tiny_model();
     // quill blocks writing its load line to stderr, just before generating; the signal arrives there.
-    Interrupted r = interrupt_run({"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "64", "--json",
+    Interrupted r = interrupt_run({"run", "--raw", "-m", tiny, "-p", "Once upon a time", "-n", "64", "--json",
                                    "--device", "cpu"},
                                   2, SIGINT);
     if (!r.supported) {
@@ -240,11 +242,25 @@ TEST_CASE("SIGINT during run --json still prints the record, with finish reason 
 }
 
 TEST_CASE("a model file truncated while mapped is an error line, not a crash", "[faults]") {
-    auto stories = require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string tiny = tiny_model();
     const auto dir = temp_dir("faults-truncate");
-    const auto copy = dir / "stories.gguf";
-    std::filesystem::copy_file(*stories, copy);
+    const auto copy = dir / "tiny.gguf";
+    std::filesystem::copy_file(tiny, copy);
+    // The cut, at the page boundary below the row of the prompt's first word, leaves the token embedding's first
+    // rows (BOS's among them): the words' rows, read from the file as each token is looked up, lie in pages wholly
+    // past it (a page the cut leaves in part still reads, as zeros). (The matrices are copied or packed at load,
+    // before the load line, so a cut after it no longer reaches them.)
+    uint64_t cut = 0;
+    {
+        const GgufFile f = GgufFile::open(copy.string());
+        const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+        REQUIRE(embd != nullptr);
+        const uint64_t row_bytes = embd->n_bytes / static_cast<uint64_t>(embd->ne[1]);
+        const uint64_t start = f.data_offset() + embd->offset;
+        const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+        cut = (start + row_bytes * static_cast<uint64_t>(tiny_spm_vocab().id("▁Once"))) / page * page;
+        REQUIRE(cut > start + 2 * row_bytes);
+    }
     // quill blocks writing its load line (the model is mapped and checked); the file is cut while it waits.
     int pipe_fds[2];
     make_full_pipe(pipe_fds);
@@ -254,10 +270,7 @@ TEST_CASE("a model file truncated while mapped is an error line, not a crash", "
     close(pipe_fds[1]);
     bool supported = true;
     const bool blocked = wait_blocked_in_write(pid, 2, supported);
-    // The cut leaves the token embedding's first 22 rows (from byte 14176, 256 bytes a row): the prompt's rows, read
-    // from the file as each token is looked up, lie past it. (The matrices are copied or packed at load, before the
-    // load line, so a cut after it no longer reaches them.)
-    if (blocked) std::filesystem::resize_file(copy, 20000);
+    if (blocked) std::filesystem::resize_file(copy, cut);
     const std::string err = read_all(pipe_fds[0]);
     close(pipe_fds[0]);
     const int status = wait_child(pid, 20);

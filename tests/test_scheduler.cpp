@@ -6,6 +6,7 @@
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
 #include "engine/runtime/scheduler.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,21 +52,20 @@ private:
     Backend& inner_;
 };
 
-struct Stories {
+struct Tiny {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tok;
 };
 
-std::optional<Stories> load() {
-    auto path = test::require_testdata("models/stories260K.gguf");
-    if (!path) return std::nullopt;
-    Stories s;
-    s.model = Model::load(path->string());
+// The tiny model the tests write.
+Tiny load() {
+    Tiny s;
+    s.model = Model::load(test::tiny_model_file(test::TinyModel::spm).string());
     s.tok = Tokenizer::from_gguf(s.model->file);
     return s;
 }
 
-std::unique_ptr<cpu::CpuBackend> backend(const Stories& s, int64_t n_slots, int64_t n_ctx = 256) {
+std::unique_ptr<cpu::CpuBackend> backend(const Tiny& s, int64_t n_slots, int64_t n_ctx = 256) {
     cpu::CpuBackendOptions o;
     o.n_threads = 2;
     o.n_ctx = n_ctx;
@@ -86,7 +86,7 @@ const std::vector<std::string> kPrompts = {
     "One day", "Sam had a toy car. He", "The sun was", "Mom said", "A bird sat on a tree and sang a song about"};
 
 // The text each prompt gets alone, through generate() on a one-slot backend.
-std::vector<std::string> alone(const Stories& s, const std::vector<GenerationParams>& ps) {
+std::vector<std::string> alone(const Tiny& s, const std::vector<GenerationParams>& ps) {
     auto b = backend(s, 1);
     std::vector<std::string> out;
     for (size_t i = 0; i < kPrompts.size(); ++i) {
@@ -109,7 +109,7 @@ const std::string kFamilyA = "Once upon a time, there was a little girl named Li
 const std::string kFamilyB = "Tom had a big red ball. He liked to kick it in the park with his dog every";
 
 // The text of each tokenized prompt alone, each on a fresh one-slot backend.
-std::vector<std::string> each_alone(const Stories& s, const std::vector<std::vector<int32_t>>& tokens,
+std::vector<std::string> each_alone(const Tiny& s, const std::vector<std::vector<int32_t>>& tokens,
                                     const std::vector<GenerationParams>& ps) {
     std::vector<std::string> out;
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -122,7 +122,7 @@ std::vector<std::string> each_alone(const Stories& s, const std::vector<std::vec
     return out;
 }
 
-SchedRun run_all(const Stories& s, const std::vector<GenerationParams>& ps, int64_t n_slots, int n_batch) {
+SchedRun run_all(const Tiny& s, const std::vector<GenerationParams>& ps, int64_t n_slots, int n_batch) {
     auto inner = backend(s, n_slots);
     RecordingBackend rec(*inner);
     SchedRun r;
@@ -145,17 +145,16 @@ SchedRun run_all(const Stories& s, const std::vector<GenerationParams>& ps, int6
 }  // namespace
 
 TEST_CASE("mixed prefill and decode batches give each request its text alone", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
+    const Tiny s = load();
     std::vector<GenerationParams> ps;
     for (size_t i = 0; i < kPrompts.size(); ++i) ps.push_back(params(8 + 5 * static_cast<int>(i)));  // unequal ends
     // Sampled ones too: a request's draws depend on its own seed only.
     ps[2] = params(30, 1.0f, 11);
     ps[5] = params(25, 0.8f, 12);
-    const std::vector<std::string> want = alone(*s, ps);
+    const std::vector<std::string> want = alone(s, ps);
     for (auto [n_slots, n_batch] : {std::pair{3, 7}, std::pair{8, 512}, std::pair{2, 1}}) {
         INFO(n_slots << " slots, " << n_batch << " tokens per batch");
-        const SchedRun r = run_all(*s, ps, n_slots, n_batch);
+        const SchedRun r = run_all(s, ps, n_slots, n_batch);
         CHECK(r.texts == want);
         bool mixed = false;  // some batch held decode tokens and a prefill chunk together
         for (const Batch& b : r.batches) {
@@ -168,11 +167,10 @@ TEST_CASE("mixed prefill and decode batches give each request its text alone", "
 }
 
 TEST_CASE("a finished sequence's slot is refilled at the next step", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
+    const Tiny s = load();
     std::vector<GenerationParams> ps;
     for (size_t i = 0; i < kPrompts.size(); ++i) ps.push_back(params(3 + 4 * static_cast<int>(i % 3)));
-    const SchedRun r = run_all(*s, ps, 3, 512);
+    const SchedRun r = run_all(s, ps, 3, 512);
     // While requests wait, every batch holds tokens of all 3 slots: a freed slot never sits idle.
     std::vector<int> finished_by(r.batches.size() + 1, 0);  // [step] requests finished after that many steps
     for (int f : r.finish_step) {
@@ -189,11 +187,10 @@ TEST_CASE("a finished sequence's slot is refilled at the next step", "[scheduler
 }
 
 TEST_CASE("the token budget splits prompts and never starves a decoding sequence", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
+    const Tiny s = load();
     std::vector<GenerationParams> ps(kPrompts.size(), params(12));
     const int n_batch = 5;
-    const SchedRun r = run_all(*s, ps, 4, n_batch);
+    const SchedRun r = run_all(s, ps, 4, n_batch);
     // A sequence that got logits in batch b - 1 and did not finish then has its next token (pos + 1) in batch b:
     // decoding sequences are never left out, however much prompt waits.
     std::map<int32_t, int32_t> prev;  // slot -> position of its logits token in the previous batch
@@ -211,19 +208,18 @@ TEST_CASE("the token budget splits prompts and never starves a decoding sequence
         prev = seen;
     }
     // And the texts are still those of the requests alone.
-    CHECK(r.texts == alone(*s, ps));
+    CHECK(r.texts == alone(s, ps));
 }
 
 TEST_CASE("cancellation stops admission, and abandoning ends running requests as interrupted", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
-    auto b = backend(*s, 2);
+    const Tiny s = load();
+    auto b = backend(s, 2);
     std::vector<std::unique_ptr<Generation>> gens;
     std::map<int64_t, FinishReason> ended;
     Scheduler sched(*b, {}, [](int64_t, std::string_view) {},
                     [&](int64_t id, const GenerationStats&) { ended[id] = gens[id]->finish_reason(); });
     for (int i = 0; i < 4; ++i) {
-        gens.push_back(std::make_unique<Generation>(*s->tok, s->tok->encode(kPrompts[i], true, false), params(50), 256));
+        gens.push_back(std::make_unique<Generation>(*s.tok, s.tok->encode(kPrompts[i], true, false), params(50), 256));
         sched.submit(i, *gens.back());
     }
     REQUIRE(sched.step());
@@ -238,49 +234,47 @@ TEST_CASE("cancellation stops admission, and abandoning ends running requests as
     CHECK(sched.n_waiting() == 2);  // never started
     CHECK_FALSE(sched.step());
     // Bad submissions are refused.
-    Generation g(*s->tok, s->tok->encode("Hi", true, false), params(2), 256);
+    Generation g(*s.tok, s.tok->encode("Hi", true, false), params(2), 256);
     CHECK_THROWS_AS(sched.submit(9, g, 2), UsageError);
     CHECK_THROWS_AS(sched.submit(9, g, -1, 1), UsageError);
     CHECK_THROWS_AS(sched.submit(9, g, 0, 99), UsageError);
 }
 
 TEST_CASE("generate() with a cached prefix continues a pinned slot", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
+    const Tiny s = load();
     // A first turn fills slot 1; the second prompt extends it and reuses the cached tokens (n_past).
-    auto b = backend(*s, 2);
-    const std::vector<int32_t> first = s->tok->encode("Once upon a time", true, false);
-    Generation g1(*s->tok, first, params(10), 256);
+    auto b = backend(s, 2);
+    const std::vector<int32_t> first = s.tok->encode("Once upon a time", true, false);
+    Generation g1(*s.tok, first, params(10), 256);
     generate(*b, g1, 1, [](std::string_view) {});
     std::vector<int32_t> second = first;
     second.insert(second.end(), g1.generated().begin(), g1.generated().end() - 1);  // what is in the cache
     const int32_t cached = static_cast<int32_t>(second.size());
-    for (int32_t t : s->tok->encode(" Then", false, false)) second.push_back(t);
+    for (int32_t t : s.tok->encode(" Then", false, false)) second.push_back(t);
     std::string with_cache, fresh;
-    Generation g2(*s->tok, second, params(10), 256);
+    Generation g2(*s.tok, second, params(10), 256);
     GenerateOptions o;
     o.n_past = cached;
     const GenerationStats st = generate(*b, g2, 1, [&](std::string_view t) { with_cache += t; }, o);
     CHECK(st.reused_tokens == cached);
     CHECK(st.prefilled_tokens == static_cast<int>(second.size()) - cached);
-    auto b1 = backend(*s, 1);
-    Generation g3(*s->tok, second, params(10), 256);
+    auto b1 = backend(s, 1);
+    Generation g3(*s.tok, second, params(10), 256);
     generate(*b1, g3, 0, [&](std::string_view t) { fresh += t; });
     CHECK(with_cache == fresh);
 }
 
 TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
+    const Tiny s = load();
     const std::string &a = kFamilyA, &b = kFamilyB;
     const std::vector<std::string> prompts = {a + " One day", a + " Her mom", b + " day", b + " morning",
                                               a + " She saw", a + " She saw"};
     std::vector<std::vector<int32_t>> tokens;
-    for (const auto& p : prompts) tokens.push_back(s->tok->encode(p, true, false));
+    for (const auto& p : prompts) tokens.push_back(s.tok->encode(p, true, false));
     std::vector<GenerationParams> ps;
     for (size_t i = 0; i < prompts.size(); ++i) ps.push_back(params(6 + 3 * static_cast<int>(i % 3)));
     ps[3] = params(12, 0.9f, 5);  // a sampled one: its draws depend on its seed only
-    const std::vector<std::string> want = each_alone(*s, tokens, ps);
+    const std::vector<std::string> want = each_alone(s, tokens, ps);
     // The tokens a request may skip after one that ran `before` on its slot: the common prefix, but for the
     // prompt's last token, which always runs for its logits.
     auto reusable = [&](size_t before, size_t i) {
@@ -293,7 +287,7 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
     SECTION("one slot: each request after the previous one") {
         for (bool rewind : {true, false}) {
             INFO((rewind ? "a backend that can go back" : "a backend that cannot go back"));
-            auto inner = backend(*s, 1);
+            auto inner = backend(s, 1);
             RecordingBackend rec(*inner);
             rec.can_rewind = rewind;
             std::vector<std::string> texts(prompts.size());
@@ -304,7 +298,7 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
                 [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
             std::vector<std::unique_ptr<Generation>> gens;
             for (size_t i = 0; i < prompts.size(); ++i) {
-                gens.push_back(std::make_unique<Generation>(*s->tok, tokens[i], ps[i], 256));
+                gens.push_back(std::make_unique<Generation>(*s.tok, tokens[i], ps[i], 256));
                 sched.submit(static_cast<int64_t>(i), *gens.back());
             }
             while (sched.step()) {
@@ -325,7 +319,7 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
         }
     }
     SECTION("two slots: the free slot with the longest prefix, not the first free one") {
-        auto b2 = backend(*s, 2);
+        auto b2 = backend(s, 2);
         std::vector<std::string> texts(prompts.size());
         std::vector<GenerationStats> stats(prompts.size());
         Scheduler sched(
@@ -333,7 +327,7 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
             [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
         std::vector<std::unique_ptr<Generation>> gens;
         for (size_t i = 0; i < prompts.size(); ++i)
-            gens.push_back(std::make_unique<Generation>(*s->tok, tokens[i], ps[i], 256));
+            gens.push_back(std::make_unique<Generation>(*s.tok, tokens[i], ps[i], 256));
         auto run = [&](std::initializer_list<size_t> ids) {
             for (size_t i : ids) sched.submit(static_cast<int64_t>(i), *gens[i]);
             while (sched.step()) {
@@ -359,15 +353,14 @@ TEST_CASE("a request reuses the prompt prefix its free slot already holds", "[sc
 }
 
 TEST_CASE("requests that share a prompt prefix copy it from the slot that runs it first", "[scheduler][model]") {
-    auto s = load();
-    if (!s) return;
+    const Tiny s = load();
     const std::string &a = kFamilyA, &b = kFamilyB;
     // Submitted together into four slots: 0 and 2 start their families, 1 and 3 share their prefixes; 4 and 5 come
     // after them and find the prefix in some slot's cache. 6 shares only the first few tokens of b (under kMinWait).
     const std::vector<std::string> prompts = {a + " One day", a + " Her mom", b + " day", b + " morning",
                                               a + " She saw", b + " night", "Tom had a cat."};
     std::vector<std::vector<int32_t>> tokens;
-    for (const auto& p : prompts) tokens.push_back(s->tok->encode(p, true, false));
+    for (const auto& p : prompts) tokens.push_back(s.tok->encode(p, true, false));
     auto common = [&](size_t i, size_t j) {  // what j may take from i's prompt
         size_t n = 0;
         while (n < tokens[i].size() && n + 1 < tokens[j].size() && tokens[i][n] == tokens[j][n]) ++n;
@@ -380,10 +373,10 @@ TEST_CASE("requests that share a prompt prefix copy it from the slot that runs i
     std::vector<GenerationParams> ps;
     for (size_t i = 0; i < prompts.size(); ++i) ps.push_back(params(5 + 4 * static_cast<int>(i % 3)));
     ps[3] = params(12, 0.9f, 5);
-    const std::vector<std::string> want = each_alone(*s, tokens, ps);
+    const std::vector<std::string> want = each_alone(s, tokens, ps);
     for (bool copy : {true, false}) {
         INFO((copy ? "a backend that copies" : "a backend that cannot copy"));
-        auto inner = backend(*s, 4);
+        auto inner = backend(s, 4);
         RecordingBackend rec(*inner);
         rec.can_copy = copy;
         std::vector<std::string> texts(prompts.size());
@@ -393,7 +386,7 @@ TEST_CASE("requests that share a prompt prefix copy it from the slot that runs i
             [&](int64_t id, const GenerationStats& st) { stats[id] = st; });
         std::vector<std::unique_ptr<Generation>> gens;
         for (size_t i = 0; i < prompts.size(); ++i) {
-            gens.push_back(std::make_unique<Generation>(*s->tok, tokens[i], ps[i], 256));
+            gens.push_back(std::make_unique<Generation>(*s.tok, tokens[i], ps[i], 256));
             if (i < 4) sched.submit(static_cast<int64_t>(i), *gens.back());
         }
         REQUIRE(sched.step());

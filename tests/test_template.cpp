@@ -1,8 +1,10 @@
 // Chat templates: real templates against Jinja2's renderings (golden files), built-in formats, detection, and the
 // model's own template. Constructs and the expression evaluator are in test_template_eval.cpp.
+#include "engine/chat/chat_format.h"
 #include "engine/chat/template.h"
 #include "engine/format/gguf.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
 
@@ -165,6 +167,7 @@ TEST_CASE("detect_builtin recognizes the real templates' formats", "[template]")
 }
 
 TEST_CASE("the default model's own template renders the reference prompt", "[template][model]") {
+    // And quill's chat format for the model, which `quill template` and `quill run` use, gives its tokens.
     auto ref = quill::test::require_testdata("models/ref/SmolLM2-135M-Instruct.Q4_1.chat-sky.greedy.txt");
     if (!ref) return;
     auto model = quill::test::default_model();
@@ -187,4 +190,16 @@ TEST_CASE("the default model's own template renders the reference prompt", "[tem
                  {"eos_token", "<|im_end|>"}};
     CHECK(ChatTemplate::parse(*source, "SmolLM2").render(vars) == expected);
     CHECK(quill::chat::detect_builtin(*source) == std::optional<std::string_view>("chatml"));
+
+    const std::string key = "\nprompt_tokens (add_special=true) ";
+    const size_t at = text.find(key);
+    REQUIRE(at != std::string::npos);
+    std::istringstream line(text.substr(at + key.size(), text.find('\n', at + key.size()) - at - key.size()));
+    std::vector<int32_t> expected_ids;
+    for (int32_t id; line >> id;) expected_ids.push_back(id);
+    REQUIRE(expected_ids.size() > 10);
+    const auto tok = quill::Tokenizer::from_gguf(gguf);
+    const auto format = quill::chat::ChatFormat::choose(&gguf, tok.get(), "", [](const std::string&) {});
+    const nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Why is the sky blue?"}}});
+    CHECK(format.tokenize(*tok, messages, true) == expected_ids);
 }

@@ -1,10 +1,13 @@
-// Tokenizer tests: llama.cpp's tokenizer test vectors (generated with Hugging Face tokenizers), special-token
-// handling, the streaming detokenizer, and a hidden throughput benchmark ("[.bench]").
+// Tokenizer tests: llama.cpp's tokenizer test vectors (generated with Hugging Face tokenizers) and what its
+// vocabularies define; the mechanics (special tokens, byte fallback, merges, the sentencepiece library path, the
+// streaming detokenizer) on vocabularies the tests build (tests/tiny_vocab.h); and a hidden throughput benchmark
+// ("[.bench]").
 #include <catch2/catch.hpp>
 
 #include "engine/error.h"
 #include "engine/format/gguf.h"
 #include "tests/test_util.h"
+#include "tests/tiny_vocab.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/spm_proto.h"
@@ -92,11 +95,6 @@ std::optional<std::vector<std::unique_ptr<Tokenizer>>> load_vocabs(const std::ve
     return toks;
 }
 
-std::unique_ptr<Tokenizer> load_vocab(const std::string& name) {
-    auto toks = load_vocabs({name});
-    return toks ? std::move(toks->front()) : nullptr;
-}
-
 void check_vocab_vectors(const std::string& name) {
     auto path = quill::test::require_testdata("vocab/ggml-vocab-" + name + ".gguf");
     if (!path) return;
@@ -106,7 +104,27 @@ void check_vocab_vectors(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("tokenizer vectors: llama-spm", "[tokenizer]") { check_vocab_vectors("llama-spm"); }
+TEST_CASE("tokenizer vectors: llama-spm", "[tokenizer]") {
+    auto path = quill::test::require_testdata("vocab/ggml-vocab-llama-spm.gguf");
+    if (!path) return;
+    const quill::GgufFile gguf = quill::GgufFile::open(path->string());
+    check_vectors(*Tokenizer::from_gguf(gguf), path->string() + ".inp", path->string() + ".out");
+
+    // The same vocabulary as a llama tokenizer.model, run by the sentencepiece library: the same ids.
+    const quill::SpmModel model = quill::build_spm_model(quill::read_gguf_vocab(gguf));
+    const quill::SpmModel parsed = quill::parse_spm_model(quill::serialize_spm_model(model), "memory");
+    CHECK(parsed.pieces[15043].piece == model.pieces[15043].piece);
+    CHECK(parsed.pieces[15043].score == model.pieces[15043].score);
+    const auto file = quill::test::temp_dir("tokenizer") / "tokenizer.model";
+    std::ofstream(file, std::ios::binary) << quill::serialize_spm_model(model);
+    auto tok = Tokenizer::from_spm_file(file.string(), &gguf);
+    check_vectors(*tok, path->string() + ".inp", path->string() + ".out");
+    // The GGUF path cuts long texts at word starts; the library path sees the whole text. Same ids.
+    std::string long_text;
+    for (const Case& c : read_vectors(path->string() + ".inp", path->string() + ".out")) long_text += c.text + " \n";
+    CHECK(tok->encode(long_text, true, false) == Tokenizer::from_gguf(gguf)->encode(long_text, true, false));
+    std::filesystem::remove_all(file.parent_path());
+}
 TEST_CASE("tokenizer vectors: phi-3", "[tokenizer]") { check_vocab_vectors("phi-3"); }
 TEST_CASE("tokenizer vectors: gpt-2", "[tokenizer]") { check_vocab_vectors("gpt-2"); }
 TEST_CASE("tokenizer vectors: starcoder", "[tokenizer]") { check_vocab_vectors("starcoder"); }
@@ -122,16 +140,16 @@ TEST_CASE("tokenizer vectors: stories260K", "[tokenizer]") {
 }
 
 TEST_CASE("tokenizer loads a sentencepiece model file", "[tokenizer]") {
-    auto path = quill::test::require_testdata("vocab/ggml-vocab-llama-spm.gguf");
-    if (!path) return;
-    const quill::GgufFile gguf = quill::GgufFile::open(path->string());
+    const quill::test::TinyVocab v = quill::test::tiny_spm_vocab(true);
+    const quill::GgufFile gguf = quill::test::vocab_gguf(v);
     const quill::SpmModel model = quill::build_spm_model(quill::read_gguf_vocab(gguf));  // a llama tokenizer.model
     const std::string bytes = quill::serialize_spm_model(model);
 
     const quill::SpmModel parsed = quill::parse_spm_model(bytes, "memory");
     REQUIRE(parsed.pieces.size() == model.pieces.size());
-    CHECK(parsed.pieces[15043].piece == model.pieces[15043].piece);
-    CHECK(parsed.pieces[15043].score == model.pieces[15043].score);
+    const auto once = static_cast<size_t>(v.id("▁Once"));
+    CHECK(parsed.pieces[once].piece == "▁Once");
+    CHECK(parsed.pieces[once].score == model.pieces[once].score);
     CHECK(parsed.pieces[3].type == 6);
     CHECK(parsed.model_type == 2);
     CHECK(parsed.byte_fallback);
@@ -143,32 +161,43 @@ TEST_CASE("tokenizer loads a sentencepiece model file", "[tokenizer]") {
     auto tok = Tokenizer::from_spm_file(file.string(), &gguf);
     CHECK(tok->bos() == 1);
     CHECK(tok->eos() == 2);
-    check_vectors(*tok, path->string() + ".inp", path->string() + ".out");
-
-    // The GGUF path cuts long texts at word starts; the library path sees the whole text. Same ids.
+    // The library gives the GGUF path's ids (checked against Hugging Face's on llama's vocabulary by the llama-spm
+    // vectors): whole words, unknown words, byte fallback, whitespace runs, control-token texts as text.
+    const auto from_gguf = Tokenizer::from_gguf(gguf);
+    const std::vector<std::string> texts{"Once upon a time", " Lily and Tom went to the park.", "timely tiny-test",
+                                         "caf\xC3\xA9 \xE4\xB8\xAD\xF0\x9F\x98\x80", "  two  spaces\n\n\tand tabs ",
+                                         "a<|im_end|>b</s>", "x\0y"};
     std::string long_text;
-    for (const Case& c : read_vectors(path->string() + ".inp", path->string() + ".out")) long_text += c.text + " \n";
-    CHECK(tok->encode(long_text, true, false) == Tokenizer::from_gguf(gguf)->encode(long_text, true, false));
+    for (const std::string& text : texts) {
+        INFO("\"" << escaped(text) << "\"");
+        const std::vector<int32_t> ids = tok->encode(text, true, false);
+        CHECK(ids == from_gguf->encode(text, true, false));
+        CHECK(quill::decode(*tok, ids) == text);
+        long_text += text + " \n";
+    }
+    // The GGUF path cuts long texts at word starts; the library path sees the whole text. Same ids.
+    for (int i = 0; i < 200; ++i) long_text += "Once upon a time there was a little girl. ";
+    CHECK(tok->encode(long_text, true, false) == from_gguf->encode(long_text, true, false));
 
     CHECK_THROWS_AS(quill::parse_spm_model(std::string("\x0a\xff", 2), "junk"), quill::FileError);
     CHECK_THROWS_AS(Tokenizer::from_spm_file((file.parent_path() / "absent.model").string(), nullptr),
                     quill::FileError);
+    std::filesystem::remove_all(file.parent_path());
 }
 
-TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]") {
-    struct Probe {
-        std::string vocab;
-        std::string control;  // a control token's text
-    };
-    const std::vector<Probe> probes{{"gpt-2", "<|endoftext|>"}, {"phi-3", "<|end|>"}, {"llama-spm", "</s>"},
-                                    {"starcoder", "<fim_prefix>"}, {"falcon", "<|endoftext|>"}};
-    std::vector<std::string> names;
-    for (const Probe& p : probes) names.push_back(p.vocab);
-    auto toks = load_vocabs(names);
-    if (!toks) return;
+namespace {
+
+struct ControlProbe {
+    std::string vocab;
+    std::string control;  // a control token's text
+};
+
+// Text that spells a control token stays text unless special tokens are parsed, and then it is that one token.
+void check_control_probes(const std::vector<ControlProbe>& probes,
+                          const std::vector<std::unique_ptr<Tokenizer>>& toks) {
     for (size_t i = 0; i < probes.size(); ++i) {
-        const Probe& p = probes[i];
-        const Tokenizer* tok = (*toks)[i].get();
+        const ControlProbe& p = probes[i];
+        const Tokenizer* tok = toks[i].get();
         int32_t control = -1;
         for (int32_t id = 0; id < tok->n_vocab(); ++id) {
             if (tok->piece(id) == p.control) control = id;
@@ -187,6 +216,17 @@ TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]"
         CHECK(tok->encode(p.control, false, true) == std::vector<int32_t>{control});
         CHECK(quill::decode(*tok, parsed).find(p.control) == std::string::npos);  // control tokens print nothing
     }
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer never injects control tokens from user text", "[tokenizer]") {
+    const quill::test::TinyVocab spm = quill::test::tiny_spm_vocab(true), bpe = quill::test::tiny_bpe_vocab();
+    const std::vector<ControlProbe> probes{{"tiny spm", "</s>"}, {"tiny spm", "<|im_end|>"},
+                                           {"tiny bpe", "<|endoftext|>"}, {"tiny bpe", "<|im_start|>"}};
+    std::vector<std::unique_ptr<Tokenizer>> toks;
+    for (const ControlProbe& p : probes) toks.push_back(quill::test::make_tokenizer(p.vocab == "tiny spm" ? spm : bpe));
+    check_control_probes(probes, toks);
 }
 
 // A GGUF SPM vocabulary of the given pieces and types (1 normal, 2 unknown, 3 control, 6 byte), no dummy prefix.
@@ -243,6 +283,35 @@ TEST_CASE("an SPM vocabulary with a one-character control token encodes that cha
     CHECK(tok->encode("ab c", false, false) == std::vector<int32_t>{5, 8 + 0xE2, 8 + 0x96, 8 + 0x81, 8 + 'c'});
 }
 
+TEST_CASE("an SPM vocabulary's end-of-generation text typed user-defined or normal is a control token, never text's",
+          "[tokenizer]") {
+    // Found by fuzz_tokenizer on quill's own tiny vocabulary: <|im_end|> typed user-defined (4) or normal (1) is a
+    // control token to quill, as to llama.cpp, so user text that spells it must stay text; the sentencepiece
+    // library, told it was user-defined or normal, still cut it out of the text (or merged it), and the control
+    // token printed nothing.
+    for (int32_t type : {4, 1}) {
+        INFO("type " << type);
+        std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "<|im_end|>", "<", "|", "im", "_", "end", ">",
+                                        "<|", "<|im", "<|im_", "<|im_end", "<|im_end|"};
+        std::vector<int32_t> types{2, 3, 3, type, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        std::vector<float> scores{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5};
+        for (int b = 0; b < 256; ++b) {
+            pieces.push_back(fmt::format("<0x{:02X}>", b));
+            types.push_back(6);
+            scores.push_back(0);
+        }
+        const auto tok = tiny_spm(pieces, types, scores);
+        CHECK(tok->is_control(3));
+        for (const std::string text : {"<|im_end|>", "a<|im_end|>b"}) {
+            INFO(text);
+            const std::vector<int32_t> ids = tok->encode(text, false, false);
+            CHECK(std::find(ids.begin(), ids.end(), 3) == ids.end());
+            CHECK(quill::decode(*tok, ids) == text);
+        }
+        CHECK(tok->encode("<|im_end|>", false, true) == std::vector<int32_t>{3});
+    }
+}
+
 TEST_CASE("an SPM vocabulary with a normal piece spelled like a byte piece encodes that text as text", "[tokenizer]") {
     // sentencepiece looks byte pieces up before normal ones too: text merged into a normal piece "<0x41>" came out as
     // the byte 'A' (decoding to "A"). quill keeps the byte piece and gives up the normal one: the text becomes
@@ -267,11 +336,64 @@ TEST_CASE("an SPM vocabulary with a normal piece spelled like a byte piece encod
 }
 
 TEST_CASE("tokenizer special ids, BOS/EOS and end-of-generation tokens", "[tokenizer]") {
-    auto spm = load_vocab("llama-spm");
-    auto gpt2 = load_vocab("gpt-2");
-    auto phi3 = load_vocab("phi-3");
-    auto deepseek = load_vocab("deepseek-coder");
-    if (!spm || !gpt2 || !phi3 || !deepseek) return;
+    const quill::test::TinyVocab sv = quill::test::tiny_spm_vocab(true), bv = quill::test::tiny_bpe_vocab();
+    const auto spm = quill::test::make_tokenizer(sv);
+    const auto bpe = quill::test::make_tokenizer(bv);
+
+    CHECK(spm->model_name() == "llama");
+    CHECK(spm->pre_name().empty());
+    CHECK(spm->add_bos());
+    CHECK_FALSE(spm->add_eos());
+    CHECK(spm->encode("Hello world", true, false) == std::vector<int32_t>{1, sv.id("▁Hello"), sv.id("▁world")});
+    CHECK(spm->encode("", true, false) == std::vector<int32_t>{1});
+    CHECK(spm->is_eog(2));
+    CHECK_FALSE(spm->is_eog(1));
+    // <|im_end|> ends generation by its text alone; <|im_start|> does not.
+    CHECK(spm->eog_ids() == std::vector<int32_t>{2, sv.id("<|im_end|>")});
+    CHECK_FALSE(spm->is_eog(sv.id("<|im_start|>")));
+
+    CHECK(bpe->model_name() == "gpt2");
+    CHECK(bpe->pre_name() == "gpt-2");
+    CHECK_FALSE(bpe->add_bos());
+    CHECK(bpe->bos() == bv.id("<|endoftext|>"));
+    CHECK(bpe->encode("Hello world", true, false) == bpe->encode("Hello world", false, false));
+    CHECK(bpe->is_eog(bv.id("<|endoftext|>")));
+    CHECK(bpe->is_eog(bv.id("<|im_end|>")));
+    // tokenizer.ggml.add_bos_token and add_eos_token override the defaults.
+    quill::GgufWriter w;
+    w.set("general.architecture", "llama");
+    bv.write(w);
+    w.set("tokenizer.ggml.add_bos_token", true);
+    w.set("tokenizer.ggml.add_eos_token", true);
+    const auto both = Tokenizer::from_gguf(quill::GgufFile::parse("bos-eos", w.to_bytes()));
+    const std::vector<int32_t> ids = both->encode("Hello world", true, false);
+    REQUIRE(ids.size() >= 3);
+    CHECK(ids.front() == bv.bos);
+    CHECK(ids.back() == bv.eos);
+
+    CHECK(spm->token_bytes(sv.id("<|im_start|>")).empty());
+    CHECK(spm->token_bytes(1).empty());  // <s>
+    CHECK(spm->token_bytes(3 + 'A') == "A");
+    CHECK(spm->token_bytes(sv.id("▁Hello")) == " Hello");
+    CHECK_THROWS_AS(spm->token_bytes(spm->n_vocab()), quill::UsageError);
+    CHECK_THROWS_AS(spm->piece(-1), quill::UsageError);
+}
+
+TEST_CASE("tokenizer special tokens of llama.cpp's vocabularies: ids, end of generation, never from user text",
+          "[tokenizer]") {
+    const std::vector<ControlProbe> probes{{"gpt-2", "<|endoftext|>"}, {"phi-3", "<|end|>"}, {"llama-spm", "</s>"},
+                                           {"starcoder", "<fim_prefix>"}, {"falcon", "<|endoftext|>"}};
+    std::vector<std::string> names;
+    for (const ControlProbe& p : probes) names.push_back(p.vocab);
+    names.push_back("deepseek-coder");
+    auto toks = load_vocabs(names);
+    if (!toks) return;
+    auto deepseek = std::move(toks->back());
+    toks->pop_back();
+    check_control_probes(probes, *toks);
+    const Tokenizer* spm = (*toks)[2].get();
+    const Tokenizer* gpt2 = (*toks)[0].get();
+    const Tokenizer* phi3 = (*toks)[1].get();
 
     CHECK(spm->model_name() == "llama");
     CHECK(spm->pre_name().empty());
@@ -364,12 +486,21 @@ TEST_CASE("tokenizer of the default model (SmolLM2)", "[tokenizer]") {
 }
 
 TEST_CASE("tokenizer takes invalid UTF-8 without failing", "[tokenizer]") {
-    const std::vector<std::string> names{"gpt-2", "llama-spm", "falcon"};
-    auto toks = load_vocabs(names);
-    if (!toks) return;
+    // Byte-level BPE, SPM with byte fallback, and a BPE vocabulary without the bytes 0x00..0x08 (as falcon's lacks
+    // some control bytes: encode drops them).
+    quill::test::TinyVocab lacking = quill::test::tiny_bpe_vocab();
+    lacking.pieces.erase(lacking.pieces.begin(), lacking.pieces.begin() + 9);
+    lacking.types.erase(lacking.types.begin(), lacking.types.begin() + 9);
+    lacking.bos = lacking.eos = lacking.id("<|endoftext|>");
+    const std::vector<std::string> names{"tiny bpe", "tiny spm", "tiny bpe lacking bytes"};
+    std::vector<std::unique_ptr<Tokenizer>> toks;
+    toks.push_back(quill::test::make_tokenizer(quill::test::tiny_bpe_vocab()));
+    toks.push_back(quill::test::make_tokenizer(quill::test::tiny_spm_vocab()));
+    toks.push_back(quill::test::make_tokenizer(lacking));
+    CHECK(quill::decode(*toks[2], toks[2]->encode(std::string("a\x01" "b", 3), false, false)) == "ab");
     for (size_t i = 0; i < names.size(); ++i) {
         const std::string& name = names[i];
-        const Tokenizer* tok = (*toks)[i].get();
+        const Tokenizer* tok = toks[i].get();
         for (const std::string& text : {std::string("\xff\xfe abc"), std::string("a\xE2\x82 b\xC3"),
                                        std::string("x\0y", 3), std::string(5000, '\n') + "z"}) {
             INFO(name << ": \"" << escaped(text) << "\"");
@@ -412,14 +543,12 @@ TEST_CASE("pre-tokenizers compile and split as Hugging Face's regexes do", "[tok
 }
 
 TEST_CASE("tokenizer metadata errors and unknown pre-tokenizers", "[tokenizer]") {
-    auto path = quill::test::require_testdata("vocab/ggml-vocab-gpt-2.gguf");
-    if (!path) return;
     quill::GgufWriter empty;
     empty.set("general.architecture", "llama");
     const auto no_vocab = quill::GgufFile::parse("no-vocab", empty.to_bytes());
     CHECK_THROWS_AS(Tokenizer::from_gguf(no_vocab), quill::FileError);
 
-    const quill::GgufFile gpt2 = quill::GgufFile::open(path->string());
+    const quill::GgufFile gpt2 = quill::test::vocab_gguf(quill::test::tiny_bpe_vocab());
     quill::GgufWriter w;
     for (const auto& [key, value] : gpt2.metadata()) {
         if (key.starts_with("tokenizer.")) w.set(key, value);
@@ -428,7 +557,7 @@ TEST_CASE("tokenizer metadata errors and unknown pre-tokenizers", "[tokenizer]")
     const auto unknown_pre = quill::GgufFile::parse("unknown-pre", w.to_bytes());
     auto tok = Tokenizer::from_gguf(unknown_pre);  // warns on stderr
     CHECK(tok->pre_name() == "gpt-2");
-    const std::string text = "Hello world, it's 2024!";
+    const std::string text = "Hello world, it's 2024! Once upon a time";
     CHECK(tok->encode(text, false, false) == Tokenizer::from_gguf(gpt2)->encode(text, false, false));
 
     w.set("tokenizer.ggml.model", "wordpiece-of-cake");
@@ -491,9 +620,9 @@ void check_byte_stream(const Tokenizer& tok, const std::vector<int32_t>& byte_id
 }  // namespace
 
 TEST_CASE("detokenizer streams split characters as valid UTF-8", "[tokenizer]") {
-    auto spm = load_vocab("llama-spm");
-    auto gpt2 = load_vocab("gpt-2");
-    if (!spm || !gpt2) return;
+    const quill::test::TinyVocab spm_vocab = quill::test::tiny_spm_vocab();
+    const auto spm = quill::test::make_tokenizer(spm_vocab);
+    const auto gpt2 = quill::test::make_tokenizer(quill::test::tiny_bpe_vocab());
 
     // Byte tokens: SPM <0xNN>, and the GPT-2 token whose text is the byte's mapped character.
     std::vector<int32_t> spm_bytes(256), gpt2_bytes(256, -1);
@@ -530,10 +659,10 @@ TEST_CASE("detokenizer streams split characters as valid UTF-8", "[tokenizer]") 
     // Control tokens print nothing; the SPM dummy-prefix space goes only at the start of a text.
     quill::Detokenizer start(*spm, true);
     CHECK(start.push(1).empty());
-    CHECK(start.push(15043) == "Hello");
-    CHECK(start.push(3186) == " world");
+    CHECK(start.push(spm_vocab.id("▁Hello")) == "Hello");
+    CHECK(start.push(spm_vocab.id("▁world")) == " world");
     quill::Detokenizer cont(*spm, false);
-    CHECK(cont.push(15043) == " Hello");
+    CHECK(cont.push(spm_vocab.id("▁Hello")) == " Hello");
     CHECK(quill::decode(*spm, spm->encode("  two spaces", true, false)) == "  two spaces");
 }
 

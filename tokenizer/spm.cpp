@@ -253,7 +253,9 @@ SpmModel build_spm_model(const Vocab& vocab) {
     const int64_t unk = choose_unknown(vocab);
     m.pieces.reserve(vocab.pieces.size() + 1);
     for (size_t i = 0; i < vocab.pieces.size(); ++i) {
-        int32_t type = proto_type(vocab.types[i]);
+        // The end-of-generation and fill-in-the-middle markers are control tokens to the Tokenizer whatever their
+        // type, so the library must not cut them out of text (user-defined) or merge them (normal) either.
+        int32_t type = proto_type(is_forced_control_text(vocab.pieces[i]) ? TokenType::control : vocab.types[i]);
         if (static_cast<int64_t>(i) == unk) type = kUnknown;
         else if (type == kUnknown) type = kControl;
         else if (type == kByte && !m.byte_fallback) type = kControl;

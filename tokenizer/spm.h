@@ -18,7 +18,7 @@ std::unique_ptr<Tokenizer> make_spm_tokenizer(Vocab&& vocab);
 // scores, byte fallback when all 256 <0xNN> pieces exist, identity normalizer, '▁' for spaces, the dummy prefix per
 // tokenizer.ggml.add_space_prefix (default true) and no whitespace cleanup. Token types map one to one, except
 // that exactly one piece can be UNKNOWN (the unknown id; phi-3 types its <unk> as control and its pads as
-// unknown): other unknown pieces load as control.
+// unknown): other unknown pieces load as control, as do the markers is_forced_control_text names.
 SpmModel build_spm_model(const Vocab& vocab);
 
 }  // namespace quill

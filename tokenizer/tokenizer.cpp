@@ -63,6 +63,10 @@ bool is_special_type(TokenType t) {
 
 }  // namespace
 
+bool is_forced_control_text(std::string_view text) {
+    return contains(kEogTexts, text) || contains(kFimTexts, text);
+}
+
 Tokenizer::Tokenizer(Vocab&& vocab, bool default_add_bos)
     : source_(vocab.source), model_(vocab.model) {
     const bool spm = model_ == "llama";
@@ -102,7 +106,7 @@ void Tokenizer::collect_eog(int32_t eot, int32_t eom) {
         const std::string& text = pieces_[static_cast<size_t>(id)];
         const bool eog_text = contains(kEogTexts, text);
         if (eog_text) eog.push_back(id);
-        if (eog_text || contains(kFimTexts, text)) types_[static_cast<size_t>(id)] = TokenType::control;
+        if (is_forced_control_text(text)) types_[static_cast<size_t>(id)] = TokenType::control;
     }
     for (int32_t id : {eos_, eot, eom}) {
         if (id >= 0) eog.push_back(id);

@@ -123,6 +123,10 @@ private:
     std::vector<std::vector<int32_t>> specials_;   // [256] special token ids by first byte, longest first
 };
 
+// Whether a token of this text is a control token whatever its GGUF type, as llama.cpp's vocabulary loader makes
+// it: the end-of-generation and fill-in-the-middle markers (<|im_end|>, <|eot_id|>, <|fim_prefix|>, ...).
+bool is_forced_control_text(std::string_view text);
+
 // Streaming detokenizer: ids in, only complete valid UTF-8 out.
 //
 // Bytes of a multi-byte character split across tokens (SPM <0xNN> byte fallback, BPE byte tokens) are held until

@@ -47,15 +47,25 @@ inline std::array<int32_t, 256> single_byte_tokens(const Tokenizer& tok) {
     return ids;
 }
 
-// Every vocab/ggml-vocab-*.gguf of the test data, sorted by name; aborts when there is none, since a fuzz run
-// without them would test nothing.
-inline std::vector<NamedTokenizer> load_test_vocabs() {
+// The GGUF files in `dir` whose names start with `prefix`, sorted by name; none when `dir` is absent.
+inline std::vector<std::filesystem::path> gguf_files(const std::filesystem::path& dir, std::string_view prefix) {
     std::vector<std::filesystem::path> paths;
-    for (const auto& e : std::filesystem::directory_iterator(testdata_dir() / "vocab")) {
-        if (e.path().extension() == ".gguf") paths.push_back(e.path());
+    if (!std::filesystem::is_directory(dir)) return paths;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() == ".gguf" && e.path().filename().string().starts_with(prefix))
+            paths.push_back(e.path());
     }
     std::sort(paths.begin(), paths.end());
-    if (paths.empty()) std::abort();
+    return paths;
+}
+
+// The vocabularies to fuzz: quill's own (tests/fuzz/corpus/fuzz_gguf/tiny-*.gguf, an SPM and a byte-level BPE one
+// written by make_seeds.py), then every vocab/ggml-vocab-*.gguf of the test data when it is there.
+inline std::vector<NamedTokenizer> load_test_vocabs() {
+    std::vector<std::filesystem::path> paths =
+        gguf_files(std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "fuzz_gguf", "tiny-");
+    for (const auto& p : gguf_files(testdata_dir() / "vocab", "ggml-vocab-")) paths.push_back(p);
+    if (paths.empty()) std::abort();  // quill's own are committed: without them the run would test nothing
     std::vector<NamedTokenizer> toks;
     for (const auto& p : paths) {
         auto tok = Tokenizer::from_gguf(GgufFile::open(p.string()));

@@ -3,11 +3,13 @@
 
 fuzz_gguf: two complete tiny llama models (f32 and f16 weights, 1 layer, n_embd 8) with an SPM and a byte-level
 BPE vocabulary, so mutations reach the config, weight and tokenizer loaders at once instead of stopping in the
-header. fuzz_tokenizer: texts at the edges (multi-byte and invalid UTF-8, NUL, special-token texts, whitespace
-runs). fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). fuzz_batch_input and
-fuzz_messages: JSON nested as deep as the limit allows (64 levels), one level more, and 20,000 levels (a recursive
-copy of that overflowed the stack under ASan before the limit). The test data in ../shared/testdata (GGUFs, .inp
-vectors) is added by .ci/fuzz at run time.
+header (fuzz_tokenizer and fuzz_detokenizer take their vocabularies too). fuzz_tokenizer: texts at the edges
+(multi-byte and invalid UTF-8, NUL, special-token texts, whitespace runs). fuzz_detokenizer: id sequences in its
+input format (see fuzz_detokenizer.cpp). fuzz_batch_input and fuzz_messages: JSON nested as deep as the limit allows
+(64 levels), one level more, and 20,000 levels (a recursive copy of that overflowed the stack under ASan before the
+limit). fuzz_template: chat templates in the shapes models ship (a default system message, role checks, macros,
+filters, loop variables, namespaces, tool calls, raise_exception). The test data in ../shared/testdata (GGUFs, .inp
+vectors, real templates) is added by .ci/fuzz at run time when it is there.
 """
 import os
 import struct
@@ -131,6 +133,36 @@ TEXTS = {
 }
 
 
+TEMPLATES = {
+    "chatml_default_system.jinja":
+        "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are helpful.<|im_end|>\n{% endif %}"
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "alternating_roles.jinja":
+        "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] | trim + ' [/INST]' }}"
+        "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] | trim + eos_token }}{% endif %}"
+        "{% endfor %}",
+    "headers_and_tools.jinja":
+        "{%- set ns = namespace(system='', first=true) -%}\n"
+        "{%- macro header(role) -%}<|start_header_id|>{{ role }}<|end_header_id|>\n\n{%- endmacro -%}\n"
+        "{{- bos_token -}}\n"
+        "{%- if tools is defined and tools -%}{{ header('system') }}Tools: {{ tools | tojson(indent=2) }}<|eot_id|>"
+        "{%- endif -%}\n"
+        "{%- for m in messages if m.role != 'tool' -%}\n"
+        "  {%- if m.role == 'system' -%}{%- set ns.system = m.content -%}{%- continue -%}{%- endif -%}\n"
+        "  {{- header(m.role) }}{{ m.content | default('', true) | replace('<|eot_id|>', '') }}\n"
+        "  {%- for call in m.tool_calls | default([]) -%}{\"name\": {{ call.function.name | tojson }}, "
+        "\"arguments\": {{ call.function.arguments | tojson }}}{%- endfor -%}<|eot_id|>\n"
+        "  {%- set ns.first = false -%}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt %}{{ header('assistant') }}{% endif -%}\n"
+        "{#- system: {{ ns.system }} #}{{ (messages | length) ~ ' ' ~ messages[-1].role | upper }}"
+        "{{ strftime_now('%d %b %Y') if strftime_now is defined else '' }}",
+}
+
+
 def write(target, name, data):
     d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
@@ -166,6 +198,8 @@ def main():
     write("fuzz_messages", "plain.json",
           b'[{"role": "system", "content": null}, {"role": "user", "content": "Hi \xc3\xa9"}, '
           b'{"role": "assistant", "content": "Hello", "tool_calls": [{"function": {"name": "f", "arguments": {"a": [1, 2.5, true]}}}]}]')
+    for name, source in TEMPLATES.items():
+        write("fuzz_template", name, source.encode())
 
 
 if __name__ == "__main__":
