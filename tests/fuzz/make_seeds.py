@@ -4,7 +4,9 @@
 fuzz_gguf: two complete tiny llama models (f32 and f16 weights, 1 layer, n_embd 8) with an SPM and a byte-level
 BPE vocabulary, so mutations reach the config, weight and tokenizer loaders at once instead of stopping in the
 header. fuzz_tokenizer: texts at the edges (multi-byte and invalid UTF-8, NUL, special-token texts, whitespace
-runs). fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). The test data in
+runs). fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). fuzz_template: hostile templates
+(work that doubles, shared values walked in full, quadratic string searches), each of which the render budgets must
+stop in milliseconds (tests/test_template_hostile.cpp has the same cases). The test data in
 ../shared/testdata (GGUFs, .inp vectors) is added by .ci/fuzz at run time.
 """
 import os
@@ -128,6 +130,28 @@ TEXTS = {
     "digits_and_contractions": b"12345678901234 I'M you'RE it's 3.14159 $100,000",
 }
 
+SHARED = (b"{% set ns = namespace(l=[1], m=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}"
+          b"{% set ns.m = [ns.m, ns.m] %}{% endfor %}")
+
+TEMPLATES = {
+    "shared-eq": SHARED + b"{{ ns.l == ns.m }}",
+    "shared-string": SHARED + b"{{ ns.l | string }}",
+    "shared-tojson": SHARED + b"{{ ns.l | tojson }}",
+    "shared-dict": b"{% set ns = namespace(d={}) %}{% for i in range(60) %}{% set ns.d = {'a': ns.d, 'b': ns.d} %}"
+                   b"{% endfor %}{{ ns.d | tojson }}",
+    "sort-loop": b"{% set big = range(100000) | list %}{% for i in range(100000) %}{% set s = big | sort %}"
+                 b"{% endfor %}",
+    "unique": b"{{ range(100000) | unique | length }}",
+    "doubling-string": b"{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "kept-strings": b"{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + ['x' * 3000000 ~ i] %}"
+                    b"{% endfor %}",
+    "long-list": b"{{ (range(100000) | list) * 20 }}",
+    "string-chars": b"{% for c in 'x' * 4000000 %}{% endfor %}",
+    "quadratic-in": b"{{ ('a' * 1000000 ~ 'b') in ('a' * 4000000) }}{{ ('a' * 4000000).strip('b' * 2000000 ~ 'a') }}",
+    "injection": b"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+                 b"{{ raise_exception('\x1b[2J' ~ messages[0].content * 100) }}",
+}
+
 
 def write(target, name, data):
     d = os.path.join(HERE, "corpus", target)
@@ -149,6 +173,8 @@ def main():
     write("fuzz_detokenizer", "split_euro", bytes([0, 1]) + byte_ids(b"a\xe2\x82\xacb"))
     write("fuzz_detokenizer", "ill_formed", bytes([1, 0]) + byte_ids(b"\xe2\x82 \xf0\x9f\x98 \xed\xa0\x80 \xc0"))
     write("fuzz_detokenizer", "plain_ids", bytes([3, 1]) + b"\x00\x01\x00\x00\x10\x00\x7f\xff\xff\x00\x00\x02")
+    for name, text in TEMPLATES.items():
+        write("fuzz_template", name + ".jinja", text)
 
 
 if __name__ == "__main__":
