@@ -335,7 +335,8 @@ int cmd_run(RunOptions& o) {
                                          "of {} (raise -c)",
                                          plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
-        prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true);
+        // A signal stops a runaway template too (the handlers are installed above, before anything renders).
+        prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true, &quill::signals::stop_flag());
     }
     quill::GenerationParams gp;
     gp.max_tokens = o.n_predict;

@@ -2,10 +2,14 @@
 
 #include "tests/test_util.h"
 
+#include <catch2/catch.hpp>
+
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -84,6 +88,39 @@ Outcome run_io(const std::vector<std::string>& args, const std::string& in, cons
     if (err.empty()) r.err = read_file(err_file);
     std::filesystem::remove_all(dir);
     return r;
+}
+
+size_t make_full_pipe(int fds[2]) {
+    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+    fcntl(fds[1], F_SETPIPE_SZ, 4096);
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    size_t filled = 0;
+    const std::string chunk(512, '#');
+    for (ssize_t n; (n = write(fds[1], chunk.data(), chunk.size())) > 0;) filled += static_cast<size_t>(n);
+    fcntl(fds[1], F_SETFL, 0);
+    return filled;
+}
+
+bool wait_blocked_in(long nr, pid_t pid, int fd, bool& supported) {
+    const std::string path = "/proc/" + std::to_string(pid) + "/syscall";
+    const std::string want = std::to_string(nr) + " 0x" + std::to_string(fd) + " ";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    supported = true;
+    while (std::chrono::steady_clock::now() < deadline) {
+        const std::string s = read_file(path);
+        if (s.empty() && !std::filesystem::exists("/proc/" + std::to_string(pid))) return false;
+        if (s.empty()) {
+            supported = false;
+            return false;
+        }
+        if (s.starts_with(want)) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+}
+
+bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) {
+    return wait_blocked_in(SYS_write, pid, fd, supported);
 }
 
 std::string last_line(const std::string& text) {

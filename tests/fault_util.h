@@ -24,6 +24,13 @@ int wait_child(pid_t pid, double timeout_s);
 // Reads a descriptor to its end.
 std::string read_all(int fd);
 
+// A pipe whose buffer is full: the next write to it blocks until the reader drains it. Returns the filler size.
+size_t make_full_pipe(int fds[2]);
+// Waits until the child's main thread is blocked in the system call `nr` (SYS_write, SYS_read) on `fd`. False
+// when /proc/<pid>/syscall cannot be read (then the caller skips) or the child ended first.
+bool wait_blocked_in(long nr, pid_t pid, int fd, bool& supported);
+bool wait_blocked_in_write(pid_t pid, int fd, bool& supported);
+
 // One run with each standard descriptor given as a spec: "" captures (stdout, stderr) or is empty input (stdin);
 // "<closed>" leaves it closed; anything else is a path opened for reading (stdin) or writing.
 struct Outcome {

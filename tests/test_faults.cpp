@@ -40,42 +40,6 @@ std::string undisturbed_output(const std::vector<std::string>& args) {
     return r.out;
 }
 
-// A pipe whose buffer is full: the next write to it blocks until the reader drains it. Returns the filler size.
-size_t make_full_pipe(int fds[2]) {
-    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-    fcntl(fds[1], F_SETPIPE_SZ, 4096);
-    fcntl(fds[1], F_SETFL, O_NONBLOCK);
-    size_t filled = 0;
-    const std::string chunk(512, '#');
-    for (ssize_t n; (n = write(fds[1], chunk.data(), chunk.size())) > 0;) filled += static_cast<size_t>(n);
-    fcntl(fds[1], F_SETFL, 0);
-    return filled;
-}
-
-// Waits until the child's main thread is blocked in the system call `nr` (SYS_write, SYS_read) on `fd`. False
-// when /proc/<pid>/syscall cannot be read (then the caller skips) or the child ended first.
-bool wait_blocked_in(long nr, pid_t pid, int fd, bool& supported) {
-    const std::string path = "/proc/" + std::to_string(pid) + "/syscall";
-    const std::string want = std::to_string(nr) + " 0x" + std::to_string(fd) + " ";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    supported = true;
-    while (std::chrono::steady_clock::now() < deadline) {
-        const std::string s = read_file(path);
-        if (s.empty() && !std::filesystem::exists("/proc/" + std::to_string(pid))) return false;
-        if (s.empty()) {
-            supported = false;
-            return false;
-        }
-        if (s.starts_with(want)) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return false;
-}
-
-bool wait_blocked_in_write(pid_t pid, int fd, bool& supported) {
-    return wait_blocked_in(SYS_write, pid, fd, supported);
-}
-
 }  // namespace
 
 TEST_CASE("a closed or full stderr changes nothing: same output, same exit status", "[faults]") {

@@ -58,7 +58,8 @@ std::shared_ptr<const ChatTemplate> parse_shared(std::string_view source, const 
 }  // namespace
 
 ChatFormat ChatFormat::from_source(std::string_view source, std::string name, std::string bos, std::string eos) {
-    return ChatFormat(parse_shared(source, name), std::move(name), std::move(bos), std::move(eos));
+    auto tmpl = parse_shared(source, name);  // before `name` is moved from
+    return ChatFormat(std::move(tmpl), std::move(name), std::move(bos), std::move(eos));
 }
 
 ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const std::string& choice,
@@ -102,42 +103,40 @@ ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const 
                      fmt::format("{}", fmt::join(builtin_template_names(), ", ")) + ") or --raw");
 }
 
-RenderedChat ChatFormat::render(const nlohmann::json& messages, bool add_generation_prompt) const {
+RenderedChat ChatFormat::render(const nlohmann::json& messages, bool add_generation_prompt,
+                                const std::atomic<bool>* cancel) const {
     nlohmann::json vars = {{"messages", messages},
                            {"add_generation_prompt", add_generation_prompt},
                            {"bos_token", bos_},
                            {"eos_token", eos_}};
-    RenderedChat out;
+    RenderOptions options;
+    options.cancel = cancel;
+    RenderedText r;
     try {
-        out.text = tmpl_->render(vars);
+        r = tmpl_->render_tracked(vars, options);
     } catch (const TemplateRaised&) {
         throw;  // the template refuses this conversation: that is the user's answer, not a renderer failure
+    } catch (const TemplateBudgetError&) {
+        throw;  // a template that runs away is not one to replace quietly
     } catch (const TemplateError& e) {
         if (!fallback_) throw;
         if (!warned_ && warn_)
             warn_(fmt::format("the model's chat template failed ({}); using the built-in {} format", e.what(),
                               fallback_name_));
         warned_ = true;
-        out.text = fallback_->render(vars);
+        r = fallback_->render_tracked(vars, options);
     }
-    // Each message's content, in order: the spans the tokenizer must keep as plain text.
-    size_t cursor = 0;
-    for (const auto& m : messages) {
-        if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) continue;
-        const std::string& content = m["content"].get_ref<const std::string&>();
-        if (content.empty()) continue;
-        size_t at = out.text.find(content, cursor);
-        if (at == std::string::npos) continue;  // transformed by the template (e.g. trimmed): nothing to protect
-        out.literal.push_back({at, content.size()});
-        cursor = at + content.size();
-    }
+    RenderedChat out;
+    out.text = std::move(r.text);
+    for (const auto& [begin, end] : r.untrusted) out.literal.push_back({begin, end - begin});
     return out;
 }
 
 std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::json& messages,
-                                          bool add_generation_prompt) const {
-    RenderedChat r = render(messages, add_generation_prompt);
-    const bool has_bos = !bos_.empty() && r.text.starts_with(bos_);
+                                          bool add_generation_prompt, const std::atomic<bool>* cancel) const {
+    RenderedChat r = render(messages, add_generation_prompt, cancel);
+    // The template's own BOS text (not a message that starts with it) stands for the BOS token.
+    const bool has_bos = !bos_.empty() && r.text.starts_with(bos_) && (r.literal.empty() || r.literal[0].begin >= bos_.size());
     return tok.encode_with_literals(r.text, !has_bos, r.literal);
 }
 

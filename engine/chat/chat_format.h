@@ -1,6 +1,7 @@
 // How a conversation becomes prompt tokens: the chat template (the model's own, a built-in format or a file),
-// rendered for the messages and tokenized with the template's special tokens parsed as special and the messages'
-// own text never (a user who types "<|im_end|>" gets those characters, not the token).
+// rendered for the messages and tokenized with the template's special tokens parsed as special and the bytes that
+// came from the messages never (a user who types "<|im_end|>" gets those characters, not the token). The renderer
+// tracks those bytes through whatever the template does to them (trim, slices, concatenation, replace).
 #pragma once
 
 #include "engine/chat/template.h"
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,10 +21,10 @@ class GgufFile;
 
 namespace quill::chat {
 
-// A rendered conversation: the text and where each message's own content sits in it.
+// A rendered conversation: the text and which of its bytes came from the messages.
 struct RenderedChat {
     std::string text;
-    std::vector<Tokenizer::TextSpan> literal;  // sorted; the message contents found in `text`
+    std::vector<Tokenizer::TextSpan> literal;  // sorted, disjoint: bytes from the messages (all but their roles)
 };
 
 class ChatFormat {
@@ -38,13 +40,15 @@ public:
     // A format from template source, with bos_token / eos_token texts as given.
     static ChatFormat from_source(std::string_view source, std::string name, std::string bos, std::string eos);
 
-    // The text to tokenize for these messages (a JSON array of {role, content}).
-    // Throws TemplateError when the template fails (raise_exception included).
-    RenderedChat render(const nlohmann::json& messages, bool add_generation_prompt) const;
+    // The text to tokenize for these messages (a JSON array of {role, content}), under the render budgets of
+    // RenderOptions. Throws TemplateError when the template fails (raise_exception included; TemplateBudgetError
+    // when it runs out of a budget) and quill::Interrupted once `cancel` is raised (a signal), within milliseconds.
+    RenderedChat render(const nlohmann::json& messages, bool add_generation_prompt,
+                        const std::atomic<bool>* cancel = nullptr) const;
 
     // render() then the tokens: BOS is added when the vocabulary wants it and the text does not start with it.
-    std::vector<int32_t> tokenize(const Tokenizer& tok, const nlohmann::json& messages,
-                                  bool add_generation_prompt) const;
+    std::vector<int32_t> tokenize(const Tokenizer& tok, const nlohmann::json& messages, bool add_generation_prompt,
+                                  const std::atomic<bool>* cancel = nullptr) const;
 
     // "the model's template", "built-in chatml", a file path.
     const std::string& name() const { return name_; }
@@ -61,8 +65,8 @@ private:
     std::shared_ptr<const ChatTemplate> tmpl_;
     std::string name_;
     std::string bos_, eos_;
-    // When the model's own template fails at render time for a reason other than raise_exception, the built-in
-    // format it resembles (if any) takes over after one warning.
+    // When the model's own template fails at render time for a reason other than raise_exception or a budget,
+    // the built-in format it resembles (if any) takes over after one warning.
     std::shared_ptr<const ChatTemplate> fallback_;
     std::string fallback_name_;
     std::function<void(const std::string&)> warn_;

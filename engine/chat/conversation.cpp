@@ -82,8 +82,8 @@ bool Conversation::undo() {
     return false;
 }
 
-std::vector<int32_t> Conversation::tokenize_conversation(std::string& text) const {
-    RenderedChat r = format_.render(messages(), true);
+std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, const std::atomic<bool>* cancel) const {
+    RenderedChat r = format_.render(messages(), true, cancel);
     text = r.text;
     const size_t n = fed_text_.size();
     if (n > 0 && r.text.size() > n && r.text.compare(0, n, fed_text_) == 0) {
@@ -100,15 +100,15 @@ std::vector<int32_t> Conversation::tokenize_conversation(std::string& text) cons
             return all;
         }
     }
-    return format_.tokenize(tok_, messages(), true);
+    return format_.tokenize(tok_, messages(), true, cancel);
 }
 
-std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text) {
+std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text, const std::atomic<bool>* cancel) {
     // Room kept for the reply: the token limit when there is one, else an eighth of the context.
     const int64_t reserve = params_.max_tokens > 0 ? std::min<int64_t>(params_.max_tokens, n_ctx_ / 2)
                                                    : std::max<int64_t>(1, n_ctx_ / 8);
     for (;;) {
-        std::vector<int32_t> tokens = tokenize_conversation(text);
+        std::vector<int32_t> tokens = tokenize_conversation(text, cancel);
         const auto n = static_cast<int64_t>(tokens.size());
         if (n + reserve <= n_ctx_) return tokens;
         // Turns that may go: everything before the last user message.
@@ -137,7 +137,7 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
                                  const std::atomic<bool>* cancel) {
     TurnResult result;
     std::string prompt_text;  // the rendering the prompt stands for
-    const std::vector<int32_t> prompt = fit_prompt(result.dropped_messages, prompt_text);
+    const std::vector<int32_t> prompt = fit_prompt(result.dropped_messages, prompt_text, cancel);
     if (result.dropped_messages > 0 && on_dropped_) on_dropped_(result.dropped_messages);
     // The longest prefix already in the cache (sliding-window rings permitting).
     const size_t n_past = backend_.reusable_prefix(cached_, written_, prompt);

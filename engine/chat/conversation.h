@@ -44,8 +44,8 @@ public:
     // Adds a user message and generates the reply, streamed through on_text. The reply joins the conversation,
     // also when cut short by cancel (a partial reply stays). Throws UsageError when the conversation does not
     // fit the context (overflow error, or a single message too long), the template's error when it refuses the
-    // conversation, and on any failure leaves the conversation as it was: the messages, and the cache bookkeeping
-    // true to what the slot holds.
+    // conversation, quill::Interrupted when cancel is raised while the template renders, and on any failure leaves
+    // the conversation as it was: the messages, and the cache bookkeeping true to what the slot holds.
     TurnResult send(std::string user_text, const std::function<void(std::string_view)>& on_text,
                     const std::atomic<bool>* cancel = nullptr);
     // Generates the last reply again (after removing it). UsageError when there is no user message to answer; on
@@ -84,12 +84,12 @@ private:
     void check_renders(const std::string& system, const nlohmann::json& turns) const;
     TurnResult respond(const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
     // The prompt tokens for the conversation, dropping the oldest turns as the policy allows; counts drops.
-    // `text` receives the rendering the tokens stand for.
-    std::vector<int32_t> fit_prompt(int& dropped, std::string& text);
+    // `text` receives the rendering the tokens stand for; cancel stops the template's render.
+    std::vector<int32_t> fit_prompt(int& dropped, std::string& text, const std::atomic<bool>* cancel);
     // The conversation's tokens: the tokens fed so far (replies as sampled, not re-tokenized) and the new text
     // after them, when the rendering still starts with the text they stand for and the new text starts with a
     // special token; else the whole rendering tokenized afresh. `text` receives the rendering.
-    std::vector<int32_t> tokenize_conversation(std::string& text) const;
+    std::vector<int32_t> tokenize_conversation(std::string& text, const std::atomic<bool>* cancel) const;
 
     Backend& backend_;
     const Tokenizer& tok_;

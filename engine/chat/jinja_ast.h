@@ -77,6 +77,7 @@ struct Stmt {
     Body else_body;
     std::string name;
     std::vector<MacroParam> params;
+    bool uses_loop = true;  // For: the body reads `loop` (else the loop variable is not made)
 };
 
 }  // namespace quill::chat::jinja

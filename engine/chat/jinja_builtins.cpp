@@ -23,24 +23,23 @@ void check_overflow(bool overflow) {
     if (overflow) value_error("integer overflow");
 }
 
-std::string string_arg(const CallArgs& a, size_t i, std::string_view name, std::string_view method) {
-    auto v = a.get(i, name);
+const Text& text_arg(const CallArgs& a, size_t i, std::string_view name, std::string_view method) {
+    const Value* v = a.find(i, name);
     if (!v || !v->is_string()) value_error(fmt::format("{}() needs a string argument '{}'", method, name));
-    return v->as_string();
+    return v->as_text();
 }
 
 const std::string* optional_string(const CallArgs& a, size_t i, std::string_view name) {
-    if (i < a.positional.size()) return a.positional[i].is_string() ? &a.positional[i].as_string() : nullptr;
-    for (const auto& [k, v] : a.keyword)
-        if (k == name && v.is_string()) return &v.as_string();
-    return nullptr;
+    const Value* v = a.find(i, name);
+    return v && v->is_string() ? &v->as_string() : nullptr;
 }
 
 // startswith / endswith accept one string or a list of them.
-bool affix_matches(const std::string& s, const Value& affix, bool at_start) {
+bool affix_matches(const std::string& s, const Value& affix, bool at_start, Budget& budget) {
     auto one = [&](const Value& a) {
         if (!a.is_string()) value_error("startswith/endswith need a string or a list of strings");
         const std::string& x = a.as_string();
+        budget.bytes(x.size());
         if (x.size() > s.size()) return false;
         return at_start ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
     };
@@ -52,58 +51,56 @@ bool affix_matches(const std::string& s, const Value& affix, bool at_start) {
     return one(affix);
 }
 
-Value split_method(const std::string& s, const CallArgs& a, bool from_right, const BuiltinEnv& env) {
+Value split_method(const Text& s, const CallArgs& a, bool from_right, const BuiltinEnv& env) {
     const std::string* sep = optional_string(a, 0, "sep");
     int64_t maxsplit = a.get_or(1, "maxsplit", Value(-1)).as_int();
     std::vector<Value> parts;
-    for (auto& p : py_split(s, sep, maxsplit, from_right)) parts.emplace_back(std::move(p));
-    env.check_size(parts.size());
+    for (auto& p : py_split(s, sep, maxsplit, from_right, env.budget)) parts.emplace_back(std::move(p));
     return Value::list(std::move(parts));
 }
 
-Value string_method(const std::string& s, std::string_view m, const CallArgs& a, const BuiltinEnv& env) {
+Value string_method(const Value& self, std::string_view m, const CallArgs& a, const BuiltinEnv& env) {
+    const Text& t = self.as_text();
+    const std::string& s = t.bytes;
+    Budget& budget = env.budget;
     if (m == "strip" || m == "lstrip" || m == "rstrip")
-        return Value(py_strip(s, optional_string(a, 0, "chars"), m != "rstrip", m != "lstrip"));
+        return Value(py_strip(t, optional_string(a, 0, "chars"), m != "rstrip", m != "lstrip", budget));
     if (m == "startswith" || m == "endswith") {
         auto affix = a.get(0, "prefix");
         if (!affix) value_error(fmt::format("{}() needs an argument", m));
-        return Value(affix_matches(s, *affix, m == "startswith"));
+        return Value(affix_matches(s, *affix, m == "startswith", budget));
     }
-    if (m == "split" || m == "rsplit") return split_method(s, a, m == "rsplit", env);
+    if (m == "split" || m == "rsplit") return split_method(t, a, m == "rsplit", env);
     if (m == "splitlines") {
         CallArgs nl;
         nl.positional.push_back(Value("\n"));
-        Value parts = split_method(s.empty() || s.back() != '\n' ? s : s.substr(0, s.size() - 1), nl, false, env);
+        const size_t end = s.empty() || s.back() != '\n' ? s.size() : s.size() - 1;
+        Value parts = split_method(sub(t, 0, end, budget), nl, false, env);
         if (s.empty()) parts.as_list()->items.clear();
         return parts;
     }
     if (m == "replace") {
         int64_t count = a.get_or(2, "count", Value(-1)).as_int();
-        return Value(py_replace(s, string_arg(a, 0, "old", m), string_arg(a, 1, "new", m), count, env.max_size));
+        return Value(py_replace(t, text_arg(a, 0, "old", m), text_arg(a, 1, "new", m), count, budget));
     }
-    if (m == "upper") return Value(text_upper(s));
-    if (m == "lower") return Value(text_lower(s));
-    if (m == "title") return Value(py_title(s));
-    if (m == "capitalize") return Value(py_capitalize(s));
-    if (m == "find") return Value(py_find(s, string_arg(a, 0, "sub", m)));
-    if (m == "count") return Value(py_count(s, string_arg(a, 0, "sub", m)));
+    if (m == "upper") return Value(text_upper(t, budget));
+    if (m == "lower") return Value(text_lower(t, budget));
+    if (m == "title") return Value(py_title(t, budget));
+    if (m == "capitalize") return Value(py_capitalize(t, budget));
+    if (m == "find") return Value(py_find(s, text_arg(a, 0, "sub", m).bytes, budget));
+    if (m == "count") return Value(py_count(s, text_arg(a, 0, "sub", m).bytes, budget));
     if (m == "join") {
-        std::string out;
+        Text out;
         bool first = true;
-        for (const Value& item : iterate(a.get_or(0, "iterable", Value()))) {
+        for (const Value& item : iterate(a.get_or(0, "iterable", Value()), env)) {
             if (!item.is_string()) value_error(fmt::format("join: expected str items, got '{}'", item.type_name()));
-            if (!first) out += s;
+            if (!first) append(out, t, budget);
             first = false;
-            out += item.as_string();
-            env.check_size(out.size());
+            append(out, item.as_text(), budget);
         }
         return Value(std::move(out));
     }
-    if (m == "format") {
-        std::string out = py_format(s, a);
-        env.check_size(out.size());
-        return Value(std::move(out));
-    }
+    if (m == "format") return Value(py_format(t, a, budget));
     value_error(fmt::format("'str' object has no method '{}'", m));
 }
 
@@ -112,15 +109,16 @@ Value dict_method(const Dict& d, std::string_view m, const CallArgs& a, const Bu
     if (m == "get") {
         auto key = a.get(0, "key");
         if (!key) value_error("get() needs a key");
+        if (key->is_string()) env.budget.bytes(key->as_string().size());
         const Value* v = d.find(*key);
         return v ? *v : a.get_or(1, "default", Value::none());
     }
+    env.budget.check_list(d.items.size());
     for (const auto& [k, v] : d.items) {
         if (m == "items") out.push_back(Value::tuple({k, v}));
         else out.push_back(m == "keys" ? k : v);
     }
-    env.check_size(out.size());
-    return Value::list(std::move(out));
+    return make_list(std::move(out), env);
 }
 
 bool is_string_method(std::string_view m) {
@@ -143,7 +141,7 @@ Value bind_method(const Value& obj, std::string_view name, const BuiltinEnv& env
     const BuiltinEnv* e = &env;
     std::string m(name);
     if (obj.is_string()) {
-        c->fn = [s = obj.as_string(), m, e](CallArgs& a) { return string_method(s, m, a, *e); };
+        c->fn = [obj, m, e](CallArgs& a) { return string_method(obj, m, a, *e); };
     } else {
         c->fn = [d = obj.as_dict(), m, e](CallArgs& a) { return dict_method(*d, m, a, *e); };
     }
@@ -169,20 +167,24 @@ Value int_pow(int64_t base, int64_t exp) {
     return Value(result);
 }
 
+// The size of `times` copies of something of size n, saturated past the limit (no overflow).
+size_t repeated_size(size_t n, int64_t times, size_t limit) {
+    if (n == 0 || times <= 0) return 0;
+    return static_cast<size_t>(times) > limit / n ? limit + 1 : n * static_cast<size_t>(times);
+}
+
 Value repeat(const Value& seq, int64_t times, const BuiltinEnv& env) {
-    if (times < 0) times = 0;
+    Budget& budget = env.budget;
     if (seq.is_string()) {
-        const std::string& s = seq.as_string();
-        if (!s.empty()) env.check_size(static_cast<size_t>(times) > env.max_size / s.size() ? env.max_size + 1 : s.size() * static_cast<size_t>(times));
-        std::string out;
-        for (int64_t i = 0; i < times && !s.empty(); ++i) out += s;
+        Text out;
+        append_repeated(out, seq.as_text(), times > 0 ? static_cast<size_t>(times) : 0, budget);
         return Value(std::move(out));
     }
     const auto& items = seq.as_list()->items;
-    if (!items.empty()) env.check_size(static_cast<size_t>(times) > env.max_size / items.size() ? env.max_size + 1 : items.size() * static_cast<size_t>(times));
+    budget.check_list(repeated_size(items.size(), times, budget.max_list()));
     std::vector<Value> out;
     for (int64_t i = 0; i < times && !items.empty(); ++i) out.insert(out.end(), items.begin(), items.end());
-    return Value::list(std::move(out));
+    return make_list(std::move(out), env);
 }
 
 Value arithmetic(std::string_view op, const Value& a, const Value& b) {
@@ -241,20 +243,20 @@ Value make_range(const CallArgs& a, const BuiltinEnv& env) {
     double count = std::max(0.0, std::ceil(span));
     if (count > static_cast<double>(kMaxRange))
         value_error(fmt::format("range too big: more than {} items", kMaxRange));
+    env.budget.check_list(static_cast<size_t>(count));
     std::vector<Value> items;
     for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) items.emplace_back(start + i * step);
-    env.check_size(items.size());
-    return Value::list(std::move(items));
+    return make_list(std::move(items), env);
 }
 
-Value make_dict(const CallArgs& a, bool is_namespace) {
+Value make_dict(const CallArgs& a, bool is_namespace, const BuiltinEnv& env) {
     auto d = std::make_shared<Dict>();
     d->is_namespace = is_namespace;
     for (const Value& p : a.positional) {
         if (!p.is_dict()) value_error("dict() and namespace() take a dict or keyword arguments");
-        for (const auto& [k, v] : p.as_dict()->items) d->set(k, v);
+        for (const auto& [k, v] : p.as_dict()->items) set_item(*d, k, v, env.budget);
     }
-    for (const auto& [k, v] : a.keyword) d->set(Value(k), v);
+    for (const auto& [k, v] : a.keyword) set_item(*d, Value(k), v, env.budget);
     return Value(d);
 }
 
@@ -268,7 +270,9 @@ Value strftime_now(const CallArgs& a, const BuiltinEnv& env) {
         std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
         localtime_r(&t, &tm);
     }
-    std::string buf(256 + f->as_string().size() * 8, '\0');
+    const size_t size = 256 + f->as_string().size() * 8;
+    env.budget.alloc(size);
+    std::string buf(size, '\0');
     size_t n = std::strftime(buf.data(), buf.size(), f->as_string().c_str(), &tm);
     buf.resize(n);
     return Value(std::move(buf));
@@ -283,23 +287,39 @@ void add_function(Dict& globals, const std::string& name, std::function<Value(Ca
 
 }  // namespace
 
-void BuiltinEnv::check_size(size_t n) const {
-    if (n > max_size) value_error(fmt::format("result larger than the limit of {} bytes or items", max_size));
+Value make_list(std::vector<Value> items, const BuiltinEnv& env) {
+    env.budget.check_list(items.size());
+    env.budget.alloc(items.size() * sizeof(Value));
+    return Value::list(std::move(items));
 }
 
-std::vector<Value> iterate(const Value& v) {
+void set_item(Dict& d, const Value& key, Value value, Budget& budget) {
+    budget.alloc(sizeof(Value) * 2 + (key.is_string() ? key.as_string().size() : 0));
+    d.set(key, std::move(value));
+}
+
+std::vector<Value> iterate(const Value& v, const BuiltinEnv& env) {
+    Budget& budget = env.budget;
     switch (v.kind()) {
         case Value::Kind::Undefined: return {};
-        case Value::Kind::List: return v.as_list()->items;
+        case Value::Kind::List:
+            budget.alloc(v.as_list()->items.size() * sizeof(Value));
+            return v.as_list()->items;
         case Value::Kind::Dict: {
+            budget.alloc(v.as_dict()->items.size() * sizeof(Value));
             std::vector<Value> keys;
             for (const auto& kv : v.as_dict()->items) keys.push_back(kv.first);
             return keys;
         }
         case Value::Kind::String: {
-            auto cps = utf8_decode(v.as_string());
+            const Text& t = v.as_text();
+            Chars cs(t.bytes, budget);
+            budget.check_list(cs.size());
             std::vector<Value> chars;
-            for (size_t i = 0; i < cps.size(); ++i) chars.emplace_back(utf8_encode(cps, i, i + 1));
+            for (size_t i = 0; i < cs.size(); ++i) {
+                budget.alloc(kStringOverhead);
+                chars.emplace_back(sub(t, cs.offset(i), cs.offset(i + 1), budget));
+            }
             return chars;
         }
         default: value_error(fmt::format("'{}' object is not iterable", v.type_name()));
@@ -323,12 +343,14 @@ Value get_item(const Value& obj, const Value& key, const BuiltinEnv& env) {
         return i ? items[*i] : Value();
     }
     if (obj.is_string()) {
-        auto cps = utf8_decode(obj.as_string());
-        auto i = resolve_index(key, cps.size());
-        return i ? Value(utf8_encode(cps, *i, *i + 1)) : Value();
+        const Text& t = obj.as_text();
+        Chars cs(t.bytes, env.budget);
+        auto i = resolve_index(key, cs.size());
+        return i ? Value(sub(t, cs.offset(*i), cs.offset(*i + 1), env.budget)) : Value();
     }
     if (obj.is_dict()) {
         if (key.is_list() || key.is_dict() || key.is_callable() || key.is_undefined()) return Value();
+        if (key.is_string()) env.budget.bytes(key.as_string().size());
         const Value* v = obj.as_dict()->find(key);
         if (v) return *v;
     }
@@ -336,19 +358,19 @@ Value get_item(const Value& obj, const Value& key, const BuiltinEnv& env) {
     return Value();
 }
 
-Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
+Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v, const BuiltinEnv& env) {
     auto opt_int = [](const Value& v) -> std::optional<int64_t> {
         if (v.is_undefined() || v.is_none()) return std::nullopt;
         if (!v.is_int() && !v.is_bool()) value_error("slice indices must be integers or none");
         return v.as_int();
     };
-    std::vector<uint32_t> cps;
-    if (obj.is_string()) cps = utf8_decode(obj.as_string());
-    else if (!obj.is_list()) {
+    if (!obj.is_string() && !obj.is_list()) {
         if (obj.is_undefined()) return Value();
         value_error(fmt::format("'{}' object is not subscriptable", obj.type_name()));
     }
-    auto n = static_cast<int64_t>(obj.is_string() ? cps.size() : obj.as_list()->items.size());
+    std::optional<Chars> cs;
+    if (obj.is_string()) cs.emplace(obj.as_string(), env.budget);
+    auto n = static_cast<int64_t>(cs ? cs->size() : obj.as_list()->items.size());
     int64_t step = opt_int(step_v).value_or(1);
     if (step == 0) value_error("slice step cannot be zero");
     if (step == std::numeric_limits<int64_t>::min()) step = -std::numeric_limits<int64_t>::max();
@@ -365,28 +387,34 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
     };
     int64_t start = adjust(opt_int(start_v), step < 0 ? n - 1 : 0);
     int64_t stop = adjust(opt_int(stop_v), step < 0 ? -1 : n);
-    std::vector<size_t> picks;
+    if (cs && step == 1) {  // one piece of the text
+        if (stop <= start) return Value("");
+        return Value(sub(obj.as_text(), cs->offset(static_cast<size_t>(start)), cs->offset(static_cast<size_t>(stop)),
+                         env.budget));
+    }
+    Text text;
+    std::vector<Value> items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
-        picks.push_back(static_cast<size_t>(i));
+        const auto at = static_cast<size_t>(i);
+        if (cs) {
+            append(text, obj.as_text(), cs->offset(at), cs->offset(at + 1), env.budget);
+        } else {
+            env.budget.check_list(items.size() + 1);
+            items.push_back(obj.as_list()->items[at]);
+        }
         if (__builtin_add_overflow(i, step, &i)) break;
     }
-    if (obj.is_string()) {
-        std::vector<uint32_t> out;
-        for (size_t i : picks) out.push_back(cps[i]);
-        return Value(utf8_encode(out, 0, out.size()));
-    }
-    std::vector<Value> out;
-    for (size_t i : picks) out.push_back(obj.as_list()->items[i]);
-    return Value::list(std::move(out));
+    if (cs) return Value(std::move(text));
+    return make_list(std::move(items), env);
 }
 
 void add_globals(Dict& globals, const BuiltinEnv& env) {
     const BuiltinEnv* e = &env;
     add_function(globals, "range", [e](CallArgs& a) { return make_range(a, *e); });
-    add_function(globals, "dict", [](CallArgs& a) { return make_dict(a, false); });
-    add_function(globals, "namespace", [](CallArgs& a) { return make_dict(a, true); });
-    add_function(globals, "raise_exception", [](CallArgs& a) -> Value {
-        throw RaisedError{a.get_or(0, "message", Value("")).str()};
+    add_function(globals, "dict", [e](CallArgs& a) { return make_dict(a, false, *e); });
+    add_function(globals, "namespace", [e](CallArgs& a) { return make_dict(a, true, *e); });
+    add_function(globals, "raise_exception", [e](CallArgs& a) -> Value {
+        throw RaisedError{to_str(a.get_or(0, "message", Value("")), e->budget).as_string()};
     });
     add_function(globals, "strftime_now", [e](CallArgs& a) { return strftime_now(a, *e); });
 }
@@ -394,14 +422,17 @@ void add_globals(Dict& globals, const BuiltinEnv& env) {
 Value binary_op(std::string_view op, const Value& a, const Value& b, const BuiltinEnv& env) {
     if (op == "+") {
         if (a.is_string() && b.is_string()) {
-            env.check_size(a.as_string().size() + b.as_string().size());
-            return Value(a.as_string() + b.as_string());
+            env.budget.check_string(a.as_string().size() + b.as_string().size());
+            Text out;
+            append(out, a.as_text(), env.budget);
+            append(out, b.as_text(), env.budget);
+            return Value(std::move(out));
         }
         if (a.is_list() && b.is_list()) {
+            env.budget.check_list(a.as_list()->items.size() + b.as_list()->items.size());
             std::vector<Value> out = a.as_list()->items;
             out.insert(out.end(), b.as_list()->items.begin(), b.as_list()->items.end());
-            env.check_size(out.size());
-            return Value::list(std::move(out));
+            return make_list(std::move(out), env);
         }
     }
     if (op == "*") {
@@ -411,18 +442,20 @@ Value binary_op(std::string_view op, const Value& a, const Value& b, const Built
     return arithmetic(op, a, b);
 }
 
-bool contains(const Value& container, const Value& item) {
+bool contains(const Value& container, const Value& item, const BuiltinEnv& env) {
     switch (container.kind()) {
         case Value::Kind::Undefined: return false;
         case Value::Kind::String:
             if (!item.is_string())
                 value_error(fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
-            return container.as_string().find(item.as_string()) != std::string::npos;
+            return find_bytes(container.as_string(), item.as_string(), 0, env.budget) != std::string::npos;
         case Value::Kind::List:
             for (const Value& v : container.as_list()->items)
-                if (equals(v, item)) return true;
+                if (equals(v, item, env.budget)) return true;
             return false;
-        case Value::Kind::Dict: return container.as_dict()->find(item) != nullptr;
+        case Value::Kind::Dict:
+            if (item.is_string()) env.budget.bytes(item.as_string().size());
+            return container.as_dict()->find(item) != nullptr;
         default: value_error(fmt::format("argument of type '{}' is not iterable", container.type_name()));
     }
 }

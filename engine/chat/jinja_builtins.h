@@ -18,27 +18,30 @@ struct RaisedError {
     std::string message;
 };
 
-// What builtins need from the render: a size limit on every string or list they build, and the clock.
+// What builtins need from the render: the budget that every string, list and walk is charged to, and the clock.
 struct BuiltinEnv {
-    size_t max_size = 1 << 20;     // bytes of a string, items of a list
-    std::optional<std::tm> now;    // strftime_now's time; nullopt: the local clock
-    void check_size(size_t n) const;
+    Budget& budget;
+    std::optional<std::tm> now;  // strftime_now's time; nullopt: the local clock
 };
 
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);
 Value apply_filter(std::string_view name, const Value& v, const CallArgs& args, const BuiltinEnv& env);
-bool apply_test(std::string_view name, const Value& v, const CallArgs& args);
+bool apply_test(std::string_view name, const Value& v, const CallArgs& args, const BuiltinEnv& env);
 
 // The items a for loop visits: a list's items, a dict's keys, a string's characters; undefined gives none.
-std::vector<Value> iterate(const Value& v);
+std::vector<Value> iterate(const Value& v, const BuiltinEnv& env);
+// A new list value of these items: a BudgetError past the list limit; the items count as allocated.
+Value make_list(std::vector<Value> items, const BuiltinEnv& env);
+// d[key] = value, counted as allocated.
+void set_item(Dict& d, const Value& key, Value value, Budget& budget);
 
 // obj.name: a str or dict method bound to obj, else the dict key; undefined when there is neither.
 Value get_attr(const Value& obj, std::string_view name, const BuiltinEnv& env);
 // obj[key]: list or string index (negative from the end), dict key, else a method name; undefined when missing.
 Value get_item(const Value& obj, const Value& key, const BuiltinEnv& env);
 // obj[start:stop:step] on a list or a string (code points), with Python's rules for negative and absent bounds.
-Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step, const BuiltinEnv& env);
 
 // Sets range, dict, namespace, raise_exception and strftime_now in `globals`.
 void add_globals(Dict& globals, const BuiltinEnv& env);
@@ -46,6 +49,6 @@ void add_globals(Dict& globals, const BuiltinEnv& env);
 // Binary operators with Python semantics: + - * / // % ** (~ is done by the evaluator).
 Value binary_op(std::string_view op, const Value& a, const Value& b, const BuiltinEnv& env);
 // `a in b`: substring, list item, dict key.
-bool contains(const Value& container, const Value& item);
+bool contains(const Value& container, const Value& item, const BuiltinEnv& env);
 
 }  // namespace quill::chat::jinja

@@ -11,7 +11,9 @@
 
 namespace quill::chat::jinja {
 
-// vars: a dict of the template's variables. Throws TemplateError.
-std::string render(const Source& source, const Body& body, const Value& vars, const RenderOptions& options);
+// vars: a dict of the template's variables. Returns the output with its untrusted bytes (those that came from
+// untrusted strings of vars). Throws TemplateError (TemplateBudgetError when a budget of `options` runs out), and
+// quill::Interrupted when options.cancel is raised.
+Text render(const Source& source, const Body& body, const Value& vars, const RenderOptions& options);
 
 }  // namespace quill::chat::jinja

@@ -2,6 +2,7 @@
 
 #include "engine/chat/jinja_value.h"
 #include "engine/chat/template_error.h"
+#include "engine/io/escape.h"
 
 #include <fmt/format.h>
 
@@ -176,6 +177,8 @@ private:
         if (is_name_start(c)) {
             size_t j = i;
             while (j < s_.size() && is_name_char(s_[j])) ++j;
+            if (j - i > kMaxName)
+                src_.fail(i, fmt::format("a name longer than {} characters ('{}')", kMaxName, clip(s_.substr(i, j - i))));
             tokens_.push_back(Token{TokKind::Name, s_.substr(i, j - i), i});
             return j;
         }
@@ -220,7 +223,7 @@ private:
             t.float_value = std::strtod(t.text.c_str(), nullptr);
         } else {
             auto res = std::from_chars(t.text.data(), t.text.data() + t.text.size(), t.int_value);
-            if (res.ec != std::errc()) src_.fail(i, fmt::format("integer literal {} is too large", t.text));
+            if (res.ec != std::errc()) src_.fail(i, fmt::format("integer literal {} is too large", clip(t.text)));
         }
         tokens_.push_back(std::move(t));
         return j;
@@ -297,11 +300,18 @@ std::string Source::where(size_t offset) const {
 }
 
 void Source::fail(size_t offset, const std::string& what) const {
-    throw TemplateError(fmt::format("{}: {}", where(offset), what));
+    throw TemplateError(escape_for_terminal(fmt::format("{}: {}", where(offset), what)));
 }
 
 std::vector<Token> lex(const Source& source) {
     return Lexer(source).run();
+}
+
+std::string clip(std::string_view text) {
+    if (text.size() <= kMaxQuoted) return std::string(text);
+    size_t end = kMaxQuoted;
+    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;  // not inside a character
+    return std::string(text.substr(0, end)) + "...";
 }
 
 }  // namespace quill::chat::jinja

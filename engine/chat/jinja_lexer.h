@@ -20,6 +20,8 @@ public:
     const std::string& name() const { return name_; }
     // "name:line:col" for a byte offset (line and column count from 1; the column counts bytes).
     std::string where(size_t offset) const;
+    // Throws TemplateError "name:line:col: what", control bytes escaped (escape_for_terminal): template text and
+    // values quoted in `what` go through clip() first.
     [[noreturn]] void fail(size_t offset, const std::string& what) const;
 
 private:
@@ -27,6 +29,15 @@ private:
     std::string name_;
     std::vector<size_t> line_starts_;
 };
+
+// Names (variables, attributes, macros) are at most this long: every lookup hashes the name, so a megabyte-long
+// one would make each step of a render slow.
+constexpr size_t kMaxName = 256;
+
+// Template or input text quoted in an error message: at most kMaxQuoted bytes (cut at a character boundary),
+// then "...".
+constexpr size_t kMaxQuoted = 300;
+std::string clip(std::string_view text);
 
 enum class TokKind { Text, VarBegin, VarEnd, BlockBegin, BlockEnd, Name, String, Int, Float, Op, End };
 

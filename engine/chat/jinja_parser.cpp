@@ -48,7 +48,7 @@ private:
             case TokKind::BlockEnd: return "end of statement block '%}'";
             case TokKind::String: return "a string";
             case TokKind::End: return "end of template";
-            default: return "'" + t.text + "'";
+            default: return "'" + clip(t.text) + "'";
         }
     }
     [[noreturn]] void fail_here(const std::string& what) const { src_.fail(cur().offset, what); }
@@ -173,7 +173,7 @@ private:
                                                        "endcall", "endgeneration"};
         if (std::find(std::begin(closers), std::end(closers), tag) != std::end(closers))
             src_.fail(at, fmt::format("unexpected '{}': no open block that it closes", tag));
-        src_.fail(at, fmt::format("unknown tag '{}'", tag));
+        src_.fail(at, fmt::format("unknown tag '{}'", clip(tag)));
     }
 
     StmtPtr parse_if(StmtPtr s) {
@@ -222,7 +222,9 @@ private:
         if (is_name("recursive")) fail_here("recursive for loops are not supported");
         expect_block_end("for");
         ++loop_depth_;
+        const size_t mentions = loop_mentions_;
         s->body = parse_body({"else", "endfor"}, "for", s->offset);
+        s->uses_loop = loop_mentions_ != mentions;
         --loop_depth_;
         advance();  // '{%'
         std::string tag = cur().text;
@@ -431,6 +433,7 @@ private:
                 if (name == "true" || name == "True") return literal(Value(true), at);
                 if (name == "false" || name == "False") return literal(Value(false), at);
                 if (name == "none" || name == "None") return literal(Value::none(), at);
+                if (name == "loop") ++loop_mentions_;
                 auto e = make(Expr::Kind::Name, at);
                 e->name = std::move(name);
                 return e;
@@ -578,7 +581,7 @@ private:
                 size_t at = cur().offset;
                 auto f = make(Expr::Kind::Filter, at);
                 f->name = expect_name("a filter name");
-                if (!has_filter(f->name)) src_.fail(at, fmt::format("unknown filter '{}'", f->name));
+                if (!has_filter(f->name)) src_.fail(at, fmt::format("unknown filter '{}'", clip(f->name)));
                 f->args.push_back(std::move(node));
                 if (is_op("(")) parse_call_args(*f);
                 node = finish(std::move(f));
@@ -598,7 +601,7 @@ private:
         t->negated = skip_name("not");
         size_t at = cur().offset;
         t->name = expect_name("a test name");
-        if (!has_test(t->name)) src_.fail(at, fmt::format("unknown test '{}'", t->name));
+        if (!has_test(t->name)) src_.fail(at, fmt::format("unknown test '{}'", clip(t->name)));
         t->args.push_back(std::move(node));
         const Token& c = cur();
         bool arg_follows = c.kind == TokKind::Name || c.kind == TokKind::String || c.kind == TokKind::Int ||
@@ -617,6 +620,7 @@ private:
     size_t pos_ = 0;
     int depth_ = 0;
     int loop_depth_ = 0;
+    size_t loop_mentions_ = 0;  // `loop` read anywhere so far (a for body that never reads it needs none)
 };
 
 }  // namespace

@@ -1,8 +1,11 @@
 #include "engine/chat/jinja_text.h"
 
+#include "engine/chat/jinja_lexer.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 namespace quill::chat::jinja {
 
@@ -48,178 +51,197 @@ bool is_cased(uint32_t c) {
     return cp_upper(c) != c || cp_lower(c) != c;
 }
 
-// Maps each code point: f(cp, index, previous cp).
-template <class F>
-std::string map_cps(std::string_view s, F f) {
-    auto cps = utf8_decode(s);
-    uint32_t prev = 0;
-    for (size_t i = 0; i < cps.size(); ++i) {
-        uint32_t c = cps[i];
-        cps[i] = f(c, i, prev);
-        prev = c;
-    }
-    return utf8_encode(cps, 0, cps.size());
-}
-
 }  // namespace
 
-std::string text_lower(std::string_view s) {
-    return map_cps(s, [](uint32_t c, size_t, uint32_t) { return cp_lower(c); });
+Text text_lower(const Text& s, Budget& budget) {
+    return map_chars(s, budget, [](uint32_t c, size_t, uint32_t) { return cp_lower(c); });
 }
 
-std::string text_upper(std::string_view s) {
-    return map_cps(s, [](uint32_t c, size_t, uint32_t) { return cp_upper(c); });
+Text text_upper(const Text& s, Budget& budget) {
+    return map_chars(s, budget, [](uint32_t c, size_t, uint32_t) { return cp_upper(c); });
 }
 
-std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right) {
-    auto cps = utf8_decode(s);
-    std::vector<uint32_t> set;
-    if (chars) set = utf8_decode(*chars);
+Text py_strip(const Text& s, const std::string* chars, bool left, bool right, Budget& budget) {
+    Chars cs(s.bytes, budget);
+    // The characters to strip: ASCII in a table, the rest sorted (a long `chars` costs n log n, not n per test).
+    std::array<bool, 128> ascii{};
+    std::vector<uint32_t> others;
+    if (chars) {
+        budget.bytes(chars->size());
+        for (size_t i = 0, n = 0; i < chars->size(); i += n) {
+            const uint32_t c = utf8_next(*chars, i, n);
+            if (c < 128) ascii[c] = true;
+            else others.push_back(c);
+        }
+        budget.alloc(others.size() * sizeof(uint32_t));
+        std::sort(others.begin(), others.end());
+    }
     auto strip_it = [&](uint32_t c) {
-        return chars ? std::find(set.begin(), set.end(), c) != set.end() : is_py_space(c);
+        if (!chars) return is_py_space(c);
+        return c < 128 ? ascii[c] : std::binary_search(others.begin(), others.end(), c);
     };
-    size_t b = 0, e = cps.size();
+    size_t b = 0, e = cs.size();
     if (left)
-        while (b < e && strip_it(cps[b])) ++b;
+        while (b < e && strip_it(cs.at(b))) ++b;
     if (right)
-        while (e > b && strip_it(cps[e - 1])) --e;
-    return utf8_encode(cps, b, e);
+        while (e > b && strip_it(cs.at(e - 1))) --e;
+    return sub(s, cs.offset(b), cs.offset(e), budget);
 }
 
-std::string py_capitalize(std::string_view s) {
-    return map_cps(s, [](uint32_t c, size_t i, uint32_t) { return i == 0 ? cp_upper(c) : cp_lower(c); });
+Text py_capitalize(const Text& s, Budget& budget) {
+    return map_chars(s, budget, [](uint32_t c, size_t i, uint32_t) { return i == 0 ? cp_upper(c) : cp_lower(c); });
 }
 
-std::string py_title(std::string_view s) {
-    return map_cps(s, [](uint32_t c, size_t i, uint32_t prev) {
+Text py_title(const Text& s, Budget& budget) {
+    return map_chars(s, budget, [](uint32_t c, size_t i, uint32_t prev) {
         return i > 0 && is_cased(prev) ? cp_lower(c) : cp_upper(c);
     });
 }
 
-std::string jinja_title(std::string_view s) {
-    return map_cps(s, [](uint32_t c, size_t i, uint32_t prev) {
+Text jinja_title(const Text& s, Budget& budget) {
+    return map_chars(s, budget, [](uint32_t c, size_t i, uint32_t prev) {
         bool word_start = i == 0 || prev == '-' || prev == '(' || prev == '{' || prev == '[' || prev == '<' ||
                           is_py_space(prev);
         return word_start ? cp_upper(c) : cp_lower(c);
     });
 }
 
-std::string py_replace(const std::string& s, const std::string& old_s, const std::string& new_s, int64_t count,
-                       size_t max_size) {
-    std::string out;
-    auto check = [&] {
-        if (out.size() > max_size) value_error(fmt::format("replace: result longer than {} bytes", max_size));
-    };
-    if (old_s.empty()) {  // Python inserts new_s before every code point and at the end
-        auto cps = utf8_decode(s);
-        for (size_t i = 0; i <= cps.size(); ++i) {
-            if (count < 0 || static_cast<int64_t>(i) < count) out += new_s;
-            if (i < cps.size()) out += utf8_encode(cps, i, i + 1);
-            check();
+Text py_replace(const Text& s, const Text& old_s, const Text& new_s, int64_t count, Budget& budget) {
+    Text out;
+    if (old_s.bytes.empty()) {  // Python inserts new_s before every code point and at the end
+        Chars cs(s.bytes, budget);
+        for (size_t i = 0; i <= cs.size(); ++i) {
+            if (count < 0 || static_cast<int64_t>(i) < count) append(out, new_s, budget);
+            if (i < cs.size()) append(out, s, cs.offset(i), cs.offset(i + 1), budget);
         }
         return out;
     }
     size_t pos = 0;
     int64_t done = 0;
     while (count < 0 || done < count) {
-        size_t hit = s.find(old_s, pos);
+        size_t hit = find_bytes(s.bytes, old_s.bytes, pos, budget);
         if (hit == std::string::npos) break;
-        out.append(s, pos, hit - pos);
-        out += new_s;
-        check();
+        append(out, s, pos, hit, budget);
+        append(out, new_s, budget);
         pos = hit + old_s.size();
         ++done;
     }
-    out.append(s, pos, std::string::npos);
-    check();
+    append(out, s, pos, s.size(), budget);
     return out;
 }
 
-std::vector<std::string> py_split(const std::string& s, const std::string* sep, int64_t maxsplit, bool from_right) {
-    std::vector<std::string> parts;
+namespace {
+
+// Adds a part of a split result: a BudgetError before the list would pass its limit.
+void add_part(std::vector<Text>& parts, const Text& s, size_t begin, size_t end, Budget& budget) {
+    budget.check_list(parts.size() + 1);
+    budget.alloc(sizeof(Value));
+    parts.push_back(sub(s, begin, end, budget));
+}
+
+// Split at sep from the right: matches are found right to left (as Python's rsplit), by a forward search over the
+// reversed text.
+std::vector<Text> rsplit_at(const Text& s, const std::string& sep, int64_t maxsplit, Budget& budget) {
+    const std::string rev(s.bytes.rbegin(), s.bytes.rend()), rsep(sep.rbegin(), sep.rend());
+    budget.alloc(rev.size());
+    const size_t n = s.size();
+    std::vector<Text> parts;
+    size_t end = n;  // the original text [0, end) is still to split
+    size_t from = 0;  // the same place in rev
+    while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
+        size_t hit = find_bytes(rev, rsep, from, budget);
+        if (hit == std::string::npos) break;
+        const size_t begin = n - hit;  // the original [n - hit - |sep|, n - hit) is the separator
+        add_part(parts, s, begin, end, budget);
+        end = begin - sep.size();
+        from = hit + sep.size();
+    }
+    add_part(parts, s, 0, end, budget);
+    std::reverse(parts.begin(), parts.end());
+    return parts;
+}
+
+}  // namespace
+
+std::vector<Text> py_split(const Text& s, const std::string* sep, int64_t maxsplit, bool from_right, Budget& budget) {
+    std::vector<Text> parts;
     if (sep && sep->empty()) value_error("empty separator");
     if (sep) {
-        if (!from_right) {
-            size_t pos = 0;
-            while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
-                size_t hit = s.find(*sep, pos);
-                if (hit == std::string::npos) break;
-                parts.push_back(s.substr(pos, hit - pos));
-                pos = hit + sep->size();
-            }
-            parts.push_back(s.substr(pos));
-            return parts;
-        }
-        size_t end = s.size();
+        if (from_right) return rsplit_at(s, *sep, maxsplit, budget);
+        size_t pos = 0;
         while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
-            if (end < sep->size()) break;
-            size_t hit = s.rfind(*sep, end - sep->size());
+            size_t hit = find_bytes(s.bytes, *sep, pos, budget);
             if (hit == std::string::npos) break;
-            parts.push_back(s.substr(hit + sep->size(), end - hit - sep->size()));
-            end = hit;
+            add_part(parts, s, pos, hit, budget);
+            pos = hit + sep->size();
         }
-        parts.push_back(s.substr(0, end));
-        std::reverse(parts.begin(), parts.end());
+        add_part(parts, s, pos, s.size(), budget);
         return parts;
     }
     // Runs of whitespace; leading and trailing whitespace gives no empty parts.
-    auto cps = utf8_decode(s);
+    Chars cs(s.bytes, budget);
     std::vector<std::pair<size_t, size_t>> words;
-    for (size_t i = 0; i < cps.size();) {
-        while (i < cps.size() && is_py_space(cps[i])) ++i;
-        if (i == cps.size()) break;
+    for (size_t i = 0; i < cs.size();) {
+        while (i < cs.size() && is_py_space(cs.at(i))) ++i;
+        if (i == cs.size()) break;
         size_t b = i;
-        while (i < cps.size() && !is_py_space(cps[i])) ++i;
+        while (i < cs.size() && !is_py_space(cs.at(i))) ++i;
+        budget.check_list(words.size() + 1);
+        budget.alloc(sizeof(words[0]));
         words.emplace_back(b, i);
     }
+    auto part = [&](size_t b, size_t e) { add_part(parts, s, cs.offset(b), cs.offset(e), budget); };
     if (maxsplit < 0 || static_cast<int64_t>(words.size()) <= maxsplit + 1) {
-        for (auto [b, e] : words) parts.push_back(utf8_encode(cps, b, e));
+        for (auto [b, e] : words) part(b, e);
         return parts;
     }
     auto n = static_cast<size_t>(maxsplit);
     if (!from_right) {
-        for (size_t i = 0; i < n; ++i) parts.push_back(utf8_encode(cps, words[i].first, words[i].second));
-        size_t e = cps.size();
-        while (e > 0 && is_py_space(cps[e - 1])) --e;
-        parts.push_back(utf8_encode(cps, words[n].first, e));
+        for (size_t i = 0; i < n; ++i) part(words[i].first, words[i].second);
+        size_t e = cs.size();
+        while (e > 0 && is_py_space(cs.at(e - 1))) --e;
+        part(words[n].first, e);
         return parts;
     }
     size_t first_kept = words.size() - n;
     size_t b = 0;
-    while (b < cps.size() && is_py_space(cps[b])) ++b;
-    parts.push_back(utf8_encode(cps, b, words[first_kept - 1].second));
-    for (size_t i = first_kept; i < words.size(); ++i) parts.push_back(utf8_encode(cps, words[i].first, words[i].second));
+    while (b < cs.size() && is_py_space(cs.at(b))) ++b;
+    part(b, words[first_kept - 1].second);
+    for (size_t i = first_kept; i < words.size(); ++i) part(words[i].first, words[i].second);
     return parts;
 }
 
-int64_t py_find(const std::string& s, const std::string& sub) {
-    size_t hit = s.find(sub);
+int64_t py_find(const std::string& s, const std::string& sub_s, Budget& budget) {
+    size_t hit = find_bytes(s, sub_s, 0, budget);
     if (hit == std::string::npos) return -1;
     return static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, hit)));
 }
 
-int64_t py_count(const std::string& s, const std::string& sub) {
-    if (sub.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
+int64_t py_count(const std::string& s, const std::string& sub_s, Budget& budget) {
+    budget.bytes(s.size());
+    if (sub_s.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
     int64_t n = 0;
-    for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
+    for (size_t pos = find_bytes(s, sub_s, 0, budget); pos != std::string::npos;
+         pos = find_bytes(s, sub_s, pos + sub_s.size(), budget))
+        ++n;
     return n;
 }
 
-std::string py_format(const std::string& f, const CallArgs& args) {
-    std::string out;
+Text py_format(const Text& f_text, const CallArgs& args, Budget& budget) {
+    const std::string& f = f_text.bytes;
+    Text out;
     size_t auto_index = 0;
+    size_t literal = 0;  // the format text [literal, i) is still to be copied
     for (size_t i = 0; i < f.size(); ++i) {
         char c = f[i];
         if ((c == '{' || c == '}') && i + 1 < f.size() && f[i + 1] == c) {
-            out += c;
-            ++i;
+            append(out, f_text, literal, i + 1, budget);
+            literal = ++i + 1;
             continue;
         }
         if (c == '}') value_error("format: single '}' in format string");
-        if (c != '{') {
-            out += c;
-            continue;
-        }
+        if (c != '{') continue;
+        append(out, f_text, literal, i, budget);
         size_t close = f.find('}', i);
         if (close == std::string::npos) value_error("format: unmatched '{' in format string");
         std::string field = f.substr(i + 1, close - i - 1);
@@ -229,10 +251,12 @@ std::string py_format(const std::string& f, const CallArgs& args) {
         else if (field.size() <= 9 && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
             v = args.get(std::stoul(field), "\x01");
         else v = args.get(SIZE_MAX, field);
-        if (!v) value_error(fmt::format("format: no argument for field '{{{}}}'", field));
-        out += v->str();
+        if (!v) value_error(fmt::format("format: no argument for field '{{{}}}'", clip(field)));
+        append_str(out, *v, budget);
         i = close;
+        literal = close + 1;
     }
+    append(out, f_text, literal, f.size(), budget);
     return out;
 }
 

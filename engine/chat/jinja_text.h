@@ -12,25 +12,25 @@
 
 namespace quill::chat::jinja {
 
-std::string text_lower(std::string_view s);
-std::string text_upper(std::string_view s);
+// Each output character is untrusted when the input character it came from was (jinja_string.h).
+Text text_lower(const Text& s, Budget& budget);
+Text text_upper(const Text& s, Budget& budget);
 // str.strip / lstrip / rstrip: whitespace, or the code points in *chars.
-std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right);
+Text py_strip(const Text& s, const std::string* chars, bool left, bool right, Budget& budget);
 // str.capitalize: first character upper, the rest lower.
-std::string py_capitalize(std::string_view s);
+Text py_capitalize(const Text& s, Budget& budget);
 // str.title: each run of letters starts upper, continues lower.
-std::string py_title(std::string_view s);
+Text py_title(const Text& s, Budget& budget);
 // Jinja's title filter: words split at whitespace and - ( { [ <.
-std::string jinja_title(std::string_view s);
-// str.replace(old, new, count); count < 0: all. Throws ValueError past max_size bytes.
-std::string py_replace(const std::string& s, const std::string& old_s, const std::string& new_s, int64_t count,
-                       size_t max_size);
+Text jinja_title(const Text& s, Budget& budget);
+// str.replace(old, new, count); count < 0: all. The kept parts of s and each copy of new keep their provenance.
+Text py_replace(const Text& s, const Text& old_s, const Text& new_s, int64_t count, Budget& budget);
 // str.split(sep, maxsplit) and str.rsplit; sep null: runs of whitespace.
-std::vector<std::string> py_split(const std::string& s, const std::string* sep, int64_t maxsplit, bool from_right);
+std::vector<Text> py_split(const Text& s, const std::string* sep, int64_t maxsplit, bool from_right, Budget& budget);
 // str.find and str.count over code points (find returns -1 when absent).
-int64_t py_find(const std::string& s, const std::string& sub);
-int64_t py_count(const std::string& s, const std::string& sub);
+int64_t py_find(const std::string& s, const std::string& sub, Budget& budget);
+int64_t py_count(const std::string& s, const std::string& sub, Budget& budget);
 // str.format with {} / {0} / {name} fields (no format specs) and {{ }}.
-std::string py_format(const std::string& fmt_s, const CallArgs& args);
+Text py_format(const Text& fmt_s, const CallArgs& args, Budget& budget);
 
 }  // namespace quill::chat::jinja

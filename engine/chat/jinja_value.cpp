@@ -58,7 +58,7 @@ std::string hash_key(const Value& key) {
 }
 
 template <class Json>
-Value from_json_at(const Json& j, int depth) {
+Value from_json_at(const Json& j, int depth, bool untrusted) {
     check_depth(depth);
     switch (j.type()) {
         case Json::value_t::null: return Value::none();
@@ -70,38 +70,72 @@ Value from_json_at(const Json& j, int depth) {
             return Value(static_cast<double>(u));
         }
         case Json::value_t::number_float: return Value(j.template get<double>());
-        case Json::value_t::string: return Value(j.template get<std::string>());
+        case Json::value_t::string: return Value(Text(j.template get<std::string>(), untrusted));
         case Json::value_t::array: {
             auto l = std::make_shared<List>();
-            for (const auto& item : j) l->items.push_back(from_json_at(item, depth + 1));
+            for (const auto& item : j) l->items.push_back(from_json_at(item, depth + 1, untrusted));
             return Value(l);
         }
         case Json::value_t::object: {
             auto d = std::make_shared<Dict>();
-            for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json_at(it.value(), depth + 1));
+            for (auto it = j.begin(); it != j.end(); ++it)
+                d->set(Value(Text(it.key(), untrusted)), from_json_at(it.value(), depth + 1, untrusted));
             return Value(d);
         }
         default: return Value::none();  // binary and discarded values have no template meaning
     }
 }
 
-void append_json_string(std::string& out, std::string_view s) {
-    out += '"';
-    for (char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-                else out += c;
-        }
+// Appends f(chunk, c) for each byte of s, a few KiB of input at a time, so that the string limit is checked as an
+// escaped form grows (it may be several times longer than s).
+template <class F>
+void append_escaped(Text& out, std::string_view s, bool untrusted, Budget& budget, F escape) {
+    constexpr size_t kChunk = 4096;
+    std::string chunk;
+    for (size_t i = 0; i < s.size(); i += kChunk) {
+        chunk.clear();
+        for (char c : s.substr(i, kChunk)) escape(chunk, c);
+        append(out, chunk, budget, untrusted);
     }
-    out += '"';
+}
+
+void append_json_string(Text& out, const Text& s, Budget& budget) {
+    const bool untrusted = s.any_untrusted();
+    append(out, "\"", budget, untrusted);
+    append_escaped(out, s.bytes, untrusted, budget, [](std::string& o, char c) {
+        switch (c) {
+            case '"': o += "\\\""; break;
+            case '\\': o += "\\\\"; break;
+            case '\n': o += "\\n"; break;
+            case '\r': o += "\\r"; break;
+            case '\t': o += "\\t"; break;
+            case '\b': o += "\\b"; break;
+            case '\f': o += "\\f"; break;
+            default:
+                if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+                else o += c;
+        }
+    });
+    append(out, "\"", budget, untrusted);
+}
+
+// Python's repr of a str, appended: single quotes unless the text holds ' and no ".
+void append_repr_string(Text& out, const Text& s, Budget& budget) {
+    const std::string& b = s.bytes;
+    budget.bytes(b.size());
+    const char quote = (b.find('\'') != std::string::npos && b.find('"') == std::string::npos) ? '"' : '\'';
+    const bool untrusted = s.any_untrusted();
+    append(out, std::string_view(&quote, 1), budget, untrusted);
+    append_escaped(out, b, untrusted, budget, [quote](std::string& o, char c) {
+        auto u = static_cast<unsigned char>(c);
+        if (c == quote || c == '\\') { o += '\\'; o += c; }
+        else if (c == '\n') o += "\\n";
+        else if (c == '\r') o += "\\r";
+        else if (c == '\t') o += "\\t";
+        else if (u < 0x20 || u == 0x7f) o += fmt::format("\\x{:02x}", u);
+        else o += c;
+    });
+    append(out, std::string_view(&quote, 1), budget, untrusted);
 }
 
 std::string json_float(double f) {
@@ -110,52 +144,58 @@ std::string json_float(double f) {
     return format_float(f);
 }
 
-void to_json_at(const Value& v, std::string& out, int indent, bool sort_keys, int level) {
+void to_json_at(const Value& v, Text& out, int indent, bool sort_keys, int level, Budget& budget) {
     check_depth(level);
+    budget.step();
+    auto put = [&](std::string_view s) { append(out, s, budget); };
     auto newline = [&](int lvl) {
         if (indent < 0) return;
-        out += '\n';
-        out.append(static_cast<size_t>(indent) * static_cast<size_t>(lvl), ' ');
+        put("\n");
+        const size_t width = static_cast<size_t>(indent) * static_cast<size_t>(lvl);
+        budget.check_string(out.size() + width);
+        put(std::string(width, ' '));
     };
     const char* item_sep = indent < 0 ? ", " : ",";
     switch (v.kind()) {
         case Value::Kind::Undefined:
-        case Value::Kind::None: out += "null"; return;
-        case Value::Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
-        case Value::Kind::Int: out += std::to_string(v.as_int()); return;
-        case Value::Kind::Float: out += json_float(v.as_double()); return;
-        case Value::Kind::String: append_json_string(out, v.as_string()); return;
+        case Value::Kind::None: put("null"); return;
+        case Value::Kind::Bool: put(v.as_bool() ? "true" : "false"); return;
+        case Value::Kind::Int: put(std::to_string(v.as_int())); return;
+        case Value::Kind::Float: put(json_float(v.as_double())); return;
+        case Value::Kind::String: append_json_string(out, v.as_text(), budget); return;
         case Value::Kind::List: {
             const auto& items = v.as_list()->items;
-            if (items.empty()) { out += "[]"; return; }
-            out += '[';
+            if (items.empty()) { put("[]"); return; }
+            put("[");
             for (size_t i = 0; i < items.size(); ++i) {
-                if (i) out += item_sep;
+                if (i) put(item_sep);
                 newline(level + 1);
-                to_json_at(items[i], out, indent, sort_keys, level + 1);
+                to_json_at(items[i], out, indent, sort_keys, level + 1, budget);
             }
             newline(level);
-            out += ']';
+            put("]");
             return;
         }
         case Value::Kind::Dict: {
             std::vector<const std::pair<Value, Value>*> items;
+            budget.alloc(v.as_dict()->items.size() * sizeof(void*));
             for (const auto& kv : v.as_dict()->items) items.push_back(&kv);
-            if (items.empty()) { out += "{}"; return; }
+            if (items.empty()) { put("{}"); return; }
             if (sort_keys)
                 std::stable_sort(items.begin(), items.end(),
-                                 [](auto* a, auto* b) { return compare(a->first, b->first) < 0; });
-            out += '{';
+                                 [&](auto* a, auto* b) { return compare(a->first, b->first, budget) < 0; });
+            put("{");
             for (size_t i = 0; i < items.size(); ++i) {
-                if (i) out += item_sep;
+                if (i) put(item_sep);
                 newline(level + 1);
                 const Value& key = items[i]->first;
-                append_json_string(out, key.is_string() ? key.as_string() : key.to_json());
-                out += ": ";
-                to_json_at(items[i]->second, out, indent, sort_keys, level + 1);
+                if (key.is_string()) append_json_string(out, key.as_text(), budget);
+                else append_json_string(out, to_json(key, -1, false, budget), budget);
+                put(": ");
+                to_json_at(items[i]->second, out, indent, sort_keys, level + 1, budget);
             }
             newline(level);
-            out += '}';
+            put("}");
             return;
         }
         case Value::Kind::Callable:
@@ -163,46 +203,52 @@ void to_json_at(const Value& v, std::string& out, int indent, bool sort_keys, in
     }
 }
 
-void str_at(const Value& v, std::string& out, bool as_repr, int depth) {
+void str_at(const Value& v, Text& out, bool as_repr, int depth, Budget& budget) {
     check_depth(depth);
+    budget.step();
+    auto put = [&](std::string_view s) { append(out, s, budget); };
     switch (v.kind()) {
         case Value::Kind::Undefined: return;
-        case Value::Kind::None: out += "None"; return;
-        case Value::Kind::Bool: out += v.as_bool() ? "True" : "False"; return;
-        case Value::Kind::Int: out += std::to_string(v.as_int()); return;
-        case Value::Kind::Float: out += format_float(v.as_double()); return;
-        case Value::Kind::String: out += as_repr ? repr_string(v.as_string()) : v.as_string(); return;
+        case Value::Kind::None: put("None"); return;
+        case Value::Kind::Bool: put(v.as_bool() ? "True" : "False"); return;
+        case Value::Kind::Int: put(std::to_string(v.as_int())); return;
+        case Value::Kind::Float: put(format_float(v.as_double())); return;
+        case Value::Kind::String:
+            if (as_repr) append_repr_string(out, v.as_text(), budget);
+            else append(out, v.as_text(), budget);
+            return;
         case Value::Kind::List: {
             bool tuple = v.as_list()->is_tuple;
-            out += tuple ? '(' : '[';
+            put(tuple ? "(" : "[");
             const auto& items = v.as_list()->items;
             for (size_t i = 0; i < items.size(); ++i) {
-                if (i) out += ", ";
-                str_at(items[i], out, true, depth + 1);
+                if (i) put(", ");
+                str_at(items[i], out, true, depth + 1, budget);
             }
-            if (tuple && items.size() == 1) out += ',';
-            out += tuple ? ')' : ']';
+            if (tuple && items.size() == 1) put(",");
+            put(tuple ? ")" : "]");
             return;
         }
         case Value::Kind::Dict: {
-            out += v.as_dict()->is_namespace ? "<Namespace {" : "{";
+            put(v.as_dict()->is_namespace ? "<Namespace {" : "{");
             bool first = true;
             for (const auto& [k, item] : v.as_dict()->items) {
-                if (!first) out += ", ";
+                if (!first) put(", ");
                 first = false;
-                str_at(k, out, true, depth + 1);
-                out += ": ";
-                str_at(item, out, true, depth + 1);
+                str_at(k, out, true, depth + 1, budget);
+                put(": ");
+                str_at(item, out, true, depth + 1, budget);
             }
-            out += v.as_dict()->is_namespace ? "}>" : "}";
+            put(v.as_dict()->is_namespace ? "}>" : "}");
             return;
         }
-        case Value::Kind::Callable: out += "<function " + v.as_callable()->name + ">"; return;
+        case Value::Kind::Callable: put("<function " + v.as_callable()->name + ">"); return;
     }
 }
 
-bool equals_at(const Value& a, const Value& b, int depth) {
+bool equals_at(const Value& a, const Value& b, int depth, Budget& budget) {
     check_depth(depth);
+    budget.step();
     if (a.is_number() && b.is_number()) {
         if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
         return a.as_int() == b.as_int();
@@ -211,13 +257,15 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     switch (a.kind()) {
         case Value::Kind::Undefined:
         case Value::Kind::None: return true;
-        case Value::Kind::String: return a.as_string() == b.as_string();
+        case Value::Kind::String:
+            budget.bytes(std::min(a.as_string().size(), b.as_string().size()));
+            return a.as_string() == b.as_string();
         case Value::Kind::List: {
             const auto& x = a.as_list()->items;
             const auto& y = b.as_list()->items;
             if (x.size() != y.size()) return false;
             for (size_t i = 0; i < x.size(); ++i)
-                if (!equals_at(x[i], y[i], depth + 1)) return false;
+                if (!equals_at(x[i], y[i], depth + 1, budget)) return false;
             return true;
         }
         case Value::Kind::Dict: {
@@ -225,8 +273,9 @@ bool equals_at(const Value& a, const Value& b, int depth) {
             const auto& y = *b.as_dict();
             if (x.items.size() != y.items.size()) return false;
             for (const auto& [k, item] : x.items) {
+                if (k.is_string()) budget.bytes(k.as_string().size());
                 const Value* other = y.find(k);
-                if (!other || !equals_at(item, *other, depth + 1)) return false;
+                if (!other || !equals_at(item, *other, depth + 1, budget)) return false;
             }
             return true;
         }
@@ -235,8 +284,9 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     }
 }
 
-int compare_at(const Value& a, const Value& b, int depth) {
+int compare_at(const Value& a, const Value& b, int depth, Budget& budget) {
     check_depth(depth);
+    budget.step();
     if (a.is_number() && b.is_number()) {
         if (a.is_float() || b.is_float()) {
             double x = a.as_double(), y = b.as_double();
@@ -246,6 +296,7 @@ int compare_at(const Value& a, const Value& b, int depth) {
         return x < y ? -1 : (x > y ? 1 : 0);
     }
     if (a.is_string() && b.is_string()) {
+        budget.bytes(std::min(a.as_string().size(), b.as_string().size()));
         int c = a.as_string().compare(b.as_string());  // UTF-8 byte order is code point order
         return c < 0 ? -1 : (c > 0 ? 1 : 0);
     }
@@ -253,8 +304,8 @@ int compare_at(const Value& a, const Value& b, int depth) {
         const auto& x = a.as_list()->items;
         const auto& y = b.as_list()->items;
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-            if (equals_at(x[i], y[i], depth + 1)) continue;
-            return compare_at(x[i], y[i], depth + 1);
+            if (equals_at(x[i], y[i], depth + 1, budget)) continue;
+            return compare_at(x[i], y[i], depth + 1, budget);
         }
         return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
     }
@@ -274,12 +325,12 @@ Dict::~Dict() {
     release_iteratively(work);
 }
 
-Value Value::from_json(const nlohmann::json& j) {
-    return from_json_at(j, 0);
+Value Value::from_json(const nlohmann::json& j, bool untrusted) {
+    return from_json_at(j, 0, untrusted);
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
-    return from_json_at(j, 0);
+Value Value::from_json(const nlohmann::ordered_json& j, bool untrusted) {
+    return from_json_at(j, 0, untrusted);
 }
 
 Value Value::list(std::vector<Value> items) {
@@ -317,19 +368,6 @@ bool Value::truthy() const {
     return false;
 }
 
-std::string Value::str() const {
-    if (is_string()) return as_string();
-    std::string out;
-    str_at(*this, out, false, 0);
-    return out;
-}
-
-std::string Value::repr() const {
-    std::string out;
-    str_at(*this, out, true, 0);
-    return out;
-}
-
 std::string Value::type_name() const {
     switch (kind()) {
         case Kind::Undefined: return "undefined";
@@ -345,12 +383,6 @@ std::string Value::type_name() const {
     return "?";
 }
 
-std::string Value::to_json(int indent, bool sort_keys) const {
-    std::string out;
-    to_json_at(*this, out, indent, sort_keys, 0);
-    return out;
-}
-
 const Value* Dict::find(const Value& key) const {
     auto it = index_.find(hash_key(key));
     return it == index_.end() ? nullptr : &items[it->second].second;
@@ -362,11 +394,17 @@ void Dict::set(const Value& key, Value value) {
     else items[it->second].second = std::move(value);
 }
 
-std::optional<Value> CallArgs::get(size_t i, std::string_view keyword_name) const {
-    if (i < positional.size()) return positional[i];
+const Value* CallArgs::find(size_t i, std::string_view keyword_name) const {
+    if (i < positional.size()) return &positional[i];
     for (const auto& [k, v] : keyword)
-        if (k == keyword_name) return v;
-    return std::nullopt;
+        if (k == keyword_name) return &v;
+    return nullptr;
+}
+
+std::optional<Value> CallArgs::get(size_t i, std::string_view keyword_name) const {
+    const Value* v = find(i, keyword_name);
+    if (!v) return std::nullopt;
+    return *v;
 }
 
 Value CallArgs::get_or(size_t i, std::string_view keyword_name, Value fallback) const {
@@ -374,12 +412,29 @@ Value CallArgs::get_or(size_t i, std::string_view keyword_name, Value fallback) 
     return v ? *v : std::move(fallback);
 }
 
-bool equals(const Value& a, const Value& b) {
-    return equals_at(a, b, 0);
+void append_str(Text& out, const Value& v, Budget& budget) {
+    str_at(v, out, false, 0, budget);
 }
 
-int compare(const Value& a, const Value& b) {
-    return compare_at(a, b, 0);
+Value to_str(const Value& v, Budget& budget) {
+    if (v.is_string()) return v;
+    Text out;
+    str_at(v, out, false, 0, budget);
+    return Value(std::move(out));
+}
+
+Text to_json(const Value& v, int indent, bool sort_keys, Budget& budget) {
+    Text out;
+    to_json_at(v, out, indent, sort_keys, 0, budget);
+    return out;
+}
+
+bool equals(const Value& a, const Value& b, Budget& budget) {
+    return equals_at(a, b, 0, budget);
+}
+
+int compare(const Value& a, const Value& b, Budget& budget) {
+    return compare_at(a, b, 0, budget);
 }
 
 std::string format_float(double f) {
@@ -413,74 +468,6 @@ std::string format_float(double f) {
         }
     }
     return out;
-}
-
-std::string repr_string(std::string_view s) {
-    char quote = (s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos) ? '"' : '\'';
-    std::string out(1, quote);
-    for (char c : s) {
-        auto u = static_cast<unsigned char>(c);
-        if (c == quote || c == '\\') { out += '\\'; out += c; }
-        else if (c == '\n') out += "\\n";
-        else if (c == '\r') out += "\\r";
-        else if (c == '\t') out += "\\t";
-        else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
-        else out += c;
-    }
-    out += quote;
-    return out;
-}
-
-std::vector<uint32_t> utf8_decode(std::string_view s) {
-    std::vector<uint32_t> cps;
-    cps.reserve(s.size());
-    for (size_t i = 0; i < s.size();) {
-        auto c = static_cast<unsigned char>(s[i]);
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = n > 0 && i + n <= s.size();
-        for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
-        if (!ok) {
-            cps.push_back(0x80000000u | c);  // a stray byte, kept as itself
-            ++i;
-            continue;
-        }
-        uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-        for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-        cps.push_back(cp);
-        i += n;
-    }
-    return cps;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp & 0x80000000u) {
-        out += static_cast<char>(cp & 0xff);
-    } else if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xc0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xe0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-        out += static_cast<char>(0xf0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-}
-
-std::string utf8_encode(const std::vector<uint32_t>& cps, size_t begin, size_t end) {
-    std::string out;
-    for (size_t i = begin; i < end; ++i) append_utf8(out, cps[i]);
-    return out;
-}
-
-size_t utf8_length(std::string_view s) {
-    if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return s.size();
-    return utf8_decode(s).size();
 }
 
 }  // namespace quill::chat::jinja

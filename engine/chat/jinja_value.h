@@ -1,8 +1,11 @@
 // The values a chat template computes with, with Python's semantics as Jinja2 gives them: undefined, none, bool,
-// int (64-bit; overflow is an error, not a bigint), float, str (UTF-8; lengths and slices count code points),
-// list, dict (insertion-ordered; a namespace is a dict whose attributes may be assigned) and callables.
-// Lists and dicts are shared by reference, as in Python.
+// int (64-bit; overflow is an error, not a bigint), float, str (UTF-8 with provenance, see jinja_string.h;
+// lengths and slices count code points), list, dict (insertion-ordered; a namespace is a dict whose attributes
+// may be assigned) and callables. Strings are immutable and shared; lists and dicts are shared by reference, as in
+// Python. Everything that walks a value (printing, comparing, serializing) is charged to the render's Budget.
 #pragma once
+
+#include "engine/chat/jinja_string.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +29,7 @@ struct Callable;
 using ListPtr = std::shared_ptr<List>;
 using DictPtr = std::shared_ptr<Dict>;
 using CallablePtr = std::shared_ptr<Callable>;
+using TextPtr = std::shared_ptr<const Text>;
 
 // A failure while computing; the evaluator adds the template name and position. Not a quill::Error on purpose:
 // only TemplateError leaves the renderer.
@@ -40,18 +44,20 @@ public:
 
     Value() = default;  // undefined
     static Value none() { return Value(Storage(nullptr)); }
-    Value(bool b) : v_(b) {}                         // NOLINT: implicit by design
-    Value(int64_t i) : v_(i) {}                      // NOLINT
-    Value(int i) : v_(int64_t(i)) {}                 // NOLINT
-    Value(double f) : v_(f) {}                       // NOLINT
-    Value(std::string s) : v_(std::move(s)) {}       // NOLINT
-    Value(std::string_view s) : v_(std::string(s)) {}  // NOLINT
-    Value(const char* s) : v_(std::string(s)) {}     // NOLINT
-    Value(ListPtr l) : v_(std::move(l)) {}           // NOLINT
-    Value(DictPtr d) : v_(std::move(d)) {}           // NOLINT
-    Value(CallablePtr c) : v_(std::move(c)) {}       // NOLINT
-    static Value from_json(const nlohmann::json& j);
-    static Value from_json(const nlohmann::ordered_json& j);
+    Value(bool b) : v_(b) {}                                                   // NOLINT: implicit by design
+    Value(int64_t i) : v_(i) {}                                                // NOLINT
+    Value(int i) : v_(int64_t(i)) {}                                           // NOLINT
+    Value(double f) : v_(f) {}                                                 // NOLINT
+    Value(Text t) : v_(std::make_shared<const Text>(std::move(t))) {}          // NOLINT
+    Value(std::string s) : v_(std::make_shared<const Text>(std::move(s))) {}  // NOLINT: trusted text
+    Value(std::string_view s) : Value(std::string(s)) {}                       // NOLINT
+    Value(const char* s) : Value(std::string(s)) {}                            // NOLINT
+    Value(ListPtr l) : v_(std::move(l)) {}                                     // NOLINT
+    Value(DictPtr d) : v_(std::move(d)) {}                                     // NOLINT
+    Value(CallablePtr c) : v_(std::move(c)) {}                                 // NOLINT
+    // Strings and keys of j are untrusted input when `untrusted`.
+    static Value from_json(const nlohmann::json& j, bool untrusted);
+    static Value from_json(const nlohmann::ordered_json& j, bool untrusted);
     static Value list(std::vector<Value> items);
     static Value tuple(std::vector<Value> items);  // a list that prints as (a, b)
 
@@ -70,28 +76,28 @@ public:
     bool as_bool() const { return std::get<bool>(v_); }
     int64_t as_int() const;      // int or bool
     double as_double() const;    // any number
-    const std::string& as_string() const { return std::get<std::string>(v_); }
+    const std::string& as_string() const { return std::get<TextPtr>(v_)->bytes; }
+    const Text& as_text() const { return *std::get<TextPtr>(v_); }
     const ListPtr& as_list() const { return std::get<ListPtr>(v_); }
     const DictPtr& as_dict() const { return std::get<DictPtr>(v_); }
     const CallablePtr& as_callable() const { return std::get<CallablePtr>(v_); }
 
     bool truthy() const;
-    std::string str() const;   // Python str(): what {{ }} prints (undefined prints "")
-    std::string repr() const;  // Python repr(): how items print inside a list or dict
     std::string type_name() const;
-    // Python json.dumps(self, ensure_ascii=False, indent=indent, sort_keys=sort_keys); indent < 0 means none.
-    std::string to_json(int indent = -1, bool sort_keys = false) const;
 
 private:
-    using Storage = std::variant<std::monostate, std::nullptr_t, bool, int64_t, double, std::string, ListPtr,
-                                 DictPtr, CallablePtr>;
+    using Storage = std::variant<std::monostate, std::nullptr_t, bool, int64_t, double, TextPtr, ListPtr, DictPtr,
+                                 CallablePtr>;
     explicit Value(Storage s) : v_(std::move(s)) {}
     Storage v_;
 };
 
 // Nesting is unbounded in principle, so containers free their children without recursion, and every recursive
-// walk (str, equality, tojson) stops with a ValueError past kMaxNesting levels.
+// walk (str, equality, tojson) stops with a ValueError past kMaxNesting levels. A value shared many times over
+// (a list holding itself twice, doubled sixty times) costs each walk its full unshared size, charged as steps.
 constexpr int kMaxNesting = 512;
+// What a new string value costs beyond its bytes (the shared Text and its control block), for the memory budget.
+constexpr size_t kStringOverhead = sizeof(Text) + 32;
 
 struct List {
     std::vector<Value> items;
@@ -125,8 +131,9 @@ struct CallArgs {
     std::vector<Value> positional;
     std::vector<std::pair<std::string, Value>> keyword;
 
-    // The argument at position i or with this keyword (positional first), or nullopt.
+    // The argument at position i or with this keyword (positional first), or nullopt / null.
     std::optional<Value> get(size_t i, std::string_view keyword_name) const;
+    const Value* find(size_t i, std::string_view keyword_name) const;
     Value get_or(size_t i, std::string_view keyword_name, Value fallback) const;
 };
 
@@ -138,20 +145,21 @@ struct Callable {
     std::function<Value(CallArgs& args)> fn;
 };
 
+// Python str(v), what {{ }} prints (undefined prints ""), appended to out: a string with its provenance; inside a
+// list or dict, each string's repr is untrusted when any byte of the string is.
+void append_str(Text& out, const Value& v, Budget& budget);
+// Python str(v) as a value of its own (a string is returned as is).
+Value to_str(const Value& v, Budget& budget);
+// Python json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys); indent < 0 means none. A string
+// (or key) is untrusted in the output when any of its bytes is.
+Text to_json(const Value& v, int indent, bool sort_keys, Budget& budget);
+
 // Python equality (1 == 1.0, lists elementwise, undefined == undefined).
-bool equals(const Value& a, const Value& b);
+bool equals(const Value& a, const Value& b, Budget& budget);
 // Python ordering for <, <=, >, >=: numbers, strings (by code point), lists lexicographically; else ValueError.
-int compare(const Value& a, const Value& b);
+int compare(const Value& a, const Value& b, Budget& budget);
 
 // Python's repr of a float (shortest round-trip digits; "1e-05", "1e+16", "2.0").
 std::string format_float(double f);
-// Python's repr of a str: single quotes unless the text holds ' and no ".
-std::string repr_string(std::string_view s);
-
-// UTF-8 helpers: text as code points (invalid bytes pass through as single units) and back.
-std::vector<uint32_t> utf8_decode(std::string_view s);
-std::string utf8_encode(const std::vector<uint32_t>& cps, size_t begin, size_t end);
-void append_utf8(std::string& out, uint32_t cp);
-size_t utf8_length(std::string_view s);
 
 }  // namespace quill::chat::jinja

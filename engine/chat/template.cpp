@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 namespace quill::chat {
@@ -17,18 +18,44 @@ struct ChatTemplate::Impl {
 
 namespace {
 
+// A message's role is the caller's structure, not content: the template's own, like bos_token.
+void trust_roles(const jinja::Value& messages) {
+    if (!messages.is_list()) return;
+    for (const jinja::Value& m : messages.as_list()->items) {
+        if (!m.is_dict()) continue;
+        const jinja::Value* role = m.as_dict()->find(std::string_view("role"));
+        if (role && role->is_string()) m.as_dict()->set(jinja::Value("role"), jinja::Value(role->as_string()));
+    }
+}
+
 template <class Json>
-std::string render_json(const ChatTemplate::Impl& impl, const Json& vars, const RenderOptions& options) {
+jinja::Value make_vars(const Json& vars, const RenderOptions& options) {
+    auto d = std::make_shared<jinja::Dict>();
+    for (auto it = vars.begin(); it != vars.end(); ++it) {
+        const auto& trusted = options.trusted_vars;
+        const bool untrusted = std::find(trusted.begin(), trusted.end(), it.key()) == trusted.end();
+        jinja::Value v = jinja::Value::from_json(it.value(), untrusted);
+        if (it.key() == "messages" && untrusted) trust_roles(v);
+        d->set(jinja::Value(it.key()), std::move(v));
+    }
+    return jinja::Value(d);
+}
+
+template <class Json>
+RenderedText render_json(const ChatTemplate::Impl& impl, const Json& vars, const RenderOptions& options) {
     if (!vars.is_object())
         throw TemplateError(fmt::format("{}: the template variables must be a JSON object", impl.source.name()));
     jinja::Value values;
     try {
-        values = jinja::Value::from_json(vars);
+        values = make_vars(vars, options);
     } catch (const jinja::ValueError& e) {
         throw TemplateError(fmt::format("{}: template variables: {}", impl.source.name(), e.message));
     }
     try {
-        return jinja::render(impl.source, impl.body, values, options);
+        jinja::Text out = jinja::render(impl.source, impl.body, values, options);
+        RenderedText r{std::move(out.bytes), {}};
+        for (const jinja::Span& span : out.untrusted) r.untrusted.emplace_back(span.begin, span.end);
+        return r;
     } catch (const quill::Error&) {
         throw;
     } catch (const std::exception& e) {  // a safety net: nothing but TemplateError leaves the renderer
@@ -168,10 +195,14 @@ ChatTemplate ChatTemplate::parse(std::string_view source, std::string name) {
 }
 
 std::string ChatTemplate::render(const nlohmann::json& vars, const RenderOptions& options) const {
-    return render_json(*impl_, vars, options);
+    return render_json(*impl_, vars, options).text;
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& vars, const RenderOptions& options) const {
+    return render_json(*impl_, vars, options).text;
+}
+
+RenderedText ChatTemplate::render_tracked(const nlohmann::json& vars, const RenderOptions& options) const {
     return render_json(*impl_, vars, options);
 }
 

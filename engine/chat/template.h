@@ -7,21 +7,42 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace quill::chat {
 
+// The budgets of one render: a template that passes one gets TemplateBudgetError ("chat template: name:line:col:
+// what (budget: ...)"), whatever it does, within milliseconds; each is checked as the work is done and as values
+// are built. Real templates use a fraction of each default, also for the largest conversation the output allows.
 struct RenderOptions {
-    std::optional<std::tm> now;                // strftime_now's local time; nullopt: the clock
-    size_t max_output_bytes = size_t(4) << 20;  // also the limit on any one string or list built while rendering
-    int max_call_depth = 256;                  // nested macro calls
-    uint64_t max_steps = 2'000'000;            // statements run, loop iterations and calls, all together
+    std::optional<std::tm> now;                   // strftime_now's local time; nullopt: the clock
+    std::chrono::milliseconds max_time{2000};     // wall-clock deadline for the whole render
+    size_t max_output_bytes = size_t(4) << 20;    // the output, and any one string built while rendering
+    size_t max_list_items = size_t(1) << 20;      // any one list built while rendering
+    size_t max_alloc_bytes = size_t(64) << 20;    // the strings and lists built while rendering, all together
+    uint64_t max_steps = 2'000'000;               // statements, expressions, loop iterations, calls, values
+                                                  // compared, sorted or printed (a value costs its size)
+    int max_call_depth = 256;                     // nested macro calls
+    const std::atomic<bool>* cancel = nullptr;    // raised (by a signal handler): quill::Interrupted, promptly
+    // Which strings of the variables are the template's own, like its text: these top-level variables and the
+    // "role" of each message. Every other string (message content, tools, ...) is untrusted input.
+    std::vector<std::string> trusted_vars = {"bos_token", "eos_token"};
+};
+
+// A rendering and which of its bytes came from untrusted strings of the variables, through every operation of the
+// template (concatenation, slices, strip, replace, ...; conservative where an operation mixes its inputs).
+struct RenderedText {
+    std::string text;
+    std::vector<std::pair<size_t, size_t>> untrusted;  // sorted, disjoint byte ranges [begin, end)
 };
 
 class ChatTemplate {
@@ -31,10 +52,13 @@ public:
 
     // Renders with the given variables (a JSON object: messages, add_generation_prompt, bos_token, eos_token,
     // tools, anything else). Throws TemplateError on runtime errors (for raise_exception(msg) the message is
-    // msg) and when a limit of `options` is passed. With nlohmann::json, objects come in sorted key order; pass
-    // an ordered_json to keep the caller's order (it shows in tojson output).
+    // msg, control bytes escaped and cut at 300 bytes), TemplateBudgetError when a budget of `options` runs out,
+    // and quill::Interrupted when options.cancel is raised. With nlohmann::json, objects come in sorted key
+    // order; pass an ordered_json to keep the caller's order (it shows in tojson output).
     std::string render(const nlohmann::json& vars, const RenderOptions& options = {}) const;
     std::string render(const nlohmann::ordered_json& vars, const RenderOptions& options = {}) const;
+    // The same, with the provenance of the output's bytes (RenderOptions::trusted_vars says what is untrusted).
+    RenderedText render_tracked(const nlohmann::json& vars, const RenderOptions& options = {}) const;
 
     const std::string& source() const;
     const std::string& name() const;

@@ -19,4 +19,12 @@ public:
     using TemplateError::TemplateError;
 };
 
+// A template that ran out of a render budget (time, steps, memory, string, list or output size): the message
+// starts with "chat template: " and ends with "(budget: what ran out)". Never a reason to fall back to another
+// format: such a template is broken or hostile.
+class TemplateBudgetError : public TemplateError {
+public:
+    using TemplateError::TemplateError;
+};
+
 }  // namespace quill::chat

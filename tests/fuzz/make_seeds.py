@@ -8,8 +8,10 @@ header (fuzz_tokenizer and fuzz_detokenizer take their vocabularies too). fuzz_t
 input format (see fuzz_detokenizer.cpp). fuzz_batch_input and fuzz_messages: JSON nested as deep as the limit allows
 (64 levels), one level more, and 20,000 levels (a recursive copy of that overflowed the stack under ASan before the
 limit). fuzz_template: chat templates in the shapes models ship (a default system message, role checks, macros,
-filters, loop variables, namespaces, tool calls, raise_exception). The test data in ../shared/testdata (GGUFs, .inp
-vectors, real templates) is added by .ci/fuzz at run time when it is there.
+filters, loop variables, namespaces, tool calls, raise_exception), and hostile ones (work that doubles, shared values
+walked in full, quadratic string searches), each of which the render budgets must stop in milliseconds
+(tests/test_template_hostile.cpp has the same cases). The test data in ../shared/testdata (GGUFs, .inp vectors, real
+templates) is added by .ci/fuzz at run time when it is there.
 """
 import os
 import struct
@@ -132,6 +134,28 @@ TEXTS = {
     "digits_and_contractions": b"12345678901234 I'M you'RE it's 3.14159 $100,000",
 }
 
+SHARED = (b"{% set ns = namespace(l=[1], m=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}"
+          b"{% set ns.m = [ns.m, ns.m] %}{% endfor %}")
+
+HOSTILE_TEMPLATES = {
+    "shared-eq": SHARED + b"{{ ns.l == ns.m }}",
+    "shared-string": SHARED + b"{{ ns.l | string }}",
+    "shared-tojson": SHARED + b"{{ ns.l | tojson }}",
+    "shared-dict": b"{% set ns = namespace(d={}) %}{% for i in range(60) %}{% set ns.d = {'a': ns.d, 'b': ns.d} %}"
+                   b"{% endfor %}{{ ns.d | tojson }}",
+    "sort-loop": b"{% set big = range(100000) | list %}{% for i in range(100000) %}{% set s = big | sort %}"
+                 b"{% endfor %}",
+    "unique": b"{{ range(100000) | unique | length }}",
+    "doubling-string": b"{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "kept-strings": b"{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + ['x' * 3000000 ~ i] %}"
+                    b"{% endfor %}",
+    "long-list": b"{{ (range(100000) | list) * 20 }}",
+    "string-chars": b"{% for c in 'x' * 4000000 %}{% endfor %}",
+    "quadratic-in": b"{{ ('a' * 1000000 ~ 'b') in ('a' * 4000000) }}{{ ('a' * 4000000).strip('b' * 2000000 ~ 'a') }}",
+    "injection": b"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+                 b"{{ raise_exception('\x1b[2J' ~ messages[0].content * 100) }}",
+}
+
 
 TEMPLATES = {
     "chatml_default_system.jinja":
@@ -200,6 +224,8 @@ def main():
           b'{"role": "assistant", "content": "Hello", "tool_calls": [{"function": {"name": "f", "arguments": {"a": [1, 2.5, true]}}}]}]')
     for name, source in TEMPLATES.items():
         write("fuzz_template", name, source.encode())
+    for name, text in HOSTILE_TEMPLATES.items():
+        write("fuzz_template", name + ".jinja", text)
 
 
 if __name__ == "__main__":
