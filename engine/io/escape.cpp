@@ -12,8 +12,8 @@ namespace quill {
 namespace {
 
 // Appends the escaped form of s to out, a character at a time, while out stays within max_bytes; returns the bytes
-// of s escaped.
-size_t escape_into(std::string& out, std::string_view s, size_t max_bytes) {
+// of s escaped. A backslash becomes \\ only with escape_backslash.
+size_t escape_into(std::string& out, std::string_view s, size_t max_bytes, bool escape_backslash) {
     std::string ch_out;
     size_t i = 0;
     while (i < s.size()) {
@@ -29,7 +29,7 @@ size_t escape_into(std::string& out, std::string_view s, size_t max_bytes) {
         else if (c0 == '\n') ch_out = "\\n";
         else if (c0 == '\t') ch_out = "\\t";
         else if (c0 == '\r') ch_out = "\\r";
-        else if (c0 == '\\') ch_out = "\\\\";
+        else if (c0 == '\\' && escape_backslash) ch_out = "\\\\";
         else if (c0 < 0x20 || c0 == 0x7f) hex();
         else if (c0 == 0xC2 && static_cast<unsigned char>(ch[1]) < 0xA0) hex();  // C1 controls U+0080..U+009F
         else ch_out = ch;
@@ -45,13 +45,13 @@ size_t escape_into(std::string& out, std::string_view s, size_t max_bytes) {
 std::string escape_for_terminal(std::string_view s) {
     std::string out;
     out.reserve(s.size());
-    escape_into(out, s, SIZE_MAX);
+    escape_into(out, s, SIZE_MAX, true);
     return out;
 }
 
 std::string escape_line(std::string_view s, size_t max_bytes) {
     std::string out;
-    const size_t done = escape_into(out, s, max_bytes);
+    const size_t done = escape_into(out, s, max_bytes, false);
     if (done < s.size()) out += fmt::format(" [... {} more bytes]", s.size() - done);
     return out;
 }

@@ -15,8 +15,10 @@ inline constexpr size_t kMaxLineBytes = 1000;
 // (U+0080..U+009F, e.g. the CSI introducer U+009B) and bytes that are not valid UTF-8 as \xNN per byte.
 std::string escape_for_terminal(std::string_view s);
 
-// Text for one line of stderr: escape_for_terminal (so a newline or an escape sequence in it stays text), cut after
-// at most max_bytes of escaped text, between characters, with " [... N more bytes]" saying how much was cut.
+// Text for one line of stderr: escaped as escape_for_terminal does (so a newline or an escape sequence in it stays
+// text) except that a backslash stays itself, so that a message whose parts were escaped where it was made (a
+// template's error) is not escaped twice; cut after at most max_bytes of escaped text, between characters, with
+// " [... N more bytes]" saying how much was cut.
 std::string escape_line(std::string_view s, size_t max_bytes = kMaxLineBytes);
 
 }  // namespace quill
