@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "engine/format/gguf.h"
 #include "tests/fault_util.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -191,9 +192,8 @@ TEST_CASE("quill template and run fail a runaway template with one budget error 
     CHECK(r.err.starts_with("quill: error: chat template: " + path + ":1:"));
     CHECK(r.err.ends_with("(budget: steps)\n"));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-    auto stories = quill::test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    auto run = quill::test::run_quill({"run", "-m", stories->string(), "--chat-template", path, "-p", "hi"});
+    const auto tiny = quill::test::tiny_model_file(quill::test::TinyModel::spm);
+    auto run = quill::test::run_quill({"run", "-m", tiny.string(), "--chat-template", path, "-p", "hi"});
     CHECK(run.status == 1);
     CHECK_THAT(run.err, Catch::Contains("quill: error: chat template: " + path + ":1:") &&
                             Catch::Contains("(budget: steps)"));
