@@ -45,8 +45,7 @@ std::string unmap_bytes(const std::string& text, const std::array<int16_t, kMapp
 
 // Token texts -> ids by open addressing: a power-of-two table of (hash tag, id) slots, at least twice the texts,
 // probed in order. The table (8 bytes a slot: 1 MiB for a 49K vocabulary) stays in L2 where std::unordered_map's
-// nodes, one allocation each, did not: the default model's merges took 12-13 ms to index with that (three lookups
-// each), 2-core Xeon VM.
+// nodes, one allocation each, did not (three lookups a merge).
 class TextIndex {
 public:
     // The texts' indices; on a duplicate, *duplicate is set to the later index and the index stops there.

@@ -187,8 +187,8 @@ void run_chunks(ThreadPool* pool, int64_t n, int64_t chunk, const std::function<
         if (pool == nullptr || pool->size() == 1) {
             work(c0, c1);
         } else {
-            // Eight pieces a thread: with a fixed half each, the 2-core Xeon VM's second thread took 350-510 Mticks
-            // to pack the default model's share that the first packed in 50-200 (the pages it wrote came slower).
+            // Eight pieces a thread, claimed in turn: with a fixed half each, one thread's fresh pages can come much
+            // slower than the other's, and it finished long after.
             run_claimed(*pool, c1 - c0, (c1 - c0 + 8 * pool->size() - 1) / (8 * pool->size()),
                         [&](int64_t b, int64_t e) { work(c0 + b, c0 + e); });
         }

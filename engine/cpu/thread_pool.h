@@ -61,8 +61,8 @@ Range split_range(int64_t n, int ith, int nth, int64_t align = 1);
 // a chunk at a time, so its row tiles run in address order across chunks (and the kernels' prefetch of the next
 // tile reaches into its next chunk); a task whose range is done takes chunks from the back of the others', so a
 // thread slowed by something else on the machine does not hold them up. Chunks handed out in turn from one counter
-// (each thread's next chunk somewhere else, its first tile's records cold) made a 16-sequence decode step 3-5%
-// slower than one range per thread with no stealing, and 11% slower with four times the chunks. Attention's tiles go
+// (each thread's next chunk somewhere else, its first tile's records cold) were slower than one range per thread
+// with no stealing, and slower still with more chunks. Attention's tiles go
 // the same way (a chunk of one), so that a thread keeps the same sequences from layer to layer.
 class UnitRanges {
 public:

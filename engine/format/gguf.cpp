@@ -74,7 +74,7 @@ public:
     }
 
     // A string value of metadata key `key`, whose name is formatted only for a defect (a vocabulary's tokens and
-    // merges are 100K strings: formatting it for each took 4-5% of quill tokenize's run).
+    // merges are 100K strings, and formatting the name for each was a visible share of loading them).
     std::string read_key_string(const std::string& key) {
         uint64_t len = 0;
         if (remaining() >= sizeof len) std::memcpy(&len, bytes_.data() + pos_, sizeof len);
