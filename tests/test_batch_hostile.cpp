@@ -1,12 +1,14 @@
 // quill batch (and the other readers of JSON files) against hostile and mistaken input, and batch as its users
 // expect it: JSON nested 300,000 deep, broken JSONL lines, invalid UTF-8, two runs on one output, a non-empty
 // output, SIGTERM, exit statuses, shards counted from 1, the progress line on a terminal, seeds in records. The
-// command runs end to end on stories260K; the engine parts are tested directly where they decide.
+// command runs end to end on the tiny model the tests write (tests/random_model.h); the engine parts are tested
+// directly where they decide.
 #include "engine/batch/input.h"
 #include "engine/batch/progress.h"
 #include "engine/batch/records.h"
 #include "engine/error.h"
 #include "tests/fault_util.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -70,6 +72,20 @@ std::string batch_diagnostics(const std::string& err) {
     return kept + err.substr(start);
 }
 
+// The tiny model with the SPM vocabulary and no chat template, as a base model ships.
+std::string tiny_model() { return test::tiny_model_file(test::TinyModel::spm).string(); }
+
+// The text of a request line run alone, with the same model and options: what a batch must give it undisturbed.
+std::string text_alone(const std::string& model, const std::string& request) {
+    auto r = test::run_quill({"batch", "--raw", "-m", model, "-t", "1", "-q"}, request + "\n");
+    REQUIRE(r.status == 0);
+    const auto recs = records_by_id(r.out);
+    REQUIRE(recs.size() == 1);
+    const std::string text = recs.begin()->second["text"];
+    CHECK_FALSE(text.empty());
+    return text;
+}
+
 void write_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 size_t count_of(const std::string& text, const std::string& what) {
@@ -105,19 +121,18 @@ RunningBatch start_long_batch(const std::string& model, const fs::path& dir) {
 // ---- JSON nested too deep ----
 
 TEST_CASE("a request nested 300,000 levels deep is an error record and the batch goes on", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
-    const std::string input = deep_request("d", 300000) + "\n" +
-                              R"({"id": "ok", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})" "\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "-t", "1", "-q"}, input);
+    const std::string model = tiny_model();
+    const std::string ok = R"({"id": "ok", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})";
+    const std::string input = deep_request("d", 300000) + "\n" + ok + "\n";
+    auto r = test::run_quill({"batch", "--raw", "-m", model, "-t", "1", "-q"}, input);
     CHECK(r.status == 3);
     const auto got = records_by_id(r.out);
     REQUIRE(got.size() == 2);
     CHECK(got.at("line-1")["error"]["message"] == "input line 1: JSON nested deeper than 64 levels at column 97");
-    CHECK(got.at("ok")["text"] == ", there was a");
+    CHECK(got.at("ok")["text"] == text_alone(model, ok));
     CHECK_THAT(r.err, Catch::Contains("quill: 1 of 2 requests failed (error records in stdout)"));
     // 64 levels in all (the request object is one) is within the limit.
-    auto at_limit = test::run_quill({"batch", "--raw", "-m", model->string(), "-t", "1", "-q", "-n", "1"},
+    auto at_limit = test::run_quill({"batch", "--raw", "-m", model, "-t", "1", "-q", "-n", "1"},
                                     deep_request("d", 63) + "\n");
     CHECK(at_limit.status == 0);
     CHECK(records_by_id(at_limit.out).at("d").contains("text"));
@@ -127,12 +142,12 @@ TEST_CASE("a request nested 300,000 levels deep is an error record and the batch
 
 TEST_CASE("a JSONL input whose first line is broken stays JSONL: each broken line is an error record",
           "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
+    const std::string c = R"({"id": "c", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})";
     const std::string input = "{\"id\": \"a\", \"prompt\": \"Once\", \"max_tokens\": 2,}\n"  // a trailing comma
                               "{\"id\": \"b\", \"prompt\": \"Once \xff\", \"max_tokens\": 2}\n"  // not UTF-8
-                              "{\"id\": \"c\", \"prompt\": \"Once upon a time\", \"max_tokens\": 4, \"temperature\": 0}\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "-t", "1"}, input);
+                              + c + "\n";
+    auto r = test::run_quill({"batch", "--raw", "-m", model, "-t", "1"}, input);
     CHECK(r.status == 3);
     CHECK_THAT(r.err, Catch::Contains("; JSONL input, 1 slots"));
     auto got = records_by_id(r.out);
@@ -141,7 +156,7 @@ TEST_CASE("a JSONL input whose first line is broken stays JSONL: each broken lin
                Catch::StartsWith("input line 1: not valid JSON at column 47: "));
     CHECK_THAT(got.at("line-2")["error"]["message"].get<std::string>(),
                Catch::StartsWith("input line 2: not valid JSON at column ") && Catch::Contains("UTF-8"));
-    CHECK(got.at("c")["text"] == ", there was a");
+    CHECK(got.at("c")["text"] == text_alone(model, c));
 
     // --format and the file's extension decide before the content does.
     const auto dir = test::temp_dir("hostile-format");
@@ -160,7 +175,7 @@ TEST_CASE("a JSONL input whose first line is broken stays JSONL: each broken lin
         {{"--format", "jsonl"}, "JSONL", {"line-1", "line-2", "c"}, 3},
     };
     for (const Case& c : cases) {
-        std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-t", "1", "-n", "2"};
+        std::vector<std::string> args{"batch", "--raw", "-m", model, "-t", "1", "-n", "2"};
         args.insert(args.end(), c.args.begin(), c.args.end());
         INFO(fmt::format("{}", fmt::join(c.args, " ")));
         auto f = test::run_quill(args, input);
@@ -169,7 +184,7 @@ TEST_CASE("a JSONL input whose first line is broken stays JSONL: each broken lin
         const auto recs = records_by_id(f.out);
         for (const auto& id : c.ids) CHECK(recs.count(id) == 1);
     }
-    auto bad = test::run_quill({"batch", "-m", model->string(), "--format", "csv"}, input);
+    auto bad = test::run_quill({"batch", "-m", model, "--format", "csv"}, input);
     CHECK(bad.status == 2);
 }
 
@@ -196,10 +211,9 @@ TEST_CASE("the format is read from the whole input: more than half of its lines 
 
 TEST_CASE("a second batch on an output another batch is writing is refused, and the first one's records stay single",
           "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     const auto dir = test::temp_dir("hostile-lock");
-    RunningBatch first = start_long_batch(model->string(), dir);
+    RunningBatch first = start_long_batch(model, dir);
     for (const char* flag : {"--resume", "--overwrite"}) {
         std::vector<std::string> args = first.args;
         args.push_back(flag);
@@ -223,13 +237,12 @@ TEST_CASE("LockedOutput holds an exclusive lock until it is closed", "[batch]") 
 }
 
 TEST_CASE("a non-empty output is refused unless --resume or --overwrite says what to do with it", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     const auto dir = test::temp_dir("hostile-nonempty");
     const std::string out = (dir / "out.jsonl").string();
     const std::string earlier = R"({"id":"line-1","text":"earlier","finish_reason":"length"})" "\n";
     write_text(out, earlier);
-    const std::vector<std::string> base{"batch", "--raw", "-m", model->string(), "-o", out, "-n", "2", "-t", "1", "-q"};
+    const std::vector<std::string> base{"batch", "--raw", "-m", model, "-o", out, "-n", "2", "-t", "1", "-q"};
     auto refused = test::run_quill(base, "Once\nThe sun\n");
     CHECK(refused.status == 2);
     CHECK_THAT(refused.err, Catch::Contains(out + " is not empty (58 bytes): --resume"));
@@ -257,10 +270,9 @@ TEST_CASE("a non-empty output is refused unless --resume or --overwrite says wha
 // ---- exit statuses ----
 
 TEST_CASE("SIGTERM ends a batch with status 143, as run, and --resume completes it", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     const auto dir = test::temp_dir("hostile-sigterm");
-    RunningBatch b = start_long_batch(model->string(), dir);
+    RunningBatch b = start_long_batch(model, dir);
     kill(b.pid, SIGTERM);
     CHECK(test::wait_child(b.pid, 120) == 143);
     std::vector<std::string> resume = b.args;
@@ -270,14 +282,13 @@ TEST_CASE("SIGTERM ends a batch with status 143, as run, and --resume completes 
 }
 
 TEST_CASE("a batch whose output holds error records exits 3 and counts them on stderr", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     const auto dir = test::temp_dir("hostile-status");
     const std::string out = (dir / "out.jsonl").string();
     const std::string input = R"({"id": "a", "prompt": "Once", "max_tokens": 2})" "\n"
                               R"({"id": "b", "prompt": "Once", "temperature": -1})" "\n"
                               R"({"id": "c", "messages": [{"role": "user", "content": "hi"}]})" "\n";
-    const std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-o", out, "-t", "1", "-q"};
+    const std::vector<std::string> args{"batch", "--raw", "-m", model, "-o", out, "-t", "1", "-q"};
     auto r = test::run_quill(args, input);
     CHECK(r.status == 3);
     CHECK(batch_diagnostics(r.err) == "quill: 2 of 3 requests failed (error records in " + out + ")\n");
@@ -287,21 +298,20 @@ TEST_CASE("a batch whose output holds error records exits 3 and counts them on s
     auto again = test::run_quill(resume, input);
     CHECK(again.status == 3);
     CHECK_THAT(again.err, Catch::Contains("2 of 3 requests failed"));
-    CHECK(test::run_quill({"batch", "--raw", "-m", model->string(), "-n", "2", "-t", "1", "-q"}, "Once\n").status == 0);
+    CHECK(test::run_quill({"batch", "--raw", "-m", model, "-n", "2", "-t", "1", "-q"}, "Once\n").status == 0);
 }
 
 // ---- shards ----
 
 TEST_CASE("shards count from 1 and say which requests they take", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     const std::string input = prompt_lines(16);
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "2/3", "-n", "1", "-t", "1"}, input);
+    auto r = test::run_quill({"batch", "--raw", "-m", model, "--shard", "2/3", "-n", "1", "-t", "1"}, input);
     CHECK(r.status == 0);
     CHECK_THAT(r.err, Catch::Contains("\nquill: shard 2/3 takes 5 of 16 requests: 2, 5, 8, 11, 14 (ids line-2 to "
                                       "line-14)\n"));
     CHECK(records_by_id(r.out).size() == 5);
-    auto last = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "2/2", "-n", "1", "-t", "1", "-q"},
+    auto last = test::run_quill({"batch", "--raw", "-m", model, "--shard", "2/2", "-n", "1", "-t", "1", "-q"},
                                 input);
     CHECK(last.status == 0);
     CHECK(batch_diagnostics(last.err).empty());
@@ -309,7 +319,7 @@ TEST_CASE("shards count from 1 and say which requests they take", "[batch][model
     CHECK(got.size() == 8);
     CHECK(got.count("line-2") == 1);
     CHECK(got.count("line-16") == 1);
-    auto zero = test::run_quill({"batch", "--raw", "-m", model->string(), "--shard", "0/2"}, input);
+    auto zero = test::run_quill({"batch", "--raw", "-m", model, "--shard", "0/2"}, input);
     CHECK(zero.status == 2);
     CHECK_THAT(zero.err, Catch::Contains("shards count from 1"));
     CHECK(parse_shard("3/3").k == 3);
@@ -327,13 +337,12 @@ TEST_CASE("shards count from 1 and say which requests they take", "[batch][model
 // ---- seeds ----
 
 TEST_CASE("every record carries its seed, and the seed sent back reproduces a sampled text", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     std::string input;
     for (int i = 0; i < 4; ++i)
         input += json{{"id", fmt::format("s{}", i)}, {"prompt", "Once upon a time"}, {"temperature", 1.0},
                       {"max_tokens", 16}}.dump() + "\n";
-    const std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-t", "1", "-q"};
+    const std::vector<std::string> args{"batch", "--raw", "-m", model, "-t", "1", "-q"};
     const auto first = records_by_id(test::run_quill(args, input).out);
     REQUIRE(first.size() == 4);
     std::string again_input;
@@ -359,9 +368,8 @@ TEST_CASE("every record carries its seed, and the seed sent back reproduces a sa
 // ---- invalid UTF-8 ----
 
 TEST_CASE("invalid UTF-8 in batch input gets one warning that counts its lines", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
-    const std::vector<std::string> args{"batch", "--raw", "-m", model->string(), "-n", "1", "-t", "1", "-q"};
+    const std::string model = tiny_model();
+    const std::vector<std::string> args{"batch", "--raw", "-m", model, "-n", "1", "-t", "1", "-q"};
     auto plain = test::run_quill(args, "Once\nbad \xff one\nThe sun\nbad \xc3( two\n");
     CHECK(plain.status == 0);
     CHECK(count_of(plain.err, "warning") == 1);
@@ -377,17 +385,15 @@ TEST_CASE("invalid UTF-8 in batch input gets one warning that counts its lines",
 // ---- the terminal ----
 
 TEST_CASE("batch -q is --quiet: nothing on stderr for a batch that went well", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
-    auto r = test::run_quill({"batch", "--raw", "-m", model->string(), "-n", "2", "-t", "1", "-q"}, "Once\nThe sun\n");
+    const std::string model = tiny_model();
+    auto r = test::run_quill({"batch", "--raw", "-m", model, "-n", "2", "-t", "1", "-q"}, "Once\nThe sun\n");
     CHECK(r.status == 0);
     CHECK(batch_diagnostics(r.err).empty());
     CHECK(records_by_id(r.out).size() == 2);
 }
 
 TEST_CASE("on a terminal the progress line is cleared before each record printed there", "[batch][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+    const std::string model = tiny_model();
     const auto dir = test::temp_dir("hostile-tty");
     write_text(dir / "in.txt", prompt_lines(12));
     winsize size{};
@@ -397,8 +403,8 @@ TEST_CASE("on a terminal the progress line is cleared before each record printed
     const pid_t pid = forkpty(&fd, nullptr, nullptr, &size);
     REQUIRE(pid >= 0);
     if (pid == 0) {
-        const std::string in = (dir / "in.txt").string(), m = model->string();
-        execl(QUILL_BIN, QUILL_BIN, "batch", "--raw", "-m", m.c_str(), "-i", in.c_str(), "-n", "24", "--parallel", "2",
+        const std::string in = (dir / "in.txt").string();
+        execl(QUILL_BIN, QUILL_BIN, "batch", "--raw", "-m", model.c_str(), "-i", in.c_str(), "-n", "24", "--parallel", "2",
               "-t", "1", static_cast<char*>(nullptr));
         _exit(127);
     }

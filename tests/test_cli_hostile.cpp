@@ -4,6 +4,7 @@
 // -q, -v and -c above the trained context.
 #include "engine/format/gguf.h"
 #include "tests/fault_util.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -22,8 +23,12 @@
 
 using namespace quill;
 using test::run_quill;
+using test::TinyModel;
 
 namespace {
+
+// A tiny model the tests write (tests/random_model.h): the shape of stories260K, trained context 2048.
+std::string tiny_model(TinyModel which = TinyModel::spm) { return test::tiny_model_file(which).string(); }
 
 size_t count_of(const std::string& text, const std::string& needle) {
     size_t n = 0;
@@ -140,13 +145,12 @@ PtyRun run_on_terminal(const std::vector<std::string>& args, const std::vector<s
 }  // namespace
 
 TEST_CASE("a model file's text reaches stderr escaped, on one line and capped", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string tiny = tiny_model();
     const auto dir = test::temp_dir("hostile-escape");
     const std::string title = "\x1b]0;pwned\x07";  // OSC 0: retitles the terminal
     const std::string huge(100000, 'A');
     const std::string evil = (dir / "evil.gguf").string();
-    test::rewrite_gguf(stories->string(), evil, [&](GgufWriter& w) {
+    test::rewrite_gguf(tiny, evil, [&](GgufWriter& w) {
         w.set("general.name", title + "\x1b[2J" + huge);
         // A template that refuses every conversation, with the same text as its message.
         w.set("tokenizer.chat_template", "{{ raise_exception('" + title + "line\nbreak" + huge + "') }}");
@@ -164,7 +168,7 @@ TEST_CASE("a model file's text reaches stderr escaped, on one line and capped", 
     CHECK(r.err.find(" more bytes]") != std::string::npos);                    // and says it was cut
     // A template the renderer cannot parse is a warning (then the built-in format), escaped the same way.
     const std::string broken = (dir / "broken.gguf").string();
-    test::rewrite_gguf(stories->string(), broken, [&](GgufWriter& w) {
+    test::rewrite_gguf(tiny, broken, [&](GgufWriter& w) {
         w.set("tokenizer.chat_template", "{% if " + title + huge + " %}");
     });
     auto b = run_quill({"run", "-m", broken, "-p", "Once", "-n", "2"});
@@ -209,9 +213,7 @@ TEST_CASE("a failed write of --help or --version is an error, and --version says
 }
 
 TEST_CASE("a prompt longer than the context is a usage error, through the chat template as with --raw", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
     auto raw = run_quill({"run", "--raw", "-m", m, "-c", "4", "-p", "Once upon a time"});
     CHECK(raw.status == 2);
     auto templated = run_quill({"run", "--chat-template", "chatml", "-m", m, "-c", "4", "-p", "Once upon a time"});
@@ -226,9 +228,7 @@ TEST_CASE("a prompt longer than the context is a usage error, through the chat t
 }
 
 TEST_CASE("quill bench refuses bad values with status 2 before loading anything", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
     const std::vector<std::vector<std::string>> bad{
         {"-m", m, "--dtype", "nonsense"},          {"-m", m, "--dtype", "q8_0"},
         {"--synthetic", "stories15m", "--dtype", "nonsense"},
@@ -248,9 +248,7 @@ TEST_CASE("quill bench refuses bad values with status 2 before loading anything"
 }
 
 TEST_CASE("quill run -t far above the CPUs is capped with one warning and prints what -t 2 prints", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::vector<std::string> args{"run", "--raw", "-m", stories->string(), "-p", "Once upon a time", "-n", "16",
+    const std::vector<std::string> args{"run", "--raw", "-m", tiny_model(), "-p", "Once upon a time", "-n", "16",
                                         "--temp", "0"};
     auto with_threads = [&](const char* t) {
         auto a = args;
@@ -283,9 +281,7 @@ TEST_CASE("a byte-level BPE vocabulary's dropped bytes get a warning", "[cli][mo
 }
 
 TEST_CASE("quill run -f - reads the prompt from stdin", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::vector<std::string> common{"run", "--raw", "-m", stories->string(), "-n", "8", "--temp", "0"};
+    const std::vector<std::string> common{"run", "--raw", "-m", tiny_model(), "-n", "8", "--temp", "0"};
     auto from_stdin = common, from_p = common;
     from_stdin.insert(from_stdin.end(), {"-f", "-"});
     from_p.insert(from_p.end(), {"-p", "Once upon a time"});
@@ -296,10 +292,9 @@ TEST_CASE("quill run -f - reads the prompt from stdin", "[cli]") {
 }
 
 TEST_CASE("quill run at a terminal without a prompt starts a chat with run's options", "[cli][chat]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
+    const std::string m = tiny_model(TinyModel::spm_chat);
     const PtyRun r = run_on_terminal(
-        {"run", "-m", stories->string(), "--chat-template", "chatml", "-n", "3", "-c", "96", "--temp", "0"},
+        {"run", "-m", m, "--chat-template", "chatml", "-n", "3", "-c", "96", "--temp", "0"},
         {"Once upon a time"});
     INFO(r.output);
     CHECK(r.status == 0);
@@ -307,15 +302,13 @@ TEST_CASE("quill run at a terminal without a prompt starts a chat with run's opt
     CHECK(r.output.find("3 tokens, ") != std::string::npos);  // run's -n
     CHECK(r.output.find("/96; reused 0") != std::string::npos);  // run's -c
     // --raw and --json need a prompt: at a terminal without one they are a usage error, not a chat.
-    const PtyRun raw = run_on_terminal({"run", "-m", stories->string(), "--raw"}, {});
+    const PtyRun raw = run_on_terminal({"run", "-m", m, "--raw"}, {});
     CHECK(raw.status == 2);
     CHECK(raw.output.find("run at a terminal starts a chat") != std::string::npos);
 }
 
 TEST_CASE("a prompt from stdin or a file loses one final newline in the chat template, none with --raw", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
     auto prompt_tokens = [&](std::vector<std::string> args, const std::string& input) {
         args.insert(args.begin(), {"run", "-m", m, "-n", "1", "--json"});
         auto r = run_quill(args, input);
@@ -333,9 +326,7 @@ TEST_CASE("a prompt from stdin or a file loses one final newline in the chat tem
 }
 
 TEST_CASE("quill run takes its prompt as an argument, -q and -v, and -c above the trained context warns", "[cli]") {
-    auto stories = test::require_testdata("models/stories260K.gguf");
-    if (!stories) return;
-    const std::string m = stories->string();
+    const std::string m = tiny_model();
     auto p = run_quill({"run", "--raw", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0"});
     auto positional = run_quill({"run", "--raw", "-m", m, "Once upon a time", "-n", "8", "--temp", "0"});
     CHECK(positional.status == 0);
@@ -353,7 +344,7 @@ TEST_CASE("quill run takes its prompt as an argument, -q and -v, and -c above th
     CHECK(p.err.find("using the CPU") == std::string::npos);
     auto verbose = run_quill({"run", "--raw", "-v", "-m", m, "Once", "-n", "1"});
     CHECK(count_of(verbose.err, "; using the CPU") + count_of(verbose.err, "cuda backend") == 1);
-    // stories260K was trained for 2048 positions: one warning above that, none at it.
+    // The tiny model was trained for 2048 positions: one warning above that, none at it.
     auto above = run_quill({"run", "--raw", "-q", "-m", m, "Once", "-n", "1", "-c", "4096"});
     CHECK(above.status == 0);
     CHECK(count_of(above.err, "\n") == 1);
