@@ -1,7 +1,7 @@
 // `quill chat` as a person uses it on a terminal (through a pseudo-terminal: non-ASCII keys whatever the locale
 // says, bracketed paste, the stats line, -q) and as a script uses it through a pipe (a failed turn keeps replies
 // paired and the exit status says so; an error never ends the chat or loses the conversation; /set, /show; /load
-// and /save on files that are not regular).
+// and /save on files that are not regular). All on the tiny models the tests write: nothing here needs test data.
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
 #include "engine/cpu/cpu_backend.h"
@@ -9,6 +9,7 @@
 #include "engine/model/model.h"
 #include "tests/fault_util.h"
 #include "tests/pty_process.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,20 +28,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::optional<std::string> stories_or_skip() {
-    auto p = test::require_testdata("models/stories260K.gguf");
-    if (!p) return std::nullopt;
-    return p->string();
-}
-
-// `quill chat` on stories260K in the chatml format, greedy: quick to load, short replies.
-std::vector<std::string> stories_chat(const std::string& model, const std::vector<std::string>& more) {
-    std::vector<std::string> args = {"chat", "-m", model, "--chat-template", "chatml", "--temp", "0", "-t", "1"};
+// `quill chat` on the tiny SPM model the tests write (no template of its own, no chatml tokens) in the chatml
+// format, greedy: quick to load, and its replies run to -n or to the end of the context (it never ends one itself).
+std::vector<std::string> tiny_chat(const std::vector<std::string>& more) {
+    std::vector<std::string> args = {"chat", "-m", test::tiny_model_file(test::TinyModel::spm).string(),
+                                     "--chat-template", "chatml", "--temp", "0", "-t", "1"};
     args.insert(args.end(), more.begin(), more.end());
     return args;
 }
 
 void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+// Gemma 2's chat template as google/gemma-2-2b-it ships it: it refuses a system message, and roles that do not
+// alternate user, assistant, user.
+constexpr const char* kGemma2Template =
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}";
 
 nlohmann::json saved_messages(const fs::path& p) { return nlohmann::json::parse(test::read_file(p))["messages"]; }
 
@@ -101,8 +108,6 @@ struct TypedChat {
 
 TEST_CASE("quill chat on a terminal keeps Chinese, French, emoji and combining marks whatever the locale says",
           "[chat][terminal]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const auto dir = test::temp_dir("chat-utf8");
     // e + U+0301 (a combining acute), a thumb with a skin tone, a Korean syllable.
     const std::string text = "Say: 你好 café 🎉 e\xcc\x81t\xc3\xa9 👍🏽 한 ñ";
@@ -114,7 +119,7 @@ TEST_CASE("quill chat on a terminal keeps Chinese, French, emoji and combining m
     for (size_t i = 0; i < locales.size(); ++i) {
         INFO("locale setting " << i);
         const fs::path saved = dir / fmt::format("conv{}.json", i);
-        TypedChat c(stories_chat(*model, {"-n", "2"}), dir, locales[i]);
+        TypedChat c(tiny_chat({"-n", "2"}), dir, locales[i]);
         c.type(text);
         c.expect(" tok/s; context ");
         CHECK(c.save_and_quit(saved)[0]["content"].get<std::string>() == text);
@@ -122,11 +127,9 @@ TEST_CASE("quill chat on a terminal keeps Chinese, French, emoji and combining m
 }
 
 TEST_CASE("a bracketed paste on a terminal is one message with its newlines, sent by Enter", "[chat][terminal]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const auto dir = test::temp_dir("chat-paste");
     const fs::path saved = dir / "conv.json";
-    TypedChat c(stories_chat(*model, {"-n", "2"}), dir);
+    TypedChat c(tiny_chat({"-n", "2"}), dir);
     c.type("/help");
     c.expect("pasted text stays one message");
     // Typed text, then a paste as a terminal sends it (line ends as '\r'), then Enter.
@@ -144,10 +147,8 @@ TEST_CASE("a bracketed paste on a terminal is one message with its newlines, sen
 
 TEST_CASE("the stats line and /stats show the time to first token and one context count, also after a cut",
           "[chat][terminal]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const auto dir = test::temp_dir("chat-stats");
-    TypedChat c(stories_chat(*model, {"-c", "64"}), dir);  // no -n: the reply runs into the end of the context
+    TypedChat c(tiny_chat({"-c", "64"}), dir);  // no -n: the reply runs into the end of the context
     c.type("Once upon a time");
     c.expect("the reply was cut");
     c.expect("prefilled");
@@ -167,10 +168,8 @@ TEST_CASE("the stats line and /stats show the time to first token and one contex
 }
 
 TEST_CASE("on a terminal the notice of dropped messages comes before the reply it makes room for", "[chat][terminal]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const auto dir = test::temp_dir("chat-drop");
-    TypedChat c(stories_chat(*model, {"-c", "128", "-n", "6"}), dir);
+    TypedChat c(tiny_chat({"-c", "128", "-n", "6"}), dir);
     const std::string notice = "quill: the conversation outgrew the context";
     size_t typed_at = 0;
     for (int turn = 0; turn < 4 && c.p.output().find(notice) == std::string::npos; ++turn) {
@@ -191,10 +190,8 @@ TEST_CASE("on a terminal the notice of dropped messages comes before the reply i
 }
 
 TEST_CASE("quill chat -q shows no load line and no stats line", "[chat][terminal]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const auto dir = test::temp_dir("chat-quiet");
-    TypedChat c(stories_chat(*model, {"-q", "-n", "4"}), dir);
+    TypedChat c(tiny_chat({"-q", "-n", "4"}), dir);
     c.type("Once upon a time");
     c.expect("Once upon a time\n");
     c.type("/stats");  // typed at the prompt after the reply
@@ -209,11 +206,9 @@ TEST_CASE("quill chat -q shows no load line and no stats line", "[chat][terminal
 
 TEST_CASE("through a pipe a failed turn prints an empty reply and one error line, and chat exits 1 at the end",
           "[chat]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     std::string long_message;
     for (int i = 0; i < 80; ++i) long_message += "the big dog ";
-    auto r = test::run_quill(stories_chat(*model, {"-n", "4", "-c", "256", "--context-overflow", "error"}),
+    auto r = test::run_quill(tiny_chat({"-n", "4", "-c", "256", "--context-overflow", "error"}),
                              "Once\n" + long_message + "\nThe end\n");
     INFO(r.err);
     CHECK(r.status == 1);
@@ -225,14 +220,12 @@ TEST_CASE("through a pipe a failed turn prints an empty reply and one error line
     CHECK(count(r.err, "quill: error: ") == 1);
     CHECK(r.err.find("the conversation is") != std::string::npos);
     // Nothing failed: 0.
-    CHECK(test::run_quill(stories_chat(*model, {"-n", "2"}), "Once\n").status == 0);
+    CHECK(test::run_quill(tiny_chat({"-n", "2"}), "Once\n").status == 0);
 }
 
 TEST_CASE("a line or block over --max-input-bytes and a message over the render limit fail alone", "[chat]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const std::string over(3000, 'x');
-    auto r = test::run_quill(stories_chat(*model, {"-n", "2", "--max-input-bytes", "1000"}),
+    auto r = test::run_quill(tiny_chat({"-n", "2", "--max-input-bytes", "1000"}),
                              "Once\n" + over + "\n\"\"\"\nshort\n" + over + "\n\"\"\"\nThe end\n");
     INFO(r.err);
     CHECK(r.status == 1);
@@ -246,7 +239,7 @@ TEST_CASE("a line or block over --max-input-bytes and a message over the render 
     // 5 MB in one message: past the chat template's render limit, under --max-input-bytes.
     std::string big;
     while (big.size() < 5'000'000) big += "Once upon a time there was a big dog. ";
-    auto b = test::run_quill(stories_chat(*model, {"-n", "2"}), "Once\n" + big + "\nThe end\n");
+    auto b = test::run_quill(tiny_chat({"-n", "2"}), "Once\n" + big + "\nThe end\n");
     INFO(b.err);
     CHECK(b.status == 1);
     blocks = reply_blocks(b.out);
@@ -258,15 +251,13 @@ TEST_CASE("a line or block over --max-input-bytes and a message over the render 
 
 TEST_CASE("a template that refuses /system or a loaded conversation leaves the chat going and the conversation whole",
           "[chat]") {
-    auto model = stories_or_skip();
-    if (!model) return;
-    auto gemma = test::require_testdata("templates/src/google-gemma-2-2b-it.jinja");
-    if (!gemma) return;
     const auto dir = test::temp_dir("chat-refused");
+    const fs::path gemma = dir / "gemma-2.jinja";
+    write_text(gemma, kGemma2Template);
     write_text(dir / "alt.json", R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
     const fs::path saved = dir / "conv.json";
-    auto r = test::run_quill({"chat", "-m", *model, "--chat-template", gemma->string(), "--temp", "0", "-n", "3",
-                              "-t", "1"},
+    auto r = test::run_quill({"chat", "-m", test::tiny_model_file(test::TinyModel::spm).string(), "--chat-template",
+                              gemma.string(), "--temp", "0", "-n", "3", "-t", "1"},
                              "Hi\n/system Be brief.\nAgain\n/load " + (dir / "alt.json").string() +
                                  "\nThird\n/save " + saved.string() + "\n");
     INFO(r.err);
@@ -284,8 +275,6 @@ TEST_CASE("a template that refuses /system or a loaded conversation leaves the c
 
 TEST_CASE("/load and /save refuse FIFOs and devices at once, /load stops at --max-input-bytes, /save replaces whole",
           "[chat]") {
-    auto model = stories_or_skip();
-    if (!model) return;
     const auto dir = test::temp_dir("chat-files");
     const fs::path fifo = dir / "fifo", saved = dir / "conv.json", link = dir / "link.json", big = dir / "big.json";
     REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
@@ -298,7 +287,7 @@ TEST_CASE("/load and /save refuse FIFOs and devices at once, /load stops at --ma
                               saved.string() + "\n";
     write_text(dir / "input", input);
     const auto started = std::chrono::steady_clock::now();
-    auto r = test::run_io(stories_chat(*model, {"-n", "2", "--max-input-bytes", "1000"}), (dir / "input").string(),
+    auto r = test::run_io(tiny_chat({"-n", "2", "--max-input-bytes", "1000"}), (dir / "input").string(),
                           "", "", 60);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     INFO(r.err);
@@ -322,9 +311,7 @@ TEST_CASE("/load and /save refuse FIFOs and devices at once, /load stops at --ma
 }
 
 TEST_CASE("/set changes the sampling parameters, /show lists them, /clear forgets, /bye and /quit quit", "[chat]") {
-    auto model = stories_or_skip();
-    if (!model) return;
-    auto r = test::run_quill(stories_chat(*model, {}),
+    auto r = test::run_quill(tiny_chat({}),
                              "/set temp 1.5\n/set top-k 7\n/set seed 11\n/set n-predict 6\n/set top-p 2\n"
                              "/set frob 1\n/set temp x\nOnce\n/set seed 11\n/regen\n/show\n/clear\n/show\n/set\n"
                              "/bye\nNever\n");
@@ -344,15 +331,13 @@ TEST_CASE("/set changes the sampling parameters, /show lists them, /clear forget
     CHECK(!blocks[0].empty());
     CHECK(blocks[1] == blocks[0]);
 
-    auto q = test::run_quill(stories_chat(*model, {"-n", "2"}), "/quit\nNever\n");
+    auto q = test::run_quill(tiny_chat({"-n", "2"}), "/quit\nNever\n");
     CHECK(q.status == 0);
     CHECK(q.out.empty());
 }
 
 TEST_CASE("invalid UTF-8 in a chat message gets one warning line, as in quill run", "[chat]") {
-    auto model = stories_or_skip();
-    if (!model) return;
-    auto r = test::run_quill(stories_chat(*model, {"-n", "2"}), "caf\xe9 au lait\nfine\n");
+    auto r = test::run_quill(tiny_chat({"-n", "2"}), "caf\xe9 au lait\nfine\n");
     INFO(r.err);
     CHECK(r.status == 0);
     CHECK(count(r.err, "quill: warning: the text was changed by tokenizing: 1 byte of invalid UTF-8") == 1);
@@ -383,9 +368,7 @@ private:
 
 TEST_CASE("a turn that fails midway leaves the messages and the cache bookkeeping true, drops and regen included",
           "[chat]") {
-    auto path = test::require_testdata("models/stories260K.gguf");
-    if (!path) return;
-    auto model = Model::load(path->string());
+    auto model = Model::load(test::tiny_model_file(test::TinyModel::spm_chat).string());
     auto tok = Tokenizer::from_gguf(model->file);
     const auto format = chat::ChatFormat::from_source(*chat::builtin_template("chatml"), "chatml", "", "");
     const int64_t n_ctx = 192;

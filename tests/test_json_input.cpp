@@ -2,6 +2,7 @@
 // stops being JSON; the conversation files of `template --messages` and chat's /load end to end.
 #include "engine/error.h"
 #include "engine/io/json_input.h"
+#include "tests/random_model.h"
 #include "tests/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -88,9 +89,7 @@ TEST_CASE("text that is not JSON gets one message with the place and the parser'
     }
 }
 
-TEST_CASE("template --messages and chat /load refuse JSON nested too deep with one error line", "[chat][model]") {
-    auto model = test::require_testdata("models/stories260K.gguf");
-    if (!model) return;
+TEST_CASE("template --messages and chat /load refuse JSON nested too deep with one error line", "[chat]") {
     const auto dir = test::temp_dir("hostile-messages");
     const std::string deep(300000, '['), deep_end(300000, ']');
     write_file(dir / "wrapped.json", R"({"messages": )" + deep + deep_end + "}\n");
@@ -106,7 +105,8 @@ TEST_CASE("template --messages and chat /load refuse JSON nested too deep with o
     }
     // /load says what is wrong and the chat goes on; so it does for a system message whose content is null.
     write_file(dir / "null.json", R"([{"role": "system", "content": null}, {"role": "user", "content": "hi"}])");
-    auto chat = test::run_quill({"chat", "-m", model->string(), "--chat-template", "chatml", "-t", "1"},
+    auto chat = test::run_quill({"chat", "-m", test::tiny_model_file(test::TinyModel::spm).string(), "--chat-template",
+                                 "chatml", "-t", "1"},
                                 "/load " + (dir / "field.json").string() + "\n/load " + (dir / "null.json").string() +
                                     "\n/stats\n");
     CHECK(chat.status == 1);  // from a pipe, a failed command makes the final status 1; the chat went on
