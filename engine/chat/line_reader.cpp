@@ -53,7 +53,8 @@ public:
         el_set(el_, EL_PROMPT, &TerminalReader::prompt_of);
         el_set(el_, EL_EDITOR, "emacs");
         el_set(el_, EL_HIST, history, hist_);
-        el_set(el_, EL_ADDFN, "quill-paste", "Insert a bracketed paste as it is", &TerminalReader::paste);
+        // el_wset keeps these static wide strings; el_set would store wide copies that el_end never frees.
+        el_wset(el_, EL_ADDFN, L"quill-paste", L"Insert a bracketed paste as it is", &TerminalReader::paste);
         el_set(el_, EL_BIND, kPasteStart, "quill-paste", nullptr);
         if (!history_path_.empty()) history(hist_, &ev, H_LOAD, history_path_.c_str());
     }
