@@ -311,8 +311,11 @@ int cmd_run(RunOptions& o) {
     const std::string text = o.raw ? std::move(*given) : without_final_newline(std::move(*given));
     if (text.empty()) throw UsageError("the prompt is empty: give text with -p, an argument, -f or on stdin");
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
-    o.sampling.validate();
-    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    gp.validate();
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
@@ -338,10 +341,6 @@ int cmd_run(RunOptions& o) {
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
         prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true, &quill::signals::stop_flag());
     }
-    quill::GenerationParams gp;
-    gp.max_tokens = o.n_predict;
-    gp.stop = o.stop;
-    gp.sampling = o.sampling;
     quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
 
     // Text streams to stdout as it comes; a failed write (a full disk, a closed pipe) stops the generation at once.
@@ -438,17 +437,16 @@ struct ChatCliOptions {
 
 int cmd_chat(ChatCliOptions& o) {
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
-    o.sampling.validate();
-    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     auto session = quill::Session::open(session_options(o.model, o.engine));
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
-    quill::GenerationParams gp;
-    gp.max_tokens = o.n_predict;
-    gp.stop = o.stop;
-    gp.sampling = o.sampling;
     quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
     conv.set_system(o.system);
 
@@ -598,8 +596,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.sampling = o.sampling;
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
-    ro.defaults.sampling.validate();
-    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    ro.defaults.validate();
     // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");

@@ -1,0 +1,31 @@
+// The rules main.cpp asks the engine for: GenerationParams::validate (-n and the sampling flags, or a batch
+// request's fields), Backend::describe (the load line's and bench's account of a backend) and bench_table.
+#include "engine/cpu/cpu_backend.h"
+#include "engine/error.h"
+#include "engine/reference/reference_backend.h"
+#include "engine/runtime/bench.h"
+#include "engine/runtime/generator.h"
+#include "tests/random_model.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace quill;
+
+TEST_CASE("GenerationParams::validate names -n, or max_tokens for a batch request, and checks the sampling first",
+          "[policy]") {
+    GenerationParams p;
+    for (int n : {-1, 0, 7}) {
+        p.max_tokens = n;
+        CHECK_NOTHROW(p.validate());
+        CHECK_NOTHROW(p.validate(true));
+    }
+    p.max_tokens = -2;
+    CHECK_THROWS_WITH(p.validate(), "-n -2 is out of range: expected >= -1");
+    CHECK_THROWS_WITH(p.validate(true), "max_tokens -2 is out of range: expected >= 0");
+    CHECK_THROWS_AS(p.validate(), UsageError);
+    p.sampling.temperature = -1.0f;  // both wrong: the sampling flag is named, as before -n's check
+    CHECK_THROWS_WITH(p.validate(), "--temp -1 is out of range: expected >= 0");
+    CHECK_THROWS_WITH(p.validate(true), "temperature -1 is out of range: expected >= 0");
+}
