@@ -708,15 +708,15 @@ int cmd_bench(BenchCliOptions& o) {
     so.n_slots = o.bench.n_seq;
     auto backend = quill::make_backend(*config, *weights, so, n_ctx);
     const quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
-    const auto* cpu = dynamic_cast<const quill::cpu::CpuBackend*>(backend.get());
+    const quill::BackendInfo info = backend->describe();
     quill::Output out(stdout, "stdout");
     if (o.json) {
         nlohmann::json j = res.to_json();
         j["model"] = desc;
-        j["backend"] = backend->name();
-        if (cpu) {
-            j["threads"] = cpu->n_threads();
-            j["kernels"] = quill::cpu::isa_name(cpu->isa());
+        j["backend"] = info.name;
+        if (info.n_threads > 0) {
+            j["threads"] = info.n_threads;
+            j["kernels"] = info.kernels;
         }
         j["reps"] = o.bench.reps;
         j["n_batch"] = o.bench.n_batch;
@@ -726,9 +726,8 @@ int cmd_bench(BenchCliOptions& o) {
         return 0;
     }
     // A markdown table, as llama-bench prints: mean ± standard deviation over the runs.
-    const std::string backend_col =
-        cpu ? fmt::format("cpu {}", quill::cpu::isa_name(cpu->isa())) : std::string(backend->name());
-    const std::string threads_col = cpu ? std::to_string(cpu->n_threads()) : "-";
+    const std::string backend_col = info.n_threads > 0 ? fmt::format("cpu {}", info.kernels) : info.name;
+    const std::string threads_col = info.n_threads > 0 ? std::to_string(info.n_threads) : "-";
     out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
     const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
     const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU

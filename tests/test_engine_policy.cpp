@@ -29,3 +29,25 @@ TEST_CASE("GenerationParams::validate names -n, or max_tokens for a batch reques
     CHECK_THROWS_WITH(p.validate(), "--temp -1 is out of range: expected >= 0");
     CHECK_THROWS_WITH(p.validate(true), "temperature -1 is out of range: expected >= 0");
 }
+
+TEST_CASE("Backend::describe gives a CPU backend's threads and kernels, and a plain name for the others",
+          "[policy]") {
+    test::TinySpec spec;
+    const auto m = test::make_tiny_model(spec);
+    cpu::CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = 16;
+    const cpu::CpuBackend cpu(m->config, m->weights, o);
+    const BackendInfo c = cpu.describe();
+    CHECK(c.name == "cpu");
+    CHECK(c.n_threads == 2);
+    CHECK(c.kernels == std::string(cpu::isa_name(cpu.isa())));
+    CHECK(c.summary == "cpu backend, 2 threads, " + c.kernels + " kernels");
+
+    const ReferenceBackend ref(m->config, m->weights, ReferenceBackendOptions{16, 1, KvType::f32});
+    const BackendInfo r = ref.describe();
+    CHECK(r.name == "reference");
+    CHECK(r.n_threads == 0);
+    CHECK(r.kernels.empty());
+    CHECK(r.summary == "reference backend");
+}
