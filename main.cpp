@@ -709,6 +709,8 @@ int cmd_bench(BenchCliOptions& o) {
     auto backend = quill::make_backend(*config, *weights, so, n_ctx);
     const quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
     const quill::BackendInfo info = backend->describe();
+    const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
+    const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU
     quill::Output out(stdout, "stdout");
     if (o.json) {
         nlohmann::json j = res.to_json();
@@ -720,36 +722,12 @@ int cmd_bench(BenchCliOptions& o) {
         }
         j["reps"] = o.bench.reps;
         j["n_batch"] = o.bench.n_batch;
-        if (const double copy = backend->copy_bandwidth_gbs(); copy > 0.0) j["copy_gb_per_s"] = copy;
-        if (const double rate = backend->matmul_rate_tflops(); rate > 0.0) j["matmul_tflops"] = rate;
+        if (copy > 0.0) j["copy_gb_per_s"] = copy;
+        if (rate > 0.0) j["matmul_tflops"] = rate;
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         return 0;
     }
-    // A markdown table, as llama-bench prints: mean ± standard deviation over the runs.
-    const std::string backend_col = info.n_threads > 0 ? fmt::format("cpu {}", info.kernels) : info.name;
-    const std::string threads_col = info.n_threads > 0 ? std::to_string(info.n_threads) : "-";
-    out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
-    const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
-    const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU
-    auto median = [](std::vector<double> v) {  // the upper middle of an even count
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-    };
-    for (const quill::BenchTest& t : res.tests) {
-        std::string ts = quill::mean_pm_stddev(t.tokens_per_s);
-        if (!t.tflops.empty()) {
-            const double f = median(t.tflops);
-            ts += rate > 0.0 ? fmt::format(" ({:.2f} TFLOP/s, {:.0f}% of GEMM)", f, 100.0 * f / rate)
-                             : fmt::format(" ({:.2f} TFLOP/s)", f);
-        }
-        if (!t.gb_per_s.empty()) {
-            const double g = median(t.gb_per_s);
-            ts += copy > 0.0 ? fmt::format(" ({:.1f} GB/s, {:.0f}% of copy)", g, 100.0 * g / copy)
-                             : fmt::format(" ({:.1f} GB/s)", g);
-        }
-        out.write(fmt::format("| {} | {} | {} | {} | {} |\n", quill::escape_for_terminal(desc), backend_col,
-                              threads_col, t.name, ts));
-    }
+    out.write(quill::bench_table(res, info, desc, copy, rate));
     out.put("");
     return 0;
 }

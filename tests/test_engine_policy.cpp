@@ -51,3 +51,21 @@ TEST_CASE("Backend::describe gives a CPU backend's threads and kernels, and a pl
     CHECK(r.kernels.empty());
     CHECK(r.summary == "reference backend");
 }
+
+TEST_CASE("bench_table renders a row per test, with the device's fractions where it measured them", "[policy]") {
+    BenchResult res;
+    BenchTest pp{"pp16", 16, 0, 1, {100.0, 200.0}, {}, {1.0, 3.0}};
+    BenchTest tg{"tg4", 0, 4, 1, {10.0}, {20.0}, {}};
+    res.tests = {pp, tg};
+    const std::string header = "| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n";
+
+    const BackendInfo cpu{"cpu", 4, "avx2", "cpu backend, 4 threads, avx2 kernels"};
+    CHECK(bench_table(res, cpu, "m\x1b (q4_0)", 0.0, 0.0) ==
+          header + "| m\\x1b (q4_0) | cpu avx2 | 4 | pp16 | 150.00 ± 70.71 (3.00 TFLOP/s) |\n"
+                   "| m\\x1b (q4_0) | cpu avx2 | 4 | tg4 | 10.00 ± 0.00 (20.0 GB/s) |\n");
+
+    const BackendInfo gpu{"cuda", 0, "", "cuda backend"};
+    CHECK(bench_table(res, gpu, "m", 40.0, 6.0) ==
+          header + "| m | cuda | - | pp16 | 150.00 ± 70.71 (3.00 TFLOP/s, 50% of GEMM) |\n"
+                   "| m | cuda | - | tg4 | 10.00 ± 0.00 (20.0 GB/s, 50% of copy) |\n");
+}
