@@ -327,7 +327,7 @@ int cmd_run(RunOptions& o) {
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
     if (o.raw) {
-        prompt = tok->encode(text, true, false);
+        prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
         warn_if_lossy(*tok, text, prompt);
     } else {
         const std::vector<int32_t> plain = tok->encode(text, false, false);
@@ -339,7 +339,7 @@ int cmd_run(RunOptions& o) {
                                          plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
-        prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true, &quill::signals::stop_flag());
+        prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag());
     }
     quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
 
@@ -512,14 +512,11 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
     }
     return [tok, format, format_error, raw = o.raw, system = o.system](const quill::batch::BatchRequest& r) {
         const bool raw_prompt = r.prompt && (raw || r.endpoint == quill::batch::Endpoint::completions);
-        if (raw_prompt) return tok->encode(*r.prompt, true, false);
+        if (raw_prompt) return quill::chat::prompt_tokens(*tok, nullptr, *r.prompt, system);
         if (!*format) throw UsageError(*format_error);
+        if (!r.messages) return quill::chat::prompt_tokens(*tok, &**format, *r.prompt, system);
         nlohmann::json messages = nlohmann::json::array();
-        if (r.messages) {
-            for (const auto& m : *r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
-        } else {
-            messages = quill::chat::one_turn(system, *r.prompt);
-        }
+        for (const auto& m : *r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
         return (*format)->tokenize(*tok, messages, true);
     };
 }

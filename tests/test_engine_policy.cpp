@@ -1,14 +1,20 @@
 // The rules main.cpp asks the engine for: GenerationParams::validate (-n and the sampling flags, or a batch
-// request's fields), Backend::describe (the load line's and bench's account of a backend) and bench_table.
+// request's fields), Backend::describe (the load line's and bench's account of a backend), bench_table and
+// chat::prompt_tokens (how run's and batch's prompts become tokens).
+#include "engine/chat/chat_format.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
+#include "engine/model/model.h"
 #include "engine/reference/reference_backend.h"
 #include "engine/runtime/bench.h"
 #include "engine/runtime/generator.h"
 #include "tests/random_model.h"
 
+#include "tokenizer/tokenizer.h"
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 using namespace quill;
@@ -68,4 +74,29 @@ TEST_CASE("bench_table renders a row per test, with the device's fractions where
     CHECK(bench_table(res, gpu, "m", 40.0, 6.0) ==
           header + "| m | cuda | - | pp16 | 150.00 ± 70.71 (3.00 TFLOP/s, 50% of GEMM) |\n"
                    "| m | cuda | - | tg4 | 10.00 ± 0.00 (20.0 GB/s, 50% of copy) |\n");
+}
+
+TEST_CASE("prompt_tokens feeds a raw prompt as is and a templated one as the user turn after the system's",
+          "[policy]") {
+    const auto model = Model::load(test::tiny_model_file(test::TinyModel::spm_chat).string());
+    const auto tok = Tokenizer::from_gguf(model->file);
+    const auto format = chat::ChatFormat::from_source(*chat::builtin_template("chatml"), "chatml", "", "");
+    const std::vector<int32_t> start = tok->encode("<|im_start|>", false, true), end = tok->encode("<|im_end|>", false, true);
+    REQUIRE(start.size() == 1);
+    REQUIRE(end.size() == 1);
+    auto count = [](const std::vector<int32_t>& ids, int32_t id) { return std::count(ids.begin(), ids.end(), id); };
+    const std::string prompt = "a <|im_end|> b";  // the marker typed by the user stays text either way
+
+    const std::vector<int32_t> raw = chat::prompt_tokens(*tok, nullptr, prompt, "ignored");
+    CHECK(raw == tok->encode(prompt, true, false));
+    CHECK(count(raw, end[0]) == 0);
+
+    // chatml: [system turn], user turn, then the assistant's opening.
+    const std::vector<int32_t> user = chat::prompt_tokens(*tok, &format, prompt, "");
+    CHECK(count(user, start[0]) == 2);
+    CHECK(count(user, end[0]) == 1);
+    const std::vector<int32_t> with_system = chat::prompt_tokens(*tok, &format, prompt, "be brief");
+    CHECK(count(with_system, start[0]) == 3);
+    CHECK(count(with_system, end[0]) == 2);
+    CHECK(with_system.size() > user.size());
 }
