@@ -311,8 +311,11 @@ int cmd_run(RunOptions& o) {
     const std::string text = o.raw ? std::move(*given) : without_final_newline(std::move(*given));
     if (text.empty()) throw UsageError("the prompt is empty: give text with -p, an argument, -f or on stdin");
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
-    o.sampling.validate();
-    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    gp.validate();
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
@@ -324,7 +327,7 @@ int cmd_run(RunOptions& o) {
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
     if (o.raw) {
-        prompt = tok->encode(text, true, false);
+        prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
         warn_if_lossy(*tok, text, prompt);
     } else {
         const std::vector<int32_t> plain = tok->encode(text, false, false);
@@ -336,12 +339,8 @@ int cmd_run(RunOptions& o) {
                                          plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
-        prompt = format.tokenize(*tok, quill::chat::one_turn(o.system, text), true, &quill::signals::stop_flag());
+        prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag());
     }
-    quill::GenerationParams gp;
-    gp.max_tokens = o.n_predict;
-    gp.stop = o.stop;
-    gp.sampling = o.sampling;
     quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
 
     // Text streams to stdout as it comes; a failed write (a full disk, a closed pipe) stops the generation at once.
@@ -438,17 +437,16 @@ struct ChatCliOptions {
 
 int cmd_chat(ChatCliOptions& o) {
     o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
-    o.sampling.validate();
-    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     auto session = quill::Session::open(session_options(o.model, o.engine));
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
-    quill::GenerationParams gp;
-    gp.max_tokens = o.n_predict;
-    gp.stop = o.stop;
-    gp.sampling = o.sampling;
     quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
     conv.set_system(o.system);
 
@@ -514,14 +512,11 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
     }
     return [tok, format, format_error, raw = o.raw, system = o.system](const quill::batch::BatchRequest& r) {
         const bool raw_prompt = r.prompt && (raw || r.endpoint == quill::batch::Endpoint::completions);
-        if (raw_prompt) return tok->encode(*r.prompt, true, false);
+        if (raw_prompt) return quill::chat::prompt_tokens(*tok, nullptr, *r.prompt, system);
         if (!*format) throw UsageError(*format_error);
+        if (!r.messages) return quill::chat::prompt_tokens(*tok, &**format, *r.prompt, system);
         nlohmann::json messages = nlohmann::json::array();
-        if (r.messages) {
-            for (const auto& m : *r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
-        } else {
-            messages = quill::chat::one_turn(system, *r.prompt);
-        }
+        for (const auto& m : *r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
         return (*format)->tokenize(*tok, messages, true);
     };
 }
@@ -598,8 +593,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.sampling = o.sampling;
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
-    ro.defaults.sampling.validate();
-    if (o.n_predict < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", o.n_predict));
+    ro.defaults.validate();
     // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");
@@ -711,49 +705,26 @@ int cmd_bench(BenchCliOptions& o) {
     so.n_slots = o.bench.n_seq;
     auto backend = quill::make_backend(*config, *weights, so, n_ctx);
     const quill::BenchResult res = quill::run_bench(*backend, *weights, o.bench);
-    const auto* cpu = dynamic_cast<const quill::cpu::CpuBackend*>(backend.get());
+    const quill::BackendInfo info = backend->describe();
+    const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
+    const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU
     quill::Output out(stdout, "stdout");
     if (o.json) {
         nlohmann::json j = res.to_json();
         j["model"] = desc;
-        j["backend"] = backend->name();
-        if (cpu) {
-            j["threads"] = cpu->n_threads();
-            j["kernels"] = quill::cpu::isa_name(cpu->isa());
+        j["backend"] = info.name;
+        if (info.n_threads > 0) {
+            j["threads"] = info.n_threads;
+            j["kernels"] = info.kernels;
         }
         j["reps"] = o.bench.reps;
         j["n_batch"] = o.bench.n_batch;
-        if (const double copy = backend->copy_bandwidth_gbs(); copy > 0.0) j["copy_gb_per_s"] = copy;
-        if (const double rate = backend->matmul_rate_tflops(); rate > 0.0) j["matmul_tflops"] = rate;
+        if (copy > 0.0) j["copy_gb_per_s"] = copy;
+        if (rate > 0.0) j["matmul_tflops"] = rate;
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         return 0;
     }
-    // A markdown table, as llama-bench prints: mean ± standard deviation over the runs.
-    const std::string backend_col =
-        cpu ? fmt::format("cpu {}", quill::cpu::isa_name(cpu->isa())) : std::string(backend->name());
-    const std::string threads_col = cpu ? std::to_string(cpu->n_threads()) : "-";
-    out.write("| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n");
-    const double copy = backend->copy_bandwidth_gbs();  // a GPU's measured bandwidth, 0 on the CPU
-    const double rate = backend->matmul_rate_tflops();  // a GPU's measured GEMM rate, 0 on the CPU
-    auto median = [](std::vector<double> v) {  // the upper middle of an even count
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-    };
-    for (const quill::BenchTest& t : res.tests) {
-        std::string ts = quill::mean_pm_stddev(t.tokens_per_s);
-        if (!t.tflops.empty()) {
-            const double f = median(t.tflops);
-            ts += rate > 0.0 ? fmt::format(" ({:.2f} TFLOP/s, {:.0f}% of GEMM)", f, 100.0 * f / rate)
-                             : fmt::format(" ({:.2f} TFLOP/s)", f);
-        }
-        if (!t.gb_per_s.empty()) {
-            const double g = median(t.gb_per_s);
-            ts += copy > 0.0 ? fmt::format(" ({:.1f} GB/s, {:.0f}% of copy)", g, 100.0 * g / copy)
-                             : fmt::format(" ({:.1f} GB/s)", g);
-        }
-        out.write(fmt::format("| {} | {} | {} | {} | {} |\n", quill::escape_for_terminal(desc), backend_col,
-                              threads_col, t.name, ts));
-    }
+    out.write(quill::bench_table(res, info, desc, copy, rate));
     out.put("");
     return 0;
 }

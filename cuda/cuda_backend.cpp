@@ -5,6 +5,7 @@
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "engine/error.h"
+#include "engine/io/escape.h"
 #include "engine/io/output.h"
 #include "engine/runtime/sampler.h"
 
@@ -565,6 +566,12 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
             d.gemm.reset();
         }
     }
+}
+
+BackendInfo CudaBackend::describe() const {
+    return {std::string(name()), 0, "",
+            fmt::format("cuda backend, {}: {}; prefill GEMM {}{}", escape_for_terminal(plan_.device), plan_.describe(),
+                        gemm_mode_name(gemm_mode()), gemm_unavailable().empty() ? "" : " (" + gemm_unavailable() + ")")};
 }
 
 GemmMode CudaBackend::gemm_mode() const { return impl_->gemm_mode; }

@@ -108,6 +108,8 @@ public:
     std::string_view name() const override { return "cuda"; }
     const ModelConfig& config() const override { return config_; }
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
+    // The device, the memory plan and the prefill's GEMM mode (and why cuBLAS is off, when it is).
+    BackendInfo describe() const override;
     void forward(const Batch& batch, std::span<float> logits) override;
     // Rows whose samplers are all plain greedy (Sampler::plain_greedy) are picked on the device, and only their ids
     // come back. Otherwise, when every sampler bounds the candidates it needs (Sampler::top_needed), the device

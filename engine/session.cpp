@@ -255,23 +255,10 @@ std::string describe_cuda() {
 #endif
 }
 
-std::string describe_backend(const Backend& backend) {
-    if (const auto* cpu = dynamic_cast<const cpu::CpuBackend*>(&backend))
-        return fmt::format("{} backend, {} threads, {} kernels", cpu->name(), cpu->n_threads(),
-                           cpu::isa_name(cpu->isa()));
-#ifdef QUILL_HAVE_CUDA
-    if (const auto* gpu = dynamic_cast<const cuda::CudaBackend*>(&backend))
-        return fmt::format("cuda backend, {}: {}; prefill GEMM {}{}", escape_for_terminal(gpu->plan().device),
-                           gpu->plan().describe(), cuda::gemm_mode_name(gpu->gemm_mode()),
-                           gpu->gemm_unavailable().empty() ? "" : " (" + gpu->gemm_unavailable() + ")");
-#endif
-    return fmt::format("{} backend", backend.name());
-}
-
 std::string Session::load_line() const {
     return fmt::format("quill: {} ({:.1f} MiB) loaded in {:.0f} ms; {}; context {}",
                        escape_line(model->config.name, 200),
-                       model->weight_bytes() / 1048576.0, load_ms, describe_backend(*backend), n_ctx);
+                       model->weight_bytes() / 1048576.0, load_ms, backend->describe().summary, n_ctx);
 }
 
 }  // namespace quill

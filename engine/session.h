@@ -88,7 +88,4 @@ struct Session {
 // capability 9.0, 79.1 GiB)"; asks the driver, never fails.
 std::string describe_cuda();
 
-// "cpu, 2 threads, avx2 kernels" for a CPU backend; the backend's name otherwise.
-std::string describe_backend(const Backend& backend);
-
 }  // namespace quill

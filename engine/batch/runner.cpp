@@ -22,8 +22,7 @@ GenerationParams request_params(const RunnerOptions& options, const RequestOverr
     if (o.top_k) s.top_k = *o.top_k;
     if (o.stop) p.stop = *o.stop;
     s.seed = o.seed ? *o.seed : options.seed ? *options.seed : random_seed;
-    s.validate(true);  // the defaults passed already (the command line's flags): only a request's field can fail
-    if (p.max_tokens < -1) throw UsageError(fmt::format("max_tokens {} is out of range: expected >= 0", p.max_tokens));
+    p.validate(true);  // the defaults passed already (the command line's flags): only a request's field can fail
     return p;
 }
 

@@ -164,4 +164,10 @@ nlohmann::json one_turn(const std::string& system, const std::string& user) {
     return messages;
 }
 
+std::vector<int32_t> prompt_tokens(const Tokenizer& tok, const ChatFormat* format, const std::string& prompt,
+                                   const std::string& system, const std::atomic<bool>* cancel) {
+    if (!format) return tok.encode(prompt, true, false);
+    return format->tokenize(tok, one_turn(system, prompt), true, cancel);
+}
+
 }  // namespace quill::chat

@@ -81,4 +81,10 @@ nlohmann::json parse_messages(const std::string& json_text, const std::string& w
 // The single-message conversation of `quill run`: [{system}], {user}.
 nlohmann::json one_turn(const std::string& system, const std::string& user);
 
+// How one prompt of `run` or `batch` becomes tokens: with no format (--raw, an OpenAI completions prompt) its bytes
+// as they are, BOS added as the vocabulary wants and special-token text kept as text; else the user message of
+// `format`, after `system` when that is not empty, with the generation prompt. `cancel` as for render().
+std::vector<int32_t> prompt_tokens(const Tokenizer& tok, const ChatFormat* format, const std::string& prompt,
+                                   const std::string& system, const std::atomic<bool>* cancel = nullptr);
+
 }  // namespace quill::chat

@@ -362,6 +362,11 @@ size_t CpuBackend::kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t 
            (kv == KvType::f16 ? 2 : 4);
 }
 
+BackendInfo CpuBackend::describe() const {
+    return {std::string(name()), n_threads(), std::string(isa_name(isa_)),
+            fmt::format("{} backend, {} threads, {} kernels", name(), n_threads(), isa_name(isa_))};
+}
+
 int64_t CpuBackend::max_rewind() const {
     return ring_ > 0 ? ring_ - config_.sliding_window : std::numeric_limits<int64_t>::max();
 }

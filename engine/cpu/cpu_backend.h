@@ -45,6 +45,8 @@ public:
     std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
     const ModelConfig& config() const override { return config_; }
     const KvCacheShape& kv_shape() const override { return kv_shape_; }
+    // The threads and the kernels' instruction set.
+    BackendInfo describe() const override;
     void forward(const Batch& batch, std::span<float> logits) override;
     void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                         std::span<int32_t> tokens) override;

@@ -8,6 +8,10 @@
 
 namespace quill {
 
+BackendInfo Backend::describe() const {
+    return {std::string(name()), 0, "", fmt::format("{} backend", name())};
+}
+
 int Batch::n_logits() const {
     return static_cast<int>(std::count_if(tokens.begin(), tokens.end(), [](const BatchToken& t) { return t.logits; }));
 }

@@ -58,6 +58,14 @@ struct KvCacheShape {
     }
 };
 
+// What a backend is, as the load line and `quill bench` state it.
+struct BackendInfo {
+    std::string name;     // Backend::name()
+    int n_threads = 0;    // a CPU backend's worker threads; 0 for the others
+    std::string kernels;  // a CPU backend's instruction set ("avx2"); empty for the others
+    std::string summary;  // the load line's phrase: "cpu backend, 8 threads, avx2 kernels", "reference backend"
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -65,6 +73,8 @@ public:
     virtual std::string_view name() const = 0;  // "cpu", "cpu-reference", "reference", "cuda"
     virtual const ModelConfig& config() const = 0;
     virtual const KvCacheShape& kv_shape() const = 0;
+    // Here: the name, no threads or kernels, "<name> backend".
+    virtual BackendInfo describe() const;
 
     // Runs the model over the batch. Each token's K and V are stored at (slot, pos) before attention, and each
     // token attends to positions 0..pos of its slot, so positions below pos must already be filled (by this batch

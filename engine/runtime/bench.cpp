@@ -1,6 +1,7 @@
 #include "engine/runtime/bench.h"
 
 #include "engine/error.h"
+#include "engine/io/escape.h"
 
 #include <algorithm>
 #include <chrono>
@@ -149,6 +150,33 @@ BenchResult run_bench(Backend& backend, const Weights& weights, const BenchOptio
 std::string mean_pm_stddev(const std::vector<double>& v) {
     const Summary s = summarize(v);
     return fmt::format("{:.2f} ± {:.2f}", s.mean, s.stddev);
+}
+
+std::string bench_table(const BenchResult& result, const BackendInfo& backend, std::string_view model,
+                        double copy_gb_per_s, double matmul_tflops) {
+    const std::string backend_col = backend.n_threads > 0 ? fmt::format("cpu {}", backend.kernels) : backend.name;
+    const std::string threads_col = backend.n_threads > 0 ? std::to_string(backend.n_threads) : "-";
+    std::string table = "| model | backend | threads | test | t/s |\n| --- | --- | ---: | ---: | ---: |\n";
+    auto median = [](std::vector<double> v) {  // the upper middle of an even count
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    for (const BenchTest& t : result.tests) {
+        std::string ts = mean_pm_stddev(t.tokens_per_s);
+        if (!t.tflops.empty()) {
+            const double f = median(t.tflops);
+            ts += matmul_tflops > 0.0 ? fmt::format(" ({:.2f} TFLOP/s, {:.0f}% of GEMM)", f, 100.0 * f / matmul_tflops)
+                                      : fmt::format(" ({:.2f} TFLOP/s)", f);
+        }
+        if (!t.gb_per_s.empty()) {
+            const double g = median(t.gb_per_s);
+            ts += copy_gb_per_s > 0.0 ? fmt::format(" ({:.1f} GB/s, {:.0f}% of copy)", g, 100.0 * g / copy_gb_per_s)
+                                      : fmt::format(" ({:.1f} GB/s)", g);
+        }
+        table += fmt::format("| {} | {} | {} | {} | {} |\n", escape_for_terminal(model), backend_col, threads_col,
+                             t.name, ts);
+    }
+    return table;
 }
 
 nlohmann::json BenchResult::to_json() const {

@@ -8,6 +8,14 @@
 
 namespace quill {
 
+void GenerationParams::validate(bool request_fields) const {
+    sampling.validate(request_fields);
+    if (max_tokens < -1)
+        throw UsageError(request_fields
+                             ? fmt::format("max_tokens {} is out of range: expected >= 0", max_tokens)
+                             : fmt::format("-n {} is out of range: expected >= -1", max_tokens));
+}
+
 std::string_view finish_reason_name(FinishReason r) {
     switch (r) {
         case FinishReason::none: return "none";
@@ -72,7 +80,7 @@ Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const 
     if (static_cast<int64_t>(prompt_.size()) > n_ctx)
         throw UsageError(fmt::format("the prompt is {} tokens, longer than the context of {} (raise -c)",
                                      prompt_.size(), n_ctx));
-    if (params.max_tokens < -1) throw UsageError(fmt::format("-n {} is out of range: expected >= -1", params.max_tokens));
+    params.validate();
     for (int32_t t : prompt_) sampler_.accept(t);
     if (params.max_tokens == 0) reason_ = FinishReason::length;
 }

@@ -29,6 +29,10 @@ struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
     std::vector<std::string> stop;
     SamplingParams sampling;
+
+    // The sampling values, then max_tokens (-1 or more): UsageError naming the flag (-n), or with request_fields the
+    // field of a batch request (max_tokens), as SamplingParams::validate does.
+    void validate(bool request_fields = false) const;
 };
 
 // Holds back text that may be the start of a stop string; cuts at the first complete one.
