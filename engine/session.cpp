@@ -71,7 +71,7 @@ int64_t largest_context(const ModelConfig& c, KvType kv, int64_t n_slots, size_t
     int64_t lo = 0, hi = most;  // the cache grows with the context: bisect
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo + 1) / 2;
-        if (cpu::CpuBackend::kv_cache_bytes(c, kv, mid, n_slots) <= budget) {
+        if (cpu::kv_cache_bytes(c, kv, mid, n_slots) <= budget) {
             lo = mid;
         } else {
             hi = mid - 1;
@@ -83,7 +83,7 @@ int64_t largest_context(const ModelConfig& c, KvType kv, int64_t n_slots, size_t
 
 void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t n_slots) {
     if (n_ctx <= 0) return;
-    const size_t bytes = cpu::CpuBackend::kv_cache_bytes(c, kv, n_ctx, n_slots);
+    const size_t bytes = cpu::kv_cache_bytes(c, kv, n_ctx, n_slots);
     const size_t available = available_memory();
     if (bytes <= available) return;
     const std::string slots = n_slots > 1 ? fmt::format(" for {} sequences", n_slots) : "";
@@ -231,7 +231,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
         encode_time = std::chrono::steady_clock::now() - asked;  // (not loading: left out of load_ms)
         const int64_t want = std::min((need + 7) / 8 * 8, c.n_ctx_train);
         if (need > 0 && want > 0 &&
-            cpu::CpuBackend::kv_cache_bytes(c, o.kv_type, want, o.n_slots) <= available_memory() / 4) {
+            cpu::kv_cache_bytes(c, o.kv_type, want, o.n_slots) <= available_memory() / 4) {
             opts.ctx = want;
             opts.kv_huge_pages = true;
             s->context_fitted = true;

@@ -427,13 +427,13 @@ TEST_CASE("past the rings, a model with sliding-window layers adds cache only fo
     const ModelConfig& c = model->config;
     REQUIRE(c.layer_is_local(0));
     REQUIRE_FALSE(c.layer_is_local(5));
-    const int64_t ring = CpuBackend::window_ring_for(c, KvType::f16, 1 << 20);
+    const int64_t ring = cpu::window_ring_for(c, KvType::f16, 1 << 20);
     REQUIRE(ring >= 8 + 512);
     const auto row = static_cast<size_t>(2 * c.n_embd_kv() * 2);  // K and V, f16
     // Within the ring every layer keeps every position; past it only the global layer grows.
-    CHECK(CpuBackend::window_ring_for(c, KvType::f16, ring) == 0);
-    CHECK(CpuBackend::kv_cache_bytes(c, KvType::f16, ring, 1) == 7 * ring * row);
-    CHECK(CpuBackend::kv_cache_bytes(c, KvType::f16, 100000, 3) == 3 * (6 * ring + 100000) * row);
+    CHECK(cpu::window_ring_for(c, KvType::f16, ring) == 0);
+    CHECK(cpu::kv_cache_bytes(c, KvType::f16, ring, 1) == 7 * ring * row);
+    CHECK(cpu::kv_cache_bytes(c, KvType::f16, 100000, 3) == 3 * (6 * ring + 100000) * row);
     CpuBackendOptions o;
     o.n_ctx = 100000;
     CpuBackend b(c, model->weights, o);

@@ -6,12 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -66,100 +64,17 @@ bool all_finite(const float* x, int64_t n) {
 
 }  // namespace
 
-CpuBackend::CacheMemory::CacheMemory(size_t bytes, bool huge_pages) : n(std::max<size_t>(bytes, 1)) {
-    p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        p = nullptr;
-        throw Error(fmt::format("cannot allocate a {:.1f} MiB KV cache: {}", n / 1048576.0, std::strerror(errno)));
-    }
-#ifdef MADV_HUGEPAGE
-    if (huge_pages) huge = madvise(p, n, MADV_HUGEPAGE) == 0;  // (a kernel without THP refuses: 4 KiB pages then)
-#else
-    (void)huge_pages;
-#endif
-}
-
-CpuBackend::CacheMemory::~CacheMemory() {
-    if (p) munmap(p, n);
-}
-
-namespace {
-// With sliding-window rings, the positions of one sequence in one forward part span fewer than this many
-// (forward() splits larger batches): a ring keeps window + kRingChunk + a key block's slack.
-constexpr int64_t kRingChunk = 512;
-}  // namespace
-
-CpuBackend::RingMemory::RingMemory(size_t n_rings, size_t ring_bytes) : span(2 * n_rings * ring_bytes) {
-    auto fail = [&](const char* what) {
-        const int err = errno;
-        release();
-        throw Error(fmt::format("cannot allocate the sliding-window KV cache ({:.1f} MiB): {}: {}",
-                                n_rings * ring_bytes / 1048576.0, what, std::strerror(err)));
-    };
-    fd = memfd_create("quill-kv-window", MFD_CLOEXEC);
-    if (fd < 0) fail("memfd_create");
-    if (ftruncate(fd, static_cast<off_t>(n_rings * ring_bytes)) != 0) fail("ftruncate");
-    base = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
-        base = nullptr;
-        fail("mmap");
-    }
-    for (size_t i = 0; i < n_rings; ++i) {
-        for (size_t half = 0; half < 2; ++half) {
-            void* at = static_cast<uint8_t*>(base) + (2 * i + half) * ring_bytes;
-            if (mmap(at, ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-                     static_cast<off_t>(i * ring_bytes)) == MAP_FAILED)
-                fail("mmap");
-        }
-    }
-}
-
-void CpuBackend::RingMemory::release() {
-    if (base) munmap(base, span);
-    if (fd >= 0) close(fd);
-    base = nullptr;
-    fd = -1;
-}
-
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const CpuBackendOptions& options)
     : config_(config),
       weights_(weights),
-      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
       reference_(options.reference),
       isa_(options.isa.value_or(best_isa())),
       pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
       kv_ops_(kv_ops(isa_, options.reference)),
-      kv_k_(static_cast<size_t>(kv_shape_.n_layer * kv_shape_.n_slots * ctx8()) * kv_shape_.row_elems() *
-            kv_shape_.elem_size(), options.kv_huge_pages),
-      kv_v_(kv_shape_.bytes() / 2, options.kv_huge_pages) {
-    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
-    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+      kv_(config,
+          {config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
+          options.window_cache, options.kv_huge_pages, pool_) {
     check_weights(weights);
-    // A context fitted to the requests (kv_huge_pages) fills: its pages are faulted in here, by all the threads at
-    // once, instead of one at a time by the first prompt's K and V stores on one thread (a page's first touch is
-    // slow in a VM, and the first prompt's forward would pay for every page of the cache).
-    if (options.kv_huge_pages) {
-        for (const CacheMemory* m : {&kv_k_, &kv_v_}) {
-            // a 2 MiB page at a time, claimed in turn (run_claimed: one thread's pages can come slower)
-            constexpr int64_t kPage = int64_t{2} << 20;
-            run_claimed(pool_, (static_cast<int64_t>(m->n) + kPage - 1) / kPage, 1, [&](int64_t p0, int64_t p1) {
-                auto* bytes = static_cast<volatile char*>(m->p);
-                for (int64_t i = p0 * kPage; i < std::min(p1 * kPage, static_cast<int64_t>(m->n)); i += 4096)
-                    bytes[i] = 0;
-            });
-        }
-    }
-    local_index_.assign(static_cast<size_t>(config.n_layer), -1);
-    kv_alias_.resize(static_cast<size_t>(options.n_slots));
-    if (options.window_cache) ring_ = window_ring_for(config, options.kv_type, options.n_ctx);
-    if (ring_ > 0) {
-        int64_t n_local = 0;
-        for (int64_t l = 0; l < config.n_layer; ++l)
-            if (config.layer_is_local(l)) local_index_[l] = n_local++;
-        const size_t row_bytes = kv_shape_.row_elems() * kv_shape_.elem_size();
-        rings_ = std::make_unique<RingMemory>(static_cast<size_t>(2 * n_local * kv_shape_.n_slots),
-                                              static_cast<size_t>(ring_) * row_bytes);
-    }
     if (!reference_) pack_weights();
     rope_inv_freq_ = weights.rope_inv_freq(config, false);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
@@ -258,7 +173,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     proj_.resize(n * c.n_embd);
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
-    attn_scratch_.resize(static_cast<size_t>(pool_.size()) * attend_scratch_floats(static_cast<int>(kv_shape_.n_ctx)));
+    attn_scratch_.resize(static_cast<size_t>(pool_.size()) * attend_scratch_floats(static_cast<int>(kv_.shape().n_ctx)));
 }
 
 void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in,
@@ -336,101 +251,13 @@ bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix
     return int8;
 }
 
-uint8_t* CpuBackend::ring(int64_t layer, int64_t slot, int kind) const {
-    const auto ring_bytes = static_cast<size_t>(ring_) * kv_shape_.row_elems() * kv_shape_.elem_size();
-    const auto i = static_cast<size_t>((local_index_[layer] * kv_shape_.n_slots + slot) * 2 + kind);
-    return static_cast<uint8_t*>(rings_->base) + 2 * i * ring_bytes;
-}
-
-int64_t CpuBackend::window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
-    int64_t n_local = 0;
-    for (int64_t l = 0; l < config.n_layer; ++l) n_local += config.layer_is_local(l) ? 1 : 0;
-    if (n_local == 0) return 0;
-    // Whole key blocks of 64 positions and whole pages per ring.
-    const int64_t row_bytes = config.n_head_kv * config.head_dim * (kv == KvType::f16 ? 2 : 4);
-    const auto page = static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-    const int64_t step = std::lcm<int64_t>(64, page / std::gcd(row_bytes, page));
-    const int64_t ring = (config.sliding_window + kRingChunk + 64 + step - 1) / step * step;
-    return ring < (n_ctx + 7) / 8 * 8 ? ring : 0;
-}
-
-size_t CpuBackend::kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots) {
-    const int64_t ring = window_ring_for(config, kv, n_ctx);
-    int64_t positions = 0;  // per slot, over the layers
-    for (int64_t l = 0; l < config.n_layer; ++l) positions += ring > 0 && config.layer_is_local(l) ? ring : n_ctx;
-    return 2 * static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_head_kv * config.head_dim) *
-           (kv == KvType::f16 ? 2 : 4);
-}
-
 BackendInfo CpuBackend::describe() const {
     return {std::string(name()), n_threads(), std::string(isa_name(isa_)),
             fmt::format("{} backend, {} threads, {} kernels", name(), n_threads(), isa_name(isa_))};
 }
 
 int64_t CpuBackend::max_rewind() const {
-    return ring_ > 0 ? ring_ - config_.sliding_window : std::numeric_limits<int64_t>::max();
-}
-
-// Whole key blocks and runs of V rows where they can, position by position in a partial key block at either end
-// of the range (the block's other positions keep dst's values). A ring holds the last ring_ positions written, so
-// older ones of the range are neither in src nor needed in dst (a sequence attends to a window of them).
-void CpuBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
-    check_copy(kv_shape_, src, dst, begin, end);
-    // dst then holds src's values at [0, end) where it held them (or those of the slot src reads from) below begin:
-    // it reads from where src reads, one copy for every slot that took this prefix.
-    const KvAlias before = kv_alias_[static_cast<size_t>(dst)], via = kv_alias_[static_cast<size_t>(src)];
-    const int32_t root = via.n >= end ? via.src : src;
-    kv_written(dst, begin);
-    if (end > begin && (begin == 0 || (before.n >= begin && (before.src == src || before.src == root))))
-        kv_alias_[static_cast<size_t>(dst)] = {root, end};
-    const size_t es = kv_shape_.elem_size();
-    const auto n = static_cast<int64_t>(kv_shape_.row_elems());
-    const size_t row_bytes = static_cast<size_t>(n) * es;
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
-        const bool in_ring = local_index_[l] >= 0;
-        const int64_t first = in_ring ? std::max(begin, end - ring_) : begin;
-        const uint8_t* ks = k_cache(l, src);
-        uint8_t* kd = k_cache(l, dst);
-        for (int64_t p = first; p < end;) {
-            const int64_t row = in_ring ? p % ring_ : p;  // ring_ is a multiple of 64: a key block never wraps
-            if (row % 8 == 0 && p + 8 <= end) {
-                const size_t off = k_cache_offset(row, 0, n) * es;
-                std::memcpy(kd + off, ks + off, 8 * row_bytes);
-                p += 8;
-                continue;
-            }
-            for (int64_t e = 0; e < n; ++e) {
-                const size_t off = k_cache_offset(row, e, n) * es;
-                std::memcpy(kd + off, ks + off, es);
-            }
-            ++p;
-        }
-        if (in_ring) {
-            for (int64_t p = first; p < end; ++p) std::memcpy(v_cache(l, dst, p), v_cache(l, src, p), row_bytes);
-        } else if (end > first) {
-            std::memcpy(v_cache(l, dst, first), v_cache(l, src, first), static_cast<size_t>(end - first) * row_bytes);
-        }
-    }
-}
-
-void CpuBackend::kv_written(int32_t slot, int64_t begin) {
-    for (size_t s = 0; s < kv_alias_.size(); ++s) {
-        KvAlias& a = kv_alias_[s];
-        if ((static_cast<int32_t>(s) == slot || a.src == slot) && a.n > begin) a.n = begin;
-        if (a.n == 0) a.src = -1;
-    }
-}
-
-uint8_t* CpuBackend::k_cache(int64_t layer, int64_t slot) {
-    if (local_index_[layer] >= 0) return ring(layer, slot, 0);
-    const size_t elems = static_cast<size_t>((layer * kv_shape_.n_slots + slot) * ctx8()) * kv_shape_.row_elems();
-    return static_cast<uint8_t*>(kv_k_.p) + elems * kv_shape_.elem_size();
-}
-
-uint8_t* CpuBackend::v_cache(int64_t layer, int64_t slot, int64_t pos) {
-    if (local_index_[layer] >= 0)
-        return ring(layer, slot, 1) + static_cast<size_t>(pos % ring_) * kv_shape_.row_elems() * kv_shape_.elem_size();
-    return static_cast<uint8_t*>(kv_v_.p) + kv_shape_.offset(layer, slot, pos) * kv_shape_.elem_size();
+    return kv_.ring() > 0 ? kv_.ring() - config_.sliding_window : std::numeric_limits<int64_t>::max();
 }
 
 namespace {
@@ -440,7 +267,7 @@ constexpr const char* kNonFiniteLogits =
 }  // namespace
 
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
-    check_batch(batch, config_, kv_shape_, logits);
+    check_batch(batch, config_, kv_.shape(), logits);
     forward_logits(batch, logits);
     if (!all_finite(logits.data(), batch.n_logits() * config_.n_vocab)) throw Error(kNonFiniteLogits);
 }
@@ -460,7 +287,7 @@ void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> sa
                 "forward_sample: {} samplers, room for {} tokens, {} token ids, for {} rows of {}", samplers.size(),
                 tokens.size(), n_token_ids, m, nv);
     greedy_logits_.resize(static_cast<size_t>(m * nv));
-    check_batch(batch, config_, kv_shape_, greedy_logits_);
+    check_batch(batch, config_, kv_.shape(), greedy_logits_);
     forward_logits(batch, greedy_logits_);
     const int parts = pool_.size();
     const bool wide = isa_ >= Isa::avx512 && !avx512_emulated();  // (the one-pass search of greedy_search)
@@ -498,7 +325,7 @@ void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> sa
 }
 
 void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits) {
-    if (ring_ == 0) return forward_part(batch, logits);
+    if (kv_.ring() == 0) return forward_part(batch, logits);
     // Rings keep window + kRingChunk positions: a sequence's tokens go in parts spanning fewer than kRingChunk
     // positions, in increasing order (each part's K and V are all stored before its attention).
     std::unordered_map<int32_t, std::pair<int32_t, int32_t>> seen;  // slot -> (first position in the part, last)
@@ -529,7 +356,7 @@ void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits) {
 
 void CpuBackend::forward_part(const Batch& batch, std::span<float> logits) {
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    for (const BatchToken& t : batch.tokens) kv_written(t.slot, t.pos);  // (before any of the part's attention)
+    for (const BatchToken& t : batch.tokens) kv_.written(t.slot, t.pos);  // (before any of the part's attention)
     n_decode_ = 0;  // the leading decode steps (check_batch: they come first)
     while (n_decode_ < n && batch.tokens[n_decode_].decode) ++n_decode_;
     resize_scratch(n);
@@ -641,12 +468,12 @@ void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
 
 // V as a row at (slot, pos); K scattered into its block of 8 positions (k_cache_offset).
 void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v) {
-    const size_t n = kv_shape_.row_elems();
-    uint8_t* kd = k_cache(layer, t.slot);
-    void* vd = v_cache(layer, t.slot, t.pos);
-    const int64_t row = local_index_[layer] >= 0 ? t.pos % ring_ : t.pos;  // a ring's row
+    const size_t n = kv_.shape().row_elems();
+    uint8_t* kd = kv_.k(layer, t.slot);
+    void* vd = kv_.v(layer, t.slot, t.pos);
+    const int64_t row = kv_.row(layer, t.pos);
     const size_t k0 = k_cache_offset(row, 0, static_cast<int64_t>(n));
-    if (kv_shape_.type == KvType::f32) {
+    if (kv_.shape().type == KvType::f32) {
         std::memcpy(vd, v, n * sizeof(float));
         auto* kf = reinterpret_cast<float*>(kd) + k0;
         for (size_t e = 0; e < n; ++e) kf[8 * e] = k[e];
@@ -672,19 +499,19 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
     const int64_t g = unit / chunks % c.n_head_kv, h0 = g * group + unit % chunks * unit_heads_;
     const int64_t h1 = std::min(h0 + unit_heads_, (g + 1) * group);
     const int64_t slot = batch.tokens[tile.t0].slot;
-    const size_t es = kv_shape_.elem_size();
-    *kv = KvHead{k_cache(layer, slot) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
-                 v_cache(layer, slot, 0) + static_cast<size_t>(g * c.head_dim) * es,
-                 kv_shape_.type,
+    const size_t es = kv_.shape().elem_size();
+    *kv = KvHead{kv_.k(layer, slot) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
+                 kv_.v(layer, slot, 0) + static_cast<size_t>(g * c.head_dim) * es,
+                 kv_.shape().type,
                  static_cast<size_t>(c.n_embd_kv()) * 8,
                  static_cast<size_t>(c.n_embd_kv()),
                  static_cast<int>(c.head_dim),
                  c.attn_scale,
                  {}};
-    const KvAlias& alias = kv_alias_[static_cast<size_t>(slot)];
-    if (alias.n >= 8 && local_index_[layer] < 0)
-        kv->share = KvShare{k_cache(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
-                            v_cache(layer, alias.src, 0) + static_cast<size_t>(g * c.head_dim) * es,
+    const KvCache::Alias& alias = kv_.alias(static_cast<int32_t>(slot));
+    if (alias.n >= 8 && !kv_.in_ring(layer))
+        kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
+                            kv_.v(layer, alias.src, 0) + static_cast<size_t>(g * c.head_dim) * es,
                             static_cast<int>(alias.n / 8 * 8)};
     int m = 0;
     for (int64_t t = tile.t0; t < tile.t1; ++t) {
@@ -695,12 +522,12 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
                                 static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
                                 static_cast<int>(pos)};
     }
-    if (local_index_[layer] >= 0) {
-        // A ring holds the rows' positions [lo, hi] at rows lo % ring_ .. in its doubled mapping: positions go to the
-        // kernels less a multiple of ring_ (and of the key blocks, so that blocks and results are the same).
+    if (kv_.in_ring(layer)) {
+        // A ring holds the rows' positions [lo, hi] at rows lo % ring .. in its doubled mapping: positions go to the
+        // kernels less a multiple of the ring (and of the key blocks, so that blocks and results are the same).
         int lo = rows[0].first;
         for (int i = 1; i < m; ++i) lo = std::min(lo, rows[i].first);
-        const int shift = lo - lo % static_cast<int>(ring_);
+        const int shift = lo - lo % static_cast<int>(kv_.ring());
         for (int i = 0; i < m; ++i) {
             rows[i].first -= shift;
             rows[i].last -= shift;
@@ -809,7 +636,7 @@ void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_
         return;
     }
     last = std::min(last, first + kPrefetchPositions - 1);
-    const size_t es = kv_shape_.elem_size();
+    const size_t es = kv_.shape().elem_size();
     const size_t block = kv.k_block_stride * es, row = kv.v_stride * es;  // 8 positions of K, a position of V
     const auto* k = static_cast<const uint8_t*>(kv.k);
     const auto* v = static_cast<const uint8_t*>(kv.v);
@@ -863,7 +690,7 @@ bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units
         const int64_t u = std::upper_bound(first_job.begin(), first_job.end(), j) - first_job.begin() - 1;
         return {u, static_cast<int>(j - first_job[u])};
     };
-    const size_t es = kv_shape_.elem_size();
+    const size_t es = kv_.shape().elem_size();
     // Job j's lines of K (its key block's groups of 8 positions, this head's share of each) or of V (its rows), in
     // the cache the split form reads that block from (a block wholly below share.positions: the sharing slot's).
     auto prefetch_job = [&](int64_t j, bool k_lines) {

@@ -6,12 +6,12 @@
 
 #include "engine/runtime/backend.h"
 #include "engine/cpu/attention.h"
+#include "engine/cpu/kv_cache.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 
 #include <functional>
-#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -44,7 +44,7 @@ public:
 
     std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
     const ModelConfig& config() const override { return config_; }
-    const KvCacheShape& kv_shape() const override { return kv_shape_; }
+    const KvCacheShape& kv_shape() const override { return kv_.shape(); }
     // The threads and the kernels' instruction set.
     BackendInfo describe() const override;
     void forward(const Batch& batch, std::span<float> logits) override;
@@ -52,25 +52,21 @@ public:
                         std::span<int32_t> tokens) override;
     int64_t max_rewind() const override;
     bool can_copy_kv() const override { return true; }
-    void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
+    void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override { kv_.copy(src, dst, begin, end); }
     // The slot whose cache attention reads slot's positions [0, n) from, as {that slot, n} (copies of one prompt
-    // prefix read from one of them; see kv_alias_), or {-1, 0}.
+    // prefix read from one of them; see KvCache::Alias), or {-1, 0}.
     std::pair<int32_t, int64_t> shared_prefix(int32_t slot) const {
-        const KvAlias& a = kv_alias_.at(static_cast<size_t>(slot));
+        const KvCache::Alias& a = kv_.aliases().at(static_cast<size_t>(slot));
         return {a.src, a.n};
     }
     // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
-    int64_t window_ring() const { return ring_; }
-    // The ring a backend with these settings uses (window_cache on), 0 for none; and the bytes of K and V cache it
-    // holds once every position of every slot is written.
-    static int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx);
-    static size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots);
+    int64_t window_ring() const { return kv_.ring(); }
 
     // True when the K and V caches were advised to use 2 MiB pages (CpuBackendOptions::kv_huge_pages and the
     // kernel took the advice).
-    bool kv_huge_pages() const { return kv_k_.huge && kv_v_.huge; }
+    bool kv_huge_pages() const { return kv_.huge_pages(); }
     // Where the K and V caches are mapped (the tests find them in /proc/self/smaps).
-    std::pair<const void*, const void*> kv_mappings() const { return {kv_k_.p, kv_v_.p}; }
+    std::pair<const void*, const void*> kv_mappings() const { return kv_.mappings(); }
     int n_threads() const { return pool_.size(); }
     Isa isa() const { return isa_; }
     // The matrix the products read for t: the file's rows, or their copy in the packed weights' mapping, and the
@@ -115,14 +111,9 @@ private:
     // xn_ = rms_norm(x_) * w unless w is null, with xn_'s int8 form for `next` as norm() makes it (then true).
     bool residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n);
     static void add_bias(float* x, const std::vector<float>& b, int64_t n);
-    // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
-    uint8_t* k_cache(int64_t layer, int64_t slot);
-    uint8_t* v_cache(int64_t layer, int64_t slot, int64_t pos);
-    int64_t ctx8() const { return (kv_shape_.n_ctx + 7) / 8 * 8; }  // K's positions per slot, whole blocks
 
     const ModelConfig& config_;
     const Weights& weights_;
-    KvCacheShape kv_shape_;
     bool reference_;
     Isa isa_;
     ThreadPool pool_;
@@ -136,52 +127,7 @@ private:
     // The matrices without a packed form copied there (their file bytes), by their data in the file.
     std::unordered_map<const uint8_t*, const uint8_t*> copies_;
 
-    // K and V caches, in anonymous memory that the OS backs only as positions are written, so a long context costs
-    // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8
-    // (rounded up), n_head_kv, head_dim, 8], eight positions innermost (KvHead).
-    // With huge pages (CpuBackendOptions::kv_huge_pages): in 4 KiB pages, each slot and layer a batched decode step's
-    // attention walks is a run of pages, and the hardware prefetchers stop at every page's end.
-    struct CacheMemory {
-        void* p = nullptr;
-        size_t n = 0;
-        bool huge = false;  // madvise(MADV_HUGEPAGE) succeeded
-        CacheMemory(size_t bytes, bool huge_pages);
-        ~CacheMemory();
-        CacheMemory(const CacheMemory&) = delete;
-        CacheMemory& operator=(const CacheMemory&) = delete;
-    };
-    CacheMemory kv_k_, kv_v_;
-
-    // The sliding-window layers' caches when they keep a ring of ring_ positions (a multiple of 64, so that key
-    // blocks never wrap, and of whole pages): position p at row p % ring_, K and V laid out as above. Each ring is
-    // mapped twice, back to back, so that any ring_ consecutive positions read as one contiguous range from the
-    // row of the first (attention_unit hands the kernels positions relative to a multiple of ring_; the local
-    // layers' part of kv_k_ and kv_v_ is then never touched and costs no memory).
-    struct RingMemory {
-        void* base = nullptr;  // [n_rings][2][ring bytes]: both halves map ring i of the memfd
-        size_t span = 0;
-        int fd = -1;
-        RingMemory(size_t n_rings, size_t ring_bytes);
-        ~RingMemory() { release(); }
-        void release();
-        RingMemory(const RingMemory&) = delete;
-        RingMemory& operator=(const RingMemory&) = delete;
-    };
-    int64_t ring_ = 0;
-    std::vector<int64_t> local_index_;  // [n_layer] a ring layer's index among them, -1 for the others
-    std::unique_ptr<RingMemory> rings_;
-    uint8_t* ring(int64_t layer, int64_t slot, int kind) const;  // kind 0: K, 1: V; row 0
-
-    // Slot s's K and V at positions [0, n) hold the values of slot src's (copy_kv made them so, and neither slot has
-    // written below n since): attention reads the whole key vectors (eight positions) below n there (KvShare), so
-    // that the slots that copied one prompt prefix read one copy of it. n = 0: none. Layers with a ring never share.
-    struct KvAlias {
-        int32_t src = -1;
-        int64_t n = 0;
-    };
-    std::vector<KvAlias> kv_alias_;  // [n_slots]
-    // Slot `slot`'s positions from `begin` on are about to change: the aliases of it and to it end there.
-    void kv_written(int32_t slot, int64_t begin);
+    KvCache kv_;
 
     // Scratch for one batch of n tokens.
     Activations act_;
