@@ -7,11 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
-#include <sys/mman.h>
-#include <unistd.h>
+#include <unordered_map>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -20,35 +18,6 @@
 namespace quill::cpu {
 
 namespace {
-
-// The mappings of files in this process (/proc/self/maps: a nonzero inode), read once for all of a model's tensors
-// rather than once a tensor: a model has hundreds of tensors, and each listing is a whole file to read and parse.
-class FileMappings {
-public:
-    FileMappings() {
-        std::FILE* maps = std::fopen("/proc/self/maps", "r");
-        if (maps == nullptr) return;
-        char line[4096];
-        while (std::fgets(line, sizeof line, maps) != nullptr) {
-            unsigned long lo = 0, hi = 0, inode = 0;
-            if (std::sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &inode) == 3 && inode != 0)
-                ranges_.emplace_back(lo, hi);
-        }
-        std::fclose(maps);
-    }
-    // Whether [begin, end) lies in one of them.
-    bool contain(uintptr_t begin, uintptr_t end) const {
-        return std::any_of(ranges_.begin(), ranges_.end(),
-                           [&](const auto& r) { return r.first <= begin && end <= r.second; });
-    }
-
-private:
-    std::vector<std::pair<uintptr_t, uintptr_t>> ranges_;
-};
-
-cpu::WeightMatrix as_matrix(const TensorView& t) {
-    return {t.type, t.data, t.ne[0], t.n_rows(), t.row_bytes()};
-}
 
 // True when every value is finite. Branch-free over the bits (exponent all ones: inf or NaN), so it vectorizes
 // and costs next to nothing beside the matmuls that produced the values.
@@ -75,80 +44,9 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
           {config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
           options.window_cache, options.kv_huge_pages, pool_) {
     check_weights(weights);
-    if (!reference_) pack_weights();
+    if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_);
     rope_inv_freq_ = weights.rope_inv_freq(config, false);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
-}
-
-void CpuBackend::pack_weights() {
-    std::vector<const TensorView*> matrices = {&weights_.output};
-    for (const LayerWeights& L : weights_.layers) {
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) matrices.push_back(t);
-    }
-    // One mapping for all of them, in the order the layers read them (HugeMemory), each at a cache line: the packed
-    // forms, and a copy of the file's bytes of each float matrix (F32, F16, BF16), whose products stream them at the
-    // memory's speed: from 4 KiB pages of the file they ran slower, while Q6_K's products, bound by their
-    // arithmetic, ran the same, so the other types stay where they are and load no slower. Copies only from the file
-    // mapping, whose pages are handed back as copied.
-    struct Placed {
-        const TensorView* t;
-        bool pack;
-        size_t bytes;
-    };
-    std::vector<Placed> placed;
-    size_t total = 0;
-    const FileMappings files;
-    for (const TensorView* t : matrices) {
-        if (std::find_if(placed.begin(), placed.end(), [&](const Placed& p) { return p.t->data == t->data; }) !=
-            placed.end())
-            continue;
-        const auto data = reinterpret_cast<uintptr_t>(t->data);
-        const bool pack = PackedWeights::supports(t->type, isa_) && t->ne[0] % 32 == 0;
-        const bool copy = t->type == GgmlType::F32 || t->type == GgmlType::F16 || t->type == GgmlType::BF16;
-        if (!pack && !(copy && files.contain(data, data + t->n_bytes))) continue;
-        const size_t bytes = pack ? PackedWeights::bytes_for(as_matrix(*t)) : t->n_bytes;
-        placed.push_back({t, pack, bytes});
-        total += (bytes + 63) / 64 * 64;
-    }
-    if (placed.empty()) return;
-    packed_memory_ = HugeMemory(total);
-    auto* into = static_cast<uint8_t*>(packed_memory_.data());
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    for (const Placed& p : placed) {
-        const TensorView* t = p.t;
-        // The file's copy is not read again (but for the rows of a tied token embedding that a prompt looks up):
-        // each chunk of its rows, once packed, leaves this process's pages, so that resident memory stays about
-        // the file's size, also while packing. Only for a file mapping (MADV_DONTNEED on other memory would zero
-        // it), whose pages stay in the page cache and come back at the cost of a minor fault when read
-        // (MADV_PAGEOUT would evict them to disk, and the first prompt of a tied embedding would wait on reading
-        // them back).
-        const auto data = reinterpret_cast<uintptr_t>(t->data);
-        const bool release = files.contain(data, data + t->n_bytes);
-        const size_t row_bytes = t->row_bytes();
-        auto done = [&](int64_t row0, int64_t row1) {
-            const auto begin = (data + static_cast<uintptr_t>(row0) * row_bytes + page - 1) / page * page;
-            const auto end = (data + static_cast<uintptr_t>(row1) * row_bytes) / page * page;
-            if (release && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-        };
-        if (p.pack) {
-            packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool_, done, into));
-        } else {
-            // In chunks of about 8 MiB, split over the threads, each handed back when copied.
-            const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / static_cast<int64_t>(row_bytes));
-            run_chunks(&pool_, t->n_rows(), chunk, [&](int64_t r0, int64_t r1) {
-                std::memcpy(into + r0 * row_bytes, t->data + r0 * row_bytes, (r1 - r0) * row_bytes);
-            }, done);
-            copies_.emplace(t->data, into);
-        }
-        into += (p.bytes + 63) / 64 * 64;
-    }
-}
-
-WeightMatrix CpuBackend::matrix(const TensorView& t) const {
-    WeightMatrix m = as_matrix(t);
-    if (auto it = packed_.find(t.data); it != packed_.end()) m.packed = it->second.data();
-    if (auto it = copies_.find(t.data); it != copies_.end()) m.data = it->second;
-    return m;
 }
 
 void CpuBackend::check_weights(const Weights& weights) {

@@ -9,11 +9,11 @@
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/cpu/weight_store.h"
 #include "engine/model/weights.h"
 
 #include <functional>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 namespace quill::cpu {
@@ -71,7 +71,7 @@ public:
     Isa isa() const { return isa_; }
     // The matrix the products read for t: the file's rows, or their copy in the packed weights' mapping, and the
     // packed form where there is one.
-    WeightMatrix matrix(const TensorView& t) const;
+    WeightMatrix matrix(const TensorView& t) const { return weight_store_.matrix(t); }
 
 private:
     // forward() after its batch check and before its logits check.
@@ -99,8 +99,6 @@ private:
             bool x_ready = false);
     // Whether the rows a parallel section writes for the product with w are quantized there (Activations::begin_int8).
     bool int8_in_section(const WeightMatrix& w, int64_t n) const;
-    // Packs the matrices with a packed form, and copies the float ones, into packed_memory_ (the constructor).
-    void pack_weights();
     // rms_norm of n rows; with `next` (the product y feeds, n_decode its leading decode steps), also y's int8 form
     // for it where int8_in_section says so: then true, and act_ holds y.
     bool norm(const float* x, const float* w, float* y, int64_t n, const WeightMatrix* next = nullptr,
@@ -120,12 +118,7 @@ private:
     const KvOps& kv_ops_;
     std::vector<double> rope_inv_freq_;  // [n_rot / 2] freq_scale * base^(-2i/n_rot) / rope_freqs[i]
     std::vector<double> rope_inv_freq_local_;  // the same for the local layers when their RoPE differs (two_ropes)
-    // Weight matrices repacked for the kernels (PackedWeights), by their data in the file, all in packed_memory_
-    // (2 MiB pages).
-    HugeMemory packed_memory_;
-    std::unordered_map<const uint8_t*, PackedWeights> packed_;
-    // The matrices without a packed form copied there (their file bytes), by their data in the file.
-    std::unordered_map<const uint8_t*, const uint8_t*> copies_;
+    WeightStore weight_store_;  // empty on the reference path
 
     KvCache kv_;
 

@@ -1,0 +1,43 @@
+// The CPU backend's copies of a model's weight matrices: the forms repacked for the kernels, and the float
+// matrices copied out of the file, all in one mapping of 2 MiB pages.
+#pragma once
+
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/model/weights.h"
+
+#include <unordered_map>
+
+namespace quill::cpu {
+
+// A tensor's rows as the products read them from the file.
+inline WeightMatrix as_matrix(const TensorView& t) {
+    return {t.type, t.data, t.ne[0], t.n_rows(), t.row_bytes()};
+}
+
+class WeightStore {
+public:
+    WeightStore() = default;  // none: every product reads the file's rows (the reference path)
+    // Packs the matrices of weights with a packed form for isa, and copies the float ones (F32, F16, BF16) mapped
+    // from a file, with pool's threads. weights must outlive the store.
+    WeightStore(const Weights& weights, Isa isa, ThreadPool& pool);
+
+    // The matrix the products read for t: the file's rows, or their copy in the store, and the packed form where
+    // there is one.
+    WeightMatrix matrix(const TensorView& t) const {
+        WeightMatrix m = as_matrix(t);
+        if (auto it = packed_.find(t.data); it != packed_.end()) m.packed = it->second.data();
+        if (auto it = copies_.find(t.data); it != copies_.end()) m.data = it->second;
+        return m;
+    }
+
+private:
+    // Weight matrices repacked for the kernels (PackedWeights), by their data in the file, all in memory_
+    // (2 MiB pages).
+    HugeMemory memory_;
+    std::unordered_map<const uint8_t*, PackedWeights> packed_;
+    // The matrices without a packed form copied there (their file bytes), by their data in the file.
+    std::unordered_map<const uint8_t*, const uint8_t*> copies_;
+};
+
+}  // namespace quill::cpu
