@@ -71,7 +71,8 @@ void CpuBackend::resize_scratch(int64_t n) {
     proj_.resize(n * c.n_embd);
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
-    attn_scratch_.resize(static_cast<size_t>(pool_.size()) * attend_scratch_floats(static_cast<int>(kv_.shape().n_ctx)));
+    attn_scratch_.resize(static_cast<size_t>(pool_.size()) *
+                         attend_scratch_floats(static_cast<int>(kv_.shape().n_ctx)));
 }
 
 void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in,

@@ -42,8 +42,10 @@ public:
         return static_cast<uint8_t*>(k_.p) + elems * shape_.elem_size();
     }
     uint8_t* v(int64_t layer, int64_t slot, int64_t pos) const {
-        if (in_ring(layer))
-            return ring_row0(layer, slot, 1) + static_cast<size_t>(pos % ring_) * shape_.row_elems() * shape_.elem_size();
+        if (in_ring(layer)) {
+            return ring_row0(layer, slot, 1) +
+                   static_cast<size_t>(pos % ring_) * shape_.row_elems() * shape_.elem_size();
+        }
         return static_cast<uint8_t*>(v_.p) + shape_.offset(layer, slot, pos) * shape_.elem_size();
     }
 
