@@ -56,9 +56,9 @@ BenchResult run_bench(Backend& backend, const Weights& weights, const BenchOptio
 std::string mean_pm_stddev(const std::vector<double>& v);
 
 // The markdown table `quill bench` prints, as llama-bench does: a row per test of the model, the backend ("cpu avx2"
-// and its threads, or its name and "-") and the tokens/s (mean ± standard deviation over the runs), with a pp test's
-// TFLOP/s and a tg test's GB/s (medians), each as a fraction of the device's measured GEMM rate and copy bandwidth
-// where those are > 0. The model's description is escaped for the terminal.
+// and its threads, or its name and "-") and the throughput in tokens per second (mean ± standard deviation over the
+// runs), with a pp test's arithmetic rate and a tg test's memory traffic (medians), each also as a fraction of the
+// device's measured GEMM rate and copy bandwidth where those are > 0. The model's description is escaped for the terminal.
 std::string bench_table(const BenchResult& result, const BackendInfo& backend, std::string_view model,
                         double copy_gb_per_s, double matmul_tflops);
 
