@@ -1,9 +1,12 @@
 // The CUDA backend: the same forward pass as the CPU backend (engine/cpu/cpu_backend.cpp, its oracle), with the
-// weights in their GGUF block formats and the contiguous KV cache in device memory. Host-only header: no CUDA
-// includes, so the session code and the tests compile without the toolkit's headers.
+// weights in their GGUF block formats and the contiguous KV cache in device memory. cuda_backend.cpp holds the
+// workspace, graphs and the forward pass; memory_plan.h the checks and sizes before the device is touched,
+// device_weights.h the upload, profile.h QUILL_CUDA_PROFILE, kernels.h the kernels.
+// Host-only header: no CUDA includes, so the session code and the tests compile without the toolkit's headers.
 #pragma once
 
 #include "cuda/gemm_mode.h"
+#include "cuda/memory_plan.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/backend.h"
 
@@ -68,34 +71,6 @@ struct CudaBackendOptions {
 
 // The largest decode batch replayed as a CUDA graph.
 constexpr int64_t kMaxGraphTokens = 64;
-
-// Device memory the backend takes, and what the device had free before it took it.
-struct MemoryPlan {
-    std::string device;  // the device's name (cudaDeviceProp::name)
-    size_t total = 0, free = 0;
-    size_t weights = 0, kv = 0, workspace = 0;  // workspace includes the GEMM's scratch
-    size_t needed() const;  // weights + kv + workspace + a margin for the runtime
-    // "weights 4.3 GiB, KV cache 1.0 GiB, workspace 0.2 GiB of 139.8 GiB (138.9 GiB free)"
-    std::string describe() const;
-};
-
-// FileError naming the first tensor whose type has no CUDA kernel (the embedding included).
-void check_weights(const Weights& weights);
-// check_weights, and FileError for shapes the CUDA kernels do not take (head_dim above 512, an odd rope dimension).
-void check_model(const ModelConfig& config, const Weights& weights);
-
-// Device bytes of weights as uploaded, and of the workspace for a batch of n_tokens asking for n_logits rows.
-size_t weight_bytes(const Weights& weights);
-size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits);
-// The GEMM's scratch for these weights in this mode, for a forward call of n_tokens tokens.
-size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens);
-
-// The plan on device 0, which must exist. UsageError when it does not fit in the free memory, saying how much it
-// needs and the largest context that would fit (or that the weights alone do not fit).
-MemoryPlan plan_memory(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options);
-
-// The largest context (positions per slot) whose plan fits device 0's free memory; 0 when none does.
-int64_t largest_context(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options);
 
 class CudaBackend final : public Backend {
 public:
