@@ -16,10 +16,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <string_view>
 #include <vector>
 
 namespace quill::cuda {
@@ -45,14 +43,14 @@ struct CudaBackend::Impl {
           *up = nullptr, *cs = nullptr, *cs_local = nullptr, *logits = nullptr;
     int8_t* xq = nullptr;    // [n, 32 q8_blocks] a matmul input quantized (matmul_q8)
     float* xds = nullptr;    // [n, q8_blocks, 2] its blocks' (d, d * sum)
-    bool int8 = true;        // CudaBackendOptions::int8_products
-    bool flash = true;       // CudaBackendOptions::flash_attention
-    bool fuse = false;       // CudaBackendOptions::fused_kernels
-    bool chain = false;      // CudaBackendOptions::programmatic_chain on sm_90 or later (off while profiling)
+    bool int8 = true;        // Tuning::int8_products
+    bool flash = true;       // Tuning::flash_attention
+    bool fuse = false;       // Tuning::fused_kernels
+    bool chain = false;      // Tuning::programmatic_chain on sm_90 or later (off while profiling)
     // How the int8 products launch (the options' stages, programmatic launch likewise, mma kernels); `stream` is
     // set per product from stream_types.
     Q8Launch q8;
-    std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
+    std::vector<GgmlType> stream_types;  // Tuning::stream_types
     bool stream_type(GgmlType t) const {
         return std::find(stream_types.begin(), stream_types.end(), t) != stream_types.end();
     }
@@ -70,7 +68,7 @@ struct CudaBackend::Impl {
     PinnedBuffer host_in;   // what a forward call uploads: the batch's ints (then forward_sample's candidate counts)
     PinnedBuffer host_out;  // the flag, then the logits (or forward_sample's candidates)
 
-    Profile profile;  // QUILL_CUDA_PROFILE=1
+    Profile profile;  // Tuning::profile
     void mark(const char* phase) { profile.mark(phase, stream); }
 
     explicit Impl(bool profiling) : profile(profiling) {}
@@ -167,34 +165,34 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     check_model(config, weights);
     plan_ = plan_memory(config, weights, options);  // before anything is allocated
 
-    const char* profile_env = std::getenv("QUILL_CUDA_PROFILE");
-    impl_ = std::make_unique<Impl>(profile_env && std::string_view(profile_env) == "1");
+    impl_ = std::make_unique<Impl>(options.tuning.profile);
     Impl& d = *impl_;
     check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    d.weights = std::make_unique<DeviceWeights>(config, weights, plan_.weights, options.packed_weights, d.stream);
+    d.weights = std::make_unique<DeviceWeights>(config, weights, plan_.weights, d.stream);
     d.k_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (K cache)");
     d.v_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (V cache)");
     // Logit rows for a decode step of every slot (up to the largest graph), so that the first multi-sequence step
     // does not grow the workspace and drop the graphs captured before it.
     d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots),
               std::min<int64_t>(options.n_slots, kMaxGraphTokens));
-    d.int8 = options.int8_products;
-    d.flash = options.flash_attention;
-    d.fuse = options.fused_kernels;
-    d.stream_types = options.stream_types;
+    const Tuning& tuning = options.tuning;
+    d.int8 = tuning.int8_products;
+    d.flash = tuning.flash_attention;
+    d.fuse = tuning.fused_kernels;
+    d.stream_types = tuning.stream_types;
     d.q8.rows_kernel = d.fuse;
-    d.q8.stream_stages = options.stream_stages;
+    d.q8.stream_stages = tuning.stream_stages;
     if (d.int8 && !d.stream_types.empty()) prepare_stream_products(d.q8.stream_stages);
     if (d.profile.on()) graphs_ = false;
-    d.q8.pdl = options.programmatic_launch && !d.profile.on() && pdl_supported();
-    d.chain = options.programmatic_chain && !d.profile.on() && pdl_supported();
-    d.q8.mma = options.mma_products;
-    d.q8.mma_staged = options.mma_staged;
+    d.q8.pdl = tuning.programmatic_launch && !d.profile.on() && pdl_supported();
+    d.chain = tuning.programmatic_chain && !d.profile.on() && pdl_supported();
+    d.q8.mma = tuning.mma_products;
+    d.q8.mma_staged = tuning.mma_staged;
     if (d.int8 && d.q8.mma) prepare_mma_products();
-    if (options.gemm != GemmMode::off) {
-        d.gemm = std::make_unique<Gemm>();
+    if (tuning.gemm != GemmMode::off) {
+        d.gemm = std::make_unique<Gemm>(tuning.cublas);
         if (d.gemm->available()) {
-            d.gemm_mode = options.gemm;
+            d.gemm_mode = tuning.gemm;
             d.gemm_scratch.allocate(gemm_workspace_bytes(weights, d.gemm_mode, d.cap_tokens),
                                     "cudaMalloc (GEMM scratch)");
         } else {

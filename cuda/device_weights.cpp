@@ -11,8 +11,7 @@
 
 namespace quill::cuda {
 
-DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, bool packed,
-                             cudaStream_t s) {
+DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, cudaStream_t s) {
     buffer_.allocate(bytes, "cudaMalloc (weights)");
     constexpr size_t kChunk = size_t{16} << 20;
     PinnedBuffer stage[2];
@@ -75,7 +74,7 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, 
     auto matrix = [&](const TensorView& t) {
         auto it = uploaded.find(t.data);
         if (it != uploaded.end()) return it->second;
-        const bool pack = packed && packed_quant_bytes(t.type) > 0 && t.ne[0] % 32 == 0;
+        const bool pack = packed_quant_bytes(t.type) > 0 && t.ne[0] % 32 == 0;
         const DeviceMatrix m = pack ? upload_packed(t)
                                     : DeviceMatrix{t.type, upload(t.data, t.n_bytes), t.ne[0], t.n_rows(),
                                                    t.row_bytes()};

@@ -1,6 +1,6 @@
 // The model's weights in device memory, uploaded once: every matrix in its GGUF block format, with Q4_0, Q4_1 and
-// Q8_0 split into a quants plane and a scales plane (the packed layout, cuda/dequant.h) unless asked not to; the norm
-// vectors and biases as floats; the RoPE inverse frequencies. A tied output matrix is the embedding, uploaded once.
+// Q8_0 split into a quants plane and a scales plane (the packed layout, cuda/dequant.h); the norm vectors and biases
+// as floats; the RoPE inverse frequencies. A tied output matrix is the embedding, uploaded once.
 #pragma once
 
 #include "cuda/buffer.h"
@@ -29,9 +29,8 @@ class DeviceWeights {
 public:
     // Uploads on stream s through two pinned staging buffers, so that copying the next chunk out of the mapped file
     // overlaps the DMA of the previous one; returns once the copies are done. bytes: weight_bytes(weights), the
-    // plan's (QUILL_CHECK: the upload stays within it). packed: Q4_0, Q4_1 and Q8_0 in the packed layout
-    // (CudaBackendOptions::packed_weights). Throws Error on a CUDA failure, named.
-    DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, bool packed, cudaStream_t s);
+    // plan's (QUILL_CHECK: the upload stays within it). Throws Error on a CUDA failure, named.
+    DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, cudaStream_t s);
 
     std::vector<DeviceLayer> layers;
     DeviceMatrix tok_embd, output;

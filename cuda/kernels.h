@@ -56,7 +56,7 @@ void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, 
 // How matmul_q8 multiplies (the same bits every way; tests/test_cuda.cpp compares them).
 struct Q8Launch {
     // More than eight tokens (sequences decoding together): four rows a warp, each token's quantized block loaded
-    // once for the four (CudaBackendOptions::fused_kernels); else one row a warp, eight tokens at a time.
+    // once for the four (Tuning::fused_kernels); else one row a warp, eight tokens at a time.
     bool rows_kernel = false;
     // Eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes): a kernel
     // that streams the weights through a ring in shared memory with cp.async, a persistent grid (matmul.cu says
@@ -66,7 +66,7 @@ struct Q8Launch {
     int stream_stages = 0;  // its ring's stages: 2, 3, 4, 6 or 8 (0: kStreamStagesDefault)
     // More than eight tokens, weights in the packed layout, sm_80 or later (mma_takes): int8 mma on the tensor
     // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; matmul_mma.cu;
-    // CudaBackendOptions::mma_products).
+    // Tuning::mma_products).
     bool mma = false;
     // The mma kernel that stages each round's token side in shared memory (matmul_mma.cu; not yet run on a GPU).
     bool mma_staged = false;

@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // A warp steps its (row, chunk) as counters: found by 64-bit divisions, they kept the multiprocessors busy issuing
 // instructions and the DRAM far from busy. Of the ring's stage counts tried (2, 3, 4, 8), 3 ran fastest
 // (kStreamStagesDefault), and Q8_0 ran faster on the register kernel at every count, so only Q4_0 and Q4_1 stream
-// (CudaBackendOptions::stream_types). Fewer chunks in flight ran faster, so bytes in flight are not what limits it;
+// (Tuning::stream_types). Fewer chunks in flight ran faster, so bytes in flight are not what limits it;
 // why is not measured (the shared memory the ring takes from the L1 that holds the input is one candidate). The
 // measurements, run by run: tests/bench/HISTORY.md.
 // S: the ring's stages (Q8Launch::stream_stages).

@@ -18,7 +18,7 @@ namespace {
 // integer sums for 16 rows x 8 tokens come from one mma.m16n8k32 (exact int32, as dp4a's), then the same
 // q8_block_value and additions; the 32 partials of a (row, token) meet in shared memory and are added in
 // warp_sum's tree. The same bits as the one-token kernels, so a sequence's result does not depend on its batch.
-// Its parity tests check that; it is faster than the dp4a kernels from 16 tokens on (CudaBackendOptions::mma_products).
+// Its parity tests check that; it is faster than the dp4a kernels from 16 tokens on (Tuning::mma_products).
 constexpr int kMmaRows = 16, kMmaTokens = 32, kMmaWarps = kWarp;  // a warp in the place of each lane
 constexpr size_t kMmaSmem = sizeof(float) * kMmaWarps * kMmaRows * kMmaTokens;  // the partials
 

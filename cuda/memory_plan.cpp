@@ -115,7 +115,8 @@ MemoryPlan plan_for(const ModelConfig& c, const Weights& w, const CudaBackendOpt
     check(cudaMemGetInfo(&p.free, &p.total), "cudaMemGetInfo");
     p.weights = weight_bytes(w);
     p.kv = kv_bytes(c, o, o.n_ctx);
-    p.workspace = workspace_bytes(c, o.plan_tokens, o.plan_tokens) + gemm_workspace_bytes(w, o.gemm, o.plan_tokens);
+    p.workspace =
+        workspace_bytes(c, o.plan_tokens, o.plan_tokens) + gemm_workspace_bytes(w, o.tuning.gemm, o.plan_tokens);
     return p;
 }
 

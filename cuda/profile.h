@@ -1,6 +1,6 @@
-// The device time of each phase of the forward pass (QUILL_CUDA_PROFILE=1): events recorded on the backend's
-// stream between the phases, summed by the call's token count and phase, printed to stderr when the backend goes.
-// The backend runs without graphs then, so that every kernel is launched and timed.
+// The device time of each phase of the forward pass (Tuning::profile, QUILL_CUDA_PROFILE=1): events recorded on the
+// backend's stream between the phases, summed by the call's token count and phase, printed to stderr when the
+// backend goes. The backend runs without graphs then, so that every kernel is launched and timed.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -80,8 +80,8 @@ std::unique_ptr<cuda::CudaBackend> gpu(const Model& m, KvType kv, int64_t n_slot
     o.n_slots = n_slots;
     o.kv_type = kv;
     o.graphs = graphs;
-    o.gemm = gemm;
-    o.flash_attention = flash;
+    o.tuning.gemm = gemm;
+    o.tuning.flash_attention = flash;
     return std::make_unique<cuda::CudaBackend>(m.config, m.weights, o);
 }
 
@@ -164,9 +164,10 @@ TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing el
         CHECK(cuda::parse_gemm_mode(cuda::gemm_mode_name(m)) == m);
     CHECK_THROWS_AS(cuda::parse_gemm_mode("TF32"), UsageError);
     CHECK_THROWS_AS(cuda::parse_gemm_mode(""), UsageError);
-    const cuda::CudaBackendOptions o;
+    CHECK(cuda::CudaBackendOptions{}.graphs);
+    const cuda::Tuning o = cuda::CudaBackendOptions{}.tuning;
     CHECK(o.gemm == cuda::GemmMode::tf32);
-    CHECK((o.packed_weights && o.int8_products && o.flash_attention && o.graphs && o.fused_kernels));
+    CHECK((o.int8_products && o.flash_attention && o.fused_kernels));
     // Streamed products for Q4_0 and Q4_1 (faster on the H200), not Q8_0 (slower there); launched as programmatic
     // dependents
     CHECK(o.stream_types == std::vector<GgmlType>{GgmlType::Q4_0, GgmlType::Q4_1});
@@ -630,7 +631,7 @@ TEST_CASE("cuBLAS prefill products equal a double-precision product on every wei
 TEST_CASE("prefill through cuBLAS in each mode matches the reference on random models, and tf32 is the default",
           "[cuda]") {
     if (!have_gpu()) return;
-    CHECK(cuda::CudaBackendOptions{}.gemm == cuda::GemmMode::tf32);
+    CHECK(cuda::CudaBackendOptions{}.tuning.gemm == cuda::GemmMode::tf32);
     for (const test::TinyCase& c : test::tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(100, static_cast<int>(c.spec.n_vocab), 7);  // past kGemmMinTokens
@@ -786,7 +787,7 @@ TEST_CASE("decode steps replayed as CUDA graphs equal the same steps launched ke
             o.n_ctx = 64;
             o.n_slots = 3;
             o.graphs = graphs;
-            o.fused_kernels = fused;
+            o.tuning.fused_kernels = fused;
             auto g = std::make_unique<cuda::CudaBackend>(model->config, model->weights, o);
             std::vector<float> all;
             Batch prompt;
@@ -862,10 +863,10 @@ TEST_CASE("decode graphs with the products, and the kernels between them, launch
                 cuda::CudaBackendOptions o;
                 o.n_ctx = 64;
                 o.n_slots = 2;
-                if (stream) o.stream_types = {type};
-                else o.stream_types.clear();
-                o.programmatic_launch = pdl;
-                o.programmatic_chain = chain;
+                if (stream) o.tuning.stream_types = {type};
+                else o.tuning.stream_types.clear();
+                o.tuning.programmatic_launch = pdl;
+                o.tuning.programmatic_chain = chain;
                 return decode_logits(*model, o, 5, 8, [](int step) { return step < 4 ? 1 : 2; });
             };
             const std::vector<float> registers = run(false, false, false);
@@ -889,8 +890,8 @@ TEST_CASE("twelve sequences decoding together on the tensor cores (int8 mma, dir
             cuda::CudaBackendOptions o;
             o.n_ctx = 32;
             o.n_slots = 12;
-            o.mma_products = mma;
-            o.mma_staged = staged;
+            o.tuning.mma_products = mma;
+            o.tuning.mma_staged = staged;
             return decode_logits(*model, o, 3, 4, [](int) { return 12; });
         };
         const std::vector<float> dp4a = run(false, false);
