@@ -1,5 +1,6 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
 #include "engine/runtime/bench.h"
+#include "engine/runtime/logprobs_json.h"
 #include "engine/runtime/perplexity.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/batch/input.h"
@@ -250,6 +251,7 @@ struct RunOptions {
     quill::SamplingParams sampling;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
+    int logprobs = -1;
     bool raw = false;
     bool json = false;
     std::string system;
@@ -276,6 +278,13 @@ void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional
     cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
     cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
     cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)")->check(kSeedValidator);
+}
+
+// --logprobs N: the model's log-probability of each generated token and its N most likely alternatives.
+CLI::Option* add_logprobs_option(CLI::App* cmd, int& logprobs, const std::string& help) {
+    return cmd->add_option("--logprobs", logprobs, help)
+        ->check(kNotEmpty)
+        ->check(CLI::Range(0, quill::kMaxTopLogprobs));
 }
 
 int chat_from_run(const RunOptions& o);  // (below cmd_chat)
@@ -316,6 +325,7 @@ int cmd_run(RunOptions& o) {
     gp.max_tokens = o.n_predict;
     gp.stop = o.stop;
     gp.sampling = o.sampling;
+    gp.logprobs = o.logprobs;
     gp.validate();
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
@@ -367,6 +377,7 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
     if (!o.quiet)
@@ -492,6 +503,7 @@ struct BatchCliOptions {
     quill::SamplingParams sampling;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
+    int logprobs = -1;
     bool raw = false;
     bool quiet = false;
     size_t max_input_bytes = size_t{1} << 30;
@@ -592,6 +604,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.max_tokens = o.n_predict;
     ro.defaults.stop = o.stop;
     ro.defaults.sampling = o.sampling;
+    ro.defaults.logprobs = o.logprobs;
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
     ro.defaults.validate();
@@ -897,7 +910,10 @@ int main(int argc, char** argv) {
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
-    run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
+                                               "many alternatives")
+        ->needs(json_flag);
     run_cmd->add_flag("-q,--quiet", run.quiet, "No load line and no stats line on stderr")->excludes("--verbose");
     add_max_input_option(run_cmd, run.max_input_bytes);
 
@@ -957,6 +973,8 @@ int main(int argc, char** argv) {
                                                               "context)")->capture_default_str();
     add_sampling_options(batch_cmd, batch.sampling, batch.seed);
     batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
+    add_logprobs_option(batch_cmd, batch.logprobs, "Log-probabilities of every generated token and this many "
+                                                   "alternatives, in each record (a request's own field wins)");
     auto* batch_raw = batch_cmd->add_flag("--raw", batch.raw, "Feed prompts as they are, without the chat template");
     batch_cmd->add_option("--system", batch.system, "A system message for prompts without messages")
         ->excludes(batch_raw);
