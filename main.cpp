@@ -1,5 +1,7 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
 #include "engine/runtime/bench.h"
+#include "engine/runtime/logprobs_json.h"
+#include "engine/runtime/perplexity.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/batch/input.h"
 #include "engine/batch/progress.h"
@@ -249,6 +251,7 @@ struct RunOptions {
     quill::SamplingParams sampling;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
+    int logprobs = -1;
     bool raw = false;
     bool json = false;
     std::string system;
@@ -275,6 +278,13 @@ void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional
     cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
     cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
     cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)")->check(kSeedValidator);
+}
+
+// --logprobs N: the model's log-probability of each generated token and its N most likely alternatives.
+CLI::Option* add_logprobs_option(CLI::App* cmd, int& logprobs, const std::string& help) {
+    return cmd->add_option("--logprobs", logprobs, help)
+        ->check(kNotEmpty)
+        ->check(CLI::Range(0, quill::kMaxTopLogprobs));
 }
 
 int chat_from_run(const RunOptions& o);  // (below cmd_chat)
@@ -315,6 +325,7 @@ int cmd_run(RunOptions& o) {
     gp.max_tokens = o.n_predict;
     gp.stop = o.stop;
     gp.sampling = o.sampling;
+    gp.logprobs = o.logprobs;
     gp.validate();
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
@@ -366,6 +377,7 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
     if (!o.quiet)
@@ -491,6 +503,7 @@ struct BatchCliOptions {
     quill::SamplingParams sampling;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
+    int logprobs = -1;
     bool raw = false;
     bool quiet = false;
     size_t max_input_bytes = size_t{1} << 30;
@@ -591,6 +604,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.max_tokens = o.n_predict;
     ro.defaults.stop = o.stop;
     ro.defaults.sampling = o.sampling;
+    ro.defaults.logprobs = o.logprobs;
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
     ro.defaults.validate();
@@ -729,6 +743,81 @@ int cmd_bench(BenchCliOptions& o) {
     return 0;
 }
 
+// ---- perplexity ----
+
+struct PerplexityCliOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    std::string file;
+    int64_t max_chunks = 0;
+    int64_t n_batch = 512;
+    bool json = false;
+    bool quiet = false;
+    size_t max_input_bytes = quill::kDefaultMaxInputBytes;
+};
+
+int cmd_perplexity(const PerplexityCliOptions& o) {
+    const std::string text = o.file == "-" ? read_stdin(o.max_input_bytes)
+                                           : quill::read_prompt_file(o.file, o.max_input_bytes);
+    quill::SessionOptions so = session_options(o.model, o.engine);
+    // Without -c: chunks of 512 tokens (llama-perplexity's usual figure), or the model's training context if shorter.
+    if (so.ctx == 0)
+        so.context_needed = [](const quill::Session& s) {
+            const int64_t train = s.model->config.n_ctx_train;
+            return train > 0 ? std::min<int64_t>(512, train) : 512;
+        };
+    auto session = quill::Session::open(so);
+    if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
+    const quill::Tokenizer& tok = *session->tokenizer;
+    const std::vector<int32_t> tokens = tok.encode(text, true, false);
+    warn_if_lossy(tok, text, tokens);
+    quill::PerplexityOptions po;
+    po.n_ctx = session->n_ctx;
+    po.n_batch = o.n_batch;
+    po.max_chunks = o.max_chunks;
+    po.bos = tok.add_bos() ? tok.bos() : -1;
+    const int64_t n_chunks = std::min<int64_t>(static_cast<int64_t>(tokens.size()) / po.n_ctx,
+                                               o.max_chunks > 0 ? o.max_chunks : INT64_MAX);
+    const bool progress = !o.quiet && isatty(STDERR_FILENO);
+    quill::signals::install();  // Ctrl-C ends the run with the chunks scored so far
+    const auto t0 = std::chrono::steady_clock::now();
+    const quill::PerplexityResult r = quill::perplexity(
+        *session->backend, tokens, po,
+        [&](const quill::PerplexityResult& so_far) {
+            if (progress)
+                quill::print_stderr("\rchunk {}/{}: perplexity {:.4f}\x1b[K", so_far.n_chunks, n_chunks, so_far.ppl);
+        },
+        [] { return quill::signals::stop_flag().load(); });
+    if (progress) quill::print_stderr("\r\x1b[K");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool interrupted = r.n_chunks < n_chunks;
+    quill::Output out(stdout, "stdout");
+    if (o.json) {
+        nlohmann::json j;
+        j["model"] = session->model->config.name;
+        j["n_ctx"] = po.n_ctx;
+        j["n_tokens"] = tokens.size();
+        j["n_chunks"] = r.n_chunks;
+        j["n_scored"] = r.n_scored;
+        j["mean_nll"] = r.mean_nll;
+        j["perplexity"] = r.ppl;
+        j["perplexity_error"] = r.ppl_error;
+        j["chunks"] = r.chunk_ppl;
+        j["seconds"] = seconds;
+        if (interrupted) j["interrupted"] = true;
+        if (r.n_chunks > 0) out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    } else if (r.n_chunks > 0) {
+        out.put(fmt::format("perplexity {:.4f} +/- {:.5f} ({} chunks of {} tokens, {} tokens scored{})\n", r.ppl,
+                            r.ppl_error, r.n_chunks, po.n_ctx, r.n_scored, interrupted ? ", interrupted" : ""));
+    }
+    if (interrupted)
+        throw quill::Interrupted(fmt::format("interrupted after {} of {} chunks", r.n_chunks, n_chunks));
+    if (!o.quiet)
+        quill::print_stderr("quill: {} tokens in {:.2f} s ({:.1f} tokens/s)\n", r.n_chunks * po.n_ctx, seconds,
+                            seconds > 0 ? static_cast<double>(r.n_chunks * po.n_ctx) / seconds : 0.0);
+    return 0;
+}
+
 // The one place where errors become a message and an exit status: 2 for a usage error, 128 + the signal when
 // interrupted, 141 (as if killed by SIGPIPE) and no message when the reader of stdout went away (`quill run |
 // head`), 1 otherwise. The message is one line, escaped and capped (print_line): it may quote a model file. Never
@@ -821,7 +910,10 @@ int main(int argc, char** argv) {
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
-    run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
+                                               "many alternatives")
+        ->needs(json_flag);
     run_cmd->add_flag("-q,--quiet", run.quiet, "No load line and no stats line on stderr")->excludes("--verbose");
     add_max_input_option(run_cmd, run.max_input_bytes);
 
@@ -881,6 +973,8 @@ int main(int argc, char** argv) {
                                                               "context)")->capture_default_str();
     add_sampling_options(batch_cmd, batch.sampling, batch.seed);
     batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
+    add_logprobs_option(batch_cmd, batch.logprobs, "Log-probabilities of every generated token and this many "
+                                                   "alternatives, in each record (a request's own field wins)");
     auto* batch_raw = batch_cmd->add_flag("--raw", batch.raw, "Feed prompts as they are, without the chat template");
     batch_cmd->add_option("--system", batch.system, "A system message for prompts without messages")
         ->excludes(batch_raw);
@@ -888,6 +982,21 @@ int main(int argc, char** argv) {
     batch_cmd->add_flag("-q,--quiet", batch.quiet, "No progress line, no summary and no shard line (warnings and "
                                                     "the count of failed requests still show)");
     batch_cmd->add_option("--max-input-bytes", batch.max_input_bytes, "Largest input read")->capture_default_str();
+
+    PerplexityCliOptions ppl;
+    CLI::App* ppl_cmd = app.add_subcommand("perplexity", "Perplexity of a text file, as llama.cpp's llama-perplexity");
+    add_model_options(ppl_cmd, ppl.model);
+    add_engine_options(ppl_cmd, ppl.engine);
+    ppl_cmd->add_option("-f,--file", ppl.file, "The text (- for stdin)")->required();
+    ppl_cmd->add_option("--chunks", ppl.max_chunks, "Score at most this many chunks of -c tokens (0: all)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    ppl_cmd->add_option("--batch", ppl.n_batch, "Tokens per forward pass")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    ppl_cmd->add_flag("--json", ppl.json, "Print one JSON record (with the running estimate after each chunk)");
+    ppl_cmd->add_flag("-q,--quiet", ppl.quiet, "No load line and no speed line on stderr")->excludes("--verbose");
+    add_max_input_option(ppl_cmd, ppl.max_input_bytes, "Longest text read");
 
     BenchCliOptions bench;
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
@@ -936,6 +1045,7 @@ int main(int argc, char** argv) {
         if (*chat_cmd) return cmd_chat(chat);
         if (*batch_cmd) return cmd_batch(batch);
         if (*bench_cmd) return cmd_bench(bench);
+        if (*ppl_cmd) return cmd_perplexity(ppl);
     } catch (...) {
         return report_failure(std::current_exception());
     }

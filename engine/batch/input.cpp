@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/io/json_input.h"
+#include "engine/runtime/sampler.h"
 #include "tokenizer/utf8.h"
 
 #include <nlohmann/json.hpp>
@@ -71,6 +72,24 @@ RequestOverrides read_overrides(const json& obj) {
         o.seed = v->get<uint64_t>();
     }
     if (const json* v = find(obj, "stop")) o.stop = get_stop(*v);
+    // Chat completions: "logprobs": true and "top_logprobs": N; legacy completions: "logprobs": N.
+    if (const json* v = find(obj, "logprobs")) {
+        if (v->is_boolean()) {
+            if (v->get<bool>()) o.logprobs = 0;
+        } else {
+            o.logprobs = get_int(*v, "logprobs", 0);
+            if (*o.logprobs > kMaxTopLogprobs)
+                throw LineError{fmt::format("\"logprobs\" {} is out of range: expected 0 to {}", *o.logprobs,
+                                            kMaxTopLogprobs)};
+        }
+    }
+    if (const json* v = find(obj, "top_logprobs")) {
+        const int n = get_int(*v, "top_logprobs", 0);
+        if (n > kMaxTopLogprobs)
+            throw LineError{fmt::format("\"top_logprobs\" {} is out of range: expected 0 to {}", n, kMaxTopLogprobs)};
+        if (!o.logprobs) throw LineError{"\"top_logprobs\" needs \"logprobs\": true"};
+        o.logprobs = n;
+    }
     if (const json* v = find(obj, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
         throw LineError{"\"n\": only one choice per request is supported"};
     return o;

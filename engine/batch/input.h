@@ -43,6 +43,7 @@ struct RequestOverrides {
     std::optional<int> top_k;
     std::optional<uint64_t> seed;
     std::optional<std::vector<std::string>> stop;
+    std::optional<int> logprobs;  // top alternatives per token ("logprobs": true or N, "top_logprobs": N)
 };
 
 struct BatchRequest {

@@ -1,6 +1,7 @@
 #include "engine/batch/runner.h"
 
 #include "engine/error.h"
+#include "engine/runtime/logprobs_json.h"
 #include "engine/runtime/scheduler.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@ GenerationParams request_params(const RunnerOptions& options, const RequestOverr
     if (o.min_p) s.min_p = *o.min_p;
     if (o.top_k) s.top_k = *o.top_k;
     if (o.stop) p.stop = *o.stop;
+    if (o.logprobs) p.logprobs = *o.logprobs;
     s.seed = o.seed ? *o.seed : options.seed ? *options.seed : random_seed;
     p.validate(true);  // the defaults passed already (the command line's flags): only a request's field can fail
     return p;
@@ -81,8 +83,15 @@ void Run::finished(int64_t id, const GenerationStats& st) {
         return;
     }
     Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens,
-                 st.reused_tokens, gen.seed()};
-    out_.write(result_record(ctx_, input_.entries[static_cast<size_t>(id)].request, static_cast<size_t>(id), c));
+                 st.reused_tokens, gen.seed(), nullptr};
+    const BatchRequest& request = input_.entries[static_cast<size_t>(id)].request;
+    if (gen.sampler().logprobs_on()) {
+        if (ctx_.format != InputFormat::openai) c.logprobs = logprobs_content(tok_, gen.logprobs(), true);
+        else if (request.endpoint == Endpoint::chat_completions)
+            c.logprobs = {{"content", logprobs_content(tok_, gen.logprobs(), false)}};
+        else c.logprobs = completion_logprobs(tok_, gen.logprobs());
+    }
+    out_.write(result_record(ctx_, request, static_cast<size_t>(id), c));
     ++p_.done;
     p_.reused_tokens += st.reused_tokens;
 }

@@ -14,6 +14,11 @@ void GenerationParams::validate(bool request_fields) const {
         throw UsageError(request_fields
                              ? fmt::format("max_tokens {} is out of range: expected >= 0", max_tokens)
                              : fmt::format("-n {} is out of range: expected >= -1", max_tokens));
+    if (logprobs < -1 || logprobs > kMaxTopLogprobs)
+        throw UsageError(request_fields ? fmt::format("top_logprobs {} is out of range: expected 0 to {}", logprobs,
+                                                      kMaxTopLogprobs)
+                                        : fmt::format("--logprobs {} is out of range: expected 0 to {}", logprobs,
+                                                      kMaxTopLogprobs));
 }
 
 std::string_view finish_reason_name(FinishReason r) {
@@ -81,6 +86,7 @@ Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const 
         throw UsageError(fmt::format("the prompt is {} tokens, longer than the context of {} (raise -c)",
                                      prompt_.size(), n_ctx));
     params.validate();
+    if (params.logprobs >= 0) sampler_.set_logprobs(params.logprobs);
     for (int32_t t : prompt_) sampler_.accept(t);
     if (params.max_tokens == 0) reason_ = FinishReason::length;
 }
@@ -106,6 +112,10 @@ std::string Generation::advance(int32_t token) {
     if (tok_.is_eog(last_)) return finish(FinishReason::stop);
     ++n_generated_;
     generated_.push_back(last_);
+    if (sampler_.logprobs_on()) {
+        QUILL_CHECK(sampler_.last_logprobs().token == last_, "token {} was not the sampler's pick", last_);
+        logprobs_.push_back(sampler_.last_logprobs());
+    }
     sampler_.accept(last_);
     std::string text = stop_.push(detok_.push(last_));
     if (stop_.matched()) {

@@ -29,9 +29,12 @@ struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
     std::vector<std::string> stop;
     SamplingParams sampling;
+    // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability and that many most likely alternatives
+    // (Generation::logprobs).
+    int logprobs = -1;
 
-    // The sampling values, then max_tokens (-1 or more): UsageError naming the flag (-n), or with request_fields the
-    // field of a batch request (max_tokens), as SamplingParams::validate does.
+    // The sampling values, then max_tokens (-1 or more) and logprobs: UsageError naming the flag (-n, --logprobs), or
+    // with request_fields the field of a batch request (max_tokens, top_logprobs), as SamplingParams::validate does.
     void validate(bool request_fields = false) const;
 };
 
@@ -60,6 +63,7 @@ public:
     const std::vector<int32_t>& prompt() const { return prompt_; }
     // The sampler that picks the next token from the logits of the last token fed (Backend::forward_sample).
     Sampler& sampler() { return sampler_; }
+    const Sampler& sampler() const { return sampler_; }
     // Ids below this are tokens; a model's logits rows may be longer (Backend::forward_sample's n_token_ids).
     int64_t n_token_ids() const;
     // Takes the token the sampler picked; returns the text that became printable.
@@ -75,6 +79,8 @@ public:
     int n_generated() const { return n_generated_; }
     // The generated tokens (no end-of-generation token). All but the last are in the cache after generate().
     const std::vector<int32_t>& generated() const { return generated_; }
+    // With GenerationParams::logprobs: one entry per generated() token.
+    const std::vector<TokenLogprobs>& logprobs() const { return logprobs_; }
     // Position at which last_token() goes into the cache.
     int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
     uint64_t seed() const { return sampler_.params().seed; }
@@ -92,6 +98,7 @@ private:
     int32_t last_ = -1;
     int n_generated_ = 0;
     std::vector<int32_t> generated_;
+    std::vector<TokenLogprobs> logprobs_;
     FinishReason reason_ = FinishReason::none;
 };
 

@@ -119,6 +119,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 }
 
 int Sampler::top_needed() const {
+    if (logprobs_on()) return 0;
     const SamplingParams& p = params_;
     const int base = p.temperature <= 0.0f ? 1 : p.top_k;
     if (base <= 0) return 0;
@@ -150,11 +151,40 @@ bool Sampler::plain_greedy() const {
     const SamplingParams& p = params_;
     const bool no_penalty =
         p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
-    return p.temperature <= 0.0f && no_penalty;
+    return p.temperature <= 0.0f && no_penalty && !logprobs_on();
+}
+
+void Sampler::set_logprobs(int top_n) {
+    QUILL_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "top_n {} out of range", top_n);
+    logprobs_top_ = top_n;
 }
 
 int32_t Sampler::sample(std::span<float> logits) {
     QUILL_CHECK(!logits.empty(), "no logits to sample from");
+    if (!logprobs_on()) return pick(logits);
+    // The raw row's log-sum-exp, its top_n, and the picked token's raw logit (the penalties change the row).
+    double max = -INFINITY;
+    for (float v : logits)
+        if (v > max) max = v;
+    double sum = 0;
+    for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
+    const double lse = max + std::log(sum);
+    TokenLogprobs& lp = last_logprobs_;
+    lp.top.clear();
+    const size_t n = std::min(static_cast<size_t>(logprobs_top_), logits.size());
+    order_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) order_[i] = static_cast<int32_t>(i);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (size_t i = 0; i < n; ++i) lp.top.emplace_back(order_[i], static_cast<double>(logits[order_[i]]) - lse);
+    if (penalties_on()) raw_.assign(logits.begin(), logits.end());
+    lp.token = pick(logits);
+    const float logit = (penalties_on() ? std::span<const float>(raw_) : logits)[static_cast<size_t>(lp.token)];
+    lp.logprob = static_cast<double>(logit) - lse;
+    return lp.token;
+}
+
+int32_t Sampler::pick(std::span<float> logits) {
     apply_penalties(logits);
     if (params_.temperature <= 0.0f)  // greedy: the first maximum
         return static_cast<int32_t>(first_max(logits));

@@ -8,6 +8,7 @@
 #include <deque>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace quill {
@@ -49,12 +50,30 @@ struct SampleCandidate {
     float logit;
 };
 
+// A sampled token's log-probability and the row's most likely tokens, of the model's own distribution: the
+// softmax of the raw logits, before penalties, temperature and truncation (what OpenAI's logprobs report), in
+// double precision.
+struct TokenLogprobs {
+    int32_t token = -1;
+    double logprob = 0;
+    std::vector<std::pair<int32_t, double>> top;  // the top_n most likely, descending (ties: the lower id first)
+};
+
+// The most top alternatives a sampler reports per token (OpenAI's top_logprobs range).
+inline constexpr int kMaxTopLogprobs = 20;
+
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& params);
 
     // Picks the next token from logits [n_vocab] (modified in place by the penalties).
     int32_t sample(std::span<float> logits);
+    // From now on each sample() also records the picked token's log-probability and the top_n (0..kMaxTopLogprobs)
+    // most likely tokens (last_logprobs). It needs the whole row: plain_greedy() and top_needed() say so.
+    void set_logprobs(int top_n);
+    bool logprobs_on() const { return logprobs_top_ >= 0; }
+    // What the last sample() recorded (with set_logprobs).
+    const TokenLogprobs& last_logprobs() const { return last_logprobs_; }
     // Records a token (prompt or generated) for the penalties.
     void accept(int32_t token);
 
@@ -73,6 +92,7 @@ public:
     int32_t sample_top(std::span<const SampleCandidate> top);
 
 private:
+    int32_t pick(std::span<float> logits);
     void apply_penalties(std::span<float> logits) const;
     bool penalties_on() const;
     float penalized(float logit, int count) const;
@@ -86,6 +106,10 @@ private:
     std::unordered_map<int32_t, int> counts_;  // occurrences in the window
     std::vector<Candidate> cand_;
     std::vector<float> probs_;
+    int logprobs_top_ = -1;  // -1: no logprobs
+    TokenLogprobs last_logprobs_;
+    std::vector<int32_t> order_;  // logprobs' top-n selection
+    std::vector<float> raw_;      // the row before the penalties, when they are on
 };
 
 }  // namespace quill
