@@ -252,6 +252,7 @@ struct RunOptions {
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
     int logprobs = -1;
+    int lookup = 0;
     bool raw = false;
     bool json = false;
     std::string system;
@@ -285,6 +286,16 @@ CLI::Option* add_logprobs_option(CLI::App* cmd, int& logprobs, const std::string
     return cmd->add_option("--logprobs", logprobs, help)
         ->check(kNotEmpty)
         ->check(CLI::Range(0, quill::kMaxTopLogprobs));
+}
+
+// --lookup N: prompt lookup's guesses per decode step (greedy sampling only; the text does not change).
+void add_lookup_option(CLI::App* cmd, int& lookup) {
+    cmd->add_option("--lookup", lookup,
+                    "Guess up to N next tokens per step from earlier text and check them in the same pass (greedy "
+                    "sampling only: --temp 0; the text is the same, faster where it repeats its prompt; 0: off)")
+        ->capture_default_str()
+        ->check(kNotEmpty)
+        ->check(CLI::Range(0, quill::kMaxLookup));
 }
 
 int chat_from_run(const RunOptions& o);  // (below cmd_chat)
@@ -326,6 +337,7 @@ int cmd_run(RunOptions& o) {
     gp.stop = o.stop;
     gp.sampling = o.sampling;
     gp.logprobs = o.logprobs;
+    gp.lookup = o.lookup;
     gp.validate();
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
@@ -378,13 +390,17 @@ int cmd_run(RunOptions& o) {
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
         if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
+        if (gp.lookup > 0) j["lookup"] = {{"guessed", st.guessed_tokens}, {"accepted", st.accepted_tokens}};
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
     if (!o.quiet)
         quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
-                            "tok/s; decode {:.1f} tok/s; finish reason {}\n",
+                            "tok/s; decode {:.1f} tok/s; finish reason {}{}\n",
                             st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
-                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
+                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()),
+                            gp.lookup > 0 ? fmt::format("; lookup: {} of {} guesses accepted", st.accepted_tokens,
+                                                        st.guessed_tokens)
+                                          : "");
     // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
     if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
     return 0;
@@ -445,6 +461,7 @@ struct ChatCliOptions {
     std::string overflow = "drop-oldest";
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;
+    int lookup = 0;
 };
 
 int cmd_chat(ChatCliOptions& o) {
@@ -453,6 +470,7 @@ int cmd_chat(ChatCliOptions& o) {
     gp.max_tokens = o.n_predict;
     gp.stop = o.stop;
     gp.sampling = o.sampling;
+    gp.lookup = o.lookup;
     gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     auto session = quill::Session::open(session_options(o.model, o.engine));
@@ -504,6 +522,7 @@ struct BatchCliOptions {
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
     int logprobs = -1;
+    int lookup = 0;
     bool raw = false;
     bool quiet = false;
     size_t max_input_bytes = size_t{1} << 30;
@@ -605,6 +624,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.stop = o.stop;
     ro.defaults.sampling = o.sampling;
     ro.defaults.logprobs = o.logprobs;
+    ro.defaults.lookup = o.lookup;
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
     ro.defaults.validate();
@@ -669,6 +689,7 @@ int chat_from_run(const RunOptions& o) {
     chat.stop = o.stop;
     chat.system = o.system;
     chat.chat_template = o.chat_template;
+    chat.lookup = o.lookup;
     return cmd_chat(chat);
 }
 
@@ -906,6 +927,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file (- for stdin)")->excludes(p_opt);
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
+    add_lookup_option(run_cmd, run.lookup);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
@@ -936,6 +958,7 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("-n,--n-predict", chat.n_predict, "Most tokens per reply (-1: until the end of the turn)")
         ->capture_default_str();
     add_sampling_options(chat_cmd, chat.sampling, chat.seed);
+    add_lookup_option(chat_cmd, chat.lookup);
     chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
     chat_cmd->add_option("--system", chat.system, "The system message");
     add_template_option(chat_cmd, chat.chat_template);
@@ -972,6 +995,7 @@ int main(int argc, char** argv) {
     batch_cmd->add_option("-n,--n-predict", batch.n_predict, "Tokens to generate per request (-1: until EOS or a full "
                                                               "context)")->capture_default_str();
     add_sampling_options(batch_cmd, batch.sampling, batch.seed);
+    add_lookup_option(batch_cmd, batch.lookup);
     batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
     add_logprobs_option(batch_cmd, batch.logprobs, "Log-probabilities of every generated token and this many "
                                                    "alternatives, in each record (a request's own field wins)");

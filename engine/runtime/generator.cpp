@@ -10,6 +10,8 @@ namespace quill {
 
 void GenerationParams::validate(bool request_fields) const {
     sampling.validate(request_fields);
+    if (lookup < 0 || lookup > kMaxLookup)
+        throw UsageError(fmt::format("--lookup {} is out of range: expected 0 to {}", lookup, kMaxLookup));
     if (max_tokens < -1)
         throw UsageError(request_fields
                              ? fmt::format("max_tokens {} is out of range: expected >= 0", max_tokens)
@@ -125,6 +127,15 @@ std::string Generation::advance(int32_t token) {
     if (params_.max_tokens >= 0 && n_generated_ >= params_.max_tokens) return text + finish(FinishReason::length);
     if (next_pos() >= n_ctx_) return text + finish(FinishReason::context);
     return text;
+}
+
+int Generation::lookup_budget() const {
+    if (params_.lookup <= 0 || finished() || !sampler_.plain_greedy()) return 0;
+    // The step's decode row gives one token and each accepted guess one more; a guess at position next_pos() + k
+    // must fit in the context.
+    int64_t budget = std::min<int64_t>(params_.lookup, n_ctx_ - 1 - next_pos());
+    if (params_.max_tokens >= 0) budget = std::min<int64_t>(budget, params_.max_tokens - n_generated_ - 1);
+    return static_cast<int>(std::max<int64_t>(0, budget));
 }
 
 // ---- driver ----

@@ -25,6 +25,9 @@ enum class FinishReason {
 };
 std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "interrupted"
 
+// The most guessed tokens a decode step checks (GenerationParams::lookup).
+inline constexpr int kMaxLookup = 32;
+
 struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
     std::vector<std::string> stop;
@@ -32,6 +35,9 @@ struct GenerationParams {
     // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability and that many most likely alternatives
     // (Generation::logprobs).
     int logprobs = -1;
+    // Prompt lookup (engine/runtime/lookup.h): up to this many guessed tokens checked in each decode step, for a
+    // greedy sampler (temperature 0, no penalties); the text is the same as without. 0: off.
+    int lookup = 0;
 
     // The sampling values, then max_tokens (-1 or more) and logprobs: UsageError naming the flag (-n, --logprobs), or
     // with request_fields the field of a batch request (max_tokens, top_logprobs), as SamplingParams::validate does.
@@ -84,6 +90,9 @@ public:
     // Position at which last_token() goes into the cache.
     int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
     uint64_t seed() const { return sampler_.params().seed; }
+    // How many guessed tokens the scheduler may check in the next decode step: GenerationParams::lookup for a
+    // greedy sampler, capped to the tokens still allowed (-n, the context); 0 for none.
+    int lookup_budget() const;
 
 private:
     std::string finish(FinishReason reason);
@@ -107,6 +116,8 @@ struct GenerationStats {
     int prefilled_tokens = 0;  // prompt tokens run through the model (those past GenerateOptions::n_past)
     int reused_tokens = 0;     // prompt tokens already in the cache (n_past)
     int completion_tokens = 0;
+    int guessed_tokens = 0;   // prompt lookup's guesses checked
+    int accepted_tokens = 0;  // and those that were the model's own next token
     double prefill_ms = 0;  // the prompt's forward passes
     double ttft_ms = 0;     // start to the first token sampled
     double decode_ms = 0;   // from the first token to the last
