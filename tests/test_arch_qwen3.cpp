@@ -224,3 +224,23 @@ TEST_CASE("qwen3 smollm3 and mistral3 match llama.cpp on the reference backends"
         check_against_oracle(b, ref);
     }
 }
+
+TEST_CASE("quill run and chat work on saved qwen3 smollm3 and mistral3 files", "[arch][cli]") {
+    const fs::path dir = test::temp_dir("arch-cli");
+    for (const char* shape : {"qwen3-tiny", "qwen3-tiny-yarn", "smollm3-tiny", "mistral3-tiny"}) {
+        INFO(shape);
+        const std::string path = (dir / (std::string(shape) + ".gguf")).string();
+        auto saved = test::run_quill({"bench", "--synthetic", shape, "--dtype", "f16", "--save", path, "-p", "4",
+                                      "-n", "2", "-r", "1"});
+        REQUIRE(saved.status == 0);
+        // run: the file's chat template around the prompt, 6 tokens of the synthetic vocabulary
+        auto run = test::run_quill({"run", "-m", path, "-p", "Hello", "-n", "6", "--temp", "0"});
+        CHECK(run.status == 0);
+        CHECK(run.err.find("6 generated") != std::string::npos);
+        // chat, piped: a reply to each line
+        auto chat = test::run_quill({"chat", "-m", path, "-n", "4", "--temp", "0"}, "Hi there\nAnd again\n");
+        CHECK(chat.status == 0);
+        CHECK(!chat.out.empty());
+        CHECK(chat.err.find("error") == std::string::npos);
+    }
+}
