@@ -57,8 +57,9 @@ struct Weights {
     static Weights from_gguf(const GgufFile& file, const ModelConfig& config);
 
     // RoPE inverse frequencies [n_rot / 2]: theta_i(pos) = pos * inv_freq[i], inv_freq[i] = freq_scale *
-    // base^(-2i / n_rot) / rope_freqs[i] (YaRN: the scale blended with 1 by ModelConfig::yarn_ramp(i)), with the global layers' base and scale, or the local layers' when `local`.
-    // The fast backends' (the reference backend computes its own).
+    // base^(-2i / n_rot) / rope_freqs[i] (YaRN: the scale blended with 1 by ModelConfig::yarn_ramp(i)), with the
+    // global layers' base and scale, or the local layers' when `local`. The fast backends' (the reference backend
+    // computes its own).
     std::vector<double> rope_inv_freq(const ModelConfig& config, bool local) const;
 };
 
