@@ -30,6 +30,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
@@ -1026,8 +1027,8 @@ int main(int argc, char** argv) {
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
     bench_cmd->add_option("-m,--model", bench.model, "GGUF model (default: models/" + std::string(kDefaultModel) + ")");
     bench_cmd->add_option("--synthetic", bench.synthetic,
-                          "Random weights in a preset shape: stories15m, stories110m, smollm2-135m, tinyllama-1.1b, "
-                          "llama2-7b, llama3-8b");
+                          fmt::format("Random weights in a preset shape: {}",
+                                      fmt::join(quill::synthetic_shape_names(), ", ")));
     bench_cmd->add_option("--dtype", bench.dtype,
                           "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0 (default), ...)");
     bench_cmd->add_option("--save", bench.save, "Write the --synthetic model to this GGUF file");

@@ -290,7 +290,7 @@ void CpuBackend::embed(const Batch& batch) {
 }
 
 // rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), for every layer of
-// this batch (and rope_cs_local_ for the local layers when their RoPE differs).
+// this batch (and rope_cs_local_ for the local layers when their RoPE differs), times YaRN's rope_mscale.
 void CpuBackend::rope_angles(const Batch& batch) {
     const int64_t n_rot = config_.n_rot, half = n_rot / 2;
     const bool neox = config_.rope == ModelConfig::Rope::neox;
@@ -301,7 +301,8 @@ void CpuBackend::rope_angles(const Batch& batch) {
             float* s = c + n_rot;                  // [n_rot]
             for (int64_t i = 0; i < half; ++i) {
                 const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
-                const auto ci = static_cast<float>(std::cos(theta)), si = static_cast<float>(std::sin(theta));
+                const auto ci = static_cast<float>(std::cos(theta) * config_.rope_mscale);
+                const auto si = static_cast<float>(std::sin(theta) * config_.rope_mscale);
                 if (neox) {  // pair i: dims i and i + half
                     c[i] = ci;
                     s[i] = si;
@@ -666,6 +667,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         add_bias(v_.data(), L.bv, n);
     }
     const bool local = c.layer_is_local(layer);
+    const bool has_rope = c.layer_has_rope(layer);  // (smollm3: not on every fourth layer)
     auto rope_store = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             float* q = q_.data() + t * c.n_embd_q();
@@ -673,8 +675,14 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, c.n_head, c.head_dim, c.rms_eps);
             if (!L.attn_k_norm.empty())
                 kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, c.n_head_kv, c.head_dim, c.rms_eps);
-            rope(q, c.n_head, t, local);
-            rope(k, c.n_head_kv, t, local);
+            if (has_rope) {
+                rope(q, c.n_head, t, local);
+                rope(k, c.n_head_kv, t, local);
+            }
+            if (c.attn_temp_scale != 0.0f) {  // mistral3: q *= 1 + attn_temp_scale * log(floor(pos / floor) + 1)
+                const auto temp = static_cast<float>(c.attn_temp(batch.tokens[t].pos));
+                for (int64_t i = 0; i < c.n_embd_q(); ++i) q[i] *= temp;
+            }
             store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
         }
     };
