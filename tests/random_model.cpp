@@ -1,7 +1,7 @@
 #include "tests/random_model.h"
 
 #include "engine/error.h"
-#include "engine/runtime/sampler.h"
+#include "engine/rng.h"
 #include "tests/test_util.h"
 #include "tests/tiny_vocab.h"
 

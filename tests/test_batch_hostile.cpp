@@ -4,8 +4,8 @@
 // command runs end to end on the tiny model the tests write (tests/random_model.h); the engine parts are tested
 // directly where they decide.
 #include "engine/batch/input.h"
-#include "engine/batch/progress.h"
 #include "engine/batch/records.h"
+#include "engine/cli/progress.h"
 #include "engine/error.h"
 #include "tests/fault_util.h"
 #include "tests/random_model.h"

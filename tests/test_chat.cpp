@@ -2,7 +2,7 @@
 // commands, chat formats from real model files, and `quill chat` / `quill template` / `quill run` end to end.
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
-#include "engine/chat/repl.h"
+#include "engine/cli/repl.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"

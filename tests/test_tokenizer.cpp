@@ -6,13 +6,13 @@
 
 #include "engine/error.h"
 #include "engine/format/gguf.h"
+#include "engine/io/utf8.h"
 #include "tests/test_util.h"
 #include "tests/tiny_vocab.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/spm_proto.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 #include <fmt/format.h>

@@ -1,7 +1,7 @@
 #include "tests/tiny_vocab.h"
 
 #include "engine/error.h"
-#include "tokenizer/utf8.h"
+#include "engine/io/utf8.h"
 
 #include <fmt/format.h>
 

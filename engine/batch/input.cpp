@@ -2,7 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/io/json_input.h"
-#include "tokenizer/utf8.h"
+#include "engine/io/utf8.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "engine/chat/repl.h"
+#include "engine/cli/repl.h"
 
 #include "engine/chat/conversation_file.h"
 #include "engine/chat/settings.h"

@@ -1,4 +1,4 @@
-#include "engine/chat/line_reader.h"
+#include "engine/cli/line_reader.h"
 
 #include "engine/error.h"
 #include "engine/io/output.h"

@@ -1,4 +1,4 @@
-// Small UTF-8 helpers shared by the tokenizers and the detokenizer.
+// Small UTF-8 helpers shared by the tokenizers, the detokenizer and the escaping of text for messages.
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,7 @@
 #pragma once
 
 #include "engine/chat/conversation.h"
-#include "engine/chat/line_reader.h"
+#include "engine/cli/line_reader.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
 

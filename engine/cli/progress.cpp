@@ -1,4 +1,4 @@
-#include "engine/batch/progress.h"
+#include "engine/cli/progress.h"
 
 #include "engine/io/output.h"
 
