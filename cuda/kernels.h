@@ -53,7 +53,7 @@ void matmul(const ProductSet& ps, const float* x, int64_t n_tokens, bool accumul
 // finishes.
 void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s, bool pdl = false);
 
-// How matmul_q8 multiplies (the same bits every way; tests/test_cuda.cpp compares them).
+// How matmul_q8 multiplies (the same bits every way; tests/unit/cuda/test_cuda.cpp compares them).
 struct Q8Launch {
     // More than eight tokens (sequences decoding together): four rows a warp, each token's quantized block loaded
     // once for the four (Tuning::fused_kernels); else one row a warp, eight tokens at a time.

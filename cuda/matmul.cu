@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kMatmulWarps * kWarp)
 // shared memory with cp.async, which holds no registers while the bytes are on their way, so S - 1 chunks a warp
 // stay in flight, and the grid is persistent (a warp takes rows gw, gw + W, ... of the product set). Each lane sums
 // its blocks l, l + 32, ... of a row in order and the warp adds the lanes as matmul_q8_kernel does, with the same
-// operations: the same bits (tests/test_cuda.cpp, every S).
+// operations: the same bits (tests/unit/cuda/test_cuda.cpp, every S).
 // A warp steps its (row, chunk) as counters: found by 64-bit divisions, they kept the multiprocessors busy issuing
 // instructions and the DRAM far from busy. Of the ring's stage counts tried (2, 3, 4, 8), 3 ran fastest
 // (kStreamStagesDefault), and Q8_0 ran faster on the register kernel at every count, so only Q4_0 and Q4_1 stream

@@ -25,11 +25,11 @@ struct Tuning {
     // Fewer launches a decode step: Q, K and V (and gate and up) multiplied in one launch when alike, the int8
     // inputs quantized by the norm, the attention and the activation that write them, each layer's output checked by
     // the next layer's norm; and more than eight decode tokens multiplied four rows a warp (matmul_q8 rows_kernel).
-    // The same arithmetic, bit for bit (tests/test_cuda.cpp): 9 launches a layer instead of 17, and a decode step's
+    // The same arithmetic, bit for bit (tests/unit/cuda/test_cuda.cpp): 9 launches a layer instead of 17, and a decode step's
     // kernels are short enough that the gaps between them count. QUILL_CUDA_FUSE=0 turns it off.
     bool fused_kernels = true;
     // Decode products of these types (of Q4_0, Q4_1 and Q8_0), rows a multiple of 1024 wide in the packed layout,
-    // streamed through shared memory with cp.async (kernels.h Q8Launch::stream), the same bits (tests/test_cuda.cpp).
+    // streamed through shared memory with cp.async (kernels.h Q8Launch::stream), the same bits (tests/unit/cuda/test_cuda.cpp).
     // Q8_0 keeps the register kernel, which decoded it faster at every stage count tried (matmul.cu).
     // QUILL_CUDA_STREAM=0: none, =1: all three.
     std::vector<GgmlType> stream_types = {GgmlType::Q4_0, GgmlType::Q4_1};

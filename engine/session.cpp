@@ -42,6 +42,7 @@ std::string resolve_model_path(const std::string& given) {
     if (!ec) {
         places.push_back(exe.parent_path().parent_path() / "models" / kDefaultModelFile);
         places.push_back(exe.parent_path() / "models" / kDefaultModelFile);
+        places.push_back(exe.parent_path().parent_path() / QUILL_INSTALLED_MODELS / kDefaultModelFile);
     }
     std::string looked;
     for (const auto& p : places) {

@@ -2,8 +2,8 @@
 
 #include "engine/error.h"
 #include "engine/io/json_input.h"
+#include "engine/io/utf8.h"
 #include "engine/runtime/sampler.h"
-#include "tokenizer/utf8.h"
 
 #include <nlohmann/json.hpp>
 

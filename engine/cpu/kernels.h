@@ -218,9 +218,9 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
 }
 
 // For tests: replaces the avx512 family's kernel table (nullptr restores the built-in one), and makes
-// isa_available(Isa::avx512) true on a CPU with AVX2, so that tests/avx512_emulated.cpp (kernels_avx512.cpp built
-// on SIMDe's portable AVX-512) runs the AVX-512 kernels' code on machines without AVX-512. best_isa() keeps to what
-// the hardware has.
+// isa_available(Isa::avx512) true on a CPU with AVX2, so that tests/support/avx512_emulated.cpp (kernels_avx512.cpp
+// built on SIMDe's portable AVX-512) runs the AVX-512 kernels' code on machines without AVX-512. best_isa() keeps to
+// what the hardware has.
 void set_avx512_kernels(Kernel (*find_kernel)(GgmlType));
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be

@@ -28,7 +28,7 @@
 
 #include "engine/cpu/kernels.h"
 
-// tests/avx512_emulated.cpp builds this file a second time on SIMDe's portable AVX-512 (it defines
+// tests/support/avx512_emulated.cpp builds this file a second time on SIMDe's portable AVX-512 (it defines
 // QUILL_AVX512_EMULATED, provides the intrinsics, and names the namespace with QUILL_AVX512_NS), so that the tests
 // run these kernels on machines without AVX-512.
 #ifndef QUILL_AVX512_NS

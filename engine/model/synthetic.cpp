@@ -1,7 +1,7 @@
 #include "engine/model/synthetic.h"
 
 #include "engine/error.h"
-#include "engine/runtime/sampler.h"
+#include "engine/rng.h"
 
 #include <cmath>
 #include <cstring>

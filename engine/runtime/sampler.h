@@ -3,6 +3,8 @@
 // the RNG and its conversion to [0, 1) are quill's own, not the standard library's unspecified distributions.
 #pragma once
 
+#include "engine/rng.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -27,17 +29,6 @@ struct SamplingParams {
     // Throws UsageError naming the flag that is out of range, or with request_fields the field of a batch request
     // that sets it (temperature, top_k, top_p, min_p: the only ones a request can set).
     void validate(bool request_fields = false) const;
-};
-
-// xoshiro256** seeded through splitmix64.
-class Rng {
-public:
-    explicit Rng(uint64_t seed);
-    uint64_t next();
-    double uniform();  // [0, 1) with 53 random bits
-
-private:
-    uint64_t s_[4];
 };
 
 // The index of the first maximum of x: std::max_element's answer for finite values (NaN never wins; 0 when no value
