@@ -52,7 +52,7 @@ TEST_CASE("qwen3 on the CUDA backend matches the reference backend and llama.cpp
     cuda::CudaBackendOptions o;
     o.n_ctx = 64;
     o.kv_type = KvType::f32;
-    o.gemm = cuda::GemmMode::f32;
+    o.tuning.gemm = cuda::GemmMode::f32;
     cuda::CudaBackend g(m->config, m->weights, o);
     ReferenceBackend r(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
     std::vector<float> got, want;
