@@ -1,8 +1,10 @@
-// The attention primitives on AVX2 + F16C. engine/cpu/kv_ops_avx512.cpp builds this file a second time with AVX-512
-// (QUILL_KV_NS avx512kv): the keys-in-lanes scores and the mix then also go sixteen lanes at a time in zmm registers
-// (__AVX512F__ below), every lane doing the operations of the eight-lane code in the same order, so both builds
-// give the same bits.
-#include "engine/cpu/kv_ops_avx2.h"
+// The attention primitives on AVX2 + F16C, the code of engine/cpu/x86/avx2/kv_ops.cpp. x86/avx512/kv_ops.cpp builds
+// it a second time with AVX-512 (QUILL_KV_NS avx512kv): the keys-in-lanes scores and the mix then also go sixteen
+// lanes at a time in zmm registers (__AVX512F__ below), every lane doing the operations of the eight-lane code in the
+// same order, so both builds give the same bits.
+#pragma once
+
+#include "engine/cpu/x86/kv_ops.h"
 
 #include "engine/cpu/attention.h"
 
