@@ -2,6 +2,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
+#include "engine/model/layer_matrices.h"
 #include "engine/runtime/sampler.h"
 
 #include <algorithm>
@@ -57,7 +58,7 @@ void CpuBackend::check_weights(const Weights& weights) {
                                         type_name(t.type)));
     };
     for (const auto& L : weights.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) check(*t);
+        for (const TensorView* t : layer_matrices(L)) check(*t);
     check(weights.output);
 }
 
