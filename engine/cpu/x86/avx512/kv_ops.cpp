@@ -10,3 +10,4 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include "engine/cpu/x86/kv_ops_impl.h"
+#include "engine/cpu/x86/kv_ops_rows_impl.h"
