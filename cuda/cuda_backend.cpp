@@ -9,6 +9,7 @@
 #include "cuda/profile.h"
 #include "engine/error.h"
 #include "engine/io/escape.h"
+#include "engine/runtime/kv_size.h"
 #include "engine/runtime/sampler.h"
 
 #include <cuda_runtime.h>
@@ -160,8 +161,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
       weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
       graphs_(options.graphs) {
-    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
-    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+    check_kv_size(options.n_ctx, options.n_slots);
     check_model(config, weights);
     plan_ = plan_memory(config, weights, options);  // before anything is allocated
 

@@ -5,6 +5,7 @@
 #include "cuda/dequant.h"
 #include "cuda/gemm.h"
 #include "engine/error.h"
+#include "engine/model/layer_matrices.h"
 
 #include <cuda_runtime.h>
 
@@ -24,7 +25,7 @@ template <class F>
 void for_each_matrix(const Weights& w, F&& f) {
     f(w.tok_embd);
     for (const LayerWeights& L : w.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) f(*t);
+        for (const TensorView* t : layer_matrices(L)) f(*t);
     f(w.output);
 }
 

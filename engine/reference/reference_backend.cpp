@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/format/quant.h"
+#include "engine/runtime/kv_size.h"
 
 #include <algorithm>
 #include <cmath>
@@ -94,8 +95,7 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     : config_(config),
       weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
-    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
-    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+    check_kv_size(options.n_ctx, options.n_slots);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]; YaRN leaves the share yarn_ramp(i) of
     // each frequency unscaled
     auto inv_freq = [&](double base, double scale) {

@@ -1,5 +1,5 @@
-// Weight decoders of the AVX2 kernels. Included by kernels_avx2.cpp only, which alone is compiled with the AVX2
-// flags; everything here has internal linkage.
+// Weight decoders of the AVX2 kernels. Included by the AVX2 kernel files only (this folder; and the AVX-512 one),
+// which alone are compiled with the AVX2 flags; everything here has internal linkage.
 //
 // A decoder reads four weight rows at once, one 32-block (two 16-element quarters) per step, as two row pairs:
 // u[q][p] holds in its 128-bit lane i the 16 weights of quarter q of row 2p + i, so that vpmaddubsw multiplies
@@ -133,7 +133,7 @@ struct DecQ6_K {
 
 // Q3_K: w = d * sc_i * (u - 4) with a scale per 16 elements, u = the two low bits of qs[32 half + l] at bit 2k
 // plus 4 when bit j of hmask[l] is set, for 32-block j (half = j / 4, k = j % 4; see decode_q3_k in
-// kernels_generic.cpp).
+// engine/cpu/generic/rows.cpp).
 struct DecQ3_K {
     static constexpr int kOffset = 4;
     static constexpr bool kHasMin = false, kRowMinima = false, kMinimaPer16 = false;
@@ -194,7 +194,7 @@ struct DecQ3_K {
 };
 
 // Q2_K: w = d * sc_i * u - dmin * m_i per 16 elements i, u the two bits of qs[32 (j / 4) + l] at bit 2 (j % 4) for
-// 32-block j (see decode_q2_k in kernels_generic.cpp); the minima go to wm, one per 16 elements.
+// 32-block j (see decode_q2_k in generic/rows.cpp); the minima go to wm, one per 16 elements.
 struct DecQ2_K {
     static constexpr int kOffset = 0;
     static constexpr bool kHasMin = true, kRowMinima = true, kMinimaPer16 = true;

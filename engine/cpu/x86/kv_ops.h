@@ -1,10 +1,10 @@
 // AVX2 + F16C primitives for attention over the KV cache (compiled with -mavx2 -mfma -mf16c; call only when the
-// CPU has them). Shapes as in KvOps (attention.h). kv_ops_avx512.cpp builds the same file again with AVX-512 (F,
+// CPU has them). Shapes as in KvOps (attention.h). x86/avx512/kv_ops.cpp builds the same code (kv_ops_impl.h) again with AVX-512 (F,
 // VL, BW, DQ) as namespace avx512kv: the same functions with the same results, some loops sixteen lanes wide (call
 // them only when the CPU has those).
 //
 // - mix_f16, mix_f32, round_f16, to_f16: the per-row primitives of KvOps.
-// - swiglu: gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], with exp8 (kv_ops_avx2.cpp) for
+// - swiglu: gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], with exp8 (kv_ops_impl.h) for
 //   e^x; geglu: gate = gelu_tanh(gate) * up.
 // - rms_norm, add_norm: the RMS norm of rows (KvOps), the same bits as the plain loops of attention.cpp.
 // - tile_f16, tile_f32: the tiled attention (attention.h) of n <= kMaxTileRows query rows on one KV head, head_dim a

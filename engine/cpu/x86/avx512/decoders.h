@@ -1,5 +1,5 @@
-// Weight decoders of the AVX-512 kernels. Included by kernels_avx512.cpp only, which alone is compiled with the
-// AVX-512 flags; everything here has internal linkage.
+// Weight decoders of the AVX-512 kernels. Included by the AVX-512 kernel files only (this folder), which alone are
+// compiled with the AVX-512 flags; everything here has internal linkage.
 //
 // The four-row decoders (Q8_0, Q6_K) read four weight rows at once, 64 elements (two 32-blocks, four 16-element
 // quarters) per step, and interleave them so that one vpdpbusd multiplies all four rows with a token's quarter
@@ -16,7 +16,7 @@
 
 #include "engine/cpu/kernels.h"
 // The eight-row decoders: the sixteen-row ones below name them as their decode path (Dec8) and share in_gpr.
-#include "engine/cpu/kernels_avx2_decoders.h"
+#include "engine/cpu/x86/avx2/decoders.h"
 
 namespace quill::cpu::QUILL_AVX512_NS {
 namespace {
@@ -186,7 +186,7 @@ struct Step16 {
 
 using Rows16 = const uint8_t* const*;  // the 16 rows
 
-using avx2::in_gpr;  // keeps a gathered value in an integer register (see kernels_avx2_decoders.h)
+using avx2::in_gpr;  // keeps a gathered value in an integer register (see x86/avx2/decoders.h)
 
 // The 16 bytes at rows[r] + off as four vectors of four-byte groups: lane r of x[k] holds bytes 4k .. 4k + 3 of
 // row r (four rows to a 512-bit vector, then a 4 x 4 transpose of 32-bit elements within each 128-bit lane).

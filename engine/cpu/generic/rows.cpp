@@ -1,6 +1,6 @@
 // Portable kernels (baseline x86-64 or any other CPU), written as plain loops the compiler vectorizes: each weight
 // row is decoded once into signed int8 values with per-16 scales (or into floats), then dotted with every token.
-// Also the activation quantizer every ISA shares and the scalar dot of one 32-block used for odd tails.
+// Also the scalar dot of one 32-block used for odd tails.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -281,35 +281,25 @@ void float_rows(const KernelArgs& args, int64_t r0, int64_t r1, float*) {
 
 namespace generic {
 
-Kernel find_kernel(GgmlType type) {
-    switch (type) {
-        case GgmlType::F32:
-        case GgmlType::F16:
-        case GgmlType::BF16:
-            return {float_rows, false};
-        case GgmlType::Q4_0:
-            return {quant_rows<decode_q4_0>, true};
-        case GgmlType::Q4_1:
-            return {quant_rows<decode_q4_1>, true};
-        case GgmlType::Q5_0:
-            return {quant_rows<decode_q5_0>, true};
-        case GgmlType::Q5_1:
-            return {quant_rows<decode_q5_1>, true};
-        case GgmlType::Q8_0:
-            return {quant_rows<decode_q8_0>, true};
-        case GgmlType::Q4_K:
-            return {quant_rows<decode_q4_k>, true};
-        case GgmlType::Q5_K:
-            return {quant_rows<decode_q5_k>, true};
-        case GgmlType::Q6_K:
-            return {quant_rows<decode_q6_k>, true};
-        case GgmlType::Q3_K:
-            return {quant_rows<decode_q3_k>, true};
-        case GgmlType::Q2_K:
-            return {quant_rows<decode_q2_k>, true};
-        default:
-            return {};
-    }
+const KernelTable& kernel_table() {
+    static const KernelTable table = [] {
+        KernelTable t{};
+        entry(t.rows, GgmlType::F32) = {float_rows, false};
+        entry(t.rows, GgmlType::F16) = {float_rows, false};
+        entry(t.rows, GgmlType::BF16) = {float_rows, false};
+        entry(t.rows, GgmlType::Q4_0) = {quant_rows<decode_q4_0>, true};
+        entry(t.rows, GgmlType::Q4_1) = {quant_rows<decode_q4_1>, true};
+        entry(t.rows, GgmlType::Q5_0) = {quant_rows<decode_q5_0>, true};
+        entry(t.rows, GgmlType::Q5_1) = {quant_rows<decode_q5_1>, true};
+        entry(t.rows, GgmlType::Q8_0) = {quant_rows<decode_q8_0>, true};
+        entry(t.rows, GgmlType::Q4_K) = {quant_rows<decode_q4_k>, true};
+        entry(t.rows, GgmlType::Q5_K) = {quant_rows<decode_q5_k>, true};
+        entry(t.rows, GgmlType::Q6_K) = {quant_rows<decode_q6_k>, true};
+        entry(t.rows, GgmlType::Q3_K) = {quant_rows<decode_q3_k>, true};
+        entry(t.rows, GgmlType::Q2_K) = {quant_rows<decode_q2_k>, true};
+        return t;
+    }();
+    return table;
 }
 
 Kernel fallback_kernel() { return {float_rows, false}; }
@@ -326,167 +316,6 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
            blk.minima(q.ds[t * q.blk_stride + b], q.ds16 + 2 * (t * q.blk_stride + b));
 }
 
-
-namespace {
-
-// Byte j of a Q5 block's qh word (elements 8j .. 8j + 7: k = 2j and 2j + 1, i = 0..3) spread as pack_tiles lays the
-// word out, shifted by 2j: bit 8i of an entry is bit i of the byte (element 8j + i), bit 8i + 1 its bit 4 + i. A
-// table look-up a byte instead of 32 single bits, which made packing a Q5_0 file far slower than a Q4_0 one.
-constexpr std::array<uint32_t, 256> kSpreadQh = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t b = 0; b < 256; ++b)
-        for (uint32_t i = 0; i < 4; ++i) t[b] |= ((b >> i) & 1u) << (8 * i) | ((b >> (4 + i)) & 1u) << (8 * i + 1);
-    return t;
-}();
-
-// pack_tiles for Q4_K and Q5_K (see kernels.h).
-void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
-    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 256));
-    const int64_t n_groups = w.n_in / 256, chunks = block_bytes / 16;
-    const int64_t half_bytes = n_groups * block_bytes * 8;
-    for (int64_t tile = tile0; tile < tile1; ++tile) {
-        for (int64_t h = 0; h < 2; ++h) {
-            auto* dst = static_cast<uint8_t*>(out) + (2 * tile + h) * half_bytes;
-            for (int64_t g = 0; g < n_groups; ++g)
-                for (int64_t c = 0; c < chunks; ++c)
-                    for (int64_t k = 0; k < 4; ++k)
-                        for (int64_t r = 0; r < 8; ++r, dst += 4) {  // a ragged tile repeats its last row
-                            const int64_t row = std::min(tile * 16 + 8 * h + r, w.n_out - 1);
-                            std::memcpy(dst,
-                                        static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
-                                            g * block_bytes + 16 * c + 4 * k,
-                                        4);
-                        }
-        }
-    }
-}
-
-}  // namespace
-
-void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
-    if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1);
-    const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
-    const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
-    const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;
-    const int64_t value_bytes = q8 ? 512 : 256;  // per record: 64 bytes per four bytes of each of the 16 rows
-    const int64_t scales_at = value_bytes + (q5 ? 64 : 0);  // Q5_0, Q5_1: each row's qh word before the scales
-    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
-    const size_t qs_at = q8                         ? offsetof(BlockQ8_0, qs)
-                         : w.type == GgmlType::Q4_0 ? offsetof(BlockQ4_0, qs)
-                         : w.type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs)
-                         : w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qs)
-                                                    : offsetof(BlockQ5_1, qs);
-    const size_t qh_at = w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qh) : offsetof(BlockQ5_1, qh);
-    static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
-    static_assert(offsetof(BlockQ5_0, d) == 0 && offsetof(BlockQ5_1, d) == 0 && offsetof(BlockQ5_1, m) == 2);
-    for (int64_t tile = tile0; tile < tile1; ++tile) {
-        auto* rec = static_cast<uint8_t*>(out) + tile * nb * record;
-        for (int64_t b = 0; b < nb; ++b, rec += record) {
-            for (int64_t r = 0; r < 16; ++r) {  // a ragged tile repeats its last row
-                const int64_t row = std::min(tile * 16 + r, w.n_out - 1);
-                const uint8_t* block = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
-                                       b * block_bytes;
-                for (int64_t c = 0; c < value_bytes / 64; ++c) std::memcpy(rec + 64 * c + 4 * r, block + qs_at + 4 * c, 4);
-                if (q5) {  // qh, spread: bit 8i + k = the fifth bit of element 4k + i
-                    uint32_t qh = 0, spread = 0;
-                    std::memcpy(&qh, block + qh_at, 4);
-                    for (int j = 0; j < 4; ++j) spread |= kSpreadQh[(qh >> (8 * j)) & 0xFF] << (2 * j);
-                    std::memcpy(rec + value_bytes + 4 * r, &spread, 4);
-                }
-                std::memcpy(rec + scales_at + 2 * r, block, 2);                        // d
-                if (has_min) std::memcpy(rec + scales_at + 32 + 2 * r, block + 2, 2);  // m
-            }
-        }
-    }
-}
-
 }  // namespace generic
-
-// ---- activation quantization: blocks of 32, da = max|x| / 127, q = round(x / da) ----
-
-// Every input, finite or not, quantizes to a value in -127..127: x * inv is clamped before it is converted (a float
-// outside int32's range converts with undefined behaviour). inv overflows to inf for a subnormal scale and is 0 for
-// an infinite one, and NaN never compares, so the clamp also covers those: NaN becomes 0, inf the nearest end.
-// The non-finite activations themselves are caught after the layer (CpuBackend::forward).
-float generic::quantize_block(const float* x, int8_t* q, int32_t* sums) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f;
-    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int h = 0; h < 2; ++h) {
-        sums[h] = 0;
-        for (int i = 16 * h; i < 16 * h + 16; ++i) {
-            const float y = x[i] * inv;
-            const float clamped = y >= 127.0f ? 127.0f : y <= -127.0f ? -127.0f : y == y ? y : 0.0f;
-            const auto v = static_cast<int32_t>(std::round(clamped));
-            q[i] = static_cast<int8_t>(v);
-            sums[h] += v;
-        }
-    }
-    return d;
-}
-
-void quantize_activation_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64_t b0, int64_t b1,
-                                const QuantizedActs& out, QuantizeBlock quantize_block) {
-    for (int64_t t = t0; t < t1; ++t) {
-        const float* xr = x + t * n_in;                    // [n_in]
-        int8_t* qr = out.qs + t * out.qs_stride;           // [qs_stride]
-        float* dr = out.d + t * out.blk_stride;            // [blk_stride]
-        float* dsr = out.ds + t * out.blk_stride;          // [blk_stride]
-        float* ds16r = out.ds16 + 2 * t * out.blk_stride;  // [2 * blk_stride]
-        int32_t* isumr = out.isum + t * out.blk_stride;    // [blk_stride]
-        for (int64_t b = b0; b < b1; ++b) {
-            int32_t sum[2];
-            // The scale kept is rounded to fp16, as in a Q8_0 block: the oracle (reference_activations) and the
-            // reference implementation see the same values.
-            const float scale = fp16_to_fp32(fp32_to_fp16(quantize_block(xr + 32 * b, qr + 32 * b, sum)));
-            dr[b] = scale;
-            dsr[b] = scale * static_cast<float>(sum[0] + sum[1]);
-            isumr[b] = sum[0] + sum[1];
-            ds16r[2 * b] = scale * static_cast<float>(sum[0]);
-            ds16r[2 * b + 1] = scale * static_cast<float>(sum[1]);
-        }
-        if (out.qs_u != nullptr) {
-            uint8_t* ur = out.qs_u + t * out.qs_stride;
-            for (int64_t i = 32 * b0; i < 32 * b1; i += 8) {  // eight bytes at a time: q ^ 0x80 = q + 128
-                uint64_t w;
-                std::memcpy(&w, qr + i, 8);
-                w ^= 0x8080808080808080u;
-                std::memcpy(ur + i, &w, 8);
-            }
-        }
-        if (out.tile_qs != nullptr) {  // the token's place in its group's A tiles
-            for (int64_t b = b0; b < b1; ++b) {
-                std::memcpy(out.tile_qs + tile_entry(out, t, b) * 32, qr + 32 * b, 32);
-                const int64_t at = tile_scale_entry(out, t, b);
-                out.tile_d[at] = dr[b];
-                out.tile_ds[at] = dsr[b];
-                out.tile_isum[at] = isumr[b];
-            }
-        }
-    }
-}
-
-void generic::lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1) {
-    const int64_t nb = q.n_in / 32;
-    for (int64_t t = t0; t < std::min(t1, q.n_tokens / kLaneTokens * kLaneTokens); ++t) {
-        const int64_t j = t % kLaneTokens;
-        for (int64_t b = b0; b < b1; ++b) {
-            const int64_t at = t * q.blk_stride + b;
-            LaneActs& l = q.lanes[t / kLaneTokens * nb + b];
-            for (int k = 0; k < 8; ++k) std::memcpy(l.qs[k] + 4 * j, q.qs + t * q.qs_stride + 32 * b + 4 * k, 4);
-            l.d[j] = q.d[at];
-            l.ds[j] = q.ds[at];
-            l.isum[j] = q.isum[at];
-        }
-    }
-}
-
-void quantize_activations(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out,
-                          QuantizeBlock quantize_block) {
-    const int64_t nb = n_in / 32;
-    quantize_activation_blocks(x, n_in, t0, t1, 0, nb, out, quantize_block);
-    for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
-}
 
 }  // namespace quill::cpu
