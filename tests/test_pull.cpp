@@ -501,3 +501,65 @@ TEST_CASE("quill pull retries after 429 Too Many Requests, waiting as Retry-Afte
     CHECK(reqs[0]["status"] == 429);
     CHECK(reqs[1]["status"] == 200);
 }
+
+namespace {
+
+// True when python3 can import huggingface_hub, after a pip install --user when it could not; else skips with the
+// reason (also under CI: the package comes from PyPI, which a machine may not reach).
+bool require_huggingface_hub() {
+    const char* probe = "python3 -c 'import huggingface_hub' >/dev/null 2>&1";
+    if (std::system(probe) == 0) return true;
+    std::system("timeout 300 python3 -m pip install --user --quiet huggingface_hub >/dev/null 2>&1");
+    if (std::system(probe) == 0) return true;
+    test::skip_no_device("the huggingface_hub Python package cannot be imported, nor installed with pip install --user");
+    return false;
+}
+
+// Runs a Python script (with the test's environment) and returns its stdout; FAILs on a non-zero exit.
+std::string run_python(const fs::path& dir, const std::string& script) {
+    const fs::path file = dir / "script.py", out = dir / "script.out", err = dir / "script.err";
+    std::ofstream(file) << script;
+    const int rc = std::system(fmt::format("python3 '{}' >'{}' 2>'{}'", file.string(), out.string(), err.string()).c_str());
+    INFO(test::read_file(err));
+    REQUIRE(rc == 0);
+    return test::read_file(out);
+}
+
+}  // namespace
+
+TEST_CASE("a cache written by huggingface_hub is read by quill, and quill's by huggingface_hub", "[hub][cli]") {
+    if (!require_python3() || !require_huggingface_hub()) return;
+    Hub hub;
+    const auto q8 = hub.add("test/shared-GGUF", "m-Q8_0.gguf", 1);
+    const auto q4 = hub.add("test/shared-GGUF", "m-Q4_K_M.gguf", 2);
+    hub.start();
+
+    // huggingface_hub downloads; quill finds the file offline.
+    const std::string hf_path = run_python(hub.dir, R"(
+from huggingface_hub import hf_hub_download
+print(hf_hub_download(repo_id="test/shared-GGUF", filename="m-Q8_0.gguf"))
+)");
+    CHECK(file_bytes(first_line(hf_path)) == q8);
+    hub.env.set("HF_HUB_OFFLINE", "1");
+    auto r = run_quill({"pull", "test/shared-GGUF:Q8_0"});
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(first_line(r.out) == first_line(hf_path));
+    CHECK(run_quill({"info", "-m", "hf:test/shared-GGUF:Q8_0"}).status == 0);
+    CHECK(run_quill({"list"}).out.find("test/shared-GGUF:Q8_0") != std::string::npos);
+
+    // quill downloads; huggingface_hub finds the file in its cache and scans the cache without a warning.
+    hub.env.set("HF_HUB_OFFLINE", std::nullopt);
+    r = run_quill({"pull", "test/shared-GGUF:Q4_K_M"});
+    REQUIRE(r.status == 0);
+    const std::string seen = run_python(hub.dir, R"(
+from huggingface_hub import scan_cache_dir, try_to_load_from_cache
+print(try_to_load_from_cache("test/shared-GGUF", "m-Q4_K_M.gguf"))
+info = scan_cache_dir()
+print(len(info.warnings), [(r.repo_id, r.nb_files) for r in info.repos])
+)");
+    const std::string found = first_line(seen);
+    CHECK(found == first_line(r.out));
+    CHECK(file_bytes(found) == q4);
+    CHECK(seen.find("0 [('test/shared-GGUF', 2)]") != std::string::npos);
+}

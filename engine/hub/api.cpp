@@ -128,7 +128,7 @@ std::vector<RepoFile> HubApi::list_files(const std::string& repo, const std::str
         QUILL_CHECK(page < 10000, "{}: the file listing does not end", repo);
         HttpResponse r;
         try {
-            r = http_.fetch_ok(url, false, true);
+            r = http_.fetch_ok(url, false, true, false);  // unreachable: fall back to the cache at once
         } catch (const HttpStatusError& e) {
             explain(e, repo);
         }

@@ -143,7 +143,7 @@ void download_blob(const Http& http, const BlobRequest& r, bool progress_bar, bo
         });
         if (resp.status >= 400) throw_status(resp, r.url);
         if (have < r.size)
-            throw NetworkError(fmt::format("{}: the transfer ended at byte {} of {}", r.url, have, r.size));
+            throw NetworkError(fmt::format("{}: the transfer ended at byte {} of {}", r.url, have, r.size), false);
     });
     progress.finish(have);
 

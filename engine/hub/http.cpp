@@ -132,9 +132,11 @@ HttpResponse perform(const HttpOptions& o, const std::string& url, bool head, bo
     const CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
     if (t.sink_error) std::rethrow_exception(t.sink_error);
-    if (t.too_large) throw NetworkError(fmt::format("{}: the answer is larger than {} bytes", url, t.max_body));
+    if (t.too_large) throw NetworkError(fmt::format("{}: the answer is larger than {} bytes", url, t.max_body), false);
     if (rc != CURLE_OK) {
-        throw NetworkError(fmt::format("{}: {}", url, error[0] ? error : curl_easy_strerror(rc)));
+        const bool unreachable = rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY ||
+                                 rc == CURLE_COULDNT_CONNECT || (rc == CURLE_OPERATION_TIMEDOUT && r.status == 0);
+        throw NetworkError(fmt::format("{}: {}", url, error[0] ? error : curl_easy_strerror(rc)), unreachable);
     }
     return r;
 }
@@ -147,12 +149,14 @@ HttpResponse Http::fetch(const std::string& url, bool head, bool follow_redirect
     return perform(options_, url, head, follow_redirects, t, "");
 }
 
-HttpResponse Http::fetch_ok(const std::string& url, bool head, bool follow_redirects) const {
+HttpResponse Http::fetch_ok(const std::string& url, bool head, bool follow_redirects, bool retry_unreachable) const {
     HttpResponse r;
-    with_retries([&] {
-        r = fetch(url, head, follow_redirects);
-        if (r.status >= 400) throw_status(r, url);
-    });
+    with_retries(
+        [&] {
+            r = fetch(url, head, follow_redirects);
+            if (r.status >= 400) throw_status(r, url);
+        },
+        retry_unreachable);
     return r;
 }
 
@@ -166,15 +170,15 @@ HttpResponse Http::stream(const std::string& url, uint64_t offset, uint64_t end_
     return perform(options_, url, false, true, t, range);
 }
 
-void Http::with_retries(const std::function<void()>& fn) const {
+void Http::with_retries(const std::function<void()>& fn, bool retry_unreachable) const {
     double wait_s = options_.backoff_s;
     for (int attempt = 0;; ++attempt) {
         long retry_after = -1;
         try {
             fn();
             return;
-        } catch (const NetworkError&) {
-            if (attempt >= options_.retries) throw;
+        } catch (const NetworkError& e) {
+            if (attempt >= options_.retries || (e.unreachable() && !retry_unreachable)) throw;
         } catch (const HttpStatusError& e) {
             const bool retryable = e.status() == 429 || e.status() >= 500;
             if (!retryable || attempt >= options_.retries) throw;

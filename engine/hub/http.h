@@ -16,7 +16,12 @@ namespace quill::hub {
 // The server could not be reached or the transfer broke off (DNS, refused connection, timeout, dropped connection).
 class NetworkError : public Error {
 public:
-    using Error::Error;
+    NetworkError(const std::string& message, bool unreachable) : Error(message), unreachable_(unreachable) {}
+    // No connection was made (the name did not resolve, the connection was refused or timed out).
+    bool unreachable() const { return unreachable_; }
+
+private:
+    bool unreachable_;
 };
 
 // An HTTP status that is not a success, with the URL in the message.
@@ -56,7 +61,8 @@ public:
     // server cannot be reached.
     HttpResponse fetch(const std::string& url, bool head, bool follow_redirects, size_t max_body = size_t{64} << 20) const;
     // fetch with retries; HttpStatusError for a status >= 400 after them (401, 403 and 404 are not retried).
-    HttpResponse fetch_ok(const std::string& url, bool head, bool follow_redirects) const;
+    // Without retry_unreachable a server that cannot be reached fails at once (for a quick fall back to the cache).
+    HttpResponse fetch_ok(const std::string& url, bool head, bool follow_redirects, bool retry_unreachable = true) const;
     // One GET of url (redirects followed) of bytes [offset, end_exclusive) (end 0: to the end), the body of a 200
     // or 206 answer handed to `sink` as it comes (from `offset` on, also when the server ignored the Range).
     // Returns the response with an empty body; NetworkError when the transfer breaks off (what reached sink stays
@@ -66,7 +72,7 @@ public:
 
     // Calls fn until it returns, retrying NetworkError and the retryable HttpStatusErrors (429, 5xx) with backoff
     // (Retry-After when the server says); the last failure is thrown.
-    void with_retries(const std::function<void()>& fn) const;
+    void with_retries(const std::function<void()>& fn, bool retry_unreachable = true) const;
 
     const HttpOptions& options() const { return options_; }
 
