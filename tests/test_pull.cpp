@@ -3,6 +3,7 @@
 // concurrent pulls, split models, offline use, gated repositories, refusing an unsupported model before its
 // download, and a cache shared with the huggingface_hub Python package.
 #include "engine/format/gguf.h"
+#include "tests/pty_process.h"
 #include "tests/random_model.h"
 #include "tests/test_util.h"
 
@@ -562,4 +563,25 @@ print(len(info.warnings), [(r.repo_id, r.nb_files) for r in info.repos])
     CHECK(found == first_line(r.out));
     CHECK(file_bytes(found) == q4);
     CHECK(seen.find("0 [('test/shared-GGUF', 2)]") != std::string::npos);
+}
+
+TEST_CASE("quill pull draws a progress bar with rate and ETA on a terminal, and none in a pipe", "[hub][cli]") {
+    if (!require_python3()) return;
+    Hub hub;
+    hub.add("test/bar-GGUF", "m-Q4_K_M.gguf", 1);
+    hub.add("test/bar-GGUF", "m-Q8_0.gguf", 2);
+    hub.start({"--rate", "400000"});
+    test::PtyProcess pty({"pull", "test/bar-GGUF"}, hub.dir.string());
+    REQUIRE(pty.wait_exit() == 0);
+    const std::string& shown = pty.output();
+    INFO(shown);
+    CHECK(count(shown, "\033[K") >= 3);  // redrawn as it goes (PtyProcess drops the \r before it)
+    CHECK(shown.find("test/bar-GGUF/m-Q4_K_M.gguf [") != std::string::npos);
+    CHECK(shown.find("100% 402 kB/402 kB") != std::string::npos);
+    CHECK(shown.find("kB/s ETA ") != std::string::npos);
+
+    const auto r = run_quill({"pull", "test/bar-GGUF:Q8_0"});
+    CHECK(r.status == 0);
+    CHECK(r.err.find('\r') == std::string::npos);
+    CHECK(r.err.find("quill: downloading test/bar-GGUF/m-Q8_0.gguf (402 kB)") != std::string::npos);
 }

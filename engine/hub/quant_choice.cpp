@@ -8,17 +8,25 @@ namespace quill::hub {
 
 namespace {
 
-// Quantizations from the fewest bits per weight to the most; the default choice is the one nearest to Q4_K_M here.
-constexpr std::string_view kLadder[] = {
-    "IQ1_S",  "IQ1_M",  "IQ2_XXS", "IQ2_XS", "IQ2_S",  "IQ2_M",  "Q2_K",   "Q2_K_S", "IQ3_XXS", "IQ3_XS",
-    "Q3_K_S", "IQ3_S",  "IQ3_M",   "Q3_K_M", "Q3_K_L", "IQ4_XS", "IQ4_NL", "Q4_0",   "Q4_K_S",  "Q4_1",
-    "Q4_K_M", "Q5_0",   "Q5_K_S",  "Q5_1",   "Q5_K_M", "Q6_K",   "Q8_0",   "BF16",   "F16",     "F32",
+// Quantizations and their bits per weight (hundredths, as llama.cpp's quantize lists them); the default choice is
+// the one nearest to Q4_K_M in bits.
+struct QuantBits {
+    std::string_view name;
+    int bits;
+};
+constexpr QuantBits kQuants[] = {
+    {"IQ1_S", 156},  {"IQ1_M", 175},  {"IQ2_XXS", 206}, {"IQ2_XS", 231}, {"IQ2_S", 250},  {"IQ2_M", 270},
+    {"Q2_K_S", 290}, {"Q2_K", 296},   {"IQ3_XXS", 306}, {"IQ3_XS", 330}, {"IQ3_S", 344},  {"Q3_K_S", 350},
+    {"IQ3_M", 366},  {"Q3_K_M", 391}, {"IQ4_XS", 425},  {"Q3_K_L", 427}, {"IQ4_NL", 450}, {"Q4_0", 450},
+    {"Q4_K_S", 458}, {"Q4_K_M", 489}, {"Q4_1", 500},    {"Q5_0", 550},   {"Q5_K_S", 554}, {"Q5_K_M", 570},
+    {"Q5_1", 600},   {"Q6_K", 656},   {"Q8_0", 850},    {"BF16", 1600},  {"F16", 1600},   {"F32", 3200},
 };
 constexpr std::string_view kDefaultQuant = "Q4_K_M";
 
-int ladder_rank(std::string_view quant) {
-    for (size_t i = 0; i < std::size(kLadder); ++i)
-        if (kLadder[i] == quant) return static_cast<int>(i);
+// Bits per weight in hundredths; -1 for a quantization not in the table.
+int bits_of(std::string_view quant) {
+    for (const QuantBits& q : kQuants)
+        if (q.name == quant) return q.bits;
     return -1;
 }
 
@@ -114,22 +122,23 @@ GgufModel choose_model(const std::vector<GgufModel>& models, const std::string& 
     } else if (models.size() == 1) {
         matches.push_back(&models.front());
     } else {
-        // Q4_K_M, else the nearest rank on the ladder (the larger on a tie).
-        int best = -1, best_distance = 1 << 30;
-        const int target = ladder_rank(kDefaultQuant);
+        // Q4_K_M, else the nearest in bits per weight (the larger on a tie).
+        const GgufModel* best = nullptr;
+        int best_distance = 1 << 30;
+        const int target = bits_of(kDefaultQuant);
         for (const GgufModel& m : models) {
-            const int rank = ladder_rank(m.quant);
-            if (rank < 0) continue;
-            const int distance = std::abs(rank - target);
-            if (distance < best_distance || (distance == best_distance && rank > best)) {
-                best = rank;
+            const int bits = bits_of(m.quant);
+            if (bits < 0) continue;
+            const int distance = std::abs(bits - target);
+            if (distance < best_distance || (distance == best_distance && bits > bits_of(best->quant))) {
+                best = &m;
                 best_distance = distance;
             }
         }
         for (const GgufModel& m : models)
-            if (best >= 0 && ladder_rank(m.quant) == best) matches.push_back(&m);
-        if (best < 0) matches = all;  // no known quantization in any name: the user must name a file
-        asked = best >= 0 ? std::string(kLadder[best]) : "no quantization";
+            if (best && m.quant == best->quant) matches.push_back(&m);
+        if (!best) matches = all;  // no known quantization in any name: the user must name a file
+        asked = best ? best->quant : "no quantization";
     }
     if (matches.empty())
         throw UsageError(fmt::format("{}: no GGUF file for {}; choose one with {}:QUANT or {}:FILE.gguf from: {}",

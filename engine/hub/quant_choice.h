@@ -26,8 +26,8 @@ struct GgufModel {
 // The models among a repository's files; multimodal projector files (mmproj) are left out.
 std::vector<GgufModel> gguf_models(const std::vector<RepoFile>& files);
 
-// The model `quant` names (a quantization, or a .gguf file name or path); "" picks Q4_K_M, else the closest
-// quantization (the larger on a tie), else the only model. UsageError listing the choices when no model or
+// The model `quant` names (a quantization, or a .gguf file name or path); "" picks the only model, else Q4_K_M,
+// else the quantization nearest to it in bits per weight (the larger on a tie). UsageError listing the choices when no model or
 // several match, naming `repo`.
 GgufModel choose_model(const std::vector<GgufModel>& models, const std::string& quant, const std::string& repo);
 
