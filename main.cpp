@@ -121,7 +121,8 @@ struct EngineOptions {
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
-    cmd->add_option("-m,--model", o.model, fmt::format("GGUF model (default: models/{})", kDefaultModel));
+    cmd->add_option("-m,--model", o.model,
+                    fmt::format("GGUF model, or hf:owner/repo[:QUANT] (default: models/{})", kDefaultModel));
     cmd->add_option("--tokenizer", o.tokenizer, "A sentencepiece tokenizer.model to use instead of the GGUF's");
 }
 

@@ -181,14 +181,19 @@ FileMeta HubApi::file_meta(const std::string& repo, const std::string& revision,
 }
 
 std::vector<uint8_t> HubApi::read_prefix(const std::string& url, uint64_t n) const {
+    struct Enough {};  // thrown by the sink to end the transfer of a server that ignores the Range
     std::vector<uint8_t> bytes;
     http_.with_retries([&] {
         bytes.clear();
-        const HttpResponse r = http_.stream(url, 0, n, [&](std::span<const uint8_t> b) {
-            const size_t keep = std::min<size_t>(b.size(), n - bytes.size());
-            bytes.insert(bytes.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(keep));
-        });
-        if (r.status >= 400) throw_status(r, url);
+        try {
+            const HttpResponse r = http_.stream(url, 0, n, [&](std::span<const uint8_t> b) {
+                const size_t keep = std::min<size_t>(b.size(), n - bytes.size());
+                bytes.insert(bytes.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(keep));
+                if (bytes.size() == n) throw Enough{};
+            });
+            if (r.status >= 400) throw_status(r, url);
+        } catch (const Enough&) {
+        }
     });
     return bytes;
 }

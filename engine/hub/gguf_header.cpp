@@ -6,7 +6,7 @@
 
 #include <cstring>
 #include <map>
-#include <regex>
+#include <string_view>
 
 namespace quill::hub {
 
@@ -27,8 +27,9 @@ public:
     std::string str() {
         const uint64_t n = get<uint64_t>();
         if (n > (uint64_t{1} << 30)) fail("a string longer than 1 GiB");
-        std::string s(n, '\0');
-        take(s.data(), n);
+        if (n > b_.size() - pos_) throw NeedMore{};  // before allocating: the length may be any number
+        std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
+        pos_ += n;
         return s;
     }
     void skip(uint64_t n) {
@@ -80,10 +81,20 @@ std::string type_label(uint32_t type) {
     return t ? std::string(t->name) : fmt::format("id {}", type);
 }
 
-bool is_weight_matrix(const std::string& name) {
-    static const std::regex matrix(
-        R"(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight|output\.weight)");
-    return std::regex_match(name, matrix);
+// blk.N.{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}.weight or output.weight: the matrices
+// CpuBackend::check_weights checks.
+bool is_weight_matrix(std::string_view name) {
+    if (name == "output.weight") return true;
+    if (!name.starts_with("blk.") || !name.ends_with(".weight")) return false;
+    name = name.substr(4, name.size() - 4 - 7);
+    const size_t dot = name.find('.');
+    if (dot == 0 || dot == std::string_view::npos ||
+        name.substr(0, dot).find_first_not_of("0123456789") != std::string_view::npos)
+        return false;
+    const std::string_view kind = name.substr(dot + 1);
+    for (std::string_view m : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+        if (kind == m) return true;
+    return false;
 }
 
 }  // namespace
