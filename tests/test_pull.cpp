@@ -358,8 +358,9 @@ TEST_CASE("concurrent pulls of the same file download it once", "[hub][cli]") {
     CHECK(path == test::read_file(out.string() + ".2"));
     CHECK(file_bytes(first_line(path)) == bytes);
     CHECK(hub.server->blob_bytes() == bytes.size());  // one download; the other pull waited and reused it
+    // The pulls overlap unless the machine is very busy; then the second finds the blob and neither waits.
     CHECK(count(test::read_file(out.string() + ".e1") + test::read_file(out.string() + ".e2"),
-                "waiting for another download") == 1);
+                "waiting for another download") <= 1);
 }
 
 TEST_CASE("quill pull fetches every part of a split GGUF, in order", "[hub][cli]") {
@@ -383,6 +384,10 @@ TEST_CASE("quill pull fetches every part of a split GGUF, in order", "[hub][cli]
     r = run_quill({"run", "-m", "hf:test/split-GGUF:Q8_0", "-p", "x"});
     CHECK(r.status == 1);
     CHECK(r.err.find("split into 2 files") != std::string::npos);
+    // rm takes both parts, their blobs, and the folder they were in.
+    REQUIRE(run_quill({"rm", "test/split-GGUF:Q8_0"}).status == 0);
+    CHECK(hub.blobs("test/split-GGUF").empty());
+    CHECK(!fs::exists(fs::path(first).parent_path()));
 }
 
 TEST_CASE("offline, quill uses the cache and says so", "[hub][cli]") {

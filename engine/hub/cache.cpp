@@ -124,8 +124,14 @@ uint64_t HubCache::remove(const std::string& repo, const std::vector<std::string
         fs::remove_all(dir);
         return freed;
     }
-    for (const auto& s : fs::directory_iterator(dir / "snapshots", ec))
-        for (const std::string& f : files) fs::remove(s.path() / f, ec);
+    for (const auto& s : fs::directory_iterator(dir / "snapshots", ec)) {
+        for (const std::string& f : files) {
+            fs::remove(s.path() / f, ec);
+            // The folders the file was in (a split model's Q8_0/), once empty.
+            for (fs::path d = (s.path() / f).parent_path(); d != s.path() && fs::is_empty(d, ec); d = d.parent_path())
+                fs::remove(d, ec);
+        }
+    }
     // The blobs some snapshot still points at stay.
     std::set<fs::path> used;
     for (auto it = fs::recursive_directory_iterator(dir / "snapshots", ec); !ec && it != fs::recursive_directory_iterator();
