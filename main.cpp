@@ -17,6 +17,7 @@
 #include "engine/session.h"
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
+#include "engine/hub/pull.h"
 #include "engine/io/escape.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
@@ -123,7 +124,8 @@ struct EngineOptions {
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
-    cmd->add_option("-m,--model", o.model, fmt::format("GGUF model (default: models/{})", kDefaultModel));
+    cmd->add_option("-m,--model", o.model,
+                    fmt::format("GGUF model, or hf:owner/repo[:QUANT] (default: models/{})", kDefaultModel));
     cmd->add_option("--tokenizer", o.tokenizer, "A sentencepiece tokenizer.model to use instead of the GGUF's");
 }
 
@@ -840,6 +842,28 @@ int cmd_perplexity(const PerplexityCliOptions& o) {
     return 0;
 }
 
+// ---- pull, list, rm: models by name from the Hugging Face hub, kept in its cache ----
+
+struct PullCliOptions {
+    std::string spec;
+    bool quiet = false;
+};
+
+// The model's path (its parts' paths, one a line) on stdout, for scripts: quill run -m "$(quill pull NAME)".
+int cmd_pull(const PullCliOptions& o) {
+    const quill::hub::PulledModel m = quill::hub::pull_model(o.spec, {.ask_hub = true, .quiet = o.quiet});
+    if (!o.quiet) print_line("", fmt::format("{} is ready ({})", m.name, m.from_cache ? "cached" : "up to date"));
+    quill::Output out(stdout, "stdout");
+    for (const auto& f : m.files) out.put(f.string() + "\n");
+    return 0;
+}
+
+// `quill list` and `quill rm`: their text on stdout.
+int print_stdout(const std::string& text) {
+    quill::Output(stdout, "stdout").put(text);
+    return 0;
+}
+
 // The one place where errors become a message and an exit status: 2 for a usage error, 128 + the signal when
 // interrupted, 141 (as if killed by SIGPIPE) and no message when the reader of stdout went away (`quill run |
 // head`), 1 otherwise. The message is one line, escaped and capped (print_line): it may quote a model file. Never
@@ -1054,6 +1078,19 @@ int main(int argc, char** argv) {
     bench_cmd->add_flag("--json", bench.json, "Print JSON (medians, min, max, every run)");
     add_engine_options(bench_cmd, bench.engine);
 
+    PullCliOptions pull;
+    CLI::App* pull_cmd = app.add_subcommand(
+        "pull", "Download a GGUF model from Hugging Face into its cache (-m hf:NAME does it on first use)");
+    pull_cmd->add_option("name", pull.spec, "owner/repo[:QUANT] (default quant: Q4_K_M, else the closest)")
+        ->required();
+    pull_cmd->add_flag("-q,--quiet", pull.quiet, "No progress and no notes on stderr");
+
+    CLI::App* list_cmd = app.add_subcommand("list", "List the GGUF models in the Hugging Face cache");
+
+    std::string rm_spec;
+    CLI::App* rm_cmd = app.add_subcommand("rm", "Remove a model from the Hugging Face cache");
+    rm_cmd->add_option("name", rm_spec, "owner/repo[:QUANT] (without QUANT: the whole repository)")->required();
+
     refuse_empty_values(app);
     try {
         app.parse(argc, argv);
@@ -1071,6 +1108,9 @@ int main(int argc, char** argv) {
         if (*batch_cmd) return cmd_batch(batch);
         if (*bench_cmd) return cmd_bench(bench);
         if (*ppl_cmd) return cmd_perplexity(ppl);
+        if (*pull_cmd) return cmd_pull(pull);
+        if (*list_cmd) return print_stdout(quill::hub::list_models());
+        if (*rm_cmd) return print_stdout(quill::hub::remove_model(rm_spec));
     } catch (...) {
         return report_failure(std::current_exception());
     }

@@ -2,6 +2,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
+#include "engine/hub/pull.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
 #include "engine/io/escape.h"
@@ -34,6 +35,7 @@ KvType parse_kv_type(std::string_view name) {
 }
 
 std::string resolve_model_path(const std::string& given) {
+    if (given.starts_with("hf:")) return hub::resolve_hf_model(given.substr(3));
     if (!given.empty()) return given;
     if (const char* env = std::getenv("QUILL_MODEL"); env && *env) return env;
     std::vector<fs::path> places{fs::path("models") / kDefaultModelFile};
