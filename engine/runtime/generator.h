@@ -29,6 +29,8 @@ struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
     std::vector<std::string> stop;
     SamplingParams sampling;
+    // The grammar the output must follow (engine/grammar); null: none. Shared by the requests that use it.
+    std::shared_ptr<grammar::TokenGrammar> grammar;
 
     // The sampling values, then max_tokens (-1 or more): UsageError naming the flag (-n), or with request_fields the
     // field of a batch request (max_tokens), as SamplingParams::validate does.
