@@ -460,10 +460,17 @@ private:
             if (!s["properties"].is_object()) fail(path, "properties must be an object");
             for (const auto& [name, sub] : s["properties"].items()) props.push_back({name, &sub, required.contains(name)});
         }
+        // a required property that properties does not list is an additional one
+        const ojson* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : &kAny;
         for (const std::string& r : required) {
             bool listed = false;
             for (const Prop& p : props) listed = listed || p.name == r;
-            if (!listed) props.push_back({r, &kAny, true});
+            if (listed) continue;
+            if (additional->is_boolean() && !additional->get<bool>())
+                fail(path, fmt::format("required property '{}' is not in properties and additionalProperties is "
+                                       "false: the schema allows nothing",
+                                       r));
+            props.push_back({r, additional, true});
         }
         std::optional<std::string> extra;  // the value of an additional property
         if (s.contains("additionalProperties")) {
