@@ -60,7 +60,8 @@ move ::= [a-h] [1-8] | "O-O" ("-O")?   # castling
     CHECK(g.prefix("e4, O-"));
     CHECK_FALSE(g.prefix("e4,,"));
 
-    Lang multi(R"(root ::= "a"
+    Lang multi(R"(root ::=
+  "a"
   | "b" |
   "c" (
     "d" | "e"
@@ -100,7 +101,8 @@ TEST_CASE("GBNF: errors give the line and column of what is wrong", "[grammar]")
     CHECK(gbnf_error("root ::= (\"a\" \n") == "grammar:2:1: expected ')'");
     CHECK(gbnf_error("root ::= \"a\"{3,1}") == "grammar:1:18: repetition {3,1}: the maximum is below the minimum");
     CHECK(gbnf_error("root ::= \"\\q\"") == "grammar:1:11: unknown escape '\\q'");
-    CHECK(gbnf_error("root ::= <think>") == "grammar:1:10: token references (<[id]>, <text>, !<...>) are not supported");
+    CHECK(gbnf_error("root ::= <think>") ==
+          "grammar:1:10: token references (<[id]>, <text>, !<...>) are not supported");
     CHECK(gbnf_error("a ::= \"x\"\n") == "grammar:1:1: the grammar has no 'root' rule (the start rule)");
     CHECK(gbnf_error("root ::= \"a\"\nroot ::= \"b\"") == "grammar:2:1: rule 'root' is defined twice");
     CHECK(gbnf_error("root ::= [z-a]") == "grammar:1:14: character range 7A-61 is reversed");
@@ -205,7 +207,8 @@ TEST_CASE("JSON schema: number bounds hold for fractions too", "[grammar]") {
     CHECK(neg.full("-10"));
     CHECK(neg.full("-10.5"));
     CHECK_FALSE(neg.full("-9.5"));
-    CHECK_THAT(schema_error(R"({"type":"number","minimum":0.5})"), Catch::Contains("number bound 0.5 is not supported"));
+    CHECK_THAT(schema_error(R"({"type":"number","minimum":0.5})"),
+               Catch::Contains("number bound 0.5 is not supported"));
 }
 
 TEST_CASE("JSON schema: objects, arrays, enums, refs and formats", "[grammar]") {
@@ -263,8 +266,8 @@ TEST_CASE("JSON schema: what is not supported is an error naming it, never a rel
     CHECK_THAT(schema_error("{\"type\":"), Catch::Contains("not valid JSON"));
     CHECK_THAT(schema_error(std::string(100, '[') + std::string(100, ']')), Catch::Contains("nested deeper"));
     CHECK_THAT(schema_error(R"({"$ref":"#"})"), Catch::Contains("rule 'root' can never end"));
-    CHECK_THAT(schema_error(R"({"$ref":"#/$defs/a","$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},
-        "required":["x"]}}})"),
+    CHECK_THAT(schema_error(R"({"$ref":"#/$defs/a","$defs":{"a":{"type":"object",
+        "properties":{"x":{"$ref":"#/$defs/a"}}, "required":["x"]}}})"),
                Catch::Contains("can never end"));
     CHECK_THAT(schema_error(R"({"type":"string","maxLength":100001})"), Catch::Contains("too large"));
     CHECK_THAT(schema_error(R"({"properties":{"a":{"maxLength":100000},"b":{"maxLength":100000},

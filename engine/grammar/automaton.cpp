@@ -3,6 +3,7 @@
 #include "engine/error.h"
 
 #include <algorithm>
+#include <bit>
 #include <unordered_set>
 
 namespace quill::grammar {
@@ -12,6 +13,31 @@ constexpr size_t kMaxStacks = size_t{1} << 24;        // interned stacks
 constexpr size_t kMaxSetData = size_t{1} << 26;       // stack ids held by all states together
 constexpr size_t kMaxStacksPerState = size_t{1} << 16;  // stacks one state may hold (ambiguity)
 }  // namespace
+
+void IdMap::rehash(size_t capacity) {
+    std::vector<uint64_t> keys(capacity, kEmpty);
+    std::vector<uint32_t> vals(capacity);
+    keys.swap(keys_);
+    vals.swap(vals_);
+    mask_ = capacity - 1;
+    shift_ = 64 - std::countr_zero(capacity);
+    size_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] != kEmpty) emplace(keys[i], vals[i]);
+}
+
+uint32_t IdMap::emplace(uint64_t key, uint32_t value) {
+    if (2 * (size_ + 1) > keys_.size()) rehash(2 * keys_.size());
+    for (size_t i = slot(key);; i = (i + 1) & mask_) {
+        if (keys_[i] == key) return vals_[i];
+        if (keys_[i] == kEmpty) {
+            keys_[i] = key;
+            vals_[i] = value;
+            ++size_;
+            return value;
+        }
+    }
+}
 
 Automaton::Automaton(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
     nodes_.push_back({0, 0});  // the empty stack
@@ -30,13 +56,13 @@ Automaton::Automaton(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
 
 uint32_t Automaton::intern(uint32_t parent, uint32_t pos) {
     const uint64_t key = uint64_t{parent} << 32 | pos;
-    auto [it, fresh] = node_ids_.emplace(key, static_cast<uint32_t>(nodes_.size()));
-    if (fresh) {
-        if (nodes_.size() >= kMaxStacks)
-            throw UsageError(fmt::format("the grammar's automaton grew past {} stacks (nesting too deep?)", kMaxStacks));
-        nodes_.push_back({parent, pos});
-    }
-    return it->second;
+    if (const uint32_t* id = node_ids_.find(key)) return *id;
+    if (nodes_.size() >= kMaxStacks)
+        throw UsageError(fmt::format("the grammar's automaton grew past {} stacks (nesting too deep?)", kMaxStacks));
+    const auto id = static_cast<uint32_t>(nodes_.size());
+    nodes_.push_back({parent, pos});
+    node_ids_.emplace(key, id);
+    return id;
 }
 
 void Automaton::expand(uint32_t stack, std::vector<uint32_t>& out) {
@@ -104,7 +130,7 @@ bool Automaton::accepting(State s) const {
 
 Automaton::State Automaton::advance(State s, uint8_t byte) {
     const uint64_t key = uint64_t{s} << 8 | byte;
-    if (auto it = next_.find(key); it != next_.end()) return it->second;
+    if (const uint32_t* next = next_.find(key)) return *next;
     work_.clear();
     for (size_t k = set_begin_[s]; k < set_begin_[s + 1]; ++k) {
         const uint32_t stack = set_data_[k];

@@ -19,6 +19,31 @@
 
 namespace quill::grammar {
 
+// uint64 -> uint32 with open addressing: the automaton's lookups are most of a mask's cost, and std::unordered_map
+// chases a pointer per lookup.
+class IdMap {
+public:
+    IdMap() { rehash(1024); }
+    // The value of key, or nullptr.
+    const uint32_t* find(uint64_t key) const {
+        for (size_t i = slot(key);; i = (i + 1) & mask_) {
+            if (keys_[i] == key) return &vals_[i];
+            if (keys_[i] == kEmpty) return nullptr;
+        }
+    }
+    // Inserts key -> value unless key is there; returns the value held.
+    uint32_t emplace(uint64_t key, uint32_t value);
+
+private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_) & mask_; }
+    void rehash(size_t capacity);
+    std::vector<uint64_t> keys_;
+    std::vector<uint32_t> vals_;
+    size_t size_ = 0, mask_ = 0;
+    int shift_ = 0;
+};
+
 class Automaton {
 public:
     using State = uint32_t;
@@ -61,11 +86,11 @@ private:
 
     std::shared_ptr<const Grammar> g_;
     std::vector<Node> nodes_;                          // [n_stacks]; 0 is the empty stack
-    std::unordered_map<uint64_t, uint32_t> node_ids_;  // (parent << 32 | pos) -> stack
+    IdMap node_ids_;                                   // (parent << 32 | pos) -> stack
     std::vector<uint32_t> set_data_;                   // the stacks of every state, one after another
     std::vector<uint32_t> set_begin_;                  // [n_states + 1] offsets into set_data_
     std::unordered_multimap<uint64_t, State> set_ids_;  // hash of a set's stacks -> state
-    std::unordered_map<uint64_t, State> next_;         // (state << 8 | byte) -> state
+    IdMap next_;                                       // (state << 8 | byte) -> state
     std::unordered_map<uint32_t, State> singles_;      // stack -> {stack}
     std::vector<std::vector<uint32_t>> expanded_;      // [n_stacks] expand()'s result, once computed
     std::vector<uint8_t> has_expanded_;                // [n_stacks]

@@ -23,7 +23,8 @@ std::string constraint_gbnf(const ConstraintSpec& spec) {
         switch (spec.kind) {
             case ConstraintSpec::Kind::json_schema: return json_schema_to_gbnf(spec.text);
             case ConstraintSpec::Kind::json_object: return json_object_gbnf();
-            case ConstraintSpec::Kind::regex: return "root ::= " + regex_to_gbnf(spec.text, RegexMode::whole_text) + "\n";
+            case ConstraintSpec::Kind::regex:
+                return "root ::= " + regex_to_gbnf(spec.text, RegexMode::whole_text) + "\n";
             case ConstraintSpec::Kind::gbnf: return spec.text;
         }
     } catch (const UsageError& e) {

@@ -92,7 +92,7 @@ private:
         if (b_.defined(rule)) fail_at(where(start), fmt::format("rule '{}' is defined twice", name));
         b_.mark_defined(rule);
         seen_root_ = seen_root_ || name == "root";
-        skip_space(false);
+        skip_space(true);  // the body may start on the next line
         parse_alternatives(rule, 0);
         skip_space(false);
         if (!at_end() && peek() != '\n') fail(fmt::format("unexpected '{}' at the end of rule '{}'", peek(), name));
@@ -224,7 +224,8 @@ private:
             case 'x': return hex(2);
             case 'u': return hex(4);
             case 'U': return hex(8);
-            case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'': return static_cast<uint8_t>(e);
+            case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'':
+                return static_cast<uint8_t>(e);
             default: i_ -= 2; fail(fmt::format("unknown escape '\\{}'", e));
         }
     }

@@ -1,8 +1,8 @@
 // GBNF, llama.cpp's grammar format (grammars/README.md there), parsed into a byte-level Grammar: rules
 // `name ::= alternatives`, "literals" and [character classes] with \n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH escapes,
 // `.` for any character, ( ) groups, | alternatives, the repetitions * + ? {m} {m,} {m,n} {,n}, # comments. A rule
-// ends at a newline unless inside parentheses or after `|` (a line starting with `|` also continues it). `root` is the
-// start rule. Token references (<[id]>, <text>) are not supported.
+// ends at a newline unless inside parentheses or after `::=` or `|` (a line starting with `|` also continues it).
+// `root` is the start rule. Token references (<[id]>, <text>) are not supported.
 #pragma once
 
 #include "engine/grammar/grammar.h"

@@ -28,7 +28,9 @@ constexpr double kNumberBoundCap = 1e9;  // the largest bound of a "number" (6 d
 const std::map<std::string, std::string>& base_rules() {
     static const std::map<std::string, std::string> rules = {
         {"ws", R"(| " " | "\n" [ \t]{0,20})"},
-        {"jchar", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2})))"},
+        // \uXXXX escapes leave out surrogates: each escape is one character, so lengths stay exact
+        {"jchar", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] )"
+                  R"([0-9a-fA-F]{2})))"},
         {"kchar", R"([^"\\\x00-\x1F])"},
         {"string", R"("\"" jchar* "\"")"},
         {"number", R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?)"},
@@ -256,7 +258,8 @@ private:
             types.push_back("object");
         } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
             types.push_back("array");
-        } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+        } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") ||
+                   s.contains("maxLength")) {
             types.push_back("string");
         } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
                    s.contains("exclusiveMaximum")) {
@@ -329,7 +332,8 @@ private:
         }
         if (s.contains(exclusive)) {
             if (!s[exclusive].is_number())
-                fail(path, fmt::format("{} must be a number (the boolean form of draft 4 is not supported)", exclusive));
+                fail(path,
+                     fmt::format("{} must be a number (the boolean form of draft 4 is not supported)", exclusive));
             const double v = s[exclusive].get<double>();
             const bool lower = std::string_view(inclusive) == "minimum";
             if (!b || (lower ? v >= b->value : v <= b->value)) b = Bound{v, true};
@@ -356,14 +360,14 @@ private:
         return alternatives(alts);
     }
 
-    // Magnitudes m = whole.fraction with a < m (or <=) and m < b (or <=; b unset: unbounded); a, b whole numbers.
-    static std::string magnitude_range(int64_t a, bool a_excl, std::optional<int64_t> b, bool b_excl) {
+    // Magnitudes m = whole.fraction with a < m (or <=) and, when bounded, m < b (or <=); a, b whole numbers.
+    static std::string magnitude_range(int64_t a, bool a_excl, bool bounded, int64_t b, bool b_excl) {
         const std::string frac = R"(("." [0-9]{1,6})?)";
         std::vector<std::string> alts;
-        if (a_excl && (!b || *b > a)) alts.push_back(lit(std::to_string(a)) + R"( "." [0-9]{0,5} [1-9])");
-        const int64_t lo = a_excl ? a + 1 : a, hi = b ? *b - 1 : kIntCap;
+        if (a_excl && (!bounded || b > a)) alts.push_back(lit(std::to_string(a)) + R"( "." [0-9]{0,5} [1-9])");
+        const int64_t lo = a_excl ? a + 1 : a, hi = bounded ? b - 1 : kIntCap;
         if (lo <= hi) alts.push_back(uint_range(lo, hi) + " " + frac);
-        if (b && !b_excl && (*b > a || !a_excl)) alts.push_back(lit(std::to_string(*b)) + R"( ("." "0"{1,6})?)");
+        if (bounded && !b_excl && (b > a || !a_excl)) alts.push_back(lit(std::to_string(b)) + R"( ("." "0"{1,6})?)");
         return alts.empty() ? "" : alternatives(alts);
     }
 
@@ -376,20 +380,18 @@ private:
                 fail(path, fmt::format("number bound {} is not supported: bounds of a number must be whole and "
                                        "within +-{}",
                                        b->value, kNumberBoundCap));
-        std::optional<int64_t> L, H;
-        if (lo) L = static_cast<int64_t>(lo->value);
-        if (hi) H = static_cast<int64_t>(hi->value);
+        const int64_t L = lo ? static_cast<int64_t>(lo->value) : 0, H = hi ? static_cast<int64_t>(hi->value) : 0;
         const bool lx = lo && lo->exclusive, hx = hi && hi->exclusive;
-        if (L && H && (*L > *H || (*L == *H && (lx || hx)))) fail(path, "no number lies within the bounds");
+        if (lo && hi && (L > H || (L == H && (lx || hx)))) fail(path, "no number lies within the bounds");
         std::string out;
-        if (L && *L >= 0) {
-            out = magnitude_range(*L, lx, H, hx);
-        } else if (H && *H <= 0) {
-            out = "\"-\" " + magnitude_range(-*H, hx || *H == 0, L ? std::optional<int64_t>(-*L) : std::nullopt, lx);
-            if (*H == 0 && !hx) out = "(\"0\" | " + out + ")";
+        if (lo && L >= 0) {
+            out = magnitude_range(L, lx, hi.has_value(), H, hx);
+        } else if (hi && H <= 0) {  // -m with -H <= m <= -L
+            out = "\"-\" " + magnitude_range(-H, hx || H == 0, lo.has_value(), -L, lx);
+            if (H == 0 && !hx) out = "(\"0\" | " + out + ")";
         } else {
-            out = alternatives({magnitude_range(0, false, H, hx),
-                                "\"-\" " + magnitude_range(0, true, L ? std::optional<int64_t>(-*L) : std::nullopt, lx)});
+            out = alternatives({magnitude_range(0, false, hi.has_value(), H, hx),
+                                "\"-\" " + magnitude_range(0, true, lo.has_value(), -L, lx)});
         }
         if (out.empty()) fail(path, "no number lies within the bounds");
         return out;
@@ -458,7 +460,8 @@ private:
         }
         if (s.contains("properties")) {
             if (!s["properties"].is_object()) fail(path, "properties must be an object");
-            for (const auto& [name, sub] : s["properties"].items()) props.push_back({name, &sub, required.contains(name)});
+            for (const auto& [name, sub] : s["properties"].items())
+                props.push_back({name, &sub, required.contains(name)});
         }
         // a required property that properties does not list is an additional one
         const ojson* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : &kAny;

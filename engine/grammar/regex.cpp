@@ -134,7 +134,8 @@ private:
 
     // One codepoint as the text must hold it: itself, or its JSON escape in a JSON string.
     std::string literal(uint32_t cp) const {
-        if (mode_ == RegexMode::json_string && (cp < 0x20 || cp == '"' || cp == '\\')) return gbnf_literal(json_escape(cp));
+        if (mode_ == RegexMode::json_string && (cp < 0x20 || cp == '"' || cp == '\\'))
+            return gbnf_literal(json_escape(cp));
         std::string raw;
         utf8::append(raw, cp);
         return gbnf_literal(raw);
@@ -160,7 +161,8 @@ private:
         std::vector<CodepointRange> plain;
         std::vector<std::string> escapes;
         auto has = [&](uint32_t cp) {
-            return std::any_of(r.begin(), r.end(), [&](const CodepointRange& x) { return x.first <= cp && cp <= x.second; });
+            return std::any_of(r.begin(), r.end(),
+                               [&](const CodepointRange& x) { return x.first <= cp && cp <= x.second; });
         };
         for (uint32_t cp = 0; cp < 0x20; ++cp)
             if (has(cp)) escapes.push_back(literal(cp));

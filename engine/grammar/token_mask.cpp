@@ -29,17 +29,13 @@ std::vector<std::string> vocab_bytes(const Tokenizer& tok) {
 // ---- TokenTrie ----
 
 TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes) {
-    std::vector<int32_t> order;
+    std::vector<std::pair<std::string_view, int32_t>> order;  // (bytes, id), sorted
     for (size_t id = 0; id < token_bytes.size(); ++id)
-        if (!token_bytes[id].empty()) order.push_back(static_cast<int32_t>(id));
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return token_bytes[static_cast<size_t>(a)] < token_bytes[static_cast<size_t>(b)] ||
-               (token_bytes[static_cast<size_t>(a)] == token_bytes[static_cast<size_t>(b)] && a < b);
-    });
+        if (!token_bytes[id].empty()) order.emplace_back(token_bytes[id], static_cast<int32_t>(id));
+    std::sort(order.begin(), order.end());
     std::vector<uint32_t> path;  // open nodes, one per depth
-    const std::string* prev = nullptr;
-    for (int32_t id : order) {
-        const std::string& t = token_bytes[static_cast<size_t>(id)];
+    const std::string_view* prev = nullptr;
+    for (const auto& [t, id] : order) {
         size_t lcp = 0;
         if (prev) {
             const size_t n = std::min(prev->size(), t.size());
@@ -114,11 +110,34 @@ const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
     ++stats_.local_walks;
     auto m = std::make_unique<LocalMask>();
     m->accepted.assign(n_words_, 0);
+    // A walk meets few states, each many times: their transitions go into a dense table of its own (the
+    // automaton's table is large and far from the cache), up to kDenseStates of them.
+    constexpr uint32_t kUnknown = ~uint32_t{0};
+    constexpr size_t kDenseStates = 4096;
+    dense_ids_ = IdMap();
+    dense_states_.clear();
+    dense_next_.clear();
+    auto local_index = [&](Automaton::State s) -> uint32_t {
+        if (const uint32_t* i = dense_ids_.find(s)) return *i;
+        if (dense_states_.size() >= kDenseStates) return kUnknown;
+        const auto i = static_cast<uint32_t>(dense_states_.size());
+        dense_ids_.emplace(s, i);
+        dense_states_.push_back(s);
+        dense_next_.resize(dense_next_.size() + 256, kUnknown);
+        return i;
+    };
+    auto step = [&](Automaton::State s, uint8_t b) -> Automaton::State {
+        const uint32_t i = local_index(s);
+        if (i == kUnknown) return a_.advance(s, b);
+        uint32_t& next = dense_next_[size_t{i} * 256 + b];
+        if (next == kUnknown) next = a_.advance(s, b);
+        return next;
+    };
     walk_[0] = a_.single(local_stack);
     below_[0] = 0;
     for (size_t i = 0; i < trie_.size();) {
         const uint32_t d = trie_.depth(i);
-        const Automaton::State s = a_.advance(walk_[d - 1], trie_.byte(i));
+        const Automaton::State s = step(walk_[d - 1], trie_.byte(i));
         if (s == Automaton::kDead) {
             if (below_[d - 1]) {
                 const auto sub = trie_.subtree_tokens(i);
@@ -128,6 +147,7 @@ const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
             continue;
         }
         for (int32_t t : trie_.tokens(i)) set_bit(m->accepted, t);
+        ++stats_.walk_nodes;
         walk_[d] = s;
         below_[d] = below_[d - 1] || a_.accepting(s);
         ++i;

@@ -67,10 +67,12 @@ public:
 
     struct Stats {
         size_t local_walks = 0;   // trie walks for a stack top
+        size_t walk_nodes = 0;    // trie nodes those walks visited
         size_t masks_built = 0;   // state masks computed
         size_t mask_hits = 0;     // state masks found in the cache
     };
     const Stats& stats() const { return stats_; }
+    size_t trie_size() const { return trie_.size(); }
 
 private:
     struct LocalMask {
@@ -92,6 +94,9 @@ private:
     std::vector<State> walk_;                                          // per trie depth
     std::vector<uint8_t> below_;                                       // per trie depth
     std::vector<uint32_t> frames_;
+    IdMap dense_ids_;                    // local_mask's states -> their rows in dense_next_
+    std::vector<Automaton::State> dense_states_;
+    std::vector<uint32_t> dense_next_;   // [states][256] transitions, ~0 while unknown
     Stats stats_;
 };
 

@@ -134,6 +134,10 @@ void Sampler::apply_mask(std::span<float> logits) {
         any = any || bits != 0;
         if (bits == ~uint64_t{0}) continue;
         const size_t end = std::min(n, (w + 1) * 64);
+        if (bits == 0) {
+            std::fill(logits.data() + w * 64, logits.data() + end, -INFINITY);
+            continue;
+        }
         for (size_t i = w * 64; i < end; ++i)
             if (!((bits >> (i & 63)) & 1)) logits[i] = -INFINITY;
     }
