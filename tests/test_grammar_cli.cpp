@@ -53,7 +53,7 @@ void corpus(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("run: --json-schema, --regex and --grammar shape the output; bad ones fail before the model loads",
+TEST_CASE("run: --json-schema, --regex and --grammar shape the output, and bad ones fail before the model loads",
           "[grammar][cli]") {
     const std::string model = stories();
     if (model.empty()) return;
@@ -104,7 +104,7 @@ TEST_CASE("run: --json-schema, --regex and --grammar shape the output; bad ones 
     }
 }
 
-TEST_CASE("batch: each request has its own response_format or grammar; a bad one fails that request alone",
+TEST_CASE("batch: each request has its own response_format or grammar, and a bad one fails that request alone",
           "[grammar][cli]") {
     const std::string model = stories();
     if (model.empty()) return;

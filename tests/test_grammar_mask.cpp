@@ -160,7 +160,7 @@ TEST_CASE("a byte-fallback token may start a character the grammar wants, and EO
     CHECK_FALSE(allowed(seven));
 }
 
-TEST_CASE("the sampler draws only allowed tokens; temperature, top-k and penalties act on them", "[grammar]") {
+TEST_CASE("the sampler draws only allowed tokens, and temperature, top-k and penalties act on them", "[grammar]") {
     const auto tok = tiny_tokenizer(test::tiny_bpe_vocab());
     auto tg = std::make_shared<TokenGrammar>(
         compile_constraint({ConstraintSpec::Kind::regex, "[0-9]{2,4}", "--regex"}), *tok);

@@ -91,10 +91,16 @@ void Run::finished(int64_t id, const GenerationStats& st) {
 }
 
 std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& o) {
+    // A grammar's automaton grows with every text it reads; past this many stacks new requests get a fresh copy
+    // (the running ones keep theirs), so that a long batch stays within a bounded memory.
+    constexpr size_t kRenewStacks = size_t{1} << 20;
     const std::optional<grammar::ConstraintSpec>& spec = o.constraint ? o.constraint : options_.constraint;
     if (!spec) return nullptr;
-    for (const auto& [s, g] : grammars_)
-        if (s == *spec) return g;
+    for (auto& [s, g] : grammars_) {
+        if (!(s == *spec)) continue;
+        if (g->automaton().n_stacks() > kRenewStacks) g = g->renewed();
+        return g;
+    }
     // grammars no running request holds go first once many are kept: each holds its caches
     if (grammars_.size() >= 16)
         std::erase_if(grammars_, [](const auto& e) { return e.second.use_count() == 1; });

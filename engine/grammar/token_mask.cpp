@@ -72,7 +72,8 @@ std::span<const int32_t> TokenTrie::subtree_tokens(size_t node) const {
 
 TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::string> token_bytes,
                            std::vector<int32_t> eog)
-    : bytes_(std::move(token_bytes)),
+    : grammar_(g),
+      bytes_(std::move(token_bytes)),
       eog_(std::move(eog)),
       a_(std::move(g)),
       trie_(bytes_),
@@ -88,6 +89,10 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::st
 
 TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok)
     : TokenGrammar(std::move(g), vocab_bytes(tok), tok.eog_ids()) {}
+
+std::shared_ptr<TokenGrammar> TokenGrammar::renewed() const {
+    return std::make_shared<TokenGrammar>(grammar_, bytes_, eog_);
+}
 
 bool TokenGrammar::is_eog(int32_t token) const { return std::binary_search(eog_.begin(), eog_.end(), token); }
 

@@ -55,6 +55,9 @@ public:
     TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::string> token_bytes, std::vector<int32_t> eog);
     TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok);
 
+    // The same grammar and vocabulary with empty caches and a new automaton (whose tables have not grown).
+    std::shared_ptr<TokenGrammar> renewed() const;
+
     using State = Automaton::State;
     Automaton& automaton() { return a_; }
     int32_t n_vocab() const { return static_cast<int32_t>(bytes_.size()); }
@@ -84,6 +87,7 @@ private:
     void check_uncertain(uint32_t stack, const LocalMask& local, std::vector<uint64_t>& mask);
     void build_mask(State s, std::vector<uint64_t>& mask);
 
+    std::shared_ptr<const Grammar> grammar_;
     std::vector<std::string> bytes_;  // [n_vocab]
     std::vector<int32_t> eog_;        // sorted
     Automaton a_;
