@@ -202,3 +202,21 @@ TEST_CASE("the sampler draws only allowed tokens, and temperature, top-k and pen
         CHECK(s.grammar_finished() == m.finished());
     }
 }
+
+TEST_CASE("a renewed token grammar starts with empty tables and gives the same masks", "[grammar]") {
+    const auto tok = tiny_tokenizer(test::tiny_bpe_vocab());
+    auto tg = std::make_shared<TokenGrammar>(compile_constraint(specs()[0]), *tok);
+    TokenGrammar::State s = tg->automaton().start();
+    for (const char* piece : {"{", "\"name\"", ": \"", "x"}) s = tg->automaton().advance(s, piece);
+    REQUIRE(s != Automaton::kDead);
+    const std::vector<uint64_t> deep(tg->mask(s).begin(), tg->mask(s).end());
+    const std::vector<uint64_t> first(tg->mask(tg->automaton().start()).begin(),
+                                      tg->mask(tg->automaton().start()).end());
+    auto fresh = tg->renewed();
+    CHECK(fresh->automaton().n_stacks() < tg->automaton().n_stacks());
+    const auto again = fresh->mask(fresh->automaton().start());
+    CHECK(std::vector<uint64_t>(again.begin(), again.end()) == first);
+    const auto s2 = fresh->automaton().advance(fresh->automaton().start(), "{\"name\": \"x");
+    const auto m2 = fresh->mask(s2);
+    CHECK(std::vector<uint64_t>(m2.begin(), m2.end()) == deep);
+}
