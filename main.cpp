@@ -18,6 +18,7 @@
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
 #include "engine/hub/pull.h"
+#include "engine/grammar/constraint.h"
 #include "engine/io/escape.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
@@ -244,6 +245,14 @@ int cmd_tokenize(const TokenizeOptions& o) {
 
 // ---- run ----
 
+struct ConstraintOptions {
+    std::string json_schema;  // a file or the JSON text
+    std::string format;       // "json" or ""
+    bool json_object = false;
+    std::string grammar;      // a GBNF file
+    std::string regex;
+};
+
 struct RunOptions {
     ModelOptions model;
     EngineOptions engine;
@@ -262,9 +271,51 @@ struct RunOptions {
     std::string chat_template;
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;  // no load line and no stats line
+    ConstraintOptions constraint;
 };
 
 void warn_line(const std::string& message) { print_line("warning: ", message); }
+
+// --json-schema, --format json / --json-object, --grammar, --regex: at most one, read and compiled before the model
+// loads, so that a bad schema fails at once.
+std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOptions& c) {
+    namespace qg = quill::grammar;
+    std::vector<qg::ConstraintSpec> given;
+    if (!c.json_schema.empty()) given.push_back(qg::json_schema_option(c.json_schema));
+    if (!c.format.empty()) {
+        if (c.format != "json") throw UsageError(fmt::format("--format '{}': expected json", c.format));
+        given.push_back({qg::ConstraintSpec::Kind::json_object, "", "--format json"});
+    }
+    if (c.json_object) given.push_back({qg::ConstraintSpec::Kind::json_object, "", "--json-object"});
+    if (!c.grammar.empty()) given.push_back(qg::grammar_file_option(c.grammar));
+    if (!c.regex.empty()) given.push_back({qg::ConstraintSpec::Kind::regex, c.regex, "--regex"});
+    if (given.size() > 1)
+        throw UsageError("give at most one of --json-schema, --format json, --json-object, --grammar and --regex");
+    if (given.empty()) return std::nullopt;
+    return given[0];
+}
+
+// The output constraint bound to the model's vocabulary: compile first (before the model loads), bind after.
+struct OutputConstraint {
+    std::shared_ptr<const quill::grammar::Grammar> grammar;
+    std::shared_ptr<quill::grammar::TokenGrammar> bind(const quill::Tokenizer& tok) const {
+        return grammar ? std::make_shared<quill::grammar::TokenGrammar>(grammar, tok) : nullptr;
+    }
+};
+OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
+    const auto spec = constraint_spec(c);
+    return {spec ? quill::grammar::compile_constraint(*spec) : nullptr};
+}
+
+void add_constraint_options(CLI::App* cmd, ConstraintOptions& c, bool format_option) {
+    cmd->add_option("--json-schema", c.json_schema, "The output must be JSON valid against this schema (a file, or "
+                                                    "the schema's JSON text)");
+    if (format_option)
+        cmd->add_option("--format", c.format, "json: the output must be a JSON object");
+    cmd->add_flag("--json-object", c.json_object, "The output must be a JSON object (as --format json)");
+    cmd->add_option("--grammar", c.grammar, "The output must follow this GBNF grammar file (llama.cpp's format)");
+    cmd->add_option("--regex", c.regex, "The output must match this regular expression, whole");
+}
 
 void add_template_option(CLI::App* cmd, std::string& chat_template) {
     cmd->add_option("--chat-template", chat_template,
@@ -342,9 +393,11 @@ int cmd_run(RunOptions& o) {
     gp.logprobs = o.logprobs;
     gp.lookup = o.lookup;
     gp.validate();
+    const OutputConstraint constraint = compile_output_constraint(o.constraint);
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
+    gp.grammar = constraint.bind(*tok);
     quill::Backend* backend = session->backend.get();
     const int64_t n_ctx = session->n_ctx;
     const double load_ms = session->load_ms;
@@ -465,6 +518,7 @@ struct ChatCliOptions {
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;
     int lookup = 0;
+    ConstraintOptions constraint;
 };
 
 int cmd_chat(ChatCliOptions& o) {
@@ -476,7 +530,9 @@ int cmd_chat(ChatCliOptions& o) {
     gp.lookup = o.lookup;
     gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
+    const OutputConstraint constraint = compile_output_constraint(o.constraint);
     auto session = quill::Session::open(session_options(o.model, o.engine));
+    gp.grammar = constraint.bind(*session->tokenizer);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
@@ -531,6 +587,7 @@ struct BatchCliOptions {
     size_t max_input_bytes = size_t{1} << 30;
     std::string system;
     std::string chat_template;
+    ConstraintOptions constraint;
 };
 
 // How a batch request becomes tokens: `messages` through the chat template; OpenAI /v1/completions prompts as they
@@ -631,6 +688,8 @@ int cmd_batch(BatchCliOptions& o) {
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
     ro.defaults.validate();
+    ro.constraint = constraint_spec(o.constraint);
+    if (ro.constraint) quill::grammar::compile_constraint(*ro.constraint);  // a bad one fails before the model loads
     // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");
@@ -693,6 +752,7 @@ int chat_from_run(const RunOptions& o) {
     chat.system = o.system;
     chat.chat_template = o.chat_template;
     chat.lookup = o.lookup;
+    chat.constraint = o.constraint;
     return cmd_chat(chat);
 }
 
@@ -953,6 +1013,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
     add_lookup_option(run_cmd, run.lookup);
+    add_constraint_options(run_cmd, run.constraint, true);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
@@ -984,6 +1045,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     add_sampling_options(chat_cmd, chat.sampling, chat.seed);
     add_lookup_option(chat_cmd, chat.lookup);
+    add_constraint_options(chat_cmd, chat.constraint, true);
     chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
     chat_cmd->add_option("--system", chat.system, "The system message");
     add_template_option(chat_cmd, chat.chat_template);
@@ -1021,6 +1083,7 @@ int main(int argc, char** argv) {
                                                               "context)")->capture_default_str();
     add_sampling_options(batch_cmd, batch.sampling, batch.seed);
     add_lookup_option(batch_cmd, batch.lookup);
+    add_constraint_options(batch_cmd, batch.constraint, false);
     batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
     add_logprobs_option(batch_cmd, batch.logprobs, "Log-probabilities of every generated token and this many "
                                                    "alternatives, in each record (a request's own field wins)");

@@ -58,6 +58,7 @@ private:
         ++p_.errors;
     }
     void finished(int64_t id, const GenerationStats& st);
+    std::shared_ptr<grammar::TokenGrammar> grammar_for(const RequestOverrides& o);
     void feed();
     int interrupts() const { return options_.interrupts ? options_.interrupts() : 0; }
 
@@ -71,6 +72,8 @@ private:
     Scheduler sched_;
     std::deque<size_t> pending_;  // entry indices not yet submitted
     std::unordered_map<int64_t, Active> active_;
+    // Requests with the same constraint share its grammar (and the masks it caches).
+    std::vector<std::pair<grammar::ConstraintSpec, std::shared_ptr<grammar::TokenGrammar>>> grammars_;
     std::mt19937_64 seeds_{std::random_device{}()};
     BatchProgress p_;
 };
@@ -96,6 +99,25 @@ void Run::finished(int64_t id, const GenerationStats& st) {
     p_.reused_tokens += st.reused_tokens;
 }
 
+std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& o) {
+    // A grammar's automaton grows with every text it reads; past this many stacks new requests get a fresh copy
+    // (the running ones keep theirs), so that a long batch stays within a bounded memory.
+    constexpr size_t kRenewStacks = size_t{1} << 20;
+    const std::optional<grammar::ConstraintSpec>& spec = o.constraint ? o.constraint : options_.constraint;
+    if (!spec) return nullptr;
+    for (auto& [s, g] : grammars_) {
+        if (!(s == *spec)) continue;
+        if (g->automaton().n_stacks() > kRenewStacks) g = g->renewed();
+        return g;
+    }
+    // grammars no running request holds go first once many are kept: each holds its caches
+    if (grammars_.size() >= 16)
+        std::erase_if(grammars_, [](const auto& e) { return e.second.use_count() == 1; });
+    auto g = grammar::token_grammar(*spec, tok_);
+    grammars_.emplace_back(*spec, g);
+    return g;
+}
+
 // Keeps the scheduler's queue as long as its slots, so prompts are encoded just before they can run.
 void Run::feed() {
     while (sched_.admitting() && !pending_.empty() && sched_.n_waiting() < static_cast<size_t>(sched_.n_slots())) {
@@ -104,6 +126,7 @@ void Run::feed() {
         const BatchRequest& r = input_.entries[index].request;
         try {
             GenerationParams params = request_params(options_, r.overrides, seeds_());
+            params.grammar = grammar_for(r.overrides);
             auto gen = std::make_unique<Generation>(tok_, encode_(r), params, n_ctx_);
             Generation& g = *gen;
             active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});

@@ -90,6 +90,7 @@ Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const 
     params.validate();
     if (params.logprobs >= 0) sampler_.set_logprobs(params.logprobs);
     for (int32_t t : prompt_) sampler_.accept(t);
+    if (params.grammar) sampler_.constrain(params.grammar);
     if (params.max_tokens == 0) reason_ = FinishReason::length;
 }
 
@@ -111,6 +112,7 @@ std::string Generation::advance(int32_t token) {
     QUILL_CHECK(!finished(), "advance() after the generation finished");
     QUILL_CHECK(token >= 0 && token < tok_.n_vocab(), "token {} is outside the vocabulary", token);
     last_ = token;
+    sampler_.accept_output(last_);
     if (tok_.is_eog(last_)) return finish(FinishReason::stop);
     ++n_generated_;
     generated_.push_back(last_);
@@ -124,6 +126,7 @@ std::string Generation::advance(int32_t token) {
         reason_ = FinishReason::stop;
         return text;
     }
+    if (sampler_.grammar_finished()) return text + finish(FinishReason::stop);  // nothing else can follow
     if (params_.max_tokens >= 0 && n_generated_ >= params_.max_tokens) return text + finish(FinishReason::length);
     if (next_pos() >= n_ctx_) return text + finish(FinishReason::context);
     return text;

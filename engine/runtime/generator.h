@@ -38,6 +38,8 @@ struct GenerationParams {
     // Prompt lookup (engine/runtime/lookup.h): up to this many guessed tokens checked in each decode step, for a
     // greedy sampler (temperature 0, no penalties); the text is the same as without. 0: off.
     int lookup = 0;
+    // The grammar the output must follow (engine/grammar); null: none. Shared by the requests that use it.
+    std::shared_ptr<grammar::TokenGrammar> grammar;
 
     // The sampling values, then max_tokens (-1 or more) and logprobs: UsageError naming the flag (-n, --logprobs), or
     // with request_fields the field of a batch request (max_tokens, top_logprobs), as SamplingParams::validate does.

@@ -1,13 +1,17 @@
-// The sampling chain: penalties, then top-k, top-p, min-p, temperature and a draw from a seeded RNG.
+// The sampling chain: a grammar's mask (when constrained), penalties, then top-k, top-p, min-p, temperature and a
+// draw from a seeded RNG.
 // Greedy (argmax) when temperature <= 0. The same seed, parameters and logits give the same tokens everywhere:
 // the RNG and its conversion to [0, 1) are quill's own, not the standard library's unspecified distributions.
 #pragma once
 
 #include "engine/rng.h"
+#include "engine/grammar/token_mask.h"
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -68,15 +72,25 @@ public:
     // Records a token (prompt or generated) for the penalties.
     void accept(int32_t token);
 
+    // Restricts sample() to the tokens grammar `g` allows from the start of the output: the mask comes first, so
+    // the penalties, top-k, top-p, min-p and temperature act on the allowed tokens only. sample() throws
+    // quill::Error when the grammar allows no token of the vocabulary.
+    void constrain(std::shared_ptr<grammar::TokenGrammar> g);
+    bool constrained() const { return grammar_.has_value(); }
+    // Moves the grammar past a sampled token (nothing without a grammar).
+    void accept_output(int32_t token);
+    // The grammar's text is complete and nothing can follow (false without a grammar).
+    bool grammar_finished() const { return grammar_ && grammar_->finished(); }
+
     const SamplingParams& params() const { return params_; }
-    // Whether sample() is the logits' first maximum: greedy with no penalty in effect (what a device can pick
-    // without the history or the RNG).
+    // Whether sample() is the logits' first maximum: greedy with no penalty and no grammar in effect (what a device
+    // can pick without the history or the RNG).
     bool plain_greedy() const;
 
     // How many of a row's largest logits (ties: the lower id first) sample_top needs to pick what sample() picks:
     // top-k (1 for greedy) plus every token of the penalty window, whose logits the penalties can only lower here
-    // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, or penalties
-    // that can raise a logit). What a device selects so that only those candidates, not the row, come back.
+    // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, penalties
+    // that can raise a logit, or a grammar). What a device selects so that only those candidates, not the row, come back.
     int top_needed() const;
     // sample() of a row from its top_needed() largest logits (any order, ids ascending among equal logits): the
     // same token, and the same draw from the RNG.
@@ -85,6 +99,7 @@ public:
 private:
     int32_t pick(std::span<float> logits);
     void apply_penalties(std::span<float> logits) const;
+    void apply_mask(std::span<float> logits);
     bool penalties_on() const;
     float penalized(float logit, int count) const;
     // The chain after top-k: cand_ holds the top k sorted (logit descending, ids ascending among equals).
@@ -101,6 +116,7 @@ private:
     TokenLogprobs last_logprobs_;
     std::vector<int32_t> order_;  // logprobs' top-n selection
     std::vector<float> raw_;      // the row before the penalties, when they are on
+    std::optional<grammar::GrammarMatcher> grammar_;
 };
 
 }  // namespace quill
