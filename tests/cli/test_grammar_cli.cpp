@@ -1,7 +1,7 @@
 // Constrained generation from the command line: run's --json-schema, --regex and --grammar, batch requests with
 // their own response_format or grammar, one request's bad schema failing that request alone, and the corpus of
 // schemas whose every finished output must validate with Python's jsonschema package (tests/support/schema_corpus.py).
-#include "test_util.h"
+#include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

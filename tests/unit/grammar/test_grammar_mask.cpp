@@ -6,8 +6,8 @@
 #include "engine/grammar/constraint.h"
 #include "engine/grammar/token_mask.h"
 #include "engine/runtime/sampler.h"
-#include "test_util.h"
-#include "tiny_vocab.h"
+#include "tests/support/test_util.h"
+#include "tests/support/tiny_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
