@@ -68,7 +68,7 @@ TEST_CASE("absurd flag values are usage errors naming the flag", "[cli]") {
     // -m '' once fell back to the default model.
     check_error(quill_run({"run", "--raw", "-m", "", "-p", "x"}), 2, "--model: expected a value");
     check_error(quill_run({"info", ""}), 2, "expected a value");
-    check_error(quill_run({"frob"}), 2, "unknown subcommand 'frob' (expected info, tokenize, run, template, chat, batch, bench, ");
+    check_error(quill_run({"frob"}), 2, "unknown subcommand 'frob' (expected info, tokenize, run, template, chat, batch, perplexity, bench, ");
 }
 
 TEST_CASE("a FIFO, a directory or a device named as a model or tokenizer is refused without blocking", "[cli]") {
