@@ -130,6 +130,13 @@ void check_model(const ModelConfig& config, const Weights& weights) {
         throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "
                                     "n_head a multiple of n_head_kv (got {}, {}, {} and {})",
                                     config.head_dim, config.n_rot, config.n_head, config.n_head_kv));
+    // Settings without a CUDA kernel yet: --device auto runs such a model on the CPU.
+    if (config.attn_logit_softcap > 0.0f)
+        throw FileError(fmt::format("the CUDA backend has no attention logit soft-capping ({}: attn_logit_softcapping "
+                                    "{})", config.arch, config.attn_logit_softcap));
+    if (config.rope_attn_factor != 1.0f)
+        throw FileError(fmt::format("the CUDA backend has no RoPE attention factor ({}: rope.scaling.attn_factor {})",
+                                    config.arch, config.rope_attn_factor));
 }
 
 void check_weights(const Weights& weights) {
@@ -528,8 +535,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
 
     // RoPE inverse frequencies for the angle kernel: the global ones, then the local layers' (the same unless
     // two_ropes).
-    std::vector<double> freq = weights.rope_inv_freq(config, false);
-    const std::vector<double> local = weights.rope_inv_freq(config, true);
+    std::vector<double> freq = weights.rope_inv_freq(config, false, options.n_ctx);
+    const std::vector<double> local = weights.rope_inv_freq(config, true, options.n_ctx);
     freq.insert(freq.end(), local.begin(), local.end());
     d.rope_freq.allocate(freq.size() * sizeof(double), "cudaMalloc (RoPE frequencies)");
     check(cudaMemcpy(d.rope_freq.get(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),

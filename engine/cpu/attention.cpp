@@ -161,6 +161,7 @@ void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, fl
     float max_score = -INFINITY;
     for (int j = 0; j < n_kv; ++j) {
         scores[j] *= kv.scale;
+        if (kv.softcap > 0.0f) scores[j] = kv.softcap * std::tanh(scores[j] / kv.softcap);
         max_score = std::max(max_score, scores[j]);
     }
     float sum = 0.0f;
@@ -224,7 +225,8 @@ namespace {
 }  // namespace
 
 bool attend_tiled(const KvOps& ops, const KvHead& kv) {
-    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
+    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0 &&
+           kv.softcap == 0.0f;
 }
 
 int attend_block_span(const AttnRow* rows, int n, int* b_first) {

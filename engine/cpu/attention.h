@@ -147,6 +147,9 @@ struct KvHead {
     int head_dim;
     float scale;    // ModelConfig::attn_scale
     KvShare share;  // read by the tiled kernels of attend_rows
+    // ModelConfig::attn_logit_softcap: score = softcap * tanh(score / softcap) before the softmax when > 0 (the
+    // tiled kernels have no such step: such rows go one by one, attend_tiled)
+    float softcap = 0.0f;
 };
 // Element offset of (position j, element e of the row of all KV heads, row_elems of them) in a slot's K: the K
 // layout of KvHead, with every head of a block of 8 positions together.
@@ -167,7 +170,8 @@ std::pair<int, int> visible_span(const AttnRow* rows, int n);
 // Floats of scratch attend_rows needs for a cache of n_ctx positions.
 size_t attend_scratch_floats(int n_ctx);
 
-// out = softmax_j(q . k_j * scale) v_j over each row's visible positions, for n <= kMaxTileRows rows sharing the
+// out = softmax_j(q . k_j * scale) v_j (the scores soft-capped when kv.softcap > 0) over each row's visible
+// positions, for n <= kMaxTileRows rows sharing the
 // KV head. With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V. The tiled
 // kernels step `ahead` (when not null) as they go; the rest is left in it.

@@ -45,8 +45,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
           options.window_cache, options.kv_huge_pages, pool_) {
     check_weights(weights);
     if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_);
-    rope_inv_freq_ = weights.rope_inv_freq(config, false);
-    if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
+    rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
+    if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
 }
 
 void CpuBackend::check_weights(const Weights& weights) {
@@ -289,10 +289,11 @@ void CpuBackend::embed(const Batch& batch) {
     }
 }
 
-// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), for every layer of
-// this batch (and rope_cs_local_ for the local layers when their RoPE differs).
+// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), times
+// rope_attn_factor, for every layer of this batch (and rope_cs_local_ for the local layers when their RoPE differs).
 void CpuBackend::rope_angles(const Batch& batch) {
     const int64_t n_rot = config_.n_rot, half = n_rot / 2;
+    const double m = config_.rope_attn_factor;
     const bool neox = config_.rope == ModelConfig::Rope::neox;
     auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs) {
         cs.resize(batch.tokens.size() * n_rot * 2);
@@ -301,7 +302,7 @@ void CpuBackend::rope_angles(const Batch& batch) {
             float* s = c + n_rot;                  // [n_rot]
             for (int64_t i = 0; i < half; ++i) {
                 const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
-                const auto ci = static_cast<float>(std::cos(theta)), si = static_cast<float>(std::sin(theta));
+                const auto ci = static_cast<float>(std::cos(theta) * m), si = static_cast<float>(std::sin(theta) * m);
                 if (neox) {  // pair i: dims i and i + half
                     c[i] = ci;
                     s[i] = si;
@@ -407,6 +408,7 @@ int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, 
                  static_cast<int>(c.head_dim),
                  c.attn_scale,
                  {}};
+    kv->softcap = c.attn_logit_softcap;
     const KvCache::Alias& alias = kv_.alias(static_cast<int32_t>(slot));
     if (alias.n >= 8 && !kv_.in_ring(layer))
         kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,

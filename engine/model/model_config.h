@@ -34,6 +34,13 @@ struct ModelConfig {
     float embd_scale = 1.0f;        // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
     float attn_scale = 0.0f;        // score = q . k * attn_scale; set by from_gguf (1 / sqrt(head_dim) by default)
     float final_logit_softcap = 0;  // logits = cap * tanh(logits / cap) when > 0
+    float attn_logit_softcap = 0;   // score = cap * tanh(q . k * attn_scale / cap) before the softmax when > 0 (gemma2)
+    // rope.scaling.attn_factor: RoPE's cosines and sines are multiplied by it, and so the rotated dims of Q and K
+    // (phi3's long-context files). 1: none.
+    float rope_attn_factor = 1.0f;
+    // rope.scaling.original_context_length, else the training context: a file with long and short RoPE factor
+    // tensors (phi3) rotates by the long ones when a sequence's context is longer than this (Weights::rope_inv_freq).
+    int64_t n_ctx_orig = 0;
     // Sliding-window attention: a local layer's token at position p sees keys p - sliding_window + 1 .. p. With
     // swa_pattern N > 0 every Nth layer (l % N == N - 1) is global and the rest local (gemma3: N = 6); with N = 0
     // every layer is local (mistral). sliding_window 0: every layer global.
@@ -62,9 +69,9 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * head_dim; }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, gemma3).
+// Whether quill can run this general.architecture (llama, qwen2, gemma3, gemma2, phi3).
 bool architecture_supported(const std::string& arch);
-// "llama, qwen2, gemma3": for messages.
+// "llama, qwen2, gemma3, gemma2, phi3": for messages.
 std::string supported_architectures();
 
 }  // namespace quill
