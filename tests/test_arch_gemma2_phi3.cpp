@@ -208,3 +208,24 @@ TEST_CASE("quill run and quill chat work end to end on gemma2 and phi3 files", "
         CHECK(chat.err.find("error") == std::string::npos);
     }
 }
+
+TEST_CASE("gemma2 with an F16 KV cache: the CPU backend's prefill and decode match the reference backend's",
+          "[arch][cpu]") {
+    // The default cache type: K, V, q and the probabilities in fp16 on both sides, and soft-capped scores. The
+    // limit is test_reference.cpp's for F32 weights with an F16 cache (3e-3 of the logits' RMS).
+    auto m = saved_model("gemma2-tiny", GgmlType::F32);
+    const test::RefLogits ref = test::read_ref_logits(ref_path("gemma2-tiny-f32.prompt_logits.txt"));
+    ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f16});
+    const auto want = test::prefill_logits(reference, ref.tokens);
+    for (Isa isa : test::available_isas()) {
+        INFO(cpu::isa_name(isa));
+        cpu::CpuBackendOptions o;
+        o.n_threads = 2;
+        o.n_ctx = 64;
+        o.kv_type = KvType::f16;
+        o.isa = isa;
+        cpu::CpuBackend prefill(m->config, m->weights, o), decode(m->config, m->weights, o);
+        CHECK(test::max_diff(test::prefill_logits(prefill, ref.tokens), want) / test::rms(want) < 3e-3);
+        CHECK(test::max_diff(test::stepwise_logits(decode, ref.tokens), want) / test::rms(want) < 3e-3);
+    }
+}
