@@ -229,3 +229,29 @@ TEST_CASE("gemma2 with an F16 KV cache: the CPU backend's prefill and decode mat
         CHECK(test::max_diff(test::stepwise_logits(decode, ref.tokens), want) / test::rms(want) < 3e-3);
     }
 }
+
+TEST_CASE("gemma2 decode over a long cache (the attention split over key blocks) matches the reference backend",
+          "[arch][cpu]") {
+    // 300 prompt positions, then decode steps: a global layer's row spans 5 key blocks of 64, so a one-sequence
+    // decode on 2 threads spreads them (the split form), each block's scores soft-capped before the softmax.
+    auto m = saved_model("gemma2-tiny", GgmlType::F32);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 304; ++i) tokens.push_back(1 + (i * 37) % 317);
+    const int64_t nv = m->config.n_vocab;
+    ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{512, 1, KvType::f32});
+    const auto want = test::prefill_logits(reference, tokens);
+    for (Isa isa : test::available_isas()) {
+        INFO(cpu::isa_name(isa));
+        auto b = cpu_backend(*m, isa, 512);
+        const std::vector<int32_t> prompt(tokens.begin(), tokens.end() - 4);
+        const auto first = test::prefill_logits(*b, prompt);
+        CHECK(test::max_diff(first, test::rows(want, nv, 0, 300)) / test::rms(want) < 1e-5);
+        for (int32_t pos = 300; pos < 304; ++pos) {
+            Batch step;
+            step.add(tokens[pos], pos, 0, true);
+            std::vector<float> logits(nv);
+            b->forward(step, logits);
+            CHECK(test::max_diff(logits, test::rows(want, nv, pos, pos + 1)) / test::rms(want) < 1e-5);
+        }
+    }
+}
