@@ -168,7 +168,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     impl_ = std::make_unique<Impl>(options.tuning.profile);
     Impl& d = *impl_;
     check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    d.weights = std::make_unique<DeviceWeights>(config, weights, plan_.weights, d.stream);
+    d.weights = std::make_unique<DeviceWeights>(config, weights, plan_.weights, options.n_ctx, d.stream);
     d.k_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (K cache)");
     d.v_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (V cache)");
     // Logit rows for a decode step of every slot (up to the largest graph), so that the first multi-sequence step

@@ -11,7 +11,8 @@
 
 namespace quill::cuda {
 
-DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, cudaStream_t s) {
+DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, int64_t n_ctx,
+                             cudaStream_t s) {
     buffer_.allocate(bytes, "cudaMalloc (weights)");
     constexpr size_t kChunk = size_t{16} << 20;
     PinnedBuffer stage[2];
@@ -116,8 +117,8 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, 
 
     // RoPE inverse frequencies for the angle kernel: the global ones, then the local layers' (the same unless
     // two_ropes).
-    std::vector<double> freq = weights.rope_inv_freq(config, false);
-    const std::vector<double> local = weights.rope_inv_freq(config, true);
+    std::vector<double> freq = weights.rope_inv_freq(config, false, n_ctx);
+    const std::vector<double> local = weights.rope_inv_freq(config, true, n_ctx);
     freq.insert(freq.end(), local.begin(), local.end());
     rope_freq_.allocate(freq.size() * sizeof(double), "cudaMalloc (RoPE frequencies)");
     check(cudaMemcpy(rope_freq_.get(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),

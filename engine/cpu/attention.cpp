@@ -161,6 +161,7 @@ void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, fl
     float max_score = -INFINITY;
     for (int j = 0; j < n_kv; ++j) {
         scores[j] *= kv.scale;
+        if (kv.softcap > 0.0f) softcap_scores(scores + j, 1, kv.softcap);
         max_score = std::max(max_score, scores[j]);
     }
     float sum = 0.0f;
@@ -189,6 +190,10 @@ const KvOps& kv_ops(Isa isa, bool reference) {
 }
 
 size_t attend_scratch_floats(int n_ctx) { return static_cast<size_t>(n_ctx); }
+
+void softcap_scores(float* s, size_t n, float cap) {
+    for (size_t i = 0; i < n; ++i) s[i] = cap * std::tanh(s[i] / cap);
+}
 
 namespace {
 
@@ -251,6 +256,7 @@ void attend_split_scores(const AttnRow* rows, int n, const KvHead& kv, const KvO
 
 void attend_split_softmax(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* s) {
     const RowArrays a(rows, n);
+    if (kv.softcap > 0.0f) softcap_scores(s, ops.tile_score_floats(a.first, a.last, n), kv.softcap);
     ops.tile_softmax(a.first, a.last, n, kv.type == KvType::f16, s);
 }
 
@@ -286,10 +292,12 @@ void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops,
     const RowArrays a(rows, n);
     if (f16)
         ops.tile_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
-                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, kv.share, ahead);
+                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, kv.softcap, a.out,
+                     kv.share, ahead);
     else
         ops.tile_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
-                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, a.out, kv.share, ahead);
+                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, kv.softcap, a.out,
+                     kv.share, ahead);
 }
 
 }  // namespace quill::cpu

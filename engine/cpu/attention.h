@@ -105,10 +105,10 @@ struct KvOps {
     // (when not null) through its loops.
     void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
                      size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,
-                     float* const* out, const KvShare& share, KvPrefetch* ahead);
+                     float softcap, float* const* out, const KvShare& share, KvPrefetch* ahead);
     void (*tile_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
                      size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,
-                     float* const* out, const KvShare& share, KvPrefetch* ahead);
+                     float softcap, float* const* out, const KvShare& share, KvPrefetch* ahead);
     // The tiled kernel in phases (the split form below): the floats of the rows' scores; the scores of key block b
     // (positions [b, b + 1) * kKeyBlock); the softmax over all of them; block b's share o_b of the output, stored.
     size_t (*tile_score_floats)(const int* first, const int* last, int n);
@@ -147,7 +147,10 @@ struct KvHead {
     int head_dim;
     float scale;    // ModelConfig::attn_scale
     KvShare share;  // read by the tiled kernels of attend_rows
+    float softcap = 0.0f;  // ModelConfig::attn_logit_softcap: the scores through softcap_scores when > 0
 };
+// s[i] = cap * tanh(s[i] / cap) for i < n: soft-capped attention scores (gemma2), the same operations on every path.
+void softcap_scores(float* s, size_t n, float cap);
 // Element offset of (position j, element e of the row of all KV heads, row_elems of them) in a slot's K: the K
 // layout of KvHead, with every head of a block of 8 positions together.
 inline size_t k_cache_offset(int64_t j, int64_t e, int64_t row_elems) {
@@ -167,7 +170,8 @@ std::pair<int, int> visible_span(const AttnRow* rows, int n);
 // Floats of scratch attend_rows needs for a cache of n_ctx positions.
 size_t attend_scratch_floats(int n_ctx);
 
-// out = softmax_j(q . k_j * scale) v_j over each row's visible positions, for n <= kMaxTileRows rows sharing the
+// out = softmax_j(q . k_j * scale) v_j (the scores soft-capped when kv.softcap > 0) over each row's visible
+// positions, for n <= kMaxTileRows rows sharing the
 // KV head. With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V. The tiled
 // kernels step `ahead` (when not null) as they go; the rest is left in it.

@@ -33,6 +33,7 @@ int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t u
                  static_cast<int>(c.head_dim),
                  c.attn_scale,
                  {}};
+    kv->softcap = c.attn_logit_softcap;
     const KvCache::Alias& alias = kv_.alias(static_cast<int32_t>(slot));
     if (alias.n >= 8 && !kv_.in_ring(layer))
         kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,

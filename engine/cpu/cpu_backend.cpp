@@ -47,8 +47,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       attention_(config, kv_, kv_ops_, pool_) {
     check_weights(weights);
     if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_);
-    rope_inv_freq_ = weights.rope_inv_freq(config, false);
-    if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true);
+    rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
+    if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
 }
 
 void CpuBackend::check_weights(const Weights& weights) {
@@ -290,10 +290,11 @@ void CpuBackend::embed(const Batch& batch) {
     }
 }
 
-// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), for every layer of
-// this batch (and rope_cs_local_ for the local layers when their RoPE differs), times YaRN's rope_mscale.
+// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), times
+// rope_mscale, for every layer of this batch (and rope_cs_local_ for the local layers when their RoPE differs).
 void CpuBackend::rope_angles(const Batch& batch) {
     const int64_t n_rot = config_.n_rot, half = n_rot / 2;
+    const double m = config_.rope_mscale;
     const bool neox = config_.rope == ModelConfig::Rope::neox;
     auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs) {
         cs.resize(batch.tokens.size() * n_rot * 2);
@@ -302,8 +303,7 @@ void CpuBackend::rope_angles(const Batch& batch) {
             float* s = c + n_rot;                  // [n_rot]
             for (int64_t i = 0; i < half; ++i) {
                 const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
-                const auto ci = static_cast<float>(std::cos(theta) * config_.rope_mscale);
-                const auto si = static_cast<float>(std::sin(theta) * config_.rope_mscale);
+                const auto ci = static_cast<float>(std::cos(theta) * m), si = static_cast<float>(std::sin(theta) * m);
                 if (neox) {  // pair i: dims i and i + half
                     c[i] = ci;
                     s[i] = si;

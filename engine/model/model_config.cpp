@@ -9,11 +9,11 @@
 namespace quill {
 
 bool architecture_supported(const std::string& arch) {
-    return arch == "llama" || arch == "qwen2" || arch == "gemma3" || arch == "qwen3" || arch == "smollm3" ||
-           arch == "mistral3";
+    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" ||
+           arch == "phi3" || arch == "smollm3" || arch == "mistral3";
 }
 
-std::string supported_architectures() { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3"; }
+std::string supported_architectures() { return "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, mistral3"; }
 
 namespace {
 
@@ -82,7 +82,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!architecture_supported(c.arch))
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
-    if (c.arch == "qwen2" || c.arch == "gemma3" || c.arch == "qwen3") c.rope = Rope::neox;
+    if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3")
+        c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
@@ -148,12 +149,29 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
         c.attn_temp_floor = c.yarn_n_ctx_orig;
     }
+    if (c.arch == "gemma2") {
+        // As Gemma 2 (and llama.cpp) define it: gemma3's GeGLU and embedding scale, every second layer global, the
+        // others local over the window (4096 unless the file says), with rope.freq_base_swa when the file has it;
+        // attention scores and logits soft-capped (50 and 30 unless the file says).
+        c.ffn_act = Activation::gelu_tanh;
+        c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+        c.sliding_window = optional_int(f, p + "attention.sliding_window", 4096, 1, int64_t{1} << 30);
+        c.swa_pattern = 2;
+        c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
+        c.attn_logit_softcap = optional_float(f, p + "attn_logit_softcapping", 50.0f, 0.0, 1e6);
+        // query_pre_attn_scalar, which the GGUF does not carry: head_dim, but n_embd / n_head for 27B (46 layers)
+        if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+    }
+    // llama.cpp turns Phi-3's sliding window off (its converted files' window and pattern disagree with the
+    // model's): the same here, so that quill and llama.cpp give the same logits.
+    if (c.arch == "phi3") c.sliding_window = 0;
     // A file that states the scale itself wins.
     c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
-    if (f.find(p + "attn_logit_softcapping"))
-        throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping, Gemma 2) is not "
-                                    "supported", f.path(), p));
-    c.final_logit_softcap = optional_float(f, p + "final_logit_softcapping", 0.0f, 0.0, 1e6);
+    if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))
+        throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping) is supported for "
+                                    "gemma2 only", f.path(), p));
+    c.final_logit_softcap =
+        optional_float(f, p + "final_logit_softcapping", c.arch == "gemma2" ? 30.0f : 0.0f, 0.0, 1e6);
 
     // The vocabulary size: the model's own key, else the embedding matrix's rows.
     if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2) {

@@ -35,6 +35,7 @@ struct ModelConfig {
     float embd_scale = 1.0f;        // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
     float attn_scale = 0.0f;        // score = q . k * attn_scale; set by from_gguf (1 / sqrt(head_dim) by default)
     float final_logit_softcap = 0;  // logits = cap * tanh(logits / cap) when > 0
+    float attn_logit_softcap = 0;   // score = cap * tanh(q . k * attn_scale / cap) before the softmax when > 0 (gemma2)
     // Sliding-window attention: a local layer's token at position p sees keys p - sliding_window + 1 .. p. With
     // swa_pattern N > 0 every Nth layer (l % N == N - 1) is global and the rest local (gemma3: N = 6); with N = 0
     // every layer is local (mistral). sliding_window 0: every layer global.
@@ -47,9 +48,13 @@ struct ModelConfig {
     // beta_fast and beta_slow rotations in yarn_n_ctx_orig positions, and every cosine and sine is multiplied by
     // rope_mscale. yarn_ramp(i) says how much of pair i stays unscaled.
     bool rope_yarn = false;
-    int64_t yarn_n_ctx_orig = 0;  // rope.scaling.original_context_length, else context_length
+    // rope.scaling.original_context_length, else context_length. A file with long and short RoPE factor tensors
+    // (phi3) also rotates by the long ones when a sequence's context is longer than this (Weights::rope_inv_freq).
+    int64_t yarn_n_ctx_orig = 0;
     float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
-    float rope_mscale = 1.0f;  // YaRN's magnitude scale of the rotated dims (1 without YaRN)
+    // RoPE's cosines and sines, and so the rotated dims of Q and K, are multiplied by this: rope.scaling.attn_factor
+    // (phi3's long-context files), times YaRN's magnitude scale with YaRN. 1: none.
+    float rope_mscale = 1.0f;
     // smollm3: layer l has no RoPE when (l + 1) % no_rope_step == 0 (0: every layer has RoPE).
     int64_t no_rope_step = 0;
     // mistral3 (Llama 4's attention temperature): queries are multiplied by
@@ -86,9 +91,9 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * head_dim; }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, gemma3, qwen3, smollm3, mistral3).
+// Whether quill can run this general.architecture (llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, mistral3).
 bool architecture_supported(const std::string& arch);
-// "llama, qwen2, gemma3, ...": for messages.
+// "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();
 
 }  // namespace quill

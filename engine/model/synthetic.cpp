@@ -31,6 +31,66 @@ constexpr Preset kPresets[] = {
     {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f},
 };
 
+// Shapes of the architectures beyond llama, each setting its architecture's features: `-tiny` ones of a few MB with
+// every feature in use (small soft-caps and a short window, so that they change the logits of random weights), and
+// the shapes of released models.
+ModelConfig base_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                        int64_t n_head_kv, int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c;
+    c.arch = arch;
+    c.name = std::string("synthetic-") + name;
+    c.n_vocab = n_vocab;
+    c.n_embd = n_embd;
+    c.n_layer = n_layer;
+    c.n_head = n_head;
+    c.n_head_kv = n_head_kv;
+    c.head_dim = head_dim;
+    c.n_ff = n_ff;
+    c.n_ctx_train = n_ctx;
+    c.yarn_n_ctx_orig = n_ctx;
+    c.n_rot = head_dim;
+    c.rope = ModelConfig::Rope::neox;
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    return c;
+}
+
+// gemma2: alternate local (window) and global layers, soft-capped scores and logits, post-norms, tied output.
+ModelConfig gemma2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                          int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
+                          float attn_cap, float final_cap) {
+    ModelConfig c = base_config("gemma2", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    c.sliding_window = window;
+    c.swa_pattern = 2;
+    c.attn_logit_softcap = attn_cap;
+    c.final_logit_softcap = final_cap;
+    return c;
+}
+
+// phi3: fused QKV and gate/up, partial rotary dims, long and short RoPE factors with an attention factor.
+ModelConfig phi3_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                        int64_t n_rot, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t n_ctx_orig) {
+    ModelConfig c =
+        base_config("phi3", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.n_rot = n_rot;
+    c.yarn_n_ctx_orig = n_ctx_orig;
+    // sqrt(1 + ln(n_ctx / n_ctx_orig) / ln(n_ctx_orig)), as the converter of Phi-3's long-context models writes it
+    c.rope_mscale = static_cast<float>(std::sqrt(
+        1.0 + std::log(static_cast<double>(n_ctx) / static_cast<double>(n_ctx_orig)) / std::log(double(n_ctx_orig))));
+    return c;
+}
+
+std::vector<ModelConfig> arch_shapes() {
+    return {
+        gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
+        gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
+        phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
+        phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
+    };
+}
+
 // Presets of the architectures beyond llama, with the settings their files carry: a tiny shape of each with every
 // feature present (qwen3's Q/K norms and a head_dim apart from n_embd / n_head, smollm3's no-RoPE fourth layer,
 // mistral3's YaRN and attention temperature over a short original context), and real shapes.
@@ -109,12 +169,34 @@ private:
     std::vector<uint8_t> bytes_;
 };
 
+// The chat template a saved model of the architecture carries (its family's format, over the byte vocabulary; ChatML
+// for qwen3, smollm3 and mistral3), or nullptr (llama).
+const char* chat_template(const std::string& arch) {
+    if (arch == "gemma2")
+        return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{% set role = "
+               "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<start_of_turn>{{ role }}\n{{ "
+               "message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}"
+               "<start_of_turn>model\n{% endif %}";
+    if (arch == "phi3")
+        return "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+               "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+    return arch == "llama" ? nullptr : kChatTemplate;
+}
+
+// The control tokens of the architecture's chat format, which a saved model's vocabulary ends with.
+std::vector<std::string> control_tokens(const std::string& arch) {
+    if (arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
+    if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
+    return {};
+}
+
 }  // namespace
 
 std::vector<std::string> synthetic_shape_names() {
     std::vector<std::string> names;
     for (const auto& p : kPresets) names.emplace_back(p.name);
     for (const auto& p : kArchPresets) names.emplace_back(p.name);
+    for (const ModelConfig& c : arch_shapes()) names.push_back(c.name.substr(std::string("synthetic-").size()));
     return names;
 }
 
@@ -125,6 +207,8 @@ ModelConfig synthetic_config(const std::string& shape) {
                                        p.n_ff, p.n_vocab, p.n_ctx, p.rope_base, 1e-5f, 0.0f, 0, 0.0f});
     for (const auto& p : kArchPresets)
         if (shape == p.name) return arch_preset_config(p);
+    for (const ModelConfig& c : arch_shapes())
+        if (c.name == "synthetic-" + shape) return c;
     std::string known;
     for (const auto& n : synthetic_shape_names()) known += (known.empty() ? "" : ", ") + n;
     throw UsageError(fmt::format("unknown --synthetic shape '{}' (known: {})", shape, known));
@@ -157,21 +241,49 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         for (auto& v : w) v = static_cast<float>(0.8 + 0.4 * rng.uniform());
         return w;
     };
+    // phi3's factors: n_rot / 2 divisors in [1, hi)
+    auto factors = [&](double hi) {
+        std::vector<float> f(c.n_rot / 2);
+        for (auto& v : f) v = static_cast<float>(1.0 + (hi - 1.0) * rng.uniform());
+        return f;
+    };
+    const bool phi3 = c.arch == "phi3", gemma2 = c.arch == "gemma2";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    m->weights.output = matrix("output.weight", c.n_embd, c.n_vocab);
+    if (gemma2) {  // (llama.cpp's gemma2 has no output matrix of its own)
+        m->weights.output = m->weights.tok_embd;
+        m->weights.output_tied = true;
+    } else {
+        m->weights.output = matrix("output.weight", c.n_embd, c.n_vocab);
+    }
+    if (phi3) {
+        m->weights.rope_factors_long = factors(4.0);
+        m->weights.rope_factors_short = factors(1.5);
+    }
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
         L.attn_norm = norm(c.n_embd);
-        L.wq = matrix(b + "attn_q.weight", c.n_embd, c.n_embd_q());
-        L.wk = matrix(b + "attn_k.weight", c.n_embd, c.n_embd_kv());
-        L.wv = matrix(b + "attn_v.weight", c.n_embd, c.n_embd_kv());
+        if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
+            L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, c.n_embd_q() + 2 * c.n_embd_kv()), c);
+        } else {
+            L.wq = matrix(b + "attn_q.weight", c.n_embd, c.n_embd_q());
+            L.wk = matrix(b + "attn_k.weight", c.n_embd, c.n_embd_kv());
+            L.wv = matrix(b + "attn_v.weight", c.n_embd, c.n_embd_kv());
+        }
         L.wo = matrix(b + "attn_output.weight", c.n_embd_q(), c.n_embd);
         L.ffn_norm = norm(c.n_embd);
-        L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
-        L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
+        if (phi3) {
+            L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
+        } else {
+            L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
+            L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
+        }
         L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (gemma2) {
+            L.attn_post_norm = norm(c.n_embd);
+            L.ffn_post_norm = norm(c.n_embd);
+        }
         if (c.arch == "qwen3") {
             L.attn_q_norm = norm(c.head_dim);
             L.attn_k_norm = norm(c.head_dim);
@@ -190,44 +302,57 @@ size_t SyntheticModel::weight_bytes() const {
 void SyntheticModel::save(const std::string& path) const {
     const ModelConfig& c = config;
     GgufWriter w;
-    const std::string a = c.arch + ".";
+    const std::string p = c.arch + ".";
     w.set("general.architecture", c.arch);
     w.set("general.name", c.name);
     w.set("general.alignment", uint32_t(32));
-    w.set(a + "context_length", uint32_t(c.n_ctx_train));
-    w.set(a + "embedding_length", uint32_t(c.n_embd));
-    w.set(a + "block_count", uint32_t(c.n_layer));
-    w.set(a + "feed_forward_length", uint32_t(c.n_ff));
-    w.set(a + "attention.head_count", uint32_t(c.n_head));
-    w.set(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
-    if (c.head_dim != c.n_embd / c.n_head) {
-        w.set(a + "attention.key_length", uint32_t(c.head_dim));
-        w.set(a + "attention.value_length", uint32_t(c.head_dim));
+    w.set(p + "context_length", uint32_t(c.n_ctx_train));
+    w.set(p + "embedding_length", uint32_t(c.n_embd));
+    w.set(p + "block_count", uint32_t(c.n_layer));
+    w.set(p + "feed_forward_length", uint32_t(c.n_ff));
+    w.set(p + "attention.head_count", uint32_t(c.n_head));
+    w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
+    if (c.head_dim * c.n_head != c.n_embd) {
+        w.set(p + "attention.key_length", uint32_t(c.head_dim));
+        w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
-    w.set(a + "rope.dimension_count", uint32_t(c.n_rot));
-    w.set(a + "rope.freq_base", c.rope_base);
-    w.set(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
-    w.set(a + "vocab_size", uint32_t(c.n_vocab));
+    w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
+    w.set(p + "rope.freq_base", c.rope_base);
+    w.set(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+    w.set(p + "vocab_size", uint32_t(c.n_vocab));
     if (c.rope_yarn) {
-        w.set(a + "rope.scaling.type", "yarn");
-        w.set(a + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
-        w.set(a + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
+        w.set(p + "rope.scaling.type", "yarn");
+        w.set(p + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
+        w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
         if (c.arch == "mistral3") {
-            w.set(a + "rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
-            w.set(a + "rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
-            w.set(a + "rope.scaling.yarn_log_multiplier", 1.0f);
+            w.set(p + "rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
+            w.set(p + "rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
+            w.set(p + "rope.scaling.yarn_log_multiplier", 1.0f);
         }
     }
-    if (c.attn_temp_scale != 0.0f) w.set(a + "attention.temperature_scale", c.attn_temp_scale);
-    if (c.arch != "llama") w.set("tokenizer.chat_template", std::string(kChatTemplate));
+    if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_scale", c.attn_temp_scale);
+    if (c.arch == "gemma2") {
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);
+        w.set(p + "final_logit_softcapping", c.final_logit_softcap);
+    }
+    if (c.arch == "phi3") {
+        w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
+        w.set(p + "rope.scaling.attn_factor", c.rope_mscale);
+    }
+    if (const char* tmpl = chat_template(c.arch)) w.set("tokenizer.chat_template", tmpl);
     // A synthetic SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then filler pieces.
     std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
     std::vector<GgufValue> scores, types;
     for (int i = 0; i < 256; ++i) tokens.push_back(fmt::format("<0x{:02X}>", i));
     for (int64_t i = static_cast<int64_t>(tokens.size()); i < c.n_vocab; ++i) tokens.push_back(fmt::format("▁t{}", i));
+    // The last pieces: the control tokens of the architecture's chat format (llama.cpp also looks some up by name).
+    const std::vector<std::string> control = control_tokens(c.arch);
+    const size_t first_control = tokens.size() - std::min(control.size(), tokens.size() - 259);
+    for (size_t i = first_control; i < tokens.size(); ++i) tokens[i] = control[i - first_control];
     for (size_t i = 0; i < tokens.size(); ++i) {
         scores.emplace_back(i < 259 ? 0.0f : -static_cast<float>(i));
-        types.emplace_back(int32_t(i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1));
+        types.emplace_back(int32_t(i == 0 ? 2 : i < 3 || i >= first_control ? 3 : i < 259 ? 6 : 1));
     }
     w.set("tokenizer.ggml.model", "llama");
     w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens));
@@ -246,18 +371,39 @@ void SyntheticModel::save(const std::string& path) const {
         std::memcpy(bytes.data(), v.data(), bytes.size());
         w.add_tensor(name, GgmlType::F32, {static_cast<int64_t>(v.size())}, std::move(bytes));
     };
+    // A fused tensor whose parts `first`..`last` view consecutive bytes (make's phi3 matrices), whole again.
+    auto fused = [&](const std::string& name, const TensorView& first, const TensorView& last) {
+        TensorView t = first;
+        t.name = name;
+        t.ne[1] = (last.row(last.n_rows()) - first.data) / static_cast<ptrdiff_t>(first.row_bytes());
+        t.n_bytes = static_cast<size_t>(last.row(last.n_rows()) - first.data);
+        view(t);
+    };
     view(weights.tok_embd);
     vec("output_norm.weight", weights.output_norm);
-    view(weights.output);
+    if (!weights.output_tied) view(weights.output);
+    if (!weights.rope_factors_long.empty()) vec("rope_factors_long.weight", weights.rope_factors_long);
+    if (!weights.rope_factors_short.empty()) vec("rope_factors_short.weight", weights.rope_factors_short);
+    const bool phi3 = c.arch == "phi3";
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const LayerWeights& L = weights.layers[i];
         const std::string b = fmt::format("blk.{}.", i);
         vec(b + "attn_norm.weight", L.attn_norm);
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo}) view(*t);
+        if (phi3)
+            fused(b + "attn_qkv.weight", L.wq, L.wv);
+        else
+            for (const TensorView* t : {&L.wq, &L.wk, &L.wv}) view(*t);
+        view(L.wo);
         if (!L.attn_q_norm.empty()) vec(b + "attn_q_norm.weight", L.attn_q_norm);
         if (!L.attn_k_norm.empty()) vec(b + "attn_k_norm.weight", L.attn_k_norm);
+        if (!L.attn_post_norm.empty()) vec(b + "post_attention_norm.weight", L.attn_post_norm);
         vec(b + "ffn_norm.weight", L.ffn_norm);
-        for (const TensorView* t : {&L.ffn_gate, &L.ffn_up, &L.ffn_down}) view(*t);
+        if (phi3)
+            fused(b + "ffn_up.weight", L.ffn_gate, L.ffn_up);
+        else
+            for (const TensorView* t : {&L.ffn_gate, &L.ffn_up}) view(*t);
+        view(L.ffn_down);
+        if (!L.ffn_post_norm.empty()) vec(b + "post_ffw_norm.weight", L.ffn_post_norm);
     }
     w.write(path);
 }

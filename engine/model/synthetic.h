@@ -12,7 +12,8 @@
 
 namespace quill {
 
-// Shape presets: stories15m, stories110m, tinyllama-1.1b, llama2-7b, llama3-8b.
+// Shape presets: stories15m, stories110m, tinyllama-1.1b, llama2-7b, llama3-8b; gemma2-tiny, gemma2-2b, phi3-tiny,
+// phi-4-mini.
 std::vector<std::string> synthetic_shape_names();
 // The config of a preset; UsageError for an unknown name.
 ModelConfig synthetic_config(const std::string& shape);

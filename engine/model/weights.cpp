@@ -66,6 +66,28 @@ private:
 
 }  // namespace
 
+TensorView TensorView::rows(int64_t first, int64_t n, const std::string& part) const {
+    QUILL_CHECK(first >= 0 && n >= 1 && first + n <= n_rows() && ne[2] == 1 && ne[3] == 1,
+                "{}: rows [{}, {}) of a matrix of {}", name, first, first + n, n_rows());
+    TensorView v = *this;
+    v.name = fmt::format("{} ({})", name, part);
+    v.ne[1] = n;
+    v.data = row(first);
+    v.n_bytes = static_cast<size_t>(n) * row_bytes();
+    return v;
+}
+
+void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c) {
+    wq = qkv.rows(0, c.n_embd_q(), "q");
+    wk = qkv.rows(c.n_embd_q(), c.n_embd_kv(), "k");
+    wv = qkv.rows(c.n_embd_q() + c.n_embd_kv(), c.n_embd_kv(), "v");
+}
+
+void LayerWeights::split_gate_up(const TensorView& gate_up, const ModelConfig& c) {
+    ffn_gate = gate_up.rows(0, c.n_ff, "gate");
+    ffn_up = gate_up.rows(c.n_ff, c.n_ff, "up");
+}
+
 Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     Loader l(file);
     Weights w;
@@ -78,18 +100,28 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.output_tied = true;
     }
     if (l.find("rope_freqs.weight")) w.rope_freqs = l.get_vector("rope_freqs.weight", c.n_rot / 2);
+    w.rope_factors_long = l.optional_vector("rope_factors_long.weight", c.n_rot / 2);
+    w.rope_factors_short = l.optional_vector("rope_factors_short.weight", c.n_rot / 2);
 
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
         L.attn_norm = l.get_vector(b + "attn_norm.weight", c.n_embd);
-        L.wq = l.get(b + "attn_q.weight", {c.n_embd, c.n_embd_q()});
-        L.wk = l.get(b + "attn_k.weight", {c.n_embd, c.n_embd_kv()});
-        L.wv = l.get(b + "attn_v.weight", {c.n_embd, c.n_embd_kv()});
+        if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3)
+            L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, c.n_embd_q() + 2 * c.n_embd_kv()}), c);
+        } else {
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, c.n_embd_q()});
+            L.wk = l.get(b + "attn_k.weight", {c.n_embd, c.n_embd_kv()});
+            L.wv = l.get(b + "attn_v.weight", {c.n_embd, c.n_embd_kv()});
+        }
         L.wo = l.get(b + "attn_output.weight", {c.n_embd_q(), c.n_embd});
         L.ffn_norm = l.get_vector(b + "ffn_norm.weight", c.n_embd);
-        L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
-        L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
+        if (c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
+            L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
+        } else {
+            L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
+            L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
+        }
         L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
         L.bq = l.optional_vector(b + "attn_q.bias", c.n_embd_q());
         L.bk = l.optional_vector(b + "attn_k.bias", c.n_embd_kv());
@@ -98,6 +130,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         if (c.arch == "gemma3") {
             L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
             L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);
+        }
+        if (c.arch == "gemma3" || c.arch == "gemma2") {
             L.attn_post_norm = l.get_vector(b + "post_attention_norm.weight", c.n_embd);
             L.ffn_post_norm = l.get_vector(b + "post_ffw_norm.weight", c.n_embd);
         }
@@ -116,13 +150,19 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     return w;
 }
 
-std::vector<double> Weights::rope_inv_freq(const ModelConfig& c, bool local) const {
+const std::vector<float>& Weights::rope_divisors(const ModelConfig& c, int64_t n_ctx) const {
+    if (!rope_freqs.empty()) return rope_freqs;
+    return n_ctx > c.yarn_n_ctx_orig && !rope_factors_long.empty() ? rope_factors_long : rope_factors_short;
+}
+
+std::vector<double> Weights::rope_inv_freq(const ModelConfig& c, bool local, int64_t n_ctx) const {
     const double base = local ? c.rope_base_local : c.rope_base;
     const double scale = local ? c.rope_freq_scale_local : c.rope_freq_scale;
+    const std::vector<float>& divisors = rope_divisors(c, n_ctx);
     std::vector<double> f(c.n_rot / 2);
     for (size_t i = 0; i < f.size(); ++i) {
         f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot));
-        if (!rope_freqs.empty()) f[i] /= rope_freqs[i];
+        if (!divisors.empty()) f[i] /= divisors[i];
         f[i] *= scale + (1.0 - scale) * c.yarn_ramp(static_cast<int64_t>(i));  // (YaRN: part of it unscaled)
     }
     return f;

@@ -22,6 +22,9 @@ struct TensorView {
     int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
     size_t row_bytes() const { return row_size(type, ne[0]); }
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes(); }
+    // Rows [first, first + n) of a matrix as a matrix of their own, named `part`: the parts of a fused tensor
+    // (phi3's attn_qkv, its gate and up in one ffn_up), views into the same bytes.
+    TensorView rows(int64_t first, int64_t n, const std::string& part) const;
 };
 
 struct LayerWeights {
@@ -42,6 +45,10 @@ struct LayerWeights {
     std::vector<float> attn_q_norm, attn_k_norm;
     std::vector<float> attn_post_norm, ffn_post_norm;
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
+    // wq, wk, wv as the parts of one [n_embd_q + 2 n_embd_kv rows, n_embd] matrix, in that order (attn_qkv)
+    void split_qkv(const TensorView& qkv, const ModelConfig& config);
+    // ffn_gate, ffn_up as the halves of one [2 n_ff rows, n_embd] matrix, gate first (phi3's ffn_up)
+    void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
 };
 
 struct Weights {
@@ -50,6 +57,9 @@ struct Weights {
     TensorView output;               // [n_vocab rows, n_embd]; token_embd itself when the model ties them
     bool output_tied = false;
     std::vector<float> rope_freqs;   // [n_rot / 2] frequency divisors (Llama 3 RoPE scaling), empty when absent
+    // [n_rot / 2] phi3's divisors for a context longer than ModelConfig::yarn_n_ctx_orig and for one within it; empty
+    // when absent
+    std::vector<float> rope_factors_long, rope_factors_short;
     std::vector<LayerWeights> layers;
 
     // Views every tensor the architecture needs, checking presence, shape and type. A mismatch throws FileError
@@ -57,10 +67,13 @@ struct Weights {
     static Weights from_gguf(const GgufFile& file, const ModelConfig& config);
 
     // RoPE inverse frequencies [n_rot / 2]: theta_i(pos) = pos * inv_freq[i], inv_freq[i] = freq_scale *
-    // base^(-2i / n_rot) / rope_freqs[i] (YaRN: the scale blended with 1 by ModelConfig::yarn_ramp(i)), with the
-    // global layers' base and scale, or the local layers' when `local`. The fast backends' (the reference backend
-    // computes its own).
-    std::vector<double> rope_inv_freq(const ModelConfig& config, bool local) const;
+    // base^(-2i / n_rot) / rope_divisors[i] (YaRN: the scale blended with 1 by ModelConfig::yarn_ramp(i)), with the
+    // global layers' base and scale, or the local layers' when `local`, for sequences of up to n_ctx positions. The
+    // fast backends' (the reference backend computes its own).
+    std::vector<double> rope_inv_freq(const ModelConfig& config, bool local, int64_t n_ctx = 0) const;
+    // The divisors of rope_inv_freq for sequences of up to n_ctx positions: rope_freqs, else the long or the
+    // short factors (long when n_ctx > yarn_n_ctx_orig, as llama.cpp chooses), else none (empty).
+    const std::vector<float>& rope_divisors(const ModelConfig& config, int64_t n_ctx) const;
 };
 
 }  // namespace quill

@@ -55,7 +55,8 @@ void rms_norm_rows(std::vector<double>& x, const std::vector<float>& w, double e
 }
 
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
-// pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); YaRN also scales them by rope_mscale.
+// pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); the rotated pairs scaled by
+// rope_mscale.
 void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
           int32_t pos) {
     const int64_t half = c.n_rot / 2;
@@ -96,15 +97,16 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
       weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
     check_kv_size(options.n_ctx, options.n_slots);
-    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]; YaRN leaves the share yarn_ramp(i) of
-    // each frequency unscaled
+    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
+    // context); YaRN leaves the share yarn_ramp(i) of each frequency unscaled
+    const std::vector<float>& divisors = weights.rope_divisors(config, options.n_ctx);
     auto inv_freq = [&](double base, double scale) {
         std::vector<double> f(config.n_rot / 2);
         for (size_t i = 0; i < f.size(); ++i) {
             const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot);
             const double ramp = config.yarn_ramp(static_cast<int64_t>(i));
             f[i] = (scale * (1.0 - ramp) + ramp) * std::pow(base, exponent);
-            if (!weights.rope_freqs.empty()) f[i] /= weights.rope_freqs[i];
+            if (!divisors.empty()) f[i] /= divisors[i];
         }
         return f;
     };
@@ -214,6 +216,9 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
                 double s = 0.0;
                 for (int64_t i = 0; i < hd; ++i) s += qh[i] * kj[i];
                 score_[j] = s * c.attn_scale;
+                // gemma2: soft-capped, cap * tanh(score / cap)
+                if (c.attn_logit_softcap > 0.0f)
+                    score_[j] = c.attn_logit_softcap * std::tanh(score_[j] / c.attn_logit_softcap);
             }
             softmax(score_, n_kv);
             if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);

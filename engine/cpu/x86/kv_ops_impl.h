@@ -643,7 +643,8 @@ void tile_mix(const Tile& t, const float* s, Src<T> v, size_t stride, int hd, in
 
 template <class T>
 void attend_tile(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, const T* v,
-                 size_t stride, int hd, float scale, float* const* out, const KvShare& share, KvPrefetch* ahead) {
+                 size_t stride, int hd, float scale, float softcap, float* const* out, const KvShare& share,
+                 KvPrefetch* ahead) {
     TileScratch& sc = tile_scratch();
     const Tile t(first, last, n);
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
@@ -652,6 +653,7 @@ void attend_tile(const float* const* q, const int* first, const int* last, int n
     const int n_shared = share.k != nullptr ? share.positions : 0;
     const Src<T> ks{k, static_cast<const T*>(share.k), n_shared}, vs{v, static_cast<const T*>(share.v), n_shared};
     for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, ks, kbs, hd, scale, b, s, vs, stride, ahead);
+    if (softcap > 0.0f) softcap_scores(s, t.score_floats(), softcap);  // (invisible slots too: the softmax masks them)
     tile_softmax(t, s, sizeof(T) == 2);
     for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
     for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, vs, stride, hd, b, out, ahead);
@@ -674,15 +676,15 @@ void round_f16(float* x, int n) {
 }
 
 void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
-              size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float* const* out,
-              const KvShare& share, KvPrefetch* ahead) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, share, ahead);
+              size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float softcap,
+              float* const* out, const KvShare& share, KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, softcap, out, share, ahead);
 }
 
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
-              const float* v, size_t v_stride, int head_dim, float scale, float* const* out, const KvShare& share,
-              KvPrefetch* ahead) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, out, share, ahead);
+              const float* v, size_t v_stride, int head_dim, float scale, float softcap, float* const* out,
+              const KvShare& share, KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, softcap, out, share, ahead);
 }
 
 size_t tile_score_floats(const int* first, const int* last, int n) { return Tile(first, last, n).score_floats(); }
