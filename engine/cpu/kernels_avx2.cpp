@@ -23,6 +23,7 @@
 #include <immintrin.h>
 
 #include "engine/cpu/kernels_avx2_decoders.h"
+#include "engine/cpu/kernels_iq4_avx2_decoders.h"
 
 namespace quill::cpu::avx2 {
 
@@ -1118,6 +1119,12 @@ Kernel find_kernel(GgmlType type) {
             return {quant_rows<DecQ3_K>, true};
         case GgmlType::Q2_K:
             return {quant_rows<DecQ2_K>, true};
+        case GgmlType::IQ4_NL:
+            return {rows8<FileRows8<Dec8Table<BlockIq4Nl, false>>>, true};
+        case GgmlType::IQ4_XS:
+            return {rows8<FileRows8<Dec8Iq4Xs<false>>>, true};
+        case GgmlType::MXFP4:
+            return {rows8<FileRows8<Dec8Table<BlockMxfp4, false>>>, true};
         default:
             return {};
     }

@@ -48,6 +48,7 @@
 #endif
 
 #include "engine/cpu/kernels_avx512_decoders.h"
+#include "engine/cpu/kernels_iq4_avx512_decoders.h"
 
 namespace quill::cpu::QUILL_AVX512_NS {
 
@@ -1809,6 +1810,12 @@ Kernel find_kernel(GgmlType type) {
             return {rows16<Dec16Q5_K>, true};
         case GgmlType::Q6_K:
             return {quant_rows<DecQ6_K>, true};
+        case GgmlType::IQ4_NL:
+            return {rows16<Dec16Table<BlockIq4Nl>>, true};
+        case GgmlType::IQ4_XS:
+            return {rows16<Dec16Iq4Xs>, true};
+        case GgmlType::MXFP4:
+            return {rows16<Dec16Table<BlockMxfp4>>, true};
         default:
             return {};
     }
