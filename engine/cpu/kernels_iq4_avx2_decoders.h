@@ -81,12 +81,13 @@ struct Dec8Iq4Xs {
     static constexpr int64_t kGroupBytes = sizeof(BlockIq4Xs);
 
     template <typename R, typename F>
-    static void for_group(const R& rows, int64_t g, F&& f) {
+    [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(BlockIq4Xs);
         const __m256 d = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq4Xs, d)));
         const __m256i high = _mm256_cvtepu16_epi32(gather_u16(rows, off + offsetof(BlockIq4Xs, scales_h)));
         const __m256i low = gather_u32(rows, off + offsetof(BlockIq4Xs, scales_l));
         const __m256i levels = levels_256(kIq4nlValues, kOffset);
+#pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
             const __m256i ls = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi32(low, 4 * j), _mm256_set1_epi32(0xF)),
