@@ -1,20 +1,24 @@
 // quill: the command-line front end. Parses options, calls the engine, catches once.
 #include "engine/runtime/bench.h"
+#include "engine/runtime/logprobs_json.h"
+#include "engine/runtime/perplexity.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/batch/input.h"
-#include "engine/batch/progress.h"
+#include "engine/cli/progress.h"
 #include "engine/batch/records.h"
 #include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
-#include "engine/chat/line_reader.h"
-#include "engine/chat/repl.h"
+#include "engine/cli/line_reader.h"
+#include "engine/cli/repl.h"
 #include "engine/error.h"
 #include "engine/io/output.h"
 #include "engine/io/signals.h"
 #include "engine/session.h"
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
+#include "engine/hub/pull.h"
+#include "engine/grammar/constraint.h"
 #include "engine/io/escape.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
@@ -28,6 +32,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
@@ -120,7 +125,8 @@ struct EngineOptions {
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
-    cmd->add_option("-m,--model", o.model, fmt::format("GGUF model (default: models/{})", kDefaultModel));
+    cmd->add_option("-m,--model", o.model,
+                    fmt::format("GGUF model, or hf:owner/repo[:QUANT] (default: models/{})", kDefaultModel));
     cmd->add_option("--tokenizer", o.tokenizer, "A sentencepiece tokenizer.model to use instead of the GGUF's");
 }
 
@@ -239,6 +245,14 @@ int cmd_tokenize(const TokenizeOptions& o) {
 
 // ---- run ----
 
+struct ConstraintOptions {
+    std::string json_schema;  // a file or the JSON text
+    std::string format;       // "json" or ""
+    bool json_object = false;
+    std::string grammar;      // a GBNF file
+    std::string regex;
+};
+
 struct RunOptions {
     ModelOptions model;
     EngineOptions engine;
@@ -249,15 +263,59 @@ struct RunOptions {
     quill::SamplingParams sampling;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
+    int logprobs = -1;
+    int lookup = 0;
     bool raw = false;
     bool json = false;
     std::string system;
     std::string chat_template;
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;  // no load line and no stats line
+    ConstraintOptions constraint;
 };
 
 void warn_line(const std::string& message) { print_line("warning: ", message); }
+
+// --json-schema, --format json / --json-object, --grammar, --regex: at most one, read and compiled before the model
+// loads, so that a bad schema fails at once.
+std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOptions& c) {
+    namespace qg = quill::grammar;
+    std::vector<qg::ConstraintSpec> given;
+    if (!c.json_schema.empty()) given.push_back(qg::json_schema_option(c.json_schema));
+    if (!c.format.empty()) {
+        if (c.format != "json") throw UsageError(fmt::format("--format '{}': expected json", c.format));
+        given.push_back({qg::ConstraintSpec::Kind::json_object, "", "--format json"});
+    }
+    if (c.json_object) given.push_back({qg::ConstraintSpec::Kind::json_object, "", "--json-object"});
+    if (!c.grammar.empty()) given.push_back(qg::grammar_file_option(c.grammar));
+    if (!c.regex.empty()) given.push_back({qg::ConstraintSpec::Kind::regex, c.regex, "--regex"});
+    if (given.size() > 1)
+        throw UsageError("give at most one of --json-schema, --format json, --json-object, --grammar and --regex");
+    if (given.empty()) return std::nullopt;
+    return given[0];
+}
+
+// The output constraint bound to the model's vocabulary: compile first (before the model loads), bind after.
+struct OutputConstraint {
+    std::shared_ptr<const quill::grammar::Grammar> grammar;
+    std::shared_ptr<quill::grammar::TokenGrammar> bind(const quill::Tokenizer& tok) const {
+        return grammar ? std::make_shared<quill::grammar::TokenGrammar>(grammar, tok) : nullptr;
+    }
+};
+OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
+    const auto spec = constraint_spec(c);
+    return {spec ? quill::grammar::compile_constraint(*spec) : nullptr};
+}
+
+void add_constraint_options(CLI::App* cmd, ConstraintOptions& c, bool format_option) {
+    cmd->add_option("--json-schema", c.json_schema, "The output must be JSON valid against this schema (a file, or "
+                                                    "the schema's JSON text)");
+    if (format_option)
+        cmd->add_option("--format", c.format, "json: the output must be a JSON object");
+    cmd->add_flag("--json-object", c.json_object, "The output must be a JSON object (as --format json)");
+    cmd->add_option("--grammar", c.grammar, "The output must follow this GBNF grammar file (llama.cpp's format)");
+    cmd->add_option("--regex", c.regex, "The output must match this regular expression, whole");
+}
 
 void add_template_option(CLI::App* cmd, std::string& chat_template) {
     cmd->add_option("--chat-template", chat_template,
@@ -275,6 +333,23 @@ void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional
     cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty")->capture_default_str();
     cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty")->capture_default_str();
     cmd->add_option("--seed", seed, "RNG seed (default: random, printed with --json)")->check(kSeedValidator);
+}
+
+// --logprobs N: the model's log-probability of each generated token and its N most likely alternatives.
+CLI::Option* add_logprobs_option(CLI::App* cmd, int& logprobs, const std::string& help) {
+    return cmd->add_option("--logprobs", logprobs, help)
+        ->check(kNotEmpty)
+        ->check(CLI::Range(0, quill::kMaxTopLogprobs));
+}
+
+// --lookup N: prompt lookup's guesses per decode step (greedy sampling only; the text does not change).
+void add_lookup_option(CLI::App* cmd, int& lookup) {
+    cmd->add_option("--lookup", lookup,
+                    "Guess up to N next tokens per step from earlier text and check them in the same pass (greedy "
+                    "sampling only: --temp 0; the text is the same, faster where it repeats its prompt; 0: off)")
+        ->capture_default_str()
+        ->check(kNotEmpty)
+        ->check(CLI::Range(0, quill::kMaxLookup));
 }
 
 int chat_from_run(const RunOptions& o);  // (below cmd_chat)
@@ -315,10 +390,14 @@ int cmd_run(RunOptions& o) {
     gp.max_tokens = o.n_predict;
     gp.stop = o.stop;
     gp.sampling = o.sampling;
+    gp.logprobs = o.logprobs;
+    gp.lookup = o.lookup;
     gp.validate();
+    const OutputConstraint constraint = compile_output_constraint(o.constraint);
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
+    gp.grammar = constraint.bind(*tok);
     quill::Backend* backend = session->backend.get();
     const int64_t n_ctx = session->n_ctx;
     const double load_ms = session->load_ms;
@@ -366,13 +445,18 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
+        if (gp.lookup > 0) j["lookup"] = {{"guessed", st.guessed_tokens}, {"accepted", st.accepted_tokens}};
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
     if (!o.quiet)
         quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
-                            "tok/s; decode {:.1f} tok/s; finish reason {}\n",
+                            "tok/s; decode {:.1f} tok/s; finish reason {}{}\n",
                             st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
-                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()));
+                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()),
+                            gp.lookup > 0 ? fmt::format("; lookup: {} of {} guesses accepted", st.accepted_tokens,
+                                                        st.guessed_tokens)
+                                          : "");
     // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
     if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
     return 0;
@@ -433,6 +517,8 @@ struct ChatCliOptions {
     std::string overflow = "drop-oldest";
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;
+    int lookup = 0;
+    ConstraintOptions constraint;
 };
 
 int cmd_chat(ChatCliOptions& o) {
@@ -441,9 +527,12 @@ int cmd_chat(ChatCliOptions& o) {
     gp.max_tokens = o.n_predict;
     gp.stop = o.stop;
     gp.sampling = o.sampling;
+    gp.lookup = o.lookup;
     gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
+    const OutputConstraint constraint = compile_output_constraint(o.constraint);
     auto session = quill::Session::open(session_options(o.model, o.engine));
+    gp.grammar = constraint.bind(*session->tokenizer);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
@@ -491,11 +580,14 @@ struct BatchCliOptions {
     quill::SamplingParams sampling;
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
+    int logprobs = -1;
+    int lookup = 0;
     bool raw = false;
     bool quiet = false;
     size_t max_input_bytes = size_t{1} << 30;
     std::string system;
     std::string chat_template;
+    ConstraintOptions constraint;
 };
 
 // How a batch request becomes tokens: `messages` through the chat template; OpenAI /v1/completions prompts as they
@@ -591,9 +683,13 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.max_tokens = o.n_predict;
     ro.defaults.stop = o.stop;
     ro.defaults.sampling = o.sampling;
+    ro.defaults.logprobs = o.logprobs;
+    ro.defaults.lookup = o.lookup;
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
     ro.defaults.validate();
+    ro.constraint = constraint_spec(o.constraint);
+    if (ro.constraint) quill::grammar::compile_constraint(*ro.constraint);  // a bad one fails before the model loads
     // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");
@@ -655,6 +751,8 @@ int chat_from_run(const RunOptions& o) {
     chat.stop = o.stop;
     chat.system = o.system;
     chat.chat_template = o.chat_template;
+    chat.lookup = o.lookup;
+    chat.constraint = o.constraint;
     return cmd_chat(chat);
 }
 
@@ -726,6 +824,103 @@ int cmd_bench(BenchCliOptions& o) {
     }
     out.write(quill::bench_table(res, info, desc, copy, rate));
     out.put("");
+    return 0;
+}
+
+// ---- perplexity ----
+
+struct PerplexityCliOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    std::string file;
+    int64_t max_chunks = 0;
+    int64_t n_batch = 512;
+    bool json = false;
+    bool quiet = false;
+    size_t max_input_bytes = quill::kDefaultMaxInputBytes;
+};
+
+int cmd_perplexity(const PerplexityCliOptions& o) {
+    const std::string text = o.file == "-" ? read_stdin(o.max_input_bytes)
+                                           : quill::read_prompt_file(o.file, o.max_input_bytes);
+    quill::SessionOptions so = session_options(o.model, o.engine);
+    // Without -c: chunks of 512 tokens (llama-perplexity's usual figure), or the model's training context if shorter.
+    if (so.ctx == 0)
+        so.context_needed = [](const quill::Session& s) {
+            const int64_t train = s.model->config.n_ctx_train;
+            return train > 0 ? std::min<int64_t>(512, train) : 512;
+        };
+    auto session = quill::Session::open(so);
+    if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
+    const quill::Tokenizer& tok = *session->tokenizer;
+    const std::vector<int32_t> tokens = tok.encode(text, true, false);
+    warn_if_lossy(tok, text, tokens);
+    quill::PerplexityOptions po;
+    po.n_ctx = session->n_ctx;
+    po.n_batch = o.n_batch;
+    po.max_chunks = o.max_chunks;
+    po.bos = tok.add_bos() ? tok.bos() : -1;
+    const int64_t n_chunks = std::min<int64_t>(static_cast<int64_t>(tokens.size()) / po.n_ctx,
+                                               o.max_chunks > 0 ? o.max_chunks : INT64_MAX);
+    const bool progress = !o.quiet && isatty(STDERR_FILENO);
+    quill::signals::install();  // Ctrl-C ends the run with the chunks scored so far
+    const auto t0 = std::chrono::steady_clock::now();
+    const quill::PerplexityResult r = quill::perplexity(
+        *session->backend, tokens, po,
+        [&](const quill::PerplexityResult& so_far) {
+            if (progress)
+                quill::print_stderr("\rchunk {}/{}: perplexity {:.4f}\x1b[K", so_far.n_chunks, n_chunks, so_far.ppl);
+        },
+        [] { return quill::signals::stop_flag().load(); });
+    if (progress) quill::print_stderr("\r\x1b[K");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool interrupted = r.n_chunks < n_chunks;
+    quill::Output out(stdout, "stdout");
+    if (o.json) {
+        nlohmann::json j;
+        j["model"] = session->model->config.name;
+        j["n_ctx"] = po.n_ctx;
+        j["n_tokens"] = tokens.size();
+        j["n_chunks"] = r.n_chunks;
+        j["n_scored"] = r.n_scored;
+        j["mean_nll"] = r.mean_nll;
+        j["perplexity"] = r.ppl;
+        j["perplexity_error"] = r.ppl_error;
+        j["chunks"] = r.chunk_ppl;
+        j["seconds"] = seconds;
+        if (interrupted) j["interrupted"] = true;
+        if (r.n_chunks > 0) out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    } else if (r.n_chunks > 0) {
+        out.put(fmt::format("perplexity {:.4f} +/- {:.5f} ({} chunks of {} tokens, {} tokens scored{})\n", r.ppl,
+                            r.ppl_error, r.n_chunks, po.n_ctx, r.n_scored, interrupted ? ", interrupted" : ""));
+    }
+    if (interrupted)
+        throw quill::Interrupted(fmt::format("interrupted after {} of {} chunks", r.n_chunks, n_chunks));
+    if (!o.quiet)
+        quill::print_stderr("quill: {} tokens in {:.2f} s ({:.1f} tokens/s)\n", r.n_chunks * po.n_ctx, seconds,
+                            seconds > 0 ? static_cast<double>(r.n_chunks * po.n_ctx) / seconds : 0.0);
+    return 0;
+}
+
+// ---- pull, list, rm: models by name from the Hugging Face hub, kept in its cache ----
+
+struct PullCliOptions {
+    std::string spec;
+    bool quiet = false;
+};
+
+// The model's path (its parts' paths, one a line) on stdout, for scripts: quill run -m "$(quill pull NAME)".
+int cmd_pull(const PullCliOptions& o) {
+    const quill::hub::PulledModel m = quill::hub::pull_model(o.spec, {.ask_hub = true, .quiet = o.quiet});
+    if (!o.quiet) print_line("", fmt::format("{} is ready ({})", m.name, m.from_cache ? "cached" : "up to date"));
+    quill::Output out(stdout, "stdout");
+    for (const auto& f : m.files) out.put(f.string() + "\n");
+    return 0;
+}
+
+// `quill list` and `quill rm`: their text on stdout.
+int print_stdout(const std::string& text) {
+    quill::Output(stdout, "stdout").put(text);
     return 0;
 }
 
@@ -817,11 +1012,16 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file (- for stdin)")->excludes(p_opt);
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
+    add_lookup_option(run_cmd, run.lookup);
+    add_constraint_options(run_cmd, run.constraint, true);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
-    run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
+    add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
+                                               "many alternatives")
+        ->needs(json_flag);
     run_cmd->add_flag("-q,--quiet", run.quiet, "No load line and no stats line on stderr")->excludes("--verbose");
     add_max_input_option(run_cmd, run.max_input_bytes);
 
@@ -844,6 +1044,8 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("-n,--n-predict", chat.n_predict, "Most tokens per reply (-1: until the end of the turn)")
         ->capture_default_str();
     add_sampling_options(chat_cmd, chat.sampling, chat.seed);
+    add_lookup_option(chat_cmd, chat.lookup);
+    add_constraint_options(chat_cmd, chat.constraint, true);
     chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
     chat_cmd->add_option("--system", chat.system, "The system message");
     add_template_option(chat_cmd, chat.chat_template);
@@ -880,7 +1082,11 @@ int main(int argc, char** argv) {
     batch_cmd->add_option("-n,--n-predict", batch.n_predict, "Tokens to generate per request (-1: until EOS or a full "
                                                               "context)")->capture_default_str();
     add_sampling_options(batch_cmd, batch.sampling, batch.seed);
+    add_lookup_option(batch_cmd, batch.lookup);
+    add_constraint_options(batch_cmd, batch.constraint, false);
     batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
+    add_logprobs_option(batch_cmd, batch.logprobs, "Log-probabilities of every generated token and this many "
+                                                   "alternatives, in each record (a request's own field wins)");
     auto* batch_raw = batch_cmd->add_flag("--raw", batch.raw, "Feed prompts as they are, without the chat template");
     batch_cmd->add_option("--system", batch.system, "A system message for prompts without messages")
         ->excludes(batch_raw);
@@ -889,12 +1095,27 @@ int main(int argc, char** argv) {
                                                     "the count of failed requests still show)");
     batch_cmd->add_option("--max-input-bytes", batch.max_input_bytes, "Largest input read")->capture_default_str();
 
+    PerplexityCliOptions ppl;
+    CLI::App* ppl_cmd = app.add_subcommand("perplexity", "Perplexity of a text file, as llama.cpp's llama-perplexity");
+    add_model_options(ppl_cmd, ppl.model);
+    add_engine_options(ppl_cmd, ppl.engine);
+    ppl_cmd->add_option("-f,--file", ppl.file, "The text (- for stdin)")->required();
+    ppl_cmd->add_option("--chunks", ppl.max_chunks, "Score at most this many chunks of -c tokens (0: all)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    ppl_cmd->add_option("--batch", ppl.n_batch, "Tokens per forward pass")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    ppl_cmd->add_flag("--json", ppl.json, "Print one JSON record (with the running estimate after each chunk)");
+    ppl_cmd->add_flag("-q,--quiet", ppl.quiet, "No load line and no speed line on stderr")->excludes("--verbose");
+    add_max_input_option(ppl_cmd, ppl.max_input_bytes, "Longest text read");
+
     BenchCliOptions bench;
     CLI::App* bench_cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
     bench_cmd->add_option("-m,--model", bench.model, "GGUF model (default: models/" + std::string(kDefaultModel) + ")");
     bench_cmd->add_option("--synthetic", bench.synthetic,
-                          "Random weights in a preset shape: stories15m, stories110m, smollm2-135m, tinyllama-1.1b, "
-                          "llama2-7b, llama3-8b");
+                          fmt::format("Random weights in a preset shape: {}",
+                                      fmt::join(quill::synthetic_shape_names(), ", ")));
     bench_cmd->add_option("--dtype", bench.dtype,
                           "Weight type of --synthetic (f32, f16, bf16, q8_0, q4_0 (default), ...)");
     bench_cmd->add_option("--save", bench.save, "Write the --synthetic model to this GGUF file");
@@ -920,6 +1141,19 @@ int main(int argc, char** argv) {
     bench_cmd->add_flag("--json", bench.json, "Print JSON (medians, min, max, every run)");
     add_engine_options(bench_cmd, bench.engine);
 
+    PullCliOptions pull;
+    CLI::App* pull_cmd = app.add_subcommand(
+        "pull", "Download a GGUF model from Hugging Face into its cache (-m hf:NAME does it on first use)");
+    pull_cmd->add_option("name", pull.spec, "owner/repo[:QUANT] (default quant: Q4_K_M, else the closest)")
+        ->required();
+    pull_cmd->add_flag("-q,--quiet", pull.quiet, "No progress and no notes on stderr");
+
+    CLI::App* list_cmd = app.add_subcommand("list", "List the GGUF models in the Hugging Face cache");
+
+    std::string rm_spec;
+    CLI::App* rm_cmd = app.add_subcommand("rm", "Remove a model from the Hugging Face cache");
+    rm_cmd->add_option("name", rm_spec, "owner/repo[:QUANT] (without QUANT: the whole repository)")->required();
+
     refuse_empty_values(app);
     try {
         app.parse(argc, argv);
@@ -936,6 +1170,10 @@ int main(int argc, char** argv) {
         if (*chat_cmd) return cmd_chat(chat);
         if (*batch_cmd) return cmd_batch(batch);
         if (*bench_cmd) return cmd_bench(bench);
+        if (*ppl_cmd) return cmd_perplexity(ppl);
+        if (*pull_cmd) return cmd_pull(pull);
+        if (*list_cmd) return print_stdout(quill::hub::list_models());
+        if (*rm_cmd) return print_stdout(quill::hub::remove_model(rm_spec));
     } catch (...) {
         return report_failure(std::current_exception());
     }

@@ -11,8 +11,8 @@ namespace quill::cuda {
 // Throws Error("CUDA error in <what>: <message>") unless err is cudaSuccess. An out-of-memory error says so plainly.
 void check(cudaError_t err, const char* what);
 
-// Throws Error("internal error: <what>"): a broken invariant of the backend's own code (kernels.cu cannot include
-// the fmt-based error.h).
+// Throws Error("internal error: <what>"): a broken invariant of the backend's own code (the .cu files cannot
+// include the fmt-based error.h).
 [[noreturn]] void throw_internal(const char* what);
 
 // Throws FileError: the CUDA backend has no kernel for this weight type.

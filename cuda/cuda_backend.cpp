@@ -1,12 +1,15 @@
 #include "cuda/cuda_backend.h"
 
+#include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/dequant.h"
+#include "cuda/device_weights.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/profile.h"
 #include "engine/error.h"
 #include "engine/io/escape.h"
-#include "engine/io/output.h"
+#include "engine/runtime/kv_size.h"
 #include "engine/runtime/sampler.h"
 
 #include <cuda_runtime.h>
@@ -14,217 +17,18 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <string_view>
 #include <vector>
 
 namespace quill::cuda {
 
 static_assert(kGemmMinTokens > kMaxGraphTokens, "a captured decode step must not call cuBLAS");
 
-namespace {
-
-constexpr size_t kAlign = 256;
-constexpr size_t kRuntimeMargin = size_t{256} << 20;  // cuBLAS-free, but the runtime and fragmentation take some
-
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
-
-// Device memory owned by one object; freed without checking (the context may already be gone at exit).
-class DeviceBuffer {
-public:
-    DeviceBuffer() = default;
-    DeviceBuffer(size_t bytes, const char* what) { allocate(bytes, what); }
-    ~DeviceBuffer() { release(); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-    void allocate(size_t bytes, const char* what) {
-        release();
-        check(cudaMalloc(&p_, std::max<size_t>(bytes, 1)), what);
-        n_ = bytes;
-    }
-    void release() {
-        if (p_) cudaFree(p_);
-        p_ = nullptr;
-        n_ = 0;
-    }
-    uint8_t* get() const { return static_cast<uint8_t*>(p_); }
-    size_t size() const { return n_; }
-
-private:
-    void* p_ = nullptr;
-    size_t n_ = 0;
-};
-
-// Page-locked host memory, for copies the GPU can do by DMA while the CPU goes on.
-class PinnedBuffer {
-public:
-    PinnedBuffer() = default;
-    ~PinnedBuffer() {
-        if (p_) cudaFreeHost(p_);
-    }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-    void reserve(size_t bytes, const char* what) {
-        if (bytes <= n_) return;
-        if (p_) cudaFreeHost(p_);
-        p_ = nullptr;
-        n_ = 0;
-        check(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault), what);
-        n_ = bytes;
-    }
-    uint8_t* get() const { return static_cast<uint8_t*>(p_); }
-    size_t size() const { return n_; }
-
-private:
-    void* p_ = nullptr;
-    size_t n_ = 0;
-};
-
-template <class F>
-void for_each_matrix(const Weights& w, F&& f) {
-    f(w.tok_embd);
-    for (const LayerWeights& L : w.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) f(*t);
-    f(w.output);
-}
-
-// Every float vector of the model, the optional ones (biases, gemma3's norms) included; an absent one is empty.
-template <class F>
-void for_each_vector(const Weights& w, F&& f) {
-    for (const LayerWeights& L : w.layers)
-        for (const std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.attn_q_norm,
-                                            &L.attn_k_norm, &L.attn_post_norm, &L.ffn_post_norm})
-            f(*v);
-    f(w.output_norm);
-}
-
-// Blocks of 32 in the widest matmul input of a token.
-int64_t q8_blocks(const ModelConfig& c) { return (std::max({c.n_embd, c.n_embd_q(), c.n_ff}) + 31) / 32; }
-
-int64_t workspace_tokens_floats(const ModelConfig& c) {
-    // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin, and the local layers'
-    // [n_rot each]; an input quantized for matmul_q8: int8 values and a (d, d * sum) pair per block of 32
-    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + 2 * c.n_rot + q8_blocks(c) * 10;
-}
-
-}  // namespace
-
-size_t MemoryPlan::needed() const { return weights + kv + workspace + kRuntimeMargin; }
-
-std::string MemoryPlan::describe() const {
-    return fmt::format("weights {:.2f} GiB, KV cache {:.2f} GiB, workspace {:.2f} GiB of {:.1f} GiB ({:.1f} GiB free)",
-                       gib(weights), gib(kv), gib(workspace), gib(total), gib(free));
-}
-
-void check_model(const ModelConfig& config, const Weights& weights) {
-    check_weights(weights);
-    // Every architecture setting of ModelConfig has its kernel (forward); the kernels' shape limits remain.
-    if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
-        config.n_head % config.n_head_kv != 0)
-        throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "
-                                    "n_head a multiple of n_head_kv (got {}, {}, {} and {})",
-                                    config.head_dim, config.n_rot, config.n_head, config.n_head_kv));
-}
-
-void check_weights(const Weights& weights) {
-    for_each_matrix(weights, [](const TensorView& t) {
-        if (!cuda_supports(t.type))
-            throw FileError(fmt::format("tensor '{}' has type {}, which the CUDA backend cannot multiply (types with "
-                                        "CUDA kernels: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K)",
-                                        t.name, type_name(t.type)));
-    });
-}
-
-size_t weight_bytes(const Weights& weights) {
-    size_t n = 0;
-    std::map<const uint8_t*, bool> seen;  // a tied output matrix is the embedding: uploaded once
-    for_each_matrix(weights, [&](const TensorView& t) {
-        if (seen.emplace(t.data, true).second) n += align_up(t.n_bytes);
-    });
-    for_each_vector(weights, [&](const std::vector<float>& v) { n += align_up(v.size() * sizeof(float)); });
-    return n;
-}
-
-size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits) {
-    const size_t floats = static_cast<size_t>(n_tokens * workspace_tokens_floats(config) + n_logits * config.n_vocab);
-    const size_t ints = static_cast<size_t>(3 * n_tokens + n_logits + 1);
-    return align_up(floats * sizeof(float)) * 1 + align_up(ints * sizeof(int32_t)) + 16 * kAlign;
-}
-
-size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens) {
-    int64_t max_elems = 0, max_cols = 0;
-    for_each_matrix(weights, [&](const TensorView& t) {
-        max_elems = std::max(max_elems, t.ne[0] * t.n_rows());
-        max_cols = std::max(max_cols, t.ne[0]);
-    });
-    return gemm_scratch_bytes(mode, max_elems, max_cols, n_tokens);
-}
-
-namespace {
-
-size_t kv_bytes(const ModelConfig& c, const CudaBackendOptions& o, int64_t n_ctx) {
-    KvCacheShape s{c.n_layer, o.n_slots, n_ctx, c.n_head_kv, c.head_dim, o.kv_type};
-    return s.bytes();
-}
-
-MemoryPlan plan_for(const ModelConfig& c, const Weights& w, const CudaBackendOptions& o) {
-    MemoryPlan p;
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    p.device = prop.name;
-    check(cudaMemGetInfo(&p.free, &p.total), "cudaMemGetInfo");
-    p.weights = weight_bytes(w);
-    p.kv = kv_bytes(c, o, o.n_ctx);
-    p.workspace = workspace_bytes(c, o.plan_tokens, o.plan_tokens) + gemm_workspace_bytes(w, o.gemm, o.plan_tokens);
-    return p;
-}
-
-}  // namespace
-
-int64_t largest_context(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options) {
-    MemoryPlan p = plan_for(config, weights, options);
-    const size_t fixed = p.weights + p.workspace + kRuntimeMargin;
-    if (fixed >= p.free) return 0;
-    return static_cast<int64_t>((p.free - fixed) / std::max<size_t>(1, kv_bytes(config, options, 1)));
-}
-
-MemoryPlan plan_memory(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options) {
-    MemoryPlan p = plan_for(config, weights, options);
-    if (p.needed() <= p.free) return p;
-    const size_t fixed = p.weights + p.workspace + kRuntimeMargin;
-    if (fixed >= p.free)
-        throw UsageError(fmt::format("the model does not fit on {}: its weights take {:.2f} GiB and the workspace "
-                                     "{:.2f} GiB, and {:.2f} GiB are free",
-                                     p.device, gib(p.weights), gib(p.workspace), gib(p.free)));
-    const int64_t fits = static_cast<int64_t>((p.free - fixed) / std::max<size_t>(1, kv_bytes(config, options, 1)));
-    throw UsageError(fmt::format("a context of {} positions ({} sequences) does not fit on {}: it needs {} and {:.2f} "
-                                 "GiB are free; the largest context that fits is {} (--ctx)",
-                                 options.n_ctx, options.n_slots, p.device, p.describe(), gib(p.free), fits));
-}
-
 struct CudaBackend::Impl {
     cudaStream_t stream = nullptr;
-    DeviceBuffer weights;  // every matrix and norm vector, each at a 256-byte boundary
+    std::unique_ptr<DeviceWeights> weights;
     DeviceBuffer k_cache, v_cache;
-    struct Layer {
-        DeviceMatrix wq, wk, wv, wo, gate, up, down;
-        const float* attn_norm = nullptr;
-        const float* ffn_norm = nullptr;
-        // nullptr when the model has none (LayerWeights)
-        const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-        const float *q_norm = nullptr, *k_norm = nullptr, *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
-    };
-    std::vector<Layer> layers;
-    DeviceMatrix tok_embd, output;
-    const float* output_norm = nullptr;
-    DeviceBuffer rope_freq;  // [2, n_rot / 2] doubles: RoPE inverse frequencies, global then local (two_ropes)
-    const double* inv_freq = nullptr;
     std::map<int64_t, cudaGraphExec_t> graphs;  // decode steps by token count
 
     // Prefill products (more than kMaxGraphTokens tokens, never in a graph) through cuBLAS, when it loaded.
@@ -240,14 +44,14 @@ struct CudaBackend::Impl {
           *up = nullptr, *cs = nullptr, *cs_local = nullptr, *logits = nullptr;
     int8_t* xq = nullptr;    // [n, 32 q8_blocks] a matmul input quantized (matmul_q8)
     float* xds = nullptr;    // [n, q8_blocks, 2] its blocks' (d, d * sum)
-    bool int8 = true;        // CudaBackendOptions::int8_products
-    bool flash = true;       // CudaBackendOptions::flash_attention
-    bool fuse = false;       // CudaBackendOptions::fused_kernels
-    bool chain = false;      // CudaBackendOptions::programmatic_chain on sm_90 or later (off while profiling)
+    bool int8 = true;        // Tuning::int8_products
+    bool flash = true;       // Tuning::flash_attention
+    bool fuse = false;       // Tuning::fused_kernels
+    bool chain = false;      // Tuning::programmatic_chain on sm_90 or later (off while profiling)
     // How the int8 products launch (the options' stages, programmatic launch likewise, mma kernels); `stream` is
     // set per product from stream_types.
     Q8Launch q8;
-    std::vector<GgmlType> stream_types;  // CudaBackendOptions::stream_types
+    std::vector<GgmlType> stream_types;  // Tuning::stream_types
     bool stream_type(GgmlType t) const {
         return std::find(stream_types.begin(), stream_types.end(), t) != stream_types.end();
     }
@@ -265,65 +69,12 @@ struct CudaBackend::Impl {
     PinnedBuffer host_in;   // what a forward call uploads: the batch's ints (then forward_sample's candidate counts)
     PinnedBuffer host_out;  // the flag, then the logits (or forward_sample's candidates)
 
-    // QUILL_CUDA_PROFILE=1: the device time between marks of enqueue_forward, by the call's token count and phase,
-    // printed to stderr when the backend goes. Graphs are off then, so that every kernel is launched and timed.
-    bool profile = false;
-    std::vector<cudaEvent_t> marks;
-    std::vector<std::string> mark_names;
-    size_t n_marks = 0;
-    int64_t mark_tokens = 0;
-    std::map<std::string, std::pair<double, int64_t>> profile_ms;  // by "<tokens> tokens: <phase>": ms, times
-    std::map<int64_t, std::pair<double, int64_t>> profile_calls;    // by token count: ms, calls
+    Profile profile;  // Tuning::profile
+    void mark(const char* phase) { profile.mark(phase, stream); }
 
-    void mark(const char* phase) {
-        if (!profile) return;
-        if (n_marks == marks.size()) {
-            cudaEvent_t e = nullptr;
-            check(cudaEventCreate(&e), "cudaEventCreate (profile)");
-            marks.push_back(e);
-            mark_names.emplace_back();
-        }
-        mark_names[n_marks] = phase;
-        check(cudaEventRecord(marks[n_marks++], stream), "cudaEventRecord (profile)");
-    }
-    // After the stream has passed every mark (each forward call synchronizes before it returns).
-    void collect() {
-        if (n_marks >= 2) {
-            double total = 0.0;
-            for (size_t i = 1; i < n_marks; ++i) {
-                float ms = 0.0f;
-                check(cudaEventElapsedTime(&ms, marks[i - 1], marks[i]), "cudaEventElapsedTime (profile)");
-                auto& [sum, times] = profile_ms[fmt::format("{:>6} tokens: {}", mark_tokens, mark_names[i])];
-                sum += ms;
-                ++times;
-                total += ms;
-            }
-            profile_calls[mark_tokens].first += total;
-            ++profile_calls[mark_tokens].second;
-        }
-        n_marks = 0;
-    }
-    void print_profile() {
-        if (!profile) return;
-        cudaStreamSynchronize(stream);
-        try {
-            collect();
-        } catch (const Error&) {
-        }
-        print_stderr("quill: CUDA profile (QUILL_CUDA_PROFILE): device ms per forward call, by phase\n");
-        for (const auto& [key, v] : profile_ms) {
-            const int64_t tokens = std::stoll(key);
-            const auto& [call_ms, calls] = profile_calls[tokens];
-            print_stderr("  {:<40} {:9.3f} ms {:5.1f}%  ({} calls)\n", key, v.first / static_cast<double>(calls),
-                         100.0 * v.first / call_ms, calls);
-        }
-        for (const auto& [tokens, v] : profile_calls)
-            print_stderr("  {:>6} tokens: total {:9.3f} ms a call ({} calls)\n", tokens,
-                         v.first / static_cast<double>(v.second), v.second);
-    }
+    explicit Impl(bool profiling) : profile(profiling) {}
 
     ~Impl() {
-        for (cudaEvent_t e : marks) cudaEventDestroy(e);
         drop_graphs();
         if (stream) cudaStreamDestroy(stream);
     }
@@ -410,155 +161,38 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
       weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
       graphs_(options.graphs) {
-    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
-    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
+    check_kv_size(options.n_ctx, options.n_slots);
     check_model(config, weights);
     plan_ = plan_memory(config, weights, options);  // before anything is allocated
 
-    impl_ = std::make_unique<Impl>();
+    impl_ = std::make_unique<Impl>(options.tuning.profile);
     Impl& d = *impl_;
     check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    d.weights.allocate(plan_.weights, "cudaMalloc (weights)");
+    d.weights = std::make_unique<DeviceWeights>(config, weights, plan_.weights, d.stream);
     d.k_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (K cache)");
     d.v_cache.allocate(kv_shape_.bytes() / 2, "cudaMalloc (V cache)");
-
-    // Upload: through two pinned staging buffers, so that copying the next chunk out of the mapped file overlaps the
-    // DMA of the previous one. Weights keep their GGUF block layout: one warp reads 32 consecutive blocks of a row
-    // (the matmul kernel), which is already contiguous memory, so no repacking is done yet.
-    constexpr size_t kChunk = size_t{16} << 20;
-    PinnedBuffer stage[2];
-    cudaEvent_t done[2] = {nullptr, nullptr};
-    struct EventGuard {
-        cudaEvent_t* e;
-        ~EventGuard() {
-            for (int i = 0; i < 2; ++i)
-                if (e[i]) cudaEventDestroy(e[i]);
-        }
-    } guard{done};
-    for (int i = 0; i < 2; ++i) {
-        stage[i].reserve(kChunk, "cudaHostAlloc (weight staging)");
-        check(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate");
-        check(cudaEventRecord(done[i], d.stream), "cudaEventRecord");
-    }
-    int turn = 0;
-    uint8_t* next = d.weights.get();
-    auto upload = [&](const void* src, size_t n) {
-        uint8_t* dst = next;
-        next += align_up(n);
-        QUILL_CHECK(next <= d.weights.get() + d.weights.size(), "weight upload overruns its plan");
-        for (size_t off = 0; off < n; off += kChunk) {
-            const size_t len = std::min(kChunk, n - off);
-            check(cudaEventSynchronize(done[turn]), "cudaEventSynchronize (weight staging)");
-            std::memcpy(stage[turn].get(), static_cast<const uint8_t*>(src) + off, len);
-            check(cudaMemcpyAsync(dst + off, stage[turn].get(), len, cudaMemcpyHostToDevice, d.stream),
-                  "cudaMemcpyAsync (weights)");
-            check(cudaEventRecord(done[turn], d.stream), "cudaEventRecord");
-            turn ^= 1;
-        }
-        return dst;
-    };
-    // Q4_0, Q4_1 and Q8_0 in the packed layout (cuda/dequant.h), split into its two planes in the staging buffers.
-    auto upload_packed = [&](const TensorView& t) {
-        const int qb = packed_quant_bytes(t.type), sb = packed_scale_bytes(t.type);
-        const int64_t blocks = static_cast<int64_t>(t.n_bytes) / (qb + sb);
-        uint8_t* quants = next;
-        uint8_t* scales = next + blocks * qb;
-        next += align_up(t.n_bytes);
-        QUILL_CHECK(next <= d.weights.get() + d.weights.size(), "weight upload overruns its plan");
-        const int64_t per_chunk = static_cast<int64_t>(kChunk) / (qb + sb);
-        for (int64_t b0 = 0; b0 < blocks; b0 += per_chunk) {
-            const int64_t nb = std::min(per_chunk, blocks - b0);
-            check(cudaEventSynchronize(done[turn]), "cudaEventSynchronize (weight staging)");
-            uint8_t* st = stage[turn].get();
-            pack_blocks(t.type, t.data + b0 * (qb + sb), nb, st, st + nb * qb);
-            check(cudaMemcpyAsync(quants + b0 * qb, st, static_cast<size_t>(nb * qb), cudaMemcpyHostToDevice,
-                                  d.stream),
-                  "cudaMemcpyAsync (weights)");
-            check(cudaMemcpyAsync(scales + b0 * sb, st + nb * qb, static_cast<size_t>(nb * sb),
-                                  cudaMemcpyHostToDevice, d.stream),
-                  "cudaMemcpyAsync (weights)");
-            check(cudaEventRecord(done[turn], d.stream), "cudaEventRecord");
-            turn ^= 1;
-        }
-        return DeviceMatrix{t.type, quants, t.ne[0], t.n_rows(), t.row_bytes(), scales};
-    };
-    std::map<const uint8_t*, DeviceMatrix> uploaded;  // a tied output matrix is the embedding: uploaded once
-    auto matrix = [&](const TensorView& t) {
-        auto it = uploaded.find(t.data);
-        if (it != uploaded.end()) return it->second;
-        const bool pack = options.packed_weights && packed_quant_bytes(t.type) > 0 && t.ne[0] % 32 == 0;
-        const DeviceMatrix m = pack ? upload_packed(t)
-                                    : DeviceMatrix{t.type, upload(t.data, t.n_bytes), t.ne[0], t.n_rows(),
-                                                   t.row_bytes()};
-        uploaded[t.data] = m;
-        return m;
-    };
-    auto vec = [&](const std::vector<float>& v) {
-        return v.empty() ? nullptr : reinterpret_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
-    };
-    d.tok_embd = matrix(weights.tok_embd);
-    for (const LayerWeights& L : weights.layers) {
-        Impl::Layer l;
-        l.wq = matrix(L.wq);
-        l.wk = matrix(L.wk);
-        l.wv = matrix(L.wv);
-        l.wo = matrix(L.wo);
-        l.gate = matrix(L.ffn_gate);
-        l.up = matrix(L.ffn_up);
-        l.down = matrix(L.ffn_down);
-        d.layers.push_back(l);
-    }
-    d.output = matrix(weights.output);
-    for (size_t i = 0; i < weights.layers.size(); ++i) {
-        const LayerWeights& L = weights.layers[i];
-        Impl::Layer& l = d.layers[i];
-        l.attn_norm = vec(L.attn_norm);
-        l.ffn_norm = vec(L.ffn_norm);
-        l.bq = vec(L.bq);
-        l.bk = vec(L.bk);
-        l.bv = vec(L.bv);
-        l.bo = vec(L.bo);
-        l.q_norm = vec(L.attn_q_norm);
-        l.k_norm = vec(L.attn_k_norm);
-        l.attn_post_norm = vec(L.attn_post_norm);
-        l.ffn_post_norm = vec(L.ffn_post_norm);
-    }
-    d.output_norm = vec(weights.output_norm);
-    check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize (weight upload)");
-
-    // RoPE inverse frequencies for the angle kernel: the global ones, then the local layers' (the same unless
-    // two_ropes).
-    std::vector<double> freq = weights.rope_inv_freq(config, false);
-    const std::vector<double> local = weights.rope_inv_freq(config, true);
-    freq.insert(freq.end(), local.begin(), local.end());
-    d.rope_freq.allocate(freq.size() * sizeof(double), "cudaMalloc (RoPE frequencies)");
-    check(cudaMemcpy(d.rope_freq.get(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),
-          "cudaMemcpy (RoPE frequencies)");
-    d.inv_freq = reinterpret_cast<const double*>(d.rope_freq.get());
     // Logit rows for a decode step of every slot (up to the largest graph), so that the first multi-sequence step
     // does not grow the workspace and drop the graphs captured before it.
     d.reserve(config, std::min<int64_t>(options.plan_tokens, options.n_ctx * options.n_slots),
               std::min<int64_t>(options.n_slots, kMaxGraphTokens));
-    d.int8 = options.int8_products;
-    d.flash = options.flash_attention;
-    d.fuse = options.fused_kernels;
-    d.stream_types = options.stream_types;
+    const Tuning& tuning = options.tuning;
+    d.int8 = tuning.int8_products;
+    d.flash = tuning.flash_attention;
+    d.fuse = tuning.fused_kernels;
+    d.stream_types = tuning.stream_types;
     d.q8.rows_kernel = d.fuse;
-    d.q8.stream_stages = options.stream_stages;
+    d.q8.stream_stages = tuning.stream_stages;
     if (d.int8 && !d.stream_types.empty()) prepare_stream_products(d.q8.stream_stages);
-    if (const char* env = std::getenv("QUILL_CUDA_PROFILE"); env && std::string_view(env) == "1") {
-        d.profile = true;
-        graphs_ = false;
-    }
-    d.q8.pdl = options.programmatic_launch && !d.profile && pdl_supported();
-    d.chain = options.programmatic_chain && !d.profile && pdl_supported();
-    d.q8.mma = options.mma_products;
-    d.q8.mma_staged = options.mma_staged;
+    if (d.profile.on()) graphs_ = false;
+    d.q8.pdl = tuning.programmatic_launch && !d.profile.on() && pdl_supported();
+    d.chain = tuning.programmatic_chain && !d.profile.on() && pdl_supported();
+    d.q8.mma = tuning.mma_products;
+    d.q8.mma_staged = tuning.mma_staged;
     if (d.int8 && d.q8.mma) prepare_mma_products();
-    if (options.gemm != GemmMode::off) {
-        d.gemm = std::make_unique<Gemm>();
+    if (tuning.gemm != GemmMode::off) {
+        d.gemm = std::make_unique<Gemm>(tuning.cublas);
         if (d.gemm->available()) {
-            d.gemm_mode = options.gemm;
+            d.gemm_mode = tuning.gemm;
             d.gemm_scratch.allocate(gemm_workspace_bytes(weights, d.gemm_mode, d.cap_tokens),
                                     "cudaMalloc (GEMM scratch)");
         } else {
@@ -579,7 +213,7 @@ GemmMode CudaBackend::gemm_mode() const { return impl_->gemm_mode; }
 const std::string& CudaBackend::gemm_unavailable() const { return impl_->gemm_why; }
 
 CudaBackend::~CudaBackend() {
-    if (impl_) impl_->print_profile();
+    if (impl_) impl_->profile.print(impl_->stream);
 }
 
 void CudaBackend::launch(const Batch& batch) {
@@ -587,8 +221,7 @@ void CudaBackend::launch(const Batch& batch) {
     Impl& d = *impl_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     const int64_t m = batch.n_logits();
-    d.collect();  // the previous call's marks (it synchronized before returning)
-    d.mark_tokens = n;
+    d.profile.begin_call(n);
     d.reserve(c, n, m);
     if (d.gemm_mode != GemmMode::off && n >= kGemmMinTokens) {
         const size_t need = gemm_workspace_bytes(weights_, d.gemm_mode, n);
@@ -842,6 +475,7 @@ double CudaBackend::matmul_rate_tflops() {
 void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     const ModelConfig& c = config_;
     Impl& d = *impl_;
+    const DeviceWeights& dw = *d.weights;
     int32_t* slots = d.tokens + n;
     int32_t* pos = slots + n;
     int32_t* rows = pos + n;
@@ -849,8 +483,8 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     const int64_t half = c.n_rot / 2;
     const bool two_ropes = c.two_ropes();
     d.mark("");
-    rope_angles(pos, d.inv_freq, half, n, d.cs, d.stream);
-    if (two_ropes) rope_angles(pos, d.inv_freq + half, half, n, d.cs_local, d.stream);
+    rope_angles(pos, dw.inv_freq, half, n, d.cs, d.stream);
+    if (two_ropes) rope_angles(pos, dw.inv_freq + half, half, n, d.cs_local, d.stream);
     d.mark("rope angles");
 
     const Heads heads{static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
@@ -930,10 +564,10 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
         }
     };
 
-    embed(d.tok_embd, d.tokens, n, c.embd_scale, d.x, s);
+    embed(dw.tok_embd, d.tokens, n, c.embd_scale, d.x, s);
     d.mark("embed");
     for (int64_t l = 0; l < c.n_layer; ++l) {
-        const Impl::Layer& L = d.layers[l];
+        const DeviceLayer& L = dw.layers[l];
         const LayerCache cache{d.k_cache.get() + l * layer_elems * esize, d.v_cache.get() + l * layer_elems * esize,
                                kv_shape_.type == KvType::f16,
                                static_cast<int64_t>(kv_shape_.n_ctx * kv_shape_.row_elems())};
@@ -990,8 +624,8 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     }
     if (m > 0) {
         gather_rows(d.x, rows, m, c.n_embd, d.xn, s);
-        input_norm(d.xn, d.output_norm, m, d.output, -1);
-        products({{&d.output, d.logits}}, d.xn, m, false);
+        input_norm(d.xn, dw.output_norm, m, dw.output, -1);
+        products({{&dw.output, d.logits}}, d.xn, m, false);
         if (c.final_logit_softcap > 0.0f) softcap(d.logits, m * c.n_vocab, c.final_logit_softcap, s);
         d.mark("output product");
     }

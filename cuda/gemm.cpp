@@ -7,7 +7,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 namespace quill::cuda {
@@ -79,10 +78,10 @@ struct Gemm::Impl {
     }
 };
 
-Gemm::Gemm() : impl_(std::make_unique<Impl>()) {
+Gemm::Gemm(const std::string& library) : impl_(std::make_unique<Impl>()) {
     Impl& d = *impl_;
     std::vector<std::string> names;
-    if (const char* env = std::getenv("QUILL_CUBLAS"); env && *env) names.emplace_back(env);
+    if (!library.empty()) names.push_back(library);
     for (const char* n : {"libcublas.so.13", "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so.13",
                           "/usr/local/cuda/lib64/libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so"})
         names.emplace_back(n);

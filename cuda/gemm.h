@@ -33,9 +33,10 @@ size_t gemm_scratch_bytes(GemmMode mode, int64_t max_elems, int64_t max_cols, in
 
 class Gemm {
 public:
-    // Loads cuBLAS (libcublas.so.13, .12, or $QUILL_CUBLAS) and creates a handle. available() is false, and why()
-    // says why, when the library or the handle cannot be had; gemm() must not be called then.
-    Gemm();
+    // Loads cuBLAS (`library` first when not empty, then libcublas.so.13 and .12; Tuning::cublas) and creates a
+    // handle. available() is false, and why() says why, when the library or the handle cannot be had; gemm() must
+    // not be called then.
+    explicit Gemm(const std::string& library = {});
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;

@@ -1,6 +1,8 @@
-// The CUDA kernels of the forward pass, behind host functions that launch them on a stream and check the launch.
-// Pointers are device memory. Shapes follow the CPU backend (engine/cpu/cpu_backend.cpp), the oracle they are
-// tested against: activations are float rows [n_tokens, width], weights are GGUF rows in their block formats.
+// The CUDA kernels of the forward pass, behind host functions that launch them on a stream and check the launch
+// (defined in matmul.cu, matmul_mma.cu, norm_rope.cu, attention.cu, elementwise.cu and select.cu: each file its
+// kernels, then their launchers). Pointers are device memory. Shapes follow the CPU backend
+// (engine/cpu/cpu_backend.cpp), the oracle they are tested against: activations are float rows [n_tokens, width],
+// weights are GGUF rows in their block formats.
 #pragma once
 
 #include "engine/format/quant.h"
@@ -51,22 +53,22 @@ void matmul(const ProductSet& ps, const float* x, int64_t n_tokens, bool accumul
 // finishes.
 void quantize_q8(const float* x, int64_t n, int64_t cols, int8_t* q, float* ds, cudaStream_t s, bool pdl = false);
 
-// How matmul_q8 multiplies (the same bits every way; tests/test_cuda.cpp compares them).
+// How matmul_q8 multiplies (the same bits every way; tests/unit/cuda/test_cuda.cpp compares them).
 struct Q8Launch {
     // More than eight tokens (sequences decoding together): four rows a warp, each token's quantized block loaded
-    // once for the four (CudaBackendOptions::fused_kernels); else one row a warp, eight tokens at a time.
+    // once for the four (Tuning::fused_kernels); else one row a warp, eight tokens at a time.
     bool rows_kernel = false;
     // Eight tokens or fewer, weights in the packed layout and rows a multiple of 1024 wide (stream_takes): a kernel
-    // that streams the weights through a ring in shared memory with cp.async, a persistent grid (kernels.cu says
+    // that streams the weights through a ring in shared memory with cp.async, a persistent grid (matmul.cu says
     // why; tests/bench/HISTORY.md has what it measured against the register kernel).
     bool stream = false;
     int stream_blocks = 0;  // > 0: caps its persistent grid (tests: many rows a warp)
     int stream_stages = 0;  // its ring's stages: 2, 3, 4, 6 or 8 (0: kStreamStagesDefault)
     // More than eight tokens, weights in the packed layout, sm_80 or later (mma_takes): int8 mma on the tensor
-    // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; kernels.cu;
-    // CudaBackendOptions::mma_products).
+    // cores, 16 rows and 32 tokens a block of 32 warps (the same bits as the dp4a kernels; matmul_mma.cu;
+    // Tuning::mma_products).
     bool mma = false;
-    // The mma kernel that stages each round's token side in shared memory (kernels.cu; not yet run on a GPU).
+    // The mma kernel that stages each round's token side in shared memory (matmul_mma.cu; not yet run on a GPU).
     bool mma_staged = false;
     // Launched as a programmatic dependent (sm_90): the streamed kernel fetches its first chunks of weights, the
     // one-row-a-warp kernel (1 to 8 tokens) brings its first blocks into L2, while the kernel before it (a norm, the
@@ -74,7 +76,7 @@ struct Q8Launch {
     // the input, then lets the next kernel launch.
     bool pdl = false;
 };
-constexpr int kStreamStagesDefault = 3;  // the fastest of the stage counts tried (kernels.cu)
+constexpr int kStreamStagesDefault = 3;  // the fastest of the stage counts tried (matmul.cu)
 
 // y[t, r] = sum over blocks of W's block times x's quantized block (y += when accumulate), for a type that
 // uses_q8: four int8 products a dp4a instruction, the block scales applied to each block's integer sum.

@@ -2,6 +2,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
+#include "engine/hub/pull.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
 #include "engine/io/escape.h"
@@ -34,6 +35,7 @@ KvType parse_kv_type(std::string_view name) {
 }
 
 std::string resolve_model_path(const std::string& given) {
+    if (given.starts_with("hf:")) return hub::resolve_hf_model(given.substr(3));
     if (!given.empty()) return given;
     if (const char* env = std::getenv("QUILL_MODEL"); env && *env) return env;
     std::vector<fs::path> places{fs::path("models") / kDefaultModelFile};
@@ -42,6 +44,7 @@ std::string resolve_model_path(const std::string& given) {
     if (!ec) {
         places.push_back(exe.parent_path().parent_path() / "models" / kDefaultModelFile);
         places.push_back(exe.parent_path() / "models" / kDefaultModelFile);
+        places.push_back(exe.parent_path().parent_path() / QUILL_INSTALLED_MODELS / kDefaultModelFile);
     }
     std::string looked;
     for (const auto& p : places) {
@@ -132,30 +135,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
     co.n_ctx = n_ctx;
     co.n_slots = o.n_slots;
     co.kv_type = o.kv_type;
-    // Prefill's products: tf32 unless QUILL_CUDA_GEMM says off, f32, tf32 or f16 (cuda/gemm_mode.h).
-    if (const char* env = std::getenv("QUILL_CUDA_GEMM"); env && *env) co.gemm = cuda::parse_gemm_mode(env);
-    // Developer switches for side-by-side measurements: QUILL_CUDA_PACK=0 keeps the GGUF block layout on the
-    // device, QUILL_CUDA_INT8=0 multiplies Q4_0/Q4_1/Q8_0 with the float kernel, QUILL_CUDA_FLASH=0 attends one
-    // (token, head) a block in prompts too, QUILL_CUDA_FUSE=0 turns off the fused launches, QUILL_CUDA_STREAM=0 off
-    // the streamed int8 decode products (=1: for Q8_0 too), QUILL_CUDA_STAGES=2|3|4|6|8 their ring's stages,
-    // QUILL_CUDA_PDL=0 their programmatic launch and the other kernels' (=products: theirs only), QUILL_CUDA_MMA=0
-    // the int8 mma kernel for many decode tokens (=staged: its form with the tokens staged in shared memory).
-    auto switch_is = [](const char* name, std::string_view value) {
-        const char* env = std::getenv(name);
-        return env && value == env;
-    };
-    if (switch_is("QUILL_CUDA_PACK", "0")) co.packed_weights = false;
-    if (switch_is("QUILL_CUDA_INT8", "0")) co.int8_products = false;
-    if (switch_is("QUILL_CUDA_FLASH", "0")) co.flash_attention = false;
-    if (switch_is("QUILL_CUDA_FUSE", "0")) co.fused_kernels = false;
-    if (switch_is("QUILL_CUDA_STREAM", "0")) co.stream_types.clear();
-    if (switch_is("QUILL_CUDA_STREAM", "1")) co.stream_types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
-    for (const char* n : {"2", "3", "4", "6", "8"})
-        if (switch_is("QUILL_CUDA_STAGES", n)) co.stream_stages = std::atoi(n);
-    if (switch_is("QUILL_CUDA_PDL", "0")) co.programmatic_launch = co.programmatic_chain = false;
-    if (switch_is("QUILL_CUDA_PDL", "products")) co.programmatic_chain = false;
-    if (switch_is("QUILL_CUDA_MMA", "0")) co.mma_products = false;
-    if (switch_is("QUILL_CUDA_MMA", "staged")) co.mma_staged = true;
+    co.tuning = cuda::read_tuning();  // the QUILL_CUDA_* developer switches (docs/cuda.md)
     if (o.ctx <= 0) {
         const int64_t fit = cuda::largest_context(config, weights, co);
         if (fit >= 1 && fit < n_ctx) {

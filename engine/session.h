@@ -37,10 +37,12 @@ struct SessionOptions {
     bool verbose = false;
 };
 
-// The file name of the default model, looked for in ./models and next to the binary.
+// The file name of the default model, looked for in ./models, next to the binary and where `cmake --install` puts it
+// (<prefix>/share/quill/models, with the binary in <prefix>/bin; CMakeLists.txt installs it under this name).
 inline constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-// `given` when non-empty, else $QUILL_MODEL, else the default model; UsageError saying where it looked.
+// `given` when non-empty (hf:owner/repo[:QUANT]: the model in the Hugging Face cache, pulled on first use), else
+// $QUILL_MODEL, else the default model; UsageError saying where it looked.
 std::string resolve_model_path(const std::string& given);
 
 // Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.

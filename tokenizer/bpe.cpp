@@ -3,8 +3,8 @@
 #include "engine/error.h"
 #include "engine/io/escape.h"
 #include "engine/io/output.h"
+#include "engine/io/utf8.h"
 #include "tokenizer/pre_tokenizer.h"
-#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 #include "tokenizer/word_cache.h"
 

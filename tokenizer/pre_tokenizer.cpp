@@ -1,7 +1,7 @@
 #include "tokenizer/pre_tokenizer.h"
 
 #include "engine/error.h"
-#include "tokenizer/utf8.h"
+#include "engine/io/utf8.h"
 
 #include <fmt/format.h>
 

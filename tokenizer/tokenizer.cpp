@@ -6,9 +6,9 @@
 #include "engine/format/gguf.h"
 #include "engine/io/escape.h"
 #include "engine/io/output.h"
+#include "engine/io/utf8.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
-#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 #include <fmt/format.h>

@@ -2,7 +2,8 @@
 
 #include "engine/error.h"
 #include "engine/io/json_input.h"
-#include "tokenizer/utf8.h"
+#include "engine/io/utf8.h"
+#include "engine/runtime/sampler.h"
 
 #include <nlohmann/json.hpp>
 
@@ -56,6 +57,54 @@ std::vector<std::string> get_stop(const json& v) {
     return out;
 }
 
+// The request object of a line (the line itself, or its "body") parsed again with its keys in order, so that a
+// schema's properties are generated in the order it gives them (parse_untrusted_json checked the line's depth).
+struct OrderedSource {
+    std::string_view line;
+    bool in_body = false;
+    nlohmann::ordered_json get() const {
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(line);
+        return in_body ? j.at("body") : j;
+    }
+};
+
+// response_format and grammar (at most one).
+std::optional<grammar::ConstraintSpec> read_constraint(const json& obj, const OrderedSource& src, size_t line) {
+    using Kind = grammar::ConstraintSpec::Kind;
+    const json* rf = find(obj, "response_format");
+    const json* g = find(obj, "grammar");
+    if (rf && g) throw LineError{"give \"response_format\" or \"grammar\", not both"};
+    if (g) {
+        if (!g->is_string() || g->get<std::string>().empty())
+            throw LineError{"\"grammar\" must be a non-empty string (GBNF)"};
+        return grammar::ConstraintSpec{Kind::gbnf, g->get<std::string>(), fmt::format("input line {}: grammar", line)};
+    }
+    if (!rf) return std::nullopt;
+    const json* type = rf->is_object() ? find(*rf, "type") : nullptr;
+    if (!type || !type->is_string())
+        throw LineError{"\"response_format\" must be an object with a \"type\": text, json_object or json_schema"};
+    const std::string source = fmt::format("input line {}: response_format", line);
+    if (*type == "text") return std::nullopt;
+    if (*type == "json_object") {
+        if (find(*rf, "schema"))
+            return grammar::ConstraintSpec{Kind::json_schema, src.get().at("response_format").at("schema").dump(),
+                                           source};
+        return grammar::ConstraintSpec{Kind::json_object, "", source};
+    }
+    if (*type == "json_schema") {
+        const json* js = find(*rf, "json_schema");
+        if (!js || !js->is_object() || !find(*js, "schema"))
+            throw LineError{"\"response_format\" json_schema needs \"json_schema\": {\"schema\": ...}"};
+        if (const json* strict = find(*js, "strict"); strict && !strict->is_boolean())
+            throw LineError{"\"response_format\": \"strict\" must be true or false"};
+        return grammar::ConstraintSpec{
+            Kind::json_schema, src.get().at("response_format").at("json_schema").at("schema").dump(), source};
+    }
+    throw LineError{fmt::format("\"response_format\" type {} is not supported: expected text, json_object or "
+                                "json_schema",
+                                type->dump())};
+}
+
 // The sampling fields shared by JSONL lines and OpenAI bodies.
 RequestOverrides read_overrides(const json& obj) {
     RequestOverrides o;
@@ -71,6 +120,24 @@ RequestOverrides read_overrides(const json& obj) {
         o.seed = v->get<uint64_t>();
     }
     if (const json* v = find(obj, "stop")) o.stop = get_stop(*v);
+    // Chat completions: "logprobs": true and "top_logprobs": N; legacy completions: "logprobs": N.
+    if (const json* v = find(obj, "logprobs")) {
+        if (v->is_boolean()) {
+            if (v->get<bool>()) o.logprobs = 0;
+        } else {
+            o.logprobs = get_int(*v, "logprobs", 0);
+            if (*o.logprobs > kMaxTopLogprobs)
+                throw LineError{fmt::format("\"logprobs\" {} is out of range: expected 0 to {}", *o.logprobs,
+                                            kMaxTopLogprobs)};
+        }
+    }
+    if (const json* v = find(obj, "top_logprobs")) {
+        const int n = get_int(*v, "top_logprobs", 0);
+        if (n > kMaxTopLogprobs)
+            throw LineError{fmt::format("\"top_logprobs\" {} is out of range: expected 0 to {}", n, kMaxTopLogprobs)};
+        if (!o.logprobs) throw LineError{"\"top_logprobs\" needs \"logprobs\": true"};
+        o.logprobs = n;
+    }
     if (const json* v = find(obj, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
         throw LineError{"\"n\": only one choice per request is supported"};
     return o;
@@ -112,7 +179,7 @@ std::string read_prompt(const json& v) {
 }
 
 // prompt or messages (exactly one) and the sampling fields of a JSONL line or an OpenAI body.
-void read_body(const json& obj, BatchRequest& r) {
+void read_body(const json& obj, const OrderedSource& ordered, BatchRequest& r) {
     const json* prompt = find(obj, "prompt");
     const json* messages = find(obj, "messages");
     if (prompt && messages) throw LineError{"give \"prompt\" or \"messages\", not both"};
@@ -123,6 +190,7 @@ void read_body(const json& obj, BatchRequest& r) {
     if (prompt) r.prompt = read_prompt(*prompt);
     if (messages) r.messages = read_messages(*messages);
     r.overrides = read_overrides(obj);
+    r.overrides.constraint = read_constraint(obj, ordered, r.line);
 }
 
 std::string read_id(const json& v, const char* key) {
@@ -132,11 +200,11 @@ std::string read_id(const json& v, const char* key) {
 }
 
 // A JSON line: the id as early as possible, so that an error record carries it.
-void read_json_line(const json& j, InputFormat format, BatchRequest& r) {
+void read_json_line(const json& j, std::string_view line, InputFormat format, BatchRequest& r) {
     if (!j.is_object()) throw LineError{"not a JSON object"};
     if (format == InputFormat::jsonl) {
         if (const json* id = find(j, "id")) r.id = read_id(*id, "id");
-        read_body(j, r);
+        read_body(j, OrderedSource{line, false}, r);
         return;
     }
     const json* custom_id = find(j, "custom_id");
@@ -156,7 +224,7 @@ void read_json_line(const json& j, InputFormat format, BatchRequest& r) {
     const json* body = find(j, "body");
     if (!body || !body->is_object()) throw LineError{"no \"body\" object"};
     if (const json* model = find(*body, "model"); model && model->is_string()) r.model = model->get<std::string>();
-    read_body(*body, r);
+    read_body(*body, OrderedSource{line, true}, r);
 }
 
 std::string_view strip_cr(std::string_view line) {
@@ -270,8 +338,8 @@ BatchInput parse_batch_input(std::string_view text, FormatHint hint) {
             e.request.prompt = unescape_plain_line(lines[i]);
         } else {
             try {
-                read_json_line(parse_untrusted_json(lines[i], fmt::format("input line {}", i + 1)), in.format,
-                               e.request);
+                read_json_line(parse_untrusted_json(lines[i], fmt::format("input line {}", i + 1)), lines[i],
+                               in.format, e.request);
             } catch (const LineError& err) {
                 e.error = fmt::format("input line {}: {}", i + 1, err.message);
             } catch (const UsageError& err) {  // not JSON, or nested too deep

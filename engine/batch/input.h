@@ -1,7 +1,7 @@
 // The input of `quill batch`: one request per line, in one of three formats.
 //  - plain text: a prompt per line; `\n` in a line is a newline (`\t` a tab, `\\` a backslash); ids line-<n>
 //  - JSONL: {"id", "prompt" | "messages", and optional "max_tokens", "temperature", "top_p", "top_k", "min_p",
-//    "seed", "stop"}
+//    "seed", "stop", "response_format", "grammar"}
 //  - OpenAI batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body"}
 // The format is given (--format, the file's extension) or read from the whole text: JSON lines when more than half
 // of the non-blank lines begin with '{', so that a few broken lines cannot turn a JSONL file into prompts; then
@@ -9,6 +9,8 @@
 // becomes an error entry (its record says why) and the rest go on. JSON is parsed with parse_untrusted_json's depth
 // limit. parse_batch_input is a pure function of the text: no model, no files.
 #pragma once
+
+#include "engine/grammar/constraint.h"
 
 #include <cstdint>
 #include <optional>
@@ -43,6 +45,11 @@ struct RequestOverrides {
     std::optional<int> top_k;
     std::optional<uint64_t> seed;
     std::optional<std::vector<std::string>> stop;
+    std::optional<int> logprobs;  // top alternatives per token ("logprobs": true or N, "top_logprobs": N)
+    // What the output must be: "response_format" {"type": "json_schema", "json_schema": {"schema", "strict",
+    // "name"}} (or llama.cpp's {"type": "json_object", "schema"}), {"type": "json_object"}, or "grammar" (GBNF
+    // text). Checked when the request runs: a schema that is not supported gives its request an error record.
+    std::optional<grammar::ConstraintSpec> constraint;
 };
 
 struct BatchRequest {

@@ -44,11 +44,13 @@ json usage(const Completion& c) {
 std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const Completion& c) {
     const std::string reason(finish_reason_name(c.finish_reason));
     if (ctx.format != InputFormat::openai) {
-        return dump(json{{"id", r.id},
-                         {"text", c.text},
-                         {"finish_reason", reason},
-                         {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}},
-                         {"seed", c.seed}});
+        json record{{"id", r.id},
+                    {"text", c.text},
+                    {"finish_reason", reason},
+                    {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}},
+                    {"seed", c.seed}};
+        if (!c.logprobs.is_null()) record["logprobs"] = c.logprobs;
+        return dump(record);
     }
     const std::string model = r.model.empty() ? ctx.model_name : r.model;
     json body;
@@ -60,6 +62,7 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                     {"choices",
                      json::array({{{"index", 0},
                                    {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                   {"logprobs", c.logprobs},
                                    {"finish_reason", reason}}})},
                     {"usage", usage(c)},
                     {"seed", c.seed}};
@@ -69,7 +72,7 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                     {"created", ctx.created},
                     {"model", model},
                     {"choices",
-                     json::array({{{"index", 0}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", reason}}})},
+                     json::array({{{"index", 0}, {"text", c.text}, {"logprobs", c.logprobs}, {"finish_reason", reason}}})},
                     {"usage", usage(c)},
                     {"seed", c.seed}};
     }

@@ -1,16 +1,19 @@
 // The output of `quill batch`: one JSONL record per request, written and flushed as each finishes, and the scan
 // that --resume makes of an earlier, possibly killed, run's output.
 //  - plain text and JSONL input: {"id", "text", "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
-//    "seed"} or {"id", "error": {"message"}}
+//    "seed"} (and "logprobs": [{"id", "token", "logprob", "bytes", "top_logprobs"}] when asked) or {"id", "error":
+//    {"message"}}
 //  - OpenAI batch input: {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null} with
 //    a chat.completion or text_completion body (which adds "seed"); a failed request has status_code 400 and an
-//    OpenAI error body.
+//    OpenAI error body. Asked for, a choice's "logprobs" has the endpoint's shape (engine/runtime/logprobs_json.h).
 // "seed" is the sampler's seed, so that a request sent again with it (and the same settings) samples the same text.
 #pragma once
 
 #include "engine/batch/input.h"
 #include "engine/io/output.h"
 #include "engine/runtime/generator.h"
+
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -28,6 +31,7 @@ struct Completion {
     int completion_tokens = 0;
     int cached_tokens = 0;  // prompt tokens found in the KV cache (OpenAI's usage.prompt_tokens_details)
     uint64_t seed = 0;      // the sampler's seed
+    nlohmann::ordered_json logprobs;  // null unless the request asked; else in its output format's shape
 };
 
 // What OpenAI response bodies name: the model, and the creation time (Unix seconds).

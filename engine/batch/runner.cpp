@@ -1,6 +1,7 @@
 #include "engine/batch/runner.h"
 
 #include "engine/error.h"
+#include "engine/runtime/logprobs_json.h"
 #include "engine/runtime/scheduler.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@ GenerationParams request_params(const RunnerOptions& options, const RequestOverr
     if (o.min_p) s.min_p = *o.min_p;
     if (o.top_k) s.top_k = *o.top_k;
     if (o.stop) p.stop = *o.stop;
+    if (o.logprobs) p.logprobs = *o.logprobs;
     s.seed = o.seed ? *o.seed : options.seed ? *options.seed : random_seed;
     p.validate(true);  // the defaults passed already (the command line's flags): only a request's field can fail
     return p;
@@ -56,6 +58,7 @@ private:
         ++p_.errors;
     }
     void finished(int64_t id, const GenerationStats& st);
+    std::shared_ptr<grammar::TokenGrammar> grammar_for(const RequestOverrides& o);
     void feed();
     int interrupts() const { return options_.interrupts ? options_.interrupts() : 0; }
 
@@ -69,6 +72,8 @@ private:
     Scheduler sched_;
     std::deque<size_t> pending_;  // entry indices not yet submitted
     std::unordered_map<int64_t, Active> active_;
+    // Requests with the same constraint share its grammar (and the masks it caches).
+    std::vector<std::pair<grammar::ConstraintSpec, std::shared_ptr<grammar::TokenGrammar>>> grammars_;
     std::mt19937_64 seeds_{std::random_device{}()};
     BatchProgress p_;
 };
@@ -81,10 +86,36 @@ void Run::finished(int64_t id, const GenerationStats& st) {
         return;
     }
     Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens,
-                 st.reused_tokens, gen.seed()};
-    out_.write(result_record(ctx_, input_.entries[static_cast<size_t>(id)].request, static_cast<size_t>(id), c));
+                 st.reused_tokens, gen.seed(), nullptr};
+    const BatchRequest& request = input_.entries[static_cast<size_t>(id)].request;
+    if (gen.sampler().logprobs_on()) {
+        if (ctx_.format != InputFormat::openai) c.logprobs = logprobs_content(tok_, gen.logprobs(), true);
+        else if (request.endpoint == Endpoint::chat_completions)
+            c.logprobs = {{"content", logprobs_content(tok_, gen.logprobs(), false)}};
+        else c.logprobs = completion_logprobs(tok_, gen.logprobs());
+    }
+    out_.write(result_record(ctx_, request, static_cast<size_t>(id), c));
     ++p_.done;
     p_.reused_tokens += st.reused_tokens;
+}
+
+std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& o) {
+    // A grammar's automaton grows with every text it reads; past this many stacks new requests get a fresh copy
+    // (the running ones keep theirs), so that a long batch stays within a bounded memory.
+    constexpr size_t kRenewStacks = size_t{1} << 20;
+    const std::optional<grammar::ConstraintSpec>& spec = o.constraint ? o.constraint : options_.constraint;
+    if (!spec) return nullptr;
+    for (auto& [s, g] : grammars_) {
+        if (!(s == *spec)) continue;
+        if (g->automaton().n_stacks() > kRenewStacks) g = g->renewed();
+        return g;
+    }
+    // grammars no running request holds go first once many are kept: each holds its caches
+    if (grammars_.size() >= 16)
+        std::erase_if(grammars_, [](const auto& e) { return e.second.use_count() == 1; });
+    auto g = grammar::token_grammar(*spec, tok_);
+    grammars_.emplace_back(*spec, g);
+    return g;
 }
 
 // Keeps the scheduler's queue as long as its slots, so prompts are encoded just before they can run.
@@ -95,6 +126,7 @@ void Run::feed() {
         const BatchRequest& r = input_.entries[index].request;
         try {
             GenerationParams params = request_params(options_, r.overrides, seeds_());
+            params.grammar = grammar_for(r.overrides);
             auto gen = std::make_unique<Generation>(tok_, encode_(r), params, n_ctx_);
             Generation& g = *gen;
             active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});

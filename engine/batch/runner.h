@@ -21,6 +21,9 @@ using PromptEncoder = std::function<std::vector<int32_t>(const BatchRequest&)>;
 struct RunnerOptions {
     GenerationParams defaults;     // the command line's -n, --stop and sampling flags
     std::optional<uint64_t> seed;  // --seed; unset: a request without its own seed gets a random one
+    // --json-schema, --json-object, --grammar or --regex: what every request's output must be, unless the request
+    // gives its own response_format or grammar.
+    std::optional<grammar::ConstraintSpec> constraint;
     int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
     Shard shard;                   // the entries it runs
     // Signals received so far: 1 stops admission (running requests finish), 2 abandons the running ones (no

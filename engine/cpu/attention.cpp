@@ -1,6 +1,6 @@
 #include "engine/cpu/attention.h"
 
-#include "engine/cpu/kv_ops_avx2.h"
+#include "engine/cpu/x86/kv_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,7 +54,7 @@ void geglu_plain(float* gate, const float* up, int64_t n) {
 
 // The sum of x[i]^2 in double (each square exact), in eight chains (element i in chain i % 8) summed pairwise at the
 // end: one chain of d dependent additions made a row's norm take longer than its share of a 16-token matmul. The
-// vector builds (kv_ops_avx2.cpp) keep the chains in lanes.
+// vector builds (engine/cpu/x86/kv_ops_impl.h) keep the chains in lanes.
 double sum_squares(const float* x, int64_t d) {
     double c[8] = {};
     int64_t i = 0;
@@ -121,7 +121,7 @@ constexpr KvOps kAvx2{scores_plain<uint16_t>,
                       avx2::rms_norm,
                       avx2::add_norm};
 
-// The same primitives built with AVX-512 (kv_ops_avx512.cpp): the same results, some loops sixteen lanes wide.
+// The same primitives built with AVX-512 (engine/cpu/x86/avx512/kv_ops.cpp): the same results, some loops sixteen lanes wide.
 constexpr KvOps kAvx512{scores_plain<uint16_t>,
                         scores_plain<float>,
                         avx512kv::mix_f16,

@@ -100,7 +100,7 @@ struct KvOps {
     void (*mix_f32)(const float* p, const float* v, size_t stride, int head_dim, int n_kv, float* out);
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
-    // The tiled kernel (see kv_ops_avx2.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
+    // The tiled kernel (see x86/kv_ops.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
     // one by one through the primitives above). It reads the positions `share` covers there, and steps `ahead`
     // (when not null) through its loops.
     void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,

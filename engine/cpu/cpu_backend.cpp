@@ -2,6 +2,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
+#include "engine/model/layer_matrices.h"
 #include "engine/runtime/sampler.h"
 
 #include <algorithm>
@@ -42,7 +43,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       kv_ops_(kv_ops(isa_, options.reference)),
       kv_(config,
           {config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
-          options.window_cache, options.kv_huge_pages, pool_) {
+          options.window_cache, options.kv_huge_pages, pool_),
+      attention_(config, kv_, kv_ops_, pool_) {
     check_weights(weights);
     if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_);
     rope_inv_freq_ = weights.rope_inv_freq(config, false);
@@ -56,7 +58,7 @@ void CpuBackend::check_weights(const Weights& weights) {
                                         type_name(t.type)));
     };
     for (const auto& L : weights.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) check(*t);
+        for (const TensorView* t : layer_matrices(L)) check(*t);
     check(weights.output);
 }
 
@@ -71,8 +73,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     proj_.resize(n * c.n_embd);
     gate_.resize(n * c.n_ff);
     up_.resize(n * c.n_ff);
-    attn_scratch_.resize(static_cast<size_t>(pool_.size()) *
-                         attend_scratch_floats(static_cast<int>(kv_.shape().n_ctx)));
+    attention_.resize_scratch();
 }
 
 void CpuBackend::mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in,
@@ -290,7 +291,7 @@ void CpuBackend::embed(const Batch& batch) {
 }
 
 // rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), for every layer of
-// this batch (and rope_cs_local_ for the local layers when their RoPE differs).
+// this batch (and rope_cs_local_ for the local layers when their RoPE differs), times YaRN's rope_mscale.
 void CpuBackend::rope_angles(const Batch& batch) {
     const int64_t n_rot = config_.n_rot, half = n_rot / 2;
     const bool neox = config_.rope == ModelConfig::Rope::neox;
@@ -301,7 +302,8 @@ void CpuBackend::rope_angles(const Batch& batch) {
             float* s = c + n_rot;                  // [n_rot]
             for (int64_t i = 0; i < half; ++i) {
                 const double theta = static_cast<double>(batch.tokens[t].pos) * inv_freq[i];
-                const auto ci = static_cast<float>(std::cos(theta)), si = static_cast<float>(std::sin(theta));
+                const auto ci = static_cast<float>(std::cos(theta) * config_.rope_mscale);
+                const auto si = static_cast<float>(std::sin(theta) * config_.rope_mscale);
                 if (neox) {  // pair i: dims i and i + half
                     c[i] = ci;
                     s[i] = si;
@@ -388,267 +390,6 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
     }
 }
 
-// The attention work of a batch comes in units: a tile of query rows of one slot on one KV head (consecutive tokens
-// of the slot times unit_heads_ of their heads on that KV head). Unit u's rows and cache; returns the row count.
-int CpuBackend::attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv) {
-    const auto& c = config_;
-    const int64_t group = c.n_head / c.n_head_kv;
-    const int64_t chunks = (group + unit_heads_ - 1) / unit_heads_;
-    const Tile tile = tiles_[unit / (c.n_head_kv * chunks)];
-    const int64_t g = unit / chunks % c.n_head_kv, h0 = g * group + unit % chunks * unit_heads_;
-    const int64_t h1 = std::min(h0 + unit_heads_, (g + 1) * group);
-    const int64_t slot = batch.tokens[tile.t0].slot;
-    const size_t es = kv_.shape().elem_size();
-    *kv = KvHead{kv_.k(layer, slot) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
-                 kv_.v(layer, slot, 0) + static_cast<size_t>(g * c.head_dim) * es,
-                 kv_.shape().type,
-                 static_cast<size_t>(c.n_embd_kv()) * 8,
-                 static_cast<size_t>(c.n_embd_kv()),
-                 static_cast<int>(c.head_dim),
-                 c.attn_scale,
-                 {}};
-    const KvCache::Alias& alias = kv_.alias(static_cast<int32_t>(slot));
-    if (alias.n >= 8 && !kv_.in_ring(layer))
-        kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
-                            kv_.v(layer, alias.src, 0) + static_cast<size_t>(g * c.head_dim) * es,
-                            static_cast<int>(alias.n / 8 * 8)};
-    int m = 0;
-    for (int64_t t = tile.t0; t < tile.t1; ++t) {
-        const int64_t pos = batch.tokens[t].pos;
-        for (int64_t h = h0; h < h1; ++h)
-            rows[m++] = AttnRow{q_.data() + t * c.n_embd_q() + h * c.head_dim,
-                                att_.data() + t * c.n_embd_q() + h * c.head_dim,
-                                static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
-                                static_cast<int>(pos)};
-    }
-    if (kv_.in_ring(layer)) {
-        // A ring holds the rows' positions [lo, hi] at rows lo % ring .. in its doubled mapping: positions go to the
-        // kernels less a multiple of the ring (and of the key blocks, so that blocks and results are the same).
-        int lo = rows[0].first;
-        for (int i = 1; i < m; ++i) lo = std::min(lo, rows[i].first);
-        const int shift = lo - lo % static_cast<int>(kv_.ring());
-        for (int i = 0; i < m; ++i) {
-            rows[i].first -= shift;
-            rows[i].last -= shift;
-        }
-    }
-    return m;
-}
-
-// Every (token, head) pair of the batch attends over its slot's cache, unit by unit (attention_unit): a prefill's
-// tokens go in tiles of up to kMaxTileRows rows, which share each K and V block they read. Units are handed out
-// a tile at a time (all its KV heads): a KV head's share of a K block or V row lies between the other heads' shares,
-// which the hardware prefetchers fetch with it, so a thread that takes all of a tile's heads uses those lines where
-// threads taking one head each both fetched all of them.
-// Each task takes the tiles of its own contiguous range first, then the last ones of the others' (UnitRanges): it
-// keeps its sequences from layer to layer and attends the tokens whose norm and quantization it does (those
-// sections split the tokens the same way), where tiles taken from one counter, latest tokens first, went to either
-// thread. A prefill's later tokens cost more (a token's cost grows with its position); the stealing evens the tasks
-// out to within a tile. With fewer tiles than threads (one sequence's decode) over a long cache, the units' key
-// blocks go to the threads (attend_split).
-// (An earlier form split a KV head's query heads over more units for a decode instead: once tiles went whole that
-// gave no thread more work, read K and V once per unit, and kept one sequence's decode on one thread.) A row's
-// result depends on none of this (attention.h).
-void CpuBackend::attend_all(const Batch& batch, int64_t layer,
-                            const std::function<void(int64_t, int64_t)>& prepare) {
-    const auto& c = config_;
-    const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    const int64_t group = c.n_head / c.n_head_kv;
-    const int64_t tile_tokens = std::max<int64_t>(1, kMaxTileRows / group);
-    tiles_.clear();
-    for (int64_t t = 0; t < n;) {
-        int64_t t1 = t + 1;
-        while (t1 < n && t1 - t < tile_tokens && batch.tokens[t1].slot == batch.tokens[t].slot) ++t1;
-        tiles_.push_back({t, t1});
-        t = t1;
-    }
-    unit_heads_ = std::min<int64_t>(group, kMaxTileRows);
-    const int64_t per_tile = c.n_head_kv * ((group + unit_heads_ - 1) / unit_heads_);  // units (attention_unit)
-    const auto n_tiles = static_cast<int64_t>(tiles_.size());
-    const int64_t n_units = n_tiles * per_tile;
-    const bool try_split = n_tiles < pool_.size() && pool_.size() > 1;
-    // A tile reads its own slot's cache, and other slots' positions below their shared lengths, which this batch does
-    // not write (kv_written): when each slot has one tile, its tokens' RoPE and K/V stores go with it, by the thread
-    // that attends it, instead of in a parallel section of their own (one section less a layer).
-    std::vector<int32_t>& slots = tile_slots_;
-    slots.clear();
-    for (const Tile& tile : tiles_) slots.push_back(batch.tokens[tile.t0].slot);
-    std::sort(slots.begin(), slots.end());
-    const bool fused = !try_split && std::adjacent_find(slots.begin(), slots.end()) == slots.end();
-    if (!fused) {
-        if (n < 8) {  // decode: a parallel section costs more than the work
-            prepare(0, n);
-        } else {
-            pool_.run([&](int ith, int nth) {
-                const Range r = split_range(n, ith, nth);
-                prepare(r.begin, r.end);
-            });
-        }
-    }
-    if (try_split && attend_split(batch, layer, n_units)) return;
-    const size_t per_thread = attn_scratch_.size() / pool_.size();
-    UnitRanges claims(n_tiles, pool_.size(), 1);
-    pool_.run([&](int ith, int) {
-        // A thread claims its next tile before it runs the current one, and the kernels prefetch that tile's K and V
-        // a few lines at a time as they go (KvPrefetch). After the thread's last tile of the layer, they prefetch the
-        // next layer's K and V of the tile it took first in this one, the tile it is likely to take first there.
-        AttnRow rows[kMaxTileRows];
-        KvHead kv;
-        KvPrefetch ahead;
-        float* scratch = attn_scratch_.data() + per_thread * ith;
-        Range r{};
-        auto claim = [&] { return claims.next(ith, &r) ? r.begin : int64_t{-1}; };
-        const int64_t first = claim();
-        for (int64_t tile = first; tile >= 0;) {
-            const int64_t following = claim();
-            if (following >= 0)
-                tile_lines(batch, layer, following, per_tile, &ahead);
-            else if (layer + 1 < config_.n_layer)
-                tile_lines(batch, layer + 1, first, per_tile, &ahead);
-            else
-                ahead = {};
-            if (fused) prepare(tiles_[tile].t0, tiles_[tile].t1);
-            for (int64_t u = tile * per_tile; u < (tile + 1) * per_tile; ++u) {
-                const int m = attention_unit(batch, layer, u, rows, &kv);
-                attend_rows(rows, m, kv, kv_ops_, scratch, &ahead);
-            }
-            if (following >= 0) ahead.finish();  // what the kernels left of the next tile's lines
-            tile = following;
-        }
-    });
-}
-
-// Positions of a tile tile_lines covers at most: a decode's tile whole at the lengths where it pays (a prompt's tile
-// over a long cache is a stream the hardware prefetchers follow, and all of it would not stay in L2).
-constexpr int kPrefetchPositions = 256;
-
-// Sets `ahead` to the lines of K and V that tile i's units read in `layer` (each K block and V row whole: every KV
-// head's share), the first kPrefetchPositions positions at most.
-void CpuBackend::tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_t per_tile, KvPrefetch* ahead) {
-    AttnRow rows[kMaxTileRows];
-    KvHead kv;
-    const int m = attention_unit(batch, layer, i * per_tile, rows, &kv);  // the tile's first unit: KV head 0
-    auto [first, last] = visible_span(rows, m);
-    first = std::max(first, kv.share.positions);  // (the shared positions are read by the other slots too)
-    if (first > last) {
-        *ahead = {};
-        return;
-    }
-    last = std::min(last, first + kPrefetchPositions - 1);
-    const size_t es = kv_.shape().elem_size();
-    const size_t block = kv.k_block_stride * es, row = kv.v_stride * es;  // 8 positions of K, a position of V
-    const auto* k = static_cast<const uint8_t*>(kv.k);
-    const auto* v = static_cast<const uint8_t*>(kv.v);
-    ahead->set(k + static_cast<size_t>(first / 8) * block, static_cast<size_t>(last / 8 - first / 8 + 1) * block,
-               v + static_cast<size_t>(first) * row, static_cast<size_t>(last - first + 1) * row);
-}
-
-// The key blocks a unit of attend_split spans at least: the split's three more sections a layer cost more than they
-// save over a short cache (from two blocks on it slowed short sequences; from four, long ones gain as much as from
-// two).
-constexpr int kSplitMinBlocks = 4;
-
-// attend_all for units too few to keep the threads busy, when they span kSplitMinBlocks key blocks or more (a decode
-// over a long cache): the units' blocks are spread over the threads, phase by phase (attention.h). Returns false,
-// having done nothing, when the split does not apply.
-bool CpuBackend::attend_split(const Batch& batch, int64_t layer, int64_t n_units) {
-    AttnRow rows[kMaxTileRows];
-    KvHead kv;
-    splits_.clear();
-    size_t score_floats = 0, part_floats = 0;
-    int most_blocks = 0;
-    for (int64_t u = 0; u < n_units; ++u) {
-        const int m = attention_unit(batch, layer, u, rows, &kv);
-        if (!attend_tiled(kv_ops_, kv)) return false;
-        Split sp{};
-        sp.n_blocks = attend_block_span(rows, m, &sp.b_first);
-        sp.scores = score_floats;
-        sp.parts = part_floats;
-        sp.kv = kv;
-        score_floats += (attend_score_floats(rows, m, kv_ops_) + 7) / 8 * 8;  // each unit's scores 32-byte aligned
-        part_floats += static_cast<size_t>(sp.n_blocks) * m * kv.head_dim;
-        most_blocks = std::max(most_blocks, sp.n_blocks);
-        splits_.push_back(sp);
-    }
-    if (most_blocks < kSplitMinBlocks || score_floats + part_floats > (size_t{1} << 26)) return false;
-    if (split_scores_.size() < score_floats + 8) split_scores_.resize(score_floats + 8);
-    if (split_parts_.size() < part_floats) split_parts_.resize(part_floats);
-    auto* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(split_scores_.data()) + 31) & ~uintptr_t{31});
-    auto scores = [&](int64_t u) { return base + splits_[u].scores; };
-    // (unit, block) jobs, numbered unit by unit; or block by block when the units span the same blocks (the KV heads
-    // of one tile), so that a range of jobs reads whole groups of K's 8 positions, every head's share, in order.
-    std::vector<int64_t> first_job(n_units + 1, 0);
-    for (int64_t u = 0; u < n_units; ++u) first_job[u + 1] = first_job[u] + splits_[u].n_blocks;
-    const int64_t n_jobs = first_job[n_units];
-    bool block_major = true;
-    for (int64_t u = 1; u < n_units; ++u)
-        block_major &= splits_[u].b_first == splits_[0].b_first && splits_[u].n_blocks == splits_[0].n_blocks;
-    // Job j's unit and its block's index among the unit's blocks.
-    auto job_at = [&](int64_t j) -> std::pair<int64_t, int> {
-        if (block_major) return {j % n_units, static_cast<int>(j / n_units)};
-        const int64_t u = std::upper_bound(first_job.begin(), first_job.end(), j) - first_job.begin() - 1;
-        return {u, static_cast<int>(j - first_job[u])};
-    };
-    const size_t es = kv_.shape().elem_size();
-    // Job j's lines of K (its key block's groups of 8 positions, this head's share of each) or of V (its rows), in
-    // the cache the split form reads that block from (a block wholly below share.positions: the sharing slot's).
-    auto prefetch_job = [&](int64_t j, bool k_lines) {
-        const auto [u, i] = job_at(j);
-        const KvHead& h = splits_[u].kv;
-        const int64_t p0 = static_cast<int64_t>(splits_[u].b_first + i) * kKeyBlock;
-        const bool shared = p0 + kKeyBlock <= h.share.positions;
-        if (k_lines) {
-            const auto* k = static_cast<const char*>(shared ? h.share.k : h.k);
-            const size_t bytes = static_cast<size_t>(h.head_dim) * 8 * es;
-            for (int64_t g = p0 / 8; g < (p0 + kKeyBlock) / 8; ++g)
-                for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(k + g * h.k_block_stride * es + o, 0, 2);
-        } else {
-            const auto* v = static_cast<const char*>(shared ? h.share.v : h.v);
-            const size_t bytes = static_cast<size_t>(h.head_dim) * es;
-            for (int64_t p = p0; p < p0 + kKeyBlock; ++p)
-                for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(v + p * h.v_stride * es + o, 0, 2);
-        }
-    };
-    // The blocks' phases take jobs from each thread's own contiguous range first (UnitRanges), and each job first
-    // prefetches the K or V lines of the one after it (usually the thread's own next): jobs from one counter, their
-    // lines left to the hardware prefetchers, ran slower.
-    auto per_block = [&](auto&& f, bool k_lines) {
-        UnitRanges claims(n_jobs, pool_.size(), 1);
-        pool_.run([&](int ith, int) {
-            AttnRow r[kMaxTileRows];
-            KvHead h;
-            for (Range jobs{}; claims.next(ith, &jobs);) {
-                const int64_t j = jobs.begin;
-                if (j + 1 < n_jobs) prefetch_job(j + 1, k_lines);
-                const auto [u, i] = job_at(j);
-                const int m = attention_unit(batch, layer, u, r, &h);
-                f(u, r, m, h, i);
-            }
-        });
-    };
-    auto per_unit = [&](auto&& f) {
-        pool_.run([&](int ith, int nth) {
-            AttnRow r[kMaxTileRows];
-            KvHead h;
-            const Range range = split_range(n_units, ith, nth);
-            for (int64_t u = range.begin; u < range.end; ++u) f(u, r, attention_unit(batch, layer, u, r, &h), h);
-        });
-    };
-    per_block([&](int64_t u, const AttnRow* r, int m, const KvHead& h, int i) {
-        attend_split_scores(r, m, h, kv_ops_, splits_[u].b_first + i, scores(u));
-    }, true);
-    per_unit([&](int64_t u, const AttnRow* r, int m, const KvHead& h) {
-        attend_split_softmax(r, m, h, kv_ops_, scores(u));
-    });
-    per_block([&](int64_t u, const AttnRow* r, int m, const KvHead& h, int i) {
-        attend_split_mix(r, m, h, kv_ops_, splits_[u].b_first + i, scores(u),
-                         split_parts_.data() + splits_[u].parts + static_cast<size_t>(i) * m * h.head_dim);
-    }, false);
-    per_unit([&](int64_t u, const AttnRow* r, int m, const KvHead& h) {
-        attend_split_sum(r, m, h.head_dim, split_parts_.data() + splits_[u].parts, splits_[u].n_blocks);
-    });
-    return true;
-}
 
 // proj = Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm, x the residual stream
 // with the block before's proj added (residual_norm). gemma3 also normalizes each Q and K head before RoPE and the
@@ -666,6 +407,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         add_bias(v_.data(), L.bv, n);
     }
     const bool local = c.layer_is_local(layer);
+    const bool has_rope = c.layer_has_rope(layer);  // (smollm3: not on every fourth layer)
     auto rope_store = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             float* q = q_.data() + t * c.n_embd_q();
@@ -673,12 +415,19 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, c.n_head, c.head_dim, c.rms_eps);
             if (!L.attn_k_norm.empty())
                 kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, c.n_head_kv, c.head_dim, c.rms_eps);
-            rope(q, c.n_head, t, local);
-            rope(k, c.n_head_kv, t, local);
+            if (has_rope) {
+                rope(q, c.n_head, t, local);
+                rope(k, c.n_head_kv, t, local);
+            }
+            if (c.attn_temp_scale != 0.0f) {  // mistral3: q *= 1 + attn_temp_scale * log(floor(pos / floor) + 1)
+                const auto temp = static_cast<float>(c.attn_temp(batch.tokens[t].pos));
+                for (int64_t i = 0; i < c.n_embd_q(); ++i) q[i] *= temp;
+            }
             store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
         }
     };
-    attend_all(batch, layer, std::ref(rope_store));  // (a reference: no std::function copy of the lambda)
+    // (rope_store by reference: no std::function copy of the lambda)
+    attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store));
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, c.n_embd_q(), n_decode_);
     add_bias(proj_.data(), L.bo, n);

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "engine/runtime/backend.h"
-#include "engine/cpu/attention.h"
+#include "engine/cpu/attention_runner.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
@@ -87,12 +87,6 @@ private:
     void rope_angles(const Batch& batch);
     void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
-    // prepare(t0, t1): RoPE and the K/V stores of tokens [t0, t1), run inside the attention section, each tile's by
-    // the thread that attends it, where no tile reads what another tile's tokens store; before it otherwise.
-    void attend_all(const Batch& batch, int64_t layer, const std::function<void(int64_t, int64_t)>& prepare);
-    int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
-    void tile_lines(const Batch& batch, int64_t layer, int64_t i, int64_t per_tile, KvPrefetch* ahead);
-    bool attend_split(const Batch& batch, int64_t layer, int64_t n_units);
     // n_decode: the leading decode steps among the n_tokens rows (Activations::set).
     // With x_ready, act_ already holds x and its int8 form (norm or ffn_block made them; see Activations::begin_int8).
     void mm(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, int64_t n_in, int64_t n_decode,
@@ -121,6 +115,7 @@ private:
     WeightStore weight_store_;  // empty on the reference path
 
     KvCache kv_;
+    AttentionRunner attention_;
 
     // Scratch for one batch of n tokens.
     Activations act_;
@@ -138,29 +133,12 @@ private:
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
-    std::vector<float> attn_scratch_;  // [n_threads, attend_scratch_floats(n_ctx)]
     std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
     struct Pick {
         float value;
         int32_t id;  // -1: none
     };
     std::vector<Pick> picks_;  // forward_sample's [n_threads, n_logits]: each range's first maximum
-    // Attention units of a batch (attend_all): runs of tokens [t0, t1) of one slot, times the KV heads, times chunks
-    // of unit_heads_ of the query heads on a KV head.
-    struct Tile {
-        int64_t t0, t1;
-    };
-    std::vector<Tile> tiles_;
-    std::vector<int32_t> tile_slots_;  // attend_all's scratch
-    int64_t unit_heads_ = 1;
-    // attend_split: each unit's first key block, block count, and offsets of its scores and its blocks' outputs.
-    struct Split {
-        int b_first, n_blocks;
-        size_t scores, parts;
-        KvHead kv;  // the unit's cache (attention_unit)
-    };
-    std::vector<Split> splits_;
-    std::vector<float> split_scores_, split_parts_;
     // [n, 2, n_rot] each token's cosines, then sines, per dimension in rope()'s order: for adjacent pairs each
     // angle's twice (the first sine negated), for neox halves each angle once (then n_rot / 2 of each are used).
     std::vector<float> rope_cs_;

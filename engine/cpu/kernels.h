@@ -132,13 +132,26 @@ constexpr int64_t scratch_floats(int64_t n_in, int64_t n_tokens) {
 // d = max|x| / 127 (returned unrounded); sums[h] = the sum of q over the 16-element half h.
 using QuantizeBlock = float (*)(const float* x, int8_t* q, int32_t* sums);
 
-// Each ISA's table; fn is nullptr for a type the ISA has no kernel for.
+// Weight type ids a kernel table covers (GgmlType values below it).
+constexpr uint32_t kKernelTypes = 40;
+// One instruction set's kernels, indexed by weight type (fn nullptr where it has none): over the file's rows; over
+// PackedWeights (packed_amx: with AMX tile multiplies for prefill); the AMX kernels over the file's rows. Each ISA
+// folder makes its table once (its table.cpp), each concern file adding its kernels; matmul.cpp's select_kernel
+// picks from the tables. Plain arrays: the ISA files use no std:: containers (see the helpers below).
+struct KernelTable {
+    Kernel rows[kKernelTypes];
+    Kernel packed[kKernelTypes];
+    Kernel packed_amx[kKernelTypes];
+    Kernel amx[kKernelTypes];
+};
+static_assert(static_cast<uint32_t>(GgmlType::MXFP4) < kKernelTypes);
+
 namespace generic {
+const KernelTable& kernel_table();
 float quantize_block(const float* x, int8_t* q, int32_t* sums);
 // Writes q.lanes (non-null) for tokens [t0, t1) of whole groups of eight (t0 a multiple of eight) and blocks
 // [b0, b1) from q's int8 form.
 void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1);
-Kernel find_kernel(GgmlType type);
 // The dequantize-then-float-dot path for any type dequantize_row handles.
 Kernel fallback_kernel();
 // Contribution of one 32-block `b` of weight row `row` (a 32-block type) to token t: the ISA kernels that step
@@ -154,10 +167,9 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
-Kernel find_kernel(GgmlType type);
-// The kernels for PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K (nullptr fn for other types, or in
-// a build without AVX2).
-Kernel find_kernel_packed(GgmlType type);
+// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K); empty in a build without AVX2.
+// Call only where the CPU has AVX2.
+const KernelTable& kernel_table();
 float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
 // quantize_activations' and quantize_activation_blocks' work with quantize_block's results (the same bytes and
 // floats), eight blocks at a time; false in a build without AVX2.
@@ -167,7 +179,9 @@ bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64
 void lay_out_lanes(const QuantizedActs& q, int64_t t0, int64_t t1, int64_t b0, int64_t b1);  // generic's, in vectors
 }
 namespace avx512 {
-Kernel find_kernel(GgmlType type);
+// rows, packed and packed_amx, and amx (empty where the compiler could not build the AMX kernels); empty in a build
+// without AVX-512. Call only where the CPU has AVX-512.
+const KernelTable& kernel_table();
 // quantize_activations' work with the same results (the same bytes and floats), sixteen blocks at a time; false
 // when the build has no AVX-512.
 bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
@@ -178,11 +192,8 @@ bool quantize_blocks(const float* x, int64_t n_in, int64_t t0, int64_t t1, int64
 // never the largest, -0 equal to +0, as first_max), *finite whether all of x[0, n) are finite (n_search <= n);
 // false when the build has no AVX-512.
 bool greedy_search(const float* x, int64_t n_search, int64_t n, int64_t* first, bool* finite);
-// The AMX kernels (nullptr fn for a type without one); amx_built() is false when the compiler could not build them.
-Kernel find_kernel_amx(GgmlType type);
+// False when the compiler could not build the AMX kernels.
 bool amx_built();
-// The kernels for PackedWeights (with AMX tile multiplies for prefill when amx).
-Kernel find_kernel_packed(GgmlType type, bool amx);
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer); false when the build has
 // no AVX-512.
 bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
@@ -217,11 +228,11 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
     }
 }
 
-// For tests: replaces the avx512 family's kernel table (nullptr restores the built-in one), and makes
-// isa_available(Isa::avx512) true on a CPU with AVX2, so that tests/avx512_emulated.cpp (kernels_avx512.cpp built
-// on SIMDe's portable AVX-512) runs the AVX-512 kernels' code on machines without AVX-512. best_isa() keeps to what
-// the hardware has.
-void set_avx512_kernels(Kernel (*find_kernel)(GgmlType));
+// For tests: replaces the avx512 family's kernels over the file's rows with table's (nullptr restores the built-in
+// ones), and makes isa_available(Isa::avx512) true on a CPU with AVX2, so that tests/support/avx512_emulated.cpp (the
+// AVX-512 kernel files built on SIMDe's portable AVX-512) runs the AVX-512 kernels' code on machines without
+// AVX-512. best_isa() keeps to what the hardware has.
+void set_avx512_kernels(const KernelTable* table);
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
 // null), and into the tile layout when out.tile_qs is set (its padding tokens are not written). Kernels only read
@@ -272,6 +283,9 @@ inline bool quantize_rows_by_blocks(Blocks&& blocks, const float* x, int64_t n_i
     for (int64_t t = t0; t < t1; ++t) write_row_padding(out, t, nb);
     return true;
 }
+
+// A kernel table's entry for `type` (kernels: one of KernelTable's arrays), for the ISA files that fill it.
+inline Kernel& entry(Kernel (&kernels)[kKernelTypes], GgmlType type) { return kernels[static_cast<uint32_t>(type)]; }
 
 template <typename T>
 inline T load_unaligned(const void* p) {

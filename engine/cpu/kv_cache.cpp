@@ -1,6 +1,7 @@
 #include "engine/cpu/kv_cache.h"
 
 #include "engine/error.h"
+#include "engine/runtime/kv_size.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -14,8 +15,7 @@ namespace quill::cpu {
 namespace {
 
 const KvCacheShape& checked(const KvCacheShape& shape) {
-    if (shape.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", shape.n_ctx));
-    if (shape.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", shape.n_slots));
+    check_kv_size(shape.n_ctx, shape.n_slots);
     return shape;
 }
 

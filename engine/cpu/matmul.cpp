@@ -251,23 +251,32 @@ const PairActs* prepare_pairs(Activations& x, ThreadPool& pool, bool f16) {
     return &c.pairs[i];
 }
 
-std::atomic<Kernel (*)(GgmlType)> g_avx512_kernels{nullptr};  // see set_avx512_kernels
+std::atomic<const KernelTable*> g_avx512_kernels{nullptr};  // see set_avx512_kernels
+
+// A table's kernel for `type` (kernels: one of KernelTable's arrays); {} for a type id past the tables.
+Kernel kernel_for(const Kernel (&kernels)[kKernelTypes], GgmlType type) {
+    const auto i = static_cast<uint32_t>(type);
+    return i < kKernelTypes ? kernels[i] : Kernel{};
+}
 
 // The one dispatch over weight types: the ISA's kernel (for the packed weights when there are some), else the
-// portable one, else dequantize-and-dot.
+// portable one, else dequantize-and-dot, each a look-up in its family's KernelTable. An ISA's table is asked for
+// only where the CPU has the ISA (its code is built for it).
 Kernel select_kernel(const WeightMatrix& w, Isa isa) {
     const GgmlType type = w.type;
     Kernel k;
-    if (w.packed != nullptr && isa >= Isa::avx512 && !avx512_emulated())
-        k = avx512::find_kernel_packed(type, isa == Isa::amx);
-    if (w.packed != nullptr && isa == Isa::avx2) k = avx2::find_kernel_packed(type);
-    if (!k.fn && isa == Isa::amx) k = avx512::find_kernel_amx(type);
-    if (!k.fn && isa >= Isa::avx512) {
-        Kernel (*emulated)(GgmlType) = g_avx512_kernels.load(std::memory_order_relaxed);
-        k = emulated ? emulated(type) : avx512::find_kernel(type);
+    if (w.packed != nullptr && isa >= Isa::avx512 && !avx512_emulated()) {
+        const KernelTable& t = avx512::kernel_table();
+        k = kernel_for(isa == Isa::amx ? t.packed_amx : t.packed, type);
     }
-    if (!k.fn && isa >= Isa::avx2) k = avx2::find_kernel(type);
-    if (!k.fn) k = generic::find_kernel(type);
+    if (w.packed != nullptr && isa == Isa::avx2) k = kernel_for(avx2::kernel_table().packed, type);
+    if (!k.fn && isa == Isa::amx) k = kernel_for(avx512::kernel_table().amx, type);
+    if (!k.fn && isa >= Isa::avx512) {
+        const KernelTable* emulated = g_avx512_kernels.load(std::memory_order_relaxed);
+        k = kernel_for(emulated != nullptr ? emulated->rows : avx512::kernel_table().rows, type);
+    }
+    if (!k.fn && isa >= Isa::avx2) k = kernel_for(avx2::kernel_table().rows, type);
+    if (!k.fn) k = kernel_for(generic::kernel_table().rows, type);
     if (!k.fn && type_traits(type).can_dequantize) k = generic::fallback_kernel();
     return k;
 }
@@ -410,9 +419,9 @@ bool reads_tiles_alone(const WeightMatrix& w, Isa isa, int64_t n_tokens) {
 }
 
 bool PackedWeights::supports(GgmlType type, Isa isa) {
-    if (isa == Isa::avx2) return isa_available(isa) && avx2::find_kernel_packed(type).fn != nullptr;
+    if (isa == Isa::avx2) return isa_available(isa) && kernel_for(avx2::kernel_table().packed, type).fn != nullptr;
     return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() &&
-           avx512::find_kernel_packed(type, false).fn != nullptr;
+           kernel_for(avx512::kernel_table().packed, type).fn != nullptr;
 }
 
 size_t PackedWeights::bytes_for(const WeightMatrix& w) {
@@ -431,7 +440,7 @@ PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
     }
     data_ = into;
     const int64_t n_tiles = (w.n_out + 15) / 16;
-    // The AVX-512 file transposes the tiles where it can run; elsewhere they are written a value at a time.
+    // The AVX-512 packer transposes the tiles where it can run; elsewhere they are written a value at a time.
     const bool transposes = isa_available(Isa::avx512) && !avx512_emulated();
     auto pack = [&](int64_t tile0, int64_t tile1) {
         if (!transposes || !avx512::pack_tiles(w, data_, tile0, tile1)) generic::pack_tiles(w, data_, tile0, tile1);
@@ -498,7 +507,7 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, f
 
 std::vector<float> reference_activations(GgmlType weight_type, const float* x, int64_t n_tokens, int64_t n_in) {
     std::vector<float> out(x, x + n_tokens * n_in);  // [n_tokens, n_in]
-    const Kernel k = generic::find_kernel(weight_type);
+    const Kernel k = kernel_for(generic::kernel_table().rows, weight_type);
     if (k.fn && k.int8_acts) {
         std::vector<uint8_t> blocks(row_size(GgmlType::Q8_0, n_in));
         for (int64_t t = 0; t < n_tokens; ++t) {
@@ -518,7 +527,7 @@ bool matmul_supports(GgmlType type) {
 
 // ---- instruction sets ----
 
-void set_avx512_kernels(Kernel (*find_kernel)(GgmlType)) { g_avx512_kernels.store(find_kernel); }
+void set_avx512_kernels(const KernelTable* table) { g_avx512_kernels.store(table); }
 bool avx512_emulated() { return g_avx512_kernels.load() != nullptr; }
 
 namespace {

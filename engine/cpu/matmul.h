@@ -143,7 +143,7 @@ struct MatmulJob {
 Isa best_isa();
 // Whether the family can run here: the hardware has it, or (avx512, in the tests) its kernels are emulated.
 bool isa_available(Isa isa);
-// True when the avx512 family runs emulated kernels (tests/avx512_emulated.cpp; see set_avx512_kernels).
+// True when the avx512 family runs emulated kernels (tests/support/avx512_emulated.cpp; see set_avx512_kernels).
 bool avx512_emulated();
 // "generic", "avx2", "avx512-vnni" (with " (emulated)" when it is), "avx512-vnni+amx"
 std::string_view isa_name(Isa isa);

@@ -1,5 +1,7 @@
 #include "engine/cpu/weight_store.h"
 
+#include "engine/model/layer_matrices.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -41,9 +43,8 @@ private:
 
 WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool) {
     std::vector<const TensorView*> matrices = {&weights.output};
-    for (const LayerWeights& L : weights.layers) {
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) matrices.push_back(t);
-    }
+    for (const LayerWeights& L : weights.layers)
+        for (const TensorView* t : layer_matrices(L)) matrices.push_back(t);
     // One mapping for all of them, in the order the layers read them (HugeMemory), each at a cache line: the packed
     // forms, and a copy of the file's bytes of each float matrix (F32, F16, BF16), whose products stream them at the
     // memory's speed: from 4 KiB pages of the file they ran slower, while Q6_K's products, bound by their

@@ -1,6 +1,6 @@
 #include "engine/io/escape.h"
 
-#include "tokenizer/utf8.h"
+#include "engine/io/utf8.h"
 
 #include <fmt/format.h>
 

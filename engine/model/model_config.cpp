@@ -2,14 +2,18 @@
 
 #include "engine/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 namespace quill {
 
-bool architecture_supported(const std::string& arch) { return arch == "llama" || arch == "qwen2" || arch == "gemma3"; }
+bool architecture_supported(const std::string& arch) {
+    return arch == "llama" || arch == "qwen2" || arch == "gemma3" || arch == "qwen3" || arch == "smollm3" ||
+           arch == "mistral3";
+}
 
-std::string supported_architectures() { return "llama, qwen2, gemma3"; }
+std::string supported_architectures() { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3"; }
 
 namespace {
 
@@ -34,7 +38,41 @@ float optional_float(const GgufFile& f, const std::string& key, float fallback, 
     return static_cast<float>(*v);
 }
 
+// YaRN's settings as llama.cpp reads them: the original context, the betas (mistral3's files carry them; the other
+// architectures use 32 and 1) and the magnitude scale, rope.scaling.attn_factor times YaRN's
+// 1 + 0.1 ln(factor), or mistral3's ratio of that term with mscale 1 to it with yarn_log_multiplier.
+void read_yarn(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    const int64_t n_ctx_train = optional_int(f, p + "context_length", 2048, 1, int64_t{1} << 30);
+    c.yarn_n_ctx_orig = optional_int(f, p + "rope.scaling.original_context_length", n_ctx_train, 1, int64_t{1} << 30);
+    const float attn_factor = optional_float(f, p + "rope.scaling.attn_factor", 1.0f, 1e-6, 1e6);
+    c.rope_mscale = attn_factor;
+    if (!c.rope_yarn) return;
+    float log_mul = 0.0f;
+    if (c.arch == "mistral3") {
+        c.yarn_beta_fast = optional_float(f, p + "rope.scaling.yarn_beta_fast", 32.0f, 1e-6, 1e6);
+        c.yarn_beta_slow = optional_float(f, p + "rope.scaling.yarn_beta_slow", 1.0f, 1e-6, 1e6);
+        log_mul = optional_float(f, p + "rope.scaling.yarn_log_multiplier", 0.0f, 0.0, 1e3);
+    }
+    const double factor = 1.0 / c.rope_freq_scale;
+    auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 1.0 + 0.1 * m * std::log(factor); };
+    c.rope_mscale = static_cast<float>(attn_factor * (log_mul != 0.0f ? mscale(1.0) / mscale(log_mul) : mscale(1.0)));
+}
+
 }  // namespace
+
+double ModelConfig::yarn_ramp(int64_t i) const {
+    if (!rope_yarn) return 0.0;
+    // The pair whose wavelength fits `rotations` times in the original context: n_rot ln(n_ctx / (2 pi rotations))
+    // / (2 ln base); pairs below the fast one keep their frequency, pairs above the slow one are scaled fully.
+    auto corr_dim = [&](double rotations) {
+        return static_cast<double>(n_rot) * std::log(static_cast<double>(yarn_n_ctx_orig) / (rotations * 2.0 * M_PI)) /
+               (2.0 * std::log(static_cast<double>(rope_base)));
+    };
+    const double low = std::max(0.0, std::floor(corr_dim(yarn_beta_fast)));
+    const double high = std::min(static_cast<double>(n_rot - 1), std::ceil(corr_dim(yarn_beta_slow)));
+    const double y = (static_cast<double>(i) - low) / std::max(0.001, high - low);
+    return 1.0 - std::clamp(y, 0.0, 1.0);
+}
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     ModelConfig c;
@@ -44,7 +82,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!architecture_supported(c.arch))
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
-    if (c.arch == "qwen2" || c.arch == "gemma3") c.rope = Rope::neox;
+    if (c.arch == "qwen2" || c.arch == "gemma3" || c.arch == "qwen3") c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
@@ -78,14 +116,16 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5f, 0.0, 1.0);
     c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
     if (auto type = f.get_string(p + "rope.scaling.type"); type && *type != "none") {
-        if (*type != "linear")
-            throw FileError(fmt::format("{}: rope.scaling.type '{}' is not supported (none, linear are)", f.path(),
-                                        *type));
+        if (*type != "linear" && *type != "yarn")
+            throw FileError(fmt::format("{}: rope.scaling.type '{}' is not supported (none, linear, yarn are)",
+                                        f.path(), *type));
         float factor = optional_float(f, p + "rope.scaling.factor", 1.0f, 1e-3, 1e3);
         c.rope_freq_scale = 1.0f / factor;
+        c.rope_yarn = *type == "yarn";
     } else if (f.find(p + "rope.scale_linear")) {
         c.rope_freq_scale = 1.0f / optional_float(f, p + "rope.scale_linear", 1.0f, 1e-3, 1e3);
     }
+    read_yarn(f, p, c);
 
     c.rope_base_local = c.rope_base;
     c.rope_freq_scale_local = c.rope_freq_scale;
@@ -102,6 +142,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         // Queries are scaled by query_pre_attn_scalar^-1/2, which the GGUF does not carry: head_dim for every size
         // but 27B (62 layers), where it is n_embd / n_head (Gemma's config; llama.cpp does the same).
         if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+    }
+    if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
+    if (c.arch == "mistral3") {
+        c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
+        c.attn_temp_floor = c.yarn_n_ctx_orig;
     }
     // A file that states the scale itself wins.
     c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);

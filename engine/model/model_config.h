@@ -3,6 +3,7 @@
 
 #include "engine/format/gguf.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -41,6 +42,29 @@ struct ModelConfig {
     int64_t swa_pattern = 0;
     float rope_base_local = 10000.0f;       // RoPE base of the local layers (gemma3: 10,000; else rope_base)
     float rope_freq_scale_local = 1.0f;     // and their linear scaling (gemma3: none; else rope_freq_scale)
+    // YaRN RoPE scaling (rope.scaling.type yarn: Qwen long-context files, mistral3): pair i's frequency blends the
+    // scaled one (rope_freq_scale) and the unscaled one by a ramp over the pairs between the correction dims of
+    // beta_fast and beta_slow rotations in yarn_n_ctx_orig positions, and every cosine and sine is multiplied by
+    // rope_mscale. yarn_ramp(i) says how much of pair i stays unscaled.
+    bool rope_yarn = false;
+    int64_t yarn_n_ctx_orig = 0;  // rope.scaling.original_context_length, else context_length
+    float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+    float rope_mscale = 1.0f;  // YaRN's magnitude scale of the rotated dims (1 without YaRN)
+    // smollm3: layer l has no RoPE when (l + 1) % no_rope_step == 0 (0: every layer has RoPE).
+    int64_t no_rope_step = 0;
+    // mistral3 (Llama 4's attention temperature): queries are multiplied by
+    // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) after RoPE; 0: no scaling.
+    float attn_temp_scale = 0.0f;
+    int64_t attn_temp_floor = 0;
+
+    bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
+    // The factor of the queries of a token at `pos` (1 without the temperature).
+    double attn_temp(int64_t pos) const {
+        if (attn_temp_scale == 0.0f) return 1.0;
+        return 1.0 + attn_temp_scale * std::log(std::floor(static_cast<double>(pos) / attn_temp_floor) + 1.0);
+    }
+    // YaRN: the share in [0, 1] of pair i (dims 2i, 2i+1 of n_rot) whose frequency stays unscaled; 0 without YaRN.
+    double yarn_ramp(int64_t i) const;
 
     bool layer_is_local(int64_t layer) const {
         return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
@@ -62,9 +86,9 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * head_dim; }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, gemma3).
+// Whether quill can run this general.architecture (llama, qwen2, gemma3, qwen3, smollm3, mistral3).
 bool architecture_supported(const std::string& arch);
-// "llama, qwen2, gemma3": for messages.
+// "llama, qwen2, gemma3, ...": for messages.
 std::string supported_architectures();
 
 }  // namespace quill

@@ -1,7 +1,7 @@
 #include "engine/model/synthetic.h"
 
 #include "engine/error.h"
-#include "engine/runtime/sampler.h"
+#include "engine/rng.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,6 +9,12 @@
 namespace quill {
 
 namespace {
+
+// The chat template of the files of the other architectures (ChatML, as Qwen's; the synthetic vocabulary spells
+// its markers in byte tokens).
+constexpr const char* kChatTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 struct Preset {
     const char* name;
@@ -24,6 +30,57 @@ constexpr Preset kPresets[] = {
     {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f},
     {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f},
 };
+
+// Presets of the architectures beyond llama, with the settings their files carry: a tiny shape of each with every
+// feature present (qwen3's Q/K norms and a head_dim apart from n_embd / n_head, smollm3's no-RoPE fourth layer,
+// mistral3's YaRN and attention temperature over a short original context), and real shapes.
+struct ArchPreset {
+    const char* name;
+    const char* arch;
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    float rope_base, rms_eps;
+    float yarn_factor;         // rope.scaling.type yarn with this factor; 0: no RoPE scaling
+    int64_t yarn_n_ctx_orig;   // rope.scaling.original_context_length
+    float attn_temp_scale;     // mistral3: attention.temperature_scale
+};
+
+constexpr ArchPreset kArchPresets[] = {
+    {"qwen3-tiny", "qwen3", 128, 4, 4, 2, 64, 320, 512, 256, 1e6f, 1e-6f, 0.0f, 0, 0.0f},
+    {"qwen3-tiny-yarn", "qwen3", 128, 4, 4, 2, 64, 320, 512, 256, 1e6f, 1e-6f, 4.0f, 64, 0.0f},
+    {"smollm3-tiny", "smollm3", 128, 5, 4, 1, 32, 352, 512, 256, 5e6f, 1e-6f, 0.0f, 0, 0.0f},
+    {"mistral3-tiny", "mistral3", 128, 4, 4, 2, 48, 320, 512, 256, 1e6f, 1e-5f, 16.0f, 16, 0.1f},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1e6f, 1e-6f, 0.0f, 0, 0.0f},
+};
+
+ModelConfig arch_preset_config(const ArchPreset& p) {
+    ModelConfig c;
+    c.arch = p.arch;
+    c.name = std::string("synthetic-") + p.name;
+    c.n_vocab = p.n_vocab;
+    c.n_embd = p.n_embd;
+    c.n_layer = p.n_layer;
+    c.n_head = p.n_head;
+    c.n_head_kv = p.n_head_kv;
+    c.head_dim = p.head_dim;
+    c.n_ff = p.n_ff;
+    c.n_ctx_train = p.n_ctx;
+    c.n_rot = p.head_dim;
+    c.rms_eps = p.rms_eps;
+    c.rope_base = c.rope_base_local = p.rope_base;
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+    if (c.arch == "qwen3") c.rope = ModelConfig::Rope::neox;
+    if (c.arch == "smollm3") c.no_rope_step = 4;
+    c.yarn_n_ctx_orig = p.n_ctx;
+    if (p.yarn_factor > 0.0f) {  // (mistral3: yarn_log_multiplier 1, so no magnitude scale)
+        c.rope_yarn = true;
+        c.rope_freq_scale = c.rope_freq_scale_local = 1.0f / p.yarn_factor;
+        c.yarn_n_ctx_orig = p.yarn_n_ctx_orig;
+        if (c.arch != "mistral3") c.rope_mscale = static_cast<float>(1.0 + 0.1 * std::log(p.yarn_factor));
+    }
+    c.attn_temp_scale = p.attn_temp_scale;
+    if (c.attn_temp_scale != 0.0f) c.attn_temp_floor = c.yarn_n_ctx_orig;
+    return c;
+}
 
 // A pool of valid blocks made by quantizing random floats once; tensors are filled by copying pool blocks in a
 // random order, which is as fast as memcpy and gives data with the statistics of real quantized weights.
@@ -57,28 +114,17 @@ private:
 std::vector<std::string> synthetic_shape_names() {
     std::vector<std::string> names;
     for (const auto& p : kPresets) names.emplace_back(p.name);
+    for (const auto& p : kArchPresets) names.emplace_back(p.name);
     return names;
 }
 
 ModelConfig synthetic_config(const std::string& shape) {
-    for (const auto& p : kPresets) {
-        if (shape != p.name) continue;
-        ModelConfig c;
-        c.arch = "llama";
-        c.name = std::string("synthetic-") + p.name;
-        c.n_vocab = p.n_vocab;
-        c.n_embd = p.n_embd;
-        c.n_layer = p.n_layer;
-        c.n_head = p.n_head;
-        c.n_head_kv = p.n_head_kv;
-        c.head_dim = p.n_embd / p.n_head;
-        c.n_ff = p.n_ff;
-        c.n_ctx_train = p.n_ctx;
-        c.n_rot = c.head_dim;
-        c.rms_eps = 1e-5f;
-        c.rope_base = p.rope_base;
-        return c;
-    }
+    for (const auto& p : kPresets)
+        if (shape == p.name)
+            return arch_preset_config({p.name, "llama", p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_embd / p.n_head,
+                                       p.n_ff, p.n_vocab, p.n_ctx, p.rope_base, 1e-5f, 0.0f, 0, 0.0f});
+    for (const auto& p : kArchPresets)
+        if (shape == p.name) return arch_preset_config(p);
     std::string known;
     for (const auto& n : synthetic_shape_names()) known += (known.empty() ? "" : ", ") + n;
     throw UsageError(fmt::format("unknown --synthetic shape '{}' (known: {})", shape, known));
@@ -106,26 +152,30 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         t.data = m->buffers.back().data();
         return t;
     };
-    auto norm = [&]() {
-        std::vector<float> w(c.n_embd);
+    auto norm = [&](int64_t n) {
+        std::vector<float> w(n);
         for (auto& v : w) v = static_cast<float>(0.8 + 0.4 * rng.uniform());
         return w;
     };
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
-    m->weights.output_norm = norm();
+    m->weights.output_norm = norm(c.n_embd);
     m->weights.output = matrix("output.weight", c.n_embd, c.n_vocab);
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
-        L.attn_norm = norm();
+        L.attn_norm = norm(c.n_embd);
         L.wq = matrix(b + "attn_q.weight", c.n_embd, c.n_embd_q());
         L.wk = matrix(b + "attn_k.weight", c.n_embd, c.n_embd_kv());
         L.wv = matrix(b + "attn_v.weight", c.n_embd, c.n_embd_kv());
         L.wo = matrix(b + "attn_output.weight", c.n_embd_q(), c.n_embd);
-        L.ffn_norm = norm();
+        L.ffn_norm = norm(c.n_embd);
         L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
         L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
         L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (c.arch == "qwen3") {
+            L.attn_q_norm = norm(c.head_dim);
+            L.attn_k_norm = norm(c.head_dim);
+        }
         m->weights.layers.push_back(std::move(L));
     }
     return m;
@@ -140,19 +190,36 @@ size_t SyntheticModel::weight_bytes() const {
 void SyntheticModel::save(const std::string& path) const {
     const ModelConfig& c = config;
     GgufWriter w;
-    w.set("general.architecture", "llama");
+    const std::string a = c.arch + ".";
+    w.set("general.architecture", c.arch);
     w.set("general.name", c.name);
     w.set("general.alignment", uint32_t(32));
-    w.set("llama.context_length", uint32_t(c.n_ctx_train));
-    w.set("llama.embedding_length", uint32_t(c.n_embd));
-    w.set("llama.block_count", uint32_t(c.n_layer));
-    w.set("llama.feed_forward_length", uint32_t(c.n_ff));
-    w.set("llama.attention.head_count", uint32_t(c.n_head));
-    w.set("llama.attention.head_count_kv", uint32_t(c.n_head_kv));
-    w.set("llama.rope.dimension_count", uint32_t(c.n_rot));
-    w.set("llama.rope.freq_base", c.rope_base);
-    w.set("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-    w.set("llama.vocab_size", uint32_t(c.n_vocab));
+    w.set(a + "context_length", uint32_t(c.n_ctx_train));
+    w.set(a + "embedding_length", uint32_t(c.n_embd));
+    w.set(a + "block_count", uint32_t(c.n_layer));
+    w.set(a + "feed_forward_length", uint32_t(c.n_ff));
+    w.set(a + "attention.head_count", uint32_t(c.n_head));
+    w.set(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
+    if (c.head_dim != c.n_embd / c.n_head) {
+        w.set(a + "attention.key_length", uint32_t(c.head_dim));
+        w.set(a + "attention.value_length", uint32_t(c.head_dim));
+    }
+    w.set(a + "rope.dimension_count", uint32_t(c.n_rot));
+    w.set(a + "rope.freq_base", c.rope_base);
+    w.set(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+    w.set(a + "vocab_size", uint32_t(c.n_vocab));
+    if (c.rope_yarn) {
+        w.set(a + "rope.scaling.type", "yarn");
+        w.set(a + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
+        w.set(a + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
+        if (c.arch == "mistral3") {
+            w.set(a + "rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
+            w.set(a + "rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
+            w.set(a + "rope.scaling.yarn_log_multiplier", 1.0f);
+        }
+    }
+    if (c.attn_temp_scale != 0.0f) w.set(a + "attention.temperature_scale", c.attn_temp_scale);
+    if (c.arch != "llama") w.set("tokenizer.chat_template", std::string(kChatTemplate));
     // A synthetic SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then filler pieces.
     std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
     std::vector<GgufValue> scores, types;
@@ -187,6 +254,8 @@ void SyntheticModel::save(const std::string& path) const {
         const std::string b = fmt::format("blk.{}.", i);
         vec(b + "attn_norm.weight", L.attn_norm);
         for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo}) view(*t);
+        if (!L.attn_q_norm.empty()) vec(b + "attn_q_norm.weight", L.attn_q_norm);
+        if (!L.attn_k_norm.empty()) vec(b + "attn_k_norm.weight", L.attn_k_norm);
         vec(b + "ffn_norm.weight", L.ffn_norm);
         for (const TensorView* t : {&L.ffn_gate, &L.ffn_up, &L.ffn_down}) view(*t);
     }

@@ -101,6 +101,10 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.attn_post_norm = l.get_vector(b + "post_attention_norm.weight", c.n_embd);
             L.ffn_post_norm = l.get_vector(b + "post_ffw_norm.weight", c.n_embd);
         }
+        if (c.arch == "qwen3") {
+            L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
+            L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);
+        }
         w.layers.push_back(std::move(L));
     }
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
@@ -119,7 +123,7 @@ std::vector<double> Weights::rope_inv_freq(const ModelConfig& c, bool local) con
     for (size_t i = 0; i < f.size(); ++i) {
         f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot));
         if (!rope_freqs.empty()) f[i] /= rope_freqs[i];
-        f[i] *= scale;
+        f[i] *= scale + (1.0 - scale) * c.yarn_ramp(static_cast<int64_t>(i));  // (YaRN: part of it unscaled)
     }
     return f;
 }

@@ -37,8 +37,8 @@ struct LayerWeights {
     // Optional biases (qwen2 has Q, K and V ones; llama GGUFs may carry any of them); empty when absent.
     std::vector<float> bq, bk, bv;  // [n_embd_q], [n_embd_kv], [n_embd_kv]
     std::vector<float> bo;          // [n_embd]
-    // gemma3: RMSNorm of each Q and K head before RoPE ([head_dim]), and of the attention and FFN outputs before
-    // they join the residual stream ([n_embd]). Empty for the other architectures.
+    // gemma3 and qwen3: RMSNorm of each Q and K head before RoPE ([head_dim]); gemma3: of the attention and FFN
+    // outputs before they join the residual stream ([n_embd]). Empty for the other architectures.
     std::vector<float> attn_q_norm, attn_k_norm;
     std::vector<float> attn_post_norm, ffn_post_norm;
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
@@ -57,8 +57,9 @@ struct Weights {
     static Weights from_gguf(const GgufFile& file, const ModelConfig& config);
 
     // RoPE inverse frequencies [n_rot / 2]: theta_i(pos) = pos * inv_freq[i], inv_freq[i] = freq_scale *
-    // base^(-2i / n_rot) / rope_freqs[i], with the global layers' base and scale, or the local layers' when `local`.
-    // The fast backends' (the reference backend computes its own).
+    // base^(-2i / n_rot) / rope_freqs[i] (YaRN: the scale blended with 1 by ModelConfig::yarn_ramp(i)), with the
+    // global layers' base and scale, or the local layers' when `local`. The fast backends' (the reference backend
+    // computes its own).
     std::vector<double> rope_inv_freq(const ModelConfig& config, bool local) const;
 };
 

@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/format/quant.h"
+#include "engine/runtime/kv_size.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,13 +55,13 @@ void rms_norm_rows(std::vector<double>& x, const std::vector<float>& w, double e
 }
 
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
-// pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX).
+// pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); YaRN also scales them by rope_mscale.
 void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
           int32_t pos) {
     const int64_t half = c.n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
-        const double cos_t = std::cos(theta), sin_t = std::sin(theta);
+        const double cos_t = std::cos(theta) * c.rope_mscale, sin_t = std::sin(theta) * c.rope_mscale;
         const bool neox = c.rope == ModelConfig::Rope::neox;
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
@@ -94,14 +95,15 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     : config_(config),
       weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
-    if (options.n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", options.n_ctx));
-    if (options.n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", options.n_slots));
-    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]
+    check_kv_size(options.n_ctx, options.n_slots);
+    // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i]; YaRN leaves the share yarn_ramp(i) of
+    // each frequency unscaled
     auto inv_freq = [&](double base, double scale) {
         std::vector<double> f(config.n_rot / 2);
         for (size_t i = 0; i < f.size(); ++i) {
             const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot);
-            f[i] = scale * std::pow(base, exponent);
+            const double ramp = config.yarn_ramp(static_cast<int64_t>(i));
+            f[i] = (scale * (1.0 - ramp) + ramp) * std::pow(base, exponent);
             if (!weights.rope_freqs.empty()) f[i] /= weights.rope_freqs[i];
         }
         return f;
@@ -174,13 +176,19 @@ void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
         for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
         for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
         for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
-        // gemma3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
+        // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
         if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
         if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
-        // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies on a local layer
+        // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies on a local layer (smollm3: not on
+        // its no-RoPE layers)
         const std::vector<double>& inv_freq = c.layer_is_local(l) ? inv_freq_local_ : inv_freq_;
-        rope(q_, c.n_head, c, inv_freq, t.pos);
-        rope(k_, c.n_head_kv, c, inv_freq, t.pos);
+        if (c.layer_has_rope(l)) {
+            rope(q_, c.n_head, c, inv_freq, t.pos);
+            rope(k_, c.n_head_kv, c, inv_freq, t.pos);
+        }
+        // mistral3: q = q * (1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1))
+        const double temp = c.attn_temp(t.pos);
+        for (double& v : q_) v *= temp;
         // K[l, slot, pos] = k, V[l, slot, pos] = v
         const bool f16 = kv_shape_.type == KvType::f16;
         double* k_row = cache_row(k_cache_, l, t.slot, t.pos);

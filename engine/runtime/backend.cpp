@@ -1,12 +1,18 @@
 #include "engine/runtime/backend.h"
 
 #include "engine/error.h"
+#include "engine/runtime/kv_size.h"
 #include "engine/runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace quill {
+
+void check_kv_size(int64_t n_ctx, int64_t n_slots) {
+    if (n_ctx < 1) throw UsageError(fmt::format("context size must be at least 1, got {}", n_ctx));
+    if (n_slots < 1) throw UsageError(fmt::format("slot count must be at least 1, got {}", n_slots));
+}
 
 BackendInfo Backend::describe() const {
     return {std::string(name()), 0, "", fmt::format("{} backend", name())};

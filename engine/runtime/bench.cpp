@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/io/escape.h"
+#include "engine/model/layer_matrices.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,14 +14,14 @@ namespace quill {
 size_t decode_weight_bytes(const Weights& w) {
     size_t n = w.output.n_bytes;
     for (const auto& L : w.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) n += t->n_bytes;
+        for (const TensorView* t : layer_matrices(L)) n += t->n_bytes;
     return n;
 }
 
 double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
     double per_token = 0;
     for (const auto& L : w.layers)
-        for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+        for (const TensorView* t : layer_matrices(L))
             per_token += 2.0 * static_cast<double>(t->ne[0]) * static_cast<double>(t->n_rows());
     double attention = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) {

@@ -10,10 +10,17 @@ namespace quill {
 
 void GenerationParams::validate(bool request_fields) const {
     sampling.validate(request_fields);
+    if (lookup < 0 || lookup > kMaxLookup)
+        throw UsageError(fmt::format("--lookup {} is out of range: expected 0 to {}", lookup, kMaxLookup));
     if (max_tokens < -1)
         throw UsageError(request_fields
                              ? fmt::format("max_tokens {} is out of range: expected >= 0", max_tokens)
                              : fmt::format("-n {} is out of range: expected >= -1", max_tokens));
+    if (logprobs < -1 || logprobs > kMaxTopLogprobs)
+        throw UsageError(request_fields ? fmt::format("top_logprobs {} is out of range: expected 0 to {}", logprobs,
+                                                      kMaxTopLogprobs)
+                                        : fmt::format("--logprobs {} is out of range: expected 0 to {}", logprobs,
+                                                      kMaxTopLogprobs));
 }
 
 std::string_view finish_reason_name(FinishReason r) {
@@ -81,7 +88,9 @@ Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const 
         throw UsageError(fmt::format("the prompt is {} tokens, longer than the context of {} (raise -c)",
                                      prompt_.size(), n_ctx));
     params.validate();
+    if (params.logprobs >= 0) sampler_.set_logprobs(params.logprobs);
     for (int32_t t : prompt_) sampler_.accept(t);
+    if (params.grammar) sampler_.constrain(params.grammar);
     if (params.max_tokens == 0) reason_ = FinishReason::length;
 }
 
@@ -103,18 +112,33 @@ std::string Generation::advance(int32_t token) {
     QUILL_CHECK(!finished(), "advance() after the generation finished");
     QUILL_CHECK(token >= 0 && token < tok_.n_vocab(), "token {} is outside the vocabulary", token);
     last_ = token;
+    sampler_.accept_output(last_);
     if (tok_.is_eog(last_)) return finish(FinishReason::stop);
     ++n_generated_;
     generated_.push_back(last_);
+    if (sampler_.logprobs_on()) {
+        QUILL_CHECK(sampler_.last_logprobs().token == last_, "token {} was not the sampler's pick", last_);
+        logprobs_.push_back(sampler_.last_logprobs());
+    }
     sampler_.accept(last_);
     std::string text = stop_.push(detok_.push(last_));
     if (stop_.matched()) {
         reason_ = FinishReason::stop;
         return text;
     }
+    if (sampler_.grammar_finished()) return text + finish(FinishReason::stop);  // nothing else can follow
     if (params_.max_tokens >= 0 && n_generated_ >= params_.max_tokens) return text + finish(FinishReason::length);
     if (next_pos() >= n_ctx_) return text + finish(FinishReason::context);
     return text;
+}
+
+int Generation::lookup_budget() const {
+    if (params_.lookup <= 0 || finished() || !sampler_.plain_greedy()) return 0;
+    // The step's decode row gives one token and each accepted guess one more; a guess at position next_pos() + k
+    // must fit in the context.
+    int64_t budget = std::min<int64_t>(params_.lookup, n_ctx_ - 1 - next_pos());
+    if (params_.max_tokens >= 0) budget = std::min<int64_t>(budget, params_.max_tokens - n_generated_ - 1);
+    return static_cast<int>(std::max<int64_t>(0, budget));
 }
 
 // ---- driver ----

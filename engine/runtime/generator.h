@@ -25,13 +25,24 @@ enum class FinishReason {
 };
 std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "interrupted"
 
+// The most guessed tokens a decode step checks (GenerationParams::lookup).
+inline constexpr int kMaxLookup = 32;
+
 struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
     std::vector<std::string> stop;
     SamplingParams sampling;
+    // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability and that many most likely alternatives
+    // (Generation::logprobs).
+    int logprobs = -1;
+    // Prompt lookup (engine/runtime/lookup.h): up to this many guessed tokens checked in each decode step, for a
+    // greedy sampler (temperature 0, no penalties); the text is the same as without. 0: off.
+    int lookup = 0;
+    // The grammar the output must follow (engine/grammar); null: none. Shared by the requests that use it.
+    std::shared_ptr<grammar::TokenGrammar> grammar;
 
-    // The sampling values, then max_tokens (-1 or more): UsageError naming the flag (-n), or with request_fields the
-    // field of a batch request (max_tokens), as SamplingParams::validate does.
+    // The sampling values, then max_tokens (-1 or more) and logprobs: UsageError naming the flag (-n, --logprobs), or
+    // with request_fields the field of a batch request (max_tokens, top_logprobs), as SamplingParams::validate does.
     void validate(bool request_fields = false) const;
 };
 
@@ -60,6 +71,7 @@ public:
     const std::vector<int32_t>& prompt() const { return prompt_; }
     // The sampler that picks the next token from the logits of the last token fed (Backend::forward_sample).
     Sampler& sampler() { return sampler_; }
+    const Sampler& sampler() const { return sampler_; }
     // Ids below this are tokens; a model's logits rows may be longer (Backend::forward_sample's n_token_ids).
     int64_t n_token_ids() const;
     // Takes the token the sampler picked; returns the text that became printable.
@@ -75,9 +87,14 @@ public:
     int n_generated() const { return n_generated_; }
     // The generated tokens (no end-of-generation token). All but the last are in the cache after generate().
     const std::vector<int32_t>& generated() const { return generated_; }
+    // With GenerationParams::logprobs: one entry per generated() token.
+    const std::vector<TokenLogprobs>& logprobs() const { return logprobs_; }
     // Position at which last_token() goes into the cache.
     int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
     uint64_t seed() const { return sampler_.params().seed; }
+    // How many guessed tokens the scheduler may check in the next decode step: GenerationParams::lookup for a
+    // greedy sampler, capped to the tokens still allowed (-n, the context); 0 for none.
+    int lookup_budget() const;
 
 private:
     std::string finish(FinishReason reason);
@@ -92,6 +109,7 @@ private:
     int32_t last_ = -1;
     int n_generated_ = 0;
     std::vector<int32_t> generated_;
+    std::vector<TokenLogprobs> logprobs_;
     FinishReason reason_ = FinishReason::none;
 };
 
@@ -100,6 +118,8 @@ struct GenerationStats {
     int prefilled_tokens = 0;  // prompt tokens run through the model (those past GenerateOptions::n_past)
     int reused_tokens = 0;     // prompt tokens already in the cache (n_past)
     int completion_tokens = 0;
+    int guessed_tokens = 0;   // prompt lookup's guesses checked
+    int accepted_tokens = 0;  // and those that were the model's own next token
     double prefill_ms = 0;  // the prompt's forward passes
     double ttft_ms = 0;     // start to the first token sampled
     double decode_ms = 0;   // from the first token to the last

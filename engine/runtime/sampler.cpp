@@ -59,34 +59,6 @@ size_t first_max(std::span<const float> x) {
     return 0;  // (no value is a number)
 }
 
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
-
-Rng::Rng(uint64_t seed) {
-    for (auto& s : s_) s = splitmix64(seed);
-}
-
-uint64_t Rng::next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-}
-
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
 
 void Sampler::accept(int32_t token) {
@@ -118,7 +90,35 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
 }
 
+void Sampler::constrain(std::shared_ptr<grammar::TokenGrammar> g) { grammar_.emplace(std::move(g)); }
+
+void Sampler::accept_output(int32_t token) {
+    if (grammar_) grammar_->accept(token);
+}
+
+// Logits of the tokens the grammar refuses (and of ids past its vocabulary) become -inf.
+void Sampler::apply_mask(std::span<float> logits) {
+    const std::span<const uint64_t> mask = grammar_->mask();
+    const size_t n = logits.size();
+    bool any = false;
+    for (size_t w = 0; w * 64 < n; ++w) {
+        const uint64_t bits = w < mask.size() ? mask[w] : 0;
+        any = any || bits != 0;
+        if (bits == ~uint64_t{0}) continue;
+        const size_t end = std::min(n, (w + 1) * 64);
+        if (bits == 0) {
+            std::fill(logits.data() + w * 64, logits.data() + end, -INFINITY);
+            continue;
+        }
+        for (size_t i = w * 64; i < end; ++i)
+            if (!((bits >> (i & 63)) & 1)) logits[i] = -INFINITY;
+    }
+    if (!any)
+        throw Error("the grammar allows no token here: no token of the vocabulary continues the text it requires");
+}
+
 int Sampler::top_needed() const {
+    if (logprobs_on() || grammar_) return 0;
     const SamplingParams& p = params_;
     const int base = p.temperature <= 0.0f ? 1 : p.top_k;
     if (base <= 0) return 0;
@@ -150,11 +150,43 @@ bool Sampler::plain_greedy() const {
     const SamplingParams& p = params_;
     const bool no_penalty =
         p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
-    return p.temperature <= 0.0f && no_penalty;
+    return p.temperature <= 0.0f && no_penalty && !logprobs_on() && !grammar_;
+}
+
+void Sampler::set_logprobs(int top_n) {
+    QUILL_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "top_n {} out of range", top_n);
+    logprobs_top_ = top_n;
 }
 
 int32_t Sampler::sample(std::span<float> logits) {
     QUILL_CHECK(!logits.empty(), "no logits to sample from");
+    if (!logprobs_on()) return pick(logits);
+    // The raw row's log-sum-exp, its top_n, and the picked token's raw logit (the grammar's mask and the penalties
+    // change the row).
+    double max = -INFINITY;
+    for (float v : logits)
+        if (v > max) max = v;
+    double sum = 0;
+    for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
+    const double lse = max + std::log(sum);
+    TokenLogprobs& lp = last_logprobs_;
+    lp.top.clear();
+    const size_t n = std::min(static_cast<size_t>(logprobs_top_), logits.size());
+    order_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) order_[i] = static_cast<int32_t>(i);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (size_t i = 0; i < n; ++i) lp.top.emplace_back(order_[i], static_cast<double>(logits[order_[i]]) - lse);
+    const bool changes_row = penalties_on() || grammar_;
+    if (changes_row) raw_.assign(logits.begin(), logits.end());
+    lp.token = pick(logits);
+    const float logit = (changes_row ? std::span<const float>(raw_) : logits)[static_cast<size_t>(lp.token)];
+    lp.logprob = static_cast<double>(logit) - lse;
+    return lp.token;
+}
+
+int32_t Sampler::pick(std::span<float> logits) {
+    if (grammar_) apply_mask(logits);
     apply_penalties(logits);
     if (params_.temperature <= 0.0f)  // greedy: the first maximum
         return static_cast<int32_t>(first_max(logits));
@@ -197,6 +229,8 @@ int32_t Sampler::sample(std::span<float> logits) {
 }
 
 int32_t Sampler::finish() {
+    // tokens a grammar refused (-inf) never count, even when fewer than k are allowed
+    while (cand_.size() > 1 && cand_.back().logit == -INFINITY) cand_.pop_back();
     // probabilities at temperature 1 for top-p and min-p
     auto softmax = [&](float temp) {
         probs_.resize(cand_.size());

@@ -1,13 +1,20 @@
-// The sampling chain: penalties, then top-k, top-p, min-p, temperature and a draw from a seeded RNG.
+// The sampling chain: a grammar's mask (when constrained), penalties, then top-k, top-p, min-p, temperature and a
+// draw from a seeded RNG.
 // Greedy (argmax) when temperature <= 0. The same seed, parameters and logits give the same tokens everywhere:
 // the RNG and its conversion to [0, 1) are quill's own, not the standard library's unspecified distributions.
 #pragma once
 
+#include "engine/rng.h"
+#include "engine/grammar/token_mask.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace quill {
@@ -28,17 +35,6 @@ struct SamplingParams {
     void validate(bool request_fields = false) const;
 };
 
-// xoshiro256** seeded through splitmix64.
-class Rng {
-public:
-    explicit Rng(uint64_t seed);
-    uint64_t next();
-    double uniform();  // [0, 1) with 53 random bits
-
-private:
-    uint64_t s_[4];
-};
-
 // The index of the first maximum of x: std::max_element's answer for finite values (NaN never wins; 0 when no value
 // is a number). What greedy sampling picks.
 size_t first_max(std::span<const float> x);
@@ -49,31 +45,61 @@ struct SampleCandidate {
     float logit;
 };
 
+// A sampled token's log-probability and the row's most likely tokens, of the model's own distribution: the
+// softmax of the raw logits, before penalties, temperature and truncation (what OpenAI's logprobs report), in
+// double precision.
+struct TokenLogprobs {
+    int32_t token = -1;
+    double logprob = 0;
+    std::vector<std::pair<int32_t, double>> top;  // the top_n most likely, descending (ties: the lower id first)
+};
+
+// The most top alternatives a sampler reports per token (OpenAI's top_logprobs range).
+inline constexpr int kMaxTopLogprobs = 20;
+
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& params);
 
     // Picks the next token from logits [n_vocab] (modified in place by the penalties).
     int32_t sample(std::span<float> logits);
+    // From now on each sample() also records the picked token's log-probability and the top_n (0..kMaxTopLogprobs)
+    // most likely tokens (last_logprobs). It needs the whole row: plain_greedy() and top_needed() say so.
+    void set_logprobs(int top_n);
+    bool logprobs_on() const { return logprobs_top_ >= 0; }
+    // What the last sample() recorded (with set_logprobs).
+    const TokenLogprobs& last_logprobs() const { return last_logprobs_; }
     // Records a token (prompt or generated) for the penalties.
     void accept(int32_t token);
 
+    // Restricts sample() to the tokens grammar `g` allows from the start of the output: the mask comes first, so
+    // the penalties, top-k, top-p, min-p and temperature act on the allowed tokens only. sample() throws
+    // quill::Error when the grammar allows no token of the vocabulary.
+    void constrain(std::shared_ptr<grammar::TokenGrammar> g);
+    bool constrained() const { return grammar_.has_value(); }
+    // Moves the grammar past a sampled token (nothing without a grammar).
+    void accept_output(int32_t token);
+    // The grammar's text is complete and nothing can follow (false without a grammar).
+    bool grammar_finished() const { return grammar_ && grammar_->finished(); }
+
     const SamplingParams& params() const { return params_; }
-    // Whether sample() is the logits' first maximum: greedy with no penalty in effect (what a device can pick
-    // without the history or the RNG).
+    // Whether sample() is the logits' first maximum: greedy with no penalty and no grammar in effect (what a device
+    // can pick without the history or the RNG).
     bool plain_greedy() const;
 
     // How many of a row's largest logits (ties: the lower id first) sample_top needs to pick what sample() picks:
     // top-k (1 for greedy) plus every token of the penalty window, whose logits the penalties can only lower here
-    // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, or penalties
-    // that can raise a logit). What a device selects so that only those candidates, not the row, come back.
+    // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, penalties
+    // that can raise a logit, or a grammar). What a device selects so that only those candidates, not the row, come back.
     int top_needed() const;
     // sample() of a row from its top_needed() largest logits (any order, ids ascending among equal logits): the
     // same token, and the same draw from the RNG.
     int32_t sample_top(std::span<const SampleCandidate> top);
 
 private:
+    int32_t pick(std::span<float> logits);
     void apply_penalties(std::span<float> logits) const;
+    void apply_mask(std::span<float> logits);
     bool penalties_on() const;
     float penalized(float logit, int count) const;
     // The chain after top-k: cand_ holds the top k sorted (logit descending, ids ascending among equals).
@@ -86,6 +112,11 @@ private:
     std::unordered_map<int32_t, int> counts_;  // occurrences in the window
     std::vector<Candidate> cand_;
     std::vector<float> probs_;
+    int logprobs_top_ = -1;  // -1: no logprobs
+    TokenLogprobs last_logprobs_;
+    std::vector<int32_t> order_;  // logprobs' top-n selection
+    std::vector<float> raw_;      // the row before the penalties, when they are on
+    std::optional<grammar::GrammarMatcher> grammar_;
 };
 
 }  // namespace quill

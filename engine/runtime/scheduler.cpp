@@ -1,6 +1,7 @@
 #include "engine/runtime/scheduler.h"
 
 #include "engine/error.h"
+#include "engine/runtime/lookup.h"
 
 #include <algorithm>
 
@@ -132,11 +133,25 @@ bool Scheduler::settle(int32_t slot) {
 void Scheduler::build_batch() {
     batch_.tokens.clear();
     logit_slot_.clear();
+    guess_.clear();
     for (size_t i = 0; i < slots_.size(); ++i) {
-        const Slot& s = slots_[i];
+        Slot& s = slots_[i];
         if (!s.busy || s.next_prompt < s.gen->prompt().size()) continue;
-        batch_.add(s.gen->last_token(), s.gen->next_pos(), static_cast<int32_t>(i), true, true);
-        logit_slot_.push_back(static_cast<int32_t>(i));
+        const auto slot = static_cast<int32_t>(i);
+        batch_.add(s.gen->last_token(), s.gen->next_pos(), slot, true, true);
+        logit_slot_.push_back(slot);
+        guess_.push_back(-1);
+        const int budget = s.gen->lookup_budget();
+        if (budget == 0) continue;
+        history_.assign(s.gen->prompt().begin(), s.gen->prompt().end());
+        history_.insert(history_.end(), s.gen->generated().begin(), s.gen->generated().end());
+        const std::vector<int32_t> guesses = lookup_guesses(history_, budget);
+        for (size_t g = 0; g < guesses.size(); ++g) {
+            batch_.add(guesses[g], s.gen->next_pos() + 1 + static_cast<int32_t>(g), slot, true, true);
+            logit_slot_.push_back(slot);
+            guess_.push_back(guesses[g]);
+        }
+        s.stats.guessed_tokens += static_cast<int>(guesses.size());
     }
     // At least one prefill token per step, so prompts progress even when the decode tokens fill the budget.
     size_t budget = static_cast<size_t>(std::max<int64_t>(1, options_.n_batch - static_cast<int64_t>(batch_.tokens.size())));
@@ -149,7 +164,10 @@ void Scheduler::build_batch() {
         for (size_t p = s.next_prompt; p < end; ++p) {
             const bool last = p + 1 == prompt.size();
             batch_.add(prompt[p], static_cast<int32_t>(p), static_cast<int32_t>(i), last);
-            if (last) logit_slot_.push_back(static_cast<int32_t>(i));
+            if (last) {
+                logit_slot_.push_back(static_cast<int32_t>(i));
+                guess_.push_back(-1);
+            }
         }
         last_step_.prefill_tokens += static_cast<int>(end - s.next_prompt);
         budget -= end - s.next_prompt;
@@ -157,12 +175,23 @@ void Scheduler::build_batch() {
     }
 }
 
-// Picked tokens come in batch order, which is the order of logit_slot_.
+// Picked tokens come in batch order, which is the order of logit_slot_. A guess row counts only while every earlier
+// row of its sequence did and picked the token the guess row holds.
 void Scheduler::sample_all() {
     const auto now = clock::now();
+    live_.assign(slots_.size(), 0);
     for (size_t r = 0; r < logit_slot_.size(); ++r) {
         const int32_t slot = logit_slot_[r];
         Slot& s = slots_[slot];
+        if (guess_[r] < 0) {
+            live_[slot] = 1;
+        } else {
+            if (!live_[slot] || !s.busy || picked_[r - 1] != guess_[r]) {
+                live_[slot] = 0;
+                continue;
+            }
+            ++s.stats.accepted_tokens;
+        }
         const bool first = s.stats.ttft_ms == 0;  // the prompt just completed
         if (first) s.stats.prefill_ms = ms_between(s.t_admit, now);
         const std::string text = s.gen->advance(picked_[r]);
@@ -172,7 +201,10 @@ void Scheduler::sample_all() {
         }
         ++last_step_.decode_tokens;
         if (!text.empty()) on_text_(s.id, text);
-        if (s.gen->finished()) finish(slot);
+        if (s.gen->finished()) {
+            finish(slot);
+            live_[slot] = 0;
+        }
     }
 }
 

@@ -3,6 +3,14 @@
 // token and streams its text. A finished sequence frees its slot, and the next step gives it to the next request.
 //
 // run is a scheduler with one request, chat one with a pinned slot and cached prefix (n_past), batch many.
+//
+// Prompt lookup (GenerationParams::lookup): a greedy sequence's decode token goes in with the tokens that followed an
+// earlier occurrence of its last tokens (engine/runtime/lookup.h), each at the next position and asking for logits.
+// Row i's pick is the model's next token after the tokens up to row i; while it equals the guess that row i + 1
+// holds, row i + 1 is the sequence's next step too, so one forward pass yields several tokens. Every row's logits are
+// those of a one-token decode step (a token's arithmetic never depends on its batch), so the text is the same as
+// without lookup. Rejected guesses leave K and V past the sequence's position, which the next step overwrites before
+// any token attends to them (a sliding-window layer's ring holds more positions than its window plus kMaxLookup).
 #pragma once
 
 #include "engine/runtime/backend.h"
@@ -111,6 +119,9 @@ private:
     bool admitting_ = true;
     Batch batch_;
     std::vector<int32_t> logit_slot_;  // [batch.n_logits()] the slot whose token asked for each logits row
+    std::vector<int32_t> guess_;       // [batch.n_logits()] the guessed token the row's token is, -1 for none
+    std::vector<int32_t> history_;     // build_batch's prompt + generated tokens of a sequence, for lookup
+    std::vector<char> live_;           // [slot] sample_all: the slot's rows so far this step were its tokens
     std::vector<Sampler*> samplers_;   // [batch.n_logits()] each logit row's sampler
     std::vector<int32_t> picked_;      // [batch.n_logits()] the tokens they picked
     StepStats last_step_;

@@ -8,9 +8,9 @@
 // are rare among the ids but matter most here); otherwise the 23 low bits, modulo n_vocab + 2, where the two
 // values past the vocabulary stand for n_vocab and -1.
 #include "engine/error.h"
+#include "engine/io/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 #include <algorithm>
 #include <array>

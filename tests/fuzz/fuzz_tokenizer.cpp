@@ -4,9 +4,9 @@
 //   - the streaming Detokenizer gives valid UTF-8 with every piece (fuzz_detokenizer checks its bytes);
 //   - the round trip decode(encode(x)) == x holds for valid UTF-8 x where the tokenizer promises it
 //     (tokenizer/tokenizer.h; see round_trip_promised).
+#include "engine/io/utf8.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 #include <cstddef>
 #include <cstdint>

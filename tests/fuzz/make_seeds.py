@@ -10,8 +10,8 @@ input format (see fuzz_detokenizer.cpp). fuzz_batch_input and fuzz_messages: JSO
 limit). fuzz_template: chat templates in the shapes models ship (a default system message, role checks, macros,
 filters, loop variables, namespaces, tool calls, raise_exception), and hostile ones (work that doubles, shared values
 walked in full, quadratic string searches), each of which the render budgets must stop in milliseconds
-(tests/test_template_hostile.cpp has the same cases). The test data in ../shared/testdata (GGUFs, .inp vectors, real
-templates) is added by .ci/fuzz at run time when it is there.
+(tests/unit/chat/test_template_hostile.cpp has the same cases). The test data in ../shared/testdata (GGUFs, .inp
+vectors, real templates) is added by .ci/fuzz at run time when it is there.
 """
 import os
 import struct

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reference outputs of Gemma 3 270M (models/gemma-3-270m-q4_k_m.gguf) from Hugging Face transformers, for
-tests/test_gemma3.cpp: an implementation of gemma3 independent of quill's, on the same GGUF (transformers dequantizes
-its weights to float32 with the gguf package and runs its own Gemma3ForCausalLM, tokenizer converted from the GGUF).
+tests/model/test_gemma3.cpp: an implementation of gemma3 independent of quill's, on the same GGUF (transformers
+dequantizes its weights to float32 with the gguf package and runs its own Gemma3ForCausalLM, tokenizer converted from
+the GGUF).
 
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers gguf sentencepiece protobuf
     /tmp/ref/bin/python tests/ref/gemma3_reference.py models/gemma-3-270m-q4_k_m.gguf > tests/data/gemma3-270m.ref.txt

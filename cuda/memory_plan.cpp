@@ -1,0 +1,156 @@
+#include "cuda/memory_plan.h"
+
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/dequant.h"
+#include "cuda/gemm.h"
+#include "engine/error.h"
+#include "engine/model/layer_matrices.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+namespace quill::cuda {
+
+namespace {
+
+constexpr size_t kRuntimeMargin = size_t{256} << 20;  // cuBLAS-free, but the runtime and fragmentation take some
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+template <class F>
+void for_each_matrix(const Weights& w, F&& f) {
+    f(w.tok_embd);
+    for (const LayerWeights& L : w.layers)
+        for (const TensorView* t : layer_matrices(L)) f(*t);
+    f(w.output);
+}
+
+// Every float vector of the model, the optional ones (biases, gemma3's norms) included; an absent one is empty.
+template <class F>
+void for_each_vector(const Weights& w, F&& f) {
+    for (const LayerWeights& L : w.layers)
+        for (const std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.attn_q_norm,
+                                            &L.attn_k_norm, &L.attn_post_norm, &L.ffn_post_norm})
+            f(*v);
+    f(w.output_norm);
+}
+
+}  // namespace
+
+// Blocks of 32 in the widest matmul input of a token.
+int64_t q8_blocks(const ModelConfig& c) { return (std::max({c.n_embd, c.n_embd_q(), c.n_ff}) + 31) / 32; }
+
+int64_t workspace_tokens_floats(const ModelConfig& c) {
+    // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin, and the local layers'
+    // [n_rot each]; an input quantized for matmul_q8: int8 values and a (d, d * sum) pair per block of 32
+    return 2 * c.n_embd + 2 * c.n_embd_q() + 2 * c.n_embd_kv() + 2 * c.n_ff + 2 * c.n_rot + q8_blocks(c) * 10;
+}
+
+size_t MemoryPlan::needed() const { return weights + kv + workspace + kRuntimeMargin; }
+
+std::string MemoryPlan::describe() const {
+    return fmt::format("weights {:.2f} GiB, KV cache {:.2f} GiB, workspace {:.2f} GiB of {:.1f} GiB ({:.1f} GiB free)",
+                       gib(weights), gib(kv), gib(workspace), gib(total), gib(free));
+}
+
+void check_model(const ModelConfig& config, const Weights& weights) {
+    check_weights(weights);
+    // The RoPE and attention settings without a CUDA kernel yet (session.cpp's device auto then runs the CPU).
+    if (config.no_rope_step > 0)
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s layers without RoPE", config.arch));
+    if (config.attn_temp_scale != 0.0f)
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s attention temperature "
+                                    "(attention.temperature_scale)", config.arch));
+    if (config.rope_mscale != 1.0f)
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s RoPE magnitude scale {} (YaRN's, or "
+                                    "rope.scaling.attn_factor)", config.arch, config.rope_mscale));
+    // Every architecture setting of ModelConfig has its kernel (forward); the kernels' shape limits remain.
+    if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
+        config.n_head % config.n_head_kv != 0)
+        throw FileError(fmt::format("the CUDA backend needs head_dim <= 512, an even rope dimension <= head_dim and "
+                                    "n_head a multiple of n_head_kv (got {}, {}, {} and {})",
+                                    config.head_dim, config.n_rot, config.n_head, config.n_head_kv));
+}
+
+void check_weights(const Weights& weights) {
+    for_each_matrix(weights, [](const TensorView& t) {
+        if (!cuda_supports(t.type))
+            throw FileError(fmt::format("tensor '{}' has type {}, which the CUDA backend cannot multiply (types with "
+                                        "CUDA kernels: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K)",
+                                        t.name, type_name(t.type)));
+    });
+}
+
+size_t weight_bytes(const Weights& weights) {
+    size_t n = 0;
+    std::map<const uint8_t*, bool> seen;  // a tied output matrix is the embedding: uploaded once
+    for_each_matrix(weights, [&](const TensorView& t) {
+        if (seen.emplace(t.data, true).second) n += align_up(t.n_bytes);
+    });
+    for_each_vector(weights, [&](const std::vector<float>& v) { n += align_up(v.size() * sizeof(float)); });
+    return n;
+}
+
+size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits) {
+    const size_t floats = static_cast<size_t>(n_tokens * workspace_tokens_floats(config) + n_logits * config.n_vocab);
+    const size_t ints = static_cast<size_t>(3 * n_tokens + n_logits + 1);
+    return align_up(floats * sizeof(float)) * 1 + align_up(ints * sizeof(int32_t)) + 16 * kAlign;
+}
+
+size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens) {
+    int64_t max_elems = 0, max_cols = 0;
+    for_each_matrix(weights, [&](const TensorView& t) {
+        max_elems = std::max(max_elems, t.ne[0] * t.n_rows());
+        max_cols = std::max(max_cols, t.ne[0]);
+    });
+    return gemm_scratch_bytes(mode, max_elems, max_cols, n_tokens);
+}
+
+namespace {
+
+size_t kv_bytes(const ModelConfig& c, const CudaBackendOptions& o, int64_t n_ctx) {
+    KvCacheShape s{c.n_layer, o.n_slots, n_ctx, c.n_head_kv, c.head_dim, o.kv_type};
+    return s.bytes();
+}
+
+MemoryPlan plan_for(const ModelConfig& c, const Weights& w, const CudaBackendOptions& o) {
+    MemoryPlan p;
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    p.device = prop.name;
+    check(cudaMemGetInfo(&p.free, &p.total), "cudaMemGetInfo");
+    p.weights = weight_bytes(w);
+    p.kv = kv_bytes(c, o, o.n_ctx);
+    p.workspace =
+        workspace_bytes(c, o.plan_tokens, o.plan_tokens) + gemm_workspace_bytes(w, o.tuning.gemm, o.plan_tokens);
+    return p;
+}
+
+}  // namespace
+
+int64_t largest_context(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options) {
+    MemoryPlan p = plan_for(config, weights, options);
+    const size_t fixed = p.weights + p.workspace + kRuntimeMargin;
+    if (fixed >= p.free) return 0;
+    return static_cast<int64_t>((p.free - fixed) / std::max<size_t>(1, kv_bytes(config, options, 1)));
+}
+
+MemoryPlan plan_memory(const ModelConfig& config, const Weights& weights, const CudaBackendOptions& options) {
+    MemoryPlan p = plan_for(config, weights, options);
+    if (p.needed() <= p.free) return p;
+    const size_t fixed = p.weights + p.workspace + kRuntimeMargin;
+    if (fixed >= p.free)
+        throw UsageError(fmt::format("the model does not fit on {}: its weights take {:.2f} GiB and the workspace "
+                                     "{:.2f} GiB, and {:.2f} GiB are free",
+                                     p.device, gib(p.weights), gib(p.workspace), gib(p.free)));
+    const int64_t fits = static_cast<int64_t>((p.free - fixed) / std::max<size_t>(1, kv_bytes(config, options, 1)));
+    throw UsageError(fmt::format("a context of {} positions ({} sequences) does not fit on {}: it needs {} and {:.2f} "
+                                 "GiB are free; the largest context that fits is {} (--ctx)",
+                                 options.n_ctx, options.n_slots, p.device, p.describe(), gib(p.free), fits));
+}
+
+}  // namespace quill::cuda

@@ -1,0 +1,227 @@
+#include "engine/cli/line_reader.h"
+
+#include "engine/error.h"
+#include "engine/io/output.h"
+
+#include <histedit.h>
+
+#include <cerrno>
+#include <clocale>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <langinfo.h>
+
+namespace quill::chat {
+
+namespace {
+
+// libedit decodes keys with the LC_CTYPE locale, and in "C" (a program's locale until it calls setlocale) it drops
+// every non-ASCII byte. A terminal sends UTF-8, so: the environment's locale when it is UTF-8, else C.UTF-8.
+bool use_utf8_ctype() {
+    for (const char* name : {"", "C.UTF-8", "C.utf8", "en_US.UTF-8"})
+        if (std::setlocale(LC_CTYPE, name) && std::strcmp(nl_langinfo(CODESET), "UTF-8") == 0) return true;
+    return false;
+}
+
+size_t utf8_length(wchar_t c) {
+    const auto u = static_cast<uint32_t>(c);
+    return u < 0x80 ? 1 : u < 0x800 ? 2 : u < 0x10000 ? 3 : 4;
+}
+
+// Bracketed paste: a terminal told ESC[?2004h wraps pasted text in these, so that its newlines do not send it.
+constexpr const char* kPasteOn = "\033[?2004h";
+constexpr const char* kPasteOff = "\033[?2004l";
+constexpr const char* kPasteStart = "\033[200~";
+constexpr std::wstring_view kPasteEnd = L"\033[201~";
+
+class TerminalReader final : public LineReader {
+public:
+    TerminalReader(std::FILE* in, std::FILE* out, std::string history_path, size_t max_line)
+        : out_(out), history_path_(std::move(history_path)), max_line_(max_line) {
+        if (!use_utf8_ctype())
+            print_stderr("quill: warning: no UTF-8 locale (C.UTF-8) here: non-ASCII keys will be lost\n");
+        const char* term = std::getenv("TERM");
+        paste_ = !(term && std::strcmp(term, "dumb") == 0);
+        el_ = el_init("quill", in, out, stderr);
+        hist_ = history_init();
+        if (!el_ || !hist_) throw Error("cannot start line editing (libedit)");
+        HistEvent ev;
+        history(hist_, &ev, H_SETSIZE, 1000);
+        history(hist_, &ev, H_SETUNIQUE, 1);
+        el_set(el_, EL_CLIENTDATA, this);
+        el_set(el_, EL_PROMPT, &TerminalReader::prompt_of);
+        el_set(el_, EL_EDITOR, "emacs");
+        el_set(el_, EL_HIST, history, hist_);
+        // el_wset keeps these static wide strings; el_set would store wide copies that el_end never frees.
+        el_wset(el_, EL_ADDFN, L"quill-paste", L"Insert a bracketed paste as it is", &TerminalReader::paste);
+        el_set(el_, EL_BIND, kPasteStart, "quill-paste", nullptr);
+        if (!history_path_.empty()) history(hist_, &ev, H_LOAD, history_path_.c_str());
+    }
+    ~TerminalReader() override {
+        history_end(hist_);
+        el_end(el_);
+    }
+
+    InputLine read(const std::string& prompt) override {
+        prompt_ = prompt;
+        paste_too_long_ = false;
+        if (paste_) terminal_mode(kPasteOn);
+        int count = 0;
+        errno = 0;
+        const char* line = el_gets(el_, &count);
+        const int read_errno = errno;
+        if (paste_) terminal_mode(kPasteOff);
+        InputLine r;
+        if (!line) {
+            r.status = (count < 0 && read_errno == EINTR) ? InputLine::Status::interrupted : InputLine::Status::eof;
+            if (r.status == InputLine::Status::interrupted) el_reset(el_);
+            return r;
+        }
+        if (paste_too_long_ || static_cast<size_t>(count) > max_line_ + 1) {
+            r.status = InputLine::Status::too_long;
+            return r;
+        }
+        r.status = InputLine::Status::line;
+        r.text.assign(line, static_cast<size_t>(count));
+        while (!r.text.empty() && (r.text.back() == '\n' || r.text.back() == '\r')) r.text.pop_back();
+        return r;
+    }
+
+    void remember(const std::string& entry) override {
+        if (entry.empty()) return;
+        HistEvent ev;
+        history(hist_, &ev, H_ENTER, entry.c_str());
+        if (history_path_.empty()) return;
+        std::error_code ec;
+        std::filesystem::create_directories(std::filesystem::path(history_path_).parent_path(), ec);
+        history(hist_, &ev, H_SAVE, history_path_.c_str());
+    }
+
+    bool interactive() const override { return true; }
+
+private:
+    static TerminalReader& self_of(EditLine* el) {
+        void* self = nullptr;
+        el_get(el, EL_CLIENTDATA, &self);
+        return *static_cast<TerminalReader*>(self);
+    }
+    static char* prompt_of(EditLine* el) { return self_of(el).prompt_.data(); }
+
+    // Bound to ESC[200~: reads up to ESC[201~ and inserts the text at the cursor, its line ends as '\n' (terminals
+    // send '\r'). Longer than the cap: the rest is read and dropped, and the line ends as too long.
+    static unsigned char paste(EditLine* el, int /*key*/) {
+        TerminalReader& self = self_of(el);
+        std::wstring text;
+        size_t bytes = 0;
+        for (wchar_t c; el_wgetc(el, &c) == 1;) {
+            if (!self.paste_too_long_) bytes += utf8_length(c);
+            if (bytes > self.max_line_ && !self.paste_too_long_) {
+                self.paste_too_long_ = true;
+                text.clear();
+            }
+            text.push_back(c);
+            if (text.ends_with(kPasteEnd)) {
+                text.resize(text.size() - kPasteEnd.size());
+                break;
+            }
+            if (self.paste_too_long_ && text.size() >= kPasteEnd.size())  // keep only what may begin the end mark
+                text.erase(0, text.size() - kPasteEnd.size() + 1);
+        }
+        if (self.paste_too_long_) return CC_NEWLINE;
+        std::wstring lines;
+        for (size_t i = 0; i < text.size(); ++i) {
+            if (text[i] != L'\r') {
+                if (text[i] != L'\0') lines.push_back(text[i]);
+            } else if (i + 1 >= text.size() || text[i + 1] != L'\n') {
+                lines.push_back(L'\n');
+            }
+        }
+        if (!lines.empty() && el_winsertstr(el, lines.c_str()) != 0) return CC_ERROR;
+        return CC_REFRESH;
+    }
+
+    void terminal_mode(const char* sequence) {
+        std::fputs(sequence, out_);
+        std::fflush(out_);
+    }
+
+    EditLine* el_ = nullptr;
+    History* hist_ = nullptr;
+    std::FILE* out_;
+    std::string history_path_;
+    size_t max_line_;
+    std::string prompt_;
+    bool paste_ = true;             // the terminal is told to bracket pastes
+    bool paste_too_long_ = false;   // the paste of the line being read passed max_line_
+};
+
+class StreamReader final : public LineReader {
+public:
+    StreamReader(std::FILE* in, size_t max_line) : in_(in), max_line_(max_line) {}
+
+    InputLine read(const std::string& /*prompt*/) override {
+        InputLine r;
+        std::string line;
+        bool too_long = false;
+        for (;;) {
+            errno = 0;
+            const int c = std::getc(in_);
+            if (c == EOF) {
+                if (std::ferror(in_)) {
+                    std::clearerr(in_);
+                    if (errno == EINTR) {
+                        r.status = InputLine::Status::interrupted;
+                        return r;
+                    }
+                    throw Error("cannot read the chat input: read error");
+                }
+                if (line.empty() && !too_long) return r;  // eof
+                break;
+            }
+            if (c == '\n') break;
+            if (too_long) continue;  // read to the end of the line, keeping nothing
+            line.push_back(static_cast<char>(c));
+            if (line.size() > max_line_) {
+                too_long = true;
+                std::string().swap(line);
+            }
+        }
+        if (too_long) {
+            r.status = InputLine::Status::too_long;
+            return r;
+        }
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        r.status = InputLine::Status::line;
+        r.text = std::move(line);
+        return r;
+    }
+
+    bool interactive() const override { return false; }
+
+private:
+    std::FILE* in_;
+    size_t max_line_;
+};
+
+}  // namespace
+
+std::unique_ptr<LineReader> make_terminal_reader(std::FILE* in, std::FILE* out, const std::string& history_path,
+                                                 size_t max_line_bytes) {
+    return std::make_unique<TerminalReader>(in, out, history_path, max_line_bytes);
+}
+
+std::unique_ptr<LineReader> make_stream_reader(std::FILE* in, size_t max_line_bytes) {
+    return std::make_unique<StreamReader>(in, max_line_bytes);
+}
+
+std::string default_history_path() {
+    namespace fs = std::filesystem;
+    if (const char* state = std::getenv("XDG_STATE_HOME"); state && *state)
+        return (fs::path(state) / "quill" / "history").string();
+    if (const char* home = std::getenv("HOME"); home && *home)
+        return (fs::path(home) / ".local" / "state" / "quill" / "history").string();
+    return {};
+}
+
+}  // namespace quill::chat

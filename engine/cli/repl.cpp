@@ -1,0 +1,276 @@
+#include "engine/cli/repl.h"
+
+#include "engine/chat/conversation_file.h"
+#include "engine/chat/settings.h"
+#include "engine/error.h"
+#include "engine/io/escape.h"
+
+namespace quill::chat {
+
+namespace {
+
+constexpr const char* kHelp =
+    "Type a message and press Enter. A line ending in \\ continues on the next line; \"\"\" opens and closes a\n"
+    "multi-line block; pasted text stays one message, newlines and all (Enter sends it). Ctrl-C stops a reply,\n"
+    "Ctrl-L clears the screen, Ctrl-D quits. A message starting with / is a command (// sends a literal /):\n"
+    "  /help               this text\n"
+    "  /clear, /reset      forget the conversation (the system message stays)\n"
+    "  /system TEXT        set the system message (without TEXT: show it)\n"
+    "  /undo               remove the last exchange\n"
+    "  /regen              generate the last reply again\n"
+    "  /set NAME VALUE     change a parameter (named as its flag: /set temp 0.7); /set alone lists them\n"
+    "  /show               the model, template, system message, parameters and context use\n"
+    "  /stats              context use and the last reply's speed\n"
+    "  /save FILE          write the conversation as JSON\n"
+    "  /load FILE          read a conversation written by /save\n"
+    "  /exit, /quit, /bye  quit\n"
+    "/set takes: {}\n";
+
+std::string trim(const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+}  // namespace
+
+ChatRepl::ChatRepl(Conversation& conv, LineReader& in, Output& out, Output& status, ReplOptions options)
+    : conv_(conv), in_(in), out_(out), status_(status), opt_(std::move(options)) {
+    // Said before the reply it makes room for.
+    conv_.on_dropped([this](int dropped) {
+        say(fmt::format("quill: the conversation outgrew the context of {} tokens: dropped the oldest {} messages",
+                        conv_.n_ctx(), dropped));
+    });
+}
+
+ChatRepl::~ChatRepl() { conv_.on_dropped(nullptr); }
+
+void ChatRepl::say(const std::string& text) { note(text + "\n"); }
+
+void ChatRepl::note(const std::string& text) {
+    try {
+        status_.put(text);
+    } catch (const OutputError&) {  // diagnostics never stop the chat (a closed or full stderr)
+    }
+}
+
+void ChatRepl::fail(const std::string& message) {
+    failed_ = true;
+    say("quill: error: " + escape_for_terminal(message));
+}
+
+std::optional<ChatRepl::Entry> ChatRepl::read_input() {
+    const bool tty = in_.interactive();
+    Entry entry;
+    bool started = false;  // a line of this entry has been read
+    bool in_block = false;
+    for (;;) {
+        InputLine line = in_.read(started ? "... " : "> ");
+        if (opt_.should_exit && opt_.should_exit()) return std::nullopt;
+        if (line.status == InputLine::Status::interrupted) {
+            if (opt_.clear_cancel) opt_.clear_cancel();
+            if (tty) note("^C\n");
+            entry = {};
+            started = in_block = false;
+            continue;  // Ctrl-C at the prompt drops the input, never exits
+        }
+        if (line.status == InputLine::Status::eof) {
+            if (tty) note("\n");
+            if (started) return entry;  // a block cut by EOF is still a message
+            return std::nullopt;
+        }
+        if (line.status == InputLine::Status::too_long) {
+            entry = {{}, true};
+            if (!in_block) return entry;
+            started = true;
+            continue;  // the rest of the block is read and dropped
+        }
+        if (trim(line.text) == "\"\"\"") {
+            if (in_block) return entry;
+            if (!started) {
+                started = in_block = true;
+                continue;
+            }
+        }
+        started = true;
+        const bool continued = !in_block && !line.text.empty() && line.text.back() == '\\';
+        if (continued) line.text.back() = '\n';
+        if (in_block) line.text += '\n';
+        if (!entry.too_long) {
+            if (entry.text.size() + line.text.size() > opt_.max_input_bytes)
+                entry = {{}, true};
+            else
+                entry.text += line.text;
+        }
+        if (!in_block && !continued) return entry;
+    }
+}
+
+int ChatRepl::run() {
+    if (in_.interactive() && !opt_.quiet) say("quill chat: /help lists the commands; Ctrl-D quits");
+    for (;;) {
+        std::optional<Entry> input = read_input();
+        if (!input) break;
+        if (input->too_long) {
+            if (!in_.interactive()) out_.put("\n\n");  // the empty reply of a message that was not sent
+            fail(fmt::format("the message is longer than the limit of {} (--max-input-bytes raises it); not sent",
+                             format_bytes(opt_.max_input_bytes)));
+        } else if (!trim(input->text).empty()) {  // an empty line sends nothing
+            in_.remember(input->text);
+            if (handle(input->text) == Action::exit) break;
+        }
+        if (opt_.should_exit && opt_.should_exit()) break;
+    }
+    return failed_ && !in_.interactive() ? 1 : 0;
+}
+
+ChatRepl::Action ChatRepl::handle(const std::string& input) {
+    Action action = Action::go_on;
+    try {
+        if (input.starts_with("/") && !input.starts_with("//")) {
+            const size_t sp = input.find_first_of(" \t\n");
+            const std::string name = input.substr(1, sp == std::string::npos ? std::string::npos : sp - 1);
+            const std::string arg = sp == std::string::npos ? std::string() : trim(input.substr(sp + 1));
+            command(name, arg, action);
+        } else {
+            const std::string message = input.starts_with("//") ? input.substr(1) : input;
+            if (const std::string loss = conv_.describe_loss(message); !loss.empty())
+                say("quill: warning: the text was changed by tokenizing: " + escape_for_terminal(loss));
+            reply(false, message);
+        }
+    } catch (const OutputError&) {
+        throw;  // stdout is gone: nothing more can be shown
+    } catch (const Error& e) {
+        fail(e.what());
+    }
+    return action;
+}
+
+void ChatRepl::reply(bool regenerate, const std::string& message) {
+    bool printed = false;
+    auto print = [&](std::string_view piece) {
+        printed = true;
+        out_.put(piece);
+    };
+    const char* end = in_.interactive() ? "\n" : "\n\n";
+    TurnResult r;
+    try {
+        r = regenerate ? conv_.regenerate(print, opt_.cancel) : conv_.send(message, print, opt_.cancel);
+    } catch (const OutputError&) {
+        throw;
+    } catch (const Error&) {
+        if (opt_.clear_cancel) opt_.clear_cancel();
+        // A failed turn ends as a reply does, empty when nothing was printed: scripts pair replies with messages.
+        if (printed || !in_.interactive()) out_.put(end);
+        throw;
+    }
+    if (opt_.clear_cancel) opt_.clear_cancel();
+    out_.put(end);
+    if (r.finish == FinishReason::interrupted) say("quill: reply interrupted");
+    if (r.finish == FinishReason::context)
+        say(fmt::format("quill: the context of {} tokens is full; the reply was cut", conv_.n_ctx()));
+    last_ = r;
+    has_last_ = true;
+    if (in_.interactive() && !opt_.quiet) {
+        std::string line = fmt::format("{} tokens, first token {:.0f} ms, {:.1f} tok/s; context {}/{}; reused {}, "
+                                       "prefilled {}",
+                                       r.stats.completion_tokens, r.stats.ttft_ms, r.stats.decode_tokens_per_s(),
+                                       conv_.cached_tokens(), conv_.n_ctx(), r.stats.reused_tokens,
+                                       r.stats.prefilled_tokens);
+        say(opt_.color ? "\033[2m" + line + "\033[0m" : line);
+    }
+}
+
+void ChatRepl::command(const std::string& name, const std::string& arg, Action& action) {
+    if (name == "help" || name == "?") {
+        note(fmt::format(kHelp, parameter_names()));
+    } else if (name == "exit" || name == "quit" || name == "bye") {
+        action = Action::exit;
+    } else if (name == "reset" || name == "clear") {
+        conv_.reset();
+        say("quill: conversation cleared");
+    } else if (name == "system") {
+        if (arg.empty()) {
+            say(conv_.system().empty() ? "quill: no system message (the template's default applies)"
+                                       : "quill: system message: " + escape_for_terminal(conv_.system()));
+        } else {
+            conv_.set_system(arg);
+            say("quill: system message set");
+        }
+    } else if (name == "undo") {
+        say(conv_.undo() ? "quill: removed the last exchange" : "quill: nothing to undo");
+    } else if (name == "regen") {
+        reply(true, "");
+    } else if (name == "set") {
+        set(arg);
+    } else if (name == "show") {
+        show();
+    } else if (name == "save") {
+        if (arg.empty()) throw UsageError("/save needs a file name");
+        save(arg);
+    } else if (name == "load") {
+        if (arg.empty()) throw UsageError("/load needs a file name");
+        load(arg);
+    } else if (name == "stats") {
+        std::string s = fmt::format("quill: {} messages; context {}/{} tokens in the cache", conv_.turns().size(),
+                                    conv_.cached_tokens(), conv_.n_ctx());
+        if (has_last_)
+            s += fmt::format("; last reply {} tokens, first token {:.0f} ms, prefill {:.1f} tok/s, decode {:.1f} "
+                             "tok/s, reused {}, prefilled {}",
+                             last_.stats.completion_tokens, last_.stats.ttft_ms, last_.stats.prefill_tokens_per_s(),
+                             last_.stats.decode_tokens_per_s(), last_.stats.reused_tokens,
+                             last_.stats.prefilled_tokens);
+        say(s);
+    } else {
+        throw UsageError(fmt::format("unknown command /{}; /help lists the commands", escape_for_terminal(name)));
+    }
+}
+
+void ChatRepl::set(const std::string& arg) {
+    if (arg.empty()) {
+        say("quill: " + describe_parameters(conv_.params()));
+        return;
+    }
+    const size_t sp = arg.find_first_of(" \t");
+    if (sp == std::string::npos) throw UsageError(fmt::format("/set {} needs a value", escape_for_terminal(arg)));
+    const std::string name = arg.substr(0, sp);
+    GenerationParams params = conv_.params();
+    set_parameter(params, name, trim(arg.substr(sp + 1)));
+    conv_.set_params(params);
+    say("quill: " + describe_parameters(params));
+}
+
+void ChatRepl::show() {
+    const std::string& system = conv_.system();
+    note(fmt::format("quill: model       {}\n"
+                     "      template    {}\n"
+                     "      system      {}\n"
+                     "      context     {}/{} tokens in the cache; {} messages\n"
+                     "      parameters  {}\n",
+                     escape_for_terminal(opt_.model_name), escape_for_terminal(conv_.format().name()),
+                     system.empty() ? "(none: the template's default applies)" : escape_for_terminal(system),
+                     conv_.cached_tokens(), conv_.n_ctx(), conv_.turns().size(),
+                     describe_parameters(conv_.params())));
+}
+
+void ChatRepl::save(const std::string& path) {
+    const auto& s = conv_.params().sampling;
+    nlohmann::json j = {{"messages", conv_.messages()},
+                        {"model", opt_.model_name},
+                        {"sampling",
+                         {{"temperature", s.temperature},
+                          {"top_k", s.top_k},
+                          {"top_p", s.top_p},
+                          {"min_p", s.min_p},
+                          {"repeat_penalty", s.repeat_penalty},
+                          {"seed", s.seed}}}};
+    write_conversation_file(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    say(fmt::format("quill: saved {} messages to {}", conv_.messages().size(), escape_for_terminal(path)));
+}
+
+void ChatRepl::load(const std::string& path) {
+    conv_.load(parse_messages(read_conversation_file(path, opt_.max_input_bytes), path));
+    say(fmt::format("quill: loaded {} messages from {}", conv_.messages().size(), escape_for_terminal(path)));
+}
+
+}  // namespace quill::chat

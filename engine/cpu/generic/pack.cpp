@@ -1,0 +1,84 @@
+// PackedWeights' tiles written a value at a time: the layout avx512::pack_tiles writes with its transposes, for
+// machines without AVX-512, and the Q5_0, Q5_1, Q4_K and Q5_K layouts for every family.
+#include <array>
+#include <cstring>
+
+#include "engine/cpu/kernels.h"
+#include "engine/error.h"
+
+namespace quill::cpu::generic {
+
+namespace {
+
+// Byte j of a Q5 block's qh word (elements 8j .. 8j + 7: k = 2j and 2j + 1, i = 0..3) spread as pack_tiles lays the
+// word out, shifted by 2j: bit 8i of an entry is bit i of the byte (element 8j + i), bit 8i + 1 its bit 4 + i. A
+// table look-up a byte instead of 32 single bits, which made packing a Q5_0 file far slower than a Q4_0 one.
+constexpr std::array<uint32_t, 256> kSpreadQh = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t b = 0; b < 256; ++b)
+        for (uint32_t i = 0; i < 4; ++i) t[b] |= ((b >> i) & 1u) << (8 * i) | ((b >> (4 + i)) & 1u) << (8 * i + 1);
+    return t;
+}();
+
+// pack_tiles for Q4_K and Q5_K (see kernels.h).
+void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 256));
+    const int64_t n_groups = w.n_in / 256, chunks = block_bytes / 16;
+    const int64_t half_bytes = n_groups * block_bytes * 8;
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+        for (int64_t h = 0; h < 2; ++h) {
+            auto* dst = static_cast<uint8_t*>(out) + (2 * tile + h) * half_bytes;
+            for (int64_t g = 0; g < n_groups; ++g)
+                for (int64_t c = 0; c < chunks; ++c)
+                    for (int64_t k = 0; k < 4; ++k)
+                        for (int64_t r = 0; r < 8; ++r, dst += 4) {  // a ragged tile repeats its last row
+                            const int64_t row = std::min(tile * 16 + 8 * h + r, w.n_out - 1);
+                            std::memcpy(dst,
+                                        static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
+                                            g * block_bytes + 16 * c + 4 * k,
+                                        4);
+                        }
+        }
+    }
+}
+
+}  // namespace
+
+void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1);
+    const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
+    const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
+    const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;
+    const int64_t value_bytes = q8 ? 512 : 256;  // per record: 64 bytes per four bytes of each of the 16 rows
+    const int64_t scales_at = value_bytes + (q5 ? 64 : 0);  // Q5_0, Q5_1: each row's qh word before the scales
+    const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
+    const size_t qs_at = q8                         ? offsetof(BlockQ8_0, qs)
+                         : w.type == GgmlType::Q4_0 ? offsetof(BlockQ4_0, qs)
+                         : w.type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs)
+                         : w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qs)
+                                                    : offsetof(BlockQ5_1, qs);
+    const size_t qh_at = w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qh) : offsetof(BlockQ5_1, qh);
+    static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
+    static_assert(offsetof(BlockQ5_0, d) == 0 && offsetof(BlockQ5_1, d) == 0 && offsetof(BlockQ5_1, m) == 2);
+    for (int64_t tile = tile0; tile < tile1; ++tile) {
+        auto* rec = static_cast<uint8_t*>(out) + tile * nb * record;
+        for (int64_t b = 0; b < nb; ++b, rec += record) {
+            for (int64_t r = 0; r < 16; ++r) {  // a ragged tile repeats its last row
+                const int64_t row = std::min(tile * 16 + r, w.n_out - 1);
+                const uint8_t* block = static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
+                                       b * block_bytes;
+                for (int64_t c = 0; c < value_bytes / 64; ++c) std::memcpy(rec + 64 * c + 4 * r, block + qs_at + 4 * c, 4);
+                if (q5) {  // qh, spread: bit 8i + k = the fifth bit of element 4k + i
+                    uint32_t qh = 0, spread = 0;
+                    std::memcpy(&qh, block + qh_at, 4);
+                    for (int j = 0; j < 4; ++j) spread |= kSpreadQh[(qh >> (8 * j)) & 0xFF] << (2 * j);
+                    std::memcpy(rec + value_bytes + 4 * r, &spread, 4);
+                }
+                std::memcpy(rec + scales_at + 2 * r, block, 2);                        // d
+                if (has_min) std::memcpy(rec + scales_at + 32 + 2 * r, block + 2, 2);  // m
+            }
+        }
+    }
+}
+
+}  // namespace quill::cpu::generic

@@ -1,0 +1,223 @@
+#include "engine/grammar/token_mask.h"
+
+#include "engine/error.h"
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace quill::grammar {
+
+namespace {
+// Frames of a stack's top that its local mask covers: enough for a JSON string's loop, its character and its
+// closing quote, so that only tokens leaving the string reach below.
+constexpr int kLocalFrames = 3;
+// The state masks kept (bytes); past it the cache starts over.
+constexpr size_t kMaskCacheBytes = size_t{16} << 20;
+
+void set_bit(std::vector<uint64_t>& m, int32_t t) { m[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63); }
+bool has_bit(const std::vector<uint64_t>& m, int32_t t) { return (m[static_cast<size_t>(t) >> 6] >> (t & 63)) & 1; }
+
+std::vector<std::string> vocab_bytes(const Tokenizer& tok) {
+    std::vector<std::string> out(static_cast<size_t>(tok.n_vocab()));
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+        if (!tok.is_eog(id)) out[static_cast<size_t>(id)] = tok.token_bytes(id);
+    return out;
+}
+}  // namespace
+
+// ---- TokenTrie ----
+
+TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes) {
+    std::vector<std::pair<std::string_view, int32_t>> order;  // (bytes, id), sorted
+    for (size_t id = 0; id < token_bytes.size(); ++id)
+        if (!token_bytes[id].empty()) order.emplace_back(token_bytes[id], static_cast<int32_t>(id));
+    std::sort(order.begin(), order.end());
+    std::vector<uint32_t> path;  // open nodes, one per depth
+    const std::string_view* prev = nullptr;
+    for (const auto& [t, id] : order) {
+        size_t lcp = 0;
+        if (prev) {
+            const size_t n = std::min(prev->size(), t.size());
+            while (lcp < n && (*prev)[lcp] == t[lcp]) ++lcp;
+        }
+        while (path.size() > lcp) {
+            end_[path.back()] = static_cast<uint32_t>(byte_.size());
+            path.pop_back();
+        }
+        for (size_t d = lcp; d < t.size(); ++d) {
+            path.push_back(static_cast<uint32_t>(byte_.size()));
+            byte_.push_back(static_cast<uint8_t>(t[d]));
+            depth_.push_back(static_cast<uint32_t>(d + 1));
+            end_.push_back(0);
+            tok_begin_.push_back(static_cast<uint32_t>(toks_.size()));
+        }
+        toks_.push_back(id);
+        max_depth_ = std::max(max_depth_, static_cast<uint32_t>(t.size()));
+        prev = &t;
+    }
+    for (uint32_t node : path) end_[node] = static_cast<uint32_t>(byte_.size());
+    tok_begin_.push_back(static_cast<uint32_t>(toks_.size()));
+}
+
+std::span<const int32_t> TokenTrie::tokens(size_t node) const {
+    return {toks_.data() + tok_begin_[node], tok_begin_[node + 1] - tok_begin_[node]};
+}
+
+std::span<const int32_t> TokenTrie::subtree_tokens(size_t node) const {
+    return {toks_.data() + tok_begin_[node], tok_begin_[end_[node]] - tok_begin_[node]};
+}
+
+// ---- TokenGrammar ----
+
+TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::string> token_bytes,
+                           std::vector<int32_t> eog)
+    : grammar_(g),
+      bytes_(std::move(token_bytes)),
+      eog_(std::move(eog)),
+      a_(std::move(g)),
+      trie_(bytes_),
+      n_words_((bytes_.size() + 63) / 64) {
+    std::sort(eog_.begin(), eog_.end());
+    for (int32_t t : eog_) {
+        QUILL_CHECK(t >= 0 && static_cast<size_t>(t) < bytes_.size(), "end-of-generation token {} out of range", t);
+        bytes_[static_cast<size_t>(t)].clear();
+    }
+    walk_.resize(trie_.max_depth() + 1);
+    below_.resize(trie_.max_depth() + 1);
+}
+
+TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok)
+    : TokenGrammar(std::move(g), vocab_bytes(tok), tok.eog_ids()) {}
+
+std::shared_ptr<TokenGrammar> TokenGrammar::renewed() const {
+    return std::make_shared<TokenGrammar>(grammar_, bytes_, eog_);
+}
+
+bool TokenGrammar::is_eog(int32_t token) const { return std::binary_search(eog_.begin(), eog_.end(), token); }
+
+// The top kLocalFrames frames of a stack, rebuilt on the empty stack.
+uint32_t TokenGrammar::local_key(uint32_t stack) {
+    frames_.clear();
+    for (uint32_t s = stack; s != Automaton::kEmptyStack && frames_.size() < kLocalFrames; s = a_.parent(s))
+        frames_.push_back(a_.top(s));
+    uint32_t local = Automaton::kEmptyStack;
+    for (size_t i = frames_.size(); i-- > 0;) local = a_.push(local, frames_[i]);
+    return local;
+}
+
+// One walk of the trie from the local stack: a token is accepted if some reading keeps all its bytes inside the
+// local frames or leaves them exactly at its end; uncertain if it is refused only after a reading left them (what
+// follows depends on the frames below); refused otherwise.
+const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
+    auto& slot = locals_[local_stack];
+    if (slot) return *slot;
+    ++stats_.local_walks;
+    auto m = std::make_unique<LocalMask>();
+    m->accepted.assign(n_words_, 0);
+    // A walk meets few states, each many times: their transitions go into a dense table of its own (the
+    // automaton's table is large and far from the cache), up to kDenseStates of them.
+    constexpr uint32_t kUnknown = ~uint32_t{0};
+    constexpr size_t kDenseStates = 4096;
+    dense_ids_ = IdMap();
+    dense_states_.clear();
+    dense_next_.clear();
+    auto local_index = [&](Automaton::State s) -> uint32_t {
+        if (const uint32_t* i = dense_ids_.find(s)) return *i;
+        if (dense_states_.size() >= kDenseStates) return kUnknown;
+        const auto i = static_cast<uint32_t>(dense_states_.size());
+        dense_ids_.emplace(s, i);
+        dense_states_.push_back(s);
+        dense_next_.resize(dense_next_.size() + 256, kUnknown);
+        return i;
+    };
+    auto step = [&](Automaton::State s, uint8_t b) -> Automaton::State {
+        const uint32_t i = local_index(s);
+        if (i == kUnknown) return a_.advance(s, b);
+        uint32_t& next = dense_next_[size_t{i} * 256 + b];
+        if (next == kUnknown) next = a_.advance(s, b);
+        return next;
+    };
+    walk_[0] = a_.single(local_stack);
+    below_[0] = 0;
+    for (size_t i = 0; i < trie_.size();) {
+        const uint32_t d = trie_.depth(i);
+        const Automaton::State s = step(walk_[d - 1], trie_.byte(i));
+        if (s == Automaton::kDead) {
+            if (below_[d - 1]) {
+                const auto sub = trie_.subtree_tokens(i);
+                m->uncertain.insert(m->uncertain.end(), sub.begin(), sub.end());
+            }
+            i = trie_.subtree_end(i);
+            continue;
+        }
+        for (int32_t t : trie_.tokens(i)) set_bit(m->accepted, t);
+        ++stats_.walk_nodes;
+        walk_[d] = s;
+        below_[d] = below_[d - 1] || a_.accepting(s);
+        ++i;
+    }
+    slot = std::move(m);
+    return *slot;
+}
+
+// The uncertain tokens of a local mask, each read from the whole stack; they come sorted by bytes, so a shared
+// prefix is read once.
+void TokenGrammar::check_uncertain(uint32_t stack, const LocalMask& local, std::vector<uint64_t>& mask) {
+    std::vector<Automaton::State>& path = walk_;  // path[k]: the state after k bytes of `last`
+    path[0] = a_.single(stack);
+    size_t have = 1;
+    const std::string* last = nullptr;
+    for (int32_t t : local.uncertain) {
+        if (has_bit(mask, t)) continue;
+        const std::string& b = bytes_[static_cast<size_t>(t)];
+        size_t k = 0;
+        if (last) {
+            const size_t n = std::min({last->size(), b.size(), have - 1});
+            while (k < n && (*last)[k] == b[k]) ++k;
+        }
+        Automaton::State s = path[k];
+        for (; k < b.size() && s != Automaton::kDead; ++k) {
+            s = a_.advance(s, static_cast<uint8_t>(b[k]));
+            path[k + 1] = s;
+        }
+        have = k + 1;
+        last = &b;
+        if (s != Automaton::kDead) set_bit(mask, t);
+    }
+}
+
+void TokenGrammar::build_mask(State s, std::vector<uint64_t>& mask) {
+    mask.assign(n_words_, 0);
+    const auto stacks = a_.stacks(s);
+    const std::vector<uint32_t> copy(stacks.begin(), stacks.end());  // the walks below add states: spans move
+    for (uint32_t stack : copy) {
+        if (stack == Automaton::kEmptyStack) {
+            for (int32_t t : eog_) set_bit(mask, t);
+            continue;
+        }
+        const LocalMask& local = local_mask(local_key(stack));
+        for (size_t w = 0; w < n_words_; ++w) mask[w] |= local.accepted[w];
+        if (!local.uncertain.empty()) check_uncertain(stack, local, mask);
+    }
+}
+
+std::span<const uint64_t> TokenGrammar::mask(State s) {
+    if (auto it = masks_.find(s); it != masks_.end()) {
+        ++stats_.mask_hits;
+        return it->second;
+    }
+    ++stats_.masks_built;
+    if ((masks_.size() + 1) * n_words_ * sizeof(uint64_t) > kMaskCacheBytes) masks_.clear();
+    std::vector<uint64_t>& m = masks_[s];
+    build_mask(s, m);
+    return m;
+}
+
+TokenGrammar::State TokenGrammar::accept(State s, int32_t token) {
+    QUILL_CHECK(token >= 0 && token < n_vocab(), "token {} is outside the vocabulary", token);
+    if (is_eog(token)) return s;
+    return a_.advance(s, bytes_[static_cast<size_t>(token)]);
+}
+
+}  // namespace quill::grammar

@@ -1,0 +1,221 @@
+#include "engine/hub/pull.h"
+
+#include "engine/hub/api.h"
+#include "engine/hub/cache.h"
+#include "engine/hub/download.h"
+#include "engine/hub/gguf_header.h"
+#include "engine/hub/quant_choice.h"
+#include "engine/io/output.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+
+namespace quill::hub {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kFirstProbe = uint64_t{256} << 10;  // bytes of a GGUF asked first for its header
+constexpr uint64_t kLargestProbe = uint64_t{64} << 20;
+
+void note(const PullOptions& o, const std::string& text) {
+    if (!o.quiet) print_stderr_noexcept("quill: " + text + "\n");
+}
+
+std::string model_name(const std::string& repo, const GgufModel& m) {
+    const std::string& first = m.files.front();
+    return repo + ":" + (m.quant.empty() ? first.substr(first.rfind('/') + 1) : m.quant);
+}
+
+std::vector<RepoFile> files_of_snapshot(const HubCache& cache, const std::string& repo, const std::string& commit) {
+    std::vector<RepoFile> files;
+    std::error_code ec;
+    for (const std::string& f : cache.snapshot_files(repo, commit))
+        files.push_back({f, static_cast<uint64_t>(fs::file_size(cache.snapshot_path(repo, commit, f), ec)), ""});
+    return files;
+}
+
+// The model in the cache's snapshot of ref.revision; nullopt when the cache does not hold it (a UsageError from the
+// choice, such as an ambiguous quantization, is thrown only when `must`).
+std::optional<PulledModel> from_cache(const HubCache& cache, const RepoRef& ref, bool must) {
+    const std::optional<std::string> commit = cache.commit_of(ref.repo, ref.revision);
+    if (!commit) return std::nullopt;
+    const std::vector<GgufModel> models = gguf_models(files_of_snapshot(cache, ref.repo, *commit));
+    if (models.empty()) return std::nullopt;
+    GgufModel m;
+    try {
+        m = choose_model(models, ref.quant, ref.repo);
+    } catch (const UsageError&) {
+        if (must) throw;
+        return std::nullopt;
+    }
+    PulledModel p{model_name(ref.repo, m), *commit, {}, m.bytes, true};
+    for (const std::string& f : m.files) p.files.push_back(cache.snapshot_path(ref.repo, *commit, f));
+    return p;
+}
+
+// Reads the GGUF header at `url` with growing range requests and throws FileError when quill cannot run the model.
+void refuse_unsupported(const HubApi& api, const std::string& url, uint64_t size, const std::string& label) {
+    for (uint64_t n = std::min(kFirstProbe, size);; n = std::min(n * 4, size)) {
+        const std::vector<uint8_t> prefix = api.read_prefix(url, n);
+        if (const auto header = parse_gguf_header(prefix, label)) {
+            if (const std::string why = why_unsupported(*header); !why.empty())
+                throw FileError(fmt::format("{}: quill cannot run this model: {} (nothing was downloaded)", label, why));
+            return;
+        }
+        if (prefix.size() < n || n >= size) throw FileError(fmt::format("{}: the GGUF header is truncated", label));
+        if (n >= kLargestProbe) return;  // a header this long is rare: the full download will tell
+    }
+}
+
+PulledModel fetch_from_hub(const HubApi& api, const HubCache& cache, const RepoRef& ref, const GgufModel& m,
+                           const std::vector<RepoFile>& listing, const PullOptions& o) {
+    PulledModel p{model_name(ref.repo, m), "", {}, m.bytes, false};
+    const bool bar = !o.quiet && ::isatty(STDERR_FILENO);
+    for (size_t i = 0; i < m.files.size(); ++i) {
+        const std::string& file = m.files[i];
+        const FileMeta meta = api.file_meta(ref.repo, ref.revision, file);
+        if (p.commit.empty()) p.commit = meta.commit;
+        const RepoFile* listed = nullptr;
+        for (const RepoFile& f : listing)
+            if (f.path == file) listed = &f;
+        BlobRequest b;
+        b.url = meta.url;
+        b.size = listed && listed->size ? listed->size : meta.size;
+        b.sha256 = listed ? listed->sha256 : "";
+        b.blob = cache.blob_path(ref.repo, meta.etag);
+        b.lock = cache.lock_path(ref.repo, meta.etag);
+        b.label = ref.repo + "/" + file;
+        std::error_code ec;
+        if (!fs::exists(b.blob, ec)) {
+            if (i == 0) refuse_unsupported(api, b.url, b.size, b.label);
+            download_blob(api.http(), b, bar, o.quiet);
+        }
+        cache.link(ref.repo, p.commit, file, meta.etag);
+        p.files.push_back(cache.snapshot_path(ref.repo, p.commit, file));
+    }
+    cache.write_ref(ref.repo, ref.revision, p.commit);
+    return p;
+}
+
+// The header of a local GGUF file (its first bytes, read as far as the header goes).
+std::optional<GgufHeader> read_header(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    for (uint64_t n = kFirstProbe; n <= kLargestProbe && in; n *= 4) {
+        std::vector<uint8_t> bytes(n);
+        in.clear();
+        in.seekg(0);
+        in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n));
+        bytes.resize(static_cast<size_t>(in.gcount()));
+        if (auto h = parse_gguf_header(bytes, path.string())) return h;
+        if (bytes.size() < n) break;
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+PulledModel pull_model(const std::string& spec, const PullOptions& o) {
+    const HubConfig config = hub_config_from_env();
+    const RepoRef ref = parse_repo_ref(spec);
+    const HubCache cache(config.cache_root);
+    if (config.offline || !o.ask_hub) {
+        if (auto cached = from_cache(cache, ref, config.offline)) {
+            if (config.offline) note(o, fmt::format("offline (HF_HUB_OFFLINE): using the cached {}", cached->name));
+            return *cached;
+        }
+        if (config.offline)
+            throw Error(fmt::format("{}: not in the cache ({}) and HF_HUB_OFFLINE is set", ref.text(),
+                                    cache.repo_dir(ref.repo).string()));
+    }
+    const HubApi api(config);
+    std::vector<RepoFile> listing;
+    try {
+        listing = api.list_files(ref.repo, ref.revision);
+    } catch (const NetworkError& e) {
+        if (auto cached = from_cache(cache, ref, true)) {
+            note(o, fmt::format("offline: cannot reach {} ({}); using the cached {}", config.endpoint, e.what(),
+                                cached->name));
+            return *cached;
+        }
+        throw Error(fmt::format("{}: cannot reach the hub and the model is not in the cache ({}): {}", ref.text(),
+                                cache.root().string(), e.what()));
+    }
+    const GgufModel chosen = choose_model(gguf_models(listing), ref.quant, ref.repo);
+    return fetch_from_hub(api, cache, ref, chosen, listing, o);
+}
+
+std::string resolve_hf_model(const std::string& spec) {
+    const PulledModel m = pull_model(spec, PullOptions{.ask_hub = false});
+    if (m.files.size() > 1)
+        throw FileError(fmt::format("{} is a GGUF split into {} files ({}); quill loads single-file GGUFs: merge them "
+                                    "with llama-gguf-split --merge",
+                                    m.name, m.files.size(), m.files.front().parent_path().string()));
+    return m.files.front().string();
+}
+
+std::string list_models() {
+    const HubCache cache(hub_config_from_env().cache_root);
+    std::vector<std::vector<std::string>> rows{{"NAME", "FILE", "SIZE", "ARCH", "TYPE", "RUNS"}};
+    const auto entries = cache.gguf_files();
+    for (size_t i = 0; i < entries.size();) {
+        // The entries of one snapshot, grouped into models (split parts together).
+        size_t j = i;
+        std::vector<RepoFile> files;
+        for (; j < entries.size() && entries[j].repo == entries[i].repo && entries[j].commit == entries[i].commit; ++j)
+            files.push_back({entries[j].file, entries[j].size, ""});
+        for (const GgufModel& m : gguf_models(files)) {
+            const fs::path first = cache.snapshot_path(entries[i].repo, entries[i].commit, m.files.front());
+            std::string arch = "?", type = "?", runs = "no: no GGUF header";
+            try {
+                if (const auto h = read_header(first)) {
+                    arch = h->architecture.empty() ? "?" : h->architecture;
+                    type = main_weight_type(*h);
+                    const std::string why = why_unsupported(*h);
+                    runs = why.empty() ? (m.files.size() > 1 ? "no: split (merge it)" : "yes") : "no: " + why;
+                }
+            } catch (const FileError& e) {
+                runs = std::string("no: ") + e.what();
+            }
+            rows.push_back({model_name(entries[i].repo, m), m.files.front(), human_size(m.bytes), arch, type, runs});
+        }
+        i = j;
+    }
+    if (rows.size() == 1) return fmt::format("no models in the cache ({}); get one with quill pull owner/repo:QUANT\n",
+                                             cache.root().string());
+    std::vector<size_t> width(rows[0].size(), 0);
+    for (const auto& r : rows)
+        for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+    std::string out;
+    for (const auto& r : rows) {
+        for (size_t c = 0; c < r.size(); ++c)
+            out += c + 1 < r.size() ? fmt::format("{:<{}}  ", r[c], width[c]) : r[c] + "\n";
+    }
+    return out;
+}
+
+std::string remove_model(const std::string& spec) {
+    const HubCache cache(hub_config_from_env().cache_root);
+    const RepoRef ref = parse_repo_ref(spec);
+    std::error_code ec;
+    if (!fs::exists(cache.repo_dir(ref.repo), ec))
+        throw UsageError(fmt::format("{}: not in the cache ({})", ref.repo, cache.root().string()));
+    if (ref.quant.empty()) {
+        const uint64_t freed = cache.remove(ref.repo, {});
+        return fmt::format("removed {} ({} freed)\n", ref.repo, human_size(freed));
+    }
+    std::vector<RepoFile> files;
+    for (const auto& e : cache.gguf_files()) {  // one entry per file, though several snapshots hold it
+        const bool seen = std::any_of(files.begin(), files.end(), [&](const RepoFile& f) { return f.path == e.file; });
+        if (e.repo == ref.repo && !seen) files.push_back({e.file, e.size, ""});
+    }
+    const GgufModel m = choose_model(gguf_models(files), ref.quant, ref.repo);
+    const uint64_t freed = cache.remove(ref.repo, m.files);
+    return fmt::format("removed {} ({} freed)\n", model_name(ref.repo, m), human_size(freed));
+}
+
+}  // namespace quill::hub

@@ -1,0 +1,96 @@
+#include "tests/support/test_util.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace quill::test {
+
+namespace fs = std::filesystem;
+
+fs::path testdata_dir() {
+    if (const char* env = std::getenv("QUILL_TESTDATA"); env && *env) return env;
+    return fs::path(QUILL_SOURCE_DIR) / ".." / "shared" / "testdata";
+}
+
+std::optional<fs::path> default_model() {
+    fs::path p = fs::path(QUILL_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (const char* env = std::getenv("QUILL_MODEL"); env && *env) p = env;
+    if (fs::exists(p)) return p;
+    return std::nullopt;
+}
+
+fs::path temp_dir(const std::string& name) {
+    fs::path dir = fs::temp_directory_path() / fmt::format("quill-test-{}-{}", name, ::getpid());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+}
+
+bool in_ci() {
+    const char* ci = std::getenv("CI");
+    if (!ci) return false;
+    const std::string v = ci;
+    return !v.empty() && v != "0" && v != "false";
+}
+
+void skip(const std::string& reason) {
+    if (in_ci()) FAIL("CI is set, so nothing may be missing: " << reason);
+    skip_no_device(reason);
+}
+
+void skip_no_device(const std::string& reason) { WARN(kSkipPrefix << reason); }
+
+std::optional<fs::path> require_testdata(const std::string& relative) {
+    fs::path p = testdata_dir() / relative;
+    if (fs::exists(p)) return p;
+    skip(fmt::format("test data {} is absent (set QUILL_TESTDATA)", p.string()));
+    return std::nullopt;
+}
+
+std::optional<fs::path> require_default_model() {
+    auto model = default_model();
+    if (!model) skip("the default model is absent: run models/fetch_default.sh (or set QUILL_MODEL)");
+    return model;
+}
+
+std::string read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+static std::string quote(const std::string& s) {
+    std::string q(1, '\'');
+    for (char c : s) {
+        if (c == '\'') q.append("'\\''");
+        else q.push_back(c);
+    }
+    q.push_back('\'');
+    return q;
+}
+
+CommandResult run_quill(const std::vector<std::string>& args, const std::string& input) {
+    fs::path dir = temp_dir("cmd");
+    fs::path in = dir / "in", out = dir / "out", err = dir / "err";
+    std::ofstream(in, std::ios::binary) << input;
+    std::string cmd = quote(QUILL_BIN);
+    for (const auto& a : args) cmd.append(1, ' ').append(quote(a));
+    cmd += fmt::format(" <{} >{} 2>{}", quote(in.string()), quote(out.string()), quote(err.string()));
+    int rc = std::system(cmd.c_str());
+    CommandResult r;
+    r.status = (rc != -1 && WIFEXITED(rc)) ? WEXITSTATUS(rc) : -1;
+    r.out = read_file(out);
+    r.err = read_file(err);
+    fs::remove_all(dir);
+    return r;
+}
+
+}  // namespace quill::test
