@@ -62,6 +62,9 @@ void with_type(GgmlType t, F&& f) {
         case GgmlType::Q4_K: f(std::integral_constant<GgmlType, GgmlType::Q4_K>{}); return;
         case GgmlType::Q5_K: f(std::integral_constant<GgmlType, GgmlType::Q5_K>{}); return;
         case GgmlType::Q6_K: f(std::integral_constant<GgmlType, GgmlType::Q6_K>{}); return;
+        case GgmlType::IQ4_NL: f(std::integral_constant<GgmlType, GgmlType::IQ4_NL>{}); return;
+        case GgmlType::IQ4_XS: f(std::integral_constant<GgmlType, GgmlType::IQ4_XS>{}); return;
+        case GgmlType::MXFP4: f(std::integral_constant<GgmlType, GgmlType::MXFP4>{}); return;
         default: break;
     }
     throw_unsupported(t);

@@ -37,6 +37,16 @@ QUILL_HD float half_to_float(uint32_t bits) {
 #endif
 }
 
+QUILL_HD float float_of_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(bits);
+#else
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
 QUILL_HD float bf16_to_float(uint32_t bits) {
 #if defined(__CUDA_ARCH__)
     return __uint_as_float(bits << 16);
@@ -54,6 +64,7 @@ QUILL_HD_CONSTEXPR bool cuda_supports(GgmlType t) {
         case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
         case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
         case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+        case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: case GgmlType::MXFP4:
             return true;
         default:
             return false;
@@ -64,14 +75,7 @@ QUILL_HD_CONSTEXPR bool cuda_supports(GgmlType t) {
 template <GgmlType T>
 QUILL_HD float decode_element(const uint8_t* row, int64_t e) {
     if constexpr (T == GgmlType::F32) {
-        const uint32_t bits = load_u32(row + 4 * e);
-#if defined(__CUDA_ARCH__)
-        return __uint_as_float(bits);
-#else
-        float f;
-        __builtin_memcpy(&f, &bits, 4);
-        return f;
-#endif
+        return float_of_bits(load_u32(row + 4 * e));
     } else if constexpr (T == GgmlType::F16) {
         return half_to_float(load_u16(row + 2 * e));
     } else {
@@ -129,6 +133,22 @@ QUILL_HD void decode_packed32(const uint8_t* q, const uint8_t* s, float* out) {
 // Whether the CUDA backend multiplies this type with int8 dot products against activations quantized to int8 per
 // block of 32 (matmul_q8), as the CPU backend's kernels do.
 QUILL_HD_CONSTEXPR bool uses_q8(GgmlType t) { return packed_quant_bytes(t) > 0; }
+
+// Level i (0..15) of IQ4_NL / IQ4_XS and of MXFP4 (kIq4nlValues, kMxfp4Values: a local copy, which device code
+// can index).
+QUILL_HD int iq4nl_value(int i) {
+    const int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    return v[i];
+}
+QUILL_HD int mxfp4_value(int i) {
+    const int8_t v[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    return v[i];
+}
+
+// MXFP4's E8M0 scale byte as mxfp4_scale: 2^(e - 128) (the levels are doubled), subnormal below e = 2.
+QUILL_HD float mxfp4_scale_of(uint32_t e) {
+    return float_of_bits(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+}
 
 // out[0..32) = elements [32 g, 32 g + 32) of a row of a block type.
 template <GgmlType T>
@@ -230,6 +250,33 @@ QUILL_HD void decode_group32(const uint8_t* row, int64_t g, float* out) {
             const float dl = d * static_cast<float>(sc & 0xF);
             const float ml = dmin * static_cast<float>(sc >> 4);
             out[l] = dl * static_cast<float>((b[16 + 32 * half + l] >> shift) & 3) - ml;
+        }
+    } else if constexpr (T == GgmlType::IQ4_NL || T == GgmlType::MXFP4) {
+        // d (fp16) or e (E8M0), then qs[16]: element j is a level of the low nibble of qs[j], j + 16 of its high one.
+        constexpr bool nl = T == GgmlType::IQ4_NL;
+        const uint8_t* b = row + g * (nl ? 18 : 17);
+        const float d = nl ? half_to_float(load_u16(b)) : mxfp4_scale_of(b[0]);
+        const uint8_t* q = b + (nl ? 2 : 1);
+        for (int j = 0; j < 16; ++j) {
+            if constexpr (nl) {
+                out[j] = d * static_cast<float>(iq4nl_value(q[j] & 0xF));
+                out[j + 16] = d * static_cast<float>(iq4nl_value(q[j] >> 4));
+            } else {
+                out[j] = static_cast<float>(mxfp4_value(q[j] & 0xF)) * d;
+                out[j + 16] = static_cast<float>(mxfp4_value(q[j] >> 4)) * d;
+            }
+        }
+    } else if constexpr (T == GgmlType::IQ4_XS) {
+        // d, scales_h (16 bits), scales_l[4], qs[128]: 32-block j has scale d (ls - 32), ls = nibble j of scales_l
+        // with bits 2j, 2j + 1 of scales_h above it, and its levels in qs[16 j .. + 16) as IQ4_NL's.
+        const uint8_t* b = row + (g / 8) * 136;
+        const int j = static_cast<int>(g % 8);
+        const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((load_u16(b + 2) >> (2 * j)) & 3) << 4);
+        const float dl = half_to_float(load_u16(b)) * static_cast<float>(ls - 32);
+        const uint8_t* q = b + 8 + 16 * j;
+        for (int l = 0; l < 16; ++l) {
+            out[l] = dl * static_cast<float>(iq4nl_value(q[l] & 0xF));
+            out[l + 16] = dl * static_cast<float>(iq4nl_value(q[l] >> 4));
         }
     } else {
         static_assert(is_block_type(T) && !is_block_type(T), "no decoder for this type");

@@ -41,10 +41,10 @@ constexpr std::array<TypeTraits, 32> kTypes = {{
     {GgmlType::IQ2_XS, "iq2_xs", QK_K, 74, false, false},
     {GgmlType::IQ3_XXS, "iq3_xxs", QK_K, 98, false, false},
     {GgmlType::IQ1_S, "iq1_s", QK_K, 50, false, false},
-    {GgmlType::IQ4_NL, "iq4_nl", 32, 18, false, false},
+    {GgmlType::IQ4_NL, "iq4_nl", QK4_NL, sizeof(BlockIq4Nl), true, true},
     {GgmlType::IQ3_S, "iq3_s", QK_K, 110, false, false},
     {GgmlType::IQ2_S, "iq2_s", QK_K, 82, false, false},
-    {GgmlType::IQ4_XS, "iq4_xs", QK_K, 136, false, false},
+    {GgmlType::IQ4_XS, "iq4_xs", QK_K, sizeof(BlockIq4Xs), true, true},
     {GgmlType::I8, "i8", 1, 1, false, false},
     {GgmlType::I16, "i16", 1, 2, false, false},
     {GgmlType::I32, "i32", 1, 4, false, false},
@@ -54,7 +54,7 @@ constexpr std::array<TypeTraits, 32> kTypes = {{
     {GgmlType::BF16, "bf16", 1, 2, true, true},
     {GgmlType::TQ1_0, "tq1_0", QK_K, 54, false, false},
     {GgmlType::TQ2_0, "tq2_0", QK_K, 66, false, false},
-    {GgmlType::MXFP4, "mxfp4", 32, 17, false, false},
+    {GgmlType::MXFP4, "mxfp4", QK_MXFP4, sizeof(BlockMxfp4), true, true},
 }};
 
 uint32_t float_bits(float f) {
@@ -406,6 +406,9 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
         case GgmlType::Q5_K: detail::dequantize_q5_k(src, dst, nb); return;
         case GgmlType::Q6_K: detail::dequantize_q6_k(src, dst, nb); return;
         case GgmlType::Q8_K: detail::dequantize_q8_k(src, dst, nb); return;
+        case GgmlType::IQ4_NL: detail::dequantize_iq4_nl(src, dst, nb); return;
+        case GgmlType::IQ4_XS: detail::dequantize_iq4_xs(src, dst, nb); return;
+        case GgmlType::MXFP4: detail::dequantize_mxfp4(src, dst, nb); return;
         default: break;
     }
     QUILL_CHECK(false, "no dequantizer for {}", t.name);
@@ -436,6 +439,9 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q5_K: detail::quantize_q5_k(src, dst, nb); return;
         case GgmlType::Q6_K: detail::quantize_q6_k(src, dst, nb); return;
         case GgmlType::Q8_K: detail::quantize_q8_k(src, dst, nb); return;
+        case GgmlType::IQ4_NL: detail::quantize_iq4_nl(src, dst, nb); return;
+        case GgmlType::IQ4_XS: detail::quantize_iq4_xs(src, dst, nb); return;
+        case GgmlType::MXFP4: detail::quantize_mxfp4(src, dst, nb); return;
         default: break;
     }
     QUILL_CHECK(false, "no quantizer for {}", t.name);

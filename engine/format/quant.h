@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -48,6 +49,7 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 
 // ---- block layouts (little-endian, packed as in ggml; fp16 fields are raw IEEE half bits) ----
 constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32, QK8_1 = 32, QK_K = 256;
+constexpr int QK4_NL = 32, QK_MXFP4 = 32;
 constexpr int K_SCALE_SIZE = 12;
 
 struct BlockQ4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };                 // x = (q - 8) * d; low nibbles first
@@ -62,11 +64,37 @@ struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK
 struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct BlockQ6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 struct BlockQ8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+// Non-linear 4-bit: each nibble indexes kIq4nlValues (IQ4_NL, IQ4_XS) or kMxfp4Values (MXFP4); element j and j + 16
+// of each 32 share byte j (low nibble, high nibble) as in Q4_0.
+struct BlockIq4Nl { uint16_t d; uint8_t qs[QK4_NL / 2]; };  // x = d * kIq4nlValues[q]
+// x = d * (ls - 32) * kIq4nlValues[q]; the 6-bit ls of 32-element sub-block j is nibble j of scales_l (low first)
+// with bits 2j, 2j+1 of scales_h above it.
+struct BlockIq4Xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+struct BlockMxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };  // x = 2^(e - 128) * kMxfp4Values[q] (E8M0 scale, halved)
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIq4Nl) == 18 && sizeof(BlockIq4Xs) == 136 && sizeof(BlockMxfp4) == 17);
+
+// The 16 levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl), ascending.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The 16 E2M1 values of MXFP4, doubled so they are integers (ggml's kvalues_mxfp4): code 8..15 is 0..7 negated.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// The scale of an MXFP4 block: 2^(e - 127) halved (the values above are doubled), as ggml's e8m0_to_fp32_half.
+inline float mxfp4_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// The 6-bit scale (0..63, 32 means zero) of 32-element sub-block j (0..7) of an IQ4_XS block.
+inline int iq4_xs_scale(const BlockIq4Xs& b, int j) {
+    return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
+}
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block.
 inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {

@@ -1,5 +1,6 @@
 // Internal to engine/quant*.cpp: the scalar reference codecs of the super-block ("k") types, implemented in
-// engine/format/quant_k.cpp and dispatched from dequantize_row / quantize_row in engine/format/quant.cpp.
+// engine/format/quant_k.cpp, and of the non-linear 4-bit types (engine/format/quant_nl.cpp), dispatched from
+// dequantize_row / quantize_row in engine/format/quant.cpp.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +35,13 @@ void quantize_q4_k(const float* src, void* dst, int64_t n_blocks);
 void quantize_q5_k(const float* src, void* dst, int64_t n_blocks);
 void quantize_q6_k(const float* src, void* dst, int64_t n_blocks);
 void quantize_q8_k(const float* src, void* dst, int64_t n_blocks);
+
+// The non-linear 4-bit types, in engine/format/quant_nl.cpp (IQ4_XS blocks are QK_K elements, the others 32).
+void dequantize_iq4_nl(const void* src, float* dst, int64_t n_blocks);
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n_blocks);
+void dequantize_mxfp4(const void* src, float* dst, int64_t n_blocks);
+void quantize_iq4_nl(const float* src, void* dst, int64_t n_blocks);
+void quantize_iq4_xs(const float* src, void* dst, int64_t n_blocks);
+void quantize_mxfp4(const float* src, void* dst, int64_t n_blocks);
 
 }  // namespace quill::detail

@@ -134,6 +134,9 @@ inline std::vector<TinyCase> tiny_cases() {
     c.push_back({"q6_K, MQA", spec(GgmlType::Q6_K, 256, 4, 1, 512)});
     c.push_back({"q3_K, GQA 2", spec(GgmlType::Q3_K, 256, 4, 2, 256)});
     c.push_back({"q2_K, MHA", spec(GgmlType::Q2_K, 256, 2, 2, 256)});
+    c.push_back({"iq4_nl, GQA 2", spec(GgmlType::IQ4_NL, 64, 4, 2, 96)});
+    c.push_back({"iq4_xs, MQA", spec(GgmlType::IQ4_XS, 256, 4, 1, 512)});
+    c.push_back({"mxfp4, GQA 3", spec(GgmlType::MXFP4, 96, 3, 1, 160)});
     TinyCase mixed{"q8_0 with f16 ffn_down, odd n_ff, tied output, rope_freqs", spec(GgmlType::Q8_0, 64, 8, 4, 172)};
     mixed.spec.ffn_down_type = GgmlType::F16;
     mixed.spec.tied_output = true;

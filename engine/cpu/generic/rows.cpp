@@ -166,6 +166,37 @@ void decode_q2_k(const void* row, int64_t b, DecodedBlock& out) {
     out.half_minima = true;
 }
 
+// The non-linear types: each nibble (element i low, i + 16 high, as Q4_0) indexes a table of int8 levels.
+void unpack_table(const uint8_t* qs, const int8_t* values, int8_t* q) {
+    for (int i = 0; i < 16; ++i) {
+        q[i] = values[qs[i] & 0xF];
+        q[i + 16] = values[qs[i] >> 4];
+    }
+}
+
+void decode_iq4_nl(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq4Nl>(row, b);
+    unpack_table(blk.qs, kIq4nlValues, out.q);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d);
+    out.wm = 0.0f;
+}
+
+// IQ4_XS: 32-block j (0..7) of a super-block has the 6-bit scale iq4_xs_scale(j), offset by 32.
+void decode_iq4_xs(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq4Xs>(row, b / 8);
+    const int j = static_cast<int>(b % 8);
+    unpack_table(blk.qs + 16 * j, kIq4nlValues, out.q);
+    out.ws[0] = out.ws[1] = half_to_float(blk.d) * static_cast<float>(iq4_xs_scale(blk, j) - 32);
+    out.wm = 0.0f;
+}
+
+void decode_mxfp4(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockMxfp4>(row, b);
+    unpack_table(blk.qs, kMxfp4Values, out.q);
+    out.ws[0] = out.ws[1] = mxfp4_scale(blk.e);
+    out.wm = 0.0f;
+}
+
 using DecodeFn = void (*)(const void* row, int64_t b, DecodedBlock& out);
 
 DecodeFn find_decoder(GgmlType type) {
@@ -190,6 +221,12 @@ DecodeFn find_decoder(GgmlType type) {
             return decode_q3_k;
         case GgmlType::Q2_K:
             return decode_q2_k;
+        case GgmlType::IQ4_NL:
+            return decode_iq4_nl;
+        case GgmlType::IQ4_XS:
+            return decode_iq4_xs;
+        case GgmlType::MXFP4:
+            return decode_mxfp4;
         default:
             return nullptr;
     }
@@ -297,6 +334,9 @@ const KernelTable& kernel_table() {
         entry(t.rows, GgmlType::Q6_K) = {quant_rows<decode_q6_k>, true};
         entry(t.rows, GgmlType::Q3_K) = {quant_rows<decode_q3_k>, true};
         entry(t.rows, GgmlType::Q2_K) = {quant_rows<decode_q2_k>, true};
+        entry(t.rows, GgmlType::IQ4_NL) = {quant_rows<decode_iq4_nl>, true};
+        entry(t.rows, GgmlType::IQ4_XS) = {quant_rows<decode_iq4_xs>, true};
+        entry(t.rows, GgmlType::MXFP4) = {quant_rows<decode_mxfp4>, true};
         return t;
     }();
     return table;

@@ -80,6 +80,9 @@ bool uses_int8(GgmlType type) {
         case GgmlType::Q6_K:
         case GgmlType::Q3_K:
         case GgmlType::Q2_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::MXFP4:
             return true;
         default:
             return false;
@@ -168,6 +171,7 @@ std::vector<Shape> shapes_for(GgmlType type) {
 const std::vector<GgmlType> kTypes = {
     GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
     GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K,
+    GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4,
 };
 
 std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }

@@ -145,13 +145,13 @@ TEST_CASE("quant: traits, names and row sizes", "[quant]") {
     }
     SECTION("what can be computed") {
         for (const char* name : {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2_K", "q3_K",
-                                 "q4_K", "q5_K", "q6_K", "q8_K"}) {
+                                 "q4_K", "q5_K", "q6_K", "q8_K", "iq4_nl", "iq4_xs", "mxfp4"}) {
             INFO(name);
             const TypeTraits& t = type_traits(*type_from_name(name));
             CHECK(t.can_dequantize);
             CHECK(t.can_quantize);
         }
-        for (const char* name : {"iq2_xxs", "iq4_nl", "iq4_xs", "i8", "i32", "f64", "tq1_0", "tq2_0", "mxfp4"}) {
+        for (const char* name : {"iq2_xxs", "iq3_s", "i8", "i32", "f64", "tq1_0", "tq2_0"}) {
             INFO(name);
             const TypeTraits& t = type_traits(*type_from_name(name));
             CHECK_FALSE(t.can_dequantize);

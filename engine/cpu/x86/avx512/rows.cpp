@@ -1,5 +1,7 @@
-// The AVX-512 four-row kernels in the kernel table: Q6_K, and Q8_0 (its decode here, more tokens on lanes.h).
+// The AVX-512 four-row kernels in the kernel table: Q6_K, and Q8_0 (its decode here, more tokens on lanes.h); and
+// the sixteen-row kernels of IQ4_NL, IQ4_XS and MXFP4 (iq4_decoders.h).
 #include "engine/cpu/x86/avx512/rows.h"
+#include "engine/cpu/x86/avx512/iq4_decoders.h"
 #include "engine/cpu/x86/avx512/lanes.h"
 
 #ifdef QUILL_AVX512_BUILT
@@ -19,6 +21,9 @@ void q8_0_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
 void add_rows_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::Q8_0) = {q8_0_rows, true};
     entry(table.rows, GgmlType::Q6_K) = {quant_rows<DecQ6_K>, true};
+    entry(table.rows, GgmlType::IQ4_NL) = {rows16<Dec16Table<BlockIq4Nl>>, true};
+    entry(table.rows, GgmlType::IQ4_XS) = {rows16<Dec16Iq4Xs>, true};
+    entry(table.rows, GgmlType::MXFP4) = {rows16<Dec16Table<BlockMxfp4>>, true};
 }
 
 }  // namespace quill::cpu::QUILL_AVX512_NS

@@ -94,12 +94,15 @@ TEST_CASE("CUDA block decoders, compiled for the host, equal the reference dequa
     check_type<GgmlType::Q6_K>();
     check_type<GgmlType::Q2_K>();
     check_type<GgmlType::Q3_K>();
+    check_type<GgmlType::IQ4_NL>();
+    check_type<GgmlType::IQ4_XS>();
+    check_type<GgmlType::MXFP4>();
     // Every type the backend claims has a decoder above, and nothing else is claimed.
     int claimed = 0;
     for (uint32_t id = 0; id < 64; ++id) {
         if (const TypeTraits* t = find_type_traits(id)) claimed += cuda::cuda_supports(t->type);
     }
-    CHECK(claimed == 13);
+    CHECK(claimed == 16);
 }
 
 namespace {
