@@ -30,8 +30,11 @@ def main():
         print("QUILL-SKIP: the jsonschema package is not installed (pip install jsonschema)")
         return 1 if ci else 77
 
-    schema_dir = pathlib.Path(__file__).parent / "data" / "schemas"
+    schema_dir = pathlib.Path(__file__).resolve().parent.parent / "data" / "schemas"
     schemas = {p.stem: json.loads(p.read_text()) for p in sorted(schema_dir.glob("*.json"))}
+    if len(schemas) < 50:
+        print(f"only {len(schemas)} schemas in {schema_dir}: the corpus has more than 50")
+        return 1
     with tempfile.TemporaryDirectory() as tmp:
         inp, out = pathlib.Path(tmp) / "in.jsonl", pathlib.Path(tmp) / "out.jsonl"
         with inp.open("w") as f:
