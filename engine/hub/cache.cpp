@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 #include <system_error>
+#include <unistd.h>
 
 namespace quill::hub {
 
@@ -56,11 +57,19 @@ std::optional<std::string> HubCache::commit_of(const std::string& repo, const st
     return commit;
 }
 
+namespace {
+
+// A name beside `path` for this process alone: two pulls of one model may write the same ref and link at once, each
+// renaming its own file over the final name.
+fs::path temporary_name(const fs::path& path) { return fmt::format("{}.quill-tmp-{}", path.string(), getpid()); }
+
+}  // namespace
+
 void HubCache::write_ref(const std::string& repo, const std::string& revision, const std::string& commit) const {
     if (revision == commit) return;
     const fs::path ref = repo_dir(repo) / "refs" / revision;
     fs::create_directories(ref.parent_path());
-    const fs::path tmp = ref.string() + ".quill-tmp";
+    const fs::path tmp = temporary_name(ref);
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         out << commit;
@@ -74,7 +83,7 @@ void HubCache::link(const std::string& repo, const std::string& commit, const st
     const fs::path at = snapshot_path(repo, commit, file);
     fs::create_directories(at.parent_path());
     const fs::path target = blob_path(repo, etag).lexically_relative(at.parent_path());
-    const fs::path tmp = at.string() + ".quill-tmp";
+    const fs::path tmp = temporary_name(at);
     std::error_code ec;
     fs::remove(tmp, ec);
     fs::create_symlink(target, tmp);

@@ -1,0 +1,238 @@
+// run, template and chat.
+#include "engine/cli/commands.h"
+
+#include "engine/runtime/bench.h"
+#include "engine/runtime/logprobs_json.h"
+#include "engine/runtime/perplexity.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/batch/input.h"
+#include "engine/cli/progress.h"
+#include "engine/batch/records.h"
+#include "engine/batch/runner.h"
+#include "engine/chat/chat_format.h"
+#include "engine/chat/conversation.h"
+#include "engine/cli/line_reader.h"
+#include "engine/cli/repl.h"
+#include "engine/error.h"
+#include "engine/io/output.h"
+#include "engine/io/signals.h"
+#include "engine/session.h"
+#include "engine/runtime/generator.h"
+#include "engine/format/gguf.h"
+#include "engine/hub/pull.h"
+#include "engine/grammar/constraint.h"
+#include "engine/io/escape.h"
+#include "engine/io/input.h"
+#include "engine/io/output.h"
+#include "engine/io/signals.h"
+#include "engine/model/model.h"
+#include "engine/model/model_info.h"
+#include "engine/model/synthetic.h"
+#include "tokenizer/tokenizer.h"
+
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+
+namespace quill::cli {
+
+namespace fs = std::filesystem;
+
+int cmd_run(RunOptions& o) {
+    quill::signals::install();  // Ctrl-C and SIGTERM stop the generation (or the read of stdin); the text is kept
+    std::optional<std::string> given = read_run_prompt(o);
+    if (!given) {  // nothing to complete at a terminal: a conversation, as `ollama run` starts one
+        if (o.raw || o.json)
+            throw UsageError("no prompt: give -p TEXT, an argument, -f FILE or pipe it on stdin (--raw and --json "
+                             "need one; without them, run at a terminal starts a chat)");
+        return chat_from_run(o);
+    }
+    // --raw feeds the bytes exactly; the chat template gets the message without its line ending.
+    const std::string text = o.raw ? std::move(*given) : without_final_newline(std::move(*given));
+    if (text.empty()) throw UsageError("the prompt is empty: give text with -p, an argument, -f or on stdin");
+    o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    gp.logprobs = o.logprobs;
+    gp.lookup = o.lookup;
+    gp.validate();
+    const OutputConstraint constraint = compile_output_constraint(o.constraint);
+
+    auto session = quill::Session::open(session_options(o.model, o.engine));
+    const quill::Tokenizer* tok = session->tokenizer.get();
+    gp.grammar = constraint.bind(*tok);
+    quill::Backend* backend = session->backend.get();
+    const int64_t n_ctx = session->n_ctx;
+    const double load_ms = session->load_ms;
+    if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
+
+    // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
+    std::vector<int32_t> prompt;
+    if (o.raw) {
+        prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
+        warn_if_lossy(*tok, text, prompt);
+    } else {
+        const std::vector<int32_t> plain = tok->encode(text, false, false);
+        warn_if_lossy(*tok, text, plain);
+        // Too long for the context already: said as with --raw, before the template renders (and caps) megabytes.
+        if (static_cast<int64_t>(plain.size()) > n_ctx)
+            throw UsageError(fmt::format("the prompt is {} tokens before the chat template, longer than the context "
+                                         "of {} (raise -c)",
+                                         plain.size(), n_ctx));
+        auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
+        // A signal stops a runaway template too (the handlers are installed above, before anything renders).
+        prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag());
+    }
+    quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
+
+    // Text streams to stdout as it comes; a failed write (a full disk, a closed pipe) stops the generation at once.
+    quill::Output out(stdout, "stdout");
+    std::string all;
+    auto on_text = [&](std::string_view piece) {
+        all += piece;
+        if (!o.json) out.put(piece);
+    };
+    quill::GenerateOptions go;
+    go.cancel = &quill::signals::stop_flag();
+    quill::GenerationStats st = quill::generate(*backend, gen, 0, on_text, go);
+    if (gen.finish_reason() == quill::FinishReason::context)
+        quill::print_stderr("\nquill: the context of {} tokens is full; stopping (finish reason \"length\")\n", n_ctx);
+    if (o.json) {
+        nlohmann::json j{{"text", all},
+                         {"finish_reason", quill::finish_reason_name(gen.finish_reason())},
+                         {"prompt_tokens", st.prompt_tokens},
+                         {"completion_tokens", st.completion_tokens},
+                         {"seed", gen.seed()},
+                         {"timings",
+                          {{"load_ms", load_ms},
+                           {"ttft_ms", st.ttft_ms},
+                           {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
+                           {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
+        if (gp.lookup > 0) j["lookup"] = {{"guessed", st.guessed_tokens}, {"accepted", st.accepted_tokens}};
+        out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    }
+    if (!o.quiet)
+        quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
+                            "tok/s; decode {:.1f} tok/s; finish reason {}{}\n",
+                            st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
+                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()),
+                            gp.lookup > 0 ? fmt::format("; lookup: {} of {} guesses accepted", st.accepted_tokens,
+                                                        st.guessed_tokens)
+                                          : "");
+    // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
+    if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
+    return 0;
+}
+
+int cmd_template(const TemplateOptions& o) {
+    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Hello"}}});
+    if (!o.messages.empty()) {
+        const std::string text = o.messages == "-" ? read_stdin(quill::kDefaultMaxInputBytes)
+                                                    : quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes);
+        messages = quill::chat::parse_messages(text, o.messages == "-" ? "stdin" : o.messages);
+    }
+    // A model is read when one is named, when no template is given, or for the token ids.
+    std::optional<quill::GgufFile> file;
+    std::unique_ptr<quill::Tokenizer> tok;
+    if (!o.model.empty() || o.chat_template.empty() || o.tokens) {
+        file.emplace(quill::GgufFile::open(quill::resolve_model_path(o.model)));
+        tok = quill::Tokenizer::from_gguf(*file);
+    }
+    quill::chat::ChatFormat format =
+        quill::chat::ChatFormat::choose(file ? &*file : nullptr, tok.get(), o.chat_template, warn_line);
+    if (o.bos) format.set_bos_text(*o.bos);
+    if (o.eos) format.set_eos_text(*o.eos);
+    quill::Output out(stdout, "stdout");
+    out.write(format.render(messages, !o.no_generation_prompt).text);
+    if (o.tokens) {
+        std::vector<int32_t> ids = format.tokenize(*tok, messages, !o.no_generation_prompt);
+        std::string line = "\n";
+        for (size_t i = 0; i < ids.size(); ++i) {
+            if (i > 0) line += ' ';
+            line += std::to_string(ids[i]);
+        }
+        out.write(line + "\n");
+    }
+    out.flush();
+    return 0;
+}
+
+int cmd_chat(ChatCliOptions& o) {
+    o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+    quill::GenerationParams gp;
+    gp.max_tokens = o.n_predict;
+    gp.stop = o.stop;
+    gp.sampling = o.sampling;
+    gp.lookup = o.lookup;
+    gp.validate();
+    const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
+    const OutputConstraint constraint = compile_output_constraint(o.constraint);
+    auto session = quill::Session::open(session_options(o.model, o.engine));
+    gp.grammar = constraint.bind(*session->tokenizer);
+    if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
+    auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
+                                                  warn_line);
+    quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
+    conv.set_system(o.system);
+
+    quill::signals::install();
+    const bool tty = isatty(STDIN_FILENO) != 0;
+    auto in = tty ? quill::chat::make_terminal_reader(stdin, stdout, quill::chat::default_history_path(),
+                                                      o.max_input_bytes)
+                  : quill::chat::make_stream_reader(stdin, o.max_input_bytes);
+    quill::Output out(stdout, "stdout");
+    quill::Output status(stderr, "stderr");
+    quill::chat::ReplOptions ro;
+    ro.color = tty && isatty(STDERR_FILENO) && !std::getenv("NO_COLOR");
+    ro.quiet = o.quiet;
+    ro.model_name = session->model->config.name;
+    ro.max_input_bytes = o.max_input_bytes;
+    ro.cancel = &quill::signals::stop_flag();
+    ro.clear_cancel = [] { quill::signals::clear(); };
+    // SIGTERM ends the chat; so does Ctrl-C when nobody is typing (input from a pipe or a file).
+    ro.should_exit = [tty] { return quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0); };
+    quill::chat::ChatRepl repl(conv, *in, out, status, ro);
+    const int rc = repl.run();
+    // Ended by a signal: the conventional status (130 SIGINT, 143 SIGTERM), as `run` does; else 1 when a message
+    // or command read from a pipe or file failed.
+    if (quill::signals::last() == SIGTERM || (!tty && quill::signals::count() > 0)) return 128 + quill::signals::last();
+    return rc;
+}
+
+// `quill run` with no prompt at a terminal: `quill chat` with run's options.
+int chat_from_run(const RunOptions& o) {
+    ChatCliOptions chat;
+    chat.model = o.model;
+    chat.engine = o.engine;
+    chat.n_predict = o.n_predict;
+    chat.sampling = o.sampling;
+    chat.seed = o.seed;
+    chat.stop = o.stop;
+    chat.system = o.system;
+    chat.chat_template = o.chat_template;
+    chat.lookup = o.lookup;
+    chat.constraint = o.constraint;
+    return cmd_chat(chat);
+}
+
+
+}  // namespace quill::cli
