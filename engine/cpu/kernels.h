@@ -14,7 +14,9 @@
 // unsigned activations qa + 128, with the 128 * sum(u - c) this adds subtracted per block in the integer domain.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <cstring>
 
 #include "engine/cpu/matmul.h"
@@ -99,6 +101,11 @@ struct Kernel {
     // kernels), so their row-major form need not be written (Activations::begin_int8).
     bool tiles_alone = false;
 };
+
+// How many Isa values there are (WeightMatrix::kernels holds a Kernel for each).
+inline constexpr int kIsaCount = static_cast<int>(std::size(kAllIsas));
+// The kernel the products pick for w on each Isa, indexed by its value: what WeightStore resolves once per matrix.
+std::array<Kernel, kIsaCount> resolve_kernels(const WeightMatrix& w);
 
 // Rows a kernel prefers to be handed together (the AVX-512 sixteen-row tiles; the eight- and four-row kernels take
 // two and four); work is split in multiples of this.

@@ -263,6 +263,7 @@ Kernel kernel_for(const Kernel (&kernels)[kKernelTypes], GgmlType type) {
 // portable one, else dequantize-and-dot, each a look-up in its family's KernelTable. An ISA's table is asked for
 // only where the CPU has the ISA (its code is built for it).
 Kernel select_kernel(const WeightMatrix& w, Isa isa) {
+    if (w.kernels != nullptr) return w.kernels[static_cast<int>(isa)];
     const GgmlType type = w.type;
     Kernel k;
     if (w.packed != nullptr && isa >= Isa::avx512 && !avx512_emulated()) {
@@ -528,6 +529,14 @@ bool matmul_supports(GgmlType type) {
 // ---- instruction sets ----
 
 void set_avx512_kernels(const KernelTable* table) { g_avx512_kernels.store(table); }
+
+std::array<Kernel, kIsaCount> resolve_kernels(const WeightMatrix& w) {
+    WeightMatrix unresolved = w;
+    unresolved.kernels = nullptr;
+    std::array<Kernel, kIsaCount> out{};
+    for (Isa isa : kAllIsas) out[static_cast<size_t>(isa)] = select_kernel(unresolved, isa);
+    return out;
+}
 bool avx512_emulated() { return g_avx512_kernels.load() != nullptr; }
 
 namespace {

@@ -25,6 +25,8 @@ namespace quill::cpu {
 enum class Isa { generic, avx2, avx512, amx };
 inline constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
 
+struct Kernel;  // (kernels.h)
+
 // A weight matrix view into the model file: n_out rows of n_in elements, row r at data + r * row_bytes.
 struct WeightMatrix {
     GgmlType type = GgmlType::F32;
@@ -35,6 +37,9 @@ struct WeightMatrix {
     // The same weights repacked for the AVX-512 kernels (PackedWeights), or null. Kernels of the families that
     // read them (avx512, amx) use them; the others read data.
     const void* packed = nullptr;
+    // The kernel of each Isa (indexed by its value) for these weights, resolved once when the backend placed them
+    // (WeightStore); null: resolved at each product.
+    const Kernel* kernels = nullptr;
 };
 
 // Weights repacked once for the AVX-512 kernels: tiles of sixteen rows (the last one repeating its last row), each

@@ -70,7 +70,10 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool) {
         placed.push_back({t, pack, bytes});
         total += (bytes + 63) / 64 * 64;
     }
-    if (placed.empty()) return;
+    if (placed.empty()) {
+        resolve_kernels_of(matrices);
+        return;
+    }
     memory_ = HugeMemory(total);
     auto* into = static_cast<uint8_t*>(memory_.data());
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -98,9 +101,21 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool) {
             run_chunks(&pool, t->n_rows(), chunk, [&](int64_t r0, int64_t r1) {
                 std::memcpy(into + r0 * row_bytes, t->data + r0 * row_bytes, (r1 - r0) * row_bytes);
             }, done);
-            copies_.emplace(t->data, into);
+            placed_[t->data].copy = into;
         }
         into += (p.bytes + 63) / 64 * 64;
+    }
+    resolve_kernels_of(matrices);
+}
+
+void WeightStore::resolve_kernels_of(const std::vector<const TensorView*>& matrices) {
+    for (const TensorView* t : matrices) {
+        Placement& p = placed_[t->data];
+        if (auto it = packed_.find(t->data); it != packed_.end()) p.packed = it->second.data();
+        WeightMatrix m = as_matrix(*t);
+        m.packed = p.packed;
+        if (p.copy != nullptr) m.data = p.copy;
+        p.kernels = resolve_kernels(m);
     }
 }
 

@@ -2,11 +2,14 @@
 // matrices copied out of the file, all in one mapping of 2 MiB pages.
 #pragma once
 
+#include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 
+#include <array>
 #include <unordered_map>
+#include <vector>
 
 namespace quill::cpu {
 
@@ -26,18 +29,30 @@ public:
     // there is one.
     WeightMatrix matrix(const TensorView& t) const {
         WeightMatrix m = as_matrix(t);
-        if (auto it = packed_.find(t.data); it != packed_.end()) m.packed = it->second.data();
-        if (auto it = copies_.find(t.data); it != copies_.end()) m.data = it->second;
+        if (auto it = placed_.find(t.data); it != placed_.end()) {
+            if (it->second.packed != nullptr) m.packed = it->second.packed;
+            if (it->second.copy != nullptr) m.data = it->second.copy;
+            m.kernels = it->second.kernels.data();
+        }
         return m;
     }
 
 private:
+    // Fills placed_ for each matrix: its packed form or copy (placed by the constructor) and its kernels.
+    void resolve_kernels_of(const std::vector<const TensorView*>& matrices);
+
     // Weight matrices repacked for the kernels (PackedWeights), by their data in the file, all in memory_
     // (2 MiB pages).
     HugeMemory memory_;
     std::unordered_map<const uint8_t*, PackedWeights> packed_;
-    // The matrices without a packed form copied there (their file bytes), by their data in the file.
-    std::unordered_map<const uint8_t*, const uint8_t*> copies_;
+    // Where each matrix's products read from, by its data in the file: its packed form or its copy in memory_ (or
+    // neither: the file's rows), and its kernel on each Isa, resolved once.
+    struct Placement {
+        const void* packed = nullptr;
+        const uint8_t* copy = nullptr;
+        std::array<Kernel, kIsaCount> kernels{};
+    };
+    std::unordered_map<const uint8_t*, Placement> placed_;
 };
 
 }  // namespace quill::cpu
