@@ -165,12 +165,7 @@ int cmd_template(const TemplateOptions& o) {
     out.write(format.render(messages, !o.no_generation_prompt).text);
     if (o.tokens) {
         std::vector<int32_t> ids = format.tokenize(*tok, messages, !o.no_generation_prompt);
-        std::string line = "\n";
-        for (size_t i = 0; i < ids.size(); ++i) {
-            if (i > 0) line += ' ';
-            line += std::to_string(ids[i]);
-        }
-        out.write(line + "\n");
+        out.write(fmt::format("\n{}\n", fmt::join(ids, " ")));
     }
     out.flush();
     return 0;

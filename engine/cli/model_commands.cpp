@@ -93,12 +93,7 @@ int cmd_tokenize(const TokenizeOptions& o) {
     } else if (o.pieces) {
         for (int32_t id : ids) out.write(fmt::format("{}\t{}\n", id, quill::escape_for_terminal(tok->piece(id))));
     } else {
-        std::string line;
-        for (size_t i = 0; i < ids.size(); ++i) {
-            if (i > 0) line += ' ';
-            line += std::to_string(ids[i]);
-        }
-        out.write(line + "\n");
+        out.write(fmt::format("{}\n", fmt::join(ids, " ")));
     }
     out.flush();
     return 0;
