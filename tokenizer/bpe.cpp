@@ -272,6 +272,11 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab&& vocab) {
                      escape_line(vocab.source));
         vocab.pre = "default";
     }
+    if (is_raw_utf8_pre_tokenizer(vocab.pre))
+        throw FileError(fmt::format("{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is for a vocabulary of raw UTF-8 "
+                                    "tokens with '\xE2\x96\x81' for spaces; quill runs byte-level BPE "
+                                    "vocabularies only",
+                                    vocab.source, vocab.pre));
     std::optional<PreTokenizerSpec> spec = pre_tokenizer_spec(vocab.pre);
     if (!spec) {
         print_stderr("quill: warning: {}\n",

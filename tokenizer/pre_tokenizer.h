@@ -15,9 +15,17 @@ struct PreTokenizerSpec {
     bool add_bos = false;              // default for tokenizer.ggml.add_bos_token
 };
 
-// The spec for a tokenizer.ggml.pre name (as llama.cpp's llama-vocab.cpp names them); nullopt when unknown.
-// "" (absent) and "default" give llama.cpp's default rules.
+// The spec for a tokenizer.ggml.pre name (as llama.cpp's llama-vocab.cpp names them); nullopt when unknown or
+// raw UTF-8 (below). "" (absent) and "default" give llama.cpp's default rules. The regexes are the models'
+// tokenizer.json ones, so the words are Hugging Face's (llama.cpp rewrites some for std::regex, not all exactly).
 std::optional<PreTokenizerSpec> pre_tokenizer_spec(std::string_view name);
+
+// Whether llama.cpp knows the name as a vocabulary of raw UTF-8 tokens with '▁' for spaces (gemma4, sarvam-moe,
+// whitespace) rather than byte-level ones: quill's byte-level BPE cannot run those.
+bool is_raw_utf8_pre_tokenizer(std::string_view name);
+
+// Every name pre_tokenizer_spec knows, for tests and messages.
+std::vector<std::string_view> known_pre_tokenizers();
 
 class PreTokenizer {
 public:
@@ -27,7 +35,8 @@ public:
     PreTokenizer& operator=(PreTokenizer&&) noexcept;
 
     // Splits text into words, as Hugging Face's Split(pattern, behavior=isolated) sequence does: each regex splits
-    // every piece into its matches and the text between them. Invalid UTF-8 never matches and stays in the gaps.
+    // every piece into its matches and the text between them; an empty match (a regex of lookaheads only) splits
+    // the piece where it matches. Invalid UTF-8 never matches and stays in the gaps.
     void split(std::string_view text, std::vector<std::string_view>& words) const;
 
 private:

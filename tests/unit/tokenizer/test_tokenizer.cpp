@@ -9,6 +9,7 @@
 #include "engine/io/utf8.h"
 #include "tests/support/test_util.h"
 #include "tests/support/tiny_vocab.h"
+#include "tests/unit/tokenizer/vocab_vectors.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/spm_proto.h"
@@ -24,64 +25,10 @@
 namespace {
 
 using quill::Tokenizer;
-
-struct Case {
-    std::string text;
-    std::vector<int32_t> ids;
-};
-
-// <name>.inp holds inputs each followed by "\n__ggml_vocab_test__\n"; <name>.out one line of ids per input.
-std::vector<Case> read_vectors(const std::filesystem::path& inp, const std::filesystem::path& out) {
-    const std::string sep = "\n__ggml_vocab_test__\n";
-    const std::string text = quill::test::read_file(inp);
-    std::vector<Case> cases;
-    for (size_t pos = 0; pos < text.size();) {
-        const size_t end = text.find(sep, pos);
-        REQUIRE(end != std::string::npos);  // the file ends with a separator
-        cases.push_back({text.substr(pos, end - pos), {}});
-        pos = end + sep.size();
-    }
-    std::istringstream lines(quill::test::read_file(out));
-    std::string line;
-    for (Case& c : cases) {
-        REQUIRE(std::getline(lines, line));
-        std::istringstream ids(line);
-        for (int32_t id; ids >> id;) c.ids.push_back(id);
-    }
-    REQUIRE_FALSE(std::getline(lines, line));
-    return cases;
-}
-
-std::string escaped(const std::string& s) {
-    std::string e;
-    for (unsigned char c : s) {
-        if (c == '\n') e += "\\n";
-        else if (c == '\t') e += "\\t";
-        else if (c < 0x20) e += fmt::format("\\x{:02x}", c);
-        else e.push_back(static_cast<char>(c));
-    }
-    return e;
-}
-
-// Every input tokenizes to its ids (no BOS, special tokens not parsed) and decodes back to itself.
-void check_vectors(const Tokenizer& tok, const std::filesystem::path& inp, const std::filesystem::path& out) {
-    const std::vector<Case> cases = read_vectors(inp, out);
-    REQUIRE(cases.size() > 10);
-    size_t passed = 0;
-    for (const Case& c : cases) {
-        const std::vector<int32_t> ids = tok.encode(c.text, false, false);
-        const std::string back = quill::decode(tok, ids);
-        INFO("input:    \"" << escaped(c.text) << "\"");
-        INFO("expected: " << fmt::format("{}", fmt::join(c.ids, " ")));
-        INFO("actual:   " << fmt::format("{}", fmt::join(ids, " ")));
-        INFO("decoded:  \"" << escaped(back) << "\"");
-        CHECK(ids == c.ids);
-        CHECK(back == c.text);
-        passed += ids == c.ids && back == c.text;
-    }
-    UNSCOPED_INFO(inp.filename().string() << ": " << passed << "/" << cases.size() << " inputs passed");
-    CHECK(passed == cases.size());
-}
+using quill::test::Case;
+using quill::test::check_vectors;
+using quill::test::escaped;
+using quill::test::read_vectors;
 
 // Loads each named vocab, or returns nothing after a skip when one is absent; call it before any assertion.
 std::optional<std::vector<std::unique_ptr<Tokenizer>>> load_vocabs(const std::vector<std::string>& names) {
