@@ -40,7 +40,7 @@ std::vector<std::string> with(std::vector<std::string> args, const std::vector<s
 
 }  // namespace
 
-TEST_CASE("quill run --devices cpu,cpu@N gives the unsplit text at every split point on every architecture",
+TEST_CASE("quill run split across two CPU backends gives the unsplit text at every split point on every architecture",
           "[cli][split]") {
     const fs::path dir = quill::test::temp_dir("devices-arch");
     for (const std::string shape : {"stories15m", "gemma2-tiny", "phi3-tiny", "qwen3-tiny", "smollm3-tiny",
@@ -93,7 +93,7 @@ TEST_CASE("the default model split at every layer: run and a two-turn chat give 
     CHECK_THAT(even.err, Catch::Contains("KV cache with each range's layers"));
 }
 
-TEST_CASE("quill batch --devices cpu,cpu@N gives the unsplit records, resumed or not", "[cli][split][batch]") {
+TEST_CASE("quill batch split across two CPU backends gives the unsplit records resumed or not", "[cli][split][batch]") {
     const fs::path dir = quill::test::temp_dir("devices-batch");
     const std::string model = synthetic_file(dir, "qwen3-tiny");
     const std::string in = (dir / "in.txt").string();

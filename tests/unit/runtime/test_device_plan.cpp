@@ -72,7 +72,7 @@ DeviceMemory gpu(double free_gib) {
 
 }  // namespace
 
-TEST_CASE("model_bytes sorts a MoE file's tensors into attention, dense and expert bytes per layer", "[plan]") {
+TEST_CASE("model_bytes sorts a MoE file's tensors into attention and dense and expert bytes per layer", "[plan]") {
     const auto tensors = moe_30b_a3b();
     const ModelBytes m = model_bytes(tensors, 48, kv_layer(4096, 4));
     REQUIRE(m.n_layer() == 48);
@@ -94,7 +94,7 @@ TEST_CASE("model_bytes sorts a MoE file's tensors into attention, dense and expe
     CHECK(t.layers[63].experts == 0);
 }
 
-TEST_CASE("a model that fits goes whole on the GPU, KV cache and output with it", "[plan]") {
+TEST_CASE("a model that fits goes whole on the GPU with its KV cache and output", "[plan]") {
     const auto tensors = moe_30b_a3b();
     const ModelBytes m = model_bytes(tensors, 48, kv_layer(4096, 4));
     const DeviceMemory mem[] = {gpu(23.5)};  // a 24 GB card
@@ -162,7 +162,7 @@ TEST_CASE("a GPU too small for any layer gets nothing and the plan says why", "[
     CHECK(plan_devices(m, {}, {}).ranges[0].device.name() == "cpu");
 }
 
-TEST_CASE("--gpu-layers puts the last N layers on the GPU whatever the plan would choose", "[plan]") {
+TEST_CASE("the plan with --gpu-layers puts the last N layers on the GPU whatever it would choose", "[plan]") {
     const auto tensors = moe_30b_a3b();
     const ModelBytes m = model_bytes(tensors, 48, kv_layer(4096, 4));
     const DeviceMemory mem[] = {gpu(23.5)};
@@ -183,7 +183,7 @@ TEST_CASE("--gpu-layers puts the last N layers on the GPU whatever the plan woul
     CHECK_THROWS_WITH(plan_devices(m, r, {}), "--gpu-layers 4: there is no GPU to put layers on");
 }
 
-TEST_CASE("--devices cpu,cpu splits the bytes evenly; explicit first layers are taken as given", "[plan]") {
+TEST_CASE("the plan for two CPU backends splits the bytes evenly and takes explicit first layers as given", "[plan]") {
     const auto tensors = moe_30b_a3b();
     const ModelBytes m = model_bytes(tensors, 48, kv_layer(4096, 4));
     const DevicePlan p = plan_devices(m, parse_devices("cpu,cpu"), {});

@@ -87,7 +87,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("a split forward gives the unsplit logits bit for bit at every split point, on every architecture",
+TEST_CASE("a split forward gives the unsplit logits bit for bit at every split point on every architecture",
           "[split]") {
     const char* shapes[] = {"stories15m", "gemma2-tiny", "phi3-tiny", "qwen3-tiny", "qwen3-tiny-yarn", "smollm3-tiny",
                             "mistral3-tiny"};
@@ -115,7 +115,7 @@ TEST_CASE("a split forward gives the unsplit logits bit for bit at every split p
     }
 }
 
-TEST_CASE("each range holds only its layers' KV cache; forward() on a range alone is refused", "[split]") {
+TEST_CASE("each range holds only its layers' KV cache and refuses forward() alone", "[split]") {
     ModelConfig config = synthetic_config("qwen3-tiny");
     const auto model = SyntheticModel::make(config, GgmlType::Q8_0, 7);
     cpu::CpuBackend part(model->config, model->weights, options({1, 3}));
