@@ -21,6 +21,8 @@
 #include <exception>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace {
 
@@ -88,6 +90,12 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o) {
         ->check(kNotEmpty)
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
     cmd->add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--devices", o.devices,
+                    "Split the layers across backends: DEVICE[@FIRST_LAYER],... e.g. cpu,cpu or cpu,cpu@12")
+        ->check(kNotEmpty);
+    cmd->add_option("--gpu-layers", o.gpu_layers, "Run the last N layers on the GPU and the rest on the CPU (also -ngl)")
+        ->check(kNotEmpty)
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
     cmd->add_option("--kv-type", o.kv_type, "KV cache type")->check(CLI::IsMember({"f16", "f32"}));
     cmd->add_flag("-v,--verbose", o.verbose, "Say why the CPU runs the model when no GPU can (no driver, no device)");
 }
@@ -376,8 +384,15 @@ int main(int argc, char** argv) {
     rm_cmd->add_option("name", rm_spec, "owner/repo[:QUANT] (without QUANT: the whole repository)")->required();
 
     refuse_empty_values(app);
+    // llama.cpp's -ngl, a name CLI11 cannot give an option (one dash, several letters), read as --gpu-layers.
+    std::vector<char*> args(argv, argv + argc);
+    char gpu_layers_name[] = "--gpu-layers";
+    for (char*& a : args) {
+        if (std::string_view(a) == "--") break;
+        if (std::string_view(a) == "-ngl") a = gpu_layers_name;
+    }
     try {
-        app.parse(argc, argv);
+        app.parse(argc, args.data());
     } catch (const CLI::ParseError& e) {
         if (e.get_exit_code() == 0) return print_requested_text(app, e);  // --help, --version
         print_line("error: ", parse_error_message(app, argc, argv, e) + " (see quill --help)");

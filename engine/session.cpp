@@ -6,6 +6,8 @@
 #include "engine/io/input.h"
 #include "engine/io/output.h"
 #include "engine/io/escape.h"
+#include "engine/runtime/device_plan.h"
+#include "engine/runtime/split_backend.h"
 #ifdef QUILL_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #include "cuda/device.h"
@@ -147,8 +149,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Weig
 }
 #endif
 
-std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
-                                          int64_t n_ctx) {
+cpu::CpuBackendOptions cpu_options(const SessionOptions& o, int64_t n_ctx) {
     cpu::CpuBackendOptions bo;
     bo.n_threads = o.threads;
     if (const int cpus = cpu::ThreadPool::available_cpus(); o.threads > cpus) {
@@ -164,14 +165,67 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weigh
     bo.n_slots = o.n_slots;
     bo.kv_type = o.kv_type;
     bo.kv_huge_pages = o.kv_huge_pages;
+    return bo;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
+                                          int64_t n_ctx) {
+    const cpu::CpuBackendOptions bo = cpu_options(o, n_ctx);
     check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
     return std::make_unique<cpu::CpuBackend>(config, weights, bo);
+}
+
+// The GPUs a plan may use: device 0 with its memory, less a reserve for the backend's scratch and the CUDA context.
+std::vector<DeviceMemory> gpu_memory() {
+    std::vector<DeviceMemory> memory;
+#ifdef QUILL_HAVE_CUDA
+    if (const cuda::DeviceInfo info = cuda::probe(); info.count > 0)
+        memory.push_back({{DeviceSpec::Kind::cuda, 0}, info.total_memory, size_t{1} << 30});
+#endif
+    return memory;
+}
+
+// make_backend with a device plan (o.devices, o.gpu_layers).
+std::unique_ptr<Backend> make_planned_backend(const ModelConfig& config, const Weights& weights,
+                                              const SessionOptions& o, int64_t n_ctx) {
+    if (!o.devices.empty() && o.gpu_layers)
+        throw UsageError("--devices and --gpu-layers both place layers: give one of them");
+    PlanRequest request = o.devices.empty() ? PlanRequest{} : parse_devices(o.devices);
+    request.gpu_layers = o.gpu_layers;
+    const std::vector<DeviceMemory> memory = gpu_memory();
+    const size_t kv_layer = cpu::kv_cache_bytes(config, o.kv_type, n_ctx, o.n_slots) / config.n_layer;
+    const DevicePlan plan = plan_devices(model_bytes(tensor_bytes(weights), config.n_layer, kv_layer), request, memory);
+    for (const PlanRange& r : plan.ranges) {
+        if (r.device.kind == DeviceSpec::Kind::cpu) continue;
+#ifdef QUILL_HAVE_CUDA
+        if (plan.split() || plan.host_experts > 0 || r.device.index != 0)
+            throw UsageError(fmt::format("{}: the CUDA backend runs a whole model on cuda:0 only (a split across "
+                                         "devices runs on CPU ranges: --devices cpu,cpu); the plan was {}",
+                                         o.devices.empty() ? "--gpu-layers" : "--devices", plan.line()));
+        SessionOptions whole = o;
+        whole.device = DeviceChoice::cuda;
+        return make_cuda_backend(config, weights, whole, n_ctx);
+#else
+        throw UsageError(fmt::format("--devices {}: this quill was built without CUDA", r.device.name()));
+#endif
+    }
+    if (!plan.split()) return make_cpu_backend(config, weights, o, n_ctx);
+    check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
+    const cpu::CpuBackendOptions options = cpu_options(o, n_ctx);
+    std::vector<std::unique_ptr<Backend>> ranges;
+    for (const PlanRange& r : plan.ranges) {
+        cpu::CpuBackendOptions bo = options;
+        bo.layers = {r.begin, r.end};
+        ranges.push_back(std::make_unique<cpu::CpuBackend>(config, weights, bo));
+    }
+    return std::make_unique<SplitBackend>(std::move(ranges), plan.line());
 }
 
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                       int64_t n_ctx) {
+    if (!o.devices.empty() || o.gpu_layers) return make_planned_backend(config, weights, o, n_ctx);
     if (o.device == DeviceChoice::cpu) return make_cpu_backend(config, weights, o, n_ctx);
 #ifdef QUILL_HAVE_CUDA
     const cuda::DeviceInfo info = cuda::probe();

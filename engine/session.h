@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace quill {
@@ -23,6 +24,9 @@ struct SessionOptions {
     std::string model;      // GGUF path; empty: $QUILL_MODEL, then the default model (see resolve_model_path)
     std::string tokenizer;  // a sentencepiece tokenizer.model overriding the GGUF's vocabulary
     DeviceChoice device = DeviceChoice::auto_;
+    // --devices: the layers split across these backends (parse_devices' spelling, "cpu,cpu@12"); empty: `device`.
+    std::string devices;
+    std::optional<int64_t> gpu_layers;  // --gpu-layers: the last N layers on the GPU, the rest on the CPU
     int threads = 0;        // CPU threads; 0: the physical cores
     int64_t ctx = 0;        // positions per slot; 0: the model's, capped to fit memory
     int64_t n_slots = 1;    // sequences in flight at once (batch --parallel)
@@ -67,7 +71,9 @@ std::string why_not_runnable(const GgufFile& file);
 // is there but cannot run the model, or when o.verbose. More threads than the CPUs this process may use are capped
 // to those CPUs with one warning line (spinning threads beyond them stall each other). The CPU backend checks that
 // n_ctx fits in host memory (check_context_fits); the CUDA backend plans its device memory first and, when the user
-// set no context (o.ctx == 0), caps n_ctx to what fits.
+// set no context (o.ctx == 0), caps n_ctx to what fits. With o.devices or o.gpu_layers, a device plan
+// (plan_devices) places the layers, and a plan of several ranges runs as a SplitBackend whose load line states the
+// plan; a range on a GPU is refused (UsageError) while the CUDA backend cannot run part of a model.
 std::unique_ptr<Backend> make_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                       int64_t n_ctx);
 

@@ -68,6 +68,8 @@ quill::SessionOptions session_options(const ModelOptions& m, const EngineOptions
     o.model = m.model;
     o.tokenizer = m.tokenizer;
     o.device = quill::parse_device(e.device);
+    o.devices = e.devices;
+    o.gpu_layers = e.gpu_layers;
     o.threads = e.threads;
     o.ctx = e.ctx;
     o.kv_type = quill::parse_kv_type(e.kv_type);

@@ -29,6 +29,8 @@ struct EngineOptions {
     int threads = 0;
     int64_t ctx = 0;
     std::string device = "auto";
+    std::string devices;                // --devices (SessionOptions::devices)
+    std::optional<int64_t> gpu_layers;  // --gpu-layers
     std::string kv_type = "f16";
     bool verbose = false;
 };

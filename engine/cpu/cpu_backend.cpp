@@ -37,16 +37,17 @@ bool all_finite(const float* x, int64_t n) {
 CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const CpuBackendOptions& options)
     : config_(config),
       weights_(weights),
+      layers_(options.layers.size() > 0 ? options.layers : LayerRange{0, config.n_layer}),
       reference_(options.reference),
       isa_(options.isa.value_or(best_isa())),
       pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
       kv_ops_(kv_ops(isa_, options.reference)),
       kv_(config,
-          {config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
-          options.window_cache, options.kv_huge_pages, pool_),
+          {layers_.size(), options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
+          options.window_cache, options.kv_huge_pages, pool_, layers_.begin),
       attention_(config, kv_, kv_ops_, pool_) {
     check_weights(weights);
-    if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_);
+    if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer);
     rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
 }
@@ -167,6 +168,8 @@ constexpr const char* kNonFiniteLogits =
 }  // namespace
 
 void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
+    QUILL_CHECK(layers_.size() == config_.n_layer, "forward() on a backend holding layers {}-{} of {}", layers_.begin,
+                layers_.end - 1, config_.n_layer);
     check_batch(batch, config_, kv_.shape(), logits);
     forward_logits(batch, logits);
     if (!all_finite(logits.data(), batch.n_logits() * config_.n_vocab)) throw Error(kNonFiniteLogits);
@@ -178,6 +181,8 @@ void CpuBackend::forward(const Batch& batch, std::span<float> logits) {
 void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                                 std::span<int32_t> tokens) {
     const int64_t m = batch.n_logits();
+    QUILL_CHECK(layers_.size() == config_.n_layer, "forward_sample() on a backend holding layers {}-{} of {}",
+                layers_.begin, layers_.end - 1, config_.n_layer);
     const bool greedy = m > 0 && std::all_of(samplers.begin(), samplers.end(),
                                              [](const Sampler* s) { return s->plain_greedy(); });
     if (!greedy) return forward_sample_on_host(batch, samplers, n_token_ids, tokens);
@@ -224,18 +229,48 @@ void CpuBackend::forward_sample(const Batch& batch, std::span<Sampler* const> sa
     }
 }
 
-void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits) {
-    if (kv_.ring() == 0) return forward_part(batch, logits);
+void CpuBackend::embed_tokens(const Batch& batch, std::span<float> hidden) {
+    check_batch(batch, config_, kv_.shape());
+    QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "embed: {} floats for {} tokens",
+                hidden.size(), batch.tokens.size());
+    embed_rows(batch, hidden.data());
+}
+
+void CpuBackend::forward_layers(const Batch& batch, std::span<float> hidden) {
+    check_batch(batch, config_, kv_.shape());
+    QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "forward_layers: {} floats for {} tokens",
+                hidden.size(), batch.tokens.size());
+    forward_logits(batch, {}, hidden.data(), hidden.data());
+}
+
+void CpuBackend::output_logits(const Batch& batch, std::span<const float> hidden, std::span<float> logits) {
+    QUILL_CHECK(layers_.end == config_.n_layer, "output_logits on a backend holding layers {}-{} of {}", layers_.begin,
+                layers_.end - 1, config_.n_layer);
+    check_batch(batch, config_, kv_.shape(), logits);
+    const auto n = static_cast<int64_t>(batch.tokens.size());
+    QUILL_CHECK(static_cast<int64_t>(hidden.size()) >= n * config_.n_embd, "output_logits: {} floats for {} tokens",
+                hidden.size(), n);
+    resize_scratch(n);
+    std::copy_n(hidden.data(), n * config_.n_embd, x_.data());
+    output_block(batch, logits);
+    if (!all_finite(logits.data(), batch.n_logits() * config_.n_vocab)) throw Error(kNonFiniteLogits);
+}
+
+void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits, const float* in, float* out) {
+    if (kv_.ring() == 0) return forward_part(batch, logits, in, out);
     // Rings keep window + kRingChunk positions: a sequence's tokens go in parts spanning fewer than kRingChunk
     // positions, in increasing order (each part's K and V are all stored before its attention).
     std::unordered_map<int32_t, std::pair<int32_t, int32_t>> seen;  // slot -> (first position in the part, last)
     Batch part;
-    size_t row = 0;
+    size_t row = 0, token = 0;  // the part's first logits row, its first token
     const auto nv = static_cast<size_t>(config_.n_vocab);
+    const auto d = static_cast<size_t>(config_.n_embd);
     auto flush = [&] {
-        const size_t rows = static_cast<size_t>(part.n_logits());
-        forward_part(part, logits.subspan(row * nv, rows * nv));
+        const size_t rows = out ? 0 : static_cast<size_t>(part.n_logits());
+        forward_part(part, logits.subspan(row * nv, rows * nv), in ? in + token * d : nullptr,
+                     out ? out + token * d : nullptr);
         row += rows;
+        token += part.tokens.size();
         part.tokens.clear();
         for (auto& [slot, s] : seen) s.first = -1;
     };
@@ -254,21 +289,29 @@ void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits) {
     flush();
 }
 
-void CpuBackend::forward_part(const Batch& batch, std::span<float> logits) {
+void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const float* in, float* out) {
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     for (const BatchToken& t : batch.tokens) kv_.written(t.slot, t.pos);  // (before any of the part's attention)
     n_decode_ = 0;  // the leading decode steps (check_batch: they come first)
     while (n_decode_ < n && batch.tokens[n_decode_].decode) ++n_decode_;
     resize_scratch(n);
-    embed(batch);
+    if (in) {
+        std::copy_n(in, n * config_.n_embd, x_.data());
+    } else {
+        embed_rows(batch, x_.data());
+    }
     rope_angles(batch);
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
+    for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
         attention_block(batch, L, l);
         ffn_block(L, l, n);
     }
-    residual_norm(config_.n_layer - 1, nullptr, nullptr, n);
-    output_block(batch, logits);
+    residual_norm(layers_.end - 1, nullptr, nullptr, n);
+    if (out) {
+        std::copy_n(x_.data(), n * config_.n_embd, out);
+    } else {
+        output_block(batch, logits);
+    }
 }
 
 // x[t] += b for the n rows of x (b's length); nothing when b is empty.
@@ -279,11 +322,11 @@ void CpuBackend::add_bias(float* x, const std::vector<float>& b, int64_t n) {
 }
 
 // x[t] = token_embd[token_t] * embd_scale
-void CpuBackend::embed(const Batch& batch) {
+void CpuBackend::embed_rows(const Batch& batch, float* x_rows) {
     const TensorView& emb = weights_.tok_embd;
     const int64_t d = config_.n_embd;
     for (size_t t = 0; t < batch.tokens.size(); ++t) {
-        float* x = x_.data() + t * d;
+        float* x = x_rows + t * d;
         dequantize_row(emb.type, emb.row(batch.tokens[t].token), x, d);
         if (config_.embd_scale != 1.0f)
             for (int64_t i = 0; i < d; ++i) x[i] *= config_.embd_scale;
@@ -398,8 +441,10 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     const MatmulJob qkv[] = {{matrix(L.wq), q_.data()}, {matrix(L.wk), k_.data()}, {matrix(L.wv), v_.data()}};
-    const bool ready = layer == 0 ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &qkv[0].w, n_decode_)
-                                  : residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n);
+    // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does)
+    const bool ready = layer == layers_.begin
+                           ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &qkv[0].w, n_decode_)
+                           : residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n);
     mm(qkv, xn_.data(), n, c.n_embd, n_decode_, ready);
     if (L.has_bias()) {
         add_bias(q_.data(), L.bq, n);

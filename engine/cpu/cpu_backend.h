@@ -33,6 +33,9 @@ struct CpuBackendOptions {
     // mostly unwritten would take a whole 2 MiB page for each layer and slot it touches instead of the 4 KiB ones it
     // writes.
     bool kv_huge_pages = false;
+    // The layers this backend holds, for a range of a split forward (Backend::forward_layers); empty: all of them.
+    // Only their weights are packed and only their K and V cached; the output matrix with the last layer.
+    LayerRange layers;
 };
 
 class CpuBackend final : public Backend {
@@ -51,6 +54,10 @@ public:
     void forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                         std::span<int32_t> tokens) override;
     int64_t max_rewind() const override;
+    LayerRange layer_range() const override { return layers_; }
+    void embed_tokens(const Batch& batch, std::span<float> hidden) override;
+    void forward_layers(const Batch& batch, std::span<float> hidden) override;
+    void output_logits(const Batch& batch, std::span<const float> hidden, std::span<float> logits) override;
     bool can_copy_kv() const override { return true; }
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override { kv_.copy(src, dst, begin, end); }
     // The slot whose cache attention reads slot's positions [0, n) from, as {that slot, n} (copies of one prompt
@@ -74,11 +81,14 @@ public:
     WeightMatrix matrix(const TensorView& t) const { return weight_store_.matrix(t); }
 
 private:
-    // forward() after its batch check and before its logits check.
-    void forward_logits(const Batch& batch, std::span<float> logits);
-    void forward_part(const Batch& batch, std::span<float> logits);
+    // forward() after its batch check and before its logits check: the batch in parts (forward_part) where the
+    // sliding-window rings need it. With `in`, from those hidden states [n_tokens, n_embd] instead of the
+    // embeddings; with `out`, the hidden states after the last layer go there instead of the logits.
+    void forward_logits(const Batch& batch, std::span<float> logits, const float* in = nullptr, float* out = nullptr);
+    // layers_ over one part of the batch, as forward_logits says.
+    void forward_part(const Batch& batch, std::span<float> logits, const float* in, float* out);
     void resize_scratch(int64_t n_tokens);
-    void embed(const Batch& batch);
+    void embed_rows(const Batch& batch, float* x);  // x [n_tokens, n_embd]
     // Each block leaves its output in proj_, added to x_ by the next block's residual_norm (in its parallel section,
     // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
@@ -106,6 +116,7 @@ private:
 
     const ModelConfig& config_;
     const Weights& weights_;
+    LayerRange layers_;  // the layers this backend holds
     bool reference_;
     Isa isa_;
     ThreadPool pool_;

@@ -71,9 +71,10 @@ void KvCache::RingMemory::release() {
 }
 
 KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool window_cache, bool huge_pages,
-                 ThreadPool& pool)
+                 ThreadPool& pool, int64_t first_layer)
     : config_(config),
       shape_(checked(shape)),
+      first_layer_(first_layer),
       k_(static_cast<size_t>(shape_.n_layer * shape_.n_slots * ctx8()) * shape_.row_elems() * shape_.elem_size(),
          huge_pages),
       v_(shape_.bytes() / 2, huge_pages) {
@@ -91,16 +92,21 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
             });
         }
     }
-    local_index_.assign(static_cast<size_t>(config.n_layer), -1);
+    QUILL_CHECK(first_layer >= 0 && end_layer() <= config.n_layer, "KV cache of layers {}-{} of {}", first_layer,
+                end_layer() - 1, config.n_layer);
+    local_index_.assign(static_cast<size_t>(shape_.n_layer), -1);
     alias_.resize(static_cast<size_t>(shape_.n_slots));
     if (window_cache) ring_ = window_ring_for(config, shape_.type, shape_.n_ctx);
     if (ring_ > 0) {
         int64_t n_local = 0;
-        for (int64_t l = 0; l < config.n_layer; ++l)
-            if (config.layer_is_local(l)) local_index_[l] = n_local++;
+        for (int64_t i = 0; i < shape_.n_layer; ++i)
+            if (config.layer_is_local(first_layer + i)) local_index_[i] = n_local++;
         const size_t row_bytes = shape_.row_elems() * shape_.elem_size();
-        rings_ = std::make_unique<RingMemory>(static_cast<size_t>(2 * n_local * shape_.n_slots),
-                                              static_cast<size_t>(ring_) * row_bytes);
+        // (a range of a split forward may hold none of the ring layers: ring_ stays, so that every range splits a
+        // batch into the same parts)
+        if (n_local > 0)
+            rings_ = std::make_unique<RingMemory>(static_cast<size_t>(2 * n_local * shape_.n_slots),
+                                                  static_cast<size_t>(ring_) * row_bytes);
     }
 }
 
@@ -139,7 +145,7 @@ void KvCache::copy(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     const size_t es = shape_.elem_size();
     const auto n = static_cast<int64_t>(shape_.row_elems());
     const size_t row_bytes = static_cast<size_t>(n) * es;
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
+    for (int64_t l = first_layer_; l < end_layer(); ++l) {
         const bool ringed = in_ring(l);
         const int64_t first = ringed ? std::max(begin, end - ring_) : begin;
         const uint8_t* ks = k(l, src);

@@ -25,20 +25,23 @@ class KvCache {
 public:
     // UsageError for a context or slot count under 1. window_cache: sliding-window layers keep a ring (when it is
     // smaller than the context); huge_pages: 2 MiB pages, every page faulted in now by pool's threads
-    // (CpuBackendOptions::kv_huge_pages). config must outlive the cache.
+    // (CpuBackendOptions::kv_huge_pages). The cache holds the layers [first_layer, first_layer + shape.n_layer) (a
+    // range of a split forward), and its methods take their model-wide numbers. config must outlive the cache.
     KvCache(const ModelConfig& config, const KvCacheShape& shape, bool window_cache, bool huge_pages,
-            ThreadPool& pool);
+            ThreadPool& pool, int64_t first_layer = 0);
 
     const KvCacheShape& shape() const { return shape_; }
     // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
     int64_t ring() const { return ring_; }
-    bool in_ring(int64_t layer) const { return local_index_[layer] >= 0; }
+    int64_t end_layer() const { return first_layer_ + shape_.n_layer; }  // one past the last layer it holds
+    bool in_ring(int64_t layer) const { return local_index_[layer - first_layer_] >= 0; }
     // The row of position pos in layer's K and V (a ring's row for a ring layer).
     int64_t row(int64_t layer, int64_t pos) const { return in_ring(layer) ? pos % ring_ : pos; }
     // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
     uint8_t* k(int64_t layer, int64_t slot) const {
         if (in_ring(layer)) return ring_row0(layer, slot, 0);
-        const size_t elems = static_cast<size_t>((layer * shape_.n_slots + slot) * ctx8()) * shape_.row_elems();
+        const size_t elems =
+            static_cast<size_t>(((layer - first_layer_) * shape_.n_slots + slot) * ctx8()) * shape_.row_elems();
         return static_cast<uint8_t*>(k_.p) + elems * shape_.elem_size();
     }
     uint8_t* v(int64_t layer, int64_t slot, int64_t pos) const {
@@ -46,7 +49,7 @@ public:
             return ring_row0(layer, slot, 1) +
                    static_cast<size_t>(pos % ring_) * shape_.row_elems() * shape_.elem_size();
         }
-        return static_cast<uint8_t*>(v_.p) + shape_.offset(layer, slot, pos) * shape_.elem_size();
+        return static_cast<uint8_t*>(v_.p) + shape_.offset(layer - first_layer_, slot, pos) * shape_.elem_size();
     }
 
     // Slot s's K and V at positions [0, n) hold the values of slot src's (copy made them so, and neither slot has
@@ -72,12 +75,13 @@ private:
     int64_t ctx8() const { return (shape_.n_ctx + 7) / 8 * 8; }  // K's positions per slot, whole blocks
     uint8_t* ring_row0(int64_t layer, int64_t slot, int kind) const {  // kind 0: K, 1: V; row 0
         const auto ring_bytes = static_cast<size_t>(ring_) * shape_.row_elems() * shape_.elem_size();
-        const auto i = static_cast<size_t>((local_index_[layer] * shape_.n_slots + slot) * 2 + kind);
+        const auto i = static_cast<size_t>((local_index_[layer - first_layer_] * shape_.n_slots + slot) * 2 + kind);
         return static_cast<uint8_t*>(rings_->base) + 2 * i * ring_bytes;
     }
 
     const ModelConfig& config_;
     KvCacheShape shape_;
+    int64_t first_layer_ = 0;
 
     // K and V, in anonymous memory that the OS backs only as positions are written, so a long context costs
     // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8
@@ -111,7 +115,7 @@ private:
         RingMemory& operator=(const RingMemory&) = delete;
     };
     int64_t ring_ = 0;
-    std::vector<int64_t> local_index_;  // [n_layer] a ring layer's index among them, -1 for the others
+    std::vector<int64_t> local_index_;  // [shape_.n_layer] a ring layer's index among them, -1 for the others
     std::unique_ptr<RingMemory> rings_;
 
     std::vector<Alias> alias_;  // [n_slots]

@@ -41,10 +41,11 @@ private:
 
 }  // namespace
 
-WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool) {
-    std::vector<const TensorView*> matrices = {&weights.output};
-    for (const LayerWeights& L : weights.layers)
-        for (const TensorView* t : layer_matrices(L)) matrices.push_back(t);
+WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, LayerRange layers, bool output) {
+    std::vector<const TensorView*> matrices;
+    if (output) matrices.push_back(&weights.output);
+    for (int64_t l = layers.begin; l < layers.end; ++l)
+        for (const TensorView* t : layer_matrices(weights.layers[static_cast<size_t>(l)])) matrices.push_back(t);
     // One mapping for all of them, in the order the layers read them (HugeMemory), each at a cache line: the packed
     // forms, and a copy of the file's bytes of each float matrix (F32, F16, BF16), whose products stream them at the
     // memory's speed: from 4 KiB pages of the file they ran slower, while Q6_K's products, bound by their

@@ -6,6 +6,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/backend.h"
 
 #include <array>
 #include <unordered_map>
@@ -22,8 +23,9 @@ class WeightStore {
 public:
     WeightStore() = default;  // none: every product reads the file's rows (the reference path)
     // Packs the matrices of weights with a packed form for isa, and copies the float ones (F32, F16, BF16) mapped
-    // from a file, with pool's threads. weights must outlive the store.
-    WeightStore(const Weights& weights, Isa isa, ThreadPool& pool);
+    // from a file, with pool's threads: those of the layers in `layers` and, with `output`, the output matrix (a
+    // range of a split forward holds only its own). weights must outlive the store.
+    WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, LayerRange layers, bool output);
 
     // The matrix the products read for t: the file's rows, or their copy in the store, and the packed form where
     // there is one.

@@ -95,8 +95,11 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
                                    const ReferenceBackendOptions& options)
     : config_(config),
       weights_(weights),
-      kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
+      layers_(options.layers.size() > 0 ? options.layers : LayerRange{0, config.n_layer}),
+      kv_shape_{layers_.size(), options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
     check_kv_size(options.n_ctx, options.n_slots);
+    QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
+                layers_.begin, layers_.end - 1, config.n_layer);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
     // context); YaRN leaves the share yarn_ramp(i) of each frequency unscaled
     const std::vector<float>& divisors = weights.rope_divisors(config, options.n_ctx);
@@ -112,7 +115,7 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     };
     inv_freq_ = inv_freq(config.rope_base, config.rope_freq_scale);
     inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local);
-    const size_t cache = static_cast<size_t>(config.n_layer * options.n_slots * options.n_ctx * config.n_embd_kv());
+    const size_t cache = static_cast<size_t>(layers_.size() * options.n_slots * options.n_ctx * config.n_embd_kv());
     k_cache_.assign(cache, 0.0);
     v_cache_.assign(cache, 0.0);
     written_.assign(static_cast<size_t>(options.n_slots * options.n_ctx), 0);
@@ -120,13 +123,13 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
 }
 
 double* ReferenceBackend::cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos) {
-    return cache.data() + kv_shape_.offset(layer, slot, pos);
+    return cache.data() + kv_shape_.offset(layer - layers_.begin, slot, pos);
 }
 
 void ReferenceBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     check_copy(kv_shape_, src, dst, begin, end);
     const auto n = static_cast<std::ptrdiff_t>((end - begin) * config_.n_embd_kv());
-    for (int64_t l = 0; l < config_.n_layer; ++l)
+    for (int64_t l = layers_.begin; l < layers_.end; ++l)
         for (std::vector<double>* cache : {&k_cache_, &v_cache_})
             std::copy_n(cache_row(*cache, l, src, begin), n, cache_row(*cache, l, dst, begin));
     const auto at = [&](int32_t slot) { return written_.begin() + slot * kv_shape_.n_ctx + begin; };
@@ -134,7 +137,53 @@ void ReferenceBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t 
 }
 
 void ReferenceBackend::forward(const Batch& batch, std::span<float> logits) {
+    QUILL_CHECK(layers_.size() == config_.n_layer, "forward() on a backend holding layers {}-{} of {}", layers_.begin,
+                layers_.end - 1, config_.n_layer);
     check_batch(batch, config_, kv_shape_, logits);
+    mark_written(batch);
+    float* out = logits.data();
+    for (const BatchToken& t : batch.tokens) {
+        forward_token(t, t.logits ? out : nullptr);
+        if (t.logits) out += config_.n_vocab;
+    }
+}
+
+void ReferenceBackend::embed_tokens(const Batch& batch, std::span<float> hidden) {
+    check_batch(batch, config_, kv_shape_);
+    QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "embed: {} floats", hidden.size());
+    for (size_t i = 0; i < batch.tokens.size(); ++i) {
+        embed_token(batch.tokens[i]);
+        std::copy(x_.begin(), x_.end(), hidden.begin() + static_cast<std::ptrdiff_t>(i * config_.n_embd));
+    }
+}
+
+void ReferenceBackend::forward_layers(const Batch& batch, std::span<float> hidden) {
+    check_batch(batch, config_, kv_shape_);
+    QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "forward_layers: {} floats", hidden.size());
+    mark_written(batch);
+    for (size_t i = 0; i < batch.tokens.size(); ++i) {
+        float* h = hidden.data() + i * config_.n_embd;
+        x_.assign(h, h + config_.n_embd);
+        for (int64_t l = layers_.begin; l < layers_.end; ++l) layer_token(batch.tokens[i], l);
+        std::copy(x_.begin(), x_.end(), h);
+    }
+}
+
+void ReferenceBackend::output_logits(const Batch& batch, std::span<const float> hidden, std::span<float> logits) {
+    QUILL_CHECK(layers_.end == config_.n_layer, "output_logits on a backend holding layers {}-{} of {}",
+                layers_.begin, layers_.end - 1, config_.n_layer);
+    check_batch(batch, config_, kv_shape_, logits);
+    float* out = logits.data();
+    for (size_t i = 0; i < batch.tokens.size(); ++i) {
+        if (!batch.tokens[i].logits) continue;
+        const float* h = hidden.data() + i * config_.n_embd;
+        x_.assign(h, h + config_.n_embd);
+        output_token(out);
+        out += config_.n_vocab;
+    }
+}
+
+void ReferenceBackend::mark_written(const Batch& batch) {
     // Every position a token attends to is filled by an earlier call or an earlier token of this batch.
     std::vector<uint8_t> written = written_;
     for (const BatchToken& t : batch.tokens) {
@@ -146,114 +195,116 @@ void ReferenceBackend::forward(const Batch& batch, std::span<float> logits) {
         row[t.pos] = 1;
     }
     written_ = std::move(written);
-
-    float* out = logits.data();
-    for (const BatchToken& t : batch.tokens) {
-        forward_token(t, t.logits ? out : nullptr);
-        if (t.logits) out += config_.n_vocab;
-    }
 }
 
 void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
-    const ModelConfig& c = config_;
-    const int64_t hd = c.head_dim, kv_dim = c.n_embd_kv();
-    const int64_t group = c.n_head / c.n_head_kv;  // query heads per KV head
+    embed_token(t);
+    for (int64_t l = 0; l < config_.n_layer; ++l) layer_token(t, l);
+    if (logits) output_token(logits);
+}
 
-    // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
+// x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
+void ReferenceBackend::embed_token(const BatchToken& t) {
+    const ModelConfig& c = config_;
     row_.resize(c.n_embd);
     dequantize_row(weights_.tok_embd.type, weights_.tok_embd.row(t.token), row_.data(), c.n_embd);
     x_.resize(c.n_embd);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] = static_cast<double>(row_[i]) * c.embd_scale;
+}
 
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-        const LayerWeights& L = weights_.layers[l];
+void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const int64_t hd = c.head_dim, kv_dim = c.n_embd_kv();
+    const int64_t group = c.n_head / c.n_head_kv;  // query heads per KV head
+    const LayerWeights& L = weights_.layers[l];
 
-        // xn = x / sqrt(mean(x^2) + eps) * attn_norm
-        rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
-        // q = Wq xn, k = Wk xn, v = Wv xn
-        matvec(L.wq, xn_, q_, row_);
-        matvec(L.wk, xn_, k_, row_);
-        matvec(L.wv, xn_, v_, row_);
-        // + the biases the file has (qwen2: Q, K, V)
-        for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
-        for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
-        for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
-        // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
-        if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
-        if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
-        // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies on a local layer (smollm3: not on
-        // its no-RoPE layers)
-        const std::vector<double>& inv_freq = c.layer_is_local(l) ? inv_freq_local_ : inv_freq_;
-        if (c.layer_has_rope(l)) {
-            rope(q_, c.n_head, c, inv_freq, t.pos);
-            rope(k_, c.n_head_kv, c, inv_freq, t.pos);
-        }
-        // mistral3: q = q * (1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1))
-        const double temp = c.attn_temp(t.pos);
-        for (double& v : q_) v *= temp;
-        // K[l, slot, pos] = k, V[l, slot, pos] = v
-        const bool f16 = kv_shape_.type == KvType::f16;
-        double* k_row = cache_row(k_cache_, l, t.slot, t.pos);
-        double* v_row = cache_row(v_cache_, l, t.slot, t.pos);
-        for (int64_t i = 0; i < kv_dim; ++i) {
-            k_row[i] = f16 ? round_to_fp16(k_[i]) : k_[i];
-            v_row[i] = f16 ? round_to_fp16(v_[i]) : v_[i];
-        }
-
-        // att_h = sum_j softmax_j(q_h . K_j * attn_scale) V_j over j = first..pos (first = 0, or the start of the
-        // sliding window on a local layer); head h reads KV head h / group.
-        // With an f16 cache q_h and the probabilities are rounded to fp16 too, as half-precision attention (the
-        // CPU backend's, llama.cpp's) feeds its products with K and V.
-        const int64_t first = c.layer_is_local(l) ? std::max<int64_t>(0, t.pos - c.sliding_window + 1) : 0;
-        const int64_t n_kv = t.pos + 1 - first;
-        att_.assign(c.n_embd_q(), 0.0);
-        for (int64_t h = 0; h < c.n_head; ++h) {
-            double* qh = q_.data() + h * hd;
-            if (f16) std::transform(qh, qh + hd, qh, round_to_fp16);
-            const int64_t kv_off = (h / group) * hd;
-            for (int64_t j = 0; j < n_kv; ++j) {
-                const double* kj = cache_row(k_cache_, l, t.slot, first + j) + kv_off;
-                double s = 0.0;
-                for (int64_t i = 0; i < hd; ++i) s += qh[i] * kj[i];
-                score_[j] = s * c.attn_scale;
-                // gemma2: soft-capped, cap * tanh(score / cap)
-                if (c.attn_logit_softcap > 0.0f)
-                    score_[j] = c.attn_logit_softcap * std::tanh(score_[j] / c.attn_logit_softcap);
-            }
-            softmax(score_, n_kv);
-            if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
-            double* ah = att_.data() + h * hd;
-            for (int64_t j = 0; j < n_kv; ++j) {
-                const double* vj = cache_row(v_cache_, l, t.slot, first + j) + kv_off;
-                for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
-            }
-        }
-        // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm)
-        matvec(L.wo, att_, out_, row_);
-        for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
-        if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
-        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
-
-        // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
-        rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
-        // x = x + W2 (act(W1 xn) * W3 xn), act(g) = silu(g) = g / (1 + e^-g), or (gemma3)
-        // gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); gemma3 normalizes the sum's term by ffn_post_norm
-        matvec(L.ffn_gate, xn_, gate_, row_);
-        matvec(L.ffn_up, xn_, up_, row_);
-        const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
-        const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
-        for (int64_t i = 0; i < c.n_ff; ++i) {
-            const double g = gate_[i];
-            const double a = gelu ? 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g)))
-                                  : g / (1.0 + std::exp(-g));
-            gate_[i] = a * up_[i];
-        }
-        matvec(L.ffn_down, gate_, out_, row_);
-        if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
-        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+    // xn = x / sqrt(mean(x^2) + eps) * attn_norm
+    rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
+    // q = Wq xn, k = Wk xn, v = Wv xn
+    matvec(L.wq, xn_, q_, row_);
+    matvec(L.wk, xn_, k_, row_);
+    matvec(L.wv, xn_, v_, row_);
+    // + the biases the file has (qwen2: Q, K, V)
+    for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
+    for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
+    for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
+    // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
+    if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
+    if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
+    // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies on a local layer (smollm3: not on
+    // its no-RoPE layers)
+    const std::vector<double>& inv_freq = c.layer_is_local(l) ? inv_freq_local_ : inv_freq_;
+    if (c.layer_has_rope(l)) {
+        rope(q_, c.n_head, c, inv_freq, t.pos);
+        rope(k_, c.n_head_kv, c, inv_freq, t.pos);
     }
-    if (!logits) return;
+    // mistral3: q = q * (1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1))
+    const double temp = c.attn_temp(t.pos);
+    for (double& v : q_) v *= temp;
+    // K[l, slot, pos] = k, V[l, slot, pos] = v
+    const bool f16 = kv_shape_.type == KvType::f16;
+    double* k_row = cache_row(k_cache_, l, t.slot, t.pos);
+    double* v_row = cache_row(v_cache_, l, t.slot, t.pos);
+    for (int64_t i = 0; i < kv_dim; ++i) {
+        k_row[i] = f16 ? round_to_fp16(k_[i]) : k_[i];
+        v_row[i] = f16 ? round_to_fp16(v_[i]) : v_[i];
+    }
 
+    // att_h = sum_j softmax_j(q_h . K_j * attn_scale) V_j over j = first..pos (first = 0, or the start of the
+    // sliding window on a local layer); head h reads KV head h / group.
+    // With an f16 cache q_h and the probabilities are rounded to fp16 too, as half-precision attention (the
+    // CPU backend's, llama.cpp's) feeds its products with K and V.
+    const int64_t first = c.layer_is_local(l) ? std::max<int64_t>(0, t.pos - c.sliding_window + 1) : 0;
+    const int64_t n_kv = t.pos + 1 - first;
+    att_.assign(c.n_embd_q(), 0.0);
+    for (int64_t h = 0; h < c.n_head; ++h) {
+        double* qh = q_.data() + h * hd;
+        if (f16) std::transform(qh, qh + hd, qh, round_to_fp16);
+        const int64_t kv_off = (h / group) * hd;
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const double* kj = cache_row(k_cache_, l, t.slot, first + j) + kv_off;
+            double s = 0.0;
+            for (int64_t i = 0; i < hd; ++i) s += qh[i] * kj[i];
+            score_[j] = s * c.attn_scale;
+            // gemma2: soft-capped, cap * tanh(score / cap)
+            if (c.attn_logit_softcap > 0.0f)
+                score_[j] = c.attn_logit_softcap * std::tanh(score_[j] / c.attn_logit_softcap);
+        }
+        softmax(score_, n_kv);
+        if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
+        double* ah = att_.data() + h * hd;
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const double* vj = cache_row(v_cache_, l, t.slot, first + j) + kv_off;
+            for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
+        }
+    }
+    // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm)
+    matvec(L.wo, att_, out_, row_);
+    for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
+    if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
+    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+
+    // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
+    rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
+    // x = x + W2 (act(W1 xn) * W3 xn), act(g) = silu(g) = g / (1 + e^-g), or (gemma3)
+    // gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); gemma3 normalizes the sum's term by ffn_post_norm
+    matvec(L.ffn_gate, xn_, gate_, row_);
+    matvec(L.ffn_up, xn_, up_, row_);
+    const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
+    const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
+    for (int64_t i = 0; i < c.n_ff; ++i) {
+        const double g = gate_[i];
+        const double a = gelu ? 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g)))
+                              : g / (1.0 + std::exp(-g));
+        gate_[i] = a * up_[i];
+    }
+    matvec(L.ffn_down, gate_, out_, row_);
+    if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
+    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+}
+
+void ReferenceBackend::output_token(float* logits) {
+    const ModelConfig& c = config_;
     // logits = W_out (x / sqrt(mean(x^2) + eps) * output_norm); W_out is token_embd itself when the model ties them
     rms_norm(x_, weights_.output_norm, c.rms_eps, xn_);
     matvec(weights_.output, xn_, logit_, row_);

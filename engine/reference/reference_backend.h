@@ -24,6 +24,10 @@ struct ReferenceBackendOptions {
     int64_t n_slots = 1;  // sequences that can be in flight
     KvType kv_type = KvType::f32;  // f32: attention in double; f16: half-precision attention (see above).
                                    // Either way the cache holds doubles; kv_shape() gives its layout.
+    // The layers this backend holds, for a range of a split forward; empty: all of them. The hidden states between
+    // ranges are floats, so a split run's logits are those of the unsplit run to float rounding of the residual
+    // stream at each boundary, not bit for bit.
+    LayerRange layers;
 };
 
 class ReferenceBackend final : public Backend {
@@ -41,19 +45,29 @@ public:
     bool can_copy_kv() const override { return true; }
     // A position src has not written is copied as not written: a token of dst attending to it is refused.
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
+    LayerRange layer_range() const override { return layers_; }
+    void embed_tokens(const Batch& batch, std::span<float> hidden) override;
+    void forward_layers(const Batch& batch, std::span<float> hidden) override;
+    void output_logits(const Batch& batch, std::span<const float> hidden, std::span<float> logits) override;
 
 private:
+    // The refusal of a token attending to a position nobody filled (see forward), and the batch's positions marked.
+    void mark_written(const Batch& batch);
     // The whole model for one token; logits [n_vocab] receives its output row when not null.
     void forward_token(const BatchToken& t, float* logits);
+    void embed_token(const BatchToken& t);          // x_ = the token's embedding
+    void layer_token(const BatchToken& t, int64_t l);  // x_ = layer l applied to x_, K and V stored
+    void output_token(float* logits);               // logits [n_vocab] of x_
     double* cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos);
 
     const ModelConfig& config_;
     const Weights& weights_;
+    LayerRange layers_;
     KvCacheShape kv_shape_;
     std::vector<double> inv_freq_;   // [n_rot / 2] freq_scale * base^(-2i / n_rot) / rope_freqs[i]
     std::vector<double> inv_freq_local_;  // the same with the local layers' base and scale
-    std::vector<double> k_cache_;    // [n_layer, n_slots, n_ctx, n_head_kv * head_dim]
-    std::vector<double> v_cache_;    // [n_layer, n_slots, n_ctx, n_head_kv * head_dim]
+    std::vector<double> k_cache_;    // [layers_.size(), n_slots, n_ctx, n_head_kv * head_dim]
+    std::vector<double> v_cache_;    // [layers_.size(), n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<uint8_t> written_;   // [n_slots, n_ctx] 1 where a token has stored its K and V
 
     // Per-token state.

@@ -38,6 +38,16 @@ void Backend::copy_kv(int32_t, int32_t, int64_t, int64_t) {
     QUILL_CHECK(false, "the {} backend cannot copy K and V between slots", name());
 }
 
+namespace {
+[[noreturn]] void no_split(std::string_view backend) {
+    throw UsageError(fmt::format("the {} backend cannot run part of a model's layers (--devices)", backend));
+}
+}  // namespace
+
+void Backend::embed_tokens(const Batch&, std::span<float>) { no_split(name()); }
+void Backend::forward_layers(const Batch&, std::span<float>) { no_split(name()); }
+void Backend::output_logits(const Batch&, std::span<const float>, std::span<float>) { no_split(name()); }
+
 void Backend::forward_sample(const Batch& batch, std::span<Sampler* const> samplers, int64_t n_token_ids,
                              std::span<int32_t> tokens) {
     forward_sample_on_host(batch, samplers, n_token_ids, tokens);

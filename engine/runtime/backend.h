@@ -58,6 +58,13 @@ struct KvCacheShape {
     }
 };
 
+// Layers [begin, end) of a model: the part of it that one backend of a split forward (SplitBackend) holds.
+struct LayerRange {
+    int64_t begin = 0, end = 0;
+    int64_t size() const { return end - begin; }
+    bool operator==(const LayerRange&) const = default;
+};
+
 // What a backend is, as the load line and `quill bench` state it.
 struct BackendInfo {
     std::string name;     // Backend::name()
@@ -116,6 +123,21 @@ public:
     // The rate of the matrix products a prefill runs on, in TFLOP/s, measured on the device (a large square product
     // in the backend's prefill mode), for `quill bench` to state prefill's fraction of it; 0 where there is none.
     virtual double matmul_rate_tflops() { return 0.0; }
+
+    // The split forward's steps, for a backend made to hold only some layers (its weights resident, its KV cache
+    // those layers' only; kv_shape().n_layer is their count). hidden [batch.tokens.size(), n_embd] is the residual
+    // stream between layers, in batch order; each step checks the batch as forward() does. A backend that cannot
+    // run part of a model throws UsageError saying so (here).
+    // The layers this backend holds; all of them ({0, n_layer}) here.
+    virtual LayerRange layer_range() const { return {0, config().n_layer}; }
+    // hidden = token_embd[token] * embd_scale for each token of the batch.
+    virtual void embed_tokens(const Batch& batch, std::span<float> hidden);
+    // hidden = the layers of layer_range() applied to hidden, each token's K and V stored at (slot, pos) of those
+    // layers, attention as forward() runs it.
+    virtual void forward_layers(const Batch& batch, std::span<float> hidden);
+    // logits [batch.n_logits(), n_vocab] = W_out rms_norm(hidden) * output_norm for the tokens that ask, in batch
+    // order (soft-capped where the model says); only the backend holding the last layer has the output.
+    virtual void output_logits(const Batch& batch, std::span<const float> hidden, std::span<float> logits);
 
 protected:
     // forward_sample's host path, for backends that override it only for some batches.
