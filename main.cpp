@@ -143,11 +143,25 @@ CLI::Option* add_logprobs_option(CLI::App* cmd, int& logprobs, const std::string
         ->check(CLI::Range(0, quill::kMaxTopLogprobs));
 }
 
-// --lookup N: prompt lookup's guesses per decode step (greedy sampling only; the text does not change).
+// --lookup N: prompt lookup's guesses per decode step (greedy: the text does not change; sampled: its distribution).
 void add_lookup_option(CLI::App* cmd, int& lookup) {
     cmd->add_option("--lookup", lookup,
-                    "Guess up to N next tokens per step from earlier text and check them in the same pass (greedy "
-                    "sampling only: --temp 0; the text is the same, faster where it repeats its prompt; 0: off)")
+                    "Guess up to N next tokens per step from earlier text and check them in the same pass (greedy: "
+                    "the same text; sampled: the same distribution; faster where it repeats its prompt; not with "
+                    "penalties or a grammar; 0: off)")
+        ->capture_default_str()
+        ->check(kNotEmpty)
+        ->check(CLI::Range(0, quill::kMaxLookup));
+}
+
+// --draft-model FILE and --draft N: speculative decoding with a small model of the same vocabulary.
+void add_draft_options(CLI::App* cmd, std::string& draft_model, int& draft) {
+    cmd->add_option("--draft-model", draft_model,
+                    "A small model with the same vocabulary guesses the next tokens, checked in one pass of the "
+                    "model (greedy: the same text; sampled: the same distribution; not with penalties or a grammar)")
+        ->check(kNotEmpty);
+    cmd->add_option("--draft", draft,
+                    "Tokens the draft model guesses per step (0: adaptive, more while they are accepted)")
         ->capture_default_str()
         ->check(kNotEmpty)
         ->check(CLI::Range(0, quill::kMaxLookup));
@@ -242,6 +256,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
     add_lookup_option(run_cmd, run.lookup);
+    add_draft_options(run_cmd, run.draft_model, run.draft);
     add_constraint_options(run_cmd, run.constraint, true);
     run_cmd->add_option("--stop", run.stop, "Stop at this text (repeatable); it is not printed");
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
@@ -274,6 +289,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     add_sampling_options(chat_cmd, chat.sampling, chat.seed);
     add_lookup_option(chat_cmd, chat.lookup);
+    add_draft_options(chat_cmd, chat.draft_model, chat.draft);
     add_constraint_options(chat_cmd, chat.constraint, true);
     chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
     chat_cmd->add_option("--system", chat.system, "The system message");
@@ -312,6 +328,7 @@ int main(int argc, char** argv) {
                                                               "context)")->capture_default_str();
     add_sampling_options(batch_cmd, batch.sampling, batch.seed);
     add_lookup_option(batch_cmd, batch.lookup);
+    add_draft_options(batch_cmd, batch.draft_model, batch.draft);
     add_constraint_options(batch_cmd, batch.constraint, false);
     batch_cmd->add_option("--stop", batch.stop, "Stop at this text (repeatable)");
     add_logprobs_option(batch_cmd, batch.logprobs, "Log-probabilities of every generated token and this many "

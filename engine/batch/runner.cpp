@@ -97,6 +97,8 @@ void Run::finished(int64_t id, const GenerationStats& st) {
     out_.write(result_record(ctx_, request, static_cast<size_t>(id), c));
     ++p_.done;
     p_.reused_tokens += st.reused_tokens;
+    p_.guessed_tokens += st.guessed_tokens;
+    p_.accepted_tokens += st.accepted_tokens;
 }
 
 std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& o) {

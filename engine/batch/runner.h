@@ -40,6 +40,8 @@ struct BatchProgress {
     int64_t prompt_tokens = 0;     // run through the model
     int64_t reused_tokens = 0;     // prompt tokens of written records found in the cache (a shared prefix)
     int64_t generated_tokens = 0;  // sampled
+    int64_t guessed_tokens = 0;    // prompt lookup's or the draft model's guesses checked, in written records
+    int64_t accepted_tokens = 0;   // and those accepted
     double elapsed_s = 0;
 };
 

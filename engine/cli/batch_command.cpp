@@ -149,6 +149,8 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.sampling = o.sampling;
     ro.defaults.logprobs = o.logprobs;
     ro.defaults.lookup = o.lookup;
+    ro.defaults.draft = o.draft;
+    check_draft_options(o.draft_model, o.draft, o.lookup);
     ro.seed = o.seed;
     ro.n_batch = o.n_batch;
     ro.defaults.validate();
@@ -188,6 +190,7 @@ int cmd_batch(BatchCliOptions& o) {
                             qb::input_format_name(input.format), so.n_slots);
         if (ro.shard.n > 1) quill::print_stderr("{}", qb::shard_line(input, ro.shard));
     }
+    ro.defaults.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     const quill::Tokenizer& tok = *session->tokenizer;
     warn_invalid_utf8(input, from_stdin ? "stdin" : o.input, tok);
     const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o);

@@ -6,6 +6,7 @@
 #include "engine/grammar/constraint.h"
 #include "engine/io/input.h"
 #include "engine/runtime/bench.h"
+#include "engine/runtime/draft.h"
 #include "engine/runtime/generator.h"
 #include "engine/runtime/sampler.h"
 #include "engine/session.h"
@@ -71,6 +72,8 @@ struct RunOptions {
     std::vector<std::string> stop;
     int logprobs = -1;
     int lookup = 0;
+    std::string draft_model;  // --draft-model FILE
+    int draft = 0;            // --draft N (0: adaptive)
     bool raw = false;
     bool json = false;
     std::string system;
@@ -110,6 +113,8 @@ struct ChatCliOptions {
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;
     int lookup = 0;
+    std::string draft_model;
+    int draft = 0;
     ConstraintOptions constraint;
 };
 
@@ -130,6 +135,8 @@ struct BatchCliOptions {
     std::vector<std::string> stop;
     int logprobs = -1;
     int lookup = 0;
+    std::string draft_model;
+    int draft = 0;
     bool raw = false;
     bool quiet = false;
     size_t max_input_bytes = size_t{1} << 30;
@@ -197,6 +204,16 @@ std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOp
 OutputConstraint compile_output_constraint(const ConstraintOptions& c);
 // run's prompt: -p, the argument, -f FILE (- for stdin) or stdin; nullopt when none is given and stdin is a terminal.
 std::optional<std::string> read_run_prompt(const RunOptions& o);
+// --draft-model and --draft against --lookup, before anything loads: UsageError naming the flags.
+void check_draft_options(const std::string& draft_model, int draft, int lookup);
+// The --draft-model file as a Drafter for `target`'s requests: on the same kind of backend, as many KV slots and as
+// long a context, its vocabulary checked (check_same_vocabulary); null when path is empty. It keeps the draft model
+// loaded. Its load line goes to stderr unless quiet.
+std::shared_ptr<quill::Drafter> open_drafter(const std::string& path, const quill::Session& target,
+                                             const EngineOptions& engine, bool quiet);
+// The stats line's report of the guesses: "; lookup: A of G guesses accepted (R%)" (or "draft:"); "" without
+// lookup or a draft model.
+std::string guesses_phrase(const quill::GenerationParams& gp, const quill::GenerationStats& st);
 // The text without one final line ending ("\n" or "\r\n"): not part of the user's message.
 std::string without_final_newline(std::string text);
 

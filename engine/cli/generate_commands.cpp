@@ -54,6 +54,44 @@ namespace quill::cli {
 
 namespace fs = std::filesystem;
 
+void check_draft_options(const std::string& draft_model, int draft, int lookup) {
+    if (draft != 0 && draft_model.empty())
+        throw UsageError(fmt::format("--draft {} needs a draft model: give --draft-model FILE", draft));
+    if (lookup > 0 && !draft_model.empty())
+        throw UsageError("--lookup and --draft-model cannot be combined: choose one");
+}
+
+namespace {
+
+// A Drafter and the draft model it runs on, kept loaded together.
+struct DraftModel {
+    std::unique_ptr<quill::Session> session;
+    std::optional<quill::Drafter> drafter;
+};
+
+}  // namespace
+
+std::shared_ptr<quill::Drafter> open_drafter(const std::string& path, const quill::Session& target,
+                                             const EngineOptions& engine, bool quiet) {
+    if (path.empty()) return nullptr;
+    quill::SessionOptions so = session_options(ModelOptions{path, ""}, engine);
+    so.device = target.backend->name() == "cuda" ? quill::DeviceChoice::cuda : quill::DeviceChoice::cpu;
+    so.ctx = target.n_ctx;
+    so.n_slots = target.backend->kv_shape().n_slots;
+    auto draft = std::make_shared<DraftModel>();
+    draft->session = quill::Session::open(so);
+    quill::check_same_vocabulary(*target.tokenizer, *draft->session->tokenizer, path);
+    draft->drafter.emplace(*draft->session->backend);
+    if (!quiet) quill::print_stderr("{} (draft model)\n", draft->session->load_line());
+    return {draft, &*draft->drafter};
+}
+
+std::string guesses_phrase(const quill::GenerationParams& gp, const quill::GenerationStats& st) {
+    if (gp.lookup <= 0 && !gp.drafter) return "";
+    return fmt::format("; {}: {} of {} guesses accepted ({:.0f}%)", gp.drafter ? "draft" : "lookup",
+                       st.accepted_tokens, st.guessed_tokens, 100.0 * st.acceptance_rate());
+}
+
 int cmd_run(RunOptions& o) {
     quill::signals::install();  // Ctrl-C and SIGTERM stop the generation (or the read of stdin); the text is kept
     std::optional<std::string> given = read_run_prompt(o);
@@ -73,6 +111,8 @@ int cmd_run(RunOptions& o) {
     gp.sampling = o.sampling;
     gp.logprobs = o.logprobs;
     gp.lookup = o.lookup;
+    gp.draft = o.draft;
+    check_draft_options(o.draft_model, o.draft, o.lookup);
     gp.validate();
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
 
@@ -83,6 +123,7 @@ int cmd_run(RunOptions& o) {
     const int64_t n_ctx = session->n_ctx;
     const double load_ms = session->load_ms;
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
+    gp.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
 
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
@@ -127,7 +168,10 @@ int cmd_run(RunOptions& o) {
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
         if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
-        if (gp.lookup > 0) j["lookup"] = {{"guessed", st.guessed_tokens}, {"accepted", st.accepted_tokens}};
+        if (gp.lookup > 0 || gp.drafter)
+            j[gp.drafter ? "draft" : "lookup"] = {{"guessed", st.guessed_tokens},
+                                                  {"accepted", st.accepted_tokens},
+                                                  {"acceptance_rate", st.acceptance_rate()}};
         out.put(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
     if (!o.quiet)
@@ -135,9 +179,7 @@ int cmd_run(RunOptions& o) {
                             "tok/s; decode {:.1f} tok/s; finish reason {}{}\n",
                             st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
                             st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()),
-                            gp.lookup > 0 ? fmt::format("; lookup: {} of {} guesses accepted", st.accepted_tokens,
-                                                        st.guessed_tokens)
-                                          : "");
+                            guesses_phrase(gp, st));
     // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
     if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
     return 0;
@@ -178,12 +220,15 @@ int cmd_chat(ChatCliOptions& o) {
     gp.stop = o.stop;
     gp.sampling = o.sampling;
     gp.lookup = o.lookup;
+    gp.draft = o.draft;
+    check_draft_options(o.draft_model, o.draft, o.lookup);
     gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
     auto session = quill::Session::open(session_options(o.model, o.engine));
     gp.grammar = constraint.bind(*session->tokenizer);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
+    gp.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
     quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
@@ -225,6 +270,8 @@ int chat_from_run(const RunOptions& o) {
     chat.system = o.system;
     chat.chat_template = o.chat_template;
     chat.lookup = o.lookup;
+    chat.draft_model = o.draft_model;
+    chat.draft = o.draft;
     chat.constraint = o.constraint;
     return cmd_chat(chat);
 }

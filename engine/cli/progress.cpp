@@ -44,11 +44,15 @@ std::string summary_line(const BatchProgress& p) {
         extra += fmt::format(", {} not started (--resume runs them)", p.total - p.done - p.abandoned);
     if (p.skipped) extra += fmt::format(", {} already in the output", p.skipped);
     const std::string reused = p.reused_tokens ? fmt::format(" ({} more reused from the cache)", p.reused_tokens) : "";
+    const std::string guesses =
+        p.guessed_tokens ? fmt::format(" | {} of {} guesses accepted ({:.0f}%)", p.accepted_tokens, p.guessed_tokens,
+                                       100.0 * static_cast<double>(p.accepted_tokens) / p.guessed_tokens)
+                         : "";
     return fmt::format("quill: batch: {} written ({}){} | {} prompt tokens{}, {} generated | {:.1f} s | {:.1f} "
-                       "generated tok/s, {:.0f} prompt tok/s\n",
+                       "generated tok/s, {:.0f} prompt tok/s{}\n",
                        plural(p.done, "record"), plural(p.errors, "error"), extra, p.prompt_tokens, reused,
                        p.generated_tokens, p.elapsed_s, rate(p.generated_tokens, p.elapsed_s),
-                       rate(p.prompt_tokens, p.elapsed_s));
+                       rate(p.prompt_tokens, p.elapsed_s), guesses);
 }
 
 std::string shard_line(const BatchInput& input, const Shard& shard) {

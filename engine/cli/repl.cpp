@@ -177,6 +177,9 @@ void ChatRepl::reply(bool regenerate, const std::string& message) {
                                        r.stats.completion_tokens, r.stats.ttft_ms, r.stats.decode_tokens_per_s(),
                                        conv_.cached_tokens(), conv_.n_ctx(), r.stats.reused_tokens,
                                        r.stats.prefilled_tokens);
+        if (r.stats.guessed_tokens > 0)
+            line += fmt::format("; {} of {} guesses accepted ({:.0f}%)", r.stats.accepted_tokens,
+                                r.stats.guessed_tokens, 100.0 * r.stats.acceptance_rate());
         say(opt_.color ? "\033[2m" + line + "\033[0m" : line);
     }
 }

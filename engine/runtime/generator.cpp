@@ -12,6 +12,9 @@ void GenerationParams::validate(bool request_fields) const {
     sampling.validate(request_fields);
     if (lookup < 0 || lookup > kMaxLookup)
         throw UsageError(fmt::format("--lookup {} is out of range: expected 0 to {}", lookup, kMaxLookup));
+    if (draft < 0 || draft > kMaxLookup)
+        throw UsageError(fmt::format("--draft {} is out of range: expected 1 to {} (0: adaptive)", draft, kMaxLookup));
+    if (lookup > 0 && drafter) throw UsageError("--lookup and --draft-model cannot be combined: choose one");
     if (max_tokens < -1)
         throw UsageError(request_fields
                              ? fmt::format("max_tokens {} is out of range: expected >= 0", max_tokens)
@@ -132,11 +135,11 @@ std::string Generation::advance(int32_t token) {
     return text;
 }
 
-int Generation::lookup_budget() const {
-    if (params_.lookup <= 0 || finished() || !sampler_.plain_greedy()) return 0;
+int Generation::guess_budget(int wanted) const {
+    if (wanted <= 0 || finished() || !sampler_.can_speculate()) return 0;
     // The step's decode row gives one token and each accepted guess one more; a guess at position next_pos() + k
     // must fit in the context.
-    int64_t budget = std::min<int64_t>(params_.lookup, n_ctx_ - 1 - next_pos());
+    int64_t budget = std::min<int64_t>(wanted, n_ctx_ - 1 - next_pos());
     if (params_.max_tokens >= 0) budget = std::min<int64_t>(budget, params_.max_tokens - n_generated_ - 1);
     return static_cast<int>(std::max<int64_t>(0, budget));
 }
@@ -145,6 +148,10 @@ int Generation::lookup_budget() const {
 
 double GenerationStats::prefill_tokens_per_s() const {
     return prefill_ms > 0 ? prefilled_tokens * 1000.0 / prefill_ms : 0.0;
+}
+
+double GenerationStats::acceptance_rate() const {
+    return guessed_tokens > 0 ? static_cast<double>(accepted_tokens) / guessed_tokens : 0.0;
 }
 
 double GenerationStats::decode_tokens_per_s() const {

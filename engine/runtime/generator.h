@@ -25,8 +25,12 @@ enum class FinishReason {
 };
 std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "interrupted"
 
-// The most guessed tokens a decode step checks (GenerationParams::lookup).
+// The most guessed tokens a decode step checks (GenerationParams::lookup and draft).
 inline constexpr int kMaxLookup = 32;
+// The guesses a draft model makes in a sequence's first step when their number adapts (GenerationParams::draft 0).
+inline constexpr int kDraftStart = 4;
+
+class Drafter;
 
 struct GenerationParams {
     int max_tokens = -1;  // -1: until an end-of-generation token or a full context
@@ -36,13 +40,21 @@ struct GenerationParams {
     // (Generation::logprobs).
     int logprobs = -1;
     // Prompt lookup (engine/runtime/lookup.h): up to this many guessed tokens checked in each decode step, for a
-    // greedy sampler (temperature 0, no penalties); the text is the same as without. 0: off.
+    // sampler without penalties, grammar or logprobs. Greedy, the text is the same as without; sampled, its
+    // distribution is. 0: off.
     int lookup = 0;
+    // A draft model's guesses (engine/runtime/draft.h), under the same conditions as lookup; null: none. Shared by
+    // the requests that use it (its KV slots are the target's).
+    std::shared_ptr<Drafter> drafter;
+    // Guesses per step with a drafter: this many, or 0: adaptive (kDraftStart first, one more after a step whose
+    // guesses were all accepted, one fewer after one that accepted under half of them).
+    int draft = 0;
     // The grammar the output must follow (engine/grammar); null: none. Shared by the requests that use it.
     std::shared_ptr<grammar::TokenGrammar> grammar;
 
-    // The sampling values, then max_tokens (-1 or more) and logprobs: UsageError naming the flag (-n, --logprobs), or
-    // with request_fields the field of a batch request (max_tokens, top_logprobs), as SamplingParams::validate does.
+    // The sampling values, then max_tokens (-1 or more), logprobs, lookup and draft: UsageError naming the flag (-n,
+    // --logprobs, --lookup, --draft), or with request_fields the field of a batch request (max_tokens, top_logprobs),
+    // as SamplingParams::validate does.
     void validate(bool request_fields = false) const;
 };
 
@@ -69,6 +81,7 @@ public:
     Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const GenerationParams& params, int64_t n_ctx);
 
     const std::vector<int32_t>& prompt() const { return prompt_; }
+    const GenerationParams& params() const { return params_; }
     // The sampler that picks the next token from the logits of the last token fed (Backend::forward_sample).
     Sampler& sampler() { return sampler_; }
     const Sampler& sampler() const { return sampler_; }
@@ -92,9 +105,9 @@ public:
     // Position at which last_token() goes into the cache.
     int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
     uint64_t seed() const { return sampler_.params().seed; }
-    // How many guessed tokens the scheduler may check in the next decode step: GenerationParams::lookup for a
-    // greedy sampler, capped to the tokens still allowed (-n, the context); 0 for none.
-    int lookup_budget() const;
+    // How many guessed tokens the scheduler may check in the next decode step: `wanted`, capped to the tokens still
+    // allowed (-n, the context); 0 when the sampler cannot check guesses (Sampler::can_speculate) or it finished.
+    int guess_budget(int wanted) const;
 
 private:
     std::string finish(FinishReason reason);
@@ -118,8 +131,9 @@ struct GenerationStats {
     int prefilled_tokens = 0;  // prompt tokens run through the model (those past GenerateOptions::n_past)
     int reused_tokens = 0;     // prompt tokens already in the cache (n_past)
     int completion_tokens = 0;
-    int guessed_tokens = 0;   // prompt lookup's guesses checked
-    int accepted_tokens = 0;  // and those that were the model's own next token
+    int guessed_tokens = 0;   // prompt lookup's or the draft model's guesses checked
+    int accepted_tokens = 0;  // and those accepted as the model's next token
+    double acceptance_rate() const;  // accepted over guessed; 0 without guesses
     double prefill_ms = 0;  // the prompt's forward passes
     double ttft_ms = 0;     // start to the first token sampled
     double decode_ms = 0;   // from the first token to the last

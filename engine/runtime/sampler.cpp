@@ -146,12 +146,7 @@ int32_t Sampler::sample_top(std::span<const SampleCandidate> top) {
     return finish();
 }
 
-bool Sampler::plain_greedy() const {
-    const SamplingParams& p = params_;
-    const bool no_penalty =
-        p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
-    return p.temperature <= 0.0f && no_penalty && !logprobs_on() && !grammar_;
-}
+bool Sampler::plain_greedy() const { return params_.temperature <= 0.0f && can_speculate(); }
 
 void Sampler::set_logprobs(int top_n) {
     QUILL_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "top_n {} out of range", top_n);
@@ -190,7 +185,11 @@ int32_t Sampler::pick(std::span<float> logits) {
     apply_penalties(logits);
     if (params_.temperature <= 0.0f)  // greedy: the first maximum
         return static_cast<int32_t>(first_max(logits));
+    select_top_k(logits);
+    return finish();
+}
 
+void Sampler::select_top_k(std::span<const float> logits) {
     // top-k: the k largest logits, sorted descending (ties by id, so the order is deterministic)
     auto by_logit = [](const Candidate& a, const Candidate& b) {
         return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
@@ -201,7 +200,7 @@ int32_t Sampler::pick(std::span<float> logits) {
         cand_.resize(n);
         for (size_t i = 0; i < n; ++i) cand_[i] = {static_cast<int32_t>(i), logits[i]};
         std::sort(cand_.begin(), cand_.end(), by_logit);
-        return finish();
+        return;
     }
     // std::partial_sort's selection without a candidate per logit: a heap of the k best so far, its worst on top,
     // which a later logit replaces only when strictly larger (an equal one has a larger id: worse). Sixteen logits
@@ -225,10 +224,9 @@ int32_t Sampler::pick(std::span<float> logits) {
     }
     for (; i < n; ++i) offer(i);
     std::sort_heap(cand_.begin(), cand_.end(), by_logit);
-    return finish();
 }
 
-int32_t Sampler::finish() {
+void Sampler::truncate() {
     // tokens a grammar refused (-inf) never count, even when fewer than k are allowed
     while (cand_.size() > 1 && cand_.back().logit == -INFINITY) cand_.pop_back();
     // probabilities at temperature 1 for top-p and min-p
@@ -261,14 +259,88 @@ int32_t Sampler::finish() {
         while (keep < cand_.size() && probs_[keep] >= params_.min_p * probs_[0]) ++keep;
         cand_.resize(keep);
     }
-    // temperature, then one draw
     softmax(params_.temperature);
+}
+
+int32_t Sampler::finish() {
+    truncate();
     double r = rng_.uniform(), cum = 0;
     for (size_t i = 0; i < cand_.size(); ++i) {
         cum += probs_[i];
         if (r < cum) return cand_[i].id;
     }
     return cand_.back().id;
+}
+
+// ---- speculative decoding ----
+
+double TokenDist::prob(int32_t id) const {
+    const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+    return it != ids.end() && *it == id ? probs[static_cast<size_t>(it - ids.begin())] : 0.0;
+}
+
+void TokenDist::point(int32_t id) {
+    ids.assign(1, id);
+    probs.assign(1, 1.0);
+}
+
+bool Sampler::can_speculate() const {
+    const SamplingParams& p = params_;
+    const bool no_penalty =
+        p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);
+    return no_penalty && !logprobs_on() && !grammar_;
+}
+
+void Sampler::distribution(std::span<float> logits, TokenDist& out) {
+    QUILL_CHECK(!logits.empty(), "no logits to sample from");
+    if (grammar_) apply_mask(logits);
+    apply_penalties(logits);
+    if (params_.temperature <= 0.0f) {
+        out.point(static_cast<int32_t>(first_max(logits)));
+        return;
+    }
+    select_top_k(logits);
+    truncate();
+    order_.resize(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i) order_[i] = static_cast<int32_t>(i);
+    std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return cand_[a].id < cand_[b].id; });
+    out.ids.resize(cand_.size());
+    out.probs.resize(cand_.size());
+    for (size_t i = 0; i < order_.size(); ++i) {
+        out.ids[i] = cand_[order_[i]].id;
+        out.probs[i] = probs_[order_[i]];
+    }
+}
+
+int32_t Sampler::draw(const TokenDist& d) {
+    QUILL_CHECK(!d.ids.empty(), "an empty distribution");
+    if (d.ids.size() == 1) return d.ids[0];
+    double r = rng_.uniform(), cum = 0;
+    for (size_t i = 0; i < d.ids.size(); ++i) {
+        cum += d.probs[i];
+        if (r < cum) return d.ids[i];
+    }
+    return d.ids.back();
+}
+
+GuessVerdict Sampler::check_guess(const TokenDist& p, const TokenDist& q, int32_t guess) {
+    const double px = p.prob(guess), qx = q.prob(guess);
+    QUILL_CHECK(qx > 0, "guess {} was not drawn from its proposal", guess);
+    if (px >= qx || (px > 0 && rng_.uniform() * qx < px)) return {true, guess};
+    // max(0, p - q) over p's tokens (q's others give nothing), both ascending by id.
+    residual_.ids.clear();
+    residual_.probs.clear();
+    double sum = 0;
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+        const double r = p.probs[i] - q.prob(p.ids[i]);
+        if (r <= 0) continue;
+        residual_.ids.push_back(p.ids[i]);
+        residual_.probs.push_back(r);
+        sum += r;
+    }
+    if (sum <= 0) return {false, draw(p)};  // (p == q up to rounding: then p itself)
+    for (double& r : residual_.probs) r /= sum;
+    return {false, draw(residual_)};
 }
 
 }  // namespace quill

@@ -54,6 +54,21 @@ struct TokenLogprobs {
     std::vector<std::pair<int32_t, double>> top;  // the top_n most likely, descending (ties: the lower id first)
 };
 
+// A distribution over a few tokens, ids ascending: what a sampler draws from once its chain has run
+// (Sampler::distribution), or a guess's proposal in speculative decoding.
+struct TokenDist {
+    std::vector<int32_t> ids;   // ascending
+    std::vector<double> probs;  // [ids.size()], summing to 1
+    double prob(int32_t id) const;  // 0 for an id not in it
+    void point(int32_t id);         // all the mass on one token
+};
+
+// What Sampler::check_guess decided: the guess, or the token drawn in its place.
+struct GuessVerdict {
+    bool accepted = false;
+    int32_t token = -1;
+};
+
 // The most top alternatives a sampler reports per token (OpenAI's top_logprobs range).
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -87,6 +102,19 @@ public:
     // can pick without the history or the RNG).
     bool plain_greedy() const;
 
+    // Whether guessed tokens may be checked against this sampler (speculative decoding): no penalty, grammar or
+    // logprobs in effect, whose state would have to move with each guess. Greedy or not.
+    bool can_speculate() const;
+    // The distribution sample() draws from for this row (changed in place as sample() changes it): the tokens the
+    // chain keeps and their probabilities after temperature; all the mass on the first maximum when greedy. No draw.
+    void distribution(std::span<float> logits, TokenDist& out);
+    // A draw from d with this sampler's RNG (none for a one-token distribution).
+    int32_t draw(const TokenDist& d);
+    // Speculative rejection sampling: `guess` was drawn from q (a point mass for a prompt lookup guess); the model's
+    // distribution is p. Accepted with probability min(1, p(guess) / q(guess)); otherwise a token drawn from
+    // max(0, p - q), normalized. The token that results is distributed as p exactly.
+    GuessVerdict check_guess(const TokenDist& p, const TokenDist& q, int32_t guess);
+
     // How many of a row's largest logits (ties: the lower id first) sample_top needs to pick what sample() picks:
     // top-k (1 for greedy) plus every token of the penalty window, whose logits the penalties can only lower here
     // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, penalties
@@ -102,7 +130,12 @@ private:
     void apply_mask(std::span<float> logits);
     bool penalties_on() const;
     float penalized(float logit, int count) const;
-    // The chain after top-k: cand_ holds the top k sorted (logit descending, ids ascending among equals).
+    // Top-k of the row (after the mask and penalties) into cand_, sorted (logit descending, ids ascending among
+    // equals).
+    void select_top_k(std::span<const float> logits);
+    // The chain after top-k: top-p, min-p and temperature leave cand_ and their probabilities in probs_.
+    void truncate();
+    // truncate(), then one draw.
     int32_t finish();
 
     using Candidate = SampleCandidate;
@@ -112,6 +145,7 @@ private:
     std::unordered_map<int32_t, int> counts_;  // occurrences in the window
     std::vector<Candidate> cand_;
     std::vector<float> probs_;
+    TokenDist residual_;  // check_guess's max(0, p - q)
     int logprobs_top_ = -1;  // -1: no logprobs
     TokenLogprobs last_logprobs_;
     std::vector<int32_t> order_;  // logprobs' top-n selection

@@ -4,6 +4,7 @@
 #include "engine/runtime/lookup.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace quill {
 
@@ -21,7 +22,8 @@ Scheduler::Scheduler(Backend& backend, const SchedulerOptions& options, TextFn o
       on_text_(std::move(on_text)),
       on_finish_(std::move(on_finish)),
       slots_(static_cast<size_t>(backend.kv_shape().n_slots)),
-      caches_(slots_.size()) {
+      caches_(slots_.size()),
+      histories_(slots_.size()) {
     options_.n_batch = std::max(1, options_.n_batch);
 }
 
@@ -47,6 +49,8 @@ void Scheduler::start(Slot& s, const Waiting& w, bool any_slot) {
     s.gen = w.gen;
     s.next_prompt = static_cast<size_t>(w.n_past);
     s.settled = !any_slot || !backend_.can_copy_kv();
+    const GenerationParams& gp = w.gen->params();
+    s.guess_n = gp.lookup > 0 ? gp.lookup : !gp.drafter ? 0 : gp.draft > 0 ? gp.draft : kDraftStart;
     s.stats = {};
     s.stats.prompt_tokens = static_cast<int>(w.gen->prompt().size());
     s.stats.reused_tokens = w.n_past;
@@ -128,12 +132,55 @@ bool Scheduler::settle(int32_t slot) {
     return true;
 }
 
+// The draft model's guesses for every sequence whose prompt is in and that wants some (one Drafter::propose for all).
+void Scheduler::propose_drafts() {
+    draft_requests_.clear();
+    draft_of_.assign(slots_.size(), -1);
+    Drafter* drafter = nullptr;
+    int64_t n_token_ids = backend_.config().n_vocab;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot& s = slots_[i];
+        if (!s.busy || s.next_prompt < s.gen->prompt().size() || !s.gen->params().drafter) continue;
+        const int budget = s.gen->guess_budget(s.guess_n);
+        if (budget == 0) continue;
+        Drafter* d = s.gen->params().drafter.get();
+        QUILL_CHECK(!drafter || drafter == d, "the requests of one scheduler share one draft model");
+        QUILL_CHECK(d->backend().kv_shape().n_slots >= n_slots(), "the draft model has {} KV slots for {}",
+                    d->backend().kv_shape().n_slots, n_slots());
+        drafter = d;
+        std::vector<int32_t>& h = histories_[i];
+        h.assign(s.gen->prompt().begin(), s.gen->prompt().end());
+        h.insert(h.end(), s.gen->generated().begin(), s.gen->generated().end());
+        draft_of_[i] = static_cast<int>(draft_requests_.size());
+        draft_requests_.push_back({static_cast<int32_t>(i), h, budget, &s.gen->sampler()});
+        n_token_ids = std::min(n_token_ids, s.gen->n_token_ids());
+    }
+    if (drafter) drafter->propose(draft_requests_, n_token_ids, draft_guesses_, draft_dists_);
+}
+
+// A decode token's guesses, each at the next position and asking for logits.
+void Scheduler::add_guesses(int32_t slot, std::span<const int32_t> guesses) {
+    Slot& s = slots_[slot];
+    for (size_t g = 0; g < guesses.size(); ++g) {
+        batch_.add(guesses[g], s.gen->next_pos() + 1 + static_cast<int32_t>(g), slot, true, true);
+        logit_slot_.push_back(slot);
+        guess_.push_back(guesses[g]);
+        guess_j_.push_back(static_cast<int32_t>(g));
+    }
+    s.stats.guessed_tokens += static_cast<int>(guesses.size());
+    s.step_guessed = static_cast<int>(guesses.size());
+    s.step_accepted = 0;
+    sampled_guesses_[slot] = !guesses.empty() && !s.gen->sampler().plain_greedy();
+}
+
 // Decode tokens first (one per sequence whose prompt is in), then prefill chunks of the others in slot order
 // while the token budget lasts. The prompt's last token asks for logits; so does every decode token.
 void Scheduler::build_batch() {
     batch_.tokens.clear();
     logit_slot_.clear();
     guess_.clear();
+    guess_j_.clear();
+    sampled_guesses_.assign(slots_.size(), 0);
     for (size_t i = 0; i < slots_.size(); ++i) {
         Slot& s = slots_[i];
         if (!s.busy || s.next_prompt < s.gen->prompt().size()) continue;
@@ -141,17 +188,16 @@ void Scheduler::build_batch() {
         batch_.add(s.gen->last_token(), s.gen->next_pos(), slot, true, true);
         logit_slot_.push_back(slot);
         guess_.push_back(-1);
-        const int budget = s.gen->lookup_budget();
+        guess_j_.push_back(-1);
+        if (draft_of_[i] >= 0) {
+            add_guesses(slot, draft_guesses_[static_cast<size_t>(draft_of_[i])]);
+            continue;
+        }
+        const int budget = s.gen->params().lookup > 0 ? s.gen->guess_budget(s.guess_n) : 0;
         if (budget == 0) continue;
         history_.assign(s.gen->prompt().begin(), s.gen->prompt().end());
         history_.insert(history_.end(), s.gen->generated().begin(), s.gen->generated().end());
-        const std::vector<int32_t> guesses = lookup_guesses(history_, budget);
-        for (size_t g = 0; g < guesses.size(); ++g) {
-            batch_.add(guesses[g], s.gen->next_pos() + 1 + static_cast<int32_t>(g), slot, true, true);
-            logit_slot_.push_back(slot);
-            guess_.push_back(guesses[g]);
-        }
-        s.stats.guessed_tokens += static_cast<int>(guesses.size());
+        add_guesses(slot, lookup_guesses(history_, budget));
     }
     // At least one prefill token per step, so prompts progress even when the decode tokens fill the budget.
     size_t budget = static_cast<size_t>(std::max<int64_t>(1, options_.n_batch - static_cast<int64_t>(batch_.tokens.size())));
@@ -167,6 +213,7 @@ void Scheduler::build_batch() {
             if (last) {
                 logit_slot_.push_back(static_cast<int32_t>(i));
                 guess_.push_back(-1);
+                guess_j_.push_back(-1);
             }
         }
         last_step_.prefill_tokens += static_cast<int>(end - s.next_prompt);
@@ -175,26 +222,41 @@ void Scheduler::build_batch() {
     }
 }
 
-// Picked tokens come in batch order, which is the order of logit_slot_. A guess row counts only while every earlier
-// row of its sequence did and picked the token the guess row holds.
+// The token row r gives its sequence: the row's pick, or for a slot whose guesses are checked by rejection sampling,
+// the verdict on the guess the next row holds (the guess, or a token drawn in its place) and after the last guess a
+// draw from the row's distribution.
+int32_t Scheduler::pick(size_t r) {
+    const int32_t slot = logit_slot_[r];
+    if (!sampled_guesses_[slot]) return picked_[r];
+    Sampler& sampler = slots_[slot].gen->sampler();
+    const auto n_vocab = static_cast<size_t>(backend_.config().n_vocab);
+    sampler.distribution(std::span<float>(logits_.data() + r * n_vocab, n_vocab), p_);
+    const bool guess_next = r + 1 < logit_slot_.size() && logit_slot_[r + 1] == slot && guess_[r + 1] >= 0;
+    if (!guess_next) return sampler.draw(p_);
+    const int draft = draft_of_[slot];
+    if (draft < 0) q_.point(guess_[r + 1]);
+    const TokenDist& q = draft < 0 ? q_ : draft_dists_[static_cast<size_t>(draft)][static_cast<size_t>(guess_j_[r + 1])];
+    return sampler.check_guess(p_, q, guess_[r + 1]).token;
+}
+
+// Rows come in batch order, which is the order of logit_slot_. A guess row counts only while every earlier row of its
+// sequence did and gave the token the guess row holds.
 void Scheduler::sample_all() {
     const auto now = clock::now();
     live_.assign(slots_.size(), 0);
     for (size_t r = 0; r < logit_slot_.size(); ++r) {
         const int32_t slot = logit_slot_[r];
         Slot& s = slots_[slot];
-        if (guess_[r] < 0) {
-            live_[slot] = 1;
-        } else {
-            if (!live_[slot] || !s.busy || picked_[r - 1] != guess_[r]) {
-                live_[slot] = 0;
-                continue;
-            }
+        if (guess_[r] >= 0) {
+            if (!live_[slot] || !s.busy) continue;
             ++s.stats.accepted_tokens;
+            ++s.step_accepted;
         }
+        const int32_t token = pick(r);
+        live_[slot] = r + 1 < logit_slot_.size() && guess_[r + 1] == token && logit_slot_[r + 1] == slot;
         const bool first = s.stats.ttft_ms == 0;  // the prompt just completed
         if (first) s.stats.prefill_ms = ms_between(s.t_admit, now);
-        const std::string text = s.gen->advance(picked_[r]);
+        const std::string text = s.gen->advance(token);
         if (first) {
             s.t_first = clock::now();
             s.stats.ttft_ms = std::max(1e-6, ms_between(s.t_admit, s.t_first));
@@ -208,11 +270,24 @@ void Scheduler::sample_all() {
     }
 }
 
-bool Scheduler::step() {
-    last_step_ = {};
-    admit();
-    if (n_running() == 0) return false;
-    build_batch();
+// A draft whose number of guesses adapts: one more after a step that accepted them all, one fewer after one that
+// accepted under half.
+void Scheduler::adapt_guesses() {
+    for (Slot& s : slots_) {
+        if (!s.busy || s.step_guessed == 0) continue;
+        const GenerationParams& gp = s.gen->params();
+        if (gp.drafter && gp.draft == 0) {
+            if (s.step_accepted == s.step_guessed) s.guess_n = std::min(s.guess_n + 1, kMaxLookup);
+            else if (2 * s.step_accepted < s.step_guessed) s.guess_n = std::max(s.guess_n - 1, 1);
+        }
+        s.step_guessed = 0;
+    }
+}
+
+// One forward pass over the batch. Rows go to the samplers on the backend (forward_sample: a GPU picks plain greedy
+// rows on the device) unless some slot's guesses are checked by rejection sampling, which needs the rows' logits:
+// then every row's logits come to host memory and the other rows are sampled there.
+void Scheduler::run_forward() {
     samplers_.clear();
     int64_t n_token_ids = backend_.config().n_vocab;
     for (int32_t slot : logit_slot_) {
@@ -221,13 +296,34 @@ bool Scheduler::step() {
         n_token_ids = std::min(n_token_ids, gen.n_token_ids());
     }
     picked_.resize(logit_slot_.size());
-    backend_.forward_sample(batch_, samplers_, n_token_ids, picked_);
+    if (std::none_of(sampled_guesses_.begin(), sampled_guesses_.end(), [](char c) { return c != 0; })) {
+        backend_.forward_sample(batch_, samplers_, n_token_ids, picked_);
+        return;
+    }
+    const auto n_vocab = static_cast<size_t>(backend_.config().n_vocab);
+    logits_.resize(logit_slot_.size() * n_vocab);
+    backend_.forward(batch_, logits_);
+    for (size_t r = 0; r < logit_slot_.size(); ++r) {
+        const std::span<float> row(logits_.data() + r * n_vocab, n_vocab);
+        std::fill(row.begin() + n_token_ids, row.end(), -INFINITY);
+        if (!sampled_guesses_[logit_slot_[r]]) picked_[r] = samplers_[r]->sample(row);
+    }
+}
+
+bool Scheduler::step() {
+    last_step_ = {};
+    admit();
+    if (n_running() == 0) return false;
+    propose_drafts();
+    build_batch();
+    run_forward();
     for (const BatchToken& t : batch_.tokens) {  // now in the caches
         SlotCache& c = caches_[static_cast<size_t>(t.slot)];
         if (!t.decode && static_cast<size_t>(t.pos) == c.tokens.size()) c.tokens.push_back(t.token);
         c.written = std::max(c.written, static_cast<int64_t>(t.pos) + 1);
     }
     sample_all();
+    adapt_guesses();
     return true;
 }
 

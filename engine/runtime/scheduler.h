@@ -4,16 +4,25 @@
 //
 // run is a scheduler with one request, chat one with a pinned slot and cached prefix (n_past), batch many.
 //
-// Prompt lookup (GenerationParams::lookup): a greedy sequence's decode token goes in with the tokens that followed an
+// Prompt lookup (GenerationParams::lookup): a sequence's decode token goes in with the tokens that followed an
 // earlier occurrence of its last tokens (engine/runtime/lookup.h), each at the next position and asking for logits.
 // Row i's pick is the model's next token after the tokens up to row i; while it equals the guess that row i + 1
-// holds, row i + 1 is the sequence's next step too, so one forward pass yields several tokens. Every row's logits are
+// holds, row i + 1 is the sequence's next step too, so one forward pass yields several tokens (greedy; sampled, see
+// below). Every row's logits are
 // those of a one-token decode step (a token's arithmetic never depends on its batch), so the text is the same as
 // without lookup. Rejected guesses leave K and V past the sequence's position, which the next step overwrites before
 // any token attends to them (a sliding-window layer's ring holds more positions than its window plus kMaxLookup).
+//
+// A draft model (GenerationParams::drafter) guesses instead, before the batch is built: its rounds give each
+// sequence's guesses (engine/runtime/draft.h), which go into the batch as lookup's do. With a sampler that is not
+// greedy, the guesses are checked by speculative rejection sampling (Sampler::check_guess) on the rows' logits in
+// host memory: row i's distribution p against the draft's q for the guess row i + 1 holds (a point mass for a lookup
+// guess); a rejection draws the row's token from max(0, p - q) and ends the sequence's step, and after all were
+// accepted the last row gives one more token from its p. Each token is then distributed as plain sampling gives it.
 #pragma once
 
 #include "engine/runtime/backend.h"
+#include "engine/runtime/draft.h"
 #include "engine/runtime/generator.h"
 
 #include <chrono>
@@ -92,6 +101,8 @@ private:
         Generation* gen = nullptr;
         size_t next_prompt = 0;  // first prompt token not yet in the cache
         bool settled = true;     // false until a request for any slot has looked for its prefix in other slots
+        int guess_n = 0;         // guesses wanted in the next step (lookup's or the draft's, adapted)
+        int step_guessed = 0, step_accepted = 0;  // this step's
         GenerationStats stats;
         clock::time_point t_admit, t_first;
     };
@@ -106,8 +117,13 @@ private:
     void start(Slot& s, const Waiting& w, bool any_slot);
     bool settle(int32_t slot);
     void finish(int32_t slot);
+    void propose_drafts();
     void build_batch();
+    void add_guesses(int32_t slot, std::span<const int32_t> guesses);
+    void run_forward();
     void sample_all();
+    int32_t pick(size_t row);
+    void adapt_guesses();
 
     Backend& backend_;
     SchedulerOptions options_;
@@ -120,10 +136,21 @@ private:
     Batch batch_;
     std::vector<int32_t> logit_slot_;  // [batch.n_logits()] the slot whose token asked for each logits row
     std::vector<int32_t> guess_;       // [batch.n_logits()] the guessed token the row's token is, -1 for none
+    std::vector<int32_t> guess_j_;     // [batch.n_logits()] which of its sequence's guesses it is (0..), -1 for none
     std::vector<int32_t> history_;     // build_batch's prompt + generated tokens of a sequence, for lookup
     std::vector<char> live_;           // [slot] sample_all: the slot's rows so far this step were its tokens
     std::vector<Sampler*> samplers_;   // [batch.n_logits()] each logit row's sampler
     std::vector<int32_t> picked_;      // [batch.n_logits()] the tokens they picked
+    // The draft model's step: each slot's request index (-1: none), its guesses and the q each was drawn from.
+    std::vector<std::vector<int32_t>> histories_;  // [slot] prompt + generated tokens, for the draft
+    std::vector<Drafter::Request> draft_requests_;
+    std::vector<int> draft_of_;                         // [slot]
+    std::vector<std::vector<int32_t>> draft_guesses_;   // [request][guess]
+    std::vector<std::vector<TokenDist>> draft_dists_;   // [request][guess]
+    // Slots whose guesses this step are checked by rejection sampling, on the rows' logits in host memory.
+    std::vector<char> sampled_guesses_;  // [slot]
+    std::vector<float> logits_;          // [batch.n_logits(), n_vocab] when some slot's are
+    TokenDist p_, q_;
     StepStats last_step_;
 };
 

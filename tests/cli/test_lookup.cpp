@@ -1,6 +1,7 @@
 // Prompt lookup: the guesses it makes, and that checking them never changes the text (run, chat, batch; the tiny
 // models and the default model), while it does accept some where the text repeats.
 #include "engine/runtime/lookup.h"
+#include "tests/support/batch_texts.h"
 #include "tests/support/random_model.h"
 #include "tests/support/test_util.h"
 
@@ -22,18 +23,6 @@ std::pair<int, int> lookup_stats(const std::string& err) {
     std::smatch m;
     if (!std::regex_search(err, m, std::regex("lookup: (\\d+) of (\\d+) guesses accepted"))) return {-1, -1};
     return {std::stoi(m[1]), std::stoi(m[2])};
-}
-
-std::map<std::string, std::string> texts_by_id(const std::string& out) {
-    std::map<std::string, std::string> m;
-    for (size_t start = 0; start < out.size();) {
-        const size_t nl = out.find('\n', start);
-        REQUIRE(nl != std::string::npos);
-        const json r = json::parse(out.substr(start, nl - start));
-        m[r["id"]] = r.value("text", "error");
-        start = nl + 1;
-    }
-    return m;
 }
 
 }  // namespace
@@ -84,12 +73,13 @@ TEST_CASE("run --lookup gives the text of run without it, token for token", "[lo
     }
 }
 
-TEST_CASE("lookup is only for greedy sampling, and its flag is checked", "[lookup][cli]") {
+TEST_CASE("lookup makes no guesses with penalties, and its flag is checked", "[lookup][cli]") {
     const auto& path = test::tiny_model_file(test::TinyModel::spm);
-    const auto sampled = test::run_quill({"run", "-m", path.string(), "-p", "Once upon a time", "--raw", "--temp",
-                                          "0.8", "--seed", "1", "-n", "40", "--lookup", "8", "--json", "-q"});
-    REQUIRE(sampled.status == 0);
-    CHECK(json::parse(sampled.out)["lookup"]["guessed"] == 0);
+    const auto penalized = test::run_quill({"run", "-m", path.string(), "-p", "Once upon a time", "--raw", "--temp",
+                                            "0.8", "--repeat-penalty", "1.2", "--seed", "1", "-n", "40", "--lookup",
+                                            "8", "--json", "-q"});
+    REQUIRE(penalized.status == 0);
+    CHECK(json::parse(penalized.out)["lookup"]["guessed"] == 0);
     const auto too_many = test::run_quill({"run", "-m", path.string(), "-p", "x", "--lookup", "33"});
     CHECK(too_many.status == 2);
     CHECK(too_many.err.find("--lookup") != std::string::npos);
@@ -110,8 +100,8 @@ TEST_CASE("batch --lookup: every record's text is the text without it, with sequ
     args.insert(args.end(), {"--lookup", "6"});
     const auto r = test::run_quill(args, input);
     REQUIRE(r.status == 0);
-    CHECK(texts_by_id(r.out) == texts_by_id(plain.out));
-    CHECK(texts_by_id(r.out).size() == 6);
+    CHECK(test::texts_by_id(r.out) == test::texts_by_id(plain.out));
+    CHECK(test::texts_by_id(r.out).size() == 6);
 }
 
 TEST_CASE("lookup on the default model: an extraction prompt gives the same text, with guesses accepted",

@@ -1,0 +1,63 @@
+// A draft model for speculative decoding: a small model with the target's vocabulary guesses each sequence's next few
+// tokens, one token a forward pass of its own (cheap), and the scheduler checks them all in one forward pass of the
+// target (about the cost of one decode step), keeping them up to the first the target would not have produced
+// (engine/runtime/scheduler.h).
+//
+// The draft keeps its own KV cache, one slot per target slot. What each slot's cache holds is remembered across steps
+// and requests and compared with the sequence's tokens each step, so only the tokens it has not run go in: the prompt
+// once, then the tokens accepted since the last step; a chat's earlier turns stay cached as the target's do.
+#pragma once
+
+#include "engine/runtime/backend.h"
+#include "engine/runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace quill {
+
+// UsageError naming `draft_name` unless the draft's vocabulary is the target's: as many tokens, the same text for
+// each (the first that differs is named).
+void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft, std::string_view draft_name);
+
+class Drafter {
+public:
+    // draft must outlive the Drafter; its KV slots serve the target's slots of the same number. n_batch: tokens per
+    // forward pass when a prompt is first run.
+    explicit Drafter(Backend& draft, int n_batch = 512);
+
+    struct Request {
+        int32_t slot = 0;
+        std::span<const int32_t> tokens;  // the sequence so far, positions 0.. (prompt and generated tokens)
+        int n_guess = 0;                  // guesses wanted, >= 1
+        Sampler* sampler = nullptr;       // its chain makes the draft's distribution q; its RNG draws from it
+    };
+    // For each request, n_guess tokens, each drawn from q: the sampler's distribution over the draft's logits after
+    // the tokens and the guesses before it (greedy: the draft's first maximum). guesses[i][j] is request i's j-th
+    // guess and dists[i][j] the q it was drawn from. Only the first n_token_ids logits are tokens.
+    void propose(std::span<const Request> requests, int64_t n_token_ids, std::vector<std::vector<int32_t>>& guesses,
+                 std::vector<std::vector<TokenDist>>& dists);
+
+    const Backend& backend() const { return draft_; }
+
+private:
+    // What a slot's cache holds: tokens[p] is the token whose K and V are at position p; written one past the
+    // highest position ever written.
+    struct SlotCache {
+        std::vector<int32_t> tokens;
+        int64_t written = 0;
+    };
+    void run(const Batch& batch, std::span<float> logits);
+
+    Backend& draft_;
+    int n_batch_;
+    std::vector<SlotCache> caches_;  // [slot]
+    Batch batch_, chunk_;
+    std::vector<float> logits_;     // [rows, n_vocab]
+    std::vector<size_t> row_of_;    // [request] its logits row in this round, or SIZE_MAX for none
+};
+
+}  // namespace quill
