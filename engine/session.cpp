@@ -37,9 +37,10 @@ KvType parse_kv_type(std::string_view name) {
 }
 
 std::string resolve_model_path(const std::string& given) {
-    if (given.starts_with("hf:")) return hub::resolve_hf_model(given.substr(3));
-    if (!given.empty()) return given;
-    if (const char* env = std::getenv("QUILL_MODEL"); env && *env) return env;
+    const char* env = std::getenv("QUILL_MODEL");
+    const std::string named = !given.empty() ? given : env ? env : "";
+    if (named.starts_with("hf:")) return hub::resolve_hf_model(named.substr(3));
+    if (!named.empty()) return named;
     std::vector<fs::path> places{fs::path("models") / kDefaultModelFile};
     std::error_code ec;
     fs::path exe = fs::read_symlink("/proc/self/exe", ec);

@@ -45,8 +45,8 @@ struct SessionOptions {
 // (<prefix>/share/quill/models, with the binary in <prefix>/bin; CMakeLists.txt installs it under this name).
 inline constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-// `given` when non-empty (hf:owner/repo[:QUANT]: the model in the Hugging Face cache, pulled on first use), else
-// $QUILL_MODEL, else the default model; UsageError saying where it looked.
+// `given` when non-empty, else $QUILL_MODEL when non-empty, else the default model; either of the first two may be
+// hf:owner/repo[:QUANT] (the model in the Hugging Face cache, pulled on first use). UsageError saying where it looked.
 std::string resolve_model_path(const std::string& given);
 
 // Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.

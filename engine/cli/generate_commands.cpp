@@ -19,6 +19,7 @@
 #include "engine/session.h"
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
+#include "engine/format/gguf_split.h"
 #include "engine/hub/pull.h"
 #include "engine/grammar/constraint.h"
 #include "engine/io/escape.h"
@@ -196,7 +197,7 @@ int cmd_template(const TemplateOptions& o) {
     std::optional<quill::GgufFile> file;
     std::unique_ptr<quill::Tokenizer> tok;
     if (!o.model.empty() || o.chat_template.empty() || o.tokens) {
-        file.emplace(quill::GgufFile::open(quill::resolve_model_path(o.model)));
+        file.emplace(quill::open_model_file(quill::resolve_model_path(o.model)));
         tok = quill::Tokenizer::from_gguf(*file);
     }
     quill::chat::ChatFormat format =

@@ -19,6 +19,7 @@
 #include "engine/session.h"
 #include "engine/runtime/generator.h"
 #include "engine/format/gguf.h"
+#include "engine/format/gguf_split.h"
 #include "engine/hub/pull.h"
 #include "engine/grammar/constraint.h"
 #include "engine/io/escape.h"
@@ -55,7 +56,7 @@ namespace quill::cli {
 namespace fs = std::filesystem;
 
 int cmd_info(const InfoOptions& o) {
-    quill::GgufFile file = quill::GgufFile::open(quill::resolve_model_path(o.model));
+    quill::GgufFile file = quill::open_model_file(quill::resolve_model_path(o.model));
     nlohmann::json info = quill::describe_model(file, o.tensors);
     if (info["runnable"].get<bool>()) {
         if (std::string why = quill::why_not_runnable(file); !why.empty()) {
@@ -70,7 +71,7 @@ int cmd_info(const InfoOptions& o) {
 }
 
 int cmd_tokenize(const TokenizeOptions& o) {
-    quill::GgufFile file = quill::GgufFile::open(quill::resolve_model_path(o.model.model));
+    quill::GgufFile file = quill::open_model_file(quill::resolve_model_path(o.model.model));
     auto tok = load_tokenizer(file, o.model);
     std::string text;
     if (o.prompt) {

@@ -558,6 +558,8 @@ void GgufFile::parse_all() {
     if (!tensors_.empty() && data_offset_ > bytes_.size())
         fail(fmt::format("truncated: the data section starts at {} but the file ends at {}", data_offset_,
                          bytes_.size()));
+    parts_ = {GgufPart{path_, bytes_.size(), data_offset_}};
+    part_data_ = {bytes_.data() + std::min<uint64_t>(data_offset_, bytes_.size())};
     uint64_t data_size = bytes_.size() > data_offset_ ? bytes_.size() - data_offset_ : 0;
     for (const auto& t : tensors_) {
         if (t.offset > data_size || t.n_bytes > data_size - t.offset)
@@ -630,6 +632,25 @@ const GgufArray* GgufFile::get_array(std::string_view key, GgufType elem) const 
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
     auto it = tensor_index_.find(std::string(name));
     return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+void GgufFile::append_part(GgufFile part) {
+    QUILL_CHECK(part.parts_.size() == 1, "{}: a part of a split model has {} parts itself", part.path_,
+                part.parts_.size());
+    for (const GgufTensorInfo& t : part.tensors_)  // checked before anything changes, so a failure leaves this whole
+        if (const GgufTensorInfo* seen = find_tensor(t.name))
+            throw FileError(fmt::format("{}: tensor '{}' is also in {}: a tensor is named twice in the split model",
+                                        part.path_, t.name, parts_[seen->part].path));
+    const auto index = static_cast<uint32_t>(parts_.size());
+    tensors_.reserve(tensors_.size() + part.tensors_.size());
+    for (GgufTensorInfo& t : part.tensors_) {
+        t.part = index;
+        tensor_index_.emplace(t.name, tensors_.size());
+        tensors_.push_back(std::move(t));
+    }
+    parts_.push_back(part.parts_.front());
+    part_data_.push_back(part.part_data_.front());
+    part_storage_.push_back(std::move(part.storage_));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

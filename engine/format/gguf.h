@@ -94,6 +94,14 @@ struct GgufTensorInfo {
     uint64_t offset;          // from the start of the data section
     int64_t n_elements;
     size_t n_bytes;
+    uint32_t part = 0;        // the file holding its data: 0 this one, k the k-th part appended (a split model)
+};
+
+// A file whose tensors a GgufFile holds: the file itself, or a later part of a split model (gguf_split.h).
+struct GgufPart {
+    std::string path;
+    uint64_t size = 0;         // bytes
+    uint64_t data_offset = 0;  // where its tensor data begins
 };
 
 class GgufFile {
@@ -120,7 +128,13 @@ public:
 
     const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
     const GgufTensorInfo* find_tensor(std::string_view name) const;
-    const uint8_t* tensor_data(const GgufTensorInfo& t) const { return bytes_.data() + data_offset_ + t.offset; }
+    const uint8_t* tensor_data(const GgufTensorInfo& t) const { return part_data_[t.part] + t.offset; }
+
+    // This file, then the parts append_part added, in order.
+    const std::vector<GgufPart>& parts() const { return parts_; }
+    // Takes the tensors of `part`, the next part of this split model (a file of one part: QUILL_CHECK), and keeps
+    // its mapping; the metadata stays this file's. FileError naming both files when a tensor name is already here.
+    void append_part(GgufFile part);
 
 private:
     GgufFile() = default;
@@ -137,6 +151,9 @@ private:
     std::unordered_map<std::string, size_t> kv_index_;
     std::vector<GgufTensorInfo> tensors_;
     std::unordered_map<std::string, size_t> tensor_index_;
+    std::vector<GgufPart> parts_;                          // [n parts]
+    std::vector<const uint8_t*> part_data_;                // [n parts]: the start of each part's data section
+    std::vector<std::shared_ptr<const void>> part_storage_;  // [n parts - 1]: the mappings of the appended parts
 };
 
 // Builds a GGUF file: metadata in insertion order, tensors laid out aligned in insertion order.

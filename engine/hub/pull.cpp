@@ -58,48 +58,16 @@ std::optional<PulledModel> from_cache(const HubCache& cache, const RepoRef& ref,
     return p;
 }
 
-// Reads the GGUF header at `url` with growing range requests and throws FileError when quill cannot run the model.
-void refuse_unsupported(const HubApi& api, const std::string& url, uint64_t size, const std::string& label) {
+// The header of the GGUF at `url`, read with growing range requests; nullopt when it is longer than kLargestProbe
+// (rare: the full download will tell).
+std::optional<GgufHeader> remote_header(const HubApi& api, const std::string& url, uint64_t size,
+                                        const std::string& label) {
     for (uint64_t n = std::min(kFirstProbe, size);; n = std::min(n * 4, size)) {
         const std::vector<uint8_t> prefix = api.read_prefix(url, n);
-        if (const auto header = parse_gguf_header(prefix, label)) {
-            if (const std::string why = why_unsupported(*header); !why.empty())
-                throw FileError(fmt::format("{}: quill cannot run this model: {} (nothing was downloaded)", label, why));
-            return;
-        }
+        if (auto header = parse_gguf_header(prefix, label)) return header;
         if (prefix.size() < n || n >= size) throw FileError(fmt::format("{}: the GGUF header is truncated", label));
-        if (n >= kLargestProbe) return;  // a header this long is rare: the full download will tell
+        if (n >= kLargestProbe) return std::nullopt;
     }
-}
-
-PulledModel fetch_from_hub(const HubApi& api, const HubCache& cache, const RepoRef& ref, const GgufModel& m,
-                           const std::vector<RepoFile>& listing, const PullOptions& o) {
-    PulledModel p{model_name(ref.repo, m), "", {}, m.bytes, false};
-    const bool bar = !o.quiet && ::isatty(STDERR_FILENO);
-    for (size_t i = 0; i < m.files.size(); ++i) {
-        const std::string& file = m.files[i];
-        const FileMeta meta = api.file_meta(ref.repo, ref.revision, file);
-        if (p.commit.empty()) p.commit = meta.commit;
-        const RepoFile* listed = nullptr;
-        for (const RepoFile& f : listing)
-            if (f.path == file) listed = &f;
-        BlobRequest b;
-        b.url = meta.url;
-        b.size = listed && listed->size ? listed->size : meta.size;
-        b.sha256 = listed ? listed->sha256 : "";
-        b.blob = cache.blob_path(ref.repo, meta.etag);
-        b.lock = cache.lock_path(ref.repo, meta.etag);
-        b.label = ref.repo + "/" + file;
-        std::error_code ec;
-        if (!fs::exists(b.blob, ec)) {
-            if (i == 0) refuse_unsupported(api, b.url, b.size, b.label);
-            download_blob(api.http(), b, bar, o.quiet);
-        }
-        cache.link(ref.repo, p.commit, file, meta.etag);
-        p.files.push_back(cache.snapshot_path(ref.repo, p.commit, file));
-    }
-    cache.write_ref(ref.repo, ref.revision, p.commit);
-    return p;
 }
 
 // The header of a local GGUF file (its first bytes, read as far as the header goes).
@@ -115,6 +83,72 @@ std::optional<GgufHeader> read_header(const fs::path& path) {
         if (bytes.size() < n) break;
     }
     return std::nullopt;
+}
+
+// The header of a model in one or several files (a split model: the first part's metadata and the tensors of
+// all parts), from header(i) for each file i; nullopt when one of them is.
+template <class HeaderOf>
+std::optional<GgufHeader> model_header(size_t n_files, const HeaderOf& header) {
+    std::optional<GgufHeader> model;
+    for (size_t i = 0; i < n_files; ++i) {
+        std::optional<GgufHeader> h = header(i);
+        if (!h) return std::nullopt;
+        if (!model) {
+            model = std::move(h);
+        } else {
+            model->tensors.insert(model->tensors.end(), h->tensors.begin(), h->tensors.end());
+        }
+    }
+    return model;
+}
+
+// Throws FileError before any download when the headers of the model's files say quill cannot run it.
+void refuse_unsupported(const HubApi& api, const std::vector<BlobRequest>& files) {
+    const std::optional<GgufHeader> h = model_header(files.size(), [&](size_t i) {
+        std::error_code ec;
+        const BlobRequest& b = files[i];
+        return fs::exists(b.blob, ec) ? read_header(b.blob) : remote_header(api, b.url, b.size, b.label);
+    });
+    if (!h) return;
+    if (const std::string why = why_unsupported(*h); !why.empty())
+        throw FileError(
+            fmt::format("{}: quill cannot run this model: {} (nothing was downloaded)", files.front().label, why));
+}
+
+PulledModel fetch_from_hub(const HubApi& api, const HubCache& cache, const RepoRef& ref, const GgufModel& m,
+                           const std::vector<RepoFile>& listing, const PullOptions& o) {
+    PulledModel p{model_name(ref.repo, m), "", {}, m.bytes, false};
+    std::vector<BlobRequest> blobs;
+    std::vector<std::string> etags;
+    bool missing = false;
+    for (const std::string& file : m.files) {
+        const FileMeta meta = api.file_meta(ref.repo, ref.revision, file);
+        if (p.commit.empty()) p.commit = meta.commit;
+        const RepoFile* listed = nullptr;
+        for (const RepoFile& f : listing)
+            if (f.path == file) listed = &f;
+        BlobRequest b;
+        b.url = meta.url;
+        b.size = listed && listed->size ? listed->size : meta.size;
+        b.sha256 = listed ? listed->sha256 : "";
+        b.blob = cache.blob_path(ref.repo, meta.etag);
+        b.lock = cache.lock_path(ref.repo, meta.etag);
+        b.label = ref.repo + "/" + file;
+        std::error_code ec;
+        missing = missing || !fs::exists(b.blob, ec);
+        blobs.push_back(std::move(b));
+        etags.push_back(meta.etag);
+    }
+    if (missing) refuse_unsupported(api, blobs);
+    const bool bar = !o.quiet && ::isatty(STDERR_FILENO);
+    for (size_t i = 0; i < blobs.size(); ++i) {
+        std::error_code ec;
+        if (!fs::exists(blobs[i].blob, ec)) download_blob(api.http(), blobs[i], bar, o.quiet);
+        cache.link(ref.repo, p.commit, m.files[i], etags[i]);
+        p.files.push_back(cache.snapshot_path(ref.repo, p.commit, m.files[i]));
+    }
+    cache.write_ref(ref.repo, ref.revision, p.commit);
+    return p;
 }
 
 }  // namespace
@@ -150,12 +184,7 @@ PulledModel pull_model(const std::string& spec, const PullOptions& o) {
 }
 
 std::string resolve_hf_model(const std::string& spec) {
-    const PulledModel m = pull_model(spec, PullOptions{.ask_hub = false});
-    if (m.files.size() > 1)
-        throw FileError(fmt::format("{} is a GGUF split into {} files ({}); quill loads single-file GGUFs: merge them "
-                                    "with llama-gguf-split --merge",
-                                    m.name, m.files.size(), m.files.front().parent_path().string()));
-    return m.files.front().string();
+    return pull_model(spec, PullOptions{.ask_hub = false}).files.front().string();
 }
 
 std::string list_models() {
@@ -169,14 +198,16 @@ std::string list_models() {
         for (; j < entries.size() && entries[j].repo == entries[i].repo && entries[j].commit == entries[i].commit; ++j)
             files.push_back({entries[j].file, entries[j].size, ""});
         for (const GgufModel& m : gguf_models(files)) {
-            const fs::path first = cache.snapshot_path(entries[i].repo, entries[i].commit, m.files.front());
             std::string arch = "?", type = "?", runs = "no: no GGUF header";
             try {
-                if (const auto h = read_header(first)) {
+                const auto h = model_header(m.files.size(), [&](size_t k) {
+                    return read_header(cache.snapshot_path(entries[i].repo, entries[i].commit, m.files[k]));
+                });
+                if (h) {
                     arch = h->architecture.empty() ? "?" : h->architecture;
                     type = main_weight_type(*h);
                     const std::string why = why_unsupported(*h);
-                    runs = why.empty() ? (m.files.size() > 1 ? "no: split (merge it)" : "yes") : "no: " + why;
+                    runs = why.empty() ? "yes" : "no: " + why;
                 }
             } catch (const FileError& e) {
                 runs = std::string("no: ") + e.what();

@@ -27,8 +27,8 @@ struct PulledModel {
 // downloads what the cache lacks. Offline ($HF_HUB_OFFLINE, or the hub unreachable) it uses the cache and says so.
 PulledModel pull_model(const std::string& spec, const PullOptions& options);
 
-// The GGUF path that -m hf:SPEC stands for: the cached model, pulled first when the cache lacks it. FileError for
-// a split model (quill loads single-file GGUFs).
+// The GGUF path that -m hf:SPEC stands for: the cached model, pulled first when the cache lacks it (a split model's
+// first part, with which open_model_file loads them all).
 std::string resolve_hf_model(const std::string& spec);
 
 // `quill list`: one line per cached GGUF model (name, file, size, architecture and weight type, whether quill can

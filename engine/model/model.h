@@ -1,4 +1,4 @@
-// A loaded model: the mapped GGUF file, its hyperparameters and the views of its weights.
+// A loaded model: the mapped GGUF file (or the parts of a split one), its hyperparameters and the views of its weights.
 #pragma once
 
 #include "engine/format/gguf.h"
@@ -15,7 +15,8 @@ struct Model {
     ModelConfig config;
     Weights weights;
 
-    // Maps and validates the file, reads the config and views every weight. Throws FileError.
+    // Maps and validates the file (every part of a split model: open_model_file), reads the config and views every
+    // weight. Throws FileError.
     static std::unique_ptr<Model> load(const std::string& path);
 
     // Bytes of all weight tensors.

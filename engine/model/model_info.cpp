@@ -49,7 +49,13 @@ json tokenizer_json(const GgufFile& f) {
 json describe_model(const GgufFile& f, bool with_tensors) {
     json info;
     info["file"] = f.path();
-    info["file_size"] = f.bytes().size();
+    uint64_t file_size = 0;
+    for (const GgufPart& part : f.parts()) file_size += part.size;
+    info["file_size"] = file_size;  // of every part of a split model
+    if (f.parts().size() > 1) {
+        info["parts"] = json::array();
+        for (const GgufPart& part : f.parts()) info["parts"].push_back(part.path);
+    }
     info["gguf_version"] = f.version();
     info["alignment"] = f.alignment();
     const std::string arch = f.get_string("general.architecture").value_or("");
@@ -80,9 +86,10 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         auto& m = mix[std::string(type_name(t.type))];
         ++m.first;
         m.second += t.n_bytes;
-        if (with_tensors)
-            table.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"shape", t.ne}, {"bytes", t.n_bytes},
-                             {"offset", f.data_offset() + t.offset}});
+        if (!with_tensors) continue;
+        table.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"shape", t.ne}, {"bytes", t.n_bytes},
+                         {"offset", f.parts()[t.part].data_offset + t.offset}});  // in the file that holds it
+        if (f.parts().size() > 1) table.back()["part"] = t.part + 1;
     }
     info["tensor_count"] = f.tensors().size();
     info["tensor_bytes"] = total;
@@ -117,7 +124,8 @@ std::string dump(const json& v) { return escape_for_terminal(v.dump(-1, ' ', fal
 std::string render_model_info(const json& info) {
     std::string out;
     auto line = [&](std::string_view key, const std::string& value) { out += fmt::format("{:<16}{}\n", key, value); };
-    line("file", fmt::format("{} ({}, GGUF v{})", text(info["file"]), mib(info["file_size"]),
+    const std::string split = info.contains("parts") ? fmt::format(" in {} parts", info["parts"].size()) : "";
+    line("file", fmt::format("{} ({}{}, GGUF v{})", text(info["file"]), mib(info["file_size"]), split,
                              info["gguf_version"].get<int>()));
     line("architecture", info["architecture"].is_null() ? "(none)" : text(info["architecture"]));
     if (info.contains("name")) line("name", text(info["name"]));

@@ -5,6 +5,7 @@
 #include "engine/format/gguf.h"
 #include "tests/support/pty_process.h"
 #include "tests/support/random_model.h"
+#include "tests/support/split_gguf.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -363,11 +364,19 @@ TEST_CASE("concurrent pulls of the same file download it once", "[hub][cli]") {
                 "waiting for another download") <= 1);
 }
 
-TEST_CASE("quill pull fetches every part of a split GGUF, in order", "[hub][cli]") {
+TEST_CASE("quill pull fetches every part of a split GGUF, in order, and -m hf: runs it", "[hub][cli]") {
     if (!require_python3()) return;
     Hub hub;
-    const auto part1 = hub.add("test/split-GGUF", "Q8_0/m-Q8_0-00001-of-00002.gguf", 1);
-    const auto part2 = hub.add("test/split-GGUF", "Q8_0/m-Q8_0-00002-of-00002.gguf", 2);
+    // A tiny model with a vocabulary, whole, and split in two as llama.cpp's gguf-split would.
+    test::TinySpec spec;
+    spec.vocab = "spm";
+    const fs::path whole = hub.dir / "whole.gguf";
+    const auto bytes = test::make_tiny_gguf(spec);
+    std::ofstream(whole, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    fs::create_directories(hub.repos / "test/split-GGUF/Q8_0");
+    const auto parts =
+        test::write_split_gguf(GgufFile::open(whole.string()), {0, 7}, hub.repos / "test/split-GGUF/Q8_0", "m-Q8_0");
     hub.add("test/split-GGUF", "Q4_0/m-Q4_0-00001-of-00002.gguf", 3);  // its second part is missing
     hub.start();
     auto r = run_quill({"pull", "test/split-GGUF:Q8_0"});
@@ -376,18 +385,81 @@ TEST_CASE("quill pull fetches every part of a split GGUF, in order", "[hub][cli]
     const std::string first = first_line(r.out);
     const std::string second = first_line(r.out.substr(first.size() + 1));
     CHECK(first.ends_with("/Q8_0/m-Q8_0-00001-of-00002.gguf"));
-    CHECK(file_bytes(first) == part1);
-    CHECK(file_bytes(second) == part2);
+    CHECK(file_bytes(first) == file_bytes(parts[0]));
+    CHECK(file_bytes(second) == file_bytes(parts[1]));
     r = run_quill({"pull", "test/split-GGUF:Q4_0"});
     CHECK(r.status == 2);
     CHECK(r.err.find("lacks parts") != std::string::npos);
-    r = run_quill({"run", "-m", "hf:test/split-GGUF:Q8_0", "-p", "x"});
-    CHECK(r.status == 1);
-    CHECK(r.err.find("split into 2 files") != std::string::npos);
+    // -m hf: and QUILL_MODEL=hf: load both parts, and generate what the whole file does.
+    const std::vector<std::string> run{"run", "--raw", "-p", "the cat", "-n", "12", "--temp", "0", "-t", "1"};
+    auto with = [&](const std::vector<std::string>& model) {
+        std::vector<std::string> args = run;
+        args.insert(args.begin() + 1, model.begin(), model.end());
+        return run_quill(args);
+    };
+    const auto want = with({"-m", whole.string()});
+    REQUIRE(want.status == 0);
+    r = with({"-m", "hf:test/split-GGUF:Q8_0"});
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out == want.out);
+    hub.env.set("QUILL_MODEL", "hf:test/split-GGUF:Q8_0");
+    r = with({});
+    CHECK(r.status == 0);
+    CHECK(r.out == want.out);
+    r = run_quill({"list"});
+    const size_t row = r.out.find("\ntest/split-GGUF:Q8_0 ");
+    REQUIRE(row != std::string::npos);
+    CHECK(first_line(r.out.substr(row + 1)).ends_with(" yes"));
+    hub.env.set("QUILL_MODEL", std::nullopt);
     // rm takes both parts, their blobs, and the folder they were in.
     REQUIRE(run_quill({"rm", "test/split-GGUF:Q8_0"}).status == 0);
     CHECK(hub.blobs("test/split-GGUF").empty());
     CHECK(!fs::exists(fs::path(first).parent_path()));
+}
+
+TEST_CASE("quill pull refuses a split model from the headers of all its parts, before downloading any", "[hub][cli]") {
+    if (!require_python3()) return;
+    Hub hub;
+    const GgufFile whole = GgufFile::parse("whole.gguf", test::make_tiny_gguf({}));
+    fs::create_directories(hub.repos / "test/iq2-GGUF");
+    // The second part holds a matrix of a type quill cannot multiply; the first part's header alone looks runnable.
+    const std::vector<uint8_t> iq2(row_size(GgmlType::IQ2_XXS, 256 * 4), 0);
+    test::write_split_gguf(whole, {0, 5}, hub.repos / "test/iq2-GGUF", "m-Q8_0", [&](size_t k, GgufWriter& w) {
+        if (k == 1) w.add_tensor("blk.9.ffn_up.weight", GgmlType::IQ2_XXS, {256, 4}, iq2);
+        if (k == 0) w.set("split.tensors.count", static_cast<int32_t>(whole.tensors().size() + 1));
+    });
+    hub.start();
+    const auto r = run_quill({"pull", "test/iq2-GGUF"});
+    CHECK(r.status == 1);
+    CHECK(r.err.find("tensor 'blk.9.ffn_up.weight' has weight type iq2_xxs") != std::string::npos);
+    CHECK(r.err.find("nothing was downloaded") != std::string::npos);
+    CHECK(hub.server->blob_bytes() == 0);
+    CHECK(hub.blobs("test/iq2-GGUF").empty());
+}
+
+TEST_CASE("quill pull reaches the hub through the proxy the environment names", "[hub][cli]") {
+    if (!require_python3()) return;
+    Hub hub;
+    const auto bytes = hub.add("test/proxy-GGUF", "m-Q4_K_M.gguf");
+    hub.start();
+    // A hub whose name does not resolve: only the proxy (the local server, which takes the whole URL) reaches it.
+    hub.env.set("HF_ENDPOINT", "http://hub.quill-test.invalid");
+    for (const char* name : {"NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"})
+        hub.env.set(name, std::nullopt);
+    hub.env.set("http_proxy", hub.server->endpoint());
+    auto r = run_quill({"pull", "test/proxy-GGUF"});
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(file_bytes(first_line(r.out)) == bytes);
+    const auto requests = hub.server->requests();
+    CHECK(requests.size() >= 3);  // the listing, the resolve, the blob
+    for (const auto& q : requests)  // a request line with the whole URL: what a proxy is sent
+        CHECK(q["path"].get<std::string>().starts_with("http://"));
+    hub.env.set("http_proxy", std::nullopt);
+    r = run_quill({"pull", "test/other-GGUF"});
+    CHECK(r.status == 1);
+    CHECK(r.err.find("cannot reach the hub") != std::string::npos);
 }
 
 TEST_CASE("offline, quill uses the cache and says so", "[hub][cli]") {
