@@ -107,7 +107,7 @@ std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& 
     if (!spec) return nullptr;
     for (auto& [s, g] : grammars_) {
         if (!(s == *spec)) continue;
-        if (g->automaton().n_stacks() > kRenewStacks) g = g->renewed();
+        if (g->n_stacks() > kRenewStacks) g = g->renewed();
         return g;
     }
     // grammars no running request holds go first once many are kept: each holds its caches
