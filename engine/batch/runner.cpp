@@ -74,6 +74,7 @@ private:
     std::unordered_map<int64_t, Active> active_;
     // Requests with the same constraint share its grammar (and the masks it caches).
     std::vector<std::pair<grammar::ConstraintSpec, std::shared_ptr<grammar::TokenGrammar>>> grammars_;
+    bool warned_ = false;  // RunnerOptions::on_warning was called
     std::mt19937_64 seeds_{std::random_device{}()};
     BatchProgress p_;
 };
@@ -109,13 +110,17 @@ std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& 
     if (!spec) return nullptr;
     for (auto& [s, g] : grammars_) {
         if (!(s == *spec)) continue;
-        if (g->automaton().n_stacks() > kRenewStacks) g = g->renewed();
+        if (g->n_stacks() > kRenewStacks) g = g->renewed();
         return g;
     }
     // grammars no running request holds go first once many are kept: each holds its caches
     if (grammars_.size() >= 16)
         std::erase_if(grammars_, [](const auto& e) { return e.second.use_count() == 1; });
     auto g = grammar::token_grammar(*spec, tok_);
+    if (!warned_ && !g->grammar().warnings.empty() && options_.on_warning) {
+        warned_ = true;
+        options_.on_warning(g->grammar().warnings.front());
+    }
     grammars_.emplace_back(*spec, g);
     return g;
 }

@@ -24,6 +24,9 @@ struct RunnerOptions {
     // --json-schema, --json-object, --grammar or --regex: what every request's output must be, unless the request
     // gives its own response_format or grammar.
     std::optional<grammar::ConstraintSpec> constraint;
+    // Called once in a run, with the first warning a request's constraint gives (a JSON schema's oneOf generated as
+    // anyOf, grammar::Grammar::warnings). Null: none said.
+    std::function<void(const std::string&)> on_warning;
     int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
     Shard shard;                   // the entries it runs
     // Signals received so far: 1 stops admission (running requests finish), 2 abandons the running ones (no

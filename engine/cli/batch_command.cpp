@@ -156,6 +156,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.validate();
     ro.constraint = constraint_spec(o.constraint);
     if (ro.constraint) quill::grammar::compile_constraint(*ro.constraint);  // a bad one fails before the model loads
+    ro.on_warning = warn_line;
     // Requests typed at a terminal only when asked for (-i -): without -i, a terminal on stdin is a mistake.
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");

@@ -114,7 +114,10 @@ std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOp
 
 OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
     const auto spec = constraint_spec(c);
-    return {spec ? quill::grammar::compile_constraint(*spec) : nullptr};
+    if (!spec) return {};
+    auto grammar = quill::grammar::compile_constraint(*spec);
+    for (const std::string& w : grammar->warnings) warn_line(w);
+    return {grammar};
 }
 
 // run's prompt: -p, the argument, -f FILE (- for stdin) or stdin; nullopt when none is given and stdin is a terminal.

@@ -18,10 +18,16 @@ std::string read_spec_file(const std::string& path, const char* what) {
 }
 }  // namespace
 
-std::string constraint_gbnf(const ConstraintSpec& spec) {
+std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings) {
     try {
         switch (spec.kind) {
-            case ConstraintSpec::Kind::json_schema: return json_schema_to_gbnf(spec.text);
+            case ConstraintSpec::Kind::json_schema: {
+                std::vector<std::string> relaxed;
+                std::string gbnf = json_schema_to_gbnf(spec.text, &relaxed);
+                if (warnings)
+                    for (const std::string& w : relaxed) warnings->push_back(fmt::format("{}: {}", spec.source, w));
+                return gbnf;
+            }
             case ConstraintSpec::Kind::json_object: return json_object_gbnf();
             case ConstraintSpec::Kind::regex:
                 return "root ::= " + regex_to_gbnf(spec.text, RegexMode::whole_text) + "\n";
@@ -34,10 +40,13 @@ std::string constraint_gbnf(const ConstraintSpec& spec) {
 }
 
 std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec) {
-    const std::string gbnf = constraint_gbnf(spec);
+    std::vector<std::string> warnings;
+    const std::string gbnf = constraint_gbnf(spec, &warnings);
     // a GBNF file's errors name it with line and column; the others come from quill's own GBNF
     const std::string source = spec.kind == ConstraintSpec::Kind::gbnf ? spec.source : spec.source + " (as GBNF)";
-    return std::make_shared<const Grammar>(parse_gbnf(gbnf, source));
+    Grammar g = parse_gbnf(gbnf, source);
+    g.warnings = std::move(warnings);
+    return std::make_shared<const Grammar>(std::move(g));
 }
 
 std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace quill {
 class Tokenizer;
@@ -23,9 +24,10 @@ struct ConstraintSpec {
     bool operator==(const ConstraintSpec& o) const { return kind == o.kind && text == o.text; }
 };
 
-// The spec as GBNF (UsageError naming spec.source when the schema or pattern is not supported).
-std::string constraint_gbnf(const ConstraintSpec& spec);
-// The byte-level grammar of a spec (UsageError naming spec.source).
+// The spec as GBNF (UsageError naming spec.source when the schema or pattern is not supported); warnings, when
+// given, gets what the conversion relaxed (json_schema_to_gbnf), each naming spec.source.
+std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings = nullptr);
+// The byte-level grammar of a spec (UsageError naming spec.source), with its warnings (Grammar::warnings).
 std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec);
 // The same, bound to a tokenizer's vocabulary.
 std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok);

@@ -38,6 +38,8 @@ struct Grammar {
     std::vector<std::vector<uint32_t>> alts;  // [n_rules] start position of each alternative
     std::vector<std::string> names;           // [n_rules]
     uint32_t root = 0;
+    // What its compilation from a JSON schema relaxed (a oneOf generated as anyOf), a sentence each, naming where.
+    std::vector<std::string> warnings;
 };
 
 // The largest grammar quill builds (elements), so that a repetition count or a schema cannot exhaust memory.

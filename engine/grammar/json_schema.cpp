@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/grammar/regex.h"
+#include "engine/grammar/schema_shape.h"
 #include "engine/io/json_input.h"
 #include "engine/io/utf8.h"
 
@@ -231,6 +232,12 @@ private:
             for (size_t i = 0; i < list.size(); ++i)
                 alts.push_back(visit(list[i], fmt::format("{}-{}", hint, i), fmt::format("{}/{}/{}", path, key, i),
                                      depth + 1));
+            if (std::string_view(key) == "oneOf" && !alternatives_disjoint(root_, list))
+                warnings_.push_back(fmt::format(
+                    "JSON schema at {}: oneOf's alternatives may overlap (neither their types, nor a required "
+                    "property's const or enum values, nor a property one requires and another forbids tell them "
+                    "apart): it is generated as anyOf, so an output may match more than one",
+                    path));
             return alternatives(alts);
         }
         if (s.contains("const")) return lit(s["const"].dump());
@@ -530,7 +537,12 @@ private:
         return min == 0 ? "\"[\" ws (" + list + ")? \"]\"" : "\"[\" ws " + list + " \"]\"";
     }
 
+public:
+    const std::vector<std::string>& warnings() const { return warnings_; }
+
+private:
     const ojson& root_;
+    std::vector<std::string> warnings_;
     std::vector<std::pair<std::string, std::string>> rules_;  // name, body; in order of creation
     std::set<std::string> used_, have_base_;
     std::map<std::string, std::string> refs_;  // JSON pointer -> rule
@@ -538,7 +550,7 @@ private:
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_text) {
+std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings) {
     if (const size_t at = json_too_deep_at(schema_text, kMaxJsonDepth); at != std::string_view::npos)
         throw UsageError(fmt::format("JSON schema: nested deeper than {} levels (at byte {})", kMaxJsonDepth, at));
     ojson schema;
@@ -547,7 +559,10 @@ std::string json_schema_to_gbnf(std::string_view schema_text) {
     } catch (const ojson::parse_error& e) {
         throw UsageError(fmt::format("JSON schema: not valid JSON: {}", e.what()));
     }
-    return Converter(schema).convert();
+    Converter c(schema);
+    std::string gbnf = c.convert();
+    if (warnings) warnings->insert(warnings->end(), c.warnings().begin(), c.warnings().end());
+    return gbnf;
 }
 
 std::string json_object_gbnf() {

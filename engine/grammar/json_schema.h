@@ -4,20 +4,27 @@
 // (false, true or a schema; when absent, extra properties only for an object schema without properties), items
 // with minItems/maxItems, enum, const, strings with minLength/maxLength, pattern (regex.h) or format (date, time,
 // date-time, uuid, email), integers with minimum/maximum/exclusiveMinimum/exclusiveMaximum, numbers with whole-number
-// bounds, anyOf, oneOf (its branches must not overlap: they are generated as anyOf), allOf of one schema, $ref to
+// bounds, anyOf, oneOf, allOf of one schema, $ref to
 // "#" or a JSON pointer within the document ($defs, definitions; recursion allowed), true/false schemas, and the
 // annotations (title, description, default, examples, $schema, $id, $comment, readOnly, writeOnly, deprecated).
 // Any other keyword is a UsageError naming it and where it is; no keyword is ever ignored.
+//
+// oneOf is generated as anyOf, which is exact when no value can match two of its alternatives: alternatives of
+// different types (integer and number overlap), finite const/enum lists with no value in common, or objects that a
+// required property tells apart (its const or enum values differ, or one alternative forbids it with
+// additionalProperties: false). Any other oneOf stays anyOf, and the conversion says so in a warning.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace quill::grammar {
 
 // The GBNF of a schema given as JSON text (UsageError for text that is not JSON, nests deeper than 64 levels, or
-// uses what is not supported).
-std::string json_schema_to_gbnf(std::string_view schema_text);
+// uses what is not supported). warnings, when given, gets a sentence for each relaxation (a oneOf whose
+// alternatives may overlap, generated as anyOf), naming where it is.
+std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings = nullptr);
 
 // The GBNF of any JSON object (--format json, response_format json_object).
 std::string json_object_gbnf();

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <system_error>
+#include <utility>
 
 namespace quill::grammar {
 
@@ -84,6 +86,7 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::st
         bytes_[static_cast<size_t>(t)].clear();
     }
     walk_.resize(trie_.max_depth() + 1);
+    path_.resize(trie_.max_depth() + 1);
     below_.resize(trie_.max_depth() + 1);
 }
 
@@ -106,6 +109,55 @@ uint32_t TokenGrammar::local_key(uint32_t stack) {
     return local;
 }
 
+// The walks meet few states, each many times, and mostly the same ones: they run on a dense table (the automaton's
+// table is large and far from the cache), indices into dense_states_ with 256 transitions each, kDeadIndex the dead
+// state, kept from walk to walk. Past kDenseStates states it starts over, keeping the states of the path above
+// `depth`.
+void TokenGrammar::dense_restart(uint32_t depth) {
+    std::vector<State> keep(depth);
+    for (uint32_t k = 0; k < depth; ++k) keep[k] = dense_states_[path_[k]];
+    dense_ids_ = IdMap();
+    dense_states_.clear();
+    dense_next_.clear();
+    dense_accepting_.clear();
+    dense_first_.clear();
+    dense_index(Automaton::kDead);
+    for (uint32_t k = 0; k < depth; ++k) path_[k] = dense_index(keep[k]);
+}
+
+uint32_t TokenGrammar::dense_index(State s) {
+    if (const uint32_t* i = dense_ids_.find(s)) return *i;
+    const auto i = static_cast<uint32_t>(dense_states_.size());
+    dense_ids_.emplace(s, i);
+    dense_states_.push_back(s);
+    dense_accepting_.push_back(a_.accepting(s) ? 1 : 0);
+    ByteSet first;  // the bytes some stack of s takes: any other leads to the dead state
+    for (uint32_t stack : a_.stacks(s)) {
+        if (stack == Automaton::kEmptyStack) continue;
+        const ByteSet& top = a_.grammar().sets[a_.grammar().elems[a_.top(stack)].arg];
+        for (int w = 0; w < 4; ++w) first.bits[w] |= top.bits[w];
+    }
+    dense_first_.push_back(first);
+    dense_next_.resize(dense_next_.size() + 256, kUnknownNext);
+    return i;
+}
+
+// The transition from the state at path_[depth - 1] over byte b, computed and entered in the dense table.
+uint32_t TokenGrammar::dense_step(uint32_t depth, uint8_t b) {
+    constexpr size_t kDenseStates = 4096;
+    const uint32_t from = path_[depth - 1];
+    if (!dense_first_[from].has(b)) return dense_next_[size_t{from} * 256 + b] = kDeadIndex;
+    ++stats_.dense_steps;
+    const State next = a_.advance(dense_states_[from], b);
+    if (dense_states_.size() >= kDenseStates && !dense_ids_.find(next)) {
+        ++stats_.dense_restarts;
+        dense_restart(depth);
+    }
+    const uint32_t i = dense_index(next);
+    dense_next_[size_t{path_[depth - 1]} * 256 + b] = i;
+    return i;
+}
+
 // One walk of the trie from the local stack: a token is accepted if some reading keeps all its bytes inside the
 // local frames or leaves them exactly at its end; uncertain if it is refused only after a reading left them (what
 // follows depends on the frames below); refused otherwise.
@@ -115,35 +167,15 @@ const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
     ++stats_.local_walks;
     auto m = std::make_unique<LocalMask>();
     m->accepted.assign(n_words_, 0);
-    // A walk meets few states, each many times: their transitions go into a dense table of its own (the
-    // automaton's table is large and far from the cache), up to kDenseStates of them.
-    constexpr uint32_t kUnknown = ~uint32_t{0};
-    constexpr size_t kDenseStates = 4096;
-    dense_ids_ = IdMap();
-    dense_states_.clear();
-    dense_next_.clear();
-    auto local_index = [&](Automaton::State s) -> uint32_t {
-        if (const uint32_t* i = dense_ids_.find(s)) return *i;
-        if (dense_states_.size() >= kDenseStates) return kUnknown;
-        const auto i = static_cast<uint32_t>(dense_states_.size());
-        dense_ids_.emplace(s, i);
-        dense_states_.push_back(s);
-        dense_next_.resize(dense_next_.size() + 256, kUnknown);
-        return i;
-    };
-    auto step = [&](Automaton::State s, uint8_t b) -> Automaton::State {
-        const uint32_t i = local_index(s);
-        if (i == kUnknown) return a_.advance(s, b);
-        uint32_t& next = dense_next_[size_t{i} * 256 + b];
-        if (next == kUnknown) next = a_.advance(s, b);
-        return next;
-    };
-    walk_[0] = a_.single(local_stack);
+    if (dense_states_.empty()) dense_restart(0);
+    path_[0] = dense_index(a_.single(local_stack));
     below_[0] = 0;
     for (size_t i = 0; i < trie_.size();) {
         const uint32_t d = trie_.depth(i);
-        const Automaton::State s = step(walk_[d - 1], trie_.byte(i));
-        if (s == Automaton::kDead) {
+        const uint8_t b = trie_.byte(i);
+        uint32_t next = dense_next_[size_t{path_[d - 1]} * 256 + b];
+        if (next == kUnknownNext) next = dense_step(d, b);
+        if (next == kDeadIndex) {
             if (below_[d - 1]) {
                 const auto sub = trie_.subtree_tokens(i);
                 m->uncertain.insert(m->uncertain.end(), sub.begin(), sub.end());
@@ -153,8 +185,8 @@ const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
         }
         for (int32_t t : trie_.tokens(i)) set_bit(m->accepted, t);
         ++stats_.walk_nodes;
-        walk_[d] = s;
-        below_[d] = below_[d - 1] || a_.accepting(s);
+        path_[d] = next;
+        below_[d] = below_[d - 1] | dense_accepting_[next];
         ++i;
     }
     slot = std::move(m);
@@ -202,22 +234,142 @@ void TokenGrammar::build_mask(State s, std::vector<uint64_t>& mask) {
     }
 }
 
-std::span<const uint64_t> TokenGrammar::mask(State s) {
+TokenGrammar::Mask TokenGrammar::find_or_build(State s) {
     if (auto it = masks_.find(s); it != masks_.end()) {
         ++stats_.mask_hits;
         return it->second;
     }
     ++stats_.masks_built;
     if ((masks_.size() + 1) * n_words_ * sizeof(uint64_t) > kMaskCacheBytes) masks_.clear();
-    std::vector<uint64_t>& m = masks_[s];
-    build_mask(s, m);
+    auto m = std::make_shared<std::vector<uint64_t>>();
+    build_mask(s, *m);
+    masks_.emplace(s, m);
     return m;
+}
+
+std::span<const uint64_t> TokenGrammar::mask(State s) {
+    std::lock_guard lock(mu_);
+    return *find_or_build(s);
+}
+
+TokenGrammar::Mask TokenGrammar::shared_mask(State s) {
+    std::lock_guard lock(mu_);
+    return find_or_build(s);
+}
+
+TokenGrammar::Mask TokenGrammar::cached_mask(State s) {
+    std::lock_guard lock(mu_);
+    auto it = masks_.find(s);
+    if (it == masks_.end()) return nullptr;
+    ++stats_.mask_hits;
+    return it->second;
 }
 
 TokenGrammar::State TokenGrammar::accept(State s, int32_t token) {
     QUILL_CHECK(token >= 0 && token < n_vocab(), "token {} is outside the vocabulary", token);
     if (is_eog(token)) return s;
+    std::lock_guard lock(mu_);
     return a_.advance(s, bytes_[static_cast<size_t>(token)]);
+}
+
+bool TokenGrammar::accepting(State s) const {
+    std::lock_guard lock(mu_);
+    return a_.accepting(s);
+}
+
+bool TokenGrammar::finished(State s) const {
+    std::lock_guard lock(mu_);
+    return a_.finished(s);
+}
+
+size_t TokenGrammar::n_stacks() const {
+    std::lock_guard lock(mu_);
+    return a_.n_stacks();
+}
+
+TokenGrammar::Stats TokenGrammar::stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+}
+
+// ---- GrammarMatcher ----
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<TokenGrammar> g, bool overlap)
+    : g_(std::move(g)), state_(g_->start()), overlap_(overlap) {
+    prepare();  // the first mask is computed while the prompt runs
+}
+
+GrammarMatcher::~GrammarMatcher() {
+    if (!worker_.joinable()) return;
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+}
+
+void GrammarMatcher::prepare() {
+    if (!overlap_) return;
+    TokenGrammar::Mask cached = g_->cached_mask(state_);
+    std::lock_guard lock(mu_);
+    mask_ = std::move(cached);
+    if (mask_) return;
+    pending_ = true;
+    if (worker_.joinable()) {
+        cv_.notify_all();
+        return;
+    }
+    try {
+        worker_ = std::thread([this] { work(); });
+    } catch (const std::system_error&) {  // no thread to be had: mask() computes it
+        pending_ = false;
+        overlap_ = false;
+    }
+}
+
+void GrammarMatcher::wait() {
+    if (!worker_.joinable()) return;
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !pending_; });
+}
+
+void GrammarMatcher::work() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+        cv_.wait(lock, [&] { return pending_ || stop_; });
+        if (stop_) return;
+        const TokenGrammar::State s = state_;  // accept() waits for this thread before it changes state_
+        lock.unlock();
+        TokenGrammar::Mask m;
+        std::exception_ptr error;
+        try {
+            m = g_->shared_mask(s);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        lock.lock();
+        mask_ = std::move(m);
+        error_ = error;
+        pending_ = false;
+        ++masks_ahead_;
+        cv_.notify_all();
+    }
+}
+
+std::span<const uint64_t> GrammarMatcher::mask() {
+    wait();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    if (!mask_) mask_ = g_->shared_mask(state_);
+    return *mask_;
+}
+
+void GrammarMatcher::accept(int32_t token) {
+    wait();
+    error_ = nullptr;
+    state_ = g_->accept(state_, token);
+    mask_ = nullptr;
+    prepare();
 }
 
 }  // namespace quill::grammar

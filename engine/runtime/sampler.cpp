@@ -90,7 +90,9 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
 }
 
-void Sampler::constrain(std::shared_ptr<grammar::TokenGrammar> g) { grammar_.emplace(std::move(g)); }
+void Sampler::constrain(std::shared_ptr<grammar::TokenGrammar> g, bool overlap) {
+    grammar_ = std::make_unique<grammar::GrammarMatcher>(std::move(g), overlap);
+}
 
 void Sampler::accept_output(int32_t token) {
     if (grammar_) grammar_->accept(token);

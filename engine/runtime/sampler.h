@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -89,9 +88,11 @@ public:
 
     // Restricts sample() to the tokens grammar `g` allows from the start of the output: the mask comes first, so
     // the penalties, top-k, top-p, min-p and temperature act on the allowed tokens only. sample() throws
-    // quill::Error when the grammar allows no token of the vocabulary.
-    void constrain(std::shared_ptr<grammar::TokenGrammar> g);
-    bool constrained() const { return grammar_.has_value(); }
+    // quill::Error when the grammar allows no token of the vocabulary. With overlap, the mask of the state after
+    // each accepted token is computed on a thread of this sampler's own (grammar::GrammarMatcher) while the caller
+    // runs the forward pass; the tokens are the same without.
+    void constrain(std::shared_ptr<grammar::TokenGrammar> g, bool overlap = true);
+    bool constrained() const { return grammar_ != nullptr; }
     // Moves the grammar past a sampled token (nothing without a grammar).
     void accept_output(int32_t token);
     // The grammar's text is complete and nothing can follow (false without a grammar).
@@ -150,7 +151,7 @@ private:
     TokenLogprobs last_logprobs_;
     std::vector<int32_t> order_;  // logprobs' top-n selection
     std::vector<float> raw_;      // the row before the penalties, when they are on
-    std::optional<grammar::GrammarMatcher> grammar_;
+    std::unique_ptr<grammar::GrammarMatcher> grammar_;  // null: unconstrained
 };
 
 }  // namespace quill
