@@ -175,6 +175,7 @@ TEST_CASE("quill run and quill chat work end to end on a qwen3moe file", "[arch]
     REQUIRE(save.status == 0);
     auto info = test::run_quill({"info", "-m", file.string()});
     CHECK(info.status == 0);
+    CHECK(info.out.find("n_expert=8 n_expert_used=2 n_ff_exp=64") != std::string::npos);
     auto run = test::run_quill({"run", "-m", file.string(), "-p", "Why is the sky blue?", "--temp", "0", "-n", "8",
                                 "--json"});
     CHECK(run.status == 0);
