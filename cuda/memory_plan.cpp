@@ -58,6 +58,9 @@ std::string MemoryPlan::describe() const {
 }
 
 void check_model(const ModelConfig& config, const Weights& weights) {
+    if (config.moe())
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s mixture of experts ({} experts)", config.arch,
+                                    config.n_expert));
     check_weights(weights);
     // The RoPE and attention settings without a CUDA kernel yet (session.cpp's device auto then runs the CPU).
     if (config.no_rope_step > 0)

@@ -27,7 +27,8 @@ struct MemoryPlan {
 
 // FileError naming the first tensor whose type has no CUDA kernel (the embedding included).
 void check_weights(const Weights& weights);
-// check_weights, and FileError for shapes the CUDA kernels do not take (head_dim above 512, an odd rope dimension).
+// check_weights, and FileError for what the CUDA kernels do not take: a mixture of experts, shapes (head_dim above
+// 512, an odd rope dimension), the settings check_model names.
 void check_model(const ModelConfig& config, const Weights& weights);
 
 // Device bytes of weights as uploaded, and of the workspace for a batch of n_tokens asking for n_logits rows.

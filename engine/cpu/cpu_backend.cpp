@@ -72,8 +72,8 @@ void CpuBackend::resize_scratch(int64_t n) {
     v_.resize(n * c.n_embd_kv());
     att_.resize(n * c.n_embd_q());
     proj_.resize(n * c.n_embd);
-    gate_.resize(n * c.n_ff);
-    up_.resize(n * c.n_ff);
+    gate_.resize(c.moe() ? 0 : n * c.n_ff);  // (a mixture of experts has its own: moe_block)
+    up_.resize(c.moe() ? 0 : n * c.n_ff);
     attention_.resize_scratch();
 }
 
@@ -483,6 +483,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
 // (ModelConfig::ffn_act); gemma3 normalizes the output before the sum.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
+    if (c.moe()) return moe_block(L, layer, n);
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     const bool ready = residual_norm(layer, L.ffn_norm.data(), &gate_up[0].w, n);
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;

@@ -8,6 +8,7 @@
 #include "engine/cpu/attention_runner.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/moe.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/weight_store.h"
 #include "engine/model/weights.h"
@@ -93,6 +94,8 @@ private:
     // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
+    // ffn_block of a mixture-of-experts layer (moe.cpp)
+    void moe_block(const LayerWeights& L, int64_t layer, int64_t n);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);
     void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
@@ -144,6 +147,13 @@ private:
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
+    // Mixture of experts (moe_block): the batch's routing, then each expert's product over its m tokens.
+    MoeRouting moe_routing_;
+    std::vector<float> moe_logits_;  // [n, n_expert] router logits
+    std::vector<float> moe_x_;       // [m, n_embd] the expert's tokens' rows of xn
+    std::vector<float> moe_gate_;    // [m, n_ff_exp]
+    std::vector<float> moe_up_;      // [m, n_ff_exp]
+    std::vector<float> moe_down_;    // [m, n_embd]
     std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
     struct Pick {
         float value;

@@ -9,11 +9,13 @@
 namespace quill {
 
 bool architecture_supported(const std::string& arch) {
-    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" ||
-           arch == "phi3" || arch == "smollm3" || arch == "mistral3";
+    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
+           arch == "gemma3" || arch == "phi3" || arch == "smollm3" || arch == "mistral3";
 }
 
-std::string supported_architectures() { return "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, mistral3"; }
+std::string supported_architectures() {
+    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3";
+}
 
 namespace {
 
@@ -82,13 +84,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!architecture_supported(c.arch))
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
-    if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3")
+    if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma2" || c.arch == "gemma3" ||
+        c.arch == "phi3")
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
-    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0)
-        throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) are not supported", f.path(), *experts));
+    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch != "qwen3moe")
+        throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
+                                    "(qwen3moe is)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -112,6 +116,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: head dimension {} is larger than 512 (not supported)", f.path(), c.head_dim));
     if (c.head_dim % 2 != 0) throw FileError(fmt::format("{}: head dimension {} is odd", f.path(), c.head_dim));
     c.n_ctx_train = optional_int(f, p + "context_length", 2048, 1, int64_t{1} << 30);
+    if (c.arch == "qwen3moe") {  // as llama.cpp reads them: the experts' width, else n_ff split over the used ones
+        c.n_expert = required_int(f, p + "expert_count", 1, 4096);
+        c.n_expert_used = required_int(f, p + "expert_used_count", 1, c.n_expert);
+        c.n_ff_exp = optional_int(f, p + "expert_feed_forward_length", c.n_ff / c.n_expert_used, 1, kBig);
+        if (c.n_ff_exp < 1)
+            throw FileError(fmt::format("{}: no '{}expert_feed_forward_length' and feed_forward_length {} is less "
+                                        "than expert_used_count {}", f.path(), p, c.n_ff, c.n_expert_used));
+    }
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
     if (c.n_rot % 2 != 0) throw FileError(fmt::format("{}: rope.dimension_count {} is odd", f.path(), c.n_rot));
     c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5f, 0.0, 1.0);

@@ -61,6 +61,13 @@ struct ModelConfig {
     // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) after RoPE; 0: no scaling.
     float attn_temp_scale = 0.0f;
     int64_t attn_temp_floor = 0;
+    // Mixture of experts (qwen3moe): each layer's FFN is n_expert SwiGLU experts of n_ff_exp features, of which a
+    // router picks n_expert_used per token (the top of a softmax over its logits, their probabilities renormalized
+    // to sum to 1 as the experts' weights); n_expert 0: a dense FFN of n_ff features.
+    int64_t n_expert = 0;
+    int64_t n_expert_used = 0;
+    int64_t n_ff_exp = 0;
+    bool moe() const { return n_expert > 0; }
 
     bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
     // The factor of the queries of a token at `pos` (1 without the temperature).
@@ -91,7 +98,8 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * head_dim; }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, mistral3).
+// Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3,
+// mistral3).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -106,6 +106,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                          {"n_head", c.n_head},   {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim},
                          {"n_ff", c.n_ff},       {"n_ctx_train", c.n_ctx_train}, {"n_rot", c.n_rot},
                          {"rope_base", c.rope_base}, {"rms_eps", c.rms_eps}, {"output_tied", w.output_tied}};
+        if (c.moe())
+            info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
+                                        {"n_ff_exp", c.n_ff_exp}};
         info["runnable"] = true;
     } else {
         info["runnable"] = false;
@@ -161,6 +164,9 @@ std::string render_model_info(const json& info) {
                                   m["n_vocab"].dump(), m["n_embd"].dump(), m["n_layer"].dump(), m["n_head"].dump(),
                                   m["n_head_kv"].dump(), m["head_dim"].dump(), m["n_ff"].dump(),
                                   m["n_ctx_train"].dump(), m["output_tied"].get<bool>() ? " (output tied)" : ""));
+        if (m.contains("experts"))
+            line("experts", fmt::format("n_expert={} n_expert_used={} n_ff_exp={}", m["experts"]["n_expert"].dump(),
+                                        m["experts"]["n_expert_used"].dump(), m["experts"]["n_ff_exp"].dump()));
     } else {
         std::string why = "architecture unsupported";
         if (info.contains("not_runnable")) why = text(info["not_runnable"]);

@@ -82,8 +82,27 @@ ModelConfig phi3_config(const char* name, int64_t n_embd, int64_t n_layer, int64
     return c;
 }
 
+// qwen3moe: qwen3's attention (Q/K norms, head_dim apart from n_embd / n_head) and a mixture of n_expert SwiGLU
+// experts of n_ff_exp features, n_used of them per token; feed_forward_length is n_ff.
+ModelConfig qwen3moe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                            int64_t head_dim, int64_t n_ff, int64_t n_ff_exp, int64_t n_expert, int64_t n_used,
+                            int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c =
+        base_config("qwen3moe", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.rope_base = c.rope_base_local = 1e6f;
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
+        qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
+        // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
+        qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
         phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
@@ -236,6 +255,26 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         t.data = m->buffers.back().data();
         return t;
     };
+    // The experts' matrices as one 3-D tensor [n_expert, n_out rows, n_in], as the file holds them.
+    auto experts = [&](const std::string& name, int64_t n_in, int64_t n_out) {
+        TensorView t = matrix(name, n_in, n_out * c.n_expert);
+        t.ne = {n_in, n_out, c.n_expert, 1};
+        return t;
+    };
+    // The router: F32, as converted files keep it, with logits spread enough to rank the experts clearly.
+    auto router = [&](const std::string& name) {
+        TensorView t;
+        t.name = name;
+        t.type = GgmlType::F32;
+        t.ne = {c.n_embd, c.n_expert, 1, 1};
+        t.n_bytes = static_cast<size_t>(c.n_embd * c.n_expert) * sizeof(float);
+        m->buffers.emplace_back(t.n_bytes);
+        auto* w = reinterpret_cast<float*>(m->buffers.back().data());
+        for (int64_t i = 0; i < c.n_embd * c.n_expert; ++i)
+            w[i] = static_cast<float>((rng.uniform() * 2.0 - 1.0) * 0.25);
+        t.data = m->buffers.back().data();
+        return t;
+    };
     auto norm = [&](int64_t n) {
         std::vector<float> w(n);
         for (auto& v : w) v = static_cast<float>(0.8 + 0.4 * rng.uniform());
@@ -273,23 +312,30 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         }
         L.wo = matrix(b + "attn_output.weight", c.n_embd_q(), c.n_embd);
         L.ffn_norm = norm(c.n_embd);
-        if (phi3) {
+        if (c.moe()) {
+            L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
+            L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
+            L.ffn_up_exps = experts(b + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp);
+            L.ffn_down_exps = experts(b + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd);
+            L.split_experts();
+        } else if (phi3) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
         } else {
             L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
             L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
         }
-        L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (!c.moe()) L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
         if (gemma2) {
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3") {
+        if (c.arch == "qwen3" || c.arch == "qwen3moe") {
             L.attn_q_norm = norm(c.head_dim);
             L.attn_k_norm = norm(c.head_dim);
         }
         m->weights.layers.push_back(std::move(L));
     }
+    m->weights.n_expert_used = c.n_expert_used;
     return m;
 }
 
@@ -331,6 +377,11 @@ void SyntheticModel::save(const std::string& path) const {
         }
     }
     if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_scale", c.attn_temp_scale);
+    if (c.moe()) {
+        w.set(p + "expert_count", uint32_t(c.n_expert));
+        w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
+        w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
+    }
     if (c.arch == "gemma2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);
@@ -363,7 +414,7 @@ void SyntheticModel::save(const std::string& path) const {
     w.set("tokenizer.ggml.unknown_token_id", uint32_t(0));
 
     auto view = [&](const TensorView& t) {
-        std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + (t.ne[1] > 1 ? 2 : 1));
+        std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + (t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1));
         w.add_tensor_view(t.name, t.type, ne, {t.data, t.n_bytes});
     };
     auto vec = [&](const std::string& name, const std::vector<float>& v) {
@@ -400,9 +451,12 @@ void SyntheticModel::save(const std::string& path) const {
         vec(b + "ffn_norm.weight", L.ffn_norm);
         if (phi3)
             fused(b + "ffn_up.weight", L.ffn_gate, L.ffn_up);
-        else
+        else if (!c.moe())
             for (const TensorView* t : {&L.ffn_gate, &L.ffn_up}) view(*t);
-        view(L.ffn_down);
+        if (c.moe())
+            for (const TensorView* t : {&L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps}) view(*t);
+        else
+            view(L.ffn_down);
         if (!L.ffn_post_norm.empty()) vec(b + "post_ffw_norm.weight", L.ffn_post_norm);
     }
     w.write(path);

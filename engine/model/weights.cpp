@@ -77,6 +77,24 @@ TensorView TensorView::rows(int64_t first, int64_t n, const std::string& part) c
     return v;
 }
 
+TensorView TensorView::matrix(int64_t i) const {
+    QUILL_CHECK(i >= 0 && i < ne[2] && ne[3] == 1, "{}: matrix {} of a tensor of {}", name, i, ne[2]);
+    TensorView v = *this;
+    v.name = fmt::format("{} (expert {})", name, i);
+    v.ne[2] = 1;
+    v.data = row(i * ne[1]);
+    v.n_bytes = static_cast<size_t>(ne[1]) * row_bytes();
+    return v;
+}
+
+void LayerWeights::split_experts() {
+    experts.resize(static_cast<size_t>(ffn_gate_exps.ne[2]));
+    for (size_t e = 0; e < experts.size(); ++e) {
+        const auto i = static_cast<int64_t>(e);
+        experts[e] = {ffn_gate_exps.matrix(i), ffn_up_exps.matrix(i), ffn_down_exps.matrix(i)};
+    }
+}
+
 void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c) {
     wq = qkv.rows(0, c.n_embd_q(), "q");
     wk = qkv.rows(c.n_embd_q(), c.n_embd_kv(), "k");
@@ -116,13 +134,19 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         }
         L.wo = l.get(b + "attn_output.weight", {c.n_embd_q(), c.n_embd});
         L.ffn_norm = l.get_vector(b + "ffn_norm.weight", c.n_embd);
-        if (c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
+        if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
+            L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
+            L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            L.ffn_up_exps = l.get(b + "ffn_up_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
+            L.split_experts();
+        } else if (c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
         } else {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
         }
-        L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
+        if (!c.moe()) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
         L.bq = l.optional_vector(b + "attn_q.bias", c.n_embd_q());
         L.bk = l.optional_vector(b + "attn_k.bias", c.n_embd_kv());
         L.bv = l.optional_vector(b + "attn_v.bias", c.n_embd_kv());
@@ -135,12 +159,13 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.attn_post_norm = l.get_vector(b + "post_attention_norm.weight", c.n_embd);
             L.ffn_post_norm = l.get_vector(b + "post_ffw_norm.weight", c.n_embd);
         }
-        if (c.arch == "qwen3") {
+        if (c.arch == "qwen3" || c.arch == "qwen3moe") {
             L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
             L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);
         }
         w.layers.push_back(std::move(L));
     }
+    w.n_expert_used = c.n_expert_used;
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
     // without it.
     if (const GgufTensorInfo* t = l.first_unused())

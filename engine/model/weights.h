@@ -25,6 +25,16 @@ struct TensorView {
     // Rows [first, first + n) of a matrix as a matrix of their own, named `part`: the parts of a fused tensor
     // (phi3's attn_qkv, its gate and up in one ffn_up), views into the same bytes.
     TensorView rows(int64_t first, int64_t n, const std::string& part) const;
+    // Matrix i of a 3-D tensor [ne[2] matrices, ne[1] rows, ne[0]] (an expert of the experts' tensors), a view into
+    // the same bytes named "name (expert i)".
+    TensorView matrix(int64_t i) const;
+};
+
+// One expert of a mixture-of-experts FFN: views into its layer's 3-D tensors.
+struct ExpertWeights {
+    TensorView gate;  // W1 [n_ff_exp rows, n_embd]
+    TensorView up;    // W3 [n_ff_exp rows, n_embd]
+    TensorView down;  // W2 [n_embd rows, n_ff_exp]
 };
 
 struct LayerWeights {
@@ -37,6 +47,12 @@ struct LayerWeights {
     TensorView ffn_gate;           // W1 [n_ff rows, n_embd]
     TensorView ffn_up;             // W3 [n_ff rows, n_embd]
     TensorView ffn_down;           // W2 [n_embd rows, n_ff]
+    // Mixture of experts (ModelConfig::moe(); then ffn_gate, ffn_up and ffn_down are empty): the router, the file's
+    // 3-D tensors of every expert's matrices, and each expert as views of them.
+    TensorView ffn_gate_inp;                // router [n_expert rows, n_embd]
+    TensorView ffn_gate_exps, ffn_up_exps;  // [n_expert, n_ff_exp rows, n_embd]
+    TensorView ffn_down_exps;               // [n_expert, n_embd rows, n_ff_exp]
+    std::vector<ExpertWeights> experts;     // [n_expert]
     // Optional biases (qwen2 has Q, K and V ones; llama GGUFs may carry any of them); empty when absent.
     std::vector<float> bq, bk, bv;  // [n_embd_q], [n_embd_kv], [n_embd_kv]
     std::vector<float> bo;          // [n_embd]
@@ -49,6 +65,8 @@ struct LayerWeights {
     void split_qkv(const TensorView& qkv, const ModelConfig& config);
     // ffn_gate, ffn_up as the halves of one [2 n_ff rows, n_embd] matrix, gate first (phi3's ffn_up)
     void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
+    // experts as the matrices of ffn_gate_exps, ffn_up_exps and ffn_down_exps
+    void split_experts();
 };
 
 struct Weights {
@@ -61,6 +79,7 @@ struct Weights {
     // when absent
     std::vector<float> rope_factors_long, rope_factors_short;
     std::vector<LayerWeights> layers;
+    int64_t n_expert_used = 0;  // experts a token's FFN reads (ModelConfig::n_expert_used); 0: a dense FFN
 
     // Views every tensor the architecture needs, checking presence, shape and type. A mismatch throws FileError
     // naming the tensor, the expected and the actual shape or type. The file must outlive the views.

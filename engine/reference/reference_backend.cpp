@@ -286,19 +286,12 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
 
     // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
     rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
-    // x = x + W2 (act(W1 xn) * W3 xn), act(g) = silu(g) = g / (1 + e^-g), or (gemma3)
-    // gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); gemma3 normalizes the sum's term by ffn_post_norm
-    matvec(L.ffn_gate, xn_, gate_, row_);
-    matvec(L.ffn_up, xn_, up_, row_);
-    const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
-    const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
-    for (int64_t i = 0; i < c.n_ff; ++i) {
-        const double g = gate_[i];
-        const double a = gelu ? 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g)))
-                              : g / (1.0 + std::exp(-g));
-        gate_[i] = a * up_[i];
-    }
-    matvec(L.ffn_down, gate_, out_, row_);
+    // x = x + W2 (act(W1 xn) * W3 xn), or (mixture of experts) the routed experts' sum of it;
+    // gemma3 normalizes the sum's term by ffn_post_norm
+    if (c.moe())
+        moe_ffn(L);
+    else
+        ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
 }
@@ -312,6 +305,42 @@ void ReferenceBackend::output_token(float* logits) {
     const double cap = c.final_logit_softcap;
     for (int64_t i = 0; i < c.n_vocab; ++i)
         logits[i] = static_cast<float>(cap > 0.0 ? cap * std::tanh(logit_[i] / cap) : logit_[i]);
+}
+
+// out = W2 (act(W1 xn) * W3 xn), act(g) = silu(g) = g / (1 + e^-g), or (gemma3)
+// gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const TensorView& w2, std::vector<double>& out) {
+    matvec(w1, xn_, gate_, row_);
+    matvec(w3, xn_, up_, row_);
+    const bool gelu = config_.ffn_act == ModelConfig::Activation::gelu_tanh;
+    const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
+    for (size_t i = 0; i < gate_.size(); ++i) {
+        const double g = gate_[i];
+        const double a = gelu ? 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g)))
+                              : g / (1.0 + std::exp(-g));
+        gate_[i] = a * up_[i];
+    }
+    matvec(w2, gate_, out, row_);
+}
+
+// out = sum over the n_expert_used experts e of the largest p_e of p_e / (sum of those p) * ffn_e(xn), with
+// p = softmax(W_router xn) (a tie goes to the lower expert)
+void ReferenceBackend::moe_ffn(const LayerWeights& L) {
+    const ModelConfig& c = config_;
+    matvec(L.ffn_gate_inp, xn_, router_, row_);
+    softmax(router_, c.n_expert);
+    std::vector<int64_t> order(static_cast<size_t>(c.n_expert));
+    for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return router_[a] > router_[b]; });
+    double sum = 0.0;
+    for (int64_t i = 0; i < c.n_expert_used; ++i) sum += router_[order[i]];
+    out_.assign(c.n_embd, 0.0);
+    for (int64_t i = 0; i < c.n_expert_used; ++i) {
+        const ExpertWeights& e = L.experts[order[i]];
+        ffn(e.gate, e.up, e.down, expert_out_);
+        const double weight = router_[order[i]] / sum;
+        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight * expert_out_[j];
+    }
 }
 
 }  // namespace quill

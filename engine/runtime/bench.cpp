@@ -11,18 +11,34 @@
 
 namespace quill {
 
+namespace {
+
+// sum over every layer matrix t of f(t) times the share of tokens that read t: n_expert_used / n_expert for an
+// expert's matrices (layer_matrices lists them last), 1 for the others.
+template <class F>
+double per_token_sum(const Weights& w, F&& f) {
+    double sum = 0;
+    for (const auto& L : w.layers) {
+        const auto m = layer_matrices(L);
+        const size_t first_expert = m.size() - 3 * L.experts.size();
+        const double share =
+            L.experts.empty() ? 1.0 : static_cast<double>(w.n_expert_used) / static_cast<double>(L.experts.size());
+        for (size_t i = 0; i < m.size(); ++i) sum += f(*m[i]) * (i < first_expert ? 1.0 : share);
+    }
+    return sum;
+}
+
+}  // namespace
+
 size_t decode_weight_bytes(const Weights& w) {
-    size_t n = w.output.n_bytes;
-    for (const auto& L : w.layers)
-        for (const TensorView* t : layer_matrices(L)) n += t->n_bytes;
-    return n;
+    const double layers = per_token_sum(w, [](const TensorView& t) { return static_cast<double>(t.n_bytes); });
+    return w.output.n_bytes + static_cast<size_t>(std::llround(layers));
 }
 
 double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
-    double per_token = 0;
-    for (const auto& L : w.layers)
-        for (const TensorView* t : layer_matrices(L))
-            per_token += 2.0 * static_cast<double>(t->ne[0]) * static_cast<double>(t->n_rows());
+    const double per_token = per_token_sum(w, [](const TensorView& t) {
+        return 2.0 * static_cast<double>(t.ne[0]) * static_cast<double>(t.n_rows());
+    });
     double attention = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) {
         double keys = 0;  // sum over tokens of the positions each attends to

@@ -8,7 +8,7 @@
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
-#include "tests/support/backend_checks.h"
+#include "tests/support/arch_checks.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -27,7 +27,6 @@ namespace {
 // 128, so both rotate by the long RoPE factors.
 constexpr int64_t kCtx = 256;
 
-fs::path ref_path(const std::string& file) { return fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "arch" / file; }
 
 // The synthetic model of `shape` in `type`, saved as GGUF and loaded back (through the loader's fused-tensor views).
 std::unique_ptr<Model> saved_model(const std::string& shape, GgmlType type) {
@@ -49,29 +48,6 @@ std::unique_ptr<Backend> cpu_backend(const Model& m, std::optional<Isa> isa, int
 
 std::unique_ptr<Backend> reference_backend(const Model& m, int64_t n_ctx = kCtx) {
     return std::make_unique<ReferenceBackend>(m.config, m.weights, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
-}
-
-// Every prompt position's logits within `tol` of that position's logit range in llama.cpp's, and the greedy
-// continuation equal to llama.cpp's.
-void check_against_llama_cpp(Backend& b, const std::string& stem, double tol) {
-    const test::RefLogits ref = test::read_ref_logits(ref_path(stem + ".prompt_logits.txt"));
-    const auto want = test::read_ref_ids(ref_path(stem + ".greedy.txt"), "generated_tokens");
-    REQUIRE(ref.tokens.size() == 32);
-    REQUIRE(want.size() == 24);
-    const int64_t nv = b.config().n_vocab;
-    std::vector<float> logits;
-    const std::vector<int32_t> got = test::greedy_tokens(b, ref.tokens, 24, &logits);
-    double worst = 0;
-    for (size_t p = 0; p < ref.tokens.size(); ++p) {
-        INFO("position " << p);
-        REQUIRE(ref.logits[p].size() == static_cast<size_t>(nv));
-        const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
-        const double d = test::max_diff(test::rows(logits, nv, p, p + 1), ref.logits[p]) / (*hi - *lo);
-        worst = std::max(worst, d);
-        CHECK(d <= tol);
-    }
-    INFO("worst position: max |diff| / range " << worst);
-    CHECK(got == want);
 }
 
 // The limit on max |diff| / range per case. Measured on the reference backend and every CPU path: phi3 F32 3.2e-7
@@ -98,7 +74,7 @@ TEST_CASE("gemma2 and phi3 tiny models: the reference backend gives llama.cpp's 
     for (const Case& c : kCases) {
         INFO(stem(c));
         auto m = saved_model(c.shape, c.type);
-        check_against_llama_cpp(*reference_backend(*m), stem(c), c.tol);
+        test::check_against_llama_cpp(*reference_backend(*m), stem(c), c.tol);
     }
 }
 
@@ -110,7 +86,7 @@ TEST_CASE("gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's logits
         for (Isa isa : test::available_isas()) isas.push_back(isa);
         for (const auto& isa : isas) {
             INFO(stem(c) << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
-            check_against_llama_cpp(*cpu_backend(*m, isa), stem(c), c.tol);
+            test::check_against_llama_cpp(*cpu_backend(*m, isa), stem(c), c.tol);
         }
     }
 }
@@ -214,7 +190,7 @@ TEST_CASE("gemma2 with an F16 KV cache: the CPU backend's prefill and decode mat
     // The default cache type: K, V, q and the probabilities in fp16 on both sides, and soft-capped scores. The
     // limit is test_reference.cpp's for F32 weights with an F16 cache (3e-3 of the logits' RMS).
     auto m = saved_model("gemma2-tiny", GgmlType::F32);
-    const test::RefLogits ref = test::read_ref_logits(ref_path("gemma2-tiny-f32.prompt_logits.txt"));
+    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma2-tiny-f32.prompt_logits.txt"));
     ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f16});
     const auto want = test::prefill_logits(reference, ref.tokens);
     for (Isa isa : test::available_isas()) {

@@ -7,7 +7,7 @@
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/runtime/sampler.h"
-#include "tests/support/backend_checks.h"
+#include "tests/support/arch_checks.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -211,33 +211,9 @@ TEST_CASE("a sequence's decode steps have the same bits alone and in mixed batch
                    p = some_tokens(20, static_cast<int>(nv), 23);
         for (Isa isa : available_isas()) {
             INFO(c.label << ", " << cpu::isa_name(isa));
-            // Alone: a's prompt (5 tokens), then its decode steps one per call.
-            auto alone = make(*model, false, 2, isa);
-            prefill_logits(*alone, std::vector<int32_t>(a.begin(), a.begin() + 5));
-            std::vector<float> want(3 * nv);
-            for (int i = 5; i < 8; ++i) {
-                Batch step;
-                step.add(a[i], i, 0, true, true);
-                alone->forward(step, std::span<float>(want.data() + (i - 5) * nv, nv));
-            }
-            // Together: a in slot 0 and b in slot 1 decoding, a prompt arriving in slot 2 in chunks of 7, 1 and 12.
-            auto mixed = make(*model, false, 2, isa, 3);
-            prefill_logits(*mixed, std::vector<int32_t>(a.begin(), a.begin() + 5), 0);
-            prefill_logits(*mixed, std::vector<int32_t>(b.begin(), b.begin() + 3), 1);
-            std::vector<float> got(3 * nv);
-            int p0 = 0;
-            for (int i = 5; int n_chunk : {7, 1, 12}) {
-                Batch batch;
-                batch.add(a[i], i, 0, true, true);
-                batch.add(b[i - 2], i - 2, 1, true, true);
-                for (int j = p0; j < p0 + n_chunk; ++j) batch.add(p[j], j, 2, j + 1 == p0 + n_chunk);
-                p0 += n_chunk;
-                std::vector<float> out(3 * nv);
-                mixed->forward(batch, out);
-                std::copy_n(out.begin(), nv, got.begin() + (i - 5) * nv);
-                ++i;
-            }
-            CHECK(max_diff(got, want) == 0.0);
+            const test::MixedDecode r = test::mixed_decode_steps(
+                [&](int64_t n_slots) { return make(*model, false, 2, isa, n_slots); }, a, b, p);
+            CHECK(max_diff(r.mixed, r.alone) == 0.0);
         }
     }
 }

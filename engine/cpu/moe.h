@@ -1,0 +1,39 @@
+// Mixture-of-experts routing for the CPU backend: which experts each token of a batch uses, with what weights, and
+// the batch's tokens grouped by expert so that each expert's weights are read once per step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace quill::cpu {
+
+// A batch's routing through one layer's experts. Everything a token gets depends on its router logits alone, and
+// each expert's tokens keep the batch's order, so the leading decode steps stay first in every group.
+class MoeRouting {
+public:
+    // From router logits [n, n_expert]: each token's n_used experts of the largest softmax probabilities (a tie goes
+    // to the lower expert), weighted by those probabilities over their sum.
+    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used);
+
+    int64_t n_used() const { return n_used_; }
+    // Expert e's assignments [begin(e), end(e)): indices into token() and weight().
+    int64_t begin(int64_t e) const { return offsets_[static_cast<size_t>(e)]; }
+    int64_t end(int64_t e) const { return offsets_[static_cast<size_t>(e) + 1]; }
+    int64_t token(int64_t i) const { return tokens_[static_cast<size_t>(i)]; }
+    float weight(int64_t i) const { return weights_[static_cast<size_t>(i)]; }
+    // Token t's experts in increasing order [n_used] (the order its expert outputs are summed in).
+    const int32_t* experts_of(int64_t t) const { return chosen_.data() + t * n_used_; }
+
+private:
+    int64_t n_used_ = 0;
+    std::vector<int32_t> chosen_;       // [n, n_used] each token's experts, increasing
+    std::vector<float> chosen_weight_;  // [n, n_used] their weights
+    std::vector<int64_t> offsets_;      // [n_expert + 1]
+    std::vector<int32_t> tokens_;       // [n * n_used] the token of each assignment, grouped by expert
+    std::vector<float> weights_;        // [n * n_used] its weight
+    std::vector<double> probs_;         // [n_expert] one token's softmax
+    std::vector<int32_t> order_;        // [n_expert] experts by decreasing probability
+};
+
+}  // namespace quill::cpu

@@ -1,0 +1,83 @@
+// Helpers for the architecture tests (tests/model/test_arch_*.cpp): a backend against llama.cpp's outputs in
+// tests/data/arch/, and a sequence's decode steps alone against the same steps in mixed batches.
+#pragma once
+
+#include "tests/support/backend_checks.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace quill::test {
+
+inline std::filesystem::path arch_ref_path(const std::string& file) {
+    return std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "arch" / file;
+}
+
+// Every prompt position's logits within `tol` of that position's logit range in llama.cpp's (STEM.prompt_logits.txt),
+// and the greedy continuation equal to llama.cpp's (STEM.greedy.txt): 32 prompt tokens, 24 greedy ones.
+inline void check_against_llama_cpp(Backend& b, const std::string& stem, double tol) {
+    const RefLogits ref = read_ref_logits(arch_ref_path(stem + ".prompt_logits.txt"));
+    const auto want = read_ref_ids(arch_ref_path(stem + ".greedy.txt"), "generated_tokens");
+    REQUIRE(ref.tokens.size() == 32);
+    REQUIRE(want.size() == 24);
+    const int64_t nv = b.config().n_vocab;
+    std::vector<float> logits;
+    const std::vector<int32_t> got = greedy_tokens(b, ref.tokens, 24, &logits);
+    double worst = 0;
+    for (size_t p = 0; p < ref.tokens.size(); ++p) {
+        INFO("position " << p);
+        REQUIRE(ref.logits[p].size() == static_cast<size_t>(nv));
+        const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
+        const double d = max_diff(rows(logits, nv, p, p + 1), ref.logits[p]) / (*hi - *lo);
+        worst = std::max(worst, d);
+        CHECK(d <= tol);
+    }
+    INFO("worst position: max |diff| / range " << worst);
+    CHECK(got == want);
+}
+
+// What a scheduler step holds: decode steps of running sequences first (BatchToken::decode), then prompt chunks.
+// Sequence a's decode steps at positions 5, 6, 7 after its 5-token prompt, alone (one backend of one slot, a step
+// per call) and in company: a in slot 0 and b in slot 1 decoding while prompt p (20 tokens) arrives in slot 2 in
+// chunks of 7, 1 and 12, one batch per step, on a backend of three slots. make(n_slots) makes each backend.
+struct MixedDecode {
+    std::vector<float> alone;        // [3, n_vocab] a's steps alone
+    std::vector<float> mixed;        // [3, n_vocab] the same steps in the mixed batches
+    std::vector<float> prompt_last;  // [n_vocab] p's last position, from its last chunk
+};
+inline MixedDecode mixed_decode_steps(const std::function<std::unique_ptr<Backend>(int64_t)>& make,
+                                      const std::vector<int32_t>& a, const std::vector<int32_t>& b,
+                                      const std::vector<int32_t>& p) {
+    auto alone = make(1);
+    const int64_t nv = alone->config().n_vocab;
+    MixedDecode r{std::vector<float>(3 * nv), std::vector<float>(3 * nv), std::vector<float>(nv)};
+    prefill_logits(*alone, std::vector<int32_t>(a.begin(), a.begin() + 5));
+    for (int i = 5; i < 8; ++i) {
+        Batch step;
+        step.add(a[i], i, 0, true, true);
+        alone->forward(step, std::span<float>(r.alone.data() + (i - 5) * nv, nv));
+    }
+    auto mixed = make(3);
+    prefill_logits(*mixed, std::vector<int32_t>(a.begin(), a.begin() + 5), 0);
+    prefill_logits(*mixed, std::vector<int32_t>(b.begin(), b.begin() + 3), 1);
+    int p0 = 0;
+    for (int i = 5; int n_chunk : {7, 1, 12}) {
+        Batch batch;
+        batch.add(a[i], i, 0, true, true);
+        batch.add(b[i - 2], i - 2, 1, true, true);
+        for (int j = p0; j < p0 + n_chunk; ++j) batch.add(p[j], j, 2, j + 1 == p0 + n_chunk);
+        p0 += n_chunk;
+        std::vector<float> out(3 * nv);
+        mixed->forward(batch, out);
+        std::copy_n(out.begin(), nv, r.mixed.begin() + (i - 5) * nv);
+        std::copy_n(out.begin() + 2 * nv, nv, r.prompt_last.begin());
+        ++i;
+    }
+    return r;
+}
+
+}  // namespace quill::test
