@@ -167,10 +167,10 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer), a value at a time: the
 // layout avx512::pack_tiles writes with its transposes, for machines without AVX-512 (and for every family the Q5_0
 // and Q5_1 records: Q4_0's values, then each row's qh word with its bits reordered, bit 8i + k the fifth bit of
-// element 4k + i). Q4_K and Q5_K tiles (for every family: avx512::pack_tiles leaves them here) are two
-// eight-row halves, each its rows' super-blocks in order, each super-block's 16-byte chunks c in order as the four
-// vectors the AVX2 kernels' transpose of eight rows makes of them: vector k, lane r = bytes 16 c + 4 k .. + 3 of
-// row r.
+// element 4k + i). Q4_K, Q5_K and IQ4_XS tiles are two eight-row halves, each its rows' super-blocks in order, each
+// super-block's four-byte groups in order, the eight rows' side by side: bytes o .. o + 3 of row r at 8 o + 4 r (for
+// each 16-byte chunk the four vectors the AVX2 kernels' transpose of eight rows makes of it). Q6_K tiles are four
+// quads of four rows (kQ6QuadBytes).
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
@@ -212,14 +212,18 @@ bool pair_tiles(const float* x, int64_t n_tokens, int64_t n_in, bool f16, const 
 
 // Bytes of one record of PackedWeights (a 32-block of sixteen rows: the values in lanes, for Q5_0 and Q5_1 then the
 // sixteen rows' 32-bit qh words, then sixteen fp16 scales and, for Q4_1 and Q5_1, sixteen fp16 minima); 0 for a type
-// without a packed form. Q4_K and Q5_K keep a super-block's bytes, re-laid out (generic::pack_tiles, read by the AVX2
-// and the AVX-512 kernels), so their records are nominal: a 32nd of sixteen rows' super-blocks.
+// without a packed form. Q4_K, Q5_K, IQ4_XS and Q6_K keep a super-block's bytes, re-laid out (generic::pack_tiles,
+// read by the AVX2 and the AVX-512 kernels), so their records are nominal: a 32nd of sixteen rows' super-blocks.
 constexpr int64_t packed_record_bytes(GgmlType type) {
     switch (type) {
         case GgmlType::Q4_K:
             return 16 * 144 / 8;
         case GgmlType::Q5_K:
             return 16 * 176 / 8;
+        case GgmlType::IQ4_XS:
+            return 16 * 136 / 8;
+        case GgmlType::Q6_K:
+            return 16 * 210 / 8;
         case GgmlType::Q4_0:
             return 16 * 16 + 32;
         case GgmlType::Q4_1:
@@ -240,6 +244,17 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
 // AVX-512 kernel files built on SIMDe's portable AVX-512) runs the AVX-512 kernels' code on machines without
 // AVX-512. best_isa() keeps to what the hardware has.
 void set_avx512_kernels(const KernelTable* table);
+
+// Packed Q6_K (generic::pack_tiles): each sixteen-row tile is four quads of four rows (rows 4i .. 4i + 3 of the tile,
+// the quads one after the other), each quad its super-blocks in order, each super-block of the quad kQ6QuadBytes:
+// for each 128-element half h, the four 16-byte chunks c of ql[64 h ..] and then the two of qh[32 h ..], each as 64
+// bytes holding the chunk of row r at 16 r (the vectors the four-row kernels load from four rows: lane r, row r);
+// then the quad's scales (row r's sixteen at 16 r) and its four fp16 d.
+constexpr int64_t kQ6HalfBytes = 6 * 64;                     // a half's ql and qh chunks
+constexpr int64_t kQ6ScalesAt = 2 * kQ6HalfBytes;            // [4][16] int8
+constexpr int64_t kQ6DAt = kQ6ScalesAt + 64;                 // [4] fp16
+constexpr int64_t kQ6QuadBytes = kQ6DAt + 8;                 // four rows' super-blocks
+static_assert(kQ6QuadBytes == 4 * static_cast<int64_t>(sizeof(BlockQ6_K)));
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
 // null), and into the tile layout when out.tile_qs is set (its padding tokens are not written). Kernels only read
@@ -344,6 +359,54 @@ inline void add_block_minima(OutputBlock& block, const float* wm, const Quantize
     for (; t + 8 <= block.n_tokens; t += 8) add.template operator()<8>(t);
     for (; t < block.n_tokens; ++t) add.template operator()<1>(t);
 }
+#endif
+
+// Where super-block g's sixteen Q6_K scales and its fp16 d lie for each of four rows: in the file's rows, or in a quad
+// of packed Q6_K (kQ6QuadBytes).
+struct Q6Heads {
+    const uint8_t* scales[4];
+    const uint8_t* d[4];
+    static Q6Heads of_rows(const uint8_t* const rows[4], int64_t g) {
+        Q6Heads h;
+        for (int r = 0; r < 4; ++r) {
+            h.scales[r] = rows[r] + g * static_cast<int64_t>(sizeof(BlockQ6_K)) + offsetof(BlockQ6_K, scales);
+            h.d[r] = rows[r] + g * static_cast<int64_t>(sizeof(BlockQ6_K)) + offsetof(BlockQ6_K, d);
+        }
+        return h;
+    }
+    static Q6Heads of_quad(const uint8_t* quad, int64_t g) {
+        Q6Heads h;
+        for (int r = 0; r < 4; ++r) {
+            h.scales[r] = quad + g * kQ6QuadBytes + kQ6ScalesAt + 16 * r;
+            h.d[r] = quad + g * kQ6QuadBytes + kQ6DAt + 2 * r;
+        }
+        return h;
+    }
+};
+
+#if defined(__FMA__)
+// The 4 rows of a quad of packed Q6_K, decoded by P (an ISA's PackedQ6_K) as a four-row kernel walks them (its Tile),
+// the stream of quads prefetched into L2 Ahead bytes on, a step's share of lines at a time.
+template <typename P, int64_t Ahead>
+struct PackedQ6Tile {
+    static constexpr int64_t kStepBytes = kQ6QuadBytes / P::kGroupSteps;
+    const uint8_t* quad;
+    typename P::State st;  // written by begin_group before a step reads it
+
+    // Rows [r, r + 4) of w's packed form (r a multiple of 4).
+    static PackedQ6Tile at(const WeightMatrix& w, int64_t r, int) {
+        PackedQ6Tile tile;
+        tile.quad = static_cast<const uint8_t*>(w.packed) + r / 4 * (w.n_in / 256) * kQ6QuadBytes;
+        return tile;
+    }
+    void begin_group(int64_t g) { P::load_group(quad, g, st); }
+    auto step(int64_t g, int k) {
+        const int64_t s = g * P::kGroupSteps + k;
+        for (int64_t o = s * kStepBytes / 64 * 64; o < (s + 1) * kStepBytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(quad + Ahead + o), _MM_HINT_T1);
+        return P::step(quad, g, k, st);
+    }
+};
 #endif
 
 // IEEE half to float without a table (used where F16C is not available).

@@ -1,5 +1,5 @@
 // PackedWeights' tiles written a value at a time: the layout avx512::pack_tiles writes with its transposes, for
-// machines without AVX-512, and the Q5_0, Q5_1, Q4_K and Q5_K layouts for every family.
+// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS and Q6_K layouts for every family.
 #include <array>
 #include <cstring>
 
@@ -20,24 +20,50 @@ constexpr std::array<uint32_t, 256> kSpreadQh = [] {
     return t;
 }();
 
-// pack_tiles for Q4_K and Q5_K (see kernels.h).
+// pack_tiles for Q4_K, Q5_K and IQ4_XS (see kernels.h): bytes o .. o + 3 of row r of a super-block at 8 o + 4 r.
 void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     const auto block_bytes = static_cast<int64_t>(row_size(w.type, 256));
-    const int64_t n_groups = w.n_in / 256, chunks = block_bytes / 16;
+    const int64_t n_groups = w.n_in / 256;
     const int64_t half_bytes = n_groups * block_bytes * 8;
     for (int64_t tile = tile0; tile < tile1; ++tile) {
         for (int64_t h = 0; h < 2; ++h) {
             auto* dst = static_cast<uint8_t*>(out) + (2 * tile + h) * half_bytes;
             for (int64_t g = 0; g < n_groups; ++g)
-                for (int64_t c = 0; c < chunks; ++c)
-                    for (int64_t k = 0; k < 4; ++k)
-                        for (int64_t r = 0; r < 8; ++r, dst += 4) {  // a ragged tile repeats its last row
-                            const int64_t row = std::min(tile * 16 + 8 * h + r, w.n_out - 1);
-                            std::memcpy(dst,
-                                        static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
-                                            g * block_bytes + 16 * c + 4 * k,
-                                        4);
-                        }
+                for (int64_t o = 0; o < block_bytes; o += 4)
+                    for (int64_t r = 0; r < 8; ++r, dst += 4) {  // a ragged tile repeats its last row
+                        const int64_t row = std::min(tile * 16 + 8 * h + r, w.n_out - 1);
+                        std::memcpy(dst,
+                                    static_cast<const uint8_t*>(w.data) + row * static_cast<int64_t>(w.row_bytes) +
+                                        g * block_bytes + o,
+                                    4);
+                    }
+        }
+    }
+}
+
+// pack_tiles for Q6_K (see kQ6QuadBytes in kernels.h): each quad's super-blocks, each its halves' ql and qh chunks
+// with the four rows side by side, then the rows' scales and d.
+void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t n_groups = w.n_in / 256;
+    for (int64_t quad = 4 * tile0; quad < 4 * tile1; ++quad) {
+        const BlockQ6_K* rows[4];
+        for (int64_t r = 0; r < 4; ++r) {  // a ragged tile repeats its last row
+            const int64_t row = std::min(4 * quad + r, w.n_out - 1);
+            rows[r] = reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(w.data) +
+                                                         row * static_cast<int64_t>(w.row_bytes));
+        }
+        auto* dst = static_cast<uint8_t*>(out) + quad * n_groups * kQ6QuadBytes;
+        for (int64_t g = 0; g < n_groups; ++g, dst += kQ6QuadBytes) {
+            for (int64_t r = 0; r < 4; ++r) {
+                const BlockQ6_K& b = rows[r][g];
+                for (int64_t h = 0; h < 2; ++h) {
+                    uint8_t* half = dst + h * kQ6HalfBytes;
+                    for (int64_t c = 0; c < 4; ++c) std::memcpy(half + 64 * c + 16 * r, b.ql + 64 * h + 16 * c, 16);
+                    for (int64_t c = 0; c < 2; ++c) std::memcpy(half + 256 + 64 * c + 16 * r, b.qh + 32 * h + 16 * c, 16);
+                }
+                std::memcpy(dst + kQ6ScalesAt + 16 * r, b.scales, 16);
+                std::memcpy(dst + kQ6DAt + 2 * r, &b.d, 2);
+            }
         }
     }
 }
@@ -45,7 +71,9 @@ void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1
 }  // namespace
 
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
-    if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1);
+    if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K || w.type == GgmlType::IQ4_XS)
+        return pack_k_tiles(w, out, tile0, tile1);
+    if (w.type == GgmlType::Q6_K) return pack_q6_k_tiles(w, out, tile0, tile1);
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
     const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;

@@ -603,7 +603,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
         const bool packs = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
                            type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q5_0 ||
-                           type == GgmlType::Q5_1;
+                           type == GgmlType::Q5_1 || type == GgmlType::Q6_K || type == GgmlType::IQ4_XS;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (packs && isa_available(Isa::avx2)));
         CHECK(PackedWeights::supports(type, Isa::avx512) ==
               (packs && isa_available(Isa::avx512) && !avx512_emulated()));
@@ -619,8 +619,9 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         // Ragged row tiles (45, 7 rows), odd numbers of 32-blocks (800; super-blocks for Q4_K and Q5_K: 768), a
         // single block, and AMX's chunks (400 tokens of 2816); every token count of every path (decode 1-3,
         // sixteen-row tiles, one whole group of the tile layout in one pass: 16, the K types' one group of 8 to 16
-        // in passes of 8, 12 or 16 with padding tokens: 9, 12, 13, AMX groups).
-        const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K;
+        // in passes of 8, 12 or 16 with padding tokens: 9, 12, 13, AMX groups; Q6_K's four-row decode of 1-7 and
+        // repacked tiles from 8).
+        const bool k = type_traits(type).block_size == 256;
         for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, k ? 768 : 800}, {7, k ? 256 : 32}, {18, 2816}}) {
             const TestMatrix m = make_matrix(type, n_out, n_in, rng);
             // The packed view's file data are zeros, so only kernels that read the packed form give m's results.
@@ -632,6 +633,8 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
             const size_t record = type == GgmlType::Q8_0 ? 544
                                   : type == GgmlType::Q4_1   ? 320
                                   : type == GgmlType::Q5_1   ? 384
+                                  : type == GgmlType::Q6_K   ? 420
+                                  : type == GgmlType::IQ4_XS ? 272
                                   : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
                                                                                      : 288;  // Q4_0, Q4_K
             REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);

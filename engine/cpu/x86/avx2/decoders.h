@@ -98,14 +98,17 @@ struct DecQ6_K {
 
     // The offset 32 is taken off in the integer products (see decode_tile), so there are no minima.
     static void load_group(Rows rows, int64_t g, State& st, float*, int64_t) {
+        load_scales(Q6Heads::of_rows(rows, g), st);
+    }
+
+    // st from each row's sixteen int8 scales and fp16 d.
+    static void load_scales(const Q6Heads& h, State& st) {
         for (int r = 0; r < 4; ++r) {
-            const uint8_t* b = rows[r] + g * sizeof(BlockQ6_K);
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ6_K, d))));
-            for (int h = 0; h < 2; ++h) {
-                const __m128i sc =
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + offsetof(BlockQ6_K, scales) + 8 * h));
-                const __m256 ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-                _mm256_storeu_ps(st.ws[r] + 8 * h, ws);
+            const __m256 dr = _mm256_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(h.d[r])));
+            for (int half = 0; half < 2; ++half) {
+                const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h.scales[r] + 8 * half));
+                _mm256_storeu_ps(st.ws[r] + 8 * half,
+                                 _mm256_mul_ps(dr, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
             }
         }
     }
@@ -113,21 +116,56 @@ struct DecQ6_K {
     static Step4 step(Rows rows, int64_t g, int j, const State& st) {
         const size_t off = g * sizeof(BlockQ6_K);
         const int half = j / 4, k = j % 4;
+        __m256i ql[2][2], qh[2][2];  // [row pair][quarter]
+        for (int p = 0; p < 2; ++p) {
+            load_2x32(rows, p, off + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (k % 2), ql[p][0], ql[p][1]);
+            load_2x32(rows, p, off + offsetof(BlockQ6_K, qh) + 32 * half, qh[p][0], qh[p][1]);
+        }
+        return decode(ql, qh, j, st);
+    }
+
+    // 32-block j from its row pairs' ql and qh quarters (lane i of ql[p][q]: row 2p + i's quarter q of the block's
+    // low nibbles, of qh[p][q] its quarter q of qh[32 half ..]).
+    [[gnu::always_inline]] static Step4 decode(const __m256i (&ql)[2][2], const __m256i (&qh)[2][2], int j,
+                                               const State& st) {
+        const int k = j % 4;
         const __m128i nibble_shift = _mm_cvtsi32_si128(4 * (k / 2)), top_shift = _mm_cvtsi32_si128(2 * k);
         Step4 s;
         for (int p = 0; p < 2; ++p) {
-            __m256i ql[2], qh[2];
-            load_2x32(rows, p, off + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (k % 2), ql[0], ql[1]);
-            load_2x32(rows, p, off + offsetof(BlockQ6_K, qh) + 32 * half, qh[0], qh[1]);
             for (int q = 0; q < 2; ++q) {
-                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql[q], nibble_shift), _mm256_set1_epi8(0x0F));
-                const __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh[q], top_shift), _mm256_set1_epi8(3));
+                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql[p][q], nibble_shift), _mm256_set1_epi8(0x0F));
+                const __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh[p][q], top_shift), _mm256_set1_epi8(3));
                 s.u[q][p] = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
                 s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
             }
         }
         s.wc = _mm_setzero_ps();
         return s;
+    }
+};
+
+// Packed Q6_K (kQ6QuadBytes in kernels.h): a quad's super-block g gives DecQ6_K's steps with one load per row pair
+// and quarter (a chunk's 64 bytes hold rows 0, 1 in the first 32), the same Step4s and so the same bits as the
+// file's four rows.
+struct PackedQ6_K {
+    using State = DecQ6_K::State;
+    static constexpr int kGroupSteps = DecQ6_K::kGroupSteps;
+
+    static void load_group(const uint8_t* quad, int64_t g, State& st) {
+        DecQ6_K::load_scales(Q6Heads::of_quad(quad, g), st);
+    }
+
+    static Step4 step(const uint8_t* quad, int64_t g, int j, const State& st) {
+        const uint8_t* half = quad + g * kQ6QuadBytes + (j / 4) * kQ6HalfBytes;
+        const int c = 2 * (j % 2);  // the block's first ql chunk
+        __m256i ql[2][2], qh[2][2];
+        for (int p = 0; p < 2; ++p) {
+            for (int q = 0; q < 2; ++q) {
+                ql[p][q] = load256(half + 64 * (c + q) + 32 * p);
+                qh[p][q] = load256(half + 256 + 64 * q + 32 * p);
+            }
+        }
+        return DecQ6_K::decode(ql, qh, j, st);
     }
 };
 

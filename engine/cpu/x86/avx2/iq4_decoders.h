@@ -86,6 +86,25 @@ struct Dec8Iq4Xs {
         const __m256 d = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq4Xs, d)));
         const __m256i high = _mm256_cvtepu16_epi32(gather_u16(rows, off + offsetof(BlockIq4Xs, scales_h)));
         const __m256i low = gather_u32(rows, off + offsetof(BlockIq4Xs, scales_l));
+        sub_blocks(g, d, high, low, [&](size_t at, __m256i x[4]) { transpose_16(rows, off + at, x); }, f);
+    }
+
+    // The same from a super-block whose 16-byte chunks come transposed: chunk(at, x) sets x to transpose_16's
+    // vectors of the eight rows' bytes at + 0 .. 15 (PackedK8). Lane r of the first vector of the chunk at 0 holds
+    // row r's d and scales_h, of the second its scales_l.
+    template <typename C, typename F>
+    [[gnu::always_inline]] static void steps(int64_t g, C&& chunk, F&& f) {
+        __m256i head[4];
+        chunk(0, head);
+        // The low halves (d) of the eight lanes packed into 128 bits, exactly (each is below 65536).
+        const __m256i d16 = _mm256_packus_epi32(_mm256_and_si256(head[0], _mm256_set1_epi32(0xFFFF)), _mm256_setzero_si256());
+        const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(d16, 0x08)));
+        sub_blocks(g, d, _mm256_srli_epi32(head[0], 16), head[1], chunk, f);
+    }
+
+    // f(8 g + j, step) for the sub-blocks j in order, from the rows' d, scales_h and scales_l in the lanes.
+    template <typename C, typename F>
+    [[gnu::always_inline]] static void sub_blocks(int64_t g, __m256 d, __m256i high, __m256i low, C&& chunk, F&& f) {
         const __m256i levels = levels_256(kIq4nlValues, kOffset);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
@@ -94,7 +113,12 @@ struct Dec8Iq4Xs {
                 _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(high, 2 * j), _mm256_set1_epi32(3)), 4));
             Step8 s;
             s.ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
-            table_values(rows, off + offsetof(BlockIq4Xs, qs) + 16 * j, levels, s.w);
+            __m256i x[4];
+            chunk(offsetof(BlockIq4Xs, qs) + 16 * j, x);
+            for (int k = 0; k < 4; ++k) {
+                s.w[k] = _mm256_shuffle_epi8(levels, low_nibbles(x[k]));
+                s.w[4 + k] = _mm256_shuffle_epi8(levels, high_nibbles(x[k]));
+            }
             f(g * kGroupSteps + j, s);
         }
     }

@@ -182,7 +182,7 @@ struct PackedRows8 {
     }
 };
 
-// PackedK8: rows 8h .. 8h + 7 of a sixteen-row tile of packed Q4_K or Q5_K (generic::pack_tiles): the half's
+// PackedK8: rows 8h .. 8h + 7 of a sixteen-row tile of packed Q4_K, Q5_K or IQ4_XS (generic::pack_tiles): the half's
 // super-blocks one after the other, each 16-byte chunk already in transpose_16's vectors, so the decoder loads what
 // it would transpose (the same Step8s, so the same bits as FileRows8); the stream prefetched kPrefetchBytes ahead.
 // kPacked is false: the paths for Packed8's records (one token over both halves at once, decoding again for every
@@ -616,6 +616,7 @@ void add_lanes_kernels(KernelTable& table) {
     entry(table.packed, GgmlType::Q8_0) = {rows8<PackedRows8<Packed8<GgmlType::Q8_0>>>, true};
     entry(table.packed, GgmlType::Q4_K) = {rows8<PackedK8<Dec8Q4_K>>, true};
     entry(table.packed, GgmlType::Q5_K) = {rows8<PackedK8<Dec8Q5_K>>, true};
+    entry(table.packed, GgmlType::IQ4_XS) = {rows8<PackedK8<Dec8Iq4Xs<false>>>, true};
 }
 
 }  // namespace quill::cpu::avx2

@@ -1,4 +1,5 @@
-// The AVX2 four-row kernels (Q6_K, Q3_K, Q2_K): quant_rows, its decode and prefill tiles, as two row pairs.
+// The AVX2 four-row kernels (Q6_K, from the file's rows and packed, Q3_K, Q2_K): quant_rows, its decode and prefill
+// tiles, as two row pairs.
 #include "engine/cpu/x86/avx2/common.h"
 
 #ifdef QUILL_AVX2_BUILT
@@ -19,6 +20,14 @@ struct RowTile {
     int64_t prefetch;  // bytes from a row to the same place in a tile about kPrefetchBytes ahead
     typename Dec::State st;
 
+    // Rows [r, r + nr) of w (a ragged tile repeats its last row); wm and wm_stride left to the caller.
+    static RowTile at(const WeightMatrix& w, int64_t r, int nr) {
+        RowTile tile;  // its decoder state is written by begin_group before a step reads it: not zeroed
+        tile.prefetch = prefetch_distance(w.row_bytes);
+        for (int i = 0; i < 4; ++i)
+            tile.rows[i] = static_cast<const uint8_t*>(w.data) + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+        return tile;
+    }
     void begin_group(int64_t g) { Dec::load_group(rows, g, st, wm, wm_stride); }
     Step4 step(int64_t g, int k) {
         const int64_t at = prefetch + (g * Dec::kGroupSteps + k) * kStepBytes;
@@ -39,8 +48,8 @@ inline __m256i broadcast_quarter(const int8_t* a) {
 // broadcast to both lanes; c * (the lane's sum of a) is subtracted in int32, so each lane holds the exact sum of
 // (u - c) * a that the prefill tile computes. The 32-block types' minima come in through accm = sum over blocks of
 // wm * ds, in block order (add_block_minima repeats it for the prefill path).
-template <typename Dec, int T>
-void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
+template <typename Dec, int T, typename Tile>
+void decode_tile(Tile& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
     constexpr int QG = Dec::kQuartersPerScale;
     constexpr bool kBlockMinima = Dec::kHasMin && !Dec::kRowMinima;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -126,8 +135,8 @@ struct alignas(32) PrefillStep {
 };
 
 // Decodes the whole row tile into out [n_groups * kGroupSteps]; the minima of the 32-block types go to wm.
-template <typename Dec, int QG = Dec::kQuartersPerScale>
-void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out) {
+template <typename Dec, int QG = Dec::kQuartersPerScale, typename Tile>
+void repack_tile(Tile& tile, int64_t n_groups, PrefillStep<QG>* out) {
     const __m256i offset = _mm256_set1_epi8(static_cast<char>(Dec::kOffset));
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < n_groups; ++g) {
@@ -251,8 +260,9 @@ struct QuantScratch {
     }
 };
 
-// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time, written a block of rows at a time.
-template <typename Dec>
+// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time (from Tile: the file's rows, or packed Q6_K's
+// quads), written a block of rows at a time.
+template <typename Dec, typename Tile = RowTile<Dec>>
 void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     constexpr int QG = Dec::kQuartersPerScale;
     const WeightMatrix& w = *args.w;
@@ -261,7 +271,6 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     const int64_t n_groups = nb / Dec::kGroupSteps;
     const QuantScratch<PrefillStep<QG>> sc(scratch, w.n_in);
     const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
-    const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
     // The k-quants' row minima of the tile dotted with token t's block sums (the same call on both paths), or 0.
     auto row_minima = [&](int64_t t, float m[4]) {
@@ -276,12 +285,10 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
         OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
             const int nr = static_cast<int>(min64(4, r1 - r));
-            RowTile<Dec> tile;  // its decoder state is written by begin_group before a step reads it: not zeroed
-            tile.wm = sc.wm;
-            tile.wm_stride = sc.wm_stride;
-            tile.prefetch = prefetch_distance(w.row_bytes);
-            for (int i = 0; i < 4; ++i) {  // a ragged tile repeats its last row
-                tile.rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+            Tile tile = Tile::at(w, r, nr);
+            if constexpr (requires { tile.wm; }) {  // the file's rows: the decoder's minima go there
+                tile.wm = sc.wm;
+                tile.wm_stride = sc.wm_stride;
             }
             if (!prefill) {
                 for (int64_t t = 0; t < args.n_tokens; t += kMaxTokens) {
@@ -301,7 +308,7 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 }
                 continue;
             }
-            repack_tile(tile, n_groups, sc.repacked);
+            repack_tile<Dec>(tile, n_groups, sc.repacked);
             for (int64_t t = 0; t < args.n_tokens;) {  // all four rows (a ragged tile's copies are not written)
                 float out[4][kPrefillTokens];
                 const int nt = prefill_tokens<QG>(sc.repacked, nb, q, t, args.n_tokens - t, out);
@@ -327,6 +334,7 @@ void add_rows_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::Q6_K) = {quant_rows<DecQ6_K>, true};
     entry(table.rows, GgmlType::Q3_K) = {quant_rows<DecQ3_K>, true};
     entry(table.rows, GgmlType::Q2_K) = {quant_rows<DecQ2_K>, true};
+    entry(table.packed, GgmlType::Q6_K) = {quant_rows<DecQ6_K, PackedQ6Tile<PackedQ6_K, kPrefetchBytes>>, true};
 }
 
 }  // namespace quill::cpu::avx2

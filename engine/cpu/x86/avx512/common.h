@@ -97,6 +97,13 @@ struct RowTile {
     int64_t prefetch;  // bytes from a row to the same place in a tile about kPrefetchBytes ahead
     typename Dec::State st;
 
+    // Rows [r, r + nr) of w (a ragged tile repeats its last row).
+    static RowTile at(const WeightMatrix& w, int64_t r, int nr) {
+        RowTile tile{{}, prefetch_distance(w.row_bytes), {}};
+        for (int i = 0; i < 4; ++i)
+            tile.rows[i] = static_cast<const uint8_t*>(w.data) + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
+        return tile;
+    }
     void begin_group(int64_t g) { Dec::load_group(rows, g, st); }
     Step4 step(int64_t g, int k) {
         const int64_t at = prefetch + (g * Dec::kGroupSteps + k) * kStepBytes;

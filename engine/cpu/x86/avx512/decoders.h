@@ -139,12 +139,15 @@ struct DecQ6_K {
     };
 
     static void load_group(Rows rows, int64_t g, State& st) {
+        load_scales(Q6Heads::of_rows(rows, g), st);
+    }
+
+    // st from each row's sixteen int8 scales and fp16 d.
+    static void load_scales(const Q6Heads& h, State& st) {
         __m256 sc[2][4];  // [half of i][row]
         for (int r = 0; r < 4; ++r) {
-            const uint8_t* b = rows[r] + g * sizeof(BlockQ6_K);
-            const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(b + offsetof(BlockQ6_K, d))));
-            const __m512 s =
-                _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(b + offsetof(BlockQ6_K, scales)))));
+            const __m512 dr = _mm512_set1_ps(_cvtsh_ss(load_unaligned<uint16_t>(h.d[r])));
+            const __m512 s = _mm512_mul_ps(dr, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(h.scales[r]))));
             sc[0][r] = _mm512_castps512_ps256(s);
             sc[1][r] = _mm512_extractf32x8_ps(s, 1);
         }
@@ -154,11 +157,18 @@ struct DecQ6_K {
 
     static Step4 step(Rows rows, int64_t g, int k, const State& st) {
         const size_t b = g * sizeof(BlockQ6_K);
-        const int half = k / 2, odd = k % 2;
+        const int half = k / 2;
         __m512i ql[4], qh[2];
         load_4x32(rows, b + offsetof(BlockQ6_K, ql) + 64 * half, ql[0], ql[1]);
         load_4x32(rows, b + offsetof(BlockQ6_K, ql) + 64 * half + 32, ql[2], ql[3]);
         load_4x32(rows, b + offsetof(BlockQ6_K, qh) + 32 * half, qh[0], qh[1]);
+        return decode(ql, qh, k, st);
+    }
+
+    // Step k from its half's ql and qh (lane r: row r's ql[64 half + 16 c ..] in ql[c], qh[32 half + 16 c ..] in
+    // qh[c]).
+    [[gnu::always_inline]] static Step4 decode(const __m512i ql[4], const __m512i qh[2], int k, const State& st) {
+        const int odd = k % 2;
         const __m128i nibble_shift = _mm_cvtsi32_si128(4 * odd);
         Step4 s;
         for (int q = 0; q < 4; ++q) {
@@ -170,6 +180,25 @@ struct DecQ6_K {
             s.ws[q] = st.ws[i / 8].expanded(i % 8);
         }
         return s;
+    }
+};
+
+// Packed Q6_K (kQ6QuadBytes in kernels.h): a quad's super-block g gives DecQ6_K's steps with one load per vector,
+// the same Step4s and so the same bits as the file's four rows.
+struct PackedQ6_K {
+    using State = DecQ6_K::State;
+    static constexpr int kGroupSteps = DecQ6_K::kGroupSteps;
+
+    static void load_group(const uint8_t* quad, int64_t g, State& st) {
+        DecQ6_K::load_scales(Q6Heads::of_quad(quad, g), st);
+    }
+
+    static Step4 step(const uint8_t* quad, int64_t g, int k, const State& st) {
+        const uint8_t* half = quad + g * kQ6QuadBytes + (k / 2) * kQ6HalfBytes;
+        __m512i ql[4], qh[2];
+        for (int c = 0; c < 4; ++c) ql[c] = _mm512_loadu_si512(half + 64 * c);
+        for (int c = 0; c < 2; ++c) qh[c] = _mm512_loadu_si512(half + 256 + 64 * c);
+        return DecQ6_K::decode(ql, qh, k, st);
     }
 };
 

@@ -75,6 +75,7 @@ struct Dec16Table {
     }
 };
 
+// IQ4_XS: a group is a super-block, its eight 32-element sub-blocks the steps (as Dec8Iq4Xs).
 struct Dec16Iq4Xs {
     static constexpr int kOffset = 128;
     static constexpr bool kHasMin = false;
@@ -88,6 +89,23 @@ struct Dec16Iq4Xs {
         const __m512 d = half_16(rows, off + offsetof(BlockIq4Xs, d));
         const __m512i high = gather_u16_16(rows, off + offsetof(BlockIq4Xs, scales_h));
         const __m512i low = gather_u32_16(rows, off + offsetof(BlockIq4Xs, scales_l));
+        sub_blocks(g, d, high, low, [&](size_t at, __m512i x[4]) { transpose_16x16(rows, off + at, x); }, f);
+    }
+
+    // The same from a super-block whose 16-byte chunks come transposed: chunk(at, x) sets x to the four vectors
+    // transpose_16x16 makes of the sixteen rows' bytes at + 0 .. 15 (the packed layout has them as they lie: PackedK16).
+    // Lane r of the first vector of the chunk at 0 holds row r's d and scales_h, of the second its scales_l.
+    template <typename C, typename F>
+    [[gnu::always_inline]] static void steps(int64_t g, C&& chunk, F&& f) {
+        __m512i head[4];
+        chunk(0, head);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0]));
+        sub_blocks(g, d, _mm512_srli_epi32(head[0], 16), head[1], chunk, f);
+    }
+
+    // f(8 g + j, step) for the sub-blocks j in order, from the rows' d, scales_h and scales_l in the lanes.
+    template <typename C, typename F>
+    [[gnu::always_inline]] static void sub_blocks(int64_t g, __m512 d, __m512i high, __m512i low, C&& chunk, F&& f) {
         const __m512i levels = levels_512(kIq4nlValues);
         for (int j = 0; j < 8; ++j) {
             const __m512i ls = _mm512_or_si512(
@@ -95,7 +113,12 @@ struct Dec16Iq4Xs {
                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(high, 2 * j), _mm512_set1_epi32(3)), 4));
             Step16 s;
             s.ws = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
-            table_values_16(rows, off + offsetof(BlockIq4Xs, qs) + 16 * j, levels, s.w);
+            __m512i x[4];
+            chunk(offsetof(BlockIq4Xs, qs) + 16 * j, x);
+            for (int k = 0; k < 4; ++k) {
+                s.w[k] = _mm512_shuffle_epi8(levels, low_nibbles(x[k]));
+                s.w[4 + k] = _mm512_shuffle_epi8(levels, high_nibbles(x[k]));
+            }
             f(g * kGroupSteps + j, s);
         }
     }

@@ -8,7 +8,9 @@
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #endif
 #include "engine/cpu/x86/avx512/amx.h"
+#include "engine/cpu/x86/avx512/iq4_decoders.h"
 #include "engine/cpu/x86/avx512/lanes.h"
+#include "engine/cpu/x86/avx512/rows.h"
 
 // (not in the tests' SIMDe build: the backend calls the file's-rows kernels alone)
 #if defined(QUILL_AVX512_BUILT) && !defined(QUILL_AVX512_EMULATED)
@@ -214,11 +216,11 @@ void packed_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
 #endif
 }
 
-// ---- Packed Q4_K and Q5_K: generic::pack_tiles' layout, which the AVX2 kernels read too ----
+// ---- Packed Q4_K, Q5_K and IQ4_XS: generic::pack_tiles' layout, which the AVX2 kernels read too ----
 // A tile is two eight-row halves, each its rows' super-blocks in order, each super-block's 16-byte chunks as the
 // four vectors of AVX2's transpose of eight rows; the two halves' 32 bytes side by side are the vectors
 // transpose_16x16 makes of the sixteen rows, two loads each instead of a transpose, so Dec16K4::steps gives the
-// steps (and the bits) of the file's layout from one stream a half.
+// steps (and the bits) of the file's layout from one stream a half (Dec16Iq4Xs::steps likewise).
 template <typename Dec>
 struct PackedK16 {
     static constexpr int64_t kSuperBytes = 8 * Dec::kGroupBytes;  // a super-block of eight rows
@@ -426,6 +428,11 @@ void add_pack_kernels(KernelTable& table) {
     entry(table.packed_amx, GgmlType::Q4_K) = {packed_k_rows<Dec16Q4_K, true>, true, false, tiles};
     entry(table.packed, GgmlType::Q5_K) = {packed_k_rows<Dec16Q5_K, false>, true};
     entry(table.packed_amx, GgmlType::Q5_K) = {packed_k_rows<Dec16Q5_K, true>, true, false, tiles};
+    // IQ4_XS and Q6_K have no AMX kernels over the file's rows to give the bits of: the AVX-512 kernels there too.
+    entry(table.packed, GgmlType::IQ4_XS) = entry(table.packed_amx, GgmlType::IQ4_XS) = {
+        packed_k_rows<Dec16Iq4Xs, false>, true};
+    entry(table.packed, GgmlType::Q6_K) = entry(table.packed_amx, GgmlType::Q6_K) = {
+        quant_rows<DecQ6_K, PackedQ6Tile<PackedQ6_K, kPrefetchBytes>>, true};
 }
 
 }  // namespace quill::cpu::QUILL_AVX512_NS

@@ -19,8 +19,8 @@ constexpr bool kExactBlocks = requires { requires Dec::kExactBlocks; };
 // int32, so each lane holds the exact sum of (u - c) * a that the prefill tile computes. The float minima come in
 // through accm = sum over blocks (sub-blocks for the k-quants) of wm * ds, in block order (add_block_minima repeats
 // it for the prefill path).
-template <typename Dec, int T>
-void decode_tile(RowTile<Dec>& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
+template <typename Dec, int T, typename Tile>
+void decode_tile(Tile& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
     constexpr int QG = Dec::kQuartersPerScale;
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(Dec::kOffset));
     const int8_t* a0 = q.qs + t0 * q.qs_stride;   // [T][qs_stride]
@@ -98,8 +98,8 @@ struct alignas(64) PrefillStep {
 
 // Decodes the whole row tile into out [n_groups * kGroupSteps] and its float minima into wm [2 * n_steps, 4] (block
 // by block, element r: row r).
-template <typename Dec, int QG = Dec::kQuartersPerScale>
-void repack_tile(RowTile<Dec>& tile, int64_t n_groups, PrefillStep<QG>* out, float* wm) {
+template <typename Dec, int QG = Dec::kQuartersPerScale, typename Tile>
+void repack_tile(Tile& tile, int64_t n_groups, PrefillStep<QG>* out, float* wm) {
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(Dec::kOffset));
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t g = 0; g < n_groups; ++g) {
@@ -183,8 +183,34 @@ struct QuantScratch {
     }
 };
 
-// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time, written a block of rows at a time.
+// Rows [r, r + nr) of a file's tile: its 32-blocks from nb_main on (a trailing odd one) added to every token's
+// outputs, after everything else (with exact blocks, the chain's last fma).
 template <typename Dec>
+void add_odd_blocks(const RowTile<Dec>& tile, const KernelArgs& args, int64_t nb_main, int64_t r, int nr,
+                    OutputBlock& block) {
+    const QuantizedActs& q = *args.q;
+    for (int64_t b = nb_main; b < args.w->n_in / 32; ++b) {
+        for (int i = 0; i < nr; ++i) {
+            for (int64_t t = 0; t < args.n_tokens; ++t) {
+                if constexpr (kExactBlocks<Dec>) {
+                    static_assert(std::is_same_v<Dec, DecQ8_0>);
+                    const auto* blk = reinterpret_cast<const BlockQ8_0*>(tile.rows[i]) + b;
+                    const int8_t* a = q.qs + t * q.qs_stride + 32 * b;
+                    int32_t dot = 0;
+                    for (int k = 0; k < 32; ++k) dot += int32_t{blk->qs[k]} * a[k];
+                    const float scale = half_to_float(blk->d) * q.d[t * q.blk_stride + b];
+                    block.at(r + i, t) = __builtin_fmaf(static_cast<float>(dot), scale, block.at(r + i, t));
+                } else {
+                    block.at(r + i, t) += generic::block_dot(args.w->type, tile.rows[i], b, q, t);
+                }
+            }
+        }
+    }
+}
+
+// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time (from Tile: the file's rows, or packed Q6_K's quads),
+// written a block of rows at a time.
+template <typename Dec, typename Tile = RowTile<Dec>>
 void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     constexpr int QG = Dec::kQuartersPerScale;
     const WeightMatrix& w = *args.w;
@@ -194,17 +220,13 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     const int64_t n_steps = n_groups * Dec::kGroupSteps, nb_main = 2 * n_steps;
     const QuantScratch<PrefillStep<QG>> sc(scratch, w.n_in);
     const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
-    const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
         OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
             const int nr = static_cast<int>(min64(4, r1 - r));
-            RowTile<Dec> tile{{}, prefetch_distance(w.row_bytes), {}};
-            for (int i = 0; i < 4; ++i) {  // a ragged tile repeats its last row
-                tile.rows[i] = base + (r + min64(i, nr - 1)) * static_cast<int64_t>(w.row_bytes);
-            }
-            if (prefill) repack_tile(tile, n_groups, sc.repacked, sc.wm);
+            Tile tile = Tile::at(w, r, nr);
+            if (prefill) repack_tile<Dec>(tile, n_groups, sc.repacked, sc.wm);
             for (int64_t t = 0; t < args.n_tokens;) {
                 float out[4][kPrefillTokens];
                 int nt;
@@ -241,24 +263,8 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                     add_block_minima(block, sc.wm, q, nb_main, r, nr);
                 }
             }
-            // A trailing odd 32-block, after everything else on both paths (with exact blocks, the chain's last fma).
-            for (int64_t b = nb_main; b < nb; ++b) {
-                for (int i = 0; i < nr; ++i) {
-                    for (int64_t t = 0; t < args.n_tokens; ++t) {
-                        if constexpr (kExactBlocks<Dec>) {
-                            static_assert(std::is_same_v<Dec, DecQ8_0>);
-                            const auto* blk = reinterpret_cast<const BlockQ8_0*>(tile.rows[i]) + b;
-                            const int8_t* a = q.qs + t * q.qs_stride + 32 * b;
-                            int32_t dot = 0;
-                            for (int k = 0; k < 32; ++k) dot += int32_t{blk->qs[k]} * a[k];
-                            const float scale = half_to_float(blk->d) * q.d[t * q.blk_stride + b];
-                            block.at(r + i, t) = __builtin_fmaf(static_cast<float>(dot), scale, block.at(r + i, t));
-                        } else {
-                            block.at(r + i, t) += generic::block_dot(w.type, tile.rows[i], b, q, t);
-                        }
-                    }
-                }
-            }
+            // A trailing odd 32-block, after everything else on both paths (packed Q6_K has none: whole super-blocks).
+            if constexpr (std::is_same_v<Tile, RowTile<Dec>>) add_odd_blocks<Dec>(tile, args, nb_main, r, nr, block);
         }
         block.flush(args.y, w.n_out);
     }
