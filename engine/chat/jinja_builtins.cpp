@@ -1,5 +1,6 @@
 // Attribute and item access, slicing, operators, str and dict methods, and the global functions.
 #include "engine/chat/jinja_builtins.h"
+#include "engine/chat/jinja_lexer.h"
 #include "engine/chat/jinja_text.h"
 
 #include <fmt/format.h>
@@ -141,7 +142,13 @@ Value bind_method(const Value& obj, std::string_view name, const BuiltinEnv& env
     const BuiltinEnv* e = &env;
     std::string m(name);
     if (obj.is_string()) {
-        c->fn = [obj, m, e](CallArgs& a) { return string_method(obj, m, a, *e); };
+        c->fn = [obj, m, e](CallArgs& a) {
+            Value r = string_method(obj, m, a, *e);
+            if (!obj.as_text().markup || !r.is_string()) return r;
+            Text t = r.as_text();  // a Markup's str methods give Markup
+            t.markup = true;
+            return Value(std::move(t));
+        };
     } else {
         c->fn = [d = obj.as_dict(), m, e](CallArgs& a) { return dict_method(*d, m, a, *e); };
     }
@@ -327,6 +334,7 @@ std::vector<Value> iterate(const Value& v, const BuiltinEnv& env) {
 }
 
 Value get_attr(const Value& obj, std::string_view name, const BuiltinEnv& env) {
+    if (obj.is_undefined()) value_error(fmt::format("cannot read '{}' of an undefined value", clip(name)));
     if (obj.is_dict()) {
         if (!obj.as_dict()->is_namespace && is_dict_method(name)) return bind_method(obj, name, env);
         const Value* v = obj.as_dict()->find(name);
@@ -337,7 +345,9 @@ Value get_attr(const Value& obj, std::string_view name, const BuiltinEnv& env) {
 }
 
 Value get_item(const Value& obj, const Value& key, const BuiltinEnv& env) {
+    if (obj.is_undefined()) value_error("cannot index an undefined value");
     if (obj.is_list()) {
+        if (obj.as_list()->is_generator) return Value();  // a generator has no items to index
         const auto& items = obj.as_list()->items;
         auto i = resolve_index(key, items.size());
         return i ? items[*i] : Value();
@@ -365,7 +375,7 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
         return v.as_int();
     };
     if (!obj.is_string() && !obj.is_list()) {
-        if (obj.is_undefined()) return Value();
+        if (obj.is_undefined()) value_error("cannot slice an undefined value");
         value_error(fmt::format("'{}' object is not subscriptable", obj.type_name()));
     }
     std::optional<Chars> cs;
@@ -423,9 +433,12 @@ Value binary_op(std::string_view op, const Value& a, const Value& b, const Built
     if (op == "+") {
         if (a.is_string() && b.is_string()) {
             env.budget.check_string(a.as_string().size() + b.as_string().size());
+            // Markup + str and str + Markup escape the str and give Markup, as markupsafe does.
+            const bool markup = a.as_text().markup || b.as_text().markup;
             Text out;
-            append(out, a.as_text(), env.budget);
-            append(out, b.as_text(), env.budget);
+            append(out, markup ? html_escape(a.as_text(), env.budget) : a.as_text(), env.budget);
+            append(out, markup ? html_escape(b.as_text(), env.budget) : b.as_text(), env.budget);
+            out.markup = markup;
             return Value(std::move(out));
         }
         if (a.is_list() && b.is_list()) {

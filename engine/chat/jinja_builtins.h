@@ -36,6 +36,8 @@ Value make_list(std::vector<Value> items, const BuiltinEnv& env);
 // d[key] = value, counted as allocated.
 void set_item(Dict& d, const Value& key, Value value, Budget& budget);
 
+// Reading an attribute, item or slice of undefined is an error, as Jinja2's Undefined raises (the undefined that
+// a missing key gives may be printed, tested and compared, not read further).
 // obj.name: a str or dict method bound to obj, else the dict key; undefined when there is neither.
 Value get_attr(const Value& obj, std::string_view name, const BuiltinEnv& env);
 // obj[key]: list or string index (negative from the end), dict key, else a method name; undefined when missing.

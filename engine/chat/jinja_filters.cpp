@@ -66,7 +66,14 @@ Value f_capitalize(const Value& v, const CallArgs&, const BuiltinEnv& env) {
 Value f_title(const Value& v, const CallArgs&, const BuiltinEnv& env) {
     return Value(jinja_title(to_str(v, env.budget).as_text(), env.budget));
 }
-Value f_safe(const Value& v, const CallArgs&, const BuiltinEnv&) { return v; }
+// Markup(v): prints as v's text, and + escapes the plain strings it meets (functionary v3.1 builds its tool list
+// as '...'|safe + name + ..., whose JSON then shows &#34; in Jinja2).
+Value f_safe(const Value& v, const CallArgs&, const BuiltinEnv& env) {
+    Text t = to_str(v, env.budget).as_text();
+    env.budget.alloc(t.size());
+    t.markup = true;
+    return Value(std::move(t));
+}
 Value f_string(const Value& v, const CallArgs&, const BuiltinEnv& env) { return to_str(v, env.budget); }
 
 Value f_length(const Value& v, const CallArgs&, const BuiltinEnv& env) {
@@ -75,10 +82,13 @@ Value f_length(const Value& v, const CallArgs&, const BuiltinEnv& env) {
         case Value::Kind::String:
             env.budget.bytes(v.as_string().size());
             return Value(static_cast<int64_t>(utf8_length(v.as_string())));
-        case Value::Kind::List: return Value(static_cast<int64_t>(v.as_list()->items.size()));
+        case Value::Kind::List:
+            if (v.as_list()->is_generator) break;
+            return Value(static_cast<int64_t>(v.as_list()->items.size()));
         case Value::Kind::Dict: return Value(static_cast<int64_t>(v.as_dict()->items.size()));
-        default: value_error(fmt::format("object of type '{}' has no len()", v.type_name()));
+        default: break;
     }
+    value_error(fmt::format("object of type '{}' has no len()", v.type_name()));
 }
 
 Value f_join(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
@@ -96,15 +106,15 @@ Value f_join(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
 
 Value f_tojson(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
     Value indent = a.get_or(1, "indent", Value::none());
-    if (a.get_or(0, "ensure_ascii", Value(false)).truthy()) value_error("tojson: ensure_ascii=True is not supported");
     if (a.get(2, "separators") && !a.get(2, "separators")->is_none()) value_error("tojson: separators are not supported");
-    bool sort_keys = a.get_or(3, "sort_keys", Value(false)).truthy();
-    int width = -1;
+    JsonStyle style;
+    style.ensure_ascii = a.get_or(0, "ensure_ascii", Value(false)).truthy();
+    style.sort_keys = a.get_or(3, "sort_keys", Value(false)).truthy();
     if (!indent.is_none() && !indent.is_undefined()) {
         if (!indent.is_int() || indent.as_int() < 0 || indent.as_int() > 64) value_error("tojson: indent must be 0..64");
-        width = static_cast<int>(indent.as_int());
+        style.indent = static_cast<int>(indent.as_int());
     }
-    return Value(to_json(v, width, sort_keys, env.budget));
+    return Value(to_json(v, style, env.budget));
 }
 
 Value f_default(const Value& v, const CallArgs& a, const BuiltinEnv&) {
@@ -123,6 +133,13 @@ bool run_test(const Value& item, const CallArgs& a, size_t first, const BuiltinE
     return apply_test(name.as_string(), item, rest, env);
 }
 
+// The generator of these items (Value::List::is_generator).
+Value make_generator(std::vector<Value> items, const BuiltinEnv& env) {
+    Value v = make_list(std::move(items), env);
+    v.as_list()->is_generator = true;
+    return v;
+}
+
 // Appends to a list being built: a BudgetError before it passes the list limit.
 void push(std::vector<Value>& out, Value v, const BuiltinEnv& env) {
     env.budget.check_list(out.size() + 1);
@@ -131,13 +148,13 @@ void push(std::vector<Value>& out, Value v, const BuiltinEnv& env) {
 
 Value select_items(const Value& v, const CallArgs& a, const BuiltinEnv& env, bool by_attr, bool keep) {
     std::vector<Value> out;
-    if (!v.truthy()) return make_list(std::move(out), env);  // Jinja2: `if value:` first, so none selects nothing
+    if (!v.truthy()) return make_generator(std::move(out), env);  // Jinja2: `if value:` first, so none selects nothing
     std::string attr = by_attr ? to_str(a.get_or(0, "attribute", Value("")), env.budget).as_string() : "";
     for (const Value& item : iterate(v, env)) {
         Value subject = by_attr ? attr_path(item, attr, env) : item;
         if (run_test(subject, a, by_attr ? 1 : 0, env) == keep) push(out, item, env);
     }
-    return make_list(std::move(out), env);
+    return make_generator(std::move(out), env);
 }
 Value f_selectattr(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return select_items(v, a, e, true, true); }
 Value f_rejectattr(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return select_items(v, a, e, true, false); }
@@ -146,7 +163,7 @@ Value f_reject(const Value& v, const CallArgs& a, const BuiltinEnv& e) { return 
 
 Value f_map(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
     std::vector<Value> out;
-    if (!v.truthy()) return make_list(std::move(out), env);  // as Jinja2: none maps to nothing
+    if (!v.truthy()) return make_generator(std::move(out), env);  // as Jinja2: none maps to nothing
     std::string attr = attribute_arg(a, 99);
     if (!attr.empty()) {
         Value fallback = a.get_or(99, "default", Value());
@@ -154,7 +171,7 @@ Value f_map(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
             Value x = attr_path(item, attr, env);
             push(out, x.is_undefined() ? fallback : x, env);
         }
-        return make_list(std::move(out), env);
+        return make_generator(std::move(out), env);
     }
     if (a.positional.empty() || !a.positional[0].is_string()) value_error("map needs a filter name or attribute=");
     const std::string& filter = a.positional[0].as_string();
@@ -163,7 +180,7 @@ Value f_map(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
     rest.positional.assign(a.positional.begin() + 1, a.positional.end());
     rest.keyword = a.keyword;
     for (const Value& item : iterate(v, env)) push(out, apply_filter(filter, item, rest, env), env);
-    return make_list(std::move(out), env);
+    return make_generator(std::move(out), env);
 }
 
 Value f_items(const Value& v, const CallArgs&, const BuiltinEnv& env) {
@@ -311,7 +328,7 @@ Value f_unique(const Value& v, const CallArgs& a, const BuiltinEnv& env) {
             push(out, item, env);
         }
     }
-    return make_list(std::move(out), env);
+    return make_generator(std::move(out), env);
 }
 
 Value pick_extreme(const Value& v, const CallArgs& a, const BuiltinEnv& env, bool want_max) {

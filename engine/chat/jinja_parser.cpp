@@ -176,8 +176,15 @@ private:
         src_.fail(at, fmt::format("unknown tag '{}'", clip(tag)));
     }
 
+    // Inside an if statement an unknown filter or test fails when it runs, not when the template parses, as in
+    // Jinja2 (DeepSeek V3.2 pipes string tool arguments through a from_json filter that Jinja2 lacks).
     StmtPtr parse_if(StmtPtr s) {
         s->kind = Stmt::Kind::If;
+        ++in_if_;
+        struct Leave {
+            int& n;
+            ~Leave() { --n; }
+        } leave{in_if_};
         ExprPtr cond = parse_expression();
         expect_block_end("if");
         while (true) {
@@ -581,7 +588,8 @@ private:
                 size_t at = cur().offset;
                 auto f = make(Expr::Kind::Filter, at);
                 f->name = expect_name("a filter name");
-                if (!has_filter(f->name)) src_.fail(at, fmt::format("unknown filter '{}'", clip(f->name)));
+                if (!has_filter(f->name) && in_if_ == 0)
+                    src_.fail(at, fmt::format("unknown filter '{}'", clip(f->name)));
                 f->args.push_back(std::move(node));
                 if (is_op("(")) parse_call_args(*f);
                 node = finish(std::move(f));
@@ -601,7 +609,7 @@ private:
         t->negated = skip_name("not");
         size_t at = cur().offset;
         t->name = expect_name("a test name");
-        if (!has_test(t->name)) src_.fail(at, fmt::format("unknown test '{}'", clip(t->name)));
+        if (!has_test(t->name) && in_if_ == 0) src_.fail(at, fmt::format("unknown test '{}'", clip(t->name)));
         t->args.push_back(std::move(node));
         const Token& c = cur();
         bool arg_follows = c.kind == TokKind::Name || c.kind == TokKind::String || c.kind == TokKind::Int ||
@@ -620,6 +628,7 @@ private:
     size_t pos_ = 0;
     int depth_ = 0;
     int loop_depth_ = 0;
+    int in_if_ = 0;  // if statements open around the current position
     size_t loop_mentions_ = 0;  // `loop` read anywhere so far (a for body that never reads it needs none)
 };
 

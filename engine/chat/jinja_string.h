@@ -24,6 +24,7 @@ struct Span {
 struct Text {
     std::string bytes;
     std::vector<Span> untrusted;  // sorted, disjoint, non-empty, non-adjacent
+    bool markup = false;          // markupsafe.Markup, from the safe filter: + HTML-escapes a plain str beside it
 
     Text() = default;
     explicit Text(std::string b, bool all_untrusted = false);

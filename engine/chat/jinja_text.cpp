@@ -106,6 +106,29 @@ Text jinja_title(const Text& s, Budget& budget) {
     });
 }
 
+Text html_escape(const Text& s, Budget& budget) {
+    if (s.markup) return s;
+    Text out;
+    size_t run = 0;  // the start of the bytes not yet copied
+    for (size_t i = 0; i < s.size(); ++i) {
+        std::string_view entity;
+        switch (s.bytes[i]) {
+            case '&': entity = "&amp;"; break;
+            case '<': entity = "&lt;"; break;
+            case '>': entity = "&gt;"; break;
+            case '"': entity = "&#34;"; break;
+            case '\'': entity = "&#39;"; break;
+            default: continue;
+        }
+        append(out, s, run, i, budget);
+        append(out, entity, budget, s.untrusted_in(i, i + 1));
+        run = i + 1;
+    }
+    append(out, s, run, s.size(), budget);
+    out.markup = true;
+    return out;
+}
+
 Text py_replace(const Text& s, const Text& old_s, const Text& new_s, int64_t count, Budget& budget) {
     Text out;
     if (old_s.bytes.empty()) {  // Python inserts new_s before every code point and at the end

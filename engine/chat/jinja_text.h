@@ -30,6 +30,8 @@ std::vector<Text> py_split(const Text& s, const std::string* sep, int64_t maxspl
 // str.find and str.count over code points (find returns -1 when absent).
 int64_t py_find(const std::string& s, const std::string& sub, Budget& budget);
 int64_t py_count(const std::string& s, const std::string& sub, Budget& budget);
+// markupsafe.escape: & < > " ' as &amp; &lt; &gt; &#34; &#39;, a Markup result; a Markup is returned as it is.
+Text html_escape(const Text& s, Budget& budget);
 // str.format with {} / {0} / {name} fields (no format specs) and {{ }}.
 Text py_format(const Text& fmt_s, const CallArgs& args, Budget& budget);
 

@@ -99,23 +99,52 @@ void append_escaped(Text& out, std::string_view s, bool untrusted, Budget& budge
     }
 }
 
-void append_json_string(Text& out, const Text& s, Budget& budget) {
+// One byte of a JSON string as json.dumps writes it: quotes, backslashes and control bytes escaped.
+void json_escape_byte(std::string& o, char c) {
+    switch (c) {
+        case '"': o += "\\\""; break;
+        case '\\': o += "\\\\"; break;
+        case '\n': o += "\\n"; break;
+        case '\r': o += "\\r"; break;
+        case '\t': o += "\\t"; break;
+        case '\b': o += "\\b"; break;
+        case '\f': o += "\\f"; break;
+        default:
+            if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+            else o += c;
+    }
+}
+
+// json.dumps(ensure_ascii=True): each code point past ASCII as \uXXXX, past U+FFFF as a surrogate pair (a byte
+// that is not UTF-8 as the code point of its value), a few KiB of input at a time as append_escaped does.
+void append_json_ascii(Text& out, std::string_view s, bool untrusted, Budget& budget) {
+    constexpr size_t kChunk = 4096;
+    std::string chunk;
+    for (size_t i = 0; i < s.size();) {
+        size_t n = 0;
+        uint32_t c = utf8_next(s, i, n);
+        if (c & 0x80000000u) c &= 0xff;
+        if (c < 0x80) {
+            json_escape_byte(chunk, static_cast<char>(c));
+        } else if (c > 0xffff) {
+            c -= 0x10000;
+            chunk += fmt::format("\\u{:04x}\\u{:04x}", 0xd800 + (c >> 10), 0xdc00 + (c & 0x3ff));
+        } else {
+            chunk += fmt::format("\\u{:04x}", c);
+        }
+        i += n;
+        if (chunk.size() >= kChunk || i == s.size()) {
+            append(out, chunk, budget, untrusted);
+            chunk.clear();
+        }
+    }
+}
+
+void append_json_string(Text& out, const Text& s, bool ensure_ascii, Budget& budget) {
     const bool untrusted = s.any_untrusted();
     append(out, "\"", budget, untrusted);
-    append_escaped(out, s.bytes, untrusted, budget, [](std::string& o, char c) {
-        switch (c) {
-            case '"': o += "\\\""; break;
-            case '\\': o += "\\\\"; break;
-            case '\n': o += "\\n"; break;
-            case '\r': o += "\\r"; break;
-            case '\t': o += "\\t"; break;
-            case '\b': o += "\\b"; break;
-            case '\f': o += "\\f"; break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-                else o += c;
-        }
-    });
+    if (ensure_ascii) append_json_ascii(out, s.bytes, untrusted, budget);
+    else append_escaped(out, s.bytes, untrusted, budget, json_escape_byte);
     append(out, "\"", budget, untrusted);
 }
 
@@ -144,7 +173,8 @@ std::string json_float(double f) {
     return format_float(f);
 }
 
-void to_json_at(const Value& v, Text& out, int indent, bool sort_keys, int level, Budget& budget) {
+void to_json_at(const Value& v, Text& out, const JsonStyle& style, int level, Budget& budget) {
+    const int indent = style.indent;
     check_depth(level);
     budget.step();
     auto put = [&](std::string_view s) { append(out, s, budget); };
@@ -162,15 +192,16 @@ void to_json_at(const Value& v, Text& out, int indent, bool sort_keys, int level
         case Value::Kind::Bool: put(v.as_bool() ? "true" : "false"); return;
         case Value::Kind::Int: put(std::to_string(v.as_int())); return;
         case Value::Kind::Float: put(json_float(v.as_double())); return;
-        case Value::Kind::String: append_json_string(out, v.as_text(), budget); return;
+        case Value::Kind::String: append_json_string(out, v.as_text(), style.ensure_ascii, budget); return;
         case Value::Kind::List: {
+            if (v.as_list()->is_generator) value_error("Object of type generator is not JSON serializable");
             const auto& items = v.as_list()->items;
             if (items.empty()) { put("[]"); return; }
             put("[");
             for (size_t i = 0; i < items.size(); ++i) {
                 if (i) put(item_sep);
                 newline(level + 1);
-                to_json_at(items[i], out, indent, sort_keys, level + 1, budget);
+                to_json_at(items[i], out, style, level + 1, budget);
             }
             newline(level);
             put("]");
@@ -181,7 +212,7 @@ void to_json_at(const Value& v, Text& out, int indent, bool sort_keys, int level
             budget.alloc(v.as_dict()->items.size() * sizeof(void*));
             for (const auto& kv : v.as_dict()->items) items.push_back(&kv);
             if (items.empty()) { put("{}"); return; }
-            if (sort_keys)
+            if (style.sort_keys)
                 std::stable_sort(items.begin(), items.end(),
                                  [&](auto* a, auto* b) { return compare(a->first, b->first, budget) < 0; });
             put("{");
@@ -189,10 +220,10 @@ void to_json_at(const Value& v, Text& out, int indent, bool sort_keys, int level
                 if (i) put(item_sep);
                 newline(level + 1);
                 const Value& key = items[i]->first;
-                if (key.is_string()) append_json_string(out, key.as_text(), budget);
-                else append_json_string(out, to_json(key, -1, false, budget), budget);
+                const Text key_text = key.is_string() ? key.as_text() : to_json(key, JsonStyle{}, budget);
+                append_json_string(out, key_text, style.ensure_ascii, budget);
                 put(": ");
-                to_json_at(items[i]->second, out, indent, sort_keys, level + 1, budget);
+                to_json_at(items[i]->second, out, style, level + 1, budget);
             }
             newline(level);
             put("}");
@@ -361,7 +392,7 @@ bool Value::truthy() const {
         case Kind::Int: return as_int() != 0;
         case Kind::Float: return as_double() != 0.0;
         case Kind::String: return !as_string().empty();
-        case Kind::List: return !as_list()->items.empty();
+        case Kind::List: return as_list()->is_generator || !as_list()->items.empty();
         case Kind::Dict: return as_dict()->is_namespace || !as_dict()->items.empty();
         case Kind::Callable: return true;
     }
@@ -376,7 +407,7 @@ std::string Value::type_name() const {
         case Kind::Int: return "int";
         case Kind::Float: return "float";
         case Kind::String: return "str";
-        case Kind::List: return "list";
+        case Kind::List: return as_list()->is_generator ? "generator" : "list";
         case Kind::Dict: return as_dict()->is_namespace ? "Namespace" : "dict";
         case Kind::Callable: return "function";
     }
@@ -423,9 +454,9 @@ Value to_str(const Value& v, Budget& budget) {
     return Value(std::move(out));
 }
 
-Text to_json(const Value& v, int indent, bool sort_keys, Budget& budget) {
+Text to_json(const Value& v, const JsonStyle& style, Budget& budget) {
     Text out;
-    to_json_at(v, out, indent, sort_keys, 0, budget);
+    to_json_at(v, out, style, 0, budget);
     return out;
 }
 

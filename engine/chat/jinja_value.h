@@ -101,7 +101,9 @@ constexpr size_t kStringOverhead = sizeof(Text) + 32;
 
 struct List {
     std::vector<Value> items;
-    bool is_tuple = false;  // only changes how it prints
+    bool is_tuple = false;      // only changes how it prints
+    bool is_generator = false;  // what map, select, reject, selectattr, rejectattr and unique give (Python
+                                // generators in Jinja2): true even when empty, and len(), [i] and tojson fail
     List() = default;
     explicit List(std::vector<Value> v) : items(std::move(v)) {}
     List(const List&) = delete;
@@ -150,9 +152,14 @@ struct Callable {
 void append_str(Text& out, const Value& v, Budget& budget);
 // Python str(v) as a value of its own (a string is returned as is).
 Value to_str(const Value& v, Budget& budget);
-// Python json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys); indent < 0 means none. A string
-// (or key) is untrusted in the output when any of its bytes is.
-Text to_json(const Value& v, int indent, bool sort_keys, Budget& budget);
+// Python json.dumps(v, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys); indent < 0 means none. A
+// string (or key) is untrusted in the output when any of its bytes is.
+struct JsonStyle {
+    int indent = -1;
+    bool sort_keys = false;
+    bool ensure_ascii = false;
+};
+Text to_json(const Value& v, const JsonStyle& style, Budget& budget);
 
 // Python equality (1 == 1.0, lists elementwise, undefined == undefined).
 bool equals(const Value& a, const Value& b, Budget& budget);

@@ -4,6 +4,7 @@
 #include "engine/chat/template.h"
 #include "engine/format/gguf.h"
 #include "tests/support/test_util.h"
+#include "tests/unit/chat/golden_clock.h"
 #include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
@@ -14,28 +15,14 @@
 
 namespace fs = std::filesystem;
 using quill::chat::ChatTemplate;
-using quill::chat::RenderOptions;
 using quill::chat::TemplateError;
 using json = nlohmann::ordered_json;
+using quill::test::golden_options;
 
 namespace {
 
 std::string slurp(const fs::path& p) {
     return quill::test::read_file(p);
-}
-
-// The golden cases' clock: 2026-11-29 12:00 (golden/cases.json "strftime_now_date").
-RenderOptions golden_options() {
-    RenderOptions o;
-    std::tm tm{};
-    tm.tm_year = 2026 - 1900;
-    tm.tm_mon = 10;
-    tm.tm_mday = 29;
-    tm.tm_hour = 12;
-    tm.tm_wday = 0;  // a Sunday
-    tm.tm_yday = 332;
-    o.now = tm;
-    return o;
 }
 
 json case_variables(const json& cases, const std::string& name) {

@@ -94,10 +94,13 @@ TEST_CASE("template undefined values behave as Jinja2's Undefined", "[template]"
         {"[{{ u }}]{{ u | length }}{{ u is defined }}{{ u is undefined }}{% for i in u %}no{% endfor %}", "[]0FalseTrue"},
         {"{{ u | default('dflt') }}|{{ none | default('dflt') }}|{{ '' | default('dflt', true) }}|{{ u | d('x') }}",
          "dflt|None|dflt|x"},
-        {"{{ x.y.z }}|{{ x.q is defined }}|{{ d.zz }}|{{ d.a.b.c }}", "deep|False||"},
-        // Lenient where Jinja2 raises: an attribute of undefined is undefined.
-        {"{{ u.y is defined }}{{ u.y.z }}", "False"},
+        {"{{ x.y.z }}|{{ x.q is defined }}|{{ d.zz }}|{{ d.a.b is defined }}", "deep|False||False"},
     });
+    // Reading from undefined raises, as in Jinja2.
+    CHECK_THAT(error_of("{{ u.y is defined }}"), Catch::Contains("t:1:6: cannot read 'y' of an undefined value"));
+    CHECK_THAT(error_of("{{ d.a.b.c }}"), Catch::Contains("cannot read 'c' of an undefined value"));
+    CHECK_THAT(error_of("{{ u[0] }}"), Catch::Contains("cannot index an undefined value"));
+    CHECK_THAT(error_of("{{ u[1:] }}"), Catch::Contains("cannot slice an undefined value"));
     CHECK_THAT(error_of("{{ u + 1 }}"), Catch::Contains("t:1:4: 'u' is undefined"));
     CHECK_THAT(error_of("{{ x.q - 1 }}"), Catch::Contains("'x.q' is undefined"));
 }
