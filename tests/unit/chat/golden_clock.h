@@ -1,5 +1,5 @@
-// The clock of the Jinja2 renderings that the template tests compare with (golden/cases.json and
-// tests/data/templates/cases.json, "strftime_now_date"): 2026-11-29 12:00, a Sunday.
+// The fixed clock of the Jinja2 renderings that the template tests compare with: the time that golden/cases.json
+// and tests/data/templates/cases.json give as "strftime_now_date" (noon of a Sunday; tm_wday and tm_yday set to match).
 #pragma once
 
 #include "engine/chat/template.h"
