@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -57,18 +58,20 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, Laye
         size_t bytes;
     };
     std::vector<Placed> placed;
+    // The data of the matrices placed, so that a matrix read twice (a tied output) is placed once: a set, as a
+    // mixture of experts has tens of thousands of matrices.
+    std::unordered_set<const uint8_t*> placed_data;
     size_t total = 0;
     const FileMappings files;
     for (const TensorView* t : matrices) {
-        if (std::find_if(placed.begin(), placed.end(), [&](const Placed& p) { return p.t->data == t->data; }) !=
-            placed.end())
-            continue;
+        if (placed_data.count(t->data) != 0) continue;
         const auto data = reinterpret_cast<uintptr_t>(t->data);
         const bool pack = PackedWeights::supports(t->type, isa) && t->ne[0] % 32 == 0;
         const bool copy = t->type == GgmlType::F32 || t->type == GgmlType::F16 || t->type == GgmlType::BF16;
         if (!pack && !(copy && files.contain(data, data + t->n_bytes))) continue;
         const size_t bytes = pack ? PackedWeights::bytes_for(as_matrix(*t)) : t->n_bytes;
         placed.push_back({t, pack, bytes});
+        placed_data.insert(t->data);
         total += (bytes + 63) / 64 * 64;
     }
     if (placed.empty()) {

@@ -81,8 +81,9 @@ std::string type_label(uint32_t type) {
     return t ? std::string(t->name) : fmt::format("id {}", type);
 }
 
-// blk.N.{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}.weight or output.weight: the matrices
-// CpuBackend::check_weights checks.
+// blk.N.{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}.weight, a mixture of experts'
+// blk.N.{ffn_gate_inp,ffn_gate_exps,ffn_up_exps,ffn_down_exps}.weight, or output.weight: the matrices
+// CpuBackend::check_weights checks (layer_matrices).
 bool is_weight_matrix(std::string_view name) {
     if (name == "output.weight") return true;
     if (!name.starts_with("blk.") || !name.ends_with(".weight")) return false;
@@ -92,7 +93,8 @@ bool is_weight_matrix(std::string_view name) {
         name.substr(0, dot).find_first_not_of("0123456789") != std::string_view::npos)
         return false;
     const std::string_view kind = name.substr(dot + 1);
-    for (std::string_view m : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+    for (std::string_view m : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+                               "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
         if (kind == m) return true;
     return false;
 }
@@ -125,7 +127,7 @@ std::optional<GgufHeader> parse_gguf_header(std::span<const uint8_t> prefix, con
             t.name = r.str();
             t.n_dims = r.get<uint32_t>();
             if (t.n_dims > 4) r.fail(fmt::format("tensor '{}' with {} dimensions", t.name, t.n_dims));
-            r.skip(uint64_t{8} * t.n_dims);
+            for (uint32_t d = 0; d < t.n_dims; ++d) t.n_elements *= static_cast<double>(r.get<uint64_t>());
             t.type = r.get<uint32_t>();
             r.skip(8);  // offset
             h.tensors.push_back(std::move(t));
@@ -152,9 +154,9 @@ std::string why_unsupported(const GgufHeader& h) {
 }
 
 std::string main_weight_type(const GgufHeader& h) {
-    std::map<uint32_t, int> count;
+    std::map<uint32_t, double> count;
     for (const auto& t : h.tensors)
-        if (t.n_dims >= 2) ++count[t.type];
+        if (t.n_dims >= 2) count[t.type] += t.n_elements;
     if (count.empty()) return {};
     auto best = std::max_element(count.begin(), count.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });

@@ -20,6 +20,7 @@ struct GgufHeader {
         std::string name;
         uint32_t type;          // a GgmlType value, possibly one quill does not know
         uint32_t n_dims;
+        double n_elements = 1;  // the product of its dimensions (a double: a header's may overflow 64 bits)
     };
     std::vector<Tensor> tensors;
     uint64_t bytes = 0;         // the header's length (metadata and tensor infos)
@@ -33,7 +34,8 @@ std::optional<GgufHeader> parse_gguf_header(std::span<const uint8_t> prefix, con
 // the CPU backend cannot multiply: the checks of ModelConfig::from_gguf and CpuBackend::check_weights).
 std::string why_unsupported(const GgufHeader& header);
 
-// The dominant weight type of the header's matrices (the one most of them have), e.g. "Q4_K"; "" when none.
+// The dominant weight type of the header's matrices (the one most of their elements have, so that a mixture of
+// experts is named by its experts' type), e.g. "Q4_K"; "" when none.
 std::string main_weight_type(const GgufHeader& header);
 
 }  // namespace quill::hub

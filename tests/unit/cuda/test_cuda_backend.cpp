@@ -10,6 +10,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
+#include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "engine/runtime/sampler.h"
 #include "tests/support/backend_checks.h"
@@ -539,5 +540,12 @@ TEST_CASE("the CUDA backend refuses what it cannot run with a clear error", "[cu
         fine.add(1, 0, 0, true);
         g->forward(fine, logits);
         CHECK(std::isfinite(logits[0]));
+    }
+    SECTION("a mixture of experts, which it has no kernels for, is refused naming it before touching the device") {
+        auto moe = SyntheticModel::make(synthetic_config("qwen3moe-tiny"), GgmlType::F32, 42);
+        REQUIRE(moe->config.moe());
+        CHECK_THROWS_WITH(cuda::check_model(moe->config, moe->weights),
+                          Catch::Contains("qwen3moe") && Catch::Contains("mixture of experts (8 experts)"));
+        CHECK_THROWS_AS(cuda::CudaBackend(moe->config, moe->weights, cuda::CudaBackendOptions{}), FileError);
     }
 }
