@@ -103,12 +103,14 @@ ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const 
                      fmt::format("{}", fmt::join(builtin_template_names(), ", ")) + ") or --raw");
 }
 
-RenderedChat ChatFormat::render(const nlohmann::json& messages, bool add_generation_prompt,
-                                const std::atomic<bool>* cancel) const {
-    nlohmann::json vars = {{"messages", messages},
-                           {"add_generation_prompt", add_generation_prompt},
-                           {"bos_token", bos_},
-                           {"eos_token", eos_}};
+RenderedChat ChatFormat::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const std::atomic<bool>* cancel, const nlohmann::ordered_json& extra) const {
+    if (!extra.is_object()) throw UsageError("the template variables beside the messages must be a JSON object");
+    nlohmann::ordered_json vars = extra;
+    vars["messages"] = messages;
+    vars["add_generation_prompt"] = add_generation_prompt;
+    vars["bos_token"] = bos_;
+    vars["eos_token"] = eos_;
     RenderOptions options;
     options.cancel = cancel;
     RenderedText r;
@@ -132,18 +134,22 @@ RenderedChat ChatFormat::render(const nlohmann::json& messages, bool add_generat
     return out;
 }
 
-std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::json& messages,
-                                          bool add_generation_prompt, const std::atomic<bool>* cancel) const {
-    RenderedChat r = render(messages, add_generation_prompt, cancel);
+std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::ordered_json& messages,
+                                          bool add_generation_prompt, const std::atomic<bool>* cancel,
+                                          const nlohmann::ordered_json& vars) const {
+    RenderedChat r = render(messages, add_generation_prompt, cancel, vars);
     // The template's own BOS text (not a message that starts with it) stands for the BOS token.
     const bool has_bos = !bos_.empty() && r.text.starts_with(bos_) && (r.literal.empty() || r.literal[0].begin >= bos_.size());
     return tok.encode_with_literals(r.text, !has_bos, r.literal);
 }
 
-nlohmann::json parse_messages(const std::string& json_text, const std::string& what) {
-    nlohmann::json j = parse_untrusted_json(json_text, what);
+ChatRequest parse_chat_request(const std::string& json_text, const std::string& what) {
+    ChatRequest request;
+    nlohmann::ordered_json j = parse_untrusted_ordered_json(json_text, what);
     if (j.is_object() && j.contains("messages")) {
-        nlohmann::json messages = std::move(j["messages"]);
+        nlohmann::ordered_json messages = std::move(j["messages"]);
+        j.erase("messages");
+        request.vars = std::move(j);
         j = std::move(messages);
     }
     if (!j.is_array()) throw UsageError(fmt::format("{}: expected a JSON array of messages or {{\"messages\": [...]}}", what));
@@ -154,7 +160,12 @@ nlohmann::json parse_messages(const std::string& json_text, const std::string& w
         if (!m.contains("content") || !(m["content"].is_string() || m["content"].is_null()))
             throw UsageError(fmt::format("{}: message {} has no string \"content\"", what, i + 1));
     }
-    return j;
+    request.messages = std::move(j);
+    return request;
+}
+
+nlohmann::ordered_json parse_messages(const std::string& json_text, const std::string& what) {
+    return parse_chat_request(json_text, what).messages;
 }
 
 nlohmann::json one_turn(const std::string& system, const std::string& user) {

@@ -40,15 +40,20 @@ public:
     // A format from template source, with bos_token / eos_token texts as given.
     static ChatFormat from_source(std::string_view source, std::string name, std::string bos, std::string eos);
 
-    // The text to tokenize for these messages (a JSON array of {role, content}), under the render budgets of
-    // RenderOptions. Throws TemplateError when the template fails (raise_exception included; TemplateBudgetError
-    // when it runs out of a budget) and quill::Interrupted once `cancel` is raised (a signal), within milliseconds.
-    RenderedChat render(const nlohmann::json& messages, bool add_generation_prompt,
-                        const std::atomic<bool>* cancel = nullptr) const;
+    // The text to tokenize for these messages (a JSON array of {role, content, ...}), under the render budgets of
+    // RenderOptions. `vars` (a JSON object) are further template variables (tools, enable_thinking, ...), all
+    // untrusted like the messages; messages, add_generation_prompt, bos_token and eos_token are set here over any
+    // of `vars`. Objects keep their key order into the template (what tojson prints). Throws TemplateError when
+    // the template fails (raise_exception included; TemplateBudgetError when it runs out of a budget) and
+    // quill::Interrupted once `cancel` is raised (a signal), within milliseconds.
+    RenderedChat render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                        const std::atomic<bool>* cancel = nullptr,
+                        const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) const;
 
     // render() then the tokens: BOS is added when the vocabulary wants it and the text does not start with it.
-    std::vector<int32_t> tokenize(const Tokenizer& tok, const nlohmann::json& messages, bool add_generation_prompt,
-                                  const std::atomic<bool>* cancel = nullptr) const;
+    std::vector<int32_t> tokenize(const Tokenizer& tok, const nlohmann::ordered_json& messages,
+                                  bool add_generation_prompt, const std::atomic<bool>* cancel = nullptr,
+                                  const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) const;
 
     // "the model's template", "built-in chatml", a file path.
     const std::string& name() const { return name_; }
@@ -73,10 +78,20 @@ private:
     mutable bool warned_ = false;
 };
 
-// A user's conversation file (`/save`, `quill template --messages`): a JSON array of messages, or an object
-// with "messages". Checks every message has a string "role" and a string or null "content". UsageError naming what
-// is wrong (parse_untrusted_json's, for text that is not JSON or nests deeper than kMaxJsonDepth).
-nlohmann::json parse_messages(const std::string& json_text, const std::string& what);
+// A conversation as a file gives it: the messages and the other template variables beside them, objects in the
+// file's key order.
+struct ChatRequest {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    nlohmann::ordered_json vars = nlohmann::ordered_json::object();  // tools, enable_thinking, reasoning_effort, ...
+};
+
+// A user's conversation file (`/save`, `quill template --messages`): a JSON array of messages, or an object with
+// "messages" (an OpenAI chat request), whose other keys become `vars`. Checks every message has a string "role" and
+// a string or null "content". UsageError naming what is wrong (parse_untrusted_json's, for text that is not JSON
+// or nests deeper than kMaxJsonDepth).
+ChatRequest parse_chat_request(const std::string& json_text, const std::string& what);
+// parse_chat_request's messages alone.
+nlohmann::ordered_json parse_messages(const std::string& json_text, const std::string& what);
 
 // The single-message conversation of `quill run`: [{system}], {user}.
 nlohmann::json one_turn(const std::string& system, const std::string& user);

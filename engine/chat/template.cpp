@@ -202,7 +202,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& vars, const Rende
     return render_json(*impl_, vars, options).text;
 }
 
-RenderedText ChatTemplate::render_tracked(const nlohmann::json& vars, const RenderOptions& options) const {
+RenderedText ChatTemplate::render_tracked(const nlohmann::ordered_json& vars, const RenderOptions& options) const {
     return render_json(*impl_, vars, options);
 }
 

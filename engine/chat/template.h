@@ -58,7 +58,8 @@ public:
     std::string render(const nlohmann::json& vars, const RenderOptions& options = {}) const;
     std::string render(const nlohmann::ordered_json& vars, const RenderOptions& options = {}) const;
     // The same, with the provenance of the output's bytes (RenderOptions::trusted_vars says what is untrusted).
-    RenderedText render_tracked(const nlohmann::json& vars, const RenderOptions& options = {}) const;
+    // A nlohmann::json converts to this in its sorted key order.
+    RenderedText render_tracked(const nlohmann::ordered_json& vars, const RenderOptions& options = {}) const;
 
     const std::string& source() const;
     const std::string& name() const;

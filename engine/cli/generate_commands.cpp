@@ -187,11 +187,12 @@ int cmd_run(RunOptions& o) {
 }
 
 int cmd_template(const TemplateOptions& o) {
-    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Hello"}}});
+    quill::chat::ChatRequest request;
+    request.messages.push_back({{"role", "user"}, {"content", "Hello"}});
     if (!o.messages.empty()) {
         const std::string text = o.messages == "-" ? read_stdin(quill::kDefaultMaxInputBytes)
                                                     : quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes);
-        messages = quill::chat::parse_messages(text, o.messages == "-" ? "stdin" : o.messages);
+        request = quill::chat::parse_chat_request(text, o.messages == "-" ? "stdin" : o.messages);
     }
     // A model is read when one is named, when no template is given, or for the token ids.
     std::optional<quill::GgufFile> file;
@@ -205,9 +206,9 @@ int cmd_template(const TemplateOptions& o) {
     if (o.bos) format.set_bos_text(*o.bos);
     if (o.eos) format.set_eos_text(*o.eos);
     quill::Output out(stdout, "stdout");
-    out.write(format.render(messages, !o.no_generation_prompt).text);
+    out.write(format.render(request.messages, !o.no_generation_prompt, nullptr, request.vars).text);
     if (o.tokens) {
-        std::vector<int32_t> ids = format.tokenize(*tok, messages, !o.no_generation_prompt);
+        std::vector<int32_t> ids = format.tokenize(*tok, request.messages, !o.no_generation_prompt, nullptr, request.vars);
         out.write(fmt::format("\n{}\n", fmt::join(ids, " ")));
     }
     out.flush();

@@ -64,11 +64,14 @@ std::optional<nlohmann::json> try_parse_untrusted_json(std::string_view text) {
     return j;
 }
 
-nlohmann::json parse_untrusted_json(std::string_view text, std::string_view what) {
+namespace {
+
+template <class Json>
+Json parse_checked(std::string_view text, std::string_view what) {
     if (const size_t at = json_too_deep_at(text, kMaxJsonDepth); at != std::string_view::npos)
         throw UsageError(fmt::format("{}: JSON nested deeper than {} levels at {}", what, kMaxJsonDepth, where(text, at)));
     try {
-        return nlohmann::json::parse(text);
+        return Json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
         // e.byte: 1-based, the byte where the parser stopped
         throw UsageError(fmt::format("{}: not valid JSON at {}: {}", what, where(text, e.byte ? e.byte - 1 : 0),
@@ -76,6 +79,16 @@ nlohmann::json parse_untrusted_json(std::string_view text, std::string_view what
     } catch (const nlohmann::json::exception& e) {  // a number out of range
         throw UsageError(fmt::format("{}: not valid JSON: {}", what, reason(e)));
     }
+}
+
+}  // namespace
+
+nlohmann::json parse_untrusted_json(std::string_view text, std::string_view what) {
+    return parse_checked<nlohmann::json>(text, what);
+}
+
+nlohmann::ordered_json parse_untrusted_ordered_json(std::string_view text, std::string_view what) {
+    return parse_checked<nlohmann::ordered_json>(text, what);
 }
 
 }  // namespace quill

@@ -22,6 +22,8 @@ inline constexpr int kMaxJsonDepth = 64;
 // <where> is "line L, column C" ("column C" for text of one line); bytes that are not printable UTF-8 in the reason
 // are escaped. The tree returned is at most kMaxJsonDepth deep.
 nlohmann::json parse_untrusted_json(std::string_view text, std::string_view what);
+// The same with objects in the document's key order (what a template printing them with tojson must show).
+nlohmann::ordered_json parse_untrusted_ordered_json(std::string_view text, std::string_view what);
 // The same where no message is needed (telling a format apart, scanning for records): nullopt instead of the error,
 // and no exception thrown.
 std::optional<nlohmann::json> try_parse_untrusted_json(std::string_view text);

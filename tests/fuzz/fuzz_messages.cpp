@@ -1,8 +1,8 @@
-// Fuzz target: a conversation file as `quill template --messages` and chat's /load read it: parse_messages, the
-// template rendering the parsed messages as they are (template --messages), then Conversation::load and a rendering
+// Fuzz target: a conversation file as `quill template --messages` and chat's /load read it: parse_chat_request, the
+// template rendering the parsed messages and variables as they are (template --messages), then Conversation::load and a rendering
 // of the conversation it keeps (/load, then the next turn). Bad input must come back as quill::Error, never a
 // crash, a hang, an abort or another exception; the tree parse_messages returns is never deeper than
-// kMaxJsonDepth, and every message it passes has a string role.
+// kMaxJsonDepth, every message it passes has a string role and the variables beside them are an object.
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
 #include "engine/error.h"
@@ -29,7 +29,7 @@ private:
 };
 
 // How deep a tree is (its recursion is what the depth limit bounds).
-int depth_of(const nlohmann::json& j) {
+int depth_of(const nlohmann::ordered_json& j) {
     if (!j.is_structured()) return 0;
     int most = 0;
     for (const auto& child : j) most = std::max(most, depth_of(child));
@@ -42,7 +42,7 @@ const std::vector<quill::chat::ChatFormat>& formats() {
     static const std::vector<quill::chat::ChatFormat> f = [] {
         std::vector<quill::chat::ChatFormat> v;
         v.push_back(quill::chat::ChatFormat::from_source(
-            "{% for m in messages %}{{ m.role }}: {{ m.content }} {{ m | tojson }}\n{% endfor %}"
+            "{{ tools | tojson }}{% for m in messages %}{{ m.role }}: {{ m.content }} {{ m | tojson }}\n{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}",
             "fuzz", "<s>", "</s>"));
         v.push_back(quill::chat::ChatFormat::choose(nullptr, nullptr, "chatml", [](const std::string&) {}));
@@ -55,18 +55,21 @@ const std::vector<quill::chat::ChatFormat>& formats() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string text(reinterpret_cast<const char*>(data), size);
-    nlohmann::json messages;
+    quill::chat::ChatRequest request;
     try {
-        messages = quill::chat::parse_messages(text, "fuzz.json");
+        request = quill::chat::parse_chat_request(text, "fuzz.json");
     } catch (const quill::Error&) {
         return 0;
     }
-    quill::fuzz::check(depth_of(messages) <= quill::kMaxJsonDepth, "parse_messages", "a tree deeper than the limit");
+    const nlohmann::ordered_json& messages = request.messages;
+    quill::fuzz::check(depth_of(messages) <= quill::kMaxJsonDepth && depth_of(request.vars) <= quill::kMaxJsonDepth,
+                       "parse_chat_request", "a tree deeper than the limit");
+    quill::fuzz::check(request.vars.is_object(), "parse_chat_request", "variables that are not an object");
     for (const auto& m : messages)
-        quill::fuzz::check(m.is_object() && m.contains("role") && m.at("role").is_string(), "parse_messages", "a message without a string role");
+        quill::fuzz::check(m.is_object() && m.contains("role") && m.at("role").is_string(), "parse_chat_request", "a message without a string role");
     for (const auto& format : formats()) {
         try {
-            (void)format.render(messages, true);
+            (void)format.render(messages, true, nullptr, request.vars);
         } catch (const quill::Error&) {
         }
     }
