@@ -166,7 +166,8 @@ const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
     if (slot) return *slot;
     ++stats_.local_walks;
     auto m = std::make_unique<LocalMask>();
-    m->accepted.assign(n_words_, 0);
+    std::vector<uint64_t>& accepted = scratch_;
+    accepted.assign(n_words_, 0);  // reuses its memory: no page to fault in per walk
     if (dense_states_.empty()) dense_restart(0);
     path_[0] = dense_index(a_.single(local_stack));
     below_[0] = 0;
@@ -183,11 +184,16 @@ const TokenGrammar::LocalMask& TokenGrammar::local_mask(uint32_t local_stack) {
             i = trie_.subtree_end(i);
             continue;
         }
-        for (int32_t t : trie_.tokens(i)) set_bit(m->accepted, t);
+        for (int32_t t : trie_.tokens(i)) set_bit(accepted, t);
         ++stats_.walk_nodes;
         path_[d] = next;
         below_[d] = below_[d - 1] | dense_accepting_[next];
         ++i;
+    }
+    for (size_t w = 0; w < n_words_; ++w) {
+        if (!accepted[w]) continue;
+        m->word_index.push_back(static_cast<uint32_t>(w));
+        m->words.push_back(accepted[w]);
     }
     slot = std::move(m);
     return *slot;
@@ -229,7 +235,7 @@ void TokenGrammar::build_mask(State s, std::vector<uint64_t>& mask) {
             continue;
         }
         const LocalMask& local = local_mask(local_key(stack));
-        for (size_t w = 0; w < n_words_; ++w) mask[w] |= local.accepted[w];
+        for (size_t k = 0; k < local.words.size(); ++k) mask[local.word_index[k]] |= local.words[k];
         if (!local.uncertain.empty()) check_uncertain(stack, local, mask);
     }
 }

@@ -99,7 +99,10 @@ public:
 
 private:
     struct LocalMask {
-        std::vector<uint64_t> accepted;  // [n_words] tokens accepted whatever lies below the top frames
+        // tokens accepted whatever lies below the top frames: the mask's words that are not zero, and where
+        // (most walks accept few tokens, and a 262k vocabulary's mask is 32 KiB)
+        std::vector<uint32_t> word_index;
+        std::vector<uint64_t> words;
         std::vector<int32_t> uncertain;  // tokens that reach below them, sorted by bytes
     };
     Mask find_or_build(State s);  // with the lock held
@@ -120,6 +123,7 @@ private:
     std::vector<State> walk_;                                          // per trie depth
     std::vector<uint8_t> below_;                                       // per trie depth
     std::vector<uint32_t> frames_;
+    std::vector<uint64_t> scratch_;  // [n_words] a walk's accepted tokens
     // local_mask's dense table of the states a walk meets (token_mask.cpp, dense_restart)
     static constexpr uint32_t kDeadIndex = 0, kUnknownNext = ~uint32_t{0};
     void dense_restart(uint32_t depth);
