@@ -72,8 +72,7 @@ void KvCache::RingMemory::release() {
 
 KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool window_cache, bool huge_pages,
                  ThreadPool& pool, int64_t first_layer)
-    : config_(config),
-      shape_(checked(shape)),
+    : shape_(checked(shape)),
       first_layer_(first_layer),
       k_(static_cast<size_t>(shape_.n_layer * shape_.n_slots * ctx8()) * shape_.row_elems() * shape_.elem_size(),
          huge_pages),

@@ -79,7 +79,6 @@ private:
         return static_cast<uint8_t*>(rings_->base) + 2 * i * ring_bytes;
     }
 
-    const ModelConfig& config_;
     KvCacheShape shape_;
     int64_t first_layer_ = 0;
 
