@@ -1,5 +1,6 @@
 // Attention over the KV cache: one block per (token, head) for decode (keys in chunks, an online softmax), and
 // flash-attention tiles on the tensor cores (WMMA) for prompts with an f16 cache.
+#include "cuda/attn_math.h"
 #include "cuda/common.cuh"
 
 #include <mma.h>
@@ -90,7 +91,8 @@ __global__ void __launch_bounds__(kAttnThreads)
             for (int k = 0; k < kAttnKeysAtOnce; ++k) {
                 const float sum = warp_sum(dot[k]);
                 const int jj = u0 + k * kAttnWarps;
-                if (lane == 0 && jj < len) sp[jj] = sum * scale;
+                if (lane == 0 && jj < len)
+                    sp[jj] = h.softcap > 0.0f ? capped_score(sum * scale, h.softcap) : sum * scale;
             }
         }
         __syncthreads();
@@ -269,14 +271,19 @@ __global__ void __launch_bounds__(kFaWarps * kWarp)
             wmma::store_matrix_sync(ss + r0 * L.lds + kt * 16, acc, L.lds, wmma::mem_row_major);
         }
         __syncwarp();
-        // Online softmax: two lanes a row, 32 keys each.
+        // Online softmax: two lanes a row, 32 keys each; each lane first turns its scores into scaled (and
+        // soft-capped) ones in place.
         {
             const int r = r0 + lane / 2, j_begin = (lane % 2) * (kFaKeys / 2);
             const int p_last = last[r], p_first = first[r];
             float cmax = -INFINITY;
             for (int j = j_begin; j < j_begin + kFaKeys / 2; ++j) {
                 const int key = k0 + j;
-                if (key >= p_first && key <= p_last) cmax = fmaxf(cmax, ss[r * L.lds + j] * scale);
+                if (key >= p_first && key <= p_last) {
+                    float& sj = ss[r * L.lds + j];
+                    sj = h.softcap > 0.0f ? capped_score(sj * scale, h.softcap) : sj * scale;
+                    cmax = fmaxf(cmax, sj);
+                }
             }
             cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 1));
             const float m_old = sm[r];
@@ -288,7 +295,7 @@ __global__ void __launch_bounds__(kFaWarps * kWarp)
                 const int key = k0 + j;
                 __half pj = __float2half_rn(0.0f);
                 if (!none && key >= p_first && key <= p_last) {
-                    pj = __float2half_rn(expf(ss[r * L.lds + j] * scale - m_new));
+                    pj = __float2half_rn(expf(ss[r * L.lds + j] - m_new));
                     psum += __half2float(pj);
                 }
                 sp[r * L.ldp + j] = pj;

@@ -470,6 +470,19 @@ double CudaBackend::matmul_rate_tflops() {
     return gemm_tflops_;
 }
 
+Heads layer_heads(const ModelConfig& c, int64_t layer) {
+    Heads h;
+    h.n_head = static_cast<int>(c.n_head);
+    h.n_head_kv = static_cast<int>(c.n_head_kv);
+    h.head_dim = static_cast<int>(c.head_dim);
+    h.n_rot = c.layer_has_rope(layer) ? static_cast<int>(c.n_rot) : 0;
+    h.neox = c.rope == ModelConfig::Rope::neox;
+    h.temp_scale = c.attn_temp_scale;
+    h.temp_floor = c.attn_temp_floor;
+    h.softcap = c.attn_logit_softcap;
+    return h;
+}
+
 // The kernels of a forward call over the batch uploaded at d.tokens (n tokens, m logit rows): no host work, no
 // synchronization, so that a decode step can be captured as a graph.
 void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
@@ -483,12 +496,10 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     const int64_t half = c.n_rot / 2;
     const bool two_ropes = c.two_ropes();
     d.mark("");
-    rope_angles(pos, dw.inv_freq, half, n, d.cs, d.stream);
-    if (two_ropes) rope_angles(pos, dw.inv_freq + half, half, n, d.cs_local, d.stream);
+    rope_angles(pos, dw.inv_freq, half, n, c.rope_mscale, d.cs, d.stream);
+    if (two_ropes) rope_angles(pos, dw.inv_freq + half, half, n, c.rope_mscale, d.cs_local, d.stream);
     d.mark("rope angles");
 
-    const Heads heads{static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
-                      static_cast<int>(c.n_rot), c.rope == ModelConfig::Rope::neox};
     const size_t layer_elems = static_cast<size_t>(kv_shape_.n_slots * kv_shape_.n_ctx) * kv_shape_.row_elems();
     const size_t esize = kv_shape_.elem_size();
     const bool gelu = c.ffn_act == ModelConfig::Activation::gelu_tanh;
@@ -546,7 +557,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     // Attention likewise: the decode tokens one block per (token, head), a prompt of kGemmMinTokens or more tokens
     // in flash-attention tiles. Fused, the kernel of the decode tokens also quantizes its output for the output
     // projection.
-    auto attend = [&](const LayerCache& cache, int64_t window, const DeviceMatrix& wo) {
+    auto attend = [&](const Heads& heads, const LayerCache& cache, int64_t window, const DeviceMatrix& wo) {
         const int64_t lead = d.n_dec, rest = n - d.n_dec;
         const bool quantize = d.fuse && d.int8 && uses_q8(wo.type) && c.head_dim % 32 == 0;
         int8_t* q_out = quantize ? d.xq : nullptr;
@@ -572,9 +583,11 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                                kv_shape_.type == KvType::f16,
                                static_cast<int64_t>(kv_shape_.n_ctx * kv_shape_.row_elems())};
         const bool local = c.layer_is_local(l);
+        const Heads heads = layer_heads(c, l);
         // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), xn = rms_norm(x) * attn_norm, with the optional
-        // biases, per-head Q/K norms and output norm (ModelConfig, LayerWeights). Fused, the norm checks the
-        // previous layer's output.
+        // biases, per-head Q/K norms and output norm (ModelConfig, LayerWeights), the layer's RoPE (or none), the
+        // queries' temperature and the scores' soft-cap (layer_heads). Fused, the norm checks the previous layer's
+        // output.
         input_norm(d.x, L.attn_norm, n, L.wq, d.fuse && l > 0 ? static_cast<int32_t>(l - 1) : -1);
         products({{&L.wq, d.q}, {&L.wk, d.k}, {&L.wv, d.v}}, d.xn, n, false);
         if (L.bq) add_rows(d.q, L.bq, n, c.n_embd_q(), s);
@@ -585,7 +598,7 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
         d.mark("norms, adds, biases");
         rope_store(d.q, d.k, d.v, local && two_ropes ? d.cs_local : d.cs, slots, pos, n, heads, cache, s, d.chain);
         d.mark("rope + K/V store");
-        attend(cache, local ? c.sliding_window : 0, L.wo);
+        attend(heads, cache, local ? c.sliding_window : 0, L.wo);
         d.mark("attention");
         if (L.bo || L.attn_post_norm) {  // through xn (free after the Q/K/V products), then into x
             products({{&L.wo, d.xn}}, d.att, n, false);

@@ -12,6 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace quill {
+struct ModelConfig;  // engine/model/model_config.h
+}
+
 namespace quill::cuda {
 
 // A weight matrix on the device: `rows` rows of `cols` elements, each row `row_bytes` bytes of `type` blocks. In
@@ -120,23 +124,37 @@ struct LayerCache {
     int64_t slot_stride = 0;  // elements per slot: n_ctx * row
 };
 
+// The attention heads of a layer and its per-architecture settings (layer_heads reads them from ModelConfig).
 struct Heads {
-    int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+    int n_head = 0, n_head_kv = 0, head_dim = 0;
+    int n_rot = 0;      // the rotated dims of each head; 0: no RoPE (smollm3's no-RoPE layers)
     bool neox = false;  // RoPE pairs (x[i], x[i + n_rot/2]) instead of (x[2i], x[2i+1]) (ModelConfig::Rope)
+    // mistral3's attention temperature: rope_store multiplies the queries of a token at pos by
+    // query_temperature(pos, temp_scale, temp_floor) after RoPE (cuda/attn_math.h); temp_scale 0: no scaling.
+    float temp_scale = 0.0f;
+    int64_t temp_floor = 0;
+    // gemma2: attention's scores soft-capped, softcap * tanh(score / softcap), before the softmax; 0: none.
+    float softcap = 0.0f;
 };
+// Layer `layer`'s heads: the model's shape and RoPE layout, n_rot 0 on a layer without RoPE
+// (ModelConfig::layer_has_rope), the attention temperature and the scores' soft-cap (defined in cuda_backend.cpp).
+Heads layer_heads(const ModelConfig& c, int64_t layer);
 
-// cs[t, i] = (cos, sin) of pos[t] * inv_freq[i] for t < n, i < half: the angles rope_store takes, computed in
-// double as the CPU backend does.
-void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, float* cs, cudaStream_t s);
+// cs[t, i] = (cos, sin) of pos[t] * inv_freq[i], each times mscale (ModelConfig::rope_mscale), for t < n, i < half:
+// the angles rope_store takes, computed in double and rounded to float as the CPU backend does.
+void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, double mscale, float* cs,
+                 cudaStream_t s);
 
 // Rotates q [n, n_head * head_dim] in place and stores rotated k and v [n, n_head_kv * head_dim] at each token's
 // (slot, pos) of the cache. cs [n, n_rot / 2, 2] holds cos and sin of each token's angles; rotation is of pair i of
-// each head's first n_rot dims (adjacent or NEOX, heads.neox), as the CPU backend does.
+// each head's first n_rot dims (adjacent or NEOX, heads.neox), as the CPU backend does; then every dim of q is
+// multiplied by the token's attention temperature (heads.temp_scale).
 void rope_store(float* q, const float* k, const float* v, const float* cs, const int32_t* slots,
                 const int32_t* pos, int64_t n, const Heads& heads, const LayerCache& cache, cudaStream_t s,
                 bool pdl = false);
 
-// out[t, h] = softmax(q[t, h] . K[slot_t, j0..pos_t] * scale) V[slot_t, j0..pos_t] for every token and head, with
+// out[t, h] = softmax(cap(q[t, h] . K[slot_t, j0..pos_t] * scale)) V[slot_t, j0..pos_t] for every token and head,
+// cap(s) = s, or heads.softcap * tanh(s / heads.softcap) when it is set (capped_score, cuda/attn_math.h), with
 // grouped-query heads (head h reads KV head h / (n_head / n_head_kv)); j0 = 0, or with a sliding window > 0
 // max(0, pos_t - window + 1). head_dim <= 512.
 // flash: the queries in tiles on the tensor cores (flash_attention_takes: an f16 cache and head_dim a multiple of 16

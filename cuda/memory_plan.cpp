@@ -62,18 +62,6 @@ void check_model(const ModelConfig& config, const Weights& weights) {
         throw FileError(fmt::format("the CUDA backend cannot run {}'s mixture of experts ({} experts)", config.arch,
                                     config.n_expert));
     check_weights(weights);
-    // The RoPE and attention settings without a CUDA kernel yet (session.cpp's device auto then runs the CPU).
-    if (config.no_rope_step > 0)
-        throw FileError(fmt::format("the CUDA backend cannot run {}'s layers without RoPE", config.arch));
-    if (config.attn_temp_scale != 0.0f)
-        throw FileError(fmt::format("the CUDA backend cannot run {}'s attention temperature "
-                                    "(attention.temperature_scale)", config.arch));
-    if (config.rope_mscale != 1.0f)
-        throw FileError(fmt::format("the CUDA backend cannot run {}'s RoPE magnitude scale {} (YaRN's, or "
-                                    "rope.scaling.attn_factor)", config.arch, config.rope_mscale));
-    if (config.attn_logit_softcap > 0.0f)
-        throw FileError(fmt::format("the CUDA backend cannot run {}'s attention logit soft-capping "
-                                    "(attn_logit_softcapping {})", config.arch, config.attn_logit_softcap));
     // Every architecture setting of ModelConfig has its kernel (forward); the kernels' shape limits remain.
     if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
         config.n_head % config.n_head_kv != 0)

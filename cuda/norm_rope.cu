@@ -1,5 +1,6 @@
 // RMSNorm (with the next products' input quantization and the previous layer's finiteness check fused in), the
 // RoPE angles, and the rotation of Q and K with K and V stored in the cache.
+#include "cuda/attn_math.h"
 #include "cuda/common.cuh"
 
 #include <cstdint>
@@ -113,9 +114,10 @@ __device__ __forceinline__ void store_kv(void* base, size_t i, float v, bool f16
     else static_cast<float*>(base)[i] = v;
 }
 
-// One block per (token, head): blockIdx.y < n_head rotates that query head in place, the others rotate key head
-// blockIdx.y - n_head and store it with its values in the slot's cache row at the token's position. (One block a
-// token did it all with one dependent load at a time, a long wait in every decode step.)
+// One block per (token, head): blockIdx.y < n_head rotates that query head in place (and multiplies it by the
+// token's attention temperature), the others rotate key head blockIdx.y - n_head and store it with its values in
+// the slot's cache row at the token's position. (One block a token did it all with one dependent load at a time, a
+// long wait in every decode step.) h.n_rot 0: nothing rotates.
 __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                                   const float* __restrict__ cs, const int32_t* __restrict__ slots,
                                   const int32_t* __restrict__ pos, Heads h, LayerCache c) {
@@ -127,13 +129,18 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
     const int stride = h.neox ? half : 1, step = h.neox ? 1 : 2;
     if (static_cast<int>(blockIdx.y) < h.n_head) {
         float* qh = q + (t * h.n_head + blockIdx.y) * h.head_dim;
+        // q = rope(q) * temp, the rotated value rounded to float before the product as on the CPU
+        const float temp = query_temperature(pos[t], h.temp_scale, h.temp_floor);
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
             const float co = cst[2 * i], si = cst[2 * i + 1];
             float* p = qh + step * i;
             const float x0 = p[0], x1 = p[stride];
-            p[0] = x0 * co - x1 * si;
-            p[stride] = x0 * si + x1 * co;
+            const float r0 = x0 * co - x1 * si, r1 = x0 * si + x1 * co;
+            p[0] = r0 * temp;
+            p[stride] = r1 * temp;
         }
+        if (temp != 1.0f)  // the dims past the rotated ones (pairs cover dims 0 .. n_rot - 1 in either layout)
+            for (int i = h.n_rot + threadIdx.x; i < h.head_dim; i += blockDim.x) qh[i] *= temp;
         return;
     }
     const int row = h.n_head_kv * h.head_dim;
@@ -159,14 +166,14 @@ __global__ void rope_store_kernel(float* __restrict__ q, const float* __restrict
 }
 
 __global__ void rope_angles_kernel(const int32_t* __restrict__ pos, const double* __restrict__ inv_freq, int64_t half,
-                                   int64_t n, float* __restrict__ cs) {
+                                   int64_t n, double mscale, float* __restrict__ cs) {
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n * half;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const double theta = static_cast<double>(pos[idx / half]) * inv_freq[idx % half];
         double sn, cn;
         sincos(theta, &sn, &cn);
-        cs[2 * idx] = static_cast<float>(cn);
-        cs[2 * idx + 1] = static_cast<float>(sn);
+        cs[2 * idx] = scaled_rope_term(cn, mscale);
+        cs[2 * idx + 1] = scaled_rope_term(sn, mscale);
     }
 }
 
@@ -192,8 +199,9 @@ void rms_norm_q8(const float* x, const float* w, float* y, int64_t n, int64_t d,
     launch(kernel, grid, kNormThreads, 0, s, pdl, "the RMSNorm kernel launch", x, w, y, d, eps, q, ds2, flag, layer);
 }
 
-void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, float* cs, cudaStream_t s) {
-    rope_angles_kernel<<<grid_for(n * half, 256), 256, 0, s>>>(pos, inv_freq, half, n, cs);
+void rope_angles(const int32_t* pos, const double* inv_freq, int64_t half, int64_t n, double mscale, float* cs,
+                 cudaStream_t s) {
+    rope_angles_kernel<<<grid_for(n * half, 256), 256, 0, s>>>(pos, inv_freq, half, n, mscale, cs);
     check(cudaGetLastError(), "the RoPE angle kernel launch");
 }
 

@@ -1,7 +1,5 @@
-// The CUDA backend on the architectures of tests/model/test_arch_qwen3.cpp: qwen3 (Q/K norms, NEOX RoPE: kernels it has
-// for gemma3) against the reference backend and llama.cpp's greedy tokens; smollm3's no-RoPE layers, mistral3's
-// attention temperature and YaRN's magnitude scale, which have no CUDA kernel yet, refused by check_model with the
-// architecture named (device auto then runs the CPU).
+// The CUDA backend on qwen3 (Q/K norms, NEOX RoPE: kernels it has for gemma3) against the reference backend and
+// llama.cpp's greedy tokens. smollm3, mistral3, qwen3 with YaRN, gemma2 and phi3: test_cuda_arch_features.cpp.
 #ifdef QUILL_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #include "cuda/device.h"
@@ -28,17 +26,6 @@ std::unique_ptr<Model> saved_synthetic(const std::string& shape, GgmlType type, 
 }
 
 }  // namespace
-
-TEST_CASE("the CUDA backend refuses the RoPE and attention settings it has no kernel for", "[cuda]") {
-    const fs::path dir = test::temp_dir("cuda-arch-refuse");
-    for (const char* shape : {"smollm3-tiny", "mistral3-tiny", "qwen3-tiny-yarn"}) {
-        INFO(shape);
-        auto m = saved_synthetic(shape, GgmlType::F32, dir);
-        CHECK_THROWS_WITH(cuda::check_model(m->config, m->weights), Catch::Contains(m->config.arch));
-    }
-    auto qwen3 = saved_synthetic("qwen3-tiny", GgmlType::F32, dir);
-    CHECK_NOTHROW(cuda::check_model(qwen3->config, qwen3->weights));
-}
 
 TEST_CASE("qwen3 on the CUDA backend matches the reference backend and llama.cpp's greedy tokens", "[cuda]") {
     if (cuda::probe().count == 0) {
