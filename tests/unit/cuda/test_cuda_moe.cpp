@@ -1,9 +1,9 @@
 // The CUDA backend on a mixture of experts (qwen3moe, cuda/moe.h): the synthetic qwen3moe-tiny model (3 layers, 8
 // experts of 64 features, 2 used) against the reference backend in F32, F16, Q8_0 and Q4_0 at every prompt
 // position, stepwise and in a prompt long enough that experts take cuBLAS (the int8 types there against the CPU
-// backend); llama.cpp's logits and greedy tokens
-// (tests/data/arch/qwen3moe-tiny-*, as tests/model/test_arch_qwen3moe.cpp checks the CPU); a decode step's logits
-// the same bits in any batch; the checks and the memory plan, which need no device; `quill bench` on the device.
+// backend); llama.cpp's logits and greedy tokens (tests/data/arch/qwen3moe-tiny-*, as tests/model/
+// test_arch_qwen3moe.cpp checks the CPU); a decode step's logits the same bits in any batch; the checks and the
+// memory plan, which need no device; `quill bench` on the device.
 #include "cuda/cuda_backend.h"
 #include "cuda/dequant.h"
 #include "cuda/memory_plan.h"
