@@ -6,6 +6,7 @@
 #include "cuda/device_weights.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/moe.h"
 #include "cuda/profile.h"
 #include "engine/error.h"
 #include "engine/io/escape.h"
@@ -36,6 +37,7 @@ struct CudaBackend::Impl {
     GemmMode gemm_mode = GemmMode::off;
     std::string gemm_why;  // why gemm_mode is off when the option was not
     DeviceBuffer gemm_scratch;
+    MoeFfn moe;  // a mixture of experts' FFN and its workspace
 
     // Workspace for a batch of up to cap_tokens tokens and cap_logits logit rows.
     int64_t cap_tokens = 0, cap_logits = 0;
@@ -160,7 +162,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const Weights& weights, cons
     : config_(config),
       weights_(weights),
       kv_shape_{config.n_layer, options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
-      graphs_(options.graphs) {
+      graphs_(options.graphs && !config.moe()) {  // (a mixture of experts reads its routing on the host)
     check_kv_size(options.n_ctx, options.n_slots);
     check_model(config, weights);
     plan_ = plan_memory(config, weights, options);  // before anything is allocated
@@ -512,11 +514,12 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
     // kernels' rows): a kernel that writes one of the products' inputs resets it, or sets it when it quantized its
     // output too (the fused norms and activation).
     const float* q8_of = nullptr;
+    // lead >= 0: the decode tokens leading x (an expert's tokens).
     auto products = [&](std::initializer_list<std::pair<const DeviceMatrix*, float*>> list, const float* x,
-                        int64_t nt, bool accumulate) {
+                        int64_t nt, bool accumulate, int64_t lead = -1) {
         const std::pair<const DeviceMatrix*, float*>* item = list.begin();
         const DeviceMatrix& w0 = *item->first;
-        const int64_t n_lead = nt == n ? d.n_dec : d.m_dec;  // the layers' products, or the output's
+        const int64_t n_lead = lead >= 0 ? lead : nt == n ? d.n_dec : d.m_dec;  // the layers' products, or the output's
         const bool gemm = d.gemm_mode != GemmMode::off && nt - n_lead >= kGemmMinTokens;
         const int64_t nk = gemm ? n_lead : nt;  // tokens through the kernels
         for (size_t i = 0; nk > 0 && i < list.size();) {
@@ -610,25 +613,37 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
         } else {
             products({{&L.wo, d.x}}, d.att, n, true);
         }
-        // x += W2 (act(W1 xn) * W3 xn), xn = rms_norm(x) * ffn_norm; gemma3 norms the term first
-        input_norm(d.x, L.ffn_norm, n, L.gate, -1);
-        products({{&L.gate, d.gate}, {&L.up, d.up}}, d.xn, n, false);
-        if (d.fuse && d.int8 && uses_q8(L.down.type) && c.n_ff % 32 == 0) {
-            gated_activation_q8(d.gate, d.up, n * c.n_ff, gelu, d.xq, d.xds, s, d.chain);
-            q8_of = d.gate;
-        } else {
-            gated_activation(d.gate, d.up, n * c.n_ff, gelu, s);
+        if (c.moe()) {  // x += the experts' FFN of xn, xn = rms_norm(x) * ffn_norm (cuda/moe.h)
+            input_norm(d.x, L.ffn_norm, n, L.experts.router, -1);
+            d.moe.forward(c, L.experts, d.xn, d.x, n, d.n_dec,
+                          [&](std::initializer_list<MoeFfn::Product> list, const float* x, int64_t nt, int64_t lead) {
+                              if (x != d.xn) q8_of = nullptr;  // the experts' inputs change between their products
+                              products(list, x, nt, false, lead);
+                          },
+                          s);
             q8_of = nullptr;
-        }
-        d.mark("activation");
-        if (L.ffn_post_norm) {
-            products({{&L.down, d.xn}}, d.gate, n, false);
-            q8_of = nullptr;
-            rms_norm(d.xn, L.ffn_post_norm, d.xn, n, c.n_embd, c.rms_eps, s);
-            add(d.x, d.xn, n * c.n_embd, s);
-            d.mark("norms, adds, biases");
+            d.mark("experts");
         } else {
-            products({{&L.down, d.x}}, d.gate, n, true);
+            // x += W2 (act(W1 xn) * W3 xn), xn = rms_norm(x) * ffn_norm; gemma3 norms the term first
+            input_norm(d.x, L.ffn_norm, n, L.gate, -1);
+            products({{&L.gate, d.gate}, {&L.up, d.up}}, d.xn, n, false);
+            if (d.fuse && d.int8 && uses_q8(L.down.type) && c.n_ff % 32 == 0) {
+                gated_activation_q8(d.gate, d.up, n * c.n_ff, gelu, d.xq, d.xds, s, d.chain);
+                q8_of = d.gate;
+            } else {
+                gated_activation(d.gate, d.up, n * c.n_ff, gelu, s);
+                q8_of = nullptr;
+            }
+            d.mark("activation");
+            if (L.ffn_post_norm) {
+                products({{&L.down, d.xn}}, d.gate, n, false);
+                q8_of = nullptr;
+                rms_norm(d.xn, L.ffn_post_norm, d.xn, n, c.n_embd, c.rms_eps, s);
+                add(d.x, d.xn, n * c.n_embd, s);
+                d.mark("norms, adds, biases");
+            } else {
+                products({{&L.down, d.x}}, d.gate, n, true);
+            }
         }
         if (!d.fuse || l + 1 == c.n_layer) {
             check_finite(d.x, n * c.n_embd, static_cast<int32_t>(l), flag, s);

@@ -26,7 +26,8 @@ struct CudaBackendOptions {
     int64_t plan_tokens = 512;  // tokens per forward call the workspace is planned for (it grows when a batch is larger)
     // Decode steps (every token asks for logits, at most kMaxGraphTokens of them) as CUDA graphs: captured once per
     // token count, replayed after that, reading tokens, slots and positions from device memory. Off: every kernel
-    // launched each call (the same kernels, so the same results bit for bit).
+    // launched each call (the same kernels, so the same results bit for bit). Never for a mixture of experts, whose
+    // forward reads each layer's routing on the host (cuda/moe.h).
     bool graphs = true;
     Tuning tuning;  // the developer switches (cuda/tuning.h; the session reads them with read_tuning)
 };

@@ -92,9 +92,18 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, 
         l.wk = matrix(L.wk);
         l.wv = matrix(L.wv);
         l.wo = matrix(L.wo);
-        l.gate = matrix(L.ffn_gate);
-        l.up = matrix(L.ffn_up);
-        l.down = matrix(L.ffn_down);
+        if (L.experts.empty()) {
+            l.gate = matrix(L.ffn_gate);
+            l.up = matrix(L.ffn_up);
+            l.down = matrix(L.ffn_down);
+        } else {  // each expert's matrices in turn: the file's 3-D tensors, uploaded once, an expert's view at a time
+            l.experts.router = matrix(L.ffn_gate_inp);
+            for (const ExpertWeights& e : L.experts) {
+                l.experts.gate.push_back(matrix(e.gate));
+                l.experts.up.push_back(matrix(e.up));
+                l.experts.down.push_back(matrix(e.down));
+            }
+        }
         layers.push_back(l);
     }
     output = matrix(weights.output);

@@ -5,6 +5,7 @@
 
 #include "cuda/buffer.h"
 #include "cuda/kernels.h"
+#include "cuda/moe.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
@@ -17,7 +18,8 @@ namespace quill::cuda {
 
 // One layer's matrices and vectors on the device.
 struct DeviceLayer {
-    DeviceMatrix wq, wk, wv, wo, gate, up, down;
+    DeviceMatrix wq, wk, wv, wo, gate, up, down;  // gate, up, down: a dense FFN's
+    DeviceExperts experts;                         // a mixture of experts' (ModelConfig::moe())
     const float* attn_norm = nullptr;
     const float* ffn_norm = nullptr;
     // nullptr when the model has none (LayerWeights)

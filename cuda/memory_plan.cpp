@@ -4,6 +4,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/dequant.h"
 #include "cuda/gemm.h"
+#include "cuda/moe.h"
 #include "engine/error.h"
 #include "engine/model/layer_matrices.h"
 
@@ -42,7 +43,9 @@ void for_each_vector(const Weights& w, F&& f) {
 }  // namespace
 
 // Blocks of 32 in the widest matmul input of a token.
-int64_t q8_blocks(const ModelConfig& c) { return (std::max({c.n_embd, c.n_embd_q(), c.n_ff}) + 31) / 32; }
+int64_t q8_blocks(const ModelConfig& c) {
+    return (std::max({c.n_embd, c.n_embd_q(), c.n_ff, c.n_ff_exp}) + 31) / 32;
+}
 
 int64_t workspace_tokens_floats(const ModelConfig& c) {
     // x, xn [n_embd]; q, att [n_embd_q]; k, v [n_embd_kv]; gate, up [n_ff]; rope cos/sin, and the local layers'
@@ -58,9 +61,14 @@ std::string MemoryPlan::describe() const {
 }
 
 void check_model(const ModelConfig& config, const Weights& weights) {
-    if (config.moe())
-        throw FileError(fmt::format("the CUDA backend cannot run {}'s mixture of experts ({} experts)", config.arch,
-                                    config.n_expert));
+    // A mixture of experts as qwen3moe has it (cuda/moe.h): SwiGLU experts without biases, their inputs and
+    // outputs rows of a multiple of 4 floats (the products read them as float4); what other architectures add to
+    // theirs has no kernel.
+    if (config.moe() && (config.arch != "qwen3moe" || config.ffn_act != ModelConfig::Activation::silu ||
+                         config.n_embd % 4 != 0 || config.n_ff_exp % 4 != 0))
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s mixture of experts ({} experts of {} features "
+                                    "over {}: it runs qwen3moe's, with widths a multiple of 4)",
+                                    config.arch, config.n_expert, config.n_ff_exp, config.n_embd));
     check_weights(weights);
     // Every architecture setting of ModelConfig has its kernel (forward); the kernels' shape limits remain.
     if (config.head_dim > 512 || config.n_rot > config.head_dim || config.n_rot % 2 != 0 ||
@@ -92,7 +100,8 @@ size_t weight_bytes(const Weights& weights) {
 size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits) {
     const size_t floats = static_cast<size_t>(n_tokens * workspace_tokens_floats(config) + n_logits * config.n_vocab);
     const size_t ints = static_cast<size_t>(3 * n_tokens + n_logits + 1);
-    return align_up(floats * sizeof(float)) * 1 + align_up(ints * sizeof(int32_t)) + 16 * kAlign;
+    return align_up(floats * sizeof(float)) * 1 + align_up(ints * sizeof(int32_t)) + 16 * kAlign +
+           moe_workspace_bytes(config, n_tokens);
 }
 
 size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens) {

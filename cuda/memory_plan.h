@@ -27,11 +27,12 @@ struct MemoryPlan {
 
 // FileError naming the first tensor whose type has no CUDA kernel (the embedding included).
 void check_weights(const Weights& weights);
-// check_weights, and FileError for what the CUDA kernels do not take: a mixture of experts, shapes (head_dim above
-// 512, an odd rope dimension), the settings check_model names.
+// check_weights, and FileError for what the CUDA kernels do not take: a mixture of experts other than qwen3moe's,
+// shapes (head_dim above 512, an odd rope dimension), the settings check_model names.
 void check_model(const ModelConfig& config, const Weights& weights);
 
-// Device bytes of weights as uploaded, and of the workspace for a batch of n_tokens asking for n_logits rows.
+// Device bytes of weights as uploaded (a mixture's experts included), and of the workspace for a batch of n_tokens
+// asking for n_logits rows (the experts' included).
 size_t weight_bytes(const Weights& weights);
 size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits);
 // The GEMM's scratch for these weights in this mode, for a forward call of n_tokens tokens.

@@ -15,7 +15,8 @@
 #      (QUILL_CUDA_STREAM=0), its ring at 4 stages, without
 #      programmatic launch; q4_1 with and without it, q8_0 with it (QUILL_CUDA_STREAM=1) at 8 and 4 stages; and
 #      (QUILL_GPU_GEMM_F16=1) prefill with F16 GEMMs (q4_0 and f16), (QUILL_GPU_STAGES="2 3 8") the streamed
-#      kernel at those stages for each int8 type, for side-by-side figures; then the device time
+#      kernel at those stages for each int8 type, for side-by-side figures; Qwen3-30B-A3B's mixture of experts
+#      (8 layers) in Q4_0, one sequence and 16; then the device time
 #      of each kernel of a few decode steps under Nsight Compute, where ncu is installed;
 #   5. prints one table last: tokens/s, prefill's TFLOP/s and that as a fraction of the GEMM rate quill measures on
 #      the device, the decode's GB/s and that as a fraction of the copy bandwidth quill measures there.
@@ -173,6 +174,9 @@ bench smollm2-q4_1 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 -r 3
 bench smollm2-q4_1-b16 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 --batch-decode 16 -r 2
 bench smollm2-q4_1-b64 SYNTH=smollm2-135m -- --dtype q4_1 -p 0 -n 128 --batch-decode 64 -r 2
 bench smollm2-q4_1-b64-staged SYNTH=smollm2-135m QUILL_CUDA_MMA=staged -- --dtype q4_1 -p 0 -n 128 --batch-decode 64 -r 2
+# A mixture of experts (qwen3moe, cuda/moe.h): Qwen3-30B-A3B's shape with 8 layers, one sequence and 16 together.
+bench qwen3moe-q4_0 SYNTH=qwen3-30b-a3b-8l -- --dtype q4_0 -p 512 --batch 512 -n 32 -r 2
+bench qwen3moe-q4_0-b16 SYNTH=qwen3-30b-a3b-8l -- --dtype q4_0 -p 0 -n 16 --batch-decode 16 -r 1
 bench smollm2-q4_1-pdl0 SYNTH=smollm2-135m QUILL_CUDA_PDL=0 -- --dtype q4_1 -p 0 -n 128 -r 3
 bench smollm2-q4_1-pdl-products SYNTH=smollm2-135m QUILL_CUDA_PDL=products -- --dtype q4_1 -p 0 -n 128 -r 3
 bench q4_0-stream0 QUILL_CUDA_STREAM=0 -- --dtype q4_0 -p 0 -n 64 -r 3

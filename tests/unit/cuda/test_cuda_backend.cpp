@@ -541,11 +541,14 @@ TEST_CASE("the CUDA backend refuses what it cannot run with a clear error", "[cu
         g->forward(fine, logits);
         CHECK(std::isfinite(logits[0]));
     }
-    SECTION("a mixture of experts, which it has no kernels for, is refused naming it before touching the device") {
+    SECTION("qwen3moe's mixture of experts is taken (test_cuda_moe.cpp), another architecture's refused naming it "
+            "before touching the device") {
         auto moe = SyntheticModel::make(synthetic_config("qwen3moe-tiny"), GgmlType::F32, 42);
         REQUIRE(moe->config.moe());
+        CHECK_NOTHROW(cuda::check_model(moe->config, moe->weights));
+        moe->config.arch = "gpt-oss";
         CHECK_THROWS_WITH(cuda::check_model(moe->config, moe->weights),
-                          Catch::Contains("qwen3moe") && Catch::Contains("mixture of experts (8 experts)"));
+                          Catch::Contains("gpt-oss") && Catch::Contains("mixture of experts (8 experts"));
         CHECK_THROWS_AS(cuda::CudaBackend(moe->config, moe->weights, cuda::CudaBackendOptions{}), FileError);
     }
 }
