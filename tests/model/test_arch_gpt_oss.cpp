@@ -6,7 +6,6 @@
 // has. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, no flash
 // attention) over the 32 tokens the other architectures' references use, made with
 // /work/oracle/dump_logits FILE --tokens "..." -n 24 --logits ... --greedy ....
-#include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
@@ -19,7 +18,6 @@
 #include <filesystem>
 
 using namespace quill;
-using quill::cpu::Isa;
 namespace fs = std::filesystem;
 
 namespace {

@@ -4,7 +4,6 @@
 // the CPU backend of every kernel family this machine has. References in tests/data/arch/: llama.cpp
 // (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256) over the 32 tokens below, made with
 // /work/oracle/dump_logits FILE --tokens "..." -n 24 --logits ... --greedy ....
-#include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/layer_matrices.h"
 #include "engine/model/model.h"
@@ -20,7 +19,6 @@
 #include <filesystem>
 
 using namespace quill;
-using quill::cpu::Isa;
 namespace fs = std::filesystem;
 
 namespace {
