@@ -61,6 +61,13 @@ std::string MemoryPlan::describe() const {
 }
 
 void check_model(const ModelConfig& config, const Weights& weights) {
+    // gpt-oss's attention sinks, clamped SwiGLU and router and expert biases have no CUDA kernels yet.
+    for (const LayerWeights& L : weights.layers)
+        if (!L.attn_sinks.empty() || !L.ffn_gate_inp_b.empty() || !L.ffn_gate_exps_b.empty())
+            throw FileError(fmt::format("the CUDA backend cannot run {}'s attention sinks and router and expert "
+                                        "biases", config.arch));
+    if (config.ffn_act == ModelConfig::Activation::swiglu_oai)
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s clamped SwiGLU (swiglu-oai)", config.arch));
     // A mixture of experts as qwen3moe has it (cuda/moe.h): SwiGLU experts without biases, their inputs and
     // outputs rows of a multiple of 4 floats (the products read them as float4); what other architectures add to
     // theirs has no kernel.

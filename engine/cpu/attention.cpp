@@ -157,14 +157,14 @@ void attend_row_plain(const AttnRow& row, const KvHead& kv, const KvOps& ops, fl
         ops.scores_f32(static_cast<const float*>(kv.k), kv.k_block_stride, q16, kv.head_dim, row.first, n_kv,
                        scores);
     }
-    // p = softmax(scores), shifted by the max so exp never overflows
-    float max_score = -INFINITY;
+    // p = softmax(scores), shifted by the max so exp never overflows; a sink joins the max and the denominator
+    float max_score = kv.sinks ? row.sink : -INFINITY;
     for (int j = 0; j < n_kv; ++j) {
         scores[j] *= kv.scale;
         if (kv.softcap > 0.0f) softcap_scores(scores + j, 1, kv.softcap);
         max_score = std::max(max_score, scores[j]);
     }
-    float sum = 0.0f;
+    float sum = kv.sinks ? std::exp(row.sink - max_score) : 0.0f;
     for (int j = 0; j < n_kv; ++j) {
         scores[j] = std::exp(scores[j] - max_score);
         sum += scores[j];
@@ -229,7 +229,7 @@ namespace {
 }  // namespace
 
 bool attend_tiled(const KvOps& ops, const KvHead& kv) {
-    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
+    return !kv.sinks && (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
 }
 
 int attend_block_span(const AttnRow* rows, int n, int* b_first) {

@@ -10,6 +10,7 @@
 #include "engine/runtime/backend.h"
 #include "engine/cpu/matmul.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -148,6 +149,7 @@ struct KvHead {
     float scale;    // ModelConfig::attn_scale
     KvShare share;  // read by the tiled kernels of attend_rows
     float softcap = 0.0f;  // ModelConfig::attn_logit_softcap: the scores through softcap_scores when > 0
+    bool sinks = false;    // the rows have attention sinks (AttnRow::sink): they attend one by one, untiled
 };
 // s[i] = cap * tanh(s[i] / cap) for i < n: soft-capped attention scores (gemma2), the same operations on every path.
 void softcap_scores(float* s, size_t n, float cap);
@@ -162,6 +164,9 @@ struct AttnRow {
     const float* q;  // [head_dim]
     float* out;      // [head_dim]
     int first, last;
+    // gpt-oss: the head's sink, a logit that joins the softmax's denominator with no value (-inf: none; read only
+    // where the KvHead says it has sinks)
+    float sink = -INFINITY;
 };
 
 // The first and the last position any of the n >= 1 rows sees.
@@ -170,8 +175,8 @@ std::pair<int, int> visible_span(const AttnRow* rows, int n);
 // Floats of scratch attend_rows needs for a cache of n_ctx positions.
 size_t attend_scratch_floats(int n_ctx);
 
-// out = softmax_j(q . k_j * scale) v_j (the scores soft-capped when kv.softcap > 0) over each row's visible
-// positions, for n <= kMaxTileRows rows sharing the
+// out = softmax_j(q . k_j * scale) v_j (the scores soft-capped when kv.softcap > 0; with kv.sinks, each row's sink
+// in the softmax's denominator) over each row's visible positions, for n <= kMaxTileRows rows sharing the
 // KV head. With an F16 cache both products take F16 inputs with F32 accumulation, as GPU attention kernels (and the
 // reference implementation) do: q and the probabilities are rounded to F16 before they meet K and V. The tiled
 // kernels step `ahead` (when not null) as they go; the rest is left in it.

@@ -1,6 +1,7 @@
 #include "engine/cpu/attention_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -34,6 +35,7 @@ int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t u
                  c.attn_scale,
                  {}};
     kv->softcap = c.attn_logit_softcap;
+    kv->sinks = sinks_ != nullptr;
     const KvCache::Alias& alias = kv_.alias(static_cast<int32_t>(slot));
     if (alias.n >= 8 && !kv_.in_ring(layer))
         kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
@@ -46,7 +48,8 @@ int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t u
             rows[m++] = AttnRow{q_ + t * c.n_embd_q() + h * c.head_dim,
                                 att_ + t * c.n_embd_q() + h * c.head_dim,
                                 static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
-                                static_cast<int>(pos)};
+                                static_cast<int>(pos),
+                                sinks_ ? sinks_[h] : -INFINITY};
     }
     if (kv_.in_ring(layer)) {
         // A ring holds the rows' positions [lo, hi] at rows lo % ring .. in its doubled mapping: positions go to the
@@ -77,10 +80,11 @@ int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t u
 // gave no thread more work, read K and V once per unit, and kept one sequence's decode on one thread.) A row's
 // result depends on none of this (attention.h).
 void AttentionRunner::attend_all(const Batch& batch, int64_t layer, const float* q, float* att,
-                                 const std::function<void(int64_t, int64_t)>& prepare) {
+                                 const std::function<void(int64_t, int64_t)>& prepare, const float* sinks) {
     const auto& c = config_;
     q_ = q;
     att_ = att;
+    sinks_ = sinks;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     const int64_t group = c.n_head / c.n_head_kv;
     const int64_t tile_tokens = std::max<int64_t>(1, kMaxTileRows / group);

@@ -20,11 +20,12 @@ public:
     AttentionRunner(const ModelConfig& config, const KvCache& kv, const KvOps& ops, ThreadPool& pool);
     // Sizes the threads' scratch for the cache's context.
     void resize_scratch();
-    // att [n, n_head * head_dim] = each row of q [n, n_head * head_dim] attending over its slot's cache in `layer`.
+    // att [n, n_head * head_dim] = each row of q [n, n_head * head_dim] attending over its slot's cache in `layer`,
+    // with head h's sink sinks[h] where sinks is not null ([n_head]: gpt-oss).
     // prepare(t0, t1): RoPE and the K/V stores of tokens [t0, t1), run inside the attention section, each tile's by
     // the thread that attends it, where no tile reads what another tile's tokens store; before it otherwise.
     void attend_all(const Batch& batch, int64_t layer, const float* q, float* att,
-                    const std::function<void(int64_t, int64_t)>& prepare);
+                    const std::function<void(int64_t, int64_t)>& prepare, const float* sinks = nullptr);
 
 private:
     int attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv);
@@ -35,8 +36,9 @@ private:
     const KvCache& kv_;
     const KvOps& kv_ops_;
     ThreadPool& pool_;
-    const float* q_ = nullptr;  // attend_all's q and att
+    const float* q_ = nullptr;  // attend_all's q, att and sinks
     float* att_ = nullptr;
+    const float* sinks_ = nullptr;
     std::vector<float> attn_scratch_;  // [n_threads, attend_scratch_floats(n_ctx)]
     // Attention units of a batch (attend_all): runs of tokens [t0, t1) of one slot, times the KV heads, times chunks
     // of unit_heads_ of the query heads on a KV head.

@@ -436,7 +436,7 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
 
 // proj = Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm, x the residual stream
 // with the block before's proj added (residual_norm). gemma3 also normalizes each Q and K head before RoPE and the
-// block's output before the sum.
+// block's output before the sum; gpt-oss's heads have sinks.
 void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -472,7 +472,8 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         }
     };
     // (rope_store by reference: no std::function copy of the lambda)
-    attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store));
+    attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store),
+                          L.attn_sinks.empty() ? nullptr : L.attn_sinks.data());
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, c.n_embd_q(), n_decode_);
     add_bias(proj_.data(), L.bo, n);
@@ -484,6 +485,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
     if (c.moe()) return moe_block(L, layer, n);
+    QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     const bool ready = residual_norm(layer, L.ffn_norm.data(), &gate_up[0].w, n);
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;

@@ -9,7 +9,7 @@
 
 namespace quill::cpu {
 
-void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used) {
+void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias) {
     QUILL_CHECK(n_used >= 1 && n_used <= n_expert, "{} of {} experts", n_used, n_expert);
     n_used_ = n_used;
     const auto k = static_cast<size_t>(n_used);
@@ -19,23 +19,21 @@ void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t
     order_.resize(static_cast<size_t>(n_expert));
     offsets_.assign(static_cast<size_t>(n_expert) + 2, 0);
     for (int64_t t = 0; t < n; ++t) {
-        // p = softmax(logits[t])
+        // l = logits[t] (+ bias)
         const float* l = logits + t * n_expert;
-        const float top = *std::max_element(l, l + n_expert);
-        double sum = 0.0;
-        for (int64_t e = 0; e < n_expert; ++e) sum += probs_[e] = std::exp(static_cast<double>(l[e]) - top);
-        for (double& p : probs_) p /= sum;
-        // the n_used largest, then in increasing expert order, each weighted by p_e / (sum of theirs)
+        for (int64_t e = 0; e < n_expert; ++e) probs_[e] = bias ? l[e] + bias[e] : l[e];
+        // the n_used largest, then in increasing expert order, each weighted by exp(l_e) / (sum of theirs)
         for (size_t e = 0; e < order_.size(); ++e) order_[e] = static_cast<int32_t>(e);
         std::partial_sort(order_.begin(), order_.begin() + n_used, order_.end(), [&](int32_t a, int32_t b) {
             return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
         });
+        const double top = probs_[order_[0]];
         std::sort(order_.begin(), order_.begin() + n_used);
         double chosen_sum = 0.0;
-        for (size_t i = 0; i < k; ++i) chosen_sum += probs_[order_[i]];
+        for (size_t i = 0; i < k; ++i) chosen_sum += std::exp(probs_[order_[i]] - top);
         for (size_t i = 0; i < k; ++i) {
             chosen_[t * k + i] = order_[i];
-            chosen_weight_[t * k + i] = static_cast<float>(probs_[order_[i]] / chosen_sum);
+            chosen_weight_[t * k + i] = static_cast<float>(std::exp(probs_[order_[i]] - top) / chosen_sum);
             ++offsets_[static_cast<size_t>(order_[i]) + 2];
         }
     }
@@ -52,9 +50,31 @@ void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t
     offsets_.pop_back();
 }
 
+namespace {
+
+// Expert e's part [e * n, (e + 1) * n) of a layer's expert biases, or nullptr when it has none.
+const float* bias_of(const std::vector<float>& b, int64_t e, int64_t n) {
+    return b.empty() ? nullptr : b.data() + e * n;
+}
+
+// gate[i] = g' / (1 + e^(-alpha g')) * (u' + 1) for i in [begin, end), g' = min(gate[i] + b1[i % f], limit), u' =
+// clamp(up[i] + b3[i % f], -limit, limit): gpt-oss's clamped SwiGLU over rows of f features (biases where not
+// null).
+void swiglu_oai(float* gate, const float* up, int64_t begin, int64_t end, int64_t f, const float* b1, const float* b3,
+                float alpha, float limit) {
+    for (int64_t i = begin; i < end; ++i) {
+        const float g = std::min(b1 ? gate[i] + b1[i % f] : gate[i], limit);
+        const float u = std::clamp(b3 ? up[i] + b3[i % f] : up[i], -limit, limit);
+        gate[i] = g / (1.0f + std::exp(alpha * -g)) * (u + 1.0f);
+    }
+}
+
+}  // namespace
+
 // proj = sum over the routed experts e of each token of weight_e * W2_e (silu(W1_e xn) * W3_e xn), xn = rms_norm(x +
-// the attention's proj) * ffn_norm. Expert by expert in increasing order, each over the rows of its tokens gathered
-// (all of xn's when every token uses it), and added to each token's sum as it comes: a token's sum runs over its
+// the attention's proj) * ffn_norm (gpt-oss: the router's logits and each product biased, the clamped SwiGLU).
+// Expert by expert in increasing order, each over the rows of its tokens gathered (all of xn's when every token
+// uses it), and added to each token's sum as it comes: a token's sum runs over its
 // experts in the same order, with the same products, whatever else is in the batch.
 void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
@@ -63,7 +83,8 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const MatmulJob router[] = {{matrix(L.ffn_gate_inp), moe_logits_.data()}};
     const bool ready = residual_norm(layer, L.ffn_norm.data(), &router[0].w, n);
     mm(router, xn_.data(), n, d, n_decode_, ready);
-    moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used);
+    moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used,
+                       L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data());
 
     moe_x_.resize(static_cast<size_t>(n * d));
     moe_gate_.resize(static_cast<size_t>(n * f));
@@ -89,13 +110,19 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
         const MatmulJob gate_up[] = {{matrix(E.gate), moe_gate_.data()}, {matrix(E.up), moe_up_.data()}};
         mm(gate_up, x, m, d, m_decode, m == n && xn_in_act);
         xn_in_act = m == n && !reference_;
-        // gate = silu(gate) * up
+        // gate = act(gate (+ b1), up (+ b3)): silu(gate) * up, or gpt-oss's clamped form with its biases
+        auto act = [&](int64_t begin, int64_t end) {
+            if (c.ffn_act != ModelConfig::Activation::swiglu_oai)
+                return kv_ops_.swiglu(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin);
+            swiglu_oai(moe_gate_.data(), moe_up_.data(), begin, end, f, bias_of(L.ffn_gate_exps_b, e, f),
+                       bias_of(L.ffn_up_exps_b, e, f), c.swiglu_alpha, c.swiglu_limit);
+        };
         if (m * f < 16384) {
-            kv_ops_.swiglu(moe_gate_.data(), moe_up_.data(), m * f);
+            act(0, m * f);
         } else {
             pool_.run([&](int ith, int nth) {
                 const Range r = split_range(m * f, ith, nth, 64);
-                kv_ops_.swiglu(moe_gate_.data() + r.begin, moe_up_.data() + r.begin, r.end - r.begin);
+                act(r.begin, r.end);
             });
         }
         // (the fast path's input in ffn_act_, so that act_ keeps xn_'s conversions for the next expert)
@@ -106,11 +133,15 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
             ffn_act_.set(moe_gate_.data(), m, f, m_decode);
             matmul(down, ffn_act_, pool_, isa_);
         }
+        const float* b2 = bias_of(L.ffn_down_exps_b, e, d);  // (gpt-oss: y += w * (o + b2))
         for (int64_t i = 0; i < m; ++i) {
             float* y = proj_.data() + moe_routing_.token(b + i) * d;
             const float* o = moe_down_.data() + i * d;
             const float w = moe_routing_.weight(b + i);
-            for (int64_t j = 0; j < d; ++j) y[j] += w * o[j];
+            if (b2)
+                for (int64_t j = 0; j < d; ++j) y[j] += w * (o[j] + b2[j]);
+            else
+                for (int64_t j = 0; j < d; ++j) y[j] += w * o[j];
         }
     }
 }

@@ -12,9 +12,10 @@ namespace quill::cpu {
 // each expert's tokens keep the batch's order, so the leading decode steps stay first in every group.
 class MoeRouting {
 public:
-    // From router logits [n, n_expert]: each token's n_used experts of the largest softmax probabilities (a tie goes
-    // to the lower expert), weighted by those probabilities over their sum.
-    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used);
+    // From router logits [n, n_expert] (plus bias [n_expert] when not null): each token's n_used experts of the
+    // largest logits (a tie goes to the lower expert), weighted by the softmax over those logits (the same as the
+    // softmax over all of them renormalized over the chosen).
+    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias = nullptr);
 
     int64_t n_used() const { return n_used_; }
     // Expert e's assignments [begin(e), end(e)): indices into token() and weight().
@@ -32,8 +33,8 @@ private:
     std::vector<int64_t> offsets_;      // [n_expert + 1]
     std::vector<int32_t> tokens_;       // [n * n_used] the token of each assignment, grouped by expert
     std::vector<float> weights_;        // [n * n_used] its weight
-    std::vector<double> probs_;         // [n_expert] one token's softmax
-    std::vector<int32_t> order_;        // [n_expert] experts by decreasing probability
+    std::vector<double> probs_;         // [n_expert] one token's logits
+    std::vector<int32_t> order_;        // [n_expert] experts by decreasing logit
 };
 
 }  // namespace quill::cpu

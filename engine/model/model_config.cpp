@@ -10,11 +10,11 @@ namespace quill {
 
 bool architecture_supported(const std::string& arch) {
     return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
-           arch == "gemma3" || arch == "phi3" || arch == "smollm3" || arch == "mistral3";
+           arch == "gemma3" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" || arch == "gpt-oss";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3";
+    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3, gpt-oss";
 }
 
 namespace {
@@ -85,14 +85,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
     if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma2" || c.arch == "gemma3" ||
-        c.arch == "phi3")
+        c.arch == "phi3" || c.arch == "gpt-oss")
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
-    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch != "qwen3moe")
+    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss";
+    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen3moe is)", f.path(), *experts, c.arch));
+                                    "(qwen3moe and gpt-oss are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -116,7 +117,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: head dimension {} is larger than 512 (not supported)", f.path(), c.head_dim));
     if (c.head_dim % 2 != 0) throw FileError(fmt::format("{}: head dimension {} is odd", f.path(), c.head_dim));
     c.n_ctx_train = optional_int(f, p + "context_length", 2048, 1, int64_t{1} << 30);
-    if (c.arch == "qwen3moe") {  // as llama.cpp reads them: the experts' width, else n_ff split over the used ones
+    if (moe) {  // as llama.cpp reads them: the experts' width, else n_ff split over the used ones
         c.n_expert = required_int(f, p + "expert_count", 1, 4096);
         c.n_expert_used = required_int(f, p + "expert_used_count", 1, c.n_expert);
         c.n_ff_exp = optional_int(f, p + "expert_feed_forward_length", c.n_ff / c.n_expert_used, 1, kBig);
@@ -157,6 +158,16 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
+    if (c.arch == "gpt-oss") {
+        // As llama.cpp's gpt-oss (LLM_ARCH_OPENAI_MOE): every second layer global (unless the file gives
+        // attention.sliding_window_pattern), the others local over the file's window, with rope.freq_base_swa when
+        // the file has it; queries scaled by 1 / sqrt(n_rot); the experts' clamped SwiGLU.
+        c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
+        c.swa_pattern = optional_int(f, p + "attention.sliding_window_pattern", 2, 0, 4096);
+        c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
+        c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_rot));
+        c.ffn_act = Activation::swiglu_oai;
+    }
     if (c.arch == "mistral3") {
         c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
         c.attn_temp_floor = c.yarn_n_ctx_orig;

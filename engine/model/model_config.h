@@ -30,8 +30,12 @@ struct ModelConfig {
     Rope rope = Rope::adjacent;
 
     // Per-architecture settings of the one forward pass (llama's values are the defaults).
-    enum class Activation { silu, gelu_tanh };  // the FFN's gate: SwiGLU (llama, qwen2) or GeGLU (gemma3)
+    // The FFN's gate: SwiGLU (llama, qwen2), GeGLU (gemma3), or gpt-oss's clamped SwiGLU, act(g, u) =
+    // min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1) (alpha 1.702 and limit 7, as
+    // llama.cpp sets them: gpt-oss files do not carry them).
+    enum class Activation { silu, gelu_tanh, swiglu_oai };
     Activation ffn_act = Activation::silu;
+    float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
     float embd_scale = 1.0f;        // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
     float attn_scale = 0.0f;        // score = q . k * attn_scale; set by from_gguf (1 / sqrt(head_dim) by default)
     float final_logit_softcap = 0;  // logits = cap * tanh(logits / cap) when > 0
@@ -61,9 +65,10 @@ struct ModelConfig {
     // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) after RoPE; 0: no scaling.
     float attn_temp_scale = 0.0f;
     int64_t attn_temp_floor = 0;
-    // Mixture of experts (qwen3moe): each layer's FFN is n_expert SwiGLU experts of n_ff_exp features, of which a
-    // router picks n_expert_used per token (the top of a softmax over its logits, their probabilities renormalized
-    // to sum to 1 as the experts' weights); n_expert 0: a dense FFN of n_ff features.
+    // Mixture of experts (qwen3moe, gpt-oss): each layer's FFN is n_expert SwiGLU experts of n_ff_exp features, of
+    // which a router picks n_expert_used per token (those of the largest logits), weighted by the softmax over the
+    // chosen logits alone (qwen3moe's softmax over all of them renormalized over the chosen is the same function;
+    // gpt-oss's llama.cpp gating, SOFTMAX_WEIGHT, is this form); n_expert 0: a dense FFN of n_ff features.
     int64_t n_expert = 0;
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
@@ -99,7 +104,7 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3,
-// mistral3).
+// mistral3, gpt-oss).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

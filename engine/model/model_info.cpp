@@ -109,6 +109,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe())
             info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
                                         {"n_ff_exp", c.n_ff_exp}};
+        if (c.sliding_window > 0)
+            info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
+        if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         info["runnable"] = true;
     } else {
         info["runnable"] = false;
@@ -167,6 +170,14 @@ std::string render_model_info(const json& info) {
         if (m.contains("experts"))
             line("experts", fmt::format("n_expert={} n_expert_used={} n_ff_exp={}", m["experts"]["n_expert"].dump(),
                                         m["experts"]["n_expert_used"].dump(), m["experts"]["n_ff_exp"].dump()));
+        if (m.contains("sliding_window") || m.contains("attn_sinks")) {
+            std::string a;
+            if (m.contains("sliding_window"))
+                a = fmt::format("sliding_window={} swa_pattern={}", m["sliding_window"]["window"].dump(),
+                                m["sliding_window"]["swa_pattern"].dump());
+            if (m.contains("attn_sinks")) a += a.empty() ? "sinks" : " sinks";
+            line("attention", a);
+        }
     } else {
         std::string why = "architecture unsupported";
         if (info.contains("not_runnable")) why = text(info["not_runnable"]);

@@ -97,6 +97,27 @@ ModelConfig qwen3moe_config(const char* name, int64_t n_embd, int64_t n_layer, i
     return c;
 }
 
+// gpt-oss: alternating local (window) and global layers with attention sinks, Q/K/V/O biases, a mixture of n_expert
+// experts (n_used a token) with biased router and products and the clamped SwiGLU, YaRN RoPE stretching an original
+// context n_ctx_orig by `yarn`; feed_forward_length is the experts' width, as its files state it.
+ModelConfig gpt_oss_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                           int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_vocab, int64_t n_ctx,
+                           int64_t window, float yarn, int64_t n_ctx_orig) {
+    ModelConfig c = base_config("gpt-oss", name, n_embd, n_layer, n_head, n_head_kv, 64, n_ff_exp, n_vocab, n_ctx);
+    c.rope_base = c.rope_base_local = 150000.0f;
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.sliding_window = window;
+    c.swa_pattern = 2;
+    c.ffn_act = ModelConfig::Activation::swiglu_oai;
+    c.rope_yarn = true;
+    c.rope_freq_scale = c.rope_freq_scale_local = 1.0f / yarn;
+    c.yarn_n_ctx_orig = n_ctx_orig;
+    c.rope_mscale = static_cast<float>(1.0 + 0.1 * std::log(yarn));
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
@@ -106,6 +127,11 @@ std::vector<ModelConfig> arch_shapes() {
         gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
         phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
+        // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
+        gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
+        // gpt-oss-20b as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
+        gpt_oss_config("gpt-oss-20b", 2880, 24, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
+        gpt_oss_config("gpt-oss-20b-8l", 2880, 8, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
         phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
     };
 }
@@ -280,6 +306,12 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         for (auto& v : w) v = static_cast<float>(0.8 + 0.4 * rng.uniform());
         return w;
     };
+    // Values uniform in [lo, hi): gpt-oss's biases and sinks.
+    auto uniform = [&](int64_t n, double lo, double hi) {
+        std::vector<float> w(n);
+        for (auto& v : w) v = static_cast<float>(lo + (hi - lo) * rng.uniform());
+        return w;
+    };
     // phi3's factors: n_rot / 2 divisors in [1, hi)
     auto factors = [&](double hi) {
         std::vector<float> f(c.n_rot / 2);
@@ -332,6 +364,19 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         if (c.arch == "qwen3" || c.arch == "qwen3moe") {
             L.attn_q_norm = norm(c.head_dim);
             L.attn_k_norm = norm(c.head_dim);
+        }
+        if (c.arch == "gpt-oss") {
+            // Sinks of the size of the scores, so that they take a share of each softmax; gate and up biases out to
+            // +-8, so that the SwiGLU's clamp at 7 cuts some of them.
+            L.attn_sinks = uniform(c.n_head, -1.0, 2.0);
+            L.bq = uniform(c.n_embd_q(), -0.1, 0.1);
+            L.bk = uniform(c.n_embd_kv(), -0.1, 0.1);
+            L.bv = uniform(c.n_embd_kv(), -0.1, 0.1);
+            L.bo = uniform(c.n_embd, -0.1, 0.1);
+            L.ffn_gate_inp_b = uniform(c.n_expert, -0.5, 0.5);
+            L.ffn_gate_exps_b = uniform(c.n_expert * c.n_ff_exp, -8.0, 8.0);
+            L.ffn_up_exps_b = uniform(c.n_expert * c.n_ff_exp, -8.0, 8.0);
+            L.ffn_down_exps_b = uniform(c.n_expert * c.n_embd, -0.1, 0.1);
         }
         m->weights.layers.push_back(std::move(L));
     }
@@ -387,6 +432,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);
         w.set(p + "final_logit_softcapping", c.final_logit_softcap);
     }
+    if (c.arch == "gpt-oss" && c.sliding_window > 0)
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
         w.set(p + "rope.scaling.attn_factor", c.rope_mscale);
@@ -417,10 +464,15 @@ void SyntheticModel::save(const std::string& path) const {
         std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + (t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1));
         w.add_tensor_view(t.name, t.type, ne, {t.data, t.n_bytes});
     };
-    auto vec = [&](const std::string& name, const std::vector<float>& v) {
+    // v as a tensor of rows of `row` floats (all of v when 0); nothing when v is empty
+    auto vec = [&](const std::string& name, const std::vector<float>& v, int64_t row = 0) {
+        if (v.empty()) return;
         std::vector<uint8_t> bytes(v.size() * sizeof(float));
         std::memcpy(bytes.data(), v.data(), bytes.size());
-        w.add_tensor(name, GgmlType::F32, {static_cast<int64_t>(v.size())}, std::move(bytes));
+        const auto n = static_cast<int64_t>(v.size());
+        std::vector<int64_t> ne{row > 0 ? row : n};
+        if (row > 0) ne.push_back(n / row);
+        w.add_tensor(name, GgmlType::F32, ne, std::move(bytes));
     };
     // A fused tensor whose parts `first`..`last` view consecutive bytes (make's phi3 matrices), whole again.
     auto fused = [&](const std::string& name, const TensorView& first, const TensorView& last) {
@@ -445,10 +497,20 @@ void SyntheticModel::save(const std::string& path) const {
         else
             for (const TensorView* t : {&L.wq, &L.wk, &L.wv}) view(*t);
         view(L.wo);
-        if (!L.attn_q_norm.empty()) vec(b + "attn_q_norm.weight", L.attn_q_norm);
-        if (!L.attn_k_norm.empty()) vec(b + "attn_k_norm.weight", L.attn_k_norm);
-        if (!L.attn_post_norm.empty()) vec(b + "post_attention_norm.weight", L.attn_post_norm);
-        vec(b + "ffn_norm.weight", L.ffn_norm);
+        vec(b + "attn_q.bias", L.bq);
+        vec(b + "attn_k.bias", L.bk);
+        vec(b + "attn_v.bias", L.bv);
+        vec(b + "attn_output.bias", L.bo);
+        vec(b + "attn_sinks.weight", L.attn_sinks);
+        vec(b + "attn_q_norm.weight", L.attn_q_norm);
+        vec(b + "attn_k_norm.weight", L.attn_k_norm);
+        vec(b + "post_attention_norm.weight", L.attn_post_norm);
+        // (gpt-oss's file names the FFN's input norm post_attention_norm)
+        vec(b + (c.arch == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), L.ffn_norm);
+        vec(b + "ffn_gate_inp.bias", L.ffn_gate_inp_b);
+        vec(b + "ffn_gate_exps.bias", L.ffn_gate_exps_b, c.n_ff_exp);
+        vec(b + "ffn_up_exps.bias", L.ffn_up_exps_b, c.n_ff_exp);
+        vec(b + "ffn_down_exps.bias", L.ffn_down_exps_b, c.n_embd);
         if (phi3)
             fused(b + "ffn_up.weight", L.ffn_gate, L.ffn_up);
         else if (!c.moe())
@@ -457,7 +519,7 @@ void SyntheticModel::save(const std::string& path) const {
             for (const TensorView* t : {&L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps}) view(*t);
         else
             view(L.ffn_down);
-        if (!L.ffn_post_norm.empty()) vec(b + "post_ffw_norm.weight", L.ffn_post_norm);
+        vec(b + "post_ffw_norm.weight", L.ffn_post_norm);
     }
     w.write(path);
 }

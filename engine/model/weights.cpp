@@ -54,6 +54,14 @@ public:
         return out;
     }
 
+    // A [n, m] tensor (m vectors of n) as n * m floats, innermost first.
+    std::vector<float> get_vectors(const std::string& name, int64_t n, int64_t m) const {
+        TensorView v = get(name, {n, m});
+        std::vector<float> out(static_cast<size_t>(n * m));
+        for (int64_t r = 0; r < m; ++r) dequantize_row(v.type, v.row(r), out.data() + r * n, n);
+        return out;
+    }
+
     // The vector if the file has it, else empty.
     std::vector<float> optional_vector(const std::string& name, int64_t n) const {
         return find(name) ? get_vector(name, n) : std::vector<float>{};
@@ -121,6 +129,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     w.rope_factors_long = l.optional_vector("rope_factors_long.weight", c.n_rot / 2);
     w.rope_factors_short = l.optional_vector("rope_factors_short.weight", c.n_rot / 2);
 
+    const bool gpt_oss = c.arch == "gpt-oss";
+    if (gpt_oss && w.output_tied)  // (llama.cpp requires output.weight for gpt-oss)
+        throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
@@ -133,7 +144,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.wv = l.get(b + "attn_v.weight", {c.n_embd, c.n_embd_kv()});
         }
         L.wo = l.get(b + "attn_output.weight", {c.n_embd_q(), c.n_embd});
-        L.ffn_norm = l.get_vector(b + "ffn_norm.weight", c.n_embd);
+        // (gpt-oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
+        L.ffn_norm = l.get_vector(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd);
         if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
@@ -150,7 +162,16 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         L.bq = l.optional_vector(b + "attn_q.bias", c.n_embd_q());
         L.bk = l.optional_vector(b + "attn_k.bias", c.n_embd_kv());
         L.bv = l.optional_vector(b + "attn_v.bias", c.n_embd_kv());
-        L.bo = l.optional_vector(b + "attn_output.bias", c.n_embd);
+        // (gpt-oss: required, as llama.cpp requires it, with the sinks and the router's and experts' biases)
+        L.bo = gpt_oss ? l.get_vector(b + "attn_output.bias", c.n_embd)
+                       : l.optional_vector(b + "attn_output.bias", c.n_embd);
+        if (gpt_oss) {
+            L.attn_sinks = l.get_vector(b + "attn_sinks.weight", c.n_head);
+            L.ffn_gate_inp_b = l.get_vector(b + "ffn_gate_inp.bias", c.n_expert);
+            L.ffn_gate_exps_b = l.get_vectors(b + "ffn_gate_exps.bias", c.n_ff_exp, c.n_expert);
+            L.ffn_up_exps_b = l.get_vectors(b + "ffn_up_exps.bias", c.n_ff_exp, c.n_expert);
+            L.ffn_down_exps_b = l.get_vectors(b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
+        }
         if (c.arch == "gemma3") {
             L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
             L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);

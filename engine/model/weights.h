@@ -53,6 +53,14 @@ struct LayerWeights {
     TensorView ffn_gate_exps, ffn_up_exps;  // [n_expert, n_ff_exp rows, n_embd]
     TensorView ffn_down_exps;               // [n_expert, n_embd rows, n_ff_exp]
     std::vector<ExpertWeights> experts;     // [n_expert]
+    // gpt-oss: biases of the router's logits and of each expert's gate, up and down products, expert e's at
+    // e * n_ff_exp (gate, up) and e * n_embd (down); empty when absent.
+    std::vector<float> ffn_gate_inp_b;                    // [n_expert]
+    std::vector<float> ffn_gate_exps_b, ffn_up_exps_b;    // [n_expert, n_ff_exp]
+    std::vector<float> ffn_down_exps_b;                   // [n_expert, n_embd]
+    // gpt-oss: each query head's learned logit that joins its softmax's denominator with no value ([n_head]);
+    // empty when absent.
+    std::vector<float> attn_sinks;
     // Optional biases (qwen2 has Q, K and V ones; llama GGUFs may carry any of them); empty when absent.
     std::vector<float> bq, bk, bv;  // [n_embd_q], [n_embd_kv], [n_embd_kv]
     std::vector<float> bo;          // [n_embd]

@@ -75,10 +75,11 @@ void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const s
     }
 }
 
-// p = exp(s - max s) / sum exp(s - max s), in place over the first n values
-void softmax(std::vector<double>& s, int64_t n) {
-    const double m = *std::max_element(s.begin(), s.begin() + n);
-    double sum = 0.0;
+// p = exp(s - m) / (sum exp(s - m) + exp(sink - m)), m = max(max s, sink), in place over the first n values: a
+// softmax whose denominator also counts a value-less logit `sink` (gpt-oss's attention sinks; -inf: none)
+void softmax(std::vector<double>& s, int64_t n, double sink = -INFINITY) {
+    const double m = std::max(*std::max_element(s.begin(), s.begin() + n), sink);
+    double sum = std::exp(sink - m);
     for (int64_t j = 0; j < n; ++j) {
         s[j] = std::exp(s[j] - m);
         sum += s[j];
@@ -251,7 +252,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     }
 
     // att_h = sum_j softmax_j(q_h . K_j * attn_scale) V_j over j = first..pos (first = 0, or the start of the
-    // sliding window on a local layer); head h reads KV head h / group.
+    // sliding window on a local layer); head h reads KV head h / group. gpt-oss: the softmax's denominator also
+    // counts exp(sink_h).
     // With an f16 cache q_h and the probabilities are rounded to fp16 too, as half-precision attention (the
     // CPU backend's, llama.cpp's) feeds its products with K and V.
     const int64_t first = c.layer_is_local(l) ? std::max<int64_t>(0, t.pos - c.sliding_window + 1) : 0;
@@ -270,7 +272,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             if (c.attn_logit_softcap > 0.0f)
                 score_[j] = c.attn_logit_softcap * std::tanh(score_[j] / c.attn_logit_softcap);
         }
-        softmax(score_, n_kv);
+        // (gpt-oss: head h's sink joins the denominator)
+        softmax(score_, n_kv, L.attn_sinks.empty() ? -INFINITY : L.attn_sinks[h]);
         if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
         double* ah = att_.data() + h * hd;
         for (int64_t j = 0; j < n_kv; ++j) {
@@ -307,39 +310,57 @@ void ReferenceBackend::output_token(float* logits) {
         logits[i] = static_cast<float>(cap > 0.0 ? cap * std::tanh(logit_[i] / cap) : logit_[i]);
 }
 
-// out = W2 (act(W1 xn) * W3 xn), act(g) = silu(g) = g / (1 + e^-g), or (gemma3)
-// gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
-void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const TensorView& w2, std::vector<double>& out) {
+// out = W2 (act(W1 xn + b1, W3 xn + b3)) + b2 (the biases where given), act(g, u) = silu(g) u = g u / (1 + e^-g), or
+// (gemma3) gelu(g) u = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u, or (gpt-oss) swiglu_oai(g, u) =
+// g' / (1 + e^(-alpha g')) (u' + 1), g' = min(g, limit), u' = clamp(u, -limit, limit)
+void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const TensorView& w2, std::vector<double>& out,
+                           const float* b1, const float* b3, const float* b2) {
     matvec(w1, xn_, gate_, row_);
     matvec(w3, xn_, up_, row_);
-    const bool gelu = config_.ffn_act == ModelConfig::Activation::gelu_tanh;
+    const ModelConfig& c = config_;
     const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
+    const double alpha = c.swiglu_alpha, limit = c.swiglu_limit;
     for (size_t i = 0; i < gate_.size(); ++i) {
-        const double g = gate_[i];
-        const double a = gelu ? 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g)))
-                              : g / (1.0 + std::exp(-g));
-        gate_[i] = a * up_[i];
+        const double g = gate_[i] + (b1 ? b1[i] : 0.0), u = up_[i] + (b3 ? b3[i] : 0.0);
+        switch (c.ffn_act) {
+        case ModelConfig::Activation::silu: gate_[i] = g / (1.0 + std::exp(-g)) * u; break;
+        case ModelConfig::Activation::gelu_tanh:
+            gate_[i] = 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g))) * u;
+            break;
+        case ModelConfig::Activation::swiglu_oai: {
+            const double gc = std::min(g, limit);
+            gate_[i] = gc / (1.0 + std::exp(-alpha * gc)) * (std::clamp(u, -limit, limit) + 1.0);
+            break;
+        }
+        }
     }
     matvec(w2, gate_, out, row_);
+    if (b2)
+        for (size_t i = 0; i < out.size(); ++i) out[i] += b2[i];
 }
 
-// out = sum over the n_expert_used experts e of the largest p_e of p_e / (sum of those p) * ffn_e(xn), with
-// p = softmax(W_router xn) (a tie goes to the lower expert)
+// out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn), with
+// l = W_router xn (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases
 void ReferenceBackend::moe_ffn(const LayerWeights& L) {
     const ModelConfig& c = config_;
     matvec(L.ffn_gate_inp, xn_, router_, row_);
-    softmax(router_, c.n_expert);
+    for (size_t e = 0; e < L.ffn_gate_inp_b.size(); ++e) router_[e] += L.ffn_gate_inp_b[e];
     std::vector<int64_t> order(static_cast<size_t>(c.n_expert));
     for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return router_[a] > router_[b]; });
-    double sum = 0.0;
-    for (int64_t i = 0; i < c.n_expert_used; ++i) sum += router_[order[i]];
+    std::vector<double> weight(static_cast<size_t>(c.n_expert_used));
+    for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = router_[order[i]];
+    softmax(weight, c.n_expert_used);
     out_.assign(c.n_embd, 0.0);
+    auto bias = [](const std::vector<float>& b, int64_t e, int64_t n) {
+        return b.empty() ? nullptr : b.data() + e * n;
+    };
     for (int64_t i = 0; i < c.n_expert_used; ++i) {
-        const ExpertWeights& e = L.experts[order[i]];
-        ffn(e.gate, e.up, e.down, expert_out_);
-        const double weight = router_[order[i]] / sum;
-        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight * expert_out_[j];
+        const int64_t e = order[i];
+        const ExpertWeights& E = L.experts[e];
+        ffn(E.gate, E.up, E.down, expert_out_, bias(L.ffn_gate_exps_b, e, c.n_ff_exp),
+            bias(L.ffn_up_exps_b, e, c.n_ff_exp), bias(L.ffn_down_exps_b, e, c.n_embd));
+        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight[i] * expert_out_[j];
     }
 }
 

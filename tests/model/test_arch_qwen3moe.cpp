@@ -4,7 +4,6 @@
 // the CPU backend of every kernel family this machine has. References in tests/data/arch/: llama.cpp
 // (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256) over the 32 tokens below, made with
 // /work/oracle/dump_logits FILE --tokens "..." -n 24 --logits ... --greedy ....
-#include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/layer_matrices.h"
 #include "engine/model/model.h"
@@ -20,7 +19,6 @@
 #include <filesystem>
 
 using namespace quill;
-using quill::cpu::Isa;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,18 +30,6 @@ std::unique_ptr<Model> saved_model(GgmlType type) {
     const fs::path file = dir / "qwen3moe-tiny.gguf";
     SyntheticModel::make(synthetic_config("qwen3moe-tiny"), type, 42)->save(file.string());
     return Model::load(file.string());
-}
-
-std::unique_ptr<cpu::CpuBackend> cpu_backend(const ModelConfig& c, const Weights& w, std::optional<Isa> isa,
-                                             int64_t n_slots = 1, KvType kv = KvType::f32) {
-    cpu::CpuBackendOptions o;
-    o.n_threads = 2;
-    o.n_ctx = kCtx;
-    o.n_slots = n_slots;
-    o.kv_type = kv;
-    o.isa = isa;
-    o.reference = !isa;
-    return std::make_unique<cpu::CpuBackend>(c, w, o);
 }
 
 // The limit on max |diff| / range. Measured: the CPU backend's every path 3.6e-7 (F32) and 2.1e-4 (F16: both round
@@ -73,12 +59,7 @@ TEST_CASE("qwen3moe tiny model: the CPU backend gives llama.cpp's logits and gre
           "[arch][cpu]") {
     for (const Case& c : kCases) {
         auto m = saved_model(c.type);
-        std::vector<std::optional<Isa>> isas{std::nullopt};  // the scalar reference path, then each kernel family
-        for (Isa isa : test::available_isas()) isas.push_back(isa);
-        for (const auto& isa : isas) {
-            INFO(stem(c) << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
-            test::check_against_llama_cpp(*cpu_backend(m->config, m->weights, isa), stem(c), c.tol);
-        }
+        test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.tol, kCtx);
     }
 }
 
@@ -149,23 +130,7 @@ TEST_CASE("qwen3moe: a token's logits have the same bits in any batch as alone",
     // order shows in the sum's bits).
     ModelConfig config = synthetic_config("qwen3moe-tiny");
     config.n_expert_used = 3;
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
-        auto m = SyntheticModel::make(config, type, 7);
-        const int64_t nv = m->config.n_vocab;
-        const auto a = test::some_tokens(8, static_cast<int>(nv), 31);
-        const auto b = test::some_tokens(6, static_cast<int>(nv), 32);
-        const auto p = test::some_tokens(20, static_cast<int>(nv), 33);
-        for (Isa isa : test::available_isas()) {
-            INFO(type_name(type) << ", " << cpu::isa_name(isa));
-            auto make = [&](int64_t n_slots) { return cpu_backend(m->config, m->weights, isa, n_slots, KvType::f16); };
-            const test::MixedDecode r = test::mixed_decode_steps(make, a, b, p);
-            CHECK(test::max_diff(r.mixed, r.alone) == 0.0);
-            // The prompt's last row, computed with other company in its products, within float rounding of its
-            // row alone.
-            const auto want = test::rows(test::prefill_logits(*make(1), p), nv, 19, 20);
-            CHECK(test::max_diff(r.prompt_last, want) <= 2e-4 * test::max_abs(want));
-        }
-    }
+    test::check_mixed_batches(config, {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}, kCtx);
 }
 
 TEST_CASE("quill run and quill chat work end to end on a qwen3moe file", "[arch][cli]") {

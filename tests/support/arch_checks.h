@@ -2,12 +2,16 @@
 // tests/data/arch/, and a sequence's decode steps alone against the same steps in mixed batches.
 #pragma once
 
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/synthetic.h"
 #include "tests/support/backend_checks.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +42,31 @@ inline void check_against_llama_cpp(Backend& b, const std::string& stem, double 
     }
     INFO("worst position: max |diff| / range " << worst);
     CHECK(got == want);
+}
+
+// A CPU backend of n_ctx positions and n_slots slots on 2 threads: the scalar reference path when isa is unset.
+inline std::unique_ptr<cpu::CpuBackend> arch_cpu_backend(const ModelConfig& c, const Weights& w,
+                                                         std::optional<cpu::Isa> isa, int64_t n_ctx,
+                                                         int64_t n_slots = 1, KvType kv = KvType::f32) {
+    cpu::CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = n_ctx;
+    o.n_slots = n_slots;
+    o.kv_type = kv;
+    o.isa = isa;
+    o.reference = !isa;
+    return std::make_unique<cpu::CpuBackend>(c, w, o);
+}
+
+// check_against_llama_cpp on the CPU backend's reference path, then on each kernel family this machine has.
+inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, const std::string& stem, double tol,
+                                        int64_t n_ctx) {
+    std::vector<std::optional<cpu::Isa>> isas{std::nullopt};
+    for (cpu::Isa isa : available_isas()) isas.push_back(isa);
+    for (const auto& isa : isas) {
+        INFO(stem << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
+        check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol);
+    }
 }
 
 // What a scheduler step holds: decode steps of running sequences first (BatchToken::decode), then prompt chunks.
@@ -78,6 +107,33 @@ inline MixedDecode mixed_decode_steps(const std::function<std::unique_ptr<Backen
         ++i;
     }
     return r;
+}
+
+}  // namespace quill::test
+
+namespace quill::test {
+
+// For random weights of `config` (seed 7) of each type, on each kernel family here with an F16 cache of n_ctx:
+// mixed_decode_steps' decode steps in mixed batches bit for bit as alone, and the prompt's last row, computed with
+// other company in its products, within float rounding of its row alone.
+inline void check_mixed_batches(const ModelConfig& config, std::initializer_list<GgmlType> types, int64_t n_ctx) {
+    for (GgmlType type : types) {
+        auto m = SyntheticModel::make(config, type, 7);
+        const int64_t nv = m->config.n_vocab;
+        const auto a = some_tokens(8, static_cast<int>(nv), 31);
+        const auto b = some_tokens(6, static_cast<int>(nv), 32);
+        const auto p = some_tokens(20, static_cast<int>(nv), 33);
+        for (cpu::Isa isa : available_isas()) {
+            INFO(type_name(type) << ", " << cpu::isa_name(isa));
+            auto make = [&](int64_t n_slots) {
+                return arch_cpu_backend(m->config, m->weights, isa, n_ctx, n_slots, KvType::f16);
+            };
+            const MixedDecode r = mixed_decode_steps(make, a, b, p);
+            CHECK(max_diff(r.mixed, r.alone) == 0.0);
+            const auto want = rows(prefill_logits(*make(1), p), nv, 19, 20);
+            CHECK(max_diff(r.prompt_last, want) <= 2e-4 * max_abs(want));
+        }
+    }
 }
 
 }  // namespace quill::test
