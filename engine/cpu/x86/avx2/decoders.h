@@ -444,6 +444,7 @@ struct Packed8 {
     static constexpr int kOffset = Type == GgmlType::Q4_0 ? 8 : Type == GgmlType::Q5_0 ? 16 : 0;
     static constexpr bool kSigned = Type == GgmlType::Q8_0;
     static constexpr bool kHasMin = Type == GgmlType::Q4_1 || Type == GgmlType::Q5_1;
+    static constexpr bool kRecordValues = kSigned;  // Q8_0's records hold Step8's values as they are (RecordWeights)
     static constexpr int kGroupsPerMadd = kSigned ? 1 : kHigh ? 4 : 8;  // as Dec8's
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kRecordBytes = packed_record_bytes(Type);
