@@ -26,7 +26,8 @@ using quill::test::product;
 using quill::test::random_blocks;
 using quill::test::TestMatrix;
 
-TEST_CASE("packed IQ4_NL tiles hold each block's nibbles in the rows' lanes and its d, as Q4_0's", "[matmul]") {
+TEST_CASE("packed IQ4_NL tiles hold each block's nibbles in the rows' lanes and its d as Q4_0's records do",
+          "[matmul]") {
     // Written out from the layout (kernels.h, packed_record_bytes): record b of tile t holds at 64 c + 4 r + i byte
     // 4 c + i of the nibbles of block b of row 16 t + r, and at 256 + 2 r its d; a ragged tile repeats its last row.
     std::mt19937 rng(4601);
