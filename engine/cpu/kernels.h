@@ -165,16 +165,17 @@ Kernel fallback_kernel();
 // 64 elements at a time use it for a trailing odd block.
 float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& q, int64_t t);
 // Writes tiles [tile0, tile1) of w's PackedWeights form to out (the whole packed buffer), a value at a time: the
-// layout avx512::pack_tiles writes with its transposes, for machines without AVX-512 (and for every family the Q5_0
-// and Q5_1 records: Q4_0's values, then each row's qh word with its bits reordered, bit 8i + k the fifth bit of
-// element 4k + i). Q4_K, Q5_K and IQ4_XS tiles are two eight-row halves, each its rows' super-blocks in order, each
+// layout avx512::pack_tiles writes with its transposes (IQ4_NL's records are Q4_0's), for machines without AVX-512
+// (and for every family the Q5_0 and Q5_1 records: Q4_0's values, then each row's qh word with its bits reordered,
+// bit 8i + k the fifth bit of element 4k + i). Q4_K, Q5_K and IQ4_XS tiles are two eight-row halves, each its rows' super-blocks in order, each
 // super-block's four-byte groups in order, the eight rows' side by side: bytes o .. o + 3 of row r at 8 o + 4 r (for
 // each 16-byte chunk the four vectors the AVX2 kernels' transpose of eight rows makes of it). Q6_K tiles are four
 // quads of four rows (kQ6QuadBytes).
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
-// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K); empty in a build without AVX2.
+// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS); empty in a
+// build without AVX2.
 // Call only where the CPU has AVX2.
 const KernelTable& kernel_table();
 float quantize_block(const float* x, int8_t* q, int32_t* sums);  // the generic one in a build without AVX2
@@ -225,6 +226,7 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
         case GgmlType::Q6_K:
             return 16 * 210 / 8;
         case GgmlType::Q4_0:
+        case GgmlType::IQ4_NL:  // Q4_0's records: its nibbles (looked up in the levels by the kernels) and its d
             return 16 * 16 + 32;
         case GgmlType::Q4_1:
             return 16 * 16 + 64;

@@ -81,13 +81,14 @@ void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) 
     const int64_t scales_at = value_bytes + (q5 ? 64 : 0);  // Q5_0, Q5_1: each row's qh word before the scales
     const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
     const size_t qs_at = q8                         ? offsetof(BlockQ8_0, qs)
-                         : w.type == GgmlType::Q4_0 ? offsetof(BlockQ4_0, qs)
+                         : w.type == GgmlType::Q4_0 || w.type == GgmlType::IQ4_NL ? offsetof(BlockQ4_0, qs)
                          : w.type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs)
                          : w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qs)
                                                     : offsetof(BlockQ5_1, qs);
     const size_t qh_at = w.type == GgmlType::Q5_0 ? offsetof(BlockQ5_0, qh) : offsetof(BlockQ5_1, qh);
     static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
     static_assert(offsetof(BlockQ5_0, d) == 0 && offsetof(BlockQ5_1, d) == 0 && offsetof(BlockQ5_1, m) == 2);
+    static_assert(offsetof(BlockIq4Nl, d) == 0 && offsetof(BlockIq4Nl, qs) == offsetof(BlockQ4_0, qs));
     for (int64_t tile = tile0; tile < tile1; ++tile) {
         auto* rec = static_cast<uint8_t*>(out) + tile * nb * record;
         for (int64_t b = 0; b < nb; ++b, rec += record) {

@@ -603,7 +603,8 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         CHECK(PackedWeights::supports(type, Isa::generic) == false);
         const bool packs = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
                            type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q5_0 ||
-                           type == GgmlType::Q5_1 || type == GgmlType::Q6_K || type == GgmlType::IQ4_XS;
+                           type == GgmlType::Q5_1 || type == GgmlType::Q6_K || type == GgmlType::IQ4_XS ||
+                           type == GgmlType::IQ4_NL;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (packs && isa_available(Isa::avx2)));
         CHECK(PackedWeights::supports(type, Isa::avx512) ==
               (packs && isa_available(Isa::avx512) && !avx512_emulated()));
@@ -636,7 +637,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
                                   : type == GgmlType::Q6_K   ? 420
                                   : type == GgmlType::IQ4_XS ? 272
                                   : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
-                                                                                     : 288;  // Q4_0, Q4_K
+                                                                                     : 288;  // Q4_0, IQ4_NL, Q4_K
             REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
             REQUIRE(PackedWeights::bytes_for(m.view()) == packed.bytes());
             {  // packed into another's memory (the backend's one mapping for all its matrices), at a cache line

@@ -18,49 +18,14 @@
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::make_input;
-using quill::test::poisoned;
+using quill::test::packed_isas;
+using quill::test::product;
+using quill::test::random_blocks;
 using quill::test::TestMatrix;
-
-namespace {
-
-// n_out rows of random super-blocks: every byte random but d, a random fp16 in [2^-12, 2^-5) (finite, so that the
-// products are).
-TestMatrix random_blocks(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng) {
-    TestMatrix m{type, n_out, n_in, {}, {}};
-    const size_t rb = row_size(type, n_in), block = row_size(type, 256);
-    m.data.resize(rb * static_cast<size_t>(n_out));
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> exponent(-12.0f, -5.0f);
-    for (uint8_t& b : m.data) b = static_cast<uint8_t>(byte(rng));
-    const size_t d_at = type == GgmlType::Q6_K ? offsetof(BlockQ6_K, d) : offsetof(BlockIq4Xs, d);
-    for (size_t at = 0; at < m.data.size(); at += block) {
-        const uint16_t d = fp32_to_fp16(std::exp2(exponent(rng)));
-        std::memcpy(m.data.data() + at + d_at, &d, 2);
-    }
-    m.deq.resize(static_cast<size_t>(n_out * n_in));
-    for (int64_t r = 0; r < n_out; ++r)
-        dequantize_row(type, m.data.data() + rb * static_cast<size_t>(r), m.deq.data() + r * n_in, n_in);
-    return m;
-}
-
-// y [n_tokens, n_out] = x W^T on isa (threads from pool).
-std::vector<float> product(const WeightMatrix& w, const std::vector<float>& x, int64_t n_tokens, ThreadPool& pool,
-                           Isa isa) {
-    Activations act;
-    act.set(x.data(), n_tokens, w.n_in);
-    std::vector<float> y = poisoned(static_cast<size_t>(n_tokens * w.n_out));
-    matmul(w, act, y.data(), pool, isa);
-    return y;
-}
-
-}  // namespace
 
 TEST_CASE("packed Q6_K and IQ4_XS kernels equal the reference dot products on random blocks on every ISA",
           "[matmul]") {
-    std::vector<Isa> isas;  // the families with packed kernels that run here
-    for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
-        if (isa_available(isa) && !(isa >= Isa::avx512 && avx512_emulated())) isas.push_back(isa);
-    }
+    const std::vector<Isa> isas = packed_isas();
     if (isas.empty()) return quill::test::skip_no_device("no AVX2 here: the packed kernels cannot run");
     for (Isa isa : isas) {
         INFO(isa_name(isa));

@@ -129,13 +129,16 @@ struct DecQ6_K {
     [[gnu::always_inline]] static Step4 decode(const __m256i (&ql)[2][2], const __m256i (&qh)[2][2], int j,
                                                const State& st) {
         const int k = j % 4;
-        const __m128i nibble_shift = _mm_cvtsi32_si128(4 * (k / 2)), top_shift = _mm_cvtsi32_si128(2 * k);
         Step4 s;
         for (int p = 0; p < 2; ++p) {
             for (int q = 0; q < 2; ++q) {
-                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql[p][q], nibble_shift), _mm256_set1_epi8(0x0F));
-                const __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh[p][q], top_shift), _mm256_set1_epi8(3));
-                s.u[q][p] = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
+                const __m256i nibbles = k >= 2 ? _mm256_srli_epi16(ql[p][q], 4) : ql[p][q];
+                // The top two bits (at bit 2k of qh) moved to bits 4 and 5 by one shift, none for k = 2.
+                const __m256i top = k < 2    ? _mm256_slli_epi16(qh[p][q], 4 - 2 * k)
+                                    : k == 3 ? _mm256_srli_epi16(qh[p][q], 2)
+                                             : qh[p][q];
+                s.u[q][p] = _mm256_or_si256(_mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F)),
+                                            _mm256_and_si256(top, _mm256_set1_epi8(0x30)));
                 s.ws[q][p] = pair_of(&st.ws[2 * p][2 * j + q], &st.ws[2 * p + 1][2 * j + q]);
             }
         }
@@ -444,6 +447,7 @@ struct Packed8 {
     static constexpr int kOffset = Type == GgmlType::Q4_0 ? 8 : Type == GgmlType::Q5_0 ? 16 : 0;
     static constexpr bool kSigned = Type == GgmlType::Q8_0;
     static constexpr bool kHasMin = Type == GgmlType::Q4_1 || Type == GgmlType::Q5_1;
+    static constexpr bool kRecordValues = kSigned;  // Q8_0's records hold Step8's values as they are (RecordWeights)
     static constexpr int kGroupsPerMadd = kSigned ? 1 : kHigh ? 4 : 8;  // as Dec8's
     static constexpr int kGroupSteps = 1;
     static constexpr int64_t kRecordBytes = packed_record_bytes(Type);

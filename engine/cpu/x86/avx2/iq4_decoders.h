@@ -70,6 +70,25 @@ struct Dec8Table {
     }
 };
 
+// Half h of a record of packed IQ4_NL (Q4_0's records: an IQ4_NL block is laid out as Q4_0's, the fp16 d and then
+// the 16 bytes of nibbles): Packed8<Q4_0>'s nibbles looked up in the levels, signed as Dec8Table<BlockIq4Nl, false>
+// gives them, so the same Step8 and the bits of the file's rows.
+struct Packed8Iq4Nl {
+    static constexpr int kOffset = 0;
+    static constexpr bool kSigned = true, kHasMin = false, kRecordValues = false;
+    static constexpr int kGroupsPerMadd = 1;
+    static constexpr int kGroupSteps = 1;
+    static constexpr int64_t kRecordBytes = packed_record_bytes(GgmlType::IQ4_NL);
+    static_assert(kRecordBytes == Packed8<GgmlType::Q4_0>::kRecordBytes);
+
+    static Step8 load(const uint8_t* rec, int h) {
+        Step8 s = Packed8<GgmlType::Q4_0>::load(rec, h);
+        const __m256i levels = levels_256(kIq4nlValues, kOffset);
+        for (__m256i& w : s.w) w = _mm256_shuffle_epi8(levels, w);
+        return s;
+    }
+};
+
 // IQ4_XS: a group is a super-block, its eight 32-element sub-blocks the steps; sub-block j's scale is
 // d * (ls_j - 32), ls_j = nibble j of scales_l with bits 2j, 2j + 1 of scales_h above it.
 template <bool Unsigned>

@@ -313,7 +313,7 @@ struct StepWeights {
 // records, of which the output matrix has the most.
 template <typename P>
 struct RecordWeights {
-    static_assert(P::kSigned && !P::kHasMin);
+    static_assert(P::kSigned && P::kRecordValues && !P::kHasMin);
     static constexpr int64_t kStride = 64;
     const uint8_t* tile;
     int h;
@@ -522,7 +522,7 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
                         store_transposed(out[0], 8, y + 8 * g * w.n_out, w.n_out, nr);
                     }
                 };
-                if constexpr (Src::kPacked && Dec::kSigned) {  // Q8_0's records read in place
+                if constexpr (Src::kPacked && requires { requires Dec::kRecordValues; }) {  // Q8_0's, in place
                     groups(RecordWeights<Dec>{src.tile, src.h}, [](int64_t) {});
                     if (n_rest > 0) repack_rows8(src, nb, steps);
                 } else if constexpr (Src::kPacked) {
@@ -616,6 +616,7 @@ void add_lanes_kernels(KernelTable& table) {
     entry(table.packed, GgmlType::Q8_0) = {rows8<PackedRows8<Packed8<GgmlType::Q8_0>>>, true};
     entry(table.packed, GgmlType::Q4_K) = {rows8<PackedK8<Dec8Q4_K>>, true};
     entry(table.packed, GgmlType::Q5_K) = {rows8<PackedK8<Dec8Q5_K>>, true};
+    entry(table.packed, GgmlType::IQ4_NL) = {rows8<PackedRows8<Packed8Iq4Nl>>, true};
     entry(table.packed, GgmlType::IQ4_XS) = {rows8<PackedK8<Dec8Iq4Xs<false>>>, true};
 }
 

@@ -167,15 +167,21 @@ struct DecQ6_K {
 
     // Step k from its half's ql and qh (lane r: row r's ql[64 half + 16 c ..] in ql[c], qh[32 half + 16 c ..] in
     // qh[c]).
+    // The top two bits move to bits 4 and 5 by one shift (none for bit 4), and one vpternlogd merges them with the
+    // low nibble: u = (low & 0x0F) | (top & 0x30).
     [[gnu::always_inline]] static Step4 decode(const __m512i ql[4], const __m512i qh[2], int k, const State& st) {
         const int odd = k % 2;
-        const __m128i nibble_shift = _mm_cvtsi32_si128(4 * odd);
         Step4 s;
+#pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
-            const __m512i low = _mm512_and_si512(_mm512_srl_epi16(ql[q], nibble_shift), _mm512_set1_epi8(0x0F));
-            const __m128i top_shift = _mm_cvtsi32_si128(4 * odd + 2 * (q / 2));
-            const __m512i top = _mm512_and_si512(_mm512_srl_epi16(qh[q % 2], top_shift), _mm512_set1_epi8(3));
-            s.u[q] = _mm512_or_si512(low, _mm512_slli_epi16(top, 4));
+            const __m512i low = odd != 0 ? _mm512_srli_epi16(ql[q], 4) : ql[q];
+            const int bit = 4 * odd + 2 * (q / 2);  // of the top two bits in qh
+            const __m512i top = bit < 4   ? _mm512_slli_epi16(qh[q % 2], 4 - bit)
+                                : bit > 4 ? _mm512_srli_epi16(qh[q % 2], bit - 4)
+                                          : qh[q % 2];
+            // 0xEA: (A & B) | C, with A = low, B = 0x0F, C = the top bits at 4 and 5
+            s.u[q] = _mm512_ternarylogic_epi32(low, _mm512_set1_epi8(0x0F),
+                                               _mm512_and_si512(top, _mm512_set1_epi8(0x30)), 0xEA);
             const int i = 4 * k + q;  // the 16-element sub-block
             s.ws[q] = st.ws[i / 8].expanded(i % 8);
         }

@@ -60,6 +60,23 @@ struct Packed16 {
     }
 };
 
+// Packed IQ4_NL: Q4_0's records (an IQ4_NL block is laid out as Q4_0's: the fp16 d, then the 16 bytes of nibbles),
+// the nibbles looked up in the type's 16 levels plus 128: Dec16Table's bytes, so the steps and the bits of the file's
+// rows.
+struct Packed16Iq4Nl {
+    static constexpr int kOffset = 128;
+    static constexpr bool kHasMin = false;
+    static constexpr int64_t kRecordBytes = packed_record_bytes(GgmlType::IQ4_NL);
+    static_assert(kRecordBytes == Packed16<GgmlType::Q4_0>::kRecordBytes);
+
+    [[gnu::always_inline]] static Step16 step(const uint8_t* rec) {
+        Step16 s = Packed16<GgmlType::Q4_0>::step(rec);
+        const __m512i levels = levels_512(kIq4nlValues);
+        for (__m512i& w : s.w) w = _mm512_shuffle_epi8(levels, w);
+        return s;
+    }
+};
+
 // The record kPrefetchBytes ahead of rec, into L2 (the packed tiles of a thread's rows are one stream).
 template <typename P>
 [[gnu::always_inline]] inline void prefetch_record(const uint8_t* rec) {
@@ -382,13 +399,17 @@ void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1
 
 bool pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K) return pack_k_tiles(w, out, tile0, tile1), true;
-    if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_1 && w.type != GgmlType::Q8_0) return false;
+    if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_1 && w.type != GgmlType::Q8_0 &&
+        w.type != GgmlType::IQ4_NL)
+        return false;
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, has_min = w.type == GgmlType::Q4_1;
     const int64_t value_bytes = q8 ? 512 : 256;  // per record
     const auto block_bytes = static_cast<int64_t>(row_size(w.type, 32));
     const size_t qs_at = has_min ? offsetof(BlockQ4_1, qs) : q8 ? offsetof(BlockQ8_0, qs) : offsetof(BlockQ4_0, qs);
     static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_1, m) == 2);
+    static_assert(offsetof(BlockIq4Nl, d) == 0 && offsetof(BlockIq4Nl, qs) == offsetof(BlockQ4_0, qs) &&
+                  sizeof(BlockIq4Nl) == sizeof(BlockQ4_0));
     for (int64_t tile = tile0; tile < tile1; ++tile) {
         const uint8_t* rows[16];
         for (int r = 0; r < 16; ++r) {  // a ragged tile repeats its last row
@@ -428,7 +449,9 @@ void add_pack_kernels(KernelTable& table) {
     entry(table.packed_amx, GgmlType::Q4_K) = {packed_k_rows<Dec16Q4_K, true>, true, false, tiles};
     entry(table.packed, GgmlType::Q5_K) = {packed_k_rows<Dec16Q5_K, false>, true};
     entry(table.packed_amx, GgmlType::Q5_K) = {packed_k_rows<Dec16Q5_K, true>, true, false, tiles};
-    // IQ4_XS and Q6_K have no AMX kernels over the file's rows to give the bits of: the AVX-512 kernels there too.
+    // IQ4_NL, IQ4_XS and Q6_K have no AMX kernels over the file's rows to give the bits of: the AVX-512 kernels there too.
+    entry(table.packed, GgmlType::IQ4_NL) = entry(table.packed_amx, GgmlType::IQ4_NL) = {
+        packed_rows<Packed16Iq4Nl, false>, true};
     entry(table.packed, GgmlType::IQ4_XS) = entry(table.packed_amx, GgmlType::IQ4_XS) = {
         packed_k_rows<Dec16Iq4Xs, false>, true};
     entry(table.packed, GgmlType::Q6_K) = entry(table.packed_amx, GgmlType::Q6_K) = {

@@ -19,8 +19,12 @@ constexpr bool kExactBlocks = requires { requires Dec::kExactBlocks; };
 // int32, so each lane holds the exact sum of (u - c) * a that the prefill tile computes. The float minima come in
 // through accm = sum over blocks (sub-blocks for the k-quants) of wm * ds, in block order (add_block_minima repeats
 // it for the prefill path).
-template <typename Dec, int T, typename Tile>
-void decode_tile(Tile& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens]) {
+// With Offsets (one quarter a scale), each dot starts from its -c * sum(a) in `offsets` (offset_terms of tokens
+// [t0, t0 + T)) instead of subtracting a second vpdpbusd's: the same exact integers.
+template <typename Dec, int T, bool Offsets = false, typename Tile>
+void decode_tile(Tile& tile, const QuantizedActs& q, int64_t t0, int64_t n_groups, float (*out)[kMaxTokens],
+                 const int32_t* offsets = nullptr) {
+    static_assert(!Offsets || (Dec::kQuartersPerScale == 1 && Dec::kOffset != 0));
     constexpr int QG = Dec::kQuartersPerScale;
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(Dec::kOffset));
     const int8_t* a0 = q.qs + t0 * q.qs_stride;   // [T][qs_stride]
@@ -44,13 +48,17 @@ void decode_tile(Tile& tile, const QuantizedActs& q, int64_t t0, int64_t n_group
                 for (int t = 0; t < T; ++t) {
                     const int8_t* a = a0 + t * q.qs_stride + 64 * s + 16 * QG * j;
                     __m512i dot = _mm512_setzero_si512(), coff = _mm512_setzero_si512();
+                    if constexpr (Offsets) {
+                        const int32_t* o = offsets + t * (q.n_in / 4) + 16 * s + 4 * j;
+                        dot = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+                    }
                     for (int i = 0; i < QG; ++i) {
                         const __m512i ai =
                             _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * i)));
                         dot = _mm512_dpbusd_epi32(dot, w.u[j * QG + i], ai);
-                        if constexpr (Dec::kOffset != 0) coff = _mm512_dpbusd_epi32(coff, offset, ai);
+                        if constexpr (Dec::kOffset != 0 && !Offsets) coff = _mm512_dpbusd_epi32(coff, offset, ai);
                     }
-                    if constexpr (Dec::kOffset != 0) dot = _mm512_sub_epi32(dot, coff);
+                    if constexpr (Dec::kOffset != 0 && !Offsets) dot = _mm512_sub_epi32(dot, coff);
                     if constexpr (kExactBlocks<Dec>) {  // the block's integer dot in all four lanes of its row
                         static_assert(QG == 2);
                         // (byte shuffles: SIMDe, which the emulated build uses, has no _mm512_shuffle_epi32)
@@ -79,6 +87,20 @@ void decode_tile(Tile& tile, const QuantizedActs& q, int64_t t0, int64_t n_group
                 out[r][t] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
             }
             if constexpr (Dec::kHasMin) out[r][t] += mins[r];
+        }
+    }
+}
+
+// decode_tile's offsets: -c times the sum of each four activation bytes of tokens [t0, t0 + n), out [n][n_in / 4]
+// (the bytes 4 i .. 4 i + 3 at i), made once for all of a range's row tiles.
+template <int Offset>
+void offset_terms(const QuantizedActs& q, int64_t t0, int64_t n, int32_t* out) {
+    static_assert(Offset > 0 && Offset < 128);
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i + 64 <= q.n_in; i += 64) {
+            const __m512i a = _mm512_loadu_si512(q.qs + (t0 + t) * q.qs_stride + i);
+            const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(Offset), a);
+            _mm512_storeu_si512(out + t * (q.n_in / 4) + i / 4, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
         }
     }
 }
@@ -221,6 +243,15 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
     const QuantScratch<PrefillStep<QG>> sc(scratch, w.n_in);
     const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
     const int64_t block_rows = OutputBlock::rows_for(args.n_tokens);
+    // Decode's offset terms of every token (one quarter a scale), in the room of the repacked steps it does not use.
+    constexpr bool kOffsetTerms = QG == 1 && Dec::kOffset != 0;
+    const int32_t* offsets = nullptr;
+    if constexpr (kOffsetTerms) {
+        if (!prefill && args.n_tokens * w.n_in <= n_steps * static_cast<int64_t>(sizeof(PrefillStep<QG>))) {
+            offset_terms<Dec::kOffset>(q, 0, args.n_tokens, reinterpret_cast<int32_t*>(sc.repacked));
+            offsets = reinterpret_cast<const int32_t*>(sc.repacked);
+        }
+    }
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
         OutputBlock block{sc.output_block, args.n_tokens, rb, min64(block_rows, r1 - rb)};
         for (int64_t r = rb; r < rb + block.n_rows; r += 4) {
@@ -235,18 +266,25 @@ void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) 
                 } else {
                     nt = static_cast<int>(min64(kMaxTokens, args.n_tokens - t));
                     float part[4][kMaxTokens];
+                    auto decode = [&]<int T>() {
+                        if constexpr (kOffsetTerms) {
+                            if (offsets != nullptr)
+                                return decode_tile<Dec, T, true>(tile, q, t, n_groups, part, offsets + t * (w.n_in / 4));
+                        }
+                        decode_tile<Dec, T>(tile, q, t, n_groups, part);
+                    };
                     switch (nt) {
                         case 1:
-                            decode_tile<Dec, 1>(tile, q, t, n_groups, part);
+                            decode.template operator()<1>();
                             break;
                         case 2:
-                            decode_tile<Dec, 2>(tile, q, t, n_groups, part);
+                            decode.template operator()<2>();
                             break;
                         case 3:
-                            decode_tile<Dec, 3>(tile, q, t, n_groups, part);
+                            decode.template operator()<3>();
                             break;
                         default:
-                            decode_tile<Dec, 4>(tile, q, t, n_groups, part);
+                            decode.template operator()<4>();
                             break;
                     }
                     for (int i = 0; i < 4; ++i) {
