@@ -161,8 +161,7 @@ public:
     // Masks computed on the matcher's thread so far.
     size_t masks_ahead() const { return masks_ahead_; }
     // The grammar, once the matcher's thread is idle, and the current state in `state`: for walking ahead of the
-    // accepted tokens (a draft model's guesses) with the grammar's mask() and accept() on the caller's thread, until
-    // the matcher's next accept().
+    // accepted tokens (a draft model's guesses) with the grammar's shared_mask() and accept(), which take its lock.
     TokenGrammar& look_ahead(TokenGrammar::State& state);
 
 private:

@@ -44,10 +44,11 @@ int32_t Drafter::allowed_max(grammar::GrammarMatcher& m, grammar::TokenGrammar::
     grammar::TokenGrammar::State current;
     grammar::TokenGrammar& g = m.look_ahead(current);
     if (first) state = current;
-    const std::span<const uint64_t> mask = g.mask(state);
+    // shared_mask: the grammar may be shared with other sequences whose matchers' threads add to its caches.
+    const grammar::TokenGrammar::Mask mask = g.shared_mask(state);
     int32_t best = -1;
-    for (size_t t = 0; t < row.size() && t / 64 < mask.size(); ++t) {
-        if (((mask[t / 64] >> (t & 63)) & 1) && (best < 0 || row[t] > row[static_cast<size_t>(best)]))
+    for (size_t t = 0; t < row.size() && t / 64 < mask->size(); ++t) {
+        if ((((*mask)[t / 64] >> (t & 63)) & 1) && (best < 0 || row[t] > row[static_cast<size_t>(best)]))
             best = static_cast<int32_t>(t);
     }
     if (best >= 0) state = g.accept(state, best);
