@@ -370,6 +370,12 @@ std::span<const uint64_t> GrammarMatcher::mask() {
     return *mask_;
 }
 
+TokenGrammar& GrammarMatcher::look_ahead(TokenGrammar::State& state) {
+    wait();
+    state = state_;
+    return *g_;
+}
+
 void GrammarMatcher::accept(int32_t token) {
     wait();
     error_ = nullptr;

@@ -160,6 +160,9 @@ public:
     int32_t n_vocab() const { return g_->n_vocab(); }
     // Masks computed on the matcher's thread so far.
     size_t masks_ahead() const { return masks_ahead_; }
+    // The grammar, once the matcher's thread is idle, and the current state in `state`: for walking ahead of the
+    // accepted tokens (a draft model's guesses) with the grammar's shared_mask() and accept(), which take its lock.
+    TokenGrammar& look_ahead(TokenGrammar::State& state);
 
 private:
     void prepare();  // the current state's mask: from the cache, or handed to the thread

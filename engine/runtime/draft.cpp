@@ -37,6 +37,24 @@ void Drafter::run(const Batch& batch, std::span<float> logits) {
     }
 }
 
+// The first maximum of row among the tokens the grammar allows in `state` (the matcher's current state when first),
+// and `state` moved past it; -1 when it allows none.
+int32_t Drafter::allowed_max(grammar::GrammarMatcher& m, grammar::TokenGrammar::State& state, bool first,
+                             std::span<const float> row) {
+    grammar::TokenGrammar::State current;
+    grammar::TokenGrammar& g = m.look_ahead(current);
+    if (first) state = current;
+    // shared_mask: the grammar may be shared with other sequences whose matchers' threads add to its caches.
+    const grammar::TokenGrammar::Mask mask = g.shared_mask(state);
+    int32_t best = -1;
+    for (size_t t = 0; t < row.size() && t / 64 < mask->size(); ++t) {
+        if ((((*mask)[t / 64] >> (t & 63)) & 1) && (best < 0 || row[t] > row[static_cast<size_t>(best)]))
+            best = static_cast<int32_t>(t);
+    }
+    if (best >= 0) state = g.accept(state, best);
+    return best;
+}
+
 // Round 0 runs each sequence's tokens that the draft's slot does not hold yet and draws the first guess from the last
 // one's logits; round j runs guess j - 1 and draws guess j. A round holds every sequence that wants that many guesses.
 void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
@@ -46,10 +64,12 @@ void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
     dists.assign(n, {});
     const auto n_vocab = static_cast<size_t>(draft_.config().n_vocab);
     const auto n_ids = static_cast<size_t>(std::min<int64_t>(n_token_ids, draft_.config().n_vocab));
+    states_.assign(n, {});
+    stopped_.assign(n, 0);
     int rounds = 0;
     for (const Request& r : requests) {
         QUILL_CHECK(r.slot >= 0 && static_cast<size_t>(r.slot) < caches_.size(), "draft slot {} out of range", r.slot);
-        QUILL_CHECK(!r.tokens.empty() && r.n_guess >= 1 && r.sampler, "a draft request without tokens or guesses");
+        QUILL_CHECK(!r.tokens.empty() && r.n_guess >= 1, "a draft request without tokens or guesses");
         rounds = std::max(rounds, r.n_guess);
     }
     for (int round = 0; round < rounds; ++round) {
@@ -58,7 +78,7 @@ void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
         size_t rows = 0;
         for (size_t i = 0; i < n; ++i) {
             const Request& r = requests[i];
-            if (round >= r.n_guess) continue;
+            if (round >= r.n_guess || stopped_[i]) continue;
             SlotCache& c = caches_[static_cast<size_t>(r.slot)];
             if (round == 0) {
                 const size_t keep = draft_.reusable_prefix(c.tokens, c.written, r.tokens);
@@ -80,9 +100,25 @@ void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
         for (size_t i = 0; i < n; ++i) {
             if (row_of_[i] == SIZE_MAX) continue;
             const std::span<float> row(logits_.data() + row_of_[i] * n_vocab, n_ids);
+            const Request& r = requests[i];
+            if (r.grammar) {
+                const int32_t guess = allowed_max(*r.grammar, states_[i], round == 0, row);
+                if (guess < 0) {
+                    stopped_[i] = 1;
+                    continue;
+                }
+                dists[i].emplace_back().point(guess);
+                guesses[i].push_back(guess);
+                continue;
+            }
             TokenDist& q = dists[i].emplace_back();
-            requests[i].sampler->distribution(row, q);
-            guesses[i].push_back(requests[i].sampler->draw(q));
+            if (!r.sampler) {
+                q.point(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+                guesses[i].push_back(q.ids.front());
+                continue;
+            }
+            r.sampler->distribution(row, q);
+            guesses[i].push_back(r.sampler->draw(q));
         }
     }
 }

@@ -33,11 +33,16 @@ public:
         int32_t slot = 0;
         std::span<const int32_t> tokens;  // the sequence so far, positions 0.. (prompt and generated tokens)
         int n_guess = 0;                  // guesses wanted, >= 1
-        Sampler* sampler = nullptr;       // its chain makes the draft's distribution q; its RNG draws from it
+        // Its chain makes the draft's distribution q and its RNG draws from it; null: q is the draft's first maximum
+        // (for a sampler whose state would have to follow the guesses: penalties, grammar, logprobs).
+        Sampler* sampler = nullptr;
+        // The first maximum is taken among the tokens this grammar allows after the sequence and the guesses before
+        // it (null: none); guessing stops where it allows none.
+        grammar::GrammarMatcher* grammar = nullptr;
     };
     // For each request, n_guess tokens, each drawn from q: the sampler's distribution over the draft's logits after
-    // the tokens and the guesses before it (greedy: the draft's first maximum). guesses[i][j] is request i's j-th
-    // guess and dists[i][j] the q it was drawn from. Only the first n_token_ids logits are tokens.
+    // the tokens and the guesses before it (greedy or no sampler: the draft's first maximum). guesses[i][j] is
+    // request i's j-th guess and dists[i][j] the q it was drawn from. Only the first n_token_ids logits are tokens.
     void propose(std::span<const Request> requests, int64_t n_token_ids, std::vector<std::vector<int32_t>>& guesses,
                  std::vector<std::vector<TokenDist>>& dists);
 
@@ -51,6 +56,8 @@ private:
         int64_t written = 0;
     };
     void run(const Batch& batch, std::span<float> logits);
+    static int32_t allowed_max(grammar::GrammarMatcher& m, grammar::TokenGrammar::State& state, bool first,
+                               std::span<const float> row);
 
     Backend& draft_;
     int n_batch_;
@@ -58,6 +65,8 @@ private:
     Batch batch_, chunk_;
     std::vector<float> logits_;     // [rows, n_vocab]
     std::vector<size_t> row_of_;    // [request] its logits row in this round, or SIZE_MAX for none
+    std::vector<grammar::TokenGrammar::State> states_;  // [request] its grammar's state after its guesses so far
+    std::vector<char> stopped_;                        // [request] its grammar allowed no token: no more guesses
 };
 
 }  // namespace quill

@@ -136,7 +136,7 @@ std::string Generation::advance(int32_t token) {
 }
 
 int Generation::guess_budget(int wanted) const {
-    if (wanted <= 0 || finished() || !sampler_.can_speculate()) return 0;
+    if (wanted <= 0 || finished()) return 0;
     // The step's decode row gives one token and each accepted guess one more; a guess at position next_pos() + k
     // must fit in the context.
     int64_t budget = std::min<int64_t>(wanted, n_ctx_ - 1 - next_pos());

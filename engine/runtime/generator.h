@@ -39,11 +39,11 @@ struct GenerationParams {
     // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability and that many most likely alternatives
     // (Generation::logprobs).
     int logprobs = -1;
-    // Prompt lookup (engine/runtime/lookup.h): up to this many guessed tokens checked in each decode step, for a
-    // sampler without penalties, grammar or logprobs. Greedy, the text is the same as without; sampled, its
-    // distribution is. 0: off.
+    // Prompt lookup (engine/runtime/lookup.h): up to this many guessed tokens checked in each decode step. Greedy,
+    // the text is the same as without; sampled, its distribution is (with penalties, a grammar or logprobs, the
+    // tokens for a seed are too, and so are the logprobs). 0: off.
     int lookup = 0;
-    // A draft model's guesses (engine/runtime/draft.h), under the same conditions as lookup; null: none. Shared by
+    // A draft model's guesses (engine/runtime/draft.h), checked as lookup's are; null: none. Shared by
     // the requests that use it (its KV slots are the target's).
     std::shared_ptr<Drafter> drafter;
     // Guesses per step with a drafter: this many, or 0: adaptive (kDraftStart first, one more after a step whose
@@ -106,7 +106,7 @@ public:
     int32_t next_pos() const { return static_cast<int32_t>(prompt_.size()) + n_generated_ - 1; }
     uint64_t seed() const { return sampler_.params().seed; }
     // How many guessed tokens the scheduler may check in the next decode step: `wanted`, capped to the tokens still
-    // allowed (-n, the context); 0 when the sampler cannot check guesses (Sampler::can_speculate) or it finished.
+    // allowed (-n, the context); 0 when it finished.
     int guess_budget(int wanted) const;
 
 private:

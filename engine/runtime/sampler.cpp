@@ -148,7 +148,7 @@ int32_t Sampler::sample_top(std::span<const SampleCandidate> top) {
     return finish();
 }
 
-bool Sampler::plain_greedy() const { return params_.temperature <= 0.0f && can_speculate(); }
+bool Sampler::plain_greedy() const { return params_.temperature <= 0.0f && stateless(); }
 
 void Sampler::set_logprobs(int top_n) {
     QUILL_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "top_n {} out of range", top_n);
@@ -286,7 +286,7 @@ void TokenDist::point(int32_t id) {
     probs.assign(1, 1.0);
 }
 
-bool Sampler::can_speculate() const {
+bool Sampler::stateless() const {
     const SamplingParams& p = params_;
     const bool no_penalty =
         p.repeat_last_n == 0 || (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f);

@@ -93,6 +93,8 @@ public:
     // runs the forward pass; the tokens are the same without.
     void constrain(std::shared_ptr<grammar::TokenGrammar> g, bool overlap = true);
     bool constrained() const { return grammar_ != nullptr; }
+    // The grammar's matcher (null without one): a draft model follows its masks along its guesses.
+    grammar::GrammarMatcher* grammar_matcher() { return grammar_.get(); }
     // Moves the grammar past a sampled token (nothing without a grammar).
     void accept_output(int32_t token);
     // The grammar's text is complete and nothing can follow (false without a grammar).
@@ -103,9 +105,10 @@ public:
     // can pick without the history or the RNG).
     bool plain_greedy() const;
 
-    // Whether guessed tokens may be checked against this sampler (speculative decoding): no penalty, grammar or
-    // logprobs in effect, whose state would have to move with each guess. Greedy or not.
-    bool can_speculate() const;
+    // No penalty, grammar or logprobs in effect: nothing in the sampler moves with each token, so speculative
+    // decoding may check guesses by rejection sampling on distribution(). A sampler with state checks them by
+    // sample() of each row in turn (engine/runtime/scheduler.h). Greedy or not.
+    bool stateless() const;
     // The distribution sample() draws from for this row (changed in place as sample() changes it): the tokens the
     // chain keeps and their probabilities after temperature; all the mass on the first maximum when greedy. No draw.
     void distribution(std::span<float> logits, TokenDist& out);

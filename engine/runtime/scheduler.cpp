@@ -152,7 +152,10 @@ void Scheduler::propose_drafts() {
         h.assign(s.gen->prompt().begin(), s.gen->prompt().end());
         h.insert(h.end(), s.gen->generated().begin(), s.gen->generated().end());
         draft_of_[i] = static_cast<int>(draft_requests_.size());
-        draft_requests_.push_back({static_cast<int32_t>(i), h, budget, &s.gen->sampler()});
+        // A sampler with state guesses the draft's first maximum: its state cannot follow the guesses, and its RNG
+        // stays as plain decoding uses it.
+        Sampler* sampler = s.gen->sampler().stateless() ? &s.gen->sampler() : nullptr;
+        draft_requests_.push_back({static_cast<int32_t>(i), h, budget, sampler, s.gen->sampler().grammar_matcher()});
         n_token_ids = std::min(n_token_ids, s.gen->n_token_ids());
     }
     if (drafter) drafter->propose(draft_requests_, n_token_ids, draft_guesses_, draft_dists_);
@@ -222,15 +225,18 @@ void Scheduler::build_batch() {
     }
 }
 
-// The token row r gives its sequence: the row's pick, or for a slot whose guesses are checked by rejection sampling,
-// the verdict on the guess the next row holds (the guess, or a token drawn in its place) and after the last guess a
-// draw from the row's distribution.
+// The token row r gives its sequence: the row's pick, or for a slot whose guesses are checked on the host, either
+// sample() of the row now, with the sampler in the state the sequence's earlier tokens of this step left it in (a
+// sampler with state: penalties, grammar, logprobs), or the verdict of rejection sampling on the guess the next row
+// holds (the guess, or a token drawn in its place) and after the last guess a draw from the row's distribution.
 int32_t Scheduler::pick(size_t r) {
     const int32_t slot = logit_slot_[r];
     if (!sampled_guesses_[slot]) return picked_[r];
     Sampler& sampler = slots_[slot].gen->sampler();
     const auto n_vocab = static_cast<size_t>(backend_.config().n_vocab);
-    sampler.distribution(std::span<float>(logits_.data() + r * n_vocab, n_vocab), p_);
+    const std::span<float> row(logits_.data() + r * n_vocab, n_vocab);
+    if (!sampler.stateless()) return sampler.sample(row);
+    sampler.distribution(row, p_);
     const bool guess_next = r + 1 < logit_slot_.size() && logit_slot_[r + 1] == slot && guess_[r + 1] >= 0;
     if (!guess_next) return sampler.draw(p_);
     const int draft = draft_of_[slot];

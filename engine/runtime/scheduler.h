@@ -19,6 +19,9 @@
 // host memory: row i's distribution p against the draft's q for the guess row i + 1 holds (a point mass for a lookup
 // guess); a rejection draws the row's token from max(0, p - q) and ends the sequence's step, and after all were
 // accepted the last row gives one more token from its p. Each token is then distributed as plain sampling gives it.
+// A sampler with state (penalties, a grammar, logprobs: Sampler::stateless) instead samples each row in turn on the
+// host, after the tokens before it moved its state, and a guess counts while it equals the pick before it: the
+// tokens, the logprobs and the RNG's draws are those of plain decoding, guess or not.
 #pragma once
 
 #include "engine/runtime/backend.h"
@@ -147,7 +150,8 @@ private:
     std::vector<int> draft_of_;                         // [slot]
     std::vector<std::vector<int32_t>> draft_guesses_;   // [request][guess]
     std::vector<std::vector<TokenDist>> draft_dists_;   // [request][guess]
-    // Slots whose guesses this step are checked by rejection sampling, on the rows' logits in host memory.
+    // Slots whose guesses this step are checked on the rows' logits in host memory (rejection sampling, or sample()
+    // of each row in turn).
     std::vector<char> sampled_guesses_;  // [slot]
     std::vector<float> logits_;          // [batch.n_logits(), n_vocab] when some slot's are
     TokenDist p_, q_;

@@ -73,13 +73,18 @@ TEST_CASE("run --lookup gives the text of run without it, token for token", "[lo
     }
 }
 
-TEST_CASE("lookup makes no guesses with penalties, and its flag is checked", "[lookup][cli]") {
+TEST_CASE("lookup with penalties checks guesses and keeps the seed's text, and its flag is checked", "[lookup][cli]") {
     const auto& path = test::tiny_model_file(test::TinyModel::spm);
-    const auto penalized = test::run_quill({"run", "-m", path.string(), "-p", "Once upon a time", "--raw", "--temp",
-                                            "0.8", "--repeat-penalty", "1.2", "--seed", "1", "-n", "40", "--lookup",
-                                            "8", "--json", "-q"});
+    const std::vector<std::string> base = {"run", "-m", path.string(), "-p", "Once upon a time", "--raw", "--temp",
+                                           "0.8", "--repeat-penalty", "1.2", "--seed", "1", "-n", "40", "--json", "-q"};
+    const auto plain = test::run_quill(base);
+    REQUIRE(plain.status == 0);
+    auto args = base;
+    args.insert(args.end(), {"--lookup", "8"});
+    const auto penalized = test::run_quill(args);
     REQUIRE(penalized.status == 0);
-    CHECK(json::parse(penalized.out)["lookup"]["guessed"] == 0);
+    CHECK(json::parse(penalized.out)["lookup"]["guessed"].get<int>() > 0);
+    CHECK(json::parse(penalized.out)["text"] == json::parse(plain.out)["text"]);
     const auto too_many = test::run_quill({"run", "-m", path.string(), "-p", "x", "--lookup", "33"});
     CHECK(too_many.status == 2);
     CHECK(too_many.err.find("--lookup") != std::string::npos);
