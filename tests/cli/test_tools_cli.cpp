@@ -162,7 +162,7 @@ TEST_CASE("chat --tools: every turn is rendered with the tools", "[cli][tools]")
     CHECK(cached_tokens(tooled.out + tooled.err) - cached_tokens(plain.out + plain.err) == added);
 }
 
-TEST_CASE("--tools: a file that is not an array of tool definitions is one error line", "[cli][tools]") {
+TEST_CASE("a --tools file that is not an array of tool definitions is one error line", "[cli][tools]") {
     const auto dir = test::temp_dir("tools-bad");
     const std::string not_array = write_file(dir / "tools.json", R"({"tools": []})").string();
     const std::string no_name = write_file(dir / "noname.json", R"([{"type": "function", "function": {}}])").string();

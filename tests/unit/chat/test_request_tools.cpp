@@ -51,7 +51,7 @@ TEST_CASE("tools and tool_choice are checked with a message naming what is wrong
     CHECK_NOTHROW(parse_chat_request(R"({"messages": [], "tools": null, "tool_choice": null})", "r"));
 }
 
-TEST_CASE("content parts are joined into a string; other content is refused", "[chat][tools]") {
+TEST_CASE("content parts are joined into a string, and other content is refused", "[chat][tools]") {
     const auto request = chat_request_from_json(
         ojson::parse(R"([{"role": "user", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]},
                          {"role": "assistant", "content": null, "tool_calls": []}])"),
