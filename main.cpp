@@ -124,6 +124,13 @@ void add_template_option(CLI::App* cmd, std::string& chat_template) {
                     "Jinja file (default: the model's)");
 }
 
+CLI::Option* add_tools_option(CLI::App* cmd, std::string& tools) {
+    return cmd->add_option("--tools", tools,
+                           "JSON file: an array of OpenAI tool definitions ({\"type\": \"function\", \"function\": "
+                           "{\"name\", \"description\", \"parameters\"}}) for the chat template")
+        ->check(kNotEmpty);
+}
+
 void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional<uint64_t>& seed) {
     cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
     cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
@@ -262,6 +269,7 @@ int main(int argc, char** argv) {
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
+    add_tools_option(run_cmd, run.tools)->excludes(raw_flag);
     auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
     add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
                                                "many alternatives")
@@ -294,6 +302,7 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
     chat_cmd->add_option("--system", chat.system, "The system message");
     add_template_option(chat_cmd, chat.chat_template);
+    add_tools_option(chat_cmd, chat.tools);
     chat_cmd->add_option("--context-overflow", chat.overflow,
                          "When the conversation outgrows the context: drop-oldest (turns) or error")
         ->capture_default_str();

@@ -1,5 +1,6 @@
 #include "engine/batch/input.h"
 
+#include "engine/chat/chat_format.h"
 #include "engine/error.h"
 #include "engine/io/json_input.h"
 #include "engine/io/utf8.h"
@@ -143,34 +144,6 @@ RequestOverrides read_overrides(const json& obj) {
     return o;
 }
 
-// Message content: a string, or an array of {"type": "text", "text"} parts (joined).
-std::string message_content(const json& c) {
-    if (c.is_string()) return c.get<std::string>();
-    if (!c.is_array()) throw LineError{"a message's \"content\" must be a string or an array of text parts"};
-    std::string out;
-    for (const auto& part : c) {
-        const json* type = part.is_object() ? find(part, "type") : nullptr;
-        const json* text = part.is_object() ? find(part, "text") : nullptr;
-        if (!type || *type != "text" || !text || !text->is_string())
-            throw LineError{"a message's content parts must be {\"type\": \"text\", \"text\": ...}"};
-        out += text->get<std::string>();
-    }
-    return out;
-}
-
-std::vector<ChatMessage> read_messages(const json& v) {
-    if (!v.is_array() || v.empty()) throw LineError{"\"messages\" must be a non-empty array"};
-    std::vector<ChatMessage> out;
-    for (const auto& m : v) {
-        const json* role = m.is_object() ? find(m, "role") : nullptr;
-        const json* content = m.is_object() ? find(m, "content") : nullptr;
-        if (!role || !role->is_string() || !content)
-            throw LineError{"each message must be an object with a string \"role\" and a \"content\""};
-        out.push_back({role->get<std::string>(), message_content(*content)});
-    }
-    return out;
-}
-
 std::string read_prompt(const json& v) {
     if (!v.is_string()) throw LineError{"\"prompt\" must be a string (token arrays and prompt lists are not supported)"};
     std::string p = v.get<std::string>();
@@ -188,7 +161,14 @@ void read_body(const json& obj, const OrderedSource& ordered, BatchRequest& r) {
         throw LineError{"/v1/chat/completions needs \"messages\""};
     if (!prompt && !messages) throw LineError{"no \"prompt\" or \"messages\""};
     if (prompt) r.prompt = read_prompt(*prompt);
-    if (messages) r.messages = read_messages(*messages);
+    if (prompt && (find(obj, "tools") || find(obj, "chat_template_kwargs")))
+        throw LineError{"\"tools\" and \"chat_template_kwargs\" need \"messages\", not a \"prompt\""};
+    if (messages) {
+        if (!messages->is_array() || messages->empty()) throw LineError{"\"messages\" must be a non-empty array"};
+        chat::ChatRequest request = chat::chat_request_from_json(ordered.get(), fmt::format("input line {}", r.line));
+        r.messages = std::move(request.messages);
+        r.template_vars = std::move(request.vars);
+    }
     r.overrides = read_overrides(obj);
     r.overrides.constraint = read_constraint(obj, ordered, r.line);
 }

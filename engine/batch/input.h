@@ -1,16 +1,20 @@
 // The input of `quill batch`: one request per line, in one of three formats.
 //  - plain text: a prompt per line; `\n` in a line is a newline (`\t` a tab, `\\` a backslash); ids line-<n>
 //  - JSONL: {"id", "prompt" | "messages", and optional "max_tokens", "temperature", "top_p", "top_k", "min_p",
-//    "seed", "stop", "response_format", "grammar"}
+//    "seed", "stop", "response_format", "grammar", "tools", "tool_choice", "chat_template_kwargs", ...}
 //  - OpenAI batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body"}
 // The format is given (--format, the file's extension) or read from the whole text: JSON lines when more than half
 // of the non-blank lines begin with '{', so that a few broken lines cannot turn a JSONL file into prompts; then
 // OpenAI batch when the first line that is a JSON object has "custom_id" or "body". A line that cannot be a request
 // becomes an error entry (its record says why) and the rest go on. JSON is parsed with parse_untrusted_json's depth
-// limit. parse_batch_input is a pure function of the text: no model, no files.
+// limit. A request with "messages" is read as `quill template --messages` reads a chat request
+// (chat::chat_request_from_json): its other keys (tools, tool_choice, enable_thinking, ...) reach the template.
+// parse_batch_input is a pure function of the text: no model, no files.
 #pragma once
 
 #include "engine/grammar/constraint.h"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -33,11 +37,6 @@ FormatHint format_hint_from_name(std::string_view path);
 
 enum class Endpoint { none, completions, chat_completions };  // OpenAI url; none for plain text and JSONL
 
-struct ChatMessage {
-    std::string role;
-    std::string content;
-};
-
 // Per-request settings; unset ones take the command line's.
 struct RequestOverrides {
     std::optional<int> max_tokens;
@@ -56,7 +55,9 @@ struct BatchRequest {
     std::string id;       // line-<n>, the JSONL "id", or the OpenAI "custom_id"
     size_t line = 0;      // 1-based line in the input
     std::optional<std::string> prompt;  // exactly one of prompt and messages is set
-    std::optional<std::vector<ChatMessage>> messages;
+    std::optional<nlohmann::ordered_json> messages;  // chat::ChatRequest::messages
+    // chat::ChatRequest::vars of a request with messages: the template variables beside them, in the line's order.
+    nlohmann::ordered_json template_vars = nlohmann::ordered_json::object();
     Endpoint endpoint = Endpoint::none;
     std::string model;    // the OpenAI body's "model", echoed in the response (may be empty)
     RequestOverrides overrides;

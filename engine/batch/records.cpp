@@ -39,29 +39,47 @@ json usage(const Completion& c) {
                 {"prompt_tokens_details", {{"cached_tokens", c.cached_tokens}}}};
 }
 
+// OpenAI's finish reason for an answer that ends in tool calls.
+std::string finish_reason(const Completion& c) {
+    if (!c.tool_calls.is_null() && c.finish_reason == FinishReason::stop) return "tool_calls";
+    return std::string(finish_reason_name(c.finish_reason));
+}
+
 }  // namespace
 
+void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax) {
+    chat::ParsedAnswer parsed = chat::request_tool_calls(c.text, syntax, r.template_vars);
+    if (parsed.calls.empty()) return;
+    c.text = std::move(parsed.text);
+    c.tool_calls = chat::openai_tool_calls(parsed.calls, c.seed);
+}
+
 std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const Completion& c) {
-    const std::string reason(finish_reason_name(c.finish_reason));
+    const std::string reason = finish_reason(c);
     if (ctx.format != InputFormat::openai) {
-        json record{{"id", r.id},
-                    {"text", c.text},
-                    {"finish_reason", reason},
+        json record{{"id", r.id}, {"text", c.text}};
+        if (!c.tool_calls.is_null()) record["tool_calls"] = c.tool_calls;
+        record.update(json{{"finish_reason", reason},
                     {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}},
-                    {"seed", c.seed}};
+                    {"seed", c.seed}});
         if (!c.logprobs.is_null()) record["logprobs"] = c.logprobs;
         return dump(record);
     }
     const std::string model = r.model.empty() ? ctx.model_name : r.model;
     json body;
     if (r.endpoint == Endpoint::chat_completions) {
+        json message{{"role", "assistant"}, {"content", c.text}};
+        if (!c.tool_calls.is_null()) {
+            if (c.text.empty()) message["content"] = nullptr;
+            message["tool_calls"] = c.tool_calls;
+        }
         body = json{{"id", fmt::format("chatcmpl-{}", index)},
                     {"object", "chat.completion"},
                     {"created", ctx.created},
                     {"model", model},
                     {"choices",
                      json::array({{{"index", 0},
-                                   {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                   {"message", std::move(message)},
                                    {"logprobs", c.logprobs},
                                    {"finish_reason", reason}}})},
                     {"usage", usage(c)},

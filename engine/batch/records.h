@@ -1,6 +1,6 @@
 // The output of `quill batch`: one JSONL record per request, written and flushed as each finishes, and the scan
 // that --resume makes of an earlier, possibly killed, run's output.
-//  - plain text and JSONL input: {"id", "text", "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
+//  - plain text and JSONL input: {"id", "text", ["tool_calls",] "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
 //    "seed"} (and "logprobs": [{"id", "token", "logprob", "bytes", "top_logprobs"}] when asked) or {"id", "error":
 //    {"message"}}
 //  - OpenAI batch input: {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null} with
@@ -10,6 +10,7 @@
 #pragma once
 
 #include "engine/batch/input.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/io/output.h"
 #include "engine/runtime/generator.h"
 
@@ -32,7 +33,13 @@ struct Completion {
     int cached_tokens = 0;  // prompt tokens found in the KV cache (OpenAI's usage.prompt_tokens_details)
     uint64_t seed = 0;      // the sampler's seed
     nlohmann::ordered_json logprobs;  // null unless the request asked; else in its output format's shape
+    nlohmann::ordered_json tool_calls;  // null, or OpenAI's "tool_calls" taken out of `text` (take_tool_calls)
 };
+
+// When the request offers tools (and its "tool_choice" is not "none"), the calls of c.text in `syntax` move to
+// c.tool_calls (chat::openai_tool_calls, ids from c.seed) and c.text keeps the rest. A call that is not well-formed
+// stays text.
+void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax);
 
 // What OpenAI response bodies name: the model, and the creation time (Unix seconds).
 struct RecordContext {

@@ -87,7 +87,7 @@ void Run::finished(int64_t id, const GenerationStats& st) {
         return;
     }
     Completion c{std::move(node.mapped().text), gen.finish_reason(), st.prompt_tokens, st.completion_tokens,
-                 st.reused_tokens, gen.seed(), nullptr};
+                 st.reused_tokens, gen.seed(), nullptr, nullptr};
     const BatchRequest& request = input_.entries[static_cast<size_t>(id)].request;
     if (gen.sampler().logprobs_on()) {
         if (ctx_.format != InputFormat::openai) c.logprobs = logprobs_content(tok_, gen.logprobs(), true);
@@ -95,6 +95,7 @@ void Run::finished(int64_t id, const GenerationStats& st) {
             c.logprobs = {{"content", logprobs_content(tok_, gen.logprobs(), false)}};
         else c.logprobs = completion_logprobs(tok_, gen.logprobs());
     }
+    take_tool_calls(c, request, options_.tool_syntax);
     out_.write(result_record(ctx_, request, static_cast<size_t>(id), c));
     ++p_.done;
     p_.reused_tokens += st.reused_tokens;

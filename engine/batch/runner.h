@@ -27,6 +27,9 @@ struct RunnerOptions {
     // Called once in a run, with the first warning a request's constraint gives (a JSON schema's oneOf generated as
     // anyOf, grammar::Grammar::warnings). Null: none said.
     std::function<void(const std::string&)> on_warning;
+    // How the template teaches the model to call tools: the calls of answers to requests with tools become
+    // records' "tool_calls" (take_tool_calls).
+    chat::ToolCallSyntax tool_syntax = chat::ToolCallSyntax::none;
     int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
     Shard shard;                   // the entries it runs
     // Signals received so far: 1 stops admission (running requests finish), 2 abandons the running ones (no

@@ -143,25 +143,99 @@ std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::
     return tok.encode_with_literals(r.text, !has_bos, r.literal);
 }
 
-ChatRequest parse_chat_request(const std::string& json_text, const std::string& what) {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// A message's "content": a string, null, or text parts joined (what templates that print a string expect).
+void normalize_content(ojson& m, size_t index, const std::string& what) {
+    auto it = m.find("content");
+    if (it == m.end() || !(it->is_string() || it->is_null() || it->is_array()))
+        throw UsageError(fmt::format("{}: message {} has no string \"content\"", what, index));
+    if (!it->is_array()) return;
+    std::string text;
+    for (const auto& part : *it) {
+        const bool ok = part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") &&
+                        part["text"].is_string();
+        if (!ok)
+            throw UsageError(fmt::format("{}: message {}: content parts must be {{\"type\": \"text\", \"text\": ...}}",
+                                         what, index));
+        text += part["text"].get<std::string>();
+    }
+    *it = std::move(text);
+}
+
+bool nonempty_string(const ojson& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() && !it->get<std::string>().empty();
+}
+
+void check_tool_choice(const ojson& choice, const std::string& what) {
+    if (choice.is_string() && (choice == "none" || choice == "auto" || choice == "required")) return;
+    if (choice.is_object() && choice.contains("function") && choice["function"].is_object() &&
+        nonempty_string(choice["function"], "name"))
+        return;
+    throw UsageError(fmt::format("{}: \"tool_choice\" must be \"none\", \"auto\", \"required\" or "
+                                 "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}",
+                                 what));
+}
+
+}  // namespace
+
+void check_tools(const nlohmann::ordered_json& tools, const std::string& what) {
+    if (!tools.is_array()) throw UsageError(fmt::format("{}: \"tools\" must be a JSON array of tool definitions", what));
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const ojson& t = tools[i];
+        const ojson* fn = t.is_object() && t.contains("function") ? &t["function"] : &t;
+        if (t.is_object() && t.contains("type") && t["type"] != "function")
+            throw UsageError(fmt::format("{}: tool {} has \"type\" {}: only \"function\" tools are supported", what,
+                                         i + 1, t["type"].dump()));
+        if (!fn->is_object() || !nonempty_string(*fn, "name"))
+            throw UsageError(fmt::format("{}: tool {} is not {{\"type\": \"function\", \"function\": {{\"name\": "
+                                         "...}}}}",
+                                         what, i + 1));
+        if (fn->contains("parameters") && !(*fn)["parameters"].is_object())
+            throw UsageError(fmt::format("{}: tool {}: \"parameters\" must be a JSON schema object", what, i + 1));
+    }
+}
+
+nlohmann::ordered_json parse_tools(const std::string& json_text, const std::string& what) {
+    ojson tools = parse_untrusted_ordered_json(json_text, what);
+    check_tools(tools, what);
+    return tools;
+}
+
+ChatRequest chat_request_from_json(nlohmann::ordered_json j, const std::string& what) {
     ChatRequest request;
-    nlohmann::ordered_json j = parse_untrusted_ordered_json(json_text, what);
     if (j.is_object() && j.contains("messages")) {
-        nlohmann::ordered_json messages = std::move(j["messages"]);
+        ojson messages = std::move(j["messages"]);
         j.erase("messages");
         request.vars = std::move(j);
         j = std::move(messages);
     }
     if (!j.is_array()) throw UsageError(fmt::format("{}: expected a JSON array of messages or {{\"messages\": [...]}}", what));
     for (size_t i = 0; i < j.size(); ++i) {
-        const auto& m = j[i];
+        auto& m = j[i];
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
             throw UsageError(fmt::format("{}: message {} has no string \"role\"", what, i + 1));
-        if (!m.contains("content") || !(m["content"].is_string() || m["content"].is_null()))
-            throw UsageError(fmt::format("{}: message {} has no string \"content\"", what, i + 1));
+        normalize_content(m, i + 1, what);
     }
     request.messages = std::move(j);
+    ojson& vars = request.vars;
+    if (auto kw = vars.find("chat_template_kwargs"); kw != vars.end()) {
+        if (!kw->is_object())
+            throw UsageError(fmt::format("{}: \"chat_template_kwargs\" must be a JSON object", what));
+        ojson kwargs = std::move(*kw);
+        vars.erase("chat_template_kwargs");
+        for (auto& [key, value] : kwargs.items()) vars[key] = std::move(value);
+    }
+    if (vars.contains("tools") && !vars["tools"].is_null()) check_tools(vars["tools"], what);
+    if (vars.contains("tool_choice") && !vars["tool_choice"].is_null()) check_tool_choice(vars["tool_choice"], what);
     return request;
+}
+
+ChatRequest parse_chat_request(const std::string& json_text, const std::string& what) {
+    return chat_request_from_json(parse_untrusted_ordered_json(json_text, what), what);
 }
 
 nlohmann::ordered_json parse_messages(const std::string& json_text, const std::string& what) {
@@ -176,9 +250,13 @@ nlohmann::json one_turn(const std::string& system, const std::string& user) {
 }
 
 std::vector<int32_t> prompt_tokens(const Tokenizer& tok, const ChatFormat* format, const std::string& prompt,
-                                   const std::string& system, const std::atomic<bool>* cancel) {
-    if (!format) return tok.encode(prompt, true, false);
-    return format->tokenize(tok, one_turn(system, prompt), true, cancel);
+                                   const std::string& system, const std::atomic<bool>* cancel,
+                                   const nlohmann::ordered_json& vars) {
+    if (!format) {
+        if (!vars.empty()) throw UsageError("tools and template options need the chat template: not with --raw");
+        return tok.encode(prompt, true, false);
+    }
+    return format->tokenize(tok, one_turn(system, prompt), true, cancel, vars);
 }
 
 }  // namespace quill::chat

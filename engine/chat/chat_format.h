@@ -57,6 +57,8 @@ public:
 
     // "the model's template", "built-in chatml", a file path.
     const std::string& name() const { return name_; }
+    // The template's Jinja source.
+    const std::string& source() const { return tmpl_->source(); }
     // The texts of bos_token and eos_token (the vocabulary's, or set here).
     const std::string& bos_text() const { return bos_; }
     const std::string& eos_text() const { return eos_; }
@@ -86,10 +88,21 @@ struct ChatRequest {
 };
 
 // A user's conversation file (`/save`, `quill template --messages`): a JSON array of messages, or an object with
-// "messages" (an OpenAI chat request), whose other keys become `vars`. Checks every message has a string "role" and
-// a string or null "content". UsageError naming what is wrong (parse_untrusted_json's, for text that is not JSON
-// or nests deeper than kMaxJsonDepth).
+// "messages" (an OpenAI chat request): chat_request_from_json of the parsed text. UsageError naming what is wrong
+// (parse_untrusted_json's, for text that is not JSON or nests deeper than kMaxJsonDepth).
 ChatRequest parse_chat_request(const std::string& json_text, const std::string& what);
+// An OpenAI chat request already parsed (a conversation file, a `quill batch` line or body), or a JSON array of
+// messages. The object's other keys become `vars`, in its order, with the entries of "chat_template_kwargs" (an
+// object) put in its place over those of the same name. A message has a string "role" and a "content" that is a
+// string, null, or an array of {"type": "text", "text"} parts (joined into one string); "tools" is checked by
+// check_tools, "tool_choice" is "none", "auto", "required" or {"type": "function", "function": {"name"}}.
+// UsageError "<what>: ..." naming the message, the tool or the key that is wrong.
+ChatRequest chat_request_from_json(nlohmann::ordered_json request, const std::string& what);
+// OpenAI tool definitions: a JSON array of objects, each {"type": "function", "function": {"name", ...}} or a bare
+// function {"name", ...}, names non-empty strings. UsageError "<what>: tool N ..." otherwise.
+void check_tools(const nlohmann::ordered_json& tools, const std::string& what);
+// A --tools file's text: check_tools of the JSON array it holds.
+nlohmann::ordered_json parse_tools(const std::string& json_text, const std::string& what);
 // parse_chat_request's messages alone.
 nlohmann::ordered_json parse_messages(const std::string& json_text, const std::string& what);
 
@@ -98,8 +111,10 @@ nlohmann::json one_turn(const std::string& system, const std::string& user);
 
 // How one prompt of `run` or `batch` becomes tokens: with no format (--raw, an OpenAI completions prompt) its bytes
 // as they are, BOS added as the vocabulary wants and special-token text kept as text; else the user message of
-// `format`, after `system` when that is not empty, with the generation prompt. `cancel` as for render().
+// `format`, after `system` when that is not empty, with the generation prompt and the template variables `vars`
+// (tools, ...). `cancel` as for render(). UsageError when there is no format and `vars` is not empty.
 std::vector<int32_t> prompt_tokens(const Tokenizer& tok, const ChatFormat* format, const std::string& prompt,
-                                   const std::string& system, const std::atomic<bool>* cancel = nullptr);
+                                   const std::string& system, const std::atomic<bool>* cancel = nullptr,
+                                   const nlohmann::ordered_json& vars = nlohmann::ordered_json::object());
 
 }  // namespace quill::chat

@@ -23,8 +23,13 @@ Conversation::Conversation(Backend& backend, const Tokenizer& tok, const ChatFor
       slot_(slot) {}
 
 void Conversation::set_system(std::string text) {
-    check_renders(text, turns_);
+    check_renders(text, turns_, vars_);
     system_ = std::move(text);
+}
+
+void Conversation::set_template_vars(nlohmann::ordered_json vars) {
+    check_renders(system_, turns_, vars);
+    vars_ = std::move(vars);
 }
 
 void Conversation::set_params(GenerationParams params) {
@@ -36,12 +41,13 @@ std::string Conversation::describe_loss(std::string_view text) const {
     return tok_.describe_loss(text, tok_.encode(text, false, false));
 }
 
-void Conversation::check_renders(const std::string& system, const nlohmann::json& turns) const {
+void Conversation::check_renders(const std::string& system, const nlohmann::json& turns,
+                                 const nlohmann::ordered_json& vars) const {
     nlohmann::json all = nlohmann::json::array();
     if (!system.empty()) all.push_back({{"role", "system"}, {"content", system}});
     for (const auto& m : turns) all.push_back(m);
     all.push_back({{"role", "user"}, {"content", "Hello"}});
-    format_.render(all, true);
+    format_.render(all, true, nullptr, vars);
 }
 
 nlohmann::json Conversation::messages() const {
@@ -64,7 +70,7 @@ void Conversation::load(const nlohmann::json& messages) {
         else
             turns.push_back({{"role", role}, {"content", text}});
     }
-    check_renders(system, turns);
+    check_renders(system, turns, vars_);
     system_ = std::move(system);
     turns_ = std::move(turns);
 }
@@ -83,7 +89,7 @@ bool Conversation::undo() {
 }
 
 std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, const std::atomic<bool>* cancel) const {
-    RenderedChat r = format_.render(messages(), true, cancel);
+    RenderedChat r = format_.render(messages(), true, cancel, vars_);
     text = r.text;
     const size_t n = fed_text_.size();
     if (n > 0 && r.text.size() > n && r.text.compare(0, n, fed_text_) == 0) {
@@ -100,7 +106,7 @@ std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, cons
             return all;
         }
     }
-    return format_.tokenize(tok_, messages(), true, cancel);
+    return format_.tokenize(tok_, messages(), true, cancel, vars_);
 }
 
 std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text, const std::atomic<bool>* cancel) {

@@ -40,6 +40,9 @@ public:
     // system message stays as it was.
     void set_system(std::string text);
     const std::string& system() const { return system_; }
+    // Template variables rendered with every turn (a JSON object: tools, ...), as ChatFormat::render takes them.
+    // The template's error, and the variables unchanged, when it refuses the conversation with them.
+    void set_template_vars(nlohmann::ordered_json vars);
 
     // Adds a user message and generates the reply, streamed through on_text. The reply joins the conversation,
     // also when cut short by cancel (a partial reply stays). Throws UsageError when the conversation does not
@@ -81,7 +84,8 @@ public:
 
 private:
     // Throws the template's error when it refuses [system] + turns + a next user message.
-    void check_renders(const std::string& system, const nlohmann::json& turns) const;
+    void check_renders(const std::string& system, const nlohmann::json& turns,
+                       const nlohmann::ordered_json& vars) const;
     TurnResult respond(const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
     // The prompt tokens for the conversation, dropping the oldest turns as the policy allows; counts drops.
     // `text` receives the rendering the tokens stand for; cancel stops the template's render.
@@ -99,6 +103,7 @@ private:
     ContextOverflow overflow_;
     int32_t slot_;
     std::string system_;
+    nlohmann::ordered_json vars_ = nlohmann::ordered_json::object();
     nlohmann::json turns_ = nlohmann::json::array();  // user/assistant messages
     std::vector<int32_t> cached_;                       // [n] token at each filled cache position of the slot
     int64_t written_ = 0;  // one past the highest position any turn may have written in the slot (max_rewind)

@@ -11,6 +11,7 @@
 #include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/cli/line_reader.h"
 #include "engine/cli/repl.h"
 #include "engine/error.h"
@@ -54,15 +55,18 @@ namespace quill::cli {
 
 namespace fs = std::filesystem;
 
-// How a batch request becomes tokens: `messages` through the chat template; OpenAI /v1/completions prompts as they
+// How a batch request becomes tokens: `messages` and the template variables beside them through the chat template; OpenAI /v1/completions prompts as they
 // are; other prompts as the user message of the chat template, unless --raw. A model without a usable template
 // makes each request that needs one an error record, not the whole batch.
-quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const BatchCliOptions& o) {
+// `tool_syntax` receives the syntax of the template's tool calls.
+quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const BatchCliOptions& o,
+                                          quill::chat::ToolCallSyntax& tool_syntax) {
     const quill::Tokenizer* tok = session.tokenizer.get();
     auto format = std::make_shared<std::optional<quill::chat::ChatFormat>>();
     auto format_error = std::make_shared<std::string>();
     try {
         format->emplace(quill::chat::ChatFormat::choose(&session.model->file, tok, o.chat_template, warn_line));
+        tool_syntax = quill::chat::tool_call_syntax((*format)->source());
     } catch (const UsageError& e) {
         *format_error = e.what();
     }
@@ -71,9 +75,8 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
         if (raw_prompt) return quill::chat::prompt_tokens(*tok, nullptr, *r.prompt, system);
         if (!*format) throw UsageError(*format_error);
         if (!r.messages) return quill::chat::prompt_tokens(*tok, &**format, *r.prompt, system);
-        nlohmann::json messages = nlohmann::json::array();
-        for (const auto& m : *r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
-        return (*format)->tokenize(*tok, messages, true);
+        // As `quill template --messages` renders the same request.
+        return (*format)->tokenize(*tok, *r.messages, true, nullptr, r.template_vars);
     };
 }
 
@@ -181,7 +184,7 @@ int cmd_batch(BatchCliOptions& o) {
     // each has a max_tokens: no memory for positions no request can reach, and the CPU's cache in 2 MiB pages.
     std::optional<qb::PromptEncoder> encoder;
     so.context_needed = [&](const quill::Session& s) {
-        encoder = batch_encoder(s, o);
+        encoder = batch_encoder(s, o, ro.tool_syntax);
         return qb::context_needed(input, ro.shard, resume.done, *encoder, ro);
     };
     auto session = quill::Session::open(so);
@@ -194,7 +197,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     const quill::Tokenizer& tok = *session->tokenizer;
     warn_invalid_utf8(input, from_stdin ? "stdin" : o.input, tok);
-    const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o);
+    const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o, ro.tool_syntax);
     quill::signals::install();
     ro.interrupts = [] { return quill::signals::count(); };
     const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};

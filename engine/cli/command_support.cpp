@@ -121,6 +121,12 @@ OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
 }
 
 // run's prompt: -p, the argument, -f FILE (- for stdin) or stdin; nullopt when none is given and stdin is a terminal.
+nlohmann::ordered_json tools_template_vars(const std::string& path, size_t max_bytes) {
+    if (path.empty()) return nlohmann::ordered_json::object();
+    const std::string what = "--tools " + path;
+    return {{"tools", quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes), what)}};
+}
+
 std::optional<std::string> read_run_prompt(const RunOptions& o) {
     if (o.positional_prompt && (o.prompt || !o.prompt_file.empty()))
         throw UsageError("give the prompt once: as an argument, with -p or with -f");

@@ -11,6 +11,7 @@
 #include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/cli/line_reader.h"
 #include "engine/cli/repl.h"
 #include "engine/error.h"
@@ -116,6 +117,7 @@ int cmd_run(RunOptions& o) {
     check_draft_options(o.draft_model, o.draft, o.lookup);
     gp.validate();
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
+    const nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.max_input_bytes);
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
@@ -128,6 +130,7 @@ int cmd_run(RunOptions& o) {
 
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
+    quill::chat::ToolCallSyntax tool_syntax = quill::chat::ToolCallSyntax::none;
     if (o.raw) {
         prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
         warn_if_lossy(*tok, text, prompt);
@@ -140,8 +143,9 @@ int cmd_run(RunOptions& o) {
                                          "of {} (raise -c)",
                                          plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
+        tool_syntax = quill::chat::tool_call_syntax(format.source());
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
-        prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag());
+        prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag(), template_vars);
     }
     quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
 
@@ -168,6 +172,11 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        // The answer's tool calls as OpenAI's, out of its text (as quill batch's records give them).
+        if (auto answer = quill::chat::request_tool_calls(all, tool_syntax, template_vars); !answer.calls.empty()) {
+            j["text"] = answer.text;
+            j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, gen.seed());
+        }
         if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
         if (gp.lookup > 0 || gp.drafter)
             j[gp.drafter ? "draft" : "lookup"] = {{"guessed", st.guessed_tokens},
@@ -227,6 +236,7 @@ int cmd_chat(ChatCliOptions& o) {
     gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
+    nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.max_input_bytes);
     auto session = quill::Session::open(session_options(o.model, o.engine));
     gp.grammar = constraint.bind(*session->tokenizer);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
@@ -234,6 +244,7 @@ int cmd_chat(ChatCliOptions& o) {
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
     quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
+    conv.set_template_vars(std::move(template_vars));
     conv.set_system(o.system);
 
     quill::signals::install();
@@ -271,6 +282,7 @@ int chat_from_run(const RunOptions& o) {
     chat.stop = o.stop;
     chat.system = o.system;
     chat.chat_template = o.chat_template;
+    chat.tools = o.tools;
     chat.lookup = o.lookup;
     chat.draft_model = o.draft_model;
     chat.draft = o.draft;

@@ -83,7 +83,7 @@ TEST_CASE("JSONL input: fields, overrides and an error entry for every kind of b
     CHECK(b.id == "17");
     REQUIRE(b.messages);
     CHECK(b.messages->size() == 2);
-    CHECK((*b.messages)[1].content == "AB");
+    CHECK((*b.messages)[1]["content"] == "AB");
     CHECK(*b.overrides.stop == std::vector<std::string>{"z"});
     CHECK(in.entries[2].request.id == "line-3");  // no id: the line's
     CHECK_FALSE(in.entries[2].error);
@@ -133,7 +133,7 @@ TEST_CASE("OpenAI batch input: both endpoints, and error entries for what cannot
     CHECK(r1.endpoint == Endpoint::chat_completions);
     CHECK(r1.model == "m");
     CHECK(*r1.overrides.max_tokens == 9);
-    CHECK((*r1.messages)[0].role == "user");
+    CHECK((*r1.messages)[0]["role"] == "user");
     const BatchRequest& r2 = in.entries[1].request;
     CHECK(r2.endpoint == Endpoint::completions);
     CHECK(*r2.prompt == "Once");

@@ -1,0 +1,53 @@
+// Tool calls in a model's answer: found in the syntax its chat template teaches the model, taken out of the text,
+// and given back as OpenAI's "tool_calls". The answer is untrusted text: whatever is not a well-formed call in the
+// syntax stays text, and nothing in it can make the parser fail.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace quill::chat {
+
+enum class ToolCallSyntax {
+    none,         // calls are not looked for
+    hermes,       // <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number (Hermes, Qwen 2.5 and 3, ...)
+    llama3_json,  // the whole answer one {"name": ..., "parameters": {...}} (Llama 3.1, 3.2, 3.3)
+};
+
+// The syntax a chat template's source shows the model: hermes when it writes "<tool_call>", llama3_json for a
+// Llama 3 header format that describes calls by "parameters", else none.
+ToolCallSyntax tool_call_syntax(std::string_view template_source);
+
+struct ToolCall {
+    std::string name;
+    std::string arguments;  // a JSON object's text, its keys in the model's order
+};
+
+struct ParsedAnswer {
+    std::string text;              // the answer without its calls (trimmed when there were any)
+    std::vector<ToolCall> calls;   // in the answer's order
+};
+
+// The calls of `answer` in `syntax`. A call is a JSON object (nested at most kMaxJsonDepth) with a non-empty string
+// "name" and an object "arguments" (or "parameters"; absent: {}); a block that is not one, or not closed, stays
+// in the text as it is. llama3_json takes a call only when its name is one of `tool_names` (a plain JSON answer is
+// no call).
+ParsedAnswer parse_tool_calls(std::string_view answer, ToolCallSyntax syntax,
+                              const std::vector<std::string>& tool_names = {});
+
+// The calls of an answer to a request whose template variables are `vars`: parse_tool_calls with the names of its
+// "tools" when it offers some and its "tool_choice" is not "none"; else no calls and the answer as it is.
+ParsedAnswer request_tool_calls(std::string_view answer, ToolCallSyntax syntax, const nlohmann::ordered_json& vars);
+
+// The names of a request's tools (chat::check_tools's shapes); empty for a null or absent list.
+std::vector<std::string> tool_names(const nlohmann::ordered_json& tools);
+
+// OpenAI's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}], arguments as a JSON string.
+// Ids are "call_" and 24 hex digits drawn from `seed`, so that the same seed gives the same ids.
+nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, uint64_t seed);
+
+}  // namespace quill::chat
