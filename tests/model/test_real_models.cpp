@@ -25,7 +25,7 @@ constexpr const char* kQwen = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 std::optional<fs::path> real_model(const std::string& name) {
     fs::path p = fs::path(QUILL_SOURCE_DIR) / "models" / name;
     if (fs::exists(p)) return p;
-    test::skip(name + " is absent: run models/fetch_real.sh");
+    test::skip_unfetched(name + " is absent: run models/fetch_real.sh");
     return std::nullopt;
 }
 
