@@ -8,6 +8,7 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/backend_checks.h"
+#include "tests/support/oracle_refs.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -42,17 +43,7 @@ std::vector<int32_t> ids_after(const std::string& line, const std::string& key) 
 
 OracleRef read_oracle(const std::string& stem) {
     OracleRef r;
-    std::ifstream top(data_dir() / (stem + ".top32.txt"));
-    REQUIRE(top.good());
-    for (std::string line; std::getline(top, line);) {
-        if (line.empty() || line[0] == '#' || line.rfind("pos ", 0) == 0) continue;
-        std::istringstream ss(line);
-        auto& row = r.top.emplace_back();
-        for (std::string item; ss >> item;) {
-            const size_t eq = item.find('=');
-            row.emplace_back(std::stoi(item.substr(0, eq)), std::stof(item.substr(eq + 1)));
-        }
-    }
+    r.top = test::read_top_logits(data_dir() / (stem + ".top32.txt"));
     std::ifstream greedy(data_dir() / (stem + ".greedy.txt"));
     REQUIRE(greedy.good());
     for (std::string line; std::getline(greedy, line);) {

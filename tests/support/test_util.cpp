@@ -47,6 +47,8 @@ void skip(const std::string& reason) {
 
 void skip_no_device(const std::string& reason) { WARN(kSkipPrefix << reason); }
 
+void skip_unfetched(const std::string& reason) { WARN(kSkipPrefix << reason); }
+
 std::optional<fs::path> require_testdata(const std::string& relative) {
     fs::path p = testdata_dir() / relative;
     if (fs::exists(p)) return p;

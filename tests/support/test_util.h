@@ -31,6 +31,8 @@ bool in_ci();
 void skip(const std::string& reason);
 // Skips because this machine lacks hardware the test needs (a GPU): a skip under CI too.
 void skip_no_device(const std::string& reason);
+// Skips because a model that CI does not fetch on purpose (models/fetch_real.sh's) is absent: a skip under CI too.
+void skip_unfetched(const std::string& reason);
 // Returns the test data file or directory, or nullopt after calling skip() when it is absent.
 std::optional<std::filesystem::path> require_testdata(const std::string& relative);
 // Returns the default model, or nullopt after calling skip() when it is absent.
