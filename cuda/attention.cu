@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int64_t j0 = window > 0 && n_kv > window ? n_kv - window : 0;  // the first key of a sliding window
     const int64_t row = static_cast<int64_t>(h.n_head_kv) * hd;
     const size_t base = static_cast<size_t>(slots[t]) * c.slot_stride + static_cast<size_t>(kv_head) * hd;
-    float m = -INFINITY, l = 0.0f;
+    // A sink starts the softmax as a key of score sinks[head] and no value: e^0 in the sum, its score the max.
+    float m = h.sinks != nullptr ? h.sinks[head] : -INFINITY, l = h.sinks != nullptr ? 1.0f : 0.0f;
     float o[kAttnMaxDimsPerLane];  // dims lane + 32 i of this warp's keys
 #pragma unroll
     for (int i = 0; i < kAttnMaxDimsPerLane; ++i) o[i] = 0.0f;
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         const float sc = tid < len ? sp[tid] : -INFINITY;
         const float chunk_max = block_reduce<true>(sc, scratch);  // finite: key c0 is always in range
         const float new_m = fmaxf(m, chunk_max);
-        const float f = expf(m - new_m);  // 0 on the first chunk (m = -inf)
+        const float f = expf(m - new_m);  // 0 on the first chunk without a sink (m = -inf)
         const float p = tid < len ? expf(sc - new_m) : 0.0f;
         sp[tid] = p;
         l = l * f + block_reduce<false>(p, scratch);  // its barriers also publish sp
@@ -218,8 +219,10 @@ __global__ void __launch_bounds__(kFaWarps * kWarp)
         }
         last[i] = p_last;
         first[i] = p_first;
-        sm[i] = -INFINITY;
-        sl[i] = 0.0f;
+        // a sink: the row's softmax starts at its score, e^0 in the sum (no value), as attention_kernel's
+        const bool sink = h.sinks != nullptr && p_last >= 0;
+        sm[i] = sink ? h.sinks[kv_head * group + static_cast<int>(rho % group)] : -INFINITY;
+        sl[i] = sink ? 1.0f : 0.0f;
     }
     // The queries as f16 (rows of another slot or past the batch: zeros), the outputs zero.
     for (int idx = tid; idx < kFaRows * d_head; idx += blockDim.x) {

@@ -586,7 +586,8 @@ void CudaBackend::enqueue_forward(int64_t n, int64_t m) {
                                kv_shape_.type == KvType::f16,
                                static_cast<int64_t>(kv_shape_.n_ctx * kv_shape_.row_elems())};
         const bool local = c.layer_is_local(l);
-        const Heads heads = layer_heads(c, l);
+        Heads heads = layer_heads(c, l);
+        heads.sinks = L.sinks;
         // x += Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), xn = rms_norm(x) * attn_norm, with the optional
         // biases, per-head Q/K norms and output norm (ModelConfig, LayerWeights), the layer's RoPE (or none), the
         // queries' temperature and the scores' soft-cap (layer_heads). Fused, the norm checks the previous layer's

@@ -116,6 +116,11 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, 
         l.bk = vec(L.bk);
         l.bv = vec(L.bv);
         l.bo = vec(L.bo);
+        l.sinks = vec(L.attn_sinks);
+        l.experts.router_bias = L.ffn_gate_inp_b;
+        l.experts.gate_bias = vec(L.ffn_gate_exps_b);
+        l.experts.up_bias = vec(L.ffn_up_exps_b);
+        l.experts.down_bias = vec(L.ffn_down_exps_b);
         l.q_norm = vec(L.attn_q_norm);
         l.k_norm = vec(L.attn_k_norm);
         l.attn_post_norm = vec(L.attn_post_norm);

@@ -24,6 +24,7 @@ struct DeviceLayer {
     const float* ffn_norm = nullptr;
     // nullptr when the model has none (LayerWeights)
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+    const float* sinks = nullptr;  // [n_head] gpt-oss's attention sinks (Heads::sinks), nullptr: none
     const float *q_norm = nullptr, *k_norm = nullptr, *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
 };
 

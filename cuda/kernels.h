@@ -135,6 +135,9 @@ struct Heads {
     int64_t temp_floor = 0;
     // gemma2: attention's scores soft-capped, softcap * tanh(score / softcap), before the softmax; 0: none.
     float softcap = 0.0f;
+    // gpt-oss: each head's attention sink [n_head] on the device, a logit that joins the softmax's max and
+    // denominator without a value; nullptr: none (the forward call sets it from the layer's weights).
+    const float* sinks = nullptr;
 };
 // Layer `layer`'s heads: the model's shape and RoPE layout, n_rot 0 on a layer without RoPE
 // (ModelConfig::layer_has_rope), the attention temperature and the scores' soft-cap (defined in cuda_backend.cpp).
@@ -156,7 +159,8 @@ void rope_store(float* q, const float* k, const float* v, const float* cs, const
 // out[t, h] = softmax(cap(q[t, h] . K[slot_t, j0..pos_t] * scale)) V[slot_t, j0..pos_t] for every token and head,
 // cap(s) = s, or heads.softcap * tanh(s / heads.softcap) when it is set (capped_score, cuda/attn_math.h), with
 // grouped-query heads (head h reads KV head h / (n_head / n_head_kv)); j0 = 0, or with a sliding window > 0
-// max(0, pos_t - window + 1). head_dim <= 512.
+// max(0, pos_t - window + 1); with heads.sinks, head h's sink joins the softmax as a key of no value. head_dim <=
+// 512.
 // flash: the queries in tiles on the tensor cores (flash_attention_takes: an f16 cache and head_dim a multiple of 16
 // up to 128; else ignored), each K and V row read once per tile of 64 query rows, the query and the probabilities
 // rounded to f16 as the reference backend does with an f16 cache; meant for prompts. Tokens of a tile whose first

@@ -35,7 +35,8 @@ template <class F>
 void for_each_vector(const Weights& w, F&& f) {
     for (const LayerWeights& L : w.layers)
         for (const std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.attn_q_norm,
-                                            &L.attn_k_norm, &L.attn_post_norm, &L.ffn_post_norm})
+                                            &L.attn_k_norm, &L.attn_post_norm, &L.ffn_post_norm, &L.attn_sinks,
+                                            &L.ffn_gate_exps_b, &L.ffn_up_exps_b, &L.ffn_down_exps_b})
             f(*v);
     f(w.output_norm);
 }
@@ -61,20 +62,18 @@ std::string MemoryPlan::describe() const {
 }
 
 void check_model(const ModelConfig& config, const Weights& weights) {
-    // gpt-oss's attention sinks, clamped SwiGLU and router and expert biases have no CUDA kernels yet.
-    for (const LayerWeights& L : weights.layers)
-        if (!L.attn_sinks.empty() || !L.ffn_gate_inp_b.empty() || !L.ffn_gate_exps_b.empty())
-            throw FileError(fmt::format("the CUDA backend cannot run {}'s attention sinks and router and expert "
-                                        "biases", config.arch));
-    if (config.ffn_act == ModelConfig::Activation::swiglu_oai)
-        throw FileError(fmt::format("the CUDA backend cannot run {}'s clamped SwiGLU (swiglu-oai)", config.arch));
-    // A mixture of experts as qwen3moe has it (cuda/moe.h): SwiGLU experts without biases, their inputs and
-    // outputs rows of a multiple of 4 floats (the products read them as float4); what other architectures add to
-    // theirs has no kernel.
-    if (config.moe() && (config.arch != "qwen3moe" || config.ffn_act != ModelConfig::Activation::silu ||
-                         config.n_embd % 4 != 0 || config.n_ff_exp % 4 != 0))
+    // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
+    if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
+        throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));
+    // A mixture of experts as qwen3moe and gpt-oss have it (cuda/moe.h): SwiGLU experts (gpt-oss's clamped, with
+    // router and expert biases), their inputs and outputs rows of a multiple of 4 floats (the products read them as
+    // float4); what other architectures add to theirs has no kernel.
+    const bool moe_act = config.arch == "qwen3moe" ? config.ffn_act == ModelConfig::Activation::silu
+                                                    : config.arch == "gpt-oss" &&
+                                                          config.ffn_act == ModelConfig::Activation::swiglu_oai;
+    if (config.moe() && (!moe_act || config.n_embd % 4 != 0 || config.n_ff_exp % 4 != 0))
         throw FileError(fmt::format("the CUDA backend cannot run {}'s mixture of experts ({} experts of {} features "
-                                    "over {}: it runs qwen3moe's, with widths a multiple of 4)",
+                                    "over {}: it runs qwen3moe's and gpt-oss's, with widths a multiple of 4)",
                                     config.arch, config.n_expert, config.n_ff_exp, config.n_embd));
     check_weights(weights);
     // Every architecture setting of ModelConfig has its kernel (forward); the kernels' shape limits remain.

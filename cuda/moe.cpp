@@ -11,8 +11,8 @@ namespace quill::cuda {
 namespace {
 
 // The workspace's arrays for n tokens: floats the router's logits [n, n_expert], the gathered inputs [n k, n_embd],
-// the gate and up products [n k, n_ff_exp], the experts' outputs [n k, n_embd]; ints the routing (rows, slots and
-// weights, n k each).
+// the gate and up products [n k, n_ff_exp], the experts' outputs [n k, n_embd]; ints the routing (rows, slots,
+// weights and owners, n k each).
 struct MoeSizes {
     size_t logits, xs, ff, down, routing;
     MoeSizes(const ModelConfig& c, int64_t n) {
@@ -21,7 +21,7 @@ struct MoeSizes {
         xs = align_up(nk * static_cast<size_t>(c.n_embd) * sizeof(float));
         ff = align_up(nk * static_cast<size_t>(c.n_ff_exp) * sizeof(float));
         down = xs;
-        routing = align_up(3 * nk * sizeof(int32_t));
+        routing = align_up(4 * nk * sizeof(int32_t));
     }
     size_t floats() const { return logits + xs + 2 * ff + down; }
 };
@@ -56,7 +56,8 @@ void MoeFfn::reserve(const ModelConfig& c, int64_t n, cudaStream_t s) {
     cap_ = n;
 }
 
-// x += sum over each token's experts e (increasing) of w_e W2_e (silu(W1_e xn) * W3_e xn), as moe.h says.
+// x += sum over each token's experts e (increasing) of w_e W2_e (silu(W1_e xn) * W3_e xn), or gpt-oss's w_e (W2_e
+// swiglu_oai(W1_e xn + b1_e, W3_e xn + b3_e) + b2_e), as moe.h says.
 void MoeFfn::forward(const ModelConfig& c, const DeviceExperts& E, const float* xn, float* x, int64_t n,
                      int64_t n_lead, const Products& products, cudaStream_t s) {
     reserve(c, n, s);
@@ -67,19 +68,21 @@ void MoeFfn::forward(const ModelConfig& c, const DeviceExperts& E, const float* 
                           s),
           "cudaMemcpyAsync (router logits)");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize (router logits)");
-    groups_.route(host, n, c.n_expert, k, n_lead);
-    // The routing up in one copy: rows, slots, weights. The pinned buffer is written again only after the next
+    groups_.route(host, n, c.n_expert, k, n_lead, E.router_bias.empty() ? nullptr : E.router_bias.data());
+    // The routing up in one copy: rows, slots, weights, owners. The pinned buffer is written again only after the next
     // layer's synchronization, by which this copy is done.
     auto* up_ints = reinterpret_cast<int32_t*>(host_.get());
     const auto nks = static_cast<size_t>(nk);
     std::memcpy(up_ints, groups_.rows().data(), nks * sizeof(int32_t));
     std::memcpy(up_ints + nks, groups_.slots().data(), nks * sizeof(int32_t));
     std::memcpy(up_ints + 2 * nks, groups_.weights().data(), nks * sizeof(float));
-    check(cudaMemcpyAsync(routing_, up_ints, 3 * nks * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+    std::memcpy(up_ints + 3 * nks, groups_.owners().data(), nks * sizeof(int32_t));
+    check(cudaMemcpyAsync(routing_, up_ints, 4 * nks * sizeof(int32_t), cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync (expert routing)");
     const int32_t* rows = routing_;
     const int32_t* slots = routing_ + nks;
     const auto* weights = reinterpret_cast<const float*>(routing_ + 2 * nks);
+    const int32_t* owners = routing_ + 3 * nks;
     gather_rows(xn, rows, nk, d, xs_, s);
     for (int64_t e = 0; e < c.n_expert; ++e) {
         const int64_t b = groups_.begin(e), m = groups_.end(e) - b;
@@ -87,12 +90,15 @@ void MoeFfn::forward(const ModelConfig& c, const DeviceExperts& E, const float* 
             products({{&E.gate[static_cast<size_t>(e)], gate_ + b * f}, {&E.up[static_cast<size_t>(e)], up_ + b * f}},
                      xs_ + b * d, m, groups_.lead(e));
     }
-    gated_activation(gate_, up_, nk * f, false, s);
+    if (c.ffn_act == ModelConfig::Activation::swiglu_oai)
+        swiglu_oai_rows(gate_, up_, owners, nk, f, E.gate_bias, E.up_bias, c.swiglu_alpha, c.swiglu_limit, s);
+    else
+        gated_activation(gate_, up_, nk * f, false, s);
     for (int64_t e = 0; e < c.n_expert; ++e) {
         const int64_t b = groups_.begin(e), m = groups_.end(e) - b;
         if (m > 0) products({{&E.down[static_cast<size_t>(e)], down_ + b * d}}, gate_ + b * f, m, groups_.lead(e));
     }
-    moe_combine(x, down_, slots, weights, n, k, d, s);
+    moe_combine(x, down_, slots, weights, n, k, d, s, E.down_bias, owners);
 }
 
 }  // namespace quill::cuda

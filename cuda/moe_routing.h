@@ -14,11 +14,13 @@ namespace quill::cuda {
 
 class ExpertGroups {
 public:
-    // From router logits [n, n_expert]: each token's n_used experts of the largest softmax probabilities (computed
+    // From router logits [n, n_expert] (plus bias [n_expert] when not null, in float, as the CPU backend adds
+    // gpt-oss's): each token's n_used experts of the largest softmax probabilities (computed
     // in double; a tie goes to the lower expert, a NaN ranks last), in increasing expert order, weighted by those
     // probabilities over their sum. The first n_lead tokens are the batch's decode steps (lead counts them per
     // expert); each expert's tokens keep the batch's order, so that they lead its group too.
-    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, int64_t n_lead) {
+    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, int64_t n_lead,
+               const float* bias = nullptr) {
         const auto k = static_cast<size_t>(n_used), ne = static_cast<size_t>(n_expert);
         n_used_ = n_used;
         experts_.resize(static_cast<size_t>(n) * k);
@@ -29,8 +31,13 @@ public:
         leads_.assign(ne, 0);
         probs_.resize(ne);
         order_.resize(ne);
+        biased_.resize(ne);
         for (int64_t t = 0; t < n; ++t) {
             const float* l = logits + t * n_expert;
+            if (bias != nullptr) {
+                for (size_t e = 0; e < ne; ++e) biased_[e] = l[e] + bias[e];
+                l = biased_.data();
+            }
             float top = -INFINITY;
             for (size_t e = 0; e < ne; ++e) top = std::max(top, l[e]);
             double sum = 0.0;
@@ -60,6 +67,9 @@ public:
                 rows_[static_cast<size_t>(at)] = static_cast<int32_t>(t);
                 slots_[t * k + i] = at;
             }
+        owners_.resize(rows_.size());
+        for (size_t e = 0; e < ne; ++e)
+            std::fill(owners_.begin() + offsets_[e], owners_.begin() + offsets_[e + 1], static_cast<int32_t>(e));
     }
 
     int64_t n_used() const { return n_used_; }
@@ -69,6 +79,8 @@ public:
     int64_t lead(int64_t e) const { return leads_[static_cast<size_t>(e)]; }
     // [n * n_used] the token of each assignment, grouped by expert, in batch order within an expert
     const std::vector<int32_t>& rows() const { return rows_; }
+    // [n * n_used] the expert of each assignment (index into rows()): whose biases its products take
+    const std::vector<int32_t>& owners() const { return owners_; }
     // [n, n_used] token t's experts in increasing order, their weights, and the assignment (index into rows()) of
     // each: the order in which a token's expert outputs are summed
     const std::vector<int32_t>& experts() const { return experts_; }
@@ -77,9 +89,10 @@ public:
 
 private:
     int64_t n_used_ = 0;
-    std::vector<int32_t> experts_, slots_, rows_, offsets_, leads_;
+    std::vector<int32_t> experts_, slots_, rows_, owners_, offsets_, leads_;
     std::vector<float> weights_;
     std::vector<double> probs_;   // [n_expert] one token's softmax
+    std::vector<float> biased_;   // [n_expert] one token's biased logits
     std::vector<int32_t> order_;  // [n_expert] experts by decreasing probability
 };
 

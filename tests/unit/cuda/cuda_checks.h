@@ -6,6 +6,7 @@
 #include "cuda/device.h"
 #include "engine/model/model.h"
 #include "engine/reference/reference_backend.h"
+#include "tests/support/arch_checks.h"
 #include "tests/support/backend_checks.h"
 #include "tests/support/test_util.h"
 
@@ -60,6 +61,21 @@ inline std::unique_ptr<cuda::CudaBackend> gpu(const Model& m, KvType kv, int64_t
 
 inline std::unique_ptr<ReferenceBackend> reference(const Model& m, KvType kv, int64_t n_slots = 1, int64_t n_ctx = 64) {
     return std::make_unique<ReferenceBackend>(m.config, m.weights, ReferenceBackendOptions{n_ctx, n_slots, kv});
+}
+
+// On the GPU, f16 cache: decode steps of sequences of n_a and n_b tokens and a 20-token prompt arriving in chunks
+// (test::mixed_decode_steps) give each step's logits the same bits batched as alone, and the prompt's last row a
+// prefill's within 2e-4 of its largest magnitude.
+inline void check_decode_batch_invariance(const Model& m, int n_a, int n_b) {
+    const int64_t nv = m.config.n_vocab;
+    const auto a = test::some_tokens(n_a, static_cast<int>(nv), 31);
+    const auto b = test::some_tokens(n_b, static_cast<int>(nv), 32);
+    const auto p = test::some_tokens(20, static_cast<int>(nv), 33);
+    auto make = [&](int64_t n_slots) -> std::unique_ptr<Backend> { return gpu(m, KvType::f16, n_slots, 256); };
+    const test::MixedDecode r = test::mixed_decode_steps(make, a, b, p);
+    CHECK(test::max_diff(r.mixed, r.alone) == 0.0);
+    const auto want = test::rows(test::prefill_logits(*make(1), p), nv, 19, 20);
+    CHECK(test::max_diff(r.prompt_last, want) <= 2e-4 * test::max_abs(want));
 }
 
 }  // namespace quill::cuda_test

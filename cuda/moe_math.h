@@ -1,0 +1,23 @@
+// The arithmetic of gpt-oss's experts (cuda/moe.cu), in code that compiles both for the GPU (nvcc) and for the host,
+// so that tests/unit/cuda/host/ checks it against the CPU backend's on machines without a GPU (as cuda/attn_math.h).
+#pragma once
+
+#include "cuda/dequant.h"  // QUILL_HD
+
+#include <cmath>
+
+namespace quill::cuda {
+
+// gpt-oss's clamped SwiGLU of a gate and an up value (biases added): g' / (1 + e^(-alpha g')) * (u' + 1), g' =
+// min(g, limit), u' = clamp(u, -limit, limit), in float as the CPU backend's swiglu_oai (engine/cpu/moe.cpp).
+QUILL_HD float swiglu_oai(float g, float u, float alpha, float limit) {
+    const float gc = g < limit ? g : limit;
+    const float uc = u < -limit ? -limit : (u > limit ? limit : u);
+#if defined(__CUDA_ARCH__)
+    return __fdiv_rn(gc, __fadd_rn(1.0f, expf(__fmul_rn(alpha, -gc)))) * __fadd_rn(uc, 1.0f);
+#else
+    return gc / (1.0f + std::exp(alpha * -gc)) * (uc + 1.0f);
+#endif
+}
+
+}  // namespace quill::cuda
