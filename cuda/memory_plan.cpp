@@ -88,7 +88,8 @@ void check_weights(const Weights& weights) {
     for_each_matrix(weights, [](const TensorView& t) {
         if (!cuda_supports(t.type))
             throw FileError(fmt::format("tensor '{}' has type {}, which the CUDA backend cannot multiply (types with "
-                                        "CUDA kernels: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K)",
+                                        "CUDA kernels: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K "
+                                        "iq4_nl iq4_xs mxfp4)",
                                         t.name, type_name(t.type)));
     });
 }
