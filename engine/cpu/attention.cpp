@@ -202,9 +202,11 @@ struct RowArrays {
     const float* q[kMaxTileRows];
     float* out[kMaxTileRows];
     int first[kMaxTileRows], last[kMaxTileRows];
+    float sink[kMaxTileRows];
 
     RowArrays(const AttnRow* rows, int n) {
         for (int r = 0; r < n; ++r) {
+            sink[r] = rows[r].sink;
             q[r] = rows[r].q;
             out[r] = rows[r].out;
             first[r] = rows[r].first;
@@ -229,7 +231,7 @@ namespace {
 }  // namespace
 
 bool attend_tiled(const KvOps& ops, const KvHead& kv) {
-    return !kv.sinks && (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
+    return (kv.type == KvType::f16 ? ops.tile_f16 != nullptr : ops.tile_f32 != nullptr) && kv.head_dim % 8 == 0;
 }
 
 int attend_block_span(const AttnRow* rows, int n, int* b_first) {
@@ -257,7 +259,7 @@ void attend_split_scores(const AttnRow* rows, int n, const KvHead& kv, const KvO
 void attend_split_softmax(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, float* s) {
     const RowArrays a(rows, n);
     if (kv.softcap > 0.0f) softcap_scores(s, ops.tile_score_floats(a.first, a.last, n), kv.softcap);
-    ops.tile_softmax(a.first, a.last, n, kv.type == KvType::f16, s);
+    ops.tile_softmax(a.first, a.last, n, kv.type == KvType::f16, kv.sinks ? a.sink : nullptr, s);
 }
 
 void attend_split_mix(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops, int b, const float* s,
@@ -290,13 +292,14 @@ void attend_rows(const AttnRow* rows, int n, const KvHead& kv, const KvOps& ops,
         return;
     }
     const RowArrays a(rows, n);
+    const float* sinks = kv.sinks ? a.sink : nullptr;
     if (f16)
         ops.tile_f16(a.q, a.first, a.last, n, static_cast<const uint16_t*>(kv.k), kv.k_block_stride,
-                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, kv.softcap, a.out,
+                     static_cast<const uint16_t*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, kv.softcap, sinks, a.out,
                      kv.share, ahead);
     else
         ops.tile_f32(a.q, a.first, a.last, n, static_cast<const float*>(kv.k), kv.k_block_stride,
-                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, kv.softcap, a.out,
+                     static_cast<const float*>(kv.v), kv.v_stride, kv.head_dim, kv.scale, kv.softcap, sinks, a.out,
                      kv.share, ahead);
 }
 

@@ -102,14 +102,14 @@ struct KvOps {
     void (*round_f16)(float* x, int n);                // x = fp16(x), in float
     void (*to_f16)(const float* x, uint16_t* y, int n);  // y = fp16 bits of x
     // The tiled kernel (see x86/kv_ops.h), for head_dim % 8 == 0; nullptr where the ISA has none (rows then attend
-    // one by one through the primitives above). It reads the positions `share` covers there, and steps `ahead`
-    // (when not null) through its loops.
+    // one by one through the primitives above). sinks: the rows' sinks, or nullptr for none. It reads the positions
+    // `share` covers there, and steps `ahead` (when not null) through its loops.
     void (*tile_f16)(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
                      size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,
-                     float softcap, float* const* out, const KvShare& share, KvPrefetch* ahead);
+                     float softcap, const float* sinks, float* const* out, const KvShare& share, KvPrefetch* ahead);
     void (*tile_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
                      size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,
-                     float softcap, float* const* out, const KvShare& share, KvPrefetch* ahead);
+                     float softcap, const float* sinks, float* const* out, const KvShare& share, KvPrefetch* ahead);
     // The tiled kernel in phases (the split form below): the floats of the rows' scores; the scores of key block b
     // (positions [b, b + 1) * kKeyBlock); the softmax over all of them; block b's share o_b of the output, stored.
     size_t (*tile_score_floats)(const int* first, const int* last, int n);
@@ -117,7 +117,7 @@ struct KvOps {
                             size_t k_block_stride, int head_dim, float scale, int b, float* s);
     void (*tile_scores_f32)(const float* const* q, const int* first, const int* last, int n, const float* k,
                             size_t k_block_stride, int head_dim, float scale, int b, float* s);
-    void (*tile_softmax)(const int* first, const int* last, int n, bool f16, float* s);
+    void (*tile_softmax)(const int* first, const int* last, int n, bool f16, const float* sinks, float* s);
     void (*tile_mix_f16)(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim,
                          int b, const float* s, float* const* o);
     void (*tile_mix_f32)(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim,
@@ -149,7 +149,7 @@ struct KvHead {
     float scale;    // ModelConfig::attn_scale
     KvShare share;  // read by the tiled kernels of attend_rows
     float softcap = 0.0f;  // ModelConfig::attn_logit_softcap: the scores through softcap_scores when > 0
-    bool sinks = false;    // the rows have attention sinks (AttnRow::sink): they attend one by one, untiled
+    bool sinks = false;    // the rows have attention sinks (AttnRow::sink)
 };
 // s[i] = cap * tanh(s[i] / cap) for i < n: soft-capped attention scores (gemma2), the same operations on every path.
 void softcap_scores(float* s, size_t n, float cap);

@@ -9,7 +9,8 @@
 // - rms_norm, add_norm: the RMS norm of rows (KvOps), the same bits as the plain loops of attention.cpp.
 // - tile_f16, tile_f32: the tiled attention (attention.h) of n <= kMaxTileRows query rows on one KV head, head_dim a
 //   multiple of 8: row r sees positions [first[r], last[r]] and gets out[r] = softmax_j(q_r . k_j * scale) v_j, the
-//   scores soft-capped (softcap_scores) when softcap > 0. With
+//   scores soft-capped (softcap_scores) when softcap > 0, and row r's sink sinks[r] (a logit with no value) in the
+//   softmax's maximum and denominator where sinks is not null. With
 //   the F16 cache q is rounded to fp16 first, and the probabilities before they meet V. The cache goes through in
 //   blocks, each loaded once for all the rows; every row's result comes from the same operations in the same order
 //   whatever the other rows are (the two lane layouts inside compute the same numbers). They step `ahead` (when not
@@ -37,16 +38,16 @@ struct KvShare;
     bool add_norm(float* x, const float* p, const float* w, float* y, int64_t n, int64_t d, float eps);               \
     void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,                \
                   size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale,              \
-                  float softcap, float* const* out, const KvShare& share, KvPrefetch* ahead);                        \
+                  float softcap, const float* sinks, float* const* out, const KvShare& share, KvPrefetch* ahead);    \
     void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k,                   \
                   size_t k_block_stride, const float* v, size_t v_stride, int head_dim, float scale,                 \
-                  float softcap, float* const* out, const KvShare& share, KvPrefetch* ahead);                        \
+                  float softcap, const float* sinks, float* const* out, const KvShare& share, KvPrefetch* ahead);    \
     size_t tile_score_floats(const int* first, const int* last, int n);                                              \
     void tile_scores_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,         \
                          size_t k_block_stride, int head_dim, float scale, int b, float* s);                         \
     void tile_scores_f32(const float* const* q, const int* first, const int* last, int n, const float* k,            \
                          size_t k_block_stride, int head_dim, float scale, int b, float* s);                         \
-    void tile_softmax(const int* first, const int* last, int n, bool f16, float* s);                                 \
+    void tile_softmax(const int* first, const int* last, int n, bool f16, const float* sinks, float* s);             \
     void tile_mix_f16(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim,    \
                       int b, const float* s, float* const* o);                                                       \
     void tile_mix_f32(const int* first, const int* last, int n, const float* v, size_t v_stride, int head_dim,       \

@@ -207,8 +207,9 @@ struct Tile {
 // The arithmetic of every row, whichever layout computes it (they differ in what goes in the vector lanes, never in
 // the operations on one row's numbers), the same as the plain attention's up to summation order and exp:
 //   s_j = (fma chain over d = 0..hd-1 of q[d] k_j[d], from 0) * scale, for the visible j;
-//   m = max s_j;  e_j = exp8(s_j - m);
-//   l = ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)), where Lc sums the e_j with j % 8 == c in order of j;
+//   m = max s_j (and the row's sink, where it has one);  e_j = exp8(s_j - m);
+//   l = ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)), where Lc sums the e_j with j % 8 == c in order of j,
+//   plus std::exp(sink - m) last where the row has a sink (sink_term);
 //   p_j = e_j * (1 / l), fp16-rounded with an F16 cache;
 //   out = sum over the blocks b in order, from 0, of o_b, where o_b[c] = fma chain over j in block b in order of
 //   p_j v_j[c], from 0 (zero p_j outside a row's range add nothing).
@@ -415,8 +416,14 @@ void tile_scores(const Tile& t, TileScratch& sc, Src<T> k, size_t kbs, int hd, f
     }
 }
 
-// The softmax of every row over all of its scores, in place: s becomes p.
-void tile_softmax(const Tile& t, float* s, bool f16) {
+// Row r's share of the softmax's denominator from its sink, e^(sink - m) with std::exp as the plain attention has it
+// (attention.cpp), m the row's maximum (the sink included); 0 without sinks. Every lane layout adds it last.
+float sink_term(const float* sinks, int r, float m) { return sinks != nullptr ? std::exp(sinks[r] - m) : 0.0f; }
+// m, or row r's sink where that is larger.
+float with_sink(const float* sinks, int r, float m) { return sinks != nullptr && sinks[r] > m ? sinks[r] : m; }
+
+// The softmax of every row over all of its scores, in place: s becomes p. sinks (when not null): the rows' sinks.
+void tile_softmax(const Tile& t, float* s, bool f16, const float* sinks) {
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
     if (!t.rows_in_lanes) {
 #ifdef __AVX512F__
@@ -447,8 +454,10 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
                                                  _mm512_maskz_loadu_ps(lanes(i), sr[r] + 8 * i));
             __m512 vm[R];
             __m256 lsum[R];
+            float m[R];
             for (int r = 0; r < R; ++r) {
-                vm[r] = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[r]));
+                m[r] = with_sink(sinks, r, _mm512_reduce_max_ps(vmax[r]));
+                vm[r] = _mm512_set1_ps(m[r]);
                 lsum[r] = _mm256_setzero_ps();
             }
             for (int i = 0; i < n_vec; i += 2)
@@ -461,7 +470,7 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
                 }
             __m512 inv[R];
             for (int r = 0; r < R; ++r)  // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7))
-                inv[r] = _mm512_set1_ps(1.0f / hsum(lsum[r]));
+                inv[r] = _mm512_set1_ps(1.0f / (hsum(lsum[r]) + sink_term(sinks, r, m[r])));
             for (int i = 0; i < n_vec; i += 2)
                 for (int r = 0; r < R; ++r) {
                     __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(i), sr[r] + 8 * i), inv[r]);
@@ -494,6 +503,7 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
             _mm256_store_ps(lanes, vmax);
             float m = lanes[0];
             for (int x = 1; x < 8; ++x) m = m > lanes[x] ? m : lanes[x];
+            m = with_sink(sinks, r, m);
             const __m256 vm = _mm256_set1_ps(m);
             __m256 lsum = _mm256_setzero_ps();
             for (int i = 0; i < t.width / 8; ++i) {
@@ -501,7 +511,8 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
                 _mm256_store_ps(sr + 8 * i, e);
                 lsum = _mm256_add_ps(lsum, e);
             }
-            const __m256 inv = _mm256_set1_ps(1.0f / hsum(lsum));  // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7))
+            // ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)), then the sink's share
+            const __m256 inv = _mm256_set1_ps(1.0f / (hsum(lsum) + sink_term(sinks, r, m)));
             for (int i = 0; i < t.width / 8; ++i) {
                 __m256 p = _mm256_mul_ps(_mm256_load_ps(sr + 8 * i), inv);
                 if (f16) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
@@ -532,6 +543,16 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
         for (int j = t.lo; j < t.hi; ++j)
             vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + (j - t.lo) * RL + 8 * h),
                                                         visible(j, h)));
+        alignas(32) float m8[8], e8[8];  // the rows' maxima with their sinks, and the sinks' shares (padding: 0)
+        if (sinks != nullptr) {
+            _mm256_store_ps(m8, vmax);
+            for (int x = 0; x < 8; ++x) {
+                const int r = 8 * h + x;
+                if (r < t.n) m8[x] = with_sink(sinks, r, m8[x]);
+                e8[x] = r < t.n ? sink_term(sinks, r, m8[x]) : 0.0f;
+            }
+            vmax = _mm256_load_ps(m8);
+        }
         __m256 lsum[8];
         for (int c = 0; c < 8; ++c) lsum[c] = _mm256_setzero_ps();
         for (int j = t.lo; j < t.hi; ++j) {
@@ -540,8 +561,9 @@ void tile_softmax(const Tile& t, float* s, bool f16) {
             _mm256_store_ps(sj, e);
             lsum[j % 8] = _mm256_add_ps(lsum[j % 8], e);
         }
-        const __m256 l = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(lsum[0], lsum[4]), _mm256_add_ps(lsum[2], lsum[6])),
-                                       _mm256_add_ps(_mm256_add_ps(lsum[1], lsum[5]), _mm256_add_ps(lsum[3], lsum[7])));
+        __m256 l = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(lsum[0], lsum[4]), _mm256_add_ps(lsum[2], lsum[6])),
+                                 _mm256_add_ps(_mm256_add_ps(lsum[1], lsum[5]), _mm256_add_ps(lsum[3], lsum[7])));
+        if (sinks != nullptr) l = _mm256_add_ps(l, _mm256_load_ps(e8));
         const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), l);
         for (int j = t.lo; j < t.hi; ++j) {
             float* sj = s + (j - t.lo) * RL + 8 * h;
@@ -643,8 +665,8 @@ void tile_mix(const Tile& t, const float* s, Src<T> v, size_t stride, int hd, in
 
 template <class T>
 void attend_tile(const float* const* q, const int* first, const int* last, int n, const T* k, size_t kbs, const T* v,
-                 size_t stride, int hd, float scale, float softcap, float* const* out, const KvShare& share,
-                 KvPrefetch* ahead) {
+                 size_t stride, int hd, float scale, float softcap, const float* sinks, float* const* out,
+                 const KvShare& share, KvPrefetch* ahead) {
     TileScratch& sc = tile_scratch();
     const Tile t(first, last, n);
     prepare_queries(t, sc, q, hd, sizeof(T) == 2);
@@ -654,7 +676,7 @@ void attend_tile(const float* const* q, const int* first, const int* last, int n
     const Src<T> ks{k, static_cast<const T*>(share.k), n_shared}, vs{v, static_cast<const T*>(share.v), n_shared};
     for (int b = b_begin; b < b_end; ++b) tile_scores(t, sc, ks, kbs, hd, scale, b, s, vs, stride, ahead);
     if (softcap > 0.0f) softcap_scores(s, t.score_floats(), softcap);  // (invisible slots too: the softmax masks them)
-    tile_softmax(t, s, sizeof(T) == 2);
+    tile_softmax(t, s, sizeof(T) == 2, sinks);
     for (int r = 0; r < n; ++r) std::fill(out[r], out[r] + hd, 0.0f);
     for (int b = b_begin; b < b_end; ++b) tile_mix<true>(t, s, vs, stride, hd, b, out, ahead);
 }
@@ -677,14 +699,14 @@ void round_f16(float* x, int n) {
 
 void tile_f16(const float* const* q, const int* first, const int* last, int n, const uint16_t* k,
               size_t k_block_stride, const uint16_t* v, size_t v_stride, int head_dim, float scale, float softcap,
-              float* const* out, const KvShare& share, KvPrefetch* ahead) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, softcap, out, share, ahead);
+              const float* sinks, float* const* out, const KvShare& share, KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, softcap, sinks, out, share, ahead);
 }
 
 void tile_f32(const float* const* q, const int* first, const int* last, int n, const float* k, size_t k_block_stride,
-              const float* v, size_t v_stride, int head_dim, float scale, float softcap, float* const* out,
-              const KvShare& share, KvPrefetch* ahead) {
-    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, softcap, out, share, ahead);
+              const float* v, size_t v_stride, int head_dim, float scale, float softcap, const float* sinks,
+              float* const* out, const KvShare& share, KvPrefetch* ahead) {
+    attend_tile(q, first, last, n, k, k_block_stride, v, v_stride, head_dim, scale, softcap, sinks, out, share, ahead);
 }
 
 size_t tile_score_floats(const int* first, const int* last, int n) { return Tile(first, last, n).score_floats(); }
@@ -712,8 +734,8 @@ void tile_scores_f32(const float* const* q, const int* first, const int* last, i
     scores_of_block(q, first, last, n, k, k_block_stride, head_dim, scale, b, s);
 }
 
-void tile_softmax(const int* first, const int* last, int n, bool f16, float* s) {
-    tile_softmax(Tile(first, last, n), s, f16);
+void tile_softmax(const int* first, const int* last, int n, bool f16, const float* sinks, float* s) {
+    tile_softmax(Tile(first, last, n), s, f16, sinks);
 }
 
 void tile_mix_f16(const int* first, const int* last, int n, const uint16_t* v, size_t v_stride, int head_dim, int b,

@@ -5,6 +5,7 @@
 // has the same bits whichever rows share its call and whichever of the kernel's lane layouts runs it.
 #include "engine/cpu/attention.h"
 #include "engine/format/quant.h"
+#include "tests/support/attention_inputs.h"
 #include "tests/support/backend_checks.h"
 #include "tests/support/test_util.h"
 
@@ -19,104 +20,7 @@
 using namespace quill;
 using namespace quill::cpu;
 
-namespace {
-
-struct Shape {
-    int n_head, n_head_kv, head_dim;
-};
-
-// A random cache of n_kv positions and a query for every (position, head).
-struct Inputs {
-    Shape s;
-    int n_kv;
-    std::vector<float> q;     // [n_kv, n_head, head_dim]
-    std::vector<float> k, v;  // K in the cache's blocks of 8 positions (k_cache_offset), V [n_kv, n_head_kv, head_dim]
-    std::vector<uint16_t> k16, v16;
-};
-
-Inputs random_inputs(const Shape& s, int n_kv, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    Inputs in{s, n_kv, {}, {}, {}, {}, {}};
-    in.q.resize(static_cast<size_t>(n_kv) * s.n_head * s.head_dim);
-    for (float& x : in.q) x = 2.0f * normal(rng);  // sharp enough softmaxes to matter
-    const int64_t row = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
-    in.k.assign(static_cast<size_t>((n_kv + 7) / 8 * 8 * row), NAN);  // the padding of the last block is never read
-    in.v.resize(static_cast<size_t>(n_kv * row));
-    for (int j = 0; j < n_kv; ++j)
-        for (int64_t e = 0; e < row; ++e) in.k[k_cache_offset(j, e, row)] = normal(rng);
-    for (float& x : in.v) x = normal(rng);
-    for (float x : in.k) in.k16.push_back(fp32_to_fp16(x));
-    for (float x : in.v) in.v16.push_back(fp32_to_fp16(x));
-    return in;
-}
-
-KvHead kv_head(const Inputs& in, KvType type, int g) {
-    const int64_t row = static_cast<int64_t>(in.s.n_head_kv) * in.s.head_dim;
-    const size_t koff = k_cache_offset(0, static_cast<int64_t>(g) * in.s.head_dim, row);
-    const size_t voff = static_cast<size_t>(g) * in.s.head_dim;
-    const bool f16 = type == KvType::f16;
-    return KvHead{f16 ? static_cast<const void*>(in.k16.data() + koff) : in.k.data() + koff,
-                  f16 ? static_cast<const void*>(in.v16.data() + voff) : in.v.data() + voff,
-                  type,
-                  static_cast<size_t>(row) * 8,
-                  static_cast<size_t>(row),
-                  in.s.head_dim,
-                  1.0f / std::sqrt(static_cast<float>(in.s.head_dim)),
-                  {}};
-}
-
-// The rows of tokens [t0, t1) and heads [h0, h1) (one KV head's), each token at its own position t, seeing
-// `window` positions (0: all), writing into out [n_kv, n_head, head_dim].
-std::vector<AttnRow> rows_of(const Inputs& in, int t0, int t1, int h0, int h1, int window, std::vector<float>& out) {
-    std::vector<AttnRow> rows;
-    for (int t = t0; t < t1; ++t)
-        for (int h = h0; h < h1; ++h) {
-            const size_t off = (static_cast<size_t>(t) * in.s.n_head + h) * in.s.head_dim;
-            rows.push_back({in.q.data() + off, out.data() + off, window > 0 && t >= window ? t - window + 1 : 0, t});
-        }
-    return rows;
-}
-
-// Every row of tokens [t0, t1) through attend_rows, `tile` tokens and all the heads of a KV head per call
-// (at most kMaxTileRows rows).
-std::vector<float> attend_tokens(const Inputs& in, KvType type, const KvOps& ops, int t0, int t1, int tile,
-                                 int window) {
-    const int group = in.s.n_head / in.s.n_head_kv;
-    std::vector<float> out(in.q.size(), NAN);
-    std::vector<float> scratch(attend_scratch_floats(in.n_kv));
-    for (int g = 0; g < in.s.n_head_kv; ++g)
-        for (int t = t0; t < t1; t += tile)
-            for (int h = g * group; h < (g + 1) * group; h += kMaxTileRows / tile) {
-                const std::vector<AttnRow> rows =
-                    rows_of(in, t, std::min(t + tile, t1), h, std::min(h + kMaxTileRows / tile, (g + 1) * group),
-                            window, out);
-                attend_rows(rows.data(), static_cast<int>(rows.size()), kv_head(in, type, g), ops, scratch.data());
-            }
-    return out;
-}
-
-std::vector<float> slice(const std::vector<float>& v, const Inputs& in, int t0, int t1) {
-    const size_t w = static_cast<size_t>(in.s.n_head) * in.s.head_dim;
-    return std::vector<float>(v.begin() + t0 * w, v.begin() + t1 * w);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-}  // namespace
-
-// The tiled kernels of this machine's ISAs, without repeats (AVX-512 machines run the AVX2 attention; the generic
-// ISA runs the plain attention itself).
-std::vector<const KvOps*> tiled_kv_ops() {
-    std::vector<const KvOps*> v;
-    for (Isa isa : test::available_isas()) {
-        const KvOps* ops = &kv_ops(isa, false);
-        if (ops->tile_f16 && std::find(v.begin(), v.end(), ops) == v.end()) v.push_back(ops);
-    }
-    return v;
-}
+using namespace quill::test::attention;
 
 TEST_CASE("tiled attention equals the plain attention at cache lengths 1 to 2048", "[cpu]") {
     const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {8, 1, 72}, {16, 2, 64}, {12, 1, 40}, {3, 3, 8}, {9, 3, 64},
@@ -340,36 +244,32 @@ TEST_CASE("the split form spread over key blocks gives attend_rows' bits", "[cpu
     if (tiled_kv_ops().empty()) return test::skip_no_device("no AVX2 here: the CPU has no tiled attention kernel");
     const Shape s{16, 1, 64};  // one KV head: a token's 16 heads fill a tile
     const int n_kv = 300;
-    const Inputs in = random_inputs(s, n_kv, 9);
-    for (const KvOps* ops : tiled_kv_ops()) {
-        for (KvType kv : {KvType::f32, KvType::f16}) {
-            for (int window : {0, 70}) {
-                // Three heads of the last token (keys in lanes), and sixteen rows of the last four tokens (rows in
-                // lanes), each over its whole range in one call and in the split form.
-                for (auto [t0, h1] : {std::pair{n_kv - 1, 3}, std::pair{n_kv - 4, 4}}) {
-                    INFO("KV " << kv_type_name(kv) << ", window " << window << ", " << (n_kv - t0) * h1 << " rows");
-                    std::vector<float> whole(in.q.size(), NAN), split(in.q.size(), NAN);
-                    std::vector<float> scratch(attend_scratch_floats(n_kv));
-                    const KvHead head = kv_head(in, kv, 0);
-                    const std::vector<AttnRow> a = rows_of(in, t0, n_kv, 0, h1, window, whole);
-                    attend_rows(a.data(), static_cast<int>(a.size()), head, *ops, scratch.data());
-                    const std::vector<AttnRow> b = rows_of(in, t0, n_kv, 0, h1, window, split);
-                    const int n = static_cast<int>(b.size());
-                    int b_first = 0;
-                    const int n_blocks = attend_block_span(b.data(), n, &b_first);
-                    REQUIRE(n_blocks == (n_kv - 1) / kKeyBlock - b_first + 1);
-                    REQUIRE(n_blocks >= 2);
-                    std::vector<float> scores(attend_score_floats(b.data(), n, *ops) + 8);
-                    float* sc = scores.data() + (8 - reinterpret_cast<uintptr_t>(scores.data()) / 4 % 8) % 8;
-                    std::vector<float> parts(static_cast<size_t>(n_blocks) * n * s.head_dim);
-                    for (int i = n_blocks - 1; i >= 0; --i)  // any order within a phase
-                        attend_split_scores(b.data(), n, head, *ops, b_first + i, sc);
-                    attend_split_softmax(b.data(), n, head, *ops, sc);
-                    for (int i = 0; i < n_blocks; ++i)
-                        attend_split_mix(b.data(), n, head, *ops, b_first + i, sc,
-                                         parts.data() + static_cast<size_t>(i) * n * s.head_dim);
-                    attend_split_sum(b.data(), n, s.head_dim, parts.data(), n_blocks);
-                    CHECK(same_bits(slice(whole, in, t0, n_kv), slice(split, in, t0, n_kv)));
+    // without sinks and with them (gpt-oss)
+    Inputs with_sinks = random_inputs(s, n_kv, 9);
+    add_sinks(with_sinks, 10);
+    for (const Inputs& in : {random_inputs(s, n_kv, 9), with_sinks}) {
+        for (const KvOps* ops : tiled_kv_ops()) {
+            for (KvType kv : {KvType::f32, KvType::f16}) {
+                for (int window : {0, 70}) {
+                    // Three heads of the last token (keys in lanes), and sixteen rows of the last four tokens (rows in
+                    // lanes), each over its whole range in one call and in the split form.
+                    for (auto [t0, h1] : {std::pair{n_kv - 1, 3}, std::pair{n_kv - 4, 4}}) {
+                        INFO("KV " << kv_type_name(kv) << ", window " << window << ", " << (n_kv - t0) * h1 << " rows"
+                                    << (in.sinks.empty() ? "" : ", sinks"));
+                        std::vector<float> whole(in.q.size(), NAN), split(in.q.size(), NAN);
+                        std::vector<float> scratch(attend_scratch_floats(n_kv));
+                        const KvHead head = kv_head(in, kv, 0);
+                        const std::vector<AttnRow> a = rows_of(in, t0, n_kv, 0, h1, window, whole);
+                        attend_rows(a.data(), static_cast<int>(a.size()), head, *ops, scratch.data());
+                        const std::vector<AttnRow> b = rows_of(in, t0, n_kv, 0, h1, window, split);
+                        const int n = static_cast<int>(b.size());
+                        int b_first = 0;
+                        const int n_blocks = attend_block_span(b.data(), n, &b_first);
+                        REQUIRE(n_blocks == (n_kv - 1) / kKeyBlock - b_first + 1);
+                        REQUIRE(n_blocks >= 2);
+                        attend_split_all(b, head, *ops);
+                        CHECK(same_bits(slice(whole, in, t0, n_kv), slice(split, in, t0, n_kv)));
+                    }
                 }
             }
         }
