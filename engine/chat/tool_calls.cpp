@@ -200,7 +200,8 @@ ParsedAnswer parse_mistral(std::string_view answer) {
         const size_t name = name_length(rest);
         if (name == 0) continue;
         p += name;
-        if (answer.substr(p, kCallId.size()) == kCallId) p += kCallId.size() + name_length(answer.substr(p + kCallId.size()));
+        if (answer.substr(p, kCallId.size()) == kCallId)
+            p += kCallId.size() + name_length(answer.substr(p + kCallId.size()));
         if (answer.substr(p, kArgs.size()) != kArgs) continue;
         const size_t args_at = skip_space(answer, p + kArgs.size());
         const size_t n = json_extent(answer.substr(args_at));
@@ -356,7 +357,8 @@ std::optional<grammar::ConstraintSpec> tool_choice_constraint(const nlohmann::or
         // root ::= BODY  becomes  root ::= "<tool_call>\n" BODY "\n</tool_call>"
         constexpr std::string_view kRoot = "root ::= ";
         const size_t eol = gbnf.find('\n');
-        if (!gbnf.starts_with(kRoot) || eol == std::string::npos) throw Error("json_schema_to_gbnf: no root rule first");
+        if (!gbnf.starts_with(kRoot) || eol == std::string::npos)
+            throw Error("json_schema_to_gbnf: the root rule is not first");
         gbnf = fmt::format("root ::= \"<tool_call>\\n\" ({}) \"\\n</tool_call>\"{}",
                            gbnf.substr(kRoot.size(), eol - kRoot.size()), gbnf.substr(eol));
     }

@@ -25,11 +25,12 @@ const std::string kHermes = (fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "te
                                 .string();
 
 // Bounded strings, so that random weights finish the call within max_tokens.
-const ojson kTools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
-    "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}}},
-    {"type": "function", "function": {"name": "now", "description": "The time", "parameters": {"type": "object", "properties": {},
-    "additionalProperties": false}}}])");
+const ojson kTools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "description": "Weather in a city", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 6}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now", "description": "The time",
+    "parameters": {"type": "object", "properties": {}, "additionalProperties": false}}}])");
 
 const ojson kUser = ojson::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
 

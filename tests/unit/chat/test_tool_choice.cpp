@@ -47,7 +47,8 @@ TEST_CASE("tool_choice required: one Hermes call with arguments valid against th
     // Not a call, a tool not offered, arguments the schema refuses, text around the call.
     CHECK_FALSE(accepts("It is sunny."));
     CHECK_FALSE(accepts("<tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call>"));
-    CHECK_FALSE(accepts("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    CHECK_FALSE(
+        accepts("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
     CHECK_FALSE(accepts("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": 3, \"unit\": \"c\"}}\n"
                         "</tool_call>"));
     CHECK_FALSE(accepts("Sure. " + call));
