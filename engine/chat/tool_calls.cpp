@@ -83,6 +83,8 @@ size_t json_extent(std::string_view s) {
     return std::string_view::npos;
 }
 
+bool opens_json(std::string_view s) { return !s.empty() && (s[0] == '{' || s[0] == '['); }
+
 // The length of the tool name `s` begins with: letters, digits, "_", "-" and ".".
 size_t name_length(std::string_view s) {
     size_t n = 0;
@@ -182,7 +184,7 @@ ParsedAnswer parse_mistral(std::string_view answer) {
         const std::string_view rest = answer.substr(p);
         if (rest.starts_with("[")) {
             const size_t n = json_extent(rest);
-            if (n == std::string_view::npos) continue;
+            if (n == std::string_view::npos) break;  // open to the end (or nested too deep): the rest is text
             std::vector<ToolCall> calls;
             try {
                 const ojson list = parse_untrusted_ordered_json(rest.substr(0, n), "tool calls");
@@ -205,6 +207,7 @@ ParsedAnswer parse_mistral(std::string_view answer) {
         if (answer.substr(p, kArgs.size()) != kArgs) continue;
         const size_t args_at = skip_space(answer, p + kArgs.size());
         const size_t n = json_extent(answer.substr(args_at));
+        if (n == std::string_view::npos && opens_json(answer.substr(args_at))) break;  // the rest is text
         if (n == std::string_view::npos) continue;
         auto args = read_arguments(answer.substr(args_at, n));
         if (!args) continue;
@@ -230,6 +233,7 @@ bool drop_suffix(std::string_view& s, std::string_view suffix) {
 ParsedAnswer parse_harmony(std::string_view answer) {
     constexpr std::string_view kTo = "to=functions.", kMessage = "<|message|>", kChannel = "<|channel|>";
     constexpr std::string_view kConstrain = "<|constrain|>", kCall = "<|call|>", kEnd = "<|end|>";
+    constexpr size_t kMaxHeader = 64;
     Spans spans{answer, {}};
     size_t at = 0;
     while ((at = answer.find(kTo, at)) != std::string_view::npos) {
@@ -237,8 +241,10 @@ ParsedAnswer parse_harmony(std::string_view answer) {
         at += kTo.size();
         const size_t name = name_length(answer.substr(at));
         if (name == 0) continue;
-        const size_t message = answer.find(kMessage, at + name);
-        if (message == std::string_view::npos || message - (at + name) > 64) continue;
+        // The header is short: looked for in a window, so that many recipients cost no more than the answer's length.
+        const size_t window = answer.substr(at + name, kMaxHeader + kMessage.size()).find(kMessage);
+        if (window == std::string_view::npos) continue;
+        const size_t message = at + name + window;
         // The header between the name and <|message|>: a channel, a constraint, spaces and words only.
         std::string header(answer.substr(at + name, message - at - name));
         for (std::string_view tag : {kChannel, kConstrain})
@@ -249,6 +255,7 @@ ParsedAnswer parse_harmony(std::string_view answer) {
             continue;
         const size_t args_at = skip_space(answer, message + kMessage.size());
         const size_t n = json_extent(answer.substr(args_at));
+        if (n == std::string_view::npos && opens_json(answer.substr(args_at))) break;  // the rest is text
         if (n == std::string_view::npos) continue;
         auto args = read_arguments(answer.substr(args_at, n));
         if (!args) continue;

@@ -43,7 +43,8 @@ struct ParsedAnswer {
 // "name" and an object "arguments" (or "parameters"; absent: {}); a block that is not one, or not closed, stays
 // in the text as it is. llama3_json takes a call only when its name is one of `tool_names` (a plain JSON answer is
 // no call). mistral, harmony and qwen3_xml name the tool outside the JSON: the name is letters, digits, "_", "-"
-// and "." and the arguments a JSON object. qwen3_xml also reads hermes's JSON blocks; a parameter's value is JSON
+// and "." and the arguments a JSON object; arguments still open at the end of the answer (or nested past
+// kMaxJsonDepth) make the rest of it text, as an unclosed block does. qwen3_xml also reads hermes's JSON blocks; a parameter's value is JSON
 // when it parses as JSON, else the string between the tags less one newline at each end.
 ParsedAnswer parse_tool_calls(std::string_view answer, ToolCallSyntax syntax,
                               const std::vector<std::string>& tool_names = {});

@@ -19,6 +19,12 @@ std::string template_source(const std::string& name) {
                                   (name + ".jinja"));
 }
 
+std::string repeat(const std::string& s, size_t n) {
+    std::string out;
+    for (size_t i = 0; i < n; ++i) out += s;
+    return out;
+}
+
 // Every answer comes back whole, with no call.
 void check_stays_text(const std::vector<std::string>& answers, ToolCallSyntax syntax) {
     for (const std::string& answer : answers) {
@@ -78,6 +84,8 @@ TEST_CASE("a malformed Mistral call stays text", "[chat][tools]") {
                          "[TOOL_CALLS]" + std::string(100000, '['),
                          "[TOOL_CALLS]",
                          "\xff[TOOL_CALLS]\xc3[ARGS]{}",
+                         repeat("[TOOL_CALLS]f[ARGS]{\"", 50000),  // calls open to the end
+                         repeat("[TOOL_CALLS][{\"", 50000),
                      },
                      ToolCallSyntax::mistral);
     const ParsedAnswer mixed =
@@ -122,6 +130,8 @@ TEST_CASE("a malformed harmony call stays text", "[chat][tools]") {
                          "<|channel|>commentary to=functions.f<|message|>" + std::string(100000, '['),
                          "to=functions.f",
                          "to=functions.f\xff<|message|>{}",
+                         repeat("to=functions.f=", 50000) + "<|message|>{}",  // headers past the window
+                         repeat("to=functions.f<|message|>{\"", 30000),
                      },
                      ToolCallSyntax::harmony);
 }
