@@ -269,7 +269,13 @@ int main(int argc, char** argv) {
     auto* raw_flag = run_cmd->add_flag("--raw", run.raw, "Feed the prompt as is, without the chat template");
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
-    add_tools_option(run_cmd, run.tools)->excludes(raw_flag);
+    auto* run_tools = add_tools_option(run_cmd, run.tools)->excludes(raw_flag);
+    run_cmd
+        ->add_option("--tool-choice", run.tool_choice,
+                     "none, auto, required or a tool's name: required or a name makes the answer a call (to that tool) "
+                     "with arguments valid against its parameters, for templates with Hermes or Llama 3 JSON calls")
+        ->check(kNotEmpty)
+        ->needs(run_tools);
     auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
     add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
                                                "many alternatives")

@@ -4,6 +4,8 @@
 #include "engine/runtime/logprobs_json.h"
 #include "engine/runtime/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -58,7 +60,7 @@ private:
         ++p_.errors;
     }
     void finished(int64_t id, const GenerationStats& st);
-    std::shared_ptr<grammar::TokenGrammar> grammar_for(const RequestOverrides& o);
+    std::shared_ptr<grammar::TokenGrammar> grammar_for(const BatchRequest& r);
     void feed();
     int interrupts() const { return options_.interrupts ? options_.interrupts() : 0; }
 
@@ -103,11 +105,17 @@ void Run::finished(int64_t id, const GenerationStats& st) {
     p_.accepted_tokens += st.accepted_tokens;
 }
 
-std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const RequestOverrides& o) {
+std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const BatchRequest& r) {
     // A grammar's automaton grows with every text it reads; past this many stacks new requests get a fresh copy
     // (the running ones keep theirs), so that a long batch stays within a bounded memory.
     constexpr size_t kRenewStacks = size_t{1} << 20;
-    const std::optional<grammar::ConstraintSpec>& spec = o.constraint ? o.constraint : options_.constraint;
+    // The request's own response_format or grammar, else the call its tool_choice forces, else the command line's.
+    const std::optional<grammar::ConstraintSpec> forced =
+        r.overrides.constraint ? std::nullopt
+                               : chat::tool_choice_constraint(r.template_vars, options_.tool_syntax,
+                                                              fmt::format("input line {}", r.line));
+    const std::optional<grammar::ConstraintSpec>& spec =
+        r.overrides.constraint ? r.overrides.constraint : forced ? forced : options_.constraint;
     if (!spec) return nullptr;
     for (auto& [s, g] : grammars_) {
         if (!(s == *spec)) continue;
@@ -134,7 +142,7 @@ void Run::feed() {
         const BatchRequest& r = input_.entries[index].request;
         try {
             GenerationParams params = request_params(options_, r.overrides, seeds_());
-            params.grammar = grammar_for(r.overrides);
+            params.grammar = grammar_for(r);
             auto gen = std::make_unique<Generation>(tok_, encode_(r), params, n_ctx_);
             Generation& g = *gen;
             active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});

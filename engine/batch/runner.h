@@ -28,7 +28,8 @@ struct RunnerOptions {
     // anyOf, grammar::Grammar::warnings). Null: none said.
     std::function<void(const std::string&)> on_warning;
     // How the template teaches the model to call tools: the calls of answers to requests with tools become
-    // records' "tool_calls" (take_tool_calls).
+    // records' "tool_calls" (take_tool_calls), and a request whose "tool_choice" is "required" or names a function
+    // and that gives no response_format or grammar is constrained to a call (chat::tool_choice_constraint).
     chat::ToolCallSyntax tool_syntax = chat::ToolCallSyntax::none;
     int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
     Shard shard;                   // the entries it runs

@@ -3,9 +3,12 @@
 // syntax stays text, and nothing in it can make the parser fail.
 #pragma once
 
+#include "engine/grammar/constraint.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,10 +19,14 @@ enum class ToolCallSyntax {
     none,         // calls are not looked for
     hermes,       // <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number (Hermes, Qwen 2.5 and 3, ...)
     llama3_json,  // the whole answer one {"name": ..., "parameters": {...}} (Llama 3.1, 3.2, 3.3)
+    mistral,      // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]NAME[ARGS]{...} (Mistral)
+    harmony,      // <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|> (gpt-oss)
+    qwen3_xml,    // <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call> (Qwen3-Coder)
 };
 
-// The syntax a chat template's source shows the model: hermes when it writes "<tool_call>", llama3_json for a
-// Llama 3 header format that describes calls by "parameters", else none.
+// The syntax a chat template's source shows the model: harmony for a template with "<|channel|>" and "<|call|>",
+// mistral when it writes "[TOOL_CALLS]", qwen3_xml for "<tool_call>" with "<function=", hermes for "<tool_call>"
+// alone, llama3_json for a Llama 3 header format that describes calls by "parameters", else none.
 ToolCallSyntax tool_call_syntax(std::string_view template_source);
 
 struct ToolCall {
@@ -35,13 +42,25 @@ struct ParsedAnswer {
 // The calls of `answer` in `syntax`. A call is a JSON object (nested at most kMaxJsonDepth) with a non-empty string
 // "name" and an object "arguments" (or "parameters"; absent: {}); a block that is not one, or not closed, stays
 // in the text as it is. llama3_json takes a call only when its name is one of `tool_names` (a plain JSON answer is
-// no call).
+// no call). mistral, harmony and qwen3_xml name the tool outside the JSON: the name is letters, digits, "_", "-"
+// and "." and the arguments a JSON object; arguments still open at the end of the answer (or nested past
+// kMaxJsonDepth) make the rest of it text, as an unclosed block does. qwen3_xml also reads hermes's JSON blocks; a parameter's value is JSON
+// when it parses as JSON, else the string between the tags less one newline at each end.
 ParsedAnswer parse_tool_calls(std::string_view answer, ToolCallSyntax syntax,
                               const std::vector<std::string>& tool_names = {});
 
 // The calls of an answer to a request whose template variables are `vars`: parse_tool_calls with the names of its
 // "tools" when it offers some and its "tool_choice" is not "none"; else no calls and the answer as it is.
 ParsedAnswer request_tool_calls(std::string_view answer, ToolCallSyntax syntax, const nlohmann::ordered_json& vars);
+
+// What a request's "tool_choice" makes of its answer: when it is "required" or {"type": "function", "function":
+// {"name": X}}, the grammar of one call in `syntax` to one of the offered tools (to X), its arguments valid against
+// the tool's "parameters" schema (any object when it has none); else none. Enforced for hermes (the block
+// <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>) and llama3_json (the whole answer {"name": ...,
+// "parameters": ...}); for other syntaxes none, and the choice only reaches the template. UsageError when the named
+// function is not offered or a schema is not supported (json_schema_to_gbnf), naming `what`.
+std::optional<grammar::ConstraintSpec> tool_choice_constraint(const nlohmann::ordered_json& vars, ToolCallSyntax syntax,
+                                                              const std::string& what);
 
 // The names of a request's tools (chat::check_tools's shapes); empty for a null or absent list.
 std::vector<std::string> tool_names(const nlohmann::ordered_json& tools);

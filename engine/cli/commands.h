@@ -81,6 +81,7 @@ struct RunOptions {
     std::string system;
     std::string chat_template;
     std::string tools;  // --tools FILE
+    std::string tool_choice;  // --tool-choice none|auto|required|NAME
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;  // no load line and no stats line
     ConstraintOptions constraint;

@@ -117,7 +117,11 @@ int cmd_run(RunOptions& o) {
     check_draft_options(o.draft_model, o.draft, o.lookup);
     gp.validate();
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
-    const nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.max_input_bytes);
+    nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.max_input_bytes);
+    if (o.tool_choice == "none" || o.tool_choice == "auto" || o.tool_choice == "required")
+        template_vars["tool_choice"] = o.tool_choice;
+    else if (!o.tool_choice.empty())
+        template_vars["tool_choice"] = {{"type", "function"}, {"function", {{"name", o.tool_choice}}}};
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
@@ -144,6 +148,10 @@ int cmd_run(RunOptions& o) {
                                          plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         tool_syntax = quill::chat::tool_call_syntax(format.source());
+        // --tool-choice required or a name: the answer is a call, unless --json-schema, --grammar... say otherwise
+        if (auto forced = quill::chat::tool_choice_constraint(template_vars, tool_syntax, "--tool-choice");
+            forced && !gp.grammar)
+            gp.grammar = quill::grammar::token_grammar(*forced, *tok);
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
         prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag(), template_vars);
     }
