@@ -9,10 +9,11 @@
 namespace quill::cuda {
 
 // gpt-oss's clamped SwiGLU of a gate and an up value (biases added): g' / (1 + e^(-alpha g')) * (u' + 1), g' =
-// min(g, limit), u' = clamp(u, -limit, limit), in float as the CPU backend's swiglu_oai (engine/cpu/moe.cpp).
+// min(g, limit), u' = clamp(u, -limit, limit), in float as the CPU backend's swiglu_oai (engine/cpu/moe.cpp). The
+// comparisons are std::min's and std::clamp's, so that a NaN stays NaN (and the layer's check names it).
 QUILL_HD float swiglu_oai(float g, float u, float alpha, float limit) {
-    const float gc = g < limit ? g : limit;
-    const float uc = u < -limit ? -limit : (u > limit ? limit : u);
+    const float gc = limit < g ? limit : g;
+    const float uc = u < -limit ? -limit : (limit < u ? limit : u);
 #if defined(__CUDA_ARCH__)
     return __fdiv_rn(gc, __fadd_rn(1.0f, expf(__fmul_rn(alpha, -gc)))) * __fadd_rn(uc, 1.0f);
 #else
