@@ -114,6 +114,7 @@ struct CudaBackend::Impl {
         m = std::max(m, cap_logits);
         check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (before growing the workspace)");
         drop_graphs();  // they point into the old workspace
+        cap_tokens = cap_logits = 0;  // (a failed allocation below leaves no capacity behind, not freed pointers)
         floats.allocate(sizeof(float) * static_cast<size_t>(n * workspace_tokens_floats(c) + m * c.n_vocab) +
                             16 * kAlign,
                         "cudaMalloc (activation workspace)");

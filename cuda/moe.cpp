@@ -37,6 +37,7 @@ size_t moe_workspace_bytes(const ModelConfig& c, int64_t n_tokens) {
 void MoeFfn::reserve(const ModelConfig& c, int64_t n, cudaStream_t s) {
     if (n <= cap_) return;
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize (before growing the experts' workspace)");
+    cap_ = 0;  // (a failed allocation below leaves no capacity behind, not pointers into the freed buffers)
     const MoeSizes z(c, n);
     floats_.allocate(z.floats(), "cudaMalloc (experts' workspace)");
     ints_.allocate(z.routing, "cudaMalloc (experts' routing)");
