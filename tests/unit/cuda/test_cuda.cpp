@@ -96,7 +96,7 @@ TEST_CASE("the CUDA probe reports the device or why there is none", "[cuda]") {
     CHECK(info.cc_major >= 5);
 }
 
-TEST_CASE("the CUDA backend takes every architecture setting and the 13 weight types, before touching the device",
+TEST_CASE("the CUDA backend takes every architecture setting and the 16 weight types, before touching the device",
           "[cuda]") {
     // No device needed: the checks read the config and weights only (so --device auto falls back to the CPU).
     for (const test::TinyCase& c : test::tiny_cases()) {
@@ -106,7 +106,7 @@ TEST_CASE("the CUDA backend takes every architecture setting and the 13 weight t
     }
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                        GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                       GgmlType::Q6_K})
+                       GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4})
         CHECK(cuda::cuda_supports(t));
 }
 
@@ -142,7 +142,8 @@ TEST_CASE("CUDA matmul equals a double-precision product on every weight type an
     if (!have_gpu()) return;
     const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
+                              GgmlType::IQ4_XS, GgmlType::MXFP4};
     std::mt19937 rng(20261130);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (GgmlType type : types) {
@@ -534,7 +535,8 @@ TEST_CASE("cuBLAS prefill products equal a double-precision product on every wei
     }
     const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
+                              GgmlType::IQ4_XS, GgmlType::MXFP4};
     std::mt19937 rng(20261204);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (GgmlType type : types) {

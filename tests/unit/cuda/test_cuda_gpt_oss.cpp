@@ -1,12 +1,13 @@
 // The CUDA backend on gpt-oss: the synthetic gpt-oss-tiny model (tests/model/test_arch_gpt_oss.cpp: 4 layers
 // alternating a window of 8 and global, attention sinks, Q/K/V/O biases, 8 experts of 64 features with a biased
 // router and biased products, 4 used, the clamped SwiGLU, YaRN) against the reference backend in F32 and F16 at every
-// prompt position, stepwise and as a prompt, through the decode kernel and flash attention (f16 cache) and past the
-// window; in a prompt long enough that experts take cuBLAS; llama.cpp's logits and greedy tokens
+// prompt position, stepwise and as a prompt, through the decode kernel and (an 80-token prompt, f16 cache) flash
+// attention, past the window; in a prompt long enough that experts take cuBLAS; llama.cpp's logits and greedy tokens
 // (tests/data/arch/gpt-oss-tiny-*); a decode step's logits the same bits in any batch; check_model and the memory
 // plan, which need no device; `quill bench` on the device.
 #include "cuda/cuda_backend.h"
 #include "cuda/dequant.h"
+#include "cuda/gemm.h"
 #include "cuda/memory_plan.h"
 #include "cuda/moe.h"
 #include "engine/error.h"
@@ -88,16 +89,21 @@ TEST_CASE("gpt-oss on the CUDA backend matches the reference backend at every po
         INFO(type_name(type));
         auto m = saved_gpt_oss(type, 42);
         const int64_t nv = m->config.n_vocab;
-        // 24 tokens (three windows of 8), every product through the kernels, in one call and one token a call
-        const auto tokens = test::some_tokens(24, static_cast<int>(nv), 3);
+        // f32 cache: 24 tokens (three windows of 8), every product and the attention through the kernels, in one
+        // call and one token a call. f16 cache: 80 tokens, at least kGemmMinTokens, so that the prompt's attention
+        // takes the flash tiles (sinks with the window of 8 in them) and the experts cuBLAS; stepwise the decode
+        // kernel with an f16 cache.
         for (KvType kv : {KvType::f32, KvType::f16}) {
-            INFO((kv == KvType::f32 ? "f32 cache" : "f16 cache: flash attention in the prompt"));
+            INFO((kv == KvType::f32 ? "f32 cache, 24 tokens" : "f16 cache, 80 tokens: flash attention in the prompt"));
+            const auto tokens = test::some_tokens(kv == KvType::f32 ? 24 : 80, static_cast<int>(nv), 3);
+            REQUIRE((kv == KvType::f32 || static_cast<int64_t>(tokens.size()) >= cuda::kGemmMinTokens));
             const std::vector<float> want = test::prefill_logits(*reference(*m, kv, 1, 320), tokens);
             REQUIRE(test::rms(want) > 0.1);
             auto g = gpu(*m, kv, 1, 320);
             const double tol = kv == KvType::f32 ? 1e-4 : 1e-2;
-            CHECK(worst(test::prefill_logits(*g, tokens), want, nv, 24) <= tol);
-            CHECK(worst(test::stepwise_logits(*g, tokens), want, nv, 24) <= tol);
+            const auto n = static_cast<int64_t>(tokens.size());
+            CHECK(worst(test::prefill_logits(*g, tokens), want, nv, n) <= tol);
+            CHECK(worst(test::stepwise_logits(*g, tokens), want, nv, n) <= tol);
         }
         // 300 tokens: experts of more than 64 tokens through cuBLAS (f32), the windows' far past masked.
         INFO("300 tokens");

@@ -148,9 +148,11 @@ TEST_CASE("qwen3moe on the CUDA backend: a decode step's logits have the same bi
         const auto a = test::some_tokens(8, static_cast<int>(nv), 31);
         auto make = [&](int64_t n_slots) -> std::unique_ptr<Backend> { return gpu(*m, KvType::f16, n_slots, 256); };
 
-        // A decode step batched with a 150-token prompt chunk: experts' groups of more than 64 prompt tokens go
-        // through cuBLAS, the step (leading each group) through the kernels, its bits unchanged.
-        const auto q = test::some_tokens(150, static_cast<int>(nv), 34);
+        // A decode step batched with a 240-token prompt chunk: experts' groups of more than 64 prompt tokens go
+        // through cuBLAS, the step (leading each group) through the kernels, its bits unchanged. (240 tokens of 3
+        // experts each are 90 a group on average: 150 were 56, under kGemmMinTokens, so that no group need have
+        // taken cuBLAS.)
+        const auto q = test::some_tokens(240, static_cast<int>(nv), 34);
         auto alone = make(1);
         auto mixed = make(2);
         test::prefill_logits(*alone, std::vector<int32_t>(a.begin(), a.begin() + 5));
@@ -161,7 +163,7 @@ TEST_CASE("qwen3moe on the CUDA backend: a decode step's logits have the same bi
         alone->forward(one, solo);
         Batch many;
         many.add(a[5], 5, 0, true, true);
-        for (int j = 0; j < 150; ++j) many.add(q[j], j, 1, j + 1 == 150);
+        for (int j = 0; j < 240; ++j) many.add(q[j], j, 1, j + 1 == 240);
         mixed->forward(many, both);
         CHECK(test::max_diff(test::rows(both, nv, 0, 1), solo) == 0.0);
     }
