@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: run rarely, on a machine with an NVIDIA GPU, given only the working tree. It
-#   1. uses the binaries tests/gpu/pack.sh built and carried in gpu-carry/ (with their shared libraries and the
+#   1. uses the binaries tests/gpu/pack.sh built and carried in gpu-carry/carry.tgz (with their shared libraries and the
 #      stories260K test data), or else configures and builds for the GPU it finds (that needs the build
 #      dependencies of .ci/install-deps, which a bare GPU machine may lack);
 #   2. runs each [cuda] test case in its own process (a crash or hang in one does not hide the others), and the
@@ -38,6 +38,10 @@ say "GPU"
 nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader \
     | tee /tmp/quill-gpu.txt || { echo "no nvidia-smi: is there a GPU?"; exit 1; }
 
+# pack.sh's archive, unpacked in place once (it travels packed: the files are more than a device call takes along)
+if [ -f gpu-carry/carry.tgz ] && [ ! -x gpu-carry/bin/quill ]; then
+    tar xzf gpu-carry/carry.tgz -C gpu-carry || { echo "gpu-carry/carry.tgz did not unpack"; exit 1; }
+fi
 if [ -x gpu-carry/bin/quill ] && [ -x gpu-carry/bin/quill_tests ]; then
     # The machine's own C library when the binaries run on it (the static CUDA runtime dlopens the driver's
     # libcuda, which must find the machine's libc); else the carried loader, with the machine's library path
