@@ -4,6 +4,7 @@
 #include "cuda/dequant.h"
 #include "cuda/memory_plan.h"
 #include "engine/error.h"
+#include "engine/model/weight_vectors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -107,26 +108,40 @@ DeviceWeights::DeviceWeights(const ModelConfig& config, const Weights& weights, 
         layers.push_back(l);
     }
     output = matrix(weights.output);
+    // Every vector of every layer (layer_vectors: those weight_bytes plans for), then each where the kernels take it;
+    // the router's bias too, though the routing reads the host's copy.
+    std::map<const std::vector<float>*, const float*> on_device;
+    for (size_t i = 0; i < weights.layers.size(); ++i)
+        for (const NamedVector& v : layer_vectors(config, weights.layers[i], static_cast<int64_t>(i)))
+            on_device[v.values] = vec(*v.values);
+    auto at = [&](const std::vector<float>& v) -> const float* {
+        if (v.empty()) return nullptr;
+        const auto it = on_device.find(&v);
+        QUILL_CHECK(it != on_device.end(), "a layer's vector of {} floats is not in layer_vectors", v.size());
+        return it->second;
+    };
     for (size_t i = 0; i < weights.layers.size(); ++i) {
         const LayerWeights& L = weights.layers[i];
         DeviceLayer& l = layers[i];
-        l.attn_norm = vec(L.attn_norm);
-        l.ffn_norm = vec(L.ffn_norm);
-        l.bq = vec(L.bq);
-        l.bk = vec(L.bk);
-        l.bv = vec(L.bv);
-        l.bo = vec(L.bo);
-        l.sinks = vec(L.attn_sinks);
+        l.attn_norm = at(L.attn_norm);
+        l.ffn_norm = at(L.ffn_norm);
+        l.bq = at(L.bq);
+        l.bk = at(L.bk);
+        l.bv = at(L.bv);
+        l.bo = at(L.bo);
+        l.sinks = at(L.attn_sinks);
         l.experts.router_bias = L.ffn_gate_inp_b;
-        l.experts.gate_bias = vec(L.ffn_gate_exps_b);
-        l.experts.up_bias = vec(L.ffn_up_exps_b);
-        l.experts.down_bias = vec(L.ffn_down_exps_b);
-        l.q_norm = vec(L.attn_q_norm);
-        l.k_norm = vec(L.attn_k_norm);
-        l.attn_post_norm = vec(L.attn_post_norm);
-        l.ffn_post_norm = vec(L.ffn_post_norm);
+        l.experts.gate_bias = at(L.ffn_gate_exps_b);
+        l.experts.up_bias = at(L.ffn_up_exps_b);
+        l.experts.down_bias = at(L.ffn_down_exps_b);
+        l.q_norm = at(L.attn_q_norm);
+        l.k_norm = at(L.attn_k_norm);
+        l.attn_post_norm = at(L.attn_post_norm);
+        l.ffn_post_norm = at(L.ffn_post_norm);
     }
     output_norm = vec(weights.output_norm);
+    QUILL_CHECK(next == buffer_.get() + bytes, "weight upload took {} bytes of a plan of {}", next - buffer_.get(),
+                bytes);
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize (weight upload)");
 
     // RoPE inverse frequencies for the angle kernel: the global ones, then the local layers' (the same unless

@@ -31,8 +31,8 @@ struct DeviceLayer {
 class DeviceWeights {
 public:
     // Uploads on stream s through two pinned staging buffers, so that copying the next chunk out of the mapped file
-    // overlaps the DMA of the previous one; returns once the copies are done. bytes: weight_bytes(weights), the
-    // plan's (QUILL_CHECK: the upload stays within it). n_ctx: the positions per slot, which pick phi3's long or
+    // overlaps the DMA of the previous one; returns once the copies are done. bytes: weight_bytes(config, weights),
+    // the plan's (QUILL_CHECK: the upload takes exactly that). n_ctx: the positions per slot, which pick phi3's long or
     // short RoPE factors. Throws Error on a CUDA failure, named.
     DeviceWeights(const ModelConfig& config, const Weights& weights, size_t bytes, int64_t n_ctx, cudaStream_t s);
 

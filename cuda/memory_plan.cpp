@@ -7,6 +7,7 @@
 #include "cuda/moe.h"
 #include "engine/error.h"
 #include "engine/model/layer_matrices.h"
+#include "engine/model/weight_vectors.h"
 
 #include <cuda_runtime.h>
 
@@ -30,14 +31,11 @@ void for_each_matrix(const Weights& w, F&& f) {
     f(w.output);
 }
 
-// Every float vector of the model, the optional ones (biases, gemma3's norms) included; an absent one is empty.
+// Every float vector the device holds: each layer's (layer_vectors) and the output norm.
 template <class F>
-void for_each_vector(const Weights& w, F&& f) {
-    for (const LayerWeights& L : w.layers)
-        for (const std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.attn_q_norm,
-                                            &L.attn_k_norm, &L.attn_post_norm, &L.ffn_post_norm, &L.attn_sinks,
-                                            &L.ffn_gate_exps_b, &L.ffn_up_exps_b, &L.ffn_down_exps_b})
-            f(*v);
+void for_each_vector(const ModelConfig& c, const Weights& w, F&& f) {
+    for (size_t l = 0; l < w.layers.size(); ++l)
+        for (const NamedVector& v : layer_vectors(c, w.layers[l], static_cast<int64_t>(l))) f(*v.values);
     f(w.output_norm);
 }
 
@@ -94,13 +92,13 @@ void check_weights(const Weights& weights) {
     });
 }
 
-size_t weight_bytes(const Weights& weights) {
+size_t weight_bytes(const ModelConfig& config, const Weights& weights) {
     size_t n = 0;
     std::map<const uint8_t*, bool> seen;  // a tied output matrix is the embedding: uploaded once
     for_each_matrix(weights, [&](const TensorView& t) {
         if (seen.emplace(t.data, true).second) n += align_up(t.n_bytes);
     });
-    for_each_vector(weights, [&](const std::vector<float>& v) { n += align_up(v.size() * sizeof(float)); });
+    for_each_vector(config, weights, [&](const std::vector<float>& v) { n += align_up(v.size() * sizeof(float)); });
     return n;
 }
 
@@ -133,7 +131,7 @@ MemoryPlan plan_for(const ModelConfig& c, const Weights& w, const CudaBackendOpt
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     p.device = prop.name;
     check(cudaMemGetInfo(&p.free, &p.total), "cudaMemGetInfo");
-    p.weights = weight_bytes(w);
+    p.weights = weight_bytes(c, w);
     p.kv = kv_bytes(c, o, o.n_ctx);
     p.workspace =
         workspace_bytes(c, o.plan_tokens, o.plan_tokens) + gemm_workspace_bytes(w, o.tuning.gemm, o.plan_tokens);

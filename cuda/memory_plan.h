@@ -31,9 +31,9 @@ void check_weights(const Weights& weights);
 // shapes (head_dim above 512, an odd rope dimension), the settings check_model names.
 void check_model(const ModelConfig& config, const Weights& weights);
 
-// Device bytes of weights as uploaded (a mixture's experts included), and of the workspace for a batch of n_tokens
-// asking for n_logits rows (the experts' included).
-size_t weight_bytes(const Weights& weights);
+// Device bytes of weights as DeviceWeights uploads them (every matrix, a mixture's experts included, and every vector
+// of layer_vectors), and of the workspace for a batch of n_tokens asking for n_logits rows (the experts' included).
+size_t weight_bytes(const ModelConfig& config, const Weights& weights);
 size_t workspace_bytes(const ModelConfig& config, int64_t n_tokens, int64_t n_logits);
 // The GEMM's scratch for these weights in this mode, for a forward call of n_tokens tokens.
 size_t gemm_workspace_bytes(const Weights& weights, GemmMode mode, int64_t n_tokens);

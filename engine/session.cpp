@@ -195,7 +195,8 @@ std::unique_ptr<Backend> make_planned_backend(const ModelConfig& config, const W
     request.gpu_layers = o.gpu_layers;
     const std::vector<DeviceMemory> memory = gpu_memory();
     const size_t kv_layer = cpu::kv_cache_bytes(config, o.kv_type, n_ctx, o.n_slots) / config.n_layer;
-    const DevicePlan plan = plan_devices(model_bytes(tensor_bytes(weights), config.n_layer, kv_layer), request, memory);
+    const DevicePlan plan =
+        plan_devices(model_bytes(tensor_bytes(config, weights), config.n_layer, kv_layer), request, memory);
     for (const PlanRange& r : plan.ranges) {
         if (r.device.kind == DeviceSpec::Kind::cpu) continue;
 #ifdef QUILL_HAVE_CUDA

@@ -1,5 +1,6 @@
 // The weight matrices of a layer: the one list of them that packing, the backends' checks and uploads, and the
-// benchmark's byte and flop counts go through.
+// benchmark's byte and flop counts go through; and the list of the file's tensors they are, which the synthetic
+// writer writes and the device plan counts.
 #pragma once
 
 #include "engine/model/weights.h"
@@ -18,6 +19,21 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     }
     m.push_back(&L.ffn_gate_inp);
     for (const ExpertWeights& e : L.experts) m.insert(m.end(), {&e.gate, &e.up, &e.down});
+    return m;
+}
+
+// L's matrices as the file holds them, each tensor once, in the same order: phi3's fused attn_qkv and ffn_up whole
+// rather than their parts, a mixture's experts as the three 3-D tensors of them all.
+inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L) {
+    std::vector<const TensorView*> m =
+        L.attn_qkv.data ? std::vector<const TensorView*>{&L.attn_qkv, &L.wo}
+                        : std::vector<const TensorView*>{&L.wq, &L.wk, &L.wv, &L.wo};
+    if (!L.experts.empty())
+        m.insert(m.end(), {&L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps});
+    else if (L.ffn_gate_up.data)
+        m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
+    else
+        m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
     return m;
 }
 

@@ -1,6 +1,8 @@
 #include "engine/model/synthetic.h"
 
 #include "engine/error.h"
+#include "engine/model/layer_matrices.h"
+#include "engine/model/weight_vectors.h"
 #include "engine/rng.h"
 
 #include <cmath>
@@ -464,62 +466,19 @@ void SyntheticModel::save(const std::string& path) const {
         std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + (t.ne[2] > 1 ? 3 : t.ne[1] > 1 ? 2 : 1));
         w.add_tensor_view(t.name, t.type, ne, {t.data, t.n_bytes});
     };
-    // v as a tensor of rows of `row` floats (all of v when 0); nothing when v is empty
-    auto vec = [&](const std::string& name, const std::vector<float>& v, int64_t row = 0) {
-        if (v.empty()) return;
-        std::vector<uint8_t> bytes(v.size() * sizeof(float));
-        std::memcpy(bytes.data(), v.data(), bytes.size());
-        const auto n = static_cast<int64_t>(v.size());
-        std::vector<int64_t> ne{row > 0 ? row : n};
-        if (row > 0) ne.push_back(n / row);
-        w.add_tensor(name, GgmlType::F32, ne, std::move(bytes));
-    };
-    // A fused tensor whose parts `first`..`last` view consecutive bytes (make's phi3 matrices), whole again.
-    auto fused = [&](const std::string& name, const TensorView& first, const TensorView& last) {
-        TensorView t = first;
-        t.name = name;
-        t.ne[1] = (last.row(last.n_rows()) - first.data) / static_cast<ptrdiff_t>(first.row_bytes());
-        t.n_bytes = static_cast<size_t>(last.row(last.n_rows()) - first.data);
-        view(t);
+    auto vec = [&](const NamedVector& v) {
+        std::vector<int64_t> ne{v.n};
+        if (v.rows > 1) ne.push_back(v.rows);
+        w.add_tensor_view(v.name, GgmlType::F32, ne,
+                          {reinterpret_cast<const uint8_t*>(v.values->data()), v.values->size() * sizeof(float)});
     };
     view(weights.tok_embd);
-    vec("output_norm.weight", weights.output_norm);
     if (!weights.output_tied) view(weights.output);
-    if (!weights.rope_factors_long.empty()) vec("rope_factors_long.weight", weights.rope_factors_long);
-    if (!weights.rope_factors_short.empty()) vec("rope_factors_short.weight", weights.rope_factors_short);
-    const bool phi3 = c.arch == "phi3";
+    for (const NamedVector& v : model_vectors(c, weights)) vec(v);
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const LayerWeights& L = weights.layers[i];
-        const std::string b = fmt::format("blk.{}.", i);
-        vec(b + "attn_norm.weight", L.attn_norm);
-        if (phi3)
-            fused(b + "attn_qkv.weight", L.wq, L.wv);
-        else
-            for (const TensorView* t : {&L.wq, &L.wk, &L.wv}) view(*t);
-        view(L.wo);
-        vec(b + "attn_q.bias", L.bq);
-        vec(b + "attn_k.bias", L.bk);
-        vec(b + "attn_v.bias", L.bv);
-        vec(b + "attn_output.bias", L.bo);
-        vec(b + "attn_sinks.weight", L.attn_sinks);
-        vec(b + "attn_q_norm.weight", L.attn_q_norm);
-        vec(b + "attn_k_norm.weight", L.attn_k_norm);
-        vec(b + "post_attention_norm.weight", L.attn_post_norm);
-        // (gpt-oss's file names the FFN's input norm post_attention_norm)
-        vec(b + (c.arch == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), L.ffn_norm);
-        vec(b + "ffn_gate_inp.bias", L.ffn_gate_inp_b);
-        vec(b + "ffn_gate_exps.bias", L.ffn_gate_exps_b, c.n_ff_exp);
-        vec(b + "ffn_up_exps.bias", L.ffn_up_exps_b, c.n_ff_exp);
-        vec(b + "ffn_down_exps.bias", L.ffn_down_exps_b, c.n_embd);
-        if (phi3)
-            fused(b + "ffn_up.weight", L.ffn_gate, L.ffn_up);
-        else if (!c.moe())
-            for (const TensorView* t : {&L.ffn_gate, &L.ffn_up}) view(*t);
-        if (c.moe())
-            for (const TensorView* t : {&L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps}) view(*t);
-        else
-            view(L.ffn_down);
-        vec(b + "post_ffw_norm.weight", L.ffn_post_norm);
+        for (const TensorView* t : layer_file_matrices(L)) view(*t);
+        for (const NamedVector& v : layer_vectors(c, L, i)) vec(v);
     }
     w.write(path);
 }

@@ -1,6 +1,7 @@
 #include "engine/model/weights.h"
 
 #include "engine/error.h"
+#include "engine/model/weight_vectors.h"
 
 #include <fmt/ranges.h>
 
@@ -62,9 +63,11 @@ public:
         return out;
     }
 
-    // The vector if the file has it, else empty.
-    std::vector<float> optional_vector(const std::string& name, int64_t n) const {
-        return find(name) ? get_vector(name, n) : std::vector<float>{};
+    // A vector field's tensor, into its member of o: when the field is required or the file has it.
+    template <class Owner>
+    void read(const VectorField<Owner>& f, const std::string& name, Owner& o) const {
+        if (f.required || find(name))
+            o.*f.member = f.rows == 1 ? get_vector(name, f.n) : get_vectors(name, f.n, f.rows);
     }
 
 private:
@@ -104,12 +107,14 @@ void LayerWeights::split_experts() {
 }
 
 void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c) {
+    attn_qkv = qkv;
     wq = qkv.rows(0, c.n_embd_q(), "q");
     wk = qkv.rows(c.n_embd_q(), c.n_embd_kv(), "k");
     wv = qkv.rows(c.n_embd_q() + c.n_embd_kv(), c.n_embd_kv(), "v");
 }
 
 void LayerWeights::split_gate_up(const TensorView& gate_up, const ModelConfig& c) {
+    ffn_gate_up = gate_up;
     ffn_gate = gate_up.rows(0, c.n_ff, "gate");
     ffn_up = gate_up.rows(c.n_ff, c.n_ff, "up");
 }
@@ -118,24 +123,22 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     Loader l(file);
     Weights w;
     w.tok_embd = l.get("token_embd.weight", {c.n_embd, c.n_vocab});
-    w.output_norm = l.get_vector("output_norm.weight", c.n_embd);
+    for (const VectorField<Weights>& f : model_vector_fields(c)) l.read(f, f.name, w);
     if (l.find("output.weight")) {
         w.output = l.get("output.weight", {c.n_embd, c.n_vocab});
     } else {
         w.output = w.tok_embd;
         w.output_tied = true;
     }
-    if (l.find("rope_freqs.weight")) w.rope_freqs = l.get_vector("rope_freqs.weight", c.n_rot / 2);
-    w.rope_factors_long = l.optional_vector("rope_factors_long.weight", c.n_rot / 2);
-    w.rope_factors_short = l.optional_vector("rope_factors_short.weight", c.n_rot / 2);
 
     const bool gpt_oss = c.arch == "gpt-oss";
     if (gpt_oss && w.output_tied)  // (llama.cpp requires output.weight for gpt-oss)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
+    const std::vector<VectorField<LayerWeights>> vectors = layer_vector_fields(c);
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
-        L.attn_norm = l.get_vector(b + "attn_norm.weight", c.n_embd);
+        for (const VectorField<LayerWeights>& f : vectors) l.read(f, b + f.name, L);
         if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3)
             L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, c.n_embd_q() + 2 * c.n_embd_kv()}), c);
         } else {
@@ -144,8 +147,6 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.wv = l.get(b + "attn_v.weight", {c.n_embd, c.n_embd_kv()});
         }
         L.wo = l.get(b + "attn_output.weight", {c.n_embd_q(), c.n_embd});
-        // (gpt-oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
-        L.ffn_norm = l.get_vector(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd);
         if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
@@ -159,31 +160,6 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
         }
         if (!c.moe()) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
-        L.bq = l.optional_vector(b + "attn_q.bias", c.n_embd_q());
-        L.bk = l.optional_vector(b + "attn_k.bias", c.n_embd_kv());
-        L.bv = l.optional_vector(b + "attn_v.bias", c.n_embd_kv());
-        // (gpt-oss: required, as llama.cpp requires it, with the sinks and the router's and experts' biases)
-        L.bo = gpt_oss ? l.get_vector(b + "attn_output.bias", c.n_embd)
-                       : l.optional_vector(b + "attn_output.bias", c.n_embd);
-        if (gpt_oss) {
-            L.attn_sinks = l.get_vector(b + "attn_sinks.weight", c.n_head);
-            L.ffn_gate_inp_b = l.get_vector(b + "ffn_gate_inp.bias", c.n_expert);
-            L.ffn_gate_exps_b = l.get_vectors(b + "ffn_gate_exps.bias", c.n_ff_exp, c.n_expert);
-            L.ffn_up_exps_b = l.get_vectors(b + "ffn_up_exps.bias", c.n_ff_exp, c.n_expert);
-            L.ffn_down_exps_b = l.get_vectors(b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
-        }
-        if (c.arch == "gemma3") {
-            L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
-            L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);
-        }
-        if (c.arch == "gemma3" || c.arch == "gemma2") {
-            L.attn_post_norm = l.get_vector(b + "post_attention_norm.weight", c.n_embd);
-            L.ffn_post_norm = l.get_vector(b + "post_ffw_norm.weight", c.n_embd);
-        }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe") {
-            L.attn_q_norm = l.get_vector(b + "attn_q_norm.weight", c.head_dim);
-            L.attn_k_norm = l.get_vector(b + "attn_k_norm.weight", c.head_dim);
-        }
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;

@@ -47,6 +47,9 @@ struct LayerWeights {
     TensorView ffn_gate;           // W1 [n_ff rows, n_embd]
     TensorView ffn_up;             // W3 [n_ff rows, n_embd]
     TensorView ffn_down;           // W2 [n_embd rows, n_ff]
+    // phi3: the file's fused matrices, of which wq, wk, wv and ffn_gate, ffn_up are views; empty for the others.
+    TensorView attn_qkv;     // [n_embd_q + 2 n_embd_kv rows, n_embd] (attn_qkv.weight)
+    TensorView ffn_gate_up;  // [2 n_ff rows, n_embd], gate first (ffn_up.weight)
     // Mixture of experts (ModelConfig::moe(); then ffn_gate, ffn_up and ffn_down are empty): the router, the file's
     // 3-D tensors of every expert's matrices, and each expert as views of them.
     TensorView ffn_gate_inp;                // router [n_expert rows, n_embd]
@@ -69,9 +72,9 @@ struct LayerWeights {
     std::vector<float> attn_q_norm, attn_k_norm;
     std::vector<float> attn_post_norm, ffn_post_norm;
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
-    // wq, wk, wv as the parts of one [n_embd_q + 2 n_embd_kv rows, n_embd] matrix, in that order (attn_qkv)
+    // attn_qkv = qkv, and wq, wk, wv its parts, in that order
     void split_qkv(const TensorView& qkv, const ModelConfig& config);
-    // ffn_gate, ffn_up as the halves of one [2 n_ff rows, n_embd] matrix, gate first (phi3's ffn_up)
+    // ffn_gate_up = gate_up, and ffn_gate, ffn_up its halves
     void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
     // experts as the matrices of ffn_gate_exps, ffn_up_exps and ffn_down_exps
     void split_experts();

@@ -3,6 +3,7 @@
 #include "engine/error.h"
 #include "engine/io/input.h"
 #include "engine/model/layer_matrices.h"
+#include "engine/model/weight_vectors.h"
 
 #include <algorithm>
 #include <charconv>
@@ -28,28 +29,16 @@ size_t ModelBytes::expert_bytes(int64_t begin, int64_t end) const {
     return sum;
 }
 
-std::vector<TensorBytes> tensor_bytes(const Weights& w) {
+std::vector<TensorBytes> tensor_bytes(const ModelConfig& c, const Weights& w) {
     std::vector<TensorBytes> t;
-    auto floats = [&](std::string name, const std::vector<float>& v) {
-        if (!v.empty()) t.push_back({std::move(name), v.size() * sizeof(float)});
-    };
-    t.push_back({"token_embd.weight", w.tok_embd.n_bytes});
-    if (!w.output_tied) t.push_back({"output.weight", w.output.n_bytes});
-    floats("output_norm.weight", w.output_norm);
+    auto floats = [&](const NamedVector& v) { t.push_back({v.name, v.values->size() * sizeof(float)}); };
+    t.push_back({w.tok_embd.name, w.tok_embd.n_bytes});
+    if (!w.output_tied) t.push_back({w.output.name, w.output.n_bytes});
+    for (const NamedVector& v : model_vectors(c, w)) floats(v);
     for (size_t l = 0; l < w.layers.size(); ++l) {
         const LayerWeights& L = w.layers[l];
-        const std::string b = fmt::format("blk.{}.", l);
-        for (const TensorView* m : layer_matrices(L)) t.push_back({m->name, m->n_bytes});
-        floats(b + "attn_norm", L.attn_norm);
-        floats(b + "attn_q.bias", L.bq);
-        floats(b + "attn_k.bias", L.bk);
-        floats(b + "attn_v.bias", L.bv);
-        floats(b + "attn_output.bias", L.bo);
-        floats(b + "attn_q_norm", L.attn_q_norm);
-        floats(b + "attn_k_norm", L.attn_k_norm);
-        floats(b + "attn_post_norm", L.attn_post_norm);
-        floats(b + "ffn_norm", L.ffn_norm);
-        floats(b + "ffn_post_norm", L.ffn_post_norm);
+        for (const TensorView* m : layer_file_matrices(L)) t.push_back({m->name, m->n_bytes});
+        for (const NamedVector& v : layer_vectors(c, L, static_cast<int64_t>(l))) floats(v);
     }
     return t;
 }

@@ -3,6 +3,7 @@
 // from the user's --devices and --gpu-layers. The split forward (SplitBackend) runs the plan's ranges in order.
 #pragma once
 
+#include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
 #include <cstddef>
@@ -51,8 +52,10 @@ struct TensorBytes {
     std::string name;
     size_t bytes = 0;
 };
-// The tensors the forward reads: weights' matrices, norms and biases, the output matrix unless tied.
-std::vector<TensorBytes> tensor_bytes(const Weights& weights);
+// The file's tensors the forward reads, each once under its name: the matrices (phi3's fused ones and a mixture's
+// 3-D expert tensors whole), the float vectors (layer_vectors, model_vectors) as the floats they are loaded as, the
+// output matrix unless tied.
+std::vector<TensorBytes> tensor_bytes(const ModelConfig& config, const Weights& weights);
 
 // The bytes of each tensor (its name says the layer and the part), with kv_per_layer. A tensor named neither
 // blk.N.* nor token_embd counts as output (output, output_norm, rope factors).

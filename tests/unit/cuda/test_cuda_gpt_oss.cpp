@@ -62,19 +62,19 @@ TEST_CASE("the CUDA backend takes gpt-oss's sinks, biases and clamped SwiGLU, pl
     ModelConfig silu = c;
     silu.ffn_act = ModelConfig::Activation::silu;
     CHECK_THROWS_WITH(cuda::check_model(silu, m->weights), Catch::Contains("mixture of experts (8 experts"));
-    // The sinks and expert biases are uploaded: their bytes are in the weights' plan.
+    // The sinks and the router's and experts' biases are uploaded: their bytes are in the weights' plan, each at a
+    // 256-byte boundary.
+    auto gpt_oss_vectors = [](LayerWeights& L) {
+        return std::vector<std::vector<float>*>{&L.attn_sinks, &L.ffn_gate_inp_b, &L.ffn_gate_exps_b,
+                                                &L.ffn_up_exps_b, &L.ffn_down_exps_b};
+    };
     size_t vectors = 0;
-    for (const LayerWeights& L : m->weights.layers)
-        vectors += sizeof(float) * (L.attn_sinks.size() + L.ffn_gate_exps_b.size() + L.ffn_up_exps_b.size() +
-                                    L.ffn_down_exps_b.size());
+    for (LayerWeights& L : m->weights.layers)
+        for (const std::vector<float>* v : gpt_oss_vectors(L)) vectors += cuda::align_up(sizeof(float) * v->size());
     auto stripped = SyntheticModel::make(synthetic_config("gpt-oss-tiny"), GgmlType::F16, 42);
-    for (LayerWeights& L : stripped->weights.layers) {
-        L.attn_sinks.clear();
-        L.ffn_gate_exps_b.clear();
-        L.ffn_up_exps_b.clear();
-        L.ffn_down_exps_b.clear();
-    }
-    CHECK(cuda::weight_bytes(m->weights) >= cuda::weight_bytes(stripped->weights) + vectors);
+    for (LayerWeights& L : stripped->weights.layers)
+        for (std::vector<float>* v : gpt_oss_vectors(L)) v->clear();
+    CHECK(cuda::weight_bytes(c, m->weights) == cuda::weight_bytes(c, stripped->weights) + vectors);
     // The routing's four int arrays (rows, slots, weights, owners) of n k each are in the experts' workspace.
     const int64_t n = 100;
     const size_t arrays =

@@ -67,7 +67,7 @@ TEST_CASE("the CUDA backend takes qwen3moe's mixture of experts and refuses othe
     for (const LayerWeights& L : m->weights.layers)
         experts += L.ffn_gate_inp.n_bytes + L.ffn_gate_exps.n_bytes + L.ffn_up_exps.n_bytes + L.ffn_down_exps.n_bytes;
     REQUIRE(experts > 0);
-    CHECK(cuda::weight_bytes(m->weights) >= experts + m->weights.output.n_bytes);
+    CHECK(cuda::weight_bytes(c, m->weights) >= experts + m->weights.output.n_bytes);
     const int64_t n = 100;
     const size_t arrays = sizeof(float) * (n * 8 + 2 * (2 * n * 128) + 2 * (2 * n * 64)) + 3 * 4 * (2 * n);
     CHECK(cuda::moe_workspace_bytes(c, n) >= arrays);

@@ -9,8 +9,8 @@
 #include "engine/runtime/generator.h"
 #include "engine/runtime/scheduler.h"
 #include "tests/support/backend_checks.h"
-#include "tests/support/random_model.h"
 #include "tests/support/test_util.h"
+#include "tests/support/tiny_loaded.h"
 #include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
@@ -22,28 +22,9 @@ using namespace quill;
 
 namespace {
 
-struct Loaded {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
-
-Loaded load(const test::TinySpec& spec) {
-    Loaded l;
-    l.model = test::make_tiny_model(spec);
-    l.tok = Tokenizer::from_gguf(l.model->file);
-    return l;
-}
-
-// A small model with the tiny SPM vocabulary; seed picks its weights.
-test::TinySpec small_spec(uint64_t seed, GgmlType type = GgmlType::F32) {
-    test::TinySpec s;
-    s.vocab = "spm";
-    s.n_layer = 2;
-    s.type = type;
-    s.ffn_down_type = type == GgmlType::F32 ? GgmlType::F32 : GgmlType::F16;
-    s.seed = seed;
-    return s;
-}
+using test::Loaded;
+using test::load_tiny;
+using test::small_spec;
 
 std::unique_ptr<Backend> cpu_backend(const Model& m, int64_t n_slots, std::optional<cpu::Isa> isa = {}) {
     cpu::CpuBackendOptions o;
@@ -186,18 +167,18 @@ TEST_CASE("Sampler::distribution is what sample() draws from", "[speculative]") 
 }
 
 TEST_CASE("a draft model's vocabulary must be the model's", "[speculative]") {
-    const Loaded spm = load(small_spec(1));
-    const Loaded bpe = load([] {
+    const Loaded spm = load_tiny(small_spec(1));
+    const Loaded bpe = load_tiny([] {
         test::TinySpec s = small_spec(1);
         s.vocab = "bpe-chatml";
         return s;
     }());
-    const Loaded chat = load([] {
+    const Loaded chat = load_tiny([] {
         test::TinySpec s = small_spec(1);
         s.vocab = "spm-chatml";
         return s;
     }());
-    CHECK_NOTHROW(check_same_vocabulary(*spm.tok, *load(small_spec(2)).tok, "d.gguf"));
+    CHECK_NOTHROW(check_same_vocabulary(*spm.tok, *load_tiny(small_spec(2)).tok, "d.gguf"));
     CHECK_THROWS_WITH(check_same_vocabulary(*spm.tok, *bpe.tok, "d.gguf"),
                       Catch::Contains("d.gguf") && Catch::Contains("tokens"));
     if (chat.tok->n_vocab() == spm.tok->n_vocab())
@@ -208,10 +189,10 @@ TEST_CASE("a draft model's vocabulary must be the model's", "[speculative]") {
 
 TEST_CASE("greedy text with a draft model is the text without, on the reference and every CPU ISA",
           "[speculative]") {
-    const Loaded target = load(small_spec(1));
+    const Loaded target = load_tiny(small_spec(1));
     // A close draft (the same weights in Q8_0: most guesses accepted) and an unrelated one (most rejected).
-    const Loaded close = load(small_spec(1, GgmlType::Q8_0));
-    const Loaded other = load(small_spec(5));
+    const Loaded close = load_tiny(small_spec(1, GgmlType::Q8_0));
+    const Loaded other = load_tiny(small_spec(5));
     GenerationParams plain;
     plain.max_tokens = 40;
     plain.sampling.temperature = 0.0f;
@@ -244,8 +225,8 @@ TEST_CASE("greedy text with a draft model is the text without, on the reference 
 }
 
 TEST_CASE("sampled tokens keep their distribution with lookup's and a draft model's guesses", "[speculative]") {
-    const Loaded target = load(small_spec(1));
-    const Loaded draft = load(small_spec(1, GgmlType::Q4_0));  // near the model, not equal: some guesses rejected
+    const Loaded target = load_tiny(small_spec(1));
+    const Loaded draft = load_tiny(small_spec(1, GgmlType::Q4_0));  // near the model, not equal: some guesses rejected
     auto tb = cpu_backend(*target.model, 1);
     auto db = cpu_backend(*draft.model, 1);
     // A prompt that repeats the model's own greedy text, so that lookup's guesses are often likely tokens.

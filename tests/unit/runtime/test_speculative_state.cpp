@@ -7,8 +7,8 @@
 #include "engine/runtime/draft.h"
 #include "engine/runtime/generator.h"
 #include "engine/runtime/scheduler.h"
-#include "tests/support/random_model.h"
 #include "tests/support/test_util.h"
+#include "tests/support/tiny_loaded.h"
 #include "tokenizer/tokenizer.h"
 
 #include <catch2/catch.hpp>
@@ -17,24 +17,9 @@ using namespace quill;
 
 namespace {
 
-struct Loaded {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
-
-// A small model with the tiny SPM vocabulary; seed picks its weights, type their format.
-Loaded load(uint64_t seed, GgmlType type) {
-    test::TinySpec s;
-    s.vocab = "spm";
-    s.n_layer = 2;
-    s.type = type;
-    s.ffn_down_type = type == GgmlType::F32 ? GgmlType::F32 : GgmlType::F16;
-    s.seed = seed;
-    Loaded l;
-    l.model = test::make_tiny_model(s);
-    l.tok = Tokenizer::from_gguf(l.model->file);
-    return l;
-}
+using test::Loaded;
+using test::load_tiny;
+using test::small_spec;
 
 std::unique_ptr<Backend> cpu_backend(const Model& m, int64_t n_slots) {
     cpu::CpuBackendOptions o;
@@ -78,8 +63,9 @@ const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog r
 
 TEST_CASE("speculation with penalties or a grammar or logprobs gives the tokens and logprobs of plain decoding",
           "[speculative]") {
-    const Loaded target = load(1, GgmlType::F32);
-    const Loaded close = load(1, GgmlType::Q8_0);  // the same weights: most guesses are the target's tokens
+    const Loaded target = load_tiny(small_spec(1, GgmlType::F32));
+    // the same weights: most guesses are the target's tokens
+    const Loaded close = load_tiny(small_spec(1, GgmlType::Q8_0));
     struct Case {
         std::string name;
         std::function<void(GenerationParams&)> set;

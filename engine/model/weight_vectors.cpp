@@ -1,0 +1,75 @@
+#include "engine/model/weight_vectors.h"
+
+#include "engine/error.h"
+
+namespace quill {
+
+namespace {
+
+template <class Owner>
+std::vector<NamedVector> held(const std::vector<VectorField<Owner>>& fields, const Owner& owner,
+                              const std::string& prefix) {
+    std::vector<NamedVector> out;
+    for (const VectorField<Owner>& f : fields) {
+        const std::vector<float>& v = owner.*f.member;
+        if (v.empty()) continue;
+        QUILL_CHECK(static_cast<int64_t>(v.size()) == f.n * f.rows, "{}{} holds {} floats, expected {} rows of {}",
+                    prefix, f.name, v.size(), f.rows, f.n);
+        out.push_back({prefix + f.name, &v, f.n, f.rows});
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c) {
+    using L = LayerWeights;
+    const bool gpt_oss = c.arch == "gpt-oss";
+    const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3";
+    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe";
+    // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
+    // the output's, as llama.cpp does.
+    std::vector<VectorField<L>> f{
+        {"attn_norm.weight", &L::attn_norm, c.n_embd},
+        {"attn_q.bias", &L::bq, c.n_embd_q(), 1, false},
+        {"attn_k.bias", &L::bk, c.n_embd_kv(), 1, false},
+        {"attn_v.bias", &L::bv, c.n_embd_kv(), 1, false},
+        {"attn_output.bias", &L::bo, c.n_embd, 1, gpt_oss},
+    };
+    if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
+    if (qk_norms) {
+        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, c.head_dim});
+        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, c.head_dim});
+    }
+    if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
+    // (gpt-oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
+    f.push_back({gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
+    if (gpt_oss) {
+        f.push_back({"ffn_gate_inp.bias", &L::ffn_gate_inp_b, c.n_expert});
+        f.push_back({"ffn_gate_exps.bias", &L::ffn_gate_exps_b, c.n_ff_exp, c.n_expert});
+        f.push_back({"ffn_up_exps.bias", &L::ffn_up_exps_b, c.n_ff_exp, c.n_expert});
+        f.push_back({"ffn_down_exps.bias", &L::ffn_down_exps_b, c.n_embd, c.n_expert});
+    }
+    if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
+    return f;
+}
+
+std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
+    using W = Weights;
+    return {
+        {"output_norm.weight", &W::output_norm, c.n_embd},
+        {"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false},
+        {"rope_factors_long.weight", &W::rope_factors_long, c.n_rot / 2, 1, false},
+        {"rope_factors_short.weight", &W::rope_factors_short, c.n_rot / 2, 1, false},
+    };
+}
+
+std::vector<NamedVector> layer_vectors(const ModelConfig& c, const LayerWeights& L, int64_t layer) {
+    return held(layer_vector_fields(c), L, fmt::format("blk.{}.", layer));
+}
+
+std::vector<NamedVector> model_vectors(const ModelConfig& c, const Weights& w) {
+    return held(model_vector_fields(c), w, "");
+}
+
+}  // namespace quill

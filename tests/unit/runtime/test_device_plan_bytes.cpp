@@ -1,0 +1,86 @@
+// The device plan's bytes: tensor_bytes names every tensor of a model's file once, with the file's bytes, for a
+// synthetic model of every architecture the synthetic writer knows, so that a layer split counts all that each range
+// holds (gpt-oss's sinks and router and expert biases, phi3's fused matrices and RoPE factors, gemma2's post-norms).
+#include "engine/format/gguf.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic.h"
+#include "engine/runtime/device_plan.h"
+#include "tests/support/random_model.h"
+#include "tests/support/test_util.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+using namespace quill;
+
+namespace {
+
+// The smallest shape of each architecture the synthetic writer knows (llama's is stories15m).
+const char* const kShapes[] = {"stories15m",   "qwen3-tiny",  "qwen3moe-tiny", "gpt-oss-tiny", "phi3-tiny",
+                               "gemma2-tiny", "smollm3-tiny", "mistral3-tiny"};
+
+// What tensor_bytes says of the model against the file's tensor table: "missing NAME", "twice NAME", "extra NAME",
+// "NAME: N bytes, the file's M"; empty when every tensor is counted once with its bytes.
+std::vector<std::string> mismatches(const std::vector<TensorBytes>& counted, const GgufFile& file) {
+    std::map<std::string, size_t> in_file;
+    for (const GgufTensorInfo& t : file.tensors()) in_file[t.name] = t.n_bytes;
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    for (const TensorBytes& t : counted) {
+        if (!seen.insert(t.name).second) out.push_back("twice " + t.name);
+        const auto it = in_file.find(t.name);
+        if (it == in_file.end())
+            out.push_back("extra " + t.name);
+        else if (it->second != t.bytes)
+            out.push_back(fmt::format("{}: {} bytes, the file's {}", t.name, t.bytes, it->second));
+    }
+    for (const auto& [name, bytes] : in_file)
+        if (!seen.contains(name)) out.push_back("missing " + name);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("tensor_bytes counts each tensor of the file once with its bytes, for every synthetic architecture",
+          "[device_plan]") {
+    const auto dir = test::temp_dir("device_plan_bytes");
+    std::set<std::string> archs, covered;
+    for (const std::string& shape : synthetic_shape_names()) archs.insert(synthetic_config(shape).arch);
+    for (const std::string shape : kShapes) {
+        INFO(shape);
+        const std::string path = (dir / (shape + ".gguf")).string();
+        SyntheticModel::make(synthetic_config(shape), GgmlType::Q8_0, 7)->save(path);
+        const auto model = Model::load(path);
+        covered.insert(model->config.arch);
+        const GgufFile file = GgufFile::open(path);
+        const std::vector<TensorBytes> counted = tensor_bytes(model->config, model->weights);
+        CHECK(mismatches(counted, file) == std::vector<std::string>{});
+        size_t file_bytes = 0, counted_bytes = 0;
+        for (const GgufTensorInfo& t : file.tensors()) file_bytes += t.n_bytes;
+        for (const TensorBytes& t : counted) counted_bytes += t.bytes;
+        CHECK(counted_bytes == file_bytes);
+        // The plan's parts (layers, embedding, output) add up to the file: model_bytes puts every tensor somewhere.
+        const ModelBytes m = model_bytes(counted, model->config.n_layer, 0);
+        CHECK(m.range_bytes(0, m.n_layer()) + m.output + (m.tied ? 0 : m.embedding) == file_bytes);
+    }
+    CHECK(covered == archs);  // a new architecture of the writer needs its shape in kShapes
+}
+
+TEST_CASE("tensor_bytes counts each tensor once for the loader's other architectures and optional tensors",
+          "[device_plan]") {
+    // What the synthetic writer does not make: gemma3's Q/K norms and post-norms, qwen2's biases, llama's output
+    // bias, Llama 3's rope_freqs, a tied output.
+    std::vector<test::TinySpec> specs(4);
+    specs[0].arch = "gemma3", specs[0].sliding_window = 8;
+    specs[1].arch = "qwen2", specs[1].biases = true;
+    specs[2].biases = true, specs[2].rope_freqs = true;
+    specs[3].tied_output = true;
+    for (const test::TinySpec& spec : specs) {
+        INFO(spec.arch);
+        const auto model = test::make_tiny_model(spec);
+        CHECK(mismatches(tensor_bytes(model->config, model->weights), model->file) == std::vector<std::string>{});
+    }
+}
