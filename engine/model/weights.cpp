@@ -67,6 +67,17 @@ public:
         return find(name) ? get_vector(name, n) : std::vector<float>{};
     }
 
+    // RoPE frequency divisors (rope_freqs, rope_factors_long/short) if the file has them, else empty: each finite and
+    // positive (a zero or non-finite one would turn every position's angle into NaN, a negative one its direction).
+    std::vector<float> optional_divisors(const std::string& name, int64_t n) const {
+        std::vector<float> d = optional_vector(name, n);
+        for (size_t i = 0; i < d.size(); ++i)
+            if (!(std::isfinite(d[i]) && d[i] > 0.0f))
+                throw FileError(fmt::format("{}: tensor '{}' has {} at index {}, expected positive finite RoPE "
+                                            "frequency divisors", f_.path(), name, d[i], i));
+        return d;
+    }
+
 private:
     const GgufFile& f_;
     mutable std::unordered_set<std::string> used_;
@@ -125,9 +136,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.output = w.tok_embd;
         w.output_tied = true;
     }
-    if (l.find("rope_freqs.weight")) w.rope_freqs = l.get_vector("rope_freqs.weight", c.n_rot / 2);
-    w.rope_factors_long = l.optional_vector("rope_factors_long.weight", c.n_rot / 2);
-    w.rope_factors_short = l.optional_vector("rope_factors_short.weight", c.n_rot / 2);
+    w.rope_freqs = l.optional_divisors("rope_freqs.weight", c.n_rot / 2);
+    w.rope_factors_long = l.optional_divisors("rope_factors_long.weight", c.n_rot / 2);
+    w.rope_factors_short = l.optional_divisors("rope_factors_short.weight", c.n_rot / 2);
 
     const bool gpt_oss = c.arch == "gpt-oss";
     if (gpt_oss && w.output_tied)  // (llama.cpp requires output.weight for gpt-oss)
