@@ -585,7 +585,7 @@ std::optional<std::string> GgufFile::get_string(std::string_view key) const {
     const GgufValue* v = find(key);
     if (!v) return std::nullopt;
     if (v->type() != GgufType::STRING)
-        fail(fmt::format("metadata '{}' is a {}, expected a string", key, gguf_type_name(v->type())));
+        fail(fmt::format("metadata '{}' has type {}, expected a string", key, gguf_type_name(v->type())));
     return v->as_string();
 }
 
@@ -593,7 +593,7 @@ std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
     const GgufValue* v = find(key);
     if (!v) return std::nullopt;
     if (!v->is_integer())
-        fail(fmt::format("metadata '{}' is a {}, expected an integer", key, gguf_type_name(v->type())));
+        fail(fmt::format("metadata '{}' has type {}, expected an integer", key, gguf_type_name(v->type())));
     try {
         return v->as_int();
     } catch (const Error& e) {
@@ -605,7 +605,7 @@ std::optional<double> GgufFile::get_float(std::string_view key) const {
     const GgufValue* v = find(key);
     if (!v) return std::nullopt;
     if (!v->is_number())
-        fail(fmt::format("metadata '{}' is a {}, expected a number", key, gguf_type_name(v->type())));
+        fail(fmt::format("metadata '{}' has type {}, expected a number", key, gguf_type_name(v->type())));
     return v->as_float();
 }
 

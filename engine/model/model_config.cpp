@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <vector>
 
 namespace quill {
 
@@ -60,6 +61,50 @@ void read_yarn(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.rope_mscale = static_cast<float>(attn_factor * (log_mul != 0.0f ? mscale(1.0) / mscale(log_mul) : mscale(1.0)));
 }
 
+// attention.sliding_window_pattern as llama.cpp reads it: N, every Nth layer global and the others local (0: every
+// layer local), `fallback` when absent; or one bool a layer (true: local), which must be the pattern of some N.
+int64_t read_swa_pattern(const GgufFile& f, const std::string& p, int64_t fallback, int64_t n_layer) {
+    const std::string key = p + "attention.sliding_window_pattern";
+    const GgufValue* v = f.find(key);
+    if (!v || v->type() != GgufType::ARRAY) return optional_int(f, key, fallback, 0, 4096);
+    const GgufArray& a = v->as_array();
+    if (a.type() != GgufType::BOOL || static_cast<int64_t>(a.size()) != n_layer)
+        throw FileError(fmt::format("{}: metadata '{}' is an array of {} {} values, expected an integer or {} "
+                                    "bools (one a layer, true: local)",
+                                    f.path(), key, a.size(), gguf_type_name(a.type()), n_layer));
+    std::vector<bool> local(static_cast<size_t>(n_layer));
+    for (int64_t l = 0; l < n_layer; ++l) local[l] = a.at(static_cast<size_t>(l)).as_bool();
+    for (int64_t n = 0; n <= n_layer; ++n) {
+        bool same = true;
+        for (int64_t l = 0; l < n_layer && same; ++l) same = local[l] == (n == 0 || l % n != n - 1);
+        if (same) return n;
+    }
+    throw FileError(fmt::format("{}: metadata '{}' marks the local layers in a pattern quill does not support (every "
+                                "Nth layer global, the others local)", f.path(), key));
+}
+
+// Sliding-window attention as each architecture's llama.cpp reads it: gemma2 every second layer global (a window of
+// 4096 unless the file says), gemma3 every sixth when the file gives a window, gpt-oss every second (the window
+// required); attention.sliding_window_pattern overrides these patterns. llama and qwen2: every layer local when the
+// file gives a window. phi3: off, as llama.cpp turns it off (its converted files' window and pattern disagree with
+// the model's), so that quill and llama.cpp give the same logits. The other architectures have none: a window there
+// is ignored, as llama.cpp ignores it, so that a file llama.cpp runs is run alike rather than refused.
+void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    const std::string key = p + "attention.sliding_window";
+    constexpr int64_t kMax = int64_t{1} << 30;
+    if (c.arch == "gemma2" || c.arch == "gpt-oss") {
+        c.sliding_window = c.arch == "gpt-oss" ? required_int(f, key, 1, kMax) : optional_int(f, key, 4096, 1, kMax);
+        c.swa_pattern = read_swa_pattern(f, p, 2, c.n_layer);
+        return;
+    }
+    c.sliding_window = optional_int(f, key, 0, 0, kMax);
+    if (c.arch == "gemma3") {
+        if (c.sliding_window > 0) c.swa_pattern = read_swa_pattern(f, p, 6, c.n_layer);
+    } else if (c.arch != "llama" && c.arch != "qwen2") {
+        c.sliding_window = 0;
+    }
+}
+
 }  // namespace
 
 double ModelConfig::yarn_ramp(int64_t i) const {
@@ -102,8 +147,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
     c.n_head_kv = optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
     if (c.n_head % c.n_head_kv != 0)
-        throw FileError(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), c.n_head,
-                                    c.n_head_kv));
+        throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
+                                    "'{}attention.head_count_kv' {}", f.path(), p, c.n_head, p, c.n_head_kv));
     int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
     c.head_dim = optional_int(f, p + "attention.key_length", default_head_dim, 1, 512);
     if (c.head_dim == 0)
@@ -111,11 +156,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                                     "attention.key_length is given", f.path(), c.n_embd, c.n_head));
     int64_t v_len = optional_int(f, p + "attention.value_length", c.head_dim, 1, 4096);
     if (v_len != c.head_dim)
-        throw FileError(fmt::format("{}: attention.value_length {} differs from key_length {} (not supported)",
-                                    f.path(), v_len, c.head_dim));
+        throw FileError(fmt::format("{}: metadata '{}attention.value_length' {} differs from the key length {} (not "
+                                    "supported)", f.path(), p, v_len, c.head_dim));
     if (c.head_dim > 512)
         throw FileError(fmt::format("{}: head dimension {} is larger than 512 (not supported)", f.path(), c.head_dim));
-    if (c.head_dim % 2 != 0) throw FileError(fmt::format("{}: head dimension {} is odd", f.path(), c.head_dim));
+    if (c.head_dim % 2 != 0)
+        throw FileError(fmt::format("{}: the head dimension {} ('{}attention.key_length', else embedding_length / "
+                                    "head_count) is odd, expected an even number", f.path(), c.head_dim, p));
     c.n_ctx_train = optional_int(f, p + "context_length", 2048, 1, int64_t{1} << 30);
     if (moe) {  // as llama.cpp reads them: the experts' width, else n_ff split over the used ones
         c.n_expert = required_int(f, p + "expert_count", 1, 4096);
@@ -126,31 +173,32 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                                         "than expert_used_count {}", f.path(), p, c.n_ff, c.n_expert_used));
     }
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
-    if (c.n_rot % 2 != 0) throw FileError(fmt::format("{}: rope.dimension_count {} is odd", f.path(), c.n_rot));
+    if (c.n_rot % 2 != 0)
+        throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
+                                    f.path(), p, c.n_rot));
     c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5f, 0.0, 1.0);
     c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
-    if (auto type = f.get_string(p + "rope.scaling.type"); type && *type != "none") {
-        if (*type != "linear" && *type != "yarn")
-            throw FileError(fmt::format("{}: rope.scaling.type '{}' is not supported (none, linear, yarn are)",
-                                        f.path(), *type));
-        float factor = optional_float(f, p + "rope.scaling.factor", 1.0f, 1e-3, 1e3);
-        c.rope_freq_scale = 1.0f / factor;
-        c.rope_yarn = *type == "yarn";
-    } else if (f.find(p + "rope.scale_linear")) {
-        c.rope_freq_scale = 1.0f / optional_float(f, p + "rope.scale_linear", 1.0f, 1e-3, 1e3);
+    // As llama.cpp reads them: no type is linear, and the factor is rope.scaling.factor, else rope.scale_linear.
+    const std::string type = f.get_string(p + "rope.scaling.type").value_or("linear");
+    if (type != "none" && type != "linear" && type != "yarn")
+        throw FileError(fmt::format("{}: metadata '{}rope.scaling.type' is '{}', expected none, linear or yarn (the "
+                                    "RoPE scalings quill supports)", f.path(), p, type));
+    if (type != "none") {
+        const std::string key = p + (f.find(p + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear");
+        c.rope_freq_scale = 1.0f / optional_float(f, key, 1.0f, 1e-3, 1e3);
+        c.rope_yarn = type == "yarn";
     }
     read_yarn(f, p, c);
 
     c.rope_base_local = c.rope_base;
     c.rope_freq_scale_local = c.rope_freq_scale;
-    c.sliding_window = optional_int(f, p + "attention.sliding_window", 0, 0, int64_t{1} << 30);
+    read_sliding_window(f, p, c);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     if (c.arch == "gemma3") {
-        // As Gemma 3 (and llama.cpp) define it: GeGLU, embeddings scaled by sqrt(n_embd), every sixth layer global
-        // with the file's RoPE base, the others local over the window with base 10,000 and no RoPE scaling.
+        // As Gemma 3 (and llama.cpp) define it: GeGLU, embeddings scaled by sqrt(n_embd), the local layers (see
+        // read_sliding_window) with RoPE base 10,000 and no RoPE scaling, the global ones with the file's.
         c.ffn_act = Activation::gelu_tanh;
         c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-        c.swa_pattern = 6;
         c.rope_base_local = 10000.0f;
         c.rope_freq_scale_local = 1.0f;
         // Queries are scaled by query_pre_attn_scalar^-1/2, which the GGUF does not carry: head_dim for every size
@@ -159,11 +207,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
     if (c.arch == "gpt-oss") {
-        // As llama.cpp's gpt-oss (LLM_ARCH_OPENAI_MOE): every second layer global (unless the file gives
-        // attention.sliding_window_pattern), the others local over the file's window, with rope.freq_base_swa when
-        // the file has it; queries scaled by 1 / sqrt(n_rot); the experts' clamped SwiGLU.
-        c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
-        c.swa_pattern = optional_int(f, p + "attention.sliding_window_pattern", 2, 0, 4096);
+        // As llama.cpp's gpt-oss (LLM_ARCH_OPENAI_MOE): the local layers (see read_sliding_window) with
+        // rope.freq_base_swa when the file has it; queries scaled by 1 / sqrt(n_rot); the experts' clamped SwiGLU.
         c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
         c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_rot));
         c.ffn_act = Activation::swiglu_oai;
@@ -173,21 +218,16 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.attn_temp_floor = c.yarn_n_ctx_orig;
     }
     if (c.arch == "gemma2") {
-        // As Gemma 2 (and llama.cpp) define it: gemma3's GeGLU and embedding scale, every second layer global, the
-        // others local over the window (4096 unless the file says), with rope.freq_base_swa when the file has it;
-        // attention scores and logits soft-capped (50 and 30 unless the file says).
+        // As Gemma 2 (and llama.cpp) define it: gemma3's GeGLU and embedding scale, the local layers (see
+        // read_sliding_window) with rope.freq_base_swa when the file has it; attention scores and logits soft-capped
+        // (50 and 30 unless the file says).
         c.ffn_act = Activation::gelu_tanh;
         c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-        c.sliding_window = optional_int(f, p + "attention.sliding_window", 4096, 1, int64_t{1} << 30);
-        c.swa_pattern = 2;
         c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
         c.attn_logit_softcap = optional_float(f, p + "attn_logit_softcapping", 50.0f, 0.0, 1e6);
         // query_pre_attn_scalar, which the GGUF does not carry: head_dim, but n_embd / n_head for 27B (46 layers)
         if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
-    // llama.cpp turns Phi-3's sliding window off (its converted files' window and pattern disagree with the
-    // model's): the same here, so that quill and llama.cpp give the same logits.
-    if (c.arch == "phi3") c.sliding_window = 0;
     // A file that states the scale itself wins.
     c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
     if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))

@@ -70,6 +70,15 @@ public:
             o.*f.member = f.rows == 1 ? get_vector(name, f.n) : get_vectors(name, f.n, f.rows);
     }
 
+    // RoPE frequency divisors (rope_freqs, rope_factors_long/short), when the file has them: each finite and positive
+    // (a zero or non-finite one would turn every position's angle into NaN, a negative one its direction).
+    void check_divisors(const std::string& name, const std::vector<float>& d) const {
+        for (size_t i = 0; i < d.size(); ++i)
+            if (!(std::isfinite(d[i]) && d[i] > 0.0f))
+                throw FileError(fmt::format("{}: tensor '{}' has {} at index {}, expected positive finite RoPE "
+                                            "frequency divisors", f_.path(), name, d[i], i));
+    }
+
 private:
     const GgufFile& f_;
     mutable std::unordered_set<std::string> used_;
@@ -130,6 +139,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.output = w.tok_embd;
         w.output_tied = true;
     }
+    l.check_divisors("rope_freqs.weight", w.rope_freqs);
+    l.check_divisors("rope_factors_long.weight", w.rope_factors_long);
+    l.check_divisors("rope_factors_short.weight", w.rope_factors_short);
 
     const bool gpt_oss = c.arch == "gpt-oss";
     if (gpt_oss && w.output_tied)  // (llama.cpp requires output.weight for gpt-oss)

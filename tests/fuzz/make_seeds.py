@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Writes quill's own small seed inputs into tests/fuzz/corpus/<target>/ (they are committed; rerun after edits).
 
-fuzz_gguf: two complete tiny llama models (f32 and f16 weights, 1 layer, n_embd 8) with an SPM and a byte-level
-BPE vocabulary, so mutations reach the config, weight and tokenizer loaders at once instead of stopping in the
-header (fuzz_tokenizer and fuzz_detokenizer take their vocabularies too). fuzz_tokenizer: texts at the edges
-(multi-byte and invalid UTF-8, NUL, special-token texts, whitespace runs). fuzz_detokenizer: id sequences in its
-input format (see fuzz_detokenizer.cpp). fuzz_batch_input and fuzz_messages: JSON nested as deep as the limit allows
-(64 levels), one level more, and 20,000 levels (a recursive copy of that overflowed the stack under ASan before the
-limit). fuzz_template: chat templates in the shapes models ship (a default system message, role checks, macros,
-filters, loop variables, namespaces, tool calls, raise_exception), and hostile ones (work that doubles, shared values
-walked in full, quadratic string searches), each of which the render budgets must stop in milliseconds
-(tests/unit/chat/test_template_hostile.cpp has the same cases). The test data in ../shared/testdata (GGUFs, .inp
-vectors, real templates) is added by .ci/fuzz at run time when it is there.
+fuzz_gguf: two complete tiny llama models (f32 and f16 weights, 1 layer, n_embd 8) with an SPM and a byte-level BPE
+vocabulary, so mutations reach the config, weight and tokenizer loaders at once instead of stopping in the header
+(fuzz_tokenizer and fuzz_detokenizer take their vocabularies too), and one of each architecture beyond llama with
+its features' keys and tensors (arch_model). fuzz_gguf_header: the llama f32 one and the mixture-of-experts ones.
+fuzz_tokenizer: texts at the edges (multi-byte and invalid UTF-8, NUL, special-token texts, whitespace runs).
+fuzz_detokenizer: id sequences in its input format (see fuzz_detokenizer.cpp). fuzz_batch_input and fuzz_messages:
+JSON nested as deep as the limit allows (64 levels), one level more, and 20,000 levels (a recursive copy of that
+overflowed the stack under ASan before the limit). fuzz_template: chat templates in the shapes models ship (a
+default system message, role checks, macros, filters, loop variables, namespaces, tool calls, raise_exception), and
+hostile ones (work that doubles, shared values walked in full, quadratic string searches), each of which the render
+budgets must stop in milliseconds (tests/unit/chat/test_template_hostile.cpp has the same cases). The test data in
+../shared/testdata (GGUFs, .inp vectors, real templates) is added by .ci/fuzz at run time when it is there.
 """
 import os
 import struct
@@ -88,6 +89,88 @@ def tiny_model(vocab_kv, n_vocab, ttype):
         t = GGML_F32 if len(ne) == 1 else ttype  # norms stay f32
         tensors.append((name, ne, t, weights(ne, t, i)))
     return gguf_file(kv, tensors)
+
+
+def arch_model(arch, vocab_kv, n_vocab):
+    """A one- or two-layer F32 model of an architecture beyond llama (qwen3, qwen3moe, gpt-oss, phi3, gemma2, smollm3,
+    mistral3) with the tensors and keys of its features (Q/K norms, experts with router and biases, attention sinks,
+    fused QKV and gate/up, RoPE factors, post-norms, soft-caps, sliding window, YaRN, attention temperature), as
+    `quill bench --synthetic NAME-tiny --save` writes them but a few KB small, so that mutations reach each
+    architecture's config and weight checks."""
+    n_embd, n_ff, n_head, n_head_kv, head_dim, n_expert, n_used, n_ff_exp = 8, 16, 2, 1, 4, 4, 2, 8
+    n_layer = 2 if arch in ("gemma2", "gpt-oss") else 1
+    n_q, n_kv = n_head * head_dim, n_head_kv * head_dim
+    p = arch + "."
+    kv = [("general.architecture", STRING, arch), ("general.name", STRING, "tiny-" + arch),
+          (p + "context_length", U32, 256), (p + "embedding_length", U32, n_embd), (p + "block_count", U32, n_layer),
+          (p + "feed_forward_length", U32, n_ff_exp if arch == "gpt-oss" else n_ff),
+          (p + "attention.head_count", U32, n_head), (p + "attention.head_count_kv", U32, n_head_kv),
+          (p + "attention.key_length", U32, head_dim), (p + "attention.value_length", U32, head_dim),
+          (p + "attention.layer_norm_rms_epsilon", F32, 1e-6), (p + "rope.freq_base", F32, 10000.0)]
+    if arch in ("qwen3moe", "gpt-oss"):
+        kv += [(p + "expert_count", U32, n_expert), (p + "expert_used_count", U32, n_used),
+               (p + "expert_feed_forward_length", U32, n_ff_exp)]
+    if arch == "gpt-oss":
+        kv += [(p + "attention.sliding_window", U32, 4), (p + "rope.scaling.type", STRING, "yarn"),
+               (p + "rope.scaling.factor", F32, 4.0), (p + "rope.scaling.original_context_length", U32, 64)]
+    if arch == "phi3":
+        kv += [(p + "rope.dimension_count", U32, 2), (p + "rope.scaling.original_context_length", U32, 64),
+               (p + "rope.scaling.attn_factor", F32, 1.2), (p + "attention.sliding_window", U32, 0)]
+    if arch == "gemma2":
+        kv += [(p + "attention.sliding_window", U32, 4), (p + "attn_logit_softcapping", F32, 50.0),
+               (p + "final_logit_softcapping", F32, 30.0)]
+    if arch == "smollm3":
+        kv += [(p + "attention.sliding_window", U32, 0)]
+    if arch == "mistral3":
+        kv += [(p + "rope.scaling.type", STRING, "yarn"), (p + "rope.scaling.factor", F32, 16.0),
+               (p + "rope.scaling.original_context_length", U32, 16), (p + "rope.scaling.yarn_beta_fast", F32, 32.0),
+               (p + "rope.scaling.yarn_beta_slow", F32, 1.0), (p + "rope.scaling.yarn_log_multiplier", F32, 1.0),
+               (p + "attention.temperature_scale", F32, 0.1)]
+    kv += vocab_kv
+    shapes = [("token_embd.weight", [n_embd, n_vocab]), ("output_norm.weight", [n_embd])]
+    if arch != "gemma2":  # (gemma2's output is the embedding)
+        shapes.append(("output.weight", [n_embd, n_vocab]))
+    if arch == "phi3":
+        shapes += [("rope_factors_long.weight", [1]), ("rope_factors_short.weight", [1])]
+    for i in range(n_layer):
+        b = "blk.%d." % i
+        shapes.append((b + "attn_norm.weight", [n_embd]))
+        if arch == "phi3":
+            shapes.append((b + "attn_qkv.weight", [n_embd, n_q + 2 * n_kv]))
+        else:
+            shapes += [(b + "attn_q.weight", [n_embd, n_q]), (b + "attn_k.weight", [n_embd, n_kv]),
+                       (b + "attn_v.weight", [n_embd, n_kv])]
+        shapes.append((b + "attn_output.weight", [n_q, n_embd]))
+        shapes.append((b + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight"), [n_embd]))
+        if arch in ("qwen3", "qwen3moe"):
+            shapes += [(b + "attn_q_norm.weight", [head_dim]), (b + "attn_k_norm.weight", [head_dim])]
+        if arch == "gemma2":
+            shapes += [(b + "post_attention_norm.weight", [n_embd]), (b + "post_ffw_norm.weight", [n_embd])]
+        if arch in ("qwen3moe", "gpt-oss"):
+            shapes += [(b + "ffn_gate_inp.weight", [n_embd, n_expert]),
+                       (b + "ffn_gate_exps.weight", [n_embd, n_ff_exp, n_expert]),
+                       (b + "ffn_up_exps.weight", [n_embd, n_ff_exp, n_expert]),
+                       (b + "ffn_down_exps.weight", [n_ff_exp, n_embd, n_expert])]
+        elif arch == "phi3":
+            shapes += [(b + "ffn_up.weight", [n_embd, 2 * n_ff]), (b + "ffn_down.weight", [n_ff, n_embd])]
+        else:
+            shapes += [(b + "ffn_gate.weight", [n_embd, n_ff]), (b + "ffn_up.weight", [n_embd, n_ff]),
+                       (b + "ffn_down.weight", [n_ff, n_embd])]
+        if arch == "gpt-oss":
+            shapes += [(b + "attn_q.bias", [n_q]), (b + "attn_k.bias", [n_kv]), (b + "attn_v.bias", [n_kv]),
+                       (b + "attn_output.bias", [n_embd]), (b + "attn_sinks.weight", [n_head]),
+                       (b + "ffn_gate_inp.bias", [n_expert]), (b + "ffn_gate_exps.bias", [n_ff_exp, n_expert]),
+                       (b + "ffn_up_exps.bias", [n_ff_exp, n_expert]), (b + "ffn_down_exps.bias", [n_embd, n_expert])]
+    tensors = []
+    for i, (name, ne) in enumerate(shapes):
+        data = weights(ne, GGML_F32, i)
+        if "norm" in name or "rope_factors" in name:  # norm weights near 1, RoPE divisors positive
+            data = struct.pack("<%df" % (len(data) // 4), *([1.0] * (len(data) // 4)))
+        tensors.append((name, ne, GGML_F32, data))
+    return gguf_file(kv, tensors)
+
+
+ARCHS = ("qwen3", "qwen3moe", "gpt-oss", "phi3", "gemma2", "smollm3", "mistral3")
 
 
 def spm_vocab():
@@ -199,6 +282,11 @@ def main():
     bpe_kv, bpe_n = bpe_vocab()
     write("fuzz_gguf", "tiny-spm-f32.gguf", tiny_model(spm_kv, spm_n, GGML_F32))
     write("fuzz_gguf", "tiny-bpe-f16.gguf", tiny_model(bpe_kv, bpe_n, GGML_F16))
+    write("fuzz_gguf_header", "tiny-spm-f32.gguf", tiny_model(spm_kv, spm_n, GGML_F32))
+    for arch in ARCHS:
+        write("fuzz_gguf", "tiny-%s-f32.gguf" % arch, arch_model(arch, spm_kv, spm_n))
+    for arch in ("qwen3moe", "gpt-oss"):  # (the header check of a download looks at the experts)
+        write("fuzz_gguf_header", "tiny-%s-f32.gguf" % arch, arch_model(arch, spm_kv, spm_n))
     for name, text in TEXTS.items():
         write("fuzz_tokenizer", name + ".txt", text)
     # Detokenizer inputs: vocab selector, flags, then 3-byte ids; 0x80 marks "the token of byte <next byte>".
