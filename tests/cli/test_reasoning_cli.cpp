@@ -42,7 +42,7 @@ struct Files {
 
 }  // namespace
 
-TEST_CASE("quill run shows the reasoning framed, then the answer; --reasoning hide prints the answer alone",
+TEST_CASE("quill run shows the reasoning framed and then the answer, and --reasoning hide prints the answer alone",
           "[cli]") {
     const Files f;
     auto r = test::run_quill(f.run({}));

@@ -122,7 +122,7 @@ const nlohmann::json kNext = nlohmann::json::array({{{"role", "user"}, {"content
 
 }  // namespace
 
-TEST_CASE("chat keeps a Qwen3 reply's thinking in reasoning_content; the next turns render as Jinja2's", "[chat]") {
+TEST_CASE("chat keeps a Qwen3 reply's thinking in reasoning_content and the next turns render as Jinja2's", "[chat]") {
     ScriptedChat chat("Qwen-Qwen3-0.6B");
     Conversation& conv = chat.conv;
     const Reply r = say(chat, "<think>\nThe user greets.\n</think>\n\nHello!");
