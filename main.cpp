@@ -131,6 +131,14 @@ CLI::Option* add_tools_option(CLI::App* cmd, std::string& tools) {
         ->check(kNotEmpty);
 }
 
+void add_reasoning_option(CLI::App* cmd, std::string& reasoning) {
+    cmd->add_option("--reasoning", reasoning,
+                    "A reasoning model's thinking before its answer: show (dim on a terminal, else between "
+                    "\"Thinking...\" and \"...done thinking.\") or hide")
+        ->check(CLI::IsMember({"show", "hide"}))
+        ->capture_default_str();
+}
+
 void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional<uint64_t>& seed) {
     cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
     cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
@@ -276,6 +284,7 @@ int main(int argc, char** argv) {
                      "with arguments valid against its parameters, for templates with Hermes or Llama 3 JSON calls")
         ->check(kNotEmpty)
         ->needs(run_tools);
+    add_reasoning_option(run_cmd, run.reasoning);
     auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
     add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
                                                "many alternatives")
@@ -309,6 +318,7 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("--system", chat.system, "The system message");
     add_template_option(chat_cmd, chat.chat_template);
     add_tools_option(chat_cmd, chat.tools);
+    add_reasoning_option(chat_cmd, chat.reasoning);
     chat_cmd->add_option("--context-overflow", chat.overflow,
                          "When the conversation outgrows the context: drop-oldest (turns) or error")
         ->capture_default_str();

@@ -113,6 +113,23 @@ void Tokenizer::collect_eog(int32_t eot, int32_t eom) {
     }
     std::sort(eog.begin(), eog.end());
     eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+    // gpt-oss's harmony format (as llama.cpp reads it): its message markers print, so that the channels of an answer
+    // can be told apart, and <|end|> ends a message, not the answer, where <|return|> and <|call|> end it.
+    const auto with_text = [&](std::string_view text) {
+        return std::find_if(eog.begin(), eog.end(),
+                            [&](int32_t id) { return pieces_[static_cast<size_t>(id)] == text; });
+    };
+    if (with_text("<|return|>") != eog.end() && with_text("<|call|>") != eog.end()) {
+        if (const auto end = with_text("<|end|>"); end != eog.end()) {
+            types_[static_cast<size_t>(*end)] = TokenType::user_defined;
+            eog.erase(end);
+        }
+    }
+    for (int32_t id = 0; id < n_vocab(); ++id) {
+        const std::string& text = pieces_[static_cast<size_t>(id)];
+        if (text == "<|channel|>" || text == "<|message|>" || text == "<|start|>" || text == "<|constrain|>")
+            types_[static_cast<size_t>(id)] = TokenType::user_defined;
+    }
     eog_ids_ = std::move(eog);
 }
 

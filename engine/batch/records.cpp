@@ -54,10 +54,18 @@ void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax 
     c.tool_calls = chat::openai_tool_calls(parsed.calls, c.seed);
 }
 
+void take_reasoning(Completion& c, const BatchRequest& r, chat::ReasoningSyntax syntax, bool opened_think) {
+    if (r.endpoint == Endpoint::completions) return;
+    chat::SplitAnswer split = chat::split_reasoning(c.text, syntax, opened_think);
+    c.text = std::move(split.content);
+    c.reasoning = std::move(split.reasoning);
+}
+
 std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const Completion& c) {
     const std::string reason = finish_reason(c);
     if (ctx.format != InputFormat::openai) {
         json record{{"id", r.id}, {"text", c.text}};
+        if (!c.reasoning.empty()) record["reasoning_content"] = c.reasoning;
         if (!c.tool_calls.is_null()) record["tool_calls"] = c.tool_calls;
         record.update(json{{"finish_reason", reason},
                     {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}},
@@ -69,6 +77,7 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
     json body;
     if (r.endpoint == Endpoint::chat_completions) {
         json message{{"role", "assistant"}, {"content", c.text}};
+        if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
         if (!c.tool_calls.is_null()) {
             if (c.text.empty()) message["content"] = nullptr;
             message["tool_calls"] = c.tool_calls;

@@ -1,15 +1,18 @@
 // The output of `quill batch`: one JSONL record per request, written and flushed as each finishes, and the scan
 // that --resume makes of an earlier, possibly killed, run's output.
-//  - plain text and JSONL input: {"id", "text", ["tool_calls",] "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
+//  - plain text and JSONL input: {"id", "text", ["reasoning_content",] ["tool_calls",] "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
 //    "seed"} (and "logprobs": [{"id", "token", "logprob", "bytes", "top_logprobs"}] when asked) or {"id", "error":
 //    {"message"}}
 //  - OpenAI batch input: {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null} with
 //    a chat.completion or text_completion body (which adds "seed"); a failed request has status_code 400 and an
 //    OpenAI error body. Asked for, a choice's "logprobs" has the endpoint's shape (engine/runtime/logprobs_json.h).
+// A reasoning model's thinking is "reasoning_content" (only when there is some; in a chat.completion body, in the
+// message), out of "text" / "content", as OpenAI-compatible servers give it.
 // "seed" is the sampler's seed, so that a request sent again with it (and the same settings) samples the same text.
 #pragma once
 
 #include "engine/batch/input.h"
+#include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/io/output.h"
 #include "engine/runtime/generator.h"
@@ -34,12 +37,18 @@ struct Completion {
     uint64_t seed = 0;      // the sampler's seed
     nlohmann::ordered_json logprobs;  // null unless the request asked; else in its output format's shape
     nlohmann::ordered_json tool_calls;  // null, or OpenAI's "tool_calls" taken out of `text` (take_tool_calls)
+    std::string reasoning;  // taken out of `text` (take_reasoning)
 };
 
 // When the request offers tools (and its "tool_choice" is not "none"), the calls of c.text in `syntax` move to
 // c.tool_calls (chat::openai_tool_calls, ids from c.seed) and c.text keeps the rest. A call that is not well-formed
 // stays text.
 void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax);
+
+// The reasoning of c.text in `syntax` (its answer began inside a think block when `opened_think`) moves to
+// c.reasoning; c.text keeps the content (harmony's calls included, for take_tool_calls). A /v1/completions
+// request's text is left as it is: its prompt had no template.
+void take_reasoning(Completion& c, const BatchRequest& r, chat::ReasoningSyntax syntax, bool opened_think);
 
 // What OpenAI response bodies name: the model, and the creation time (Unix seconds).
 struct RecordContext {

@@ -97,6 +97,7 @@ void Run::finished(int64_t id, const GenerationStats& st) {
             c.logprobs = {{"content", logprobs_content(tok_, gen.logprobs(), false)}};
         else c.logprobs = completion_logprobs(tok_, gen.logprobs());
     }
+    take_reasoning(c, request, options_.reasoning_syntax, chat::prompt_opens_think(tok_, gen.prompt()));
     take_tool_calls(c, request, options_.tool_syntax);
     out_.write(result_record(ctx_, request, static_cast<size_t>(id), c));
     ++p_.done;

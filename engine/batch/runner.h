@@ -31,6 +31,8 @@ struct RunnerOptions {
     // records' "tool_calls" (take_tool_calls), and a request whose "tool_choice" is "required" or names a function
     // and that gives no response_format or grammar is constrained to a call (chat::tool_choice_constraint).
     chat::ToolCallSyntax tool_syntax = chat::ToolCallSyntax::none;
+    // How the template's model writes its reasoning: records give it apart (take_reasoning). none for --raw.
+    chat::ReasoningSyntax reasoning_syntax = chat::ReasoningSyntax::none;
     int n_batch = 512;             // tokens per forward pass (see SchedulerOptions)
     Shard shard;                   // the entries it runs
     // Signals received so far: 1 stops admission (running requests finish), 2 abandons the running ones (no

@@ -20,7 +20,8 @@ Conversation::Conversation(Backend& backend, const Tokenizer& tok, const ChatFor
       n_ctx_(n_ctx),
       params_(std::move(params)),
       overflow_(overflow),
-      slot_(slot) {}
+      slot_(slot),
+      reasoning_(reasoning_syntax(format.source())) {}
 
 void Conversation::set_system(std::string text) {
     check_renders(text, turns_, vars_);
@@ -65,10 +66,14 @@ void Conversation::load(const nlohmann::json& messages) {
         const std::string role = m.value("role", "");
         const auto content = m.find("content");
         const std::string text = content != m.end() && content->is_string() ? content->get<std::string>() : "";
-        if (role == "system" && turns.empty() && system.empty())
+        if (role == "system" && turns.empty() && system.empty()) {
             system = text;
-        else
-            turns.push_back({{"role", role}, {"content", text}});
+            continue;
+        }
+        nlohmann::json turn{{"role", role}, {"content", text}};
+        for (const char* field : {"reasoning_content", "thinking"})
+            if (role == "assistant" && m.contains(field) && m[field].is_string()) turn[field] = m[field];
+        turns.push_back(std::move(turn));
     }
     check_renders(system, turns, vars_);
     system_ = std::move(system);
@@ -155,9 +160,19 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     opts.n_past = static_cast<int32_t>(n_past);
     opts.cancel = cancel;
     cached_.resize(n_past);  // what stays valid if the backend fails midway
+    std::string raw;  // the reply as sampled, reasoning and markers included
+    ReasoningStream split(reasoning_, prompt_opens_think(tok_, prompt), [&](AnswerPart part, std::string_view text) {
+        if (part == AnswerPart::reasoning) {
+            result.reasoning += text;
+            if (on_reasoning_) on_reasoning_(text);
+            return;
+        }
+        result.text += text;
+        on_text(part == AnswerPart::call ? std::string_view(call_display(text)) : text);
+    });
     auto collect = [&](std::string_view piece) {
-        result.text += piece;
-        on_text(piece);
+        raw += piece;
+        split.push(piece);
     };
     // What the slot may now hold: the prompt and every generated token (an upper bound, also when interrupted).
     auto note_written = [&] {
@@ -170,6 +185,7 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
         throw;
     }
     note_written();
+    split.finish();
     result.finish = gen.finish_reason();
     // The slot now holds the prompt and every generated token but the last one sampled (which was not fed back,
     // unless generation ended on an end-of-generation token, which is not in generated()).
@@ -179,17 +195,17 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
         cached_.resize(n_past);  // cut during the prefill: only the reused prefix is known to be there
     else if (!generated.empty())
         cached_.insert(cached_.end(), generated.begin(), generated.end() - 1);
-    turns_.push_back({{"role", "assistant"}, {"content", result.text}});
+    turns_.push_back(assistant_message({result.reasoning, result.text}, reasoning_));
     // Remember the tokens as sampled, when they spell exactly the reply as printed (no stop string cut, no
     // incomplete character at an interrupt), so the next turn keeps them instead of re-tokenizing the text.
     Detokenizer detok(tok_, false);
     std::string spelled;
     for (int32_t t : generated) spelled += detok.push(t);
     spelled += detok.finish();
-    if (spelled == result.text) {
+    if (spelled == raw) {
         fed_tokens_ = prompt;
         fed_tokens_.insert(fed_tokens_.end(), generated.begin(), generated.end());
-        fed_text_ = prompt_text + result.text;
+        fed_text_ = prompt_text + raw;
     } else {
         fed_tokens_.clear();
         fed_text_.clear();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/chat/chat_format.h"
+#include "engine/chat/reasoning.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/generator.h"
 #include "tokenizer/tokenizer.h"
@@ -23,7 +24,8 @@ enum class ContextOverflow { error, drop_oldest };
 ContextOverflow parse_context_overflow(std::string_view name);
 
 struct TurnResult {
-    std::string text;                          // the reply as printed
+    std::string text;                          // the reply's content (on_text had harmony calls as call_display)
+    std::string reasoning;                     // its reasoning (ReasoningStream), as given to on_reasoning
     FinishReason finish = FinishReason::none;
     GenerationStats stats;
     int dropped_messages = 0;                  // removed by drop-oldest before this turn
@@ -44,7 +46,9 @@ public:
     // The template's error, and the variables unchanged, when it refuses the conversation with them.
     void set_template_vars(nlohmann::ordered_json vars);
 
-    // Adds a user message and generates the reply, streamed through on_text. The reply joins the conversation,
+    // Adds a user message and generates the reply, its content streamed through on_text and its reasoning (a
+    // reasoning model's, in the template's reasoning_syntax) through on_reasoning. The reply joins the conversation
+    // as assistant_message makes it (the content, and the reasoning in the field the template reads),
     // also when cut short by cancel (a partial reply stays). Throws UsageError when the conversation does not
     // fit the context (overflow error, or a single message too long), the template's error when it refuses the
     // conversation, quill::Interrupted when cancel is raised while the template renders, and on any failure leaves
@@ -64,12 +68,15 @@ public:
     nlohmann::json messages() const;
     // Non-system messages.
     const nlohmann::json& turns() const { return turns_; }
-    // Replaces the conversation by a saved one (system message taken from its first message when present). The
+    // Replaces the conversation by a saved one (system message taken from its first message when present; an
+    // assistant message keeps its "reasoning_content" and "thinking" strings). The
     // template's error, and the conversation unchanged, when the template refuses to go on from it (roles that do
     // not alternate).
     void load(const nlohmann::json& messages);
     // Called before a reply is generated when drop-oldest removed messages to fit it (with how many).
     void on_dropped(std::function<void(int dropped)> notice) { on_dropped_ = std::move(notice); }
+    // Where a reply's reasoning streams (null: nowhere; it is kept in the message all the same).
+    void on_reasoning(std::function<void(std::string_view)> sink) { on_reasoning_ = std::move(sink); }
 
     // Tokens whose K and V are in the slot (a prefix the next turn may reuse).
     int64_t cached_tokens() const { return static_cast<int64_t>(cached_.size()); }
@@ -111,6 +118,8 @@ private:
     std::string fed_text_;             // the text they stand for (the rendering, then the reply)
     uint64_t turn_index_ = 0;                           // varies the seed from turn to turn
     std::function<void(int)> on_dropped_;
+    std::function<void(std::string_view)> on_reasoning_;
+    ReasoningSyntax reasoning_;  // of the format's template
 };
 
 }  // namespace quill::chat

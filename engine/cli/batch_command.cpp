@@ -58,15 +58,16 @@ namespace fs = std::filesystem;
 // How a batch request becomes tokens: `messages` and the template variables beside them through the chat template; OpenAI /v1/completions prompts as they
 // are; other prompts as the user message of the chat template, unless --raw. A model without a usable template
 // makes each request that needs one an error record, not the whole batch.
-// `tool_syntax` receives the syntax of the template's tool calls.
+// `ro` receives the syntax of the template's tool calls and (unless --raw) of its reasoning.
 quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const BatchCliOptions& o,
-                                          quill::chat::ToolCallSyntax& tool_syntax) {
+                                          quill::batch::RunnerOptions& ro) {
     const quill::Tokenizer* tok = session.tokenizer.get();
     auto format = std::make_shared<std::optional<quill::chat::ChatFormat>>();
     auto format_error = std::make_shared<std::string>();
     try {
         format->emplace(quill::chat::ChatFormat::choose(&session.model->file, tok, o.chat_template, warn_line));
-        tool_syntax = quill::chat::tool_call_syntax((*format)->source());
+        ro.tool_syntax = quill::chat::tool_call_syntax((*format)->source());
+        if (!o.raw) ro.reasoning_syntax = quill::chat::reasoning_syntax((*format)->source());
     } catch (const UsageError& e) {
         *format_error = e.what();
     }
@@ -184,7 +185,7 @@ int cmd_batch(BatchCliOptions& o) {
     // each has a max_tokens: no memory for positions no request can reach, and the CPU's cache in 2 MiB pages.
     std::optional<qb::PromptEncoder> encoder;
     so.context_needed = [&](const quill::Session& s) {
-        encoder = batch_encoder(s, o, ro.tool_syntax);
+        encoder = batch_encoder(s, o, ro);
         return qb::context_needed(input, ro.shard, resume.done, *encoder, ro);
     };
     auto session = quill::Session::open(so);
@@ -197,7 +198,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     const quill::Tokenizer& tok = *session->tokenizer;
     warn_invalid_utf8(input, from_stdin ? "stdin" : o.input, tok);
-    const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o, ro.tool_syntax);
+    const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o, ro);
     quill::signals::install();
     ro.interrupts = [] { return quill::signals::count(); };
     const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};

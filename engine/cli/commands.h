@@ -82,6 +82,7 @@ struct RunOptions {
     std::string chat_template;
     std::string tools;  // --tools FILE
     std::string tool_choice;  // --tool-choice none|auto|required|NAME
+    std::string reasoning = "show";  // --reasoning show|hide
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;  // no load line and no stats line
     ConstraintOptions constraint;
@@ -115,6 +116,7 @@ struct ChatCliOptions {
     std::string chat_template;
     std::string tools;  // --tools FILE
     std::string overflow = "drop-oldest";
+    std::string reasoning = "show";  // --reasoning show|hide
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
     bool quiet = false;
     int lookup = 0;

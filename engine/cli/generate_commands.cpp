@@ -11,6 +11,8 @@
 #include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
+#include "engine/chat/reasoning.h"
+#include "engine/cli/reasoning_printer.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/cli/line_reader.h"
 #include "engine/cli/repl.h"
@@ -135,6 +137,7 @@ int cmd_run(RunOptions& o) {
     // The prompt as the user message of the model's chat format, unless --raw feeds it as is.
     std::vector<int32_t> prompt;
     quill::chat::ToolCallSyntax tool_syntax = quill::chat::ToolCallSyntax::none;
+    quill::chat::ReasoningSyntax reasoning = quill::chat::ReasoningSyntax::none;
     if (o.raw) {
         prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
         warn_if_lossy(*tok, text, prompt);
@@ -148,6 +151,7 @@ int cmd_run(RunOptions& o) {
                                          plain.size(), n_ctx));
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         tool_syntax = quill::chat::tool_call_syntax(format.source());
+        reasoning = quill::chat::reasoning_syntax(format.source());
         // --tool-choice required or a name: the answer is a call, unless --json-schema, --grammar... say otherwise
         if (auto forced = quill::chat::tool_choice_constraint(template_vars, tool_syntax, "--tool-choice");
             forced && !gp.grammar)
@@ -155,18 +159,29 @@ int cmd_run(RunOptions& o) {
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
         prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag(), template_vars);
     }
+    const bool opened_think = quill::chat::prompt_opens_think(*tok, prompt);
     quill::Generation gen(*tok, std::move(prompt), gp, n_ctx);
 
-    // Text streams to stdout as it comes; a failed write (a full disk, a closed pipe) stops the generation at once.
+    // Text streams to stdout as it comes, reasoning apart from the answer; a failed write (a full disk, a closed
+    // pipe) stops the generation at once.
     quill::Output out(stdout, "stdout");
-    std::string all;
-    auto on_text = [&](std::string_view piece) {
-        all += piece;
-        if (!o.json) out.put(piece);
-    };
+    quill::chat::ReasoningPrinter printer(out, quill::chat::reasoning_display(o.reasoning, STDOUT_FILENO));
+    std::string all, thinking;  // the answer's content and its reasoning
+    quill::chat::ReasoningStream split(reasoning, opened_think, [&](quill::chat::AnswerPart part, std::string_view text) {
+        if (part == quill::chat::AnswerPart::reasoning) {
+            thinking += text;
+            if (!o.json) printer.reasoning(text);
+            return;
+        }
+        all += text;
+        if (!o.json) printer.content(part == quill::chat::AnswerPart::call ? quill::chat::call_display(text) : text);
+    });
+    auto on_text = [&](std::string_view piece) { split.push(piece); };
     quill::GenerateOptions go;
     go.cancel = &quill::signals::stop_flag();
     quill::GenerationStats st = quill::generate(*backend, gen, 0, on_text, go);
+    split.finish();
+    if (!o.json) printer.finish();
     if (gen.finish_reason() == quill::FinishReason::context)
         quill::print_stderr("\nquill: the context of {} tokens is full; stopping (finish reason \"length\")\n", n_ctx);
     if (o.json) {
@@ -180,6 +195,7 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
+        if (!thinking.empty()) j["reasoning_content"] = thinking;
         // The answer's tool calls as OpenAI's, out of its text (as quill batch's records give them).
         if (auto answer = quill::chat::request_tool_calls(all, tool_syntax, template_vars); !answer.calls.empty()) {
             j["text"] = answer.text;
@@ -265,6 +281,7 @@ int cmd_chat(ChatCliOptions& o) {
     quill::chat::ReplOptions ro;
     ro.color = tty && isatty(STDERR_FILENO) && !std::getenv("NO_COLOR");
     ro.quiet = o.quiet;
+    ro.reasoning = quill::chat::reasoning_display(o.reasoning, STDOUT_FILENO);
     ro.model_name = session->model->config.name;
     ro.max_input_bytes = o.max_input_bytes;
     ro.cancel = &quill::signals::stop_flag();
@@ -295,6 +312,7 @@ int chat_from_run(const RunOptions& o) {
     chat.draft_model = o.draft_model;
     chat.draft = o.draft;
     chat.constraint = o.constraint;
+    chat.reasoning = o.reasoning;
     return cmd_chat(chat);
 }
 

@@ -148,17 +148,27 @@ ChatRepl::Action ChatRepl::handle(const std::string& input) {
 
 void ChatRepl::reply(bool regenerate, const std::string& message) {
     bool printed = false;
+    ReasoningPrinter printer(out_, opt_.reasoning);
     auto print = [&](std::string_view piece) {
         printed = true;
-        out_.put(piece);
+        printer.content(piece);
     };
+    conv_.on_reasoning([&](std::string_view piece) {
+        printed = printed || opt_.reasoning != ReasoningDisplay::hide;
+        printer.reasoning(piece);
+    });
     const char* end = in_.interactive() ? "\n" : "\n\n";
     TurnResult r;
     try {
         r = regenerate ? conv_.regenerate(print, opt_.cancel) : conv_.send(message, print, opt_.cancel);
+        conv_.on_reasoning(nullptr);
+        printer.finish();
     } catch (const OutputError&) {
+        conv_.on_reasoning(nullptr);
         throw;
     } catch (const Error&) {
+        conv_.on_reasoning(nullptr);
+        printer.finish();
         if (opt_.clear_cancel) opt_.clear_cancel();
         // A failed turn ends as a reply does, empty when nothing was printed: scripts pair replies with messages.
         if (printed || !in_.interactive()) out_.put(end);

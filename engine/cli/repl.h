@@ -15,6 +15,7 @@
 
 #include "engine/chat/conversation.h"
 #include "engine/cli/line_reader.h"
+#include "engine/cli/reasoning_printer.h"
 #include "engine/io/input.h"
 #include "engine/io/output.h"
 
@@ -29,6 +30,7 @@ namespace quill::chat {
 struct ReplOptions {
     bool color = false;                        // dim stats lines (terminals only)
     bool quiet = false;                        // no banner and no stats line after each reply
+    ReasoningDisplay reasoning = ReasoningDisplay::plain;  // how a reply's reasoning shows before its answer
     std::string model_name;                    // for /save and /show
     size_t max_input_bytes = kDefaultMaxInputBytes;  // the longest message and /load file
     const std::atomic<bool>* cancel = nullptr;  // stops a reply (Ctrl-C); lowered by clear_cancel after each

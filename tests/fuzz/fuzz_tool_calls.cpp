@@ -1,6 +1,9 @@
-// Fuzz target: tool calls out of a model's answer (engine/chat/tool_calls.h) in every syntax, on arbitrary bytes.
-// Nothing may throw, crash or hang; an answer with no call comes back as it is; every call has a name and arguments
-// that are a JSON object's text, and OpenAI's tool_calls built from them carry the same strings.
+// Fuzz target: tool calls out of a model's answer (engine/chat/tool_calls.h) in every syntax, and its reasoning
+// (engine/chat/reasoning.h), on arbitrary bytes. Nothing may throw, crash or hang; an answer with no call comes back
+// as it is; every call has a name and arguments that are a JSON object's text, and OpenAI's tool_calls built from
+// them carry the same strings. The reasoning splitter gives the same parts streamed byte by byte as whole, never
+// more bytes than the answer, and with no syntax the answer as it is.
+#include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -10,9 +13,37 @@
 #include <cstdint>
 #include <string_view>
 
+namespace {
+
+void check_reasoning(std::string_view answer) {
+    using namespace quill::chat;
+    for (ReasoningSyntax syntax : {ReasoningSyntax::none, ReasoningSyntax::think, ReasoningSyntax::harmony}) {
+        for (bool opened : {false, true}) {
+            const SplitAnswer whole = split_reasoning(answer, syntax, opened);
+            SplitAnswer streamed;
+            ReasoningStream stream(syntax, opened, [&](AnswerPart part, std::string_view text) {
+                if (part == AnswerPart::call) (void)call_display(text);
+                (part == AnswerPart::reasoning ? streamed.reasoning : streamed.content).append(text);
+            });
+            for (size_t i = 0; i < answer.size(); ++i) stream.push(answer.substr(i, 1));
+            stream.finish();
+            quill::fuzz::check(streamed.reasoning == whole.reasoning && streamed.content == whole.content,
+                               "ReasoningStream", "streamed byte by byte, the parts differ from the whole answer's");
+            quill::fuzz::check(whole.reasoning.size() + whole.content.size() <= answer.size(), "split_reasoning",
+                               "the parts are longer than the answer");
+            if (syntax == ReasoningSyntax::none)
+                quill::fuzz::check(whole.content == answer, "split_reasoning", "no syntax changed the answer");
+            if (syntax == ReasoningSyntax::harmony) (void)parse_tool_calls(whole.content, ToolCallSyntax::harmony);
+        }
+    }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace quill::chat;
     const std::string_view answer(reinterpret_cast<const char*>(data), size);
+    check_reasoning(answer);
     const std::vector<std::string> names = {"f", "get_weather", "a", "b"};
     for (ToolCallSyntax syntax : {ToolCallSyntax::none, ToolCallSyntax::hermes, ToolCallSyntax::llama3_json,
                                   ToolCallSyntax::mistral, ToolCallSyntax::harmony, ToolCallSyntax::qwen3_xml}) {

@@ -1,0 +1,51 @@
+#include "engine/cli/reasoning_printer.h"
+
+#include "engine/error.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <unistd.h>
+
+namespace quill::chat {
+
+namespace {
+
+constexpr std::string_view kDim = "\033[2m", kReset = "\033[0m";
+
+}  // namespace
+
+ReasoningDisplay reasoning_display(std::string_view value, int fd) {
+    if (value == "show") return isatty(fd) && !std::getenv("NO_COLOR") ? ReasoningDisplay::dim : ReasoningDisplay::plain;
+    if (value == "hide") return ReasoningDisplay::hide;
+    throw UsageError(fmt::format("--reasoning '{}': expected show or hide", value));
+}
+
+void ReasoningPrinter::reasoning(std::string_view text) {
+    if (display_ == ReasoningDisplay::hide || text.empty()) return;
+    if (!in_reasoning_) out_.write(display_ == ReasoningDisplay::dim ? kDim : std::string_view("Thinking...\n"));
+    in_reasoning_ = true;
+    out_.put(text);
+}
+
+void ReasoningPrinter::content(std::string_view text) {
+    if (text.empty()) return;
+    if (in_reasoning_) {
+        close();
+        out_.write("\n\n");
+    }
+    out_.put(text);
+}
+
+void ReasoningPrinter::finish() {
+    if (!in_reasoning_) return;
+    close();
+    out_.flush();
+}
+
+void ReasoningPrinter::close() {
+    out_.write(display_ == ReasoningDisplay::dim ? kReset : std::string_view("\n...done thinking."));
+    in_reasoning_ = false;
+}
+
+}  // namespace quill::chat

@@ -1,0 +1,33 @@
+// A reasoning model's thinking on the terminal, apart from its answer (`run`, `chat`): dim on a terminal; elsewhere
+// framed by "Thinking..." and "...done thinking." lines (as `ollama run` frames it); or not shown (--reasoning hide).
+#pragma once
+
+#include "engine/io/output.h"
+
+#include <string_view>
+
+namespace quill::chat {
+
+enum class ReasoningDisplay { hide, plain, dim };
+
+// --reasoning VALUE for output to descriptor `fd`: "show" is dim where fd is a terminal and NO_COLOR is not set,
+// plain elsewhere; "hide". UsageError otherwise.
+ReasoningDisplay reasoning_display(std::string_view value, int fd);
+
+class ReasoningPrinter {
+public:
+    ReasoningPrinter(Output& out, ReasoningDisplay display) : out_(out), display_(display) {}
+    void reasoning(std::string_view text);
+    // The answer; after reasoning, the reasoning's block is closed and a blank line starts the answer.
+    void content(std::string_view text);
+    // Closes a reasoning block the reply ended in (cut short). Then the printer starts afresh.
+    void finish();
+
+private:
+    void close();
+    Output& out_;
+    ReasoningDisplay display_;
+    bool in_reasoning_ = false;
+};
+
+}  // namespace quill::chat
