@@ -126,7 +126,7 @@ TEST_CASE("batch: tool_choice makes a valid call in Qwen3-Coder XML, both Mistra
     }
 }
 
-TEST_CASE("run --tool-choice in Qwen3-Coder XML and harmony; required with no tools is one error line",
+TEST_CASE("run --tool-choice in Qwen3-Coder XML and harmony, and required with no tools is one error line",
           "[cli][tools]") {
     const auto dir = test::temp_dir("tool-choice-syntaxes");
     const std::string tools = (dir / "tools.json").string(), none = (dir / "none.json").string();
@@ -151,7 +151,7 @@ TEST_CASE("run --tool-choice in Qwen3-Coder XML and harmony; required with no to
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
-TEST_CASE("chat --tool-choice forces each reply to be a call; /set tool-choice changes it", "[cli][tools]") {
+TEST_CASE("chat --tool-choice forces each reply to be a call, and /set tool-choice changes it", "[cli][tools]") {
     const auto dir = test::temp_dir("chat-tool-choice");
     const std::string tools = (dir / "tools.json").string();
     std::ofstream(tools) << kTools.dump();
