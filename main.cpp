@@ -139,6 +139,15 @@ void add_reasoning_option(CLI::App* cmd, std::string& reasoning) {
         ->capture_default_str();
 }
 
+void add_tool_choice_option(CLI::App* cmd, std::string& tool_choice, CLI::Option* tools, const char* per) {
+    cmd->add_option("--tool-choice", tool_choice,
+                    fmt::format("none, auto, required or a tool's name: required or a name makes {} a call (to that "
+                                "tool) in the template's syntax, with arguments valid against its parameters",
+                                per))
+        ->check(kNotEmpty)
+        ->needs(tools);
+}
+
 void add_sampling_options(CLI::App* cmd, quill::SamplingParams& s, std::optional<uint64_t>& seed) {
     cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
     cmd->add_option("--top-k", s.top_k, "Top-k (0: off)")->capture_default_str();
@@ -278,12 +287,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--system", run.system, "A system message for the chat template")->excludes(raw_flag);
     add_template_option(run_cmd, run.chat_template);
     auto* run_tools = add_tools_option(run_cmd, run.tools)->excludes(raw_flag);
-    run_cmd
-        ->add_option("--tool-choice", run.tool_choice,
-                     "none, auto, required or a tool's name: required or a name makes the answer a call (to that tool) "
-                     "with arguments valid against its parameters, for templates with Hermes or Llama 3 JSON calls")
-        ->check(kNotEmpty)
-        ->needs(run_tools);
+    add_tool_choice_option(run_cmd, run.tool_choice, run_tools, "the answer");
     add_reasoning_option(run_cmd, run.reasoning);
     auto* json_flag = run_cmd->add_flag("--json", run.json, "Print one JSON record instead of streaming text");
     add_logprobs_option(run_cmd, run.logprobs, "With --json: log-probabilities of every generated token and this "
@@ -317,7 +321,7 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("--stop", chat.stop, "Stop a reply at this text (repeatable)");
     chat_cmd->add_option("--system", chat.system, "The system message");
     add_template_option(chat_cmd, chat.chat_template);
-    add_tools_option(chat_cmd, chat.tools);
+    add_tool_choice_option(chat_cmd, chat.tool_choice, add_tools_option(chat_cmd, chat.tools), "each reply");
     add_reasoning_option(chat_cmd, chat.reasoning);
     chat_cmd->add_option("--context-overflow", chat.overflow,
                          "When the conversation outgrows the context: drop-oldest (turns) or error")

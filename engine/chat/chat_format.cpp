@@ -1,5 +1,6 @@
 #include "engine/chat/chat_format.h"
 
+#include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/format/gguf.h"
 #include "engine/io/json_input.h"
@@ -231,6 +232,7 @@ ChatRequest chat_request_from_json(nlohmann::ordered_json j, const std::string& 
     }
     if (vars.contains("tools") && !vars["tools"].is_null()) check_tools(vars["tools"], what);
     if (vars.contains("tool_choice") && !vars["tool_choice"].is_null()) check_tool_choice(vars["tool_choice"], what);
+    check_chosen_tool(vars, what);
     return request;
 }
 

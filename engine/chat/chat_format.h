@@ -95,7 +95,8 @@ ChatRequest parse_chat_request(const std::string& json_text, const std::string& 
 // messages. The object's other keys become `vars`, in its order, with the entries of "chat_template_kwargs" (an
 // object) put in its place over those of the same name. A message has a string "role" and a "content" that is a
 // string, null, or an array of {"type": "text", "text"} parts (joined into one string); "tools" is checked by
-// check_tools, "tool_choice" is "none", "auto", "required" or {"type": "function", "function": {"name"}}.
+// check_tools, "tool_choice" is "none", "auto", "required" or {"type": "function", "function": {"name"}}, and
+// one that requires a call names an offered tool (check_chosen_tool).
 // UsageError "<what>: ..." naming the message, the tool or the key that is wrong.
 ChatRequest chat_request_from_json(nlohmann::ordered_json request, const std::string& what);
 // OpenAI tool definitions: a JSON array of objects, each {"type": "function", "function": {"name", ...}} or a bare

@@ -1,6 +1,8 @@
 #include "engine/chat/conversation.h"
 
+#include "engine/chat/tool_calls.h"
 #include "engine/error.h"
+#include "engine/grammar/constraint.h"
 
 #include <algorithm>
 
@@ -28,9 +30,13 @@ void Conversation::set_system(std::string text) {
     system_ = std::move(text);
 }
 
-void Conversation::set_template_vars(nlohmann::ordered_json vars) {
+void Conversation::set_template_vars(nlohmann::ordered_json vars, const std::string& what) {
     check_renders(system_, turns_, vars);
+    std::shared_ptr<grammar::TokenGrammar> forced;
+    if (const auto spec = tool_choice_constraint(vars, tool_call_syntax(format_.source()), what))
+        forced = grammar::token_grammar(*spec, tok_);
     vars_ = std::move(vars);
+    forced_grammar_ = std::move(forced);
 }
 
 void Conversation::set_params(GenerationParams params) {
@@ -155,6 +161,7 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
 
     GenerationParams gp = params_;
     gp.sampling.seed = params_.sampling.seed + turn_index_++;
+    if (!gp.grammar) gp.grammar = forced_grammar_;
     Generation gen(tok_, prompt, gp, n_ctx_);
     GenerateOptions opts;
     opts.n_past = static_cast<int32_t>(n_past);

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,9 +43,12 @@ public:
     // system message stays as it was.
     void set_system(std::string text);
     const std::string& system() const { return system_; }
-    // Template variables rendered with every turn (a JSON object: tools, ...), as ChatFormat::render takes them.
-    // The template's error, and the variables unchanged, when it refuses the conversation with them.
-    void set_template_vars(nlohmann::ordered_json vars);
+    // Template variables rendered with every turn (a JSON object: tools, tool_choice, ...), as ChatFormat::render
+    // takes them. A "tool_choice" of "required" or a function makes each reply a call in the template's syntax
+    // (tool_choice_constraint), unless the parameters' own grammar says otherwise. The template's error, or
+    // tool_choice_constraint's naming `what`, and the variables unchanged, when either refuses them.
+    void set_template_vars(nlohmann::ordered_json vars, const std::string& what = "the template variables");
+    const nlohmann::ordered_json& template_vars() const { return vars_; }
 
     // Adds a user message and generates the reply, its content streamed through on_text and its reasoning (a
     // reasoning model's, in the template's reasoning_syntax) through on_reasoning. The reply joins the conversation
@@ -111,6 +115,7 @@ private:
     int32_t slot_;
     std::string system_;
     nlohmann::ordered_json vars_ = nlohmann::ordered_json::object();
+    std::shared_ptr<grammar::TokenGrammar> forced_grammar_;  // the call vars_'s tool_choice forces; null: none
     nlohmann::json turns_ = nlohmann::json::array();  // user/assistant messages
     std::vector<int32_t> cached_;                       // [n] token at each filled cache position of the slot
     int64_t written_ = 0;  // one past the highest position any turn may have written in the slot (max_rewind)

@@ -1,7 +1,6 @@
 #include "engine/chat/tool_calls.h"
 
 #include "engine/error.h"
-#include "engine/grammar/json_schema.h"
 #include "engine/io/json_input.h"
 #include "engine/rng.h"
 
@@ -291,7 +290,7 @@ ParsedAnswer parse_llama3(std::string_view answer, const std::vector<std::string
 ToolCallSyntax tool_call_syntax(std::string_view source) {
     const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
     if (has("<|channel|>") && has("<|call|>")) return ToolCallSyntax::harmony;
-    if (has("[TOOL_CALLS]")) return ToolCallSyntax::mistral;
+    if (has("[TOOL_CALLS]")) return has("[ARGS]") ? ToolCallSyntax::mistral : ToolCallSyntax::mistral_list;
     if (has(kOpen) && has("<function=")) return ToolCallSyntax::qwen3_xml;
     if (has(kOpen)) return ToolCallSyntax::hermes;
     if (source.find("<|start_header_id|>") != std::string_view::npos &&
@@ -304,7 +303,8 @@ ParsedAnswer parse_tool_calls(std::string_view answer, ToolCallSyntax syntax, co
     switch (syntax) {
         case ToolCallSyntax::hermes: return parse_hermes(answer, false);
         case ToolCallSyntax::qwen3_xml: return parse_hermes(answer, true);
-        case ToolCallSyntax::mistral: return parse_mistral(answer);
+        case ToolCallSyntax::mistral:
+        case ToolCallSyntax::mistral_list: return parse_mistral(answer);
         case ToolCallSyntax::harmony: return parse_harmony(answer);
         case ToolCallSyntax::llama3_json: return parse_llama3(answer, tool_names);
         case ToolCallSyntax::none: break;
@@ -320,57 +320,7 @@ ParsedAnswer request_tool_calls(std::string_view answer, ToolCallSyntax syntax, 
     return parse_tool_calls(answer, syntax, tool_names(*tools));
 }
 
-std::optional<grammar::ConstraintSpec> tool_choice_constraint(const nlohmann::ordered_json& vars, ToolCallSyntax syntax,
-                                                              const std::string& what) {
-    if (syntax != ToolCallSyntax::hermes && syntax != ToolCallSyntax::llama3_json) return std::nullopt;
-    const auto tools = vars.is_object() ? vars.find("tools") : vars.end();
-    const auto choice = vars.is_object() ? vars.find("tool_choice") : vars.end();
-    if (tools == vars.end() || !tools->is_array() || tools->empty() || choice == vars.end()) return std::nullopt;
-    std::optional<std::string> only;  // the function the choice names
-    if (choice->is_object()) {
-        const ojson& fn = choice->value("function", ojson::object());
-        if (fn.is_object() && fn.contains("name") && fn["name"].is_string()) only = fn["name"].get<std::string>();
-        if (!only) return std::nullopt;
-    } else if (*choice != "required") {
-        return std::nullopt;
-    }
-    // The schema of a call: {"name": const, "arguments" | "parameters": the tool's schema}, one per tool.
-    const std::string args_key = syntax == ToolCallSyntax::hermes ? "arguments" : "parameters";
-    ojson alternatives = ojson::array();
-    for (const auto& t : *tools) {
-        if (!t.is_object()) continue;
-        const ojson& fn = t.contains("function") ? t["function"] : t;
-        if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string()) continue;
-        const std::string name = fn["name"];
-        if (only && name != *only) continue;
-        ojson params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"]
-                                                                                : ojson{{"type", "object"}};
-        alternatives.push_back({{"type", "object"},
-                                {"properties", {{"name", {{"const", name}}}, {args_key, std::move(params)}}},
-                                {"required", {"name", args_key}},
-                                {"additionalProperties", false}});
-    }
-    if (alternatives.empty())
-        throw UsageError(fmt::format("{}: \"tool_choice\" names the function \"{}\", which \"tools\" does not offer",
-                                     what, only.value_or("")));
-    const ojson schema = alternatives.size() == 1 ? alternatives[0] : ojson{{"anyOf", alternatives}};
-    std::string gbnf;
-    try {
-        gbnf = grammar::json_schema_to_gbnf(schema.dump());
-    } catch (const UsageError& e) {
-        throw UsageError(fmt::format("{}: a tool's \"parameters\": {}", what, e.what()));
-    }
-    if (syntax == ToolCallSyntax::hermes) {
-        // root ::= BODY  becomes  root ::= "<tool_call>\n" BODY "\n</tool_call>"
-        constexpr std::string_view kRoot = "root ::= ";
-        const size_t eol = gbnf.find('\n');
-        if (!gbnf.starts_with(kRoot) || eol == std::string::npos)
-            throw Error("json_schema_to_gbnf: the root rule is not first");
-        gbnf = fmt::format("root ::= \"<tool_call>\\n\" ({}) \"\\n</tool_call>\"{}",
-                           gbnf.substr(kRoot.size(), eol - kRoot.size()), gbnf.substr(eol));
-    }
-    return grammar::ConstraintSpec{grammar::ConstraintSpec::Kind::gbnf, std::move(gbnf), what + ": tool_choice"};
-}
+bool plain_tool_name(std::string_view name) { return !name.empty() && name_length(name) == name.size(); }
 
 std::vector<std::string> tool_names(const nlohmann::ordered_json& tools) {
     std::vector<std::string> names;

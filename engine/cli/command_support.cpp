@@ -10,6 +10,7 @@
 #include "engine/batch/records.h"
 #include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/chat/conversation.h"
 #include "engine/cli/line_reader.h"
 #include "engine/cli/repl.h"
@@ -121,10 +122,12 @@ OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
 }
 
 // run's prompt: -p, the argument, -f FILE (- for stdin) or stdin; nullopt when none is given and stdin is a terminal.
-nlohmann::ordered_json tools_template_vars(const std::string& path, size_t max_bytes) {
-    if (path.empty()) return nlohmann::ordered_json::object();
-    const std::string what = "--tools " + path;
-    return {{"tools", quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes), what)}};
+nlohmann::ordered_json tools_template_vars(const std::string& path, const std::string& tool_choice, size_t max_bytes) {
+    nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+    if (!path.empty())
+        vars["tools"] = quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes), "--tools " + path);
+    if (!tool_choice.empty()) vars["tool_choice"] = quill::chat::tool_choice_value(tool_choice);
+    return vars;
 }
 
 std::optional<std::string> read_run_prompt(const RunOptions& o) {

@@ -114,7 +114,8 @@ struct ChatCliOptions {
     std::vector<std::string> stop;
     std::string system;
     std::string chat_template;
-    std::string tools;  // --tools FILE
+    std::string tools;        // --tools FILE
+    std::string tool_choice;  // --tool-choice none|auto|required|NAME
     std::string overflow = "drop-oldest";
     std::string reasoning = "show";  // --reasoning show|hide
     size_t max_input_bytes = quill::kDefaultMaxInputBytes;
@@ -209,8 +210,9 @@ void warn_if_lossy(const quill::Tokenizer& tok, std::string_view text, const std
 // The constraint the options ask for (at most one; UsageError otherwise), compiled before the model loads.
 std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOptions& c);
 OutputConstraint compile_output_constraint(const ConstraintOptions& c);
-// The template variables of --tools FILE: {"tools": [...]} (chat::parse_tools checks them), or {} without it.
-nlohmann::ordered_json tools_template_vars(const std::string& path, size_t max_bytes);
+// The template variables of --tools FILE and --tool-choice: {"tools": [...], "tool_choice": ...}
+// (chat::parse_tools checks the tools, chat::tool_choice_value makes the choice), each left out when not given.
+nlohmann::ordered_json tools_template_vars(const std::string& path, const std::string& tool_choice, size_t max_bytes);
 // run's prompt: -p, the argument, -f FILE (- for stdin) or stdin; nullopt when none is given and stdin is a terminal.
 std::optional<std::string> read_run_prompt(const RunOptions& o);
 // --draft-model and --draft against --lookup, before anything loads: UsageError naming the flags.

@@ -119,11 +119,7 @@ int cmd_run(RunOptions& o) {
     check_draft_options(o.draft_model, o.draft, o.lookup);
     gp.validate();
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
-    nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.max_input_bytes);
-    if (o.tool_choice == "none" || o.tool_choice == "auto" || o.tool_choice == "required")
-        template_vars["tool_choice"] = o.tool_choice;
-    else if (!o.tool_choice.empty())
-        template_vars["tool_choice"] = {{"type", "function"}, {"function", {{"name", o.tool_choice}}}};
+    nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.tool_choice, o.max_input_bytes);
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
@@ -260,7 +256,7 @@ int cmd_chat(ChatCliOptions& o) {
     gp.validate();
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
-    nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.max_input_bytes);
+    nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.tool_choice, o.max_input_bytes);
     auto session = quill::Session::open(session_options(o.model, o.engine));
     gp.grammar = constraint.bind(*session->tokenizer);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
@@ -268,7 +264,8 @@ int cmd_chat(ChatCliOptions& o) {
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
     quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
-    conv.set_template_vars(std::move(template_vars));
+    // --tool-choice required or a name: each reply is a call, unless --json-schema, --grammar... say otherwise
+    conv.set_template_vars(std::move(template_vars), "--tool-choice");
     conv.set_system(o.system);
 
     quill::signals::install();
@@ -308,6 +305,7 @@ int chat_from_run(const RunOptions& o) {
     chat.system = o.system;
     chat.chat_template = o.chat_template;
     chat.tools = o.tools;
+    chat.tool_choice = o.tool_choice;
     chat.lookup = o.lookup;
     chat.draft_model = o.draft_model;
     chat.draft = o.draft;

@@ -2,6 +2,7 @@
 
 #include "engine/chat/conversation_file.h"
 #include "engine/chat/settings.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/io/escape.h"
 
@@ -24,7 +25,22 @@ constexpr const char* kHelp =
     "  /save FILE          write the conversation as JSON\n"
     "  /load FILE          read a conversation written by /save\n"
     "  /exit, /quit, /bye  quit\n"
-    "/set takes: {}\n";
+    "/set takes: {}, tool-choice (none, auto, required or a tool's name: a call in each reply)\n";
+
+// The conversation's "tool_choice" as --tool-choice writes it: none, auto, required or a function's name; "" unset.
+std::string tool_choice_text(const Conversation& conv) {
+    const auto& vars = conv.template_vars();
+    const auto choice = vars.find("tool_choice");
+    if (choice == vars.end()) return "";
+    if (choice->is_string()) return choice->get<std::string>();
+    return choice->value("function", nlohmann::ordered_json::object()).value("name", "");
+}
+
+// describe_parameters and the tool choice when there is one.
+std::string describe_settings(const Conversation& conv) {
+    const std::string choice = tool_choice_text(conv);
+    return describe_parameters(conv.params()) + (choice.empty() ? "" : ", tool-choice " + escape_for_terminal(choice));
+}
 
 std::string trim(const std::string& s) {
     const size_t b = s.find_first_not_of(" \t");
@@ -241,16 +257,22 @@ void ChatRepl::command(const std::string& name, const std::string& arg, Action& 
 
 void ChatRepl::set(const std::string& arg) {
     if (arg.empty()) {
-        say("quill: " + describe_parameters(conv_.params()));
+        say("quill: " + describe_settings(conv_));
         return;
     }
     const size_t sp = arg.find_first_of(" \t");
     if (sp == std::string::npos) throw UsageError(fmt::format("/set {} needs a value", escape_for_terminal(arg)));
     const std::string name = arg.substr(0, sp);
-    GenerationParams params = conv_.params();
-    set_parameter(params, name, trim(arg.substr(sp + 1)));
-    conv_.set_params(params);
-    say("quill: " + describe_parameters(params));
+    if (name == "tool-choice") {  // a template variable, and the grammar of the replies it forces
+        nlohmann::ordered_json vars = conv_.template_vars();
+        vars["tool_choice"] = tool_choice_value(trim(arg.substr(sp + 1)));
+        conv_.set_template_vars(std::move(vars), "/set tool-choice");
+    } else {
+        GenerationParams params = conv_.params();
+        set_parameter(params, name, trim(arg.substr(sp + 1)));
+        conv_.set_params(params);
+    }
+    say("quill: " + describe_settings(conv_));
 }
 
 void ChatRepl::show() {
@@ -262,8 +284,7 @@ void ChatRepl::show() {
                      "      parameters  {}\n",
                      escape_for_terminal(opt_.model_name), escape_for_terminal(conv_.format().name()),
                      system.empty() ? "(none: the template's default applies)" : escape_for_terminal(system),
-                     conv_.cached_tokens(), conv_.n_ctx(), conv_.turns().size(),
-                     describe_parameters(conv_.params())));
+                     conv_.cached_tokens(), conv_.n_ctx(), conv_.turns().size(), describe_settings(conv_)));
 }
 
 void ChatRepl::save(const std::string& path) {

@@ -34,7 +34,9 @@ const std::map<std::string, std::string>& base_rules() {
                   R"([0-9a-fA-F]{2})))"},
         {"kchar", R"([^"\\\x00-\x1F])"},
         {"string", R"("\"" jchar* "\"")"},
-        {"number", R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?)"},
+        // at most 16 digits and an exponent of 2: every number is a finite double (1e340 is not, and JSON
+        // parsers refuse it)
+        {"number", R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?)"},
         {"integer", R"("-"? ("0" | [1-9] [0-9]{0,15}))"},
         {"boolean", R"("true" | "false")"},
         {"null", R"("null")"},
@@ -107,26 +109,46 @@ std::string uint_range(int64_t a, int64_t b) {
 
 class Converter {
 public:
-    explicit Converter(const ojson& root) : root_(root) {
+    explicit Converter(const ojson& root) : root_(&root) {
         for (const auto& [name, _] : base_rules()) used_.insert(name);
         used_.insert("root");
     }
 
     std::string convert() {
-        const std::string root = visit(root_, "root", "#", 0);
-        std::string out = "root ::= " + root + "\n";
-        for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-        return out;
+        const std::string root = visit(*root_, "root", "#", 0);
+        return "root ::= " + root + "\n" + rules_text();
+    }
+
+    // Each schema's rule, named as it says, its $refs resolved within its own document.
+    std::string convert_rules(const std::vector<SchemaRule>& schemas) {
+        for (const SchemaRule& s : schemas) used_.insert(s.rule);
+        for (const SchemaRule& s : schemas) {
+            root_ = s.document;
+            refs_.clear();  // pointers are the document's; the rules made for them stay
+            try {
+                const ojson& target = s.pointer == "#" ? *root_ : root_->at(ojson::json_pointer(s.pointer.substr(1)));
+                rules_.emplace_back(s.rule, visit(target, s.rule, s.pointer, 0));
+            } catch (const UsageError& e) {
+                throw UsageError(fmt::format("{}: {}", s.where, e.what()));
+            } catch (const ojson::exception&) {
+                throw UsageError(fmt::format("{}: nothing at {}", s.where, s.pointer));
+            }
+        }
+        return rules_text();
     }
 
     std::string any_object() {
         need("object");
-        std::string out = "root ::= object\n";
+        return "root ::= object\n" + rules_text();
+    }
+
+private:
+    std::string rules_text() const {
+        std::string out;
         for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
         return out;
     }
 
-private:
     [[noreturn]] static void fail(const std::string& path, const std::string& what) {
         throw UsageError(fmt::format("JSON schema at {}: {}", path, what));
     }
@@ -176,10 +198,10 @@ private:
         if (auto it = refs_.find(pointer); it != refs_.end()) return it->second;
         if (pointer.empty() || pointer[0] != '#')
             fail(path, fmt::format("$ref '{}' is not supported: only references within the document (#...)", pointer));
-        const ojson* target = &root_;
+        const ojson* target = root_;
         if (pointer.size() > 1) {
             try {
-                target = &root_.at(ojson::json_pointer(pointer.substr(1)));
+                target = &root_->at(ojson::json_pointer(pointer.substr(1)));
             } catch (const std::exception&) {
                 fail(path, fmt::format("$ref '{}' does not resolve to anything in the schema", pointer));
             }
@@ -232,7 +254,7 @@ private:
             for (size_t i = 0; i < list.size(); ++i)
                 alts.push_back(visit(list[i], fmt::format("{}-{}", hint, i), fmt::format("{}/{}/{}", path, key, i),
                                      depth + 1));
-            if (std::string_view(key) == "oneOf" && !alternatives_disjoint(root_, list))
+            if (std::string_view(key) == "oneOf" && !alternatives_disjoint(*root_, list))
                 warnings_.push_back(fmt::format(
                     "JSON schema at {}: oneOf's alternatives may overlap (neither their types, nor a required "
                     "property's const or enum values, nor a property one requires and another forbids tell them "
@@ -541,7 +563,7 @@ public:
     const std::vector<std::string>& warnings() const { return warnings_; }
 
 private:
-    const ojson& root_;
+    const ojson* root_;  // the document $refs point into
     std::vector<std::string> warnings_;
     std::vector<std::pair<std::string, std::string>> rules_;  // name, body; in order of creation
     std::set<std::string> used_, have_base_;
@@ -561,6 +583,14 @@ std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::s
     }
     Converter c(schema);
     std::string gbnf = c.convert();
+    if (warnings) warnings->insert(warnings->end(), c.warnings().begin(), c.warnings().end());
+    return gbnf;
+}
+
+std::string json_schema_rules(const std::vector<SchemaRule>& schemas, std::vector<std::string>* warnings) {
+    if (schemas.empty()) return "";
+    Converter c(*schemas.front().document);
+    std::string gbnf = c.convert_rules(schemas);
     if (warnings) warnings->insert(warnings->end(), c.warnings().begin(), c.warnings().end());
     return gbnf;
 }

@@ -15,6 +15,8 @@
 // additionalProperties: false). Any other oneOf stays anyOf, and the conversion says so in a warning.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +27,21 @@ namespace quill::grammar {
 // uses what is not supported). warnings, when given, gets a sentence for each relaxation (a oneOf whose
 // alternatives may overlap, generated as anyOf), naming where it is.
 std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings = nullptr);
+
+// One value of a grammar that json_schema_rules makes: rule `rule` takes the JSON texts valid against the schema at
+// JSON pointer `pointer` ("#": the whole document) of `document`, whose $refs resolve within `document`. `where`
+// names it in messages.
+struct SchemaRule {
+    std::string rule;
+    const nlohmann::ordered_json* document = nullptr;
+    std::string pointer = "#";
+    std::string where;
+};
+
+// The GBNF rules of several schemas, for a grammar that uses them within rules of its own (no root rule): one rule
+// per SchemaRule, named as it says, and the rules they use, whose names have letters, digits and "-" only, so that
+// a caller's rule names with "_" never meet them. UsageError as json_schema_to_gbnf's, after `where`.
+std::string json_schema_rules(const std::vector<SchemaRule>& schemas, std::vector<std::string>* warnings = nullptr);
 
 // The GBNF of any JSON object (--format json, response_format json_object).
 std::string json_object_gbnf();

@@ -45,8 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view answer(reinterpret_cast<const char*>(data), size);
     check_reasoning(answer);
     const std::vector<std::string> names = {"f", "get_weather", "a", "b"};
-    for (ToolCallSyntax syntax : {ToolCallSyntax::none, ToolCallSyntax::hermes, ToolCallSyntax::llama3_json,
-                                  ToolCallSyntax::mistral, ToolCallSyntax::harmony, ToolCallSyntax::qwen3_xml}) {
+    for (ToolCallSyntax syntax :
+         {ToolCallSyntax::none, ToolCallSyntax::hermes, ToolCallSyntax::llama3_json, ToolCallSyntax::mistral,
+          ToolCallSyntax::mistral_list, ToolCallSyntax::harmony, ToolCallSyntax::qwen3_xml}) {
         const ParsedAnswer parsed = parse_tool_calls(answer, syntax, names);
         if (parsed.calls.empty()) {
             quill::fuzz::check(parsed.text == answer, "parse_tool_calls", "an answer without calls changed");

@@ -38,7 +38,7 @@ void check_stays_text(const std::vector<std::string>& answers, ToolCallSyntax sy
 }  // namespace
 
 TEST_CASE("tool_call_syntax tells Mistral, harmony and Qwen3-Coder from real templates", "[chat][tools]") {
-    CHECK(tool_call_syntax(template_source("mistralai-Mistral-Nemo-Instruct-2407")) == ToolCallSyntax::mistral);
+    CHECK(tool_call_syntax(template_source("mistralai-Mistral-Nemo-Instruct-2407")) == ToolCallSyntax::mistral_list);
     CHECK(tool_call_syntax(template_source("unsloth-mistral-Devstral-Small-2507")) == ToolCallSyntax::mistral);
     CHECK(tool_call_syntax(template_source("Mistral-Small-3.2-24B-Instruct-2506")) == ToolCallSyntax::mistral);
     CHECK(tool_call_syntax(template_source("mistralai-Ministral-3-14B-Reasoning-2512")) == ToolCallSyntax::mistral);

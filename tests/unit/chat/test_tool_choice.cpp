@@ -76,7 +76,8 @@ TEST_CASE("tool_choice: Llama 3 JSON enforced, auto and none and other syntaxes 
     CHECK_FALSE(tool_choice_constraint(vars("auto"), ToolCallSyntax::hermes, "request"));
     CHECK_FALSE(tool_choice_constraint(vars("none"), ToolCallSyntax::hermes, "request"));
     CHECK_FALSE(tool_choice_constraint({{"tools", kTools}}, ToolCallSyntax::hermes, "request"));
-    CHECK_FALSE(tool_choice_constraint({{"tool_choice", "required"}}, ToolCallSyntax::hermes, "request"));
+    CHECK_THROWS_AS(tool_choice_constraint({{"tool_choice", "required"}}, ToolCallSyntax::hermes, "request"),
+                    UsageError);  // required with no tools
     CHECK_FALSE(tool_choice_constraint(vars("required"), ToolCallSyntax::none, "request"));
     // A schema the converter does not support is a usage error naming the request.
     ojson bad = vars("required");
