@@ -120,20 +120,59 @@ void decode_rows(const uint8_t* half, int64_t n_groups, const GroupActs* ta, flo
     store_sums<T>(acc, out);
 }
 
-// Prefill: the same over the row tile decoded once into steps [nb].
+// Prefill: a block of the row tile decoded once with signed weights w = u - c against the unsigned activations a + 128
+// (QuantizedActs::qs_u), aux[k] = -128 * the sum of group k's weights removing what the 128 adds: the same exact sums,
+// with nothing per token but its activations.
+struct alignas(32) PrefillStep16 {
+    __m256i w[8];
+    __m256i aux[8];
+    __m256 ws[2];
+};
+
+template <int Offset>
+void to_prefill_step(const Step16& st, PrefillStep16& out) {
+    const __m256i c = _mm256_set1_epi8(static_cast<char>(Offset));
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int k = 0; k < 8; ++k) {
+        out.w[k] = _mm256_sub_epi8(st.u[k], c);
+        const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, out.w[k]), ones16);
+        out.aux[k] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7));
+    }
+    out.ws[0] = st.ws[0];
+    out.ws[1] = st.ws[1];
+}
+
+// out[t] = the eight rows of the prefill steps [nb] against token t0 + t, t < T, with decode_rows' float operations in
+// its order.
 template <int T>
-void step_rows(const Step16* steps, int64_t nb, const GroupActs* ta, float (*out)[8]) {
+void prefill_rows(const PrefillStep16* steps, int64_t nb, const QuantizedActs& q, int64_t t0, float (*out)[8]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t* a0 = q.qs_u + t0 * q.qs_stride;  // [T][qs_stride]
+    const float* d0 = q.d + t0 * q.blk_stride;      // [T][blk_stride]
     __m256 acc[T][4];
     for (int t = 0; t < T; ++t)
         for (int l = 0; l < 4; ++l) acc[t][l] = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nb; ++s)
-        for (int q = 0; q < 2; ++q) add_quarter<T>(steps[s], q, ta, s, acc);
+    for (int64_t s = 0; s < nb; ++s) {
+        const PrefillStep16& st = steps[s];
+        for (int qr = 0; qr < 2; ++qr) {
+            __m256 scale[T];
+            for (int t = 0; t < T; ++t) scale[t] = _mm256_mul_ps(st.ws[qr], _mm256_broadcast_ss(d0 + t * q.blk_stride + s));
+            for (int l = 0; l < 4; ++l) {
+                const int k = 4 * qr + l;
+                for (int t = 0; t < T; ++t) {
+                    const __m256i a = _mm256_set1_epi32(load_unaligned<int32_t>(a0 + t * q.qs_stride + 32 * s + 4 * k));
+                    const __m256i dot =
+                        _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(a, st.w[k]), ones), st.aux[k]);
+                    acc[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale[t], acc[t][l]);
+                }
+            }
+        }
+    }
     store_sums<T>(acc, out);
 }
 
-// Tokens at a time that share the scratch's offset terms (their [n_in / 4] each); the row tiles are decoded again for
-// each such chunk in prefill.
-constexpr int64_t kGroupChunk = 32;
+// Tokens of the decode path at a time: their offset terms, each [n_in / 4], in the scratch.
+constexpr int64_t kDecodeTokens = kPrefillMinTokens - 1;
 
 // Rows [r0, r1) of y for all tokens, eight rows at a time from the packed halves, written a block of rows at a time.
 template <typename P>
@@ -141,19 +180,21 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
     const WeightMatrix& w = *args.w;
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32, n_groups = w.n_in / 256;
-    auto* steps = reinterpret_cast<Step16*>(scratch);  // [nb] (scratch is 64-byte aligned)
-    auto* offsets = reinterpret_cast<int32_t*>(steps + nb);  // [kGroupChunk][n_in / 4]
-    float* output_block = reinterpret_cast<float*>(offsets) + (kGroupChunk * w.n_in / 4 + 15) / 16 * 16;
-    static_assert(sizeof(Step16) % 64 == 0);
+    // (without the unsigned activations, which an input has from two tokens on, every token goes the decode way)
+    const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
+    auto* steps = reinterpret_cast<PrefillStep16*>(scratch);  // [nb] (scratch is 64-byte aligned)
+    auto* offsets = reinterpret_cast<int32_t*>(steps + nb);   // [kDecodeTokens][n_in / 4]
+    float* output_block = reinterpret_cast<float*>(offsets) + (kDecodeTokens * w.n_in / 4 + 15) / 16 * 16;
+    static_assert(sizeof(PrefillStep16) % 64 == 0);
     const auto* packed = static_cast<const uint8_t*>(w.packed);
-    for (int64_t c0 = 0; c0 < args.n_tokens; c0 += kGroupChunk) {
-        const int64_t nt = min64(kGroupChunk, args.n_tokens - c0);
-        GroupActs ta[kGroupChunk];
-        for (int64_t t = 0; t < nt; ++t) {
+    const int64_t chunk = prefill ? args.n_tokens : kDecodeTokens;
+    for (int64_t c0 = 0; c0 < args.n_tokens; c0 += chunk) {
+        const int64_t nt = min64(chunk, args.n_tokens - c0);
+        GroupActs ta[kDecodeTokens];
+        for (int64_t t = 0; t < nt && !prefill; ++t) {
             offset_terms<P::kOffset>(q, c0 + t, offsets + t * (w.n_in / 4));
             ta[t] = {q.qs + (c0 + t) * q.qs_stride, q.d + (c0 + t) * q.blk_stride, offsets + t * (w.n_in / 4)};
         }
-        const bool prefill = nt >= kPrefillMinTokens;
         const int64_t block_rows = OutputBlock::rows_for(nt);
         for (int64_t rb = r0; rb < r1; rb += block_rows) {
             OutputBlock block{output_block, nt, rb, min64(block_rows, r1 - rb)};
@@ -164,7 +205,11 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
                     for (int64_t g = 0; g < n_groups; ++g) {
                         const uint8_t* sb = half + g * P::kSuperBytes;
                         const __m256 d = P::d(sb);
-                        for (int j = 0; j < 8; ++j) P::decode(sb, j, d, steps[8 * g + j]);
+                        for (int j = 0; j < 8; ++j) {
+                            Step16 st;
+                            P::decode(sb, j, d, st);
+                            to_prefill_step<P::kOffset>(st, steps[8 * g + j]);
+                        }
                     }
                 }
                 // Two tokens at a time: their eight accumulators and a block's operands fill the registers.
@@ -172,8 +217,8 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
                     float out[2][8];
                     const int n = nt - t >= 2 ? 2 : 1;
                     if (prefill) {
-                        if (n == 2) step_rows<2>(steps, nb, ta + t, out);
-                        else step_rows<1>(steps, nb, ta + t, out);
+                        if (n == 2) prefill_rows<2>(steps, nb, q, c0 + t, out);
+                        else prefill_rows<1>(steps, nb, q, c0 + t, out);
                     } else {
                         if (n == 2) decode_rows<P, 2>(half, n_groups, ta + t, out);
                         else decode_rows<P, 1>(half, n_groups, ta + t, out);
