@@ -170,11 +170,12 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 // bit 8i + k the fifth bit of element 4k + i). Q4_K, Q5_K and IQ4_XS tiles are two eight-row halves, each its rows' super-blocks in order, each
 // super-block's four-byte groups in order, the eight rows' side by side: bytes o .. o + 3 of row r at 8 o + 4 r (for
 // each 16-byte chunk the four vectors the AVX2 kernels' transpose of eight rows makes of it). Q6_K tiles are four
-// quads of four rows (kQ6QuadBytes).
+// quads of four rows (kQ6QuadBytes), Q3_K tiles two eight-row halves of kQ3SuperBytes super-blocks.
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
-// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS); empty in a
+// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and Q3_K, the last
+// also for the AVX-512 families, which have no Q3_K kernel of their own); empty in a
 // build without AVX2.
 // Call only where the CPU has AVX2.
 const KernelTable& kernel_table();
@@ -225,6 +226,8 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
             return 16 * 136 / 8;
         case GgmlType::Q6_K:
             return 16 * 210 / 8;
+        case GgmlType::Q3_K:  // kQ3SuperBytes: 114 bytes a row's super-block
+            return 16 * 114 / 8;
         case GgmlType::Q4_0:
         case GgmlType::IQ4_NL:  // Q4_0's records: its nibbles (looked up in the levels by the kernels) and its d
             return 16 * 16 + 32;
@@ -257,6 +260,19 @@ constexpr int64_t kQ6ScalesAt = 2 * kQ6HalfBytes;            // [4][16] int8
 constexpr int64_t kQ6DAt = kQ6ScalesAt + 64;                 // [4] fp16
 constexpr int64_t kQ6QuadBytes = kQ6DAt + 8;                 // four rows' super-blocks
 static_assert(kQ6QuadBytes == 4 * static_cast<int64_t>(sizeof(BlockQ6_K)));
+
+// Packed Q3_K (generic::pack_tiles; read by the AVX2 kernel on every x86 ISA): each sixteen-row tile is two eight-row
+// halves, each its rows' super-blocks in order, each super-block of the half kQ3SuperBytes: for each 32-block j,
+// three 32-byte vectors X0, X1, X2 whose byte 4 r + i holds, for row r, the 3-bit values u_k (the two bits of qs plus
+// 4 for the hmask bit) of the block's elements 4 k + i, k = 0..7: X0 = u0 | u1 << 3 | (u2 & 3) << 6,
+// X1 = u3 | u4 << 3 | (u5 & 3) << 6, X2 = u6 | u7 << 3 | (u2 >> 2) << 6 | (u5 >> 2) << 7 (each u_k a mask, or a
+// shift and a mask, or two of each away); then the sixteen signed scales (q3_k_scale) as [16][8] (row r's scale i at
+// 8 i + r) and the eight rows' fp16 d.
+constexpr int64_t kQ3BlockBytes = 3 * 32;                 // a 32-block's X0, X1, X2
+constexpr int64_t kQ3ScalesAt = 8 * kQ3BlockBytes;        // [16][8] int8
+constexpr int64_t kQ3DAt = kQ3ScalesAt + 128;             // [8] fp16
+constexpr int64_t kQ3SuperBytes = kQ3DAt + 16;            // eight rows' super-blocks
+static_assert(kQ3SuperBytes == 8 * 114 && 114 == sizeof(BlockQ3_K) + 4);
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
 // null), and into the tile layout when out.tile_qs is set (its padding tokens are not written). Kernels only read

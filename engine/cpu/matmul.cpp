@@ -270,7 +270,9 @@ Kernel select_kernel(const WeightMatrix& w, Isa isa) {
         const KernelTable& t = avx512::kernel_table();
         k = kernel_for(isa == Isa::amx ? t.packed_amx : t.packed, type);
     }
-    if (w.packed != nullptr && isa == Isa::avx2) k = kernel_for(avx2::kernel_table().packed, type);
+    // (the AVX2 ones also for the AVX-512 families where those have no packed kernel of the type: Q3_K)
+    if (!k.fn && w.packed != nullptr && (isa == Isa::avx2 || (isa >= Isa::avx512 && !avx512_emulated())))
+        k = kernel_for(avx2::kernel_table().packed, type);
     if (!k.fn && isa == Isa::amx) k = kernel_for(avx512::kernel_table().amx, type);
     if (!k.fn && isa >= Isa::avx512) {
         const KernelTable* emulated = g_avx512_kernels.load(std::memory_order_relaxed);
@@ -422,7 +424,8 @@ bool reads_tiles_alone(const WeightMatrix& w, Isa isa, int64_t n_tokens) {
 bool PackedWeights::supports(GgmlType type, Isa isa) {
     if (isa == Isa::avx2) return isa_available(isa) && kernel_for(avx2::kernel_table().packed, type).fn != nullptr;
     return isa >= Isa::avx512 && isa_available(isa) && !avx512_emulated() &&
-           kernel_for(avx512::kernel_table().packed, type).fn != nullptr;
+           (kernel_for(avx512::kernel_table().packed, type).fn != nullptr ||
+            kernel_for(avx2::kernel_table().packed, type).fn != nullptr);
 }
 
 size_t PackedWeights::bytes_for(const WeightMatrix& w) {

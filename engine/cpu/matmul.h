@@ -48,8 +48,8 @@ struct WeightMatrix {
 // stream with no transposes. The types with a packed form: Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 (Q4_0's records with
 // each row's qh word), IQ4_NL (Q4_0's records, the kernels looking its nibbles up in its levels), Q4_K, Q5_K and
 // IQ4_XS (their super-blocks' bytes laid out as the AVX2 kernels' transposes of eight rows make them, which the
-// AVX-512 kernels load two halves at a time: generic::pack_tiles), and Q6_K (quads of four rows laid out as the
-// four-row kernels load them).
+// AVX-512 kernels load two halves at a time: generic::pack_tiles), Q6_K (quads of four rows laid out as the
+// four-row kernels load them), and Q3_K (eight-row halves read by the AVX2 kernel on every family: kQ3SuperBytes).
 // Results have the same bits as from the file's layout.
 class PackedWeights {
 public:

@@ -1,5 +1,5 @@
 // PackedWeights' tiles written a value at a time: the layout avx512::pack_tiles writes with its transposes, for
-// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS and Q6_K layouts for every family.
+// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS, Q6_K and Q3_K layouts for every family.
 #include <array>
 #include <cstring>
 
@@ -68,12 +68,48 @@ void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t ti
     }
 }
 
+// pack_tiles for Q3_K (see kQ3SuperBytes in kernels.h): each eight-row half's super-blocks, each its 32-blocks' values
+// three bits to the value in lanes, then the rows' unpacked scales and d.
+void pack_q3_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t n_groups = w.n_in / 256;
+    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
+        const BlockQ3_K* rows[8];
+        for (int64_t r = 0; r < 8; ++r) {  // a ragged tile repeats its last row
+            const int64_t row = std::min(8 * half + r, w.n_out - 1);
+            rows[r] = reinterpret_cast<const BlockQ3_K*>(static_cast<const uint8_t*>(w.data) +
+                                                         row * static_cast<int64_t>(w.row_bytes));
+        }
+        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ3SuperBytes;
+        for (int64_t g = 0; g < n_groups; ++g, dst += kQ3SuperBytes) {
+            for (int64_t r = 0; r < 8; ++r) {
+                const BlockQ3_K& b = rows[r][g];
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t* x = dst + j * kQ3BlockBytes + 4 * r;  // X0 at x, X1 at x + 32, X2 at x + 64
+                    for (int i = 0; i < 4; ++i) {
+                        int u[8];  // u[k]: element 4 k + i of block j
+                        for (int k = 0; k < 8; ++k) {
+                            const int l = 4 * k + i;
+                            u[k] = ((b.qs[32 * (j / 4) + l] >> (2 * (j % 4))) & 3) | (((b.hmask[l] >> j) & 1) << 2);
+                        }
+                        x[i] = static_cast<uint8_t>(u[0] | u[1] << 3 | (u[2] & 3) << 6);
+                        x[32 + i] = static_cast<uint8_t>(u[3] | u[4] << 3 | (u[5] & 3) << 6);
+                        x[64 + i] = static_cast<uint8_t>(u[6] | u[7] << 3 | (u[2] >> 2) << 6 | (u[5] >> 2) << 7);
+                    }
+                }
+                for (int i = 0; i < 16; ++i) dst[kQ3ScalesAt + 8 * i + r] = static_cast<uint8_t>(q3_k_scale(b.scales, i));
+                std::memcpy(dst + kQ3DAt + 2 * r, &b.d, 2);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K || w.type == GgmlType::IQ4_XS)
         return pack_k_tiles(w, out, tile0, tile1);
     if (w.type == GgmlType::Q6_K) return pack_q6_k_tiles(w, out, tile0, tile1);
+    if (w.type == GgmlType::Q3_K) return pack_q3_k_tiles(w, out, tile0, tile1);
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
     const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;

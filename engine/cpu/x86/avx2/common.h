@@ -20,7 +20,8 @@
 // outputs have the same bits whether it is decoded alone or sits in a large batch.
 //
 // The files: rows (the four-row kernels: Q6_K, Q3_K, Q2_K), lanes (the eight-row kernels, from the file's rows and
-// from PackedWeights, and eight tokens in lanes), float_rows (F32, F16, BF16), quantize (the activations' int8 form
+// from PackedWeights, and eight tokens in lanes), scale16 (packed Q3_K eight rows at a time, the four-row kernels'
+// bits), float_rows (F32, F16, BF16), quantize (the activations' int8 form
 // and its lane layout), table (the kernel table by weight type), kv_ops (attention's primitives).
 #pragma once
 
@@ -38,6 +39,7 @@ namespace quill::cpu::avx2 {
 void add_rows_kernels(KernelTable& table);
 void add_lanes_kernels(KernelTable& table);
 void add_float_rows_kernels(KernelTable& table);
+void add_scale16_kernels(KernelTable& table);
 
 namespace {
 

@@ -11,6 +11,7 @@ const KernelTable& kernel_table() {
         add_float_rows_kernels(t);
         add_rows_kernels(t);
         add_lanes_kernels(t);
+        add_scale16_kernels(t);
         return t;
     }();
     return table;

@@ -1,0 +1,130 @@
+// The packed form of Q3_K (PackedWeights: eight-row halves of three-bit values in lanes, kQ3SuperBytes): its bytes
+// against the file's blocks, and its AVX2 kernel (which the AVX-512 families use too) against the four-row kernels
+// over the file's rows (the same bits) and the reference dot products, on random blocks (every bit pattern of the
+// values and scales, not only what the quantizer makes), ragged tiles and every token path.
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/matmul.h"
+#include "engine/format/quant.h"
+#include "tests/support/matmul_data.h"
+#include "tests/support/test_util.h"
+
+using namespace quill;
+using namespace quill::cpu;
+using quill::test::abs_products;
+using quill::test::make_input;
+using quill::test::packed_isas;
+using quill::test::product;
+using quill::test::TestMatrix;
+
+namespace {
+
+// n_out rows of Q3_K blocks of random bytes, each block's d a random fp16 in [2^-12, 2^-5).
+TestMatrix random_q3_k(int64_t n_out, int64_t n_in, std::mt19937& rng) {
+    TestMatrix m{GgmlType::Q3_K, n_out, n_in, {}, {}};
+    const size_t rb = row_size(m.type, n_in);
+    m.data.resize(rb * static_cast<size_t>(n_out));
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> exponent(-12.0f, -5.0f);
+    for (uint8_t& b : m.data) b = static_cast<uint8_t>(byte(rng));
+    for (size_t at = 0; at < m.data.size(); at += sizeof(BlockQ3_K)) {
+        const uint16_t d = fp32_to_fp16(std::exp2(exponent(rng)));
+        std::memcpy(m.data.data() + at + offsetof(BlockQ3_K, d), &d, 2);
+    }
+    m.deq.resize(static_cast<size_t>(n_out * n_in));
+    for (int64_t r = 0; r < n_out; ++r)
+        dequantize_row(m.type, m.data.data() + rb * static_cast<size_t>(r), m.deq.data() + r * n_in, n_in);
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("packed Q3_K halves hold each element's three bits in its row's lane, then the scales and d", "[matmul]") {
+    // Read back from the layout (kernels.h, kQ3SuperBytes): element 32 j + 4 k + i of row 8 h + r, super-block g, from
+    // X0..X2 of block j at byte 4 r + i, against the file's dequantized weight d * sc * (u - 4).
+    std::mt19937 rng(3301);
+    const TestMatrix m = random_q3_k(21, 512, rng);  // two tiles, the second ragged
+    const int64_t n_groups = m.n_in / 256, n_tiles = 2;
+    REQUIRE(packed_record_bytes(GgmlType::Q3_K) == 228);
+    REQUIRE(PackedWeights::bytes_for(m.view()) == static_cast<size_t>(n_tiles * 2 * n_groups * kQ3SuperBytes));
+    std::vector<uint8_t> packed(PackedWeights::bytes_for(m.view()), 0xAB);
+    generic::pack_tiles(m.view(), packed.data(), 0, n_tiles);
+    size_t bad = 0;
+    for (int64_t h = 0; h < 2 * n_tiles; ++h) {
+        for (int64_t r = 0; r < 8; ++r) {
+            const int64_t row = std::min<int64_t>(8 * h + r, m.n_out - 1);
+            for (int64_t g = 0; g < n_groups; ++g) {
+                const uint8_t* sb = packed.data() + (h * n_groups + g) * kQ3SuperBytes;
+                const float d = fp16_to_fp32(load_unaligned<uint16_t>(sb + kQ3DAt + 2 * r));
+                for (int j = 0; j < 8; ++j) {
+                    const uint8_t* x = sb + j * kQ3BlockBytes + 4 * r;
+                    for (int i = 0; i < 4; ++i) {
+                        const int x0 = x[i], x1 = x[32 + i], x2 = x[64 + i];
+                        const int u[8] = {x0 & 7,  (x0 >> 3) & 7, (x0 >> 6) | ((x2 >> 6) & 1) << 2,
+                                          x1 & 7,  (x1 >> 3) & 7, (x1 >> 6) | (x2 >> 7) << 2,
+                                          x2 & 7,  (x2 >> 3) & 7};
+                        for (int k = 0; k < 8; ++k) {
+                            const int e = 32 * j + 4 * k + i;  // element of the super-block
+                            const auto sc = static_cast<int8_t>(sb[kQ3ScalesAt + 8 * (e / 16) + r]);
+                            const float w = d * static_cast<float>(sc) * static_cast<float>(u[k] - 4);
+                            if (w != m.deq[row * m.n_in + 256 * g + e] && bad++ == 0)
+                                FAIL_CHECK(fmt::format("half {} row {} group {} element {}: {} against {}", h, r, g,
+                                                       e, w, m.deq[row * m.n_in + 256 * g + e]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    CHECK(bad == 0);
+}
+
+TEST_CASE("packed Q3_K gives the bits of the file's layout and the reference dot products on every ISA", "[matmul]") {
+    const std::vector<Isa> isas = packed_isas();
+    if (isas.empty()) return quill::test::skip_no_device("no AVX2 here: the packed kernels cannot run");
+    for (Isa isa : isas) {
+        INFO(isa_name(isa));
+        REQUIRE(PackedWeights::supports(GgmlType::Q3_K, isa));
+    }
+    std::mt19937 rng(3302);
+    ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
+    // Ragged tiles and halves (45, 7, 21 rows), one super-block and many.
+    for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 768}, {7, 256}, {21, 2816}}) {
+        const TestMatrix m = random_q3_k(n_out, n_in, rng);
+        const quill::test::PackedTestMatrix packed(m, &pools[1]);
+        // Every path: decode of 1 to 3 tokens, the tiles decoded once from 4, chunks of 32 tokens and the rest.
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 16, 17, 40}) {
+            const std::vector<float> x = make_input(n_tokens, n_in, rng);
+            const std::vector<float> xq = reference_activations(m.type, x.data(), n_tokens, n_in);
+            std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+            matmul_reference(m.view(), xq.data(), n_tokens, ref.data());
+            const std::vector<double> size = abs_products(m, xq, n_tokens);
+            for (Isa isa : isas) {
+                for (ThreadPool& pool : pools) {
+                    INFO(fmt::format("{}x{} tokens {} isa {} threads {}", n_out, n_in, n_tokens, isa_name(isa),
+                                     pool.size()));
+                    const std::vector<float> file = product(m.view(), x, n_tokens, pool, isa);
+                    const std::vector<float> y = product(packed.view, x, n_tokens, pool, isa);
+                    CHECK(std::memcmp(y.data(), file.data(), y.size() * sizeof(float)) == 0);
+                    // The reference's int8 scales are rounded to fp16 (2^-11 relative), and float rounding.
+                    size_t bad = 0, first_bad = 0;
+                    for (size_t at = 0; at < y.size(); ++at) {
+                        const double err = std::fabs(static_cast<double>(y[at]) - ref[at]);
+                        if (!(err <= size[at] / 2048.0 + 1e-5 * size[at] + 1e-6) && bad++ == 0) first_bad = at;
+                    }
+                    INFO(fmt::format("output {}: {} against the reference's {}", first_bad, y[first_bad],
+                                     ref[first_bad]));
+                    CHECK(bad == 0);
+                }
+            }
+        }
+    }
+}
