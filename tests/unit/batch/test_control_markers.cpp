@@ -5,11 +5,13 @@
 #include "engine/batch/input.h"
 #include "engine/batch/records.h"
 #include "engine/batch/runner.h"
+#include "engine/chat/conversation.h"
 #include "engine/chat/markers.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/grammar/constraint.h"
 #include "tests/support/random_model.h"
 #include "tests/support/scripted_backend.h"
+#include "tests/support/test_util.h"
 #include "tests/support/tiny_vocab.h"
 
 #include <catch2/catch.hpp>
@@ -17,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +32,8 @@ namespace {
 constexpr const char* kTools =
     R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": )"
     R"({"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+constexpr int64_t kContext = 4096;
 
 // The tiny BPE vocabulary with Mistral's call markers and <think>/</think> as control tokens, a random model of its
 // size, and the scripted backend over it.
@@ -49,10 +54,11 @@ struct MarkerModel {
     MarkerModel() {
         test::TinySpec spec;
         spec.n_vocab = vocab.size();
+        spec.n_ctx_train = kContext;
         model = test::make_tiny_model(spec);
         cpu::CpuBackendOptions o;
         o.n_threads = 1;
-        o.n_ctx = 256;
+        o.n_ctx = kContext;
         cpu = std::make_unique<cpu::CpuBackend>(model->config, model->weights, o);
         backend = std::make_unique<test::ScriptedBackend>(*cpu, tok->eog_ids().front());
     }
@@ -86,7 +92,7 @@ struct MarkerModel {
             RecordWriter out(f, "records", false);
             const PromptEncoder encode = [&](const BatchRequest&) { return tok->encode("Hi", false, false); };
             const BatchProgress p =
-                run_batch(*backend, *tok, 256, input, {}, encode, out, RecordContext{InputFormat::jsonl, "m", 0}, options);
+                run_batch(*backend, *tok, kContext, input, {}, encode, out, RecordContext{InputFormat::jsonl, "m", 0}, options);
             REQUIRE(p.done == 1);
             REQUIRE(p.errors == 0);
         }
@@ -167,7 +173,7 @@ TEST_CASE("tool_choice required in Mistral's syntax lets the grammar choose the 
     gp.shown_tokens = chat::marker_tokens(*m.tok, chat::ToolCallSyntax::mistral, chat::ReasoningSyntax::none);
     gp.grammar = grammar::token_grammar(*spec, *m.tok, gp.shown_tokens);
     m.backend->say(m.script({"[TOOL_CALLS]", "get_weather", "[ARGS]", R"({"city": "Paris"})"}));
-    Generation gen(*m.tok, m.tok->encode("Hi", false, false), gp, 256);
+    Generation gen(*m.tok, m.tok->encode("Hi", false, false), gp, kContext);
     std::string text;
     generate(*m.backend, gen, 0, [&](std::string_view t) { text += t; });
     CHECK(contains(gen.generated(), calls));
@@ -176,4 +182,27 @@ TEST_CASE("tool_choice required in Mistral's syntax lets the grammar choose the 
     const auto parsed = chat::parse_tool_calls(text, chat::ToolCallSyntax::mistral);
     REQUIRE(parsed.calls.size() == 1);
     CHECK(parsed.calls[0].name == "get_weather");
+}
+
+TEST_CASE("chat with Mistral's template and tool_choice required: the reply is the call, markers and all",
+          "[chat][tools]") {
+    MarkerModel m;
+    const chat::ChatFormat format = chat::ChatFormat::from_source(
+        test::read_file(std::filesystem::path(QUILL_SOURCE_DIR) / "tests/data/templates/src" /
+                        "Mistral-Small-3.2-24B-Instruct-2506.jinja"),
+        "mistral", "<s>", "</s>");
+    REQUIRE(chat::tool_call_syntax(format.source()) == chat::ToolCallSyntax::mistral);
+    GenerationParams gp;
+    gp.max_tokens = 64;
+    gp.sampling.temperature = 0;
+    chat::Conversation conv(*m.backend, *m.tok, format, kContext, gp, chat::ContextOverflow::error);
+    conv.set_template_vars({{"tools", nlohmann::ordered_json::parse(kTools)}, {"tool_choice", "required"}}, "test");
+    m.backend->say(m.script({"[TOOL_CALLS]", "get_weather", "[ARGS]", R"({"city": "Paris"})"}));
+    std::string shown;
+    const chat::TurnResult r = conv.send("Weather?", [&](std::string_view t) { shown += t; });
+    CHECK(r.text == R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"})");
+    CHECK(shown == r.text);
+    const auto parsed = chat::parse_tool_calls(r.text, chat::ToolCallSyntax::mistral);
+    REQUIRE(parsed.calls.size() == 1);
+    CHECK(parsed.calls[0].arguments == R"({"city":"Paris"})");
 }
