@@ -2,13 +2,17 @@
 
 #include "engine/io/utf8.h"
 
+#include <algorithm>
+
 namespace quill {
 
-Detokenizer::Detokenizer(const Tokenizer& tok, bool at_text_start)
-    : tok_(&tok), strip_space_(at_text_start && tok.adds_space_prefix()) {}
+Detokenizer::Detokenizer(const Tokenizer& tok, bool at_text_start, std::span<const int32_t> shown)
+    : tok_(&tok), strip_space_(at_text_start && tok.adds_space_prefix()), shown_(shown.begin(), shown.end()) {
+    std::sort(shown_.begin(), shown_.end());
+}
 
 std::string Detokenizer::push(int32_t id) {
-    const std::string& bytes = tok_->token_bytes(id);
+    const std::string_view bytes = shown_bytes(*tok_, id, shown_);
     if (bytes.empty()) return {};  // control tokens print nothing and do not count as the first piece
     size_t skip = 0;
     if (strip_space_) {
@@ -36,6 +40,19 @@ std::string Detokenizer::take(bool final) {
     }
     pending_.erase(0, i);
     return out;
+}
+
+std::vector<int32_t> control_tokens_with_text(const Tokenizer& tok, std::span<const std::string_view> texts) {
+    std::vector<int32_t> out;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+        if (tok.is_control(id) && !tok.is_eog(id) && std::find(texts.begin(), texts.end(), tok.piece(id)) != texts.end())
+            out.push_back(id);
+    return out;
+}
+
+std::string_view shown_bytes(const Tokenizer& tok, int32_t id, std::span<const int32_t> shown) {
+    if (std::binary_search(shown.begin(), shown.end(), id)) return tok.piece(id);
+    return tok.token_bytes(id);
 }
 
 std::string decode(const Tokenizer& tok, std::span<const int32_t> ids) {

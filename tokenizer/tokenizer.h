@@ -132,12 +132,12 @@ bool is_forced_control_text(std::string_view text);
 // Bytes of a multi-byte character split across tokens (SPM <0xNN> byte fallback, BPE byte tokens) are held until
 // the character completes. A byte sequence that can no longer become valid UTF-8 becomes one U+FFFD per maximal
 // ill-formed subpart (as Python's errors="replace") as soon as that is certain; an incomplete sequence still
-// pending at finish() becomes one U+FFFD. Control tokens print nothing.
+// pending at finish() becomes one U+FFFD. Control tokens print nothing, but for those in `shown`.
 class Detokenizer {
 public:
     // at_text_start: the ids begin a text, so the SPM dummy-prefix space of the first piece is dropped; false when
-    // continuing after a prompt.
-    Detokenizer(const Tokenizer& tok, bool at_text_start);
+    // continuing after a prompt. shown: control tokens that print their vocabulary text (shown_bytes).
+    Detokenizer(const Tokenizer& tok, bool at_text_start, std::span<const int32_t> shown = {});
     std::string push(int32_t id);  // the text that became complete
     std::string finish();          // the rest; call once at the end
 
@@ -146,6 +146,7 @@ private:
 
     const Tokenizer* tok_;
     bool strip_space_;
+    std::vector<int32_t> shown_;  // sorted
     std::string pending_;
 };
 
@@ -153,5 +154,14 @@ private:
 // (encode drops a byte the vocabulary cannot represent, as llama.cpp does; falcon lacks some control bytes). For
 // SPM, x must also lack U+2581 and user-defined token texts (SPM adds its dummy-prefix space after those).
 std::string decode(const Tokenizer& tok, std::span<const int32_t> ids);
+
+// The control tokens whose vocabulary text is one of `texts`, sorted: a chat format's markers that its answers'
+// parsers must see (llama.cpp's "preserved" tokens), which a vocabulary may make control tokens ([TOOL_CALLS],
+// [ARGS], <think>). End-of-generation tokens are never among them.
+std::vector<int32_t> control_tokens_with_text(const Tokenizer& tok, std::span<const std::string_view> texts);
+
+// What a token adds to text when the control tokens in `shown` (sorted) print their text: token_bytes, or the
+// vocabulary text of a token in `shown`.
+std::string_view shown_bytes(const Tokenizer& tok, int32_t id, std::span<const int32_t> shown);
 
 }  // namespace quill

@@ -1,5 +1,6 @@
 #include "engine/batch/runner.h"
 
+#include "engine/chat/markers.h"
 #include "engine/error.h"
 #include "engine/runtime/logprobs_json.h"
 #include "engine/runtime/scheduler.h"
@@ -41,6 +42,7 @@ public:
         RecordWriter& out, const RecordContext& ctx, const RunnerOptions& options)
         : tok_(tok), n_ctx_(n_ctx), input_(input), encode_(encode), out_(out), ctx_(ctx),
           options_(options),
+          markers_(chat::marker_tokens(tok, options.tool_syntax, options.reasoning_syntax)),
           sched_(backend, SchedulerOptions{options.n_batch},
                  [this](int64_t id, std::string_view text) { active_.at(id).text.append(text); },
                  [this](int64_t id, const GenerationStats& st) { finished(id, st); }) {}
@@ -71,6 +73,7 @@ private:
     RecordWriter& out_;
     const RecordContext& ctx_;
     const RunnerOptions& options_;
+    std::vector<int32_t> markers_;  // the syntaxes' marker tokens (chat::marker_tokens): printed as their text
     Scheduler sched_;
     std::deque<size_t> pending_;  // entry indices not yet submitted
     std::unordered_map<int64_t, Active> active_;
@@ -126,7 +129,7 @@ std::shared_ptr<grammar::TokenGrammar> Run::grammar_for(const BatchRequest& r) {
     // grammars no running request holds go first once many are kept: each holds its caches
     if (grammars_.size() >= 16)
         std::erase_if(grammars_, [](const auto& e) { return e.second.use_count() == 1; });
-    auto g = grammar::token_grammar(*spec, tok_);
+    auto g = grammar::token_grammar(*spec, tok_, markers_);
     if (!warned_ && !g->grammar().warnings.empty() && options_.on_warning) {
         warned_ = true;
         options_.on_warning(g->grammar().warnings.front());
@@ -144,6 +147,7 @@ void Run::feed() {
         try {
             GenerationParams params = request_params(options_, r.overrides, seeds_());
             params.grammar = grammar_for(r);
+            params.shown_tokens = markers_;
             auto gen = std::make_unique<Generation>(tok_, encode_(r), params, n_ctx_);
             Generation& g = *gen;
             active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});

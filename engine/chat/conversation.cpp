@@ -1,5 +1,6 @@
 #include "engine/chat/conversation.h"
 
+#include "engine/chat/markers.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/grammar/constraint.h"
@@ -23,7 +24,8 @@ Conversation::Conversation(Backend& backend, const Tokenizer& tok, const ChatFor
       params_(std::move(params)),
       overflow_(overflow),
       slot_(slot),
-      reasoning_(reasoning_syntax(format.source())) {}
+      reasoning_(reasoning_syntax(format.source())),
+      markers_(marker_tokens(tok, tool_call_syntax(format.source()), reasoning_)) {}
 
 void Conversation::set_system(std::string text) {
     check_renders(text, turns_, vars_);
@@ -34,7 +36,7 @@ void Conversation::set_template_vars(nlohmann::ordered_json vars, const std::str
     check_renders(system_, turns_, vars);
     std::shared_ptr<grammar::TokenGrammar> forced;
     if (const auto spec = tool_choice_constraint(vars, tool_call_syntax(format_.source()), what))
-        forced = grammar::token_grammar(*spec, tok_);
+        forced = grammar::token_grammar(*spec, tok_, markers_);
     vars_ = std::move(vars);
     forced_grammar_ = std::move(forced);
 }
@@ -162,6 +164,7 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     GenerationParams gp = params_;
     gp.sampling.seed = params_.sampling.seed + turn_index_++;
     if (!gp.grammar) gp.grammar = forced_grammar_;
+    gp.shown_tokens = markers_;
     Generation gen(tok_, prompt, gp, n_ctx_);
     GenerateOptions opts;
     opts.n_past = static_cast<int32_t>(n_past);
@@ -205,7 +208,7 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     turns_.push_back(assistant_message({result.reasoning, result.text}, reasoning_));
     // Remember the tokens as sampled, when they spell exactly the reply as printed (no stop string cut, no
     // incomplete character at an interrupt), so the next turn keeps them instead of re-tokenizing the text.
-    Detokenizer detok(tok_, false);
+    Detokenizer detok(tok_, false, markers_);
     std::string spelled;
     for (int32_t t : generated) spelled += detok.push(t);
     spelled += detok.finish();

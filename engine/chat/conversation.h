@@ -125,6 +125,7 @@ private:
     std::function<void(int)> on_dropped_;
     std::function<void(std::string_view)> on_reasoning_;
     ReasoningSyntax reasoning_;  // of the format's template
+    std::vector<int32_t> markers_;  // the format's marker tokens (marker_tokens): printed as their text
 };
 
 }  // namespace quill::chat

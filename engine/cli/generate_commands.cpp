@@ -11,6 +11,7 @@
 #include "engine/batch/runner.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
+#include "engine/chat/markers.h"
 #include "engine/chat/reasoning.h"
 #include "engine/cli/reasoning_printer.h"
 #include "engine/chat/tool_calls.h"
@@ -148,10 +149,11 @@ int cmd_run(RunOptions& o) {
         auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
         tool_syntax = quill::chat::tool_call_syntax(format.source());
         reasoning = quill::chat::reasoning_syntax(format.source());
+        gp.shown_tokens = quill::chat::marker_tokens(*tok, tool_syntax, reasoning);
         // --tool-choice required or a name: the answer is a call, unless --json-schema, --grammar... say otherwise
         if (auto forced = quill::chat::tool_choice_constraint(template_vars, tool_syntax, "--tool-choice");
             forced && !gp.grammar)
-            gp.grammar = quill::grammar::token_grammar(*forced, *tok);
+            gp.grammar = quill::grammar::token_grammar(*forced, *tok, gp.shown_tokens);
         // A signal stops a runaway template too (the handlers are installed above, before anything renders).
         prompt = quill::chat::prompt_tokens(*tok, &format, text, o.system, &quill::signals::stop_flag(), template_vars);
     }

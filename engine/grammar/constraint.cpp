@@ -49,8 +49,9 @@ std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec) {
     return std::make_shared<const Grammar>(std::move(g));
 }
 
-std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok) {
-    return std::make_shared<TokenGrammar>(compile_constraint(spec), tok);
+std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok,
+                                            std::span<const int32_t> shown) {
+    return std::make_shared<TokenGrammar>(compile_constraint(spec), tok, shown);
 }
 
 ConstraintSpec json_schema_option(std::string_view value) {

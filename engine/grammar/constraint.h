@@ -5,6 +5,7 @@
 #include "engine/grammar/token_mask.h"
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +30,9 @@ struct ConstraintSpec {
 std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings = nullptr);
 // The byte-level grammar of a spec (UsageError naming spec.source), with its warnings (Grammar::warnings).
 std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec);
-// The same, bound to a tokenizer's vocabulary.
-std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok);
+// The same, bound to a tokenizer's vocabulary; the control tokens in `shown` with their text (TokenGrammar).
+std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok,
+                                            std::span<const int32_t> shown = {});
 
 // --json-schema's value: JSON text when it starts with '{' (after spaces) or is "true", else a file to read
 // (FileError when it cannot be read).

@@ -20,10 +20,10 @@ constexpr size_t kMaskCacheBytes = size_t{16} << 20;
 void set_bit(std::vector<uint64_t>& m, int32_t t) { m[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63); }
 bool has_bit(const std::vector<uint64_t>& m, int32_t t) { return (m[static_cast<size_t>(t) >> 6] >> (t & 63)) & 1; }
 
-std::vector<std::string> vocab_bytes(const Tokenizer& tok) {
+std::vector<std::string> vocab_bytes(const Tokenizer& tok, std::span<const int32_t> shown) {
     std::vector<std::string> out(static_cast<size_t>(tok.n_vocab()));
     for (int32_t id = 0; id < tok.n_vocab(); ++id)
-        if (!tok.is_eog(id)) out[static_cast<size_t>(id)] = tok.token_bytes(id);
+        if (!tok.is_eog(id)) out[static_cast<size_t>(id)] = shown_bytes(tok, id, shown);
     return out;
 }
 }  // namespace
@@ -90,8 +90,8 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::st
     below_.resize(trie_.max_depth() + 1);
 }
 
-TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok)
-    : TokenGrammar(std::move(g), vocab_bytes(tok), tok.eog_ids()) {}
+TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok, std::span<const int32_t> shown)
+    : TokenGrammar(std::move(g), vocab_bytes(tok, shown), tok.eog_ids()) {}
 
 std::shared_ptr<TokenGrammar> TokenGrammar::renewed() const {
     return std::make_shared<TokenGrammar>(grammar_, bytes_, eog_);

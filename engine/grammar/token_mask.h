@@ -61,7 +61,8 @@ public:
     // token_bytes[id]: what each token adds to the text ("" for control tokens: never allowed); eog: the
     // end-of-generation tokens, allowed where the text is complete.
     TokenGrammar(std::shared_ptr<const Grammar> g, std::vector<std::string> token_bytes, std::vector<int32_t> eog);
-    TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok);
+    // The vocabulary's token_bytes, but the control tokens in `shown` (sorted) have their text (shown_bytes).
+    TokenGrammar(std::shared_ptr<const Grammar> g, const Tokenizer& tok, std::span<const int32_t> shown = {});
 
     // The same grammar and vocabulary with empty caches and a new automaton (whose tables have not grown).
     std::shared_ptr<TokenGrammar> renewed() const;

@@ -84,7 +84,7 @@ Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const 
       params_(params),
       n_ctx_(n_ctx),
       sampler_(params.sampling),
-      detok_(tok, false),
+      detok_(tok, false, params_.shown_tokens),
       stop_(params.stop) {
     if (prompt_.empty()) throw UsageError("the prompt is empty (it has no tokens)");
     if (static_cast<int64_t>(prompt_.size()) > n_ctx)

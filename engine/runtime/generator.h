@@ -51,6 +51,9 @@ struct GenerationParams {
     int draft = 0;
     // The grammar the output must follow (engine/grammar); null: none. Shared by the requests that use it.
     std::shared_ptr<grammar::TokenGrammar> grammar;
+    // Control tokens that print their text (control_tokens_with_text: a chat format's markers, chat::marker_tokens),
+    // so that the answer's parsers see them; a grammar that may choose them is bound with the same ids.
+    std::vector<int32_t> shown_tokens;
 
     // The sampling values, then max_tokens (-1 or more), logprobs, lookup and draft: UsageError naming the flag (-n,
     // --logprobs, --lookup, --draft), or with request_fields the field of a batch request (max_tokens, top_logprobs),

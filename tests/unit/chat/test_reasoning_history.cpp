@@ -7,6 +7,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/model.h"
 #include "tests/support/random_model.h"
+#include "tests/support/scripted_backend.h"
 #include "tests/support/test_util.h"
 #include "tests/unit/chat/golden_clock.h"
 #include "tokenizer/tokenizer.h"
@@ -24,34 +25,7 @@ namespace {
 
 const std::filesystem::path kSource = QUILL_SOURCE_DIR;
 
-// A backend whose every logits row makes the next token of a script the greedy choice (then an end of generation),
-// over a real CPU backend that keeps the cache as usual.
-class ScriptedBackend final : public Backend {
-public:
-    ScriptedBackend(Backend& inner, int32_t eog) : inner_(inner), eog_(eog) {}
-    std::string_view name() const override { return inner_.name(); }
-    const ModelConfig& config() const override { return inner_.config(); }
-    const KvCacheShape& kv_shape() const override { return inner_.kv_shape(); }
-    void forward(const Batch& batch, std::span<float> logits) override {
-        inner_.forward(batch, logits);
-        const size_t n_vocab = static_cast<size_t>(config().n_vocab);
-        for (int r = 0; r < batch.n_logits(); ++r) {
-            const std::span<float> row = logits.subspan(static_cast<size_t>(r) * n_vocab, n_vocab);
-            std::fill(row.begin(), row.end(), 0.0f);
-            row[static_cast<size_t>(next_ < script_.size() ? script_[next_++] : eog_)] = 100.0f;
-        }
-    }
-    void say(std::vector<int32_t> tokens) {
-        script_ = std::move(tokens);
-        next_ = 0;
-    }
-
-private:
-    Backend& inner_;
-    int32_t eog_;
-    std::vector<int32_t> script_;
-    size_t next_ = 0;
-};
+using test::ScriptedBackend;
 
 struct Scripted {
     std::unique_ptr<Model> model = Model::load(test::tiny_model_file(test::TinyModel::bpe_chat).string());
