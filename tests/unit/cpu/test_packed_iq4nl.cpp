@@ -15,14 +15,12 @@
 #include "engine/cpu/matmul.h"
 #include "engine/format/quant.h"
 #include "tests/support/matmul_data.h"
+#include "tests/support/packed_checks.h"
 #include "tests/support/test_util.h"
 
 using namespace quill;
 using namespace quill::cpu;
-using quill::test::abs_products;
-using quill::test::make_input;
 using quill::test::packed_isas;
-using quill::test::product;
 using quill::test::random_blocks;
 using quill::test::TestMatrix;
 
@@ -76,30 +74,6 @@ TEST_CASE("packed IQ4_NL kernels give the bits of the file's layout and the refe
         const quill::test::PackedTestMatrix packed(m, &pools[1]);
         // Every path: one token over both halves (AVX2) or sixteen rows (AVX-512), two and three, the repacked
         // tiles, one whole group of the tile layout (16), lane kernels of eight tokens and more, and the rest.
-        for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 40}) {
-            const std::vector<float> x = make_input(n_tokens, n_in, rng);
-            const std::vector<float> xq = reference_activations(m.type, x.data(), n_tokens, n_in);
-            std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
-            matmul_reference(m.view(), xq.data(), n_tokens, ref.data());
-            const std::vector<double> size = abs_products(m, xq, n_tokens);
-            for (Isa isa : isas) {
-                for (ThreadPool& pool : pools) {
-                    INFO(fmt::format("{}x{} tokens {} isa {} threads {}", n_out, n_in, n_tokens, isa_name(isa),
-                                     pool.size()));
-                    const std::vector<float> file = product(m.view(), x, n_tokens, pool, isa);
-                    const std::vector<float> y = product(packed.view, x, n_tokens, pool, isa);
-                    CHECK(std::memcmp(y.data(), file.data(), y.size() * sizeof(float)) == 0);
-                    // The reference's int8 scales are rounded to fp16 (2^-11 relative), and float rounding.
-                    size_t bad = 0, first_bad = 0;
-                    for (size_t at = 0; at < y.size(); ++at) {
-                        const double err = std::fabs(static_cast<double>(y[at]) - ref[at]);
-                        if (!(err <= size[at] / 2048.0 + 1e-5 * size[at] + 1e-6) && bad++ == 0) first_bad = at;
-                    }
-                    INFO(fmt::format("output {}: {} against the reference's {}", first_bad, y[first_bad],
-                                     ref[first_bad]));
-                    CHECK(bad == 0);
-                }
-            }
-        }
+        quill::test::check_packed_products(m, packed, {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 40}, isas, pools, rng);
     }
 }

@@ -1,0 +1,52 @@
+// The check that the packed kernels give the bits of the kernels over the file's rows and the reference dot products,
+// for the packed-type tests (tests/unit/cpu/test_packed_q3k.cpp, test_packed_iq4nl.cpp, test_packed_q6k.cpp).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/cpu/matmul.h"
+#include "tests/support/matmul_data.h"
+
+namespace quill::test {
+
+// For each token count, random activations through m's file rows and through packed (m's packed form) on every isa
+// and every pool: the same bits, and the reference dot products within the int8 scales' fp16 rounding (2^-11
+// relative) and float rounding.
+inline void check_packed_products(const TestMatrix& m, const PackedTestMatrix& packed,
+                                  std::initializer_list<int64_t> token_counts, const std::vector<cpu::Isa>& isas,
+                                  std::span<cpu::ThreadPool> pools, std::mt19937& rng) {
+    const int64_t n_out = m.n_out, n_in = m.n_in;
+    for (int64_t n_tokens : token_counts) {
+        const std::vector<float> x = make_input(n_tokens, n_in, rng);
+        const std::vector<float> xq = cpu::reference_activations(m.type, x.data(), n_tokens, n_in);
+        std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
+        cpu::matmul_reference(m.view(), xq.data(), n_tokens, ref.data());
+        const std::vector<double> size = abs_products(m, xq, n_tokens);
+        for (cpu::Isa isa : isas) {
+            for (cpu::ThreadPool& pool : pools) {
+                INFO(fmt::format("{}x{} tokens {} isa {} threads {}", n_out, n_in, n_tokens, cpu::isa_name(isa),
+                                 pool.size()));
+                const std::vector<float> file = product(m.view(), x, n_tokens, pool, isa);
+                const std::vector<float> y = product(packed.view, x, n_tokens, pool, isa);
+                CHECK(std::memcmp(y.data(), file.data(), y.size() * sizeof(float)) == 0);
+                size_t bad = 0, first_bad = 0;
+                for (size_t at = 0; at < y.size(); ++at) {
+                    const double err = std::fabs(static_cast<double>(y[at]) - ref[at]);
+                    if (!(err <= size[at] / 2048.0 + 1e-5 * size[at] + 1e-6) && bad++ == 0) first_bad = at;
+                }
+                INFO(fmt::format("output {}: {} against the reference's {}", first_bad, y[first_bad], ref[first_bad]));
+                CHECK(bad == 0);
+            }
+        }
+    }
+}
+
+}  // namespace quill::test
