@@ -33,12 +33,17 @@ int64_t optional_int(const GgufFile& f, const std::string& key, int64_t fallback
     return required_int(f, key, lo, hi);
 }
 
-float optional_float(const GgufFile& f, const std::string& key, float fallback, double lo, double hi) {
+float required_float(const GgufFile& f, const std::string& key, double lo, double hi) {
     auto v = f.get_float(key);
-    if (!v) return fallback;
+    if (!v) throw FileError(fmt::format("{}: missing metadata '{}'", f.path(), key));
     if (!(*v >= lo && *v <= hi))
         throw FileError(fmt::format("{}: metadata '{}' is {}, expected {}..{}", f.path(), key, *v, lo, hi));
     return static_cast<float>(*v);
+}
+
+float optional_float(const GgufFile& f, const std::string& key, float fallback, double lo, double hi) {
+    if (!f.find(key)) return fallback;
+    return required_float(f, key, lo, hi);
 }
 
 // YaRN's settings as llama.cpp reads them: the original context, the betas (mistral3's files carry them; the other
@@ -176,7 +181,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
                                     f.path(), p, c.n_rot));
-    c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5f, 0.0, 1.0);
+    // Required by llama.cpp's loader of every architecture quill supports (it has no default).
+    c.rms_eps = required_float(f, p + "attention.layer_norm_rms_epsilon", 0.0, 1.0);
     c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
     // As llama.cpp reads them: no type is linear, and the factor is rope.scaling.factor, else rope.scale_linear.
     const std::string type = f.get_string(p + "rope.scaling.type").value_or("linear");

@@ -56,12 +56,17 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c)
 
 std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     using W = Weights;
-    return {
-        {"output_norm.weight", &W::output_norm, c.n_embd},
-        {"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false},
-        {"rope_factors_long.weight", &W::rope_factors_long, c.n_rot / 2, 1, false},
-        {"rope_factors_short.weight", &W::rope_factors_short, c.n_rot / 2, 1, false},
-    };
+    std::vector<VectorField<W>> f{{"output_norm.weight", &W::output_norm, c.n_embd}};
+    // The RoPE divisors llama.cpp loads: rope_freqs for llama and mistral3 (without longrope scaling, which quill
+    // refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it does not load, and so does
+    // quill (Weights::from_gguf), rather than run without it.
+    if (c.arch == "llama" || c.arch == "mistral3")
+        f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false});
+    if (c.arch == "phi3") {
+        f.push_back({"rope_factors_long.weight", &W::rope_factors_long, c.n_rot / 2, 1, false});
+        f.push_back({"rope_factors_short.weight", &W::rope_factors_short, c.n_rot / 2, 1, false});
+    }
+    return f;
 }
 
 std::vector<NamedVector> layer_vectors(const ModelConfig& c, const LayerWeights& L, int64_t layer) {

@@ -66,11 +66,17 @@ void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
     const auto n_ids = static_cast<size_t>(std::min<int64_t>(n_token_ids, draft_.config().n_vocab));
     states_.assign(n, {});
     stopped_.assign(n, 0);
+    n_guess_.assign(n, 0);
+    // Guess j comes from the logits of position tokens.size() - 1 + j, which must be in the draft's context.
+    const int64_t n_ctx = draft_.kv_shape().n_ctx;
     int rounds = 0;
-    for (const Request& r : requests) {
+    for (size_t i = 0; i < n; ++i) {
+        const Request& r = requests[i];
         QUILL_CHECK(r.slot >= 0 && static_cast<size_t>(r.slot) < caches_.size(), "draft slot {} out of range", r.slot);
         QUILL_CHECK(!r.tokens.empty() && r.n_guess >= 1, "a draft request without tokens or guesses");
-        rounds = std::max(rounds, r.n_guess);
+        const int64_t room = n_ctx + 1 - static_cast<int64_t>(r.tokens.size());
+        n_guess_[i] = static_cast<int>(std::clamp<int64_t>(room, 0, r.n_guess));
+        rounds = std::max(rounds, n_guess_[i]);
     }
     for (int round = 0; round < rounds; ++round) {
         batch_.tokens.clear();
@@ -78,7 +84,7 @@ void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
         size_t rows = 0;
         for (size_t i = 0; i < n; ++i) {
             const Request& r = requests[i];
-            if (round >= r.n_guess || stopped_[i]) continue;
+            if (round >= n_guess_[i] || stopped_[i]) continue;
             SlotCache& c = caches_[static_cast<size_t>(r.slot)];
             if (round == 0) {
                 const size_t keep = draft_.reusable_prefix(c.tokens, c.written, r.tokens);
@@ -100,27 +106,33 @@ void Drafter::propose(std::span<const Request> requests, int64_t n_token_ids,
         for (size_t i = 0; i < n; ++i) {
             if (row_of_[i] == SIZE_MAX) continue;
             const std::span<float> row(logits_.data() + row_of_[i] * n_vocab, n_ids);
-            const Request& r = requests[i];
-            if (r.grammar) {
-                const int32_t guess = allowed_max(*r.grammar, states_[i], round == 0, row);
-                if (guess < 0) {
-                    stopped_[i] = 1;
-                    continue;
-                }
-                dists[i].emplace_back().point(guess);
-                guesses[i].push_back(guess);
+            const int32_t guess = draw(requests[i], round == 0, row, states_[i], dists[i].emplace_back());
+            if (guess < 0) {
+                dists[i].pop_back();
+                stopped_[i] = 1;
                 continue;
             }
-            TokenDist& q = dists[i].emplace_back();
-            if (!r.sampler) {
-                q.point(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
-                guesses[i].push_back(q.ids.front());
-                continue;
-            }
-            r.sampler->distribution(row, q);
-            guesses[i].push_back(r.sampler->draw(q));
+            guesses[i].push_back(guess);
+            stopped_[i] = std::binary_search(requests[i].eog.begin(), requests[i].eog.end(), guess);
         }
     }
+}
+
+// A request's next guess from its logits row, and into q the distribution it was drawn from; -1 when its grammar
+// allows no token.
+int32_t Drafter::draw(const Request& r, bool first, std::span<float> row, grammar::TokenGrammar::State& state,
+                      TokenDist& q) {
+    if (r.grammar) {
+        const int32_t guess = allowed_max(*r.grammar, state, first, row);
+        if (guess >= 0) q.point(guess);
+        return guess;
+    }
+    if (!r.sampler) {
+        q.point(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+        return q.ids.front();
+    }
+    r.sampler->distribution(row, q);
+    return r.sampler->draw(q);
 }
 
 }  // namespace quill

@@ -39,10 +39,15 @@ public:
         // The first maximum is taken among the tokens this grammar allows after the sequence and the guesses before
         // it (null: none); guessing stops where it allows none.
         grammar::GrammarMatcher* grammar = nullptr;
+        // The vocabulary's end-of-generation tokens, sorted: guessing stops after the first of them it guesses (the
+        // sequence ends there if the target takes it, so no later guess could be kept).
+        std::span<const int32_t> eog;
     };
-    // For each request, n_guess tokens, each drawn from q: the sampler's distribution over the draft's logits after
-    // the tokens and the guesses before it (greedy or no sampler: the draft's first maximum). guesses[i][j] is
-    // request i's j-th guess and dists[i][j] the q it was drawn from. Only the first n_token_ids logits are tokens.
+    // For each request, up to n_guess tokens, each drawn from q: the sampler's distribution over the draft's logits
+    // after the tokens and the guesses before it (greedy or no sampler: the draft's first maximum). Fewer where a
+    // guess is an end-of-generation token, the grammar allows none, or the draft's context ends (a guess is drawn
+    // from the logits of the position before it). guesses[i][j] is request i's j-th guess and dists[i][j] the q it
+    // was drawn from. Only the first n_token_ids logits are tokens.
     void propose(std::span<const Request> requests, int64_t n_token_ids, std::vector<std::vector<int32_t>>& guesses,
                  std::vector<std::vector<TokenDist>>& dists);
 
@@ -58,6 +63,8 @@ private:
     void run(const Batch& batch, std::span<float> logits);
     static int32_t allowed_max(grammar::GrammarMatcher& m, grammar::TokenGrammar::State& state, bool first,
                                std::span<const float> row);
+    static int32_t draw(const Request& r, bool first, std::span<float> row, grammar::TokenGrammar::State& state,
+                        TokenDist& q);
 
     Backend& draft_;
     int n_batch_;
@@ -66,7 +73,8 @@ private:
     std::vector<float> logits_;     // [rows, n_vocab]
     std::vector<size_t> row_of_;    // [request] its logits row in this round, or SIZE_MAX for none
     std::vector<grammar::TokenGrammar::State> states_;  // [request] its grammar's state after its guesses so far
-    std::vector<char> stopped_;                        // [request] its grammar allowed no token: no more guesses
+    std::vector<char> stopped_;  // [request] its grammar allowed no token, or it guessed an end of generation
+    std::vector<int> n_guess_;   // [request] its n_guess, capped where the draft's context ends
 };
 
 }  // namespace quill

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,6 +91,8 @@ public:
     const Sampler& sampler() const { return sampler_; }
     // Ids below this are tokens; a model's logits rows may be longer (Backend::forward_sample's n_token_ids).
     int64_t n_token_ids() const;
+    // The vocabulary's end-of-generation tokens, sorted: the generation ends at the first it takes.
+    std::span<const int32_t> eog_ids() const { return tok_.eog_ids(); }
     // Takes the token the sampler picked; returns the text that became printable.
     std::string advance(int32_t token);
 

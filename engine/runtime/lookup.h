@@ -11,8 +11,9 @@
 namespace quill {
 
 // Up to max_guesses tokens that followed the most recent earlier occurrence of the longest suffix of `history` of
-// max_ngram down to min_ngram tokens; empty when no such suffix occurs earlier.
+// max_ngram down to min_ngram tokens, ending with the first of them that is in `eog` (sorted end-of-generation ids:
+// the sequence ends there if the model takes it); empty when no such suffix occurs earlier.
 std::vector<int32_t> lookup_guesses(std::span<const int32_t> history, int max_guesses, int max_ngram = 4,
-                                    int min_ngram = 1);
+                                    int min_ngram = 1, std::span<const int32_t> eog = {});
 
 }  // namespace quill

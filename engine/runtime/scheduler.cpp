@@ -155,7 +155,8 @@ void Scheduler::propose_drafts() {
         // A sampler with state guesses the draft's first maximum: its state cannot follow the guesses, and its RNG
         // stays as plain decoding uses it.
         Sampler* sampler = s.gen->sampler().stateless() ? &s.gen->sampler() : nullptr;
-        draft_requests_.push_back({static_cast<int32_t>(i), h, budget, sampler, s.gen->sampler().grammar_matcher()});
+        draft_requests_.push_back(
+            {static_cast<int32_t>(i), h, budget, sampler, s.gen->sampler().grammar_matcher(), s.gen->eog_ids()});
         n_token_ids = std::min(n_token_ids, s.gen->n_token_ids());
     }
     if (drafter) drafter->propose(draft_requests_, n_token_ids, draft_guesses_, draft_dists_);
@@ -200,7 +201,7 @@ void Scheduler::build_batch() {
         if (budget == 0) continue;
         history_.assign(s.gen->prompt().begin(), s.gen->prompt().end());
         history_.insert(history_.end(), s.gen->generated().begin(), s.gen->generated().end());
-        add_guesses(slot, lookup_guesses(history_, budget));
+        add_guesses(slot, lookup_guesses(history_, budget, 4, 1, s.gen->eog_ids()));
     }
     // At least one prefill token per step, so prompts progress even when the decode tokens fill the budget.
     size_t budget = static_cast<size_t>(std::max<int64_t>(1, options_.n_batch - static_cast<int64_t>(batch_.tokens.size())));
