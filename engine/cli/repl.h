@@ -60,7 +60,11 @@ private:
     };
     // A whole message or command (continuation lines and """ blocks joined); nullopt at EOF.
     std::optional<Entry> read_input();
-    void reply(bool regenerate, const std::string& message);
+    enum class Turn { message, regenerate, tool_result };
+    // Generates and prints the reply to `text` (a message, or a tool's result for /tool); for a tool result that
+    // leaves other calls waiting, says so and generates nothing.
+    void reply(Turn turn, const std::string& text);
+    void tool(const std::string& result);
     void command(const std::string& name, const std::string& arg, Action& action);
     void fail(const std::string& message);
     void say(const std::string& text);   // a status line on stderr
