@@ -39,10 +39,8 @@ json usage(const Completion& c) {
                 {"prompt_tokens_details", {{"cached_tokens", c.cached_tokens}}}};
 }
 
-// OpenAI's finish reason for an answer that ends in tool calls.
 std::string finish_reason(const Completion& c) {
-    if (!c.tool_calls.is_null() && c.finish_reason == FinishReason::stop) return "tool_calls";
-    return std::string(finish_reason_name(c.finish_reason));
+    return std::string(chat::openai_finish_reason(c.finish_reason, !c.tool_calls.is_null()));
 }
 
 }  // namespace

@@ -95,10 +95,10 @@ void Run::finished(int64_t id, const GenerationStats& st) {
                  st.reused_tokens, gen.seed(), nullptr, nullptr};
     const BatchRequest& request = input_.entries[static_cast<size_t>(id)].request;
     if (gen.sampler().logprobs_on()) {
-        if (ctx_.format != InputFormat::openai) c.logprobs = logprobs_content(tok_, gen.logprobs(), true);
+        if (ctx_.format != InputFormat::openai) c.logprobs = logprobs_content(tok_, gen.logprobs(), true, markers_);
         else if (request.endpoint == Endpoint::chat_completions)
-            c.logprobs = {{"content", logprobs_content(tok_, gen.logprobs(), false)}};
-        else c.logprobs = completion_logprobs(tok_, gen.logprobs());
+            c.logprobs = {{"content", logprobs_content(tok_, gen.logprobs(), false, markers_)}};
+        else c.logprobs = completion_logprobs(tok_, gen.logprobs(), markers_);
     }
     take_reasoning(c, request, options_.reasoning_syntax, chat::prompt_opens_think(tok_, gen.prompt()));
     take_tool_calls(c, request, options_.tool_syntax);

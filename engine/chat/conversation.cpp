@@ -1,9 +1,11 @@
 #include "engine/chat/conversation.h"
 
+#include "engine/chat/answer_stream.h"
 #include "engine/chat/markers.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/grammar/constraint.h"
+#include "engine/io/json_input.h"
 
 #include <algorithm>
 
@@ -25,7 +27,8 @@ Conversation::Conversation(Backend& backend, const Tokenizer& tok, const ChatFor
       overflow_(overflow),
       slot_(slot),
       reasoning_(reasoning_syntax(format.source())),
-      markers_(marker_tokens(tok, tool_call_syntax(format.source()), reasoning_)) {}
+      tool_syntax_(tool_call_syntax(format.source())),
+      markers_(marker_tokens(tok, tool_syntax_, reasoning_)) {}
 
 void Conversation::set_system(std::string text) {
     check_renders(text, turns_, vars_);
@@ -35,7 +38,7 @@ void Conversation::set_system(std::string text) {
 void Conversation::set_template_vars(nlohmann::ordered_json vars, const std::string& what) {
     check_renders(system_, turns_, vars);
     std::shared_ptr<grammar::TokenGrammar> forced;
-    if (const auto spec = tool_choice_constraint(vars, tool_call_syntax(format_.source()), what))
+    if (const auto spec = tool_choice_constraint(vars, tool_syntax_, what))
         forced = grammar::token_grammar(*spec, tok_, markers_);
     vars_ = std::move(vars);
     forced_grammar_ = std::move(forced);
@@ -50,25 +53,72 @@ std::string Conversation::describe_loss(std::string_view text) const {
     return tok_.describe_loss(text, tok_.encode(text, false, false));
 }
 
-void Conversation::check_renders(const std::string& system, const nlohmann::json& turns,
+std::optional<Conversation::OpenCall> Conversation::open_call_in(const nlohmann::ordered_json& turns) {
+    size_t answered = 0;
+    for (size_t i = turns.size(); i-- > 0;) {
+        const auto& m = turns[i];
+        const std::string role = m.value("role", "");
+        if (role == "tool") {
+            ++answered;
+            continue;
+        }
+        if (role != "assistant" || !m.contains("tool_calls") || !m["tool_calls"].is_array()) return std::nullopt;
+        const auto& calls = m["tool_calls"];
+        if (answered >= calls.size()) return std::nullopt;
+        const auto& call = calls[answered];
+        OpenCall open;
+        open.left = calls.size() - answered;
+        if (call.is_object() && call.contains("id") && call["id"].is_string()) open.id = call["id"];
+        if (call.is_object() && call.contains("function") && call["function"].is_object())
+            open.name = call["function"].value("name", "");
+        return open;
+    }
+    return std::nullopt;
+}
+
+void Conversation::check_renders(const std::string& system, const nlohmann::ordered_json& turns,
                                  const nlohmann::ordered_json& vars) const {
-    nlohmann::json all = nlohmann::json::array();
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
     if (!system.empty()) all.push_back({{"role", "system"}, {"content", system}});
     for (const auto& m : turns) all.push_back(m);
-    all.push_back({{"role", "user"}, {"content", "Hello"}});
+    // The next message: a call's result while one waits for it, else the user's.
+    if (const auto open = open_call_in(turns))
+        all.push_back({{"role", "tool"}, {"tool_call_id", open->id}, {"name", open->name}, {"content", "Hello"}});
+    else
+        all.push_back({{"role", "user"}, {"content", "Hello"}});
     format_.render(all, true, nullptr, vars);
 }
 
-nlohmann::json Conversation::messages() const {
-    nlohmann::json all = nlohmann::json::array();
+nlohmann::ordered_json Conversation::messages() const {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
     if (!system_.empty()) all.push_back({{"role", "system"}, {"content", system_}});
     for (const auto& m : turns_) all.push_back(m);
     return all;
 }
 
-void Conversation::load(const nlohmann::json& messages) {
+namespace {
+
+// A saved message's "tool_calls" as the conversation keeps them: each function's "arguments" given as a JSON
+// object's text (OpenAI's shape) becomes the object; anything else stays as it is, for the template to judge.
+nlohmann::ordered_json kept_tool_calls(nlohmann::ordered_json calls) {
+    for (auto& call : calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        auto& fn = call["function"];
+        if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+        try {
+            auto args = parse_untrusted_ordered_json(fn["arguments"].get<std::string>(), "tool call arguments");
+            if (args.is_object()) fn["arguments"] = std::move(args);
+        } catch (const Error&) {
+        }
+    }
+    return calls;
+}
+
+}  // namespace
+
+void Conversation::load(const nlohmann::ordered_json& messages) {
     std::string system;
-    nlohmann::json turns = nlohmann::json::array();
+    nlohmann::ordered_json turns = nlohmann::ordered_json::array();
     for (const auto& m : messages) {
         // (parse_messages checked the role is a string; a null content, as a message of tool calls has, is "")
         const std::string role = m.value("role", "");
@@ -78,9 +128,14 @@ void Conversation::load(const nlohmann::json& messages) {
             system = text;
             continue;
         }
-        nlohmann::json turn{{"role", role}, {"content", text}};
+        nlohmann::ordered_json turn{{"role", role}};
+        for (const char* field : {"tool_call_id", "name"})
+            if (role == "tool" && m.contains(field) && m[field].is_string()) turn[field] = m[field];
+        turn["content"] = text;
         for (const char* field : {"reasoning_content", "thinking"})
             if (role == "assistant" && m.contains(field) && m[field].is_string()) turn[field] = m[field];
+        if (role == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty())
+            turn["tool_calls"] = kept_tool_calls(m["tool_calls"]);
         turns.push_back(std::move(turn));
     }
     check_renders(system, turns, vars_);
@@ -88,7 +143,7 @@ void Conversation::load(const nlohmann::json& messages) {
     turns_ = std::move(turns);
 }
 
-void Conversation::reset() { turns_ = nlohmann::json::array(); }
+void Conversation::reset() { turns_ = nlohmann::ordered_json::array(); }
 
 bool Conversation::undo() {
     // The last user message and whatever follows it.
@@ -171,15 +226,9 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     opts.cancel = cancel;
     cached_.resize(n_past);  // what stays valid if the backend fails midway
     std::string raw;  // the reply as sampled, reasoning and markers included
-    ReasoningStream split(reasoning_, prompt_opens_think(tok_, prompt), [&](AnswerPart part, std::string_view text) {
-        if (part == AnswerPart::reasoning) {
-            result.reasoning += text;
-            if (on_reasoning_) on_reasoning_(text);
-            return;
-        }
-        result.text += text;
-        on_text(part == AnswerPart::call ? std::string_view(call_display(text)) : text);
-    });
+    AnswerSinks sinks{on_reasoning_, on_text, on_call_};
+    if (!sinks.call) sinks.call = [&](const ToolCall& call) { on_text(call_display(call)); };
+    AnswerStream split(reasoning_, prompt_opens_think(tok_, prompt), tool_syntax_, vars_, std::move(sinks));
     auto collect = [&](std::string_view piece) {
         raw += piece;
         split.push(piece);
@@ -196,6 +245,10 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     }
     note_written();
     split.finish();
+    ParsedAnswer answer = split.calls();
+    result.text = std::move(answer.text);
+    result.reasoning = split.answer().reasoning;
+    result.calls = std::move(answer.calls);
     result.finish = gen.finish_reason();
     // The slot now holds the prompt and every generated token but the last one sampled (which was not fed back,
     // unless generation ended on an end-of-generation token, which is not in generated()).
@@ -205,7 +258,9 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
         cached_.resize(n_past);  // cut during the prefill: only the reused prefix is known to be there
     else if (!generated.empty())
         cached_.insert(cached_.end(), generated.begin(), generated.end() - 1);
-    turns_.push_back(assistant_message({result.reasoning, result.text}, reasoning_));
+    nlohmann::ordered_json reply = assistant_message({result.reasoning, result.text}, reasoning_);
+    if (!result.calls.empty()) reply["tool_calls"] = history_tool_calls(result.calls, tool_syntax_, gp.sampling.seed);
+    turns_.push_back(std::move(reply));
     // Remember the tokens as sampled, when they spell exactly the reply as printed (no stop string cut, no
     // incomplete character at an interrupt), so the next turn keeps them instead of re-tokenizing the text.
     Detokenizer detok(tok_, false, markers_);
@@ -223,33 +278,52 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     return result;
 }
 
-TurnResult Conversation::send(std::string user_text, const std::function<void(std::string_view)>& on_text,
-                              const std::atomic<bool>* cancel) {
+TurnResult Conversation::keep_on_failure(const std::function<TurnResult()>& step) {
     // On a failure the messages as they were; cached_ and written_ are kept true to the slot by respond.
-    nlohmann::json before = turns_;
-    turns_.push_back({{"role", "user"}, {"content", std::move(user_text)}});
+    nlohmann::ordered_json before = turns_;
     try {
-        return respond(on_text, cancel);
+        return step();
     } catch (...) {
         turns_ = std::move(before);
         throw;
     }
 }
 
+TurnResult Conversation::send(std::string user_text, const std::function<void(std::string_view)>& on_text,
+                              const std::atomic<bool>* cancel) {
+    return keep_on_failure([&] {
+        turns_.push_back({{"role", "user"}, {"content", std::move(user_text)}});
+        return respond(on_text, cancel);
+    });
+}
+
 TurnResult Conversation::regenerate(const std::function<void(std::string_view)>& on_text,
                                     const std::atomic<bool>* cancel) {
-    nlohmann::json before = turns_;
-    if (!turns_.empty() && turns_.back().value("role", "") == "assistant") turns_.erase(turns_.end() - 1);
-    if (turns_.empty() || turns_.back().value("role", "") != "user") {
-        turns_ = std::move(before);
-        throw UsageError("nothing to regenerate: send a message first");
-    }
-    try {
+    return keep_on_failure([&] {
+        if (!turns_.empty() && turns_.back().value("role", "") == "assistant") turns_.erase(turns_.end() - 1);
+        const std::string role = turns_.empty() ? "" : turns_.back().value("role", "");
+        if (role != "user" && role != "tool") throw UsageError("nothing to regenerate: send a message first");
         return respond(on_text, cancel);
-    } catch (...) {
-        turns_ = std::move(before);
-        throw;
+    });
+}
+
+std::optional<Conversation::OpenCall> Conversation::open_call() const { return open_call_in(turns_); }
+
+std::optional<TurnResult> Conversation::send_tool_result(std::string result,
+                                                         const std::function<void(std::string_view)>& on_text,
+                                                         const std::atomic<bool>* cancel) {
+    const std::optional<OpenCall> open = open_call();
+    if (!open) throw UsageError("no tool call waits for a result: the last reply made none, or all have one");
+    nlohmann::ordered_json message{{"role", "tool"}, {"tool_call_id", open->id}, {"name", open->name},
+                                   {"content", std::move(result)}};
+    if (open->left > 1) {  // the reply waits for the other results
+        turns_.push_back(std::move(message));
+        return std::nullopt;
     }
+    return keep_on_failure([&] {
+        turns_.push_back(std::move(message));
+        return respond(on_text, cancel);
+    });
 }
 
 }  // namespace quill::chat

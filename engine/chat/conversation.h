@@ -5,6 +5,7 @@
 
 #include "engine/chat/chat_format.h"
 #include "engine/chat/reasoning.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/generator.h"
 #include "tokenizer/tokenizer.h"
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,8 +27,9 @@ enum class ContextOverflow { error, drop_oldest };
 ContextOverflow parse_context_overflow(std::string_view name);
 
 struct TurnResult {
-    std::string text;                          // the reply's content (on_text had harmony calls as call_display)
+    std::string text;                          // the reply's content, its tool calls taken out
     std::string reasoning;                     // its reasoning (ReasoningStream), as given to on_reasoning
+    std::vector<ToolCall> calls;               // its tool calls (when the template variables offer tools)
     FinishReason finish = FinishReason::none;
     GenerationStats stats;
     int dropped_messages = 0;                  // removed by drop-oldest before this turn
@@ -50,37 +53,56 @@ public:
     void set_template_vars(nlohmann::ordered_json vars, const std::string& what = "the template variables");
     const nlohmann::ordered_json& template_vars() const { return vars_; }
 
-    // Adds a user message and generates the reply, its content streamed through on_text and its reasoning (a
-    // reasoning model's, in the template's reasoning_syntax) through on_reasoning. The reply joins the conversation
-    // as assistant_message makes it (the content, and the reasoning in the field the template reads),
-    // also when cut short by cancel (a partial reply stays). Throws UsageError when the conversation does not
+    // Adds a user message and generates the reply, its content streamed through on_text, its reasoning (a
+    // reasoning model's, in the template's reasoning_syntax) through on_reasoning and its tool calls (when the
+    // template variables offer tools: AnswerStream) through on_call. The reply joins the conversation as
+    // assistant_message makes it (the content, and the reasoning in the field the template reads) with its calls
+    // in "tool_calls" (history_tool_calls, ids from the turn's seed), also when cut short by cancel (a partial
+    // reply stays). Throws UsageError when the conversation does not
     // fit the context (overflow error, or a single message too long), the template's error when it refuses the
     // conversation, quill::Interrupted when cancel is raised while the template renders, and on any failure leaves
     // the conversation as it was: the messages, and the cache bookkeeping true to what the slot holds.
     TurnResult send(std::string user_text, const std::function<void(std::string_view)>& on_text,
                     const std::atomic<bool>* cancel = nullptr);
-    // Generates the last reply again (after removing it). UsageError when there is no user message to answer; on
-    // a failure the last reply stays.
+    // Generates the last reply again (after removing it). UsageError when there is no user or tool message to
+    // answer; on a failure the last reply stays.
     TurnResult regenerate(const std::function<void(std::string_view)>& on_text,
                           const std::atomic<bool>* cancel = nullptr);
+
+    // A call of the last reply that has no result yet: the first of its "tool_calls" that no "tool" message after
+    // it answers (the n-th tool message answers the n-th call).
+    struct OpenCall {
+        std::string id, name;
+        size_t left = 0;  // calls without a result, this one included
+    };
+    std::optional<OpenCall> open_call() const;
+    // Adds a "tool" message with `result` for open_call() ({"role": "tool", "tool_call_id", "name", "content"}, as
+    // the templates read it) and, when that was the last call without a result, generates the reply as send does;
+    // else nullopt. UsageError when no call waits for a result; on a failure the conversation as it was.
+    std::optional<TurnResult> send_tool_result(std::string result,
+                                               const std::function<void(std::string_view)>& on_text,
+                                               const std::atomic<bool>* cancel = nullptr);
     // Removes the last exchange (the last user message and the reply after it); false when there is none.
     bool undo();
     // Removes every message but the system message.
     void reset();
 
-    // The messages the template sees: [system], user, assistant, ...
-    nlohmann::json messages() const;
+    // The messages the template sees: [system], user, assistant, tool, ...
+    nlohmann::ordered_json messages() const;
     // Non-system messages.
-    const nlohmann::json& turns() const { return turns_; }
+    const nlohmann::ordered_json& turns() const { return turns_; }
     // Replaces the conversation by a saved one (system message taken from its first message when present; an
-    // assistant message keeps its "reasoning_content" and "thinking" strings). The
+    // assistant message keeps its "reasoning_content" and "thinking" strings and its "tool_calls" array, arguments
+    // given as a JSON object's text read as the object; a "tool" message keeps "tool_call_id" and "name"). The
     // template's error, and the conversation unchanged, when the template refuses to go on from it (roles that do
     // not alternate).
-    void load(const nlohmann::json& messages);
+    void load(const nlohmann::ordered_json& messages);
     // Called before a reply is generated when drop-oldest removed messages to fit it (with how many).
     void on_dropped(std::function<void(int dropped)> notice) { on_dropped_ = std::move(notice); }
     // Where a reply's reasoning streams (null: nowhere; it is kept in the message all the same).
     void on_reasoning(std::function<void(std::string_view)> sink) { on_reasoning_ = std::move(sink); }
+    // Where a reply's tool calls go, each once it is parsed (null: to on_text as call_display).
+    void on_call(std::function<void(const ToolCall&)> sink) { on_call_ = std::move(sink); }
 
     // Tokens whose K and V are in the slot (a prefix the next turn may reuse).
     int64_t cached_tokens() const { return static_cast<int64_t>(cached_.size()); }
@@ -94,9 +116,14 @@ public:
     std::string describe_loss(std::string_view text) const;
 
 private:
-    // Throws the template's error when it refuses [system] + turns + a next user message.
-    void check_renders(const std::string& system, const nlohmann::json& turns,
+    // The first call of the last reply in `turns` without a result (open_call).
+    static std::optional<OpenCall> open_call_in(const nlohmann::ordered_json& turns);
+    // Throws the template's error when it refuses [system] + turns + a next message: the user's, or the result of
+    // a call that waits for one.
+    void check_renders(const std::string& system, const nlohmann::ordered_json& turns,
                        const nlohmann::ordered_json& vars) const;
+    // Runs `step` (which may change turns_ and throw); on a failure, turns_ as it was before.
+    TurnResult keep_on_failure(const std::function<TurnResult()>& step);
     TurnResult respond(const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel);
     // The prompt tokens for the conversation, dropping the oldest turns as the policy allows; counts drops.
     // `text` receives the rendering the tokens stand for; cancel stops the template's render.
@@ -116,7 +143,7 @@ private:
     std::string system_;
     nlohmann::ordered_json vars_ = nlohmann::ordered_json::object();
     std::shared_ptr<grammar::TokenGrammar> forced_grammar_;  // the call vars_'s tool_choice forces; null: none
-    nlohmann::json turns_ = nlohmann::json::array();  // user/assistant messages
+    nlohmann::ordered_json turns_ = nlohmann::ordered_json::array();  // user, assistant and tool messages
     std::vector<int32_t> cached_;                       // [n] token at each filled cache position of the slot
     int64_t written_ = 0;  // one past the highest position any turn may have written in the slot (max_rewind)
     std::vector<int32_t> fed_tokens_;  // the last turn's prompt and reply tokens, as the model saw them
@@ -124,7 +151,9 @@ private:
     uint64_t turn_index_ = 0;                           // varies the seed from turn to turn
     std::function<void(int)> on_dropped_;
     std::function<void(std::string_view)> on_reasoning_;
+    std::function<void(const ToolCall&)> on_call_;
     ReasoningSyntax reasoning_;  // of the format's template
+    ToolCallSyntax tool_syntax_;  // of the format's template
     std::vector<int32_t> markers_;  // the format's marker tokens (marker_tokens): printed as their text
 };
 

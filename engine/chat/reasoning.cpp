@@ -231,10 +231,7 @@ void ReasoningStream::run_harmony(bool final) {
     }
 }
 
-std::string call_display(std::string_view call) {
-    const ParsedAnswer parsed = parse_tool_calls(call, ToolCallSyntax::harmony);
-    if (parsed.calls.size() == 1 && ltrim(parsed.text).empty())
-        return "[tool call " + parsed.calls[0].name + " " + parsed.calls[0].arguments + "]";
+std::string harmony_call_text(std::string_view call) {
     constexpr std::array<std::string_view, 7> kMarkers = {kStart, kChannel, kMessage, kEnd, kReturn, kCall, kConstrain};
     std::string text;
     for (size_t i = 0; i < call.size();) {
@@ -260,8 +257,8 @@ SplitAnswer split_reasoning(std::string_view answer, ReasoningSyntax syntax, boo
     return out;
 }
 
-nlohmann::json assistant_message(const SplitAnswer& answer, ReasoningSyntax syntax) {
-    nlohmann::json m{{"role", "assistant"}, {"content", answer.content}};
+nlohmann::ordered_json assistant_message(const SplitAnswer& answer, ReasoningSyntax syntax) {
+    nlohmann::ordered_json m{{"role", "assistant"}, {"content", answer.content}};
     if (!answer.reasoning.empty()) m[std::string(reasoning_field(syntax))] = answer.reasoning;
     return m;
 }

@@ -78,9 +78,8 @@ private:
     bool trim_content_ = false;      // content's leading white space is dropped (it follows reasoning)
 };
 
-// How a harmony call (AnswerPart::call) shows on a terminal: "[tool call NAME ARGS]", or its text less its
-// markers when it is not a well-formed call.
-std::string call_display(std::string_view call);
+// A harmony call (AnswerPart::call) that is not a well-formed one, as a terminal shows it: its text less its markers.
+std::string harmony_call_text(std::string_view call);
 
 struct SplitAnswer {
     std::string reasoning;
@@ -92,6 +91,6 @@ SplitAnswer split_reasoning(std::string_view answer, ReasoningSyntax syntax, boo
 
 // The assistant message a conversation keeps: {"role": "assistant", "content"} and, when there is reasoning, its
 // reasoning_field, so that the template renders the next turn as it expects.
-nlohmann::json assistant_message(const SplitAnswer& answer, ReasoningSyntax syntax);
+nlohmann::ordered_json assistant_message(const SplitAnswer& answer, ReasoningSyntax syntax);
 
 }  // namespace quill::chat

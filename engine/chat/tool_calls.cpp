@@ -312,12 +312,25 @@ ParsedAnswer parse_tool_calls(std::string_view answer, ToolCallSyntax syntax, co
     return ParsedAnswer{std::string(answer), {}};
 }
 
-ParsedAnswer request_tool_calls(std::string_view answer, ToolCallSyntax syntax, const nlohmann::ordered_json& vars) {
+ToolCallSyntax request_call_syntax(ToolCallSyntax syntax, const nlohmann::ordered_json& vars) {
     const auto tools = vars.is_object() ? vars.find("tools") : vars.end();
     const bool offered = tools != vars.end() && tools->is_array() && !tools->empty();
     const auto choice = offered ? vars.find("tool_choice") : vars.end();
-    if (!offered || (choice != vars.end() && *choice == "none")) return ParsedAnswer{std::string(answer), {}};
-    return parse_tool_calls(answer, syntax, tool_names(*tools));
+    if (!offered || (choice != vars.end() && *choice == "none")) return ToolCallSyntax::none;
+    return syntax;
+}
+
+ParsedAnswer request_tool_calls(std::string_view answer, ToolCallSyntax syntax, const nlohmann::ordered_json& vars) {
+    syntax = request_call_syntax(syntax, vars);
+    if (syntax == ToolCallSyntax::none) return ParsedAnswer{std::string(answer), {}};
+    return parse_tool_calls(answer, syntax, tool_names(vars.at("tools")));
+}
+
+std::string call_display(const ToolCall& call) { return "[tool call " + call.name + " " + call.arguments + "]"; }
+
+std::string_view openai_finish_reason(FinishReason reason, bool has_calls) {
+    if (has_calls && reason == FinishReason::stop) return "tool_calls";
+    return finish_reason_name(reason);
 }
 
 bool plain_tool_name(std::string_view name) { return !name.empty() && name_length(name) == name.size(); }
@@ -341,6 +354,21 @@ nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, uin
         out.push_back({{"id", fmt::format("call_{:016x}{:08x}", hi, lo >> 32)},
                        {"type", "function"},
                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return out;
+}
+
+ojson history_tool_calls(const std::vector<ToolCall>& calls, ToolCallSyntax syntax, uint64_t seed) {
+    constexpr std::string_view kAlnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    ojson out = openai_tool_calls(calls, seed);
+    Rng rng(seed);
+    for (size_t i = 0; i < calls.size(); ++i) {
+        ojson& fn = out[i]["function"];
+        fn["arguments"] = parse_untrusted_ordered_json(calls[i].arguments, "tool call arguments");
+        if (syntax != ToolCallSyntax::mistral && syntax != ToolCallSyntax::mistral_list) continue;
+        std::string id;
+        for (int k = 0; k < 9; ++k) id += kAlnum[rng.next() % kAlnum.size()];
+        out[i]["id"] = id;
     }
     return out;
 }

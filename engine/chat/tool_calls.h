@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/grammar/constraint.h"
+#include "engine/runtime/generator.h"
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,15 @@ ParsedAnswer parse_tool_calls(std::string_view answer, ToolCallSyntax syntax,
 // The calls of an answer to a request whose template variables are `vars`: parse_tool_calls with the names of its
 // "tools" when it offers some and its "tool_choice" is not "none"; else no calls and the answer as it is.
 ParsedAnswer request_tool_calls(std::string_view answer, ToolCallSyntax syntax, const nlohmann::ordered_json& vars);
+// The syntax in which request_tool_calls looks for the calls of such a request: `syntax`, or none.
+ToolCallSyntax request_call_syntax(ToolCallSyntax syntax, const nlohmann::ordered_json& vars);
+
+// How a call shows on a terminal (chat, run): "[tool call NAME ARGS]".
+std::string call_display(const ToolCall& call);
+
+// OpenAI's finish_reason of an answer: "tool_calls" when it ended by itself (stop) with calls, else
+// finish_reason_name's.
+std::string_view openai_finish_reason(FinishReason reason, bool has_calls);
 
 // Whether `name` can name a tool (or a Qwen3-Coder parameter) outside JSON, as the mistral NAME form, harmony and
 // qwen3_xml do: letters, digits, "_", "-" and ".", at least one.
@@ -98,5 +108,11 @@ std::vector<std::string> tool_names(const nlohmann::ordered_json& tools);
 // OpenAI's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}], arguments as a JSON string.
 // Ids are "call_" and 24 hex digits drawn from `seed`, so that the same seed gives the same ids.
 nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, uint64_t seed);
+
+// The "tool_calls" of the assistant message a conversation keeps (chat's history), as chat templates read them:
+// OpenAI's shape with "arguments" the JSON object itself (Hugging Face passes it so; Qwen3-Coder's and gpt-oss's
+// templates refuse its text), ids drawn from `seed` as openai_tool_calls draws them, but 9 letters and digits in
+// Mistral's syntaxes, whose templates refuse any other id.
+nlohmann::ordered_json history_tool_calls(const std::vector<ToolCall>& calls, ToolCallSyntax syntax, uint64_t seed);
 
 }  // namespace quill::chat

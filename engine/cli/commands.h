@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,11 +89,14 @@ struct RunOptions {
     ConstraintOptions constraint;
 };
 
-// The output constraint bound to the model's vocabulary: compile first (before the model loads), bind after.
+// The output constraint bound to the model's vocabulary: compile first (before the model loads), bind after, with
+// the chat format's markers that are control tokens (chat::marker_tokens) as their text, so that the grammar's
+// literals can choose them as batch's grammars do.
 struct OutputConstraint {
     std::shared_ptr<const quill::grammar::Grammar> grammar;
-    std::shared_ptr<quill::grammar::TokenGrammar> bind(const quill::Tokenizer& tok) const {
-        return grammar ? std::make_shared<quill::grammar::TokenGrammar>(grammar, tok) : nullptr;
+    std::shared_ptr<quill::grammar::TokenGrammar> bind(const quill::Tokenizer& tok,
+                                                       std::span<const int32_t> shown = {}) const {
+        return grammar ? std::make_shared<quill::grammar::TokenGrammar>(grammar, tok, shown) : nullptr;
     }
 };
 

@@ -9,6 +9,7 @@
 #include "engine/cli/progress.h"
 #include "engine/batch/records.h"
 #include "engine/batch/runner.h"
+#include "engine/chat/answer_stream.h"
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
 #include "engine/chat/markers.h"
@@ -124,7 +125,6 @@ int cmd_run(RunOptions& o) {
 
     auto session = quill::Session::open(session_options(o.model, o.engine));
     const quill::Tokenizer* tok = session->tokenizer.get();
-    gp.grammar = constraint.bind(*tok);
     quill::Backend* backend = session->backend.get();
     const int64_t n_ctx = session->n_ctx;
     const double load_ms = session->load_ms;
@@ -136,6 +136,7 @@ int cmd_run(RunOptions& o) {
     quill::chat::ToolCallSyntax tool_syntax = quill::chat::ToolCallSyntax::none;
     quill::chat::ReasoningSyntax reasoning = quill::chat::ReasoningSyntax::none;
     if (o.raw) {
+        gp.grammar = constraint.bind(*tok);
         prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
         warn_if_lossy(*tok, text, prompt);
     } else {
@@ -150,6 +151,7 @@ int cmd_run(RunOptions& o) {
         tool_syntax = quill::chat::tool_call_syntax(format.source());
         reasoning = quill::chat::reasoning_syntax(format.source());
         gp.shown_tokens = quill::chat::marker_tokens(*tok, tool_syntax, reasoning);
+        gp.grammar = constraint.bind(*tok, gp.shown_tokens);
         // --tool-choice required or a name: the answer is a call, unless --json-schema, --grammar... say otherwise
         if (auto forced = quill::chat::tool_choice_constraint(template_vars, tool_syntax, "--tool-choice");
             forced && !gp.grammar)
@@ -164,27 +166,25 @@ int cmd_run(RunOptions& o) {
     // pipe) stops the generation at once.
     quill::Output out(stdout, "stdout");
     quill::chat::ReasoningPrinter printer(out, quill::chat::reasoning_display(o.reasoning, STDOUT_FILENO));
-    std::string all, thinking;  // the answer's content and its reasoning
-    quill::chat::ReasoningStream split(reasoning, opened_think, [&](quill::chat::AnswerPart part, std::string_view text) {
-        if (part == quill::chat::AnswerPart::reasoning) {
-            thinking += text;
-            if (!o.json) printer.reasoning(text);
-            return;
-        }
-        all += text;
-        if (!o.json) printer.content(part == quill::chat::AnswerPart::call ? quill::chat::call_display(text) : text);
-    });
+    quill::chat::AnswerSinks sinks;  // nothing shown with --json
+    if (!o.json)
+        sinks = {[&](std::string_view t) { printer.reasoning(t); }, [&](std::string_view t) { printer.content(t); },
+                 [&](const quill::chat::ToolCall& call) { printer.call(call); }};
+    quill::chat::AnswerStream split(reasoning, opened_think, tool_syntax, template_vars, std::move(sinks));
     auto on_text = [&](std::string_view piece) { split.push(piece); };
     quill::GenerateOptions go;
     go.cancel = &quill::signals::stop_flag();
     quill::GenerationStats st = quill::generate(*backend, gen, 0, on_text, go);
     split.finish();
     if (!o.json) printer.finish();
+    const quill::chat::ParsedAnswer answer = split.calls();
+    const std::string_view finish = quill::chat::openai_finish_reason(gen.finish_reason(), !answer.calls.empty());
     if (gen.finish_reason() == quill::FinishReason::context)
         quill::print_stderr("\nquill: the context of {} tokens is full; stopping (finish reason \"length\")\n", n_ctx);
     if (o.json) {
-        nlohmann::json j{{"text", all},
-                         {"finish_reason", quill::finish_reason_name(gen.finish_reason())},
+        // The answer's tool calls as OpenAI's, out of its text (as quill batch's records give them).
+        nlohmann::json j{{"text", answer.text},
+                         {"finish_reason", finish},
                          {"prompt_tokens", st.prompt_tokens},
                          {"completion_tokens", st.completion_tokens},
                          {"seed", gen.seed()},
@@ -193,13 +193,9 @@ int cmd_run(RunOptions& o) {
                            {"ttft_ms", st.ttft_ms},
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
-        if (!thinking.empty()) j["reasoning_content"] = thinking;
-        // The answer's tool calls as OpenAI's, out of its text (as quill batch's records give them).
-        if (auto answer = quill::chat::request_tool_calls(all, tool_syntax, template_vars); !answer.calls.empty()) {
-            j["text"] = answer.text;
-            j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, gen.seed());
-        }
-        if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true);
+        if (!split.answer().reasoning.empty()) j["reasoning_content"] = split.answer().reasoning;
+        if (!answer.calls.empty()) j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, gen.seed());
+        if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true, gp.shown_tokens);
         if (gp.lookup > 0 || gp.drafter)
             j[gp.drafter ? "draft" : "lookup"] = {{"guessed", st.guessed_tokens},
                                                   {"accepted", st.accepted_tokens},
@@ -210,8 +206,7 @@ int cmd_run(RunOptions& o) {
         quill::print_stderr("\nquill: {} prompt tokens, {} generated; time to first token {:.0f} ms; prefill {:.1f} "
                             "tok/s; decode {:.1f} tok/s; finish reason {}{}\n",
                             st.prompt_tokens, st.completion_tokens, st.ttft_ms, st.prefill_tokens_per_s(),
-                            st.decode_tokens_per_s(), quill::finish_reason_name(gen.finish_reason()),
-                            guesses_phrase(gp, st));
+                            st.decode_tokens_per_s(), finish, guesses_phrase(gp, st));
     // Stopped by a signal: the output is complete as far as it goes; the exit status says which signal.
     if (gen.finish_reason() == quill::FinishReason::interrupted) return 128 + quill::signals::last();
     return 0;
@@ -260,11 +255,14 @@ int cmd_chat(ChatCliOptions& o) {
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
     nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.tool_choice, o.max_input_bytes);
     auto session = quill::Session::open(session_options(o.model, o.engine));
-    gp.grammar = constraint.bind(*session->tokenizer);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     gp.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,
                                                   warn_line);
+    gp.grammar = constraint.bind(*session->tokenizer,
+                                 quill::chat::marker_tokens(*session->tokenizer,
+                                                            quill::chat::tool_call_syntax(format.source()),
+                                                            quill::chat::reasoning_syntax(format.source())));
     quill::chat::Conversation conv(*session->backend, *session->tokenizer, format, session->n_ctx, gp, overflow);
     // --tool-choice required or a name: each reply is a call, unless --json-schema, --grammar... say otherwise
     conv.set_template_vars(std::move(template_vars), "--tool-choice");

@@ -34,10 +34,24 @@ void ReasoningPrinter::content(std::string_view text) {
         close();
         out_.write("\n\n");
     }
+    line_open_ = text.back() != '\n';
     out_.put(text);
 }
 
+void ReasoningPrinter::call(const ToolCall& call) {
+    if (in_reasoning_) {
+        close();
+        out_.write("\n\n");
+    }
+    if (line_open_) out_.write("\n");
+    const std::string shown = call_display(call);
+    if (display_ == ReasoningDisplay::dim) out_.put(fmt::format("{}{}{}", kDim, shown, kReset));
+    else out_.put(shown);
+    line_open_ = true;
+}
+
 void ReasoningPrinter::finish() {
+    line_open_ = false;
     if (!in_reasoning_) return;
     close();
     out_.flush();

@@ -1,7 +1,10 @@
 // A reasoning model's thinking on the terminal, apart from its answer (`run`, `chat`): dim on a terminal; elsewhere
 // framed by "Thinking..." and "...done thinking." lines (as `ollama run` frames it); or not shown (--reasoning hide).
+// The answer's tool calls show the same way in every syntax: call_display's "[tool call NAME ARGS]" on a line of
+// its own, dim where the reasoning is.
 #pragma once
 
+#include "engine/chat/tool_calls.h"
 #include "engine/io/output.h"
 
 #include <string_view>
@@ -20,6 +23,8 @@ public:
     void reasoning(std::string_view text);
     // The answer; after reasoning, the reasoning's block is closed and a blank line starts the answer.
     void content(std::string_view text);
+    // A tool call of the answer, parsed (after reasoning, as content).
+    void call(const ToolCall& call);
     // Closes a reasoning block the reply ended in (cut short). Then the printer starts afresh.
     void finish();
 
@@ -28,6 +33,7 @@ private:
     Output& out_;
     ReasoningDisplay display_;
     bool in_reasoning_ = false;
+    bool line_open_ = false;  // the answer printed so far does not end a line
 };
 
 }  // namespace quill::chat

@@ -2,6 +2,7 @@
 
 #include "engine/chat/conversation_file.h"
 #include "engine/chat/settings.h"
+#include "engine/chat/template_error.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/io/escape.h"
@@ -19,6 +20,8 @@ constexpr const char* kHelp =
     "  /system TEXT        set the system message (without TEXT: show it)\n"
     "  /undo               remove the last exchange\n"
     "  /regen              generate the last reply again\n"
+    "  /tool RESULT        answer the last reply's next tool call with RESULT (also /tool-result); the model\n"
+    "                      replies once every call has its result; /tool alone shows the call that waits\n"
     "  /set NAME VALUE     change a parameter (named as its flag: /set temp 0.7); /set alone lists them\n"
     "  /show               the model, template, system message, parameters and context use\n"
     "  /stats              context use and the last reply's speed\n"
@@ -152,7 +155,7 @@ ChatRepl::Action ChatRepl::handle(const std::string& input) {
             const std::string message = input.starts_with("//") ? input.substr(1) : input;
             if (const std::string loss = conv_.describe_loss(message); !loss.empty())
                 say("quill: warning: the text was changed by tokenizing: " + escape_for_terminal(loss));
-            reply(false, message);
+            reply(Turn::message, message);
         }
     } catch (const OutputError&) {
         throw;  // stdout is gone: nothing more can be shown
@@ -162,7 +165,7 @@ ChatRepl::Action ChatRepl::handle(const std::string& input) {
     return action;
 }
 
-void ChatRepl::reply(bool regenerate, const std::string& message) {
+void ChatRepl::reply(Turn turn, const std::string& text) {
     bool printed = false;
     ReasoningPrinter printer(out_, opt_.reasoning);
     auto print = [&](std::string_view piece) {
@@ -173,21 +176,49 @@ void ChatRepl::reply(bool regenerate, const std::string& message) {
         printed = printed || opt_.reasoning != ReasoningDisplay::hide;
         printer.reasoning(piece);
     });
+    conv_.on_call([&](const ToolCall& call) {
+        printed = true;
+        printer.call(call);
+    });
+    auto detach = [&] {
+        conv_.on_reasoning(nullptr);
+        conv_.on_call(nullptr);
+    };
     const char* end = in_.interactive() ? "\n" : "\n\n";
     TurnResult r;
     try {
-        r = regenerate ? conv_.regenerate(print, opt_.cancel) : conv_.send(message, print, opt_.cancel);
-        conv_.on_reasoning(nullptr);
+        if (turn == Turn::tool_result) {
+            std::optional<TurnResult> answered = conv_.send_tool_result(text, print, opt_.cancel);
+            if (!answered) {
+                detach();
+                const auto open = conv_.open_call();
+                say(fmt::format("quill: result kept; {} more call{} wait{}: /tool RESULT answers {}", open->left,
+                                open->left == 1 ? "" : "s", open->left == 1 ? "s" : "",
+                                escape_for_terminal(open->name)));
+                return;
+            }
+            r = std::move(*answered);
+        } else {
+            r = turn == Turn::regenerate ? conv_.regenerate(print, opt_.cancel) : conv_.send(text, print, opt_.cancel);
+        }
+        detach();
         printer.finish();
     } catch (const OutputError&) {
-        conv_.on_reasoning(nullptr);
+        detach();
         throw;
-    } catch (const Error&) {
-        conv_.on_reasoning(nullptr);
+    } catch (const Error& e) {
+        detach();
         printer.finish();
         if (opt_.clear_cancel) opt_.clear_cancel();
         // A failed turn ends as a reply does, empty when nothing was printed: scripts pair replies with messages.
         if (printed || !in_.interactive()) out_.put(end);
+        // Templates that refuse a user message after a call without its result: say how to go on.
+        const auto open = turn == Turn::message && dynamic_cast<const TemplateError*>(&e) ? conv_.open_call()
+                                                                                         : std::nullopt;
+        if (open)
+            throw UsageError(fmt::format("{} (the last reply's call {} waits for its result: /tool RESULT answers it, "
+                                         "/undo drops the exchange)",
+                                         e.what(), open->name));
         throw;
     }
     if (opt_.clear_cancel) opt_.clear_cancel();
@@ -229,7 +260,9 @@ void ChatRepl::command(const std::string& name, const std::string& arg, Action& 
     } else if (name == "undo") {
         say(conv_.undo() ? "quill: removed the last exchange" : "quill: nothing to undo");
     } else if (name == "regen") {
-        reply(true, "");
+        reply(Turn::regenerate, "");
+    } else if (name == "tool" || name == "tool-result") {
+        tool(arg);
     } else if (name == "set") {
         set(arg);
     } else if (name == "show") {
@@ -253,6 +286,20 @@ void ChatRepl::command(const std::string& name, const std::string& arg, Action& 
     } else {
         throw UsageError(fmt::format("unknown command /{}; /help lists the commands", escape_for_terminal(name)));
     }
+}
+
+void ChatRepl::tool(const std::string& result) {
+    const auto open = conv_.open_call();
+    if (!open) throw UsageError("/tool: no tool call waits for a result (the last reply made none, or all have one)");
+    if (result.empty()) {
+        say(fmt::format("quill: {} ({}) waits for a result{}: /tool RESULT", escape_for_terminal(open->name),
+                        escape_for_terminal(open->id),
+                        open->left > 1 ? fmt::format(", and {} more call{} after it", open->left - 1,
+                                                     open->left == 2 ? "" : "s")
+                                       : ""));
+        return;
+    }
+    reply(Turn::tool_result, result);
 }
 
 void ChatRepl::set(const std::string& arg) {
@@ -289,16 +336,16 @@ void ChatRepl::show() {
 
 void ChatRepl::save(const std::string& path) {
     const auto& s = conv_.params().sampling;
-    nlohmann::json j = {{"messages", conv_.messages()},
-                        {"model", opt_.model_name},
-                        {"sampling",
-                         {{"temperature", s.temperature},
-                          {"top_k", s.top_k},
-                          {"top_p", s.top_p},
-                          {"min_p", s.min_p},
-                          {"repeat_penalty", s.repeat_penalty},
-                          {"seed", s.seed}}}};
-    write_conversation_file(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    nlohmann::ordered_json j = {{"messages", conv_.messages()},
+                                {"model", opt_.model_name},
+                                {"sampling",
+                                 {{"temperature", s.temperature},
+                                  {"top_k", s.top_k},
+                                  {"top_p", s.top_p},
+                                  {"min_p", s.min_p},
+                                  {"repeat_penalty", s.repeat_penalty},
+                                  {"seed", s.seed}}}};
+    write_conversation_file(path, j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
     say(fmt::format("quill: saved {} messages to {}", conv_.messages().size(), escape_for_terminal(path)));
 }
 

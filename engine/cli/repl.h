@@ -6,6 +6,8 @@
 // On a terminal: prompts, history, one dim stats line after each reply; Ctrl-C stops the reply being generated
 // (the partial reply stays) or clears the input line, and never exits; Ctrl-D or /exit quits. Not a terminal: one
 // message per line (or """ block), each reply followed by a blank line, no prompts, colours or escape codes.
+// A reply's tool calls show as "[tool call NAME ARGS]" (ReasoningPrinter::call); /tool RESULT answers them one by
+// one, and the reply to the results is a reply as any other (none while a call still waits).
 //
 // A message or command that fails (the template refuses the conversation, it outgrows the context, a line longer
 // than the limit, a file that cannot be read) gets one error line and leaves the conversation as it was; the chat
@@ -60,7 +62,11 @@ private:
     };
     // A whole message or command (continuation lines and """ blocks joined); nullopt at EOF.
     std::optional<Entry> read_input();
-    void reply(bool regenerate, const std::string& message);
+    enum class Turn { message, regenerate, tool_result };
+    // Generates and prints the reply to `text` (a message, or a tool's result for /tool); for a tool result that
+    // leaves other calls waiting, says so and generates nothing.
+    void reply(Turn turn, const std::string& text);
+    void tool(const std::string& result);
     void command(const std::string& name, const std::string& arg, Action& action);
     void fail(const std::string& message);
     void say(const std::string& text);   // a status line on stderr

@@ -392,7 +392,7 @@ TEST_CASE("a turn that fails midway leaves the messages and the cache bookkeepin
     int dropped = 0;
     for (int turn = 0; turn < 6; ++turn) {
         INFO("turn " << turn);
-        const nlohmann::json before = conv.messages();
+        const nlohmann::ordered_json before = conv.messages();
         backend.fail_after(2);  // the prefill and a decode step ran: the slot holds some of this turn
         CHECK_THROWS_WITH(conv.send("Tell me about the little red ball in the park", ignore), "the device failed");
         CHECK(conv.messages() == before);
@@ -403,7 +403,7 @@ TEST_CASE("a turn that fails midway leaves the messages and the cache bookkeepin
     }
     CHECK(dropped > 0);  // some of the failed turns had dropped messages first
     // /regen that fails keeps the reply it was to replace.
-    const nlohmann::json before = conv.messages();
+    const nlohmann::ordered_json before = conv.messages();
     backend.fail_after(1);
     CHECK_THROWS(conv.regenerate(ignore));
     CHECK(conv.messages() == before);

@@ -160,11 +160,20 @@ TEST_CASE("chat --tool-choice forces each reply to be a call, and /set tool-choi
                                            "--seed", "2", "-n", "400"};
     auto args = base;
     args.insert(args.end(), {"--tool-choice", "required"});
-    // Two forced replies (any tool, then now), a free one, a choice that names no tool, and the choice shown.
-    auto r = test::run_quill(args, "Weather in Paris?\n/set tool-choice now\nAnd the time?\n/set tool-choice auto\n"
-                                   "Thanks.\n/set tool-choice nope\n/set\n");
+    // Two forced replies (any tool, then now, each answered by /tool), free ones, a choice that names no tool, and
+    // the choice shown.
+    auto r = test::run_quill(args, "Weather in Paris?\n/set tool-choice now\n/tool 18 C\n/set tool-choice auto\n"
+                                   "/tool 12:00\nThanks.\n/set tool-choice nope\n/set\n");
     CAPTURE(r.out, r.err);
-    const chat::ParsedAnswer parsed = chat::parse_tool_calls(r.out, chat::ToolCallSyntax::mistral);
+    // Each call shows as "[tool call NAME ARGS]", a reply of its own.
+    chat::ParsedAnswer parsed;
+    for (size_t at = 0; (at = r.out.find("[tool call ", at)) != std::string::npos;) {
+        const size_t name = at + 11, args = r.out.find(' ', name), end = r.out.find("]\n\n", args);
+        REQUIRE(end != std::string::npos);
+        parsed.calls.push_back({r.out.substr(name, args - name), r.out.substr(args + 1, end - args - 1)});
+        at = end;
+    }
+    CHECK(r.out.find("[TOOL_CALLS]") == std::string::npos);
     REQUIRE(parsed.calls.size() == 2);
     check_arguments(parsed.calls[0].name, parsed.calls[0].arguments);
     CHECK(parsed.calls[1].name == "now");

@@ -2,7 +2,9 @@
 // (engine/chat/reasoning.h), on arbitrary bytes. Nothing may throw, crash or hang; an answer with no call comes back
 // as it is; every call has a name and arguments that are a JSON object's text, and OpenAI's tool_calls built from
 // them carry the same strings. The reasoning splitter gives the same parts streamed byte by byte as whole, never
-// more bytes than the answer, and with no syntax the answer as it is.
+// more bytes than the answer, and with no syntax the answer as it is. The call stream (answer_stream.h) gives the
+// same text and calls streamed byte by byte as whole.
+#include "engine/chat/answer_stream.h"
 #include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -22,7 +24,7 @@ void check_reasoning(std::string_view answer) {
             const SplitAnswer whole = split_reasoning(answer, syntax, opened);
             SplitAnswer streamed;
             ReasoningStream stream(syntax, opened, [&](AnswerPart part, std::string_view text) {
-                if (part == AnswerPart::call) (void)call_display(text);
+                if (part == AnswerPart::call) (void)harmony_call_text(text);
                 (part == AnswerPart::reasoning ? streamed.reasoning : streamed.content).append(text);
             });
             for (size_t i = 0; i < answer.size(); ++i) stream.push(answer.substr(i, 1));
@@ -38,6 +40,19 @@ void check_reasoning(std::string_view answer) {
     }
 }
 
+// What a ToolCallStream gives out for `answer` pushed in pieces of `step` bytes: text, and each call as call_display.
+std::string stream_calls(std::string_view answer, quill::chat::ToolCallSyntax syntax,
+                         const std::vector<std::string>& names, size_t step) {
+    using namespace quill::chat;
+    std::string out;
+    ToolCallStream stream(syntax, names,
+                          {nullptr, [&](std::string_view t) { out += t; },
+                           [&](const ToolCall& c) { out += "\x01" + call_display(c) + "\x01"; }});
+    for (size_t i = 0; i < answer.size(); i += step) stream.push(answer.substr(i, step));
+    stream.finish();
+    return out;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -49,6 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
          {ToolCallSyntax::none, ToolCallSyntax::hermes, ToolCallSyntax::llama3_json, ToolCallSyntax::mistral,
           ToolCallSyntax::mistral_list, ToolCallSyntax::harmony, ToolCallSyntax::qwen3_xml}) {
         const ParsedAnswer parsed = parse_tool_calls(answer, syntax, names);
+        quill::fuzz::check(stream_calls(answer, syntax, names, 1) == stream_calls(answer, syntax, names, answer.size() + 1),
+                           "ToolCallStream", "streamed byte by byte, the text and calls differ from the whole answer's");
         if (parsed.calls.empty()) {
             quill::fuzz::check(parsed.text == answer, "parse_tool_calls", "an answer without calls changed");
             continue;

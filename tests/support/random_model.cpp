@@ -28,6 +28,12 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec) {
     if (s.vocab == "spm" || s.vocab == "spm-chatml") vocab = tiny_spm_vocab(s.vocab == "spm-chatml");
     else if (s.vocab == "bpe-chatml") vocab = tiny_bpe_vocab();
     else QUILL_CHECK(s.vocab.empty(), "unknown tiny vocabulary '{}'", s.vocab);
+    for (const std::string& piece : s.control_tokens) {
+        QUILL_CHECK(!vocab.pieces.empty(), "control tokens need a tiny vocabulary");
+        vocab.pieces.push_back(piece);
+        vocab.types.push_back(3);
+        if (!vocab.scores.empty()) vocab.scores.push_back(0.0f);
+    }
     if (!vocab.pieces.empty()) s.n_vocab = vocab.size();
     Rng rng(s.seed);
     auto uniform = [&](float scale) { return static_cast<float>((rng.uniform() * 2.0 - 1.0) * scale); };

@@ -34,6 +34,7 @@ struct TinySpec {
     // replaces n_vocab; its byte, control and unknown tokens get zero output rows, so generated text is made of its
     // characters and words and never ends by itself. "": no vocabulary.
     std::string vocab;
+    std::vector<std::string> control_tokens;  // appended to the vocabulary as control tokens (<tool_call>, [ARGS], ...)
     std::string chat_template;               // tokenizer.chat_template ("": none written)
     uint64_t seed = 1;
 };

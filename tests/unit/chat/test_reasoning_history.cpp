@@ -148,5 +148,5 @@ TEST_CASE("a non-reasoning template's replies are kept as they were said", "[cha
     CHECK(r.shown == "<think>not a reasoning model</think> Hi");
     CHECK(r.reasoning.empty());
     CHECK(conv.messages().back() ==
-          nlohmann::json{{"role", "assistant"}, {"content", "<think>not a reasoning model</think> Hi"}});
+          nlohmann::ordered_json{{"role", "assistant"}, {"content", "<think>not a reasoning model</think> Hi"}});
 }
