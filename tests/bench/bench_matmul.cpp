@@ -7,8 +7,9 @@
 //
 // Q4_0, Q4_1 and Q8_0 matrices are packed (PackedWeights) as the backend packs them, unless --packed 0.
 //
-//   bench_matmul [--shape stories110m|tinyllama|smollm2] [--types q4_0,q8_0] [--isa generic|avx2|avx512|amx]
-//                [--threads 1,2] [--tokens 1,64] [--reps N] [--packed 1] [--all-logits 0] [--breakdown 0]
+//   bench_matmul [--shape stories110m|tinyllama|smollm2|phi-4-mini] [--types q4_0,q8_0]
+//                [--isa generic|avx2|avx512|amx] [--threads 1,2] [--tokens 1,64] [--reps N] [--packed 1]
+//                [--all-logits 0] [--breakdown 0]
 //
 // --breakdown 1 also prints each product's share (wq|wk|wv, wo, w1|w3, w2, output): its median time per pass and
 // its rate in weights times tokens per nanosecond, where the sections' fixed costs show against the kernels'.
@@ -53,6 +54,9 @@ const ModelShape kShapes[] = {
     {"stories110m", 768, 2048, 12, 32000, 768},
     {"tinyllama", 2048, 5632, 22, 32000, 256},
     {"smollm2", 576, 1536, 30, 49152, 192},
+    // phi3's fused QKV and gate/up tensors, which the backend multiplies as row views of their parts (the same
+    // products as these separate matrices); its 200,064-token output is a sixth of a token's bytes
+    {"phi-4-mini", 3072, 8192, 32, 200064, 1024},
 };
 
 struct Matrix {
