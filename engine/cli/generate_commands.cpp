@@ -313,6 +313,8 @@ int chat_from_run(const RunOptions& o) {
     chat.draft = o.draft;
     chat.constraint = o.constraint;
     chat.reasoning = o.reasoning;
+    chat.max_input_bytes = o.max_input_bytes;
+    chat.quiet = o.quiet;
     return cmd_chat(chat);
 }
 
