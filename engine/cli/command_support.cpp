@@ -125,7 +125,8 @@ OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
 nlohmann::ordered_json tools_template_vars(const std::string& path, const std::string& tool_choice, size_t max_bytes) {
     nlohmann::ordered_json vars = nlohmann::ordered_json::object();
     if (!path.empty())
-        vars["tools"] = quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes), "--tools " + path);
+        vars["tools"] =
+            quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes, "the tools file"), "--tools " + path);
     if (!tool_choice.empty()) vars["tool_choice"] = quill::chat::tool_choice_value(tool_choice);
     return vars;
 }
