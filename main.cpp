@@ -368,7 +368,7 @@ int main(int argc, char** argv) {
     add_template_option(batch_cmd, batch.chat_template);
     batch_cmd->add_flag("-q,--quiet", batch.quiet, "No progress line, no summary and no shard line (warnings and "
                                                     "the count of failed requests still show)");
-    batch_cmd->add_option("--max-input-bytes", batch.max_input_bytes, "Largest input read")->capture_default_str();
+    add_max_input_option(batch_cmd, batch.max_input_bytes, "Largest input read");
 
     PerplexityCliOptions ppl;
     CLI::App* ppl_cmd = app.add_subcommand("perplexity", "Perplexity of a text file, as llama.cpp's llama-perplexity");
