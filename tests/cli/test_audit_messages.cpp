@@ -57,3 +57,16 @@ TEST_CASE("quill batch --max-input-bytes refuses 0 and a negative number, as run
         CHECK(r.out.empty());
     }
 }
+
+TEST_CASE("a chat message longer than the context alone is said to be so, not the conversation with drop-oldest",
+          "[cli][chat]") {
+    const std::string m = test::tiny_model_file(test::TinyModel::spm_chat).string();
+    std::string long_message;
+    for (int i = 0; i < 80; ++i) long_message += "the big dog ";
+    // drop-oldest (the default) has dropped what it could: only a shorter message or a larger -c helps.
+    const test::CommandResult r = test::run_quill(
+        {"chat", "-q", "-m", m, "-n", "4", "-c", "128", "--temp", "0", "-t", "1"}, "Once\n" + long_message + "\n");
+    check_one_error(r, 1, "the message is ");
+    CHECK(r.err.find("longer than the context of 128: shorten it or give a larger -c") != std::string::npos);
+    CHECK(r.err.find("--context-overflow") == std::string::npos);
+}
