@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
     add_model_options(run_cmd, run.model);
     add_engine_options(run_cmd, run.engine);
     auto* p_opt = run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
-    run_cmd->add_option("prompt", run.positional_prompt, "Prompt text, as -p");
+    run_cmd->add_option("prompt", run.positional_prompt, "Prompt text, as -p (several words: joined by spaces)");
     run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file (- for stdin)")->excludes(p_opt);
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
