@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
     add_model_options(run_cmd, run.model);
     add_engine_options(run_cmd, run.engine);
     auto* p_opt = run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
-    run_cmd->add_option("prompt", run.positional_prompt, "Prompt text, as -p");
+    run_cmd->add_option("prompt", run.positional_prompt, "Prompt text, as -p (several words: joined by spaces)");
     run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file (- for stdin)")->excludes(p_opt);
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate (-1: until EOS or a full context)")->capture_default_str();
     add_sampling_options(run_cmd, run.sampling, run.seed);
@@ -368,7 +368,7 @@ int main(int argc, char** argv) {
     add_template_option(batch_cmd, batch.chat_template);
     batch_cmd->add_flag("-q,--quiet", batch.quiet, "No progress line, no summary and no shard line (warnings and "
                                                     "the count of failed requests still show)");
-    batch_cmd->add_option("--max-input-bytes", batch.max_input_bytes, "Largest input read")->capture_default_str();
+    add_max_input_option(batch_cmd, batch.max_input_bytes, "Largest input read");
 
     PerplexityCliOptions ppl;
     CLI::App* ppl_cmd = app.add_subcommand("perplexity", "Perplexity of a text file, as llama.cpp's llama-perplexity");

@@ -143,7 +143,10 @@ ResumeScan scan_output(std::string_view content, const std::string& name) {
         const std::string_view line = content.substr(start, (nl == std::string_view::npos ? content.size() : nl) - start);
         const auto record = read_record(line);
         if (nl == std::string_view::npos || !record) {
-            if (!last)
+            // Torn: what a record's write cut short leaves (its first bytes, or the zeros a crash can leave at the
+            // end of a file). Any other last line is someone's text, not to be cut off.
+            const bool cut_record = line.starts_with('{') || line.find_first_not_of('\0') == std::string_view::npos;
+            if (!last || !cut_record)
                 throw FileError(fmt::format("{}: line {} is not a batch record; cannot resume from it", name, line_no));
             scan.torn = true;
             break;

@@ -62,9 +62,9 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
 std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const std::string& message);
 
 // An earlier output, as --resume reads it: the request ids it holds ("custom_id" for OpenAI records, else "id"),
-// those of its error records, and where its intact part ends. A last line without its newline, or one that is not
-// a JSON object, is torn (a kill -9 in mid-write) and is dropped; an unreadable line before the last is a FileError
-// (the file is not a batch output).
+// those of its error records, and where its intact part ends. A last line that begins as a record does ('{') or
+// holds only NUL bytes, and is not a whole record with its newline, is torn (a kill -9 in mid-write, a crash) and
+// is dropped; any other line that is not a record is a FileError (the file is not a batch output).
 struct ResumeScan {
     std::unordered_set<std::string> done;
     std::unordered_set<std::string> failed;  // the ids of done whose record is an error

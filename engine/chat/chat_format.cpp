@@ -64,7 +64,8 @@ ChatFormat ChatFormat::from_source(std::string_view source, std::string name, st
 }
 
 ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const std::string& choice,
-                              const std::function<void(const std::string&)>& warn) {
+                              const std::function<void(const std::string&)>& warn, std::string_view other_way) {
+    const std::string or_other = other_way.empty() ? std::string() : fmt::format(" or {}", other_way);
     std::string bos = tok ? token_text(tok, tok->bos()) : std::string();
     std::string eos = tok ? token_text(tok, tok->eos()) : std::string();
     if (!choice.empty()) {
@@ -88,8 +89,8 @@ ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const 
         } catch (const TemplateError& e) {
             if (!builtin)
                 throw UsageError(fmt::format("the model's chat template cannot be used ({}); give --chat-template "
-                                             "NAME|FILE or --raw",
-                                             e.what()));
+                                             "NAME|FILE{}",
+                                             e.what(), or_other));
             if (warn)
                 warn(fmt::format("the model's chat template cannot be used ({}); using the built-in {} format",
                                  e.what(), *builtin));
@@ -100,8 +101,8 @@ ChatFormat ChatFormat::choose(const GgufFile* file, const Tokenizer* tok, const 
     // template, for one).
     if (auto builtin = builtin_from_vocab(tok))
         return from_source(*builtin_template(*builtin), fmt::format("built-in {}", *builtin), bos, eos);
-    throw UsageError("the model has no chat template: give --chat-template NAME|FILE (built-in: " +
-                     fmt::format("{}", fmt::join(builtin_template_names(), ", ")) + ") or --raw");
+    throw UsageError(fmt::format("the model has no chat template: give --chat-template NAME|FILE (built-in: {}){}",
+                                 fmt::join(builtin_template_names(), ", "), or_other));
 }
 
 RenderedChat ChatFormat::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace quill {
@@ -32,10 +33,10 @@ public:
     // The format for a model: `choice` is "" (the model's tokenizer.chat_template), a built-in name (chatml,
     // llama2, llama3, gemma, mistral, phi3, zephyr) or a template file. A model template that cannot be parsed
     // gets one warning (through `warn`) and the built-in format it resembles; a model with no template gets
-    // chatml when its vocabulary has <|im_start|>. UsageError when nothing fits (asking for --chat-template or
-    // --raw).
+    // chatml when its vocabulary has <|im_start|>. UsageError when nothing fits, asking for --chat-template or
+    // `other_way`, the caller's option that needs no template ("--raw"; empty: the command has none).
     static ChatFormat choose(const GgufFile* file, const Tokenizer* tok, const std::string& choice,
-                             const std::function<void(const std::string&)>& warn);
+                             const std::function<void(const std::string&)>& warn, std::string_view other_way = {});
 
     // A format from template source, with bos_token / eos_token texts as given.
     static ChatFormat from_source(std::string_view source, std::string name, std::string bos, std::string eos);

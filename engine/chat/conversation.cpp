@@ -195,6 +195,11 @@ std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text, c
         if (overflow_ == ContextOverflow::error || last_user == 0 || last_user == turns_.size()) {
             if (n < n_ctx_ && (overflow_ == ContextOverflow::drop_oldest || last_user == 0))
                 return tokens;  // nothing left to drop: go on with less room for the reply
+            // Nothing before the message to drop: neither /undo, /reset nor drop-oldest can make it fit.
+            if (last_user == 0 || last_user == turns_.size())
+                throw UsageError(fmt::format("the message is {} tokens in the chat template, longer than the "
+                                             "context of {}: shorten it or give a larger -c",
+                                             n, n_ctx_));
             throw UsageError(fmt::format("the conversation is {} tokens and the context {} (with {} kept for the "
                                          "reply); /undo, /reset, a larger -c or --context-overflow drop-oldest",
                                          n, n_ctx_, reserve));

@@ -65,7 +65,7 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
     auto format = std::make_shared<std::optional<quill::chat::ChatFormat>>();
     auto format_error = std::make_shared<std::string>();
     try {
-        format->emplace(quill::chat::ChatFormat::choose(&session.model->file, tok, o.chat_template, warn_line));
+        format->emplace(quill::chat::ChatFormat::choose(&session.model->file, tok, o.chat_template, warn_line, "--raw"));
         ro.tool_syntax = quill::chat::tool_call_syntax((*format)->source());
         if (!o.raw) ro.reasoning_syntax = quill::chat::reasoning_syntax((*format)->source());
     } catch (const UsageError& e) {
@@ -165,7 +165,8 @@ int cmd_batch(BatchCliOptions& o) {
     if (o.input.empty() && isatty(STDIN_FILENO))
         throw UsageError("no requests: give -i FILE or pipe them on stdin (-i - reads them from the terminal)");
     const bool from_stdin = o.input.empty() || o.input == "-";
-    const std::string text = from_stdin ? read_stdin(o.max_input_bytes) : quill::read_prompt_file(o.input, o.max_input_bytes);
+    const std::string text = from_stdin ? read_stdin(o.max_input_bytes)
+                                        : quill::read_prompt_file(o.input, o.max_input_bytes, "the batch input");
     const qb::FormatHint hint = format_option != qb::FormatHint::none || from_stdin
                                     ? format_option
                                     : qb::format_hint_from_name(o.input);

@@ -125,16 +125,18 @@ OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
 nlohmann::ordered_json tools_template_vars(const std::string& path, const std::string& tool_choice, size_t max_bytes) {
     nlohmann::ordered_json vars = nlohmann::ordered_json::object();
     if (!path.empty())
-        vars["tools"] = quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes), "--tools " + path);
+        vars["tools"] =
+            quill::chat::parse_tools(quill::read_prompt_file(path, max_bytes, "the tools file"), "--tools " + path);
     if (!tool_choice.empty()) vars["tool_choice"] = quill::chat::tool_choice_value(tool_choice);
     return vars;
 }
 
 std::optional<std::string> read_run_prompt(const RunOptions& o) {
-    if (o.positional_prompt && (o.prompt || !o.prompt_file.empty()))
+    if (!o.positional_prompt.empty() && (o.prompt || !o.prompt_file.empty()))
         throw UsageError("give the prompt once: as an argument, with -p or with -f");
     if (o.prompt) return *o.prompt;
-    if (o.positional_prompt) return *o.positional_prompt;
+    // Several words unquoted are one prompt, as `ollama run MODEL why is the sky blue` takes them.
+    if (!o.positional_prompt.empty()) return fmt::format("{}", fmt::join(o.positional_prompt, " "));
     if (!o.prompt_file.empty()) return quill::read_prompt_file(o.prompt_file, o.max_input_bytes);
     if (isatty(STDIN_FILENO)) return std::nullopt;
     return read_stdin(o.max_input_bytes);

@@ -67,7 +67,7 @@ struct RunOptions {
     ModelOptions model;
     EngineOptions engine;
     std::optional<std::string> prompt;
-    std::optional<std::string> positional_prompt;  // `quill run "text"`, as -p
+    std::vector<std::string> positional_prompt;  // `quill run why is the sky blue`: the words, as -p with spaces
     std::string prompt_file;
     int n_predict = -1;
     quill::SamplingParams sampling;

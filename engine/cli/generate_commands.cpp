@@ -147,7 +147,7 @@ int cmd_run(RunOptions& o) {
             throw UsageError(fmt::format("the prompt is {} tokens before the chat template, longer than the context "
                                          "of {} (raise -c)",
                                          plain.size(), n_ctx));
-        auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line);
+        auto format = quill::chat::ChatFormat::choose(&session->model->file, tok, o.chat_template, warn_line, "--raw");
         tool_syntax = quill::chat::tool_call_syntax(format.source());
         reasoning = quill::chat::reasoning_syntax(format.source());
         gp.shown_tokens = quill::chat::marker_tokens(*tok, tool_syntax, reasoning);
@@ -216,8 +216,8 @@ int cmd_template(const TemplateOptions& o) {
     quill::chat::ChatRequest request;
     request.messages.push_back({{"role", "user"}, {"content", "Hello"}});
     if (!o.messages.empty()) {
-        const std::string text = o.messages == "-" ? read_stdin(quill::kDefaultMaxInputBytes)
-                                                    : quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes);
+        const std::string text =
+            quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes, "the messages file");
         request = quill::chat::parse_chat_request(text, o.messages == "-" ? "stdin" : o.messages);
     }
     // A model is read when one is named, when no template is given, or for the token ids.
@@ -311,6 +311,8 @@ int chat_from_run(const RunOptions& o) {
     chat.draft = o.draft;
     chat.constraint = o.constraint;
     chat.reasoning = o.reasoning;
+    chat.max_input_bytes = o.max_input_bytes;
+    chat.quiet = o.quiet;
     return cmd_chat(chat);
 }
 

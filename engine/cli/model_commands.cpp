@@ -161,7 +161,7 @@ int cmd_bench(BenchCliOptions& o) {
 
 int cmd_perplexity(const PerplexityCliOptions& o) {
     const std::string text = o.file == "-" ? read_stdin(o.max_input_bytes)
-                                           : quill::read_prompt_file(o.file, o.max_input_bytes);
+                                           : quill::read_prompt_file(o.file, o.max_input_bytes, "the text file");
     quill::SessionOptions so = session_options(o.model, o.engine);
     // Without -c: chunks of 512 tokens (llama-perplexity's usual figure), or the model's training context if shorter.
     if (so.ctx == 0)

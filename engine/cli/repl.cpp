@@ -7,9 +7,20 @@
 #include "engine/error.h"
 #include "engine/io/escape.h"
 
+#include <charconv>
+
 namespace quill::chat {
 
 namespace {
+
+// A float parameter as the user wrote it (0.8, not the float's value as a double, 0.800000011920929): the shortest
+// decimal that reads back as the same float.
+double as_written(float v) {
+    const std::string text = fmt::format("{}", v);
+    double d = v;
+    std::from_chars(text.data(), text.data() + text.size(), d);
+    return d;
+}
 
 constexpr const char* kHelp =
     "Type a message and press Enter. A line ending in \\ continues on the next line; \"\"\" opens and closes a\n"
@@ -339,11 +350,11 @@ void ChatRepl::save(const std::string& path) {
     nlohmann::ordered_json j = {{"messages", conv_.messages()},
                                 {"model", opt_.model_name},
                                 {"sampling",
-                                 {{"temperature", s.temperature},
+                                 {{"temperature", as_written(s.temperature)},
                                   {"top_k", s.top_k},
-                                  {"top_p", s.top_p},
-                                  {"min_p", s.min_p},
-                                  {"repeat_penalty", s.repeat_penalty},
+                                  {"top_p", as_written(s.top_p)},
+                                  {"min_p", as_written(s.min_p)},
+                                  {"repeat_penalty", as_written(s.repeat_penalty)},
                                   {"seed", s.seed}}}};
     write_conversation_file(path, j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
     say(fmt::format("quill: saved {} messages to {}", conv_.messages().size(), escape_for_terminal(path)));

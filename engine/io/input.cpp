@@ -63,15 +63,15 @@ std::string read_capped(int fd, const std::string& name, size_t max_bytes, std::
     }
 }
 
-std::string read_prompt_file(const std::string& path, size_t max_bytes) {
+std::string read_prompt_file(const std::string& path, size_t max_bytes, const char* what) {
     if (path == "-") return read_capped(STDIN_FILENO, "stdin", max_bytes);
     struct stat st {};
-    FileDescriptor fd = open_nonblocking(path, "the prompt file", st);
-    if (S_ISDIR(st.st_mode)) throw FileError(fmt::format("{}: the prompt file is a directory", path));
+    FileDescriptor fd = open_nonblocking(path, what, st);
+    if (S_ISDIR(st.st_mode)) throw FileError(fmt::format("{}: {} is a directory", path, what));
     // Blocking reads from here: a pipe with a writer delivers all it writes (one without reads as empty).
     const int flags = fcntl(fd.get(), F_GETFL);
     if (flags < 0 || fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
-        throw FileError(fmt::format("{}: cannot read the prompt file: {}", path, std::strerror(errno)));
+        throw FileError(fmt::format("{}: cannot read {}: {}", path, what, std::strerror(errno)));
     return read_capped(fd.get(), path, max_bytes);
 }
 

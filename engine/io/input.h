@@ -36,9 +36,10 @@ FileDescriptor open_regular_file(const std::string& path, const char* what);
 std::string read_capped(int fd, const std::string& name, size_t max_bytes,
                         std::string_view hint = "--max-input-bytes raises it");
 
-// A prompt file: a regular file, a pipe (a shell's <(...)), or a character device; never a directory; "-" is stdin.
-// Opening does not block on a FIFO with no writer (that reads as empty). At most max_bytes, as read_capped.
-std::string read_prompt_file(const std::string& path, size_t max_bytes);
+// A text file given on the command line (a prompt, a batch input, --tools): a regular file, a pipe (a shell's
+// <(...)), or a character device; never a directory; "-" is stdin. Opening does not block on a FIFO with no writer
+// (that reads as empty). At most max_bytes, as read_capped. `what` names the file in errors ("the batch input").
+std::string read_prompt_file(const std::string& path, size_t max_bytes, const char* what = "the prompt file");
 
 // "64 MiB", "1.5 KiB", "12 bytes".
 std::string format_bytes(size_t bytes);
