@@ -41,17 +41,24 @@ void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1
     }
 }
 
+// The Rows rows of w from `first` as Block arrays: a ragged tile repeats its last row.
+template <typename Block, int Rows>
+std::array<const Block*, Rows> tile_rows(const WeightMatrix& w, int64_t first) {
+    std::array<const Block*, Rows> rows{};
+    for (int r = 0; r < Rows; ++r) {
+        const int64_t row = std::min(first + r, w.n_out - 1);
+        rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) +
+                                                 row * static_cast<int64_t>(w.row_bytes));
+    }
+    return rows;
+}
+
 // pack_tiles for Q6_K (see kQ6QuadBytes in kernels.h): each quad's super-blocks, each its halves' ql and qh chunks
 // with the four rows side by side, then the rows' scales and d.
 void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     const int64_t n_groups = w.n_in / 256;
     for (int64_t quad = 4 * tile0; quad < 4 * tile1; ++quad) {
-        const BlockQ6_K* rows[4];
-        for (int64_t r = 0; r < 4; ++r) {  // a ragged tile repeats its last row
-            const int64_t row = std::min(4 * quad + r, w.n_out - 1);
-            rows[r] = reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(w.data) +
-                                                         row * static_cast<int64_t>(w.row_bytes));
-        }
+        const auto rows = tile_rows<BlockQ6_K, 4>(w, 4 * quad);
         auto* dst = static_cast<uint8_t*>(out) + quad * n_groups * kQ6QuadBytes;
         for (int64_t g = 0; g < n_groups; ++g, dst += kQ6QuadBytes) {
             for (int64_t r = 0; r < 4; ++r) {
@@ -73,12 +80,7 @@ void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t ti
 void pack_q3_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     const int64_t n_groups = w.n_in / 256;
     for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
-        const BlockQ3_K* rows[8];
-        for (int64_t r = 0; r < 8; ++r) {  // a ragged tile repeats its last row
-            const int64_t row = std::min(8 * half + r, w.n_out - 1);
-            rows[r] = reinterpret_cast<const BlockQ3_K*>(static_cast<const uint8_t*>(w.data) +
-                                                         row * static_cast<int64_t>(w.row_bytes));
-        }
+        const auto rows = tile_rows<BlockQ3_K, 8>(w, 8 * half);
         auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ3SuperBytes;
         for (int64_t g = 0; g < n_groups; ++g, dst += kQ3SuperBytes) {
             for (int64_t r = 0; r < 8; ++r) {
