@@ -170,8 +170,12 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 // bit 8i + k the fifth bit of element 4k + i). Q4_K, Q5_K and IQ4_XS tiles are two eight-row halves, each its rows' super-blocks in order, each
 // super-block's four-byte groups in order, the eight rows' side by side: bytes o .. o + 3 of row r at 8 o + 4 r (for
 // each 16-byte chunk the four vectors the AVX2 kernels' transpose of eight rows makes of it). Q6_K tiles are four
-// quads of four rows (kQ6QuadBytes), Q3_K tiles two eight-row halves of kQ3SuperBytes super-blocks.
+// quads of four rows (kQ6QuadBytes), Q3_K tiles two eight-row halves of kQ3SuperBytes super-blocks. This is the
+// layout the AVX-512 families read, and the AVX2 kernels but for the types of pack_avx2_tiles.
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
+// Writes tiles [tile0, tile1) of the layouts the AVX2 kernels alone read: Q6_K's eight-row halves
+// (kQ6EightSuperBytes); false for the other types, whose AVX2 layout is pack_tiles'.
+bool pack_avx2_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
 // rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and Q3_K, the last
@@ -260,6 +264,18 @@ constexpr int64_t kQ6ScalesAt = 2 * kQ6HalfBytes;            // [4][16] int8
 constexpr int64_t kQ6DAt = kQ6ScalesAt + 64;                 // [4] fp16
 constexpr int64_t kQ6QuadBytes = kQ6DAt + 8;                 // four rows' super-blocks
 static_assert(kQ6QuadBytes == 4 * static_cast<int64_t>(sizeof(BlockQ6_K)));
+
+// Packed Q6_K for the AVX2 kernels (generic::pack_avx2_tiles): each sixteen-row tile is two eight-row halves, each its
+// rows' super-blocks in order, each super-block of the half kQ6EightSuperBytes: for each 32-block j, six 32-byte
+// vectors X0..X5 whose byte 4 r + i holds, for row r, the 6-bit values u_k (q + 32) of the block's elements 4 k + i,
+// k = 0..7: X_k = u_k | (two bits of u6 or u7) << 6, u6's bits 0-1, 2-3, 4-5 in X0, X1, X2 and u7's in X3, X4, X5
+// (u0..u5 a mask each, u6 and u7 three shifts and masks); then the sixteen signed scales as [16][8] (row r's scale i
+// at 8 i + r) and the eight rows' fp16 d.
+constexpr int64_t kQ6EightBlockBytes = 6 * 32;                      // a 32-block's X0..X5
+constexpr int64_t kQ6EightScalesAt = 8 * kQ6EightBlockBytes;        // [16][8] int8
+constexpr int64_t kQ6EightDAt = kQ6EightScalesAt + 128;             // [8] fp16
+constexpr int64_t kQ6EightSuperBytes = kQ6EightDAt + 16;            // eight rows' super-blocks
+static_assert(kQ6EightSuperBytes == 8 * static_cast<int64_t>(sizeof(BlockQ6_K)));
 
 // Packed Q3_K (generic::pack_tiles; read by the AVX2 kernel on every x86 ISA): each sixteen-row tile is two eight-row
 // halves, each its rows' super-blocks in order, each super-block of the half kQ3SuperBytes: for each 32-block j,

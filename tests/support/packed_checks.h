@@ -17,20 +17,25 @@
 
 namespace quill::test {
 
-// For each token count, random activations through m's file rows and through packed (m's packed form) on every isa
-// and every pool: the same bits, and the reference dot products within the int8 scales' fp16 rounding (2^-11
-// relative) and float rounding.
-inline void check_packed_products(const TestMatrix& m, const PackedTestMatrix& packed,
-                                  std::initializer_list<int64_t> token_counts, const std::vector<cpu::Isa>& isas,
-                                  std::span<cpu::ThreadPool> pools, std::mt19937& rng) {
+// For each token count, random activations through m's file rows and through m's packed form for each isa (packed
+// with the last pool) on that isa and every pool: the same bits, and the reference dot products within the int8
+// scales' fp16 rounding (2^-11 relative) and float rounding.
+inline void check_packed_products(const TestMatrix& m, std::initializer_list<int64_t> token_counts,
+                                  const std::vector<cpu::Isa>& isas, std::span<cpu::ThreadPool> pools,
+                                  std::mt19937& rng) {
     const int64_t n_out = m.n_out, n_in = m.n_in;
+    std::vector<PackedTestMatrix> packs;
+    packs.reserve(isas.size());
+    for (cpu::Isa isa : isas) packs.emplace_back(m, isa, &pools.back());
     for (int64_t n_tokens : token_counts) {
         const std::vector<float> x = make_input(n_tokens, n_in, rng);
         const std::vector<float> xq = cpu::reference_activations(m.type, x.data(), n_tokens, n_in);
         std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
         cpu::matmul_reference(m.view(), xq.data(), n_tokens, ref.data());
         const std::vector<double> size = abs_products(m, xq, n_tokens);
-        for (cpu::Isa isa : isas) {
+        for (size_t i = 0; i < isas.size(); ++i) {
+            const cpu::Isa isa = isas[i];
+            const PackedTestMatrix& packed = packs[i];
             for (cpu::ThreadPool& pool : pools) {
                 INFO(fmt::format("{}x{} tokens {} isa {} threads {}", n_out, n_in, n_tokens, cpu::isa_name(isa),
                                  pool.size()));

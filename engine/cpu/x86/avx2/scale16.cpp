@@ -1,5 +1,6 @@
-// The AVX2 eight-row kernel of packed Q3_K (kQ3SuperBytes in kernels.h): rows in the 32-bit lanes, a scale per 16
-// elements; the AVX-512 families use it too (they have no Q3_K kernel of their own).
+// The AVX2 eight-row kernels of packed Q3_K (kQ3SuperBytes in kernels.h) and Q6_K (kQ6EightSuperBytes): rows in the
+// 32-bit lanes, a scale per 16 elements; the AVX-512 families use the Q3_K one too (they have no Q3_K kernel of their
+// own; their Q6_K layout is the quads of their own kernel).
 //
 // The four-row kernels (rows.cpp) leave each row's four int32 lanes of a quarter (16 elements) holding the exact sums
 // of (u - c) * a over its four-element groups, and each lane accumulates fma(float(sum), ws * da, acc) quarter by
@@ -21,6 +22,14 @@ struct alignas(32) Step16 {
     __m256i u[8];
     __m256 ws[2];
 };
+
+// ws[q] of 32-block j: lane r = d * row r's scale of quarter q, from the super-block's signed scales [16][8].
+[[gnu::always_inline]] inline void quarter_scales(const uint8_t* scales, int j, __m256 d, Step16& s) {
+    for (int q = 0; q < 2; ++q) {
+        const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * (2 * j + q)));
+        s.ws[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    }
+}
 
 // Packed Q3_K's eight-row super-blocks (kQ3SuperBytes), w = d * sc * (u - 4).
 struct PackedQ3_8 {
@@ -45,10 +54,36 @@ struct PackedQ3_8 {
                                  _mm256_and_si256(_mm256_srli_epi16(x2, 5), four));
         s.u[6] = _mm256_and_si256(x2, seven);
         s.u[7] = _mm256_and_si256(_mm256_srli_epi16(x2, 3), seven);
-        for (int q = 0; q < 2; ++q) {
-            const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + kQ3ScalesAt + 8 * (2 * j + q)));
-            s.ws[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+        quarter_scales(sb + kQ3ScalesAt, j, d, s);
+    }
+};
+
+// Packed Q6_K's eight-row super-blocks (kQ6EightSuperBytes), w = d * sc * (u - 32).
+struct PackedQ6_8 {
+    static constexpr int kOffset = 32;
+    static constexpr int64_t kSuperBytes = kQ6EightSuperBytes;
+
+    static __m256 d(const uint8_t* sb) { return _mm256_cvtph_ps(load128(sb + kQ6EightDAt)); }
+
+    // 32-block j of super-block sb, whose rows' d are d.
+    [[gnu::always_inline]] static void decode(const uint8_t* sb, int j, __m256 d, Step16& s) {
+        const uint8_t* x = sb + j * kQ6EightBlockBytes;
+        __m256i v[6];
+        const __m256i low6 = _mm256_set1_epi8(0x3F);
+        for (int k = 0; k < 6; ++k) {
+            v[k] = load256(x + 32 * k);
+            s.u[k] = _mm256_and_si256(v[k], low6);
         }
+        // u6 and u7 from the top two bits of X0..X2 and X3..X5 (16-bit shifts: the bits they bring in from the next
+        // byte fall outside each mask)
+        for (int m = 0; m < 2; ++m) {
+            const __m256i* y = v + 3 * m;
+            s.u[6 + m] = _mm256_or_si256(
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y[0], 6), _mm256_set1_epi8(0x03)),
+                                _mm256_and_si256(_mm256_srli_epi16(y[1], 4), _mm256_set1_epi8(0x0C))),
+                _mm256_and_si256(_mm256_srli_epi16(y[2], 2), _mm256_set1_epi8(0x30)));
+        }
+        quarter_scales(sb + kQ6EightScalesAt, j, d, s);
     }
 };
 
@@ -237,6 +272,7 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
 
 void add_scale16_kernels(KernelTable& table) {
     entry(table.packed, GgmlType::Q3_K) = {packed8_rows<PackedQ3_8>, true};
+    entry(table.packed, GgmlType::Q6_K) = {packed8_rows<PackedQ6_8>, true};
 }
 
 }  // namespace quill::cpu::avx2
