@@ -275,7 +275,7 @@ Kernel select_kernel(const WeightMatrix& w, Isa isa) {
         k = kernel_for(isa == Isa::amx ? t.packed_amx : t.packed, type);
     }
     // (the AVX2 ones also for the AVX-512 families where those have no packed kernel of the type and the layout is
-    // one for both: Q3_K)
+    // one for both: Q3_K, Q2_K)
     if (!k.fn && packed) k = kernel_for(avx2::kernel_table().packed, type);
     if (!k.fn && isa == Isa::amx) k = kernel_for(avx512::kernel_table().amx, type);
     if (!k.fn && isa >= Isa::avx512) {

@@ -50,8 +50,8 @@ struct WeightMatrix {
 // each row's qh word), IQ4_NL (Q4_0's records, the kernels looking its nibbles up in its levels), Q4_K, Q5_K and
 // IQ4_XS (their super-blocks' bytes laid out as the AVX2 kernels' transposes of eight rows make them, which the
 // AVX-512 kernels load two halves at a time: generic::pack_tiles), Q6_K (quads of four rows laid out as the
-// four-row kernels load them; for the AVX2 kernels eight-row halves: kQ6EightSuperBytes), and Q3_K (eight-row
-// halves read by the AVX2 kernel on every family: kQ3SuperBytes). The layout is that of the family packed for (avx2,
+// four-row kernels load them; for the AVX2 kernels eight-row halves: kQ6EightSuperBytes), and Q3_K and Q2_K (eight-row
+// halves read by the AVX2 kernels on every family: kQ3SuperBytes, kQ2SuperBytes). The layout is that of the family packed for (avx2,
 // or avx512 and amx), whose kernels alone read it. Results have the same bits as from the file's layout.
 class PackedWeights {
 public:

@@ -10,10 +10,12 @@
 #include <initializer_list>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/matmul.h"
 #include "tests/support/matmul_data.h"
+#include "tests/support/test_util.h"
 
 namespace quill::test {
 
@@ -52,6 +54,22 @@ inline void check_packed_products(const TestMatrix& m, std::initializer_list<int
             }
         }
     }
+}
+
+// check_packed_products for the matrices of the super-block types' eight-row halves that make(n_out, n_in) returns:
+// ragged tiles and halves (45, 7, 21 rows), one super-block and many, every token path (decode of 1 to 3 tokens,
+// the tiles decoded once from 4, the AVX-512 families' chunks), on every ISA with packed kernels (none: a skip).
+template <typename Make>
+void check_packed_halves(GgmlType type, Make&& make, std::mt19937& rng) {
+    const std::vector<cpu::Isa> isas = packed_isas();
+    if (isas.empty()) return skip_no_device("no AVX2 here: the packed kernels cannot run");
+    for (cpu::Isa isa : isas) {
+        INFO(cpu::isa_name(isa));
+        REQUIRE(cpu::PackedWeights::supports(type, isa));
+    }
+    cpu::ThreadPool pools[] = {cpu::ThreadPool(1), cpu::ThreadPool(3)};
+    for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 768}, {7, 256}, {21, 2816}})
+        check_packed_products(make(n_out, n_in), {1, 2, 3, 4, 5, 8, 9, 16, 17, 40}, isas, pools, rng);
 }
 
 }  // namespace quill::test

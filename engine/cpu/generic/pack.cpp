@@ -1,5 +1,5 @@
 // PackedWeights' tiles written a value at a time: the layout avx512::pack_tiles writes with its transposes, for
-// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS, Q6_K and Q3_K layouts for every family (Q6_K's AVX2 one
+// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS, Q6_K, Q3_K and Q2_K layouts for every family (Q6_K's AVX2 one
 // besides).
 #include <array>
 #include <cstring>
@@ -140,6 +140,35 @@ void pack_q6_k_eights(const WeightMatrix& w, void* out, int64_t tile0, int64_t t
     }
 }
 
+// pack_tiles for Q2_K (see kQ2SuperBytes in kernels.h): each eight-row half's super-blocks, each its 32-blocks' values
+// two bits to the value in lanes, then the rows' scale bytes, d and dmin.
+void pack_q2_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t n_groups = w.n_in / 256;
+    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
+        const auto rows = tile_rows<BlockQ2_K, 8>(w, 8 * half);
+        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ2SuperBytes;
+        for (int64_t g = 0; g < n_groups; ++g, dst += kQ2SuperBytes) {
+            for (int64_t r = 0; r < 8; ++r) {
+                const BlockQ2_K& b = rows[r][g];
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t* x = dst + j * kQ2BlockBytes + 4 * r;  // X0 at x, X1 at x + 32
+                    for (int i = 0; i < 4; ++i) {
+                        for (int v = 0; v < 2; ++v) {
+                            int byte = 0;  // u_k of element 4 k + i of block j, k = 4 v .. 4 v + 3
+                            for (int k = 4 * v; k < 4 * v + 4; ++k)
+                                byte |= ((b.qs[32 * (j / 4) + 4 * k + i] >> (2 * (j % 4))) & 3) << (2 * (k % 4));
+                            x[32 * v + i] = static_cast<uint8_t>(byte);
+                        }
+                    }
+                }
+                for (int i = 0; i < 16; ++i) dst[kQ2ScalesAt + 8 * i + r] = b.scales[i];
+                std::memcpy(dst + kQ2DAt + 2 * r, &b.d, 2);
+                std::memcpy(dst + kQ2DminAt + 2 * r, &b.dmin, 2);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 bool pack_avx2_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
@@ -153,6 +182,7 @@ void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) 
         return pack_k_tiles(w, out, tile0, tile1);
     if (w.type == GgmlType::Q6_K) return pack_q6_k_tiles(w, out, tile0, tile1);
     if (w.type == GgmlType::Q3_K) return pack_q3_k_tiles(w, out, tile0, tile1);
+    if (w.type == GgmlType::Q2_K) return pack_q2_k_tiles(w, out, tile0, tile1);
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
     const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;

@@ -604,7 +604,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         const bool packs = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
                            type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q5_0 ||
                            type == GgmlType::Q5_1 || type == GgmlType::Q6_K || type == GgmlType::IQ4_XS ||
-                           type == GgmlType::IQ4_NL || type == GgmlType::Q3_K;
+                           type == GgmlType::IQ4_NL || type == GgmlType::Q3_K || type == GgmlType::Q2_K;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (packs && isa_available(Isa::avx2)));
         CHECK(PackedWeights::supports(type, Isa::avx512) ==
               (packs && isa_available(Isa::avx512) && !avx512_emulated()));
@@ -634,6 +634,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
                                   : type == GgmlType::Q5_1   ? 384
                                   : type == GgmlType::Q6_K   ? 420
                                   : type == GgmlType::Q3_K   ? 228
+                                  : type == GgmlType::Q2_K   ? 168
                                   : type == GgmlType::IQ4_XS ? 272
                                   : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
                                                                                      : 288;  // Q4_0, IQ4_NL, Q4_K
