@@ -170,12 +170,17 @@ float block_dot(GgmlType type, const void* row, int64_t b, const QuantizedActs& 
 // bit 8i + k the fifth bit of element 4k + i). Q4_K, Q5_K and IQ4_XS tiles are two eight-row halves, each its rows' super-blocks in order, each
 // super-block's four-byte groups in order, the eight rows' side by side: bytes o .. o + 3 of row r at 8 o + 4 r (for
 // each 16-byte chunk the four vectors the AVX2 kernels' transpose of eight rows makes of it). Q6_K tiles are four
-// quads of four rows (kQ6QuadBytes), Q3_K tiles two eight-row halves of kQ3SuperBytes super-blocks.
+// quads of four rows (kQ6QuadBytes), Q3_K and Q2_K tiles two eight-row halves of kQ3SuperBytes and kQ2SuperBytes
+// super-blocks. This is the
+// layout the AVX-512 families read, and the AVX2 kernels but for the types of pack_avx2_tiles.
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
+// Writes tiles [tile0, tile1) of the layouts the AVX2 kernels alone read: Q6_K's eight-row halves
+// (kQ6EightSuperBytes); false for the other types, whose AVX2 layout is pack_tiles'.
+bool pack_avx2_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1);
 }  // namespace generic
 namespace avx2 {
-// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and Q3_K, the last
-// also for the AVX-512 families, which have no Q3_K kernel of their own); empty in a
+// rows and packed (PackedWeights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q3_K and Q2_K, the
+// last two also for the AVX-512 families, which have no Q3_K or Q2_K kernels of their own); empty in a
 // build without AVX2.
 // Call only where the CPU has AVX2.
 const KernelTable& kernel_table();
@@ -228,6 +233,8 @@ constexpr int64_t packed_record_bytes(GgmlType type) {
             return 16 * 210 / 8;
         case GgmlType::Q3_K:  // kQ3SuperBytes: 114 bytes a row's super-block
             return 16 * 114 / 8;
+        case GgmlType::Q2_K:
+            return 16 * 84 / 8;
         case GgmlType::Q4_0:
         case GgmlType::IQ4_NL:  // Q4_0's records: its nibbles (looked up in the levels by the kernels) and its d
             return 16 * 16 + 32;
@@ -261,6 +268,18 @@ constexpr int64_t kQ6DAt = kQ6ScalesAt + 64;                 // [4] fp16
 constexpr int64_t kQ6QuadBytes = kQ6DAt + 8;                 // four rows' super-blocks
 static_assert(kQ6QuadBytes == 4 * static_cast<int64_t>(sizeof(BlockQ6_K)));
 
+// Packed Q6_K for the AVX2 kernels (generic::pack_avx2_tiles): each sixteen-row tile is two eight-row halves, each its
+// rows' super-blocks in order, each super-block of the half kQ6EightSuperBytes: for each 32-block j, six 32-byte
+// vectors X0..X5 whose byte 4 r + i holds, for row r, the 6-bit values u_k (q + 32) of the block's elements 4 k + i,
+// k = 0..7: X_k = u_k | (two bits of u6 or u7) << 6, u6's bits 0-1, 2-3, 4-5 in X0, X1, X2 and u7's in X3, X4, X5
+// (u0..u5 a mask each, u6 and u7 three shifts and masks); then the sixteen signed scales as [16][8] (row r's scale i
+// at 8 i + r) and the eight rows' fp16 d.
+constexpr int64_t kQ6EightBlockBytes = 6 * 32;                      // a 32-block's X0..X5
+constexpr int64_t kQ6EightScalesAt = 8 * kQ6EightBlockBytes;        // [16][8] int8
+constexpr int64_t kQ6EightDAt = kQ6EightScalesAt + 128;             // [8] fp16
+constexpr int64_t kQ6EightSuperBytes = kQ6EightDAt + 16;            // eight rows' super-blocks
+static_assert(kQ6EightSuperBytes == 8 * static_cast<int64_t>(sizeof(BlockQ6_K)));
+
 // Packed Q3_K (generic::pack_tiles; read by the AVX2 kernel on every x86 ISA): each sixteen-row tile is two eight-row
 // halves, each its rows' super-blocks in order, each super-block of the half kQ3SuperBytes: for each 32-block j,
 // three 32-byte vectors X0, X1, X2 whose byte 4 r + i holds, for row r, the 3-bit values u_k (the two bits of qs plus
@@ -273,6 +292,19 @@ constexpr int64_t kQ3ScalesAt = 8 * kQ3BlockBytes;        // [16][8] int8
 constexpr int64_t kQ3DAt = kQ3ScalesAt + 128;             // [8] fp16
 constexpr int64_t kQ3SuperBytes = kQ3DAt + 16;            // eight rows' super-blocks
 static_assert(kQ3SuperBytes == 8 * 114 && 114 == sizeof(BlockQ3_K) + 4);
+
+// Packed Q2_K (generic::pack_tiles; read by the AVX2 kernel on every x86 ISA): each sixteen-row tile is two eight-row
+// halves, each its rows' super-blocks in order, each super-block of the half kQ2SuperBytes: for each 32-block j, two
+// 32-byte vectors X0, X1 whose byte 4 r + i holds, for row r, the 2-bit values u_k of the block's elements 4 k + i:
+// X0 = u0 | u1 << 2 | u2 << 4 | u3 << 6, X1 = u4 | u5 << 2 | u6 << 4 | u7 << 6; then the sixteen scale bytes as the
+// file has them (sc in the low nibble, m in the high) as [16][8] (row r's byte i at 8 i + r), the eight rows' fp16 d
+// and their fp16 dmin.
+constexpr int64_t kQ2BlockBytes = 2 * 32;               // a 32-block's X0, X1
+constexpr int64_t kQ2ScalesAt = 8 * kQ2BlockBytes;      // [16][8] bytes
+constexpr int64_t kQ2DAt = kQ2ScalesAt + 128;           // [8] fp16
+constexpr int64_t kQ2DminAt = kQ2DAt + 16;              // [8] fp16
+constexpr int64_t kQ2SuperBytes = kQ2DminAt + 16;       // eight rows' super-blocks
+static_assert(kQ2SuperBytes == 8 * static_cast<int64_t>(sizeof(BlockQ2_K)));
 
 // Quantizes token rows [t0, t1) of x [n_tokens, n_in] into the buffers behind `out` (its strides set; qs_u may be
 // null), and into the tile layout when out.tile_qs is set (its padding tokens are not written). Kernels only read

@@ -266,13 +266,17 @@ Kernel select_kernel(const WeightMatrix& w, Isa isa) {
     if (w.kernels != nullptr) return w.kernels[static_cast<int>(isa)];
     const GgmlType type = w.type;
     Kernel k;
-    if (w.packed != nullptr && isa >= Isa::avx512 && !avx512_emulated()) {
+    // The packed form only for the family it was packed for (its layout: PackedWeights).
+    const bool packed = w.packed != nullptr && w.packed_isa != Isa::generic &&
+                        (isa == Isa::avx2 || (isa >= Isa::avx512 && !avx512_emulated())) &&
+                        (w.packed_isa == Isa::avx2) == (isa == Isa::avx2);
+    if (packed && isa >= Isa::avx512) {
         const KernelTable& t = avx512::kernel_table();
         k = kernel_for(isa == Isa::amx ? t.packed_amx : t.packed, type);
     }
-    // (the AVX2 ones also for the AVX-512 families where those have no packed kernel of the type: Q3_K)
-    if (!k.fn && w.packed != nullptr && (isa == Isa::avx2 || (isa >= Isa::avx512 && !avx512_emulated())))
-        k = kernel_for(avx2::kernel_table().packed, type);
+    // (the AVX2 ones also for the AVX-512 families where those have no packed kernel of the type and the layout is
+    // one for both: Q3_K, Q2_K)
+    if (!k.fn && packed) k = kernel_for(avx2::kernel_table().packed, type);
     if (!k.fn && isa == Isa::amx) k = kernel_for(avx512::kernel_table().amx, type);
     if (!k.fn && isa >= Isa::avx512) {
         const KernelTable* emulated = g_avx512_kernels.load(std::memory_order_relaxed);
@@ -434,9 +438,10 @@ size_t PackedWeights::bytes_for(const WeightMatrix& w) {
     return static_cast<size_t>((w.n_out + 15) / 16 * (w.n_in / 32) * record);
 }
 
-PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
+PackedWeights::PackedWeights(const WeightMatrix& w, Isa isa, ThreadPool* pool,
                              const std::function<void(int64_t, int64_t)>& packed, void* into)
-    : bytes_(bytes_for(w)) {
+    : bytes_(bytes_for(w)), isa_(isa) {
+    QUILL_CHECK(supports(w.type, isa), "no packed form of {} for {}", type_name(w.type), isa_name(isa));
     if (into == nullptr) {
         auto memory = std::make_shared<HugeMemory>(bytes_);
         into = memory->data();
@@ -447,6 +452,7 @@ PackedWeights::PackedWeights(const WeightMatrix& w, ThreadPool* pool,
     // The AVX-512 packer transposes the tiles where it can run; elsewhere they are written a value at a time.
     const bool transposes = isa_available(Isa::avx512) && !avx512_emulated();
     auto pack = [&](int64_t tile0, int64_t tile1) {
+        if (isa == Isa::avx2 && generic::pack_avx2_tiles(w, data_, tile0, tile1)) return;
         if (!transposes || !avx512::pack_tiles(w, data_, tile0, tile1)) generic::pack_tiles(w, data_, tile0, tile1);
     };
     // In chunks of about 8 MiB of the file's rows, each reported when done.

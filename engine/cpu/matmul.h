@@ -34,9 +34,10 @@ struct WeightMatrix {
     int64_t n_in = 0;   // row length (ne[0])
     int64_t n_out = 0;  // number of rows (ne[1])
     size_t row_bytes = 0;
-    // The same weights repacked for the AVX-512 kernels (PackedWeights), or null. Kernels of the families that
-    // read them (avx512, amx) use them; the others read data.
+    // The same weights repacked for the kernels of packed_isa (PackedWeights), or null. The kernels of that family
+    // (avx2; or avx512 and amx, which read one layout) use them; the others read data.
     const void* packed = nullptr;
+    Isa packed_isa = Isa::generic;
     // The kernel of each Isa (indexed by its value) for these weights, resolved once when the backend placed them
     // (WeightStore); null: resolved at each product.
     const Kernel* kernels = nullptr;
@@ -49,26 +50,35 @@ struct WeightMatrix {
 // each row's qh word), IQ4_NL (Q4_0's records, the kernels looking its nibbles up in its levels), Q4_K, Q5_K and
 // IQ4_XS (their super-blocks' bytes laid out as the AVX2 kernels' transposes of eight rows make them, which the
 // AVX-512 kernels load two halves at a time: generic::pack_tiles), Q6_K (quads of four rows laid out as the
-// four-row kernels load them), and Q3_K (eight-row halves read by the AVX2 kernel on every family: kQ3SuperBytes).
-// Results have the same bits as from the file's layout.
+// four-row kernels load them; for the AVX2 kernels eight-row halves: kQ6EightSuperBytes), and Q3_K and Q2_K (eight-row
+// halves read by the AVX2 kernels on every family: kQ3SuperBytes, kQ2SuperBytes). The layout is that of the family packed for (avx2,
+// or avx512 and amx), whose kernels alone read it. Results have the same bits as from the file's layout.
 class PackedWeights {
 public:
     static bool supports(GgmlType type, Isa isa);
-    // The bytes of w's packed form.
+    // The bytes of w's packed form (on every family).
     static size_t bytes_for(const WeightMatrix& w);
     PackedWeights() = default;
-    // Packs w (a supported type) into `into` (bytes_for(w) bytes, 64-byte aligned, outliving this object) or, when
-    // null, into HugeMemory of its own; the tiles split over the pool when one is given; packed(row0, row1) is
-    // called as each chunk of w's rows is done (the backend hands their pages back).
-    PackedWeights(const WeightMatrix& w, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& packed = {},
-                  void* into = nullptr);
+    // Packs w (a type supported on isa) for isa's kernels into `into` (bytes_for(w) bytes, 64-byte aligned, outliving
+    // this object) or, when null, into HugeMemory of its own; the tiles split over the pool when one is given;
+    // packed(row0, row1) is called as each chunk of w's rows is done (the backend hands their pages back).
+    PackedWeights(const WeightMatrix& w, Isa isa, ThreadPool* pool,
+                  const std::function<void(int64_t, int64_t)>& packed = {}, void* into = nullptr);
     const void* data() const { return data_; }
     size_t bytes() const { return bytes_; }
+    Isa isa() const { return isa_; }
+    // w reading this packed form (w the matrix packed).
+    WeightMatrix reading(WeightMatrix w) const {
+        w.packed = data_;
+        w.packed_isa = isa_;
+        return w;
+    }
 
 private:
     std::shared_ptr<void> own_;  // the memory when not packed into another's
     void* data_ = nullptr;
     size_t bytes_ = 0;
+    Isa isa_ = Isa::generic;
 };
 
 // Anonymous memory aligned to 2 MiB and in transparent huge pages where the kernel gives them: the packed weights

@@ -98,7 +98,7 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, Laye
             if (release && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
         };
         if (p.pack) {
-            packed_.emplace(t->data, PackedWeights(as_matrix(*t), &pool, done, into));
+            packed_.emplace(t->data, PackedWeights(as_matrix(*t), isa, &pool, done, into));
         } else {
             // In chunks of about 8 MiB, split over the threads, each handed back when copied.
             const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / static_cast<int64_t>(row_bytes));
@@ -115,9 +115,12 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, Laye
 void WeightStore::resolve_kernels_of(const std::vector<const TensorView*>& matrices) {
     for (const TensorView* t : matrices) {
         Placement& p = placed_[t->data];
-        if (auto it = packed_.find(t->data); it != packed_.end()) p.packed = it->second.data();
         WeightMatrix m = as_matrix(*t);
-        m.packed = p.packed;
+        if (auto it = packed_.find(t->data); it != packed_.end()) {
+            p.packed = it->second.data();
+            p.packed_isa = it->second.isa();
+            m = it->second.reading(m);
+        }
         if (p.copy != nullptr) m.data = p.copy;
         p.kernels = resolve_kernels(m);
     }

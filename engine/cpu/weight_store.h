@@ -32,7 +32,10 @@ public:
     WeightMatrix matrix(const TensorView& t) const {
         WeightMatrix m = as_matrix(t);
         if (auto it = placed_.find(t.data); it != placed_.end()) {
-            if (it->second.packed != nullptr) m.packed = it->second.packed;
+            if (it->second.packed != nullptr) {
+                m.packed = it->second.packed;
+                m.packed_isa = it->second.packed_isa;
+            }
             if (it->second.copy != nullptr) m.data = it->second.copy;
             m.kernels = it->second.kernels.data();
         }
@@ -51,6 +54,7 @@ private:
     // neither: the file's rows), and its kernel on each Isa, resolved once.
     struct Placement {
         const void* packed = nullptr;
+        Isa packed_isa = Isa::generic;
         const uint8_t* copy = nullptr;
         std::array<Kernel, kIsaCount> kernels{};
     };

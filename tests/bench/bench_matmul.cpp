@@ -5,7 +5,8 @@
 // own weights, so decode streams them from memory as a real model does. Also measures plain memory read bandwidth,
 // the ceiling for decode.
 //
-// Q4_0, Q4_1 and Q8_0 matrices are packed (PackedWeights) as the backend packs them, unless --packed 0.
+// The matrices of a type with a packed form are packed (PackedWeights) for each ISA as the backend packs them, unless
+// --packed 0.
 //
 //   bench_matmul [--shape stories110m|tinyllama|smollm2|phi-4-mini] [--types q4_0,q8_0]
 //                [--isa generic|avx2|avx512|amx] [--threads 1,2] [--tokens 1,64] [--reps N] [--packed 1]
@@ -63,11 +64,16 @@ struct Matrix {
     GgmlType type;
     int64_t n_out, n_in;
     std::vector<uint8_t> data;  // [n_out, row_bytes]
-    PackedWeights packed;       // when packing is on and the type has a packed form, as the backend packs it
+    PackedWeights packed;       // when packing is on and the type has a packed form, as the backend packs it for isa
     WeightMatrix view(Isa isa) const {
-        WeightMatrix w{type, data.data(), n_in, n_out, row_size(type, n_in)};
-        if (packed.data() != nullptr && PackedWeights::supports(type, isa)) w.packed = packed.data();
-        return w;
+        const WeightMatrix w{type, data.data(), n_in, n_out, row_size(type, n_in)};
+        return packed.data() != nullptr && packed.isa() == isa ? packed.reading(w) : w;
+    }
+    // Packs the matrix for isa's kernels where packing is on and it has a packed form there.
+    void pack_for(Isa isa) {
+        const WeightMatrix w{type, data.data(), n_in, n_out, row_size(type, n_in)};
+        packed = {};
+        if (g_packed && PackedWeights::supports(type, isa) && n_in % 32 == 0) packed = PackedWeights(w, isa, nullptr);
     }
 };
 
@@ -89,9 +95,6 @@ Matrix make_matrix(GgmlType type, int64_t n_out, int64_t n_in, std::mt19937& rng
         std::memcpy(m.data.data() + rb * static_cast<size_t>(r),
                     distinct.data() + rb * static_cast<size_t>((r + shift) % kDistinctRows), rb);
     }
-    const bool packable = PackedWeights::supports(type, Isa::avx2) || PackedWeights::supports(type, Isa::avx512);
-    if (g_packed && packable && n_in % 32 == 0)
-        m.packed = PackedWeights(WeightMatrix{type, m.data.data(), n_in, n_out, rb}, nullptr);
     return m;
 }
 
@@ -102,6 +105,12 @@ struct Layer {
 struct Model {
     std::vector<Layer> layers;
     Matrix output;
+    void pack_for(Isa isa) {
+        for (Layer& l : layers) {
+            for (Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3, &l.w2}) m->pack_for(isa);
+        }
+        output.pack_for(isa);
+    }
     size_t bytes(bool with_output) const {
         size_t total = with_output ? output.data.size() : 0;
         for (const Layer& l : layers) {
@@ -256,7 +265,7 @@ int main(int argc, char** argv) {
         if (std::find(opt.shapes.begin(), opt.shapes.end(), shape.name) == opt.shapes.end()) continue;
         for (const std::string& type_str : opt.types) {
             const GgmlType type = type_from_name(type_str).value();
-            const Model model = make_model(shape, type, rng);
+            Model model = make_model(shape, type, rng);
             for (int64_t n_tokens : opt.tokens) {
                 Buffers b;
                 std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -270,6 +279,7 @@ int main(int argc, char** argv) {
                 // Decode multiplies the output matrix every token; prefill only for the last one.
                 const bool per_token_output = n_tokens == 1 || g_all_logits;
                 for (Isa isa : opt.isas) {
+                    model.pack_for(isa);  // as the backend packs for the family it runs
                     for (int threads : opt.threads) {
                         ThreadPool pool(threads);
                         Activations act;

@@ -99,16 +99,15 @@ inline std::vector<double> abs_products(const TestMatrix& m, const std::vector<f
     return out;
 }
 
-// m's packed form (PackedWeights) and a view of m that reads it, whose file data are zeros: only kernels that read
-// the packed form give m's results through it.
+// m's packed form for isa (PackedWeights) and a view of m that reads it, whose file data are zeros: only kernels
+// that read the packed form give m's results through it.
 struct PackedTestMatrix {
     cpu::PackedWeights packed;
     std::vector<uint8_t> zeros;
     cpu::WeightMatrix view;
-    PackedTestMatrix(const TestMatrix& m, cpu::ThreadPool* pool)
-        : packed(m.view(), pool), zeros(m.data.size(), 0), view(m.view()) {
+    PackedTestMatrix(const TestMatrix& m, cpu::Isa isa, cpu::ThreadPool* pool)
+        : packed(m.view(), isa, pool), zeros(m.data.size(), 0), view(packed.reading(m.view())) {
         view.data = zeros.data();
-        view.packed = packed.data();
     }
 };
 

@@ -1,5 +1,6 @@
 // PackedWeights' tiles written a value at a time: the layout avx512::pack_tiles writes with its transposes, for
-// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS, Q6_K and Q3_K layouts for every family.
+// machines without AVX-512, and the Q5_0, Q5_1, IQ4_XS, Q6_K, Q3_K and Q2_K layouts for every family (Q6_K's AVX2 one
+// besides).
 #include <array>
 #include <cstring>
 
@@ -41,17 +42,24 @@ void pack_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1
     }
 }
 
+// The Rows rows of w from `first` as Block arrays: a ragged tile repeats its last row.
+template <typename Block, int Rows>
+std::array<const Block*, Rows> tile_rows(const WeightMatrix& w, int64_t first) {
+    std::array<const Block*, Rows> rows{};
+    for (int r = 0; r < Rows; ++r) {
+        const int64_t row = std::min(first + r, w.n_out - 1);
+        rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) +
+                                                 row * static_cast<int64_t>(w.row_bytes));
+    }
+    return rows;
+}
+
 // pack_tiles for Q6_K (see kQ6QuadBytes in kernels.h): each quad's super-blocks, each its halves' ql and qh chunks
 // with the four rows side by side, then the rows' scales and d.
 void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     const int64_t n_groups = w.n_in / 256;
     for (int64_t quad = 4 * tile0; quad < 4 * tile1; ++quad) {
-        const BlockQ6_K* rows[4];
-        for (int64_t r = 0; r < 4; ++r) {  // a ragged tile repeats its last row
-            const int64_t row = std::min(4 * quad + r, w.n_out - 1);
-            rows[r] = reinterpret_cast<const BlockQ6_K*>(static_cast<const uint8_t*>(w.data) +
-                                                         row * static_cast<int64_t>(w.row_bytes));
-        }
+        const auto rows = tile_rows<BlockQ6_K, 4>(w, 4 * quad);
         auto* dst = static_cast<uint8_t*>(out) + quad * n_groups * kQ6QuadBytes;
         for (int64_t g = 0; g < n_groups; ++g, dst += kQ6QuadBytes) {
             for (int64_t r = 0; r < 4; ++r) {
@@ -73,12 +81,7 @@ void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t ti
 void pack_q3_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     const int64_t n_groups = w.n_in / 256;
     for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
-        const BlockQ3_K* rows[8];
-        for (int64_t r = 0; r < 8; ++r) {  // a ragged tile repeats its last row
-            const int64_t row = std::min(8 * half + r, w.n_out - 1);
-            rows[r] = reinterpret_cast<const BlockQ3_K*>(static_cast<const uint8_t*>(w.data) +
-                                                         row * static_cast<int64_t>(w.row_bytes));
-        }
+        const auto rows = tile_rows<BlockQ3_K, 8>(w, 8 * half);
         auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ3SuperBytes;
         for (int64_t g = 0; g < n_groups; ++g, dst += kQ3SuperBytes) {
             for (int64_t r = 0; r < 8; ++r) {
@@ -103,13 +106,83 @@ void pack_q3_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t ti
     }
 }
 
+// The 6-bit value q + 32 of element e (0..255) of a Q6_K block: the low four bits a nibble of ql, the top two bits
+// of qh (see DecQ6_K in engine/cpu/x86/avx2/decoders.h).
+int q6_k_value(const BlockQ6_K& b, int e) {
+    const int half = e / 128, c = e % 128 / 32, l = e % 32;
+    const int low = (b.ql[64 * half + 32 * (c % 2) + l] >> (4 * (c / 2))) & 0xF;
+    return low | ((b.qh[32 * half + l] >> (2 * c)) & 3) << 4;
+}
+
+// pack_avx2_tiles for Q6_K (see kQ6EightSuperBytes in kernels.h): each eight-row half's super-blocks, each its
+// 32-blocks' values six bits to the value in lanes, then the rows' scales and d.
+void pack_q6_k_eights(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t n_groups = w.n_in / 256;
+    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
+        const auto rows = tile_rows<BlockQ6_K, 8>(w, 8 * half);
+        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ6EightSuperBytes;
+        for (int64_t g = 0; g < n_groups; ++g, dst += kQ6EightSuperBytes) {
+            for (int64_t r = 0; r < 8; ++r) {
+                const BlockQ6_K& b = rows[r][g];
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t* x = dst + j * kQ6EightBlockBytes + 4 * r;  // X_k at x + 32 k
+                    for (int i = 0; i < 4; ++i) {
+                        int u[8];  // u[k]: element 4 k + i of block j
+                        for (int k = 0; k < 8; ++k) u[k] = q6_k_value(b, 32 * j + 4 * k + i);
+                        for (int k = 0; k < 6; ++k)
+                            x[32 * k + i] = static_cast<uint8_t>(u[k] | ((u[6 + k / 3] >> (2 * (k % 3))) & 3) << 6);
+                    }
+                }
+                for (int i = 0; i < 16; ++i) dst[kQ6EightScalesAt + 8 * i + r] = static_cast<uint8_t>(b.scales[i]);
+                std::memcpy(dst + kQ6EightDAt + 2 * r, &b.d, 2);
+            }
+        }
+    }
+}
+
+// pack_tiles for Q2_K (see kQ2SuperBytes in kernels.h): each eight-row half's super-blocks, each its 32-blocks' values
+// two bits to the value in lanes, then the rows' scale bytes, d and dmin.
+void pack_q2_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    const int64_t n_groups = w.n_in / 256;
+    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
+        const auto rows = tile_rows<BlockQ2_K, 8>(w, 8 * half);
+        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ2SuperBytes;
+        for (int64_t g = 0; g < n_groups; ++g, dst += kQ2SuperBytes) {
+            for (int64_t r = 0; r < 8; ++r) {
+                const BlockQ2_K& b = rows[r][g];
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t* x = dst + j * kQ2BlockBytes + 4 * r;  // X0 at x, X1 at x + 32
+                    for (int i = 0; i < 4; ++i) {
+                        for (int v = 0; v < 2; ++v) {
+                            int byte = 0;  // u_k of element 4 k + i of block j, k = 4 v .. 4 v + 3
+                            for (int k = 4 * v; k < 4 * v + 4; ++k)
+                                byte |= ((b.qs[32 * (j / 4) + 4 * k + i] >> (2 * (j % 4))) & 3) << (2 * (k % 4));
+                            x[32 * v + i] = static_cast<uint8_t>(byte);
+                        }
+                    }
+                }
+                for (int i = 0; i < 16; ++i) dst[kQ2ScalesAt + 8 * i + r] = b.scales[i];
+                std::memcpy(dst + kQ2DAt + 2 * r, &b.d, 2);
+                std::memcpy(dst + kQ2DminAt + 2 * r, &b.dmin, 2);
+            }
+        }
+    }
+}
+
 }  // namespace
+
+bool pack_avx2_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
+    if (w.type != GgmlType::Q6_K) return false;
+    pack_q6_k_eights(w, out, tile0, tile1);
+    return true;
+}
 
 void pack_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
     if (w.type == GgmlType::Q4_K || w.type == GgmlType::Q5_K || w.type == GgmlType::IQ4_XS)
         return pack_k_tiles(w, out, tile0, tile1);
     if (w.type == GgmlType::Q6_K) return pack_q6_k_tiles(w, out, tile0, tile1);
     if (w.type == GgmlType::Q3_K) return pack_q3_k_tiles(w, out, tile0, tile1);
+    if (w.type == GgmlType::Q2_K) return pack_q2_k_tiles(w, out, tile0, tile1);
     const int64_t record = packed_record_bytes(w.type), nb = w.n_in / 32;
     const bool q8 = w.type == GgmlType::Q8_0, q5 = w.type == GgmlType::Q5_0 || w.type == GgmlType::Q5_1;
     const bool has_min = w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1;

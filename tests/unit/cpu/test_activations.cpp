@@ -367,9 +367,8 @@ TEST_CASE("an input quantized for another ISA (no lane layout) gives the AVX2 la
     for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
         const TestMatrix m = make_matrix(type, 40, 352, rng);
         const std::vector<float> x = make_input(19, 352, rng);
-        PackedWeights packed(m.view(), &pool);
-        WeightMatrix w = m.view();
-        w.packed = packed.data();
+        const PackedWeights packed(m.view(), Isa::avx2, &pool);
+        const WeightMatrix w = packed.reading(m.view());
         std::vector<float> y[2];
         for (int i = 0; i < 2; ++i) {
             Activations act;

@@ -468,8 +468,8 @@ TEST_CASE("int8 activations quantized in parts by several threads give the matmu
             std::optional<PackedWeights> packed;
             WeightMatrix w = m.view();
             if (packs) {
-                packed.emplace(m.view(), &pool);
-                w.packed = packed->data();
+                packed.emplace(m.view(), isa, &pool);
+                w = packed->reading(w);
             }
             REQUIRE(reads_int8(w, isa));
             for (int64_t n_tokens : {1, 8, 12, 16, 17, 24, 40}) {
@@ -604,7 +604,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
         const bool packs = type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
                            type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q5_0 ||
                            type == GgmlType::Q5_1 || type == GgmlType::Q6_K || type == GgmlType::IQ4_XS ||
-                           type == GgmlType::IQ4_NL || type == GgmlType::Q3_K;
+                           type == GgmlType::IQ4_NL || type == GgmlType::Q3_K || type == GgmlType::Q2_K;
         CHECK(PackedWeights::supports(type, Isa::avx2) == (packs && isa_available(Isa::avx2)));
         CHECK(PackedWeights::supports(type, Isa::avx512) ==
               (packs && isa_available(Isa::avx512) && !avx512_emulated()));
@@ -629,31 +629,36 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
             const std::vector<uint8_t> zeros(m.data.size(), 0);
             WeightMatrix packed_view = m.view();
             packed_view.data = zeros.data();
-            PackedWeights packed(m.view(), &pools[1]);
-            packed_view.packed = packed.data();
             const size_t record = type == GgmlType::Q8_0 ? 544
                                   : type == GgmlType::Q4_1   ? 320
                                   : type == GgmlType::Q5_1   ? 384
                                   : type == GgmlType::Q6_K   ? 420
                                   : type == GgmlType::Q3_K   ? 228
+                                  : type == GgmlType::Q2_K   ? 168
                                   : type == GgmlType::IQ4_XS ? 272
                                   : type == GgmlType::Q5_K || type == GgmlType::Q5_0 ? 352
                                                                                      : 288;  // Q4_0, IQ4_NL, Q4_K
-            REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
-            REQUIRE(PackedWeights::bytes_for(m.view()) == packed.bytes());
-            {  // packed into another's memory (the backend's one mapping for all its matrices), at a cache line
+            // Packed for each family (the layout may differ: Q6_K's), each read by its own kernels.
+            std::vector<std::pair<Isa, PackedWeights>> packs;
+            for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
+                if (!PackedWeights::supports(type, isa)) continue;
+                const PackedWeights& packed = packs.emplace_back(isa, PackedWeights(m.view(), isa, &pools[1])).second;
+                REQUIRE(packed.isa() == isa);
+                REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * (n_in / 32)) * record);
+                REQUIRE(PackedWeights::bytes_for(m.view()) == packed.bytes());
+                // packed into another's memory (the backend's one mapping for all its matrices), at a cache line
                 const HugeMemory memory(64 + packed.bytes());
                 REQUIRE(reinterpret_cast<uintptr_t>(memory.data()) % (uintptr_t{2} << 20) == 0);
                 auto* at = static_cast<uint8_t*>(memory.data()) + 64;
-                const PackedWeights into(m.view(), &pools[1], {}, at);
+                const PackedWeights into(m.view(), isa, &pools[1], {}, at);
                 REQUIRE(into.data() == at);
                 CHECK(std::memcmp(into.data(), packed.data(), packed.bytes()) == 0);
             }
             for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17, 40, 400}) {
                 if (n_tokens == 400 && n_in != 2816) continue;
                 const std::vector<float> x = make_input(n_tokens, n_in, rng);
-                for (Isa isa : {Isa::avx2, Isa::avx512, Isa::amx}) {
-                    if (!PackedWeights::supports(type, isa)) continue;
+                for (const auto& [isa, packed] : packs) {
+                    const WeightMatrix packed_view_isa = packed.reading(packed_view);
                     for (ThreadPool& pool : pools) {
                         INFO(fmt::format("{} {}x{} tokens {} isa {} threads {}", type_name(type), n_out, n_in,
                                          n_tokens, isa_name(isa), pool.size()));
@@ -662,7 +667,7 @@ TEST_CASE("packed weights give the bits of the file's layout", "[matmul]") {
                             Activations act;
                             act.set(x.data(), n_tokens, n_in);
                             y[i] = poisoned(static_cast<size_t>(n_tokens * n_out));
-                            matmul(i == 0 ? m.view() : packed_view, act, y[i].data(), pool, isa);
+                            matmul(i == 0 ? m.view() : packed_view_isa, act, y[i].data(), pool, isa);
                         }
                         CHECK(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)) == 0);
                     }

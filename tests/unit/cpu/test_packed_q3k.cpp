@@ -20,7 +20,6 @@
 
 using namespace quill;
 using namespace quill::cpu;
-using quill::test::packed_isas;
 using quill::test::TestMatrix;
 
 namespace {
@@ -86,19 +85,8 @@ TEST_CASE("packed Q3_K halves hold each element's three bits in its row's lane, 
 }
 
 TEST_CASE("packed Q3_K gives the bits of the file's layout and the reference dot products on every ISA", "[matmul]") {
-    const std::vector<Isa> isas = packed_isas();
-    if (isas.empty()) return quill::test::skip_no_device("no AVX2 here: the packed kernels cannot run");
-    for (Isa isa : isas) {
-        INFO(isa_name(isa));
-        REQUIRE(PackedWeights::supports(GgmlType::Q3_K, isa));
-    }
     std::mt19937 rng(3302);
-    ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
-    // Ragged tiles and halves (45, 7, 21 rows), one super-block and many.
-    for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 768}, {7, 256}, {21, 2816}}) {
-        const TestMatrix m = random_q3_k(n_out, n_in, rng);
-        const quill::test::PackedTestMatrix packed(m, &pools[1]);
-        // Every path: decode of 1 to 3 tokens, the tiles decoded once from 4, chunks of 32 tokens and the rest.
-        quill::test::check_packed_products(m, packed, {1, 2, 3, 4, 5, 8, 9, 16, 17, 40}, isas, pools, rng);
-    }
+    quill::test::check_packed_halves(GgmlType::Q3_K, [&](int64_t n_out, int64_t n_in) {
+        return random_q3_k(n_out, n_in, rng);
+    }, rng);
 }

@@ -38,13 +38,13 @@ TEST_CASE("packed Q6_K and IQ4_XS kernels equal the reference dot products on ra
         // Ragged tiles and quads (45, 7, 18 rows), one super-block and many.
         for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{45, 768}, {7, 256}, {18, 2816}}) {
             const TestMatrix m = random_blocks(type, n_out, n_in, rng);
-            PackedWeights packed(m.view(), &pools[1]);
-            REQUIRE(packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * 16) * row_size(type, n_in));
-            // The packed view's file data are zeros, so only kernels that read the packed form give m's results.
-            const std::vector<uint8_t> zeros(m.data.size(), 0);
-            WeightMatrix packed_view = m.view();
-            packed_view.data = zeros.data();
-            packed_view.packed = packed.data();
+            // Packed for each family (Q6_K's layouts differ), each view's file data zeros, so that only kernels
+            // that read the packed form give m's results.
+            std::vector<quill::test::PackedTestMatrix> packs;
+            for (Isa isa : isas) {
+                const quill::test::PackedTestMatrix& packed = packs.emplace_back(m, isa, &pools[1]);
+                REQUIRE(packed.packed.bytes() == static_cast<size_t>((n_out + 15) / 16 * 16) * row_size(type, n_in));
+            }
             // Every path: decode of 1 to 7 tokens, the repacked tiles, one whole group of the tile layout (16), and
             // passes with tokens left over.
             for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 40}) {
@@ -54,7 +54,9 @@ TEST_CASE("packed Q6_K and IQ4_XS kernels equal the reference dot products on ra
                 std::vector<float> ref(static_cast<size_t>(n_tokens * n_out));
                 matmul_reference(m.view(), xq.data(), n_tokens, ref.data());
                 const std::vector<float> portable = product(m.view(), x, n_tokens, pools[0], Isa::generic);
-                for (Isa isa : isas) {
+                for (size_t p = 0; p < isas.size(); ++p) {
+                    const Isa isa = isas[p];
+                    const WeightMatrix& packed_view = packs[p].view;
                     for (ThreadPool& pool : pools) {
                         INFO(fmt::format("{} {}x{} tokens {} isa {} threads {}", type_name(type), n_out, n_in,
                                          n_tokens, isa_name(isa), pool.size()));

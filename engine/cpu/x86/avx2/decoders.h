@@ -147,31 +147,6 @@ struct DecQ6_K {
     }
 };
 
-// Packed Q6_K (kQ6QuadBytes in kernels.h): a quad's super-block g gives DecQ6_K's steps with one load per row pair
-// and quarter (a chunk's 64 bytes hold rows 0, 1 in the first 32), the same Step4s and so the same bits as the
-// file's four rows.
-struct PackedQ6_K {
-    using State = DecQ6_K::State;
-    static constexpr int kGroupSteps = DecQ6_K::kGroupSteps;
-
-    static void load_group(const uint8_t* quad, int64_t g, State& st) {
-        DecQ6_K::load_scales(Q6Heads::of_quad(quad, g), st);
-    }
-
-    static Step4 step(const uint8_t* quad, int64_t g, int j, const State& st) {
-        const uint8_t* half = quad + g * kQ6QuadBytes + (j / 4) * kQ6HalfBytes;
-        const int c = 2 * (j % 2);  // the block's first ql chunk
-        __m256i ql[2][2], qh[2][2];
-        for (int p = 0; p < 2; ++p) {
-            for (int q = 0; q < 2; ++q) {
-                ql[p][q] = load256(half + 64 * (c + q) + 32 * p);
-                qh[p][q] = load256(half + 256 + 64 * q + 32 * p);
-            }
-        }
-        return DecQ6_K::decode(ql, qh, j, st);
-    }
-};
-
 // Q3_K: w = d * sc_i * (u - 4) with a scale per 16 elements, u = the two low bits of qs[32 half + l] at bit 2k
 // plus 4 when bit j of hmask[l] is set, for 32-block j (half = j / 4, k = j % 4; see decode_q3_k in
 // engine/cpu/generic/rows.cpp).

@@ -1,4 +1,4 @@
-// The AVX2 four-row kernels (Q6_K, from the file's rows and packed, Q3_K, Q2_K): quant_rows, its decode and prefill
+// The AVX2 four-row kernels over the file's rows (Q6_K, Q3_K, Q2_K): quant_rows, its decode and prefill
 // tiles, as two row pairs.
 #include "engine/cpu/x86/avx2/common.h"
 
@@ -260,8 +260,8 @@ struct QuantScratch {
     }
 };
 
-// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time (from Tile: the file's rows, or packed Q6_K's
-// quads), written a block of rows at a time.
+// Rows [r0, r1) of y for all tokens, a tile of 4 rows at a time (from Tile: the file's rows), written a block of rows
+// at a time.
 template <typename Dec, typename Tile = RowTile<Dec>>
 void quant_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     constexpr int QG = Dec::kQuartersPerScale;
@@ -334,7 +334,6 @@ void add_rows_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::Q6_K) = {quant_rows<DecQ6_K>, true};
     entry(table.rows, GgmlType::Q3_K) = {quant_rows<DecQ3_K>, true};
     entry(table.rows, GgmlType::Q2_K) = {quant_rows<DecQ2_K>, true};
-    entry(table.packed, GgmlType::Q6_K) = {quant_rows<DecQ6_K, PackedQ6Tile<PackedQ6_K, kPrefetchBytes>>, true};
 }
 
 }  // namespace quill::cpu::avx2

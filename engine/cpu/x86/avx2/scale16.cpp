@@ -1,12 +1,14 @@
-// The AVX2 eight-row kernel of packed Q3_K (kQ3SuperBytes in kernels.h): rows in the 32-bit lanes, a scale per 16
-// elements; the AVX-512 families use it too (they have no Q3_K kernel of their own).
+// The AVX2 eight-row kernels of packed Q3_K (kQ3SuperBytes in kernels.h), Q2_K (kQ2SuperBytes) and Q6_K
+// (kQ6EightSuperBytes): rows in the 32-bit lanes, a scale per 16 elements; the AVX-512 families use the Q3_K and Q2_K
+// ones too (they have no kernels of those types of their own; their Q6_K layout is the quads of their own kernel).
 //
 // The four-row kernels (rows.cpp) leave each row's four int32 lanes of a quarter (16 elements) holding the exact sums
 // of (u - c) * a over its four-element groups, and each lane accumulates fma(float(sum), ws * da, acc) quarter by
 // quarter; a row's result is (lane 0 + lane 1) + (lane 2 + lane 3). Here the vector of group k of a 32-block holds
 // that sum for eight rows (lane r: row r), so four accumulators, acc[k % 4], take the same chains in the same order
 // and their sum at the end is the same: the bits of the four-row kernels over the file's rows. Each activation group
-// and scale product serves eight rows (two there), and the sums need no horizontal adds.
+// and scale product serves eight rows (two there), and the sums need no horizontal adds. Q2_K's minima, a float per
+// 16 elements, are dotted with the activations' half sums as the four-row kernels' dot4_f32 dots each row (row_minima).
 #include "engine/cpu/x86/avx2/common.h"
 
 #ifdef QUILL_AVX2_BUILT
@@ -22,9 +24,18 @@ struct alignas(32) Step16 {
     __m256 ws[2];
 };
 
+// ws[q] of 32-block j: lane r = d * row r's scale of quarter q, from the super-block's signed scales [16][8].
+[[gnu::always_inline]] inline void quarter_scales(const uint8_t* scales, int j, __m256 d, Step16& s) {
+    for (int q = 0; q < 2; ++q) {
+        const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * (2 * j + q)));
+        s.ws[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    }
+}
+
 // Packed Q3_K's eight-row super-blocks (kQ3SuperBytes), w = d * sc * (u - 4).
 struct PackedQ3_8 {
     static constexpr int kOffset = 4;
+    static constexpr bool kMinima = false;
     static constexpr int64_t kSuperBytes = kQ3SuperBytes;
 
     static __m256 d(const uint8_t* sb) { return _mm256_cvtph_ps(load128(sb + kQ3DAt)); }
@@ -45,12 +56,88 @@ struct PackedQ3_8 {
                                  _mm256_and_si256(_mm256_srli_epi16(x2, 5), four));
         s.u[6] = _mm256_and_si256(x2, seven);
         s.u[7] = _mm256_and_si256(_mm256_srli_epi16(x2, 3), seven);
+        quarter_scales(sb + kQ3ScalesAt, j, d, s);
+    }
+};
+
+// Packed Q6_K's eight-row super-blocks (kQ6EightSuperBytes), w = d * sc * (u - 32).
+struct PackedQ6_8 {
+    static constexpr int kOffset = 32;
+    static constexpr bool kMinima = false;
+    static constexpr int64_t kSuperBytes = kQ6EightSuperBytes;
+
+    static __m256 d(const uint8_t* sb) { return _mm256_cvtph_ps(load128(sb + kQ6EightDAt)); }
+
+    // 32-block j of super-block sb, whose rows' d are d.
+    [[gnu::always_inline]] static void decode(const uint8_t* sb, int j, __m256 d, Step16& s) {
+        const uint8_t* x = sb + j * kQ6EightBlockBytes;
+        __m256i v[6];
+        const __m256i low6 = _mm256_set1_epi8(0x3F);
+        for (int k = 0; k < 6; ++k) {
+            v[k] = load256(x + 32 * k);
+            s.u[k] = _mm256_and_si256(v[k], low6);
+        }
+        // u6 and u7 from the top two bits of X0..X2 and X3..X5 (16-bit shifts: the bits they bring in from the next
+        // byte fall outside each mask)
+        for (int m = 0; m < 2; ++m) {
+            const __m256i* y = v + 3 * m;
+            s.u[6 + m] = _mm256_or_si256(
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(y[0], 6), _mm256_set1_epi8(0x03)),
+                                _mm256_and_si256(_mm256_srli_epi16(y[1], 4), _mm256_set1_epi8(0x0C))),
+                _mm256_and_si256(_mm256_srli_epi16(y[2], 2), _mm256_set1_epi8(0x30)));
+        }
+        quarter_scales(sb + kQ6EightScalesAt, j, d, s);
+    }
+};
+
+// Packed Q2_K's eight-row super-blocks (kQ2SuperBytes), w = d * sc * u - dmin * m, the minima apart (minima).
+struct PackedQ2_8 {
+    static constexpr int kOffset = 0;
+    static constexpr bool kMinima = true;
+    static constexpr int64_t kSuperBytes = kQ2SuperBytes;
+
+    static __m256 d(const uint8_t* sb) { return _mm256_cvtph_ps(load128(sb + kQ2DAt)); }
+
+    // 32-block j of super-block sb, whose rows' d are d.
+    [[gnu::always_inline]] static void decode(const uint8_t* sb, int j, __m256 d, Step16& s) {
+        const uint8_t* x = sb + j * kQ2BlockBytes;
+        const __m256i three = _mm256_set1_epi8(3);
+        for (int v = 0; v < 2; ++v) {  // (16-bit shifts: the bits they bring in from the next byte fall outside the mask)
+            const __m256i xv = load256(x + 32 * v);
+            s.u[4 * v] = _mm256_and_si256(xv, three);
+            for (int k = 1; k < 4; ++k) s.u[4 * v + k] = _mm256_and_si256(_mm256_srli_epi16(xv, 2 * k), three);
+        }
         for (int q = 0; q < 2; ++q) {
-            const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + kQ3ScalesAt + 8 * (2 * j + q)));
-            s.ws[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+            const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + kQ2ScalesAt + 8 * (2 * j + q)));
+            s.ws[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))));
+        }
+    }
+
+    // wm [16][8] (lane r: row r) = -dmin * m of each 16 elements of super-block sb, as the four-row decoder makes
+    // them (the negated dmin times the minimum).
+    static void minima(const uint8_t* sb, float* wm) {
+        const __m256 dmin = _mm256_xor_ps(_mm256_cvtph_ps(load128(sb + kQ2DminAt)), _mm256_set1_ps(-0.0f));
+        for (int i = 0; i < 16; ++i) {
+            const __m128i sc = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + kQ2ScalesAt + 8 * i));
+            const __m256i m = _mm256_srli_epi32(_mm256_cvtepu8_epi32(sc), 4);
+            _mm256_storeu_ps(wm + 8 * i, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)));
         }
     }
 };
+
+// Lane r: row r's minima wm [n16][8] dotted with a token's half sums ds16 [n16] as dot4_f32 dots a row (n16 a multiple
+// of 8): lane l of eight accumulators takes elements l, l + 8, ... in order, then hsum adds them up.
+inline __m256 row_minima(const float* wm, int64_t n16, const float* ds16) {
+    __m256 acc[8];
+    for (__m256& a : acc) a = _mm256_setzero_ps();
+    for (int64_t c = 0; c < n16; c += 8) {
+        for (int l = 0; l < 8; ++l)
+            acc[l] = _mm256_fmadd_ps(_mm256_loadu_ps(wm + 8 * (c + l)), _mm256_broadcast_ss(ds16 + c + l), acc[l]);
+    }
+    __m256 x[4];
+    for (int k = 0; k < 4; ++k) x[k] = _mm256_add_ps(acc[k], acc[k + 4]);
+    return _mm256_add_ps(_mm256_add_ps(x[0], x[2]), _mm256_add_ps(x[1], x[3]));
+}
 
 // Token t's activations as the kernel reads them: its int8 values, block scales, and off[g] = c * the sum of its
 // four-value group g (offset_terms).
@@ -73,7 +160,7 @@ void offset_terms(const QuantizedActs& q, int64_t t, int32_t* off) {
 
 // Quarter q of block s of eight rows (st) against T tokens: group k's exact sum of (u - c) * a into acc[t][k % 4],
 // scaled by the quarter's ws * da. Each weight vector serves the T tokens.
-template <int T>
+template <int T, bool Offset>
 [[gnu::always_inline]] inline void add_quarter(const Step16& st, int q, const GroupActs* ta, int64_t s,
                                                __m256 (&acc)[T][4]) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -84,7 +171,7 @@ template <int T>
         for (int t = 0; t < T; ++t) {
             const __m256i a = _mm256_set1_epi32(load_unaligned<int32_t>(ta[t].qs + 32 * s + 4 * k));
             __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(st.u[k], a), ones);
-            dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(ta[t].off[8 * s + k]));
+            if constexpr (Offset) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(ta[t].off[8 * s + k]));
             acc[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale[t], acc[t][l]);
         }
     }
@@ -114,7 +201,7 @@ void decode_rows(const uint8_t* half, int64_t n_groups, const GroupActs* ta, flo
                 _mm_prefetch(reinterpret_cast<const char*>(sb + kPrefetchBytes + 64 * line), _MM_HINT_T1);
             Step16 st;
             P::decode(sb, j, d, st);
-            for (int q = 0; q < 2; ++q) add_quarter<T>(st, q, ta, 8 * g + j, acc);
+            for (int q = 0; q < 2; ++q) add_quarter<T, P::kOffset != 0>(st, q, ta, 8 * g + j, acc);
         }
     }
     store_sums<T>(acc, out);
@@ -184,7 +271,8 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
     const bool prefill = args.n_tokens >= kPrefillMinTokens && q.qs_u != nullptr;
     auto* steps = reinterpret_cast<PrefillStep16*>(scratch);  // [nb] (scratch is 64-byte aligned)
     auto* offsets = reinterpret_cast<int32_t*>(steps + nb);   // [kDecodeTokens][n_in / 4]
-    float* output_block = reinterpret_cast<float*>(offsets) + (kDecodeTokens * w.n_in / 4 + 15) / 16 * 16;
+    float* wm = reinterpret_cast<float*>(offsets) + (kDecodeTokens * w.n_in / 4 + 15) / 16 * 16;  // [2 nb][8]
+    float* output_block = wm + 16 * nb;
     static_assert(sizeof(PrefillStep16) % 64 == 0);
     const auto* packed = static_cast<const uint8_t*>(w.packed);
     const int64_t chunk = prefill ? args.n_tokens : kDecodeTokens;
@@ -192,7 +280,7 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
         const int64_t nt = min64(chunk, args.n_tokens - c0);
         GroupActs ta[kDecodeTokens];
         for (int64_t t = 0; t < nt && !prefill; ++t) {
-            offset_terms<P::kOffset>(q, c0 + t, offsets + t * (w.n_in / 4));
+            if constexpr (P::kOffset != 0) offset_terms<P::kOffset>(q, c0 + t, offsets + t * (w.n_in / 4));
             ta[t] = {q.qs + (c0 + t) * q.qs_stride, q.d + (c0 + t) * q.blk_stride, offsets + t * (w.n_in / 4)};
         }
         const int64_t block_rows = OutputBlock::rows_for(nt);
@@ -201,6 +289,9 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
             for (int64_t r = rb; r < rb + block.n_rows; r += 8) {
                 const int nr = static_cast<int>(min64(8, rb + block.n_rows - r));
                 const uint8_t* half = packed + r / 8 * n_groups * P::kSuperBytes;
+                if constexpr (P::kMinima) {
+                    for (int64_t g = 0; g < n_groups; ++g) P::minima(half + g * P::kSuperBytes, wm + 128 * g);
+                }
                 if (prefill) {
                     for (int64_t g = 0; g < n_groups; ++g) {
                         const uint8_t* sb = half + g * P::kSuperBytes;
@@ -223,8 +314,13 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
                         if (n == 2) decode_rows<P, 2>(half, n_groups, ta + t, out);
                         else decode_rows<P, 1>(half, n_groups, ta + t, out);
                     }
-                    for (int j = 0; j < n; ++j)
+                    for (int j = 0; j < n; ++j) {
+                        if constexpr (P::kMinima) {  // the four-row kernels' sum: the dot, then its minima
+                            const float* ds16 = q.ds16 + 2 * (c0 + t + j) * q.blk_stride;
+                            _mm256_storeu_ps(out[j], _mm256_add_ps(_mm256_loadu_ps(out[j]), row_minima(wm, 2 * nb, ds16)));
+                        }
                         for (int i = 0; i < nr; ++i) block.at(r + i, t + j) = out[j][i];
+                    }
                     t += n;
                 }
             }
@@ -237,6 +333,8 @@ void packed8_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch
 
 void add_scale16_kernels(KernelTable& table) {
     entry(table.packed, GgmlType::Q3_K) = {packed8_rows<PackedQ3_8>, true};
+    entry(table.packed, GgmlType::Q6_K) = {packed8_rows<PackedQ6_8>, true};
+    entry(table.packed, GgmlType::Q2_K) = {packed8_rows<PackedQ2_8>, true};
 }
 
 }  // namespace quill::cpu::avx2
