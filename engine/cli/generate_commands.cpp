@@ -41,6 +41,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -74,6 +75,20 @@ struct DraftModel {
     std::unique_ptr<quill::Session> session;
     std::optional<quill::Drafter> drafter;
 };
+
+// Refuses a prompt of more bytes than n_ctx tokens of the vocabulary could hold, before tokenizing it: megabytes of
+// one repeated letter take the tokenizer seconds and gigabytes, and Ctrl-C is not seen until it ends. No token
+// stands for more bytes of text than its piece holds (SPM and byte-level pieces spell spaces and bytes with more
+// bytes than they stand for), so such a prompt is longer than the context whatever it tokenizes to; the factor 2
+// leaves room for normalizations that shorten text.
+void refuse_if_cannot_fit(const quill::Tokenizer& tok, std::string_view text, int64_t n_ctx) {
+    if (static_cast<int64_t>(text.size()) <= n_ctx) return;
+    size_t longest = 1;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) longest = std::max(longest, tok.piece(id).size());
+    if (text.size() / 2 / longest > static_cast<uint64_t>(n_ctx))
+        throw UsageError(fmt::format("the prompt is {} bytes, more than the context of {} tokens can hold (raise -c)",
+                                     text.size(), n_ctx));
+}
 
 }  // namespace
 
@@ -135,6 +150,7 @@ int cmd_run(RunOptions& o) {
     std::vector<int32_t> prompt;
     quill::chat::ToolCallSyntax tool_syntax = quill::chat::ToolCallSyntax::none;
     quill::chat::ReasoningSyntax reasoning = quill::chat::ReasoningSyntax::none;
+    refuse_if_cannot_fit(*tok, text, n_ctx);
     if (o.raw) {
         gp.grammar = constraint.bind(*tok);
         prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
