@@ -86,7 +86,7 @@ void refuse_if_cannot_fit(const quill::Tokenizer& tok, std::string_view text, in
     size_t longest = 1;
     for (int32_t id = 0; id < tok.n_vocab(); ++id) longest = std::max(longest, tok.piece(id).size());
     if (text.size() / 2 / longest > static_cast<uint64_t>(n_ctx))
-        throw UsageError(fmt::format("the prompt is {} bytes, more than the context of {} tokens can hold (raise -c)",
+        throw UsageError(fmt::format("the prompt is {} bytes, longer than the context of {} (raise -c)",
                                      text.size(), n_ctx));
 }
 
