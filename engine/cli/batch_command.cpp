@@ -191,9 +191,9 @@ int cmd_batch(BatchCliOptions& o) {
     };
     auto session = quill::Session::open(so);
     if (!o.quiet) {
-        quill::print_stderr("{}{}; {} input, {} slots\n", session->load_line(),
+        quill::print_stderr("{}{}; {} input, {} slot{}\n", session->load_line(),
                             session->context_fitted ? " (what the requests need)" : "",
-                            qb::input_format_name(input.format), so.n_slots);
+                            qb::input_format_name(input.format), so.n_slots, so.n_slots == 1 ? "" : "s");
         if (ro.shard.n > 1) quill::print_stderr("{}", qb::shard_line(input, ro.shard));
     }
     ro.defaults.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);

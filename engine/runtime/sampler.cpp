@@ -16,11 +16,11 @@ void SamplingParams::validate(bool request_fields) const {
         throw UsageError(fmt::format("{} {} is out of range: expected {}", flag, v, want));
     };
     if (!std::isfinite(temperature) || temperature < 0)
-        bad(request_fields ? "temperature" : "--temp", temperature, ">= 0");
+        bad(request_fields ? "temperature" : "--temp", temperature, "a finite number >= 0");
     if (top_k < 0) bad(request_fields ? "top_k" : "--top-k", top_k, ">= 0 (0: off)");
     if (!(top_p > 0 && top_p <= 1)) bad(request_fields ? "top_p" : "--top-p", top_p, "in (0, 1]");
     if (!(min_p >= 0 && min_p <= 1)) bad(request_fields ? "min_p" : "--min-p", min_p, "in [0, 1]");
-    if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty)) bad("--repeat-penalty", repeat_penalty, "> 0");
+    if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty)) bad("--repeat-penalty", repeat_penalty, "a finite number > 0");
     if (repeat_last_n < -1) bad("--repeat-last-n", repeat_last_n, ">= -1");
     if (!std::isfinite(frequency_penalty)) bad("--frequency-penalty", frequency_penalty, "a finite number");
     if (!std::isfinite(presence_penalty)) bad("--presence-penalty", presence_penalty, "a finite number");

@@ -53,6 +53,8 @@ TEST_CASE("absurd flag values are usage errors naming the flag", "[cli]") {
         {{"-c", "1"}, "the prompt is 5 tokens, longer than the context of 1"},
         {{"--top-p", "7"}, "--top-p 7 is out of range"},
         {{"--temp", "nan"}, "--temp nan is out of range"},
+        {{"--temp", "inf"}, "--temp inf is out of range: expected a finite number >= 0"},
+        {{"--repeat-penalty", "inf"}, "--repeat-penalty inf is out of range: expected a finite number > 0"},
         {{"-t", "0"}, "--threads"},
         {{"--device", "tpu"}, "--device"},
         {{"-f", ""}, "--file: expected a value"},

@@ -243,7 +243,7 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
     CHECK(got.at("zero")["finish_reason"] == "length");
     // A request's bad field is named as the request names it, not as the command line's flag.
     const std::map<std::string, std::string> errors = {{"long", "longer than the context of 16"},
-                                                       {"hot", "temperature -1 is out of range: expected >= 0"},
+                                                       {"hot", "temperature -1 is out of range: expected a finite number >= 0"},
                                                        {"topp", "top_p 2 is out of range: expected in (0, 1]"},
                                                        {"chat", "no chat template"},
                                                        {"line-6", "input line 6: not valid JSON"}};

@@ -149,7 +149,7 @@ TEST_CASE("a JSONL input whose first line is broken stays JSONL: each broken lin
                               + c + "\n";
     auto r = test::run_quill({"batch", "--raw", "-m", model, "-t", "1"}, input);
     CHECK(r.status == 3);
-    CHECK_THAT(r.err, Catch::Contains("; JSONL input, 1 slots"));
+    CHECK_THAT(r.err, Catch::Contains("; JSONL input, 1 slot\n"));
     auto got = records_by_id(r.out);
     REQUIRE(got.size() == 3);
     CHECK_THAT(got.at("line-1")["error"]["message"].get<std::string>(),

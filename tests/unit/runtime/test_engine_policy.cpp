@@ -32,8 +32,8 @@ TEST_CASE("GenerationParams::validate names -n, or max_tokens for a batch reques
     CHECK_THROWS_WITH(p.validate(true), "max_tokens -2 is out of range: expected >= 0");
     CHECK_THROWS_AS(p.validate(), UsageError);
     p.sampling.temperature = -1.0f;  // both wrong: the sampling flag is named, as before -n's check
-    CHECK_THROWS_WITH(p.validate(), "--temp -1 is out of range: expected >= 0");
-    CHECK_THROWS_WITH(p.validate(true), "temperature -1 is out of range: expected >= 0");
+    CHECK_THROWS_WITH(p.validate(), "--temp -1 is out of range: expected a finite number >= 0");
+    CHECK_THROWS_WITH(p.validate(true), "temperature -1 is out of range: expected a finite number >= 0");
 }
 
 TEST_CASE("Backend::describe gives a CPU backend's threads and kernels, and a plain name for the others",
