@@ -54,6 +54,20 @@ std::array<const Block*, Rows> tile_rows(const WeightMatrix& w, int64_t first) {
     return rows;
 }
 
+// The eight-row layouts' walk: each eight-row half of tiles [tile0, tile1) (two halves a tile), each of its
+// super-blocks (super_bytes in out), each of its eight rows: pack_row(the row's block, the super-block's bytes, r).
+template <typename Block, typename PackRow>
+void pack_eight_row_halves(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1, int64_t super_bytes,
+                           PackRow pack_row) {
+    const int64_t n_groups = w.n_in / 256;
+    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
+        const auto rows = tile_rows<Block, 8>(w, 8 * half);
+        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * super_bytes;
+        for (int64_t g = 0; g < n_groups; ++g, dst += super_bytes)
+            for (int r = 0; r < 8; ++r) pack_row(rows[r][g], dst, r);
+    }
+}
+
 // pack_tiles for Q6_K (see kQ6QuadBytes in kernels.h): each quad's super-blocks, each its halves' ql and qh chunks
 // with the four rows side by side, then the rows' scales and d.
 void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
@@ -79,31 +93,24 @@ void pack_q6_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t ti
 // pack_tiles for Q3_K (see kQ3SuperBytes in kernels.h): each eight-row half's super-blocks, each its 32-blocks' values
 // three bits to the value in lanes, then the rows' unpacked scales and d.
 void pack_q3_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
-    const int64_t n_groups = w.n_in / 256;
-    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
-        const auto rows = tile_rows<BlockQ3_K, 8>(w, 8 * half);
-        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ3SuperBytes;
-        for (int64_t g = 0; g < n_groups; ++g, dst += kQ3SuperBytes) {
-            for (int64_t r = 0; r < 8; ++r) {
-                const BlockQ3_K& b = rows[r][g];
-                for (int j = 0; j < 8; ++j) {
-                    uint8_t* x = dst + j * kQ3BlockBytes + 4 * r;  // X0 at x, X1 at x + 32, X2 at x + 64
-                    for (int i = 0; i < 4; ++i) {
-                        int u[8];  // u[k]: element 4 k + i of block j
-                        for (int k = 0; k < 8; ++k) {
-                            const int l = 4 * k + i;
-                            u[k] = ((b.qs[32 * (j / 4) + l] >> (2 * (j % 4))) & 3) | (((b.hmask[l] >> j) & 1) << 2);
-                        }
-                        x[i] = static_cast<uint8_t>(u[0] | u[1] << 3 | (u[2] & 3) << 6);
-                        x[32 + i] = static_cast<uint8_t>(u[3] | u[4] << 3 | (u[5] & 3) << 6);
-                        x[64 + i] = static_cast<uint8_t>(u[6] | u[7] << 3 | (u[2] >> 2) << 6 | (u[5] >> 2) << 7);
-                    }
+    const auto pack_row = [](const BlockQ3_K& b, uint8_t* dst, int r) {
+        for (int j = 0; j < 8; ++j) {
+            uint8_t* x = dst + j * kQ3BlockBytes + 4 * r;  // X0 at x, X1 at x + 32, X2 at x + 64
+            for (int i = 0; i < 4; ++i) {
+                int u[8];  // u[k]: element 4 k + i of block j
+                for (int k = 0; k < 8; ++k) {
+                    const int l = 4 * k + i;
+                    u[k] = ((b.qs[32 * (j / 4) + l] >> (2 * (j % 4))) & 3) | (((b.hmask[l] >> j) & 1) << 2);
                 }
-                for (int i = 0; i < 16; ++i) dst[kQ3ScalesAt + 8 * i + r] = static_cast<uint8_t>(q3_k_scale(b.scales, i));
-                std::memcpy(dst + kQ3DAt + 2 * r, &b.d, 2);
+                x[i] = static_cast<uint8_t>(u[0] | u[1] << 3 | (u[2] & 3) << 6);
+                x[32 + i] = static_cast<uint8_t>(u[3] | u[4] << 3 | (u[5] & 3) << 6);
+                x[64 + i] = static_cast<uint8_t>(u[6] | u[7] << 3 | (u[2] >> 2) << 6 | (u[5] >> 2) << 7);
             }
         }
-    }
+        for (int i = 0; i < 16; ++i) dst[kQ3ScalesAt + 8 * i + r] = static_cast<uint8_t>(q3_k_scale(b.scales, i));
+        std::memcpy(dst + kQ3DAt + 2 * r, &b.d, 2);
+    };
+    pack_eight_row_halves<BlockQ3_K>(w, out, tile0, tile1, kQ3SuperBytes, pack_row);
 }
 
 // The 6-bit value q + 32 of element e (0..255) of a Q6_K block: the low four bits a nibble of ql, the top two bits
@@ -117,56 +124,42 @@ int q6_k_value(const BlockQ6_K& b, int e) {
 // pack_avx2_tiles for Q6_K (see kQ6EightSuperBytes in kernels.h): each eight-row half's super-blocks, each its
 // 32-blocks' values six bits to the value in lanes, then the rows' scales and d.
 void pack_q6_k_eights(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
-    const int64_t n_groups = w.n_in / 256;
-    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
-        const auto rows = tile_rows<BlockQ6_K, 8>(w, 8 * half);
-        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ6EightSuperBytes;
-        for (int64_t g = 0; g < n_groups; ++g, dst += kQ6EightSuperBytes) {
-            for (int64_t r = 0; r < 8; ++r) {
-                const BlockQ6_K& b = rows[r][g];
-                for (int j = 0; j < 8; ++j) {
-                    uint8_t* x = dst + j * kQ6EightBlockBytes + 4 * r;  // X_k at x + 32 k
-                    for (int i = 0; i < 4; ++i) {
-                        int u[8];  // u[k]: element 4 k + i of block j
-                        for (int k = 0; k < 8; ++k) u[k] = q6_k_value(b, 32 * j + 4 * k + i);
-                        for (int k = 0; k < 6; ++k)
-                            x[32 * k + i] = static_cast<uint8_t>(u[k] | ((u[6 + k / 3] >> (2 * (k % 3))) & 3) << 6);
-                    }
-                }
-                for (int i = 0; i < 16; ++i) dst[kQ6EightScalesAt + 8 * i + r] = static_cast<uint8_t>(b.scales[i]);
-                std::memcpy(dst + kQ6EightDAt + 2 * r, &b.d, 2);
+    const auto pack_row = [](const BlockQ6_K& b, uint8_t* dst, int r) {
+        for (int j = 0; j < 8; ++j) {
+            uint8_t* x = dst + j * kQ6EightBlockBytes + 4 * r;  // X_k at x + 32 k
+            for (int i = 0; i < 4; ++i) {
+                int u[8];  // u[k]: element 4 k + i of block j
+                for (int k = 0; k < 8; ++k) u[k] = q6_k_value(b, 32 * j + 4 * k + i);
+                for (int k = 0; k < 6; ++k)
+                    x[32 * k + i] = static_cast<uint8_t>(u[k] | ((u[6 + k / 3] >> (2 * (k % 3))) & 3) << 6);
             }
         }
-    }
+        for (int i = 0; i < 16; ++i) dst[kQ6EightScalesAt + 8 * i + r] = static_cast<uint8_t>(b.scales[i]);
+        std::memcpy(dst + kQ6EightDAt + 2 * r, &b.d, 2);
+    };
+    pack_eight_row_halves<BlockQ6_K>(w, out, tile0, tile1, kQ6EightSuperBytes, pack_row);
 }
 
 // pack_tiles for Q2_K (see kQ2SuperBytes in kernels.h): each eight-row half's super-blocks, each its 32-blocks' values
 // two bits to the value in lanes, then the rows' scale bytes, d and dmin.
 void pack_q2_k_tiles(const WeightMatrix& w, void* out, int64_t tile0, int64_t tile1) {
-    const int64_t n_groups = w.n_in / 256;
-    for (int64_t half = 2 * tile0; half < 2 * tile1; ++half) {
-        const auto rows = tile_rows<BlockQ2_K, 8>(w, 8 * half);
-        auto* dst = static_cast<uint8_t*>(out) + half * n_groups * kQ2SuperBytes;
-        for (int64_t g = 0; g < n_groups; ++g, dst += kQ2SuperBytes) {
-            for (int64_t r = 0; r < 8; ++r) {
-                const BlockQ2_K& b = rows[r][g];
-                for (int j = 0; j < 8; ++j) {
-                    uint8_t* x = dst + j * kQ2BlockBytes + 4 * r;  // X0 at x, X1 at x + 32
-                    for (int i = 0; i < 4; ++i) {
-                        for (int v = 0; v < 2; ++v) {
-                            int byte = 0;  // u_k of element 4 k + i of block j, k = 4 v .. 4 v + 3
-                            for (int k = 4 * v; k < 4 * v + 4; ++k)
-                                byte |= ((b.qs[32 * (j / 4) + 4 * k + i] >> (2 * (j % 4))) & 3) << (2 * (k % 4));
-                            x[32 * v + i] = static_cast<uint8_t>(byte);
-                        }
-                    }
+    const auto pack_row = [](const BlockQ2_K& b, uint8_t* dst, int r) {
+        for (int j = 0; j < 8; ++j) {
+            uint8_t* x = dst + j * kQ2BlockBytes + 4 * r;  // X0 at x, X1 at x + 32
+            for (int i = 0; i < 4; ++i) {
+                for (int v = 0; v < 2; ++v) {
+                    int byte = 0;  // u_k of element 4 k + i of block j, k = 4 v .. 4 v + 3
+                    for (int k = 4 * v; k < 4 * v + 4; ++k)
+                        byte |= ((b.qs[32 * (j / 4) + 4 * k + i] >> (2 * (j % 4))) & 3) << (2 * (k % 4));
+                    x[32 * v + i] = static_cast<uint8_t>(byte);
                 }
-                for (int i = 0; i < 16; ++i) dst[kQ2ScalesAt + 8 * i + r] = b.scales[i];
-                std::memcpy(dst + kQ2DAt + 2 * r, &b.d, 2);
-                std::memcpy(dst + kQ2DminAt + 2 * r, &b.dmin, 2);
             }
         }
-    }
+        for (int i = 0; i < 16; ++i) dst[kQ2ScalesAt + 8 * i + r] = b.scales[i];
+        std::memcpy(dst + kQ2DAt + 2 * r, &b.d, 2);
+        std::memcpy(dst + kQ2DminAt + 2 * r, &b.dmin, 2);
+    };
+    pack_eight_row_halves<BlockQ2_K>(w, out, tile0, tile1, kQ2SuperBytes, pack_row);
 }
 
 }  // namespace
