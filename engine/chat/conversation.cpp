@@ -68,9 +68,8 @@ std::optional<Conversation::OpenCall> Conversation::open_call_in(const nlohmann:
         const auto& call = calls[answered];
         OpenCall open;
         open.left = calls.size() - answered;
-        if (call.is_object() && call.contains("id") && call["id"].is_string()) open.id = call["id"];
-        if (call.is_object() && call.contains("function") && call["function"].is_object())
-            open.name = call["function"].value("name", "");
+        open.id = string_member(call, "id");
+        if (call.is_object() && call.contains("function")) open.name = string_member(call["function"], "name");
         return open;
     }
     return std::nullopt;

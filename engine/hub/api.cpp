@@ -1,5 +1,7 @@
 #include "engine/hub/api.h"
 
+#include "engine/io/json_input.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -39,6 +41,12 @@ std::string url_path(std::string_view s) {
 }
 
 // The next page of a listing: the URL in `Link: <URL>; rel="next"`, or "".
+// An entry's "size" when it is a non-negative integer, else `otherwise`.
+uint64_t size_member(const nlohmann::json& entry, uint64_t otherwise) {
+    const auto it = entry.find("size");
+    return it != entry.end() && it->is_number_unsigned() ? it->get<uint64_t>() : otherwise;
+}
+
 std::string next_page(const HttpResponse& r) {
     static const std::regex next(R"(<([^>]+)>\s*;\s*rel="next")");
     std::smatch m;
@@ -140,13 +148,14 @@ std::vector<RepoFile> HubApi::list_files(const std::string& repo, const std::str
         }
         if (!j.is_array()) throw Error(fmt::format("{}: the file listing is not a JSON array", url));
         for (const auto& item : j) {
-            if (!item.is_object() || item.value("type", "") != "file" || !item.contains("path")) continue;
+            // (an entry of another shape, or with members of other types, is passed over or read as absent)
+            if (string_member(item, "type") != "file" || string_member(item, "path").empty()) continue;
             RepoFile f;
-            f.path = item.at("path").get<std::string>();
-            f.size = item.value("size", uint64_t{0});
+            f.path = string_member(item, "path");
+            f.size = size_member(item, f.size);
             if (auto lfs = item.find("lfs"); lfs != item.end() && lfs->is_object()) {
-                f.sha256 = lfs->value("oid", "");
-                f.size = lfs->value("size", f.size);
+                f.sha256 = string_member(*lfs, "oid");
+                f.size = size_member(*lfs, f.size);
             }
             files.push_back(std::move(f));
         }

@@ -28,6 +28,15 @@ nlohmann::ordered_json parse_untrusted_ordered_json(std::string_view text, std::
 // and no exception thrown.
 std::optional<nlohmann::json> try_parse_untrusted_json(std::string_view text);
 
+// obj[key] when obj is an object holding a string there, else "": a member of another type in an untrusted document
+// is passed over, where nlohmann's value(key, "") would throw a type error.
+template <class Json>
+std::string string_member(const Json& obj, const std::string& key) {
+    if (!obj.is_object()) return {};
+    const auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->template get<std::string>() : std::string();
+}
+
 // The byte offset of the first '[' or '{' (outside strings) that opens level max_depth + 1; npos when none.
 size_t json_too_deep_at(std::string_view text, int max_depth);
 

@@ -280,6 +280,19 @@ TEST_CASE("quill pull lists the choices when the quantization is absent or ambig
     CHECK(r.err.find("not found") != std::string::npos);
 }
 
+TEST_CASE("quill pull passes over listing entries whose members have unexpected types", "[hub][cli]") {
+    if (!require_python3()) return;
+    Hub hub;
+    const auto q8 = hub.add("test/odd-GGUF", "tiny-Q8_0.gguf", 2);
+    hub.start({"--odd-listing"});
+    // (nlohmann's type error escaped from the listing's reader: "[json.exception.type_error.302] type must be ...")
+    const auto r = run_quill({"pull", "test/odd-GGUF:Q8_0"});
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(file_bytes(first_line(r.out)) == q8);
+    CHECK(r.err.find("json.exception") == std::string::npos);
+}
+
 TEST_CASE("quill pull resumes after the server drops the connection, keeping the bytes already there", "[hub][cli]") {
     if (!require_python3()) return;
     Hub hub;

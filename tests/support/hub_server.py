@@ -10,7 +10,8 @@ use, served from a directory of repositories (ROOT/owner/repo/files).
 Errors: 401 for a --gated repository without "Authorization: Bearer TOKEN", 404 with X-Error-Code for an unknown
 repository or file, and --status-once CODE answers the first API request with CODE (429: with Retry-After: 1).
 Faults: --drop-once sends half of the first full GET of each blob and closes the connection; --corrupt flips one
-byte of every blob sent; --rate B sends blobs at B bytes a second.
+byte of every blob sent; --rate B sends blobs at B bytes a second; --odd-listing adds to each listing entries whose
+members have other types than the hub's (a number for a type or path, a string for a size, an object for an oid).
 Every request is logged as a JSON line in --log: method, path, range, status, body bytes sent.
 The port it listens on (127.0.0.1, chosen by the system) is written to --port-file once it is listening.
 """
@@ -35,6 +36,7 @@ def parse_args():
     p.add_argument("--corrupt", action="store_true")
     p.add_argument("--rate", type=int, default=0)
     p.add_argument("--status-once", type=int, default=0)
+    p.add_argument("--odd-listing", action="store_true")
     return p.parse_args()
 
 
@@ -155,6 +157,11 @@ class Handler(BaseHTTPRequestHandler):
             if is_lfs(path):
                 item["lfs"] = {"oid": sha256_of(full), "size": size, "pointerSize": 134}
             items.append(item)
+            if ARGS.odd_listing:
+                items.append({"type": 7, "path": path + ".odd", "size": size})
+                items.append({"type": "file", "path": 5, "size": size})
+                items.append({"type": "file", "path": path + ".txt", "size": str(size), "lfs": {"oid": {"a": 1}, "size": -1}})
+                items.append("a string, not an object")
         self.reply(200, json.dumps(items).encode(), {"Content-Type": "application/json"})
 
     def resolve(self, repo, file):

@@ -217,3 +217,16 @@ TEST_CASE("a malformed call stays in the reply's text and no call waits for a re
     CHECK(!conv.messages().back().contains("tool_calls"));
     CHECK(!conv.open_call());
 }
+
+TEST_CASE("a loaded call whose id or name is not a string waits for a result without them", "[chat][tools]") {
+    // (the fuzzer's input: a function "name" that is an object threw nlohmann's type error out of Conversation::load)
+    ToolChat chat("Qwen-Qwen2.5-7B-Instruct");
+    auto conv = chat.make();
+    conv->load(ojson::parse(R"([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "",
+        "tool_calls": [{"id": 7, "function": {"name": {"a": [4, 2.5, true]}, "arguments": {}}}]}])"));
+    const auto open = conv->open_call();
+    REQUIRE(open);
+    CHECK(open->id.empty());
+    CHECK(open->name.empty());
+    CHECK(open->left == 1);
+}
