@@ -307,6 +307,7 @@ int main(int argc, char** argv) {
     tmpl_cmd->add_option("--bos", tmpl.bos, "bos_token text (default: the model's)");
     tmpl_cmd->add_option("--eos", tmpl.eos, "eos_token text (default: the model's)");
     tmpl_cmd->add_flag("--tokens", tmpl.tokens, "Also print the token ids, on a line after the text");
+    add_max_input_option(tmpl_cmd, tmpl.max_input_bytes, "Longest --messages file read");
 
     ChatCliOptions chat;
     CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat (one message per line when stdin is not a terminal)");

@@ -233,7 +233,7 @@ int cmd_template(const TemplateOptions& o) {
     request.messages.push_back({{"role", "user"}, {"content", "Hello"}});
     if (!o.messages.empty()) {
         const std::string text =
-            quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes, "the messages file");
+            quill::read_prompt_file(o.messages, o.max_input_bytes, "the messages file");
         request = quill::chat::parse_chat_request(text, o.messages == "-" ? "stdin" : o.messages);
     }
     // A model is read when one is named, when no template is given, or for the token ids.
