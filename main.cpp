@@ -265,7 +265,9 @@ int main(int argc, char** argv) {
     add_model_options(tok_cmd, tok.model);
     tok_cmd->add_option("-p,--prompt", tok.prompt, "Text to tokenize (default: stdin)");
     tok_cmd->add_flag("--no-bos", tok.no_bos, "Do not add BOS/EOS tokens");
-    tok_cmd->add_flag("--pieces", tok.pieces, "Print one id<TAB>piece per line");
+    tok_cmd->add_flag("--pieces", tok.pieces,
+                      "Print one id<TAB>text per line: the text each token stands for, as llama-tokenize prints it "
+                      "(\\xNN: a byte of a character the token holds only part of)");
     tok_cmd->add_flag("--json", tok.json, "Print JSON");
     tok_cmd->add_flag("--parse-special", tok.parse_special, "Recognize control-token text like <|im_end|>");
     add_max_input_option(tok_cmd, tok.max_input_bytes);
