@@ -210,7 +210,7 @@ int cmd_run(RunOptions& o) {
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
         if (!split.answer().reasoning.empty()) j["reasoning_content"] = split.answer().reasoning;
-        if (!answer.calls.empty()) j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, gen.seed());
+        if (!answer.calls.empty()) j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, tool_syntax, gen.seed());
         if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true, gp.shown_tokens);
         if (gp.lookup > 0 || gp.drafter)
             j[gp.drafter ? "draft" : "lookup"] = {{"guessed", st.guessed_tokens},
