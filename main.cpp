@@ -265,7 +265,9 @@ int main(int argc, char** argv) {
     add_model_options(tok_cmd, tok.model);
     tok_cmd->add_option("-p,--prompt", tok.prompt, "Text to tokenize (default: stdin)");
     tok_cmd->add_flag("--no-bos", tok.no_bos, "Do not add BOS/EOS tokens");
-    tok_cmd->add_flag("--pieces", tok.pieces, "Print one id<TAB>piece per line");
+    tok_cmd->add_flag("--pieces", tok.pieces,
+                      "Print one id<TAB>text per line: the text each token stands for, as llama-tokenize prints it "
+                      "(\\xNN: a byte of a character the token holds only part of)");
     tok_cmd->add_flag("--json", tok.json, "Print JSON");
     tok_cmd->add_flag("--parse-special", tok.parse_special, "Recognize control-token text like <|im_end|>");
     add_max_input_option(tok_cmd, tok.max_input_bytes);
@@ -307,6 +309,7 @@ int main(int argc, char** argv) {
     tmpl_cmd->add_option("--bos", tmpl.bos, "bos_token text (default: the model's)");
     tmpl_cmd->add_option("--eos", tmpl.eos, "eos_token text (default: the model's)");
     tmpl_cmd->add_flag("--tokens", tmpl.tokens, "Also print the token ids, on a line after the text");
+    add_max_input_option(tmpl_cmd, tmpl.max_input_bytes, "Longest --messages file read");
 
     ChatCliOptions chat;
     CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat (one message per line when stdin is not a terminal)");

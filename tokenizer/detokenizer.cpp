@@ -25,6 +25,12 @@ std::string Detokenizer::push(int32_t id) {
 
 std::string Detokenizer::finish() { return take(true); }
 
+std::string Detokenizer::cut() {
+    std::string out = take(false);
+    pending_.clear();  // only a valid but incomplete character can be left
+    return out;
+}
+
 // Moves the complete characters of pending_ to the result. Ill-formed bytes become U+FFFD now, because no later
 // byte can make them valid; a valid but incomplete tail waits for more bytes, or becomes U+FFFD when final.
 std::string Detokenizer::take(bool final) {

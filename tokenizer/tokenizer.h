@@ -132,7 +132,8 @@ bool is_forced_control_text(std::string_view text);
 // Bytes of a multi-byte character split across tokens (SPM <0xNN> byte fallback, BPE byte tokens) are held until
 // the character completes. A byte sequence that can no longer become valid UTF-8 becomes one U+FFFD per maximal
 // ill-formed subpart (as Python's errors="replace") as soon as that is certain; an incomplete sequence still
-// pending at finish() becomes one U+FFFD. Control tokens print nothing, but for those in `shown`.
+// pending at finish() becomes one U+FFFD, and at cut() is dropped. Control tokens print nothing, but for those in
+// `shown`.
 class Detokenizer {
 public:
     // at_text_start: the ids begin a text, so the SPM dummy-prefix space of the first piece is dropped; false when
@@ -140,6 +141,9 @@ public:
     Detokenizer(const Tokenizer& tok, bool at_text_start, std::span<const int32_t> shown = {});
     std::string push(int32_t id);  // the text that became complete
     std::string finish();          // the rest; call once at the end
+    // The rest when the text was cut short (a token limit, an interrupt) rather than ended: as finish(), but an
+    // incomplete character at the end, whose other bytes were never generated, is withheld instead of U+FFFD.
+    std::string cut();
 
 private:
     std::string take(bool final);

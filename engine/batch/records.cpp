@@ -49,7 +49,7 @@ void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax 
     chat::ParsedAnswer parsed = chat::request_tool_calls(c.text, syntax, r.template_vars);
     if (parsed.calls.empty()) return;
     c.text = std::move(parsed.text);
-    c.tool_calls = chat::openai_tool_calls(parsed.calls, c.seed);
+    c.tool_calls = chat::openai_tool_calls(parsed.calls, syntax, c.seed);
 }
 
 void take_reasoning(Completion& c, const BatchRequest& r, chat::ReasoningSyntax syntax, bool opened_think) {

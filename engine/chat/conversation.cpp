@@ -176,6 +176,13 @@ std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, cons
     return format_.tokenize(tok_, messages(), true, cancel, vars_);
 }
 
+int64_t Conversation::message_alone_tokens(size_t first, const std::atomic<bool>* cancel) const {
+    nlohmann::ordered_json alone = nlohmann::ordered_json::array();
+    if (!system_.empty()) alone.push_back({{"role", "system"}, {"content", system_}});
+    for (size_t i = first; i < turns_.size(); ++i) alone.push_back(turns_[i]);
+    return static_cast<int64_t>(format_.tokenize(tok_, alone, true, cancel, vars_).size());
+}
+
 std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text, const std::atomic<bool>* cancel) {
     // Room kept for the reply: the token limit when there is one, else an eighth of the context.
     const int64_t reserve = params_.max_tokens > 0 ? std::min<int64_t>(params_.max_tokens, n_ctx_ / 2)
@@ -191,14 +198,18 @@ std::vector<int32_t> Conversation::fit_prompt(int& dropped, std::string& text, c
                 last_user = i;
                 break;
             }
+        // The message alone too long: neither /undo, /reset nor drop-oldest can make it fit.
+        auto too_long = [&](int64_t n_alone) {
+            return UsageError(fmt::format("the message is {} tokens in the chat template, longer than the context "
+                                          "of {}: shorten it or give a larger -c",
+                                          n_alone, n_ctx_));
+        };
         if (overflow_ == ContextOverflow::error || last_user == 0 || last_user == turns_.size()) {
             if (n < n_ctx_ && (overflow_ == ContextOverflow::drop_oldest || last_user == 0))
                 return tokens;  // nothing left to drop: go on with less room for the reply
-            // Nothing before the message to drop: neither /undo, /reset nor drop-oldest can make it fit.
-            if (last_user == 0 || last_user == turns_.size())
-                throw UsageError(fmt::format("the message is {} tokens in the chat template, longer than the "
-                                             "context of {}: shorten it or give a larger -c",
-                                             n, n_ctx_));
+            if (last_user == 0 || last_user == turns_.size()) throw too_long(n);
+            const int64_t n_alone = message_alone_tokens(last_user, cancel);
+            if (n_alone >= n_ctx_) throw too_long(n_alone);
             throw UsageError(fmt::format("the conversation is {} tokens and the context {} (with {} kept for the "
                                          "reply); /undo, /reset, a larger -c or --context-overflow drop-oldest",
                                          n, n_ctx_, reserve));

@@ -132,6 +132,8 @@ private:
     // after them, when the rendering still starts with the text they stand for and the new text starts with a
     // special token; else the whole rendering tokenized afresh. `text` receives the rendering.
     std::vector<int32_t> tokenize_conversation(std::string& text, const std::atomic<bool>* cancel) const;
+    // The tokens of the system message and turns_[first..] alone (the last user message and what follows it).
+    int64_t message_alone_tokens(size_t first, const std::atomic<bool>* cancel) const;
 
     Backend& backend_;
     const Tokenizer& tok_;

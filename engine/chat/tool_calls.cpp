@@ -346,30 +346,36 @@ std::vector<std::string> tool_names(const nlohmann::ordered_json& tools) {
     return names;
 }
 
-nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, uint64_t seed) {
+namespace {
+
+// One call's id, drawn from `rng`: 9 letters and digits for Mistral's syntaxes, else "call_" and 24 hex digits.
+std::string tool_call_id(ToolCallSyntax syntax, Rng& rng) {
+    if (syntax == ToolCallSyntax::mistral || syntax == ToolCallSyntax::mistral_list) {
+        constexpr std::string_view kAlnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        std::string id;
+        for (int k = 0; k < 9; ++k) id += kAlnum[rng.next() % kAlnum.size()];
+        return id;
+    }
+    const uint64_t hi = rng.next(), lo = rng.next();
+    return fmt::format("call_{:016x}{:08x}", hi, lo >> 32);
+}
+
+}  // namespace
+
+nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, ToolCallSyntax syntax, uint64_t seed) {
     Rng rng(seed);
     ojson out = ojson::array();
-    for (const ToolCall& c : calls) {
-        const uint64_t hi = rng.next(), lo = rng.next();
-        out.push_back({{"id", fmt::format("call_{:016x}{:08x}", hi, lo >> 32)},
+    for (const ToolCall& c : calls)
+        out.push_back({{"id", tool_call_id(syntax, rng)},
                        {"type", "function"},
                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-    }
     return out;
 }
 
 ojson history_tool_calls(const std::vector<ToolCall>& calls, ToolCallSyntax syntax, uint64_t seed) {
-    constexpr std::string_view kAlnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    ojson out = openai_tool_calls(calls, seed);
-    Rng rng(seed);
-    for (size_t i = 0; i < calls.size(); ++i) {
-        ojson& fn = out[i]["function"];
-        fn["arguments"] = parse_untrusted_ordered_json(calls[i].arguments, "tool call arguments");
-        if (syntax != ToolCallSyntax::mistral && syntax != ToolCallSyntax::mistral_list) continue;
-        std::string id;
-        for (int k = 0; k < 9; ++k) id += kAlnum[rng.next() % kAlnum.size()];
-        out[i]["id"] = id;
-    }
+    ojson out = openai_tool_calls(calls, syntax, seed);
+    for (size_t i = 0; i < calls.size(); ++i)
+        out[i]["function"]["arguments"] = parse_untrusted_ordered_json(calls[i].arguments, "tool call arguments");
     return out;
 }
 

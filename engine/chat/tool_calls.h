@@ -106,13 +106,14 @@ std::optional<grammar::ConstraintSpec> tool_choice_constraint(const nlohmann::or
 std::vector<std::string> tool_names(const nlohmann::ordered_json& tools);
 
 // OpenAI's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}], arguments as a JSON string.
-// Ids are "call_" and 24 hex digits drawn from `seed`, so that the same seed gives the same ids.
-nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, uint64_t seed);
+// Ids are drawn from `seed` (the same seed gives the same ids) in the form the chat template of `syntax` takes back
+// (chat, batch and run --json share this rule): 9 letters and digits in Mistral's syntaxes, whose templates refuse
+// any other id, else "call_" and 24 hex digits.
+nlohmann::ordered_json openai_tool_calls(const std::vector<ToolCall>& calls, ToolCallSyntax syntax, uint64_t seed);
 
 // The "tool_calls" of the assistant message a conversation keeps (chat's history), as chat templates read them:
-// OpenAI's shape with "arguments" the JSON object itself (Hugging Face passes it so; Qwen3-Coder's and gpt-oss's
-// templates refuse its text), ids drawn from `seed` as openai_tool_calls draws them, but 9 letters and digits in
-// Mistral's syntaxes, whose templates refuse any other id.
+// openai_tool_calls's, with "arguments" the JSON object itself (Hugging Face passes it so; Qwen3-Coder's and
+// gpt-oss's templates refuse its text).
 nlohmann::ordered_json history_tool_calls(const std::vector<ToolCall>& calls, ToolCallSyntax syntax, uint64_t seed);
 
 }  // namespace quill::chat

@@ -107,6 +107,7 @@ struct TemplateOptions {
     bool no_generation_prompt = false;
     std::optional<std::string> bos, eos;
     bool tokens = false;
+    size_t max_input_bytes = quill::kDefaultMaxInputBytes;  // the longest messages file read
 };
 
 struct ChatCliOptions {

@@ -210,7 +210,7 @@ int cmd_run(RunOptions& o) {
                            {"prefill_tokens_per_s", st.prefill_tokens_per_s()},
                            {"decode_tokens_per_s", st.decode_tokens_per_s()}}}};
         if (!split.answer().reasoning.empty()) j["reasoning_content"] = split.answer().reasoning;
-        if (!answer.calls.empty()) j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, gen.seed());
+        if (!answer.calls.empty()) j["tool_calls"] = quill::chat::openai_tool_calls(answer.calls, tool_syntax, gen.seed());
         if (gp.logprobs >= 0) j["logprobs"] = quill::logprobs_content(*tok, gen.logprobs(), true, gp.shown_tokens);
         if (gp.lookup > 0 || gp.drafter)
             j[gp.drafter ? "draft" : "lookup"] = {{"guessed", st.guessed_tokens},
@@ -233,7 +233,7 @@ int cmd_template(const TemplateOptions& o) {
     request.messages.push_back({{"role", "user"}, {"content", "Hello"}});
     if (!o.messages.empty()) {
         const std::string text =
-            quill::read_prompt_file(o.messages, quill::kDefaultMaxInputBytes, "the messages file");
+            quill::read_prompt_file(o.messages, o.max_input_bytes, "the messages file");
         request = quill::chat::parse_chat_request(text, o.messages == "-" ? "stdin" : o.messages);
     }
     // A model is read when one is named, when no template is given, or for the token ids.

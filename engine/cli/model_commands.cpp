@@ -70,6 +70,18 @@ int cmd_info(const InfoOptions& o) {
     return 0;
 }
 
+namespace {
+
+// The text a token stands for, as llama.cpp's llama-tokenize prints it: its bytes (SPM's '▁' a space and a byte
+// token its byte, byte-level BPE's characters the bytes they encode), the vocabulary text of a control or unknown
+// token; escaped for the terminal, so a byte of a character the token holds only part of reads \xNN.
+std::string token_text(const quill::Tokenizer& tok, int32_t id) {
+    const std::string& bytes = tok.token_bytes(id);
+    return quill::escape_for_terminal(bytes.empty() ? tok.piece(id) : bytes);
+}
+
+}  // namespace
+
 int cmd_tokenize(const TokenizeOptions& o) {
     quill::GgufFile file = quill::open_model_file(quill::resolve_model_path(o.model.model));
     auto tok = load_tokenizer(file, o.model);
@@ -88,11 +100,11 @@ int cmd_tokenize(const TokenizeOptions& o) {
         j["ids"] = ids;
         if (o.pieces) {
             j["pieces"] = nlohmann::json::array();
-            for (int32_t id : ids) j["pieces"].push_back(std::string(tok->piece(id)));
+            for (int32_t id : ids) j["pieces"].push_back(token_text(*tok, id));
         }
         out.write(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     } else if (o.pieces) {
-        for (int32_t id : ids) out.write(fmt::format("{}\t{}\n", id, quill::escape_for_terminal(tok->piece(id))));
+        for (int32_t id : ids) out.write(fmt::format("{}\t{}\n", id, token_text(*tok, id)));
     } else {
         out.write(fmt::format("{}\n", fmt::join(ids, " ")));
     }

@@ -234,7 +234,9 @@ std::string remove_model(const std::string& spec) {
     const RepoRef ref = parse_repo_ref(spec);
     std::error_code ec;
     if (!fs::exists(cache.repo_dir(ref.repo), ec))
-        throw UsageError(fmt::format("{}: not in the cache ({})", ref.repo, cache.root().string()));
+        throw Error(fmt::format("{}: no such model in the cache ({}), nothing removed; `quill list` shows the cached "
+                                "models",
+                                ref.repo, cache.root().string()));
     if (ref.quant.empty()) {
         const uint64_t freed = cache.remove(ref.repo, {});
         return fmt::format("removed {} ({} freed)\n", ref.repo, human_size(freed));

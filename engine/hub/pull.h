@@ -36,7 +36,8 @@ std::string resolve_hf_model(const std::string& spec);
 std::string list_models();
 
 // `quill rm owner/repo[:QUANT]`: removes the model's files (the whole repository without QUANT) and the blobs no
-// other snapshot uses; returns what it says it removed. UsageError when the cache does not hold it.
+// other snapshot uses; returns what it says it removed. Error (a failure, not a usage error) when the cache does not
+// hold the repository; UsageError for a QUANT that matches no cached file or several (choose_model).
 std::string remove_model(const std::string& spec);
 
 }  // namespace quill::hub

@@ -99,7 +99,9 @@ Generation::Generation(const Tokenizer& tok, std::vector<int32_t> prompt, const 
 
 std::string Generation::finish(FinishReason reason) {
     reason_ = reason;
-    std::string tail = stop_.push(detok_.finish());
+    // A reply cut by -n, the context or an interrupt may stop inside a character: its first bytes are withheld
+    // rather than printed as U+FFFD. One that ended (an end-of-generation token) shows what the model wrote.
+    std::string tail = stop_.push(reason == FinishReason::stop ? detok_.finish() : detok_.cut());
     if (!stop_.matched()) tail += stop_.flush();
     return tail;
 }

@@ -96,8 +96,8 @@ public:
     // Takes the token the sampler picked; returns the text that became printable.
     std::string advance(int32_t token);
 
-    // Ends the generation with FinishReason::interrupted; returns the text still held back (an incomplete
-    // UTF-8 character, a possible stop-string start).
+    // Ends the generation with FinishReason::interrupted; returns the text still held back (a possible stop-string
+    // start; not the first bytes of a character cut short, which are withheld, as at -n or a full context).
     std::string interrupt();
 
     bool finished() const { return reason_ != FinishReason::none; }

@@ -557,9 +557,11 @@ TEST_CASE("quill list describes the cached models and quill rm removes them", "[
     CHECK(r.out.find("test/list-GGUF:Q4_K_M") != std::string::npos);
     REQUIRE(run_quill({"rm", "test/list-GGUF"}).status == 0);
     CHECK(!fs::exists(hub.repo_cache("test/list-GGUF")));
+    // A model that is not there: a failure (1, as ollama rm's), not a usage error; the name was well-formed.
     r = run_quill({"rm", "test/list-GGUF"});
-    CHECK(r.status == 2);
-    CHECK(r.err.find("not in the cache") != std::string::npos);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("test/list-GGUF: no such model in the cache") != std::string::npos);
+    CHECK(r.err.find("quill list") != std::string::npos);
 }
 
 TEST_CASE("quill pull refuses an unsupported architecture from the GGUF header, before the download", "[hub][cli]") {

@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const auto args = nlohmann::json::parse(c.arguments, nullptr, false);
             quill::fuzz::check(args.is_object(), "parse_tool_calls", "arguments that are not a JSON object");
         }
-        const auto openai = openai_tool_calls(parsed.calls, size);
+        const auto openai = openai_tool_calls(parsed.calls, syntax, size);
         quill::fuzz::check(openai.size() == parsed.calls.size(), "openai_tool_calls", "a call lost");
         for (size_t i = 0; i < openai.size(); ++i)
             quill::fuzz::check(openai[i]["function"]["arguments"] == parsed.calls[i].arguments, "openai_tool_calls",

@@ -128,7 +128,7 @@ TEST_CASE("request_tool_calls looks for calls only when the request offers tools
 
 TEST_CASE("openai_tool_calls: OpenAI's shape, arguments as a string, ids from the seed", "[chat][tools]") {
     const std::vector<ToolCall> calls = {{"get_weather", R"({"city":"Paris"})"}, {"now", "{}"}};
-    const auto j = openai_tool_calls(calls, 42);
+    const auto j = openai_tool_calls(calls, ToolCallSyntax::hermes, 42);
     REQUIRE(j.size() == 2);
     CHECK(j[0]["type"] == "function");
     CHECK(j[0]["function"]["name"] == "get_weather");
@@ -137,6 +137,6 @@ TEST_CASE("openai_tool_calls: OpenAI's shape, arguments as a string, ids from th
     CHECK(id.size() == 29);
     CHECK(id.starts_with("call_"));
     CHECK(j[1]["id"] != j[0]["id"]);
-    CHECK(openai_tool_calls(calls, 42) == j);
-    CHECK(openai_tool_calls(calls, 43)[0]["id"] != j[0]["id"]);
+    CHECK(openai_tool_calls(calls, ToolCallSyntax::hermes, 42) == j);
+    CHECK(openai_tool_calls(calls, ToolCallSyntax::hermes, 43)[0]["id"] != j[0]["id"]);
 }
