@@ -13,8 +13,9 @@ using namespace quill;
 TEST_CASE("a number too large for a double is refused in quill's words", "[json]") {
     CHECK_THROWS_WITH(parse_untrusted_json(R"({"n": 1e400})", "in.json"),
                       "in.json: not valid JSON: number overflow parsing '1e400'");
+    // a long number is cut, as every reason is, to 200 bytes
     CHECK_THROWS_WITH(parse_untrusted_ordered_json("[-" + std::string(400, '9') + "]", "m.json"),
-                      "m.json: not valid JSON: number overflow parsing '-" + std::string(400, '9') + "'");
+                      "m.json: not valid JSON: number overflow parsing '-" + std::string(174, '9') + "...");
     CHECK_FALSE(try_parse_untrusted_json("1e400"));
 }
 
