@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <charconv>
@@ -210,6 +211,12 @@ int report_failure(std::exception_ptr error) noexcept {
         return 2;
     } catch (const std::bad_alloc&) {
         print_line("error: ", "out of memory");
+    } catch (const nlohmann::json::exception& e) {
+        // JSON of a type or shape that a reader did not check: quill's defect; the library's text would mean
+        // nothing to the user, its number helps the report
+        print_line("error: ", fmt::format("internal error: JSON of an unexpected type or shape (json error {}); "
+                                          "please report it with the input",
+                                          e.id));
     } catch (const std::exception& e) {
         print_line("error: ", e.what());
     } catch (...) {

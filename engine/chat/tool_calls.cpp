@@ -140,10 +140,13 @@ std::optional<ToolCall> read_xml_call(std::string_view body) {
         std::string_view value = body.substr(at, end - at);
         if (value.starts_with("\n")) value.remove_prefix(1);
         if (value.ends_with("\n")) value.remove_suffix(1);
-        try {
-            args[key] = parse_untrusted_ordered_json(value, "a tool call parameter");
-        } catch (const Error&) {
-            args[key] = std::string(value);
+        // JSON when it is, and nests one level less than the limit (the arguments object is one more); else text
+        args[key] = std::string(value);
+        if (json_too_deep_at(value, kMaxJsonDepth - 1) == std::string_view::npos) {
+            try {
+                args[key] = parse_untrusted_ordered_json(value, "a tool call parameter");
+            } catch (const Error&) {
+            }
         }
         at = skip_space(body, end + kParamEnd.size());
     }

@@ -573,14 +573,7 @@ private:
 }  // namespace
 
 std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings) {
-    if (const size_t at = json_too_deep_at(schema_text, kMaxJsonDepth); at != std::string_view::npos)
-        throw UsageError(fmt::format("JSON schema: nested deeper than {} levels (at byte {})", kMaxJsonDepth, at));
-    ojson schema;
-    try {
-        schema = ojson::parse(schema_text);
-    } catch (const ojson::parse_error& e) {
-        throw UsageError(fmt::format("JSON schema: not valid JSON: {}", e.what()));
-    }
+    const ojson schema = parse_untrusted_ordered_json(schema_text, "JSON schema");
     Converter c(schema);
     std::string gbnf = c.convert();
     if (warnings) warnings->insert(warnings->end(), c.warnings().begin(), c.warnings().end());

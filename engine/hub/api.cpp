@@ -142,9 +142,9 @@ std::vector<RepoFile> HubApi::list_files(const std::string& repo, const std::str
         }
         nlohmann::json j;
         try {
-            j = nlohmann::json::parse(r.body);
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(fmt::format("{}: the file listing is not JSON: {}", url, e.what()));
+            j = parse_untrusted_json(r.body, url + ": the file listing");
+        } catch (const UsageError& e) {  // the server's answer, not the user's input
+            throw Error(e.what());
         }
         if (!j.is_array()) throw Error(fmt::format("{}: the file listing is not a JSON array", url));
         for (const auto& item : j) {

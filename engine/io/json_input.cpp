@@ -20,12 +20,16 @@ std::string where(std::string_view text, size_t offset) {
     return fmt::format("line {}, column {}", std::count(before.begin(), before.end(), '\n') + 1, column);
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1, column 5: " prefix, cut
-// to a length fit for one line (its "last read" part quotes the token, which may be a whole long string).
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix and a parse error's "parse error at
+// line 1, column 5: ", cut to a length fit for one line (its "last read" part quotes the token, which may be a whole
+// long string).
 std::string reason(const nlohmann::json::exception& e) {
     constexpr size_t kMaxReason = 200;
     std::string_view m = e.what();
-    if (const size_t colon = m.find(": "); colon != std::string_view::npos) m.remove_prefix(colon + 2);
+    if (const size_t bracket = m.find("] "); m.starts_with("[json.exception.") && bracket != std::string_view::npos)
+        m.remove_prefix(bracket + 2);
+    if (const size_t colon = m.find(": "); m.starts_with("parse error") && colon != std::string_view::npos)
+        m.remove_prefix(colon + 2);
     return m.size() <= kMaxReason ? escape_for_terminal(m) : escape_for_terminal(m.substr(0, kMaxReason)) + "...";
 }
 

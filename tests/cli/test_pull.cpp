@@ -293,6 +293,20 @@ TEST_CASE("quill pull passes over listing entries whose members have unexpected 
     CHECK(r.err.find("json.exception") == std::string::npos);
 }
 
+TEST_CASE("quill pull refuses a file listing that is not JSON in one line of its own", "[hub][cli]") {
+    if (!require_python3()) return;
+    Hub hub;
+    hub.add("test/bad-GGUF", "tiny-Q8_0.gguf", 2);
+    hub.start({"--bad-listing"});
+    // (the message was nlohmann's: "... is not JSON: [json.exception.parse_error.101] parse error at line 1, ...")
+    const auto r = run_quill({"pull", "test/bad-GGUF:Q8_0"});
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(count(r.err, "quill: error: ") == 1);
+    CHECK_THAT(r.err, Catch::Contains("the file listing: not valid JSON at column 1: "));
+    CHECK(r.err.find("json.exception") == std::string::npos);
+}
+
 TEST_CASE("quill pull resumes after the server drops the connection, keeping the bytes already there", "[hub][cli]") {
     if (!require_python3()) return;
     Hub hub;

@@ -1,10 +1,13 @@
 // Fuzz target: a conversation file as `quill template --messages` and chat's /load read it: parse_chat_request, the
-// template rendering the parsed messages and variables as they are (template --messages), then Conversation::load and a rendering
+// template rendering the parsed messages and variables as they are (template --messages), the grammar of the call
+// a "tool_choice" forces (as a batch request's is made), then Conversation::load and a rendering
 // of the conversation it keeps (/load, then the next turn). Bad input must come back as quill::Error, never a
 // crash, a hang, an abort or another exception; the tree parse_messages returns is never deeper than
 // kMaxJsonDepth, every message it passes has a string role and the variables beside them are an object.
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
+#include "engine/chat/tool_calls.h"
+#include "engine/grammar/constraint.h"
 #include "engine/error.h"
 #include "engine/io/json_input.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -72,6 +75,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             (void)format.render(messages, true, nullptr, request.vars);
         } catch (const quill::Error&) {
         }
+    }
+    // The grammar of a call that "tool_choice" forces (batch requests, chat --tool-choice), from the tools offered
+    // and their parameters' schemas, in a syntax chosen by the input's length.
+    const quill::chat::ToolCallSyntax syntaxes[] = {quill::chat::ToolCallSyntax::hermes,
+                                                    quill::chat::ToolCallSyntax::qwen3_xml,
+                                                    quill::chat::ToolCallSyntax::mistral,
+                                                    quill::chat::ToolCallSyntax::harmony};
+    try {
+        if (const auto spec = quill::chat::tool_choice_constraint(request.vars, syntaxes[size % 4], "fuzz.json"))
+            (void)quill::grammar::compile_constraint(*spec);
+    } catch (const quill::Error&) {
     }
     static NoBackend backend;
     const quill::Tokenizer& tok = *quill::fuzz::test_vocabs().front().tok;

@@ -1,12 +1,14 @@
 // Fuzz target: tool calls out of a model's answer (engine/chat/tool_calls.h) in every syntax, and its reasoning
 // (engine/chat/reasoning.h), on arbitrary bytes. Nothing may throw, crash or hang; an answer with no call comes back
-// as it is; every call has a name and arguments that are a JSON object's text, and OpenAI's tool_calls built from
-// them carry the same strings. The reasoning splitter gives the same parts streamed byte by byte as whole, never
-// more bytes than the answer, and with no syntax the answer as it is. The call stream (answer_stream.h) gives the
-// same text and calls streamed byte by byte as whole.
+// as it is; every call has a name and arguments that are a JSON object's text (no deeper than kMaxJsonDepth, as
+// chat's history reads them again), and OpenAI's tool_calls built from them carry the same strings. The reasoning
+// splitter gives the same parts streamed byte by byte as whole, never more bytes than the answer, and with no
+// syntax the answer as it is. The call stream (answer_stream.h) gives the same text and calls streamed byte by byte
+// as whole.
 #include "engine/chat/answer_stream.h"
 #include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
+#include "engine/io/json_input.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #include <nlohmann/json.hpp>
@@ -74,9 +76,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         quill::fuzz::check(parsed.text.size() < answer.size(), "parse_tool_calls", "the text grew");
         for (const ToolCall& c : parsed.calls) {
             quill::fuzz::check(!c.name.empty(), "parse_tool_calls", "a call without a name");
-            const auto args = nlohmann::json::parse(c.arguments, nullptr, false);
-            quill::fuzz::check(args.is_object(), "parse_tool_calls", "arguments that are not a JSON object");
+            const auto args = quill::try_parse_untrusted_json(c.arguments);
+            quill::fuzz::check(args && args->is_object(), "parse_tool_calls",
+                               "arguments that are not a JSON object within the depth limit");
         }
+        (void)history_tool_calls(parsed.calls, syntax, size);  // what chat keeps of them: reads them again
         const auto openai = openai_tool_calls(parsed.calls, syntax, size);
         quill::fuzz::check(openai.size() == parsed.calls.size(), "openai_tool_calls", "a call lost");
         for (size_t i = 0; i < openai.size(); ++i)

@@ -11,7 +11,8 @@ Errors: 401 for a --gated repository without "Authorization: Bearer TOKEN", 404 
 repository or file, and --status-once CODE answers the first API request with CODE (429: with Retry-After: 1).
 Faults: --drop-once sends half of the first full GET of each blob and closes the connection; --corrupt flips one
 byte of every blob sent; --rate B sends blobs at B bytes a second; --odd-listing adds to each listing entries whose
-members have other types than the hub's (a number for a type or path, a string for a size, an object for an oid).
+members have other types than the hub's (a number for a type or path, a string for a size, an object for an oid);
+--bad-listing answers every listing with text that is not JSON (as a proxy's error page is).
 Every request is logged as a JSON line in --log: method, path, range, status, body bytes sent.
 The port it listens on (127.0.0.1, chosen by the system) is written to --port-file once it is listening.
 """
@@ -37,6 +38,7 @@ def parse_args():
     p.add_argument("--rate", type=int, default=0)
     p.add_argument("--status-once", type=int, default=0)
     p.add_argument("--odd-listing", action="store_true")
+    p.add_argument("--bad-listing", action="store_true")
     return p.parse_args()
 
 
@@ -150,6 +152,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(ARGS.status_once, b"{}", {"Retry-After": "1"})
         if not self.check_repo(repo):
             return
+        if ARGS.bad_listing:
+            return self.reply(200, b"<html><body>Bad gateway</body></html>", {"Content-Type": "application/json"})
         items = []
         for path, full in repo_files(repo):
             size = os.path.getsize(full)
