@@ -1,0 +1,62 @@
+// `quill chat` at a terminal as a demanding user meets it: the line editor on the terminal when stdout goes to a
+// file, no colour or other escape codes for TERM=dumb, a line that keeps its shape when the window is resized while
+// it is edited, a block pasted while a reply streams kept as one message, /save and /load with ~/ and quotes.
+// On the tiny model the tests write: nothing here needs test data.
+#include "tests/support/pty_process.h"
+#include "tests/support/random_model.h"
+#include "tests/support/test_util.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+using namespace quill;
+using test::human_pause;
+using test::PtyProcess;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Greedy chat on the tiny SPM model in the chatml format: short replies (-n 3), quick to load.
+std::vector<std::string> tiny_chat() {
+    return {"chat", "-m", test::tiny_model_file(test::TinyModel::spm).string(), "--chat-template", "chatml",
+            "--temp", "0", "-t", "1", "-n", "3"};
+}
+
+// The first message of a conversation /save wrote.
+std::string first_message(const fs::path& saved) {
+    return nlohmann::json::parse(test::read_file(saved))["messages"][0]["content"].get<std::string>();
+}
+
+// At the next prompt after `from`, types `keys`; returns where the output stood when they were sent.
+size_t at_prompt(PtyProcess& p, size_t from, const std::string& keys) {
+    INFO(p.output());
+    REQUIRE(p.wait_for("> ", from, 20));
+    human_pause();
+    const size_t at = p.size();
+    p.send(keys);
+    return at;
+}
+
+}  // namespace
+
+TEST_CASE("/save and /load read ~/ as the home folder and drop quotes; a missing folder is named", "[chat][terminal]") {
+    const auto dir = test::temp_dir("chat-ux-save");
+    PtyProcess p(tiny_chat(), dir.string(), {{"HOME", dir.string()}});
+    size_t at = at_prompt(p, 0, "Once\r");
+    INFO(p.output());
+    REQUIRE(p.wait_for(" tok/s; context ", at));
+    at = at_prompt(p, at, "/save ~/my chat.json\r");
+    REQUIRE(p.wait_for("saved 2 messages to " + (dir / "my chat.json").string(), at));
+    at = at_prompt(p, at, "/load \"" + (dir / "my chat.json").string() + "\"\r");
+    REQUIRE(p.wait_for("loaded 2 messages", at));
+    at = at_prompt(p, at, "/save ~/no such/chat.json\r");
+    REQUIRE(p.wait_for("quill: error: ", at));
+    REQUIRE(p.wait_for("\n", p.output().find("quill: error: ", at)));
+    at_prompt(p, at, "/exit\r");
+    CHECK(p.wait_exit() == 0);
+    CHECK(first_message(dir / "my chat.json") == "Once");
+    CHECK(p.output().find("quill: error: " + (dir / "no such" / "chat.json").string() + ": the folder " +
+                          (dir / "no such").string() + " does not exist") != std::string::npos);
+}
