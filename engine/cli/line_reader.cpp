@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <langinfo.h>
+#include <unistd.h>
 
 namespace quill::chat {
 
@@ -42,7 +43,7 @@ public:
         if (!use_utf8_ctype())
             print_stderr("quill: warning: no UTF-8 locale (C.UTF-8) here: non-ASCII keys will be lost\n");
         const char* term = std::getenv("TERM");
-        paste_ = !(term && std::strcmp(term, "dumb") == 0);
+        paste_ = isatty(fileno(out)) && !(term && std::strcmp(term, "dumb") == 0);
         el_ = el_init("quill", in, out, stderr);
         hist_ = history_init();
         if (!el_ || !hist_) throw Error("cannot start line editing (libedit)");
@@ -57,8 +58,12 @@ public:
         el_wset(el_, EL_ADDFN, L"quill-paste", L"Insert a bracketed paste as it is", &TerminalReader::paste);
         el_set(el_, EL_BIND, kPasteStart, "quill-paste", nullptr);
         if (!history_path_.empty()) history(hist_, &ev, H_LOAD, history_path_.c_str());
+        // On from here to the end, also while replies stream: a block pasted before the prompt is back stays
+        // bracketed, and is one message, not a message a line.
+        if (paste_) terminal_mode(kPasteOn);
     }
     ~TerminalReader() override {
+        if (paste_) terminal_mode(kPasteOff);
         history_end(hist_);
         el_end(el_);
     }
@@ -66,12 +71,10 @@ public:
     InputLine read(const std::string& prompt) override {
         prompt_ = prompt;
         paste_too_long_ = false;
-        if (paste_) terminal_mode(kPasteOn);
         int count = 0;
         errno = 0;
         const char* line = el_gets(el_, &count);
         const int read_errno = errno;
-        if (paste_) terminal_mode(kPasteOff);
         InputLine r;
         if (!line) {
             r.status = (count < 0 && read_errno == EINTR) ? InputLine::Status::interrupted : InputLine::Status::eof;

@@ -41,6 +41,70 @@ size_t at_prompt(PtyProcess& p, size_t from, const std::string& keys) {
 
 }  // namespace
 
+TEST_CASE("quill chat > FILE at a terminal edits on the terminal and writes only the replies to the file",
+          "[chat][terminal]") {
+    const auto dir = test::temp_dir("chat-ux-file");
+    const fs::path replies = dir / "replies.txt", saved = dir / "conv.json";
+    PtyProcess p(tiny_chat(), dir.string(), {{"TERM", "xterm"}}, replies.string());
+    // Ctrl-A works only where libedit edits the line (the terminal's own line editing has no such key).
+    size_t at = at_prompt(p, 0, "nce\x01O\r");
+    INFO(p.output());
+    REQUIRE(p.wait_for(" tok/s; context ", at));
+    at = at_prompt(p, at, "/save " + saved.string() + "\r");
+    REQUIRE(p.wait_for("saved 2 messages", at));
+    at_prompt(p, at, "/exit\r");
+    CHECK(p.wait_exit() == 0);
+    CHECK(first_message(saved) == "Once");
+    const std::string text = test::read_file(replies);
+    CHECK(!text.empty());
+    CHECK(text.ends_with("\n"));
+    CHECK(text.find('\033') == std::string::npos);  // no bracketed paste mode, no prompt, no redraws
+    CHECK(text.find("> ") == std::string::npos);
+}
+
+TEST_CASE("quill chat shows no colour and asks for no bracketed paste with TERM=dumb; an empty NO_COLOR is unset",
+          "[chat][terminal]") {
+    const auto dir = test::temp_dir("chat-ux-dumb");
+    for (const char* term : {"dumb", "xterm"}) {
+        INFO("TERM=" << term);
+        PtyProcess p(tiny_chat(), dir.string(), {{"TERM", term}, {"NO_COLOR", ""}});
+        const size_t at = at_prompt(p, 0, "Once\r");
+        REQUIRE(p.wait_for(" tok/s; context ", at));
+        at_prompt(p, at, "/exit\r");
+        CHECK(p.wait_exit() == 0);
+        const bool dumb = std::string(term) == "dumb";
+        CHECK((p.output().find("\033[2m") == std::string::npos) == dumb);     // the dim stats line
+        CHECK((p.output().find("\033[?2004h") == std::string::npos) == dumb);  // bracketed paste
+    }
+}
+
+TEST_CASE("a block pasted while a reply streams is one message, not a message a line", "[chat][terminal]") {
+    const auto dir = test::temp_dir("chat-ux-paste");
+    const fs::path saved = dir / "conv.json";
+    PtyProcess p(tiny_chat(), dir.string(), {{"TERM", "xterm"}});
+    size_t at = at_prompt(p, 0, "Once\r");
+    INFO(p.output());
+    REQUIRE(p.wait_for(" tok/s; context ", at));
+    // The terminal pastes as it was told last before the reply ended: bracketed, or line by line.
+    const std::string& out = p.output();
+    const size_t end = out.find(" tok/s; context ", at);
+    const size_t on = out.rfind("\033[?2004h", end), off = out.rfind("\033[?2004l", end);
+    const bool bracketed = on != std::string::npos && (off == std::string::npos || on > off);
+    CHECK(bracketed);
+    const std::string block = "line one\rline two";
+    p.send(bracketed ? "\033[200~" + block + "\033[201~" : block);
+    human_pause();
+    p.send("\r");
+    REQUIRE(p.wait_for(" tok/s; context ", end + 1));
+    at = at_prompt(p, end + 1, "/save " + saved.string() + "\r");
+    REQUIRE(p.wait_for("saved", at));
+    at_prompt(p, at, "/exit\r");
+    CHECK(p.wait_exit() == 0);
+    const auto messages = nlohmann::json::parse(test::read_file(saved))["messages"];
+    REQUIRE(messages.size() == 4);
+    CHECK(messages[2]["content"] == "line one\nline two");
+}
+
 TEST_CASE("/save and /load read ~/ as the home folder and drop quotes; a missing folder is named", "[chat][terminal]") {
     const auto dir = test::temp_dir("chat-ux-save");
     PtyProcess p(tiny_chat(), dir.string(), {{"HOME", dir.string()}});
