@@ -2,6 +2,8 @@
 
 #include "engine/error.h"
 #include "engine/io/output.h"
+#include "engine/io/signals.h"
+#include "engine/io/utf8.h"
 
 #include <histedit.h>
 
@@ -39,7 +41,7 @@ constexpr std::wstring_view kPasteEnd = L"\033[201~";
 class TerminalReader final : public LineReader {
 public:
     TerminalReader(std::FILE* in, std::FILE* out, std::string history_path, size_t max_line)
-        : out_(out), history_path_(std::move(history_path)), max_line_(max_line) {
+        : in_fd_(fileno(in)), out_(out), history_path_(std::move(history_path)), max_line_(max_line) {
         if (!use_utf8_ctype())
             print_stderr("quill: warning: no UTF-8 locale (C.UTF-8) here: non-ASCII keys will be lost\n");
         const char* term = std::getenv("TERM");
@@ -53,6 +55,7 @@ public:
         el_set(el_, EL_CLIENTDATA, this);
         el_set(el_, EL_PROMPT, &TerminalReader::prompt_of);
         el_set(el_, EL_EDITOR, "emacs");
+        el_set(el_, EL_GETCFN, &TerminalReader::read_key);
         el_set(el_, EL_HIST, history, hist_);
         // el_wset keeps these static wide strings; el_set would store wide copies that el_end never frees.
         el_wset(el_, EL_ADDFN, L"quill-paste", L"Insert a bracketed paste as it is", &TerminalReader::paste);
@@ -73,8 +76,10 @@ public:
         paste_too_long_ = false;
         int count = 0;
         errno = 0;
+        signals::watch_resize(true);
         const char* line = el_gets(el_, &count);
         const int read_errno = errno;
+        signals::watch_resize(false);
         InputLine r;
         if (!line) {
             r.status = (count < 0 && read_errno == EINTR) ? InputLine::Status::interrupted : InputLine::Status::eof;
@@ -110,6 +115,39 @@ private:
         return *static_cast<TerminalReader*>(self);
     }
     static char* prompt_of(EditLine* el) { return self_of(el).prompt_.data(); }
+
+    // libedit's key reader: the next UTF-8 character from the terminal, an ill-formed sequence as U+FFFD. A resize
+    // (SIGWINCH) while the line is edited is taken in place: libedit learns the new width and redraws the line.
+    // 1, or 0 at EOF, or -1 with errno (EINTR for Ctrl-C).
+    static int read_key(EditLine* el, wchar_t* key) {
+        TerminalReader& self = self_of(el);
+        std::string& bytes = self.key_bytes_;
+        for (;;) {
+            if (!bytes.empty()) {
+                const utf8::Scan scan = utf8::scan(bytes);
+                if (scan.kind != utf8::Scan::incomplete) {
+                    size_t at = 0;
+                    *key = static_cast<wchar_t>(utf8::next(bytes, at));
+                    bytes.erase(0, scan.length);
+                    return 1;
+                }
+            }
+            char byte = 0;
+            const ssize_t n = ::read(self.in_fd_, &byte, 1);
+            if (n == 1) {
+                bytes.push_back(byte);
+                continue;
+            }
+            if (n < 0 && errno == EINTR && signals::take_resize()) {
+                el_resize(el);
+                el_set(el, EL_REFRESH);
+                continue;
+            }
+            bytes.clear();
+            *key = L'\0';
+            return n == 0 ? 0 : -1;
+        }
+    }
 
     // Bound to ESC[200~: reads up to ESC[201~ and inserts the text at the cursor, its line ends as '\n' (terminals
     // send '\r'). Longer than the cap: the rest is read and dropped, and the line ends as too long.
@@ -149,6 +187,8 @@ private:
         std::fflush(out_);
     }
 
+    int in_fd_;
+    std::string key_bytes_;  // bytes read of a character not yet complete, or after an ill-formed one
     EditLine* el_ = nullptr;
     History* hist_ = nullptr;
     std::FILE* out_;

@@ -78,6 +78,30 @@ TEST_CASE("quill chat shows no colour and asks for no bracketed paste with TERM=
     }
 }
 
+TEST_CASE("a line edited while the terminal is resized wraps at the new width", "[chat][terminal]") {
+    const auto dir = test::temp_dir("chat-ux-resize");
+    const fs::path saved = dir / "conv.json";
+    PtyProcess p(tiny_chat(), dir.string(), {{"TERM", "xterm"}});
+    const std::string line(50, 'a');
+    at_prompt(p, 0, line);
+    REQUIRE(p.wait_for(line));
+    human_pause();
+    p.resize(30, 40);  // "> " and 50 letters now take two rows
+    human_pause();
+    const size_t at = p.size();
+    p.send("\x01X");  // Ctrl-A: to the start of the line, a row up
+    INFO(p.output());
+    REQUIRE(p.wait_for("X", at, 10));
+    CHECK(p.output().find("\033[A", at) != std::string::npos);
+    p.send("\r");
+    REQUIRE(p.wait_for(" tok/s; context ", at));
+    const size_t saved_at = at_prompt(p, at, "/save " + saved.string() + "\r");
+    REQUIRE(p.wait_for("saved 2 messages", saved_at));
+    at_prompt(p, saved_at, "/exit\r");
+    CHECK(p.wait_exit() == 0);
+    CHECK(first_message(saved) == "X" + line);
+}
+
 TEST_CASE("a block pasted while a reply streams is one message, not a message a line", "[chat][terminal]") {
     const auto dir = test::temp_dir("chat-ux-paste");
     const fs::path saved = dir / "conv.json";
