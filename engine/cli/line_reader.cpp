@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <langinfo.h>
+#include <termios.h>
 #include <unistd.h>
 
 namespace quill::chat {
@@ -66,6 +67,7 @@ public:
         if (paste_) terminal_mode(kPasteOn);
     }
     ~TerminalReader() override {
+        echo_typeahead(true);
         if (paste_) terminal_mode(kPasteOff);
         history_end(hist_);
         el_end(el_);
@@ -76,10 +78,12 @@ public:
         paste_too_long_ = false;
         int count = 0;
         errno = 0;
+        echo_typeahead(true);
         signals::watch_resize(true);
         const char* line = el_gets(el_, &count);
         const int read_errno = errno;
         signals::watch_resize(false);
+        echo_typeahead(false);
         InputLine r;
         if (!line) {
             r.status = (count < 0 && read_errno == EINTR) ? InputLine::Status::interrupted : InputLine::Status::eof;
@@ -182,6 +186,23 @@ private:
         return CC_REFRESH;
     }
 
+    // Keys typed while a reply streams: with the terminal's echo off they wait, unseen, for the next prompt, which
+    // shows them, instead of being echoed into the middle of the reply. Off from the end of one read to the start
+    // of the next, and back as it was at the end.
+    void echo_typeahead(bool on) {
+        termios mode{};
+        if (tcgetattr(in_fd_, &mode) != 0) return;
+        const tcflag_t before = mode.c_lflag;
+        if (on) {
+            mode.c_lflag |= echo_flags_;
+            echo_flags_ = 0;
+        } else {
+            echo_flags_ |= mode.c_lflag & (ECHO | ECHONL);
+            mode.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL);
+        }
+        if (mode.c_lflag != before) tcsetattr(in_fd_, TCSANOW, &mode);
+    }
+
     void terminal_mode(const char* sequence) {
         std::fputs(sequence, out_);
         std::fflush(out_);
@@ -195,6 +216,7 @@ private:
     std::string history_path_;
     size_t max_line_;
     std::string prompt_;
+    tcflag_t echo_flags_ = 0;       // the echo flags echo_typeahead(false) turned off
     bool paste_ = true;             // the terminal is told to bracket pastes
     bool paste_too_long_ = false;   // the paste of the line being read passed max_line_
 };

@@ -1,7 +1,8 @@
 // `quill chat` at a terminal as a demanding user meets it: the line editor on the terminal when stdout goes to a
 // file, no colour or other escape codes for TERM=dumb, a line that keeps its shape when the window is resized while
-// it is edited, a block pasted while a reply streams kept as one message, /save and /load with ~/ and quotes.
-// On the tiny model the tests write: nothing here needs test data.
+// it is edited, a block pasted while a reply streams kept as one message, keys typed while it streams kept out of
+// it, /save and /load with ~/ and quotes.
+// On the tiny model the tests write, but for the one that needs a reply slow enough to type into (the default model).
 #include "tests/support/pty_process.h"
 #include "tests/support/random_model.h"
 #include "tests/support/test_util.h"
@@ -147,4 +148,28 @@ TEST_CASE("/save and /load read ~/ as the home folder and drop quotes; a missing
     CHECK(first_message(dir / "my chat.json") == "Once");
     CHECK(p.output().find("quill: error: " + (dir / "no such" / "chat.json").string() + ": the folder " +
                           (dir / "no such").string() + " does not exist") != std::string::npos);
+}
+
+TEST_CASE("keys typed while a reply streams wait for the next prompt instead of landing in the reply",
+          "[chat][terminal][model]") {
+    const auto model = test::require_default_model();
+    if (!model) return;
+    const auto dir = test::temp_dir("chat-ux-typeahead");
+    PtyProcess p({"chat", "-m", model->string(), "--temp", "0", "-t", "1", "-n", "300"}, dir.string(),
+                 {{"TERM", "xterm"}});
+    const size_t at = at_prompt(p, 0, "Tell me a long story about a dragon.\r");
+    INFO(p.output());
+    REQUIRE(p.wait_for("dragon.\n", at));
+    const size_t reply = p.output().find("dragon.\n", at) + 8;
+    p.wait_for("\x01 nothing", reply, 1);  // a second of the reply
+    const size_t typed = p.size();
+    REQUIRE(p.output().find(" tok/s; context ", reply) == std::string::npos);  // the reply still streams
+    p.send("next question");
+    REQUIRE(p.wait_for(" tok/s; context ", reply));
+    const size_t stats = p.output().find(" tok/s; context ", reply);
+    CHECK(p.output().substr(typed, stats - typed).find("next question") == std::string::npos);
+    REQUIRE(p.wait_for("> next question", stats, 10));
+    p.send("\x03");  // clears the line
+    at_prompt(p, stats, "/exit\r");
+    CHECK(p.wait_exit() == 0);
 }
