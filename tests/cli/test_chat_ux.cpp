@@ -173,3 +173,13 @@ TEST_CASE("keys typed while a reply streams wait for the next prompt instead of 
     at_prompt(p, stats, "/exit\r");
     CHECK(p.wait_exit() == 0);
 }
+
+TEST_CASE("/set says a number too big for its parameter is out of range, not that it is no number", "[chat]") {
+    const auto r = test::run_quill(tiny_chat(), "/set top-k 99999999999\n/set temp 1e999\n/set seed 1e3\n");
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("/set top-k: 99999999999 is out of range: expected -2147483648 to 2147483647") !=
+          std::string::npos);
+    CHECK(r.err.find("/set temp: 1e999 is out of range: expected a finite number") != std::string::npos);
+    CHECK(r.err.find("/set seed: '1e3' is not an integer >= 0") != std::string::npos);
+}
