@@ -63,7 +63,7 @@ TEST_CASE("quill chat > FILE at a terminal edits on the terminal and writes only
     CHECK(text.find("> ") == std::string::npos);
 }
 
-TEST_CASE("quill chat shows no colour and asks for no bracketed paste with TERM=dumb; an empty NO_COLOR is unset",
+TEST_CASE("quill chat shows no colour and asks for no bracketed paste with TERM=dumb, and an empty NO_COLOR is unset",
           "[chat][terminal]") {
     const auto dir = test::temp_dir("chat-ux-dumb");
     for (const char* term : {"dumb", "xterm"}) {
@@ -130,7 +130,7 @@ TEST_CASE("a block pasted while a reply streams is one message, not a message a 
     CHECK(messages[2]["content"] == "line one\nline two");
 }
 
-TEST_CASE("/save and /load read ~/ as the home folder and drop quotes; a missing folder is named", "[chat][terminal]") {
+TEST_CASE("/save and /load read ~/ as the home folder and drop quotes, and name a missing folder", "[chat][terminal]") {
     const auto dir = test::temp_dir("chat-ux-save");
     PtyProcess p(tiny_chat(), dir.string(), {{"HOME", dir.string()}});
     size_t at = at_prompt(p, 0, "Once\r");
