@@ -58,6 +58,8 @@ void write_conversation_file(const std::string& path, std::string_view text) {
     for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
         temp = (dir / fmt::format(".{}.{:08x}.tmp", target.filename().string(), rd())).string();
         fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno == ENOENT)
+            throw FileError(fmt::format("{}: the folder {} does not exist", path, dir.string()));
         if (fd < 0 && errno != EEXIST) fail(path, "create a file next to it");
     }
     if (fd < 0) fail(path, "create a file next to it");

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -13,12 +14,14 @@ namespace quill::chat {
 
 namespace {
 
-// The whole of `text` as a number of type T; nullopt when it is not one (or not finite).
+// The whole of `text` as a number of type T; nullopt when it is not one (or not finite). `too_big`: it is a
+// number, but past what T holds (99999999999 for an int, 1e999).
 template <typename T>
-std::optional<T> parse_number(std::string_view text) {
+std::optional<T> parse_number(std::string_view text, bool& too_big) {
     T v{};
     const char* end = text.data() + text.size();
     auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    too_big = !text.empty() && ptr == end && ec == std::errc::result_out_of_range;
     if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
     if constexpr (std::is_floating_point_v<T>)
         if (!std::isfinite(v)) return std::nullopt;
@@ -29,7 +32,8 @@ struct Parameter {
     const char* name;
     const char* kind;  // what a value must be, for the message
     std::function<std::string(const GenerationParams&)> show;
-    std::function<bool(GenerationParams&, std::string_view)> set;  // false: not a number of the kind
+    // "" when `text` was set, else what is wrong with it: "is not " + kind, or that it is out of range.
+    std::function<std::string(GenerationParams&, std::string_view)> set;
 };
 
 // A parameter of type T reached through field(params) -> T&.
@@ -40,10 +44,17 @@ Parameter make(const char* name, const char* kind, Field field) {
                 GenerationParams copy = p;
                 return fmt::format("{}", field(copy));
             },
-            [field](GenerationParams& p, std::string_view text) {
-                const std::optional<T> v = parse_number<T>(text);
+            [field, kind](GenerationParams& p, std::string_view text) -> std::string {
+                bool too_big = false;
+                const std::optional<T> v = parse_number<T>(text, too_big);
                 if (v) field(p) = *v;
-                return v.has_value();
+                if (v) return "";
+                if (!too_big) return fmt::format("'{}' is not {}", text, kind);
+                if constexpr (std::is_floating_point_v<T>)
+                    return fmt::format("{} is out of range: expected a finite number", text);
+                else
+                    return fmt::format("{} is out of range: expected {} to {}", text, std::numeric_limits<T>::min(),
+                                       std::numeric_limits<T>::max());
             }};
 }
 
@@ -78,8 +89,8 @@ void set_parameter(GenerationParams& params, std::string_view name, std::string_
     for (const Parameter& p : parameters()) {
         if (name != p.name) continue;
         GenerationParams next = params;
-        if (!p.set(next, value))
-            throw UsageError(fmt::format("/set {}: '{}' is not {}", name, value, p.kind));
+        if (const std::string wrong = p.set(next, value); !wrong.empty())
+            throw UsageError(fmt::format("/set {}: {}", name, wrong));
         try {
             next.sampling.validate();
         } catch (const UsageError& e) {

@@ -286,13 +286,16 @@ int cmd_chat(ChatCliOptions& o) {
 
     quill::signals::install();
     const bool tty = isatty(STDIN_FILENO) != 0;
-    auto in = tty ? quill::chat::make_terminal_reader(stdin, stdout, quill::chat::default_history_path(),
+    // The line editor draws on the terminal: stderr when stdout goes to a file (`quill chat > log`), so that the
+    // file gets the replies and no prompts or escape codes.
+    std::FILE* screen = !isatty(STDOUT_FILENO) && isatty(STDERR_FILENO) ? stderr : stdout;
+    auto in = tty ? quill::chat::make_terminal_reader(stdin, screen, quill::chat::default_history_path(),
                                                       o.max_input_bytes)
                   : quill::chat::make_stream_reader(stdin, o.max_input_bytes);
     quill::Output out(stdout, "stdout");
     quill::Output status(stderr, "stderr");
     quill::chat::ReplOptions ro;
-    ro.color = tty && isatty(STDERR_FILENO) && !std::getenv("NO_COLOR");
+    ro.color = tty && quill::colors_allowed(STDERR_FILENO);
     ro.quiet = o.quiet;
     ro.reasoning = quill::chat::reasoning_display(o.reasoning, STDOUT_FILENO);
     ro.model_name = session->model->config.name;

@@ -2,6 +2,8 @@
 
 #include "engine/error.h"
 #include "engine/io/output.h"
+#include "engine/io/signals.h"
+#include "engine/io/utf8.h"
 
 #include <histedit.h>
 
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <langinfo.h>
+#include <termios.h>
+#include <unistd.h>
 
 namespace quill::chat {
 
@@ -38,11 +42,11 @@ constexpr std::wstring_view kPasteEnd = L"\033[201~";
 class TerminalReader final : public LineReader {
 public:
     TerminalReader(std::FILE* in, std::FILE* out, std::string history_path, size_t max_line)
-        : out_(out), history_path_(std::move(history_path)), max_line_(max_line) {
+        : in_fd_(fileno(in)), out_(out), history_path_(std::move(history_path)), max_line_(max_line) {
         if (!use_utf8_ctype())
             print_stderr("quill: warning: no UTF-8 locale (C.UTF-8) here: non-ASCII keys will be lost\n");
         const char* term = std::getenv("TERM");
-        paste_ = !(term && std::strcmp(term, "dumb") == 0);
+        paste_ = isatty(fileno(out)) && !(term && std::strcmp(term, "dumb") == 0);
         el_ = el_init("quill", in, out, stderr);
         hist_ = history_init();
         if (!el_ || !hist_) throw Error("cannot start line editing (libedit)");
@@ -52,13 +56,19 @@ public:
         el_set(el_, EL_CLIENTDATA, this);
         el_set(el_, EL_PROMPT, &TerminalReader::prompt_of);
         el_set(el_, EL_EDITOR, "emacs");
+        el_set(el_, EL_GETCFN, &TerminalReader::read_key);
         el_set(el_, EL_HIST, history, hist_);
         // el_wset keeps these static wide strings; el_set would store wide copies that el_end never frees.
         el_wset(el_, EL_ADDFN, L"quill-paste", L"Insert a bracketed paste as it is", &TerminalReader::paste);
         el_set(el_, EL_BIND, kPasteStart, "quill-paste", nullptr);
         if (!history_path_.empty()) history(hist_, &ev, H_LOAD, history_path_.c_str());
+        // On from here to the end, also while replies stream: a block pasted before the prompt is back stays
+        // bracketed, and is one message, not a message a line.
+        if (paste_) terminal_mode(kPasteOn);
     }
     ~TerminalReader() override {
+        echo_typeahead(true);
+        if (paste_) terminal_mode(kPasteOff);
         history_end(hist_);
         el_end(el_);
     }
@@ -66,12 +76,14 @@ public:
     InputLine read(const std::string& prompt) override {
         prompt_ = prompt;
         paste_too_long_ = false;
-        if (paste_) terminal_mode(kPasteOn);
         int count = 0;
         errno = 0;
+        echo_typeahead(true);
+        signals::watch_resize(true);
         const char* line = el_gets(el_, &count);
         const int read_errno = errno;
-        if (paste_) terminal_mode(kPasteOff);
+        signals::watch_resize(false);
+        echo_typeahead(false);
         InputLine r;
         if (!line) {
             r.status = (count < 0 && read_errno == EINTR) ? InputLine::Status::interrupted : InputLine::Status::eof;
@@ -108,6 +120,39 @@ private:
     }
     static char* prompt_of(EditLine* el) { return self_of(el).prompt_.data(); }
 
+    // libedit's key reader: the next UTF-8 character from the terminal, an ill-formed sequence as U+FFFD. A resize
+    // (SIGWINCH) while the line is edited is taken in place: libedit learns the new width and redraws the line.
+    // 1, or 0 at EOF, or -1 with errno (EINTR for Ctrl-C).
+    static int read_key(EditLine* el, wchar_t* key) {
+        TerminalReader& self = self_of(el);
+        std::string& bytes = self.key_bytes_;
+        for (;;) {
+            if (!bytes.empty()) {
+                const utf8::Scan scan = utf8::scan(bytes);
+                if (scan.kind != utf8::Scan::incomplete) {
+                    size_t at = 0;
+                    *key = static_cast<wchar_t>(utf8::next(bytes, at));
+                    bytes.erase(0, scan.length);
+                    return 1;
+                }
+            }
+            char byte = 0;
+            const ssize_t n = ::read(self.in_fd_, &byte, 1);
+            if (n == 1) {
+                bytes.push_back(byte);
+                continue;
+            }
+            if (n < 0 && errno == EINTR && signals::take_resize()) {
+                el_resize(el);
+                el_set(el, EL_REFRESH);
+                continue;
+            }
+            bytes.clear();
+            *key = L'\0';
+            return n == 0 ? 0 : -1;
+        }
+    }
+
     // Bound to ESC[200~: reads up to ESC[201~ and inserts the text at the cursor, its line ends as '\n' (terminals
     // send '\r'). Longer than the cap: the rest is read and dropped, and the line ends as too long.
     static unsigned char paste(EditLine* el, int /*key*/) {
@@ -141,17 +186,37 @@ private:
         return CC_REFRESH;
     }
 
+    // Keys typed while a reply streams: with the terminal's echo off they wait, unseen, for the next prompt, which
+    // shows them, instead of being echoed into the middle of the reply. Off from the end of one read to the start
+    // of the next, and back as it was at the end.
+    void echo_typeahead(bool on) {
+        termios mode{};
+        if (tcgetattr(in_fd_, &mode) != 0) return;
+        const tcflag_t before = mode.c_lflag;
+        if (on) {
+            mode.c_lflag |= echo_flags_;
+            echo_flags_ = 0;
+        } else {
+            echo_flags_ |= mode.c_lflag & (ECHO | ECHONL);
+            mode.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL);
+        }
+        if (mode.c_lflag != before) tcsetattr(in_fd_, TCSANOW, &mode);
+    }
+
     void terminal_mode(const char* sequence) {
         std::fputs(sequence, out_);
         std::fflush(out_);
     }
 
+    int in_fd_;
+    std::string key_bytes_;  // bytes read of a character not yet complete, or after an ill-formed one
     EditLine* el_ = nullptr;
     History* hist_ = nullptr;
     std::FILE* out_;
     std::string history_path_;
     size_t max_line_;
     std::string prompt_;
+    tcflag_t echo_flags_ = 0;       // the echo flags echo_typeahead(false) turned off
     bool paste_ = true;             // the terminal is told to bracket pastes
     bool paste_too_long_ = false;   // the paste of the line being read passed max_line_
 };

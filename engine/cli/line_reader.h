@@ -27,7 +27,9 @@ public:
 
 // libedit on the terminal `in`/`out`; history loaded from and saved to `history_path` ("" for none). Sets LC_CTYPE
 // to a UTF-8 locale (the environment's when it is one, else C.UTF-8), which libedit needs to accept non-ASCII
-// keys. A bracketed paste (ESC[200~ ... ESC[201~) is inserted into the line as one piece, newlines kept.
+// keys. A bracketed paste (ESC[200~ ... ESC[201~) is inserted into the line as one piece, newlines kept; the
+// terminal is asked for bracketed pastes only when `out` is one and TERM is not dumb. Between reads (while a reply
+// streams) the terminal does not echo keys: they show at the next prompt. A resize while a line is edited redraws it.
 std::unique_ptr<LineReader> make_terminal_reader(std::FILE* in, std::FILE* out, const std::string& history_path,
                                                  size_t max_line_bytes);
 // Plain lines from `in`.

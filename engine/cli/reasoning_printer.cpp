@@ -4,8 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <unistd.h>
 
 namespace quill::chat {
 
@@ -16,7 +14,7 @@ constexpr std::string_view kDim = "\033[2m", kReset = "\033[0m";
 }  // namespace
 
 ReasoningDisplay reasoning_display(std::string_view value, int fd) {
-    if (value == "show") return isatty(fd) && !std::getenv("NO_COLOR") ? ReasoningDisplay::dim : ReasoningDisplay::plain;
+    if (value == "show") return colors_allowed(fd) ? ReasoningDisplay::dim : ReasoningDisplay::plain;
     if (value == "hide") return ReasoningDisplay::hide;
     throw UsageError(fmt::format("--reasoning '{}': expected show or hide", value));
 }

@@ -13,7 +13,7 @@ namespace quill::chat {
 
 enum class ReasoningDisplay { hide, plain, dim };
 
-// --reasoning VALUE for output to descriptor `fd`: "show" is dim where fd is a terminal and NO_COLOR is not set,
+// --reasoning VALUE for output to descriptor `fd`: "show" is dim where colours may go to fd (colors_allowed),
 // plain elsewhere; "hide". UsageError otherwise.
 ReasoningDisplay reasoning_display(std::string_view value, int fd);
 

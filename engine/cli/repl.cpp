@@ -8,6 +8,7 @@
 #include "engine/io/escape.h"
 
 #include <charconv>
+#include <cstdlib>
 
 namespace quill::chat {
 
@@ -36,7 +37,7 @@ constexpr const char* kHelp =
     "  /set NAME VALUE     change a parameter (named as its flag: /set temp 0.7); /set alone lists them\n"
     "  /show               the model, template, system message, parameters and context use\n"
     "  /stats              context use and the last reply's speed\n"
-    "  /save FILE          write the conversation as JSON\n"
+    "  /save FILE          write the conversation as JSON (~/ at the start is your home folder)\n"
     "  /load FILE          read a conversation written by /save\n"
     "  /exit, /quit, /bye  quit\n"
     "/set takes: {}, tool-choice (none, auto, required or a tool's name: a call in each reply)\n";
@@ -60,6 +61,16 @@ std::string trim(const std::string& s) {
     const size_t b = s.find_first_not_of(" \t");
     if (b == std::string::npos) return {};
     return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// The file name of /save and /load as a shell would read it: quotes around it go (a name with spaces needs none),
+// and a leading ~ is $HOME.
+std::string file_argument(std::string path) {
+    if (path.size() >= 2 && (path.front() == '"' || path.front() == '\'') && path.back() == path.front())
+        path = path.substr(1, path.size() - 2);
+    const char* home = std::getenv("HOME");
+    if ((path == "~" || path.starts_with("~/")) && home && *home) path = home + path.substr(1);
+    return path;
 }
 
 }  // namespace
@@ -280,10 +291,10 @@ void ChatRepl::command(const std::string& name, const std::string& arg, Action& 
         show();
     } else if (name == "save") {
         if (arg.empty()) throw UsageError("/save needs a file name");
-        save(arg);
+        save(file_argument(arg));
     } else if (name == "load") {
         if (arg.empty()) throw UsageError("/load needs a file name");
-        load(arg);
+        load(file_argument(arg));
     } else if (name == "stats") {
         std::string s = fmt::format("quill: {} messages; context {}/{} tokens in the cache", conv_.turns().size(),
                                     conv_.cached_tokens(), conv_.n_ctx());

@@ -1,6 +1,7 @@
 #include "engine/io/output.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
@@ -58,6 +59,12 @@ void print_stderr_noexcept(std::string_view text) noexcept {
         }
         text.remove_prefix(static_cast<size_t>(n));
     }
+}
+
+bool colors_allowed(int fd) noexcept {
+    const char* no_color = std::getenv("NO_COLOR");
+    const char* term = std::getenv("TERM");
+    return isatty(fd) && !(no_color && *no_color) && !(term && std::strcmp(term, "dumb") == 0);
 }
 
 void reserve_standard_descriptors() noexcept {

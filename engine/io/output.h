@@ -63,6 +63,10 @@ void print_stderr(fmt::format_string<Args...> format, Args&&... args) noexcept {
     }
 }
 
+// Whether colour escape codes may go to descriptor `fd`: a terminal, NO_COLOR unset or empty (no-color.org), and
+// TERM not "dumb" (a terminal that shows escape codes as text).
+bool colors_allowed(int fd) noexcept;
+
 // Makes sure descriptors 0, 1 and 2 are open, so that no file quill opens later lands on them: a closed one
 // becomes /dev/null opened in the opposite direction, so reads of a closed stdin and writes to a closed stdout
 // still fail (EBADF) as they would have, instead of touching a model file. Call first thing in main.

@@ -1,7 +1,7 @@
 // SIGINT and SIGTERM as a request to stop, not a kill: generation loops poll the flag between forward passes,
 // finish what they can and exit cleanly. SIGPIPE is ignored, so a closed output is a write error, not a death.
 //
-// The signal handler can only set a lock-free atomic, so this is the one piece of process-wide state in quill.
+// The signal handlers can only set lock-free atomics, so these are the one piece of process-wide state in quill.
 #pragma once
 
 #include <atomic>
@@ -20,6 +20,12 @@ const std::atomic<bool>& stop_flag();
 int count();
 // The last signal received (SIGINT or SIGTERM), 0 when none.
 int last();
+// SIGWINCH (the terminal was resized) watched or not. While watched it sets a flag, and a blocked read of the
+// terminal returns EINTR (no SA_RESTART), so that a line editor can redraw at the new width; unwatched, the
+// default (ignored). Only the chat's line editor watches it, while it reads a line.
+void watch_resize(bool on);
+// Whether SIGWINCH came since the last call; lowers the flag.
+bool take_resize();
 // Lowers the stop flag (chat: a Ctrl-C ended one reply, the conversation goes on). count() keeps counting.
 void clear();
 

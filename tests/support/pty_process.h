@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <csignal>
+#include <fcntl.h>
 #include <optional>
 #include <poll.h>
 #include <pty.h>
 #include <string>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <utility>
@@ -19,10 +21,12 @@ namespace quill::test {
 // Environment changes for the child: NAME and its value, or nullopt to unset it.
 using EnvChanges = std::vector<std::pair<std::string, std::optional<std::string>>>;
 
-// A child process on a pseudo-terminal (120 x 40), with NO_COLOR set and XDG_STATE_HOME (the history) in state_dir.
+// A child process on a pseudo-terminal (120 x 40), with NO_COLOR set and XDG_STATE_HOME (the history) in state_dir;
+// its stdout goes to the file `stdout_file` instead where one is named.
 class PtyProcess {
 public:
-    PtyProcess(const std::vector<std::string>& args, const std::string& state_dir, const EnvChanges& env = {}) {
+    PtyProcess(const std::vector<std::string>& args, const std::string& state_dir, const EnvChanges& env = {},
+               const std::string& stdout_file = "") {
         winsize size{};
         size.ws_row = 40;
         size.ws_col = 120;
@@ -42,6 +46,11 @@ public:
                 else
                     unsetenv(name.c_str());
             }
+            if (!stdout_file.empty()) {
+                const int fd = open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(126);
+                close(fd);
+            }
             std::vector<char*> argv;
             argv.push_back(const_cast<char*>(QUILL_BIN));
             for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -60,6 +69,13 @@ public:
     PtyProcess(const PtyProcess&) = delete;
     PtyProcess& operator=(const PtyProcess&) = delete;
 
+    // Resizes the terminal; the kernel sends SIGWINCH to the child, as a terminal window does.
+    void resize(int columns, int rows) {
+        winsize size{};
+        size.ws_row = static_cast<unsigned short>(rows);
+        size.ws_col = static_cast<unsigned short>(columns);
+        REQUIRE(ioctl(fd_, TIOCSWINSZ, &size) == 0);
+    }
     void send(const std::string& s) { REQUIRE(write(fd_, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
 
     // Reads until `needle` appears after `from` in the whole output, or the time runs out (then false).
