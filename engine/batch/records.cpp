@@ -209,15 +209,37 @@ void LockedOutput::truncate() {
 
 // ---- writer ----
 
-RecordWriter::RecordWriter(std::FILE* stream, std::string name, bool fsync_enabled, std::chrono::milliseconds every)
-    : f_(stream), out_(stream, std::move(name)), fsync_(fsync_enabled), every_(every),
-      last_sync_(std::chrono::steady_clock::now()) {}
+RecordWriter::RecordWriter(std::FILE* stream, std::string name, bool file_output, std::chrono::milliseconds every)
+    : f_(stream), out_(stream, std::move(name)), fsync_(file_output), every_(every),
+      last_sync_(std::chrono::steady_clock::now()) {
+    struct stat st {};
+    regular_ = ::fstat(fileno(f_), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+uint64_t RecordWriter::file_size() const {
+    struct stat st {};
+    if (::fstat(fileno(f_), &st) != 0) return 0;
+    if (fsync_ && st.st_nlink == 0)
+        throw OutputError(fmt::format("{} was deleted while the batch was writing it (the records written to it are "
+                                      "lost); stopped",
+                                      out_.name()),
+                          ENOENT);
+    return static_cast<uint64_t>(st.st_size);
+}
 
 void RecordWriter::write(const std::string& record) {
     if (before_write_) before_write_();
-    out_.write(record);
-    out_.write("\n");
-    out_.flush();
+    const uint64_t whole = regular_ ? file_size() : 0;
+    try {
+        out_.write(record);
+        out_.write("\n");
+        out_.flush();
+    } catch (const OutputError&) {
+        // The record's first bytes would be a torn last line: the file keeps only whole records (should the cut
+        // fail too, --resume drops the torn line).
+        if (regular_ && ::ftruncate(fileno(f_), static_cast<off_t>(whole)) != 0) errno = 0;
+        throw;
+    }
     if (fsync_ && std::chrono::steady_clock::now() - last_sync_ >= every_) sync();
 }
 
@@ -226,6 +248,7 @@ void RecordWriter::sync() {
     last_sync_ = std::chrono::steady_clock::now();
     if (fsync_ && ::fsync(fileno(f_)) != 0)
         throw OutputError(fmt::format("cannot fsync {}: {}", out_.name(), std::strerror(errno)), errno);
+    if (fsync_) file_size();
 }
 
 }  // namespace quill::batch

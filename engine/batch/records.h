@@ -104,10 +104,14 @@ private:
 };
 
 // Writes records: each line written and flushed at once, and the file fsync'ed when `sync_every` has passed
-// since the last fsync (and by sync()), so that a crash or power loss loses at most those seconds.
+// since the last fsync (and by sync()), so that a crash or power loss loses at most those seconds. When the stream
+// is a regular file, a record that cannot be written whole (a full disk, a file size limit) is cut off again, so
+// that the file ends with the last whole record. The file named `name` (`file_output`: fsync'ed), once deleted
+// while written (its directory removed), is an OutputError at the next record or sync(), instead of records
+// written on into a file nobody can read.
 class RecordWriter {
 public:
-    RecordWriter(std::FILE* stream, std::string name, bool fsync_enabled,
+    RecordWriter(std::FILE* stream, std::string name, bool file_output,
                  std::chrono::milliseconds sync_every = std::chrono::milliseconds(2000));
     // Called before each record is written (a progress line on the same terminal clears itself).
     void set_before_write(std::function<void()> f) { before_write_ = std::move(f); }
@@ -115,8 +119,12 @@ public:
     void sync();
 
 private:
+    // The regular file's size; OutputError when it is the file output and has been deleted.
+    uint64_t file_size() const;
+
     std::FILE* f_;
     Output out_;
+    bool regular_ = false;
     std::function<void()> before_write_;
     bool fsync_;
     std::chrono::milliseconds every_;
