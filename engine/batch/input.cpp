@@ -173,23 +173,28 @@ void read_body(const json& obj, const OrderedSource& ordered, BatchRequest& r) {
     r.overrides.constraint = read_constraint(obj, ordered, r.line);
 }
 
-std::string read_id(const json& v, const char* key) {
-    if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();
-    if (v.is_number_integer()) return v.dump();
-    throw LineError{fmt::format("\"{}\" must be a non-empty string or an integer", key)};
+void read_id(const json& v, const char* key, BatchRequest& r) {
+    if (v.is_string() && !v.get<std::string>().empty()) {
+        r.id = v.get<std::string>();
+    } else if (v.is_number_integer()) {
+        r.id = v.dump();
+        r.id_is_integer = true;
+    } else {
+        throw LineError{fmt::format("\"{}\" must be a non-empty string or an integer", key)};
+    }
 }
 
 // A JSON line: the id as early as possible, so that an error record carries it.
 void read_json_line(const json& j, std::string_view line, InputFormat format, BatchRequest& r) {
     if (!j.is_object()) throw LineError{"not a JSON object"};
     if (format == InputFormat::jsonl) {
-        if (const json* id = find(j, "id")) r.id = read_id(*id, "id");
+        if (const json* id = find(j, "id")) read_id(*id, "id", r);
         read_body(j, OrderedSource{line, false}, r);
         return;
     }
     const json* custom_id = find(j, "custom_id");
     if (!custom_id) throw LineError{"no \"custom_id\""};
-    r.id = read_id(*custom_id, "custom_id");
+    read_id(*custom_id, "custom_id", r);
     if (const json* m = find(j, "method"); m && *m != "POST") throw LineError{"\"method\" must be \"POST\""};
     const json* url = find(j, "url");
     if (!url || !url->is_string()) throw LineError{"no \"url\""};

@@ -52,7 +52,8 @@ struct RequestOverrides {
 };
 
 struct BatchRequest {
-    std::string id;       // line-<n>, the JSONL "id", or the OpenAI "custom_id"
+    std::string id;       // line-<n>, the JSONL "id", or the OpenAI "custom_id" (an integer as its decimal digits)
+    bool id_is_integer = false;  // the line's id was a JSON integer: its records give it back as one
     size_t line = 0;      // 1-based line in the input
     std::optional<std::string> prompt;  // exactly one of prompt and messages is set
     std::optional<nlohmann::ordered_json> messages;  // chat::ChatRequest::messages
