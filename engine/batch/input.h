@@ -74,6 +74,9 @@ struct BatchInput {
     InputFormat format = InputFormat::plain;
     std::vector<InputEntry> entries;  // in input order
     std::vector<size_t> invalid_utf8_lines;  // 1-based lines holding bytes that are not UTF-8, in order
+    // Keys of JSONL "prompt" requests that are no request field (a misspelt "temprature"), ignored: each with the
+    // first line that holds it, in order. (A "messages" request's other keys reach the template.)
+    std::vector<std::pair<std::string, size_t>> unknown_fields;
 };
 
 // Parses the whole input (a UTF-8 byte order mark at its start is dropped). Never throws for a bad line (that is
