@@ -57,7 +57,7 @@ TEST_CASE("an integer id comes back as an integer, and --resume reads it", "[bat
     CHECK(again == by_id);
 }
 
-TEST_CASE("--resume of another input's output is refused, naming an id the input lacks; error records pass",
+TEST_CASE("resuming the output of another input is refused, naming an id the input lacks, and error records pass",
           "[batch][model]") {
     const auto dir = test::temp_dir("batch-resume-other-input");
     const std::string in = (dir / "in.jsonl").string(), other = (dir / "other.jsonl").string();
