@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -173,23 +174,42 @@ void read_body(const json& obj, const OrderedSource& ordered, BatchRequest& r) {
     r.overrides.constraint = read_constraint(obj, ordered, r.line);
 }
 
-std::string read_id(const json& v, const char* key) {
-    if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();
-    if (v.is_number_integer()) return v.dump();
-    throw LineError{fmt::format("\"{}\" must be a non-empty string or an integer", key)};
+void read_id(const json& v, const char* key, BatchRequest& r) {
+    if (v.is_string() && !v.get<std::string>().empty()) {
+        r.id = v.get<std::string>();
+    } else if (v.is_number_integer()) {
+        r.id = v.dump();
+        r.id_is_integer = true;
+    } else {
+        throw LineError{fmt::format("\"{}\" must be a non-empty string or an integer", key)};
+    }
+}
+
+// The keys of a JSONL "prompt" request that are no request field, added to `unknown` once each.
+void note_unknown_fields(const json& j, size_t line, std::vector<std::pair<std::string, size_t>>& unknown) {
+    static constexpr std::string_view kFields[] = {
+        "id",          "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
+        "top_p",       "min_p",  "top_k",    "seed",       "stop",                  "logprobs",
+        "top_logprobs", "n",     "response_format", "grammar", "tools",           "tool_choice",
+        "chat_template_kwargs"};
+    for (const auto& [key, value] : j.items()) {
+        if (std::find(std::begin(kFields), std::end(kFields), key) != std::end(kFields)) continue;
+        if (std::none_of(unknown.begin(), unknown.end(), [&](const auto& u) { return u.first == key; }))
+            unknown.emplace_back(key, line);
+    }
 }
 
 // A JSON line: the id as early as possible, so that an error record carries it.
 void read_json_line(const json& j, std::string_view line, InputFormat format, BatchRequest& r) {
     if (!j.is_object()) throw LineError{"not a JSON object"};
     if (format == InputFormat::jsonl) {
-        if (const json* id = find(j, "id")) r.id = read_id(*id, "id");
+        if (const json* id = find(j, "id")) read_id(*id, "id", r);
         read_body(j, OrderedSource{line, false}, r);
         return;
     }
     const json* custom_id = find(j, "custom_id");
     if (!custom_id) throw LineError{"no \"custom_id\""};
-    r.id = read_id(*custom_id, "custom_id");
+    read_id(*custom_id, "custom_id", r);
     if (const json* m = find(j, "method"); m && *m != "POST") throw LineError{"\"method\" must be \"POST\""};
     const json* url = find(j, "url");
     if (!url || !url->is_string()) throw LineError{"no \"url\""};
@@ -318,8 +338,9 @@ BatchInput parse_batch_input(std::string_view text, FormatHint hint) {
             e.request.prompt = unescape_plain_line(lines[i]);
         } else {
             try {
-                read_json_line(parse_untrusted_json(lines[i], fmt::format("input line {}", i + 1)), lines[i],
-                               in.format, e.request);
+                const json j = parse_untrusted_json(lines[i], fmt::format("input line {}", i + 1));
+                read_json_line(j, lines[i], in.format, e.request);
+                if (in.format == InputFormat::jsonl && e.request.prompt) note_unknown_fields(j, i + 1, in.unknown_fields);
             } catch (const LineError& err) {
                 e.error = fmt::format("input line {}: {}", i + 1, err.message);
             } catch (const UsageError& err) {  // not JSON, or nested too deep

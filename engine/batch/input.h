@@ -52,7 +52,8 @@ struct RequestOverrides {
 };
 
 struct BatchRequest {
-    std::string id;       // line-<n>, the JSONL "id", or the OpenAI "custom_id"
+    std::string id;       // line-<n>, the JSONL "id", or the OpenAI "custom_id" (an integer as its decimal digits)
+    bool id_is_integer = false;  // the line's id was a JSON integer: its records give it back as one
     size_t line = 0;      // 1-based line in the input
     std::optional<std::string> prompt;  // exactly one of prompt and messages is set
     std::optional<nlohmann::ordered_json> messages;  // chat::ChatRequest::messages
@@ -73,6 +74,9 @@ struct BatchInput {
     InputFormat format = InputFormat::plain;
     std::vector<InputEntry> entries;  // in input order
     std::vector<size_t> invalid_utf8_lines;  // 1-based lines holding bytes that are not UTF-8, in order
+    // Keys of JSONL "prompt" requests that are no request field (a misspelt "temprature"), ignored: each with the
+    // first line that holds it, in order. (A "messages" request's other keys reach the template.)
+    std::vector<std::pair<std::string, size_t>> unknown_fields;
 };
 
 // Parses the whole input (a UTF-8 byte order mark at its start is dropped). Never throws for a bad line (that is

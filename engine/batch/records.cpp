@@ -24,10 +24,13 @@ namespace {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// The request's id as the input gave it: a string, or an integer.
+json record_id(const BatchRequest& r) { return r.id_is_integer ? json::parse(r.id) : json(r.id); }
+
 // The OpenAI batch output envelope around a response.
 json openai_envelope(const BatchRequest& r, size_t index, int status, json body) {
     return json{{"id", fmt::format("batch_req_{}", index)},
-                {"custom_id", r.id},
+                {"custom_id", record_id(r)},
                 {"response", {{"status_code", status}, {"request_id", fmt::format("req_{}", index)}, {"body", body}}},
                 {"error", nullptr}};
 }
@@ -62,7 +65,7 @@ void take_reasoning(Completion& c, const BatchRequest& r, chat::ReasoningSyntax 
 std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const Completion& c) {
     const std::string reason = finish_reason(c);
     if (ctx.format != InputFormat::openai) {
-        json record{{"id", r.id}, {"text", c.text}};
+        json record{{"id", record_id(r)}, {"text", c.text}};
         if (!c.reasoning.empty()) record["reasoning_content"] = c.reasoning;
         if (!c.tool_calls.is_null()) record["tool_calls"] = c.tool_calls;
         record.update(json{{"finish_reason", reason},
@@ -105,7 +108,7 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
 }
 
 std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const std::string& message) {
-    if (ctx.format != InputFormat::openai) return dump(json{{"id", r.id}, {"error", {{"message", message}}}});
+    if (ctx.format != InputFormat::openai) return dump(json{{"id", record_id(r)}, {"error", {{"message", message}}}});
     json body{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", nullptr}}}};
     return dump(openai_envelope(r, index, 400, std::move(body)));
 }
@@ -121,14 +124,14 @@ std::optional<std::pair<std::string, bool>> read_record(std::string_view line) {
     if (!parsed || !parsed->is_object()) return std::nullopt;
     const nlohmann::json& j = *parsed;
     const auto id = j.find(j.contains("custom_id") ? "custom_id" : "id");
-    if (id == j.end() || !id->is_string()) return std::nullopt;
+    if (id == j.end() || !(id->is_string() || id->is_number_integer())) return std::nullopt;
     const auto error = j.find("error");
     bool failed = error != j.end() && !error->is_null();
     if (const auto r = j.find("response"); r != j.end() && r->is_object()) {
         const auto status = r->find("status_code");
         failed = failed || (status != r->end() && *status != 200);
     }
-    return std::pair{id->get<std::string>(), failed};
+    return std::pair{id->is_string() ? id->get<std::string>() : id->dump(), failed};
 }
 
 }  // namespace
@@ -172,6 +175,22 @@ ResumeScan prepare_resume(const std::string& path) {
     return scan;
 }
 
+void check_resume_ids(const ResumeScan& earlier, const BatchInput& input, const std::string& name) {
+    std::unordered_set<std::string_view> ids;
+    for (const InputEntry& e : input.entries) ids.insert(e.request.id);
+    size_t foreign = 0;
+    const std::string* first = nullptr;
+    for (const std::string& id : earlier.done) {
+        if (earlier.failed.contains(id) || ids.contains(id)) continue;
+        ++foreign;
+        if (!first || id < *first) first = &id;
+    }
+    if (foreign == 0) return;
+    throw UsageError(fmt::format("{} holds {} result{} for ids the input lacks (\"{}\"{}): it is not this input's "
+                                 "output, and --resume would mix the two; give another -o, or --overwrite",
+                                 name, foreign, foreign == 1 ? "" : "s", *first, foreign == 1 ? "" : ", ..."));
+}
+
 // ---- the locked output file ----
 
 LockedOutput::LockedOutput(const std::string& path) : path_(path) {
@@ -209,15 +228,37 @@ void LockedOutput::truncate() {
 
 // ---- writer ----
 
-RecordWriter::RecordWriter(std::FILE* stream, std::string name, bool fsync_enabled, std::chrono::milliseconds every)
-    : f_(stream), out_(stream, std::move(name)), fsync_(fsync_enabled), every_(every),
-      last_sync_(std::chrono::steady_clock::now()) {}
+RecordWriter::RecordWriter(std::FILE* stream, std::string name, bool file_output, std::chrono::milliseconds every)
+    : f_(stream), out_(stream, std::move(name)), fsync_(file_output), every_(every),
+      last_sync_(std::chrono::steady_clock::now()) {
+    struct stat st {};
+    regular_ = ::fstat(fileno(f_), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+uint64_t RecordWriter::file_size() const {
+    struct stat st {};
+    if (::fstat(fileno(f_), &st) != 0) return 0;
+    if (fsync_ && st.st_nlink == 0)
+        throw OutputError(fmt::format("{} was deleted while the batch was writing it (the records written to it are "
+                                      "lost); stopped",
+                                      out_.name()),
+                          ENOENT);
+    return static_cast<uint64_t>(st.st_size);
+}
 
 void RecordWriter::write(const std::string& record) {
     if (before_write_) before_write_();
-    out_.write(record);
-    out_.write("\n");
-    out_.flush();
+    const uint64_t whole = regular_ ? file_size() : 0;
+    try {
+        out_.write(record);
+        out_.write("\n");
+        out_.flush();
+    } catch (const OutputError&) {
+        // The record's first bytes would be a torn last line: the file keeps only whole records (should the cut
+        // fail too, --resume drops the torn line).
+        if (regular_ && ::ftruncate(fileno(f_), static_cast<off_t>(whole)) != 0) errno = 0;
+        throw;
+    }
     if (fsync_ && std::chrono::steady_clock::now() - last_sync_ >= every_) sync();
 }
 
@@ -226,6 +267,7 @@ void RecordWriter::sync() {
     last_sync_ = std::chrono::steady_clock::now();
     if (fsync_ && ::fsync(fileno(f_)) != 0)
         throw OutputError(fmt::format("cannot fsync {}: {}", out_.name(), std::strerror(errno)), errno);
+    if (fsync_) file_size();
 }
 
 }  // namespace quill::batch

@@ -8,6 +8,7 @@
 //    OpenAI error body. Asked for, a choice's "logprobs" has the endpoint's shape (engine/runtime/logprobs_json.h).
 // A reasoning model's thinking is "reasoning_content" (only when there is some; in a chat.completion body, in the
 // message), out of "text" / "content", as OpenAI-compatible servers give it.
+// "id" (or "custom_id") is the request's, of its type: a string, or an integer.
 // "seed" is the sampler's seed, so that a request sent again with it (and the same settings) samples the same text.
 #pragma once
 
@@ -61,7 +62,8 @@ struct RecordContext {
 std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const Completion& c);
 std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t index, const std::string& message);
 
-// An earlier output, as --resume reads it: the request ids it holds ("custom_id" for OpenAI records, else "id"),
+// An earlier output, as --resume reads it: the request ids it holds ("custom_id" for OpenAI records, else "id"; an
+// integer id as its digits, as BatchRequest::id holds it),
 // those of its error records, and where its intact part ends. A last line that begins as a record does ('{') or
 // holds only NUL bytes, and is not a whole record with its newline, is torn (a kill -9 in mid-write, a crash) and
 // is dropped; any other line that is not a record is a FileError (the file is not a batch output).
@@ -75,6 +77,11 @@ ResumeScan scan_output(std::string_view content, const std::string& name);
 
 // Reads OUTPUT for --resume and cuts a torn last line off the file. A missing file is an empty scan.
 ResumeScan prepare_resume(const std::string& path);
+
+// UsageError naming the first of them when the earlier output holds results for ids the input lacks: it is the
+// output of another input (or of lines since removed), and resuming would mix the two. Error records are let pass:
+// their lines may since have been mended, under another id.
+void check_resume_ids(const ResumeScan& earlier, const BatchInput& input, const std::string& name);
 
 // The output file of a batch, opened for appending and locked (flock, exclusive) for as long as it is open, so that
 // a second `quill batch` on the same file is refused instead of writing every record again. Not truncated here.
@@ -104,10 +111,14 @@ private:
 };
 
 // Writes records: each line written and flushed at once, and the file fsync'ed when `sync_every` has passed
-// since the last fsync (and by sync()), so that a crash or power loss loses at most those seconds.
+// since the last fsync (and by sync()), so that a crash or power loss loses at most those seconds. When the stream
+// is a regular file, a record that cannot be written whole (a full disk, a file size limit) is cut off again, so
+// that the file ends with the last whole record. The file named `name` (`file_output`: fsync'ed), once deleted
+// while written (its directory removed), is an OutputError at the next record or sync(), instead of records
+// written on into a file nobody can read.
 class RecordWriter {
 public:
-    RecordWriter(std::FILE* stream, std::string name, bool fsync_enabled,
+    RecordWriter(std::FILE* stream, std::string name, bool file_output,
                  std::chrono::milliseconds sync_every = std::chrono::milliseconds(2000));
     // Called before each record is written (a progress line on the same terminal clears itself).
     void set_before_write(std::function<void()> f) { before_write_ = std::move(f); }
@@ -115,8 +126,12 @@ public:
     void sync();
 
 private:
+    // The regular file's size; OutputError when it is the file output and has been deleted.
+    uint64_t file_size() const;
+
     std::FILE* f_;
     Output out_;
+    bool regular_ = false;
     std::function<void()> before_write_;
     bool fsync_;
     std::chrono::milliseconds every_;

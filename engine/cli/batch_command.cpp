@@ -127,6 +127,17 @@ void warn_invalid_utf8(const quill::batch::BatchInput& input, const std::string&
                           bad.size() == 1 ? "" : "s", bad.size() == 1 ? "line" : "lines", list, effect));
 }
 
+// One warning for the keys of prompt requests that are no request field: ignored, and likely misspelt.
+void warn_unknown_fields(const quill::batch::BatchInput& input, const std::string& name) {
+    const auto& unknown = input.unknown_fields;
+    if (unknown.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < unknown.size() && i < 5; ++i)
+        list += fmt::format("{}\"{}\" (line {})", i ? ", " : "", unknown[i].first, unknown[i].second);
+    if (unknown.size() > 5) list += ", ...";
+    warn_line(fmt::format("{}: ignored, not a request field: {}", quill::escape_for_terminal(name), list));
+}
+
 // 128 + the signal when a signal stopped the batch; 3 when the output holds error records for requests of this
 // shard (this run's and, with --resume, earlier ones), their count on stderr; else 0.
 int batch_exit_status(const quill::batch::BatchInput& input, const quill::batch::Shard& shard,
@@ -174,6 +185,7 @@ int cmd_batch(BatchCliOptions& o) {
 
     BatchOutput output = open_batch_output(o);
     const qb::ResumeScan& resume = output.earlier;
+    qb::check_resume_ids(resume, input, o.output);
     std::FILE* out_stream = output.file ? output.file->stream() : stdout;
     const std::string out_name = output.file ? o.output : "stdout";
     qb::RecordWriter writer(out_stream, out_name, output.file && output.file->is_regular());
@@ -199,6 +211,7 @@ int cmd_batch(BatchCliOptions& o) {
     ro.defaults.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     const quill::Tokenizer& tok = *session->tokenizer;
     warn_invalid_utf8(input, from_stdin ? "stdin" : o.input, tok);
+    warn_unknown_fields(input, from_stdin ? "stdin" : o.input);
     const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o, ro);
     quill::signals::install();
     ro.interrupts = [] { return quill::signals::count(); };

@@ -1,4 +1,5 @@
-// The text of each record `quill batch` wrote (JSONL, one record a line), by its id; "error" for an error record.
+// The records `quill batch` wrote (JSONL, one record a line), and the text of each by its id ("error" for an error
+// record).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -6,18 +7,25 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace quill::test {
 
-inline std::map<std::string, std::string> texts_by_id(const std::string& out) {
-    std::map<std::string, std::string> m;
+// The records of an output, in order; every line must be whole.
+inline std::vector<nlohmann::json> record_lines(const std::string& out) {
+    std::vector<nlohmann::json> records;
     for (size_t start = 0; start < out.size();) {
         const size_t nl = out.find('\n', start);
         REQUIRE(nl != std::string::npos);
-        const nlohmann::json r = nlohmann::json::parse(out.substr(start, nl - start));
-        m[r["id"]] = r.value("text", "error");
+        records.push_back(nlohmann::json::parse(out.substr(start, nl - start)));
         start = nl + 1;
     }
+    return records;
+}
+
+inline std::map<std::string, std::string> texts_by_id(const std::string& out) {
+    std::map<std::string, std::string> m;
+    for (const nlohmann::json& r : record_lines(out)) m[r["id"]] = r.value("text", "error");
     return m;
 }
 
