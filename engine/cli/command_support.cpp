@@ -75,6 +75,7 @@ quill::SessionOptions session_options(const ModelOptions& m, const EngineOptions
     o.ctx = e.ctx;
     o.kv_type = quill::parse_kv_type(e.kv_type);
     o.verbose = e.verbose;
+    o.cancel = &quill::signals::stop_flag();  // raised only once a command installs the handlers
     return o;
 }
 
