@@ -117,7 +117,7 @@ std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOp
 OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
     const auto spec = constraint_spec(c);
     if (!spec) return {};
-    auto grammar = quill::grammar::compile_constraint(*spec);
+    auto grammar = quill::grammar::compile_constraint(*spec, &quill::signals::stop_flag());
     for (const std::string& w : grammar->warnings) warn_line(w);
     return {grammar};
 }
