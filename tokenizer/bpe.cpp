@@ -198,7 +198,7 @@ void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
     scratch.cancel = cancel;
     for (size_t i = 0; i < words.size(); ++i) {
         const std::string_view word = words[i];
-        if (i % kCancelStride == 0) check_cancel(cancel, "tokenizing");
+        if ((i + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
         if (word.size() == 1) {
             const int32_t id = byte_ids_[static_cast<uint8_t>(word[0])];
             if (id >= 0) out.push_back(id);

@@ -132,7 +132,7 @@ protected:
         const std::string_view all = s;
         WordCache cache;
         for (size_t begin = 0, n_words = 0; begin < all.size(); ++n_words) {
-            if (n_words % kCancelStride == 0) check_cancel(cancel, "tokenizing");
+            if ((n_words + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
             const size_t cut = std::min(find_cut(all, begin + 1), all.size());
             const std::string_view word = all.substr(begin, cut - begin);
             begin = cut;

@@ -225,7 +225,7 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_spec
     const std::vector<Fragment> fragments = partition(text, parse_special, literal);
     for (size_t i = 0; i < fragments.size(); ++i) {
         const Fragment& f = fragments[i];
-        if (i % kCancelStride == 0) check_cancel(cancel, "tokenizing");
+        if ((i + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
         if (f.token >= 0) out.push_back(f.token);
         else encode_text(text.substr(f.begin, f.size), out, cancel);
     }

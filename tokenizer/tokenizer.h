@@ -43,8 +43,9 @@ public:
     Tokenizer& operator=(const Tokenizer&) = delete;
 
     // add_special: BOS/EOS per add_bos()/add_eos(). parse_special: control/unknown token texts in `text` become
-    // those tokens (for rendered chat templates only; false for user text). cancel: polled every few thousand
-    // words, Interrupted once raised (megabytes of text take the tokenizer seconds).
+    // those tokens (for rendered chat templates only; false for user text). cancel: polled after every few
+    // thousand words, Interrupted once raised (megabytes of text take the tokenizer seconds); a short text is
+    // tokenized whole even when it is raised already (run --json still reports the prompt of a run cut by a signal).
     std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
                                 CancelFlag cancel = nullptr) const;
 
