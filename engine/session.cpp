@@ -164,6 +164,7 @@ cpu::CpuBackendOptions cpu_options(const SessionOptions& o, int64_t n_ctx) {
     }
     bo.n_ctx = n_ctx;
     bo.n_slots = o.n_slots;
+    bo.cancel = o.cancel;
     bo.kv_type = o.kv_type;
     bo.kv_huge_pages = o.kv_huge_pages;
     return bo;

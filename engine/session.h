@@ -3,6 +3,7 @@
 // choice, the context size and the load line live in one place.
 #pragma once
 
+#include "engine/io/cancel.h"
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +40,7 @@ struct SessionOptions {
     // Say on stderr why "auto" chose the CPU when no GPU can be used (no driver, no device, no CUDA in this build);
     // said only when asked, since every command would say it on a machine without a GPU.
     bool verbose = false;
+    CancelFlag cancel = nullptr;  // raised (a signal): Interrupted while the CPU backend packs the weights
 };
 
 // The file name of the default model, looked for in ./models, next to the binary and where `cmake --install` puts it

@@ -97,7 +97,7 @@ public:
     }
 
 protected:
-    void encode_text(std::string_view text, std::vector<int32_t>& out) const override;
+    void encode_text(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const override;
 
 private:
     struct Merge {
@@ -120,6 +120,7 @@ private:
     struct Scratch {
         std::vector<Symbol> symbols;
         std::vector<Candidate> heap;
+        CancelFlag cancel = nullptr;  // polled every kCancelStride merges: one word may be megabytes of one letter
     };
 
     // Heap order: lowest rank first, then leftmost (as llama.cpp and Hugging Face).
@@ -189,12 +190,15 @@ void BpeTokenizer::build_merges(const std::vector<std::string>& merges, const Te
     }
 }
 
-void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const {
     std::vector<std::string_view> words;
-    pre_.split(text, words);
+    pre_.split(text, words, cancel);
     WordCache cache;
     Scratch scratch;
-    for (std::string_view word : words) {
+    scratch.cancel = cancel;
+    for (size_t i = 0; i < words.size(); ++i) {
+        const std::string_view word = words[i];
+        if ((i + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
         if (word.size() == 1) {
             const int32_t id = byte_ids_[static_cast<uint8_t>(word[0])];
             if (id >= 0) out.push_back(id);
@@ -233,7 +237,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out,
     s.heap.clear();
     for (int32_t i = 1; i < n; ++i) try_add(s, i - 1, i);
 
-    while (!s.heap.empty()) {
+    for (size_t step = 1; !s.heap.empty(); ++step) {
+        if (step % kCancelStride == 0) check_cancel(s.cancel, "tokenizing");
         std::pop_heap(s.heap.begin(), s.heap.end(), worse);
         const Candidate c = s.heap.back();
         s.heap.pop_back();

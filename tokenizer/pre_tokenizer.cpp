@@ -71,7 +71,9 @@ PreTokenizer::~PreTokenizer() = default;
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
-void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& words) const {
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& words, CancelFlag cancel) const {
+    constexpr size_t kCancelStride = 4096;  // searches between polls: well under a millisecond
+    size_t searches = 0;
     words.clear();
     if (text.empty()) return;
     words.push_back(text);
@@ -84,6 +86,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& w
             size_t pos = 0;   // start of the text not yet emitted
             size_t from = 0;  // where the next search starts
             while (from < piece.size()) {
+                if (++searches % kCancelStride == 0) check_cancel(cancel, "tokenizing");
                 auto [begin, end] = find_match(re->code, re->jit, m, piece, from);
                 if (begin == std::string_view::npos) break;
                 if (end == begin) {  // an empty match splits there (a lookahead-only regex); search on after it

@@ -1,6 +1,8 @@
 // Byte-level BPE pre-tokenizers: the regex splits chosen by tokenizer.ggml.pre, run with PCRE2 (UTF, UCP, JIT).
 #pragma once
 
+#include "engine/io/cancel.h"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,8 +38,9 @@ public:
 
     // Splits text into words, as Hugging Face's Split(pattern, behavior=isolated) sequence does: each regex splits
     // every piece into its matches and the text between them; an empty match (a regex of lookaheads only) splits
-    // the piece where it matches. Invalid UTF-8 never matches and stays in the gaps.
-    void split(std::string_view text, std::vector<std::string_view>& words) const;
+    // the piece where it matches. Invalid UTF-8 never matches and stays in the gaps. cancel: polled every few
+    // thousand matches (check_cancel).
+    void split(std::string_view text, std::vector<std::string_view>& words, CancelFlag cancel = nullptr) const;
 
 private:
     struct Regex;

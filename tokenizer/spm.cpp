@@ -114,7 +114,9 @@ public:
     }
 
 protected:
-    void encode_text(std::string_view text, std::vector<int32_t>& out) const override {
+    // The text goes to the library in words where the vocabulary allows it (splittable_), polled between them;
+    // otherwise whole, as one call nothing can interrupt.
+    void encode_text(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const override {
         if (!manual_prefix_) {
             encode_chunk(text, out);
             return;
@@ -129,7 +131,8 @@ protected:
         }
         const std::string_view all = s;
         WordCache cache;
-        for (size_t begin = 0; begin < all.size();) {
+        for (size_t begin = 0, n_words = 0; begin < all.size(); ++n_words) {
+            if ((n_words + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
             const size_t cut = std::min(find_cut(all, begin + 1), all.size());
             const std::string_view word = all.substr(begin, cut - begin);
             begin = cut;

@@ -207,23 +207,27 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, boo
     return fragments;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
-    return encode_impl(text, add_special, parse_special, {});
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       CancelFlag cancel) const {
+    return encode_impl(text, add_special, parse_special, {}, cancel);
 }
 
 std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, bool add_special,
-                                                     std::span<const TextSpan> literal) const {
-    return encode_impl(text, add_special, true, literal);
+                                                     std::span<const TextSpan> literal, CancelFlag cancel) const {
+    return encode_impl(text, add_special, true, literal, cancel);
 }
 
 std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special, bool parse_special,
-                                            std::span<const TextSpan> literal) const {
+                                            std::span<const TextSpan> literal, CancelFlag cancel) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 2);
     if (add_special && add_bos_) out.push_back(bos_);
-    for (const Fragment& f : partition(text, parse_special, literal)) {
+    const std::vector<Fragment> fragments = partition(text, parse_special, literal);
+    for (size_t i = 0; i < fragments.size(); ++i) {
+        const Fragment& f = fragments[i];
+        if ((i + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
         if (f.token >= 0) out.push_back(f.token);
-        else encode_text(text.substr(f.begin, f.size), out);
+        else encode_text(text.substr(f.begin, f.size), out, cancel);
     }
     if (add_special && add_eos_) out.push_back(eos_);
     return out;

@@ -13,6 +13,8 @@
 // A Tokenizer is immutable once built: every const member may be called from several threads at once.
 #pragma once
 
+#include "engine/io/cancel.h"
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -41,8 +43,11 @@ public:
     Tokenizer& operator=(const Tokenizer&) = delete;
 
     // add_special: BOS/EOS per add_bos()/add_eos(). parse_special: control/unknown token texts in `text` become
-    // those tokens (for rendered chat templates only; false for user text).
-    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+    // those tokens (for rendered chat templates only; false for user text). cancel: polled after every few
+    // thousand words, Interrupted once raised (megabytes of text take the tokenizer seconds); a short text is
+    // tokenized whole even when it is raised already (run --json still reports the prompt of a run cut by a signal).
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                                CancelFlag cancel = nullptr) const;
 
     // A byte range of a text.
     struct TextSpan {
@@ -54,7 +59,7 @@ public:
     // and inside the spans is tokenized as one piece, so the ids equal encode(text, add_special, true) whenever no
     // literal span holds a control-token text.
     std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
-                                              std::span<const TextSpan> literal) const;
+                                              std::span<const TextSpan> literal, CancelFlag cancel = nullptr) const;
 
     // What encode(text, _, false) could not keep, as one sentence for a warning; "" when nothing was lost. Three
     // losses: bytes that are not valid UTF-8, which an SPM tokenizer replaces with U+FFFD; bytes a byte-level BPE
@@ -87,8 +92,10 @@ public:
 protected:
     // `default_add_bos` applies when the metadata has no tokenizer.ggml.add_bos_token.
     Tokenizer(Vocab&& vocab, bool default_add_bos);
-    // Tokenizes one raw-text fragment (no special tokens inside) and appends the ids.
-    virtual void encode_text(std::string_view text, std::vector<int32_t>& out) const = 0;
+    // Tokenizes one raw-text fragment (no special tokens inside) and appends the ids; polls `cancel` (check_cancel)
+    // every kCancelStride words or so.
+    virtual void encode_text(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const = 0;
+    static constexpr size_t kCancelStride = 4096;
 
     void check_id(int32_t id) const;
 
@@ -112,7 +119,7 @@ private:
         size_t size;
     };
     std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special,
-                                     std::span<const TextSpan> literal) const;
+                                     std::span<const TextSpan> literal, CancelFlag cancel) const;
     std::vector<Fragment> partition(std::string_view text, bool parse_special,
                                     std::span<const TextSpan> literal = {}) const;
     void collect_eog(int32_t eot, int32_t eom);

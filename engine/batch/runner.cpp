@@ -152,6 +152,10 @@ void Run::feed() {
             Generation& g = *gen;
             active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});
             sched_.submit(static_cast<int64_t>(index), g);
+        } catch (const Interrupted&) {
+            // A signal cut its encoding: no record, so --resume runs it; the running requests still finish.
+            pending_.push_front(index);
+            return;
         } catch (const Error& e) {
             write_error(index, e.what());
         }
@@ -221,6 +225,8 @@ int64_t context_needed(const BatchInput& input, const Shard& shard, const std::u
     for (const auto& [i, max_tokens] : bounded) {
         try {
             most = std::max(most, static_cast<int64_t>(encode(input.entries[i].request).size()) + max_tokens);
+        } catch (const Interrupted&) {
+            throw;
         } catch (const Error&) {
         }
     }

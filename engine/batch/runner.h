@@ -15,7 +15,7 @@
 namespace quill::batch {
 
 // How a request becomes prompt tokens (plain prompt, chat template...). May throw quill::Error: the request then
-// gets an error record.
+// gets an error record; quill::Interrupted (a signal) leaves it unwritten, for --resume.
 using PromptEncoder = std::function<std::vector<int32_t>(const BatchRequest&)>;
 
 struct RunnerOptions {
@@ -67,7 +67,8 @@ size_t runnable_requests(const BatchInput& input, const Shard& shard, const std:
 
 // The positions a KV slot needs to run every request run_batch would run (runnable_requests): the most prompt tokens
 // plus max_tokens of one of them; 0 when one may generate until its context is full (max_tokens -1), or when none
-// can run. Encodes each prompt (requests whose prompt or parameters fail are skipped: they become error records).
+// can run. Encodes each prompt (requests whose prompt or parameters fail are skipped: they become error records;
+// Interrupted passes through).
 // `quill batch` fits its context to it (SessionOptions::context_needed).
 int64_t context_needed(const BatchInput& input, const Shard& shard, const std::unordered_set<std::string>& done,
                        const PromptEncoder& encode, const RunnerOptions& options);

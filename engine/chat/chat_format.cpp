@@ -142,7 +142,7 @@ std::vector<int32_t> ChatFormat::tokenize(const Tokenizer& tok, const nlohmann::
     RenderedChat r = render(messages, add_generation_prompt, cancel, vars);
     // The template's own BOS text (not a message that starts with it) stands for the BOS token.
     const bool has_bos = !bos_.empty() && r.text.starts_with(bos_) && (r.literal.empty() || r.literal[0].begin >= bos_.size());
-    return tok.encode_with_literals(r.text, !has_bos, r.literal);
+    return tok.encode_with_literals(r.text, !has_bos, r.literal, cancel);
 }
 
 namespace {
@@ -257,7 +257,7 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& tok, const ChatFormat* forma
                                    const nlohmann::ordered_json& vars) {
     if (!format) {
         if (!vars.empty()) throw UsageError("tools and template options need the chat template: not with --raw");
-        return tok.encode(prompt, true, false);
+        return tok.encode(prompt, true, false, cancel);
     }
     return format->tokenize(tok, one_turn(system, prompt), true, cancel, vars);
 }

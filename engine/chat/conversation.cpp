@@ -166,7 +166,7 @@ std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, cons
         std::vector<Tokenizer::TextSpan> literal;
         for (const auto& span : r.literal)
             if (span.begin >= n) literal.push_back({span.begin - n, span.size});
-        std::vector<int32_t> tail = tok_.encode_with_literals(rest, false, literal);
+        std::vector<int32_t> tail = tok_.encode_with_literals(rest, false, literal, cancel);
         if (!tail.empty() && tok_.is_control(tail[0]) && rest.starts_with(tok_.piece(tail[0]))) {
             std::vector<int32_t> all = fed_tokens_;
             all.insert(all.end(), tail.begin(), tail.end());

@@ -71,13 +71,15 @@ quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const B
     } catch (const UsageError& e) {
         *format_error = e.what();
     }
+    // A signal stops the encoding of a long prompt: Interrupted, and the runner leaves that request for --resume.
     return [tok, format, format_error, raw = o.raw, system = o.system](const quill::batch::BatchRequest& r) {
+        const auto* cancel = &quill::signals::stop_flag();
         const bool raw_prompt = r.prompt && (raw || r.endpoint == quill::batch::Endpoint::completions);
-        if (raw_prompt) return quill::chat::prompt_tokens(*tok, nullptr, *r.prompt, system);
+        if (raw_prompt) return quill::chat::prompt_tokens(*tok, nullptr, *r.prompt, system, cancel);
         if (!*format) throw UsageError(*format_error);
-        if (!r.messages) return quill::chat::prompt_tokens(*tok, &**format, *r.prompt, system);
+        if (!r.messages) return quill::chat::prompt_tokens(*tok, &**format, *r.prompt, system, cancel);
         // As `quill template --messages` renders the same request.
-        return (*format)->tokenize(*tok, *r.messages, true, nullptr, r.template_vars);
+        return (*format)->tokenize(*tok, *r.messages, true, cancel, r.template_vars);
     };
 }
 

@@ -75,6 +75,7 @@ quill::SessionOptions session_options(const ModelOptions& m, const EngineOptions
     o.ctx = e.ctx;
     o.kv_type = quill::parse_kv_type(e.kv_type);
     o.verbose = e.verbose;
+    o.cancel = &quill::signals::stop_flag();  // raised only once a command installs the handlers
     return o;
 }
 
@@ -116,7 +117,7 @@ std::optional<quill::grammar::ConstraintSpec> constraint_spec(const ConstraintOp
 OutputConstraint compile_output_constraint(const ConstraintOptions& c) {
     const auto spec = constraint_spec(c);
     if (!spec) return {};
-    auto grammar = quill::grammar::compile_constraint(*spec);
+    auto grammar = quill::grammar::compile_constraint(*spec, &quill::signals::stop_flag());
     for (const std::string& w : grammar->warnings) warn_line(w);
     return {grammar};
 }

@@ -153,10 +153,10 @@ int cmd_run(RunOptions& o) {
     refuse_if_cannot_fit(*tok, text, n_ctx);
     if (o.raw) {
         gp.grammar = constraint.bind(*tok);
-        prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system);
+        prompt = quill::chat::prompt_tokens(*tok, nullptr, text, o.system, &quill::signals::stop_flag());
         warn_if_lossy(*tok, text, prompt);
     } else {
-        const std::vector<int32_t> plain = tok->encode(text, false, false);
+        const std::vector<int32_t> plain = tok->encode(text, false, false, &quill::signals::stop_flag());
         warn_if_lossy(*tok, text, plain);
         // Too long for the context already: said as with --raw, before the template renders (and caps) megabytes.
         if (static_cast<int64_t>(plain.size()) > n_ctx)

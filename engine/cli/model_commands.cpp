@@ -83,6 +83,7 @@ std::string token_text(const quill::Tokenizer& tok, int32_t id) {
 }  // namespace
 
 int cmd_tokenize(const TokenizeOptions& o) {
+    quill::signals::install();  // Ctrl-C stops the read of stdin and the tokenizer (megabytes take it seconds)
     quill::GgufFile file = quill::open_model_file(quill::resolve_model_path(o.model.model));
     auto tok = load_tokenizer(file, o.model);
     std::string text;
@@ -92,7 +93,7 @@ int cmd_tokenize(const TokenizeOptions& o) {
         if (isatty(STDIN_FILENO)) throw UsageError("no text: give -p TEXT or pipe it on stdin");
         text = read_stdin(o.max_input_bytes);
     }
-    std::vector<int32_t> ids = tok->encode(text, !o.no_bos, o.parse_special);
+    std::vector<int32_t> ids = tok->encode(text, !o.no_bos, o.parse_special, &quill::signals::stop_flag());
     if (!o.parse_special) warn_if_lossy(*tok, text, ids);
     quill::Output out(stdout, "stdout");
     if (o.json) {
@@ -172,6 +173,7 @@ int cmd_bench(BenchCliOptions& o) {
 }
 
 int cmd_perplexity(const PerplexityCliOptions& o) {
+    quill::signals::install();  // Ctrl-C stops the load and the tokenizer, and ends the scoring with the chunks so far
     const std::string text = o.file == "-" ? read_stdin(o.max_input_bytes)
                                            : quill::read_prompt_file(o.file, o.max_input_bytes, "the text file");
     quill::SessionOptions so = session_options(o.model, o.engine);
@@ -184,7 +186,7 @@ int cmd_perplexity(const PerplexityCliOptions& o) {
     auto session = quill::Session::open(so);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     const quill::Tokenizer& tok = *session->tokenizer;
-    const std::vector<int32_t> tokens = tok.encode(text, true, false);
+    const std::vector<int32_t> tokens = tok.encode(text, true, false, &quill::signals::stop_flag());
     warn_if_lossy(tok, text, tokens);
     quill::PerplexityOptions po;
     po.n_ctx = session->n_ctx;
@@ -194,7 +196,6 @@ int cmd_perplexity(const PerplexityCliOptions& o) {
     const int64_t n_chunks = std::min<int64_t>(static_cast<int64_t>(tokens.size()) / po.n_ctx,
                                                o.max_chunks > 0 ? o.max_chunks : INT64_MAX);
     const bool progress = !o.quiet && isatty(STDERR_FILENO);
-    quill::signals::install();  // Ctrl-C ends the run with the chunks scored so far
     const auto t0 = std::chrono::steady_clock::now();
     const quill::PerplexityResult r = quill::perplexity(
         *session->backend, tokens, po,

@@ -47,7 +47,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
           options.window_cache, options.kv_huge_pages, pool_, layers_.begin),
       attention_(config, kv_, kv_ops_, pool_) {
     check_weights(weights);
-    if (!reference_) weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer);
+    if (!reference_)
+        weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer, options.cancel);
     rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
 }

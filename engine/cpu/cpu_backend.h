@@ -37,6 +37,7 @@ struct CpuBackendOptions {
     // The layers this backend holds, for a range of a split forward (Backend::forward_layers); empty: all of them.
     // Only their weights are packed and only their K and V cached; the output matrix with the last layer.
     LayerRange layers;
+    CancelFlag cancel = nullptr;  // polled while the weights are packed (WeightStore): Interrupted
 };
 
 class CpuBackend final : public Backend {

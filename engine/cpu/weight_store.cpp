@@ -42,7 +42,8 @@ private:
 
 }  // namespace
 
-WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, LayerRange layers, bool output) {
+WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, LayerRange layers, bool output,
+                         CancelFlag cancel) {
     std::vector<const TensorView*> matrices;
     if (output) matrices.push_back(&weights.output);
     for (int64_t l = layers.begin; l < layers.end; ++l)
@@ -96,6 +97,7 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, Laye
             const auto begin = (data + static_cast<uintptr_t>(row0) * row_bytes + page - 1) / page * page;
             const auto end = (data + static_cast<uintptr_t>(row1) * row_bytes) / page * page;
             if (release && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+            check_cancel(cancel, "loading the model");  // on this thread, with the pool idle
         };
         if (p.pack) {
             packed_.emplace(t->data, PackedWeights(as_matrix(*t), isa, &pool, done, into));

@@ -5,6 +5,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/io/cancel.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/backend.h"
 
@@ -24,8 +25,10 @@ public:
     WeightStore() = default;  // none: every product reads the file's rows (the reference path)
     // Packs the matrices of weights with a packed form for isa, and copies the float ones (F32, F16, BF16) mapped
     // from a file, with pool's threads: those of the layers in `layers` and, with `output`, the output matrix (a
-    // range of a split forward holds only its own). weights must outlive the store.
-    WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, LayerRange layers, bool output);
+    // range of a split forward holds only its own). weights must outlive the store. cancel: polled after each chunk
+    // of about 8 MiB (Interrupted), as packing a large model takes seconds.
+    WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, LayerRange layers, bool output,
+                CancelFlag cancel = nullptr);
 
     // The matrix the products read for t: the file's rows, or their copy in the store, and the packed form where
     // there is one.

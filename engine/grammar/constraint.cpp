@@ -18,12 +18,12 @@ std::string read_spec_file(const std::string& path, const char* what) {
 }
 }  // namespace
 
-std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings) {
+std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings, CancelFlag cancel) {
     try {
         switch (spec.kind) {
             case ConstraintSpec::Kind::json_schema: {
                 std::vector<std::string> relaxed;
-                std::string gbnf = json_schema_to_gbnf(spec.text, &relaxed);
+                std::string gbnf = json_schema_to_gbnf(spec.text, &relaxed, cancel);
                 if (warnings)
                     for (const std::string& w : relaxed) warnings->push_back(fmt::format("{}: {}", spec.source, w));
                 return gbnf;
@@ -39,9 +39,9 @@ std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>
     return spec.text;
 }
 
-std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec) {
+std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec, CancelFlag cancel) {
     std::vector<std::string> warnings;
-    const std::string gbnf = constraint_gbnf(spec, &warnings);
+    const std::string gbnf = constraint_gbnf(spec, &warnings, cancel);
     // a GBNF file's errors name it with line and column; the others come from quill's own GBNF
     const std::string source = spec.kind == ConstraintSpec::Kind::gbnf ? spec.source : spec.source + " (as GBNF)";
     Grammar g = parse_gbnf(gbnf, source);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engine/grammar/token_mask.h"
+#include "engine/io/cancel.h"
 
 #include <memory>
 #include <span>
@@ -26,10 +27,12 @@ struct ConstraintSpec {
 };
 
 // The spec as GBNF (UsageError naming spec.source when the schema or pattern is not supported); warnings, when
-// given, gets what the conversion relaxed (json_schema_to_gbnf), each naming spec.source.
-std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings = nullptr);
+// given, gets what the conversion relaxed (json_schema_to_gbnf), each naming spec.source. cancel: polled while a
+// schema converts (Interrupted).
+std::string constraint_gbnf(const ConstraintSpec& spec, std::vector<std::string>* warnings = nullptr,
+                            CancelFlag cancel = nullptr);
 // The byte-level grammar of a spec (UsageError naming spec.source), with its warnings (Grammar::warnings).
-std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec);
+std::shared_ptr<const Grammar> compile_constraint(const ConstraintSpec& spec, CancelFlag cancel = nullptr);
 // The same, bound to a tokenizer's vocabulary; the control tokens in `shown` with their text (TokenGrammar).
 std::shared_ptr<TokenGrammar> token_grammar(const ConstraintSpec& spec, const Tokenizer& tok,
                                             std::span<const int32_t> shown = {});

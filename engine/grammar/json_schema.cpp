@@ -109,7 +109,7 @@ std::string uint_range(int64_t a, int64_t b) {
 
 class Converter {
 public:
-    explicit Converter(const ojson& root) : root_(&root) {
+    explicit Converter(const ojson& root, CancelFlag cancel = nullptr) : root_(&root), cancel_(cancel) {
         for (const auto& [name, _] : base_rules()) used_.insert(name);
         used_.insert("root");
     }
@@ -172,8 +172,12 @@ private:
         std::string base;
         for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
         if (base.empty() || base.size() > 40) base = base.substr(0, 40) + "x";
+        check_cancel(cancel_, "compiling the JSON schema");  // once a rule: a schema of megabytes makes thousands
+        // The first free of base, base-2, base-3...: names are never freed, so the search goes on from where the
+        // last one for this base ended (from 2 each time, a thousand properties of one name took seconds).
         std::string name = base;
-        for (int k = 2; used_.contains(name); ++k) name = fmt::format("{}-{}", base, k);
+        int& k = next_suffix_.try_emplace(base, 2).first->second;
+        for (; used_.contains(name); ++k) name = fmt::format("{}-{}", base, k);
         used_.insert(name);
         return name;
     }
@@ -567,14 +571,16 @@ private:
     std::vector<std::string> warnings_;
     std::vector<std::pair<std::string, std::string>> rules_;  // name, body; in order of creation
     std::set<std::string> used_, have_base_;
+    std::map<std::string, int> next_suffix_;  // base name -> the suffix new_name tries first
+    CancelFlag cancel_ = nullptr;
     std::map<std::string, std::string> refs_;  // JSON pointer -> rule
 };
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings) {
+std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings, CancelFlag cancel) {
     const ojson schema = parse_untrusted_ordered_json(schema_text, "JSON schema");
-    Converter c(schema);
+    Converter c(schema, cancel);
     std::string gbnf = c.convert();
     if (warnings) warnings->insert(warnings->end(), c.warnings().begin(), c.warnings().end());
     return gbnf;

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/io/cancel.h"
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,8 +27,9 @@ namespace quill::grammar {
 
 // The GBNF of a schema given as JSON text (UsageError for text that is not JSON, nests deeper than 64 levels, or
 // uses what is not supported). warnings, when given, gets a sentence for each relaxation (a oneOf whose
-// alternatives may overlap, generated as anyOf), naming where it is.
-std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings = nullptr);
+// alternatives may overlap, generated as anyOf), naming where it is. cancel: polled once a rule (Interrupted).
+std::string json_schema_to_gbnf(std::string_view schema_text, std::vector<std::string>* warnings = nullptr,
+                                CancelFlag cancel = nullptr);
 
 // One value of a grammar that json_schema_rules makes: rule `rule` takes the JSON texts valid against the schema at
 // JSON pointer `pointer` ("#": the whole document) of `document`, whose $refs resolve within `document`. `where`

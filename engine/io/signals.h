@@ -9,7 +9,8 @@
 namespace quill::signals {
 
 // Installs the handlers (idempotent). After this, SIGINT/SIGTERM increment a counter instead of killing.
-// Only commands that poll stop_flag() install them (run, chat, batch); the others stay killable by Ctrl-C.
+// Only commands that poll stop_flag() install them (run, chat, batch, tokenize, perplexity); the others stay
+// killable by Ctrl-C.
 void install();
 // SIGPIPE ignored (a write to a closed pipe fails with EPIPE), and SIGBUS (a mapped model file truncated while in
 // use) reported as one error line and exit status 1 instead of a crash. Every command calls this first.
