@@ -13,7 +13,7 @@
 using namespace quill;
 namespace fs = std::filesystem;
 
-TEST_CASE("--json-schema that is not JSON, or holds a number past a double's range, is one clear error", "[cli]") {
+TEST_CASE("a --json-schema that is not JSON, or holds a number past a double's range, is one clear error", "[cli]") {
     const fs::path dir = test::temp_dir("json-schema-errors");
     const fs::path file = dir / "schema.json";
     std::ofstream(file) << "{\"type\": \"object\",\n \"properties\": {\"n\": {\"maximum\": 1e400}}}\n";
