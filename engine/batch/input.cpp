@@ -192,7 +192,8 @@ void note_unknown_fields(const json& j, size_t line, std::vector<std::pair<std::
         "top_p",       "min_p",  "top_k",    "seed",       "stop",                  "logprobs",
         "top_logprobs", "n",     "response_format", "grammar", "tools",           "tool_choice",
         "chat_template_kwargs"};
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        const std::string& key = item.key();
         if (std::find(std::begin(kFields), std::end(kFields), key) != std::end(kFields)) continue;
         if (std::none_of(unknown.begin(), unknown.end(), [&](const auto& u) { return u.first == key; }))
             unknown.emplace_back(key, line);
