@@ -136,6 +136,14 @@ private:
                     return 1;
                 }
             }
+            // A Ctrl-C that came while no read was blocked (the line being drawn, a busy machine) is taken here,
+            // before the keys typed after it: else they would join the line it was meant to clear.
+            if (signals::stop_flag().load()) {
+                bytes.clear();
+                *key = L'\0';
+                errno = EINTR;
+                return -1;
+            }
             char byte = 0;
             const ssize_t n = ::read(self.in_fd_, &byte, 1);
             if (n == 1) {

@@ -171,7 +171,9 @@ TEST_CASE("keys typed while a reply streams wait for the next prompt instead of 
     REQUIRE(p.wait_for("> next question", stats, 10));
     p.send("\x03");  // clears the line
     at_prompt(p, stats, "/exit\r");
-    CHECK(p.wait_exit() == 0);
+    const int status = p.wait_exit();
+    INFO(p.output().substr(stats));
+    CHECK(status == 0);
 }
 
 TEST_CASE("/set says a number too big for its parameter is out of range, not that it is no number", "[chat]") {
