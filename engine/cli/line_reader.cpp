@@ -45,8 +45,7 @@ public:
         : in_fd_(fileno(in)), out_(out), history_path_(std::move(history_path)), max_line_(max_line) {
         if (!use_utf8_ctype())
             print_stderr("quill: warning: no UTF-8 locale (C.UTF-8) here: non-ASCII keys will be lost\n");
-        const char* term = std::getenv("TERM");
-        paste_ = isatty(fileno(out)) && !(term && std::strcmp(term, "dumb") == 0);
+        paste_ = isatty(fileno(out)) && !dumb_terminal();
         el_ = el_init("quill", in, out, stderr);
         hist_ = history_init();
         if (!el_ || !hist_) throw Error("cannot start line editing (libedit)");

@@ -61,10 +61,14 @@ void print_stderr_noexcept(std::string_view text) noexcept {
     }
 }
 
+bool dumb_terminal() noexcept {
+    const char* term = std::getenv("TERM");
+    return term && std::strcmp(term, "dumb") == 0;
+}
+
 bool colors_allowed(int fd) noexcept {
     const char* no_color = std::getenv("NO_COLOR");
-    const char* term = std::getenv("TERM");
-    return isatty(fd) && !(no_color && *no_color) && !(term && std::strcmp(term, "dumb") == 0);
+    return isatty(fd) && !(no_color && *no_color) && !dumb_terminal();
 }
 
 void reserve_standard_descriptors() noexcept {

@@ -63,6 +63,9 @@ void print_stderr(fmt::format_string<Args...> format, Args&&... args) noexcept {
     }
 }
 
+// TERM is "dumb": a terminal that shows escape codes as text.
+bool dumb_terminal() noexcept;
+
 // Whether colour escape codes may go to descriptor `fd`: a terminal, NO_COLOR unset or empty (no-color.org), and
 // TERM not "dumb" (a terminal that shows escape codes as text).
 bool colors_allowed(int fd) noexcept;
