@@ -23,6 +23,7 @@ void ReasoningPrinter::reasoning(std::string_view text) {
     if (display_ == ReasoningDisplay::hide || text.empty()) return;
     if (!in_reasoning_) out_.write(display_ == ReasoningDisplay::dim ? kDim : std::string_view("Thinking...\n"));
     in_reasoning_ = true;
+    line_ended_ = false;
     out_.put(text);
 }
 
@@ -33,6 +34,7 @@ void ReasoningPrinter::content(std::string_view text) {
         out_.write("\n\n");
     }
     line_open_ = text.back() != '\n';
+    line_ended_ = !line_open_;
     out_.put(text);
 }
 
@@ -46,6 +48,7 @@ void ReasoningPrinter::call(const ToolCall& call) {
     if (display_ == ReasoningDisplay::dim) out_.put(fmt::format("{}{}{}", kDim, shown, kReset));
     else out_.put(shown);
     line_open_ = true;
+    line_ended_ = false;
 }
 
 void ReasoningPrinter::finish() {
@@ -58,6 +61,7 @@ void ReasoningPrinter::finish() {
 void ReasoningPrinter::close() {
     out_.write(display_ == ReasoningDisplay::dim ? kReset : std::string_view("\n...done thinking."));
     in_reasoning_ = false;
+    line_ended_ = false;
 }
 
 }  // namespace quill::chat

@@ -27,6 +27,9 @@ public:
     void call(const ToolCall& call);
     // Closes a reasoning block the reply ended in (cut short). Then the printer starts afresh.
     void finish();
+    // Whether the last thing printed (answer, call or reasoning) ended its line: chat then ends the reply without
+    // the empty line a second newline would leave.
+    bool line_ended() const { return line_ended_; }
 
 private:
     void close();
@@ -34,6 +37,7 @@ private:
     ReasoningDisplay display_;
     bool in_reasoning_ = false;
     bool line_open_ = false;  // the answer printed so far does not end a line
+    bool line_ended_ = false;  // the last bytes printed were a newline (set by content only)
 };
 
 }  // namespace quill::chat

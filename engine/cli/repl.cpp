@@ -233,7 +233,7 @@ void ChatRepl::reply(Turn turn, const std::string& text) {
         printer.finish();
         if (opt_.clear_cancel) opt_.clear_cancel();
         // A failed turn ends as a reply does, empty when nothing was printed: scripts pair replies with messages.
-        if (printed || !in_.interactive()) out_.put(end);
+        if (!in_.interactive() || (printed && !printer.line_ended())) out_.put(end);
         // Templates that refuse a user message after a call without its result: say how to go on.
         const auto open = turn == Turn::message && dynamic_cast<const TemplateError*>(&e) ? conv_.open_call()
                                                                                          : std::nullopt;
@@ -244,7 +244,8 @@ void ChatRepl::reply(Turn turn, const std::string& text) {
         throw;
     }
     if (opt_.clear_cancel) opt_.clear_cancel();
-    out_.put(end);
+    // At a terminal a reply that ended its own line gets no second newline (an empty line before the next prompt).
+    if (!in_.interactive() || !printer.line_ended()) out_.put(end);
     if (r.finish == FinishReason::interrupted) say("quill: reply interrupted");
     if (r.finish == FinishReason::context)
         say(fmt::format("quill: the context of {} tokens is full; the reply was cut", conv_.n_ctx()));

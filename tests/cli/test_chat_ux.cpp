@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 
 using namespace quill;
 using test::human_pause;
@@ -184,4 +185,32 @@ TEST_CASE("/set says a number too big for its parameter is out of range, not tha
           std::string::npos);
     CHECK(r.err.find("/set temp: 1e999 is out of range: expected a finite number") != std::string::npos);
     CHECK(r.err.find("/set seed: '1e3' is not an integer >= 0") != std::string::npos);
+}
+
+TEST_CASE("at a terminal a reply that ends its own line is followed by the stats line, not by an empty line",
+          "[chat][terminal]") {
+    const auto dir = test::temp_dir("chat-ux-newline");
+    const fs::path grammar = dir / "lines.gbnf";
+    for (const bool newline : {true, false}) {
+        INFO("reply ends in a newline: " << newline);
+        // The reply is "a", with or without a newline after it.
+        std::ofstream(grammar) << (newline ? "root ::= \"a\\n\"\n" : "root ::= \"a\"\n");
+        auto args = tiny_chat();
+        args.back() = "8";  // -n 8: the grammar ends the reply
+        args.insert(args.end(), {"--grammar", grammar.string()});
+        PtyProcess p(args, dir.string(), {{"TERM", "dumb"}});
+        const size_t at = at_prompt(p, 0, "Once\r");
+        INFO(p.output());
+        REQUIRE(p.wait_for(" tok/s; context ", at));
+        at_prompt(p, at, "/exit\r");
+        CHECK(p.wait_exit() == 0);
+        const std::string out = p.output().substr(at);
+        INFO(nlohmann::json(out).dump());
+        const size_t stats = out.find(" tokens, first token ");
+        REQUIRE(stats != std::string::npos);
+        const size_t reply = out.rfind("a", out.rfind('\n', stats));
+        REQUIRE(reply != std::string::npos);
+        // One line end between the reply and the stats, never two.
+        CHECK(out.substr(reply, out.find_first_not_of('\n', reply + 1) - reply) == "a\n");
+    }
 }
