@@ -52,6 +52,9 @@ std::string finish_reason(const Completion& c) {
 void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax) {
     chat::ParsedAnswer parsed = chat::request_tool_calls(c.text, syntax, r.template_vars);
     if (parsed.calls.empty()) return;
+    // "parallel_tool_calls": false: one call, as if the model had stopped after it
+    if (const auto it = r.template_vars.find("parallel_tool_calls"); it != r.template_vars.end() && *it == false)
+        parsed.calls.erase(parsed.calls.begin() + 1, parsed.calls.end());
     c.text = std::move(parsed.text);
     c.tool_calls = chat::openai_tool_calls(parsed.calls, syntax, c.seed);
 }

@@ -44,7 +44,8 @@ struct Completion {
 
 // When the request offers tools (and its "tool_choice" is not "none"), the calls of c.text in `syntax` move to
 // c.tool_calls (chat::openai_tool_calls: ids from c.seed, in the form `syntax`'s template takes back) and c.text
-// keeps the rest. A call that is not well-formed stays text.
+// keeps the rest. A call that is not well-formed stays text. With "parallel_tool_calls": false only the first call
+// is kept.
 void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax);
 
 // The reasoning of c.text in `syntax` (its answer began inside a think block when `opened_think`) moves to
