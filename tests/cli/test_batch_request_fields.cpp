@@ -56,15 +56,15 @@ std::vector<int> token_ids(const json& record) {
 
 TEST_CASE("per-request penalties give the text the flags give, in JSONL lines and OpenAI bodies", "[batch]") {
     const std::string plain = run_lines("batch-fields-plain", line(json::object()))["p"]["text"];
-    const std::string flag = run_lines("batch-fields-rp-flag", line(json::object()), {"--repeat-penalty", "1.5", "--repeat-last-n",
-                                                                         "16"})["p"]["text"];
+    const std::string flag = run_lines("batch-fields-rp-flag", line(json::object()),
+                                       {"--repeat-penalty", "1.5", "--repeat-last-n", "16"})["p"]["text"];
     const std::string field =
         run_lines("batch-fields-rp", line({{"repeat_penalty", 1.5}, {"repeat_last_n", 16}}))["p"]["text"];
     CHECK(flag != plain);
     CHECK(field == flag);
 
-    const std::string fp_flag = run_lines("batch-fields-fp-flag", line(json::object()), {"--frequency-penalty", "1",
-                                                                             "--presence-penalty", "0.5"})["p"]["text"];
+    const std::string fp_flag = run_lines("batch-fields-fp-flag", line(json::object()),
+                                          {"--frequency-penalty", "1", "--presence-penalty", "0.5"})["p"]["text"];
     const json body = {{"prompt", kPrompt}, {"frequency_penalty", 1}, {"presence_penalty", 0.5}, {"max_tokens", 24}};
     const json openai = {{"custom_id", "p"}, {"method", "POST"}, {"url", "/v1/completions"}, {"body", body}};
     const json record = run_lines("batch-fields-fp", openai.dump() + "\n")["p"];

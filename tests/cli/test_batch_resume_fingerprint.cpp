@@ -102,7 +102,8 @@ TEST_CASE("batch records carry the model and one system_fingerprint per configur
     CHECK(test::record_lines(test::read_file(f.out))[0]["system_fingerprint"] != *fingerprints.begin());
 }
 
-TEST_CASE("--resume with another model file is refused naming the model, and OUTPUT is left as it was", "[batch]") {
+TEST_CASE("batch --resume with another model file is refused naming the model, and OUTPUT is left as it was",
+          "[batch]") {
     Fixture f("batch-fingerprint-model");
     const std::string kept = f.killed_after_one(raw_args(test::TinyModel::spm, f.in, f.out));
     const auto refused =
@@ -114,7 +115,7 @@ TEST_CASE("--resume with another model file is refused naming the model, and OUT
     CHECK(test::read_file(f.out) == kept);
 }
 
-TEST_CASE("--resume with a model of another name names both", "[batch][model]") {
+TEST_CASE("batch --resume with a model of another name names both", "[batch][model]") {
     const auto model = test::require_default_model();
     if (!model) return;
     Fixture f("batch-fingerprint-model-name");
@@ -125,7 +126,7 @@ TEST_CASE("--resume with a model of another name names both", "[batch][model]") 
     CHECK_THAT(refused.err, Catch::Contains("this run uses Smollm2 135M"));
 }
 
-TEST_CASE("--resume with another temperature, penalty or -n is refused naming the options", "[batch]") {
+TEST_CASE("batch --resume with another temperature, penalty or -n is refused naming the options", "[batch]") {
     Fixture f("batch-fingerprint-options");
     const auto args = raw_args(test::TinyModel::spm, f.in, f.out);
     const std::string kept = f.killed_after_one(args);
@@ -140,12 +141,13 @@ TEST_CASE("--resume with another temperature, penalty or -n is refused naming th
     // Sampled, the seed and the truncation count too.
     const auto sampled = with(args, {"--temp", "0.8"});
     const std::string kept_sampled = f.killed_after_one(sampled);
-    check_refused(with(sampled, {"--resume", "--seed", "2"}), "--temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 --repeat-penalty 1 --repeat-last-n 64 "
-                           "--frequency-penalty 0 --presence-penalty 0 --seed 2");
+    check_refused(with(sampled, {"--resume", "--seed", "2"}),
+                  "--temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 --repeat-penalty 1 --repeat-last-n 64 "
+                  "--frequency-penalty 0 --presence-penalty 0 --seed 2");
     CHECK(test::read_file(f.out) == kept_sampled);
 }
 
-TEST_CASE("--resume with another chat template or system prompt is refused naming them", "[batch]") {
+TEST_CASE("batch --resume with another chat template or system prompt is refused naming them", "[batch]") {
     Fixture f("batch-fingerprint-template");
     const auto args = batch_args(test::tiny_model_file(test::TinyModel::spm_chat).string(), f.in, f.out);
     const std::string kept = f.killed_after_one(args);
@@ -157,8 +159,8 @@ TEST_CASE("--resume with another chat template or system prompt is refused namin
     CHECK(test::read_file(f.out) == kept);
 }
 
-TEST_CASE("--resume with other threads or --parallel, or greedy with another seed or top-k, resumes: the records of "
-          "one uninterrupted run",
+TEST_CASE("batch --resume with other threads or --parallel, or greedy with another seed or top-k, resumes: the "
+          "records of one uninterrupted run",
           "[batch]") {
     Fixture f("batch-fingerprint-same");
     const auto args = raw_args(test::TinyModel::spm, f.in, f.out);
@@ -172,7 +174,7 @@ TEST_CASE("--resume with other threads or --parallel, or greedy with another see
     CHECK(test::texts_by_id(test::read_file(f.out)) == whole);
 }
 
-TEST_CASE("--resume through a torn last record checks the whole ones", "[batch]") {
+TEST_CASE("batch --resume through a torn last record checks the whole ones", "[batch]") {
     Fixture f("batch-fingerprint-torn");
     const auto args = raw_args(test::TinyModel::spm, f.in, f.out);
     REQUIRE(test::run_quill(args).status == 0);
@@ -185,7 +187,7 @@ TEST_CASE("--resume through a torn last record checks the whole ones", "[batch]"
     CHECK(test::texts_by_id(test::read_file(f.out)) == test::texts_by_id(all));
 }
 
-TEST_CASE("--resume of an older quill's output without fingerprints warns once and resumes", "[batch]") {
+TEST_CASE("batch --resume of an older quill's output without fingerprints warns once and resumes", "[batch]") {
     Fixture f("batch-fingerprint-old");
     const auto args = raw_args(test::TinyModel::spm, f.in, f.out);
     REQUIRE(test::run_quill(args).status == 0);
