@@ -104,7 +104,7 @@ TEST_CASE("logit_bias bans a token at -100 and forces one at +100, in OpenAI's a
     CHECK_THAT(bad.at("r")["error"]["message"].get<std::string>(), Catch::Contains("bias 101 is out of range"));
 }
 
-TEST_CASE("OpenAI fields that cannot change a record are ignored; those quill cannot honour are error records",
+TEST_CASE("OpenAI fields that cannot change a record are ignored, and those quill cannot honour are error records",
           "[batch]") {
     const std::string plain = run_lines("batch-ignored-plain", line(json::object()))["p"]["text"];
     const std::string lines =

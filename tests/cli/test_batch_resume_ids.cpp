@@ -88,7 +88,7 @@ TEST_CASE("resuming the output of another input is refused, naming an id the inp
     CHECK(records.back()["id"] == "c2");
 }
 
-TEST_CASE("resuming another shard's output is refused; its own shard, or the whole input, resumes it",
+TEST_CASE("resuming another shard's output is refused, and its own shard or the whole input resumes it",
           "[batch][model]") {
     const auto dir = test::temp_dir("batch-resume-other-shard");
     const std::string in = (dir / "in.jsonl").string(), out = (dir / "out.1.jsonl").string();

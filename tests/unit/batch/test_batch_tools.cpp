@@ -155,7 +155,7 @@ TEST_CASE("the answer's tool calls become OpenAI tool_calls in both record shape
     CHECK(!kept.contains("tool_calls"));
 }
 
-TEST_CASE("\"parallel_tool_calls\": false keeps the first of an answer's calls", "[batch][tools]") {
+TEST_CASE("parallel_tool_calls false keeps the first of an answer's calls", "[batch][tools]") {
     const std::string tools = R"("tools": [{"type": "function", "function": {"name": "get_weather"}}])";
     const std::string two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
                             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
