@@ -6,7 +6,7 @@
 // configuration carry one fingerprint.
 //
 // "quill1-MMMMMMMM-PPPPPPPP-SSSSSSSS-OOOOOOOO": 32 bits of a hash of each part, so that a refusal names the part:
-//  - model:    the GGUF metadata, tensor table and part sizes (never the tensor data), and a --tokenizer file
+//  - model:    model_identity (metadata, tensor table, each tensor's first bytes), a --tokenizer file
 //  - prompt:   the chat template's source (or --raw), --system
 //  - sampling: --temp and the penalties; when any request samples (--temp > 0, or a request's own temperature),
 //              also --top-k, --top-p, --min-p, --seed (or random), --lookup, --draft-model and --draft (which change
@@ -29,8 +29,9 @@
 
 namespace quill::batch {
 
-// A hash of what identifies a model's file(s) without reading their tensors: the first file's header (metadata and
-// tensor table), every tensor's name, type, shape, part and offset, and each part's size. Milliseconds for any size.
+// A hash of what identifies a model's file(s) without reading their tensors: the metadata (but split.*, so that a
+// split model is its whole file), every tensor's name, type and shape, and the first 64 bytes of its data (a page
+// read per tensor). Milliseconds for any file size.
 uint64_t model_identity(const GgufFile& file);
 
 enum class FingerprintPart { model, prompt, sampling, output };
