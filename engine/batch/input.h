@@ -2,6 +2,7 @@
 //  - plain text: a prompt per line; `\n` in a line is a newline (`\t` a tab, `\\` a backslash); ids line-<n>
 //  - JSONL: {"id", "prompt" | "messages", and optional "max_tokens", "temperature", "top_p", "top_k", "min_p",
 //    "seed", "stop", "response_format", "grammar", "tools", "tool_choice", "chat_template_kwargs", ...}
+//  - OpenAI batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body"}
 // The fields of an OpenAI request body (and llama.cpp server's sampling names), in a JSONL line or a body, are
 //  - honoured: max_tokens (max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop (a string or an
 //    array), logprobs, top_logprobs, frequency_penalty, presence_penalty, repeat_penalty, repeat_last_n, logit_bias
@@ -11,8 +12,8 @@
 //  - ignored, since they cannot change a record: model (echoed in OpenAI records), stream, stream_options, user,
 //    metadata, store, service_tier, prediction, prompt_cache_key, safety_identifier, n 1, best_of 1;
 //  - refused (the request's error record names the field): n or best_of other than 1, echo true, a suffix, output
-//    modalities other than text, audio, web_search_options, the deprecated functions and function_call.
-//  - OpenAI batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body"}
+//    modalities other than text, audio, web_search_options, the deprecated functions and function_call, and
+//    reasoning_effort with a "prompt" (no template to reach).
 // The format is given (--format, the file's extension) or read from the whole text: JSON lines when more than half
 // of the non-blank lines begin with '{', so that a few broken lines cannot turn a JSONL file into prompts; then
 // OpenAI batch when the first line that is a JSON object has "custom_id" or "body". A line that cannot be a request
