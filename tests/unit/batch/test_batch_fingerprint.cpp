@@ -2,6 +2,7 @@
 // resume scan reads it from both record shapes, and the check names the part that differs.
 #include "engine/batch/fingerprint.h"
 #include "engine/error.h"
+#include "tests/support/random_model.h"
 
 #include <catch2/catch.hpp>
 
@@ -117,4 +118,19 @@ TEST_CASE("the resume scan reads the fingerprint of JSONL and OpenAI records, an
     check_resume_fingerprint(mine, now, "out.jsonl", [&](const std::string& w) { warnings.push_back(w); });
     REQUIRE(warnings.size() == 1);
     CHECK_THAT(warnings[0], Catch::Contains("1 result record carries no system_fingerprint"));
+}
+
+TEST_CASE("a model's identity tells apart weights of one shape and metadata, and not two copies of one file",
+          "[batch]") {
+    test::TinySpec spec;
+    spec.vocab = "spm";
+    const std::vector<uint8_t> one = test::make_tiny_gguf(spec);
+    spec.seed = 2;
+    const std::vector<uint8_t> other = test::make_tiny_gguf(spec);
+    REQUIRE(one.size() == other.size());
+    const GgufFile a = GgufFile::parse("one", one), b = GgufFile::parse("other", other);
+    REQUIRE(a.metadata() == b.metadata());  // only the weights differ
+    const uint64_t id = model_identity(a);
+    CHECK(model_identity(GgufFile::parse("copy", one)) == id);
+    CHECK(model_identity(b) != id);
 }
