@@ -59,6 +59,66 @@ std::vector<std::string> get_stop(const json& v) {
     return out;
 }
 
+// OpenAI's {"50256": -100} or llama.cpp's [[50256, -100], [15043, false]] (false bans): ids and biases checked
+// for range when the request runs (SamplingParams::validate, the vocabulary).
+std::vector<std::pair<int32_t, float>> get_logit_bias(const json& v) {
+    const char* kShape = "\"logit_bias\" must be an object of token ids (as strings) to numbers, or an array of "
+                         "[token id, number] pairs";
+    auto id_of = [&](int64_t id) {
+        if (id < 0 || id > std::numeric_limits<int32_t>::max())
+            throw LineError{fmt::format("\"logit_bias\": token {} is not a token id", id)};
+        return static_cast<int32_t>(id);
+    };
+    auto bias_of = [&](const json& b) {
+        if (b.is_boolean() && !b.get<bool>()) return -100.0f;
+        if (!b.is_number()) throw LineError{kShape};
+        const double d = b.get<double>();
+        if (!(d >= -100 && d <= 100))
+            throw LineError{fmt::format("\"logit_bias\": bias {} is out of range: expected -100 to 100", b.dump())};
+        return static_cast<float>(d);
+    };
+    std::vector<std::pair<int32_t, float>> out;
+    if (v.is_object()) {
+        for (const auto& item : v.items()) {
+            int64_t id = -1;
+            const std::string& k = item.key();
+            auto [p, ec] = std::from_chars(k.data(), k.data() + k.size(), id);
+            if (ec != std::errc() || p != k.data() + k.size() || k.empty())
+                throw LineError{fmt::format("\"logit_bias\": key \"{}\" is not a token id", k)};
+            out.emplace_back(id_of(id), bias_of(item.value()));
+        }
+    } else if (v.is_array()) {
+        for (const json& pair : v) {
+            if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer()) throw LineError{kShape};
+            out.emplace_back(id_of(pair[0].get<int64_t>()), bias_of(pair[1]));
+        }
+    } else {
+        throw LineError{kShape};
+    }
+    return out;
+}
+
+// An OpenAI field that would change the output and that quill cannot honour: its name in an error record.
+void refuse_unsupported(const json& obj) {
+    auto is_one = [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; };
+    if (const json* v = find(obj, "n"); v && !is_one(*v))
+        throw LineError{"\"n\": only one choice per request is supported"};
+    if (const json* v = find(obj, "best_of"); v && !is_one(*v))
+        throw LineError{"\"best_of\": only 1 is supported (one completion per request)"};
+    if (const json* v = find(obj, "echo"); v && *v != false)
+        throw LineError{"\"echo\" is not supported: a record holds the completion alone"};
+    if (const json* v = find(obj, "suffix"); v && *v != "")
+        throw LineError{"\"suffix\" is not supported (no insertion: the completion follows the prompt)"};
+    if (const json* v = find(obj, "modalities"); v && *v != json::array({"text"}))
+        throw LineError{"\"modalities\": only [\"text\"] is supported"};
+    for (const char* key : {"audio", "web_search_options", "functions", "function_call"})
+        if (find(obj, key))
+            throw LineError{fmt::format("\"{}\" is not supported{}", key,
+                                        key[0] == 'f' ? " (deprecated: give \"tools\" and \"tool_choice\")" : "")};
+    if (const json* v = find(obj, "parallel_tool_calls"); v && !v->is_boolean())
+        throw LineError{"\"parallel_tool_calls\" must be true or false"};
+}
+
 // The request object of a line (the line itself, or its "body") parsed again with its keys in order, so that a
 // schema's properties are generated in the order it gives them (parse_untrusted_json checked the line's depth).
 struct OrderedSource {
@@ -122,6 +182,11 @@ RequestOverrides read_overrides(const json& obj) {
         o.seed = v->get<uint64_t>();
     }
     if (const json* v = find(obj, "stop")) o.stop = get_stop(*v);
+    if (const json* v = find(obj, "repeat_penalty")) o.repeat_penalty = get_float(*v, "repeat_penalty");
+    if (const json* v = find(obj, "repeat_last_n")) o.repeat_last_n = get_int(*v, "repeat_last_n", -1);
+    if (const json* v = find(obj, "frequency_penalty")) o.frequency_penalty = get_float(*v, "frequency_penalty");
+    if (const json* v = find(obj, "presence_penalty")) o.presence_penalty = get_float(*v, "presence_penalty");
+    if (const json* v = find(obj, "logit_bias")) o.logit_bias = get_logit_bias(*v);
     // Chat completions: "logprobs": true and "top_logprobs": N; legacy completions: "logprobs": N.
     if (const json* v = find(obj, "logprobs")) {
         if (v->is_boolean()) {
@@ -140,8 +205,6 @@ RequestOverrides read_overrides(const json& obj) {
         if (!o.logprobs) throw LineError{"\"top_logprobs\" needs \"logprobs\": true"};
         o.logprobs = n;
     }
-    if (const json* v = find(obj, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-        throw LineError{"\"n\": only one choice per request is supported"};
     return o;
 }
 
@@ -162,8 +225,9 @@ void read_body(const json& obj, const OrderedSource& ordered, BatchRequest& r) {
         throw LineError{"/v1/chat/completions needs \"messages\""};
     if (!prompt && !messages) throw LineError{"no \"prompt\" or \"messages\""};
     if (prompt) r.prompt = read_prompt(*prompt);
-    if (prompt && (find(obj, "tools") || find(obj, "chat_template_kwargs")))
-        throw LineError{"\"tools\" and \"chat_template_kwargs\" need \"messages\", not a \"prompt\""};
+    for (const char* key : {"tools", "chat_template_kwargs", "reasoning_effort"})
+        if (prompt && find(obj, key)) throw LineError{fmt::format("\"{}\" needs \"messages\", not a \"prompt\"", key)};
+    refuse_unsupported(obj);
     if (messages) {
         if (!messages->is_array() || messages->empty()) throw LineError{"\"messages\" must be a non-empty array"};
         chat::ChatRequest request = chat::chat_request_from_json(ordered.get(), fmt::format("input line {}", r.line));
@@ -185,13 +249,16 @@ void read_id(const json& v, const char* key, BatchRequest& r) {
     }
 }
 
-// The keys of a JSONL "prompt" request that are no request field, added to `unknown` once each.
+// The keys of a "prompt" request (a JSONL line, an OpenAI /v1/completions body) that are no request field, added to
+// `unknown` once each: the fields read, those ignored since they cannot change a record, those refused.
 void note_unknown_fields(const json& j, size_t line, std::vector<std::pair<std::string, size_t>>& unknown) {
     static constexpr std::string_view kFields[] = {
-        "id",          "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
-        "top_p",       "min_p",  "top_k",    "seed",       "stop",                  "logprobs",
-        "top_logprobs", "n",     "response_format", "grammar", "tools",           "tool_choice",
-        "chat_template_kwargs"};
+        "id", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "min_p", "top_k",
+        "seed", "stop", "logprobs", "top_logprobs", "n", "response_format", "grammar", "tools", "tool_choice",
+        "chat_template_kwargs", "repeat_penalty", "repeat_last_n", "frequency_penalty", "presence_penalty",
+        "logit_bias", "parallel_tool_calls", "reasoning_effort", "model", "stream", "stream_options", "user",
+        "metadata", "store", "service_tier", "prediction", "prompt_cache_key", "safety_identifier", "best_of",
+        "echo", "suffix", "modalities", "audio", "web_search_options", "functions", "function_call"};
     for (const auto& item : j.items()) {
         const std::string& key = item.key();
         if (std::find(std::begin(kFields), std::end(kFields), key) != std::end(kFields)) continue;
@@ -341,7 +408,9 @@ BatchInput parse_batch_input(std::string_view text, FormatHint hint) {
             try {
                 const json j = parse_untrusted_json(lines[i], fmt::format("input line {}", i + 1));
                 read_json_line(j, lines[i], in.format, e.request);
-                if (in.format == InputFormat::jsonl && e.request.prompt) note_unknown_fields(j, i + 1, in.unknown_fields);
+                if (e.request.prompt)
+                    note_unknown_fields(in.format == InputFormat::openai ? j.at("body") : j, i + 1,
+                                        in.unknown_fields);
             } catch (const LineError& err) {
                 e.error = fmt::format("input line {}: {}", i + 1, err.message);
             } catch (const UsageError& err) {  // not JSON, or nested too deep

@@ -3,6 +3,17 @@
 //  - JSONL: {"id", "prompt" | "messages", and optional "max_tokens", "temperature", "top_p", "top_k", "min_p",
 //    "seed", "stop", "response_format", "grammar", "tools", "tool_choice", "chat_template_kwargs", ...}
 //  - OpenAI batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions", "body"}
+// The fields of an OpenAI request body (and llama.cpp server's sampling names), in a JSONL line or a body, are
+//  - honoured: max_tokens (max_completion_tokens), temperature, top_p, top_k, min_p, seed, stop (a string or an
+//    array), logprobs, top_logprobs, frequency_penalty, presence_penalty, repeat_penalty, repeat_last_n, logit_bias
+//    ({"token id": bias} or llama.cpp's [[id, bias]], -100 bans), response_format, grammar; with "messages", tools,
+//    tool_choice, parallel_tool_calls (false: a record keeps the first call), reasoning_effort, chat_template_kwargs
+//    and any other key reach the template;
+//  - ignored, since they cannot change a record: model (echoed in OpenAI records), stream, stream_options, user,
+//    metadata, store, service_tier, prediction, prompt_cache_key, safety_identifier, n 1, best_of 1;
+//  - refused (the request's error record names the field): n or best_of other than 1, echo true, a suffix, output
+//    modalities other than text, audio, web_search_options, the deprecated functions and function_call, and
+//    reasoning_effort with a "prompt" (no template to reach).
 // The format is given (--format, the file's extension) or read from the whole text: JSON lines when more than half
 // of the non-blank lines begin with '{', so that a few broken lines cannot turn a JSONL file into prompts; then
 // OpenAI batch when the first line that is a JSON object has "custom_id" or "body". A line that cannot be a request
@@ -42,6 +53,9 @@ struct RequestOverrides {
     std::optional<int> max_tokens;
     std::optional<float> temperature, top_p, min_p;
     std::optional<int> top_k;
+    std::optional<float> repeat_penalty, frequency_penalty, presence_penalty;
+    std::optional<int> repeat_last_n;
+    std::optional<std::vector<std::pair<int32_t, float>>> logit_bias;  // SamplingParams::logit_bias
     std::optional<uint64_t> seed;
     std::optional<std::vector<std::string>> stop;
     std::optional<int> logprobs;  // top alternatives per token ("logprobs": true or N, "top_logprobs": N)
@@ -74,8 +88,8 @@ struct BatchInput {
     InputFormat format = InputFormat::plain;
     std::vector<InputEntry> entries;  // in input order
     std::vector<size_t> invalid_utf8_lines;  // 1-based lines holding bytes that are not UTF-8, in order
-    // Keys of JSONL "prompt" requests that are no request field (a misspelt "temprature"), ignored: each with the
-    // first line that holds it, in order. (A "messages" request's other keys reach the template.)
+    // Keys of "prompt" requests (JSONL lines, OpenAI /v1/completions bodies) that are no request field (a misspelt
+    // "temprature"), ignored: each with the first line that holds it, in order. (A "messages" request's other keys reach the template.)
     std::vector<std::pair<std::string, size_t>> unknown_fields;
 };
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <sys/file.h>
+#include <unordered_map>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +52,9 @@ std::string finish_reason(const Completion& c) {
 void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax) {
     chat::ParsedAnswer parsed = chat::request_tool_calls(c.text, syntax, r.template_vars);
     if (parsed.calls.empty()) return;
+    // "parallel_tool_calls": false: one call, as if the model had stopped after it
+    if (const auto it = r.template_vars.find("parallel_tool_calls"); it != r.template_vars.end() && *it == false)
+        parsed.calls.erase(parsed.calls.begin() + 1, parsed.calls.end());
     c.text = std::move(parsed.text);
     c.tool_calls = chat::openai_tool_calls(parsed.calls, syntax, c.seed);
 }
@@ -72,6 +76,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                     {"usage", {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}}},
                     {"seed", c.seed}});
         if (!c.logprobs.is_null()) record["logprobs"] = c.logprobs;
+        record["model"] = ctx.model_name;
+        record["system_fingerprint"] = ctx.fingerprint;
         return dump(record);
     }
     const std::string model = r.model.empty() ? ctx.model_name : r.model;
@@ -93,7 +99,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                                    {"logprobs", c.logprobs},
                                    {"finish_reason", reason}}})},
                     {"usage", usage(c)},
-                    {"seed", c.seed}};
+                    {"seed", c.seed},
+                    {"system_fingerprint", ctx.fingerprint}};
     } else {
         body = json{{"id", fmt::format("cmpl-{}", index)},
                     {"object", "text_completion"},
@@ -102,7 +109,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                     {"choices",
                      json::array({{{"index", 0}, {"text", c.text}, {"logprobs", c.logprobs}, {"finish_reason", reason}}})},
                     {"usage", usage(c)},
-                    {"seed", c.seed}};
+                    {"seed", c.seed},
+                    {"system_fingerprint", ctx.fingerprint}};
     }
     return dump(openai_envelope(r, index, 200, std::move(body)));
 }
@@ -117,21 +125,53 @@ std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t
 
 namespace {
 
-// The request id of a record line ("custom_id" for OpenAI records, else "id"), and whether it is an error record;
+// What --resume reads of a record line.
+struct RecordSummary {
+    std::string id;  // "custom_id" for OpenAI records, else "id" (an integer as its digits)
+    bool failed = false;
+    std::optional<std::string> fingerprint;  // a result's "system_fingerprint" (an OpenAI record's in its body)
+    std::string model;  // a plain or JSONL result's "model"
+};
+
+std::string string_at(const nlohmann::json& j, const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // nullopt when the line is not a record.
-std::optional<std::pair<std::string, bool>> read_record(std::string_view line) {
+std::optional<RecordSummary> read_record(std::string_view line) {
     const std::optional<nlohmann::json> parsed = try_parse_untrusted_json(line);
     if (!parsed || !parsed->is_object()) return std::nullopt;
     const nlohmann::json& j = *parsed;
     const auto id = j.find(j.contains("custom_id") ? "custom_id" : "id");
     if (id == j.end() || !(id->is_string() || id->is_number_integer())) return std::nullopt;
+    RecordSummary s;
+    s.id = id->is_string() ? id->get<std::string>() : id->dump();
     const auto error = j.find("error");
-    bool failed = error != j.end() && !error->is_null();
+    s.failed = error != j.end() && !error->is_null();
+    const nlohmann::json* holder = &j;  // the object that holds a result's fingerprint
     if (const auto r = j.find("response"); r != j.end() && r->is_object()) {
         const auto status = r->find("status_code");
-        failed = failed || (status != r->end() && *status != 200);
+        s.failed = s.failed || (status != r->end() && *status != 200);
+        const auto body = r->find("body");
+        holder = body != r->end() && body->is_object() ? &*body : nullptr;
+    } else {
+        s.model = string_at(j, "model");
     }
-    return std::pair{id->is_string() ? id->get<std::string>() : id->dump(), failed};
+    if (!s.failed && holder && holder->contains("system_fingerprint"))
+        s.fingerprint = string_at(*holder, "system_fingerprint");
+    return s;
+}
+
+void note_config(ResumeScan& scan, const RecordSummary& r) {
+    if (r.failed) return;
+    if (!r.fingerprint) {
+        ++scan.unfingerprinted;
+        return;
+    }
+    for (const EarlierConfig& c : scan.configs)
+        if (c.fingerprint == *r.fingerprint) return;
+    scan.configs.push_back(EarlierConfig{*r.fingerprint, r.model, r.id});
 }
 
 }  // namespace
@@ -154,8 +194,9 @@ ResumeScan scan_output(std::string_view content, const std::string& name) {
             scan.torn = true;
             break;
         }
-        scan.done.insert(record->first);
-        if (record->second) scan.failed.insert(record->first);
+        scan.done.insert(record->id);
+        if (record->failed) scan.failed.insert(record->id);
+        note_config(scan, *record);
         scan.intact_bytes = nl + 1;
         start = nl + 1;
     }
@@ -175,20 +216,32 @@ ResumeScan prepare_resume(const std::string& path) {
     return scan;
 }
 
-void check_resume_ids(const ResumeScan& earlier, const BatchInput& input, const std::string& name) {
-    std::unordered_set<std::string_view> ids;
-    for (const InputEntry& e : input.entries) ids.insert(e.request.id);
-    size_t foreign = 0;
-    const std::string* first = nullptr;
-    for (const std::string& id : earlier.done) {
-        if (earlier.failed.contains(id) || ids.contains(id)) continue;
-        ++foreign;
+void check_resume_ids(const ResumeScan& earlier, const BatchInput& input, const Shard& shard, const std::string& name) {
+    std::unordered_map<std::string_view, size_t> index;  // id -> entry
+    for (size_t i = 0; i < input.entries.size(); ++i) index.emplace(input.entries[i].request.id, i);
+    size_t foreign = 0, outside = 0;
+    const std::string* first_foreign = nullptr;
+    const std::string* first_outside = nullptr;
+    auto note = [](size_t& count, const std::string*& first, const std::string& id) {
+        ++count;
         if (!first || id < *first) first = &id;
+    };
+    for (const std::string& id : earlier.done) {
+        if (earlier.failed.contains(id)) continue;
+        const auto it = index.find(id);
+        if (it == index.end()) note(foreign, first_foreign, id);
+        else if (!shard.contains(it->second)) note(outside, first_outside, id);
     }
-    if (foreign == 0) return;
-    throw UsageError(fmt::format("{} holds {} result{} for ids the input lacks (\"{}\"{}): it is not this input's "
-                                 "output, and --resume would mix the two; give another -o, or --overwrite",
-                                 name, foreign, foreign == 1 ? "" : "s", *first, foreign == 1 ? "" : ", ..."));
+    auto results = [](size_t n) { return n == 1 ? "1 result" : fmt::format("{} results", n); };
+    if (foreign > 0)
+        throw UsageError(fmt::format("{} holds {} for ids the input lacks (\"{}\"{}): it is not this input's "
+                                     "output, and --resume would mix the two; give another -o, or --overwrite",
+                                     name, results(foreign), *first_foreign, foreign == 1 ? "" : ", ..."));
+    if (outside > 0)
+        throw UsageError(fmt::format("{} holds {} of requests outside --shard {}/{} (\"{}\"{}): it is another "
+                                     "shard's output; give its --shard, another -o, or --overwrite",
+                                     name, results(outside), shard.k, shard.n, *first_outside,
+                                     outside == 1 ? "" : ", ..."));
 }
 
 // ---- the locked output file ----

@@ -1,10 +1,10 @@
 // The output of `quill batch`: one JSONL record per request, written and flushed as each finishes, and the scan
 // that --resume makes of an earlier, possibly killed, run's output.
-//  - plain text and JSONL input: {"id", "text", ["reasoning_content",] ["tool_calls",] "finish_reason", "usage": {"prompt_tokens", "completion_tokens"},
-//    "seed"} (and "logprobs": [{"id", "token", "logprob", "bytes", "top_logprobs"}] when asked) or {"id", "error":
+//  - plain text and JSONL input: {"id", "text", ["reasoning_content",] ["tool_calls",] "finish_reason", "usage":
+//    {"prompt_tokens", "completion_tokens"}, "seed", "model", "system_fingerprint"} (and "logprobs": [{"id", "token", "logprob", "bytes", "top_logprobs"}] when asked) or {"id", "error":
 //    {"message"}}
 //  - OpenAI batch input: {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error": null} with
-//    a chat.completion or text_completion body (which adds "seed"); a failed request has status_code 400 and an
+//    a chat.completion or text_completion body (which adds "seed"; "system_fingerprint" as OpenAI's); a failed request has status_code 400 and an
 //    OpenAI error body. Asked for, a choice's "logprobs" has the endpoint's shape (engine/runtime/logprobs_json.h).
 // A reasoning model's thinking is "reasoning_content" (only when there is some; in a chat.completion body, in the
 // message), out of "text" / "content", as OpenAI-compatible servers give it.
@@ -26,6 +26,7 @@
 #include <functional>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace quill::batch {
 
@@ -43,7 +44,8 @@ struct Completion {
 
 // When the request offers tools (and its "tool_choice" is not "none"), the calls of c.text in `syntax` move to
 // c.tool_calls (chat::openai_tool_calls: ids from c.seed, in the form `syntax`'s template takes back) and c.text
-// keeps the rest. A call that is not well-formed stays text.
+// keeps the rest. A call that is not well-formed stays text. With "parallel_tool_calls": false only the first call
+// is kept.
 void take_tool_calls(Completion& c, const BatchRequest& r, chat::ToolCallSyntax syntax);
 
 // The reasoning of c.text in `syntax` (its answer began inside a think block when `opened_think`) moves to
@@ -56,6 +58,7 @@ struct RecordContext {
     InputFormat format = InputFormat::plain;
     std::string model_name;
     int64_t created = 0;
+    std::string fingerprint;  // every result record's "system_fingerprint" (engine/batch/fingerprint.h)
 };
 
 // One record as a line of JSON (no newline). `index` is the entry's position in the input (for OpenAI ids).
@@ -67,9 +70,18 @@ std::string error_record(const RecordContext& ctx, const BatchRequest& r, size_t
 // those of its error records, and where its intact part ends. A last line that begins as a record does ('{') or
 // holds only NUL bytes, and is not a whole record with its newline, is torn (a kill -9 in mid-write, a crash) and
 // is dropped; any other line that is not a record is a FileError (the file is not a batch output).
+// The configurations its result records were made with: each distinct "system_fingerprint" (in the OpenAI shape,
+// the body's), with the "model" and id of the first record that carries it, in the order they first appear.
+struct EarlierConfig {
+    std::string fingerprint;
+    std::string model;  // the plain and JSONL records' "model"; "" in the OpenAI shape (its body echoes the request's)
+    std::string first_id;
+};
 struct ResumeScan {
     std::unordered_set<std::string> done;
     std::unordered_set<std::string> failed;  // the ids of done whose record is an error
+    std::vector<EarlierConfig> configs;
+    size_t unfingerprinted = 0;  // result records without a fingerprint (an older quill's)
     size_t intact_bytes = 0;  // the file's length without a torn last line
     bool torn = false;
 };
@@ -79,9 +91,10 @@ ResumeScan scan_output(std::string_view content, const std::string& name);
 ResumeScan prepare_resume(const std::string& path);
 
 // UsageError naming the first of them when the earlier output holds results for ids the input lacks: it is the
-// output of another input (or of lines since removed), and resuming would mix the two. Error records are let pass:
-// their lines may since have been mended, under another id.
-void check_resume_ids(const ResumeScan& earlier, const BatchInput& input, const std::string& name);
+// output of another input (or of lines since removed), and resuming would mix the two; likewise for results of
+// requests outside `shard` (another shard's output: a job array's index that does not match its file). Error
+// records are let pass: their lines may since have been mended, under another id.
+void check_resume_ids(const ResumeScan& earlier, const BatchInput& input, const Shard& shard, const std::string& name);
 
 // The output file of a batch, opened for appending and locked (flock, exclusive) for as long as it is open, so that
 // a second `quill batch` on the same file is refused instead of writing every record again. Not truncated here.

@@ -24,6 +24,11 @@ GenerationParams request_params(const RunnerOptions& options, const RequestOverr
     if (o.top_p) s.top_p = *o.top_p;
     if (o.min_p) s.min_p = *o.min_p;
     if (o.top_k) s.top_k = *o.top_k;
+    if (o.repeat_penalty) s.repeat_penalty = *o.repeat_penalty;
+    if (o.repeat_last_n) s.repeat_last_n = *o.repeat_last_n;
+    if (o.frequency_penalty) s.frequency_penalty = *o.frequency_penalty;
+    if (o.presence_penalty) s.presence_penalty = *o.presence_penalty;
+    if (o.logit_bias) s.logit_bias = *o.logit_bias;
     if (o.stop) p.stop = *o.stop;
     if (o.logprobs) p.logprobs = *o.logprobs;
     s.seed = o.seed ? *o.seed : options.seed ? *options.seed : random_seed;
@@ -149,6 +154,10 @@ void Run::feed() {
             params.grammar = grammar_for(r);
             params.shown_tokens = markers_;
             auto gen = std::make_unique<Generation>(tok_, encode_(r), params, n_ctx_);
+            for (const auto& [token, bias] : params.sampling.logit_bias)
+                if (token >= gen->n_token_ids())
+                    throw UsageError(fmt::format("logit_bias: token {} is not in the vocabulary (0 to {})", token,
+                                                 gen->n_token_ids() - 1));
             Generation& g = *gen;
             active_.emplace(static_cast<int64_t>(index), Active{std::move(gen), {}});
             sched_.submit(static_cast<int64_t>(index), g);

@@ -5,6 +5,7 @@
 #include "engine/runtime/logprobs_json.h"
 #include "engine/runtime/perplexity.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/batch/fingerprint.h"
 #include "engine/batch/input.h"
 #include "engine/cli/progress.h"
 #include "engine/batch/records.h"
@@ -44,6 +45,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -58,14 +61,16 @@ namespace fs = std::filesystem;
 // How a batch request becomes tokens: `messages` and the template variables beside them through the chat template; OpenAI /v1/completions prompts as they
 // are; other prompts as the user message of the chat template, unless --raw. A model without a usable template
 // makes each request that needs one an error record, not the whole batch.
-// `ro` receives the syntax of the template's tool calls and (unless --raw) of its reasoning.
+// `ro` receives the syntax of the template's tool calls and (unless --raw) of its reasoning, `template_source` the
+// template's source ("" when none fits).
 quill::batch::PromptEncoder batch_encoder(const quill::Session& session, const BatchCliOptions& o,
-                                          quill::batch::RunnerOptions& ro) {
+                                          quill::batch::RunnerOptions& ro, std::string& template_source) {
     const quill::Tokenizer* tok = session.tokenizer.get();
     auto format = std::make_shared<std::optional<quill::chat::ChatFormat>>();
     auto format_error = std::make_shared<std::string>();
     try {
         format->emplace(quill::chat::ChatFormat::choose(&session.model->file, tok, o.chat_template, warn_line, "--raw"));
+        template_source = (*format)->source();
         ro.tool_syntax = quill::chat::tool_call_syntax((*format)->source());
         if (!o.raw) ro.reasoning_syntax = quill::chat::reasoning_syntax((*format)->source());
     } catch (const UsageError& e) {
@@ -108,6 +113,30 @@ BatchOutput open_batch_output(const BatchCliOptions& o) {
                                      o.output, quill::format_bytes(out.file->initial_size())));
     }
     return out;
+}
+
+// The fingerprint of this run's records (engine/batch/fingerprint.h).
+quill::batch::RunFingerprint batch_fingerprint(const quill::Session& session, const BatchCliOptions& o,
+                                               const quill::batch::RunnerOptions& ro, const quill::batch::BatchInput& input,
+                                               const std::string& template_source) {
+    quill::batch::FingerprintInputs in;
+    in.model_name = session.model->config.name;
+    in.model_identity = quill::batch::model_identity(session.model->file);
+    if (!o.model.tokenizer.empty()) {
+        std::ifstream f(o.model.tokenizer, std::ios::binary);
+        in.tokenizer_file.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    in.raw = o.raw;
+    in.template_source = template_source;
+    in.system = o.system;
+    in.defaults = ro.defaults;
+    in.seed = ro.seed;
+    in.constraint = ro.constraint;
+    in.any_request_samples = ro.defaults.sampling.temperature > 0 || quill::batch::input_samples(input);
+    if (!o.draft_model.empty() && in.any_request_samples)
+        in.draft_identity =
+            quill::batch::model_identity(quill::GgufFile::open(quill::resolve_model_path(o.draft_model)));
+    return quill::batch::make_fingerprint(in);
 }
 
 // One warning for the input lines that are not UTF-8: in JSON they are error records; a plain-text prompt is
@@ -187,7 +216,7 @@ int cmd_batch(BatchCliOptions& o) {
 
     BatchOutput output = open_batch_output(o);
     const qb::ResumeScan& resume = output.earlier;
-    qb::check_resume_ids(resume, input, o.output);
+    qb::check_resume_ids(resume, input, ro.shard, o.output);
     std::FILE* out_stream = output.file ? output.file->stream() : stdout;
     const std::string out_name = output.file ? o.output : "stdout";
     qb::RecordWriter writer(out_stream, out_name, output.file && output.file->is_regular());
@@ -198,12 +227,22 @@ int cmd_batch(BatchCliOptions& o) {
         std::clamp<size_t>(qb::runnable_requests(input, ro.shard, resume.done), 1, static_cast<size_t>(o.parallel)));
     // Without -c, the context is what the requests need (their prompts encoded once the tokenizer is loaded), when
     // each has a max_tokens: no memory for positions no request can reach, and the CPU's cache in 2 MiB pages.
+    // The fingerprint is checked as soon as the model and its template are known: before the weights are packed
+    // when the context is fitted (context_needed), else once the session is open.
     std::optional<qb::PromptEncoder> encoder;
+    std::string template_source;
+    std::optional<qb::RunFingerprint> fingerprint;
+    auto make_encoder = [&](const quill::Session& s) {
+        encoder = batch_encoder(s, o, ro, template_source);
+        fingerprint = batch_fingerprint(s, o, ro, input, template_source);
+        if (o.resume) qb::check_resume_fingerprint(resume, *fingerprint, o.output, warn_line);
+    };
     so.context_needed = [&](const quill::Session& s) {
-        encoder = batch_encoder(s, o, ro);
+        make_encoder(s);
         return qb::context_needed(input, ro.shard, resume.done, *encoder, ro);
     };
     auto session = quill::Session::open(so);
+    if (!encoder) make_encoder(*session);
     if (!o.quiet) {
         quill::print_stderr("{}{}; {} input, {} slot{}\n", session->load_line(),
                             session->context_fitted ? " (what the requests need)" : "",
@@ -214,10 +253,11 @@ int cmd_batch(BatchCliOptions& o) {
     const quill::Tokenizer& tok = *session->tokenizer;
     warn_invalid_utf8(input, from_stdin ? "stdin" : o.input, tok);
     warn_unknown_fields(input, from_stdin ? "stdin" : o.input);
-    const qb::PromptEncoder encode = encoder ? *encoder : batch_encoder(*session, o, ro);
+    const qb::PromptEncoder& encode = *encoder;
     quill::signals::install();
     ro.interrupts = [] { return quill::signals::count(); };
-    const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr))};
+    const qb::RecordContext ctx{input.format, session->model->config.name, static_cast<int64_t>(std::time(nullptr)),
+                                fingerprint->str()};
     qb::ProgressReporter progress(isatty(STDERR_FILENO) != 0, o.quiet);
     if (!output.file && qb::same_terminal(STDOUT_FILENO, STDERR_FILENO)) writer.set_before_write([&] { progress.clear(); });
     const qb::BatchProgress result =

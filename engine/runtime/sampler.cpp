@@ -20,10 +20,17 @@ void SamplingParams::validate(bool request_fields) const {
     if (top_k < 0) bad(request_fields ? "top_k" : "--top-k", top_k, ">= 0 (0: off)");
     if (!(top_p > 0 && top_p <= 1)) bad(request_fields ? "top_p" : "--top-p", top_p, "in (0, 1]");
     if (!(min_p >= 0 && min_p <= 1)) bad(request_fields ? "min_p" : "--min-p", min_p, "in [0, 1]");
-    if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty)) bad("--repeat-penalty", repeat_penalty, "a finite number > 0");
-    if (repeat_last_n < -1) bad("--repeat-last-n", repeat_last_n, ">= -1");
-    if (!std::isfinite(frequency_penalty)) bad("--frequency-penalty", frequency_penalty, "a finite number");
-    if (!std::isfinite(presence_penalty)) bad("--presence-penalty", presence_penalty, "a finite number");
+    if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty))
+        bad(request_fields ? "repeat_penalty" : "--repeat-penalty", repeat_penalty, "a finite number > 0");
+    if (repeat_last_n < -1) bad(request_fields ? "repeat_last_n" : "--repeat-last-n", repeat_last_n, ">= -1");
+    if (!std::isfinite(frequency_penalty))
+        bad(request_fields ? "frequency_penalty" : "--frequency-penalty", frequency_penalty, "a finite number");
+    if (!std::isfinite(presence_penalty))
+        bad(request_fields ? "presence_penalty" : "--presence-penalty", presence_penalty, "a finite number");
+    for (const auto& [id, bias] : logit_bias) {
+        if (id < 0) bad("logit_bias: token", id, "a token id >= 0");
+        if (!(bias >= -100 && bias <= 100)) bad("logit_bias: bias", bias, "-100 to 100");
+    }
 }
 
 // The maximum, then the first index that holds it. A batch of sequences samples tens of thousands of logits per
@@ -90,6 +97,13 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
 }
 
+void Sampler::apply_bias(std::span<float> logits) const {
+    for (const auto& [id, bias] : params_.logit_bias) {
+        if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
+        logits[id] = bias <= -100.0f ? -INFINITY : logits[id] + bias;
+    }
+}
+
 void Sampler::constrain(std::shared_ptr<grammar::TokenGrammar> g, bool overlap) {
     grammar_ = std::make_unique<grammar::GrammarMatcher>(std::move(g), overlap);
 }
@@ -120,7 +134,7 @@ void Sampler::apply_mask(std::span<float> logits) {
 }
 
 int Sampler::top_needed() const {
-    if (logprobs_on() || grammar_) return 0;
+    if (logprobs_on() || grammar_ || !params_.logit_bias.empty()) return 0;
     const SamplingParams& p = params_;
     const int base = p.temperature <= 0.0f ? 1 : p.top_k;
     if (base <= 0) return 0;
@@ -148,7 +162,9 @@ int32_t Sampler::sample_top(std::span<const SampleCandidate> top) {
     return finish();
 }
 
-bool Sampler::plain_greedy() const { return params_.temperature <= 0.0f && stateless(); }
+bool Sampler::plain_greedy() const {
+    return params_.temperature <= 0.0f && stateless() && params_.logit_bias.empty();
+}
 
 void Sampler::set_logprobs(int top_n) {
     QUILL_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "top_n {} out of range", top_n);
@@ -174,7 +190,7 @@ int32_t Sampler::sample(std::span<float> logits) {
     std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(),
                       [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
     for (size_t i = 0; i < n; ++i) lp.top.emplace_back(order_[i], static_cast<double>(logits[order_[i]]) - lse);
-    const bool changes_row = penalties_on() || grammar_;
+    const bool changes_row = penalties_on() || grammar_ || !params_.logit_bias.empty();
     if (changes_row) raw_.assign(logits.begin(), logits.end());
     lp.token = pick(logits);
     const float logit = (changes_row ? std::span<const float>(raw_) : logits)[static_cast<size_t>(lp.token)];
@@ -184,6 +200,7 @@ int32_t Sampler::sample(std::span<float> logits) {
 
 int32_t Sampler::pick(std::span<float> logits) {
     if (grammar_) apply_mask(logits);
+    apply_bias(logits);
     apply_penalties(logits);
     if (params_.temperature <= 0.0f)  // greedy: the first maximum
         return static_cast<int32_t>(first_max(logits));
@@ -296,6 +313,7 @@ bool Sampler::stateless() const {
 void Sampler::distribution(std::span<float> logits, TokenDist& out) {
     QUILL_CHECK(!logits.empty(), "no logits to sample from");
     if (grammar_) apply_mask(logits);
+    apply_bias(logits);
     apply_penalties(logits);
     if (params_.temperature <= 0.0f) {
         out.point(static_cast<int32_t>(first_max(logits)));

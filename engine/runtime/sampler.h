@@ -27,10 +27,13 @@ struct SamplingParams {
     int repeat_last_n = 64;        // window of the penalties (0: off, -1: whole history)
     float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
     float presence_penalty = 0.0f;   // subtracted once if present in the window
+    // OpenAI's logit_bias: (token id, bias) added to the token's logit after a grammar's mask, before the penalties;
+    // a bias of -100 or less bans the token (-inf). Ids are checked against the vocabulary by the caller.
+    std::vector<std::pair<int32_t, float>> logit_bias;
     uint64_t seed = 0;
 
     // Throws UsageError naming the flag that is out of range, or with request_fields the field of a batch request
-    // that sets it (temperature, top_k, top_p, min_p: the only ones a request can set).
+    // that sets it (temperature, top_k, top_p, min_p, the penalties, logit_bias).
     void validate(bool request_fields = false) const;
 };
 
@@ -101,8 +104,8 @@ public:
     bool grammar_finished() const { return grammar_ && grammar_->finished(); }
 
     const SamplingParams& params() const { return params_; }
-    // Whether sample() is the logits' first maximum: greedy with no penalty and no grammar in effect (what a device
-    // can pick without the history or the RNG).
+    // Whether sample() is the logits' first maximum: greedy with no penalty, logit bias or grammar in effect (what a
+    // device can pick without the history or the RNG).
     bool plain_greedy() const;
 
     // No penalty, grammar or logprobs in effect: nothing in the sampler moves with each token, so speculative
@@ -122,7 +125,7 @@ public:
     // How many of a row's largest logits (ties: the lower id first) sample_top needs to pick what sample() picks:
     // top-k (1 for greedy) plus every token of the penalty window, whose logits the penalties can only lower here
     // (so a token outside that many cannot enter the top-k); 0 when no such bound holds (top-k off, penalties
-    // that can raise a logit, or a grammar). What a device selects so that only those candidates, not the row, come back.
+    // that can raise a logit, a logit bias, or a grammar). What a device selects so that only those candidates, not the row, come back.
     int top_needed() const;
     // sample() of a row from its top_needed() largest logits (any order, ids ascending among equal logits): the
     // same token, and the same draw from the RNG.
@@ -131,6 +134,7 @@ public:
 private:
     int32_t pick(std::span<float> logits);
     void apply_penalties(std::span<float> logits) const;
+    void apply_bias(std::span<float> logits) const;
     void apply_mask(std::span<float> logits);
     bool penalties_on() const;
     float penalized(float logit, int count) const;

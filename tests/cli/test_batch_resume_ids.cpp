@@ -87,3 +87,28 @@ TEST_CASE("resuming the output of another input is refused, naming an id the inp
     REQUIRE(records.size() == 4);
     CHECK(records.back()["id"] == "c2");
 }
+
+TEST_CASE("resuming another shard's output is refused, and its own shard or the whole input resumes it",
+          "[batch][model]") {
+    const auto dir = test::temp_dir("batch-resume-other-shard");
+    const std::string in = (dir / "in.jsonl").string(), out = (dir / "out.1.jsonl").string();
+    std::ofstream(in) << "{\"id\": \"a\", \"prompt\": \"The little dog\"}\n{\"id\": \"b\", \"prompt\": \"The sun\"}\n"
+                         "{\"id\": \"c\", \"prompt\": \"Mom said\"}\n{\"id\": \"d\", \"prompt\": \"Lily\"}\n";
+    auto shard = [&](const char* spec) {
+        auto args = batch_args(in, out);
+        args.insert(args.end(), {"--shard", spec, "--resume"});
+        return test::run_quill(args);
+    };
+    REQUIRE(shard("1/2").status == 0);
+    const std::string first = test::read_file(out);
+    REQUIRE(test::record_lines(first).size() == 2);
+    const auto refused = shard("2/2");
+    CHECK(refused.status == 2);
+    CHECK_THAT(refused.err, Catch::Contains(out + " holds 2 results of requests outside --shard 2/2 (\"a\", ...): it "
+                                                  "is another shard's output"));
+    CHECK(test::read_file(out) == first);
+    CHECK(shard("1/2").status == 0);
+    CHECK(test::read_file(out) == first);
+    CHECK(shard("1/1").status == 0);
+    CHECK(test::record_lines(test::read_file(out)).size() == 4);
+}

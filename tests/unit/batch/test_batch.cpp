@@ -218,9 +218,9 @@ TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]"
     BatchRequest r;
     r.id = "q1";
     const Completion c{"Hello", FinishReason::length, 5, 2, 3, 42};
-    RecordContext ctx{InputFormat::jsonl, "llama", 1700000000};
+    RecordContext ctx{InputFormat::jsonl, "llama", 1700000000, "quill1-fp"};
     CHECK(json::parse(result_record(ctx, r, 3, c)) ==
-          json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2},"seed":42})"));
+          json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2},"seed":42,"model":"llama","system_fingerprint":"quill1-fp"})"));
     CHECK(json::parse(error_record(ctx, r, 3, "bad")) == json::parse(R"({"id":"q1","error":{"message":"bad"}})"));
     ctx.format = InputFormat::openai;
     r.endpoint = Endpoint::chat_completions;
@@ -232,6 +232,7 @@ TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]"
     CHECK(body["object"] == "chat.completion");
     CHECK(body["model"] == "llama");
     CHECK(body["created"] == 1700000000);
+    CHECK(body["system_fingerprint"] == "quill1-fp");
     CHECK(body["choices"][0]["message"] == json::parse(R"({"role":"assistant","content":"Hello"})"));
     CHECK(body["choices"][0]["finish_reason"] == "length");
     CHECK(body["usage"] ==
@@ -241,6 +242,7 @@ TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]"
     const json text = json::parse(result_record(ctx, r, 4, c));
     CHECK(text["response"]["body"]["object"] == "text_completion");
     CHECK(text["response"]["body"]["model"] == "asked");
+    CHECK(text["response"]["body"]["system_fingerprint"] == "quill1-fp");
     CHECK(text["response"]["body"]["choices"][0]["text"] == "Hello");
     const json err = json::parse(error_record(ctx, r, 4, "too long"));
     CHECK(err["response"]["status_code"] == 400);

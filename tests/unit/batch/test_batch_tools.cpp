@@ -97,7 +97,7 @@ TEST_CASE("malformed tools make one error entry and the other lines go on", "[ba
         {"a", "input line 2: \"tools\" must be a JSON array of tool definitions"},
         {"b", "input line 3: tool 1 is not {\"type\": \"function\", \"function\": {\"name\": ...}}"},
         {"c", "input line 4: \"tool_choice\" must be"},
-        {"d", "input line 5: \"tools\" and \"chat_template_kwargs\" need \"messages\""},
+        {"d", "input line 5: \"tools\" needs \"messages\", not a \"prompt\""},
         {"e", "input line 6: \"chat_template_kwargs\" must be a JSON object"},
         {"f", "input line 7: message 1: content parts must be"},
     };
@@ -153,4 +153,22 @@ TEST_CASE("the answer's tool calls become OpenAI tool_calls in both record shape
     const auto kept = nlohmann::json::parse(result_record(RecordContext{InputFormat::jsonl, "m", 0}, r, 0, broken));
     CHECK(kept["text"] == broken.text);
     CHECK(!kept.contains("tool_calls"));
+}
+
+TEST_CASE("parallel_tool_calls false keeps the first of an answer's calls", "[batch][tools]") {
+    const std::string tools = R"("tools": [{"type": "function", "function": {"name": "get_weather"}}])";
+    const std::string two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+    for (const char* parallel : {"", ", \"parallel_tool_calls\": true", ", \"parallel_tool_calls\": false"}) {
+        CAPTURE(parallel);
+        const std::string line =
+            std::string(R"({"messages": [{"role": "user", "content": "Weather?"}], )") + tools + parallel + "}\n";
+        const BatchRequest r = parse_batch_input(line, FormatHint::jsonl).entries[0].request;
+        Completion c;
+        c.text = two;
+        take_tool_calls(c, r, chat::ToolCallSyntax::hermes);
+        const bool one = std::string_view(parallel).ends_with("false");
+        REQUIRE(c.tool_calls.size() == (one ? 1u : 2u));
+        CHECK(c.tool_calls[0]["function"]["arguments"] == R"({"city":"Paris"})");
+    }
 }

@@ -166,6 +166,43 @@ TEST_CASE("penalties lower the logits of recent tokens", "[sampler]") {
     CHECK(l3[1] == Approx(0.75f));
 }
 
+TEST_CASE("a logit bias is added before the penalties, -100 bans, and the row then comes whole", "[sampler]") {
+    SamplingParams p = plain(0.0f);
+    p.logit_bias = {{0, -100.0f}, {2, 1.5f}};
+    Sampler s(p);
+    CHECK(!s.plain_greedy());  // a device's first maximum is not the pick
+    CHECK(s.top_needed() == 0);
+    std::vector<float> l{9.0f, 1.0f, 2.0f};
+    CHECK(s.sample(l) == 2);
+    CHECK(l[0] == -INFINITY);
+    CHECK(l[2] == 3.5f);
+
+    // Then the penalties act on the biased logit: (4 + 2) / 3 = 2 < 2.5.
+    SamplingParams q = plain(0.0f);
+    q.logit_bias = {{0, 2.0f}};
+    q.repeat_penalty = 3.0f;
+    Sampler sq(q);
+    sq.accept(0);
+    std::vector<float> l2{4.0f, 2.5f};
+    CHECK(sq.sample(l2) == 1);
+    CHECK(l2[0] == 2.0f);
+
+    // Sampled too: the banned token is never drawn, and the distribution sees the bias.
+    SamplingParams t = plain(1.0f);
+    t.logit_bias = {{1, -100.0f}};
+    Sampler st(t);
+    const auto h = histogram(st, {0.0f, 5.0f, 0.0f}, 200);
+    CHECK(h.count(1) == 0);
+    TokenDist d;
+    std::vector<float> l3{0.0f, 5.0f, 0.0f};
+    st.distribution(l3, d);
+    CHECK(d.prob(1) == 0.0);
+
+    SamplingParams bad = plain(0.0f);
+    bad.logit_bias = {{3, 101.0f}};
+    CHECK_THROWS_WITH(bad.validate(true), Catch::Contains("logit_bias: bias 101 is out of range"));
+}
+
 TEST_CASE("out-of-range sampling parameters name the flag", "[sampler]") {
     SamplingParams p;
     p.temperature = -1;
