@@ -9,6 +9,7 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/matmul_data.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -156,46 +157,34 @@ TEST_CASE("quant iq3: random blocks are valid and of the magnitude asked for", "
 
 TEST_CASE("quant iq3: each ISA's kernels equal a dot of the dequantized weights with the int8 activations, and a "
           "token's outputs do not depend on the batch", "[quant][iq3][matmul]") {
-    // matmul_reference's way: the dequantized weights against the activations as the kernels see them (int8 per
+    // matmul_reference: the dequantized weights against the activations as the kernels see them (int8 per
     // block of 32) in double; the integer dots are exact, so only float rounding separates them (1e-5 of
     // sum |w x|). Rows: 37 (ragged tiles); tokens: the decode paths (1-3) and the batched ones (8, 17), each batch's
     // rows equal to the same token alone, bit for bit.
     std::mt19937 rng(318);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
     cpu::ThreadPool pool(2);
     for (GgmlType type : kIq3Types) {
-        const int64_t n_out = 37, n_in = 768;
-        const std::vector<uint8_t> w = random_matrix(type, n_out, n_in, 11, 0.05f);
-        std::vector<float> wd(static_cast<size_t>(n_out * n_in));
-        dequantize_row(type, w.data(), wd.data(), n_out * n_in);
-        const cpu::WeightMatrix m{type, w.data(), n_in, n_out, row_size(type, n_in)};
+        test::TestMatrix m{type, 37, 768, random_matrix(type, 37, 768, 11, 0.05f), {}};
+        m.deq.resize(static_cast<size_t>(m.n_out * m.n_in));
+        dequantize_row(type, m.data.data(), m.deq.data(), m.n_out * m.n_in);
         for (cpu::Isa isa : test::available_isas()) {
             for (int64_t n_tokens : {1, 2, 3, 8, 17}) {
                 INFO(type_name(type) << ", " << n_tokens << " tokens, " << cpu::isa_name(isa));
-                std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
-                for (float& v : x) v = normal(rng);
-                const std::vector<float> xq = cpu::reference_activations(type, x.data(), n_tokens, n_in);
-                cpu::Activations act;
-                act.set(x.data(), n_tokens, n_in);
-                std::vector<float> y(static_cast<size_t>(n_tokens * n_out), std::nanf(""));
-                cpu::matmul(m, act, y.data(), pool, isa);
+                const std::vector<float> x = test::make_input(n_tokens, m.n_in, rng);
+                const std::vector<float> xq = cpu::reference_activations(type, x.data(), n_tokens, m.n_in);
+                std::vector<float> want(static_cast<size_t>(n_tokens * m.n_out));
+                cpu::matmul_reference(m.view(), xq.data(), n_tokens, want.data());
+                const std::vector<double> size = test::abs_products(m, xq, n_tokens);
+                const std::vector<float> y = test::product(m.view(), x, n_tokens, pool, isa);
                 int bad = 0, variant = 0;
                 for (int64_t t = 0; t < n_tokens; ++t) {
-                    cpu::Activations one;
-                    one.set(x.data() + t * n_in, 1, n_in);
-                    std::vector<float> alone(static_cast<size_t>(n_out));
-                    cpu::matmul(m, one, alone.data(), pool, isa);
-                    for (int64_t r = 0; r < n_out; ++r) {
-                        double want = 0, abs_wx = 0;
-                        for (int64_t i = 0; i < n_in; ++i) {
-                            const double p = static_cast<double>(wd[r * n_in + i]) * xq[t * n_in + i];
-                            want += p;
-                            abs_wx += std::fabs(p);
-                        }
-                        const double got = y[t * n_out + r];
-                        if (!(std::fabs(got - want) <= 1e-5 * abs_wx) && bad++ == 0)
-                            UNSCOPED_INFO("token " << t << " row " << r << ": " << got << " vs " << want);
-                        if (float_bits(alone[r]) != float_bits(y[t * n_out + r])) ++variant;
+                    const std::vector<float> one(x.begin() + t * m.n_in, x.begin() + (t + 1) * m.n_in);
+                    const std::vector<float> alone = test::product(m.view(), one, 1, pool, isa);
+                    for (int64_t r = 0; r < m.n_out; ++r) {
+                        const auto at = static_cast<size_t>(t * m.n_out + r);
+                        if (!(std::fabs(static_cast<double>(y[at]) - want[at]) <= 1e-5 * size[at] + 1e-6) && bad++ == 0)
+                            UNSCOPED_INFO("token " << t << " row " << r << ": " << y[at] << " vs " << want[at]);
+                        if (float_bits(alone[static_cast<size_t>(r)]) != float_bits(y[at])) ++variant;
                     }
                 }
                 CHECK(bad == 0);
