@@ -36,7 +36,8 @@ constexpr std::array<TypeTraits, 32> kTypes = {{
     {GgmlType::Q5_K, "q5_K", QK_K, sizeof(BlockQ5_K), true, true},
     {GgmlType::Q6_K, "q6_K", QK_K, sizeof(BlockQ6_K), true, true},
     {GgmlType::Q8_K, "q8_K", QK_K, sizeof(BlockQ8_K), true, true},
-    // Known so that files holding them can be described, but not computable here.
+    // The IQ1, IQ2, integer and TQ types are known so that files holding them can be described, but not computable
+    // here; IQ3_XXS and IQ3_S are dequantized only (their quantizers need an importance matrix: quant_iq3.h).
     {GgmlType::IQ2_XXS, "iq2_xxs", QK_K, 66, false, false},
     {GgmlType::IQ2_XS, "iq2_xs", QK_K, 74, false, false},
     {GgmlType::IQ3_XXS, "iq3_xxs", QK_K, 98, true, false},

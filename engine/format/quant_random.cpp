@@ -1,7 +1,6 @@
 #include "engine/format/quant_random.h"
 
 #include "engine/error.h"
-#include "engine/format/quant_iq3.h"
 #include "engine/rng.h"
 
 #include <cstring>
