@@ -44,4 +44,8 @@ void quantize_iq4_nl(const float* src, void* dst, int64_t n_blocks);
 void quantize_iq4_xs(const float* src, void* dst, int64_t n_blocks);
 void quantize_mxfp4(const float* src, void* dst, int64_t n_blocks);
 
+// The 3-bit grid types, in engine/format/quant_iq3.cpp (dequantization only).
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n_blocks);
+void dequantize_iq3_s(const void* src, float* dst, int64_t n_blocks);
+
 }  // namespace quill::detail

@@ -1,6 +1,7 @@
 #include "engine/model/synthetic.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_random.h"
 #include "engine/model/layer_matrices.h"
 #include "engine/model/weight_vectors.h"
 #include "engine/rng.h"
@@ -157,6 +158,8 @@ constexpr ArchPreset kArchPresets[] = {
     {"smollm3-tiny", "smollm3", 128, 5, 4, 1, 32, 352, 512, 256, 5e6f, 1e-6f, 0.0f, 0, 0.0f},
     {"mistral3-tiny", "mistral3", 128, 4, 4, 2, 48, 320, 512, 256, 1e6f, 1e-5f, 16.0f, 16, 0.1f},
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1e6f, 1e-6f, 0.0f, 0, 0.0f},
+    // llama with rows of 256 and 512: the super-block types' tiny shape (the others' rows of 128 are half a block)
+    {"llama-tiny-256", "llama", 256, 2, 4, 2, 64, 512, 512, 256, 1e4f, 1e-5f, 0.0f, 0, 0.0f},
 };
 
 ModelConfig arch_preset_config(const ArchPreset& p) {
@@ -199,7 +202,10 @@ public:
         std::vector<float> x(n);
         for (auto& v : x) v = static_cast<float>((rng.uniform() * 2.0 - 1.0) * 0.05);
         bytes_.resize(kBlocks * block_bytes_);
-        quantize_row(type, x.data(), bytes_.data(), n);
+        if (type_traits(type).can_quantize)
+            quantize_row(type, x.data(), bytes_.data(), n);
+        else  // (the importance types: random valid blocks of the same magnitude)
+            random_blocks(type, rng.next(), kBlocks, 0.05f, bytes_.data());
     }
     void fill(uint8_t* dst, size_t n_blocks, Rng& rng) const {
         for (size_t i = 0; i < n_blocks;) {
@@ -262,7 +268,7 @@ ModelConfig synthetic_config(const std::string& shape) {
 }
 
 std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlType type, uint64_t seed) {
-    if (!type_traits(type).can_quantize)
+    if (!type_traits(type).can_quantize && !random_blocks_supported(type))
         throw UsageError(fmt::format("--dtype {}: quill cannot make weights of this type", type_name(type)));
     auto m = std::make_unique<SyntheticModel>();
     m->config = c;

@@ -123,6 +123,15 @@ inline float reduce_add_ps(__m512 a) {  // GCC's order: halves, quarters, then p
     return t8_0 + t8_1;
 }
 
+// vpgatherdd: lane i from base + scale * idx_i
+inline __m512i i32gather_epi32(__m512i idx, const void* base, int scale) {
+    const auto in = bits<Lanes<int32_t, 16>>(idx);
+    Lanes<int32_t, 16> out;
+    for (int i = 0; i < 16; ++i)
+        std::memcpy(&out.v[i], static_cast<const char*>(base) + static_cast<int64_t>(in.v[i]) * scale, 4);
+    return bits<__m512i>(out);
+}
+
 }  // namespace quill_simde_extra
 
 #define _mm512_cvtepi32_ps quill_simde_extra::cvtepi32_ps
@@ -137,6 +146,7 @@ inline float reduce_add_ps(__m512 a) {  // GCC's order: halves, quarters, then p
 #define _mm512_maskz_loadu_ps quill_simde_extra::maskz_loadu_ps
 #define _mm256_maskz_loadu_epi16 quill_simde_extra::maskz_loadu_epi16
 #define _mm512_reduce_add_ps quill_simde_extra::reduce_add_ps
+#define _mm512_i32gather_epi32 quill_simde_extra::i32gather_epi32
 #define _mm512_shuffle_i64x2(a, b, imm) simde_mm512_shuffle_i64x2(a, b, imm)  // SIMDe has it, without an alias
 #define _cvtu64_mask64(x) static_cast<simde__mmask64>(x)
 

@@ -137,6 +137,8 @@ inline std::vector<TinyCase> tiny_cases() {
     c.push_back({"iq4_nl, GQA 2", spec(GgmlType::IQ4_NL, 64, 4, 2, 96)});
     c.push_back({"iq4_xs, MQA", spec(GgmlType::IQ4_XS, 256, 4, 1, 512)});
     c.push_back({"mxfp4, GQA 3", spec(GgmlType::MXFP4, 96, 3, 1, 160)});
+    c.push_back({"iq3_xxs, GQA 2", spec(GgmlType::IQ3_XXS, 256, 4, 2, 512)});
+    c.push_back({"iq3_s, MHA", spec(GgmlType::IQ3_S, 256, 4, 4, 256)});
     TinyCase mixed{"q8_0 with f16 ffn_down, odd n_ff, tied output, rope_freqs", spec(GgmlType::Q8_0, 64, 8, 4, 172)};
     mixed.spec.ffn_down_type = GgmlType::F16;
     mixed.spec.tied_output = true;

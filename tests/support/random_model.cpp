@@ -1,6 +1,7 @@
 #include "tests/support/random_model.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_random.h"
 #include "engine/rng.h"
 #include "tests/support/test_util.h"
 #include "tests/support/tiny_vocab.h"
@@ -72,7 +73,18 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec) {
         for (auto& v : x) v = uniform(scale);
         for (size_t r = 0; r < zero_row.size(); ++r)
             if (zero_row[r]) std::fill_n(x.begin() + static_cast<int64_t>(r) * n_in, n_in, 0.0f);
-        w.add_tensor(name, type, {n_in, n_out}, quantized(type, x));
+        if (type_traits(type).can_quantize) {
+            w.add_tensor(name, type, {n_in, n_out}, quantized(type, x));
+            return;
+        }
+        // The importance types: random valid blocks of the same magnitude, zero rows zeroed (d = 0).
+        std::vector<uint8_t> bytes(row_size(type, n_in) * static_cast<size_t>(n_out));
+        random_blocks(type, rng.next(), static_cast<int64_t>(bytes.size() / type_traits(type).type_size), scale,
+                      bytes.data());
+        const size_t row_bytes = row_size(type, n_in);
+        for (size_t r = 0; r < zero_row.size(); ++r)
+            if (zero_row[r]) std::fill_n(bytes.begin() + static_cast<int64_t>(r * row_bytes), row_bytes, 0);
+        w.add_tensor(name, type, {n_in, n_out}, bytes);
     };
     auto vec = [&](const std::string& name, int64_t n, float lo, float hi) {
         std::vector<float> x(n);

@@ -10,6 +10,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
+#include "engine/format/quant_iq3.h"
 
 namespace quill::cpu {
 
@@ -190,6 +191,19 @@ void decode_iq4_xs(const void* row, int64_t b, DecodedBlock& out) {
     out.wm = 0.0f;
 }
 
+// IQ3_XXS and IQ3_S: each 32-block's signed grid levels under one scale (engine/format/quant_iq3.h).
+void decode_iq3_xxs(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq3Xxs>(row, b / 8);
+    out.ws[0] = out.ws[1] = iq3_xxs_levels(blk, static_cast<int>(b % 8), out.q);
+    out.wm = 0.0f;
+}
+
+void decode_iq3_s(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq3S>(row, b / 8);
+    out.ws[0] = out.ws[1] = iq3_s_levels(blk, static_cast<int>(b % 8), out.q);
+    out.wm = 0.0f;
+}
+
 void decode_mxfp4(const void* row, int64_t b, DecodedBlock& out) {
     const auto blk = block_at<BlockMxfp4>(row, b);
     unpack_table(blk.qs, kMxfp4Values, out.q);
@@ -227,6 +241,10 @@ DecodeFn find_decoder(GgmlType type) {
             return decode_iq4_xs;
         case GgmlType::MXFP4:
             return decode_mxfp4;
+        case GgmlType::IQ3_XXS:
+            return decode_iq3_xxs;
+        case GgmlType::IQ3_S:
+            return decode_iq3_s;
         default:
             return nullptr;
     }
@@ -337,6 +355,8 @@ const KernelTable& kernel_table() {
         entry(t.rows, GgmlType::IQ4_NL) = {quant_rows<decode_iq4_nl>, true};
         entry(t.rows, GgmlType::IQ4_XS) = {quant_rows<decode_iq4_xs>, true};
         entry(t.rows, GgmlType::MXFP4) = {quant_rows<decode_mxfp4>, true};
+        entry(t.rows, GgmlType::IQ3_XXS) = {quant_rows<decode_iq3_xxs>, true};
+        entry(t.rows, GgmlType::IQ3_S) = {quant_rows<decode_iq3_s>, true};
         return t;
     }();
     return table;

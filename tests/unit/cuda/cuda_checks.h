@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/cuda_backend.h"
+#include "cuda/dequant.h"
 #include "cuda/device.h"
 #include "engine/model/model.h"
 #include "engine/reference/reference_backend.h"
@@ -21,6 +22,15 @@ inline bool have_gpu() {
     if (info.count > 0) return true;
     test::skip_no_device("no CUDA device here (" + info.reason + ")");
     return false;
+}
+
+// The tiny models of test::tiny_cases() whose weight types the CUDA backend multiplies (IQ3_XXS and IQ3_S it refuses:
+// test_cuda.cpp checks the refusal).
+inline std::vector<test::TinyCase> cuda_tiny_cases() {
+    std::vector<test::TinyCase> out;
+    for (const test::TinyCase& c : test::tiny_cases())
+        if (cuda::cuda_supports(c.spec.type) && cuda::cuda_supports(c.spec.ffn_down_type)) out.push_back(c);
+    return out;
 }
 
 inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {

@@ -99,7 +99,7 @@ TEST_CASE("the CUDA probe reports the device or why there is none", "[cuda]") {
 TEST_CASE("the CUDA backend takes every architecture setting and the 16 weight types, before touching the device",
           "[cuda]") {
     // No device needed: the checks read the config and weights only (so --device auto falls back to the CPU).
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         INFO(c.label);
         CHECK_NOTHROW(cuda::check_model(model->config, model->weights));
@@ -108,6 +108,29 @@ TEST_CASE("the CUDA backend takes every architecture setting and the 16 weight t
                        GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
                        GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4})
         CHECK(cuda::cuda_supports(t));
+}
+
+TEST_CASE("a model of a weight type without CUDA kernels is refused by the CUDA backend in one line naming the type "
+          "and --device cpu, before touching the device", "[cuda]") {
+    // (--device auto then runs it on the CPU: make_backend falls back on this refusal)
+    for (GgmlType type : {GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
+        test::TinySpec spec;
+        spec.type = spec.ffn_down_type = type;
+        spec.n_embd = 256;
+        spec.n_ff = 256;
+        auto model = test::make_tiny_model(spec);
+        INFO(type_name(type));
+        CHECK_FALSE(cuda::cuda_supports(type));
+        try {
+            cuda::check_model(model->config, model->weights);
+            FAIL("check_model accepted " << type_name(type));
+        } catch (const FileError& e) {
+            const std::string what = e.what();
+            CHECK(what.find(std::string("type ") + std::string(type_name(type))) != std::string::npos);
+            CHECK(what.find("--device cpu runs it") != std::string::npos);
+            CHECK(what.find('\n') == std::string::npos);
+        }
+    }
 }
 
 TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing else and the CUDA options default "
@@ -588,7 +611,7 @@ TEST_CASE("prefill through cuBLAS in each mode matches the reference on random m
           "[cuda]") {
     if (!have_gpu()) return;
     CHECK(cuda::CudaBackendOptions{}.tuning.gemm == cuda::GemmMode::tf32);
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(100, static_cast<int>(c.spec.n_vocab), 7);  // past kGemmMinTokens
         const std::vector<float> want = prefill_logits(*reference(*model, KvType::f32, 1, 128), tokens);

@@ -37,7 +37,7 @@ using namespace quill::cuda_test;
 
 TEST_CASE("CUDA backend prefill logits match the reference on random models of every weight type", "[cuda]") {
     if (!have_gpu()) return;
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(9, static_cast<int>(c.spec.n_vocab), 1);
         for (KvType kv : {KvType::f32, KvType::f16}) {
@@ -52,7 +52,7 @@ TEST_CASE("CUDA backend prefill logits match the reference on random models of e
 TEST_CASE("CUDA backend prefill equals step-by-step decode, and a long prompt crosses attention chunks",
           "[cuda]") {
     if (!have_gpu()) return;
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         // 200 tokens: attention goes over keys in chunks of 128; the matmul takes tokens in tiles of 8.
         for (int n : {5, 200}) {
@@ -78,7 +78,7 @@ TEST_CASE("flash attention over prompts matches the reference, also with prompt 
           "tiles, and decode tokens batched with a prompt keep their logits exactly",
           "[cuda]") {
     if (!have_gpu()) return;
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int nv = static_cast<int>(c.spec.n_vocab);
         INFO(c.label);
@@ -153,7 +153,7 @@ TEST_CASE("decode steps replayed as CUDA graphs equal the same steps launched ke
           "the separate ones, bit for bit",
           "[cuda]") {
     if (!have_gpu()) return;
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int nv = static_cast<int>(c.spec.n_vocab);
         INFO(c.label);
@@ -281,7 +281,7 @@ TEST_CASE("greedy tokens picked on the GPU are the first maxima of forward's log
           "host's tokens from the GPU's top candidates",
           "[cuda]") {
     if (!have_gpu()) return;
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int nv = static_cast<int>(c.spec.n_vocab);
         INFO(c.label);
@@ -390,7 +390,7 @@ TEST_CASE("top candidates on the GPU are a row's largest logits, ties to the low
 
 TEST_CASE("a mixed multi-slot batch on the CUDA backend equals the sequences run apart", "[cuda]") {
     if (!have_gpu()) return;
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int nv = static_cast<int>(c.spec.n_vocab);
         const auto a = some_tokens(7, nv, 3), b = some_tokens(4, nv, 4);
@@ -433,7 +433,7 @@ TEST_CASE("K and V copied between CUDA slots continue a sequence as if it had ru
     // As the CPU test: slot 1 (another sequence) takes positions 0..21 of slot 0, slot 2 (its own first 5, then
     // other tokens) takes 5..21; both go on with other tokens and must give the logits of that sequence run alone
     // on the GPU (the same kernels on the same inputs: to float summation order at most).
-    for (const test::TinyCase& c : test::tiny_cases()) {
+    for (const test::TinyCase& c : cuda_tiny_cases()) {
         auto model = test::make_tiny_model(c.spec);
         const int nv = static_cast<int>(c.spec.n_vocab);
         const auto a = some_tokens(30, nv, 5), other = some_tokens(30, nv, 6);
