@@ -212,6 +212,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const std::string p = c.arch + ".";
 
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss";
+    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch == "gemma4")
+        throw FileError(fmt::format("{}: the mixture of experts of gemma4 (Gemma 4 26B-A4B: {} experts beside a shared "
+                                    "FFN, '{}expert_count') is not supported", f.path(), *experts, p));
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen3moe and gpt-oss are)", f.path(), *experts, c.arch));
