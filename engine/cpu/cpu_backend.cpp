@@ -74,8 +74,10 @@ void CpuBackend::resize_scratch(int64_t n) {
     v_.resize(n * c.n_embd_kv());
     att_.resize(n * c.n_embd_q());
     proj_.resize(n * c.n_embd);
-    gate_.resize(c.moe() ? 0 : n * c.n_ff);  // (a mixture of experts has its own: moe_block)
-    up_.resize(c.moe() ? 0 : n * c.n_ff);
+    const bool dense = !c.moe() || c.moe_shared_ffn;  // (a mixture of experts has its own: moe_block)
+    gate_.resize(dense ? n * c.n_ff : 0);
+    up_.resize(dense ? n * c.n_ff : 0);
+    shared_.resize(c.moe_shared_ffn ? n * c.n_embd : 0);
     attention_.resize_scratch();
 }
 
@@ -501,10 +503,11 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
 }
 
 // proj = W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x + the attention's proj) * ffn_norm, act SiLU or GELU
-// (ModelConfig::ffn_act); gemma3 normalizes the output before the sum.
+// (ModelConfig::ffn_act); gemma3 normalizes the output before the sum. gemma4's mixture: proj = post_norm_1(that) +
+// post_norm_2(the experts' sum) (moe_block).
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
-    if (c.moe()) return moe_block(L, layer, n);
+    if (c.moe() && !c.moe_shared_ffn) return moe_block(L, layer, n);
     QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     const bool ready = residual_norm(layer, L.ffn_norm.data(), &gate_up[0].w, n);
@@ -530,6 +533,12 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
             act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
         });
         mm(down, gate_.data(), n, c.n_ff, n_decode_);
+    }
+    if (c.moe_shared_ffn) {
+        norm(proj_.data(), L.ffn_post_norm_1.data(), shared_.data(), n);
+        moe_block(L, layer, n, true);
+        norm(proj_.data(), L.ffn_post_norm_2.data(), proj_.data(), n);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) proj_[i] += shared_[i];
     }
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
 }

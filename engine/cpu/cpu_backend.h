@@ -95,8 +95,9 @@ private:
     // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
-    // ffn_block of a mixture-of-experts layer (moe.cpp)
-    void moe_block(const LayerWeights& L, int64_t layer, int64_t n);
+    // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
+    // experts beside a dense FFN, whose inputs have their own norms)
+    void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);
     void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t t, bool local) const;
@@ -163,6 +164,7 @@ private:
     std::vector<float> moe_gate_;    // [m, n_ff_exp]
     std::vector<float> moe_up_;      // [m, n_ff_exp]
     std::vector<float> moe_down_;    // [m, n_embd]
+    std::vector<float> shared_;      // [n, n_embd] gemma4: the dense FFN's output beside the experts'
     std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
     struct Pick {
         float value;

@@ -159,6 +159,7 @@ void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
     c.attn_scale = 1.0f;
     c.v_norm = true;
+    c.moe_shared_ffn = c.moe();
     c.rope_divisors_global_only = true;
     c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", 10000.0f, 1.0, 1e12);
     c.rope_freq_scale_local = 1.0f;
@@ -211,13 +212,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
-    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss";
-    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch == "gemma4")
-        throw FileError(fmt::format("{}: the mixture of experts of gemma4 (Gemma 4 26B-A4B: {} experts beside a shared "
-                                    "FFN, '{}expert_count') is not supported", f.path(), *experts, p));
+    // (gemma4: where the file has experts)
+    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" ||
+                     (c.arch == "gemma4" && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen3moe and gpt-oss are)", f.path(), *experts, c.arch));
+                                    "(qwen3moe, gpt-oss and gemma4 are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);

@@ -73,6 +73,10 @@ struct ModelConfig {
     int64_t n_expert = 0;
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
+    // gemma4 (26B-A4B): a dense FFN of n_ff features beside the experts in every layer, out = post_norm_1(ffn(x)) +
+    // post_norm_2(experts), each with its own input norm, the router reading rms_norm(x) / sqrt(n_embd) * its scale,
+    // GeGLU experts whose outputs are scaled per expert
+    bool moe_shared_ffn = false;
     bool moe() const { return n_expert > 0; }
     // gemma4: the local layers' own head size, KV heads and rotated dims (attention.key_length_swa,
     // head_count_kv's local entries, rope.dimension_count_swa); 0: the same as the global layers' (head_dim,

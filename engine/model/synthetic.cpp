@@ -145,6 +145,17 @@ ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// gemma4's mixture (26B-A4B): gemma4-tiny's attention, a dense FFN of n_ff features beside n_expert GeGLU experts
+// of n_ff_exp, n_used a token, in every layer.
+ModelConfig gemma4_moe_config(const char* name, int64_t n_ff, int64_t n_expert, int64_t n_ff_exp, int64_t n_used) {
+    ModelConfig c = gemma4_config(name, 128, 4, 4, 2, 1, 32, 64, n_ff, 320, 1024, 8, 2, 0.5f);
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_shared_ffn = true;
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
@@ -155,6 +166,8 @@ std::vector<ModelConfig> arch_shapes() {
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
         // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
         gemma4_config("gemma4-tiny", 128, 4, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 2, 0.5f),
+        // the same with 8 experts of 64 features (2 a token) beside a dense FFN of 128 in each layer
+        gemma4_moe_config("gemma4-moe-tiny", 128, 8, 64, 2),
         phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
         // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
         gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
@@ -385,19 +398,32 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         }
         L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
         L.ffn_norm = norm(c.n_embd);
-        if (c.moe()) {
-            L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
-            L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
-            L.ffn_up_exps = experts(b + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp);
-            L.ffn_down_exps = experts(b + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd);
-            L.split_experts();
-        } else if (phi3) {
+        const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        if (dense && phi3) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
-        } else {
+        } else if (dense) {
             L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
             L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
         }
-        if (!c.moe()) L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (dense) L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (c.moe()) {
+            L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
+            if (gemma4) {  // (gate and up of each expert in one tensor, gate first)
+                L.ffn_gate_up_exps = experts(b + "ffn_gate_up_exps.weight", c.n_embd, 2 * c.n_ff_exp);
+            } else {
+                L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
+                L.ffn_up_exps = experts(b + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp);
+            }
+            L.ffn_down_exps = experts(b + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd);
+            L.split_experts();
+        }
+        if (c.moe_shared_ffn) {
+            L.ffn_gate_inp_s = uniform(c.n_embd, 0.5, 1.5);
+            L.ffn_pre_norm_2 = norm(c.n_embd);
+            L.ffn_post_norm_1 = norm(c.n_embd);
+            L.ffn_post_norm_2 = norm(c.n_embd);
+            L.ffn_down_exps_s = uniform(c.n_expert, 0.5, 1.5);
+        }
         if (gemma2 || gemma4) {
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);

@@ -51,6 +51,13 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"ffn_up_exps.bias", &L::ffn_up_exps_b, c.n_ff_exp, c.n_expert});
         f.push_back({"ffn_down_exps.bias", &L::ffn_down_exps_b, c.n_embd, c.n_expert});
     }
+    if (c.moe_shared_ffn) {
+        f.push_back({"ffn_gate_inp.scale", &L::ffn_gate_inp_s, c.n_embd});
+        f.push_back({"pre_ffw_norm_2.weight", &L::ffn_pre_norm_2, c.n_embd});
+        f.push_back({"post_ffw_norm_1.weight", &L::ffn_post_norm_1, c.n_embd});
+        f.push_back({"post_ffw_norm_2.weight", &L::ffn_post_norm_2, c.n_embd});
+        f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
+    }
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
     if (gemma4) f.push_back({"layer_output_scale.weight", &L::out_scale, 1, 1, false});
     return f;

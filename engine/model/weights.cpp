@@ -108,10 +108,16 @@ TensorView TensorView::matrix(int64_t i) const {
 }
 
 void LayerWeights::split_experts() {
-    experts.resize(static_cast<size_t>(ffn_gate_exps.ne[2]));
+    experts.resize(static_cast<size_t>(ffn_down_exps.ne[2]));
     for (size_t e = 0; e < experts.size(); ++e) {
         const auto i = static_cast<int64_t>(e);
-        experts[e] = {ffn_gate_exps.matrix(i), ffn_up_exps.matrix(i), ffn_down_exps.matrix(i)};
+        if (ffn_gate_up_exps.data) {
+            const TensorView both = ffn_gate_up_exps.matrix(i);
+            const int64_t f = both.ne[1] / 2;
+            experts[e] = {both.rows(0, f, "gate"), both.rows(f, f, "up"), ffn_down_exps.matrix(i)};
+        } else {
+            experts[e] = {ffn_gate_exps.matrix(i), ffn_up_exps.matrix(i), ffn_down_exps.matrix(i)};
+        }
     }
 }
 
@@ -163,17 +169,23 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
         if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
-            L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
-            L.ffn_up_exps = l.get(b + "ffn_up_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
+                L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
+            } else {
+                L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+                L.ffn_up_exps = l.get(b + "ffn_up_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            }
             L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
             L.split_experts();
-        } else if (c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
+        }
+        const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        if (dense && c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
-        } else {
+        } else if (dense) {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
         }
-        if (!c.moe()) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
+        if (dense) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;

@@ -54,8 +54,13 @@ struct LayerWeights {
     // 3-D tensors of every expert's matrices, and each expert as views of them.
     TensorView ffn_gate_inp;                // router [n_expert rows, n_embd]
     TensorView ffn_gate_exps, ffn_up_exps;  // [n_expert, n_ff_exp rows, n_embd]
+    TensorView ffn_gate_up_exps;            // gemma4: [n_expert, 2 n_ff_exp rows, n_embd], gate first (else empty)
     TensorView ffn_down_exps;               // [n_expert, n_embd rows, n_ff_exp]
     std::vector<ExpertWeights> experts;     // [n_expert]
+    // gemma4 (ModelConfig::moe_shared_ffn): the router's input scale [n_embd], the experts' input norm [n_embd], the
+    // output norms of the dense FFN and of the experts' sum [n_embd], each expert's output scale [n_expert] (empty
+    // when absent: 1).
+    std::vector<float> ffn_gate_inp_s, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2, ffn_down_exps_s;
     // gpt-oss: biases of the router's logits and of each expert's gate, up and down products, expert e's at
     // e * n_ff_exp (gate, up) and e * n_embd (down); empty when absent.
     std::vector<float> ffn_gate_inp_b;                    // [n_expert]
@@ -80,7 +85,7 @@ struct LayerWeights {
     void split_qkv(const TensorView& qkv, const ModelConfig& config, int64_t layer);
     // ffn_gate_up = gate_up, and ffn_gate, ffn_up its halves
     void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
-    // experts as the matrices of ffn_gate_exps, ffn_up_exps and ffn_down_exps
+    // experts as the matrices of ffn_gate_exps, ffn_up_exps (or the halves of ffn_gate_up_exps') and ffn_down_exps
     void split_experts();
 };
 

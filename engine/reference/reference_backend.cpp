@@ -303,10 +303,22 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
     // x = x + W2 (act(W1 xn) * W3 xn), or (mixture of experts) the routed experts' sum of it;
     // gemma3 normalizes the sum's term by ffn_post_norm
-    if (c.moe())
-        moe_ffn(L);
-    else
+    if (c.moe_shared_ffn) {
+        // gemma4: out = post_norm_1(W2 (gelu(W1 xn) * W3 xn)) + post_norm_2(the experts' sum over
+        // rms_norm(x) * pre_norm_2), routed by W_router (rms_norm(x) / sqrt(n_embd) * router scale)
+        ffn(L.ffn_gate, L.ffn_up, L.ffn_down, shared_);
+        rms_norm_rows(shared_, L.ffn_post_norm_1, c.rms_eps);
+        rms_norm(x_, L.ffn_gate_inp_s, c.rms_eps, router_in_);
+        for (double& v : router_in_) v /= std::sqrt(static_cast<double>(c.n_embd));
+        rms_norm(x_, L.ffn_pre_norm_2, c.rms_eps, xn_);
+        moe_ffn(L, router_in_);
+        rms_norm_rows(out_, L.ffn_post_norm_2, c.rms_eps);
+        for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += shared_[i];
+    } else if (c.moe()) {
+        moe_ffn(L, xn_);
+    } else {
         ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
+    }
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
     // gemma4: x = x * layer_output_scale
@@ -354,11 +366,12 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
         for (size_t i = 0; i < out.size(); ++i) out[i] += b2[i];
 }
 
-// out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn), with
-// l = W_router xn (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases
-void ReferenceBackend::moe_ffn(const LayerWeights& L) {
+// out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn) * s_e, with
+// l = W_router router_in (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases;
+// s_e gemma4's output scale of expert e (else 1)
+void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>& router_in) {
     const ModelConfig& c = config_;
-    matvec(L.ffn_gate_inp, xn_, router_, row_);
+    matvec(L.ffn_gate_inp, router_in, router_, row_);
     for (size_t e = 0; e < L.ffn_gate_inp_b.size(); ++e) router_[e] += L.ffn_gate_inp_b[e];
     std::vector<int64_t> order(static_cast<size_t>(c.n_expert));
     for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
@@ -375,7 +388,8 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L) {
         const ExpertWeights& E = L.experts[e];
         ffn(E.gate, E.up, E.down, expert_out_, bias(L.ffn_gate_exps_b, e, c.n_ff_exp),
             bias(L.ffn_up_exps_b, e, c.n_ff_exp), bias(L.ffn_down_exps_b, e, c.n_embd));
-        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight[i] * expert_out_[j];
+        const double s = L.ffn_down_exps_s.empty() ? 1.0 : L.ffn_down_exps_s[e];
+        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight[i] * expert_out_[j] * s;
     }
 }
 

@@ -17,6 +17,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 using namespace quill;
 using quill::cpu::Isa;
@@ -26,6 +30,7 @@ namespace {
 
 constexpr int64_t kCtx = 256;  // llama.cpp's context for the references
 
+// The synthetic model of `shape` (gemma4-tiny, gemma4-moe-tiny) in `type`, saved as GGUF and loaded back.
 std::unique_ptr<Model> saved_model(GgmlType type, const std::string& shape = "gemma4-tiny") {
     const fs::path file = test::temp_dir("arch_" + shape + "_" + std::string(type_name(type))) / (shape + ".gguf");
     SyntheticModel::make(synthetic_config(shape), type, 42)->save(file.string());
@@ -38,13 +43,18 @@ std::unique_ptr<Model> saved_model(GgmlType type, const std::string& shape = "ge
 // fp16-rounded input (ggml's GGML_GELU_FP16) where quill computes it in float; with that rounding in the reference
 // backend the difference falls to 3.0e-4. F16: llama.cpp also rounds every product's input to fp16, as the CPU
 // backend does and the reference backend does not.
+// gemma4-moe-tiny: F32 2.3e-3 on both, F16 6.6e-3 and at most 4.5e-3.
 struct Case {
+    const char* shape;
     GgmlType type;
     double ref_tol, cpu_tol;
 };
-constexpr Case kCases[] = {{GgmlType::F32, 5e-3, 5e-3}, {GgmlType::F16, 2e-2, 8e-3}};
+constexpr Case kCases[] = {{"gemma4-tiny", GgmlType::F32, 5e-3, 5e-3},
+                           {"gemma4-tiny", GgmlType::F16, 2e-2, 8e-3},
+                           {"gemma4-moe-tiny", GgmlType::F32, 5e-3, 5e-3},
+                           {"gemma4-moe-tiny", GgmlType::F16, 2e-2, 8e-3}};
 
-std::string stem(const Case& c) { return fmt::format("gemma4-tiny-{}", type_name(c.type)); }
+std::string stem(const Case& c) { return fmt::format("{}-{}", c.shape, type_name(c.type)); }
 
 // The F32 gemma4-tiny file with its metadata edited, saved in dir as name.gguf.
 std::string with_metadata(const fs::path& dir, const std::string& name, const std::function<void(GgufWriter&)>& edit) {
@@ -55,12 +65,32 @@ std::string with_metadata(const fs::path& dir, const std::string& name, const st
     return path;
 }
 
+// The CPU backend's prefill and decode (a step a call) of the references' prompt on the F32 model against the
+// reference backend's prefill, both with a cache of `kv`, each within tol of the logits' RMS: on each kernel family
+// here, and on the scalar path too with `scalar`.
+void check_cpu_matches_reference(KvType kv, bool scalar, double tol) {
+    auto m = saved_model(GgmlType::F32);
+    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma4-tiny-f32.prompt_logits.txt"));
+    ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, kv});
+    const auto want = test::prefill_logits(reference, ref.tokens);
+    std::vector<std::optional<Isa>> isas;
+    if (scalar) isas.push_back(std::nullopt);
+    for (Isa isa : test::available_isas()) isas.push_back(isa);
+    for (const auto& isa : isas) {
+        INFO((isa ? cpu::isa_name(*isa) : "reference path"));
+        auto prefill = test::arch_cpu_backend(m->config, m->weights, isa, 64, 1, kv);
+        auto decode = test::arch_cpu_backend(m->config, m->weights, isa, 64, 1, kv);
+        CHECK(test::max_diff(test::prefill_logits(*prefill, ref.tokens), want) / test::rms(want) < tol);
+        CHECK(test::max_diff(test::stepwise_logits(*decode, ref.tokens), want) / test::rms(want) < tol);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("gemma4 tiny model: the reference backend gives llama.cpp's logits and greedy tokens", "[arch][reference]") {
     for (const Case& c : kCases) {
         INFO(stem(c));
-        auto m = saved_model(c.type);
+        auto m = saved_model(c.type, c.shape);
         ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
         test::check_against_llama_cpp(b, stem(c), c.ref_tol);
     }
@@ -68,7 +98,7 @@ TEST_CASE("gemma4 tiny model: the reference backend gives llama.cpp's logits and
 
 TEST_CASE("gemma4 tiny model: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA", "[arch][cpu]") {
     for (const Case& c : kCases) {
-        auto m = saved_model(c.type);
+        auto m = saved_model(c.type, c.shape);
         test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.cpu_tol, kCtx);
     }
 }
@@ -108,40 +138,36 @@ TEST_CASE("gemma4: the CPU backend's prefill and decode match the reference back
     // backend's double sums: the llama.cpp comparison's tolerance cannot see a small slip of one layer kind.
     // Measured: 1.2e-5 (scalar path) to 3.7e-5 (AVX2) of the logits' RMS; the sharp softmax (attention scale 1)
     // passes float rounding on more than other architectures' 1e-5.
-    auto m = saved_model(GgmlType::F32);
-    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma4-tiny-f32.prompt_logits.txt"));
-    ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
-    const auto want = test::prefill_logits(reference, ref.tokens);
-    std::vector<std::optional<Isa>> isas{std::nullopt};
-    for (Isa isa : test::available_isas()) isas.push_back(isa);
-    for (const auto& isa : isas) {
-        INFO((isa ? cpu::isa_name(*isa) : "reference path"));
-        auto prefill = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-        auto decode = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-        CHECK(test::max_diff(test::prefill_logits(*prefill, ref.tokens), want) / test::rms(want) < 1e-4);
-        CHECK(test::max_diff(test::stepwise_logits(*decode, ref.tokens), want) / test::rms(want) < 1e-4);
-    }
+    check_cpu_matches_reference(KvType::f32, true, 1e-4);
 }
 
 TEST_CASE("gemma4 with an F16 KV cache: the CPU backend's prefill and decode match the reference backend's",
           "[arch][cpu]") {
     // The default cache type (K, V, q and the probabilities in fp16 on both sides). Measured: 4.2e-3 of the logits'
     // RMS (AVX2), above test_reference.cpp's 3e-3 for F32 weights with an F16 cache for the sharp softmax's sake.
-    auto m = saved_model(GgmlType::F32);
-    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma4-tiny-f32.prompt_logits.txt"));
-    ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f16});
-    const auto want = test::prefill_logits(reference, ref.tokens);
-    for (Isa isa : test::available_isas()) {
-        INFO(cpu::isa_name(isa));
-        auto prefill = test::arch_cpu_backend(m->config, m->weights, isa, 64, 1, KvType::f16);
-        auto decode = test::arch_cpu_backend(m->config, m->weights, isa, 64, 1, KvType::f16);
-        CHECK(test::max_diff(test::prefill_logits(*prefill, ref.tokens), want) / test::rms(want) < 6e-3);
-        CHECK(test::max_diff(test::stepwise_logits(*decode, ref.tokens), want) / test::rms(want) < 6e-3);
-    }
+    check_cpu_matches_reference(KvType::f16, false, 6e-3);
 }
 
 TEST_CASE("gemma4: a sequence's decode steps give the same logits in mixed batches as alone", "[arch][cpu]") {
     test::check_mixed_batches(synthetic_config("gemma4-tiny"), {GgmlType::F32, GgmlType::Q8_0}, 64);
+    // (the mixture: a token's experts, and so its sum, do not depend on the batch's other tokens)
+    test::check_mixed_batches(synthetic_config("gemma4-moe-tiny"), {GgmlType::F32, GgmlType::Q8_0}, 64);
+}
+
+TEST_CASE("gemma4's mixture of experts is read from the file as llama.cpp reads it", "[arch][model]") {
+    auto m = saved_model(GgmlType::F32, "gemma4-moe-tiny");
+    const ModelConfig& c = m->config;
+    CHECK((c.moe() && c.moe_shared_ffn && c.n_expert == 8 && c.n_expert_used == 2 && c.n_ff_exp == 64));
+    CHECK(c.n_ff == 128);
+    const LayerWeights& L = m->weights.layers[2];
+    // the dense FFN beside the experts, and each expert's gate and up as halves of one matrix
+    CHECK((L.ffn_gate.n_rows() == 128 && L.ffn_down.ne[0] == 128));
+    REQUIRE(L.experts.size() == 8);
+    CHECK(L.experts[3].gate.n_rows() == 64);
+    CHECK(L.experts[3].up.data == L.experts[3].gate.data + 64 * L.experts[3].gate.row_bytes());
+    CHECK(L.experts[4].gate.data == L.experts[3].up.data + 64 * L.experts[3].up.row_bytes());
+    CHECK((L.ffn_gate_inp_s.size() == 128 && L.ffn_pre_norm_2.size() == 128 && L.ffn_post_norm_1.size() == 128 &&
+           L.ffn_post_norm_2.size() == 128 && L.ffn_down_exps_s.size() == 8));
 }
 
 TEST_CASE("quill run and quill chat work end to end on a gemma4 file with Gemma 4's chat template", "[arch][cli]") {
@@ -185,9 +211,6 @@ TEST_CASE("gemma4 files with features quill lacks are refused with one line nami
         {"shared-kv", [](GgufWriter& w) { w.set("gemma4.attention.shared_kv_layers", uint32_t(2)); },
          "KV layers shared across the last layers (Gemma 4 E2B/E4B) ('gemma4.attention.shared_kv_layers') is not "
          "supported for gemma4"},
-        {"moe", [](GgufWriter& w) { w.set("gemma4.expert_count", uint32_t(4)); },
-         "the mixture of experts of gemma4 (Gemma 4 26B-A4B: 4 experts beside a shared FFN, 'gemma4.expert_count') is "
-         "not supported"},
         // (Gemma 4's own vocabulary: raw UTF-8 pieces with merges, which quill's tokenizers do not read)
         {"tokenizer", [](GgufWriter& w) { w.set("tokenizer.ggml.model", "gemma4"); },
          "tokenizer.ggml.model 'gemma4' is not supported (expected 'llama' or 'gpt2')"},
