@@ -19,34 +19,36 @@ void AttentionRunner::resize_scratch() {
 // of the slot times unit_heads_ of their heads on that KV head). Unit u's rows and cache; returns the row count.
 int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t unit, AttnRow* rows, KvHead* kv) {
     const auto& c = config_;
-    const int64_t group = c.n_head / c.n_head_kv;
+    const int64_t hd = head_dim_, n_head_kv = n_head_kv_;  // the layer's (attend_all)
+    const auto row = static_cast<int64_t>(kv_.shape().row_elems());  // (a narrower layer uses its first values)
+    const int64_t group = c.n_head / n_head_kv;
     const int64_t chunks = (group + unit_heads_ - 1) / unit_heads_;
-    const Tile tile = tiles_[unit / (c.n_head_kv * chunks)];
-    const int64_t g = unit / chunks % c.n_head_kv, h0 = g * group + unit % chunks * unit_heads_;
+    const Tile tile = tiles_[unit / (n_head_kv * chunks)];
+    const int64_t g = unit / chunks % n_head_kv, h0 = g * group + unit % chunks * unit_heads_;
     const int64_t h1 = std::min(h0 + unit_heads_, (g + 1) * group);
     const int64_t slot = batch.tokens[tile.t0].slot;
     const size_t es = kv_.shape().elem_size();
-    *kv = KvHead{kv_.k(layer, slot) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
-                 kv_.v(layer, slot, 0) + static_cast<size_t>(g * c.head_dim) * es,
+    *kv = KvHead{kv_.k(layer, slot) + k_cache_offset(0, g * hd, row) * es,
+                 kv_.v(layer, slot, 0) + static_cast<size_t>(g * hd) * es,
                  kv_.shape().type,
-                 static_cast<size_t>(c.n_embd_kv()) * 8,
-                 static_cast<size_t>(c.n_embd_kv()),
-                 static_cast<int>(c.head_dim),
+                 static_cast<size_t>(row) * 8,
+                 static_cast<size_t>(row),
+                 static_cast<int>(hd),
                  c.attn_scale,
                  {}};
     kv->softcap = c.attn_logit_softcap;
     kv->sinks = sinks_ != nullptr;
     const KvCache::Alias& alias = kv_.alias(static_cast<int32_t>(slot));
     if (alias.n >= 8 && !kv_.in_ring(layer))
-        kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * c.head_dim, c.n_embd_kv()) * es,
-                            kv_.v(layer, alias.src, 0) + static_cast<size_t>(g * c.head_dim) * es,
+        kv->share = KvShare{kv_.k(layer, alias.src) + k_cache_offset(0, g * hd, row) * es,
+                            kv_.v(layer, alias.src, 0) + static_cast<size_t>(g * hd) * es,
                             static_cast<int>(alias.n / 8 * 8)};
     int m = 0;
     for (int64_t t = tile.t0; t < tile.t1; ++t) {
         const int64_t pos = batch.tokens[t].pos;
         for (int64_t h = h0; h < h1; ++h)
-            rows[m++] = AttnRow{q_ + t * c.n_embd_q() + h * c.head_dim,
-                                att_ + t * c.n_embd_q() + h * c.head_dim,
+            rows[m++] = AttnRow{q_ + t * c.n_head * hd + h * hd,
+                                att_ + t * c.n_head * hd + h * hd,
                                 static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
                                 static_cast<int>(pos),
                                 sinks_ ? sinks_[h] : -INFINITY};
@@ -85,8 +87,10 @@ void AttentionRunner::attend_all(const Batch& batch, int64_t layer, const float*
     q_ = q;
     att_ = att;
     sinks_ = sinks;
+    n_head_kv_ = c.layer_n_head_kv(layer);
+    head_dim_ = c.layer_head_dim(layer);
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    const int64_t group = c.n_head / c.n_head_kv;
+    const int64_t group = c.n_head / n_head_kv_;
     const int64_t tile_tokens = std::max<int64_t>(1, kMaxTileRows / group);
     tiles_.clear();
     for (int64_t t = 0; t < n;) {
@@ -96,7 +100,7 @@ void AttentionRunner::attend_all(const Batch& batch, int64_t layer, const float*
         t = t1;
     }
     unit_heads_ = std::min<int64_t>(group, kMaxTileRows);
-    const int64_t per_tile = c.n_head_kv * ((group + unit_heads_ - 1) / unit_heads_);  // units (attention_unit)
+    const int64_t per_tile = n_head_kv_ * ((group + unit_heads_ - 1) / unit_heads_);  // units (attention_unit)
     const auto n_tiles = static_cast<int64_t>(tiles_.size());
     const int64_t n_units = n_tiles * per_tile;
     const bool try_split = n_tiles < pool_.size() && pool_.size() > 1;

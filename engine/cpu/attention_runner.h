@@ -20,7 +20,8 @@ public:
     AttentionRunner(const ModelConfig& config, const KvCache& kv, const KvOps& ops, ThreadPool& pool);
     // Sizes the threads' scratch for the cache's context.
     void resize_scratch();
-    // att [n, n_head * head_dim] = each row of q [n, n_head * head_dim] attending over its slot's cache in `layer`,
+    // att [n, n_head * head_dim] = each row of q [n, n_head * head_dim] attending over its slot's cache in `layer`
+    // (head_dim and the KV heads the layer's: ModelConfig::layer_head_dim, layer_n_head_kv),
     // with head h's sink sinks[h] where sinks is not null ([n_head]: gpt-oss).
     // prepare(t0, t1): RoPE and the K/V stores of tokens [t0, t1), run inside the attention section, each tile's by
     // the thread that attends it, where no tile reads what another tile's tokens store; before it otherwise.
@@ -39,6 +40,7 @@ private:
     const float* q_ = nullptr;  // attend_all's q, att and sinks
     float* att_ = nullptr;
     const float* sinks_ = nullptr;
+    int64_t n_head_kv_ = 0, head_dim_ = 0;  // the layer's, for attend_all's units
     std::vector<float> attn_scratch_;  // [n_threads, attend_scratch_floats(n_ctx)]
     // Attention units of a batch (attend_all): runs of tokens [t0, t1) of one slot, times the KV heads, times chunks
     // of unit_heads_ of the query heads on a KV head.

@@ -43,7 +43,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
       kv_ops_(kv_ops(isa_, options.reference)),
       kv_(config,
-          {layers_.size(), options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type},
+          {layers_.size(), options.n_slots, options.n_ctx, config.kv_heads(), config.kv_head_dim(), options.kv_type},
           options.window_cache, options.kv_huge_pages, pool_, layers_.begin),
       attention_(config, kv_, kv_ops_, pool_) {
     check_weights(weights);
@@ -51,6 +51,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
         weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer, options.cancel);
     rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
+    if (config.v_norm) ones_.assign(static_cast<size_t>(std::max(config.head_dim, config.head_dim_local)), 1.0f);
 }
 
 void CpuBackend::check_weights(const Weights& weights) {
@@ -73,8 +74,10 @@ void CpuBackend::resize_scratch(int64_t n) {
     v_.resize(n * c.n_embd_kv());
     att_.resize(n * c.n_embd_q());
     proj_.resize(n * c.n_embd);
-    gate_.resize(c.moe() ? 0 : n * c.n_ff);  // (a mixture of experts has its own: moe_block)
-    up_.resize(c.moe() ? 0 : n * c.n_ff);
+    const bool dense = !c.moe() || c.moe_shared_ffn;  // (a mixture of experts has its own: moe_block)
+    gate_.resize(dense ? n * c.n_ff : 0);
+    up_.resize(dense ? n * c.n_ff : 0);
+    shared_.resize(c.moe_shared_ffn ? n * c.n_embd : 0);
     attention_.resize_scratch();
 }
 
@@ -131,13 +134,20 @@ bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const
 
 // The sum in the norm's section, each thread adding the rows it norms, instead of on the calling thread after each
 // block while the others wait.
-bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n) {
+bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n, float scale) {
     const int64_t d = config_.n_embd;
     std::atomic<bool> finite{true};
     // Rows [t0, t1): the sum, its check (corrupt or out-of-range weights show up here first), the norm.
     auto rows = [&](int64_t t0, int64_t t1) {
-        if (!kv_ops_.add_norm(x_.data() + t0 * d, proj_.data() + t0 * d, w, xn_.data() + t0 * d, t1 - t0, d,
-                              config_.rms_eps))
+        float* x = x_.data() + t0 * d;
+        if (scale != 1.0f) {  // (gemma4: x = (x + proj) * layer_output_scale, then the norm)
+            const float* p = proj_.data() + t0 * d;
+            for (int64_t i = 0; i < (t1 - t0) * d; ++i) x[i] = (x[i] + p[i]) * scale;
+            if (!all_finite(x, (t1 - t0) * d)) finite.store(false, std::memory_order_relaxed);
+            if (w) kv_ops_.rms_norm(x, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps);
+            return;
+        }
+        if (!kv_ops_.add_norm(x, proj_.data() + t0 * d, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps))
             finite.store(false, std::memory_order_relaxed);
     };
     bool int8 = false;
@@ -307,7 +317,7 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
         attention_block(batch, L, l);
         ffn_block(L, l, n);
     }
-    residual_norm(layers_.end - 1, nullptr, nullptr, n);
+    residual_norm(layers_.end - 1, nullptr, nullptr, n, out_scale(layers_.end - 1));
     if (out) {
         std::copy_n(x_.data(), n * config_.n_embd, out);
     } else {
@@ -337,10 +347,10 @@ void CpuBackend::embed_rows(const Batch& batch, float* x_rows) {
 // rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), times
 // rope_mscale, for every layer of this batch (and rope_cs_local_ for the local layers when their RoPE differs).
 void CpuBackend::rope_angles(const Batch& batch) {
-    const int64_t n_rot = config_.n_rot, half = n_rot / 2;
     const double m = config_.rope_mscale;
     const bool neox = config_.rope == ModelConfig::Rope::neox;
     auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs) {
+        const auto half = static_cast<int64_t>(inv_freq.size()), n_rot = 2 * half;  // (the layers' n_rot)
         cs.resize(batch.tokens.size() * n_rot * 2);
         for (size_t t = 0; t < batch.tokens.size(); ++t) {
             float* c = cs.data() + t * n_rot * 2;  // [n_rot]
@@ -363,18 +373,18 @@ void CpuBackend::rope_angles(const Batch& batch) {
     if (!rope_inv_freq_local_.empty()) fill(rope_inv_freq_local_, rope_cs_local_);
 }
 
-// Rotates each head's first n_rot dims of x [n_heads, head_dim] by the angles of batch token t (a local layer's
-// angles when `local` and they differ): x0' = x0 c - x1 s, x1' = x0 s + x1 c for each pair (x0, x1), as products
+// Rotates each head's first n_rot dims of x [n_heads, head_dim] (the layer's: ModelConfig::layer_head_dim,
+// layer_n_rot) by the angles of batch token t (a local layer's angles when `local` and they differ): x0' = x0 c - x1 s, x1' = x0 s + x1 c for each pair (x0, x1), as products
 // and one sum each (no fused multiply-add: this file is built for the baseline ISA), four lanes at a time with
 // SSE2 and the same operations in the scalar rest (the same bits as a scalar loop over the pairs).
-void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
-    const int64_t n_rot = config_.n_rot, half = n_rot / 2;
+void CpuBackend::rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t t, bool local) const {
+    const int64_t half = n_rot / 2;
     const std::vector<float>& cs = local && !rope_cs_local_.empty() ? rope_cs_local_ : rope_cs_;
     const float* c = cs.data() + t * n_rot * 2;
     const float* s = c + n_rot;
     if (config_.rope == ModelConfig::Rope::neox) {  // dims i and i + half, i < half
         for (int64_t h = 0; h < n_heads; ++h) {
-            float* lo = x + h * config_.head_dim;
+            float* lo = x + h * head_dim;
             float* hi = lo + half;
             int64_t i = 0;
 #ifdef __SSE2__
@@ -394,7 +404,7 @@ void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
         return;
     }
     for (int64_t h = 0; h < n_heads; ++h) {  // dims 2i and 2i + 1: x' = x c + swap(x) s, s signed per lane
-        float* xh = x + h * config_.head_dim;
+        float* xh = x + h * head_dim;
         int64_t j = 0;
 #ifdef __SSE2__
         for (; j + 4 <= n_rot; j += 4) {
@@ -411,13 +421,15 @@ void CpuBackend::rope(float* x, int64_t n_heads, int64_t t, bool local) const {
     }
 }
 
-// V as a row at (slot, pos); K scattered into its block of 8 positions (k_cache_offset).
+// V as a row at (slot, pos); K scattered into its block of 8 positions (k_cache_offset). A layer narrower than the
+// cache's row (gemma4) fills the first values of it.
 void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v) {
-    const size_t n = kv_.shape().row_elems();
+    const auto n = static_cast<size_t>(config_.layer_n_embd_kv(layer));
+    const auto row_elems = static_cast<int64_t>(kv_.shape().row_elems());
     uint8_t* kd = kv_.k(layer, t.slot);
     void* vd = kv_.v(layer, t.slot, t.pos);
     const int64_t row = kv_.row(layer, t.pos);
-    const size_t k0 = k_cache_offset(row, 0, static_cast<int64_t>(n));
+    const size_t k0 = k_cache_offset(row, 0, row_elems);
     if (kv_.shape().type == KvType::f32) {
         std::memcpy(vd, v, n * sizeof(float));
         auto* kf = reinterpret_cast<float*>(kd) + k0;
@@ -437,16 +449,22 @@ void CpuBackend::store_kv(int64_t layer, const BatchToken& t, const float* k, co
 
 // proj = Wo attention(rope(Wq xn), rope(Wk xn), Wv xn), with xn = rms_norm(x) * attn_norm, x the residual stream
 // with the block before's proj added (residual_norm). gemma3 also normalizes each Q and K head before RoPE and the
-// block's output before the sum; gpt-oss's heads have sinks.
+// block's output before the sum; gpt-oss's heads have sinks; gemma4 normalizes each V head (and takes V from K's
+// projection where the layer has no Wv), in the layer's own head size and KV heads.
 void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    const MatmulJob qkv[] = {{matrix(L.wq), q_.data()}, {matrix(L.wk), k_.data()}, {matrix(L.wv), v_.data()}};
+    const int64_t hd = c.layer_head_dim(layer), n_head_kv = c.layer_n_head_kv(layer);
+    const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);  // widths per token
+    const bool v_from_k = L.v_from_k();
+    const MatmulJob qkv[] = {{matrix(L.wq), q_.data()},
+                             {matrix(L.wk), k_.data()},
+                             {v_from_k ? matrix(L.wk) : matrix(L.wv), v_.data()}};
     // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does)
     const bool ready = layer == layers_.begin
                            ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &qkv[0].w, n_decode_)
-                           : residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n);
-    mm(qkv, xn_.data(), n, c.n_embd, n_decode_, ready);
+                           : residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n, out_scale(layer - 1));
+    mm(std::span<const MatmulJob>(qkv, v_from_k ? 2 : 3), xn_.data(), n, c.n_embd, n_decode_, ready);
     if (L.has_bias()) {
         add_bias(q_.data(), L.bq, n);
         add_bias(k_.data(), L.bk, n);
@@ -454,38 +472,42 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     }
     const bool local = c.layer_is_local(layer);
     const bool has_rope = c.layer_has_rope(layer);  // (smollm3: not on every fourth layer)
+    const int64_t n_rot = c.layer_n_rot(layer);
     auto rope_store = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-            float* q = q_.data() + t * c.n_embd_q();
-            float* k = k_.data() + t * c.n_embd_kv();
-            if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, c.n_head, c.head_dim, c.rms_eps);
-            if (!L.attn_k_norm.empty())
-                kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, c.n_head_kv, c.head_dim, c.rms_eps);
+            float* q = q_.data() + t * nq;
+            float* k = k_.data() + t * nkv;
+            float* v = v_.data() + t * nkv;
+            if (v_from_k) std::copy_n(k, nkv, v);  // (gemma4: K's projection, before K's norm and RoPE)
+            if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, c.n_head, hd, c.rms_eps);
+            if (!L.attn_k_norm.empty()) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, n_head_kv, hd, c.rms_eps);
+            if (c.v_norm) kv_ops_.rms_norm(v, ones_.data(), v, n_head_kv, hd, c.rms_eps);
             if (has_rope) {
-                rope(q, c.n_head, t, local);
-                rope(k, c.n_head_kv, t, local);
+                rope(q, c.n_head, hd, n_rot, t, local);
+                rope(k, n_head_kv, hd, n_rot, t, local);
             }
             if (c.attn_temp_scale != 0.0f) {  // mistral3: q *= 1 + attn_temp_scale * log(floor(pos / floor) + 1)
                 const auto temp = static_cast<float>(c.attn_temp(batch.tokens[t].pos));
-                for (int64_t i = 0; i < c.n_embd_q(); ++i) q[i] *= temp;
+                for (int64_t i = 0; i < nq; ++i) q[i] *= temp;
             }
-            store_kv(layer, batch.tokens[t], k_.data() + t * c.n_embd_kv(), v_.data() + t * c.n_embd_kv());
+            store_kv(layer, batch.tokens[t], k, v);
         }
     };
     // (rope_store by reference: no std::function copy of the lambda)
     attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store),
                           L.attn_sinks.empty() ? nullptr : L.attn_sinks.data());
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
-    mm(o, att_.data(), n, c.n_embd_q(), n_decode_);
+    mm(o, att_.data(), n, nq, n_decode_);
     add_bias(proj_.data(), L.bo, n);
     if (!L.attn_post_norm.empty()) norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), n);
 }
 
 // proj = W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x + the attention's proj) * ffn_norm, act SiLU or GELU
-// (ModelConfig::ffn_act); gemma3 normalizes the output before the sum.
+// (ModelConfig::ffn_act); gemma3 normalizes the output before the sum. gemma4's mixture: proj = post_norm_1(that) +
+// post_norm_2(the experts' sum) (moe_block).
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
-    if (c.moe()) return moe_block(L, layer, n);
+    if (c.moe() && !c.moe_shared_ffn) return moe_block(L, layer, n);
     QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     const bool ready = residual_norm(layer, L.ffn_norm.data(), &gate_up[0].w, n);
@@ -511,6 +533,12 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
             act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
         });
         mm(down, gate_.data(), n, c.n_ff, n_decode_);
+    }
+    if (c.moe_shared_ffn) {
+        norm(proj_.data(), L.ffn_post_norm_1.data(), shared_.data(), n);
+        moe_block(L, layer, n, true);
+        norm(proj_.data(), L.ffn_post_norm_2.data(), proj_.data(), n);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) proj_[i] += shared_[i];
     }
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
 }

@@ -95,11 +95,12 @@ private:
     // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
-    // ffn_block of a mixture-of-experts layer (moe.cpp)
-    void moe_block(const LayerWeights& L, int64_t layer, int64_t n);
+    // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
+    // experts beside a dense FFN, whose inputs have their own norms)
+    void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);
-    void rope(float* x, int64_t n_heads, int64_t t, bool local) const;
+    void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t t, bool local) const;
     void store_kv(int64_t layer, const BatchToken& t, const float* k, const float* v);
     // n_decode: the leading decode steps among the n_tokens rows (Activations::set).
     // With x_ready, act_ already holds x and its int8 form (norm or ffn_block made them; see Activations::begin_int8).
@@ -114,8 +115,14 @@ private:
     bool rows_section(int64_t n, float* y, int64_t n_decode, const WeightMatrix* next,
                       const std::function<void(int64_t, int64_t)>& rows);
     // x_ += proj_ for n rows, the output of layer `layer` (its name in the error when a value is not finite), then
-    // xn_ = rms_norm(x_) * w unless w is null, with xn_'s int8 form for `next` as norm() makes it (then true).
-    bool residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n);
+    // xn_ = rms_norm(x_) * w unless w is null, with xn_'s int8 form for `next` as norm() makes it (then true). With
+    // a scale (the layer's out_scale after its FFN), x_ = (x_ + proj_) * scale.
+    bool residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n, float scale = 1.0f);
+    // gemma4: layer's output scale (LayerWeights::out_scale), else 1
+    float out_scale(int64_t layer) const {
+        const std::vector<float>& s = weights_.layers[static_cast<size_t>(layer)].out_scale;
+        return s.empty() ? 1.0f : s[0];
+    }
     static void add_bias(float* x, const std::vector<float>& b, int64_t n);
 
     const ModelConfig& config_;
@@ -141,11 +148,13 @@ private:
     int64_t n_decode_ = 0;  // decode steps leading the current batch
     std::vector<float> x_;       // [n, n_embd] residual stream
     std::vector<float> xn_;      // [n, n_embd] normed input of a block
+    // (in a layer's own head_dim and n_head_kv, room for the widest's: ModelConfig::n_embd_q, n_embd_kv)
     std::vector<float> q_;       // [n, n_head * head_dim]
     std::vector<float> k_;       // [n, n_head_kv * head_dim]
     std::vector<float> v_;       // [n, n_head_kv * head_dim]
     std::vector<float> att_;     // [n, n_head * head_dim] attention output
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
+    std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
     // Mixture of experts (moe_block): the batch's routing, then each expert's product over its m tokens.
@@ -155,6 +164,7 @@ private:
     std::vector<float> moe_gate_;    // [m, n_ff_exp]
     std::vector<float> moe_up_;      // [m, n_ff_exp]
     std::vector<float> moe_down_;    // [m, n_embd]
+    std::vector<float> shared_;      // [n, n_embd] gemma4: the dense FFN's output beside the experts'
     std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
     struct Pick {
         float value;
@@ -164,7 +174,7 @@ private:
     // [n, 2, n_rot] each token's cosines, then sines, per dimension in rope()'s order: for adjacent pairs each
     // angle's twice (the first sine negated), for neox halves each angle once (then n_rot / 2 of each are used).
     std::vector<float> rope_cs_;
-    std::vector<float> rope_cs_local_;  // the same for the local layers (two_ropes only)
+    std::vector<float> rope_cs_local_;  // the same for the local layers (two_ropes only; their n_rot)
 };
 
 }  // namespace quill::cpu

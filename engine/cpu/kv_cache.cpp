@@ -114,7 +114,7 @@ int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
     for (int64_t l = 0; l < config.n_layer; ++l) n_local += config.layer_is_local(l) ? 1 : 0;
     if (n_local == 0) return 0;
     // Whole key blocks of 64 positions and whole pages per ring.
-    const int64_t row_bytes = config.n_head_kv * config.head_dim * (kv == KvType::f16 ? 2 : 4);
+    const int64_t row_bytes = config.n_embd_kv() * (kv == KvType::f16 ? 2 : 4);
     const auto page = static_cast<int64_t>(sysconf(_SC_PAGESIZE));
     const int64_t step = std::lcm<int64_t>(64, page / std::gcd(row_bytes, page));
     const int64_t ring = (config.sliding_window + kRingChunk + 64 + step - 1) / step * step;
@@ -125,7 +125,7 @@ size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64
     const int64_t ring = window_ring_for(config, kv, n_ctx);
     int64_t positions = 0;  // per slot, over the layers
     for (int64_t l = 0; l < config.n_layer; ++l) positions += ring > 0 && config.layer_is_local(l) ? ring : n_ctx;
-    return 2 * static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_head_kv * config.head_dim) *
+    return 2 * static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_embd_kv()) *
            (kv == KvType::f16 ? 2 : 4);
 }
 

@@ -73,16 +73,26 @@ void swiglu_oai(float* gate, const float* up, int64_t begin, int64_t end, int64_
 
 // proj = sum over the routed experts e of each token of weight_e * W2_e (silu(W1_e xn) * W3_e xn), xn = rms_norm(x +
 // the attention's proj) * ffn_norm (gpt-oss: the router's logits and each product biased, the clamped SwiGLU).
+// gemma4 (`summed`, x already the sum): the router reads rms_norm(x) / sqrt(n_embd) * its scale, the experts
+// xn = rms_norm(x) * pre_norm_2, act GELU, and expert e's output is scaled by down_scale_e.
 // Expert by expert in increasing order, each over the rows of its tokens gathered (all of xn's when every token
 // uses it), and added to each token's sum as it comes: a token's sum runs over its
 // experts in the same order, with the same products, whatever else is in the batch.
-void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
+void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed) {
     const auto& c = config_;
     const int64_t d = c.n_embd, f = c.n_ff_exp;
     moe_logits_.resize(static_cast<size_t>(n * c.n_expert));
     const MatmulJob router[] = {{matrix(L.ffn_gate_inp), moe_logits_.data()}};
-    const bool ready = residual_norm(layer, L.ffn_norm.data(), &router[0].w, n);
-    mm(router, xn_.data(), n, d, n_decode_, ready);
+    if (summed) {
+        norm(x_.data(), L.ffn_gate_inp_s.data(), xn_.data(), n);
+        const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+        for (int64_t i = 0; i < n * d; ++i) xn_[i] *= scale;
+        mm(router, xn_.data(), n, d, n_decode_);
+        norm(x_.data(), L.ffn_pre_norm_2.data(), xn_.data(), n);
+    } else {
+        const bool ready = residual_norm(layer, L.ffn_norm.data(), &router[0].w, n);
+        mm(router, xn_.data(), n, d, n_decode_, ready);
+    }
     moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used,
                        L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data());
 
@@ -91,7 +101,9 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
     moe_up_.resize(static_cast<size_t>(n * f));
     moe_down_.resize(static_cast<size_t>(n * d));
     std::fill_n(proj_.begin(), n * d, 0.0f);
-    bool xn_in_act = !reference_;  // act_ holds xn_ (the router's product set it), with the conversions made of it
+    // act_ holds xn_ (the router's product set it), with the conversions made of it (not gemma4's: its experts' xn_
+    // is another norm)
+    bool xn_in_act = !reference_ && !summed;
     for (int64_t e = 0; e < c.n_expert; ++e) {
         const int64_t b = moe_routing_.begin(e), m = moe_routing_.end(e) - b;
         if (m == 0) continue;
@@ -112,6 +124,8 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
         xn_in_act = m == n && !reference_;
         // gate = act(gate (+ b1), up (+ b3)): silu(gate) * up, or gpt-oss's clamped form with its biases
         auto act = [&](int64_t begin, int64_t end) {
+            if (c.ffn_act == ModelConfig::Activation::gelu_tanh)
+                return kv_ops_.geglu(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin);
             if (c.ffn_act != ModelConfig::Activation::swiglu_oai)
                 return kv_ops_.swiglu(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin);
             swiglu_oai(moe_gate_.data(), moe_up_.data(), begin, end, f, bias_of(L.ffn_gate_exps_b, e, f),
@@ -134,10 +148,11 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n) {
             matmul(down, ffn_act_, pool_, isa_);
         }
         const float* b2 = bias_of(L.ffn_down_exps_b, e, d);  // (gpt-oss: y += w * (o + b2))
+        const float s = L.ffn_down_exps_s.empty() ? 1.0f : L.ffn_down_exps_s[static_cast<size_t>(e)];  // (gemma4)
         for (int64_t i = 0; i < m; ++i) {
             float* y = proj_.data() + moe_routing_.token(b + i) * d;
             const float* o = moe_down_.data() + i * d;
-            const float w = moe_routing_.weight(b + i);
+            const float w = moe_routing_.weight(b + i) * s;
             if (b2)
                 for (int64_t j = 0; j < d; ++j) y[j] += w * (o[j] + b2[j]);
             else

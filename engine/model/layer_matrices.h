@@ -9,14 +9,14 @@
 
 namespace quill {
 
-// L's matrices in the order the forward reads them: wq, wk, wv, wo, then ffn_gate, ffn_up, ffn_down, or (mixture of
-// experts) the router ffn_gate_inp and each expert's gate, up and down.
+// L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has one), wo, then ffn_gate,
+// ffn_up, ffn_down, and/or (mixture of experts; gemma4 has both) the router ffn_gate_inp and each expert's gate, up
+// and down, last.
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     std::vector<const TensorView*> m{&L.wq, &L.wk, &L.wv, &L.wo};
-    if (L.experts.empty()) {
-        m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
-        return m;
-    }
+    if (L.v_from_k()) m.erase(m.begin() + 2);
+    if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
+    if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
     for (const ExpertWeights& e : L.experts) m.insert(m.end(), {&e.gate, &e.up, &e.down});
     return m;
@@ -28,12 +28,18 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     std::vector<const TensorView*> m =
         L.attn_qkv.data ? std::vector<const TensorView*>{&L.attn_qkv, &L.wo}
                         : std::vector<const TensorView*>{&L.wq, &L.wk, &L.wv, &L.wo};
-    if (!L.experts.empty())
-        m.insert(m.end(), {&L.ffn_gate_inp, &L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps});
-    else if (L.ffn_gate_up.data)
+    if (!L.attn_qkv.data && L.v_from_k()) m.erase(m.begin() + 2);
+    if (L.ffn_gate_up.data)
         m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
-    else
+    else if (L.ffn_down.data)
         m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
+    if (L.experts.empty()) return m;
+    m.push_back(&L.ffn_gate_inp);
+    if (L.ffn_gate_up_exps.data)
+        m.push_back(&L.ffn_gate_up_exps);
+    else
+        m.insert(m.end(), {&L.ffn_gate_exps, &L.ffn_up_exps});
+    m.push_back(&L.ffn_down_exps);
     return m;
 }
 

@@ -5,17 +5,19 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 namespace quill {
 
 bool architecture_supported(const std::string& arch) {
     return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
-           arch == "gemma3" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" || arch == "gpt-oss";
+           arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
+           arch == "gpt-oss";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3, gpt-oss";
+    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss";
 }
 
 namespace {
@@ -90,15 +92,17 @@ int64_t read_swa_pattern(const GgufFile& f, const std::string& p, int64_t fallba
 
 // Sliding-window attention as each architecture's llama.cpp reads it: gemma2 every second layer global (a window of
 // 4096 unless the file says), gemma3 every sixth when the file gives a window, gpt-oss every second (the window
-// required); attention.sliding_window_pattern overrides these patterns. llama and qwen2: every layer local when the
+// required), gemma4 as its required pattern array says; attention.sliding_window_pattern overrides these patterns. llama and qwen2: every layer local when the
 // file gives a window. phi3: off, as llama.cpp turns it off (its converted files' window and pattern disagree with
 // the model's), so that quill and llama.cpp give the same logits. The other architectures have none: a window there
 // is ignored, as llama.cpp ignores it, so that a file llama.cpp runs is run alike rather than refused.
 void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c) {
     const std::string key = p + "attention.sliding_window";
     constexpr int64_t kMax = int64_t{1} << 30;
-    if (c.arch == "gemma2" || c.arch == "gpt-oss") {
-        c.sliding_window = c.arch == "gpt-oss" ? required_int(f, key, 1, kMax) : optional_int(f, key, 4096, 1, kMax);
+    if (c.arch == "gemma2" || c.arch == "gpt-oss" || c.arch == "gemma4") {
+        c.sliding_window = c.arch == "gemma2" ? optional_int(f, key, 4096, 1, kMax) : required_int(f, key, 1, kMax);
+        if (c.arch == "gemma4" && !f.find(p + "attention.sliding_window_pattern"))  // (llama.cpp requires it)
+            throw FileError(fmt::format("{}: missing metadata '{}attention.sliding_window_pattern'", f.path(), p));
         c.swa_pattern = read_swa_pattern(f, p, 2, c.n_layer);
         return;
     }
@@ -108,6 +112,73 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
     } else if (c.arch != "llama" && c.arch != "qwen2") {
         c.sliding_window = 0;
     }
+}
+
+// A per-layer key of gemma4 (an integer, or an array of one a layer) as its values on the local and the global
+// layers: {local, global}. An array must hold one value for every local layer and one for every global layer.
+std::pair<int64_t, int64_t> local_global_int(const GgufFile& f, const std::string& key, const ModelConfig& c,
+                                             int64_t lo, int64_t hi) {
+    const GgufValue* v = f.find(key);
+    if (!v || v->type() != GgufType::ARRAY) {
+        const int64_t x = required_int(f, key, lo, hi);
+        return {x, x};
+    }
+    const GgufArray& a = v->as_array();
+    if (static_cast<int64_t>(a.size()) != c.n_layer || a.type() == GgufType::STRING || a.type() == GgufType::ARRAY)
+        throw FileError(fmt::format("{}: metadata '{}' is an array of {} {} values, expected an integer or {} of them "
+                                    "(one a layer)", f.path(), key, a.size(), gguf_type_name(a.type()), c.n_layer));
+    int64_t local = -1, global = -1;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        const int64_t x = a.at(static_cast<size_t>(l)).as_int();
+        if (x < lo || x > hi)
+            throw FileError(fmt::format("{}: metadata '{}' is {} at layer {}, expected {}..{}", f.path(), key, x, l, lo,
+                                        hi));
+        int64_t& kind = c.layer_is_local(l) ? local : global;
+        if (kind >= 0 && kind != x)
+            throw FileError(fmt::format("{}: metadata '{}' differs between two {} layers ({} and {}; quill supports one "
+                                        "value for the local layers and one for the global ones)", f.path(), key,
+                                        c.layer_is_local(l) ? "local" : "global", kind, x));
+        kind = x;
+    }
+    return {local >= 0 ? local : global, global >= 0 ? global : local};
+}
+
+// Gemma 4 as llama.cpp's gemma4 reads it: GeGLU, embeddings scaled by sqrt(n_embd), attention scale 1 (the Q and K
+// norms stand for it), V heads normalized, the local layers (read_sliding_window) with their own head size, KV heads
+// and rotated dims and rope.freq_base_swa (10,000 unless the file says) without scaling, rope_freqs on the global
+// layers only, the logits soft-capped when the file says. The features quill lacks are refused by name.
+void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    auto refuse = [&](const std::string& what, const std::string& key) {
+        throw FileError(fmt::format("{}: {} ('{}{}') is not supported for gemma4", f.path(), what, p, key));
+    };
+    if (optional_int(f, p + "embedding_length_per_layer_input", 0, 0, int64_t{1} << 24) > 0)
+        refuse("per-layer token embeddings (Gemma 4 E2B/E4B)", "embedding_length_per_layer_input");
+    if (optional_int(f, p + "attention.shared_kv_layers", 0, 0, 4096) > 0)
+        refuse("KV layers shared across the last layers (Gemma 4 E2B/E4B)", "attention.shared_kv_layers");
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+    c.attn_scale = 1.0f;
+    c.v_norm = true;
+    c.moe_shared_ffn = c.moe();
+    c.rope_divisors_global_only = true;
+    c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", 10000.0f, 1.0, 1e12);
+    c.rope_freq_scale_local = 1.0f;
+    const auto [kv_local, kv_global] = local_global_int(f, p + "attention.head_count_kv", c, 1, c.n_head);
+    for (int64_t kv : {kv_local, kv_global})
+        if (c.n_head % kv != 0)
+            throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
+                                        "'{}attention.head_count_kv' {}", f.path(), p, c.n_head, p, kv));
+    c.n_head_kv = kv_global;
+    c.n_head_kv_local = kv_local;
+    c.head_dim_local = required_int(f, p + "attention.key_length_swa", 2, 512);
+    if (optional_int(f, p + "attention.value_length_swa", c.head_dim_local, 1, 4096) != c.head_dim_local)
+        throw FileError(fmt::format("{}: metadata '{}attention.value_length_swa' differs from "
+                                    "'{}attention.key_length_swa' {} (not supported)", f.path(), p, p,
+                                    c.head_dim_local));
+    c.n_rot_local = optional_int(f, p + "rope.dimension_count_swa", c.n_rot, 2, c.head_dim_local);
+    if (c.head_dim_local % 2 != 0 || c.n_rot_local % 2 != 0)
+        throw FileError(fmt::format("{}: metadata '{}attention.key_length_swa' {} or '{}rope.dimension_count_swa' {} "
+                                    "is odd, expected even numbers", f.path(), p, c.head_dim_local, p, c.n_rot_local));
 }
 
 }  // namespace
@@ -135,22 +206,31 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
     if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma2" || c.arch == "gemma3" ||
+        c.arch == "gemma4" ||
         c.arch == "phi3" || c.arch == "gpt-oss")
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
 
-    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss";
+    // (gemma4: where the file has experts)
+    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" ||
+                     (c.arch == "gemma4" && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen3moe and gpt-oss are)", f.path(), *experts, c.arch));
+                                    "(qwen3moe, gpt-oss and gemma4 are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
     c.n_layer = required_int(f, p + "block_count", 1, 4096);
+    if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY)
+        throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which quill "
+                                    "does not support", f.path(), p));
     c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
     c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
-    c.n_head_kv = optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
+    // (gemma4's may be an array, a value a layer: read_gemma4 reads it)
+    const GgufValue* kv_heads = f.find(p + "attention.head_count_kv");
+    const bool kv_array = c.arch == "gemma4" && kv_heads && kv_heads->type() == GgufType::ARRAY;
+    c.n_head_kv = kv_array ? c.n_head : optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
     if (c.n_head % c.n_head_kv != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
                                     "'{}attention.head_count_kv' {}", f.path(), p, c.n_head, p, c.n_head_kv));
@@ -211,6 +291,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         // but 27B (62 layers), where it is n_embd / n_head (Gemma's config; llama.cpp does the same).
         if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
+    if (c.arch == "gemma4") read_gemma4(f, p, c);
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
     if (c.arch == "gpt-oss") {
         // As llama.cpp's gpt-oss (LLM_ARCH_OPENAI_MOE): the local layers (see read_sliding_window) with
@@ -234,8 +315,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         // query_pre_attn_scalar, which the GGUF does not carry: head_dim, but n_embd / n_head for 27B (46 layers)
         if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
-    // A file that states the scale itself wins.
-    c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
+    // A file that states the scale itself wins (but gemma4's is 1 whatever the file says, as llama.cpp sets it).
+    if (c.arch != "gemma4") c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
     if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))
         throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping) is supported for "
                                     "gemma2 only", f.path(), p));

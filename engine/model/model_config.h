@@ -3,6 +3,7 @@
 
 #include "engine/format/gguf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -72,7 +73,21 @@ struct ModelConfig {
     int64_t n_expert = 0;
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
+    // gemma4 (26B-A4B): a dense FFN of n_ff features beside the experts in every layer, out = post_norm_1(ffn(x)) +
+    // post_norm_2(experts), each with its own input norm, the router reading rms_norm(x) / sqrt(n_embd) * its scale,
+    // GeGLU experts whose outputs are scaled per expert
+    bool moe_shared_ffn = false;
     bool moe() const { return n_expert > 0; }
+    // gemma4: the local layers' own head size, KV heads and rotated dims (attention.key_length_swa,
+    // head_count_kv's local entries, rope.dimension_count_swa); 0: the same as the global layers' (head_dim,
+    // n_head_kv, n_rot). The KV cache's row is the widest layer's (kv_heads, kv_head_dim); a narrower layer uses the
+    // first values of it.
+    int64_t head_dim_local = 0, n_head_kv_local = 0, n_rot_local = 0;
+    // gemma4: each V head is RMS-normalized (no weight) before it is cached, and a layer without attn_v takes V from
+    // K's projection (before K's norm and RoPE)
+    bool v_norm = false;
+    // gemma4: rope_freqs divides the global layers' frequencies only (its "proportional" RoPE); else every layer's
+    bool rope_divisors_global_only = false;
 
     bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
     // The factor of the queries of a token at `pos` (1 without the temperature).
@@ -92,19 +107,40 @@ struct ModelConfig {
     }
     // Whether the local layers' RoPE differs from the global one (then backends keep two angle tables).
     bool two_ropes() const {
-        return sliding_window > 0 && (rope_base_local != rope_base || rope_freq_scale_local != rope_freq_scale);
+        return sliding_window > 0 && (rope_base_local != rope_base || rope_freq_scale_local != rope_freq_scale ||
+                                      (n_rot_local > 0 && n_rot_local != n_rot) ||
+                                      rope_divisors_global_only);
     }
+    // The attention geometry of a layer: its head size, KV heads and rotated dims (a local layer's may differ:
+    // head_dim_local), and its Q and K (or V) widths per token.
+    int64_t layer_head_dim(int64_t layer) const {
+        return head_dim_local > 0 && layer_is_local(layer) ? head_dim_local : head_dim;
+    }
+    int64_t layer_n_head_kv(int64_t layer) const {
+        return n_head_kv_local > 0 && layer_is_local(layer) ? n_head_kv_local : n_head_kv;
+    }
+    int64_t layer_n_rot(int64_t layer) const { return n_rot_local > 0 && layer_is_local(layer) ? n_rot_local : n_rot; }
+    int64_t layer_n_embd_q(int64_t layer) const { return n_head * layer_head_dim(layer); }
+    int64_t layer_n_embd_kv(int64_t layer) const { return layer_n_head_kv(layer) * layer_head_dim(layer); }
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and
     // the key that is missing or out of range.
     static ModelConfig from_gguf(const GgufFile& file);
 
-    int64_t n_embd_kv() const { return n_head_kv * head_dim; }  // K (and V) width per token
-    int64_t n_embd_q() const { return n_head * head_dim; }
+    // The KV cache's row: the KV heads and head size of the widest layer (the local layers' when theirs is wider).
+    bool local_kv_wider() const {
+        return head_dim_local > 0 && sliding_window > 0 &&
+               (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) * head_dim_local > n_head_kv * head_dim;
+    }
+    int64_t kv_heads() const { return local_kv_wider() ? (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) : n_head_kv; }
+    int64_t kv_head_dim() const { return local_kv_wider() ? head_dim_local : head_dim; }
+    int64_t n_embd_kv() const { return kv_heads() * kv_head_dim(); }  // K (and V) width per token, the widest layer's
+    // Q width per token, the widest layer's
+    int64_t n_embd_q() const { return n_head * std::max(head_dim, head_dim_local); }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3,
-// mistral3, gpt-oss).
+// Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3,
+// smollm3, mistral3, gpt-oss).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -6,6 +6,7 @@
 #include "engine/model/weight_vectors.h"
 #include "engine/rng.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -121,6 +122,41 @@ ModelConfig gpt_oss_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
+// gemma4: local layers (a window, every swa_pattern-th layer global) with their own head size, KV heads and rotated
+// dims beside global layers that take V from K and rotate a quarter of their dims (rope_freqs), Q, K and V norms,
+// attention scale 1, post-norms, a layer output scale, soft-capped logits, tied output.
+ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv_local,
+                          int64_t n_head_kv, int64_t head_dim_local, int64_t head_dim, int64_t n_ff, int64_t n_vocab,
+                          int64_t n_ctx, int64_t window, int64_t swa_pattern, float final_cap) {
+    ModelConfig c = base_config("gemma4", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    c.attn_scale = 1.0f;
+    c.sliding_window = window;
+    c.swa_pattern = swa_pattern;
+    c.rope_base = 1e6f;
+    c.rope_base_local = 10000.0f;
+    c.head_dim_local = head_dim_local;
+    c.n_head_kv_local = n_head_kv_local;
+    c.n_rot_local = head_dim_local;
+    c.v_norm = true;
+    c.rope_divisors_global_only = true;
+    c.final_logit_softcap = final_cap;
+    return c;
+}
+
+// gemma4's mixture (26B-A4B): gemma4-tiny's attention, a dense FFN of n_ff features beside n_expert GeGLU experts
+// of n_ff_exp, n_used a token, in every layer.
+ModelConfig gemma4_moe_config(const char* name, int64_t n_ff, int64_t n_expert, int64_t n_ff_exp, int64_t n_used) {
+    ModelConfig c = gemma4_config(name, 128, 4, 4, 2, 1, 32, 64, n_ff, 320, 1024, 8, 2, 0.5f);
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_shared_ffn = true;
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
@@ -129,6 +165,10 @@ std::vector<ModelConfig> arch_shapes() {
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
+        // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
+        gemma4_config("gemma4-tiny", 128, 4, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 2, 0.5f),
+        // the same with 8 experts of 64 features (2 a token) beside a dense FFN of 128 in each layer
+        gemma4_moe_config("gemma4-moe-tiny", 128, 8, 64, 2),
         phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
         // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
         gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
@@ -233,6 +273,11 @@ const char* chat_template(const std::string& arch) {
     if (arch == "phi3")
         return "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
                "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+    if (arch == "gemma4")  // (the turns of Gemma 4's template, without its tools and thinking)
+        return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{% set role = "
+               "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<|turn>{{ role }}\n{{ "
+               "message['content'] | trim }}<turn|>\n{% endfor %}{% if add_generation_prompt %}"
+               "<|turn>model\n{% endif %}";
     return arch == "llama" ? nullptr : kChatTemplate;
 }
 
@@ -240,6 +285,7 @@ const char* chat_template(const std::string& arch) {
 std::vector<std::string> control_tokens(const std::string& arch) {
     if (arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
     if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
+    if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
     return {};
 }
 
@@ -326,10 +372,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         for (auto& v : f) v = static_cast<float>(1.0 + (hi - 1.0) * rng.uniform());
         return f;
     };
-    const bool phi3 = c.arch == "phi3", gemma2 = c.arch == "gemma2";
+    const bool phi3 = c.arch == "phi3", gemma2 = c.arch == "gemma2", gemma4 = c.arch == "gemma4";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    if (gemma2) {  // (llama.cpp's gemma2 has no output matrix of its own)
+    if (gemma2 || gemma4) {  // (their files have no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {
@@ -339,40 +385,60 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->weights.rope_factors_long = factors(4.0);
         m->weights.rope_factors_short = factors(1.5);
     }
+    if (gemma4) {  // "proportional" RoPE: the global layers rotate the first quarter of their pairs, the rest not
+        m->weights.rope_freqs.assign(static_cast<size_t>(c.n_rot / 2), 1e30f);
+        std::fill_n(m->weights.rope_freqs.begin(), c.n_rot / 8, 1.0f);
+    }
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
         L.attn_norm = norm(c.n_embd);
+        const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
-            L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, c.n_embd_q() + 2 * c.n_embd_kv()), c);
+            L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
-            L.wq = matrix(b + "attn_q.weight", c.n_embd, c.n_embd_q());
-            L.wk = matrix(b + "attn_k.weight", c.n_embd, c.n_embd_kv());
-            L.wv = matrix(b + "attn_v.weight", c.n_embd, c.n_embd_kv());
+            L.wq = matrix(b + "attn_q.weight", c.n_embd, nq);
+            L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
+            // (gemma4's global layers take V from K, as Gemma 4 31B's do)
+            if (!gemma4 || c.layer_is_local(i)) L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
-        L.wo = matrix(b + "attn_output.weight", c.n_embd_q(), c.n_embd);
+        L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
         L.ffn_norm = norm(c.n_embd);
-        if (c.moe()) {
-            L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
-            L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
-            L.ffn_up_exps = experts(b + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp);
-            L.ffn_down_exps = experts(b + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd);
-            L.split_experts();
-        } else if (phi3) {
+        const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        if (dense && phi3) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
-        } else {
+        } else if (dense) {
             L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
             L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
         }
-        if (!c.moe()) L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
-        if (gemma2) {
+        if (dense) L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (c.moe()) {
+            L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
+            if (gemma4) {  // (gate and up of each expert in one tensor, gate first)
+                L.ffn_gate_up_exps = experts(b + "ffn_gate_up_exps.weight", c.n_embd, 2 * c.n_ff_exp);
+            } else {
+                L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
+                L.ffn_up_exps = experts(b + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp);
+            }
+            L.ffn_down_exps = experts(b + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd);
+            L.split_experts();
+        }
+        if (c.moe_shared_ffn) {
+            L.ffn_gate_inp_s = uniform(c.n_embd, 0.5, 1.5);
+            L.ffn_pre_norm_2 = norm(c.n_embd);
+            L.ffn_post_norm_1 = norm(c.n_embd);
+            L.ffn_post_norm_2 = norm(c.n_embd);
+            L.ffn_down_exps_s = uniform(c.n_expert, 0.5, 1.5);
+        }
+        if (gemma2 || gemma4) {
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe") {
-            L.attn_q_norm = norm(c.head_dim);
-            L.attn_k_norm = norm(c.head_dim);
+        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4) {
+            L.attn_q_norm = norm(c.layer_head_dim(i));
+            L.attn_k_norm = norm(c.layer_head_dim(i));
         }
+        if (gemma4) L.out_scale = uniform(1, 0.5, 1.5);
         if (c.arch == "gpt-oss") {
             // Sinks of the size of the scores, so that they take a share of each softmax; gate and up biases out to
             // +-8, so that the SwiGLU's clamp at 7 cuts some of them.
@@ -410,8 +476,16 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "block_count", uint32_t(c.n_layer));
     w.set(p + "feed_forward_length", uint32_t(c.n_ff));
     w.set(p + "attention.head_count", uint32_t(c.n_head));
-    w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
-    if (c.head_dim * c.n_head != c.n_embd) {
+    std::vector<GgufValue> local_kinds, kv_heads;  // gemma4: one a layer
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        local_kinds.emplace_back(c.layer_is_local(l));
+        kv_heads.emplace_back(uint32_t(c.layer_n_head_kv(l)));
+    }
+    if (c.arch == "gemma4")
+        w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
+    else
+        w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
+    if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
@@ -442,6 +516,16 @@ void SyntheticModel::save(const std::string& path) const {
     }
     if (c.arch == "gpt-oss" && c.sliding_window > 0)
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+    if (c.arch == "gemma4") {
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
+        w.set(p + "attention.key_length_swa", uint32_t(c.head_dim_local));
+        w.set(p + "attention.value_length_swa", uint32_t(c.head_dim_local));
+        w.set(p + "rope.dimension_count_swa", uint32_t(c.n_rot_local));
+        w.set(p + "rope.freq_base_swa", c.rope_base_local);
+        w.set(p + "final_logit_softcapping", c.final_logit_softcap);
+        w.set(p + "embedding_length_per_layer_input", uint32_t(0));  // (none; llama.cpp requires the key)
+    }
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
         w.set(p + "rope.scaling.attn_factor", c.rope_mscale);

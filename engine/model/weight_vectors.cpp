@@ -22,24 +22,25 @@ std::vector<NamedVector> held(const std::vector<VectorField<Owner>>& fields, con
 
 }  // namespace
 
-std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c) {
+std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c, int64_t layer) {
     using L = LayerWeights;
-    const bool gpt_oss = c.arch == "gpt-oss";
-    const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3";
-    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe";
+    const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4";
+    const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4;
+    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4;
+    const int64_t hd = c.layer_head_dim(layer);
     // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
     // the output's, as llama.cpp does.
     std::vector<VectorField<L>> f{
         {"attn_norm.weight", &L::attn_norm, c.n_embd},
-        {"attn_q.bias", &L::bq, c.n_embd_q(), 1, false},
-        {"attn_k.bias", &L::bk, c.n_embd_kv(), 1, false},
-        {"attn_v.bias", &L::bv, c.n_embd_kv(), 1, false},
+        {"attn_q.bias", &L::bq, c.layer_n_embd_q(layer), 1, false},
+        {"attn_k.bias", &L::bk, c.layer_n_embd_kv(layer), 1, false},
+        {"attn_v.bias", &L::bv, c.layer_n_embd_kv(layer), 1, false},
         {"attn_output.bias", &L::bo, c.n_embd, 1, gpt_oss},
     };
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
-        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, c.head_dim});
-        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, c.head_dim});
+        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, hd});
+        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, hd});
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
     // (gpt-oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
@@ -50,7 +51,15 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c)
         f.push_back({"ffn_up_exps.bias", &L::ffn_up_exps_b, c.n_ff_exp, c.n_expert});
         f.push_back({"ffn_down_exps.bias", &L::ffn_down_exps_b, c.n_embd, c.n_expert});
     }
+    if (c.moe_shared_ffn) {
+        f.push_back({"ffn_gate_inp.scale", &L::ffn_gate_inp_s, c.n_embd});
+        f.push_back({"pre_ffw_norm_2.weight", &L::ffn_pre_norm_2, c.n_embd});
+        f.push_back({"post_ffw_norm_1.weight", &L::ffn_post_norm_1, c.n_embd});
+        f.push_back({"post_ffw_norm_2.weight", &L::ffn_post_norm_2, c.n_embd});
+        f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
+    }
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
+    if (gemma4) f.push_back({"layer_output_scale.weight", &L::out_scale, 1, 1, false});
     return f;
 }
 
@@ -62,6 +71,10 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     // quill (Weights::from_gguf), rather than run without it.
     if (c.arch == "llama" || c.arch == "mistral3")
         f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false});
+    // (gemma4: required where a layer is global, as llama.cpp requires it)
+    bool global = false;
+    for (int64_t l = 0; l < c.n_layer; ++l) global = global || !c.layer_is_local(l);
+    if (c.arch == "gemma4") f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, global});
     if (c.arch == "phi3") {
         f.push_back({"rope_factors_long.weight", &W::rope_factors_long, c.n_rot / 2, 1, false});
         f.push_back({"rope_factors_short.weight", &W::rope_factors_short, c.n_rot / 2, 1, false});
@@ -70,7 +83,7 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
 }
 
 std::vector<NamedVector> layer_vectors(const ModelConfig& c, const LayerWeights& L, int64_t layer) {
-    return held(layer_vector_fields(c), L, fmt::format("blk.{}.", layer));
+    return held(layer_vector_fields(c, layer), L, fmt::format("blk.{}.", layer));
 }
 
 std::vector<NamedVector> model_vectors(const ModelConfig& c, const Weights& w) {

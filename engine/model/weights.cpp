@@ -108,18 +108,25 @@ TensorView TensorView::matrix(int64_t i) const {
 }
 
 void LayerWeights::split_experts() {
-    experts.resize(static_cast<size_t>(ffn_gate_exps.ne[2]));
+    experts.resize(static_cast<size_t>(ffn_down_exps.ne[2]));
     for (size_t e = 0; e < experts.size(); ++e) {
         const auto i = static_cast<int64_t>(e);
-        experts[e] = {ffn_gate_exps.matrix(i), ffn_up_exps.matrix(i), ffn_down_exps.matrix(i)};
+        if (ffn_gate_up_exps.data) {
+            const TensorView both = ffn_gate_up_exps.matrix(i);
+            const int64_t f = both.ne[1] / 2;
+            experts[e] = {both.rows(0, f, "gate"), both.rows(f, f, "up"), ffn_down_exps.matrix(i)};
+        } else {
+            experts[e] = {ffn_gate_exps.matrix(i), ffn_up_exps.matrix(i), ffn_down_exps.matrix(i)};
+        }
     }
 }
 
-void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c) {
+void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c, int64_t layer) {
+    const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);
     attn_qkv = qkv;
-    wq = qkv.rows(0, c.n_embd_q(), "q");
-    wk = qkv.rows(c.n_embd_q(), c.n_embd_kv(), "k");
-    wv = qkv.rows(c.n_embd_q() + c.n_embd_kv(), c.n_embd_kv(), "v");
+    wq = qkv.rows(0, nq, "q");
+    wk = qkv.rows(nq, nkv, "k");
+    wv = qkv.rows(nq + nkv, nkv, "v");
 }
 
 void LayerWeights::split_gate_up(const TensorView& gate_up, const ModelConfig& c) {
@@ -146,32 +153,39 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     const bool gpt_oss = c.arch == "gpt-oss";
     if (gpt_oss && w.output_tied)  // (llama.cpp requires output.weight for gpt-oss)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
-    const std::vector<VectorField<LayerWeights>> vectors = layer_vector_fields(c);
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
+        const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         LayerWeights L;
-        for (const VectorField<LayerWeights>& f : vectors) l.read(f, b + f.name, L);
-        if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3)
-            L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, c.n_embd_q() + 2 * c.n_embd_kv()}), c);
+        for (const VectorField<LayerWeights>& f : layer_vector_fields(c, i)) l.read(f, b + f.name, L);
+        if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3, gemma4)
+            L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, nq + 2 * nkv}), c, i);
         } else {
-            L.wq = l.get(b + "attn_q.weight", {c.n_embd, c.n_embd_q()});
-            L.wk = l.get(b + "attn_k.weight", {c.n_embd, c.n_embd_kv()});
-            L.wv = l.get(b + "attn_v.weight", {c.n_embd, c.n_embd_kv()});
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});
+            // (gemma4: optional, V is then K's projection)
+            if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
-        L.wo = l.get(b + "attn_output.weight", {c.n_embd_q(), c.n_embd});
+        L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
         if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
-            L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
-            L.ffn_up_exps = l.get(b + "ffn_up_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
+                L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
+            } else {
+                L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+                L.ffn_up_exps = l.get(b + "ffn_up_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            }
             L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
             L.split_experts();
-        } else if (c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
+        }
+        const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        if (dense && c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
-        } else {
+        } else if (dense) {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
         }
-        if (!c.moe()) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
+        if (dense) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;
@@ -192,10 +206,12 @@ const std::vector<float>& Weights::rope_divisors(const ModelConfig& c, int64_t n
 std::vector<double> Weights::rope_inv_freq(const ModelConfig& c, bool local, int64_t n_ctx) const {
     const double base = local ? c.rope_base_local : c.rope_base;
     const double scale = local ? c.rope_freq_scale_local : c.rope_freq_scale;
-    const std::vector<float>& divisors = rope_divisors(c, n_ctx);
-    std::vector<double> f(c.n_rot / 2);
+    static const std::vector<float> kNone;
+    const std::vector<float>& divisors = local && c.rope_divisors_global_only ? kNone : rope_divisors(c, n_ctx);
+    const int64_t n_rot = local && c.n_rot_local > 0 ? c.n_rot_local : c.n_rot;
+    std::vector<double> f(n_rot / 2);
     for (size_t i = 0; i < f.size(); ++i) {
-        f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot));
+        f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
         if (!divisors.empty()) f[i] /= divisors[i];
         f[i] *= scale + (1.0 - scale) * c.yarn_ramp(static_cast<int64_t>(i));  // (YaRN: part of it unscaled)
     }

@@ -41,7 +41,7 @@ struct LayerWeights {
     std::vector<float> attn_norm;  // [n_embd]
     TensorView wq;                 // [n_head * head_dim rows, n_embd]
     TensorView wk;                 // [n_head_kv * head_dim rows, n_embd]
-    TensorView wv;                 // [n_head_kv * head_dim rows, n_embd]
+    TensorView wv;                 // [n_head_kv * head_dim rows, n_embd]; gemma4: absent (no data) where V is K's
     TensorView wo;                 // [n_embd rows, n_head * head_dim]
     std::vector<float> ffn_norm;   // [n_embd]
     TensorView ffn_gate;           // W1 [n_ff rows, n_embd]
@@ -54,8 +54,13 @@ struct LayerWeights {
     // 3-D tensors of every expert's matrices, and each expert as views of them.
     TensorView ffn_gate_inp;                // router [n_expert rows, n_embd]
     TensorView ffn_gate_exps, ffn_up_exps;  // [n_expert, n_ff_exp rows, n_embd]
+    TensorView ffn_gate_up_exps;            // gemma4: [n_expert, 2 n_ff_exp rows, n_embd], gate first (else empty)
     TensorView ffn_down_exps;               // [n_expert, n_embd rows, n_ff_exp]
     std::vector<ExpertWeights> experts;     // [n_expert]
+    // gemma4 (ModelConfig::moe_shared_ffn): the router's input scale [n_embd], the experts' input norm [n_embd], the
+    // output norms of the dense FFN and of the experts' sum [n_embd], each expert's output scale [n_expert] (empty
+    // when absent: 1).
+    std::vector<float> ffn_gate_inp_s, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2, ffn_down_exps_s;
     // gpt-oss: biases of the router's logits and of each expert's gate, up and down products, expert e's at
     // e * n_ff_exp (gate, up) and e * n_embd (down); empty when absent.
     std::vector<float> ffn_gate_inp_b;                    // [n_expert]
@@ -71,12 +76,16 @@ struct LayerWeights {
     // outputs before they join the residual stream ([n_embd]). Empty for the other architectures.
     std::vector<float> attn_q_norm, attn_k_norm;
     std::vector<float> attn_post_norm, ffn_post_norm;
+    // gemma4: the layer's output is multiplied by out_scale[0] ([1], layer_output_scale); empty: 1.
+    std::vector<float> out_scale;
+    // gemma4: a layer without attn_v takes V from K's projection.
+    bool v_from_k() const { return wv.data == nullptr; }
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
-    // attn_qkv = qkv, and wq, wk, wv its parts, in that order
-    void split_qkv(const TensorView& qkv, const ModelConfig& config);
+    // attn_qkv = qkv, and wq, wk, wv its parts, in that order, in layer `layer`'s widths
+    void split_qkv(const TensorView& qkv, const ModelConfig& config, int64_t layer);
     // ffn_gate_up = gate_up, and ffn_gate, ffn_up its halves
     void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
-    // experts as the matrices of ffn_gate_exps, ffn_up_exps and ffn_down_exps
+    // experts as the matrices of ffn_gate_exps, ffn_up_exps (or the halves of ffn_gate_up_exps') and ffn_down_exps
     void split_experts();
 };
 
@@ -85,7 +94,8 @@ struct Weights {
     std::vector<float> output_norm;  // [n_embd]
     TensorView output;               // [n_vocab rows, n_embd]; token_embd itself when the model ties them
     bool output_tied = false;
-    std::vector<float> rope_freqs;   // [n_rot / 2] frequency divisors (Llama 3 RoPE scaling), empty when absent
+    // [n_rot / 2] frequency divisors (Llama 3 RoPE scaling; gemma4's global layers), empty when absent
+    std::vector<float> rope_freqs;
     // [n_rot / 2] phi3's divisors for a context longer than ModelConfig::yarn_n_ctx_orig and for one within it; empty
     // when absent
     std::vector<float> rope_factors_long, rope_factors_short;

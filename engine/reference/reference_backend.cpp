@@ -43,31 +43,34 @@ void rms_norm(const std::vector<double>& x, const std::vector<float>& w, double 
     for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * scale * w[i];
 }
 
-// The same over each of the rows of w's length in x, in place (gemma3's Q and K norms, per head).
-void rms_norm_rows(std::vector<double>& x, const std::vector<float>& w, double eps) {
-    const size_t d = w.size();
+// The same over each of the rows of d values in x, in place, times w where given (else 1): gemma3's Q and K norms
+// per head, gemma4's V norm.
+void rms_norm_rows(std::vector<double>& x, size_t d, const float* w, double eps) {
     for (size_t r = 0; r * d < x.size(); ++r) {
         double ss = 0.0;
         for (size_t i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
         const double scale = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
-        for (size_t i = 0; i < d; ++i) x[r * d + i] *= scale * w[i];
+        for (size_t i = 0; i < d; ++i) x[r * d + i] *= scale * (w ? w[i] : 1.0f);
     }
+}
+void rms_norm_rows(std::vector<double>& x, const std::vector<float>& w, double eps) {
+    rms_norm_rows(x, w.size(), w.data(), eps);
 }
 
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
 // pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); the rotated pairs scaled by
-// rope_mscale.
-void rope(std::vector<double>& x, int64_t n_heads, const ModelConfig& c, const std::vector<double>& inv_freq,
-          int32_t pos) {
-    const int64_t half = c.n_rot / 2;
+// rope_mscale. head_dim and n_rot are the layer's (ModelConfig::layer_head_dim, layer_n_rot).
+void rope(std::vector<double>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const ModelConfig& c,
+          const std::vector<double>& inv_freq, int32_t pos) {
+    const int64_t half = n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
         const double cos_t = std::cos(theta) * c.rope_mscale, sin_t = std::sin(theta) * c.rope_mscale;
         const bool neox = c.rope == ModelConfig::Rope::neox;
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
-            double& a = x[h * c.head_dim + i0];
-            double& b = x[h * c.head_dim + i1];
+            double& a = x[h * head_dim + i0];
+            double& b = x[h * head_dim + i1];
             const double a0 = a, b0 = b;
             a = a0 * cos_t - b0 * sin_t;
             b = a0 * sin_t + b0 * cos_t;
@@ -97,25 +100,28 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     : config_(config),
       weights_(weights),
       layers_(options.layers.size() > 0 ? options.layers : LayerRange{0, config.n_layer}),
-      kv_shape_{layers_.size(), options.n_slots, options.n_ctx, config.n_head_kv, config.head_dim, options.kv_type} {
+      kv_shape_{layers_.size(), options.n_slots, options.n_ctx, config.kv_heads(), config.kv_head_dim(),
+                options.kv_type} {
     check_kv_size(options.n_ctx, options.n_slots);
     QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
                 layers_.begin, layers_.end - 1, config.n_layer);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
-    // context); YaRN leaves the share yarn_ramp(i) of each frequency unscaled
+    // context; gemma4: on the global layers only); YaRN leaves the share yarn_ramp(i) of each frequency unscaled
     const std::vector<float>& divisors = weights.rope_divisors(config, options.n_ctx);
-    auto inv_freq = [&](double base, double scale) {
-        std::vector<double> f(config.n_rot / 2);
+    auto inv_freq = [&](double base, double scale, int64_t n_rot, bool divide) {
+        std::vector<double> f(n_rot / 2);
         for (size_t i = 0; i < f.size(); ++i) {
-            const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(config.n_rot);
+            const double exponent = -2.0 * static_cast<double>(i) / static_cast<double>(n_rot);
             const double ramp = config.yarn_ramp(static_cast<int64_t>(i));
             f[i] = (scale * (1.0 - ramp) + ramp) * std::pow(base, exponent);
-            if (!divisors.empty()) f[i] /= divisors[i];
+            if (divide && !divisors.empty()) f[i] /= divisors[i];
         }
         return f;
     };
-    inv_freq_ = inv_freq(config.rope_base, config.rope_freq_scale);
-    inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local);
+    inv_freq_ = inv_freq(config.rope_base, config.rope_freq_scale, config.n_rot, true);
+    inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local,
+                               config.n_rot_local > 0 ? config.n_rot_local : config.n_rot,
+                               !config.rope_divisors_global_only);
     const size_t cache = static_cast<size_t>(layers_.size() * options.n_slots * options.n_ctx * config.n_embd_kv());
     k_cache_.assign(cache, 0.0);
     v_cache_.assign(cache, 0.0);
@@ -215,16 +221,20 @@ void ReferenceBackend::embed_token(const BatchToken& t) {
 
 void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const ModelConfig& c = config_;
-    const int64_t hd = c.head_dim, kv_dim = c.n_embd_kv();
-    const int64_t group = c.n_head / c.n_head_kv;  // query heads per KV head
+    // this layer's geometry (gemma4's local layers have their own)
+    const int64_t hd = c.layer_head_dim(l), n_head_kv = c.layer_n_head_kv(l), kv_dim = c.layer_n_embd_kv(l);
+    const int64_t group = c.n_head / n_head_kv;  // query heads per KV head
     const LayerWeights& L = weights_.layers[l];
 
     // xn = x / sqrt(mean(x^2) + eps) * attn_norm
     rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
-    // q = Wq xn, k = Wk xn, v = Wv xn
+    // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k)
     matvec(L.wq, xn_, q_, row_);
     matvec(L.wk, xn_, k_, row_);
-    matvec(L.wv, xn_, v_, row_);
+    if (L.v_from_k())
+        v_ = k_;
+    else
+        matvec(L.wv, xn_, v_, row_);
     // + the biases the file has (qwen2: Q, K, V)
     for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
     for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
@@ -232,12 +242,14 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
     if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
     if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
-    // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies on a local layer (smollm3: not on
-    // its no-RoPE layers)
+    // gemma4: v_h = rms_norm(v_h) for every head (no weight)
+    if (c.v_norm) rms_norm_rows(v_, static_cast<size_t>(hd), nullptr, c.rms_eps);
+    // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies (and gemma4's rotated dims) on a local
+    // layer (smollm3: not on its no-RoPE layers)
     const std::vector<double>& inv_freq = c.layer_is_local(l) ? inv_freq_local_ : inv_freq_;
     if (c.layer_has_rope(l)) {
-        rope(q_, c.n_head, c, inv_freq, t.pos);
-        rope(k_, c.n_head_kv, c, inv_freq, t.pos);
+        rope(q_, c.n_head, hd, c.layer_n_rot(l), c, inv_freq, t.pos);
+        rope(k_, n_head_kv, hd, c.layer_n_rot(l), c, inv_freq, t.pos);
     }
     // mistral3: q = q * (1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1))
     const double temp = c.attn_temp(t.pos);
@@ -258,7 +270,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     // CPU backend's, llama.cpp's) feeds its products with K and V.
     const int64_t first = c.layer_is_local(l) ? std::max<int64_t>(0, t.pos - c.sliding_window + 1) : 0;
     const int64_t n_kv = t.pos + 1 - first;
-    att_.assign(c.n_embd_q(), 0.0);
+    att_.assign(c.layer_n_embd_q(l), 0.0);
     for (int64_t h = 0; h < c.n_head; ++h) {
         double* qh = q_.data() + h * hd;
         if (f16) std::transform(qh, qh + hd, qh, round_to_fp16);
@@ -291,12 +303,27 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
     // x = x + W2 (act(W1 xn) * W3 xn), or (mixture of experts) the routed experts' sum of it;
     // gemma3 normalizes the sum's term by ffn_post_norm
-    if (c.moe())
-        moe_ffn(L);
-    else
+    if (c.moe_shared_ffn) {
+        // gemma4: out = post_norm_1(W2 (gelu(W1 xn) * W3 xn)) + post_norm_2(the experts' sum over
+        // rms_norm(x) * pre_norm_2), routed by W_router (rms_norm(x) / sqrt(n_embd) * router scale)
+        ffn(L.ffn_gate, L.ffn_up, L.ffn_down, shared_);
+        rms_norm_rows(shared_, L.ffn_post_norm_1, c.rms_eps);
+        rms_norm(x_, L.ffn_gate_inp_s, c.rms_eps, router_in_);
+        for (double& v : router_in_) v /= std::sqrt(static_cast<double>(c.n_embd));
+        rms_norm(x_, L.ffn_pre_norm_2, c.rms_eps, xn_);
+        moe_ffn(L, router_in_);
+        rms_norm_rows(out_, L.ffn_post_norm_2, c.rms_eps);
+        for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += shared_[i];
+    } else if (c.moe()) {
+        moe_ffn(L, xn_);
+    } else {
         ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
+    }
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+    // gemma4: x = x * layer_output_scale
+    if (!L.out_scale.empty())
+        for (double& v : x_) v *= L.out_scale[0];
 }
 
 void ReferenceBackend::output_token(float* logits) {
@@ -339,11 +366,12 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
         for (size_t i = 0; i < out.size(); ++i) out[i] += b2[i];
 }
 
-// out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn), with
-// l = W_router xn (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases
-void ReferenceBackend::moe_ffn(const LayerWeights& L) {
+// out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn) * s_e, with
+// l = W_router router_in (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases;
+// s_e gemma4's output scale of expert e (else 1)
+void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>& router_in) {
     const ModelConfig& c = config_;
-    matvec(L.ffn_gate_inp, xn_, router_, row_);
+    matvec(L.ffn_gate_inp, router_in, router_, row_);
     for (size_t e = 0; e < L.ffn_gate_inp_b.size(); ++e) router_[e] += L.ffn_gate_inp_b[e];
     std::vector<int64_t> order(static_cast<size_t>(c.n_expert));
     for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
@@ -360,7 +388,8 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L) {
         const ExpertWeights& E = L.experts[e];
         ffn(E.gate, E.up, E.down, expert_out_, bias(L.ffn_gate_exps_b, e, c.n_ff_exp),
             bias(L.ffn_up_exps_b, e, c.n_ff_exp), bias(L.ffn_down_exps_b, e, c.n_embd));
-        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight[i] * expert_out_[j];
+        const double s = L.ffn_down_exps_s.empty() ? 1.0 : L.ffn_down_exps_s[e];
+        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight[i] * expert_out_[j] * s;
     }
 }
 

@@ -59,10 +59,11 @@ private:
     void layer_token(const BatchToken& t, int64_t l);  // x_ = layer l applied to x_, K and V stored
     void output_token(float* logits);               // logits [n_vocab] of x_
     // out = the FFN of w1 (gate), w3 (up), w2 (down) over xn_, plus the biases b1, b3, b2 where not null ([n_ff],
-    // [n_ff], [n_embd]); moe_ffn: out_ = the routed experts' weighted sum.
+    // [n_ff], [n_embd]); moe_ffn: out_ = the routed experts' weighted sum over xn_, routed by the router's product
+    // with router_in.
     void ffn(const TensorView& w1, const TensorView& w3, const TensorView& w2, std::vector<double>& out,
              const float* b1 = nullptr, const float* b3 = nullptr, const float* b2 = nullptr);
-    void moe_ffn(const LayerWeights& L);
+    void moe_ffn(const LayerWeights& L, const std::vector<double>& router_in);
     double* cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos);
 
     const ModelConfig& config_;
@@ -88,6 +89,8 @@ private:
     std::vector<double> up_;     // [n_ff] (or n_ff_exp)
     std::vector<double> router_;      // [n_expert] router logits
     std::vector<double> expert_out_;  // [n_embd] one expert's output
+    std::vector<double> router_in_;   // [n_embd] gemma4: the router's input
+    std::vector<double> shared_;      // [n_embd] gemma4: the dense FFN's output beside the experts'
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
 };

@@ -43,7 +43,7 @@ double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
     for (int64_t l = 0; l < c.n_layer; ++l) {
         double keys = 0;  // sum over tokens of the positions each attends to
         for (int64_t t = 0; t < n; ++t) keys += static_cast<double>(t + 1 - c.first_visible(l, t));
-        attention += 4.0 * static_cast<double>(c.n_head * c.head_dim) * keys;
+        attention += 4.0 * static_cast<double>(c.layer_n_embd_q(l)) * keys;
     }
     const double output = 2.0 * static_cast<double>(w.output.ne[0]) * static_cast<double>(w.output.n_rows());
     return per_token * static_cast<double>(n) + attention + output;

@@ -95,6 +95,10 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     ModelConfig odd = m->config;
     odd.n_rot = 63;
     CHECK_THROWS_WITH(cuda::check_model(odd, m->weights), Catch::Contains("an even rope dimension"));
+    // gemma4 has no kernels (its per-layer head sizes, V norm and output scale): one line, and auto takes the CPU.
+    auto g4 = SyntheticModel::make(synthetic_config("gemma4-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(g4->config, g4->weights),
+                      "the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {
