@@ -87,7 +87,7 @@ void check_weights(const Weights& weights) {
         if (!cuda_supports(t.type))
             throw FileError(fmt::format("tensor '{}' has type {}, which the CUDA backend cannot multiply (types with "
                                         "CUDA kernels: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K "
-                                        "iq4_nl iq4_xs mxfp4)",
+                                        "iq4_nl iq4_xs mxfp4); --device cpu runs it",
                                         t.name, type_name(t.type)));
     });
 }

@@ -1,6 +1,7 @@
 #include "engine/model/synthetic.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_random.h"
 #include "engine/model/layer_matrices.h"
 #include "engine/model/weight_vectors.h"
 #include "engine/rng.h"
@@ -26,6 +27,8 @@ struct Preset {
 
 constexpr Preset kPresets[] = {
     {"stories15m", 288, 6, 6, 6, 768, 32000, 256, 10000.0f},
+    // rows of whole 256-element super-blocks (the i-quants' blocks) in a model a test makes in a moment
+    {"llama-tiny-256", 256, 4, 4, 2, 768, 512, 256, 10000.0f},
     {"stories110m", 768, 12, 12, 12, 2048, 32000, 1024, 10000.0f},
     {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f},
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f},
@@ -189,16 +192,21 @@ ModelConfig arch_preset_config(const ArchPreset& p) {
     return c;
 }
 
-// A pool of valid blocks made by quantizing random floats once; tensors are filled by copying pool blocks in a
-// random order, which is as fast as memcpy and gives data with the statistics of real quantized weights.
+// A pool of valid blocks made by quantizing random floats once (random_blocks of the same magnitude for the types
+// quill cannot quantize); tensors are filled by copying pool blocks in a random order, which is as fast as memcpy
+// and gives data with the statistics of real quantized weights.
 class BlockPool {
 public:
     BlockPool(GgmlType type, Rng& rng) : block_bytes_(type_traits(type).type_size) {
         const int64_t bs = type_traits(type).block_size;
         const int64_t n = kBlocks * bs;
-        std::vector<float> x(n);
-        for (auto& v : x) v = static_cast<float>((rng.uniform() * 2.0 - 1.0) * 0.05);
         bytes_.resize(kBlocks * block_bytes_);
+        if (!type_traits(type).can_quantize) {
+            random_blocks(type, rng.next(), kBlocks, kScale, bytes_.data());
+            return;
+        }
+        std::vector<float> x(n);
+        for (auto& v : x) v = static_cast<float>((rng.uniform() * 2.0 - 1.0) * kScale);
         quantize_row(type, x.data(), bytes_.data(), n);
     }
     void fill(uint8_t* dst, size_t n_blocks, Rng& rng) const {
@@ -212,6 +220,7 @@ public:
 
 private:
     static constexpr size_t kBlocks = 4096;
+    static constexpr float kScale = 0.05f;  // the floats' range: uniform in [-kScale, kScale]
     size_t block_bytes_;
     std::vector<uint8_t> bytes_;
 };
@@ -262,7 +271,7 @@ ModelConfig synthetic_config(const std::string& shape) {
 }
 
 std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlType type, uint64_t seed) {
-    if (!type_traits(type).can_quantize)
+    if (!type_traits(type).can_quantize && !random_blocks_supported(type))
         throw UsageError(fmt::format("--dtype {}: quill cannot make weights of this type", type_name(type)));
     auto m = std::make_unique<SyntheticModel>();
     m->config = c;

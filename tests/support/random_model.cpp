@@ -1,6 +1,7 @@
 #include "tests/support/random_model.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_random.h"
 #include "engine/rng.h"
 #include "tests/support/test_util.h"
 #include "tests/support/tiny_vocab.h"
@@ -72,6 +73,15 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec) {
         for (auto& v : x) v = uniform(scale);
         for (size_t r = 0; r < zero_row.size(); ++r)
             if (zero_row[r]) std::fill_n(x.begin() + static_cast<int64_t>(r) * n_in, n_in, 0.0f);
+        if (!type_traits(type).can_quantize) {  // random blocks of the same magnitude (all-zero bytes are zeros)
+            std::vector<uint8_t> bytes(row_size(type, n_in) * static_cast<size_t>(n_out));
+            random_blocks(type, rng.next(), n_in * n_out / type_traits(type).block_size, scale, bytes.data());
+            for (size_t r = 0; r < zero_row.size(); ++r)
+                if (zero_row[r]) std::fill_n(bytes.begin() + static_cast<int64_t>(r * row_size(type, n_in)),
+                                             row_size(type, n_in), uint8_t{0});
+            w.add_tensor(name, type, {n_in, n_out}, std::move(bytes));
+            return;
+        }
         w.add_tensor(name, type, {n_in, n_out}, quantized(type, x));
     };
     auto vec = [&](const std::string& name, int64_t n, float lo, float hi) {

@@ -110,6 +110,23 @@ TEST_CASE("the CUDA backend takes every architecture setting and the 16 weight t
         CHECK(cuda::cuda_supports(t));
 }
 
+TEST_CASE("the CUDA backend refuses the IQ2 types before touching the device, naming the type and --device cpu",
+          "[cuda]") {
+    // No device needed: --device cuda reports this line; --device auto prints it and runs on the CPU.
+    for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S}) {
+        test::TinySpec spec;
+        spec.type = spec.ffn_down_type = t;
+        spec.n_embd = 256;
+        spec.n_ff = 256;
+        auto model = test::make_tiny_model(spec);
+        INFO(type_name(t));
+        CHECK_FALSE(cuda::cuda_supports(t));
+        CHECK_THROWS_WITH(cuda::check_model(model->config, model->weights),
+                          Catch::Contains(std::string("has type ") + std::string(type_name(t))) &&
+                              Catch::Contains("--device cpu runs it"));
+    }
+}
+
 TEST_CASE("GEMM modes are read from their names (QUILL_CUDA_GEMM) and nothing else and the CUDA options default "
           "as documented",
           "[cuda]") {

@@ -1,6 +1,7 @@
 // The AVX2 eight-row kernels of the 4- and 5-bit types and Q8_0 (rows in the 32-bit lanes), over the file's rows
 // and over PackedWeights, and eight tokens in lanes for prefill and wide decode.
 #include "engine/cpu/x86/avx2/common.h"
+#include "engine/cpu/x86/avx2/iq2_decoders.h"
 #include "engine/cpu/x86/avx2/iq4_decoders.h"
 
 #ifdef QUILL_AVX2_BUILT
@@ -609,6 +610,7 @@ void add_lanes_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::IQ4_NL) = {rows8<FileRows8<Dec8Table<BlockIq4Nl, false>>>, true};
     entry(table.rows, GgmlType::IQ4_XS) = {rows8<FileRows8<Dec8Iq4Xs<false>>>, true};
     entry(table.rows, GgmlType::MXFP4) = {rows8<FileRows8<Dec8Table<BlockMxfp4, false>>>, true};
+    entry(table.rows, GgmlType::IQ2_XXS) = {rows8<FileRows8<Dec8Iq2Xxs<false>>>, true};
     entry(table.packed, GgmlType::Q4_0) = {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
     entry(table.packed, GgmlType::Q4_1) = {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
     entry(table.packed, GgmlType::Q5_0) = {rows8<PackedRows8<Packed8<GgmlType::Q5_0>>>, true};
