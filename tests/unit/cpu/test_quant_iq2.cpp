@@ -11,6 +11,7 @@
 #include "engine/format/quant_random.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/backend_checks.h"
+#include "tests/support/quant_vectors.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -34,45 +35,6 @@ namespace {
 
 constexpr GgmlType kIq2Types[] = {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S};
 
-// A reference file: "key value" header lines, then the blocks (quantized_hex, a block a line) and ggml's floats
-// (dequantized, %.9g so that strtof gives back ggml's bits).
-struct DequantVector {
-    std::map<std::string, std::string> header;
-    std::vector<uint8_t> bytes;
-    std::vector<float> values;
-};
-
-DequantVector read_dequant_vector(const std::string& name) {
-    std::ifstream in(std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "quant" / (name + ".txt"));
-    REQUIRE(in.good());
-    DequantVector v;
-    std::string line, section;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') continue;
-        if (line == "quantized_hex" || line == "dequantized" || line == "end") {
-            section = line;
-        } else if (section.empty()) {
-            std::istringstream ss(line);
-            std::string key, value;
-            ss >> key >> value;
-            v.header[key] = value;
-        } else if (section == "quantized_hex") {
-            for (size_t i = 0; i + 1 < line.size(); i += 2)
-                v.bytes.push_back(static_cast<uint8_t>(std::stoul(line.substr(i, 2), nullptr, 16)));
-        } else if (section == "dequantized") {
-            std::istringstream ss(line);
-            for (std::string tok; ss >> tok;) v.values.push_back(std::strtof(tok.c_str(), nullptr));
-        }
-    }
-    return v;
-}
-
-uint32_t bits_of(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
 const uint64_t* grid_of(GgmlType type, size_t& n) {
     switch (type) {
         case GgmlType::IQ2_XXS: n = std::size(kIq2XxsGrid); return kIq2XxsGrid;
@@ -87,21 +49,21 @@ TEST_CASE("quant iq2: quill's dequantizers match ggml's vectors bit for bit", "[
     for (GgmlType type : kIq2Types) {
         const std::string name(type_name(type));
         DYNAMIC_SECTION(name) {
-            const DequantVector v = read_dequant_vector(name);
+            const test::QuantVector v = test::read_quant_vector(name);
             const TypeTraits& t = type_traits(type);
             CHECK(v.header.at("type") == name);
             CHECK(static_cast<uint32_t>(type) == std::stoul(v.header.at("ggml_type_id")));
             CHECK(t.block_size == std::stoll(v.header.at("blck_size")));
             CHECK(t.type_size == std::stoul(v.header.at("type_size")));
-            const auto n = static_cast<int64_t>(v.values.size());
+            const auto n = static_cast<int64_t>(v.dequantized.size());
             REQUIRE(n == std::stoll(v.header.at("n")));
             REQUIRE(v.bytes.size() == row_size(type, n));
-            std::vector<float> y(v.values.size());
+            std::vector<float> y(v.dequantized.size());
             dequantize_row(type, v.bytes.data(), y.data(), n);
             std::vector<uint32_t> got, want;
             for (size_t i = 0; i < y.size(); ++i) {
-                got.push_back(bits_of(y[i]));
-                want.push_back(bits_of(v.values[i]));
+                got.push_back(test::float_bits(y[i]));
+                want.push_back(test::float_bits(v.dequantized[i]));
             }
             const auto at = std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin();
             INFO(fmt::format("first difference at element {}", at));
@@ -203,7 +165,7 @@ TEST_CASE("quant iq2: each ISA's kernels equal a dot of the dequantized weights 
                         const float got = y[t * n_out + r];
                         if (!(std::fabs(got - want) <= 1e-5 * abs_wx) && bad++ == 0)
                             UNSCOPED_INFO("token " << t << " row " << r << ": " << got << " vs " << want);
-                        moved += bits_of(got) != bits_of(alone[t * n_out + r]);
+                        moved += test::float_bits(got) != test::float_bits(alone[t * n_out + r]);
                     }
                 }
                 CHECK(bad == 0);
