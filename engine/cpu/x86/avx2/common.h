@@ -40,7 +40,6 @@ void add_rows_kernels(KernelTable& table);
 void add_lanes_kernels(KernelTable& table);
 void add_float_rows_kernels(KernelTable& table);
 void add_scale16_kernels(KernelTable& table);
-void add_iq2_kernels(KernelTable& table);
 
 namespace {
 

@@ -12,7 +12,6 @@ const KernelTable& kernel_table() {
         add_rows_kernels(t);
         add_lanes_kernels(t);
         add_scale16_kernels(t);
-        add_iq2_kernels(t);
         return t;
     }();
     return table;
