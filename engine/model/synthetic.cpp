@@ -202,7 +202,7 @@ public:
         const int64_t n = kBlocks * bs;
         bytes_.resize(kBlocks * block_bytes_);
         if (!type_traits(type).can_quantize) {
-            random_blocks(type, rng.next(), kBlocks, kScale, bytes_.data());
+            random_blocks(type, rng.next(), kBlocks, static_cast<float>(kScale), bytes_.data());
             return;
         }
         std::vector<float> x(n);
@@ -220,7 +220,7 @@ public:
 
 private:
     static constexpr size_t kBlocks = 4096;
-    static constexpr float kScale = 0.05f;  // the floats' range: uniform in [-kScale, kScale]
+    static constexpr double kScale = 0.05;  // the floats' range: uniform in [-kScale, kScale]
     size_t block_bytes_;
     std::vector<uint8_t> bytes_;
 };
