@@ -153,22 +153,10 @@ TEST_CASE("quant iq2: each ISA's kernels equal a dot of the dequantized weights 
                 act.set(x.data(), n_tokens, n_in);
                 std::vector<float> y(static_cast<size_t>(n_tokens * n_out), std::nanf(""));
                 cpu::matmul(m, act, y.data(), pool, isa);
-                int bad = 0, moved = 0;
-                for (int64_t t = 0; t < n_tokens; ++t) {
-                    for (int64_t r = 0; r < n_out; ++r) {
-                        double want = 0, abs_wx = 0;
-                        for (int64_t i = 0; i < n_in; ++i) {
-                            const double p = static_cast<double>(wd[r * n_in + i]) * xq[t * n_in + i];
-                            want += p;
-                            abs_wx += std::fabs(p);
-                        }
-                        const float got = y[t * n_out + r];
-                        if (!(std::fabs(got - want) <= 1e-5 * abs_wx) && bad++ == 0)
-                            UNSCOPED_INFO("token " << t << " row " << r << ": " << got << " vs " << want);
-                        moved += test::float_bits(got) != test::float_bits(alone[t * n_out + r]);
-                    }
-                }
-                CHECK(bad == 0);
+                CHECK(test::dot_mismatches(wd, xq, y, n_tokens, n_out, n_in) == 0);
+                int moved = 0;
+                for (int64_t i = 0; i < n_tokens * n_out; ++i)
+                    moved += test::float_bits(y[i]) != test::float_bits(alone[i]);
                 CHECK(moved == 0);
             }
         }
