@@ -4,6 +4,7 @@
 #include "engine/format/quant.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_iq2.h"
 #include "engine/format/quant_k.h"
 
 #include <algorithm>
@@ -36,15 +37,15 @@ constexpr std::array<TypeTraits, 32> kTypes = {{
     {GgmlType::Q5_K, "q5_K", QK_K, sizeof(BlockQ5_K), true, true},
     {GgmlType::Q6_K, "q6_K", QK_K, sizeof(BlockQ6_K), true, true},
     {GgmlType::Q8_K, "q8_K", QK_K, sizeof(BlockQ8_K), true, true},
-    // The IQ1, IQ2, integer and TQ types are known so that files holding them can be described, but not computable
-    // here; IQ3_XXS and IQ3_S are dequantized only (their quantizers need an importance matrix: quant_iq3.h).
-    {GgmlType::IQ2_XXS, "iq2_xxs", QK_K, 66, false, false},
-    {GgmlType::IQ2_XS, "iq2_xs", QK_K, 74, false, false},
+    // The IQ1, integer and TQ types are known so that files holding them can be described, but not computable
+    // here; the IQ2 and IQ3 types are dequantized only (their quantizers need an importance matrix).
+    {GgmlType::IQ2_XXS, "iq2_xxs", QK_K, sizeof(BlockIq2Xxs), true, false},
+    {GgmlType::IQ2_XS, "iq2_xs", QK_K, sizeof(BlockIq2Xs), true, false},
     {GgmlType::IQ3_XXS, "iq3_xxs", QK_K, 98, true, false},
     {GgmlType::IQ1_S, "iq1_s", QK_K, 50, false, false},
     {GgmlType::IQ4_NL, "iq4_nl", QK4_NL, sizeof(BlockIq4Nl), true, true},
     {GgmlType::IQ3_S, "iq3_s", QK_K, 110, true, false},
-    {GgmlType::IQ2_S, "iq2_s", QK_K, 82, false, false},
+    {GgmlType::IQ2_S, "iq2_s", QK_K, sizeof(BlockIq2S), true, false},
     {GgmlType::IQ4_XS, "iq4_xs", QK_K, sizeof(BlockIq4Xs), true, true},
     {GgmlType::I8, "i8", 1, 1, false, false},
     {GgmlType::I16, "i16", 1, 2, false, false},
@@ -412,6 +413,9 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
         case GgmlType::MXFP4: detail::dequantize_mxfp4(src, dst, nb); return;
         case GgmlType::IQ3_XXS: detail::dequantize_iq3_xxs(src, dst, nb); return;
         case GgmlType::IQ3_S: detail::dequantize_iq3_s(src, dst, nb); return;
+        case GgmlType::IQ2_XXS: detail::dequantize_iq2_xxs(src, dst, nb); return;
+        case GgmlType::IQ2_XS: detail::dequantize_iq2_xs(src, dst, nb); return;
+        case GgmlType::IQ2_S: detail::dequantize_iq2_s(src, dst, nb); return;
         default: break;
     }
     QUILL_CHECK(false, "no dequantizer for {}", t.name);

@@ -73,18 +73,16 @@ std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec) {
         for (auto& v : x) v = uniform(scale);
         for (size_t r = 0; r < zero_row.size(); ++r)
             if (zero_row[r]) std::fill_n(x.begin() + static_cast<int64_t>(r) * n_in, n_in, 0.0f);
-        if (type_traits(type).can_quantize) {
-            w.add_tensor(name, type, {n_in, n_out}, quantized(type, x));
+        if (!type_traits(type).can_quantize) {  // random blocks of the same magnitude (all-zero bytes are zeros)
+            std::vector<uint8_t> bytes(row_size(type, n_in) * static_cast<size_t>(n_out));
+            random_blocks(type, rng.next(), n_in * n_out / type_traits(type).block_size, scale, bytes.data());
+            for (size_t r = 0; r < zero_row.size(); ++r)
+                if (zero_row[r]) std::fill_n(bytes.begin() + static_cast<int64_t>(r * row_size(type, n_in)),
+                                             row_size(type, n_in), uint8_t{0});
+            w.add_tensor(name, type, {n_in, n_out}, std::move(bytes));
             return;
         }
-        // The importance types: random valid blocks of the same magnitude, zero rows zeroed (d = 0).
-        std::vector<uint8_t> bytes(row_size(type, n_in) * static_cast<size_t>(n_out));
-        random_blocks(type, rng.next(), static_cast<int64_t>(bytes.size() / type_traits(type).type_size), scale,
-                      bytes.data());
-        const size_t row_bytes = row_size(type, n_in);
-        for (size_t r = 0; r < zero_row.size(); ++r)
-            if (zero_row[r]) std::fill_n(bytes.begin() + static_cast<int64_t>(r * row_bytes), row_bytes, 0);
-        w.add_tensor(name, type, {n_in, n_out}, bytes);
+        w.add_tensor(name, type, {n_in, n_out}, quantized(type, x));
     };
     auto vec = [&](const std::string& name, int64_t n, float lo, float hi) {
         std::vector<float> x(n);

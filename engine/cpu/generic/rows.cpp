@@ -10,6 +10,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
+#include "engine/format/quant_iq2.h"
 #include "engine/format/quant_iq3.h"
 
 namespace quill::cpu {
@@ -211,6 +212,51 @@ void decode_mxfp4(const void* row, int64_t b, DecodedBlock& out) {
     out.wm = 0.0f;
 }
 
+// The 2-bit i-quants (engine/format/quant_iq2.h): 32-block j (0..7) of a super-block is its entries 4 j .. 4 j + 3,
+// each 8 grid magnitudes with signs; w = d (0.5 + s) / 4 * q, the scale s per 32 (IQ2_XXS) or per 16 elements.
+void put_iq2_entry(uint64_t grid, uint32_t signs, int8_t* q) {
+    for (int i = 0; i < 8; ++i) {
+        const auto g = static_cast<int8_t>((grid >> (8 * i)) & 0xFF);
+        q[i] = (signs >> i) & 1 ? static_cast<int8_t>(-g) : g;
+    }
+}
+
+float iq2_scale(uint16_t d, uint32_t s) { return half_to_float(d) * (0.5f + static_cast<float>(s & 15)) * 0.25f; }
+
+void decode_iq2_xxs(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq2Xxs>(row, b / 8);
+    const int j = static_cast<int>(b % 8);
+    const uint32_t high = load_unaligned<uint32_t>(blk.qs + 8 * j + 4);  // sign indices, then the scale
+    for (int l = 0; l < 4; ++l)
+        put_iq2_entry(kIq2XxsGrid[blk.qs[8 * j + l]], iq2_signs(high >> (7 * l)), out.q + 8 * l);
+    out.ws[0] = out.ws[1] = iq2_scale(blk.d, high >> 28);
+    out.wm = 0.0f;
+}
+
+void decode_iq2_xs(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq2Xs>(row, b / 8);
+    const int j = static_cast<int>(b % 8);
+    for (int l = 0; l < 4; ++l) {
+        const uint16_t e = blk.qs[4 * j + l];
+        put_iq2_entry(kIq2XsGrid[e & 511], iq2_signs(e >> 9), out.q + 8 * l);
+    }
+    out.ws[0] = iq2_scale(blk.d, blk.scales[j]);
+    out.ws[1] = iq2_scale(blk.d, blk.scales[j] >> 4);
+    out.wm = 0.0f;
+}
+
+void decode_iq2_s(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq2S>(row, b / 8);
+    const int j = static_cast<int>(b % 8);
+    for (int l = 0; l < 4; ++l) {
+        const uint32_t index = blk.qs[4 * j + l] | (((blk.qh[j] >> (2 * l)) & 3u) << 8);
+        put_iq2_entry(kIq2SGrid[index], blk.signs[4 * j + l], out.q + 8 * l);
+    }
+    out.ws[0] = iq2_scale(blk.d, blk.scales[j]);
+    out.ws[1] = iq2_scale(blk.d, blk.scales[j] >> 4);
+    out.wm = 0.0f;
+}
+
 using DecodeFn = void (*)(const void* row, int64_t b, DecodedBlock& out);
 
 DecodeFn find_decoder(GgmlType type) {
@@ -245,6 +291,12 @@ DecodeFn find_decoder(GgmlType type) {
             return decode_iq3_xxs;
         case GgmlType::IQ3_S:
             return decode_iq3_s;
+        case GgmlType::IQ2_XXS:
+            return decode_iq2_xxs;
+        case GgmlType::IQ2_XS:
+            return decode_iq2_xs;
+        case GgmlType::IQ2_S:
+            return decode_iq2_s;
         default:
             return nullptr;
     }
@@ -357,6 +409,9 @@ const KernelTable& kernel_table() {
         entry(t.rows, GgmlType::MXFP4) = {quant_rows<decode_mxfp4>, true};
         entry(t.rows, GgmlType::IQ3_XXS) = {quant_rows<decode_iq3_xxs>, true};
         entry(t.rows, GgmlType::IQ3_S) = {quant_rows<decode_iq3_s>, true};
+        entry(t.rows, GgmlType::IQ2_XXS) = {quant_rows<decode_iq2_xxs>, true};
+        entry(t.rows, GgmlType::IQ2_XS) = {quant_rows<decode_iq2_xs>, true};
+        entry(t.rows, GgmlType::IQ2_S) = {quant_rows<decode_iq2_s>, true};
         return t;
     }();
     return table;

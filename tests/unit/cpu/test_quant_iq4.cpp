@@ -6,6 +6,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/format/quant.h"
 #include "tests/support/backend_checks.h"
+#include "tests/support/quant_vectors.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -23,57 +24,13 @@
 
 using namespace quill;
 
-namespace {
-
-struct RefVector {
-    std::map<std::string, std::string> header;
-    std::vector<float> input, dequantized;
-    std::vector<uint8_t> bytes;
-};
-
-// The format of ../shared/testdata/quant: header lines "key value", then sections input / quantized_hex /
-// dequantized / end; floats as %.9g, so strtof gives back ggml's bits.
-RefVector read_vector(const std::string& name) {
-    std::ifstream in(std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "quant" / (name + ".txt"));
-    REQUIRE(in.good());
-    RefVector v;
-    std::string line, section;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') continue;
-        if (line == "input" || line == "quantized_hex" || line == "dequantized" || line == "end") {
-            section = line;
-            continue;
-        }
-        std::istringstream ss(line);
-        std::string tok;
-        if (section.empty()) {
-            std::string value;
-            ss >> tok >> value;
-            v.header[tok] = value;
-        } else if (section == "quantized_hex") {
-            for (size_t i = 0; i + 1 < line.size(); i += 2) {
-                v.bytes.push_back(static_cast<uint8_t>(std::stoul(line.substr(i, 2), nullptr, 16)));
-            }
-        } else if (section != "end") {
-            auto& out = section == "input" ? v.input : v.dequantized;
-            while (ss >> tok) out.push_back(std::strtof(tok.c_str(), nullptr));
-        }
-    }
-    return v;
-}
-
-uint32_t bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-}  // namespace
+using test::float_bits;
+using test::read_quant_vector;
 
 TEST_CASE("quant iq4: quill's codecs match ggml's vectors byte for byte", "[quant][iq4]") {
     for (const char* name : {"iq4_nl", "iq4_xs", "mxfp4"}) {
         DYNAMIC_SECTION(name) {
-            const RefVector v = read_vector(name);
+            const test::QuantVector v = read_quant_vector(name);
             const GgmlType type = *type_from_name(name);
             const TypeTraits& t = type_traits(type);
             CHECK(v.header.at("type") == name);
@@ -90,8 +47,8 @@ TEST_CASE("quant iq4: quill's codecs match ggml's vectors byte for byte", "[quan
             dequantize_row(type, v.bytes.data(), y.data(), n);
             std::vector<uint32_t> got_bits, want_bits;
             for (size_t i = 0; i < y.size(); ++i) {
-                got_bits.push_back(bits(y[i]));
-                want_bits.push_back(bits(v.dequantized[i]));
+                got_bits.push_back(float_bits(y[i]));
+                want_bits.push_back(float_bits(v.dequantized[i]));
             }
             const auto f = std::mismatch(got_bits.begin(), got_bits.end(), want_bits.begin()).first - got_bits.begin();
             INFO(fmt::format("first float difference at element {}", f));
@@ -217,22 +174,7 @@ TEST_CASE("quant iq4: each ISA's kernels equal a dot of the dequantized weights 
                 act.set(x.data(), n_tokens, n_in);
                 std::vector<float> y(static_cast<size_t>(n_tokens * n_out), std::nanf(""));
                 cpu::matmul(m, act, y.data(), pool, isa);
-                int bad = 0;
-                for (int64_t t = 0; t < n_tokens; ++t) {
-                    for (int64_t r = 0; r < n_out; ++r) {
-                        double want = 0, abs_wx = 0;
-                        for (int64_t i = 0; i < n_in; ++i) {
-                            const double p = static_cast<double>(wd[r * n_in + i]) * xq[t * n_in + i];
-                            want += p;
-                            abs_wx += std::fabs(p);
-                        }
-                        const double got = y[t * n_out + r];
-                        if (!(std::fabs(got - want) <= 1e-5 * abs_wx)) {
-                            if (bad++ == 0) UNSCOPED_INFO("token " << t << " row " << r << ": " << got << " vs " << want);
-                        }
-                    }
-                }
-                CHECK(bad == 0);
+                CHECK(test::dot_mismatches(wd, xq, y, n_tokens, n_out, n_in) == 0);
             }
         }
     }

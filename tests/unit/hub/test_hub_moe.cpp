@@ -33,8 +33,9 @@ GgufHeader moe_header(GgmlType experts) {
 }  // namespace
 
 TEST_CASE("hub: a mixture of experts whose experts quill cannot multiply is refused from its header", "[hub]") {
-    CHECK(why_unsupported(moe_header(GgmlType::IQ2_XXS)) ==
-          "tensor 'blk.0.ffn_gate_exps.weight' has weight type iq2_xxs, which quill cannot multiply");
+    CHECK(why_unsupported(moe_header(GgmlType::IQ1_S)) ==
+          "tensor 'blk.0.ffn_gate_exps.weight' has weight type iq1_s, which quill cannot multiply");
+    CHECK(why_unsupported(moe_header(GgmlType::IQ2_XXS)).empty());
     CHECK(why_unsupported(moe_header(GgmlType::Q4_K)).empty());
 }
 

@@ -1,6 +1,7 @@
 // The AVX2 eight-row kernels of the 4- and 5-bit types and Q8_0 (rows in the 32-bit lanes), over the file's rows
 // and over PackedWeights, and eight tokens in lanes for prefill and wide decode.
 #include "engine/cpu/x86/avx2/common.h"
+#include "engine/cpu/x86/avx2/iq2_decoders.h"
 #include "engine/cpu/x86/avx2/iq3_decoders.h"
 #include "engine/cpu/x86/avx2/iq4_decoders.h"
 
@@ -70,7 +71,11 @@ template <typename Dec, int N = 1>
     const __m256 d = _mm256_broadcast_ss(ta.d + b);
 #pragma GCC unroll 2
     for (int i = 0; i < N; ++i) {
-        __m256i dot = block_idot<Dec>([&](int k) { return st[i]->w[k]; }, [&](int k) { return ak[k]; });
+        __m256i dot;
+        if constexpr (kIq2HalfScales<Dec>)
+            dot = iq2_half_idot(*st[i], ak);
+        else
+            dot = block_idot<Dec>([&](int k) { return st[i]->w[k]; }, [&](int k) { return ak[k]; });
         if constexpr (Dec::kOffset != 0) dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(Dec::kOffset * ta.isum[b]));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(st[i]->ws, d), acc[i]);
         if constexpr (Dec::kHasMin) acc[i] = _mm256_fmadd_ps(st[i]->wm, _mm256_broadcast_ss(ds + b), acc[i]);
@@ -558,8 +563,10 @@ void rows8_lanes(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch)
 // rows at a time.
 template <typename Src>
 void rows8(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
-    if (args.n_tokens >= kLaneTokens) return rows8_lanes<Src>(args, r0, r1, scratch);
     using Dec = typename Src::Dec;
+    if constexpr (!kIq2HalfScales<Dec>) {  // (the lane kernels have no scales per 16 elements)
+        if (args.n_tokens >= kLaneTokens) return rows8_lanes<Src>(args, r0, r1, scratch);
+    }
     const WeightMatrix& w = *args.w;
     const QuantizedActs& q = *args.q;
     const int64_t nb = w.n_in / 32;
@@ -612,6 +619,9 @@ void add_lanes_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::MXFP4) = {rows8<FileRows8<Dec8Table<BlockMxfp4, false>>>, true};
     entry(table.rows, GgmlType::IQ3_XXS) = {rows8<FileRows8<Dec8Iq3Xxs<false>>>, true};
     entry(table.rows, GgmlType::IQ3_S) = {rows8<FileRows8<Dec8Iq3S<false>>>, true};
+    entry(table.rows, GgmlType::IQ2_XXS) = {rows8<FileRows8<Dec8Iq2Xxs<false>>>, true};
+    entry(table.rows, GgmlType::IQ2_XS) = {rows8<FileRows8<Dec8Iq2Xs>>, true};
+    entry(table.rows, GgmlType::IQ2_S) = {rows8<FileRows8<Dec8Iq2S>>, true};
     entry(table.packed, GgmlType::Q4_0) = {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
     entry(table.packed, GgmlType::Q4_1) = {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
     entry(table.packed, GgmlType::Q5_0) = {rows8<PackedRows8<Packed8<GgmlType::Q5_0>>>, true};
