@@ -18,7 +18,7 @@ TEST_CASE("quill bench saves, quill info describes and quill run generates from 
         REQUIRE(bench.status == 0);
         const auto info = test::run_quill({"info", file});
         CHECK(info.status == 0);
-        CHECK(info.out.find(type + " x16") != std::string::npos);
+        CHECK(info.out.find(type + " x30") != std::string::npos);  // 4 layers of 7 matrices, the embedding, the output
         const auto run = test::run_quill({"run", "-m", file, "-p", "hello", "-n", "4", "--temp", "0", "--raw",
                                           "--device", "cpu"});
         CHECK(run.status == 0);
