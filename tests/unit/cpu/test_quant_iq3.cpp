@@ -10,6 +10,7 @@
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
 #include "tests/support/matmul_data.h"
+#include "tests/support/quant_vectors.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -18,12 +19,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,47 +31,6 @@ using namespace quill;
 namespace {
 
 constexpr GgmlType kIq3Types[] = {GgmlType::IQ3_XXS, GgmlType::IQ3_S};
-
-// A reference vector file: "key value" header lines, then the sections quantized_hex and dequantized (%.9g floats,
-// which strtof reads back to ggml's bits).
-struct GgmlVector {
-    std::string type;
-    uint32_t type_id = 0;
-    int64_t n = 0;
-    std::vector<uint8_t> bytes;
-    std::vector<float> values;
-};
-
-GgmlVector read_ggml_vector(GgmlType type) {
-    const auto path = std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "quant" /
-                      (std::string(type_name(type)) + ".txt");
-    std::ifstream in(path);
-    REQUIRE(in.good());
-    GgmlVector v;
-    std::string line, section;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') continue;
-        if (line == "quantized_hex" || line == "dequantized" || line == "end") {
-            section = line;
-            continue;
-        }
-        std::istringstream ss(line);
-        if (section.empty()) {
-            std::string key;
-            ss >> key;
-            if (key == "type") ss >> v.type;
-            if (key == "ggml_type_id") ss >> v.type_id;
-            if (key == "n") ss >> v.n;
-        } else if (section == "quantized_hex") {
-            for (size_t i = 0; i + 1 < line.size(); i += 2)
-                v.bytes.push_back(static_cast<uint8_t>(std::stoul(line.substr(i, 2), nullptr, 16)));
-        } else if (section == "dequantized") {
-            std::string tok;
-            while (ss >> tok) v.values.push_back(std::strtof(tok.c_str(), nullptr));
-        }
-    }
-    return v;
-}
 
 uint32_t float_bits(float f) {
     uint32_t u;
@@ -91,19 +49,20 @@ std::vector<uint8_t> random_matrix(GgmlType type, int64_t n_out, int64_t n_in, u
 TEST_CASE("quant iq3: dequantization matches ggml's vectors bit for bit", "[quant][iq3]") {
     for (GgmlType type : kIq3Types) {
         DYNAMIC_SECTION(type_name(type)) {
-            const GgmlVector v = read_ggml_vector(type);
-            CHECK(v.type == type_name(type));
-            CHECK(v.type_id == static_cast<uint32_t>(type));
+            const test::QuantVector v = test::read_quant_vector(std::string(type_name(type)));
+            const int64_t n = std::stoll(v.header.at("n"));
+            CHECK(v.header.at("type") == type_name(type));
+            CHECK(std::stoul(v.header.at("ggml_type_id")) == static_cast<uint32_t>(type));
             REQUIRE(type_traits(type).can_dequantize);
-            REQUIRE(v.n > 0);
-            REQUIRE(v.bytes.size() == row_size(type, v.n));
-            REQUIRE(v.values.size() == static_cast<size_t>(v.n));
-            std::vector<float> y(v.values.size());
-            dequantize_row(type, v.bytes.data(), y.data(), v.n);
+            REQUIRE(n > 0);
+            REQUIRE(v.bytes.size() == row_size(type, n));
+            REQUIRE(v.dequantized.size() == static_cast<size_t>(n));
+            std::vector<float> y(v.dequantized.size());
+            dequantize_row(type, v.bytes.data(), y.data(), n);
             int64_t bad = 0;
-            for (int64_t i = 0; i < v.n; ++i) {
-                if (float_bits(y[i]) != float_bits(v.values[i]) && bad++ == 0)
-                    UNSCOPED_INFO("element " << i << ": " << y[i] << " vs ggml's " << v.values[i]);
+            for (int64_t i = 0; i < n; ++i) {
+                if (float_bits(y[i]) != float_bits(v.dequantized[i]) && bad++ == 0)
+                    UNSCOPED_INFO("element " << i << ": " << y[i] << " vs ggml's " << v.dequantized[i]);
             }
             CHECK(bad == 0);
         }
