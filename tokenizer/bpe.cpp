@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <memory>
 #include <unordered_map>
 
 namespace quill {
@@ -39,6 +40,34 @@ std::string unmap_bytes(const std::string& text, const std::array<int16_t, kMapp
         const uint32_t cp = utf8::next(text, i);
         if (cp < kMappedEnd && table[cp] >= 0) out.push_back(static_cast<char>(table[cp]));
         else out.append(text, start, i - start);
+    }
+    return out;
+}
+
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, a space in raw UTF-8 (gemma4) token texts
+
+// "<0xNN>" -> NN for a raw UTF-8 vocabulary's byte tokens; -1 for any other text.
+int byte_token_value(std::string_view text) {
+    if (text.size() != 6 || !text.starts_with("<0x") || text[5] != '>') return -1;
+    int v = 0;
+    for (char c : text.substr(3, 2)) {
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+// A raw UTF-8 token text as bytes: each '▁' a space.
+std::string unescape_spaces(std::string_view text) {
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+        if (text.substr(i).starts_with(kSpaceMark)) {
+            out.push_back(' ');
+            i += kSpaceMark.size();
+        } else {
+            out.push_back(text[i++]);
+        }
     }
     return out;
 }
@@ -90,10 +119,15 @@ private:
 class BpeTokenizer final : public Tokenizer {
 public:
     BpeTokenizer(Vocab&& vocab, const PreTokenizerSpec& spec)
-        : Tokenizer(std::move(vocab), spec.add_bos), pre_(spec.regexes), ignore_merges_(spec.ignore_merges) {
-        const TextIndex ids = index_texts();
-        build_bytes(ids);
-        build_merges(vocab.merges, ids);
+        : Tokenizer(std::move(vocab), spec.add_bos),
+          pre_(spec.regexes),
+          ignore_merges_(spec.ignore_merges),
+          raw_(spec.raw_utf8) {
+        auto ids = std::make_unique<TextIndex>(index_texts());
+        if (raw_) build_raw_bytes(*ids);
+        else build_bytes(*ids);
+        build_merges(vocab.merges, *ids);
+        if (raw_) raw_ids_ = std::move(ids);  // characters and newline runs are looked up while encoding
     }
 
 protected:
@@ -105,7 +139,7 @@ private:
         int32_t result;
     };
     struct Symbol {
-        int32_t id;  // -1: the byte has no token; -2: merged into its left neighbour
+        int32_t id;  // -1: the byte (raw_: the character) has no token; -2: merged into its left neighbour
         int32_t prev;
         int32_t next;
     };
@@ -120,6 +154,7 @@ private:
     struct Scratch {
         std::vector<Symbol> symbols;
         std::vector<Candidate> heap;
+        std::vector<uint32_t> starts;  // raw_: the byte offset of each first symbol (one character), then the end
         CancelFlag cancel = nullptr;  // polled every kCancelStride merges: one word may be megabytes of one letter
     };
 
@@ -133,13 +168,18 @@ private:
 
     TextIndex index_texts() const;
     void build_bytes(const TextIndex& ids);
+    void build_raw_bytes(const TextIndex& ids);
+    void encode_raw(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const;
+    void first_symbols(std::string_view word, Scratch& s) const;
     void build_merges(const std::vector<std::string>& merges, const TextIndex& ids);
     void encode_word(std::string_view word, std::vector<int32_t>& out, Scratch& scratch) const;
     void try_add(Scratch& s, int32_t left, int32_t right) const;
 
     PreTokenizer pre_;
     bool ignore_merges_;
-    std::array<int32_t, 256> byte_ids_{};                // raw byte -> its token id, -1 when absent
+    bool raw_;                                           // raw UTF-8 tokens (PreTokenizerSpec::raw_utf8)
+    std::unique_ptr<TextIndex> raw_ids_;                 // raw_: token texts -> ids
+    std::array<int32_t, 256> byte_ids_{};                // raw byte -> its token id (raw_: <0xNN>), -1 when absent
     std::unordered_map<uint64_t, Merge> merges_;         // (left id, right id) -> rank and merged id
     std::unordered_map<std::string_view, int32_t> whole_;  // raw bytes -> normal token (ignore_merges), into bytes_
 };
@@ -172,6 +212,18 @@ void BpeTokenizer::build_bytes(const TextIndex& ids) {
     }
 }
 
+// Raw UTF-8 vocabularies: normal tokens are their text with '▁' as spaces, byte tokens <0xNN> that byte.
+void BpeTokenizer::build_raw_bytes(const TextIndex& ids) {
+    bytes_.resize(pieces_.size());
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+        if (types_[i] == TokenType::normal) bytes_[i] = unescape_spaces(pieces_[i]);
+        else if (types_[i] == TokenType::user_defined) bytes_[i] = pieces_[i];
+        else if (const int b = byte_token_value(pieces_[i]); types_[i] == TokenType::byte && b >= 0)
+            bytes_[i] = std::string(1, static_cast<char>(b));
+    }
+    for (int b = 0; b < 256; ++b) byte_ids_[static_cast<size_t>(b)] = ids.find(fmt::format("<0x{:02X}>", b));
+}
+
 // "left right" per line, rank = line number. Merges whose parts or result are not tokens cannot apply (Hugging
 // Face rejects such files) and are skipped.
 void BpeTokenizer::build_merges(const std::vector<std::string>& merges, const TextIndex& ids) {
@@ -191,6 +243,10 @@ void BpeTokenizer::build_merges(const std::vector<std::string>& merges, const Te
 }
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const {
+    if (raw_) {
+        encode_raw(text, out, cancel);
+        return;
+    }
     std::vector<std::string_view> words;
     pre_.split(text, words, cancel);
     WordCache cache;
@@ -211,6 +267,53 @@ void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
     }
 }
 
+// As llama.cpp's gemma4 tokenizer: spaces become '▁', then each line and each run of newlines is one word; a run
+// of newlines that is a token is taken whole (merges would split it otherwise).
+void BpeTokenizer::encode_raw(std::string_view text, std::vector<int32_t>& out, CancelFlag cancel) const {
+    std::string escaped;
+    escaped.reserve(text.size());
+    for (char c : text) {
+        if (c == ' ') escaped.append(kSpaceMark);
+        else escaped.push_back(c);
+    }
+    std::vector<std::string_view> words;
+    pre_.split(escaped, words, cancel);
+    Scratch scratch;
+    scratch.cancel = cancel;
+    for (size_t i = 0; i < words.size(); ++i) {
+        const std::string_view word = words[i];
+        if ((i + 1) % kCancelStride == 0) check_cancel(cancel, "tokenizing");
+        if (word.find_first_not_of('\n') == std::string_view::npos) {
+            if (const int32_t id = raw_ids_->find(word); id >= 0) {
+                out.push_back(id);
+                continue;
+            }
+        }
+        encode_word(word, out, scratch);
+    }
+}
+
+// One symbol per byte (GPT-2-mapped) or, raw_, per UTF-8 character.
+void BpeTokenizer::first_symbols(std::string_view word, Scratch& s) const {
+    s.symbols.clear();
+    s.starts.clear();
+    for (size_t i = 0; i < word.size();) {
+        const auto at = static_cast<int32_t>(s.symbols.size());
+        size_t len = 1;
+        int32_t id = -1;
+        if (raw_) {
+            len = std::min(utf8::sequence_length(static_cast<uint8_t>(word[i])), word.size() - i);
+            id = raw_ids_->find(word.substr(i, len));
+            s.starts.push_back(static_cast<uint32_t>(i));
+        } else {
+            id = byte_ids_[static_cast<uint8_t>(word[i])];
+        }
+        i += len;
+        s.symbols.push_back({id, at - 1, i < word.size() ? at + 1 : -1});
+    }
+    s.starts.push_back(static_cast<uint32_t>(word.size()));
+}
+
 void BpeTokenizer::try_add(Scratch& s, int32_t left, int32_t right) const {
     if (left < 0 || right < 0) return;
     const int32_t l = s.symbols[static_cast<size_t>(left)].id, r = s.symbols[static_cast<size_t>(right)].id;
@@ -229,11 +332,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out,
             return;
         }
     }
-    const auto n = static_cast<int32_t>(word.size());
-    s.symbols.resize(word.size());
-    for (int32_t i = 0; i < n; ++i)
-        s.symbols[static_cast<size_t>(i)] = {byte_ids_[static_cast<uint8_t>(word[static_cast<size_t>(i)])], i - 1,
-                                             i + 1 < n ? i + 1 : -1};
+    first_symbols(word, s);
+    const auto n = static_cast<int32_t>(s.symbols.size());
     s.heap.clear();
     for (int32_t i = 1; i < n; ++i) try_add(s, i - 1, i);
 
@@ -254,7 +354,14 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out,
     }
     for (int32_t i = 0; i >= 0; i = s.symbols[static_cast<size_t>(i)].next) {
         const int32_t id = s.symbols[static_cast<size_t>(i)].id;
-        if (id >= 0) out.push_back(id);
+        if (id >= 0) {
+            out.push_back(id);
+        } else if (raw_) {  // a character with no token (never merged): its bytes' <0xNN> tokens
+            for (uint32_t b = s.starts[static_cast<size_t>(i)]; b < s.starts[static_cast<size_t>(i) + 1]; ++b) {
+                const int32_t byte_id = byte_ids_[static_cast<uint8_t>(word[b])];
+                if (byte_id >= 0) out.push_back(byte_id);
+            }
+        }
     }
 }
 
@@ -268,6 +375,7 @@ uint32_t byte_to_codepoint(uint8_t byte) {
 }
 
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab&& vocab) {
+    if (vocab.model == "gemma4") vocab.pre = "gemma4";  // llama.cpp ignores the file's tokenizer.ggml.pre there
     if (vocab.merges.empty())
         throw FileError(fmt::format("{}: metadata 'tokenizer.ggml.merges' is missing or empty (a gpt2 vocabulary "
                                     "needs its BPE merges)",
@@ -290,6 +398,12 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(Vocab&& vocab) {
                                              vocab.source, vocab.pre)));
         vocab.pre = "gpt-2";
         spec = pre_tokenizer_spec(vocab.pre);
+    }
+    if (spec->raw_utf8 && vocab.add_bos == false) {  // Gemma 4 needs its BOS, whatever the file says
+        print_stderr("quill: warning: {}: tokenizer.ggml.add_bos_token is false; a BOS token is added anyway for "
+                     "'{}'\n",
+                     escape_line(vocab.source), vocab.pre);
+        vocab.add_bos = true;
     }
     return std::make_unique<BpeTokenizer>(std::move(vocab), *spec);
 }

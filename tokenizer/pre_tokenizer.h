@@ -15,6 +15,9 @@ struct PreTokenizerSpec {
     std::vector<std::string> regexes;  // applied in order; each splits every piece the previous ones produced
     bool ignore_merges = false;        // a word that is itself a token is emitted whole (Llama 3, tekken)
     bool add_bos = false;              // default for tokenizer.ggml.add_bos_token
+    // Raw UTF-8 tokens (gemma4): spaces become '▁' before the split, merges start from characters rather than
+    // GPT-2-mapped bytes, a character with no token falls back to <0xXX> byte tokens, and BOS is always added.
+    bool raw_utf8 = false;
 };
 
 // The spec for a tokenizer.ggml.pre name (as llama.cpp's llama-vocab.cpp names them); nullopt when unknown or
@@ -22,8 +25,8 @@ struct PreTokenizerSpec {
 // tokenizer.json ones, so the words are Hugging Face's (llama.cpp rewrites some for std::regex, not all exactly).
 std::optional<PreTokenizerSpec> pre_tokenizer_spec(std::string_view name);
 
-// Whether llama.cpp knows the name as a vocabulary of raw UTF-8 tokens with '▁' for spaces (gemma4, sarvam-moe,
-// whitespace) rather than byte-level ones: quill's byte-level BPE cannot run those.
+// Whether llama.cpp knows the name as a vocabulary of raw UTF-8 tokens with '▁' for spaces (granite-embed-multi-311m,
+// sarvam-moe, whitespace) that quill does not run; gemma4, the one it runs, has a spec with raw_utf8 set.
 bool is_raw_utf8_pre_tokenizer(std::string_view name);
 
 // Every name pre_tokenizer_spec knows, for tests and messages.

@@ -140,6 +140,7 @@ struct Rule {
     std::vector<const char*> regexes;
     bool ignore_merges = false;
     bool add_bos = false;
+    bool raw_utf8 = false;
 };
 
 const std::vector<Rule>& rules() {
@@ -186,6 +187,8 @@ const std::vector<Rule>& rules() {
         {{"afmoe"}, {kDigitsInThrees, kAfmoeAsian, kDeepseekV3}},
         {{"poro-chat", "bloom", "gpt3-finnish"}, {kBloom}},
         {{"viking"}, {kBloom, R"re(\p{N})re"}},
+        // Gemma 4: raw UTF-8 tokens, spaces already '\xE2\x96\x81'; merges run over whole lines, newline runs apart.
+        {{"gemma4"}, {R"re([^\n]+|\n+)re"}, false, true, true},
     };
     return table;
 }
@@ -195,13 +198,14 @@ const std::vector<Rule>& rules() {
 std::optional<PreTokenizerSpec> pre_tokenizer_spec(std::string_view name) {
     for (const Rule& rule : rules()) {
         if (std::find(rule.names.begin(), rule.names.end(), name) == rule.names.end()) continue;
-        return PreTokenizerSpec{{rule.regexes.begin(), rule.regexes.end()}, rule.ignore_merges, rule.add_bos};
+        return PreTokenizerSpec{{rule.regexes.begin(), rule.regexes.end()}, rule.ignore_merges, rule.add_bos,
+                                rule.raw_utf8};
     }
     return std::nullopt;
 }
 
 bool is_raw_utf8_pre_tokenizer(std::string_view name) {
-    return name == "gemma4" || name == "granite-embed-multi-311m" || name == "sarvam-moe" || name == "whitespace";
+    return name == "granite-embed-multi-311m" || name == "sarvam-moe" || name == "whitespace";
 }
 
 std::vector<std::string_view> known_pre_tokenizers() {

@@ -26,7 +26,7 @@ constexpr uint8_t kStripRight = 2;  // whitespace after the token is dropped
 // Texts of end-of-generation tokens, as llama.cpp's vocab loader recognizes them.
 constexpr std::string_view kEogTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
     "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek <｜end▁of▁sentence｜>
     // fill-in-the-middle padding, repository and file separators also end generation
     "<|fim_pad|>", "<fim-pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<|file_sep|>",
@@ -308,8 +308,9 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
     Vocab vocab = read_gguf_vocab(file);
     if (vocab.model == "llama") return make_spm_tokenizer(std::move(vocab));
-    if (vocab.model == "gpt2") return make_bpe_tokenizer(std::move(vocab));
-    throw FileError(fmt::format("{}: tokenizer.ggml.model '{}' is not supported (expected 'llama' or 'gpt2')",
+    if (vocab.model == "gpt2" || vocab.model == "gemma4") return make_bpe_tokenizer(std::move(vocab));
+    throw FileError(fmt::format("{}: tokenizer.ggml.model '{}' is not supported (expected 'llama', 'gpt2' or "
+                                "'gemma4')",
                                 file.path(), vocab.model));
 }
 

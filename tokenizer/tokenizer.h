@@ -1,15 +1,16 @@
 // Tokenizers for GGUF vocabularies: text -> token ids, and token ids -> UTF-8 text.
 //
-// Two vocabulary kinds, chosen by `tokenizer.ggml.model`:
+// Vocabulary kinds, chosen by `tokenizer.ggml.model`:
 //   "llama": SentencePiece BPE (scores, byte fallback, '▁' for spaces), run by the sentencepiece library (spm.cpp);
-//   "gpt2":  byte-level BPE (merges by rank after a regex pre-tokenizer chosen by `tokenizer.ggml.pre`) (bpe.cpp).
-// Both follow llama.cpp's llama-vocab.cpp semantics, which reproduce Hugging Face's tokenizers:
+//   "gpt2":  byte-level BPE (merges by rank after a regex pre-tokenizer chosen by `tokenizer.ggml.pre`) (bpe.cpp);
+//   "gemma4": BPE merges over raw UTF-8 tokens, '▁' for spaces, <0xNN> byte fallback (bpe.cpp, raw_utf8).
+// All follow llama.cpp's llama-vocab.cpp semantics, which reproduce Hugging Face's tokenizers:
 //   - special tokens are split out of the text first: user-defined tokens always, control and unknown tokens only
 //     when parse_special is true (a user who types "<|im_end|>" gets plain text);
 //   - SPM prepends the dummy-prefix space to every raw-text fragment (the start of the text and after each special
 //     token), never elsewhere;
 //   - BOS/EOS are added per tokenizer.ggml.add_bos_token / add_eos_token (defaults: SPM adds BOS; gpt2-type vocabs
-//     add BOS only for the llama-3 and tekken pre-tokenizers).
+//     add BOS only for the llama-3 and tekken pre-tokenizers; gemma4 always adds it).
 // A Tokenizer is immutable once built: every const member may be called from several threads at once.
 #pragma once
 
@@ -79,7 +80,7 @@ public:
     bool is_eog(int32_t id) const;
     const std::vector<int32_t>& eog_ids() const { return eog_ids_; }  // sorted
     bool is_control(int32_t id) const;
-    std::string_view model_name() const { return model_; }  // "llama" (SPM) or "gpt2" (BPE)
+    std::string_view model_name() const { return model_; }  // "llama" (SPM), "gpt2" or "gemma4" (BPE)
     std::string_view pre_name() const { return pre_; }      // BPE pre-tokenizer in use; "" for SPM
     // True when encode() prepends a space to each raw fragment (SPM add_space_prefix); whole-text decoding drops
     // the space of the first piece.

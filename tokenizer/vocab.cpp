@@ -64,7 +64,7 @@ Vocab read_gguf_vocab(const GgufFile& file) {
     Vocab vocab;
     vocab.source = file.path();
     auto model = file.get_string("tokenizer.ggml.model");
-    if (!model) fail(file, "metadata 'tokenizer.ggml.model' is missing (expected 'llama' or 'gpt2')");
+    if (!model) fail(file, "metadata 'tokenizer.ggml.model' is missing (expected 'llama', 'gpt2' or 'gemma4')");
     vocab.model = *model;
     vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("");
 

@@ -13,13 +13,13 @@ class GgufFile;
 
 struct Vocab {
     std::string source;  // file path, for messages
-    std::string model;   // tokenizer.ggml.model: "llama" or "gpt2"
+    std::string model;   // tokenizer.ggml.model: "llama", "gpt2" or "gemma4"
     std::string pre;     // tokenizer.ggml.pre; "" when absent
     std::string general_name;
     std::vector<std::string> pieces;  // [n_vocab]; an empty text is renamed "[EMPTY_<id>]" as llama.cpp does
     std::vector<float> scores;        // [n_vocab]; 0 when the metadata has none
     std::vector<TokenType> types;     // [n_vocab]
-    std::vector<std::string> merges;  // gpt2 only: "left right", rank = index
+    std::vector<std::string> merges;  // gpt2 and gemma4: "left right", rank = index
     // Special ids as stored; out-of-range values are dropped with a warning when the tokenizer is built.
     std::optional<int64_t> bos, eos, unk, eot, eom;
     std::optional<bool> add_bos, add_eos, add_space_prefix;

@@ -211,9 +211,6 @@ TEST_CASE("gemma4 files with features quill lacks are refused with one line nami
         {"shared-kv", [](GgufWriter& w) { w.set("gemma4.attention.shared_kv_layers", uint32_t(2)); },
          "KV layers shared across the last layers (Gemma 4 E2B/E4B) ('gemma4.attention.shared_kv_layers') is not "
          "supported for gemma4"},
-        // (Gemma 4's own vocabulary: raw UTF-8 pieces with merges, which quill's tokenizers do not read)
-        {"tokenizer", [](GgufWriter& w) { w.set("tokenizer.ggml.model", "gemma4"); },
-         "tokenizer.ggml.model 'gemma4' is not supported (expected 'llama' or 'gpt2')"},
         {"ff-array",
          [](GgufWriter& w) {
              std::vector<GgufValue> ff(4, GgufValue(uint32_t(256)));

@@ -5,8 +5,8 @@ usage: make_vectors.py LLAMA_TOKENIZE VOCAB.gguf BASE.inp OUT_PREFIX
 
 The inputs are BASE.inp's (llama.cpp's test strings, each followed by "\\n__ggml_vocab_test__\\n") and the hard
 cases below; OUT_PREFIX.inp gets them in that format and OUT_PREFIX.out one line of space-separated ids each.
-deepseek-r1-qwen.inp/.out were made with the llama-tokenize of llama-cpp-python 0.3.36's llama.cpp on the vocabulary
-models/fetch_vocab.sh writes.
+deepseek-r1-qwen.inp/.out (base: llama-bpe's) and gemma-4.inp/.out (base: ggml-vocab-gemma-4.gguf.inp) were made
+with the llama-tokenize of llama-cpp-python 0.3.36's llama.cpp on the vocabularies models/fetch_vocab.sh writes.
 """
 import subprocess
 import sys
@@ -49,7 +49,9 @@ def tokenize(tool, vocab, text):
 def main():
     tool, vocab, base, prefix = sys.argv[1:5]
     with open(base, encoding="utf-8") as f:
-        cases = f.read().split(SEP)[:-1]
+        cases = f.read().split(SEP)
+    if cases[-1] == "":  # the last input's separator (llama.cpp's gemma-4 file has none after its last)
+        cases.pop()
     cases += HARD_CASES
     with open(prefix + ".inp", "w", encoding="utf-8", newline="") as inp, open(prefix + ".out", "w") as out:
         for text in cases:

@@ -119,9 +119,9 @@ TEST_CASE("a vocabulary of raw UTF-8 tokens is refused, an unknown pre-tokenizer
 }
 
 TEST_CASE("tokenizer vectors of llama.cpp's BPE and SPM vocabularies", "[tokenizer]") {
-    const std::vector<std::string> names = {"command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2",
-                                            "llama-bpe", "llama-spm", "mpt", "phi-3", "qwen2", "qwen35", "refact",
-                                            "starcoder"};
+    const std::vector<std::string> names = {"command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4",
+                                            "gpt-2", "llama-bpe", "llama-spm", "mpt", "phi-3", "qwen2", "qwen35",
+                                            "refact", "starcoder"};
     for (const std::string& name : names) {
         if (!quill::test::fetched_vocab("ggml-vocab-" + name + ".gguf")) return;  // skips before any check
     }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -24,14 +25,14 @@ struct Case {
     std::vector<int32_t> ids;
 };
 
-// <name>.inp holds inputs each followed by "\n__ggml_vocab_test__\n"; <name>.out one line of ids per input.
+// <name>.inp holds inputs each followed by "\n__ggml_vocab_test__\n" (but the last, in llama.cpp's gemma-4 file);
+// <name>.out one line of ids per input.
 inline std::vector<Case> read_vectors(const std::filesystem::path& inp, const std::filesystem::path& out) {
     const std::string sep = "\n__ggml_vocab_test__\n";
     const std::string text = read_file(inp);
     std::vector<Case> cases;
     for (size_t pos = 0; pos < text.size();) {
-        const size_t end = text.find(sep, pos);
-        REQUIRE(end != std::string::npos);  // the file ends with a separator
+        const size_t end = std::min(text.find(sep, pos), text.size());
         cases.push_back({text.substr(pos, end - pos), {}});
         pos = end + sep.size();
     }
