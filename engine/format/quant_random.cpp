@@ -12,14 +12,6 @@ namespace quill {
 
 namespace {
 
-// Random bytes over the whole block, then its fp16 d replaced: d = scale / divisor, where divisor is the block's
-// largest level times the middle of its sub-block scale range.
-void fill_random(Rng& rng, uint8_t* block, size_t bytes, float d) {
-    for (size_t i = 0; i < bytes; ++i) block[i] = static_cast<uint8_t>(rng.next() >> 56);
-    const uint16_t h = fp32_to_fp16(d);
-    std::memcpy(block, &h, sizeof(h));  // (d leads every block random_blocks makes)
-}
-
 // The IQ2 types' values are d (0.5 + s) / 4 g with a grid magnitude g (RMS about 29 over the grids) and s uniform in
 // 0..15 (RMS of (0.5 + s) / 4 about 2.31): RMS about 67 d, against scale / sqrt(3) for uniform floats.
 constexpr float kIq2DPerScale = 1.0f / 116.0f;
@@ -29,6 +21,14 @@ uint16_t random_d(Rng& rng, float scale, float d_per_scale) {
 }
 
 uint8_t random_byte(Rng& rng) { return static_cast<uint8_t>(rng.next() >> 56); }
+
+// Random bytes over the whole block, then its fp16 d replaced: d = scale / divisor, where divisor is the block's
+// largest level times the middle of its sub-block scale range.
+void fill_random(Rng& rng, uint8_t* block, size_t bytes, float d) {
+    for (size_t i = 0; i < bytes; ++i) block[i] = random_byte(rng);
+    const uint16_t h = fp32_to_fp16(d);
+    std::memcpy(block, &h, sizeof(h));  // (d leads every block random_blocks makes)
+}
 
 BlockIq2Xxs random_iq2_xxs(Rng& rng, float scale) {
     BlockIq2Xxs b{};
