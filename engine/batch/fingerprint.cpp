@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -234,6 +235,67 @@ void check_resume_fingerprint(const ResumeScan& earlier, const RunFingerprint& n
         warn(fmt::format("{}: {} result record{} no system_fingerprint (an older quill's): resumed without checking "
                          "the model and options they were made with",
                          name, earlier.unfingerprinted, earlier.unfingerprinted == 1 ? " carries" : "s carry"));
+}
+
+std::string request_hash(const BatchRequest& r) {
+    Hash h;
+    h.u64(static_cast<uint64_t>(r.endpoint));
+    if (r.prompt) h.text("prompt").text(*r.prompt);
+    if (r.messages) h.text("messages").text(r.messages->dump());
+    h.text(r.template_vars.dump()).text(r.model);
+    // Each option as a tag and its value when the request sets it, so that an option set to the default differs
+    // from the option absent (a later run's defaults may be other flags).
+    const RequestOverrides& o = r.overrides;
+    auto opt = [&h](const char* tag, const auto& v) {
+        if (!v) return;
+        h.text(tag);
+        using T = std::decay_t<decltype(*v)>;
+        if constexpr (std::is_same_v<T, float>) {
+            h.u64(std::bit_cast<uint32_t>(*v));
+        } else if constexpr (std::is_integral_v<T>) {
+            h.u64(static_cast<uint64_t>(*v));
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            h.u64(v->size());
+            for (const std::string& s : *v) h.text(s);
+        } else if constexpr (std::is_same_v<T, grammar::ConstraintSpec>) {
+            h.u64(static_cast<uint64_t>(v->kind)).text(v->text);
+        } else {
+            static_assert(std::is_same_v<T, std::vector<std::pair<int32_t, float>>>);
+            h.u64(v->size());
+            for (const auto& [token, bias] : *v) h.u64(static_cast<uint32_t>(token)).u64(std::bit_cast<uint32_t>(bias));
+        }
+    };
+    opt("max_tokens", o.max_tokens);
+    opt("temperature", o.temperature);
+    opt("top_p", o.top_p);
+    opt("min_p", o.min_p);
+    opt("top_k", o.top_k);
+    opt("repeat_penalty", o.repeat_penalty);
+    opt("frequency_penalty", o.frequency_penalty);
+    opt("presence_penalty", o.presence_penalty);
+    opt("repeat_last_n", o.repeat_last_n);
+    opt("logit_bias", o.logit_bias);
+    opt("seed", o.seed);
+    opt("stop", o.stop);
+    opt("logprobs", o.logprobs);
+    opt("constraint", o.constraint);
+    return fmt::format("{:016x}", h.value());
+}
+
+void check_resume_requests(const ResumeScan& earlier, const BatchInput& input, const std::string& name) {
+    size_t changed = 0;
+    const InputEntry* first = nullptr;
+    for (const InputEntry& e : input.entries) {
+        const auto it = earlier.request_hashes.find(e.request.id);
+        if (it == earlier.request_hashes.end() || e.error || it->second == request_hash(e.request)) continue;
+        ++changed;
+        if (!first) first = &e;
+    }
+    if (changed == 0) return;
+    throw UsageError(fmt::format("--resume: {} holds the result of another request for id \"{}\" (line {} has "
+                                 "changed since it ran){}; give the changed lines new ids, another -o, or --overwrite",
+                                 name, escape_line(first->request.id, 80), first->request.line,
+                                 changed == 1 ? "" : changed == 2 ? ", and 1 more id" : fmt::format(", and {} more ids", changed - 1)));
 }
 
 bool input_samples(const BatchInput& input) {

@@ -73,6 +73,17 @@ RunFingerprint make_fingerprint(const FingerprintInputs& in);
 void check_resume_fingerprint(const ResumeScan& earlier, const RunFingerprint& now, const std::string& name,
                               const std::function<void(const std::string&)>& warn);
 
+// What a request asks, as 16 hex digits of a hash that every result record carries ("request_hash"; in the OpenAI
+// shape in the response body): its endpoint, prompt or messages and template variables, the OpenAI "model" a
+// response echoes, and each of its own options (RequestOverrides). Not its id or line. --resume compares it with
+// the input's request of the same id, so that a line edited since its result was written is not silently skipped.
+std::string request_hash(const BatchRequest& r);
+
+// UsageError when a result record of `earlier` carries another request_hash than the input's request of its id:
+// "--resume: OUT holds the result of another request for id "x" (line N has changed since); ...". Records without
+// one (an older quill's) and ids the input lacks (check_resume_ids refuses those) pass.
+void check_resume_requests(const ResumeScan& earlier, const BatchInput& input, const std::string& name);
+
 // Whether any request of the input sets its own temperature above 0 (then a run with --temp 0 samples).
 bool input_samples(const BatchInput& input);
 

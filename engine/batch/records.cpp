@@ -1,5 +1,7 @@
 #include "engine/batch/records.h"
 
+#include "engine/batch/fingerprint.h"
+
 #include "engine/error.h"
 #include "engine/io/json_input.h"
 
@@ -78,6 +80,7 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
         if (!c.logprobs.is_null()) record["logprobs"] = c.logprobs;
         record["model"] = ctx.model_name;
         record["system_fingerprint"] = ctx.fingerprint;
+        record["request_hash"] = request_hash(r);
         return dump(record);
     }
     const std::string model = r.model.empty() ? ctx.model_name : r.model;
@@ -100,7 +103,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                                    {"finish_reason", reason}}})},
                     {"usage", usage(c)},
                     {"seed", c.seed},
-                    {"system_fingerprint", ctx.fingerprint}};
+                    {"system_fingerprint", ctx.fingerprint},
+                    {"request_hash", request_hash(r)}};
     } else {
         body = json{{"id", fmt::format("cmpl-{}", index)},
                     {"object", "text_completion"},
@@ -110,7 +114,8 @@ std::string result_record(const RecordContext& ctx, const BatchRequest& r, size_
                      json::array({{{"index", 0}, {"text", c.text}, {"logprobs", c.logprobs}, {"finish_reason", reason}}})},
                     {"usage", usage(c)},
                     {"seed", c.seed},
-                    {"system_fingerprint", ctx.fingerprint}};
+                    {"system_fingerprint", ctx.fingerprint},
+                    {"request_hash", request_hash(r)}};
     }
     return dump(openai_envelope(r, index, 200, std::move(body)));
 }
@@ -131,6 +136,7 @@ struct RecordSummary {
     bool failed = false;
     std::optional<std::string> fingerprint;  // a result's "system_fingerprint" (an OpenAI record's in its body)
     std::string model;  // a plain or JSONL result's "model"
+    std::optional<std::string> request_hash;  // a result's "request_hash" (an OpenAI record's in its body)
 };
 
 std::string string_at(const nlohmann::json& j, const char* key) {
@@ -160,6 +166,7 @@ std::optional<RecordSummary> read_record(std::string_view line) {
     }
     if (!s.failed && holder && holder->contains("system_fingerprint"))
         s.fingerprint = string_at(*holder, "system_fingerprint");
+    if (!s.failed && holder && holder->contains("request_hash")) s.request_hash = string_at(*holder, "request_hash");
     return s;
 }
 
@@ -197,6 +204,7 @@ ResumeScan scan_output(std::string_view content, const std::string& name) {
         scan.done.insert(record->id);
         if (record->failed) scan.failed.insert(record->id);
         note_config(scan, *record);
+        if (record->request_hash) scan.request_hashes[record->id] = *record->request_hash;
         scan.intact_bytes = nl + 1;
         start = nl + 1;
     }

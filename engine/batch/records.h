@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -82,6 +83,8 @@ struct ResumeScan {
     std::unordered_set<std::string> failed;  // the ids of done whose record is an error
     std::vector<EarlierConfig> configs;
     size_t unfingerprinted = 0;  // result records without a fingerprint (an older quill's)
+    // id -> "request_hash" of each result record that carries one (engine/batch/fingerprint.h).
+    std::unordered_map<std::string, std::string> request_hashes;
     size_t intact_bytes = 0;  // the file's length without a torn last line
     bool torn = false;
 };

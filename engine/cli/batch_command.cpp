@@ -217,6 +217,7 @@ int cmd_batch(BatchCliOptions& o) {
     BatchOutput output = open_batch_output(o);
     const qb::ResumeScan& resume = output.earlier;
     qb::check_resume_ids(resume, input, ro.shard, o.output);
+    qb::check_resume_requests(resume, input, o.output);
     std::FILE* out_stream = output.file ? output.file->stream() : stdout;
     const std::string out_name = output.file ? o.output : "stdout";
     qb::RecordWriter writer(out_stream, out_name, output.file && output.file->is_regular());

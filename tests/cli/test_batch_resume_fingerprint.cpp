@@ -197,6 +197,7 @@ TEST_CASE("batch --resume of an older quill's output without fingerprints warns 
         json r = records[i];
         r.erase("model");
         r.erase("system_fingerprint");
+        r.erase("request_hash");
         old += r.dump() + "\n";
     }
     std::ofstream(f.out, std::ios::trunc) << old;
@@ -235,4 +236,41 @@ TEST_CASE("OpenAI batch output: the fingerprint is in the body, and a cat of sha
     CHECK(refused.status == 2);
     CHECK_THAT(refused.err, Catch::Contains("was made with another model ("));
     CHECK_THAT(refused.err, Catch::Contains("this run uses tiny-random ("));
+}
+
+TEST_CASE("batch --resume refuses an input line changed under the id of its result, and OUTPUT is left as it was",
+          "[batch]") {
+    Fixture f("batch-resume-edited");
+    const auto args = raw_args(test::TinyModel::spm, f.in, f.out);
+    const std::string kept = f.killed_after_one(args);
+    CHECK(test::record_lines(kept)[0]["request_hash"].get<std::string>().size() == 16);
+
+    // The same requests spaced otherwise resume.
+    std::ofstream(f.in, std::ios::trunc) << "{\"prompt\":\"The little dog\",\"id\":\"a\"}\n"
+                                            "{\"id\":\"b\",\"prompt\":\"The sun\"}\n"
+                                            "{\"id\":\"c\",\"prompt\":\"Mom said\"}\n";
+    std::filesystem::copy_file(f.out, f.dir / "kept.jsonl");
+    const std::string kept_out = (f.dir / "kept.jsonl").string();
+    CHECK(test::run_quill(with(raw_args(test::TinyModel::spm, f.in, kept_out), {"--resume"})).status == 0);
+    CHECK(test::record_lines(test::read_file(kept_out)).size() == 3);
+
+    // The first line's prompt, or its -n, changed: its result is another request's.
+    for (const char* edited : {"{\"id\": \"a\", \"prompt\": \"The big dog\"}\n",
+                               "{\"id\": \"a\", \"prompt\": \"The little dog\", \"max_tokens\": 2}\n"}) {
+        std::ofstream(f.in, std::ios::trunc) << edited << "{\"id\": \"b\", \"prompt\": \"The sun\"}\n"
+                                             << "{\"id\": \"c\", \"prompt\": \"Mom said\"}\n";
+        check_refused(with(args, {"--resume"}), "--resume: " + f.out + " holds the result of another request for id "
+                                                "\"a\" (line 1 has changed since it ran); give the changed lines new "
+                                                "ids, another -o, or --overwrite");
+        CHECK(test::read_file(f.out) == kept);
+    }
+
+    // A plain-text input with a line put in before the done ones: their ids (line-N) now name other prompts.
+    const std::string txt = (f.dir / "in.txt").string(), txt_out = (f.dir / "txt.jsonl").string();
+    std::ofstream(txt) << "The little dog\nThe sun\nMom said\n";
+    REQUIRE(test::run_quill(raw_args(test::TinyModel::spm, txt, txt_out)).status == 0);
+    std::ofstream(txt, std::ios::trunc) << "Once upon a time\nThe little dog\nThe sun\nMom said\n";
+    check_refused(with(raw_args(test::TinyModel::spm, txt, txt_out), {"--resume"}),
+                  "holds the result of another request for id \"line-1\" (line 1 has changed since it ran), and 2 "
+                  "more ids");
 }

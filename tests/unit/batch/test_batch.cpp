@@ -1,5 +1,6 @@
 // quill batch's engine parts: the input formats and their error entries, the output record shapes, and the scan
 // --resume makes of a killed run's output (tests/cli/test_batch_cli.cpp runs the command end to end).
+#include "engine/batch/fingerprint.h"
 #include "engine/batch/input.h"
 #include "engine/batch/records.h"
 #include "engine/batch/runner.h"
@@ -219,8 +220,9 @@ TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]"
     r.id = "q1";
     const Completion c{"Hello", FinishReason::length, 5, 2, 3, 42};
     RecordContext ctx{InputFormat::jsonl, "llama", 1700000000, "quill1-fp"};
-    CHECK(json::parse(result_record(ctx, r, 3, c)) ==
-          json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2},"seed":42,"model":"llama","system_fingerprint":"quill1-fp"})"));
+    json plain = json::parse(R"({"id":"q1","text":"Hello","finish_reason":"length","usage":{"prompt_tokens":5,"completion_tokens":2},"seed":42,"model":"llama","system_fingerprint":"quill1-fp"})");
+    plain["request_hash"] = request_hash(r);
+    CHECK(json::parse(result_record(ctx, r, 3, c)) == plain);
     CHECK(json::parse(error_record(ctx, r, 3, "bad")) == json::parse(R"({"id":"q1","error":{"message":"bad"}})"));
     ctx.format = InputFormat::openai;
     r.endpoint = Endpoint::chat_completions;
@@ -233,6 +235,7 @@ TEST_CASE("records have the plain and the OpenAI batch output shapes", "[batch]"
     CHECK(body["model"] == "llama");
     CHECK(body["created"] == 1700000000);
     CHECK(body["system_fingerprint"] == "quill1-fp");
+    CHECK(body["request_hash"] == request_hash(r));
     CHECK(body["choices"][0]["message"] == json::parse(R"({"role":"assistant","content":"Hello"})"));
     CHECK(body["choices"][0]["finish_reason"] == "length");
     CHECK(body["usage"] ==

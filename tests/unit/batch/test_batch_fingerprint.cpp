@@ -134,3 +134,64 @@ TEST_CASE("a model's identity tells apart weights of one shape and metadata, and
     CHECK(model_identity(GgufFile::parse("copy", one)) == id);
     CHECK(model_identity(b) != id);
 }
+
+TEST_CASE("a request's hash moves with what it asks and not with its id, line or the line's spacing", "[batch]") {
+    const std::string line =
+        R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}})";
+    const BatchInput base_input = parse_batch_input(line + "\n");
+    REQUIRE(base_input.entries.size() == 1);
+    REQUIRE_FALSE(base_input.entries[0].error);
+    const std::string h = request_hash(base_input.entries[0].request);
+    CHECK(h.size() == 16);
+    auto hash_of = [](const std::string& text) {
+        const BatchInput in = parse_batch_input(text + "\n");
+        REQUIRE(in.entries.size() == 1);
+        REQUIRE_FALSE(in.entries[0].error);
+        return request_hash(in.entries[0].request);
+    };
+    // The same request under another id, on another line, spaced and ordered otherwise.
+    CHECK(hash_of("\n" R"({"temperature":0.5,"max_tokens":4,"prompt":"Hi","id":"zz","stop":["x"],"logit_bias":{"7":-100}})") == h);
+    // Each thing it asks, changed.
+    for (const char* other : {
+             R"({"id": "a", "prompt": "Hi!", "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 5, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.6, "stop": ["x"], "logit_bias": {"7": -100}})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.5, "stop": ["y"], "logit_bias": {"7": -100}})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"8": -100}})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}, "seed": 3})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}, "top_k": 3})",
+             R"({"id": "a", "prompt": "Hi", "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}, "grammar": "root ::= \"a\""})",
+             R"({"id": "a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0.5, "stop": ["x"], "logit_bias": {"7": -100}})",
+         })
+        CHECK(hash_of(other) != h);
+    // An option set to what the flags would give is still an option the request sets.
+    CHECK(hash_of(R"({"id": "a", "prompt": "Hi"})") != hash_of(R"({"id": "a", "prompt": "Hi", "top_p": 1.0})"));
+}
+
+TEST_CASE("the resume check refuses a result whose request has changed under its id, and lets the rest pass", "[batch]") {
+    const BatchInput was = parse_batch_input("{\"id\": \"a\", \"prompt\": \"Hi\"}\n{\"id\": \"b\", \"prompt\": \"Yo\"}\n");
+    ResumeScan scan;
+    for (const InputEntry& e : was.entries) {
+        scan.done.insert(e.request.id);
+        scan.request_hashes[e.request.id] = request_hash(e.request);
+    }
+    auto refusal_of = [&scan](const std::string& text) -> std::string {
+        try {
+            check_resume_requests(scan, parse_batch_input(text), "out.jsonl");
+        } catch (const UsageError& e) {
+            return e.what();
+        }
+        return "not refused";
+    };
+    CHECK(refusal_of("{\"id\": \"b\", \"prompt\": \"Yo\"}\n{\"id\": \"a\", \"prompt\": \"Hi\"}\n{\"id\": \"c\", "
+                     "\"prompt\": \"new\"}\n") == "not refused");
+    CHECK(refusal_of("{\"id\": \"a\", \"prompt\": \"Hi\"}\n{\"id\": \"b\", \"prompt\": \"Yo!\"}\n") ==
+          "--resume: out.jsonl holds the result of another request for id \"b\" (line 2 has changed since it ran); "
+          "give the changed lines new ids, another -o, or --overwrite");
+    CHECK(refusal_of("{\"id\": \"a\", \"prompt\": \"Hi?\"}\n{\"id\": \"b\", \"prompt\": \"Yo!\"}\n") ==
+          "--resume: out.jsonl holds the result of another request for id \"a\" (line 1 has changed since it ran), "
+          "and 1 more id; give the changed lines new ids, another -o, or --overwrite");
+    // A record without a hash (an older quill's) is not checked.
+    scan.request_hashes.erase("a");
+    CHECK(refusal_of("{\"id\": \"a\", \"prompt\": \"Hi?\"}\n{\"id\": \"b\", \"prompt\": \"Yo\"}\n") == "not refused");
+}
