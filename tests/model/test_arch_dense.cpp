@@ -248,3 +248,13 @@ TEST_CASE("quill run and quill chat work end to end on glm4, granite, olmo2, exa
         CHECK(chat.err.find("error") == std::string::npos);
     }
 }
+
+TEST_CASE("glm4, granite, olmo2 and exaone4: a sequence's decode steps give the same logits in mixed batches as alone",
+          "[arch][cpu]") {
+    // The blocks without input norms (olmo2, exaone4: the products read the residual stream, quantized in the
+    // product rather than in the norm's section), the residual multiplier (granite), the fused gate/up (glm4).
+    for (const char* shape : {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny"}) {
+        INFO(shape);
+        test::check_mixed_batches(synthetic_config(shape), {GgmlType::F32, GgmlType::Q8_0}, 64);
+    }
+}
