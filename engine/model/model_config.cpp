@@ -203,8 +203,11 @@ void refuse_if_set(const GgufFile& f, const std::string& p, const std::string& k
     if (v->type() == GgufType::ARRAY) {
         const GgufArray& a = v->as_array();
         set = false;
-        for (size_t i = 0; i < a.size() && !set; ++i)
-            set = a.type() == GgufType::STRING || a.type() == GgufType::ARRAY || a.at(i).as_int() != 0;
+        for (size_t i = 0; i < a.size() && !set; ++i) {  // (a value that is not an integer counts as set)
+            const GgufValue& x = a.at(i);
+            const auto* big = std::get_if<uint64_t>(&x.v);  // (as_int refuses a u64 beyond int64)
+            set = !x.is_integer() || (big ? *big != 0 : x.as_int() != 0);
+        }
     } else if (auto i = f.get_int(p + key)) {
         set = *i != 0;
     }
