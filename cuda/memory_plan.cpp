@@ -63,6 +63,12 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // gemma4's per-layer attention geometry, V norm and layer output scale have no kernels (the CPU backend runs it).
     if (config.arch == "gemma4")
         throw FileError("the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
+    // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss, and
+    // the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's blocks without
+    // input norms.
+    if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
+        config.arch == "ernie4_5" || config.arch == "seed_oss")
+        throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

@@ -460,11 +460,18 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const MatmulJob qkv[] = {{matrix(L.wq), q_.data()},
                              {matrix(L.wk), k_.data()},
                              {v_from_k ? matrix(L.wk) : matrix(L.wv), v_.data()}};
-    // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does)
-    const bool ready = layer == layers_.begin
-                           ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &qkv[0].w, n_decode_)
-                           : residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n, out_scale(layer - 1));
-    mm(std::span<const MatmulJob>(qkv, v_from_k ? 2 : 3), xn_.data(), n, c.n_embd, n_decode_, ready);
+    // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does;
+    // olmo2 and exaone4 have no input norm: the products read x itself)
+    bool ready = false;
+    if (!c.input_norms) {
+        if (layer != layers_.begin) residual_norm(layer - 1, nullptr, nullptr, n, out_scale(layer - 1));
+    } else if (layer == layers_.begin) {
+        ready = norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &qkv[0].w, n_decode_);
+    } else {
+        ready = residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n, out_scale(layer - 1));
+    }
+    const float* in = c.input_norms ? xn_.data() : x_.data();
+    mm(std::span<const MatmulJob>(qkv, v_from_k ? 2 : 3), in, n, c.n_embd, n_decode_, ready);
     if (L.has_bias()) {
         add_bias(q_.data(), L.bq, n);
         add_bias(k_.data(), L.bk, n);
@@ -473,14 +480,16 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const bool local = c.layer_is_local(layer);
     const bool has_rope = c.layer_has_rope(layer);  // (smollm3: not on every fourth layer)
     const int64_t n_rot = c.layer_n_rot(layer);
+    const auto q_norm = static_cast<int64_t>(L.attn_q_norm.size()), k_norm = static_cast<int64_t>(L.attn_k_norm.size());
     auto rope_store = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             float* q = q_.data() + t * nq;
             float* k = k_.data() + t * nkv;
             float* v = v_.data() + t * nkv;
             if (v_from_k) std::copy_n(k, nkv, v);  // (gemma4: K's projection, before K's norm and RoPE)
-            if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, c.n_head, hd, c.rms_eps);
-            if (!L.attn_k_norm.empty()) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, n_head_kv, hd, c.rms_eps);
+            // (rows of the norm's length: a head, or olmo2's whole Q and K)
+            if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, nq / q_norm, q_norm, c.rms_eps);
+            if (!L.attn_k_norm.empty()) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, nkv / k_norm, k_norm, c.rms_eps);
             if (c.v_norm) kv_ops_.rms_norm(v, ones_.data(), v, n_head_kv, hd, c.rms_eps);
             if (has_rope) {
                 rope(q, c.n_head, hd, n_rot, t, local);
@@ -500,6 +509,14 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     mm(o, att_.data(), n, nq, n_decode_);
     add_bias(proj_.data(), L.bo, n);
     if (!L.attn_post_norm.empty()) norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), n);
+    scale_residual(n);
+}
+
+// proj *= residual_scale (granite), before the sum joins the residual stream
+void CpuBackend::scale_residual(int64_t n) {
+    const float s = config_.residual_scale;
+    if (s == 1.0f) return;
+    for (int64_t i = 0; i < n * config_.n_embd; ++i) proj_[i] *= s;
 }
 
 // proj = W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x + the attention's proj) * ffn_norm, act SiLU or GELU
@@ -510,14 +527,17 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     if (c.moe() && !c.moe_shared_ffn) return moe_block(L, layer, n);
     QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
-    const bool ready = residual_norm(layer, L.ffn_norm.data(), &gate_up[0].w, n);
+    // (olmo2, exaone4: no input norm, gate and up read x itself)
+    const bool ready = residual_norm(layer, c.input_norms ? L.ffn_norm.data() : nullptr,
+                                     c.input_norms ? &gate_up[0].w : nullptr, n);
+    const float* in = c.input_norms ? xn_.data() : x_.data();
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     const MatmulJob down[] = {{matrix(L.ffn_down), proj_.data()}};
     if (int8_in_section(down[0].w, n)) {
         // Gate and up in one section by units of kFfnUnit features, each thread applying the activation to its
         // units' columns and quantizing their blocks for the down product as soon as it has both products' rows,
         // instead of a section of its own reading rows that the other core wrote.
-        if (!ready) act_.set(xn_.data(), n, c.n_embd, n_decode_);
+        if (!ready) act_.set(in, n, c.n_embd, n_decode_);
         ffn_act_.set(gate_.data(), n, c.n_ff, n_decode_);
         ffn_act_.begin_int8(isa_, !reads_tiles_alone(down[0].w, isa_, n));
         matmul_pair(gate_up[0], gate_up[1], act_, pool_, isa_, kFfnUnit, [&](int64_t f0, int64_t f1) {
@@ -527,7 +547,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
         ffn_act_.end_int8();
         matmul(down, ffn_act_, pool_, isa_);
     } else {
-        mm(gate_up, xn_.data(), n, c.n_embd, n_decode_, ready);
+        mm(gate_up, in, n, c.n_embd, n_decode_, ready);
         pool_.run([&](int ith, int nth) {
             const Range r = split_range(n * c.n_ff, ith, nth, 64);
             act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
@@ -541,6 +561,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
         for (int64_t i = 0; i < n * c.n_embd; ++i) proj_[i] += shared_[i];
     }
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
+    scale_residual(n);
 }
 
 // logits = W_out rms_norm(x) * output_norm, for the rows that asked; soft-capped when the model says so
@@ -560,6 +581,10 @@ void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
     if (c.final_logit_softcap > 0.0f) {
         const float cap = c.final_logit_softcap;
         for (int64_t i = 0; i < m * c.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+    if (c.logit_scale != 1.0f) {  // granite: logits / logit_scale, as a product by its inverse (llama.cpp's)
+        const float s = 1.0f / c.logit_scale;
+        for (int64_t i = 0; i < m * c.n_vocab; ++i) logits[i] *= s;
     }
 }
 

@@ -95,6 +95,7 @@ private:
     // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
+    void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
     // experts beside a dense FFN, whose inputs have their own norms)
     void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);

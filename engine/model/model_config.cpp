@@ -13,11 +13,13 @@ namespace quill {
 bool architecture_supported(const std::string& arch) {
     return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
-           arch == "gpt-oss";
+           arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "olmo2" || arch == "exaone4" ||
+           arch == "ernie4_5" || arch == "seed_oss";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss";
+    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, granite, "
+           "olmo2, exaone4, ernie4_5, seed_oss";
 }
 
 namespace {
@@ -92,10 +94,12 @@ int64_t read_swa_pattern(const GgufFile& f, const std::string& p, int64_t fallba
 
 // Sliding-window attention as each architecture's llama.cpp reads it: gemma2 every second layer global (a window of
 // 4096 unless the file says), gemma3 every sixth when the file gives a window, gpt-oss every second (the window
-// required), gemma4 as its required pattern array says; attention.sliding_window_pattern overrides these patterns. llama and qwen2: every layer local when the
-// file gives a window. phi3: off, as llama.cpp turns it off (its converted files' window and pattern disagree with
-// the model's), so that quill and llama.cpp give the same logits. The other architectures have none: a window there
-// is ignored, as llama.cpp ignores it, so that a file llama.cpp runs is run alike rather than refused.
+// required), gemma4 as its required pattern array says, exaone4 (the 32B's 64 layers only) every fourth (a window of
+// 4096 unless the file says); attention.sliding_window_pattern overrides these patterns. llama and qwen2: every layer
+// local when the file gives a window. olmo2: refused (OLMo 3's local layers rotate without the file's RoPE scaling).
+// phi3: off, as llama.cpp turns it off (its converted files' window and pattern disagree with the model's), so that
+// quill and llama.cpp give the same logits. The other architectures have none: a window there is ignored, as
+// llama.cpp ignores it, so that a file llama.cpp runs is run alike rather than refused.
 void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c) {
     const std::string key = p + "attention.sliding_window";
     constexpr int64_t kMax = int64_t{1} << 30;
@@ -106,7 +110,15 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
         c.swa_pattern = read_swa_pattern(f, p, 2, c.n_layer);
         return;
     }
+    if (c.arch == "exaone4") {  // (the 32B's 64 layers only, as llama.cpp reads it; a window elsewhere is ignored)
+        c.sliding_window = c.n_layer == 64 ? optional_int(f, key, 4096, 1, kMax) : 0;
+        if (c.sliding_window > 0) c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
+        return;
+    }
     c.sliding_window = optional_int(f, key, 0, 0, kMax);
+    if (c.arch == "olmo2" && c.sliding_window > 0)
+        throw FileError(fmt::format("{}: sliding-window attention ('{}', OLMo 3) is not supported for olmo2", f.path(),
+                                    key));
     if (c.arch == "gemma3") {
         if (c.sliding_window > 0) c.swa_pattern = read_swa_pattern(f, p, 6, c.n_layer);
     } else if (c.arch != "llama" && c.arch != "qwen2") {
@@ -181,6 +193,50 @@ void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
                                     "is odd, expected even numbers", f.path(), p, c.head_dim_local, p, c.n_rot_local));
 }
 
+// A feature quill lacks, refused by name when the file has it: `key` (after the architecture's prefix) present and
+// not 0 or empty.
+void refuse_if_set(const GgufFile& f, const std::string& p, const std::string& key, const std::string& what,
+                   const std::string& arch) {
+    const GgufValue* v = f.find(p + key);
+    if (!v) return;
+    bool set = true;
+    if (v->type() == GgufType::ARRAY) {
+        const GgufArray& a = v->as_array();
+        set = false;
+        for (size_t i = 0; i < a.size() && !set; ++i) {  // (a value that is not an integer counts as set)
+            const GgufValue& x = a.at(i);
+            const auto* big = std::get_if<uint64_t>(&x.v);  // (as_int refuses a u64 beyond int64)
+            set = !x.is_integer() || (big ? *big != 0 : x.as_int() != 0);
+        }
+    } else if (auto i = f.get_int(p + key)) {
+        set = *i != 0;
+    }
+    if (set) throw FileError(fmt::format("{}: {} ('{}{}') is not supported for {}", f.path(), what, p, key, arch));
+}
+
+// GLM-4 (0414, Z1) as llama.cpp's glm4 reads it: partial rotary dims in adjacent pairs (rope.dimension_count), Q, K,
+// V biases, gate and up in one matrix, norms after the attention and the FFN (Weights). M-RoPE (GLM-4.1V) and the
+// NextN prediction layers (GLM-OCR) are refused by name.
+void read_glm4(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
+    refuse_if_set(f, p, "nextn_predict_layers", "NextN prediction layers", c.arch);
+}
+
+// IBM Granite (3.x dense) as llama.cpp's granite reads it: embeddings multiplied by embedding_scale, each block's
+// output by residual_scale, the logits divided by the required logit_scale (attention.scale, read for every
+// architecture, is its attention multiplier); rope.scaling.finetuned false turns RoPE off. Granite Vision's
+// deepstack layers are refused by name.
+void read_granite(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    refuse_if_set(f, p, "deepstack_mapping", "Granite Vision's deepstack layers", c.arch);
+    c.logit_scale = required_float(f, p + "logit_scale", 1e-6, 1e6);
+    // (0, as llama.cpp defaults them: no scaling)
+    const float residual = optional_float(f, p + "residual_scale", 0.0f, 0.0, 1e6);
+    const float embedding = optional_float(f, p + "embedding_scale", 0.0f, 0.0, 1e6);
+    if (residual != 0.0f) c.residual_scale = residual;
+    if (embedding != 0.0f) c.embd_scale = embedding;
+    if (auto finetuned = f.get_bool(p + "rope.scaling.finetuned"); finetuned && !*finetuned) c.no_rope_step = 1;
+}
+
 }  // namespace
 
 double ModelConfig::yarn_ramp(int64_t i) const {
@@ -206,8 +262,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
     if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma2" || c.arch == "gemma3" ||
-        c.arch == "gemma4" ||
-        c.arch == "phi3" || c.arch == "gpt-oss")
+        c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" || c.arch == "exaone4" ||
+        c.arch == "seed_oss")
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
@@ -293,6 +349,18 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
+    if (c.arch == "glm4") read_glm4(f, p, c);
+    if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)
+        refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
+    if (c.arch == "granite") read_granite(f, p, c);
+    if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
+    if (c.arch == "exaone4") {
+        // With sliding-window layers the global ones have no RoPE (l % N == N - 1: (l + 1) % N == 0); the local ones
+        // rotate with rope.freq_base_swa when the file has it. NextN prediction layers are refused by name.
+        c.no_rope_step = c.sliding_window > 0 ? c.swa_pattern : 0;
+        c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
+        refuse_if_set(f, p, "nextn_predict_layers", "NextN prediction layers", c.arch);
+    }
     if (c.arch == "gpt-oss") {
         // As llama.cpp's gpt-oss (LLM_ARCH_OPENAI_MOE): the local layers (see read_sliding_window) with
         // rope.freq_base_swa when the file has it; queries scaled by 1 / sqrt(n_rot); the experts' clamped SwiGLU.

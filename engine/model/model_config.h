@@ -88,6 +88,13 @@ struct ModelConfig {
     bool v_norm = false;
     // gemma4: rope_freqs divides the global layers' frequencies only (its "proportional" RoPE); else every layer's
     bool rope_divisors_global_only = false;
+    // olmo2, exaone4: the attention and the FFN read the residual stream itself (no attn_norm, ffn_norm); their
+    // outputs are normalized instead (attn_post_norm, ffn_post_norm)
+    bool input_norms = true;
+    // granite: each block's output is multiplied by this before it joins the residual stream (residual_scale), and
+    // the logits are divided by logit_scale (1: neither)
+    float residual_scale = 1.0f;
+    float logit_scale = 1.0f;
 
     bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
     // The factor of the queries of a token at `pos` (1 without the temperature).
@@ -140,7 +147,7 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3,
-// smollm3, mistral3, gpt-oss).
+// smollm3, mistral3, gpt-oss, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -20,6 +20,15 @@ constexpr const char* kChatTemplate =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+// The turns of Granite 3's and GLM-4's templates (without their tools, documents and thinking; the tests put the
+// published ones in the file).
+constexpr const char* kGraniteTemplate =
+    "{% for message in messages %}<|start_of_role|>{{ message['role'] }}<|end_of_role|>{{ message['content'] }}"
+    "<|end_of_text|>\n{% endfor %}{% if add_generation_prompt %}<|start_of_role|>assistant<|end_of_role|>{% endif %}";
+constexpr const char* kGlm4Template =
+    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+
 struct Preset {
     const char* name;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
@@ -159,6 +168,52 @@ ModelConfig gemma4_moe_config(const char* name, int64_t n_ff, int64_t n_expert, 
     return c;
 }
 
+// glm4: partial rotary dims in adjacent pairs, Q/K/V biases, gate and up in one matrix, post-norms.
+ModelConfig glm4_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                        int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = base_config("glm4", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.n_rot = head_dim / 2;
+    c.rope = ModelConfig::Rope::adjacent;
+    return c;
+}
+
+// granite: embedding, residual, attention and logit multipliers, adjacent RoPE pairs (an output matrix of its own,
+// which Granite 3 ties to the embeddings: with random weights and the embedding multiplier, a tied output's largest
+// logit is the input token's).
+ModelConfig granite_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                           int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float embd, float residual, float attn,
+                           float logit) {
+    ModelConfig c =
+        base_config("granite", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.rope = ModelConfig::Rope::adjacent;
+    c.embd_scale = embd;
+    c.residual_scale = residual;
+    c.attn_scale = attn;
+    c.logit_scale = logit;
+    return c;
+}
+
+// olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
+// window: every fourth layer global and without RoPE.
+ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                             int64_t n_head_kv, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window) {
+    ModelConfig c = base_config(arch, name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.input_norms = false;
+    c.sliding_window = window;
+    if (window > 0) c.swa_pattern = c.no_rope_step = 4;
+    return c;
+}
+
+// ernie4_5: llama's layers with adjacent RoPE pairs and a tied output; seed_oss: Q/K/V biases, NEOX RoPE, a head
+// size apart from n_embd / n_head, the FFN's norm named post_attention_norm.
+ModelConfig llama_like_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                              int64_t n_head_kv, int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = base_config(arch, name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    if (c.arch == "ernie4_5") c.rope = ModelConfig::Rope::adjacent;
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
@@ -178,6 +233,20 @@ std::vector<ModelConfig> arch_shapes() {
         gpt_oss_config("gpt-oss-20b", 2880, 24, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
         gpt_oss_config("gpt-oss-20b-8l", 2880, 8, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
         phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
+        glm4_config("glm4-tiny", 128, 3, 4, 2, 32, 192, 320, 1024),
+        glm4_config("glm-4-9b", 4096, 40, 32, 2, 128, 13696, 151552, 32768),
+        // Granite 3.3 2B's multipliers (its attention multiplier 1/64 over a head of 64)
+        granite_config("granite-tiny", 128, 3, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.015625f, 8.0f),
+        granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
+        post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
+        post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
+        // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
+        post_norm_config("exaone4", "exaone4-tiny", 64, 64, 2, 1, 128, 320, 1024, 8),
+        post_norm_config("exaone4", "exaone-4.0-1.2b", 2048, 30, 32, 8, 4096, 102400, 65536, 0),
+        llama_like_config("ernie4_5", "ernie4_5-tiny", 128, 3, 4, 2, 32, 256, 320, 1024),
+        llama_like_config("ernie4_5", "ernie-4.5-0.3b", 1024, 18, 16, 2, 64, 3072, 103424, 131072),
+        llama_like_config("seed_oss", "seed_oss-tiny", 128, 3, 4, 2, 48, 256, 320, 1024),
+        llama_like_config("seed_oss", "seed-oss-36b", 5120, 64, 80, 8, 128, 27648, 155136, 524288),
     };
 }
 
@@ -281,6 +350,8 @@ const char* chat_template(const std::string& arch) {
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<|turn>{{ role }}\n{{ "
                "message['content'] | trim }}<turn|>\n{% endfor %}{% if add_generation_prompt %}"
                "<|turn>model\n{% endif %}";
+    if (arch == "granite") return kGraniteTemplate;
+    if (arch == "glm4") return kGlm4Template;
     return arch == "llama" ? nullptr : kChatTemplate;
 }
 
@@ -289,6 +360,10 @@ std::vector<std::string> control_tokens(const std::string& arch) {
     if (arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
     if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
     if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
+    if (arch == "glm4")
+        return {"<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"};
+    if (arch == "granite") return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
+    if (arch == "seed_oss") return {"<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>"};
     return {};
 }
 
@@ -376,9 +451,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         return f;
     };
     const bool phi3 = c.arch == "phi3", gemma2 = c.arch == "gemma2", gemma4 = c.arch == "gemma4";
+    const bool glm4 = c.arch == "glm4", olmo2 = c.arch == "olmo2", exaone4 = c.arch == "exaone4";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    if (gemma2 || gemma4) {  // (their files have no output matrix of their own)
+    if (gemma2 || gemma4 || c.arch == "ernie4_5") {  // (their files have no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {
@@ -388,6 +464,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->weights.rope_factors_long = factors(4.0);
         m->weights.rope_factors_short = factors(1.5);
     }
+    if (exaone4) m->weights.rope_freqs = factors(4.0);  // (Llama 3's RoPE divisors, as EXAONE 4.0 has them)
     if (gemma4) {  // "proportional" RoPE: the global layers rotate the first quarter of their pairs, the rest not
         m->weights.rope_freqs.assign(static_cast<size_t>(c.n_rot / 2), 1e30f);
         std::fill_n(m->weights.rope_freqs.begin(), c.n_rot / 8, 1.0f);
@@ -395,7 +472,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
-        L.attn_norm = norm(c.n_embd);
+        if (c.input_norms) L.attn_norm = norm(c.n_embd);
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
@@ -406,9 +483,9 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             if (!gemma4 || c.layer_is_local(i)) L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
         L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
-        L.ffn_norm = norm(c.n_embd);
+        if (c.input_norms) L.ffn_norm = norm(c.n_embd);
         const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
-        if (dense && phi3) {
+        if (dense && (phi3 || glm4)) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
         } else if (dense) {
             L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
@@ -433,13 +510,22 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ffn_post_norm_2 = norm(c.n_embd);
             L.ffn_down_exps_s = uniform(c.n_expert, 0.5, 1.5);
         }
-        if (gemma2 || gemma4) {
+        if (gemma2 || gemma4 || glm4 || olmo2 || exaone4) {
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4) {
+        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
             L.attn_k_norm = norm(c.layer_head_dim(i));
+        }
+        if (olmo2) {  // (over the whole Q and K)
+            L.attn_q_norm = norm(nq);
+            L.attn_k_norm = norm(nkv);
+        }
+        if (glm4 || c.arch == "seed_oss") {  // (GLM-4's and Seed-OSS's Q, K and V biases)
+            L.bq = uniform(nq, -0.1, 0.1);
+            L.bk = uniform(nkv, -0.1, 0.1);
+            L.bv = uniform(nkv, -0.1, 0.1);
         }
         if (gemma4) L.out_scale = uniform(1, 0.5, 1.5);
         if (c.arch == "gpt-oss") {
@@ -528,6 +614,16 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "rope.freq_base_swa", c.rope_base_local);
         w.set(p + "final_logit_softcapping", c.final_logit_softcap);
         w.set(p + "embedding_length_per_layer_input", uint32_t(0));  // (none; llama.cpp requires the key)
+    }
+    if (c.arch == "granite") {
+        w.set(p + "embedding_scale", c.embd_scale);
+        w.set(p + "residual_scale", c.residual_scale);
+        w.set(p + "attention.scale", c.attn_scale);
+        w.set(p + "logit_scale", c.logit_scale);
+    }
+    if (c.arch == "exaone4" && c.sliding_window > 0) {
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
     }
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));

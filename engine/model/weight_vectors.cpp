@@ -25,26 +25,35 @@ std::vector<NamedVector> held(const std::vector<VectorField<Owner>>& fields, con
 std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c, int64_t layer) {
     using L = LayerWeights;
     const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4";
-    const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4;
-    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4;
+    const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
+                            c.arch == "olmo2" || c.arch == "exaone4";
+    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
+                          c.arch == "olmo2" || c.arch == "exaone4";
     const int64_t hd = c.layer_head_dim(layer);
+    // (olmo2: Q's and K's norms span the whole projection, not a head)
+    const bool whole = c.arch == "olmo2";
     // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
-    // the output's, as llama.cpp does.
-    std::vector<VectorField<L>> f{
-        {"attn_norm.weight", &L::attn_norm, c.n_embd},
+    // the output's, as llama.cpp does; ernie4_5's llama.cpp loads and ignores it and seed_oss's has none, so quill
+    // refuses a file of theirs that has it (Weights: a tensor it would not use) rather than run it otherwise.
+    const bool no_bo = c.arch == "ernie4_5" || c.arch == "seed_oss";
+    std::vector<VectorField<L>> f;
+    if (c.input_norms) f.push_back({"attn_norm.weight", &L::attn_norm, c.n_embd});
+    f.insert(f.end(), {
         {"attn_q.bias", &L::bq, c.layer_n_embd_q(layer), 1, false},
         {"attn_k.bias", &L::bk, c.layer_n_embd_kv(layer), 1, false},
         {"attn_v.bias", &L::bv, c.layer_n_embd_kv(layer), 1, false},
-        {"attn_output.bias", &L::bo, c.n_embd, 1, gpt_oss},
-    };
+    });
+    if (!no_bo) f.push_back({"attn_output.bias", &L::bo, c.n_embd, 1, gpt_oss});
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
-        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, hd});
-        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, hd});
+        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd});
+        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd});
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
-    // (gpt-oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
-    f.push_back({gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
+    // (gpt-oss, seed_oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
+    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss";
+    if (c.input_norms)
+        f.push_back({ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
     if (gpt_oss) {
         f.push_back({"ffn_gate_inp.bias", &L::ffn_gate_inp_b, c.n_expert});
         f.push_back({"ffn_gate_exps.bias", &L::ffn_gate_exps_b, c.n_ff_exp, c.n_expert});
@@ -66,10 +75,10 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
 std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     using W = Weights;
     std::vector<VectorField<W>> f{{"output_norm.weight", &W::output_norm, c.n_embd}};
-    // The RoPE divisors llama.cpp loads: rope_freqs for llama and mistral3 (without longrope scaling, which quill
-    // refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it does not load, and so does
-    // quill (Weights::from_gguf), rather than run without it.
-    if (c.arch == "llama" || c.arch == "mistral3")
+    // The RoPE divisors llama.cpp loads: rope_freqs for llama, mistral3, granite and exaone4 (without longrope
+    // scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it does not
+    // load, and so does quill (Weights::from_gguf), rather than run without it.
+    if (c.arch == "llama" || c.arch == "mistral3" || c.arch == "granite" || c.arch == "exaone4")
         f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false});
     // (gemma4: required where a layer is global, as llama.cpp requires it)
     bool global = false;

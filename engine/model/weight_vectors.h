@@ -26,8 +26,8 @@ struct VectorField {
 // Layer `layer`'s vectors in the architecture, in file order: attn_norm, the attention's biases, sinks and norms, the
 // FFN's input norm, the router's and experts' biases, the FFN's output norm, gemma4's output scale.
 std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& config, int64_t layer);
-// The model's own: output_norm and the architecture's RoPE divisors (llama's, mistral3's and gemma4's rope_freqs, phi3's
-// long and short factors).
+// The model's own: output_norm and the architecture's RoPE divisors (llama's, mistral3's, gemma4's, granite's and
+// exaone4's rope_freqs, phi3's long and short factors).
 std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& config);
 
 // A vector the weights hold, with its tensor's name and shape.

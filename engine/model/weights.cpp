@@ -151,7 +151,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     l.check_divisors("rope_factors_short.weight", w.rope_factors_short);
 
     const bool gpt_oss = c.arch == "gpt-oss";
-    if (gpt_oss && w.output_tied)  // (llama.cpp requires output.weight for gpt-oss)
+    if ((gpt_oss || c.arch == "olmo2") && w.output_tied)  // (llama.cpp requires output.weight for these)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
@@ -179,7 +179,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.split_experts();
         }
         const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
-        if (dense && c.arch == "phi3") {  // gate and up in one matrix, gate first (the halves of a SwiGLU's input)
+        // phi3, glm4: gate and up in one matrix, gate first (the halves of a SwiGLU's input)
+        if (dense && (c.arch == "phi3" || c.arch == "glm4")) {
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
         } else if (dense) {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});

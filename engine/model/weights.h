@@ -38,7 +38,7 @@ struct ExpertWeights {
 };
 
 struct LayerWeights {
-    std::vector<float> attn_norm;  // [n_embd]
+    std::vector<float> attn_norm;  // [n_embd]; empty, as ffn_norm, without input norms (ModelConfig::input_norms)
     TensorView wq;                 // [n_head * head_dim rows, n_embd]
     TensorView wk;                 // [n_head_kv * head_dim rows, n_embd]
     TensorView wv;                 // [n_head_kv * head_dim rows, n_embd]; gemma4: absent (no data) where V is K's
@@ -72,8 +72,9 @@ struct LayerWeights {
     // Optional biases (qwen2 has Q, K and V ones; llama GGUFs may carry any of them); empty when absent.
     std::vector<float> bq, bk, bv;  // [n_embd_q], [n_embd_kv], [n_embd_kv]
     std::vector<float> bo;          // [n_embd]
-    // gemma3 and qwen3: RMSNorm of each Q and K head before RoPE ([head_dim]); gemma3: of the attention and FFN
-    // outputs before they join the residual stream ([n_embd]). Empty for the other architectures.
+    // gemma3 and qwen3: RMSNorm of each Q and K head before RoPE ([head_dim]; olmo2: of the whole Q and K, [n_embd_q]
+    // and [n_embd_kv]); gemma3, glm4, olmo2, exaone4: of the attention and FFN outputs before they join the residual
+    // stream ([n_embd]). Empty for the other architectures.
     std::vector<float> attn_q_norm, attn_k_norm;
     std::vector<float> attn_post_norm, ffn_post_norm;
     // gemma4: the layer's output is multiplied by out_scale[0] ([1], layer_output_scale); empty: 1.

@@ -226,8 +226,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const int64_t group = c.n_head / n_head_kv;  // query heads per KV head
     const LayerWeights& L = weights_.layers[l];
 
-    // xn = x / sqrt(mean(x^2) + eps) * attn_norm
-    rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
+    // xn = x / sqrt(mean(x^2) + eps) * attn_norm (olmo2, exaone4: xn = x)
+    if (c.input_norms)
+        rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
+    else
+        xn_ = x_;
     // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k)
     matvec(L.wq, xn_, q_, row_);
     matvec(L.wk, xn_, k_, row_);
@@ -239,7 +242,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
     for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
     for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
-    // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head
+    // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head (olmo2: the
+    // norm's length is the whole q's and k's)
     if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
     if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
     // gemma4: v_h = rms_norm(v_h) for every head (no weight)
@@ -293,14 +297,17 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
         }
     }
-    // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm)
+    // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm; granite: x + Wo att * residual_scale)
     matvec(L.wo, att_, out_, row_);
     for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
     if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
-    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
 
-    // xn = x / sqrt(mean(x^2) + eps) * ffn_norm
-    rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
+    // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x)
+    if (c.input_norms)
+        rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
+    else
+        xn_ = x_;
     // x = x + W2 (act(W1 xn) * W3 xn), or (mixture of experts) the routed experts' sum of it;
     // gemma3 normalizes the sum's term by ffn_post_norm
     if (c.moe_shared_ffn) {
@@ -320,7 +327,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
     }
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
-    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+    for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
     // gemma4: x = x * layer_output_scale
     if (!L.out_scale.empty())
         for (double& v : x_) v *= L.out_scale[0];
@@ -331,10 +338,10 @@ void ReferenceBackend::output_token(float* logits) {
     // logits = W_out (x / sqrt(mean(x^2) + eps) * output_norm); W_out is token_embd itself when the model ties them
     rms_norm(x_, weights_.output_norm, c.rms_eps, xn_);
     matvec(weights_.output, xn_, logit_, row_);
-    // soft-capped, cap * tanh(logit / cap), when the model sets a cap
-    const double cap = c.final_logit_softcap;
+    // soft-capped, cap * tanh(logit / cap), when the model sets a cap; granite: divided by logit_scale
+    const double cap = c.final_logit_softcap, scale = 1.0 / c.logit_scale;
     for (int64_t i = 0; i < c.n_vocab; ++i)
-        logits[i] = static_cast<float>(cap > 0.0 ? cap * std::tanh(logit_[i] / cap) : logit_[i]);
+        logits[i] = static_cast<float>((cap > 0.0 ? cap * std::tanh(logit_[i] / cap) : logit_[i]) * scale);
 }
 
 // out = W2 (act(W1 xn + b1, W3 xn + b3)) + b2 (the biases where given), act(g, u) = silu(g) u = g u / (1 + e^-g), or

@@ -93,8 +93,9 @@ def tiny_model(vocab_kv, n_vocab, ttype):
 
 def arch_model(arch, vocab_kv, n_vocab):
     """A one- or two-layer F32 model of an architecture beyond llama (qwen3, qwen3moe, gpt-oss, phi3, gemma2, smollm3,
-    mistral3) with the tensors and keys of its features (Q/K norms, experts with router and biases, attention sinks,
-    fused QKV and gate/up, RoPE factors, post-norms, soft-caps, sliding window, YaRN, attention temperature), as
+    mistral3, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss) with the tensors and keys of its features (Q/K norms,
+    experts with router and biases, attention sinks, fused QKV and gate/up, RoPE factors, post-norms, blocks without
+    input norms, soft-caps, sliding window, YaRN, attention temperature, Granite's multipliers), as
     `quill bench --synthetic NAME-tiny --save` writes them but a few KB small, so that mutations reach each
     architecture's config and weight checks."""
     n_embd, n_ff, n_head, n_head_kv, head_dim, n_expert, n_used, n_ff_exp = 8, 16, 2, 1, 4, 4, 2, 8
@@ -126,32 +127,46 @@ def arch_model(arch, vocab_kv, n_vocab):
                (p + "rope.scaling.original_context_length", U32, 16), (p + "rope.scaling.yarn_beta_fast", F32, 32.0),
                (p + "rope.scaling.yarn_beta_slow", F32, 1.0), (p + "rope.scaling.yarn_log_multiplier", F32, 1.0),
                (p + "attention.temperature_scale", F32, 0.1)]
+    if arch == "glm4":
+        kv += [(p + "rope.dimension_count", U32, 2)]
+    if arch == "granite":
+        kv += [(p + "logit_scale", F32, 8.0), (p + "residual_scale", F32, 0.22), (p + "embedding_scale", F32, 12.0),
+               (p + "attention.scale", F32, 0.25)]
     kv += vocab_kv
+    input_norms = arch not in ("olmo2", "exaone4")
+    post_norms = arch in ("gemma2", "glm4", "olmo2", "exaone4")
     shapes = [("token_embd.weight", [n_embd, n_vocab]), ("output_norm.weight", [n_embd])]
-    if arch != "gemma2":  # (gemma2's output is the embedding)
+    if arch not in ("gemma2", "ernie4_5"):  # (their output is the embedding)
         shapes.append(("output.weight", [n_embd, n_vocab]))
     if arch == "phi3":
         shapes += [("rope_factors_long.weight", [1]), ("rope_factors_short.weight", [1])]
     for i in range(n_layer):
         b = "blk.%d." % i
-        shapes.append((b + "attn_norm.weight", [n_embd]))
+        if input_norms:
+            shapes.append((b + "attn_norm.weight", [n_embd]))
         if arch == "phi3":
             shapes.append((b + "attn_qkv.weight", [n_embd, n_q + 2 * n_kv]))
         else:
             shapes += [(b + "attn_q.weight", [n_embd, n_q]), (b + "attn_k.weight", [n_embd, n_kv]),
                        (b + "attn_v.weight", [n_embd, n_kv])]
         shapes.append((b + "attn_output.weight", [n_q, n_embd]))
-        shapes.append((b + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight"), [n_embd]))
-        if arch in ("qwen3", "qwen3moe"):
+        if input_norms:
+            ffn_norm = "post_attention_norm.weight" if arch in ("gpt-oss", "seed_oss") else "ffn_norm.weight"
+            shapes.append((b + ffn_norm, [n_embd]))
+        if arch in ("qwen3", "qwen3moe", "exaone4"):
             shapes += [(b + "attn_q_norm.weight", [head_dim]), (b + "attn_k_norm.weight", [head_dim])]
-        if arch == "gemma2":
+        if arch == "olmo2":  # (over the whole Q and K)
+            shapes += [(b + "attn_q_norm.weight", [n_q]), (b + "attn_k_norm.weight", [n_kv])]
+        if arch in ("glm4", "seed_oss"):
+            shapes += [(b + "attn_q.bias", [n_q]), (b + "attn_k.bias", [n_kv]), (b + "attn_v.bias", [n_kv])]
+        if post_norms:
             shapes += [(b + "post_attention_norm.weight", [n_embd]), (b + "post_ffw_norm.weight", [n_embd])]
         if arch in ("qwen3moe", "gpt-oss"):
             shapes += [(b + "ffn_gate_inp.weight", [n_embd, n_expert]),
                        (b + "ffn_gate_exps.weight", [n_embd, n_ff_exp, n_expert]),
                        (b + "ffn_up_exps.weight", [n_embd, n_ff_exp, n_expert]),
                        (b + "ffn_down_exps.weight", [n_ff_exp, n_embd, n_expert])]
-        elif arch == "phi3":
+        elif arch in ("phi3", "glm4"):
             shapes += [(b + "ffn_up.weight", [n_embd, 2 * n_ff]), (b + "ffn_down.weight", [n_ff, n_embd])]
         else:
             shapes += [(b + "ffn_gate.weight", [n_embd, n_ff]), (b + "ffn_up.weight", [n_embd, n_ff]),
@@ -170,7 +185,8 @@ def arch_model(arch, vocab_kv, n_vocab):
     return gguf_file(kv, tensors)
 
 
-ARCHS = ("qwen3", "qwen3moe", "gpt-oss", "phi3", "gemma2", "smollm3", "mistral3")
+ARCHS = ("qwen3", "qwen3moe", "gpt-oss", "phi3", "gemma2", "smollm3", "mistral3", "glm4", "granite", "olmo2", "exaone4",
+         "ernie4_5", "seed_oss")
 
 
 def spm_vocab():

@@ -27,14 +27,7 @@ namespace {
 // 128, so both rotate by the long RoPE factors.
 constexpr int64_t kCtx = 256;
 
-
-// The synthetic model of `shape` in `type`, saved as GGUF and loaded back (through the loader's fused-tensor views).
-std::unique_ptr<Model> saved_model(const std::string& shape, GgmlType type) {
-    const fs::path dir = test::temp_dir("arch_" + shape + "_" + std::string(type_name(type)));
-    const fs::path file = dir / (shape + ".gguf");
-    SyntheticModel::make(synthetic_config(shape), type, 42)->save(file.string());
-    return Model::load(file.string());
-}
+using test::saved_synthetic;
 
 std::unique_ptr<Backend> cpu_backend(const Model& m, std::optional<Isa> isa, int64_t n_ctx = kCtx) {
     cpu::CpuBackendOptions o;
@@ -73,7 +66,7 @@ TEST_CASE("gemma2 and phi3 tiny models: the reference backend gives llama.cpp's 
           "[arch][reference]") {
     for (const Case& c : kCases) {
         INFO(stem(c));
-        auto m = saved_model(c.shape, c.type);
+        auto m = saved_synthetic(c.shape, c.type);
         test::check_against_llama_cpp(*reference_backend(*m), stem(c), c.tol);
     }
 }
@@ -81,7 +74,7 @@ TEST_CASE("gemma2 and phi3 tiny models: the reference backend gives llama.cpp's 
 TEST_CASE("gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA",
           "[arch][cpu]") {
     for (const Case& c : kCases) {
-        auto m = saved_model(c.shape, c.type);
+        auto m = saved_synthetic(c.shape, c.type);
         std::vector<std::optional<Isa>> isas{std::nullopt};  // the scalar reference path, then each kernel family
         for (Isa isa : test::available_isas()) isas.push_back(isa);
         for (const auto& isa : isas) {
@@ -92,7 +85,7 @@ TEST_CASE("gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's logits
 }
 
 TEST_CASE("gemma2 and phi3 settings are read from the file as llama.cpp reads them", "[arch][model]") {
-    auto g = saved_model("gemma2-tiny", GgmlType::F32);
+    auto g = saved_synthetic("gemma2-tiny", GgmlType::F32);
     const ModelConfig& gc = g->config;
     CHECK(gc.rope == ModelConfig::Rope::neox);
     CHECK(gc.ffn_act == ModelConfig::Activation::gelu_tanh);
@@ -109,7 +102,7 @@ TEST_CASE("gemma2 and phi3 settings are read from the file as llama.cpp reads th
     CHECK(g->weights.layers[3].ffn_post_norm.size() == 128);
     CHECK(g->weights.layers[3].attn_q_norm.empty());
 
-    auto p = saved_model("phi3-tiny", GgmlType::F16);
+    auto p = saved_synthetic("phi3-tiny", GgmlType::F16);
     const ModelConfig& pc = p->config;
     CHECK(pc.rope == ModelConfig::Rope::neox);
     CHECK(pc.ffn_act == ModelConfig::Activation::silu);
@@ -147,7 +140,7 @@ TEST_CASE("gemma2 and phi3 settings are read from the file as llama.cpp reads th
 
 TEST_CASE("phi3 rotates by the short RoPE factors within its original context, the long ones beyond it",
           "[arch][cpu]") {
-    auto m = saved_model("phi3-tiny", GgmlType::F32);
+    auto m = saved_synthetic("phi3-tiny", GgmlType::F32);
     const std::vector<int32_t> tokens{1, 300, 45, 72, 101, 260, 311, 99, 13, 280, 290, 33};
     const int64_t nv = m->config.n_vocab;
     // Within 128 positions (short) and beyond (long): the CPU backend as the reference backend, in each.
@@ -189,7 +182,7 @@ TEST_CASE("gemma2 with an F16 KV cache: the CPU backend's prefill and decode mat
           "[arch][cpu]") {
     // The default cache type: K, V, q and the probabilities in fp16 on both sides, and soft-capped scores. The
     // limit is test_reference.cpp's for F32 weights with an F16 cache (3e-3 of the logits' RMS).
-    auto m = saved_model("gemma2-tiny", GgmlType::F32);
+    auto m = saved_synthetic("gemma2-tiny", GgmlType::F32);
     const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma2-tiny-f32.prompt_logits.txt"));
     ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f16});
     const auto want = test::prefill_logits(reference, ref.tokens);
@@ -210,7 +203,7 @@ TEST_CASE("gemma2 decode over a long cache (the attention split over key blocks)
           "[arch][cpu]") {
     // 300 prompt positions, then decode steps: a global layer's row spans 5 key blocks of 64, so a one-sequence
     // decode on 2 threads spreads them (the split form), each block's scores soft-capped before the softmax.
-    auto m = saved_model("gemma2-tiny", GgmlType::F32);
+    auto m = saved_synthetic("gemma2-tiny", GgmlType::F32);
     std::vector<int32_t> tokens;
     for (int i = 0; i < 304; ++i) tokens.push_back(1 + (i * 37) % 317);
     const int64_t nv = m->config.n_vocab;

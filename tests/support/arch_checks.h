@@ -3,8 +3,10 @@
 #pragma once
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "tests/support/backend_checks.h"
+#include "tests/support/test_util.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -19,6 +21,15 @@ namespace quill::test {
 
 inline std::filesystem::path arch_ref_path(const std::string& file) {
     return std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "arch" / file;
+}
+
+// The synthetic model of `shape` in `type` (seed 42, as `quill bench --synthetic SHAPE --dtype TYPE --save FILE`
+// writes it), saved as GGUF in a folder of its own and loaded back, through the loader (its fused tensors' views).
+inline std::unique_ptr<Model> saved_synthetic(const std::string& shape, GgmlType type) {
+    const std::filesystem::path file =
+        temp_dir("arch_" + shape + "_" + std::string(type_name(type))) / (shape + ".gguf");
+    SyntheticModel::make(synthetic_config(shape), type, 42)->save(file.string());
+    return Model::load(file.string());
 }
 
 // Every prompt position's logits within `tol` of that position's logit range in llama.cpp's (STEM.prompt_logits.txt),

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Renders every chat template in src/ (copied from llama.cpp's models/templates, which holds each model's template as
-its publisher ships it) with Python's Jinja2 as Hugging Face transformers renders chat templates,
+its publisher ships it; THUDM-GLM-Z1-9B-0414.jinja, which llama.cpp's folder lacks, is GLM-Z1-0414's template as a
+public repository quotes it, since the hub cannot be reached from here) with Python's Jinja2 as Hugging Face transformers renders chat templates,
 for the conversations in cases.json, into golden/<template>/<case>.txt (or <case>.error: "ExceptionClass: message"
 when Jinja2 raises). tests/unit/chat/test_template_corpus.cpp renders the same with quill and compares byte for byte.
 
