@@ -63,6 +63,10 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // gemma4's per-layer attention geometry, V norm and layer output scale have no kernels (the CPU backend runs it).
     if (config.arch == "gemma4")
         throw FileError("the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
+    // qwen35's gated delta nets (a recurrent state per sequence) and gated queries have no kernels.
+    if (config.recurrent() || config.attn_out_gate)
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent gated delta net layers); "
+                                    "--device cpu runs it", config.arch));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

@@ -26,7 +26,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     using L = LayerWeights;
     const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4";
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4;
-    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4;
+    const bool recurrent = c.layer_is_recurrent(layer);
+    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
+                          (c.arch == "qwen35" && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
     // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
     // the output's, as llama.cpp does.
@@ -37,14 +39,22 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         {"attn_v.bias", &L::bv, c.layer_n_embd_kv(layer), 1, false},
         {"attn_output.bias", &L::bo, c.n_embd, 1, gpt_oss},
     };
+    if (recurrent) {  // (qwen35's gated delta net: no attention, so no biases either)
+        f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
+             {"ssm_conv1d.weight", &L::ssm_conv1d, c.ssm_conv, c.ssm_conv_channels()},
+             {"ssm_dt.bias", &L::ssm_dt, c.ssm_n_v_heads},
+             {"ssm_a", &L::ssm_a, c.ssm_n_v_heads},
+             {"ssm_norm.weight", &L::ssm_norm, c.ssm_head_v}};
+    }
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, hd});
         f.push_back({"attn_k_norm.weight", &L::attn_k_norm, hd});
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
-    // (gpt-oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
-    f.push_back({gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
+    // (gpt-oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
+    f.push_back({gpt_oss || c.arch == "qwen35" ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm,
+                 c.n_embd});
     if (gpt_oss) {
         f.push_back({"ffn_gate_inp.bias", &L::ffn_gate_inp_b, c.n_expert});
         f.push_back({"ffn_gate_exps.bias", &L::ffn_gate_exps_b, c.n_ff_exp, c.n_expert});

@@ -34,6 +34,12 @@ size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written
     return written - static_cast<int64_t>(n) > max_rewind() ? 0 : n;
 }
 
+void check_recurrent_position(const BatchToken& t, int64_t at) {
+    if (t.pos != 0 && t.pos != at)
+        throw UsageError(fmt::format("slot {}: position {} on a recurrent model whose state stands at position {} (its "
+                                     "sequence continues only from there, or starts again at 0)", t.slot, t.pos, at));
+}
+
 void Backend::copy_kv(int32_t, int32_t, int64_t, int64_t) {
     QUILL_CHECK(false, "the {} backend cannot copy K and V between slots", name());
 }
