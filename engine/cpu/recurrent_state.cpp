@@ -29,14 +29,6 @@ float* RecurrentState::ssm(int64_t layer, int64_t slot) {
     return ssm_.data() + (i * n_slots_ + slot) * ssm_n_;
 }
 
-void RecurrentState::advance(const Batch& batch) {
-    std::vector<int64_t> next = pos_;
-    for (const BatchToken& t : batch.tokens) {
-        int64_t& at = next[static_cast<size_t>(t.slot)];
-        check_recurrent_position(t, at);
-        at = t.pos + 1;
-    }
-    pos_ = std::move(next);
-}
+void RecurrentState::advance(const Batch& batch) { advance_recurrent_positions(batch, pos_); }
 
 }  // namespace quill::cpu

@@ -22,8 +22,8 @@ public:
     float* ssm(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S of each value head
     int64_t conv_floats() const { return conv_n_; }
     int64_t ssm_floats() const { return ssm_n_; }
-    // Checks that each token of the batch continues its slot's state (check_recurrent_position), in batch order,
-    // and moves each slot's position past its last token. (The layers zero a slot's state at its position 0.)
+    // Checks that each token of the batch continues its slot's state and moves each slot's position past its last
+    // token (advance_recurrent_positions). (The layers zero a slot's state at its position 0.)
     void advance(const Batch& batch);
     size_t bytes() const { return (conv_.size() + ssm_.size()) * sizeof(float); }
 

@@ -153,7 +153,7 @@ void ReferenceBackend::forward(const Batch& batch, std::span<float> logits) {
     QUILL_CHECK(layers_.size() == config_.n_layer, "forward() on a backend holding layers {}-{} of {}", layers_.begin,
                 layers_.end - 1, config_.n_layer);
     check_batch(batch, config_, kv_shape_, logits);
-    advance_states(batch);  // (first: a refused batch changes nothing)
+    if (config_.recurrent()) advance_recurrent_positions(batch, state_pos_);  // (first: a refusal changes nothing)
     mark_written(batch);
     float* out = logits.data();
     for (const BatchToken& t : batch.tokens) {
@@ -174,7 +174,7 @@ void ReferenceBackend::embed_tokens(const Batch& batch, std::span<float> hidden)
 void ReferenceBackend::forward_layers(const Batch& batch, std::span<float> hidden) {
     check_batch(batch, config_, kv_shape_);
     QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "forward_layers: {} floats", hidden.size());
-    advance_states(batch);  // (first: a refused batch changes nothing)
+    if (config_.recurrent()) advance_recurrent_positions(batch, state_pos_);  // (first: a refusal changes nothing)
     mark_written(batch);
     for (size_t i = 0; i < batch.tokens.size(); ++i) {
         float* h = hidden.data() + i * config_.n_embd;
@@ -426,17 +426,6 @@ double* ReferenceBackend::conv_state(int64_t layer, int64_t slot) {
 double* ReferenceBackend::ssm_state(int64_t layer, int64_t slot) {
     const int64_t n = config_.ssm_n_v_heads * config_.ssm_head_v * config_.ssm_head_k;
     return ssm_state_.data() + ((layer - layers_.begin) * kv_shape_.n_slots + slot) * n;
-}
-
-void ReferenceBackend::advance_states(const Batch& batch) {
-    if (!config_.recurrent()) return;
-    std::vector<int64_t> next = state_pos_;
-    for (const BatchToken& t : batch.tokens) {
-        int64_t& at = next[static_cast<size_t>(t.slot)];
-        check_recurrent_position(t, at);
-        at = t.pos + 1;
-    }
-    state_pos_ = std::move(next);
 }
 
 void ReferenceBackend::output_token(float* logits) {

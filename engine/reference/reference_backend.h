@@ -62,9 +62,6 @@ private:
     void ffn_token(const LayerWeights& L);              // x_ = x_ + the FFN of L over rms_norm(x_), out_scale
     // out_ = qwen35's gated delta net of layer l over xn_, its state moved on by t
     void delta_net_token(const BatchToken& t, int64_t l);
-    // Each token of the batch continues its slot's recurrent state (check_recurrent_position), which then stands
-    // after it.
-    void advance_states(const Batch& batch);
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_

@@ -15,6 +15,7 @@
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
 #include "tests/support/fault_util.h"
+#include "tests/support/random_model.h"
 #include "tests/support/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,12 +33,7 @@ namespace {
 
 constexpr int64_t kCtx = 256;
 
-std::unique_ptr<Model> saved_model(GgmlType type) {
-    const fs::path dir = test::temp_dir("arch_qwen35_" + std::string(type_name(type)));
-    const fs::path file = dir / "qwen35-tiny.gguf";
-    SyntheticModel::make(synthetic_config("qwen35-tiny"), type, 42)->save(file.string());
-    return Model::load(file.string());
-}
+std::unique_ptr<Model> saved_model(GgmlType type) { return test::saved_synthetic("qwen35-tiny", type); }
 
 // The limits on max |diff| / range, the reference backend's and the CPU backend's. Measured: F32 1.1e-6 on every
 // backend; F16 1.9e-3 on the reference backend (it does not round the F16 products' inputs to fp16, which llama.cpp
@@ -50,13 +46,8 @@ constexpr Case kCases[] = {{GgmlType::F32, 1e-4, 1e-4}, {GgmlType::F16, 4e-3, 1.
 
 std::string stem(const Case& c) { return fmt::format("qwen35-tiny-{}", type_name(c.type)); }
 
-// The F32 tiny model saved in dir, then copied as `name` with `edit` applied to its metadata (and tensors it adds).
 std::string with_metadata(const fs::path& dir, const std::string& name, const std::function<void(GgufWriter&)>& edit) {
-    const fs::path src = dir / "qwen35-tiny.gguf";
-    if (!fs::exists(src)) SyntheticModel::make(synthetic_config("qwen35-tiny"), GgmlType::F32, 42)->save(src.string());
-    const std::string path = (dir / (name + ".gguf")).string();
-    test::rewrite_gguf(src.string(), path, edit);
-    return path;
+    return test::synthetic_with_metadata(dir, "qwen35-tiny", name, edit);
 }
 
 }  // namespace
@@ -167,12 +158,7 @@ TEST_CASE("qwen35: a multi-token-prediction block after the layers is loaded and
 TEST_CASE("qwen35 files whose recurrent settings quill cannot follow are refused with one line naming the key",
           "[arch][model]") {
     const fs::path dir = test::temp_dir("arch_qwen35_refused");
-    struct Refused {
-        const char* name;
-        std::function<void(GgufWriter&)> edit;
-        const char* what;
-    };
-    const std::vector<Refused> cases = {
+    const std::vector<test::RefusedMetadata> cases = {
         {"inner", [](GgufWriter& w) { w.set("qwen35.ssm.inner_size", uint32_t(96)); },
          "metadata 'qwen35.ssm.inner_size' is 96, expected ssm.time_step_rank 4 * ssm.state_size 32 (value heads of "
          "the keys' size, as llama.cpp requires)"},
@@ -195,13 +181,7 @@ TEST_CASE("qwen35 files whose recurrent settings quill cannot follow are refused
          "metadata 'qwen35.attention.recurrent_layers' marks the recurrent layers in a pattern quill does not "
          "support (every Nth layer full attention, the others recurrent)"},
     };
-    for (const Refused& r : cases) {
-        const std::string f = with_metadata(dir, r.name, r.edit);
-        INFO(r.name);
-        const test::Outcome o = test::run_io({"run", "-m", f, "-p", "hi", "-n", "4"}, "", "", "");
-        CHECK(o.status == 1);
-        CHECK(o.err == "quill: error: " + f + ": " + r.what + "\n");
-    }
+    test::check_refused_metadata(dir, "qwen35-tiny", cases);
     // The same layers as a recurrent_layers array say them: accepted.
     auto same = Model::load(with_metadata(dir, "array", [](GgufWriter& w) {
         std::vector<GgufValue> r{true, true, true, false, true};
@@ -232,6 +212,10 @@ TEST_CASE("quill run, chat and batch work end to end on a qwen35 file with Qwen3
     auto lookup = test::run_quill({"run", "-m", file, "-p", "Why is the sky blue?", "-n", "4", "--lookup", "4"});
     CHECK(lookup.status != 0);
     CHECK(lookup.err.find("--lookup and --draft-model cannot run on qwen35 models") != std::string::npos);
+    auto draft = test::run_quill({"run", "-m", test::tiny_model_file(test::TinyModel::spm).string(), "-p", "Hi",
+                                  "-n", "4", "--draft-model", file});
+    CHECK(draft.status != 0);
+    CHECK(draft.err.find("--draft-model " + file + ": qwen35 models cannot draft") != std::string::npos);
     // Three turns of a chat give the replies of each conversation run afresh, with --raw as the reference: the chat
     // reuses its state only where it stands, else runs again from 0.
     auto chat = test::run_quill({"chat", "-m", file, "--chat-template", "chatml", "--temp", "0", "-n", "6"},
