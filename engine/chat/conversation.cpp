@@ -265,14 +265,19 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     result.reasoning = split.answer().reasoning;
     result.calls = std::move(answer.calls);
     result.finish = gen.finish_reason();
-    // The slot now holds the prompt and every generated token but the last one sampled (which was not fed back,
-    // unless generation ended on an end-of-generation token, which is not in generated()).
+    // The slot now holds the prompt and every generated token but the last one sampled (which was not fed back),
+    // all of them when generation ended on an end-of-generation token (not in generated(): the last generated one
+    // was fed to sample it), so that a recurrent model, which keeps a prefix only where its state stands, keeps it.
     cached_ = prompt;
     const auto& generated = gen.generated();
+    const bool eog = tok_.is_eog(gen.last_token());
     if (result.finish == FinishReason::interrupted && generated.empty())
         cached_.resize(n_past);  // cut during the prefill: only the reused prefix is known to be there
     else if (!generated.empty())
-        cached_.insert(cached_.end(), generated.begin(), generated.end() - 1);
+        cached_.insert(cached_.end(), generated.begin(), generated.end() - (eog ? 0 : 1));
+    // A recurrent state (max_rewind 0) stands exactly after the tokens fed, where the next turn may continue it.
+    if (backend_.max_rewind() == 0 && result.finish != FinishReason::interrupted)
+        written_ = static_cast<int64_t>(cached_.size());
     nlohmann::ordered_json reply = assistant_message({result.reasoning, result.text}, reasoning_);
     if (!result.calls.empty()) reply["tool_calls"] = history_tool_calls(result.calls, tool_syntax_, gp.sampling.seed);
     turns_.push_back(std::move(reply));

@@ -46,6 +46,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
           {layers_.size(), options.n_slots, options.n_ctx, config.kv_heads(), config.kv_head_dim(), options.kv_type},
           options.window_cache, options.kv_huge_pages, pool_, layers_.begin),
       attention_(config, kv_, kv_ops_, pool_) {
+    if (config.recurrent()) recurrent_ = RecurrentState(config, layers_, options.n_slots);
     check_weights(weights);
     if (!reference_)
         weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer, options.cancel);
@@ -169,6 +170,7 @@ BackendInfo CpuBackend::describe() const {
 }
 
 int64_t CpuBackend::max_rewind() const {
+    if (config_.recurrent()) return 0;  // (a recurrent state holds every token before: it cannot go back)
     return kv_.ring() > 0 ? kv_.ring() - config_.sliding_window : std::numeric_limits<int64_t>::max();
 }
 
@@ -302,6 +304,7 @@ void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits, con
 
 void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const float* in, float* out) {
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
+    if (config_.recurrent()) recurrent_.advance(batch);  // (first: a refused batch changes nothing)
     for (const BatchToken& t : batch.tokens) kv_.written(t.slot, t.pos);  // (before any of the part's attention)
     n_decode_ = 0;  // the leading decode steps (check_batch: they come first)
     while (n_decode_ < n && batch.tokens[n_decode_].decode) ++n_decode_;
@@ -314,7 +317,10 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        attention_block(batch, L, l);
+        if (config_.layer_is_recurrent(l))
+            delta_net_block(batch, L, l);
+        else
+            attention_block(batch, L, l);
         ffn_block(L, l, n);
     }
     residual_norm(layers_.end - 1, nullptr, nullptr, n, out_scale(layers_.end - 1));
@@ -457,7 +463,8 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const int64_t hd = c.layer_head_dim(layer), n_head_kv = c.layer_n_head_kv(layer);
     const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);  // widths per token
     const bool v_from_k = L.v_from_k();
-    const MatmulJob qkv[] = {{matrix(L.wq), q_.data()},
+    if (c.attn_out_gate) q_gate_.resize(n * 2 * nq);
+    const MatmulJob qkv[] = {{matrix(L.wq), c.attn_out_gate ? q_gate_.data() : q_.data()},
                              {matrix(L.wk), k_.data()},
                              {v_from_k ? matrix(L.wk) : matrix(L.wv), v_.data()}};
     // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does;
@@ -472,6 +479,15 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     }
     const float* in = c.input_norms ? xn_.data() : x_.data();
     mm(std::span<const MatmulJob>(qkv, v_from_k ? 2 : 3), in, n, c.n_embd, n_decode_, ready);
+    if (c.attn_out_gate) {  // (qwen35: each head's query, then its gate)
+        attn_gate_.resize(n * nq);
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t h = 0; h < c.n_head; ++h) {
+                const float* qg = q_gate_.data() + (t * c.n_head + h) * 2 * hd;
+                std::copy_n(qg, hd, q_.data() + t * nq + h * hd);
+                std::copy_n(qg + hd, hd, attn_gate_.data() + t * nq + h * hd);
+            }
+    }
     if (L.has_bias()) {
         add_bias(q_.data(), L.bq, n);
         add_bias(k_.data(), L.bk, n);
@@ -505,6 +521,8 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     // (rope_store by reference: no std::function copy of the lambda)
     attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store),
                           L.attn_sinks.empty() ? nullptr : L.attn_sinks.data());
+    if (c.attn_out_gate)  // att = att * sigmoid(gate)
+        for (int64_t i = 0; i < n * nq; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-attn_gate_[i]));
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, nq, n_decode_);
     add_bias(proj_.data(), L.bo, n);

@@ -9,6 +9,7 @@
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/moe.h"
+#include "engine/cpu/recurrent_state.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/weight_store.h"
 #include "engine/model/weights.h"
@@ -60,7 +61,8 @@ public:
     void embed_tokens(const Batch& batch, std::span<float> hidden) override;
     void forward_layers(const Batch& batch, std::span<float> hidden) override;
     void output_logits(const Batch& batch, std::span<const float> hidden, std::span<float> logits) override;
-    bool can_copy_kv() const override { return true; }
+    // (a recurrent model's state cannot be copied from part of another slot's sequence: max_rewind 0, no copies)
+    bool can_copy_kv() const override { return !config_.recurrent(); }
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override { kv_.copy(src, dst, begin, end); }
     // The slot whose cache attention reads slot's positions [0, n) from, as {that slot, n} (copies of one prompt
     // prefix read from one of them; see KvCache::Alias), or {-1, 0}.
@@ -94,6 +96,8 @@ private:
     // Each block leaves its output in proj_, added to x_ by the next block's residual_norm (in its parallel section,
     // each thread its rows) or, after the last layer, by residual_norm alone.
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // the same place for a gated delta net (qwen35's recurrent layers; delta_net.cpp)
+    void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
@@ -139,6 +143,7 @@ private:
 
     KvCache kv_;
     AttentionRunner attention_;
+    RecurrentState recurrent_;  // qwen35's recurrent layers' states (empty for the other models)
 
     // Scratch for one batch of n tokens.
     Activations act_;
@@ -154,6 +159,15 @@ private:
     std::vector<float> k_;       // [n, n_head_kv * head_dim]
     std::vector<float> v_;       // [n, n_head_kv * head_dim]
     std::vector<float> att_;     // [n, n_head * head_dim] attention output
+    std::vector<float> q_gate_;     // [n, n_head, 2, head_dim] qwen35's Wq xn: each head's query, then its gate
+    std::vector<float> attn_gate_;  // [n, n_head * head_dim] the gates
+    // qwen35's gated delta net (delta_net_block)
+    std::vector<float> ssm_qkv_;    // [n, ssm_conv_channels] W_in xn
+    std::vector<float> ssm_conv_;   // [n, ssm_conv_channels] q, k, v after the conv
+    std::vector<float> ssm_z_;      // [n, ssm_d_inner] W_z xn
+    std::vector<float> ssm_beta_;   // [n, ssm_n_v_heads] W_beta xn
+    std::vector<float> ssm_alpha_;  // [n, ssm_n_v_heads] W_alpha xn
+    std::vector<float> ssm_o_;      // [n, ssm_d_inner] the gated output before W_out
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm
     std::vector<float> gate_;    // [n, n_ff]

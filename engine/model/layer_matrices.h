@@ -9,12 +9,14 @@
 
 namespace quill {
 
-// L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has one), wo, then ffn_gate,
+// L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has one), wo (qwen35's
+// recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead), then ffn_gate,
 // ffn_up, ffn_down, and/or (mixture of experts; gemma4 has both) the router ffn_gate_inp and each expert's gate, up
 // and down, last.
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     std::vector<const TensorView*> m{&L.wq, &L.wk, &L.wv, &L.wo};
-    if (L.v_from_k()) m.erase(m.begin() + 2);
+    if (L.recurrent()) m = {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};  // (qwen35's delta net)
+    else if (L.v_from_k()) m.erase(m.begin() + 2);
     if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
@@ -28,7 +30,8 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     std::vector<const TensorView*> m =
         L.attn_qkv.data ? std::vector<const TensorView*>{&L.attn_qkv, &L.wo}
                         : std::vector<const TensorView*>{&L.wq, &L.wk, &L.wv, &L.wo};
-    if (!L.attn_qkv.data && L.v_from_k()) m.erase(m.begin() + 2);
+    if (L.recurrent()) m = {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};
+    else if (!L.attn_qkv.data && L.v_from_k()) m.erase(m.begin() + 2);
     if (L.ffn_gate_up.data)
         m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
     else if (L.ffn_down.data)

@@ -11,15 +11,16 @@
 namespace quill {
 
 bool architecture_supported(const std::string& arch) {
-    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma2" ||
+    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35" ||
+           arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "olmo2" || arch == "exaone4" ||
            arch == "ernie4_5" || arch == "seed_oss";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, granite, "
-           "olmo2, exaone4, ernie4_5, seed_oss";
+    return "llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, "
+           "granite, olmo2, exaone4, ernie4_5, seed_oss";
 }
 
 namespace {
@@ -237,6 +238,67 @@ void read_granite(const GgufFile& f, const std::string& p, ModelConfig& c) {
     if (auto finetuned = f.get_bool(p + "rope.scaling.finetuned"); finetuned && !*finetuned) c.no_rope_step = 1;
 }
 
+// Which of the first n_layer layers are recurrent, as llama.cpp's qwen35 reads it: attention.recurrent_layers (one
+// bool a block, true: recurrent), which must be the pattern of some interval N (every Nth layer full attention),
+// else full_attention_interval (4 when absent). The interval, n_layer + 1 when every layer is recurrent.
+int64_t read_full_attn_interval(const GgufFile& f, const std::string& p, int64_t n_layer, int64_t n_block) {
+    const std::string key = p + "attention.recurrent_layers";
+    const GgufValue* v = f.find(key);
+    if (!v) return optional_int(f, p + "full_attention_interval", 4, 1, 4096);
+    const GgufArray* a = v->type() == GgufType::ARRAY ? &v->as_array() : nullptr;
+    if (!a || a->type() != GgufType::BOOL || static_cast<int64_t>(a->size()) != n_block)
+        throw FileError(fmt::format("{}: metadata '{}' is not an array of {} bools (one a block, true: recurrent)",
+                                    f.path(), key, n_block));
+    for (int64_t n = 1; n <= n_layer + 1; ++n) {
+        bool same = true;
+        for (int64_t l = 0; l < n_layer && same; ++l) same = a->at(static_cast<size_t>(l)).as_bool() == (l % n != n - 1);
+        if (same) return n;
+    }
+    throw FileError(fmt::format("{}: metadata '{}' marks the recurrent layers in a pattern quill does not support "
+                                "(every Nth layer full attention, the others recurrent)", f.path(), key));
+}
+
+// Qwen3.5 as llama.cpp's qwen35 reads it: the gated delta net's sizes (ssm.*: conv taps, the keys' head size and
+// heads, the values' heads, their total width), which layers are recurrent, the gated queries of the full layers
+// and their multi-section RoPE (rope.dimension_sections). For text every section's position is the token's, so the
+// RoPE is NEOX over n_rot dims wherever each rotated pair falls in a section of the temporal, height or width
+// kind (interleaved, as Qwen3.5's is); a pair outside them would not rotate, and such a file is refused.
+void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
+    c.attn_out_gate = true;
+    c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
+    c.ssm_head_k = required_int(f, p + "ssm.state_size", 1, 1024);
+    c.ssm_n_k_heads = required_int(f, p + "ssm.group_count", 1, 4096);
+    c.ssm_n_v_heads = required_int(f, p + "ssm.time_step_rank", 1, 4096);
+    const int64_t inner = required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 24);
+    if (inner != c.ssm_n_v_heads * c.ssm_head_k)
+        throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' is {}, expected ssm.time_step_rank {} * "
+                                    "ssm.state_size {} (value heads of the keys' size, as llama.cpp requires)",
+                                    f.path(), p, inner, c.ssm_n_v_heads, c.ssm_head_k));
+    if (c.ssm_n_v_heads % c.ssm_n_k_heads != 0)
+        throw FileError(fmt::format("{}: metadata '{}ssm.time_step_rank' {} is not a multiple of '{}ssm.group_count' "
+                                    "{}", f.path(), p, c.ssm_n_v_heads, p, c.ssm_n_k_heads));
+    c.ssm_head_v = c.ssm_head_k;
+    c.full_attn_interval = read_full_attn_interval(f, p, c.n_layer, n_block);
+    const std::string key = p + "rope.dimension_sections";
+    const GgufArray* a = f.get_array(key, GgufType::I32);
+    if (!a) a = f.get_array(key, GgufType::U32);
+    if (!a || a->size() < 3)
+        throw FileError(fmt::format("{}: missing metadata '{}' (an array of 4 int32)", f.path(), key));
+    int64_t s[3], sum = 0;
+    for (size_t i = 0; i < a->size(); ++i) {
+        const int64_t x = a->at(i).as_int();
+        if (x < 0 || x > 4096) throw FileError(fmt::format("{}: metadata '{}' holds {}", f.path(), key, x));
+        if (i < 3) s[i] = x;
+        sum += x;
+    }
+    for (int64_t i = 0; i < c.n_rot / 2; ++i) {
+        const int64_t sector = sum > 0 ? i % sum : 0, kind = sector % 3;
+        if (sum == 0 || sector >= 3 * s[kind])
+            throw FileError(fmt::format("{}: metadata '{}' leaves rotated pair {} of {} outside the text position's "
+                                        "sections (not supported)", f.path(), key, i, c.n_rot / 2));
+    }
+}
+
 }  // namespace
 
 double ModelConfig::yarn_ramp(int64_t i) const {
@@ -261,9 +323,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!architecture_supported(c.arch))
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
-    if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma2" || c.arch == "gemma3" ||
-        c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" || c.arch == "exaone4" ||
-        c.arch == "seed_oss")
+    if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen35" || c.arch == "gemma2" ||
+        c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
+        c.arch == "exaone4" || c.arch == "seed_oss")
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.arch + ".";
@@ -278,6 +340,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
     c.n_layer = required_int(f, p + "block_count", 1, 4096);
+    const int64_t n_block = c.n_layer;
+    // qwen35: the multi-token-prediction blocks at the end, which the forward does not run (as llama.cpp by default)
+    if (c.arch == "qwen35") c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
     if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY)
         throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which quill "
                                     "does not support", f.path(), p));
@@ -348,6 +413,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
+    if (c.arch == "qwen35") read_qwen35(f, p, n_block, c);
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
     if (c.arch == "glm4") read_glm4(f, p, c);
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)

@@ -96,6 +96,21 @@ struct ModelConfig {
     float residual_scale = 1.0f;
     float logit_scale = 1.0f;
 
+    // qwen35 (Qwen3.5): a hybrid of full-attention layers, every full_attn_interval-th (l % N == N - 1), and
+    // linear-attention layers between them, each a gated delta net: a recurrent state per sequence (no KV cache)
+    // fed by a causal conv1d of ssm_conv taps over the projected q, k, v (ssm_n_k_heads heads of ssm_head_k for q
+    // and k, ssm_n_v_heads of ssm_head_v for v; v head h reads q, k head h % ssm_n_k_heads). 0: no recurrent layers.
+    int64_t full_attn_interval = 0;
+    int64_t ssm_conv = 0, ssm_head_k = 0, ssm_n_k_heads = 0, ssm_head_v = 0, ssm_n_v_heads = 0;
+    // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
+    bool attn_out_gate = false;
+    bool recurrent() const { return full_attn_interval > 1; }  // (1: every layer full attention)
+    bool layer_is_recurrent(int64_t layer) const {
+        return full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1;
+    }
+    int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v; }
+    int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
+
     bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
     // The factor of the queries of a token at `pos` (1 without the temperature).
     double attn_temp(int64_t pos) const {
@@ -146,8 +161,8 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * std::max(head_dim, head_dim_local); }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, phi3,
-// smollm3, mistral3, gpt-oss, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss).
+// Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4,
+// phi3, smollm3, mistral3, gpt-oss, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

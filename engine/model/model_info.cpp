@@ -111,6 +111,10 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                         {"n_ff_exp", c.n_ff_exp}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
+        if (c.recurrent())
+            info["model"]["recurrent"] = {{"full_attention_interval", c.full_attn_interval}, {"conv", c.ssm_conv},
+                                          {"n_k_heads", c.ssm_n_k_heads}, {"n_v_heads", c.ssm_n_v_heads},
+                                          {"head_dim", c.ssm_head_k}};
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         info["runnable"] = true;
     } else {
@@ -170,6 +174,12 @@ std::string render_model_info(const json& info) {
         if (m.contains("experts"))
             line("experts", fmt::format("n_expert={} n_expert_used={} n_ff_exp={}", m["experts"]["n_expert"].dump(),
                                         m["experts"]["n_expert_used"].dump(), m["experts"]["n_ff_exp"].dump()));
+        if (m.contains("recurrent"))
+            line("recurrent", fmt::format("gated delta nets, every {}th layer full attention: conv={} n_k_heads={} "
+                                          "n_v_heads={} head_dim={}",
+                                          m["recurrent"]["full_attention_interval"].dump(),
+                                          m["recurrent"]["conv"].dump(), m["recurrent"]["n_k_heads"].dump(),
+                                          m["recurrent"]["n_v_heads"].dump(), m["recurrent"]["head_dim"].dump()));
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;
             if (m.contains("sliding_window"))

@@ -214,8 +214,32 @@ ModelConfig llama_like_config(const char* arch, const char* name, int64_t n_embd
     return c;
 }
 
+// qwen35: every full_attn_interval-th layer full attention (GQA, gated queries, Q/K norms, NEOX RoPE over n_rot
+// of head_dim), the others gated delta nets (a conv of `conv` taps, n_k_heads heads of head_k for q and k, n_v_heads
+// for v), a dense SwiGLU FFN after a post-attention norm in every layer.
+ModelConfig qwen35_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                          int64_t head_dim, int64_t n_rot, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t conv,
+                          int64_t head_k, int64_t n_k_heads, int64_t n_v_heads) {
+    ModelConfig c = base_config("qwen35", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.rope_base = c.rope_base_local = 1e7f;
+    c.n_rot = n_rot;
+    c.attn_out_gate = true;
+    c.full_attn_interval = 4;
+    c.ssm_conv = conv;
+    c.ssm_head_k = c.ssm_head_v = head_k;
+    c.ssm_n_k_heads = n_k_heads;
+    c.ssm_n_v_heads = n_v_heads;
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
+        // layers 0-2 and 4 recurrent, 3 full; 2 KV heads for 4 query heads, 16 of 64 dims rotated; 2 key heads for 4
+        // value heads in the delta nets
+        qwen35_config("qwen35-tiny", 128, 5, 4, 2, 64, 16, 256, 320, 1024, 4, 32, 2, 4),
+        // the shape of Qwen3.5-0.8B (its config.json as we read it; no file could be fetched here to check)
+        qwen35_config("qwen35-0.8b", 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 4, 128, 16, 16),
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
@@ -364,6 +388,7 @@ std::vector<std::string> control_tokens(const std::string& arch) {
         return {"<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"};
     if (arch == "granite") return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
     if (arch == "seed_oss") return {"<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>"};
+    if (arch == "qwen35") return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};  // (Qwen3.5's ChatML)
     return {};
 }
 
@@ -474,15 +499,27 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         LayerWeights L;
         if (c.input_norms) L.attn_norm = norm(c.n_embd);
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
-        if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
+        if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
+            L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
+            L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
+            L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
+            L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            L.ssm_out = matrix(b + "ssm_out.weight", c.ssm_d_inner(), c.n_embd);
+            // taps of the size that keeps the conv's output near its input's; a = -exp(A_log) with decays
+            // exp(softplus(alpha + dt) a) spread over (0, 1)
+            L.ssm_conv1d = uniform(c.ssm_conv_channels() * c.ssm_conv, -0.6, 0.6);
+            L.ssm_dt = uniform(c.ssm_n_v_heads, -1.0, 1.0);
+            L.ssm_a = uniform(c.ssm_n_v_heads, -2.0, -0.1);
+            L.ssm_norm = norm(c.ssm_head_v);
+        } else if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
-            L.wq = matrix(b + "attn_q.weight", c.n_embd, nq);
+            L.wq = matrix(b + "attn_q.weight", c.n_embd, c.attn_out_gate ? 2 * nq : nq);
             L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
             // (gemma4's global layers take V from K, as Gemma 4 31B's do)
             if (!gemma4 || c.layer_is_local(i)) L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
-        L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
+        if (!c.layer_is_recurrent(i)) L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
         if (c.input_norms) L.ffn_norm = norm(c.n_embd);
         const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
         if (dense && (phi3 || glm4)) {
@@ -514,7 +551,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4) {
+        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 ||
+            (c.arch == "qwen35" && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
             L.attn_k_norm = norm(c.layer_head_dim(i));
         }
@@ -574,7 +612,7 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
     else
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
-    if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4") {
+    if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "qwen35") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
@@ -624,6 +662,19 @@ void SyntheticModel::save(const std::string& path) const {
     if (c.arch == "exaone4" && c.sliding_window > 0) {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
+    }
+    if (c.arch == "qwen35") {
+        w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
+        w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
+        w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));
+        w.set(p + "ssm.time_step_rank", uint32_t(c.ssm_n_v_heads));
+        w.set(p + "ssm.inner_size", uint32_t(c.ssm_d_inner()));
+        w.set(p + "full_attention_interval", uint32_t(c.full_attn_interval));
+        // Qwen3.5's sections (11, 11, 10 of 32 pairs) in proportion to n_rot / 2 pairs
+        const int64_t pairs = c.n_rot / 2, s0 = (pairs * 11 + 31) / 32;
+        w.set(p + "rope.dimension_sections",
+              GgufValue::array(GgufType::I32, {GgufValue(int32_t(s0)), GgufValue(int32_t(s0)),
+                                               GgufValue(int32_t(pairs - 2 * s0)), GgufValue(int32_t(0))}));
     }
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));

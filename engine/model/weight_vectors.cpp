@@ -27,8 +27,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4";
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
                             c.arch == "olmo2" || c.arch == "exaone4";
+    const bool recurrent = c.layer_is_recurrent(layer);
     const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
-                          c.arch == "olmo2" || c.arch == "exaone4";
+                          c.arch == "olmo2" || c.arch == "exaone4" || (c.arch == "qwen35" && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
     // (olmo2: Q's and K's norms span the whole projection, not a head)
     const bool whole = c.arch == "olmo2";
@@ -44,14 +45,21 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         {"attn_v.bias", &L::bv, c.layer_n_embd_kv(layer), 1, false},
     });
     if (!no_bo) f.push_back({"attn_output.bias", &L::bo, c.n_embd, 1, gpt_oss});
+    if (recurrent) {  // (qwen35's gated delta net: no attention, so no biases either)
+        f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
+             {"ssm_conv1d.weight", &L::ssm_conv1d, c.ssm_conv, c.ssm_conv_channels()},
+             {"ssm_dt.bias", &L::ssm_dt, c.ssm_n_v_heads},
+             {"ssm_a", &L::ssm_a, c.ssm_n_v_heads},
+             {"ssm_norm.weight", &L::ssm_norm, c.ssm_head_v}};
+    }
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd});
         f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd});
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
-    // (gpt-oss, seed_oss: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
-    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss";
+    // (gpt-oss, seed_oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
+    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || c.arch == "qwen35";
     if (c.input_norms)
         f.push_back({ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
     if (gpt_oss) {

@@ -5,7 +5,9 @@
 
 #include <fmt/ranges.h>
 
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 namespace quill {
@@ -77,6 +79,14 @@ public:
             if (!(std::isfinite(d[i]) && d[i] > 0.0f))
                 throw FileError(fmt::format("{}: tensor '{}' has {} at index {}, expected positive finite RoPE "
                                             "frequency divisors", f_.path(), name, d[i], i));
+    }
+
+    // Takes the tensors of blocks `first` and later as used (blocks the forward does not run).
+    void skip_blocks_from(int64_t first) const {
+        for (const GgufTensorInfo& t : f_.tensors()) {
+            int64_t block = -1;
+            if (std::sscanf(t.name.c_str(), "blk.%" SCNd64 ".", &block) == 1 && block >= first) used_.insert(t.name);
+        }
     }
 
 private:
@@ -158,15 +168,21 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         LayerWeights L;
         for (const VectorField<LayerWeights>& f : layer_vector_fields(c, i)) l.read(f, b + f.name, L);
-        if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3, gemma4)
+        if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
+            L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
+            L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
+            L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
+            L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
+            L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3, gemma4)
             L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, nq + 2 * nkv}), c, i);
         } else {
-            L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, c.attn_out_gate ? 2 * nq : nq});
             L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});
             // (gemma4: optional, V is then K's projection)
             if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
-        L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
+        if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
         if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
@@ -190,6 +206,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;
+    // qwen35: the multi-token-prediction blocks after the last layer, loaded and not run (as llama.cpp by default)
+    if (c.arch == "qwen35") l.skip_blocks_from(c.n_layer);
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
     // without it.
     if (const GgufTensorInfo* t = l.first_unused())

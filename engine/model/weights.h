@@ -39,7 +39,7 @@ struct ExpertWeights {
 
 struct LayerWeights {
     std::vector<float> attn_norm;  // [n_embd]; empty, as ffn_norm, without input norms (ModelConfig::input_norms)
-    TensorView wq;                 // [n_head * head_dim rows, n_embd]
+    TensorView wq;                 // [n_head * head_dim rows, n_embd] (attn_out_gate: [2 n_head * head_dim rows])
     TensorView wk;                 // [n_head_kv * head_dim rows, n_embd]
     TensorView wv;                 // [n_head_kv * head_dim rows, n_embd]; gemma4: absent (no data) where V is K's
     TensorView wo;                 // [n_embd rows, n_head * head_dim]
@@ -79,6 +79,20 @@ struct LayerWeights {
     std::vector<float> attn_post_norm, ffn_post_norm;
     // gemma4: the layer's output is multiplied by out_scale[0] ([1], layer_output_scale); empty: 1.
     std::vector<float> out_scale;
+    // qwen35's gated delta net (ModelConfig::layer_is_recurrent; then wq, wk, wv and wo are empty): the projections
+    // of its input to q, k, v (the conv's channels, in that order), to the output gate z, to beta and alpha (one a
+    // value head), the output projection; the conv's taps per channel (the last one the current token's), dt's bias,
+    // a = -exp(A_log), the output norm of each head.
+    TensorView ssm_in;              // attn_qkv [ssm_conv_channels rows, n_embd]
+    TensorView ssm_z;               // attn_gate [ssm_d_inner rows, n_embd]
+    TensorView ssm_beta;            // [ssm_n_v_heads rows, n_embd]
+    TensorView ssm_alpha;           // [ssm_n_v_heads rows, n_embd]
+    TensorView ssm_out;             // [n_embd rows, ssm_d_inner]
+    std::vector<float> ssm_conv1d;  // [ssm_conv_channels, ssm_conv]
+    std::vector<float> ssm_dt;      // [ssm_n_v_heads]
+    std::vector<float> ssm_a;       // [ssm_n_v_heads]
+    std::vector<float> ssm_norm;    // [ssm_head_v]
+    bool recurrent() const { return ssm_in.data != nullptr; }
     // gemma4: a layer without attn_v takes V from K's projection.
     bool v_from_k() const { return wv.data == nullptr; }
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }

@@ -127,6 +127,12 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     v_cache_.assign(cache, 0.0);
     written_.assign(static_cast<size_t>(options.n_slots * options.n_ctx), 0);
     score_.resize(options.n_ctx);
+    if (config.recurrent()) {  // (qwen35: a state for every held layer, the full-attention ones' unused)
+        const auto held = static_cast<size_t>(layers_.size() * options.n_slots);
+        conv_state_.assign(held * config.ssm_conv_channels() * (config.ssm_conv - 1), 0.0);
+        ssm_state_.assign(held * config.ssm_n_v_heads * config.ssm_head_v * config.ssm_head_k, 0.0);
+        state_pos_.assign(static_cast<size_t>(options.n_slots), 0);
+    }
 }
 
 double* ReferenceBackend::cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos) {
@@ -147,6 +153,7 @@ void ReferenceBackend::forward(const Batch& batch, std::span<float> logits) {
     QUILL_CHECK(layers_.size() == config_.n_layer, "forward() on a backend holding layers {}-{} of {}", layers_.begin,
                 layers_.end - 1, config_.n_layer);
     check_batch(batch, config_, kv_shape_, logits);
+    if (config_.recurrent()) advance_recurrent_positions(batch, state_pos_);  // (first: a refusal changes nothing)
     mark_written(batch);
     float* out = logits.data();
     for (const BatchToken& t : batch.tokens) {
@@ -167,6 +174,7 @@ void ReferenceBackend::embed_tokens(const Batch& batch, std::span<float> hidden)
 void ReferenceBackend::forward_layers(const Batch& batch, std::span<float> hidden) {
     check_batch(batch, config_, kv_shape_);
     QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "forward_layers: {} floats", hidden.size());
+    if (config_.recurrent()) advance_recurrent_positions(batch, state_pos_);  // (first: a refusal changes nothing)
     mark_written(batch);
     for (size_t i = 0; i < batch.tokens.size(); ++i) {
         float* h = hidden.data() + i * config_.n_embd;
@@ -231,8 +239,23 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
     else
         xn_ = x_;
+    if (c.layer_is_recurrent(l)) {  // qwen35: x = x + the gated delta net's output over xn, then the FFN
+        delta_net_token(t, l);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+        return ffn_token(L);
+    }
     // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k)
     matvec(L.wq, xn_, q_, row_);
+    // qwen35: Wq xn holds each head's query and then its output gate
+    if (c.attn_out_gate) {
+        attn_gate_.resize(c.layer_n_embd_q(l));
+        for (int64_t h = 0; h < c.n_head; ++h)
+            for (int64_t i = 0; i < hd; ++i) {
+                attn_gate_[h * hd + i] = q_[(2 * h + 1) * hd + i];
+                q_[h * hd + i] = q_[2 * h * hd + i];
+            }
+        q_.resize(c.layer_n_embd_q(l));
+    }
     matvec(L.wk, xn_, k_, row_);
     if (L.v_from_k())
         v_ = k_;
@@ -297,12 +320,19 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
         }
     }
+    // qwen35: att_h = att_h * sigmoid(gate_h)
+    if (c.attn_out_gate)
+        for (size_t i = 0; i < att_.size(); ++i) att_[i] /= 1.0 + std::exp(-attn_gate_[i]);
     // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm; granite: x + Wo att * residual_scale)
     matvec(L.wo, att_, out_, row_);
     for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
     if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
+    ffn_token(L);
+}
 
+void ReferenceBackend::ffn_token(const LayerWeights& L) {
+    const ModelConfig& c = config_;
     // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x)
     if (c.input_norms)
         rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
@@ -331,6 +361,78 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     // gemma4: x = x * layer_output_scale
     if (!L.out_scale.empty())
         for (double& v : x_) v *= L.out_scale[0];
+}
+
+// qwen35's gated delta net over xn for token t of its slot (out_ = its output):
+//   qkv = silu(conv1d(the window of this and the ssm_conv - 1 previous W_in xn of the sequence)), split into q, k
+//   (ssm_n_k_heads heads) and v (ssm_n_v_heads), q and k of each head divided by sqrt(sum x^2 + eps);
+//   for value head h, with k head h % n_k_heads: g = exp(softplus(W_alpha xn + dt)_h * a_h),
+//   beta = sigmoid(W_beta xn)_h, S = S g; S += (beta (v - S k)) k^T; o = S q / sqrt(head_k)   (S [head_v, head_k])
+//   out = W_out (rms_norm(o_h) * ssm_norm * silu(z_h) for each head h), z = W_z xn
+void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t nch = c.ssm_conv_channels(), taps = c.ssm_conv, hk = c.ssm_head_k, hv = c.ssm_head_v;
+    if (t.pos == 0) {  // a sequence starting afresh: zero state
+        std::fill_n(conv_state(l, t.slot), nch * (taps - 1), 0.0);
+        std::fill_n(ssm_state(l, t.slot), c.ssm_n_v_heads * hv * hk, 0.0);
+    }
+    matvec(L.ssm_in, xn_, q_, row_);  // [nch]
+    matvec(L.ssm_z, xn_, attn_gate_, row_);
+    matvec(L.ssm_beta, xn_, gate_, row_);
+    matvec(L.ssm_alpha, xn_, up_, row_);
+    // conv_c = silu(sum_i window_c[i] w_c[i]); the window [taps - 1] of each channel then moves on by this input
+    double* window = conv_state(l, t.slot);  // [nch, taps - 1]
+    att_.resize(nch);
+    for (int64_t ch = 0; ch < nch; ++ch) {
+        double* w = window + ch * (taps - 1);
+        const float* tap = L.ssm_conv1d.data() + ch * taps;
+        double s = q_[ch] * tap[taps - 1];
+        for (int64_t i = 0; i < taps - 1; ++i) s += w[i] * tap[i];
+        att_[ch] = s / (1.0 + std::exp(-s));
+        for (int64_t i = 0; i + 1 < taps - 1; ++i) w[i] = w[i + 1];
+        if (taps > 1) w[taps - 2] = q_[ch];
+    }
+    const int64_t nk = c.ssm_n_k_heads * hk;  // q at 0, k at nk, v at 2 nk
+    for (int64_t h = 0; h < 2 * c.ssm_n_k_heads; ++h) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < hk; ++i) ss += att_[h * hk + i] * att_[h * hk + i];
+        const double inv = 1.0 / std::sqrt(ss + c.rms_eps);
+        for (int64_t i = 0; i < hk; ++i) att_[h * hk + i] *= inv;
+    }
+    ssm_o_.assign(c.ssm_d_inner(), 0.0);
+    for (int64_t h = 0; h < c.ssm_n_v_heads; ++h) {
+        const double* q = att_.data() + (h % c.ssm_n_k_heads) * hk;
+        const double* k = q + nk;
+        const double* v = att_.data() + 2 * nk + h * hv;
+        const double x = up_[h] + L.ssm_dt[h];
+        const double g = std::exp((x > 20.0 ? x : std::log1p(std::exp(x))) * L.ssm_a[h]);
+        const double beta = 1.0 / (1.0 + std::exp(-gate_[h]));
+        double* S = ssm_state(l, t.slot) + h * hv * hk;  // [hv, hk]
+        double* o = ssm_o_.data() + h * hv;
+        for (int64_t j = 0; j < hv; ++j) {
+            double* Sj = S + j * hk;
+            double kv = 0.0;
+            for (int64_t i = 0; i < hk; ++i) kv += (Sj[i] *= g) * k[i];
+            const double d = (v[j] - kv) * beta;
+            double oj = 0.0;
+            for (int64_t i = 0; i < hk; ++i) oj += (Sj[i] += k[i] * d) * q[i];
+            o[j] = oj / std::sqrt(static_cast<double>(hk));
+        }
+    }
+    rms_norm_rows(ssm_o_, L.ssm_norm, c.rms_eps);
+    for (size_t i = 0; i < ssm_o_.size(); ++i) ssm_o_[i] *= attn_gate_[i] / (1.0 + std::exp(-attn_gate_[i]));
+    matvec(L.ssm_out, ssm_o_, out_, row_);
+}
+
+double* ReferenceBackend::conv_state(int64_t layer, int64_t slot) {
+    const int64_t n = config_.ssm_conv_channels() * (config_.ssm_conv - 1);
+    return conv_state_.data() + ((layer - layers_.begin) * kv_shape_.n_slots + slot) * n;
+}
+
+double* ReferenceBackend::ssm_state(int64_t layer, int64_t slot) {
+    const int64_t n = config_.ssm_n_v_heads * config_.ssm_head_v * config_.ssm_head_k;
+    return ssm_state_.data() + ((layer - layers_.begin) * kv_shape_.n_slots + slot) * n;
 }
 
 void ReferenceBackend::output_token(float* logits) {

@@ -42,7 +42,9 @@ public:
     // batch and of earlier calls, never of later ones: a token that would attend to a position of its slot that
     // no token has written yet is a UsageError (the fast backends would read stale memory there).
     void forward(const Batch& batch, std::span<float> logits) override;
-    bool can_copy_kv() const override { return true; }
+    // A recurrent model (qwen35) cannot go back: its state holds every token before (Backend::max_rewind).
+    int64_t max_rewind() const override { return config_.recurrent() ? 0 : INT64_MAX; }
+    bool can_copy_kv() const override { return !config_.recurrent(); }
     // A position src has not written is copied as not written: a token of dst attending to it is refused.
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;
     LayerRange layer_range() const override { return layers_; }
@@ -57,6 +59,11 @@ private:
     void forward_token(const BatchToken& t, float* logits);
     void embed_token(const BatchToken& t);          // x_ = the token's embedding
     void layer_token(const BatchToken& t, int64_t l);  // x_ = layer l applied to x_, K and V stored
+    void ffn_token(const LayerWeights& L);              // x_ = x_ + the FFN of L over rms_norm(x_), out_scale
+    // out_ = qwen35's gated delta net of layer l over xn_, its state moved on by t
+    void delta_net_token(const BatchToken& t, int64_t l);
+    double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
+    double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_
     // out = the FFN of w1 (gate), w3 (up), w2 (down) over xn_, plus the biases b1, b3, b2 where not null ([n_ff],
     // [n_ff], [n_embd]); moe_ffn: out_ = the routed experts' weighted sum over xn_, routed by the router's product
@@ -75,6 +82,10 @@ private:
     std::vector<double> k_cache_;    // [layers_.size(), n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<double> v_cache_;    // [layers_.size(), n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<uint8_t> written_;   // [n_slots, n_ctx] 1 where a token has stored its K and V
+    // qwen35's recurrent states: [layers_.size(), n_slots, ...] of conv_state's and ssm_state's shapes, and the
+    // position each slot's state stands at (one past its last token)
+    std::vector<double> conv_state_, ssm_state_;
+    std::vector<int64_t> state_pos_;  // [n_slots]
 
     // Per-token state.
     std::vector<double> x_;      // [n_embd] residual stream
@@ -82,7 +93,9 @@ private:
     std::vector<double> q_;      // [n_head * head_dim]
     std::vector<double> k_;      // [n_head_kv * head_dim]
     std::vector<double> v_;      // [n_head_kv * head_dim]
-    std::vector<double> att_;    // [n_head * head_dim] attention output
+    std::vector<double> att_;    // [n_head * head_dim] attention output (delta net: [ssm_conv_channels] q, k, v)
+    std::vector<double> attn_gate_;  // [n_head * head_dim] qwen35's output gate (delta net: z [ssm_d_inner])
+    std::vector<double> ssm_o_;      // [ssm_d_inner] the delta net's output before W_out
     std::vector<double> score_;  // [n_ctx] one head's scores, then probabilities
     std::vector<double> out_;    // [n_embd] output of wo / ffn_down
     std::vector<double> gate_;   // [n_ff] (or n_ff_exp)

@@ -34,6 +34,19 @@ size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written
     return written - static_cast<int64_t>(n) > max_rewind() ? 0 : n;
 }
 
+void advance_recurrent_positions(const Batch& batch, std::vector<int64_t>& state_pos) {
+    std::vector<int64_t> next = state_pos;
+    for (const BatchToken& t : batch.tokens) {
+        int64_t& at = next.at(static_cast<size_t>(t.slot));
+        if (t.pos != 0 && t.pos != at)
+            throw UsageError(fmt::format("slot {}: position {} on a recurrent model whose state stands at position {} "
+                                         "(its sequence continues only from there, or starts again at 0)",
+                                         t.slot, t.pos, at));
+        at = t.pos + 1;
+    }
+    state_pos = std::move(next);
+}
+
 void Backend::copy_kv(int32_t, int32_t, int64_t, int64_t) {
     QUILL_CHECK(false, "the {} backend cannot copy K and V between slots", name());
 }

@@ -157,6 +157,11 @@ void check_batch(const Batch& batch, const ModelConfig& config, const KvCacheSha
 // The tokens `prompt` shares with `cached` from position 0, but never the prompt's last token (it runs for its
 // logits): what a sequence could take from a cache holding `cached`, before Backend::reusable_prefix's rewind rule.
 size_t shared_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt);
+// A recurrent model's rule (ModelConfig::recurrent): a token at position 0 starts its slot's sequence afresh, any
+// other continues the slot's state only from exactly where it stands (state_pos[slot]: one past the last position
+// the slot ran), as a recurrent state cannot go back or skip. Checks the batch's tokens in batch order and moves
+// each slot's position past its last token; UsageError (and state_pos unchanged) when a token breaks the rule.
+void advance_recurrent_positions(const Batch& batch, std::vector<int64_t>& state_pos);
 // copy_kv's checks (UsageError naming the value).
 void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin, int64_t end);
 

@@ -34,6 +34,10 @@ void Scheduler::submit(int64_t id, Generation& gen, int32_t slot, int32_t n_past
     if (n_past < 0 || static_cast<size_t>(n_past) >= n_prompt)
         throw UsageError(fmt::format("{} cached prompt tokens: expected 0..{}", n_past, n_prompt - 1));
     if (n_past > 0 && slot < 0) throw UsageError("cached prompt tokens need a pinned slot");
+    // Guesses that fail are taken back, and a recurrent model's state cannot go back (qwen35).
+    if ((gen.params().lookup > 0 || gen.params().drafter) && backend_.max_rewind() == 0)
+        throw UsageError(fmt::format("--lookup and --draft-model cannot run on {} models, whose recurrent state cannot "
+                                     "take back a rejected guess: run without them", backend_.config().arch));
     waiting_.push_back({id, &gen, slot, n_past});
 }
 

@@ -56,15 +56,6 @@ constexpr Case kCases[] = {{"gemma4-tiny", GgmlType::F32, 5e-3, 5e-3},
 
 std::string stem(const Case& c) { return fmt::format("{}-{}", c.shape, type_name(c.type)); }
 
-// The F32 gemma4-tiny file with its metadata edited, saved in dir as name.gguf.
-std::string with_metadata(const fs::path& dir, const std::string& name, const std::function<void(GgufWriter&)>& edit) {
-    const fs::path src = dir / "gemma4-tiny.gguf";
-    if (!fs::exists(src)) SyntheticModel::make(synthetic_config("gemma4-tiny"), GgmlType::F32, 42)->save(src.string());
-    const std::string path = (dir / (name + ".gguf")).string();
-    test::rewrite_gguf(src.string(), path, edit);
-    return path;
-}
-
 // The CPU backend's prefill and decode (a step a call) of the references' prompt on the F32 model against the
 // reference backend's prefill, both with a cache of `kv`, each within tol of the logits' RMS: on each kernel family
 // here, and on the scalar path too with `scalar`.
@@ -199,12 +190,7 @@ TEST_CASE("quill run and quill chat work end to end on a gemma4 file with Gemma 
 
 TEST_CASE("gemma4 files with features quill lacks are refused with one line naming the feature", "[arch][model]") {
     const fs::path dir = test::temp_dir("arch_gemma4_refused");
-    struct Refused {
-        const char* name;
-        std::function<void(GgufWriter&)> edit;
-        const char* what;
-    };
-    const std::vector<Refused> cases = {
+    const std::vector<test::RefusedMetadata> cases = {
         {"per-layer", [](GgufWriter& w) { w.set("gemma4.embedding_length_per_layer_input", uint32_t(256)); },
          "per-layer token embeddings (Gemma 4 E2B/E4B) ('gemma4.embedding_length_per_layer_input') is not supported "
          "for gemma4"},
@@ -232,11 +218,5 @@ TEST_CASE("gemma4 files with features quill lacks are refused with one line nami
          "metadata 'gemma4.attention.key_length_swa' 33 or 'gemma4.rope.dimension_count_swa' 32 is odd, expected "
          "even numbers"},
     };
-    for (const Refused& r : cases) {
-        const std::string f = with_metadata(dir, r.name, r.edit);
-        INFO(r.name);
-        const test::Outcome o = test::run_io({"run", "-m", f, "-p", "hi", "-n", "4"}, "", "", "");
-        CHECK(o.status == 1);
-        CHECK(o.err == "quill: error: " + f + ": " + r.what + "\n");
-    }
+    test::check_refused_metadata(dir, "gemma4-tiny", cases);
 }

@@ -6,6 +6,7 @@
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "tests/support/backend_checks.h"
+#include "tests/support/fault_util.h"
 #include "tests/support/test_util.h"
 
 #include <algorithm>
@@ -53,6 +54,37 @@ inline void check_against_llama_cpp(Backend& b, const std::string& stem, double 
     }
     INFO("worst position: max |diff| / range " << worst);
     CHECK(got == want);
+}
+
+// A file whose metadata quill refuses: its name, the edit of the F32 synthetic file that makes it, and the message.
+struct RefusedMetadata {
+    const char* name;
+    std::function<void(GgufWriter&)> edit;
+    const char* what;
+};
+
+// The F32 synthetic `shape` (seed 42) saved in dir once, then copied as dir/name.gguf with `edit` applied to its
+// metadata (and the tensors it adds): the copy's path.
+inline std::string synthetic_with_metadata(const std::filesystem::path& dir, const std::string& shape,
+                                           const std::string& name, const std::function<void(GgufWriter&)>& edit) {
+    const std::filesystem::path src = dir / (shape + ".gguf");
+    if (!std::filesystem::exists(src))
+        SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42)->save(src.string());
+    const std::string path = (dir / (name + ".gguf")).string();
+    rewrite_gguf(src.string(), path, edit);
+    return path;
+}
+
+// Each case's file refused by `quill run` with exit status 1 and the one line "quill: error: FILE: what".
+inline void check_refused_metadata(const std::filesystem::path& dir, const std::string& shape,
+                                   const std::vector<RefusedMetadata>& cases) {
+    for (const RefusedMetadata& r : cases) {
+        const std::string f = synthetic_with_metadata(dir, shape, r.name, r.edit);
+        INFO(r.name);
+        const Outcome o = run_io({"run", "-m", f, "-p", "hi", "-n", "4"}, "", "", "");
+        CHECK(o.status == 1);
+        CHECK(o.err == "quill: error: " + f + ": " + r.what + "\n");
+    }
 }
 
 // A CPU backend of n_ctx positions and n_slots slots on 2 threads: the scalar reference path when isa is unset.

@@ -106,6 +106,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
         CHECK_THROWS_WITH(cuda::check_model(d->config, d->weights),
                           fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", d->config.arch));
     }
+    // Nor has qwen35 (its gated delta nets, a recurrent state per sequence).
+    auto q35 = SyntheticModel::make(synthetic_config("qwen35-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(q35->config, q35->weights),
+                      "the CUDA backend cannot run qwen35 models (recurrent gated delta net layers); --device cpu "
+                      "runs it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {
