@@ -58,6 +58,8 @@ private:
     void embed_token(const BatchToken& t);          // x_ = the token's embedding
     void layer_token(const BatchToken& t, int64_t l);  // x_ = layer l applied to x_, K and V stored
     void output_token(float* logits);               // logits [n_vocab] of x_
+    // gemma4 E2B/E4B: ple_ = token t's inputs of the layers this backend holds (ModelConfig::n_embd_per_layer).
+    void per_layer_inputs(const BatchToken& t);
     // out = the FFN of w1 (gate), w3 (up), w2 (down) over xn_, plus the biases b1, b3, b2 where not null ([n_ff],
     // [n_ff], [n_embd]); moe_ffn: out_ = the routed experts' weighted sum over xn_, routed by the router's product
     // with router_in.
@@ -91,6 +93,9 @@ private:
     std::vector<double> expert_out_;  // [n_embd] one expert's output
     std::vector<double> router_in_;   // [n_embd] gemma4: the router's input
     std::vector<double> shared_;      // [n_embd] gemma4: the dense FFN's output beside the experts'
+    std::vector<double> ple_;     // [n_layer, n_embd_per_layer] gemma4 E2B/E4B: the token's per-layer inputs
+    std::vector<double> ple_x_;   // [n_embd] the token's embedding, then a per-layer block's output
+    std::vector<double> ple_g_;   // [n_embd_per_layer] a per-layer block's gate
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
 };
