@@ -43,8 +43,9 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
       pool_(options.reference ? 1 : (options.n_threads > 0 ? options.n_threads : ThreadPool::physical_cores())),
       kv_ops_(kv_ops(isa_, options.reference)),
       kv_(config,
-          {layers_.size(), options.n_slots, options.n_ctx, config.kv_heads(), config.kv_head_dim(), options.kv_type},
-          options.window_cache, options.kv_huge_pages, pool_, layers_.begin),
+          {kv_cache_layers(config, layers_), options.n_slots, options.n_ctx, config.kv_heads(), config.kv_head_dim(),
+           options.kv_type},
+          options.window_cache, options.kv_huge_pages, pool_, layers_.begin, layers_.end),
       attention_(config, kv_, kv_ops_, pool_) {
     if (config.recurrent()) recurrent_ = RecurrentState(config, layers_, options.n_slots);
     check_weights(weights);
@@ -53,6 +54,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
     rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
     if (config.v_norm) ones_.assign(static_cast<size_t>(std::max(config.head_dim, config.head_dim_local)), 1.0f);
+    ple_proj_ = per_layer_proj_rows(weights, layers_.begin, layers_.end);
 }
 
 void CpuBackend::check_weights(const Weights& weights) {
@@ -64,6 +66,7 @@ void CpuBackend::check_weights(const Weights& weights) {
     for (const auto& L : weights.layers)
         for (const TensorView* t : layer_matrices(L)) check(*t);
     check(weights.output);
+    if (weights.per_layer_model_proj.data) check(weights.per_layer_model_proj);
 }
 
 void CpuBackend::resize_scratch(int64_t n) {
@@ -79,6 +82,9 @@ void CpuBackend::resize_scratch(int64_t n) {
     gate_.resize(dense ? n * c.n_ff : 0);
     up_.resize(dense ? n * c.n_ff : 0);
     shared_.resize(c.moe_shared_ffn ? n * c.n_embd : 0);
+    ple_.resize(n * layers_.size() * c.n_embd_per_layer);
+    ple_gate_.resize(n * c.n_embd_per_layer);
+    ple_row_.resize(c.n_layer * c.n_embd_per_layer);
     attention_.resize_scratch();
 }
 
@@ -314,6 +320,10 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     } else {
         embed_rows(batch, x_.data());
     }
+    if (config_.n_embd_per_layer > 0) {  // (from the embeddings: in xn_, free until the first norm, after a split)
+        if (in) embed_rows(batch, xn_.data());
+        per_layer_inputs(batch, in ? xn_.data() : x_.data());
+    }
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
@@ -322,6 +332,7 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
         else
             attention_block(batch, L, l);
         ffn_block(L, l, n);
+        if (L.per_layer_proj.data) per_layer_block(L, l, n);
     }
     residual_norm(layers_.end - 1, nullptr, nullptr, n, out_scale(layers_.end - 1));
     if (out) {
@@ -463,10 +474,11 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const int64_t hd = c.layer_head_dim(layer), n_head_kv = c.layer_n_head_kv(layer);
     const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);  // widths per token
     const bool v_from_k = L.v_from_k();
+    const bool own_kv = c.layer_has_kv(layer);  // (gemma4: a shared-KV layer has Q only, and stores nothing)
     if (c.attn_out_gate) q_gate_.resize(n * 2 * nq);
     const MatmulJob qkv[] = {{matrix(L.wq), c.attn_out_gate ? q_gate_.data() : q_.data()},
-                             {matrix(L.wk), k_.data()},
-                             {v_from_k ? matrix(L.wk) : matrix(L.wv), v_.data()}};
+                             {own_kv ? matrix(L.wk) : matrix(L.wq), k_.data()},
+                             {v_from_k || !own_kv ? matrix(L.wk) : matrix(L.wv), v_.data()}};
     // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does;
     // olmo2 and exaone4 have no input norm: the products read x itself)
     bool ready = false;
@@ -478,7 +490,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         ready = residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n, out_scale(layer - 1));
     }
     const float* in = c.input_norms ? xn_.data() : x_.data();
-    mm(std::span<const MatmulJob>(qkv, v_from_k ? 2 : 3), in, n, c.n_embd, n_decode_, ready);
+    mm(std::span<const MatmulJob>(qkv, !own_kv ? 1 : v_from_k ? 2 : 3), in, n, c.n_embd, n_decode_, ready);
     if (c.attn_out_gate) {  // (qwen35: each head's query, then its gate)
         attn_gate_.resize(n * nq);
         for (int64_t t = 0; t < n; ++t)
@@ -502,20 +514,20 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             float* q = q_.data() + t * nq;
             float* k = k_.data() + t * nkv;
             float* v = v_.data() + t * nkv;
-            if (v_from_k) std::copy_n(k, nkv, v);  // (gemma4: K's projection, before K's norm and RoPE)
+            if (own_kv && v_from_k) std::copy_n(k, nkv, v);  // (gemma4: K's projection, before K's norm and RoPE)
             // (rows of the norm's length: a head, or olmo2's whole Q and K)
             if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, nq / q_norm, q_norm, c.rms_eps);
             if (!L.attn_k_norm.empty()) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, nkv / k_norm, k_norm, c.rms_eps);
-            if (c.v_norm) kv_ops_.rms_norm(v, ones_.data(), v, n_head_kv, hd, c.rms_eps);
+            if (own_kv && c.v_norm) kv_ops_.rms_norm(v, ones_.data(), v, n_head_kv, hd, c.rms_eps);
             if (has_rope) {
                 rope(q, c.n_head, hd, n_rot, t, local);
-                rope(k, n_head_kv, hd, n_rot, t, local);
+                if (own_kv) rope(k, n_head_kv, hd, n_rot, t, local);
             }
             if (c.attn_temp_scale != 0.0f) {  // mistral3: q *= 1 + attn_temp_scale * log(floor(pos / floor) + 1)
                 const auto temp = static_cast<float>(c.attn_temp(batch.tokens[t].pos));
                 for (int64_t i = 0; i < nq; ++i) q[i] *= temp;
             }
-            store_kv(layer, batch.tokens[t], k, v);
+            if (own_kv) store_kv(layer, batch.tokens[t], k, v);
         }
     };
     // (rope_store by reference: no std::function copy of the lambda)
@@ -551,15 +563,16 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const float* in = c.input_norms ? xn_.data() : x_.data();
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     const MatmulJob down[] = {{matrix(L.ffn_down), proj_.data()}};
+    const int64_t n_ff = c.layer_n_ff(layer);  // (gemma4 E2B: wider in its shared-KV layers)
     if (int8_in_section(down[0].w, n)) {
         // Gate and up in one section by units of kFfnUnit features, each thread applying the activation to its
         // units' columns and quantizing their blocks for the down product as soon as it has both products' rows,
         // instead of a section of its own reading rows that the other core wrote.
         if (!ready) act_.set(in, n, c.n_embd, n_decode_);
-        ffn_act_.set(gate_.data(), n, c.n_ff, n_decode_);
+        ffn_act_.set(gate_.data(), n, n_ff, n_decode_);
         ffn_act_.begin_int8(isa_, !reads_tiles_alone(down[0].w, isa_, n));
         matmul_pair(gate_up[0], gate_up[1], act_, pool_, isa_, kFfnUnit, [&](int64_t f0, int64_t f1) {
-            for (int64_t t = 0; t < n; ++t) act(gate_.data() + t * c.n_ff + f0, up_.data() + t * c.n_ff + f0, f1 - f0);
+            for (int64_t t = 0; t < n; ++t) act(gate_.data() + t * n_ff + f0, up_.data() + t * n_ff + f0, f1 - f0);
             ffn_act_.quantize_int8_blocks(f0 / 32, f1 / 32);
         });
         ffn_act_.end_int8();
@@ -567,10 +580,10 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     } else {
         mm(gate_up, in, n, c.n_embd, n_decode_, ready);
         pool_.run([&](int ith, int nth) {
-            const Range r = split_range(n * c.n_ff, ith, nth, 64);
+            const Range r = split_range(n * n_ff, ith, nth, 64);
             act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);
         });
-        mm(down, gate_.data(), n, c.n_ff, n_decode_);
+        mm(down, gate_.data(), n, n_ff, n_decode_);
     }
     if (c.moe_shared_ffn) {
         norm(proj_.data(), L.ffn_post_norm_1.data(), shared_.data(), n);
@@ -580,6 +593,44 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     }
     if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
     scale_residual(n);
+}
+
+// ple[t, l] = (rms_norm(W_mp[l] x0[t] / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token_t][l] *
+// sqrt(n_embd_per_layer)) / sqrt(2) for this backend's layers l, x0 the tokens' scaled embeddings; the table's row
+// of each token dequantized as it is read.
+void CpuBackend::per_layer_inputs(const Batch& batch, const float* x0) {
+    const auto& c = config_;
+    const int64_t n = static_cast<int64_t>(batch.tokens.size()), d = c.n_embd_per_layer;
+    const int64_t width = layers_.size() * d;  // a token's inputs [layers_.size(), d]
+    const MatmulJob proj[] = {{matrix(ple_proj_), ple_.data()}};
+    mm(proj, x0, n, c.n_embd, n_decode_);
+    const auto proj_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.n_embd)));
+    const auto embd_scale = static_cast<float>(std::sqrt(static_cast<double>(d)));
+    const auto sum_scale = static_cast<float>(1.0 / std::sqrt(2.0));
+    const TensorView& table = weights_.per_layer_tok_embd;
+    for (int64_t t = 0; t < n; ++t) {
+        float* p = ple_.data() + t * width;
+        for (int64_t i = 0; i < width; ++i) p[i] *= proj_scale;
+        kv_ops_.rms_norm(p, weights_.per_layer_proj_norm.data(), p, layers_.size(), d, c.rms_eps);
+        dequantize_row(table.type, table.row(batch.tokens[t].token), ple_row_.data(), c.n_layer * d);
+        const float* e = ple_row_.data() + layers_.begin * d;
+        for (int64_t i = 0; i < width; ++i) p[i] = (p[i] + e[i] * embd_scale) * sum_scale;
+    }
+}
+
+// x = x + proj (the FFN's output); proj = rms_norm(W_proj (gelu(W_gate x) * ple[layer])) * post_norm, added by the
+// next residual_norm (with the layer's output scale)
+void CpuBackend::per_layer_block(const LayerWeights& L, int64_t layer, int64_t n) {
+    const auto& c = config_;
+    const int64_t d = c.n_embd_per_layer, width = layers_.size() * d;
+    residual_norm(layer, nullptr, nullptr, n);
+    const MatmulJob gate[] = {{matrix(L.per_layer_inp_gate), ple_gate_.data()}};
+    mm(gate, x_.data(), n, c.n_embd, n_decode_);
+    for (int64_t t = 0; t < n; ++t)
+        kv_ops_.geglu(ple_gate_.data() + t * d, ple_.data() + t * width + (layer - layers_.begin) * d, d);
+    const MatmulJob proj[] = {{matrix(L.per_layer_proj), proj_.data()}};
+    mm(proj, ple_gate_.data(), n, d, n_decode_);
+    norm(proj_.data(), L.per_layer_post_norm.data(), proj_.data(), n);
 }
 
 // logits = W_out rms_norm(x) * output_norm, for the rows that asked; soft-capped when the model says so

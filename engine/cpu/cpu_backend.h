@@ -100,6 +100,10 @@ private:
     void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
+    // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the
+    // embeddings x0 [n_tokens, n_embd]; per_layer_block: x_ += proj_, then proj_ = the layer's per-layer block of it.
+    void per_layer_inputs(const Batch& batch, const float* x0);
+    void per_layer_block(const LayerWeights& L, int64_t layer, int64_t n);
     // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
     // experts beside a dense FFN, whose inputs have their own norms)
     void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);
@@ -180,6 +184,12 @@ private:
     std::vector<float> moe_up_;      // [m, n_ff_exp]
     std::vector<float> moe_down_;    // [m, n_embd]
     std::vector<float> shared_;      // [n, n_embd] gemma4: the dense FFN's output beside the experts'
+    // gemma4 E2B/E4B (per_layer_inputs): each token's inputs of this backend's layers, the gate of a layer's block,
+    // a token's row of per_layer_token_embd, and the rows of per_layer_model_proj these layers read.
+    std::vector<float> ple_;       // [n, layers_.size(), n_embd_per_layer]
+    std::vector<float> ple_gate_;  // [n, n_embd_per_layer]
+    std::vector<float> ple_row_;   // [n_layer * n_embd_per_layer]
+    TensorView ple_proj_;          // [layers_.size() * n_embd_per_layer rows, n_embd]
     std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
     struct Pick {
         float value;

@@ -71,9 +71,11 @@ void KvCache::RingMemory::release() {
 }
 
 KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool window_cache, bool huge_pages,
-                 ThreadPool& pool, int64_t first_layer)
-    : shape_(checked(shape)),
+                 ThreadPool& pool, int64_t first_layer, int64_t end_layer)
+    : config_(config),
+      shape_(checked(shape)),
       first_layer_(first_layer),
+      end_layer_(end_layer >= 0 ? end_layer : first_layer + shape.n_layer),
       k_(static_cast<size_t>(shape_.n_layer * shape_.n_slots * ctx8()) * shape_.row_elems() * shape_.elem_size(),
          huge_pages),
       v_(shape_.bytes() / 2, huge_pages) {
@@ -91,8 +93,10 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
             });
         }
     }
-    QUILL_CHECK(first_layer >= 0 && end_layer() <= config.n_layer, "KV cache of layers {}-{} of {}", first_layer,
-                end_layer() - 1, config.n_layer);
+    QUILL_CHECK(first_layer >= 0 && end_layer_ <= config.n_layer &&
+                    shape_.n_layer == kv_cache_layers(config, {first_layer, end_layer_}),
+                "KV cache of {} layers for layers {}-{} of {}", shape_.n_layer, first_layer, end_layer_ - 1,
+                config.n_layer);
     local_index_.assign(static_cast<size_t>(shape_.n_layer), -1);
     alias_.resize(static_cast<size_t>(shape_.n_slots));
     if (window_cache) ring_ = window_ring_for(config, shape_.type, shape_.n_ctx);
@@ -111,7 +115,7 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
 
 int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
     int64_t n_local = 0;
-    for (int64_t l = 0; l < config.n_layer; ++l) n_local += config.layer_is_local(l) ? 1 : 0;
+    for (int64_t l = 0; l < config.n_layer_kv(); ++l) n_local += config.layer_is_local(l) ? 1 : 0;
     if (n_local == 0) return 0;
     // Whole key blocks of 64 positions and whole pages per ring.
     const int64_t row_bytes = config.n_embd_kv() * (kv == KvType::f16 ? 2 : 4);
@@ -123,8 +127,8 @@ int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
 
 size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots) {
     const int64_t ring = window_ring_for(config, kv, n_ctx);
-    int64_t positions = 0;  // per slot, over the layers
-    for (int64_t l = 0; l < config.n_layer; ++l) positions += ring > 0 && config.layer_is_local(l) ? ring : n_ctx;
+    int64_t positions = 0;  // per slot, over the layers with a cache of their own (gemma4: not the shared ones)
+    for (int64_t l = 0; l < config.n_layer_kv(); ++l) positions += ring > 0 && config.layer_is_local(l) ? ring : n_ctx;
     return 2 * static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_embd_kv()) *
            (kv == KvType::f16 ? 2 : 4);
 }
@@ -144,7 +148,7 @@ void KvCache::copy(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     const size_t es = shape_.elem_size();
     const auto n = static_cast<int64_t>(shape_.row_elems());
     const size_t row_bytes = static_cast<size_t>(n) * es;
-    for (int64_t l = first_layer_; l < end_layer(); ++l) {
+    for (int64_t l = first_layer_; l < first_layer_ + shape_.n_layer; ++l) {  // (the layers with a cache)
         const bool ringed = in_ring(l);
         const int64_t first = ringed ? std::max(begin, end - ring_) : begin;
         const uint8_t* ks = k(l, src);

@@ -25,23 +25,24 @@ class KvCache {
 public:
     // UsageError for a context or slot count under 1. window_cache: sliding-window layers keep a ring (when it is
     // smaller than the context); huge_pages: 2 MiB pages, every page faulted in now by pool's threads
-    // (CpuBackendOptions::kv_huge_pages). The cache holds the layers [first_layer, first_layer + shape.n_layer) (a
-    // range of a split forward), and its methods take their model-wide numbers. config must outlive the cache.
+    // (CpuBackendOptions::kv_huge_pages). The cache serves the layers [first_layer, end_layer) (a range of a split
+    // forward; end_layer -1: first_layer + shape.n_layer) and holds the K and V of the first shape.n_layer of them
+    // (kv_cache_layers: gemma4's shared-KV layers read those of ModelConfig::kv_layer); its methods take model-wide
+    // layer numbers. config must outlive the cache.
     KvCache(const ModelConfig& config, const KvCacheShape& shape, bool window_cache, bool huge_pages,
-            ThreadPool& pool, int64_t first_layer = 0);
+            ThreadPool& pool, int64_t first_layer = 0, int64_t end_layer = -1);
 
     const KvCacheShape& shape() const { return shape_; }
     // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
     int64_t ring() const { return ring_; }
-    int64_t end_layer() const { return first_layer_ + shape_.n_layer; }  // one past the last layer it holds
-    bool in_ring(int64_t layer) const { return local_index_[layer - first_layer_] >= 0; }
+    int64_t end_layer() const { return end_layer_; }  // one past the last layer it serves
+    bool in_ring(int64_t layer) const { return local_index_[index(layer)] >= 0; }
     // The row of position pos in layer's K and V (a ring's row for a ring layer).
     int64_t row(int64_t layer, int64_t pos) const { return in_ring(layer) ? pos % ring_ : pos; }
     // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
     uint8_t* k(int64_t layer, int64_t slot) const {
         if (in_ring(layer)) return ring_row0(layer, slot, 0);
-        const size_t elems =
-            static_cast<size_t>(((layer - first_layer_) * shape_.n_slots + slot) * ctx8()) * shape_.row_elems();
+        const size_t elems = static_cast<size_t>((index(layer) * shape_.n_slots + slot) * ctx8()) * shape_.row_elems();
         return static_cast<uint8_t*>(k_.p) + elems * shape_.elem_size();
     }
     uint8_t* v(int64_t layer, int64_t slot, int64_t pos) const {
@@ -49,7 +50,7 @@ public:
             return ring_row0(layer, slot, 1) +
                    static_cast<size_t>(pos % ring_) * shape_.row_elems() * shape_.elem_size();
         }
-        return static_cast<uint8_t*>(v_.p) + shape_.offset(layer - first_layer_, slot, pos) * shape_.elem_size();
+        return static_cast<uint8_t*>(v_.p) + shape_.offset(index(layer), slot, pos) * shape_.elem_size();
     }
 
     // Slot s's K and V at positions [0, n) hold the values of slot src's (copy made them so, and neither slot has
@@ -72,15 +73,19 @@ public:
     std::pair<const void*, const void*> mappings() const { return {k_.p, v_.p}; }
 
 private:
+    // The cache's layer that model layer `layer` reads and writes (its own, or for a shared-KV layer the one it
+    // shares).
+    int64_t index(int64_t layer) const { return config_.kv_layer(layer) - first_layer_; }
     int64_t ctx8() const { return (shape_.n_ctx + 7) / 8 * 8; }  // K's positions per slot, whole blocks
     uint8_t* ring_row0(int64_t layer, int64_t slot, int kind) const {  // kind 0: K, 1: V; row 0
         const auto ring_bytes = static_cast<size_t>(ring_) * shape_.row_elems() * shape_.elem_size();
-        const auto i = static_cast<size_t>((local_index_[layer - first_layer_] * shape_.n_slots + slot) * 2 + kind);
+        const auto i = static_cast<size_t>((local_index_[index(layer)] * shape_.n_slots + slot) * 2 + kind);
         return static_cast<uint8_t*>(rings_->base) + 2 * i * ring_bytes;
     }
 
+    const ModelConfig& config_;
     KvCacheShape shape_;
-    int64_t first_layer_ = 0;
+    int64_t first_layer_ = 0, end_layer_ = 0;
 
     // K and V, in anonymous memory that the OS backs only as positions are written, so a long context costs
     // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8

@@ -46,6 +46,9 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, Laye
                          CancelFlag cancel) {
     std::vector<const TensorView*> matrices;
     if (output) matrices.push_back(&weights.output);
+    // (gemma4 E2B/E4B: the projection of each token's embedding to the inputs of these layers)
+    const TensorView per_layer_proj = per_layer_proj_rows(weights, layers.begin, layers.end);
+    if (per_layer_proj.data) matrices.push_back(&per_layer_proj);
     for (int64_t l = layers.begin; l < layers.end; ++l)
         for (const TensorView* t : layer_matrices(weights.layers[static_cast<size_t>(l)])) matrices.push_back(t);
     // One mapping for all of them, in the order the layers read them (HugeMemory), each at a cache line: the packed

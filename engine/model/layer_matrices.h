@@ -5,19 +5,24 @@
 
 #include "engine/model/weights.h"
 
+#include <fmt/format.h>
+
 #include <vector>
 
 namespace quill {
 
-// L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has one), wo (qwen35's
-// recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead), then ffn_gate,
-// ffn_up, ffn_down, and/or (mixture of experts; gemma4 has both) the router ffn_gate_inp and each expert's gate, up
-// and down, last.
+// L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
+// has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead), then ffn_gate,
+// ffn_up, ffn_down, gemma4's per-layer input block (inp_gate, proj), and/or (mixture of experts; gemma4 has both) the
+// router ffn_gate_inp and each expert's gate, up and down, last.
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
-    std::vector<const TensorView*> m{&L.wq, &L.wk, &L.wv, &L.wo};
+    std::vector<const TensorView*> m{&L.wq};
+    if (L.wk.data) m.push_back(&L.wk);
+    if (!L.v_from_k()) m.push_back(&L.wv);
+    m.push_back(&L.wo);
     if (L.recurrent()) m = {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};  // (qwen35's delta net)
-    else if (L.v_from_k()) m.erase(m.begin() + 2);
     if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
+    if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
     for (const ExpertWeights& e : L.experts) m.insert(m.end(), {&e.gate, &e.up, &e.down});
@@ -27,15 +32,16 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
 // L's matrices as the file holds them, each tensor once, in the same order: phi3's fused attn_qkv and ffn_up whole
 // rather than their parts, a mixture's experts as the three 3-D tensors of them all.
 inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L) {
-    std::vector<const TensorView*> m =
-        L.attn_qkv.data ? std::vector<const TensorView*>{&L.attn_qkv, &L.wo}
-                        : std::vector<const TensorView*>{&L.wq, &L.wk, &L.wv, &L.wo};
+    std::vector<const TensorView*> m{L.attn_qkv.data ? &L.attn_qkv : &L.wq};
+    if (!L.attn_qkv.data && L.wk.data) m.push_back(&L.wk);
+    if (!L.attn_qkv.data && !L.v_from_k()) m.push_back(&L.wv);
+    m.push_back(&L.wo);
     if (L.recurrent()) m = {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};
-    else if (!L.attn_qkv.data && L.v_from_k()) m.erase(m.begin() + 2);
     if (L.ffn_gate_up.data)
         m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
     else if (L.ffn_down.data)
         m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
+    if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
     if (L.ffn_gate_up_exps.data)
@@ -44,6 +50,15 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
         m.insert(m.end(), {&L.ffn_gate_exps, &L.ffn_up_exps});
     m.push_back(&L.ffn_down_exps);
     return m;
+}
+
+// gemma4 E2B/E4B: the rows of per_layer_model_proj that layers [begin, end) read (their inputs' projections), a
+// view of its bytes; empty when the model has no per-layer inputs.
+inline TensorView per_layer_proj_rows(const Weights& w, int64_t begin, int64_t end) {
+    if (!w.per_layer_model_proj.data) return {};
+    const int64_t n = w.per_layer_model_proj.n_rows() / static_cast<int64_t>(w.layers.size());
+    if (begin == 0 && end == static_cast<int64_t>(w.layers.size())) return w.per_layer_model_proj;
+    return w.per_layer_model_proj.rows(begin * n, (end - begin) * n, fmt::format("layers {}-{}", begin, end - 1));
 }
 
 }  // namespace quill

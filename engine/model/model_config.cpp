@@ -71,6 +71,22 @@ void read_yarn(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.rope_mscale = static_cast<float>(attn_factor * (log_mul != 0.0f ? mscale(1.0) / mscale(log_mul) : mscale(1.0)));
 }
 
+// An array of one integer a layer in lo..hi (FileError naming the key otherwise).
+std::vector<int64_t> layer_ints(const GgufFile& f, const std::string& key, int64_t n_layer, int64_t lo, int64_t hi) {
+    const GgufArray& a = f.find(key)->as_array();
+    if (static_cast<int64_t>(a.size()) != n_layer || a.type() == GgufType::STRING || a.type() == GgufType::ARRAY)
+        throw FileError(fmt::format("{}: metadata '{}' is an array of {} {} values, expected {} integers (one a layer)",
+                                    f.path(), key, a.size(), gguf_type_name(a.type()), n_layer));
+    std::vector<int64_t> v(static_cast<size_t>(n_layer));
+    for (int64_t l = 0; l < n_layer; ++l) {
+        v[l] = a.at(static_cast<size_t>(l)).as_int();
+        if (v[l] < lo || v[l] > hi)
+            throw FileError(fmt::format("{}: metadata '{}' is {} at layer {}, expected {}..{}", f.path(), key, v[l], l,
+                                        lo, hi));
+    }
+    return v;
+}
+
 // attention.sliding_window_pattern as llama.cpp reads it: N, every Nth layer global and the others local (0: every
 // layer local), `fallback` when absent; or one bool a layer (true: local), which must be the pattern of some N.
 int64_t read_swa_pattern(const GgufFile& f, const std::string& p, int64_t fallback, int64_t n_layer) {
@@ -156,18 +172,29 @@ std::pair<int64_t, int64_t> local_global_int(const GgufFile& f, const std::strin
     return {local >= 0 ? local : global, global >= 0 ? global : local};
 }
 
+// attention.shared_kv_layers: the last layers that read the cache of ModelConfig::kv_layer. llama.cpp maps a shared
+// local layer to the second-to-last layer with a cache and a global one to the last, which must then be of those
+// kinds (a file where they are not would attend with another layer's geometry: refused).
+void read_gemma4_shared_kv(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    const std::string key = p + "attention.shared_kv_layers";
+    c.n_kv_shared = optional_int(f, key, 0, 0, std::max<int64_t>(0, c.n_layer - 2));
+    if (c.n_kv_shared == 0) return;
+    for (int64_t l = c.n_layer_kv(); l < c.n_layer; ++l)
+        if (c.layer_is_local(c.kv_layer(l)) != c.layer_is_local(l))
+            throw FileError(fmt::format("{}: metadata '{}' {}: shared layer {} ({}) would read the cache of layer {}, "
+                                        "which is {} (expected the last layer with a cache global, the one before it "
+                                        "local)", f.path(), key, c.n_kv_shared, l,
+                                        c.layer_is_local(l) ? "local" : "global", c.kv_layer(l),
+                                        c.layer_is_local(c.kv_layer(l)) ? "local" : "global"));
+}
+
 // Gemma 4 as llama.cpp's gemma4 reads it: GeGLU, embeddings scaled by sqrt(n_embd), attention scale 1 (the Q and K
 // norms stand for it), V heads normalized, the local layers (read_sliding_window) with their own head size, KV heads
 // and rotated dims and rope.freq_base_swa (10,000 unless the file says) without scaling, rope_freqs on the global
-// layers only, the logits soft-capped when the file says. The features quill lacks are refused by name.
+// layers only, the logits soft-capped when the file says; E2B and E4B's per-layer token embeddings and last layers
+// sharing the KV cache of earlier ones (read_gemma4_shared_kv).
 void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
-    auto refuse = [&](const std::string& what, const std::string& key) {
-        throw FileError(fmt::format("{}: {} ('{}{}') is not supported for gemma4", f.path(), what, p, key));
-    };
-    if (optional_int(f, p + "embedding_length_per_layer_input", 0, 0, int64_t{1} << 24) > 0)
-        refuse("per-layer token embeddings (Gemma 4 E2B/E4B)", "embedding_length_per_layer_input");
-    if (optional_int(f, p + "attention.shared_kv_layers", 0, 0, 4096) > 0)
-        refuse("KV layers shared across the last layers (Gemma 4 E2B/E4B)", "attention.shared_kv_layers");
+    c.n_embd_per_layer = optional_int(f, p + "embedding_length_per_layer_input", 0, 0, int64_t{1} << 16);
     c.ffn_act = ModelConfig::Activation::gelu_tanh;
     c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
     c.attn_scale = 1.0f;
@@ -192,6 +219,7 @@ void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
     if (c.head_dim_local % 2 != 0 || c.n_rot_local % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.key_length_swa' {} or '{}rope.dimension_count_swa' {} "
                                     "is odd, expected even numbers", f.path(), p, c.head_dim_local, p, c.n_rot_local));
+    read_gemma4_shared_kv(f, p, c);
 }
 
 // A feature quill lacks, refused by name when the file has it: `key` (after the architecture's prefix) present and
@@ -343,10 +371,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const int64_t n_block = c.n_layer;
     // qwen35: the multi-token-prediction blocks at the end, which the forward does not run (as llama.cpp by default)
     if (c.arch == "qwen35") c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
-    if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY)
-        throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which quill "
-                                    "does not support", f.path(), p));
-    c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
+    if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
+        if (c.arch != "gemma4")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
+            throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which "
+                                        "quill does not support for {}", f.path(), p, c.arch));
+        c.n_ff_layers = layer_ints(f, p + "feed_forward_length", c.n_layer, 1, kBig);
+        c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    } else {
+        c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
+    }
     c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
     // (gemma4's may be an array, a value a layer: read_gemma4 reads it)
     const GgufValue* kv_heads = f.find(p + "attention.head_count_kv");

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace quill {
 
@@ -110,6 +111,17 @@ struct ModelConfig {
     }
     int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v; }
     int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
+    // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); empty: n_ff in every layer. n_ff
+    // is then the widest layer's.
+    std::vector<int64_t> n_ff_layers;
+    // gemma4 (E2B, E4B): per-layer token embeddings of n_embd_per_layer values a layer (0: none). Each token's input
+    // of layer l, (rms_norm(W_mp[l] x0 / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token][l] *
+    // sqrt(n_embd_per_layer)) / sqrt(2) with x0 its scaled embedding, gates a block after the FFN: x = x +
+    // rms_norm(W_proj (gelu(W_gate x) * input_l)) * post_norm.
+    int64_t n_embd_per_layer = 0;
+    // gemma4 (E2B, E4B): the last n_kv_shared layers store no K and V; each attends over the cache of the last layer
+    // of its kind that has one (attention.shared_kv_layers; kv_layer).
+    int64_t n_kv_shared = 0;
 
     bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
     // The factor of the queries of a token at `pos` (1 without the temperature).
@@ -143,6 +155,17 @@ struct ModelConfig {
     }
     int64_t layer_n_rot(int64_t layer) const { return n_rot_local > 0 && layer_is_local(layer) ? n_rot_local : n_rot; }
     int64_t layer_n_embd_q(int64_t layer) const { return n_head * layer_head_dim(layer); }
+    int64_t layer_n_ff(int64_t layer) const {
+        return n_ff_layers.empty() ? n_ff : n_ff_layers[static_cast<size_t>(layer)];
+    }
+    // The layers with a K and V cache of their own: [0, n_layer_kv()). A shared layer (gemma4) reads the cache of
+    // kv_layer(l): as llama.cpp maps them, the last of those layers when it is global, the one before it when local
+    // (from_gguf checks that those are of the shared layers' kinds).
+    int64_t n_layer_kv() const { return n_layer - n_kv_shared; }
+    bool layer_has_kv(int64_t layer) const { return layer < n_layer_kv(); }
+    int64_t kv_layer(int64_t layer) const {
+        return layer_has_kv(layer) ? layer : n_layer_kv() - (layer_is_local(layer) ? 2 : 1);
+    }
     int64_t layer_n_embd_kv(int64_t layer) const { return layer_n_head_kv(layer) * layer_head_dim(layer); }
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and

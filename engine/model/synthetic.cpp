@@ -233,6 +233,16 @@ ModelConfig qwen35_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// gemma4 E2B/E4B: gemma4's layers with per-layer inputs of n_embd_per_layer values, the last n_kv_shared layers
+// reading the caches of earlier ones with FFNs twice as wide (E2B's), V in every layer.
+ModelConfig gemma4_e_config(ModelConfig c, int64_t n_embd_per_layer, int64_t n_kv_shared) {
+    c.n_embd_per_layer = n_embd_per_layer;
+    c.n_kv_shared = n_kv_shared;
+    for (int64_t l = 0; l < c.n_layer; ++l) c.n_ff_layers.push_back(c.layer_has_kv(l) ? c.n_ff : 2 * c.n_ff);
+    c.n_ff *= 2;
+    return c;
+}
+
 std::vector<ModelConfig> arch_shapes() {
     return {
         // layers 0-2 and 4 recurrent, 3 full; 2 KV heads for 4 query heads, 16 of 64 dims rotated; 2 key heads for 4
@@ -250,6 +260,12 @@ std::vector<ModelConfig> arch_shapes() {
         gemma4_config("gemma4-tiny", 128, 4, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 2, 0.5f),
         // the same with 8 experts of 64 features (2 a token) beside a dense FFN of 128 in each layer
         gemma4_moe_config("gemma4-moe-tiny", 128, 8, 64, 2),
+        // E2B's features: six layers (local, local, global, ...), per-layer inputs of 32, the last three (two local,
+        // one global) reading the caches of layers 1 and 2 with FFNs of 512 (256 before)
+        gemma4_e_config(gemma4_config("gemma4-e-tiny", 128, 6, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 3, 0.5f), 32, 3),
+        // Gemma 4 E2B as its GGUF files state it
+        gemma4_e_config(gemma4_config("gemma4-e2b", 1536, 35, 8, 1, 1, 256, 512, 6144, 262144, 131072, 512, 5, 30.0f),
+                        256, 20),
         phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
         // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
         gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
@@ -494,6 +510,12 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->weights.rope_freqs.assign(static_cast<size_t>(c.n_rot / 2), 1e30f);
         std::fill_n(m->weights.rope_freqs.begin(), c.n_rot / 8, 1.0f);
     }
+    if (c.n_embd_per_layer > 0) {
+        m->weights.per_layer_tok_embd = matrix("per_layer_token_embd.weight", c.n_layer * c.n_embd_per_layer, c.n_vocab);
+        m->weights.per_layer_model_proj =
+            matrix("per_layer_model_proj.weight", c.n_embd, c.n_layer * c.n_embd_per_layer);
+        m->weights.per_layer_proj_norm = norm(c.n_embd_per_layer);
+    }
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
@@ -515,9 +537,11 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
             L.wq = matrix(b + "attn_q.weight", c.n_embd, c.attn_out_gate ? 2 * nq : nq);
-            L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
-            // (gemma4's global layers take V from K, as Gemma 4 31B's do)
-            if (!gemma4 || c.layer_is_local(i)) L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
+            // (gemma4 E2B/E4B: a shared-KV layer's file has Q alone)
+            if (c.layer_has_kv(i)) L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
+            // (gemma4's global layers take V from K, as Gemma 4 31B's do; E2B and E4B have V in every layer)
+            if (c.layer_has_kv(i) && (!gemma4 || c.layer_is_local(i) || c.n_embd_per_layer > 0))
+                L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
         if (!c.layer_is_recurrent(i)) L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
         if (c.input_norms) L.ffn_norm = norm(c.n_embd);
@@ -525,10 +549,15 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         if (dense && (phi3 || glm4)) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
         } else if (dense) {
-            L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.n_ff);
-            L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.n_ff);
+            L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.layer_n_ff(i));
+            L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.layer_n_ff(i));
         }
-        if (dense) L.ffn_down = matrix(b + "ffn_down.weight", c.n_ff, c.n_embd);
+        if (dense) L.ffn_down = matrix(b + "ffn_down.weight", c.layer_n_ff(i), c.n_embd);
+        if (c.n_embd_per_layer > 0) {
+            L.per_layer_inp_gate = matrix(b + "inp_gate.weight", c.n_embd, c.n_embd_per_layer);
+            L.per_layer_proj = matrix(b + "proj.weight", c.n_embd_per_layer, c.n_embd);
+            L.per_layer_post_norm = norm(c.n_embd);
+        }
         if (c.moe()) {
             L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
             if (gemma4) {  // (gate and up of each expert in one tensor, gate first)
@@ -554,7 +583,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 ||
             (c.arch == "qwen35" && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
-            L.attn_k_norm = norm(c.layer_head_dim(i));
+            if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
         }
         if (olmo2) {  // (over the whole Q and K)
             L.attn_q_norm = norm(nq);
@@ -601,7 +630,13 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer));
-    w.set(p + "feed_forward_length", uint32_t(c.n_ff));
+    if (c.n_ff_layers.empty()) {
+        w.set(p + "feed_forward_length", uint32_t(c.n_ff));
+    } else {
+        std::vector<GgufValue> ff;
+        for (int64_t n : c.n_ff_layers) ff.emplace_back(uint32_t(n));
+        w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
+    }
     w.set(p + "attention.head_count", uint32_t(c.n_head));
     std::vector<GgufValue> local_kinds, kv_heads;  // gemma4: one a layer
     for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -651,7 +686,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "rope.dimension_count_swa", uint32_t(c.n_rot_local));
         w.set(p + "rope.freq_base_swa", c.rope_base_local);
         w.set(p + "final_logit_softcapping", c.final_logit_softcap);
-        w.set(p + "embedding_length_per_layer_input", uint32_t(0));  // (none; llama.cpp requires the key)
+        w.set(p + "embedding_length_per_layer_input", uint32_t(c.n_embd_per_layer));  // (llama.cpp requires it)
+        if (c.n_kv_shared > 0) w.set(p + "attention.shared_kv_layers", uint32_t(c.n_kv_shared));
     }
     if (c.arch == "granite") {
         w.set(p + "embedding_scale", c.embd_scale);
@@ -714,6 +750,10 @@ void SyntheticModel::save(const std::string& path) const {
     };
     view(weights.tok_embd);
     if (!weights.output_tied) view(weights.output);
+    if (weights.per_layer_tok_embd.data) {
+        view(weights.per_layer_tok_embd);
+        view(weights.per_layer_model_proj);
+    }
     for (const NamedVector& v : model_vectors(c, weights)) vec(v);
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const LayerWeights& L = weights.layers[i];

@@ -55,7 +55,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd});
-        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd});
+        // (gemma4: not in a shared-KV layer, which has no K)
+        if (c.layer_has_kv(layer))
+            f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd});
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
     // (gpt-oss, seed_oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
@@ -76,6 +78,7 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
     }
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
+    if (c.n_embd_per_layer > 0) f.push_back({"post_norm.weight", &L::per_layer_post_norm, c.n_embd});
     if (gemma4) f.push_back({"layer_output_scale.weight", &L::out_scale, 1, 1, false});
     return f;
 }
@@ -92,6 +95,8 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     bool global = false;
     for (int64_t l = 0; l < c.n_layer; ++l) global = global || !c.layer_is_local(l);
     if (c.arch == "gemma4") f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, global});
+    if (c.n_embd_per_layer > 0)
+        f.push_back({"per_layer_proj_norm.weight", &W::per_layer_proj_norm, c.n_embd_per_layer});
     if (c.arch == "phi3") {
         f.push_back({"rope_factors_long.weight", &W::rope_factors_long, c.n_rot / 2, 1, false});
         f.push_back({"rope_factors_short.weight", &W::rope_factors_short, c.n_rot / 2, 1, false});

@@ -49,6 +49,12 @@ public:
         return v;
     }
 
+    // A tensor the file may have that the forward does not read (gemma4's K and V of a shared-KV layer): counted as
+    // used, never mapped.
+    void skip(const std::string& name) const {
+        if (find(name)) used_.insert(name);
+    }
+
     // A small vector (norm weights, rope factors) converted to float.
     std::vector<float> get_vector(const std::string& name, int64_t n) const {
         TensorView v = get(name, {n});
@@ -156,6 +162,11 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.output = w.tok_embd;
         w.output_tied = true;
     }
+    if (c.n_embd_per_layer > 0) {
+        const int64_t n_pl = c.n_layer * c.n_embd_per_layer;
+        w.per_layer_tok_embd = l.get("per_layer_token_embd.weight", {n_pl, c.n_vocab});
+        w.per_layer_model_proj = l.get("per_layer_model_proj.weight", {c.n_embd, n_pl});
+    }
     l.check_divisors("rope_freqs.weight", w.rope_freqs);
     l.check_divisors("rope_factors_long.weight", w.rope_factors_long);
     l.check_divisors("rope_factors_short.weight", w.rope_factors_short);
@@ -174,6 +185,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
             L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (!c.layer_has_kv(i)) {  // (gemma4: Q only; K and V, which llama.cpp does not require, go unread)
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            for (const char* unread : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) l.skip(b + unread);
         } else if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3, gemma4)
             L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, nq + 2 * nkv}), c, i);
         } else {
@@ -195,14 +209,19 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.split_experts();
         }
         const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        const int64_t n_ff = c.layer_n_ff(i);
         // phi3, glm4: gate and up in one matrix, gate first (the halves of a SwiGLU's input)
         if (dense && (c.arch == "phi3" || c.arch == "glm4")) {
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
         } else if (dense) {
-            L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, c.n_ff});
-            L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, c.n_ff});
+            L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, n_ff});
+            L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, n_ff});
         }
-        if (dense) L.ffn_down = l.get(b + "ffn_down.weight", {c.n_ff, c.n_embd});
+        if (dense) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
+        if (c.n_embd_per_layer > 0) {
+            L.per_layer_inp_gate = l.get(b + "inp_gate.weight", {c.n_embd, c.n_embd_per_layer});
+            L.per_layer_proj = l.get(b + "proj.weight", {c.n_embd_per_layer, c.n_embd});
+        }
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;

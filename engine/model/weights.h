@@ -93,6 +93,10 @@ struct LayerWeights {
     std::vector<float> ssm_a;       // [ssm_n_v_heads]
     std::vector<float> ssm_norm;    // [ssm_head_v]
     bool recurrent() const { return ssm_in.data != nullptr; }
+    // gemma4 E2B/E4B (ModelConfig::n_embd_per_layer): the per-layer input's block after the FFN (empty otherwise).
+    TensorView per_layer_inp_gate;          // [n_embd_per_layer rows, n_embd] (inp_gate.weight)
+    TensorView per_layer_proj;              // [n_embd rows, n_embd_per_layer] (proj.weight)
+    std::vector<float> per_layer_post_norm;  // [n_embd] (post_norm.weight)
     // gemma4: a layer without attn_v takes V from K's projection.
     bool v_from_k() const { return wv.data == nullptr; }
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
@@ -114,6 +118,12 @@ struct Weights {
     // [n_rot / 2] phi3's divisors for a context longer than ModelConfig::yarn_n_ctx_orig and for one within it; empty
     // when absent
     std::vector<float> rope_factors_long, rope_factors_short;
+    // gemma4 E2B/E4B (ModelConfig::n_embd_per_layer > 0; else empty): each token's per-layer embeddings, read a row
+    // at a time from the file, never expanded; the projection of the token's embedding to every layer's input, and
+    // its norm.
+    TensorView per_layer_tok_embd;    // [n_vocab rows, n_layer * n_embd_per_layer]
+    TensorView per_layer_model_proj;  // [n_layer * n_embd_per_layer rows, n_embd]
+    std::vector<float> per_layer_proj_norm;  // [n_embd_per_layer]
     std::vector<LayerWeights> layers;
     int64_t n_expert_used = 0;  // experts a token's FFN reads (ModelConfig::n_expert_used); 0: a dense FFN
 

@@ -90,6 +90,12 @@ void softmax(std::vector<double>& s, int64_t n, double sink = -INFINITY) {
     for (int64_t j = 0; j < n; ++j) s[j] /= sum;
 }
 
+// gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), the tanh form
+double gelu(double g) {
+    const double k = std::sqrt(2.0 / 3.14159265358979323846);
+    return 0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g)));
+}
+
 // v as the nearest fp16 value (through float, as a cache of halves stores it)
 double round_to_fp16(double v) { return fp16_to_fp32(fp32_to_fp16(static_cast<float>(v))); }
 
@@ -100,8 +106,8 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     : config_(config),
       weights_(weights),
       layers_(options.layers.size() > 0 ? options.layers : LayerRange{0, config.n_layer}),
-      kv_shape_{layers_.size(), options.n_slots, options.n_ctx, config.kv_heads(), config.kv_head_dim(),
-                options.kv_type} {
+      kv_shape_{kv_cache_layers(config, layers_), options.n_slots, options.n_ctx, config.kv_heads(),
+                config.kv_head_dim(), options.kv_type} {
     check_kv_size(options.n_ctx, options.n_slots);
     QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
                 layers_.begin, layers_.end - 1, config.n_layer);
@@ -122,7 +128,8 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     inv_freq_local_ = inv_freq(config.rope_base_local, config.rope_freq_scale_local,
                                config.n_rot_local > 0 ? config.n_rot_local : config.n_rot,
                                !config.rope_divisors_global_only);
-    const size_t cache = static_cast<size_t>(layers_.size() * options.n_slots * options.n_ctx * config.n_embd_kv());
+    const size_t cache =
+        static_cast<size_t>(kv_shape_.n_layer * options.n_slots * options.n_ctx * config.n_embd_kv());
     k_cache_.assign(cache, 0.0);
     v_cache_.assign(cache, 0.0);
     written_.assign(static_cast<size_t>(options.n_slots * options.n_ctx), 0);
@@ -135,14 +142,15 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     }
 }
 
+// (a shared-KV layer's are those of the layer it shares: ModelConfig::kv_layer)
 double* ReferenceBackend::cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos) {
-    return cache.data() + kv_shape_.offset(layer - layers_.begin, slot, pos);
+    return cache.data() + kv_shape_.offset(config_.kv_layer(layer) - layers_.begin, slot, pos);
 }
 
 void ReferenceBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     check_copy(kv_shape_, src, dst, begin, end);
     const auto n = static_cast<std::ptrdiff_t>((end - begin) * config_.n_embd_kv());
-    for (int64_t l = layers_.begin; l < layers_.end; ++l)
+    for (int64_t l = layers_.begin; l < layers_.begin + kv_shape_.n_layer; ++l)
         for (std::vector<double>* cache : {&k_cache_, &v_cache_})
             std::copy_n(cache_row(*cache, l, src, begin), n, cache_row(*cache, l, dst, begin));
     const auto at = [&](int32_t slot) { return written_.begin() + slot * kv_shape_.n_ctx + begin; };
@@ -179,6 +187,7 @@ void ReferenceBackend::forward_layers(const Batch& batch, std::span<float> hidde
     for (size_t i = 0; i < batch.tokens.size(); ++i) {
         float* h = hidden.data() + i * config_.n_embd;
         x_.assign(h, h + config_.n_embd);
+        per_layer_inputs(batch.tokens[i]);
         for (int64_t l = layers_.begin; l < layers_.end; ++l) layer_token(batch.tokens[i], l);
         std::copy(x_.begin(), x_.end(), h);
     }
@@ -214,6 +223,7 @@ void ReferenceBackend::mark_written(const Batch& batch) {
 
 void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
     embed_token(t);
+    per_layer_inputs(t);
     for (int64_t l = 0; l < config_.n_layer; ++l) layer_token(t, l);
     if (logits) output_token(logits);
 }
@@ -225,6 +235,30 @@ void ReferenceBackend::embed_token(const BatchToken& t) {
     dequantize_row(weights_.tok_embd.type, weights_.tok_embd.row(t.token), row_.data(), c.n_embd);
     x_.resize(c.n_embd);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] = static_cast<double>(row_[i]) * c.embd_scale;
+}
+
+// ple[l] = (rms_norm(W_mp[l] x0 / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token][l] * sqrt(n_embd_per_layer))
+// / sqrt(2) for the layers held, x0 the token's scaled embedding
+void ReferenceBackend::per_layer_inputs(const BatchToken& t) {
+    const ModelConfig& c = config_;
+    const int64_t d = c.n_embd_per_layer;
+    if (d == 0) return;
+    const std::vector<double> x = x_;
+    embed_token(t);
+    ple_x_ = x_;
+    x_ = x;
+    const TensorView& table = weights_.per_layer_tok_embd;
+    std::vector<float> row(static_cast<size_t>(c.n_layer * d));
+    dequantize_row(table.type, table.row(t.token), row.data(), c.n_layer * d);
+    ple_.assign(static_cast<size_t>(c.n_layer * d), 0.0);
+    std::vector<double> p;
+    for (int64_t l = layers_.begin; l < layers_.end; ++l) {
+        matvec(weights_.per_layer_model_proj.rows(l * d, d, "layer"), ple_x_, p, row_);
+        for (double& v : p) v /= std::sqrt(static_cast<double>(c.n_embd));
+        rms_norm_rows(p, weights_.per_layer_proj_norm, c.rms_eps);
+        for (int64_t i = 0; i < d; ++i)
+            ple_[l * d + i] = (p[i] + row[l * d + i] * std::sqrt(static_cast<double>(d))) / std::sqrt(2.0);
+    }
 }
 
 void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
@@ -242,9 +276,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     if (c.layer_is_recurrent(l)) {  // qwen35: x = x + the gated delta net's output over xn, then the FFN
         delta_net_token(t, l);
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
-        return ffn_token(L);
+        return ffn_token(L, l);
     }
-    // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k)
+    // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k; a shared-KV layer: q only, K and V those its
+    // cache layer stored)
+    const bool own_kv = c.layer_has_kv(l);
     matvec(L.wq, xn_, q_, row_);
     // qwen35: Wq xn holds each head's query and then its output gate
     if (c.attn_out_gate) {
@@ -256,7 +292,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             }
         q_.resize(c.layer_n_embd_q(l));
     }
-    matvec(L.wk, xn_, k_, row_);
+    k_.assign(static_cast<size_t>(kv_dim), 0.0);
+    if (own_kv) matvec(L.wk, xn_, k_, row_);
     if (L.v_from_k())
         v_ = k_;
     else
@@ -285,7 +322,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const bool f16 = kv_shape_.type == KvType::f16;
     double* k_row = cache_row(k_cache_, l, t.slot, t.pos);
     double* v_row = cache_row(v_cache_, l, t.slot, t.pos);
-    for (int64_t i = 0; i < kv_dim; ++i) {
+    for (int64_t i = 0; i < kv_dim && own_kv; ++i) {
         k_row[i] = f16 ? round_to_fp16(k_[i]) : k_[i];
         v_row[i] = f16 ? round_to_fp16(v_[i]) : v_[i];
     }
@@ -328,10 +365,10 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
     if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
-    ffn_token(L);
+    ffn_token(L, l);
 }
 
-void ReferenceBackend::ffn_token(const LayerWeights& L) {
+void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
     const ModelConfig& c = config_;
     // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x)
     if (c.input_norms)
@@ -358,6 +395,15 @@ void ReferenceBackend::ffn_token(const LayerWeights& L) {
     }
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
+    // gemma4 E2B/E4B: x = x + rms_norm(W_proj (gelu(W_gate x) * ple[l])) * post_norm
+    if (L.per_layer_proj.data) {
+        const int64_t d = c.n_embd_per_layer;
+        matvec(L.per_layer_inp_gate, x_, ple_g_, row_);
+        for (int64_t i = 0; i < d; ++i) ple_g_[i] = gelu(ple_g_[i]) * ple_[l * d + i];
+        matvec(L.per_layer_proj, ple_g_, ple_x_, row_);
+        rms_norm_rows(ple_x_, L.per_layer_post_norm, c.rms_eps);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += ple_x_[i];
+    }
     // gemma4: x = x * layer_output_scale
     if (!L.out_scale.empty())
         for (double& v : x_) v *= L.out_scale[0];
@@ -454,15 +500,12 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
     matvec(w1, xn_, gate_, row_);
     matvec(w3, xn_, up_, row_);
     const ModelConfig& c = config_;
-    const double k_gelu = std::sqrt(2.0 / 3.14159265358979323846);
     const double alpha = c.swiglu_alpha, limit = c.swiglu_limit;
     for (size_t i = 0; i < gate_.size(); ++i) {
         const double g = gate_[i] + (b1 ? b1[i] : 0.0), u = up_[i] + (b3 ? b3[i] : 0.0);
         switch (c.ffn_act) {
         case ModelConfig::Activation::silu: gate_[i] = g / (1.0 + std::exp(-g)) * u; break;
-        case ModelConfig::Activation::gelu_tanh:
-            gate_[i] = 0.5 * g * (1.0 + std::tanh(k_gelu * (g + 0.044715 * g * g * g))) * u;
-            break;
+        case ModelConfig::Activation::gelu_tanh: gate_[i] = gelu(g) * u; break;
         case ModelConfig::Activation::swiglu_oai: {
             const double gc = std::min(g, limit);
             gate_[i] = gc / (1.0 + std::exp(-alpha * gc)) * (std::clamp(u, -limit, limit) + 1.0);

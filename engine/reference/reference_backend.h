@@ -59,12 +59,15 @@ private:
     void forward_token(const BatchToken& t, float* logits);
     void embed_token(const BatchToken& t);          // x_ = the token's embedding
     void layer_token(const BatchToken& t, int64_t l);  // x_ = layer l applied to x_, K and V stored
-    void ffn_token(const LayerWeights& L);              // x_ = x_ + the FFN of L over rms_norm(x_), out_scale
+    // x_ = x_ + the FFN of layer l (L) over rms_norm(x_), then gemma4's per-layer block and out_scale
+    void ffn_token(const LayerWeights& L, int64_t l);
     // out_ = qwen35's gated delta net of layer l over xn_, its state moved on by t
     void delta_net_token(const BatchToken& t, int64_t l);
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_
+    // gemma4 E2B/E4B: ple_ = token t's inputs of the layers this backend holds (ModelConfig::n_embd_per_layer).
+    void per_layer_inputs(const BatchToken& t);
     // out = the FFN of w1 (gate), w3 (up), w2 (down) over xn_, plus the biases b1, b3, b2 where not null ([n_ff],
     // [n_ff], [n_embd]); moe_ffn: out_ = the routed experts' weighted sum over xn_, routed by the router's product
     // with router_in.
@@ -104,6 +107,9 @@ private:
     std::vector<double> expert_out_;  // [n_embd] one expert's output
     std::vector<double> router_in_;   // [n_embd] gemma4: the router's input
     std::vector<double> shared_;      // [n_embd] gemma4: the dense FFN's output beside the experts'
+    std::vector<double> ple_;     // [n_layer, n_embd_per_layer] gemma4 E2B/E4B: the token's per-layer inputs
+    std::vector<double> ple_x_;   // [n_embd] the token's embedding, then a per-layer block's output
+    std::vector<double> ple_g_;   // [n_embd_per_layer] a per-layer block's gate
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
 };

@@ -125,4 +125,14 @@ void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin,
                                      kv.n_ctx));
 }
 
+int64_t kv_cache_layers(const ModelConfig& config, LayerRange layers) {
+    for (int64_t l = layers.begin; l < layers.end; ++l)
+        if (config.kv_layer(l) < layers.begin)
+            throw UsageError(fmt::format("layers {}-{} of a split forward: layer {} attends over the KV cache of layer "
+                                         "{}, which another range holds (split this model after layer {} or before "
+                                         "layer {})", layers.begin, layers.end - 1, l, config.kv_layer(l),
+                                         config.n_layer - 1, config.n_layer_kv() - 2));
+    return std::min(layers.end, config.n_layer_kv()) - layers.begin;
+}
+
 }  // namespace quill

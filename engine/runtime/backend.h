@@ -41,8 +41,8 @@ struct Batch {
 enum class KvType { f16, f32 };
 std::string_view kv_type_name(KvType t);
 
-// The KV cache: K and V for every layer, slot and position, contiguous per slot:
-// k, v [n_layer, n_slots, n_ctx, n_head_kv, head_dim].
+// The KV cache: K and V for every layer with a cache of its own (gemma4's shared-KV layers have none: n_layer counts
+// the others), slot and position, contiguous per slot: k, v [n_layer, n_slots, n_ctx, n_head_kv, head_dim].
 struct KvCacheShape {
     int64_t n_layer = 0, n_slots = 0, n_ctx = 0, n_head_kv = 0, head_dim = 0;
     KvType type = KvType::f16;
@@ -164,5 +164,9 @@ size_t shared_prefix(std::span<const int32_t> cached, std::span<const int32_t> p
 void advance_recurrent_positions(const Batch& batch, std::vector<int64_t>& state_pos);
 // copy_kv's checks (UsageError naming the value).
 void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin, int64_t end);
+// The layers of `layers` with a K and V cache of their own (the first ones: gemma4's shared-KV layers come last),
+// the KvCacheShape::n_layer of a backend holding them. UsageError when one of them reads the cache of a layer before
+// the range (ModelConfig::kv_layer), which a split forward cannot hand over.
+int64_t kv_cache_layers(const ModelConfig& config, LayerRange layers);
 
 }  // namespace quill

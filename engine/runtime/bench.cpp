@@ -32,7 +32,10 @@ double per_token_sum(const Weights& w, F&& f) {
 
 size_t decode_weight_bytes(const Weights& w) {
     const double layers = per_token_sum(w, [](const TensorView& t) { return static_cast<double>(t.n_bytes); });
-    return w.output.n_bytes + static_cast<size_t>(std::llround(layers));
+    // (gemma4 E2B/E4B: the projection to the per-layer inputs, and a token's row of their table)
+    const size_t per_layer =
+        w.per_layer_model_proj.n_bytes + (w.per_layer_tok_embd.data ? w.per_layer_tok_embd.row_bytes() : 0);
+    return w.output.n_bytes + per_layer + static_cast<size_t>(std::llround(layers));
 }
 
 double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
@@ -47,7 +50,9 @@ double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
         attention += 4.0 * static_cast<double>(c.layer_n_embd_q(l)) * keys;
     }
     const double output = 2.0 * static_cast<double>(w.output.ne[0]) * static_cast<double>(w.output.n_rows());
-    return per_token * static_cast<double>(n) + attention + output;
+    const double per_layer = 2.0 * static_cast<double>(w.per_layer_model_proj.ne[0]) *
+                             static_cast<double>(w.per_layer_model_proj.data ? w.per_layer_model_proj.n_rows() : 0);
+    return (per_token + per_layer) * static_cast<double>(n) + attention + output;
 }
 
 namespace {

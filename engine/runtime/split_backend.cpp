@@ -21,7 +21,7 @@ SplitBackend::SplitBackend(std::vector<std::unique_ptr<Backend>> ranges, std::st
     }
     QUILL_CHECK(next == config().n_layer, "ranges end at layer {} of {}", next, config().n_layer);
     kv_ = ranges_[0]->kv_shape();
-    kv_.n_layer = config().n_layer;
+    kv_.n_layer = config().n_layer_kv();  // (the layers with a cache of their own)
 }
 
 BackendInfo SplitBackend::describe() const {

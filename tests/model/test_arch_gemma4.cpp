@@ -9,6 +9,7 @@
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
+#include "engine/runtime/split_backend.h"
 #include "tests/support/arch_checks.h"
 #include "tests/support/fault_util.h"
 #include "tests/support/test_util.h"
@@ -44,6 +45,10 @@ std::unique_ptr<Model> saved_model(GgmlType type, const std::string& shape = "ge
 // backend the difference falls to 3.0e-4. F16: llama.cpp also rounds every product's input to fp16, as the CPU
 // backend does and the reference backend does not.
 // gemma4-moe-tiny: F32 2.3e-3 on both, F16 6.6e-3 and at most 4.5e-3.
+// gemma4-e-tiny: F32 5.9e-3 on both, F16 2.1e-2 and at most 1.1e-2 (the greedy tokens the same everywhere). Its
+// per-layer blocks put a GELU after every layer's FFN: with llama.cpp's fp16 table in the reference backend F32 falls
+// to 3.1e-3, of which about 3e-4 at every position comes with the per-layer inputs (the same file without them gives
+// 3e-6 at position 0, with them 3e-4: a rounding of llama.cpp's in that path that the reference does not make).
 struct Case {
     const char* shape;
     GgmlType type;
@@ -52,16 +57,18 @@ struct Case {
 constexpr Case kCases[] = {{"gemma4-tiny", GgmlType::F32, 5e-3, 5e-3},
                            {"gemma4-tiny", GgmlType::F16, 2e-2, 8e-3},
                            {"gemma4-moe-tiny", GgmlType::F32, 5e-3, 5e-3},
-                           {"gemma4-moe-tiny", GgmlType::F16, 2e-2, 8e-3}};
+                           {"gemma4-moe-tiny", GgmlType::F16, 2e-2, 8e-3},
+                           {"gemma4-e-tiny", GgmlType::F32, 8e-3, 8e-3},
+                           {"gemma4-e-tiny", GgmlType::F16, 3e-2, 1.5e-2}};
 
 std::string stem(const Case& c) { return fmt::format("{}-{}", c.shape, type_name(c.type)); }
 
-// The CPU backend's prefill and decode (a step a call) of the references' prompt on the F32 model against the
-// reference backend's prefill, both with a cache of `kv`, each within tol of the logits' RMS: on each kernel family
-// here, and on the scalar path too with `scalar`.
-void check_cpu_matches_reference(KvType kv, bool scalar, double tol) {
-    auto m = saved_model(GgmlType::F32);
-    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma4-tiny-f32.prompt_logits.txt"));
+// The CPU backend's prefill and decode (a step a call) of the references' prompt on the F32 model of `shape` against
+// the reference backend's prefill, both with a cache of `kv`, each within tol of the logits' RMS: on each kernel
+// family here, and on the scalar path too with `scalar`.
+void check_cpu_matches_reference(KvType kv, bool scalar, double tol, const std::string& shape) {
+    auto m = saved_model(GgmlType::F32, shape);
+    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path(shape + "-f32.prompt_logits.txt"));
     ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, kv});
     const auto want = test::prefill_logits(reference, ref.tokens);
     std::vector<std::optional<Isa>> isas;
@@ -129,20 +136,119 @@ TEST_CASE("gemma4: the CPU backend's prefill and decode match the reference back
     // backend's double sums: the llama.cpp comparison's tolerance cannot see a small slip of one layer kind.
     // Measured: 1.2e-5 (scalar path) to 3.7e-5 (AVX2) of the logits' RMS; the sharp softmax (attention scale 1)
     // passes float rounding on more than other architectures' 1e-5.
-    check_cpu_matches_reference(KvType::f32, true, 1e-4);
+    check_cpu_matches_reference(KvType::f32, true, 1e-4, "gemma4-tiny");
 }
 
 TEST_CASE("gemma4 with an F16 KV cache: the CPU backend's prefill and decode match the reference backend's",
           "[arch][cpu]") {
     // The default cache type (K, V, q and the probabilities in fp16 on both sides). Measured: 4.2e-3 of the logits'
     // RMS (AVX2), above test_reference.cpp's 3e-3 for F32 weights with an F16 cache for the sharp softmax's sake.
-    check_cpu_matches_reference(KvType::f16, false, 6e-3);
+    check_cpu_matches_reference(KvType::f16, false, 6e-3, "gemma4-tiny");
 }
 
 TEST_CASE("gemma4: a sequence's decode steps give the same logits in mixed batches as alone", "[arch][cpu]") {
     test::check_mixed_batches(synthetic_config("gemma4-tiny"), {GgmlType::F32, GgmlType::Q8_0}, 64);
     // (the mixture: a token's experts, and so its sum, do not depend on the batch's other tokens)
     test::check_mixed_batches(synthetic_config("gemma4-moe-tiny"), {GgmlType::F32, GgmlType::Q8_0}, 64);
+    // (E2B's per-layer inputs: a token's own, whatever its company)
+    test::check_mixed_batches(synthetic_config("gemma4-e-tiny"), {GgmlType::F32, GgmlType::Q8_0}, 64);
+}
+
+TEST_CASE("gemma4 E2B/E4B's per-layer inputs and shared KV layers are read from the file as llama.cpp reads them",
+          "[arch][model]") {
+    auto m = saved_model(GgmlType::F32, "gemma4-e-tiny");
+    const ModelConfig& c = m->config;
+    CHECK((c.n_embd_per_layer == 32 && c.n_kv_shared == 3 && c.n_layer_kv() == 3));
+    // layers local, local, global, then the shared ones: local (reading layer 1's cache), local (1), global (2)
+    CHECK((c.layer_is_local(1) && !c.layer_is_local(2) && c.layer_is_local(4) && !c.layer_is_local(5)));
+    CHECK((c.kv_layer(0) == 0 && c.kv_layer(2) == 2 && c.kv_layer(3) == 1 && c.kv_layer(4) == 1 &&
+           c.kv_layer(5) == 2));
+    CHECK((c.layer_has_kv(2) && !c.layer_has_kv(3)));
+    CHECK(c.n_ff_layers == std::vector<int64_t>{256, 256, 256, 512, 512, 512});
+    CHECK((c.n_ff == 512 && c.layer_n_ff(0) == 256 && c.layer_n_ff(5) == 512));
+    const Weights& w = m->weights;
+    CHECK((w.per_layer_tok_embd.ne[0] == 6 * 32 && w.per_layer_tok_embd.ne[1] == 320));
+    CHECK((w.per_layer_model_proj.ne[0] == 128 && w.per_layer_model_proj.n_rows() == 6 * 32));
+    CHECK(w.per_layer_proj_norm.size() == 32);
+    const LayerWeights& shared = w.layers[4];
+    CHECK((shared.wq.data != nullptr && shared.wk.data == nullptr && shared.attn_k_norm.empty()));
+    CHECK((shared.ffn_gate.n_rows() == 512 && w.layers[1].ffn_down.ne[0] == 256));
+    CHECK((shared.per_layer_inp_gate.n_rows() == 32 && shared.per_layer_proj.n_rows() == 128 &&
+           shared.per_layer_post_norm.size() == 128));
+    CHECK(!w.layers[2].v_from_k());  // (V in every layer with a cache, as in E2B)
+}
+
+TEST_CASE("gemma4 E2B/E4B: the CPU backend's prefill and decode match the reference backend's", "[arch][cpu]") {
+    // F32 cache: within float rounding on every path; F16 cache: the half-precision attention on both sides.
+    check_cpu_matches_reference(KvType::f32, true, 1e-4, "gemma4-e-tiny");
+    check_cpu_matches_reference(KvType::f16, false, 6e-3, "gemma4-e-tiny");
+}
+
+TEST_CASE("gemma4 E2B/E4B: the KV cache holds the layers with a cache of their own, and is sized so",
+          "[arch][cpu]") {
+    auto m = saved_model(GgmlType::F32, "gemma4-e-tiny");
+    const ModelConfig& c = m->config;
+    const size_t row = static_cast<size_t>(c.n_embd_kv()) * sizeof(float);
+    // without rings (a context under the ring's size): three layers of 64 positions, K and V
+    CHECK(cpu::kv_cache_bytes(c, KvType::f32, 64, 1) == 2 * 3 * 64 * row);
+    // with rings: the two local layers with a cache keep a ring each, the global one the whole context
+    const int64_t ring = cpu::window_ring_for(c, KvType::f32, 4096);
+    REQUIRE(ring > 0);
+    CHECK(cpu::kv_cache_bytes(c, KvType::f32, 4096, 2) == 2 * 2 * static_cast<size_t>(2 * ring + 4096) * row);
+    auto cpu = test::arch_cpu_backend(c, m->weights, Isa::generic, 64);
+    CHECK(cpu->kv_shape().n_layer == 3);
+    ReferenceBackend reference(c, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
+    CHECK(reference.kv_shape().n_layer == 3);
+}
+
+TEST_CASE("gemma4 E2B/E4B: a prefix copied to another slot continues as if that slot had run it", "[arch][cpu]") {
+    // Slot 0 runs 40 tokens; slot 1 takes its first 30 positions (copy_kv) and runs the last 10: their logits are
+    // slot 0's, bit for bit (the shared layers read the copied caches of layers 1 and 2). With a context of 1024 the
+    // local layers keep rings, with 64 the whole context.
+    auto m = saved_model(GgmlType::F32, "gemma4-e-tiny");
+    const std::vector<int32_t> tokens = test::some_tokens(40, 320, 5);
+    const std::vector<int32_t> tail(tokens.begin() + 30, tokens.end());
+    auto check = [&](Backend& b) {
+        const auto all = test::prefill_logits(b, tokens, 0);
+        b.copy_kv(0, 1, 0, 30);
+        Batch batch;
+        for (int32_t p = 30; p < 40; ++p) batch.add(tokens[p], p, 1, true);
+        std::vector<float> got(10 * 320);
+        b.forward(batch, got);
+        CHECK(got == test::rows(all, 320, 30, 40));
+    };
+    for (const int64_t n_ctx : {64, 1024}) {
+        INFO("context " << n_ctx);
+        check(*test::arch_cpu_backend(m->config, m->weights, test::available_isas().back(), n_ctx, 2));
+        ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{n_ctx, 2, KvType::f32});
+        check(reference);
+    }
+}
+
+TEST_CASE("gemma4 E2B/E4B: a split forward keeps each shared layer with the cache it reads", "[arch][cpu]") {
+    auto m = saved_model(GgmlType::Q8_0, "gemma4-e-tiny");
+    auto range = [&](LayerRange layers) {
+        cpu::CpuBackendOptions o;
+        o.n_threads = 2;
+        o.n_ctx = 64;
+        o.layers = layers;
+        return std::make_unique<cpu::CpuBackend>(m->config, m->weights, o);
+    };
+    // layers 1-5 hold the caches of 1 and 2 that 3, 4 and 5 read: the split gives the whole model's logits
+    std::vector<std::unique_ptr<Backend>> ranges;
+    ranges.push_back(range({0, 1}));
+    ranges.push_back(range({1, 6}));
+    CHECK(ranges[1]->kv_shape().n_layer == 2);
+    SplitBackend split(std::move(ranges), "plan");
+    auto whole = range({});
+    const std::vector<int32_t> tokens = test::some_tokens(20, 320, 3);
+    CHECK(test::prefill_logits(split, tokens) == test::prefill_logits(*whole, tokens));
+    // from layer 2 on, layer 3 would read layer 1's cache, which the range before holds
+    for (int64_t first = 2; first < 6; ++first) {
+        INFO("layers " << first << "-5");
+        CHECK_THROWS_WITH(range({first, 6}), Catch::Contains("attends over the KV cache of layer") &&
+                                                 Catch::Contains("which another range holds"));
+    }
 }
 
 TEST_CASE("gemma4's mixture of experts is read from the file as llama.cpp reads it", "[arch][model]") {
@@ -162,47 +268,50 @@ TEST_CASE("gemma4's mixture of experts is read from the file as llama.cpp reads 
 }
 
 TEST_CASE("quill run and quill chat work end to end on a gemma4 file with Gemma 4's chat template", "[arch][cli]") {
-    const fs::path dir = test::temp_dir("arch_cli_gemma4");
-    const std::string file = (dir / "gemma4-tiny.gguf").string();
-    auto save = test::run_quill(
-        {"bench", "--synthetic", "gemma4-tiny", "--dtype", "f16", "--save", file, "-p", "4", "-n", "2", "-r", "1"});
-    REQUIRE(save.status == 0);
     // The template Google ships with Gemma 4 31B (tests/data/templates/src, rendered byte for byte as Jinja2 does
-    // by test_template_corpus.cpp).
+    // by test_template_corpus.cpp); E2B's turns are the same.
     const std::string tmpl =
         (fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" / "google-gemma-4-31B-it.jinja").string();
-    auto shown = test::run_quill({"template", "-m", file, "--chat-template", tmpl}, "");
-    CHECK(shown.status == 0);
-    CHECK(shown.out.find("<|turn>model\n") != std::string::npos);
-    auto run = test::run_quill({"run", "-m", file, "--chat-template", tmpl, "-p", "Why is the sky blue?", "--temp",
-                                "0", "-n", "8", "--json"});
-    CHECK(run.status == 0);
-    CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
-    auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
-                                "Hello there\nAnd again\n");
-    CHECK(chat.status == 0);
-    CHECK(chat.err.find("error") == std::string::npos);
-    // The file's own template: Gemma 4's turns.
-    auto own = test::run_quill({"template", "-m", file}, "");
-    CHECK(own.status == 0);
-    CHECK(own.out.find("<|turn>model\n") != std::string::npos);
+    for (const std::string shape : {"gemma4-tiny", "gemma4-e-tiny"}) {
+        INFO(shape);
+        const std::string file = (test::temp_dir("arch_cli_" + shape) / (shape + ".gguf")).string();
+        auto save = test::run_quill(
+            {"bench", "--synthetic", shape, "--dtype", "f16", "--save", file, "-p", "4", "-n", "2", "-r", "1"});
+        REQUIRE(save.status == 0);
+        auto shown = test::run_quill({"template", "-m", file, "--chat-template", tmpl}, "");
+        CHECK(shown.status == 0);
+        CHECK(shown.out.find("<|turn>model\n") != std::string::npos);
+        auto run = test::run_quill({"run", "-m", file, "--chat-template", tmpl, "-p", "Why is the sky blue?",
+                                    "--temp", "0", "-n", "8", "--json"});
+        CHECK(run.status == 0);
+        CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
+        auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
+                                    "Hello there\nAnd again\n");
+        CHECK(chat.status == 0);
+        CHECK(chat.err.find("error") == std::string::npos);
+        // The file's own template: Gemma 4's turns.
+        auto own = test::run_quill({"template", "-m", file}, "");
+        CHECK(own.status == 0);
+        CHECK(own.out.find("<|turn>model\n") != std::string::npos);
+    }
 }
 
 TEST_CASE("gemma4 files with features quill lacks are refused with one line naming the feature", "[arch][model]") {
     const fs::path dir = test::temp_dir("arch_gemma4_refused");
     const std::vector<test::RefusedMetadata> cases = {
-        {"per-layer", [](GgufWriter& w) { w.set("gemma4.embedding_length_per_layer_input", uint32_t(256)); },
-         "per-layer token embeddings (Gemma 4 E2B/E4B) ('gemma4.embedding_length_per_layer_input') is not supported "
-         "for gemma4"},
-        {"shared-kv", [](GgufWriter& w) { w.set("gemma4.attention.shared_kv_layers", uint32_t(2)); },
-         "KV layers shared across the last layers (Gemma 4 E2B/E4B) ('gemma4.attention.shared_kv_layers') is not "
-         "supported for gemma4"},
-        {"ff-array",
+        // (layers local, global, local, global: the one shared layer, global, would read layer 2's cache, a local
+        // layer's, as llama.cpp maps it)
+        {"shared-kv-kind", [](GgufWriter& w) { w.set("gemma4.attention.shared_kv_layers", uint32_t(1)); },
+         "metadata 'gemma4.attention.shared_kv_layers' 1: shared layer 3 (global) would read the cache of layer 2, "
+         "which is local (expected the last layer with a cache global, the one before it local)"},
+        {"ff-array-length",
          [](GgufWriter& w) {
-             std::vector<GgufValue> ff(4, GgufValue(uint32_t(256)));
+             std::vector<GgufValue> ff(3, GgufValue(uint32_t(256)));
              w.set("gemma4.feed_forward_length", GgufValue::array(GgufType::U32, ff));
          },
-         "metadata 'gemma4.feed_forward_length' is an array (a width a layer), which quill does not support"},
+         "metadata 'gemma4.feed_forward_length' is an array of 3 u32 values, expected 4 integers (one a layer)"},
+        {"per-layer-tensors", [](GgufWriter& w) { w.set("gemma4.embedding_length_per_layer_input", uint32_t(32)); },
+         "missing tensor 'per_layer_proj_norm.weight' [32]"},
         {"kv-heads-mixed",
          [](GgufWriter& w) {
              std::vector<GgufValue> kv{uint32_t(2), uint32_t(1), uint32_t(4), uint32_t(1)};
