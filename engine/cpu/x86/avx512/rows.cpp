@@ -1,7 +1,8 @@
 // The AVX-512 four-row kernels in the kernel table: Q6_K, and Q8_0 (its decode here, more tokens on lanes.h); and
-// the sixteen-row kernels of IQ4_NL, IQ4_XS and MXFP4 (iq4_decoders.h), IQ3_XXS and IQ3_S (iq3_decoders.h) and
-// IQ2_XXS (iq2_decoders.h).
+// the sixteen-row kernels of IQ4_NL, IQ4_XS and MXFP4 (iq4_decoders.h), IQ3_XXS and IQ3_S (iq3_decoders.h),
+// IQ2_XXS (iq2_decoders.h) and IQ1_S (iq1_decoders.h).
 #include "engine/cpu/x86/avx512/rows.h"
+#include "engine/cpu/x86/avx512/iq1_decoders.h"
 #include "engine/cpu/x86/avx512/iq2_decoders.h"
 #include "engine/cpu/x86/avx512/iq3_decoders.h"
 #include "engine/cpu/x86/avx512/iq4_decoders.h"
@@ -30,6 +31,7 @@ void add_rows_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::IQ3_XXS) = {rows16<Dec16Iq3Xxs>, true};
     entry(table.rows, GgmlType::IQ3_S) = {rows16<Dec16Iq3S>, true};
     entry(table.rows, GgmlType::IQ2_XXS) = {rows16<Dec16Iq2Xxs>, true};
+    entry(table.rows, GgmlType::IQ1_S) = {rows16<Dec16Iq1S>, true};
 }
 
 }  // namespace quill::cpu::QUILL_AVX512_NS
