@@ -58,9 +58,15 @@ struct Dec8Iq1S {
     template <typename R, typename F>
     [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(BlockIq1S);
-        const __m256 d = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq1S, d)));
+        const __m256 d = group_d(rows, off);
 #pragma GCC unroll 1
         for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
+    }
+
+    // The d of the super-blocks at rows[r] + off.
+    template <typename R>
+    [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
+        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq1S, d)));
     }
 
     // Sub-block j of the super-blocks at rows[r] + off, whose fp16 d are d.
@@ -89,10 +95,12 @@ struct Dec8Iq1S {
 // IQ1_M: a group is a super-block, its eight 32-element sub-blocks the steps, with a scale per 16 elements taken in
 // the integer dot (kHalfScales, as IQ2_XS: Step8::wm holds 2 s + 1 of each half, ws = d / 8). Sub-block j has the
 // index bytes qs[4 j ..] and the 16-bit word at qh + 2 j (nibble l: entry l's three high index bits and its delta's
-// sign); d is put together from the top nibbles of the four scale words.
+// sign); d is put together from the top nibbles of the four scale words. Signed for the AVX2 kernels; plus 128 for
+// the AVX-512 ones (Unsigned).
+template <bool Unsigned = false>
 struct Dec8Iq1M {
-    static constexpr int kOffset = 0;
-    static constexpr bool kSigned = true, kHasMin = false, kHalfScales = true;
+    static constexpr int kOffset = Unsigned ? 128 : 0;
+    static constexpr bool kSigned = !Unsigned, kHasMin = false, kHalfScales = true;
     static constexpr int kGroupsPerMadd = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(BlockIq1M);
@@ -100,6 +108,14 @@ struct Dec8Iq1M {
     template <typename R, typename F>
     [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(BlockIq1M);
+        const __m256 d = group_d(rows, off);
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
+    }
+
+    // The d of the super-blocks at rows[r] + off, from the top nibbles of their scale words.
+    template <typename R>
+    [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
         const __m256i sc[2] = {gather_u32(rows, off + offsetof(BlockIq1M, scales)),
                                gather_u32(rows, off + offsetof(BlockIq1M, scales) + 4)};
         const __m256i bits = _mm256_or_si256(
@@ -107,28 +123,30 @@ struct Dec8Iq1M {
                             _mm256_and_si256(_mm256_srli_epi32(sc[0], 24), _mm256_set1_epi32(0xF0))),
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(sc[1], 4), _mm256_set1_epi32(0xF00)),
                             _mm256_and_si256(_mm256_srli_epi32(sc[1], 16), _mm256_set1_epi32(0xF000))));
-        const __m256 d = _mm256_cvtph_ps(
-            _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1)));
-#pragma GCC unroll 1
-        for (int j = 0; j < 8; ++j) {
-            const __m256i qs = gather_u32(rows, off + offsetof(BlockIq1M, qs) + 4 * static_cast<size_t>(j));
-            const __m256i qh = gather_u32(rows, off + offsetof(BlockIq1M, qh) + 2 * static_cast<size_t>(j));
-            Step8 s;
+        return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1)));
+    }
+
+    // Sub-block j of the super-blocks at rows[r] + off, whose d are d.
+    template <typename R>
+    [[gnu::always_inline]] static Step8 step(const R& rows, size_t off, __m256 d, int j) {
+        const __m256i qs = gather_u32(rows, off + offsetof(BlockIq1M, qs) + 4 * static_cast<size_t>(j));
+        const __m256i qh = gather_u32(rows, off + offsetof(BlockIq1M, qh) + 2 * static_cast<size_t>(j));
+        Step8 s;
 #pragma GCC unroll 4
-            for (int l = 0; l < 4; ++l) {
-                const __m256i idx = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi32(qs, 8 * l), _mm256_set1_epi32(0xFF)), iq1_high_index(qh, 4 * l));
-                iq1_entry(idx, iq1_bias<false>(qh, 4 * l + 3), s.w[2 * l], s.w[2 * l + 1]);
-            }
-            // Word j / 2 shifted so that the sub-block's two 3-bit scales are bits 0..5.
-            const __m256i word = _mm256_srli_epi32(sc[j / 4], 16 * ((j / 2) % 2) + 6 * (j % 2));
-            const __m256i lo = _mm256_and_si256(word, _mm256_set1_epi32(7));
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(word, 3), _mm256_set1_epi32(7));
-            const __m256i odd = _mm256_or_si256(_mm256_slli_epi32(lo, 1), _mm256_slli_epi32(hi, 17));
-            s.wm = _mm256_castsi256_ps(_mm256_or_si256(odd, _mm256_set1_epi32(0x00010001)));
-            s.ws = _mm256_mul_ps(d, _mm256_set1_ps(0.125f));
-            f(g * kGroupSteps + j, s);
+        for (int l = 0; l < 4; ++l) {
+            const __m256i idx = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32(qs, 8 * l), _mm256_set1_epi32(0xFF)), iq1_high_index(qh, 4 * l));
+            iq1_entry(idx, iq1_bias<Unsigned>(qh, 4 * l + 3), s.w[2 * l], s.w[2 * l + 1]);
         }
+        // Scale word j / 2 (of the pair at 4 (j / 4)) shifted so that the sub-block's two 3-bit scales are bits 0..5.
+        const size_t pair = off + offsetof(BlockIq1M, scales) + 4 * static_cast<size_t>(j / 4);
+        const __m256i sc = _mm256_srli_epi32(gather_u32(rows, pair), 16 * ((j / 2) % 2) + 6 * (j % 2));
+        const __m256i lo = _mm256_and_si256(sc, _mm256_set1_epi32(7));
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(sc, 3), _mm256_set1_epi32(7));
+        const __m256i odd = _mm256_or_si256(_mm256_slli_epi32(lo, 1), _mm256_slli_epi32(hi, 17));
+        s.wm = _mm256_castsi256_ps(_mm256_or_si256(odd, _mm256_set1_epi32(0x00010001)));
+        s.ws = _mm256_mul_ps(d, _mm256_set1_ps(0.125f));
+        return s;
     }
 };
 

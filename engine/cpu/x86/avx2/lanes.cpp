@@ -621,10 +621,10 @@ void add_lanes_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::IQ3_XXS) = {rows8<FileRows8<Dec8Iq3Xxs<false>>>, true};
     entry(table.rows, GgmlType::IQ3_S) = {rows8<FileRows8<Dec8Iq3S<false>>>, true};
     entry(table.rows, GgmlType::IQ2_XXS) = {rows8<FileRows8<Dec8Iq2Xxs<false>>>, true};
-    entry(table.rows, GgmlType::IQ2_XS) = {rows8<FileRows8<Dec8Iq2Xs>>, true};
-    entry(table.rows, GgmlType::IQ2_S) = {rows8<FileRows8<Dec8Iq2S>>, true};
+    entry(table.rows, GgmlType::IQ2_XS) = {rows8<FileRows8<Dec8Iq2Xs<>>>, true};
+    entry(table.rows, GgmlType::IQ2_S) = {rows8<FileRows8<Dec8Iq2S<>>>, true};
     entry(table.rows, GgmlType::IQ1_S) = {rows8<FileRows8<Dec8Iq1S<false>>>, true};
-    entry(table.rows, GgmlType::IQ1_M) = {rows8<FileRows8<Dec8Iq1M>>, true};
+    entry(table.rows, GgmlType::IQ1_M) = {rows8<FileRows8<Dec8Iq1M<>>>, true};
     entry(table.packed, GgmlType::Q4_0) = {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
     entry(table.packed, GgmlType::Q4_1) = {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
     entry(table.packed, GgmlType::Q5_0) = {rows8<PackedRows8<Packed8<GgmlType::Q5_0>>>, true};

@@ -1,6 +1,6 @@
 // The AVX-512 four-row kernels in the kernel table: Q6_K, and Q8_0 (its decode here, more tokens on lanes.h); and
 // the sixteen-row kernels of IQ4_NL, IQ4_XS and MXFP4 (iq4_decoders.h), IQ3_XXS and IQ3_S (iq3_decoders.h),
-// IQ2_XXS (iq2_decoders.h) and IQ1_S (iq1_decoders.h).
+// IQ2_XXS, IQ2_XS and IQ2_S (iq2_decoders.h) and IQ1_S and IQ1_M (iq1_decoders.h).
 #include "engine/cpu/x86/avx512/rows.h"
 #include "engine/cpu/x86/avx512/iq1_decoders.h"
 #include "engine/cpu/x86/avx512/iq2_decoders.h"
@@ -31,7 +31,10 @@ void add_rows_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::IQ3_XXS) = {rows16<Dec16Iq3Xxs>, true};
     entry(table.rows, GgmlType::IQ3_S) = {rows16<Dec16Iq3S>, true};
     entry(table.rows, GgmlType::IQ2_XXS) = {rows16<Dec16Iq2Xxs>, true};
+    entry(table.rows, GgmlType::IQ2_XS) = {rows16<Dec16Iq2Xs>, true};
+    entry(table.rows, GgmlType::IQ2_S) = {rows16<Dec16Iq2S>, true};
     entry(table.rows, GgmlType::IQ1_S) = {rows16<Dec16Iq1S>, true};
+    entry(table.rows, GgmlType::IQ1_M) = {rows16<Dec16Iq1M>, true};
 }
 
 }  // namespace quill::cpu::QUILL_AVX512_NS
