@@ -4,6 +4,7 @@
 #include "engine/format/quant.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_iq1.h"
 #include "engine/format/quant_iq2.h"
 #include "engine/format/quant_k.h"
 
@@ -37,12 +38,12 @@ constexpr std::array<TypeTraits, 32> kTypes = {{
     {GgmlType::Q5_K, "q5_K", QK_K, sizeof(BlockQ5_K), true, true},
     {GgmlType::Q6_K, "q6_K", QK_K, sizeof(BlockQ6_K), true, true},
     {GgmlType::Q8_K, "q8_K", QK_K, sizeof(BlockQ8_K), true, true},
-    // The IQ1, integer and TQ types are known so that files holding them can be described, but not computable
-    // here; the IQ2 and IQ3 types are dequantized only (their quantizers need an importance matrix).
+    // The integer and TQ types are known so that files holding them can be described, but not computable here; the
+    // IQ1, IQ2 and IQ3 types are dequantized only (their quantizers need an importance matrix).
     {GgmlType::IQ2_XXS, "iq2_xxs", QK_K, sizeof(BlockIq2Xxs), true, false},
     {GgmlType::IQ2_XS, "iq2_xs", QK_K, sizeof(BlockIq2Xs), true, false},
     {GgmlType::IQ3_XXS, "iq3_xxs", QK_K, 98, true, false},
-    {GgmlType::IQ1_S, "iq1_s", QK_K, 50, false, false},
+    {GgmlType::IQ1_S, "iq1_s", QK_K, sizeof(BlockIq1S), true, false},
     {GgmlType::IQ4_NL, "iq4_nl", QK4_NL, sizeof(BlockIq4Nl), true, true},
     {GgmlType::IQ3_S, "iq3_s", QK_K, 110, true, false},
     {GgmlType::IQ2_S, "iq2_s", QK_K, sizeof(BlockIq2S), true, false},
@@ -52,7 +53,7 @@ constexpr std::array<TypeTraits, 32> kTypes = {{
     {GgmlType::I32, "i32", 1, 4, false, false},
     {GgmlType::I64, "i64", 1, 8, false, false},
     {GgmlType::F64, "f64", 1, 8, false, false},
-    {GgmlType::IQ1_M, "iq1_m", QK_K, 56, false, false},
+    {GgmlType::IQ1_M, "iq1_m", QK_K, sizeof(BlockIq1M), true, false},
     {GgmlType::BF16, "bf16", 1, 2, true, true},
     {GgmlType::TQ1_0, "tq1_0", QK_K, 54, false, false},
     {GgmlType::TQ2_0, "tq2_0", QK_K, 66, false, false},
@@ -416,6 +417,8 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
         case GgmlType::IQ2_XXS: detail::dequantize_iq2_xxs(src, dst, nb); return;
         case GgmlType::IQ2_XS: detail::dequantize_iq2_xs(src, dst, nb); return;
         case GgmlType::IQ2_S: detail::dequantize_iq2_s(src, dst, nb); return;
+        case GgmlType::IQ1_S: detail::dequantize_iq1_s(src, dst, nb); return;
+        case GgmlType::IQ1_M: detail::dequantize_iq1_m(src, dst, nb); return;
         default: break;
     }
     QUILL_CHECK(false, "no dequantizer for {}", t.name);

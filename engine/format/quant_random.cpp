@@ -2,6 +2,7 @@
 #include "engine/format/quant_random.h"
 
 #include "engine/error.h"
+#include "engine/format/quant_iq1.h"
 #include "engine/format/quant_iq2.h"
 #include "engine/format/quant_k.h"
 #include "engine/rng.h"
@@ -15,6 +16,10 @@ namespace {
 // The IQ2 types' values are d (0.5 + s) / 4 g with a grid magnitude g (RMS about 29 over the grids) and s uniform in
 // 0..15 (RMS of (0.5 + s) / 4 about 2.31): RMS about 67 d, against scale / sqrt(3) for uniform floats.
 constexpr float kIq2DPerScale = 1.0f / 116.0f;
+
+// The IQ1 types' values are d (2 s + 1) (g + delta) with g in -1, 0, 1 (RMS of g + delta about 0.78 over the grid)
+// and s uniform in 0..7 (RMS of 2 s + 1 about 9.2): RMS about 7.2 d, against scale / sqrt(3) for uniform floats.
+constexpr float kIq1DPerScale = 1.0f / 12.5f;
 
 uint16_t random_d(Rng& rng, float scale, float d_per_scale) {
     return fp32_to_fp16(scale * d_per_scale * static_cast<float>(0.75 + 0.5 * rng.uniform()));
@@ -59,6 +64,20 @@ BlockIq2S random_iq2_s(Rng& rng, float scale) {
     return b;
 }
 
+// Random bytes, then the fp16 d in the top nibbles of the four scale words (IQ1_M has no d field).
+BlockIq1M random_iq1_m(Rng& rng, float scale) {
+    BlockIq1M b{};
+    for (uint8_t& q : b.qs) q = random_byte(rng);
+    for (uint8_t& h : b.qh) h = random_byte(rng);
+    for (uint8_t& s : b.scales) s = random_byte(rng);
+    const uint16_t d = random_d(rng, scale, kIq1DPerScale);
+    for (int w = 0; w < 4; ++w) {  // (the top nibble of word w is the high nibble of its second byte)
+        const auto nibble = static_cast<uint8_t>(((d >> (4 * w)) & 0xF) << 4);
+        b.scales[2 * w + 1] = static_cast<uint8_t>((b.scales[2 * w + 1] & 0x0F) | nibble);
+    }
+    return b;
+}
+
 }  // namespace
 
 bool random_blocks_supported(GgmlType type) {
@@ -68,6 +87,8 @@ bool random_blocks_supported(GgmlType type) {
         case GgmlType::IQ2_S:
         case GgmlType::IQ3_XXS:
         case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S:
+        case GgmlType::IQ1_M:
             return true;
         default:
             return false;
@@ -86,11 +107,18 @@ void random_blocks(GgmlType type, uint64_t seed, int64_t n_blocks, float scale, 
             fill_random(rng, out + static_cast<size_t>(i) * bytes, bytes, scale / divisor);
         return;
     }
+    if (type == GgmlType::IQ1_S) {
+        for (int64_t i = 0; i < n_blocks; ++i)
+            fill_random(rng, out + static_cast<size_t>(i) * sizeof(BlockIq1S), sizeof(BlockIq1S),
+                        fp16_to_fp32(random_d(rng, scale, kIq1DPerScale)));
+        return;
+    }
     for (int64_t i = 0; i < n_blocks; ++i) {
         switch (type) {
             case GgmlType::IQ2_XXS: detail::store_block(out, i, random_iq2_xxs(rng, scale)); break;
             case GgmlType::IQ2_XS: detail::store_block(out, i, random_iq2_xs(rng, scale)); break;
             case GgmlType::IQ2_S: detail::store_block(out, i, random_iq2_s(rng, scale)); break;
+            case GgmlType::IQ1_M: detail::store_block(out, i, random_iq1_m(rng, scale)); break;
             default: break;
         }
     }

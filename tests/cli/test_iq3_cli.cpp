@@ -1,5 +1,5 @@
-// The CLI on a file of IQ3_XXS and IQ3_S weights (the importance types quill multiplies but cannot make): `quill
-// bench --synthetic --save` writes one, `quill info` names its type, `quill run` generates from it on the CPU.
+// The CLI on a file of IQ3_XXS, IQ3_S, IQ1_S and IQ1_M weights (importance types quill multiplies but cannot make):
+// `quill bench --synthetic --save` writes one, `quill info` names its type, `quill run` generates from it on the CPU.
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -8,8 +8,9 @@
 
 using namespace quill;
 
-TEST_CASE("quill bench saves, quill info describes and quill run generates from a model of IQ3 weights", "[cli]") {
-    for (const char* name : {"iq3_xxs", "iq3_s"}) {
+TEST_CASE("quill bench saves, quill info describes and quill run generates from a model of IQ3 or IQ1 weights",
+          "[cli]") {
+    for (const char* name : {"iq3_xxs", "iq3_s", "iq1_s", "iq1_m"}) {
         const std::string type = name;
         INFO(type);
         const std::string file = (test::temp_dir("iq3_cli_" + type) / "tiny.gguf").string();

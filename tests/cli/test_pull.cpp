@@ -451,15 +451,15 @@ TEST_CASE("quill pull refuses a split model from the headers of all its parts, b
     const GgufFile whole = GgufFile::parse("whole.gguf", test::make_tiny_gguf({}));
     fs::create_directories(hub.repos / "test/iq2-GGUF");
     // The second part holds a matrix of a type quill cannot multiply; the first part's header alone looks runnable.
-    const std::vector<uint8_t> iq1(row_size(GgmlType::IQ1_S, 256 * 4), 0);
+    const std::vector<uint8_t> tq1(row_size(GgmlType::TQ1_0, 256 * 4), 0);
     test::write_split_gguf(whole, {0, 5}, hub.repos / "test/iq2-GGUF", "m-Q8_0", [&](size_t k, GgufWriter& w) {
-        if (k == 1) w.add_tensor("blk.9.ffn_up.weight", GgmlType::IQ1_S, {256, 4}, iq1);
+        if (k == 1) w.add_tensor("blk.9.ffn_up.weight", GgmlType::TQ1_0, {256, 4}, tq1);
         if (k == 0) w.set("split.tensors.count", static_cast<int32_t>(whole.tensors().size() + 1));
     });
     hub.start();
     const auto r = run_quill({"pull", "test/iq2-GGUF"});
     CHECK(r.status == 1);
-    CHECK(r.err.find("tensor 'blk.9.ffn_up.weight' has weight type iq1_s") != std::string::npos);
+    CHECK(r.err.find("tensor 'blk.9.ffn_up.weight' has weight type tq1_0") != std::string::npos);
     CHECK(r.err.find("nothing was downloaded") != std::string::npos);
     CHECK(hub.server->blob_bytes() == 0);
     CHECK(hub.blobs("test/iq2-GGUF").empty());

@@ -10,6 +10,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
+#include "engine/format/quant_iq1.h"
 #include "engine/format/quant_iq2.h"
 #include "engine/format/quant_iq3.h"
 
@@ -257,6 +258,20 @@ void decode_iq2_s(const void* row, int64_t b, DecodedBlock& out) {
     out.wm = 0.0f;
 }
 
+// IQ1_S and IQ1_M: each 32-block's levels 8 g +- 1 under the scale d (2 s + 1) / 8, one scale per block (IQ1_S) or
+// per 16 elements (IQ1_M) (engine/format/quant_iq1.h).
+void decode_iq1_s(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq1S>(row, b / 8);
+    out.ws[0] = out.ws[1] = iq1_s_levels(blk, static_cast<int>(b % 8), out.q);
+    out.wm = 0.0f;
+}
+
+void decode_iq1_m(const void* row, int64_t b, DecodedBlock& out) {
+    const auto blk = block_at<BlockIq1M>(row, b / 8);
+    iq1_m_levels(blk, static_cast<int>(b % 8), out.q, out.ws);
+    out.wm = 0.0f;
+}
+
 using DecodeFn = void (*)(const void* row, int64_t b, DecodedBlock& out);
 
 DecodeFn find_decoder(GgmlType type) {
@@ -297,6 +312,10 @@ DecodeFn find_decoder(GgmlType type) {
             return decode_iq2_xs;
         case GgmlType::IQ2_S:
             return decode_iq2_s;
+        case GgmlType::IQ1_S:
+            return decode_iq1_s;
+        case GgmlType::IQ1_M:
+            return decode_iq1_m;
         default:
             return nullptr;
     }
@@ -412,6 +431,8 @@ const KernelTable& kernel_table() {
         entry(t.rows, GgmlType::IQ2_XXS) = {quant_rows<decode_iq2_xxs>, true};
         entry(t.rows, GgmlType::IQ2_XS) = {quant_rows<decode_iq2_xs>, true};
         entry(t.rows, GgmlType::IQ2_S) = {quant_rows<decode_iq2_s>, true};
+        entry(t.rows, GgmlType::IQ1_S) = {quant_rows<decode_iq1_s>, true};
+        entry(t.rows, GgmlType::IQ1_M) = {quant_rows<decode_iq1_m>, true};
         return t;
     }();
     return table;

@@ -730,14 +730,16 @@ TEST_CASE("matmul refuses what it cannot compute", "[matmul]") {
     CHECK(matmul_supports(GgmlType::Q4_0));
     CHECK(matmul_supports(GgmlType::Q2_K));
     CHECK(matmul_supports(GgmlType::IQ2_XXS));
-    CHECK_FALSE(matmul_supports(GgmlType::IQ1_S));
+    CHECK(matmul_supports(GgmlType::IQ1_S));
+    CHECK(matmul_supports(GgmlType::IQ1_M));
+    CHECK_FALSE(matmul_supports(GgmlType::TQ1_0));
     CHECK_FALSE(matmul_supports(GgmlType::I32));
     std::vector<uint8_t> data(66 * 4);
     std::vector<float> x(256, 1.0f), y(4);
     Activations act;
     act.set(x.data(), 1, 256);
     ThreadPool pool(1);
-    WeightMatrix w{GgmlType::IQ1_S, data.data(), 256, 4, 50};
+    WeightMatrix w{GgmlType::TQ1_0, data.data(), 256, 4, 54};
     CHECK_THROWS_AS(matmul(w, act, y.data(), pool, Isa::generic), Error);
     WeightMatrix wrong_len{GgmlType::Q4_0, data.data(), 128, 4, row_size(GgmlType::Q4_0, 128)};
     CHECK_THROWS_AS(matmul(wrong_len, act, y.data(), pool, Isa::generic), Error);

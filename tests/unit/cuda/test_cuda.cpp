@@ -113,7 +113,8 @@ TEST_CASE("the CUDA backend takes every architecture setting and the 16 weight t
 TEST_CASE("a model of a weight type without CUDA kernels is refused by the CUDA backend in one line naming the type "
           "and --device cpu, before touching the device", "[cuda]") {
     // (--device auto then runs it on the CPU: make_backend falls back on this refusal)
-    for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
+    for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                          GgmlType::IQ1_S, GgmlType::IQ1_M}) {
         test::TinySpec spec;
         spec.type = spec.ffn_down_type = type;
         spec.n_embd = 256;

@@ -152,13 +152,13 @@ TEST_CASE("quant: traits, names and row sizes", "[quant]") {
             CHECK(t.can_quantize);
         }
         // dequantized only: their quantizers need an importance matrix
-        for (const char* name : {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"}) {
+        for (const char* name : {"iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"}) {
             INFO(name);
             const TypeTraits& t = type_traits(*type_from_name(name));
             CHECK(t.can_dequantize);
             CHECK_FALSE(t.can_quantize);
         }
-        for (const char* name : {"iq1_s", "i8", "i32", "f64", "tq1_0", "tq2_0"}) {
+        for (const char* name : {"i8", "i32", "f64", "tq1_0", "tq2_0"}) {
             INFO(name);
             const TypeTraits& t = type_traits(*type_from_name(name));
             CHECK_FALSE(t.can_dequantize);

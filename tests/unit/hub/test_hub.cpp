@@ -109,11 +109,11 @@ TEST_CASE("hub: an architecture or a weight type quill cannot run is named from 
     GgufWriter iq;
     iq.set("general.architecture", "llama");
     iq.add_tensor("blk.0.attn_norm.weight", GgmlType::F32, {32}, std::vector<uint8_t>(128));
-    iq.add_tensor("blk.0.attn_q.weight", GgmlType::IQ1_S, {256, 2}, std::vector<uint8_t>(2 * 50));
+    iq.add_tensor("blk.0.attn_q.weight", GgmlType::TQ1_0, {256, 2}, std::vector<uint8_t>(2 * 54));
     const auto header = parse_gguf_header(iq.to_bytes(), "iq");
     REQUIRE(header);
-    CHECK(main_weight_type(*header) == "iq1_s");
-    CHECK(why_unsupported(*header) == "tensor 'blk.0.attn_q.weight' has weight type iq1_s, which quill cannot multiply");
+    CHECK(main_weight_type(*header) == "tq1_0");
+    CHECK(why_unsupported(*header) == "tensor 'blk.0.attn_q.weight' has weight type tq1_0, which quill cannot multiply");
 }
 
 TEST_CASE("hub: SHA-256 matches the standard test vectors, in pieces as at once", "[hub]") {

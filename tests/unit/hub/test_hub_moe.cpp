@@ -33,9 +33,10 @@ GgufHeader moe_header(GgmlType experts) {
 }  // namespace
 
 TEST_CASE("hub: a mixture of experts whose experts quill cannot multiply is refused from its header", "[hub]") {
-    CHECK(why_unsupported(moe_header(GgmlType::IQ1_S)) ==
-          "tensor 'blk.0.ffn_gate_exps.weight' has weight type iq1_s, which quill cannot multiply");
+    CHECK(why_unsupported(moe_header(GgmlType::TQ1_0)) ==
+          "tensor 'blk.0.ffn_gate_exps.weight' has weight type tq1_0, which quill cannot multiply");
     CHECK(why_unsupported(moe_header(GgmlType::IQ2_XXS)).empty());
+    CHECK(why_unsupported(moe_header(GgmlType::IQ1_M)).empty());
     CHECK(why_unsupported(moe_header(GgmlType::Q4_K)).empty());
 }
 

@@ -68,9 +68,15 @@ struct Dec8Iq2Xxs {
     template <typename R, typename F>
     [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(BlockIq2Xxs);
-        const __m256 d = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq2Xxs, d)));
+        const __m256 d = group_d(rows, off);
 #pragma GCC unroll 1
         for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
+    }
+
+    // The d of the super-blocks at rows[r] + off.
+    template <typename R>
+    [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
+        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq2Xxs, d)));
     }
 
     // Sub-block j of the super-blocks at rows[r] + off, whose fp16 d are d.
@@ -131,12 +137,13 @@ inline __m256i gather_byte_of8(const R& rows, size_t at, int j) {
     return _mm256_srli_epi32(gather_u32(rows, at + 4 * static_cast<size_t>(j / 4)), 8 * (j % 4));
 }
 
-// IQ2_XS and IQ2_S: a group is a super-block, its eight 32-element sub-blocks the steps; Entries::load(rows, off, j,
-// s) sets the values of sub-block j of the super-blocks at rows[r] + off, and scale byte j gives the half scales.
-template <typename Block, typename Entries>
+// IQ2_XS and IQ2_S: a group is a super-block, its eight 32-element sub-blocks the steps; Entries::load<Unsigned>(rows,
+// off, j, s) sets the values of sub-block j of the super-blocks at rows[r] + off, and scale byte j gives the half
+// scales. Signed for the AVX2 kernels (iq2_half_idot); plus 128 for the AVX-512 ones (Unsigned).
+template <typename Block, typename Entries, bool Unsigned = false>
 struct Dec8Iq2Half {
-    static constexpr int kOffset = 0;
-    static constexpr bool kSigned = true, kHasMin = false, kHalfScales = true;
+    static constexpr int kOffset = Unsigned ? 128 : 0;
+    static constexpr bool kSigned = !Unsigned, kHasMin = false, kHalfScales = true;
     static constexpr int kGroupsPerMadd = 1;
     static constexpr int kGroupSteps = 8;
     static constexpr int64_t kGroupBytes = sizeof(Block);
@@ -144,20 +151,30 @@ struct Dec8Iq2Half {
     template <typename R, typename F>
     [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
         const size_t off = static_cast<size_t>(g) * sizeof(Block);
-        const __m256 d = _mm256_cvtph_ps(gather_u16(rows, off + offsetof(Block, d)));
+        const __m256 d = group_d(rows, off);
 #pragma GCC unroll 1
-        for (int j = 0; j < 8; ++j) {
-            Step8 s;
-            Entries::load(rows, off, j, s);
-            iq2_half_scales(gather_byte_of8(rows, off + offsetof(Block, scales), j), d, s);
-            f(g * kGroupSteps + j, s);
-        }
+        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
+    }
+
+    // The d of the super-blocks at rows[r] + off.
+    template <typename R>
+    [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
+        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(Block, d)));
+    }
+
+    // Sub-block j of the super-blocks at rows[r] + off, whose d are d.
+    template <typename R>
+    [[gnu::always_inline]] static Step8 step(const R& rows, size_t off, __m256 d, int j) {
+        Step8 s;
+        Entries::template load<Unsigned>(rows, off, j, s);
+        iq2_half_scales(gather_byte_of8(rows, off + offsetof(Block, scales), j), d, s);
+        return s;
     }
 };
 
 // IQ2_XS: sub-block j's entries are the uint16 qs[4 j .. 4 j + 3] (grid index | sign index << 9).
 struct Iq2XsEntries {
-    template <typename R>
+    template <bool Unsigned, typename R>
     [[gnu::always_inline]] static void load(const R& rows, size_t off, int j, Step8& s) {
         const size_t at = off + offsetof(BlockIq2Xs, qs) + 8 * static_cast<size_t>(j);
         const __m256i pair[2] = {gather_u32(rows, at), gather_u32(rows, at + 4)};
@@ -165,7 +182,7 @@ struct Iq2XsEntries {
             const __m256i e = l % 2 == 0 ? _mm256_and_si256(pair[l / 2], _mm256_set1_epi32(0xFFFF))
                                          : _mm256_srli_epi32(pair[l / 2], 16);
             iq2_gather_entry(kIq2XsGrid, _mm256_and_si256(e, _mm256_set1_epi32(511)), s.w[2 * l], s.w[2 * l + 1]);
-            iq2_apply_signs<false>(iq2_sign_bytes(_mm256_srli_epi32(e, 9)), s.w[2 * l], s.w[2 * l + 1]);
+            iq2_apply_signs<Unsigned>(iq2_sign_bytes(_mm256_srli_epi32(e, 9)), s.w[2 * l], s.w[2 * l + 1]);
         }
     }
 };
@@ -173,7 +190,7 @@ struct Iq2XsEntries {
 // IQ2_S: entry l of sub-block j has the grid index qs[4 j + l] | two bits of qh[j] at 2 l above it, the sign byte
 // signs[4 j + l].
 struct Iq2SEntries {
-    template <typename R>
+    template <bool Unsigned, typename R>
     [[gnu::always_inline]] static void load(const R& rows, size_t off, int j, Step8& s) {
         const __m256i low = gather_u32(rows, off + offsetof(BlockIq2S, qs) + 4 * static_cast<size_t>(j));
         const __m256i signs = gather_u32(rows, off + offsetof(BlockIq2S, signs) + 4 * static_cast<size_t>(j));
@@ -183,13 +200,15 @@ struct Iq2SEntries {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(low, 8 * l), _mm256_set1_epi32(0xFF)),
                                 _mm256_and_si256(_mm256_slli_epi32(high, 8 - 2 * l), _mm256_set1_epi32(0x300)));
             iq2_gather_entry(kIq2SGrid, idx, s.w[2 * l], s.w[2 * l + 1]);
-            iq2_apply_signs<false>(_mm256_srli_epi32(signs, 8 * l), s.w[2 * l], s.w[2 * l + 1]);
+            iq2_apply_signs<Unsigned>(_mm256_srli_epi32(signs, 8 * l), s.w[2 * l], s.w[2 * l + 1]);
         }
     }
 };
 
-using Dec8Iq2Xs = Dec8Iq2Half<BlockIq2Xs, Iq2XsEntries>;
-using Dec8Iq2S = Dec8Iq2Half<BlockIq2S, Iq2SEntries>;
+template <bool Unsigned = false>
+using Dec8Iq2Xs = Dec8Iq2Half<BlockIq2Xs, Iq2XsEntries, Unsigned>;
+template <bool Unsigned = false>
+using Dec8Iq2S = Dec8Iq2Half<BlockIq2S, Iq2SEntries, Unsigned>;
 
 }  // namespace
 }  // namespace quill::cpu::avx2

@@ -1,6 +1,7 @@
 // The AVX2 eight-row kernels of the 4- and 5-bit types and Q8_0 (rows in the 32-bit lanes), over the file's rows
 // and over PackedWeights, and eight tokens in lanes for prefill and wide decode.
 #include "engine/cpu/x86/avx2/common.h"
+#include "engine/cpu/x86/avx2/iq1_decoders.h"
 #include "engine/cpu/x86/avx2/iq2_decoders.h"
 #include "engine/cpu/x86/avx2/iq3_decoders.h"
 #include "engine/cpu/x86/avx2/iq4_decoders.h"
@@ -620,8 +621,10 @@ void add_lanes_kernels(KernelTable& table) {
     entry(table.rows, GgmlType::IQ3_XXS) = {rows8<FileRows8<Dec8Iq3Xxs<false>>>, true};
     entry(table.rows, GgmlType::IQ3_S) = {rows8<FileRows8<Dec8Iq3S<false>>>, true};
     entry(table.rows, GgmlType::IQ2_XXS) = {rows8<FileRows8<Dec8Iq2Xxs<false>>>, true};
-    entry(table.rows, GgmlType::IQ2_XS) = {rows8<FileRows8<Dec8Iq2Xs>>, true};
-    entry(table.rows, GgmlType::IQ2_S) = {rows8<FileRows8<Dec8Iq2S>>, true};
+    entry(table.rows, GgmlType::IQ2_XS) = {rows8<FileRows8<Dec8Iq2Xs<>>>, true};
+    entry(table.rows, GgmlType::IQ2_S) = {rows8<FileRows8<Dec8Iq2S<>>>, true};
+    entry(table.rows, GgmlType::IQ1_S) = {rows8<FileRows8<Dec8Iq1S<false>>>, true};
+    entry(table.rows, GgmlType::IQ1_M) = {rows8<FileRows8<Dec8Iq1M<>>>, true};
     entry(table.packed, GgmlType::Q4_0) = {rows8<PackedRows8<Packed8<GgmlType::Q4_0>>>, true};
     entry(table.packed, GgmlType::Q4_1) = {rows8<PackedRows8<Packed8<GgmlType::Q4_1>>>, true};
     entry(table.packed, GgmlType::Q5_0) = {rows8<PackedRows8<Packed8<GgmlType::Q5_0>>>, true};

@@ -58,12 +58,61 @@ template <typename Dec>
     if constexpr (Dec::kHasMin) acc = _mm512_fmadd_ps(st.wm, _mm512_set1_ps(ds), acc);
 }
 
+// Whether a decoder's steps have a scale per 16 elements (IQ2_XS, IQ2_S, IQ1_M: iq2_decoders.h's Dec16Half): wm then
+// holds, as int32 lanes, each row's integer half scales (the first 16 values' in the low 16 bits), ws the rest of the
+// scale, and the exact integer dot of a block is the sum of each half's dot times its half scale.
+template <typename Dec>
+constexpr bool kHalfScaleSteps = requires { Dec::kHalfScales; };
+
+// The sum of the first 16 of a block's 32 int8 values a (vpsadbw of the values plus 128).
+[[gnu::always_inline]] inline int32_t first_half_sum(const int8_t* a) {
+    const __m128i u = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)), _mm_set1_epi8(-128));
+    const __m128i sad = _mm_sad_epu8(u, _mm_setzero_si128());
+    return _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
+}
+
+// lo * (wm's low 16 bits) + hi * (its high 16 bits), lane by lane, for the sixteen rows and the decode path's eight.
+inline __m512i scale_halves(__m512i lo, __m512i hi, __m512 wm) {
+    const __m512i sc = _mm512_castps_si512(wm);
+    return _mm512_add_epi32(_mm512_mullo_epi32(lo, _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF))),
+                            _mm512_mullo_epi32(hi, _mm512_srli_epi32(sc, 16)));
+}
+
+inline __m256i scale_halves(__m256i lo, __m256i hi, __m256 wm) {
+    const __m256i sc = _mm256_castps_si256(wm);
+    return _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF))),
+                            _mm256_mullo_epi32(hi, _mm256_srli_epi32(sc, 16)));
+}
+
+// kHalfScaleSteps: the exact int32 dot of a block of the rows (Step16, or an AVX2 Step8 on the decode path) with one
+// token's 32 values a (their sum isum): each half's chain starts from -c times the half's sum, then is multiplied by
+// the half's scale. Every path of these types sums through this, so a token's outputs have the same bits on all.
+template <typename Dec, typename S>
+[[gnu::always_inline]] inline auto half_scaled_dot(const S& st, const int8_t* a, int32_t isum) {
+    const int32_t lo_sum = first_half_sum(a);
+    auto lo = st.w[0], hi = st.w[0];  // (of the steps' vector type)
+    if constexpr (sizeof(lo) == 64) {
+        lo = _mm512_set1_epi32(-Dec::kOffset * lo_sum);
+        hi = _mm512_set1_epi32(-Dec::kOffset * (isum - lo_sum));
+    } else {
+        lo = _mm256_set1_epi32(-Dec::kOffset * lo_sum);
+        hi = _mm256_set1_epi32(-Dec::kOffset * (isum - lo_sum));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+        lo = dpbusd_broadcast(lo, st.w[k], a + 4 * k);
+        hi = dpbusd_broadcast(hi, st.w[k + 4], a + 16 + 4 * k);
+    }
+    return scale_halves(lo, hi, st.wm);
+}
+
 // The exact integer dots of a block of the sixteen rows with one token's 32 values a (their sum isum), the first
 // chain starting from -c * isum (the unsigned weights' offset). Two chains halve the latency of a token's block;
 // one saves their sum where other tokens' blocks hide the latency (rows16_group).
 template <typename Dec, int Chains = 2>
 [[gnu::always_inline]] inline __m512i block_dot(const Step16& st, const int8_t* a, int32_t isum) {
     static_assert(Chains == 1 || Chains == 2);
+    if constexpr (kHalfScaleSteps<Dec>) return half_scaled_dot<Dec>(st, a, isum);
     __m512i dot[2] = {Dec::kOffset != 0 ? _mm512_set1_epi32(-Dec::kOffset * isum) : _mm512_setzero_si512(),
                       _mm512_setzero_si512()};
 #pragma GCC unroll 8
@@ -110,6 +159,11 @@ template <typename Dec, int T>
     const float* d = g.d + kTileScaleTokens * b;
     const float* ds = g.ds + kTileScaleTokens * b;
     const int32_t* isum = g.isum + kTileScaleTokens * b;
+    if constexpr (kHalfScaleSteps<Dec>) {  // (a token at a time: two chains each already)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) scale_block<Dec>(st, block_dot<Dec>(st, a + 32 * t, isum[t]), d[t], ds[t], acc[t]);
+        return;
+    }
     __m512i dot[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t)
@@ -237,12 +291,17 @@ inline void prefetch_rows16(Rows16 rows, int64_t prefetch, int64_t end, int64_t*
 template <typename Dec>
 inline void rows8_block(const avx2::Step8& st, const TokenActs& ta, int64_t b, __m256& acc) {
     const int8_t* a = ta.qs + 32 * b;  // [32]
-    __m256i dot[2] = {Dec::kOffset != 0 ? _mm256_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm256_setzero_si256(),
-                      _mm256_setzero_si256()};  // as in rows16_block
+    __m256i sum;
+    if constexpr (kHalfScaleSteps<Dec>) {
+        sum = half_scaled_dot<Dec>(st, a, ta.isum[b]);
+    } else {
+        __m256i dot[2] = {Dec::kOffset != 0 ? _mm256_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};  // as in rows16_block
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k)
-        dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-    const __m256i sum = _mm256_add_epi32(dot[0], dot[1]);
+        for (int k = 0; k < 8; ++k)
+            dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
+        sum = _mm256_add_epi32(dot[0], dot[1]);
+    }
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(st.ws, _mm256_set1_ps(ta.d[b])), acc);
     if constexpr (Dec::kHasMin) acc = _mm256_fmadd_ps(st.wm, _mm256_set1_ps(ta.ds[b]), acc);
 }
