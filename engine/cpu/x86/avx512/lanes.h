@@ -71,39 +71,22 @@ constexpr bool kHalfScaleSteps = requires { Dec::kHalfScales; };
     return _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
 }
 
-// lo * (wm's low 16 bits) + hi * (its high 16 bits), lane by lane, for the sixteen rows and the decode path's eight.
-inline __m512i scale_halves(__m512i lo, __m512i hi, __m512 wm) {
-    const __m512i sc = _mm512_castps_si512(wm);
-    return _mm512_add_epi32(_mm512_mullo_epi32(lo, _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF))),
-                            _mm512_mullo_epi32(hi, _mm512_srli_epi32(sc, 16)));
-}
-
-inline __m256i scale_halves(__m256i lo, __m256i hi, __m256 wm) {
-    const __m256i sc = _mm256_castps_si256(wm);
-    return _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF))),
-                            _mm256_mullo_epi32(hi, _mm256_srli_epi32(sc, 16)));
-}
-
-// kHalfScaleSteps: the exact int32 dot of a block of the rows (Step16, or an AVX2 Step8 on the decode path) with one
-// token's 32 values a (their sum isum): each half's chain starts from -c times the half's sum, then is multiplied by
-// the half's scale. Every path of these types sums through this, so a token's outputs have the same bits on all.
-template <typename Dec, typename S>
-[[gnu::always_inline]] inline auto half_scaled_dot(const S& st, const int8_t* a, int32_t isum) {
+// kHalfScaleSteps: the exact int32 dot of a block of the sixteen rows with one token's 32 values a (their sum isum):
+// each half's chain starts from -c times the half's sum, then is multiplied by the half's scale (wm's low 16 bits for
+// the first half, its high 16 for the second). The AVX2 kernels of these types, which decode fewer than
+// kRows16MinTokens tokens (avx512/rows.cpp), sum to the same integer, so a token's outputs have the same bits on both.
+template <typename Dec>
+[[gnu::always_inline]] inline __m512i half_scaled_dot(const Step16& st, const int8_t* a, int32_t isum) {
     const int32_t lo_sum = first_half_sum(a);
-    auto lo = st.w[0], hi = st.w[0];  // (of the steps' vector type)
-    if constexpr (sizeof(lo) == 64) {
-        lo = _mm512_set1_epi32(-Dec::kOffset * lo_sum);
-        hi = _mm512_set1_epi32(-Dec::kOffset * (isum - lo_sum));
-    } else {
-        lo = _mm256_set1_epi32(-Dec::kOffset * lo_sum);
-        hi = _mm256_set1_epi32(-Dec::kOffset * (isum - lo_sum));
-    }
+    __m512i lo = _mm512_set1_epi32(-Dec::kOffset * lo_sum), hi = _mm512_set1_epi32(-Dec::kOffset * (isum - lo_sum));
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
         lo = dpbusd_broadcast(lo, st.w[k], a + 4 * k);
         hi = dpbusd_broadcast(hi, st.w[k + 4], a + 16 + 4 * k);
     }
-    return scale_halves(lo, hi, st.wm);
+    const __m512i sc = _mm512_castps_si512(st.wm);
+    return _mm512_add_epi32(_mm512_mullo_epi32(lo, _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF))),
+                            _mm512_mullo_epi32(hi, _mm512_srli_epi32(sc, 16)));
 }
 
 // The exact integer dots of a block of the sixteen rows with one token's 32 values a (their sum isum), the first
@@ -291,17 +274,14 @@ inline void prefetch_rows16(Rows16 rows, int64_t prefetch, int64_t end, int64_t*
 template <typename Dec>
 inline void rows8_block(const avx2::Step8& st, const TokenActs& ta, int64_t b, __m256& acc) {
     const int8_t* a = ta.qs + 32 * b;  // [32]
-    __m256i sum;
-    if constexpr (kHalfScaleSteps<Dec>) {
-        sum = half_scaled_dot<Dec>(st, a, ta.isum[b]);
-    } else {
-        __m256i dot[2] = {Dec::kOffset != 0 ? _mm256_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm256_setzero_si256(),
-                          _mm256_setzero_si256()};  // as in rows16_block
+    // (the types with a scale per 16 values decode fewer than four tokens on the AVX2 kernels, not here)
+    static_assert(!kHalfScaleSteps<Dec>);
+    __m256i dot[2] = {Dec::kOffset != 0 ? _mm256_set1_epi32(-Dec::kOffset * ta.isum[b]) : _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};  // as in rows16_block
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k)
-            dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
-        sum = _mm256_add_epi32(dot[0], dot[1]);
-    }
+    for (int k = 0; k < 8; ++k)
+        dot[k % 2] = dpbusd_broadcast(dot[k % 2], st.w[k], a + 4 * k);
+    const __m256i sum = _mm256_add_epi32(dot[0], dot[1]);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(st.ws, _mm256_set1_ps(ta.d[b])), acc);
     if constexpr (Dec::kHasMin) acc = _mm256_fmadd_ps(st.wm, _mm256_set1_ps(ta.ds[b]), acc);
 }
@@ -381,7 +361,8 @@ void rows16_decode(Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedAct
 template <typename Dec>
 int rows16_tokens(Step16* steps, Rows16 rows, int64_t prefetch, int64_t nb, const QuantizedActs& q, int64_t t0,
                   int64_t left, float (*out)[16], NextRecords next = {}, const uint8_t* records = nullptr) {
-    if constexpr (requires { typename Dec::Dec8; }) {  // (Q8_0 decodes on the four-row kernels: q8_0_rows)
+    // (Q8_0 decodes on the four-row kernels, q8_0_rows; the types with half scales on the AVX2 ones, half_scale_rows)
+    if constexpr (requires { typename Dec::Dec8; } && !kHalfScaleSteps<Dec>) {
         if (steps == nullptr) {
             static_assert(kRows16MinTokens <= 4);
             if (left >= 3) return rows16_decode<Dec, 3>(rows, prefetch, nb, q, t0, out), 3;

@@ -2,6 +2,7 @@
 // the sixteen-row kernels of IQ4_NL, IQ4_XS and MXFP4 (iq4_decoders.h), IQ3_XXS and IQ3_S (iq3_decoders.h),
 // IQ2_XXS, IQ2_XS and IQ2_S (iq2_decoders.h) and IQ1_S and IQ1_M (iq1_decoders.h).
 #include "engine/cpu/x86/avx512/rows.h"
+#include "engine/error.h"
 #include "engine/cpu/x86/avx512/iq1_decoders.h"
 #include "engine/cpu/x86/avx512/iq2_decoders.h"
 #include "engine/cpu/x86/avx512/iq3_decoders.h"
@@ -28,7 +29,8 @@ template <typename Dec, GgmlType Type>
 void half_scale_rows(const KernelArgs& args, int64_t r0, int64_t r1, float* scratch) {
     if (args.n_tokens < kRows16MinTokens) {
         const Kernel& k = avx2::kernel_table().rows[static_cast<uint32_t>(Type)];
-        if (k.fn != nullptr) return k.fn(args, r0, r1, scratch);
+        QUILL_CHECK(k.fn != nullptr, "the AVX2 kernel table lacks this type");
+        return k.fn(args, r0, r1, scratch);
     }
     rows16<Dec>(args, r0, r1, scratch);
 }
