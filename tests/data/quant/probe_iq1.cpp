@@ -7,6 +7,8 @@
 // Grid: IQ1_S blocks of d = 1, sub-block scale 0 (dl = 1), positive delta (+1/8), one grid index per 8 values; the
 // values less 1/8 are the entry's levels (-1, 0 or 1). The probe then checks the negative delta and the IQ1_M scale
 // packing (the fp16 d from the top nibbles of the four 16-bit scale words) on crafted blocks.
+#include "probe_util.h"
+
 #include <ggml.h>
 #include <algorithm>
 #include <cmath>
@@ -17,14 +19,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-static std::vector<float> to_float(ggml_type t, const std::vector<uint8_t>& bytes, int64_t n) {
-    std::vector<float> y(n);
-    ggml_get_type_traits(t)->to_float(bytes.data(), y.data(), n);
-    return y;
-}
-
-static const uint16_t kOne = 0x3C00;  // fp16 1.0
 
 // The 8 levels of values y = dl (g + delta), element j in byte j as int8.
 static uint64_t pack8(const float* y, float dl, float delta) {
@@ -104,28 +98,8 @@ static void check_iq1_m(const std::vector<uint64_t>& grid) {
     }
 }
 
-static void write_grid(FILE* f, const char* name, const std::vector<uint64_t>& g) {
-    fprintf(f, "inline constexpr uint64_t %s[%zu] = {\n", name, g.size());
-    for (size_t i = 0; i < g.size(); ++i)
-        fprintf(f, "%s0x%016llx,%s", i % 4 == 0 ? "    " : " ", (unsigned long long)g[i], i % 4 == 3 ? "\n" : "");
-    fprintf(f, "};\n");
-}
-
 // Random valid blocks: d a positive or negative fp16 of magnitude 2^-9 .. 2^-6; every grid index, scale value and
 // delta sign occurs (a shuffled sweep of each).
-static uint16_t random_d(std::mt19937& rng) {
-    const float mag = std::ldexp(1.0f + (rng() % 1024) / 1024.0f, -9 + int(rng() % 3));
-    return ggml_fp32_to_fp16(rng() % 2 ? -mag : mag);
-}
-
-template <typename T>
-static std::vector<T> sweep(int n_values, size_t count, std::mt19937& rng) {
-    std::vector<T> v(count);
-    for (size_t i = 0; i < count; ++i) v[i] = T(i % n_values);
-    std::shuffle(v.begin(), v.end(), rng);
-    return v;
-}
-
 static std::vector<uint8_t> random_blocks(ggml_type t, int n_blocks, std::mt19937& rng) {
     std::vector<uint8_t> out;
     const int entries = 32 * n_blocks;
@@ -170,26 +144,13 @@ static std::vector<uint8_t> random_blocks(ggml_type t, int n_blocks, std::mt1993
     return out;
 }
 
-static void write_vector(const char* dir, ggml_type t, int n_blocks, uint32_t seed) {
+static void write_random_vector(const char* dir, ggml_type t, int n_blocks, uint32_t seed) {
     std::mt19937 rng(seed);
-    const char* name = ggml_type_name(t);
-    const size_t ts = ggml_type_size(t);
-    auto bytes = random_blocks(t, n_blocks, rng);
-    const int64_t n = 256 * int64_t(n_blocks);
-    auto y = to_float(t, bytes, n);
-    std::string path = std::string(dir) + "/" + name + ".txt";
-    FILE* f = fopen(path.c_str(), "w");
-    fprintf(f, "# ggml reference dequantization vector (llama.cpp vendored by llama-cpp-python 0.3.36): random valid\n"
-               "# blocks (every grid index, scale value and delta sign occurs; made by tests/data/quant/probe_iq1.cpp)\n"
-               "# and ggml's to_float of them\n");
-    fprintf(f, "type %s\nggml_type_id %d\nn %lld\nblck_size %lld\ntype_size %zu\nbytes %zu\nseed %u\n", name, int(t),
-            (long long)n, (long long)ggml_blck_size(t), ts, bytes.size(), seed);
-    fprintf(f, "quantized_hex\n");
-    for (size_t i = 0; i < bytes.size(); ++i) fprintf(f, "%02x%s", bytes[i], (i + 1) % ts == 0 ? "\n" : "");
-    fprintf(f, "dequantized\n");
-    for (int64_t i = 0; i < n; ++i) fprintf(f, "%.9g%s", y[i], (i + 1) % 8 == 0 ? "\n" : " ");
-    fprintf(f, "end\n");
-    fclose(f);
+    const auto bytes = random_blocks(t, n_blocks, rng);
+    write_vector(dir, t, bytes, 256 * int64_t(n_blocks), seed,
+                 "# ggml reference dequantization vector (llama.cpp vendored by llama-cpp-python 0.3.36): random valid\n"
+                 "# blocks (every grid index, scale value and delta sign occurs; made by tests/data/quant/probe_iq1.cpp)\n"
+                 "# and ggml's to_float of them\n");
 }
 
 int main(int argc, char** argv) {
@@ -206,7 +167,7 @@ int main(int argc, char** argv) {
     write_grid(f, "kIq1Grid", grid);
     fprintf(f, "\n}  // namespace quill\n");
     fclose(f);
-    write_vector(argv[2], GGML_TYPE_IQ1_S, 64, 1101);
-    write_vector(argv[2], GGML_TYPE_IQ1_M, 64, 1201);
+    write_random_vector(argv[2], GGML_TYPE_IQ1_S, 64, 1101);
+    write_random_vector(argv[2], GGML_TYPE_IQ1_M, 64, 1201);
     return 0;
 }

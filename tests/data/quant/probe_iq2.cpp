@@ -1,6 +1,8 @@
 // Probes the oracle ggml's IQ2 dequantizers: writes iq2_grids.h (the grids read back from crafted blocks) and the
 // reference vectors iq2_xxs.txt, iq2_xs.txt, iq2_s.txt (random valid blocks and ggml's to_float of them).
 // Build: g++ -O1 -std=c++17 probe_iq2.cpp -I$L/ggml/include -L$L/build/bin -lggml-base -Wl,-rpath,$L/build/bin
+#include "probe_util.h"
+
 #include <ggml.h>
 #include <algorithm>
 #include <cstdint>
@@ -10,12 +12,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-static std::vector<float> to_float(ggml_type t, const std::vector<uint8_t>& bytes, int64_t n) {
-    std::vector<float> y(n);
-    ggml_get_type_traits(t)->to_float(bytes.data(), y.data(), n);
-    return y;
-}
 
 static uint64_t pack8(const float* y, float db) {
     uint64_t v = 0;
@@ -27,8 +23,6 @@ static uint64_t pack8(const float* y, float db) {
     }
     return v;
 }
-
-static const uint16_t kOne = 0x3C00;  // fp16 1.0
 
 // One grid entry per 8 values: blocks of d = 1, sub-block scale 0 (db = 0.125), no signs.
 static std::vector<uint64_t> probe_xxs() {
@@ -91,28 +85,8 @@ static void check_signs() {
     }
 }
 
-static void write_grid(FILE* f, const char* name, const std::vector<uint64_t>& g) {
-    fprintf(f, "inline constexpr uint64_t %s[%zu] = {\n", name, g.size());
-    for (size_t i = 0; i < g.size(); ++i)
-        fprintf(f, "%s0x%016llx,%s", i % 4 == 0 ? "    " : " ", (unsigned long long)g[i], i % 4 == 3 ? "\n" : "");
-    fprintf(f, "};\n");
-}
-
 // Random valid blocks: d a positive or negative fp16 of magnitude 2^-9 .. 2^-6; every grid index, sign pattern and
 // scale value occurs (a shuffled sweep of each), with the rest random.
-static uint16_t random_d(std::mt19937& rng) {
-    const float mag = std::ldexp(1.0f + (rng() % 1024) / 1024.0f, -9 + int(rng() % 3));
-    return ggml_fp32_to_fp16(rng() % 2 ? -mag : mag);
-}
-
-template <typename T>
-static std::vector<T> sweep(int n_values, size_t count, std::mt19937& rng) {
-    std::vector<T> v(count);
-    for (size_t i = 0; i < count; ++i) v[i] = T(i % n_values);
-    std::shuffle(v.begin(), v.end(), rng);
-    return v;
-}
-
 static std::vector<uint8_t> random_blocks(ggml_type t, int n_blocks, std::mt19937& rng) {
     std::vector<uint8_t> out;
     const int entries = 32 * n_blocks;  // grid entries (8 values each)
@@ -170,26 +144,13 @@ static std::vector<uint8_t> random_blocks(ggml_type t, int n_blocks, std::mt1993
     return out;
 }
 
-static void write_vector(const char* dir, ggml_type t, int n_blocks, uint32_t seed) {
+static void write_random_vector(const char* dir, ggml_type t, int n_blocks, uint32_t seed) {
     std::mt19937 rng(seed);
-    const char* name = ggml_type_name(t);
-    const size_t ts = ggml_type_size(t);
-    auto bytes = random_blocks(t, n_blocks, rng);
-    const int64_t n = 256 * int64_t(n_blocks);
-    auto y = to_float(t, bytes, n);
-    std::string path = std::string(dir) + "/" + name + ".txt";
-    FILE* f = fopen(path.c_str(), "w");
-    fprintf(f, "# ggml reference dequantization vector (llama.cpp vendored by llama-cpp-python 0.3.36): random valid\n"
-               "# blocks (every grid index, sign pattern and scale value occurs; made by /work/oracle/tools-iq2/probe_iq2.cpp,\n"
-               "# committed as tests/data/quant/probe_iq2.cpp) and ggml's to_float of them\n");
-    fprintf(f, "type %s\nggml_type_id %d\nn %lld\nblck_size %lld\ntype_size %zu\nbytes %zu\nseed %u\n", name, int(t),
-            (long long)n, (long long)ggml_blck_size(t), ts, bytes.size(), seed);
-    fprintf(f, "quantized_hex\n");
-    for (size_t i = 0; i < bytes.size(); ++i) fprintf(f, "%02x%s", bytes[i], (i + 1) % ts == 0 ? "\n" : "");
-    fprintf(f, "dequantized\n");
-    for (int64_t i = 0; i < n; ++i) fprintf(f, "%.9g%s", y[i], (i + 1) % 8 == 0 ? "\n" : " ");
-    fprintf(f, "end\n");
-    fclose(f);
+    const auto bytes = random_blocks(t, n_blocks, rng);
+    write_vector(dir, t, bytes, 256 * int64_t(n_blocks), seed,
+                 "# ggml reference dequantization vector (llama.cpp vendored by llama-cpp-python 0.3.36): random valid\n"
+                 "# blocks (every grid index, sign pattern and scale value occurs; made by /work/oracle/tools-iq2/probe_iq2.cpp,\n"
+                 "# committed as tests/data/quant/probe_iq2.cpp) and ggml's to_float of them\n");
 }
 
 int main(int argc, char** argv) {
@@ -208,8 +169,8 @@ int main(int argc, char** argv) {
     write_grid(f, "kIq2SGrid", probe_s());
     fprintf(f, "\n}  // namespace quill\n");
     fclose(f);
-    write_vector(argv[2], GGML_TYPE_IQ2_XXS, 16, 1601);
-    write_vector(argv[2], GGML_TYPE_IQ2_XS, 16, 1701);
-    write_vector(argv[2], GGML_TYPE_IQ2_S, 32, 2201);
+    write_random_vector(argv[2], GGML_TYPE_IQ2_XXS, 16, 1601);
+    write_random_vector(argv[2], GGML_TYPE_IQ2_XS, 16, 1701);
+    write_random_vector(argv[2], GGML_TYPE_IQ2_S, 32, 2201);
     return 0;
 }
