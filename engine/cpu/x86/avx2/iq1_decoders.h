@@ -48,27 +48,7 @@ inline __m256i iq1_bias(__m256i bits, int bit) {
 // qs[4 j ..] and the 16-bit qh[j] (three high index bits per entry, the scale s at bits 12..14, the delta's sign at
 // 15); scale d (2 s + 1) / 8.
 template <bool Unsigned>
-struct Dec8Iq1S {
-    static constexpr int kOffset = Unsigned ? 128 : 0;
-    static constexpr bool kSigned = !Unsigned, kHasMin = false;
-    static constexpr int kGroupsPerMadd = 1;
-    static constexpr int kGroupSteps = 8;
-    static constexpr int64_t kGroupBytes = sizeof(BlockIq1S);
-
-    template <typename R, typename F>
-    [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
-        const size_t off = static_cast<size_t>(g) * sizeof(BlockIq1S);
-        const __m256 d = group_d(rows, off);
-#pragma GCC unroll 1
-        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
-    }
-
-    // The d of the super-blocks at rows[r] + off.
-    template <typename R>
-    [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
-        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq1S, d)));
-    }
-
+struct Dec8Iq1S : SuperBlockDec8<Dec8Iq1S<Unsigned>, BlockIq1S, Unsigned> {
     // Sub-block j of the super-blocks at rows[r] + off, whose fp16 d are d.
     template <typename R>
     [[gnu::always_inline]] static Step8 step(const R& rows, size_t off, __m256 d, int j) {
@@ -98,20 +78,8 @@ struct Dec8Iq1S {
 // sign); d is put together from the top nibbles of the four scale words. Signed for the AVX2 kernels; plus 128 for
 // the AVX-512 ones (Unsigned).
 template <bool Unsigned = false>
-struct Dec8Iq1M {
-    static constexpr int kOffset = Unsigned ? 128 : 0;
-    static constexpr bool kSigned = !Unsigned, kHasMin = false, kHalfScales = true;
-    static constexpr int kGroupsPerMadd = 1;
-    static constexpr int kGroupSteps = 8;
-    static constexpr int64_t kGroupBytes = sizeof(BlockIq1M);
-
-    template <typename R, typename F>
-    [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
-        const size_t off = static_cast<size_t>(g) * sizeof(BlockIq1M);
-        const __m256 d = group_d(rows, off);
-#pragma GCC unroll 1
-        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
-    }
+struct Dec8Iq1M : SuperBlockDec8<Dec8Iq1M<Unsigned>, BlockIq1M, Unsigned> {
+    static constexpr bool kHalfScales = true;
 
     // The d of the super-blocks at rows[r] + off, from the top nibbles of their scale words.
     template <typename R>

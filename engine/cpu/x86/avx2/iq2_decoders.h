@@ -55,30 +55,36 @@ inline void iq2_gather_entry(const uint64_t* grid, __m256i index, __m256i& lo, _
     hi = _mm256_i32gather_epi32(base, _mm256_add_epi32(at, _mm256_set1_epi32(1)), 4);
 }
 
-// IQ2_XXS: a group is a super-block, its eight 32-element sub-blocks the steps; sub-block j is 8 bytes at 2 + 8 j:
-// four grid indices, then a word of four 7-bit sign indices and the 4-bit scale s on top; scale d (0.5 + s) / 4.
-template <bool Unsigned>
-struct Dec8Iq2Xxs {
+// What the decoders of super-blocks with an fp16 d share (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M): a group is a
+// super-block, its eight 32-element sub-blocks the steps, each decoded by Derived::step with the group's d
+// (Derived::group_d: here the block's d field). Signed for the AVX2 kernels; plus 128 for the AVX-512 ones (Unsigned).
+template <typename Derived, typename Block, bool Unsigned>
+struct SuperBlockDec8 {
     static constexpr int kOffset = Unsigned ? 128 : 0;
     static constexpr bool kSigned = !Unsigned, kHasMin = false;
     static constexpr int kGroupsPerMadd = 1;
     static constexpr int kGroupSteps = 8;
-    static constexpr int64_t kGroupBytes = sizeof(BlockIq2Xxs);
+    static constexpr int64_t kGroupBytes = sizeof(Block);
 
     template <typename R, typename F>
     [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
-        const size_t off = static_cast<size_t>(g) * sizeof(BlockIq2Xxs);
-        const __m256 d = group_d(rows, off);
+        const size_t off = static_cast<size_t>(g) * sizeof(Block);
+        const __m256 d = Derived::group_d(rows, off);
 #pragma GCC unroll 1
-        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
+        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, Derived::step(rows, off, d, j));
     }
 
     // The d of the super-blocks at rows[r] + off.
     template <typename R>
     [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
-        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(BlockIq2Xxs, d)));
+        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(Block, d)));
     }
+};
 
+// IQ2_XXS: a group is a super-block, its eight 32-element sub-blocks the steps; sub-block j is 8 bytes at 2 + 8 j:
+// four grid indices, then a word of four 7-bit sign indices and the 4-bit scale s on top; scale d (0.5 + s) / 4.
+template <bool Unsigned>
+struct Dec8Iq2Xxs : SuperBlockDec8<Dec8Iq2Xxs<Unsigned>, BlockIq2Xxs, Unsigned> {
     // Sub-block j of the super-blocks at rows[r] + off, whose fp16 d are d.
     template <typename R>
     [[gnu::always_inline]] static Step8 step(const R& rows, size_t off, __m256 d, int j) {
@@ -141,26 +147,8 @@ inline __m256i gather_byte_of8(const R& rows, size_t at, int j) {
 // off, j, s) sets the values of sub-block j of the super-blocks at rows[r] + off, and scale byte j gives the half
 // scales. Signed for the AVX2 kernels (iq2_half_idot); plus 128 for the AVX-512 ones (Unsigned).
 template <typename Block, typename Entries, bool Unsigned = false>
-struct Dec8Iq2Half {
-    static constexpr int kOffset = Unsigned ? 128 : 0;
-    static constexpr bool kSigned = !Unsigned, kHasMin = false, kHalfScales = true;
-    static constexpr int kGroupsPerMadd = 1;
-    static constexpr int kGroupSteps = 8;
-    static constexpr int64_t kGroupBytes = sizeof(Block);
-
-    template <typename R, typename F>
-    [[gnu::always_inline]] static void for_group(const R& rows, int64_t g, F&& f) {
-        const size_t off = static_cast<size_t>(g) * sizeof(Block);
-        const __m256 d = group_d(rows, off);
-#pragma GCC unroll 1
-        for (int j = 0; j < 8; ++j) f(g * kGroupSteps + j, step(rows, off, d, j));
-    }
-
-    // The d of the super-blocks at rows[r] + off.
-    template <typename R>
-    [[gnu::always_inline]] static __m256 group_d(const R& rows, size_t off) {
-        return _mm256_cvtph_ps(gather_u16(rows, off + offsetof(Block, d)));
-    }
+struct Dec8Iq2Half : SuperBlockDec8<Dec8Iq2Half<Block, Entries, Unsigned>, Block, Unsigned> {
+    static constexpr bool kHalfScales = true;
 
     // Sub-block j of the super-blocks at rows[r] + off, whose d are d.
     template <typename R>
