@@ -268,9 +268,11 @@ int main(int argc, char** argv) {
     info_cmd->add_flag("--json", info.json, "Print JSON");
 
     TokenizeOptions tok;
-    CLI::App* tok_cmd = app.add_subcommand("tokenize", "Print the token ids of a text (-p or stdin, used as is)");
+    CLI::App* tok_cmd =
+        app.add_subcommand("tokenize", "Print the token ids of a text (an argument, -p or stdin, used as is)");
     add_model_options(tok_cmd, tok.model);
-    tok_cmd->add_option("-p,--prompt", tok.prompt, "Text to tokenize (default: stdin)");
+    auto* tok_p = tok_cmd->add_option("-p,--prompt", tok.prompt, "Text to tokenize (default: stdin)");
+    tok_cmd->add_option("text", tok.prompt, "Text to tokenize, as -p (one argument: quote it)")->excludes(tok_p);
     tok_cmd->add_flag("--no-bos", tok.no_bos, "Do not add BOS/EOS tokens");
     tok_cmd->add_flag("--pieces", tok.pieces,
                       "Print one id<TAB>text per line: the text each token stands for, as llama-tokenize prints it "
@@ -344,7 +346,9 @@ int main(int argc, char** argv) {
         "batch", "Generate replies for many prompts (plain lines, JSONL or OpenAI batch), continuously batched");
     add_model_options(batch_cmd, batch.model);
     add_engine_options(batch_cmd, batch.engine);
-    batch_cmd->add_option("-i,--input", batch.input, "Input file (default or -: stdin)")->check(kNotEmpty);
+    auto* input_opt =
+        batch_cmd->add_option("-i,--input", batch.input, "Input file (default or -: stdin)")->check(kNotEmpty);
+    batch_cmd->add_option("input", batch.input, "Input file, as -i")->check(kNotEmpty)->excludes(input_opt);
     batch_cmd->add_option("-o,--output", batch.output, "Output JSONL file (default or -: stdout)")->check(kNotEmpty);
     batch_cmd->add_option("--parallel", batch.parallel, "Sequences decoded together (KV slots; no more than the requests)")
         ->capture_default_str()->check(CLI::Range(1, 1024));

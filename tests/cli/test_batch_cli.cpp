@@ -274,6 +274,30 @@ TEST_CASE("requests that cannot run get error records and the batch goes on", "[
     CHECK_FALSE(fs::exists(dir / "-"));
 }
 
+TEST_CASE("the input file may be given as an argument instead of -i, not both", "[batch][model]") {
+    const fs::path tiny = test::tiny_model_file(TinyModel::spm);
+    const fs::path dir = test::temp_dir("batch-positional");
+    const fs::path in = dir / "prompts.txt";
+    std::ofstream(in) << lines(prompts(2));
+    const std::vector<std::string> common = {"batch", "--raw", "-m", tiny.string(), "--quiet", "-t", "1", "-n", "4",
+                                             "--temp", "0", "--seed", "7"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = common;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return test::run_quill(args);
+    };
+    auto flag = with({"-i", in.string()});
+    REQUIRE(flag.status == 0);
+    CHECK(records(flag.out).size() == 2);
+    auto arg = with({in.string()});
+    CHECK(arg.status == 0);
+    CHECK(arg.out == flag.out);
+    auto both = with({"-i", in.string(), in.string()});
+    CHECK(both.status == 2);
+    CHECK(both.out.empty());
+    fs::remove_all(dir);
+}
+
 TEST_CASE("OpenAI batch input gives OpenAI batch output", "[batch][model]") {
     const fs::path tiny = test::tiny_model_file(TinyModel::spm);
     const std::string input =

@@ -139,6 +139,11 @@ TEST_CASE("quill tokenize prints ids, pieces and JSON", "[cli]") {
     CHECK(r.out == fmt::format("1 {} {} {} {}\n", once, upon, a, time));
     CHECK(run_quill({"tokenize", "-m", m, "--no-bos", "-p", "Once upon a time"}).out ==
           fmt::format("{} {} {} {}\n", once, upon, a, time));
+    // The text as an argument is -p; with -p too it is refused, not one of them dropped.
+    CHECK(run_quill({"tokenize", "-m", m, "Once upon a time"}).out == r.out);
+    auto both = run_quill({"tokenize", "-m", m, "-p", "Once", "upon"});
+    CHECK(both.status == 2);
+    CHECK(both.out.empty());
     // stdin is used exactly as read: the trailing newline is a token too.
     auto s = run_quill({"tokenize", "-m", m, "--no-bos"}, "Once upon a time\n");
     CHECK(s.out.starts_with(fmt::format("{} {} {} {} ", once, upon, a, time)));
