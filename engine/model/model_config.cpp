@@ -10,7 +10,28 @@
 
 namespace quill {
 
+namespace {
+
+// The text models of vision-language families, each run as the architecture it extends (ModelConfig::file_arch):
+// their files carry that architecture's tensors and keys under their own name, and M-RoPE's sections.
+struct ArchVariant {
+    const char* file_arch;
+    const char* arch;
+    bool interleaved;  // M-RoPE's sections interleaved (llama.cpp's IMROPE)
+};
+constexpr ArchVariant kArchVariants[] = {
+    {"qwen2vl", "qwen2", false}, {"qwen3vl", "qwen3", true}, {"qwen3vlmoe", "qwen3moe", true}};
+
+const ArchVariant* arch_variant(const std::string& file_arch) {
+    for (const ArchVariant& v : kArchVariants)
+        if (file_arch == v.file_arch) return &v;
+    return nullptr;
+}
+
+}  // namespace
+
 bool architecture_supported(const std::string& arch) {
+    if (arch_variant(arch)) return true;
     return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35" ||
            arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
@@ -20,7 +41,7 @@ bool architecture_supported(const std::string& arch) {
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, "
-           "granite, olmo2, exaone4, ernie4_5, seed_oss";
+           "granite, olmo2, exaone4, ernie4_5, seed_oss, qwen2vl, qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -286,11 +307,28 @@ int64_t read_full_attn_interval(const GgufFile& f, const std::string& p, int64_t
                                 "(every Nth layer full attention, the others recurrent)", f.path(), key));
 }
 
+// M-RoPE's sections as llama.cpp reads them (required: an array of up to 4 integers, the missing ones 0), of which the
+// temporal, height and width ones cannot all be 0 (ggml asserts it). `interleaved`: llama.cpp's IMROPE.
+void read_rope_sections(const GgufFile& f, const std::string& p, bool interleaved, ModelConfig& c) {
+    const std::string key = p + "rope.dimension_sections";
+    const GgufValue* v = f.find(key);
+    if (!v) throw FileError(fmt::format("{}: missing metadata '{}' (an array of 4 int32)", f.path(), key));
+    const GgufArray* a = v->type() == GgufType::ARRAY ? &v->as_array() : nullptr;
+    if (!a || (a->type() != GgufType::I32 && a->type() != GgufType::U32) || a->empty() || a->size() > 4)
+        throw FileError(fmt::format("{}: metadata '{}' is not an array of 1 to 4 int32", f.path(), key));
+    for (size_t i = 0; i < a->size(); ++i) {
+        const int64_t x = a->at(i).as_int();
+        if (x < 0 || x > 4096) throw FileError(fmt::format("{}: metadata '{}' holds {}", f.path(), key, x));
+        c.rope_sections[i] = x;
+    }
+    if (c.rope_sections[0] + c.rope_sections[1] + c.rope_sections[2] == 0)
+        throw FileError(fmt::format("{}: metadata '{}' gives no pair to the text position's sections", f.path(), key));
+    c.rope_sections_interleaved = interleaved;
+}
+
 // Qwen3.5 as llama.cpp's qwen35 reads it: the gated delta net's sizes (ssm.*: conv taps, the keys' head size and
 // heads, the values' heads, their total width), which layers are recurrent, the gated queries of the full layers
-// and their multi-section RoPE (rope.dimension_sections). For text every section's position is the token's, so the
-// RoPE is NEOX over n_rot dims wherever each rotated pair falls in a section of the temporal, height or width
-// kind (interleaved, as Qwen3.5's is); a pair outside them would not rotate, and such a file is refused.
+// and their multi-section RoPE (rope.dimension_sections, interleaved).
 void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
     c.attn_out_gate = true;
     c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
@@ -307,27 +345,21 @@ void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, Model
                                     "{}", f.path(), p, c.ssm_n_v_heads, p, c.ssm_n_k_heads));
     c.ssm_head_v = c.ssm_head_k;
     c.full_attn_interval = read_full_attn_interval(f, p, c.n_layer, n_block);
-    const std::string key = p + "rope.dimension_sections";
-    const GgufArray* a = f.get_array(key, GgufType::I32);
-    if (!a) a = f.get_array(key, GgufType::U32);
-    if (!a || a->size() < 3)
-        throw FileError(fmt::format("{}: missing metadata '{}' (an array of 4 int32)", f.path(), key));
-    int64_t s[3], sum = 0;
-    for (size_t i = 0; i < a->size(); ++i) {
-        const int64_t x = a->at(i).as_int();
-        if (x < 0 || x > 4096) throw FileError(fmt::format("{}: metadata '{}' holds {}", f.path(), key, x));
-        if (i < 3) s[i] = x;
-        sum += x;
-    }
-    for (int64_t i = 0; i < c.n_rot / 2; ++i) {
-        const int64_t sector = sum > 0 ? i % sum : 0, kind = sector % 3;
-        if (sum == 0 || sector >= 3 * s[kind])
-            throw FileError(fmt::format("{}: metadata '{}' leaves rotated pair {} of {} outside the text position's "
-                                        "sections (not supported)", f.path(), key, i, c.n_rot / 2));
-    }
+    read_rope_sections(f, p, true, c);
 }
 
 }  // namespace
+
+bool ModelConfig::rope_pair_still(int64_t pair) const {
+    const int64_t* s = rope_sections;
+    const int64_t sum = s[0] + s[1] + s[2] + s[3];
+    if (sum == 0) return false;
+    const int64_t sector = pair % sum;
+    if (rope_sections_interleaved)  // t, h, w in turn while each lasts, then the extra section
+        return !(sector % 3 == 0 && sector < 3 * s[0]) && !(sector % 3 == 1 && sector < 3 * s[1]) &&
+               !(sector % 3 == 2 && sector < 3 * s[2]);
+    return sector >= s[0] + s[1] + s[2];  // t, h, w, extra one after the other
+}
 
 double ModelConfig::yarn_ramp(int64_t i) const {
     if (!rope_yarn) return 0.0;
@@ -351,12 +383,17 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (!architecture_supported(c.arch))
         throw FileError(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch,
                                     supported_architectures()));
+    const ArchVariant* variant = arch_variant(c.arch);
+    if (variant) {
+        c.file_arch = c.arch;
+        c.arch = variant->arch;
+    }
     if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen35" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
         c.arch == "exaone4" || c.arch == "seed_oss")
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
-    const std::string p = c.arch + ".";
+    const std::string p = c.gguf_arch() + ".";
 
     // (gemma4: where the file has experts)
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" ||
@@ -447,6 +484,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
     if (c.arch == "qwen35") read_qwen35(f, p, n_block, c);
+    if (variant) read_rope_sections(f, p, variant->interleaved, c);  // (its deepstack layers add nothing to text)
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
     if (c.arch == "glm4") read_glm4(f, p, c);
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)

@@ -12,7 +12,12 @@
 namespace quill {
 
 struct ModelConfig {
-    std::string arch;  // general.architecture
+    std::string arch;  // general.architecture, or the architecture a variant of it runs as (file_arch)
+    // The file's general.architecture where it names a text model that runs as another (qwen2vl, qwen3vl and
+    // qwen3vlmoe: the language models of Qwen2-VL/2.5-VL and Qwen3-VL, as qwen2, qwen3 and qwen3moe with M-RoPE);
+    // its metadata keys start with it. Empty: arch.
+    std::string file_arch;
+    const std::string& gguf_arch() const { return file_arch.empty() ? arch : file_arch; }
     std::string name;  // general.name, or the file stem when absent
     int64_t n_vocab = 0;
     int64_t n_embd = 0;
@@ -61,6 +66,13 @@ struct ModelConfig {
     // RoPE's cosines and sines, and so the rotated dims of Q and K, are multiplied by this: rope.scaling.attn_factor
     // (phi3's long-context files), times YaRN's magnitude scale with YaRN. 1: none.
     float rope_mscale = 1.0f;
+    // M-RoPE (rope.dimension_sections: qwen2vl; interleaved, as llama.cpp's IMROPE: qwen3vl, qwen3vlmoe, qwen35): the
+    // pairs' sections of the temporal, height, width and extra positions, pair i in section sector(i % sum). Text
+    // gives the first three the token's position and the extra one 0 (as llama.cpp feeds text tokens), so a pair of
+    // the extra section never rotates (rope_pair_still) and the others rotate as plain NEOX pairs. All 0: none.
+    int64_t rope_sections[4] = {0, 0, 0, 0};
+    bool rope_sections_interleaved = false;
+    bool rope_pair_still(int64_t pair) const;
     // smollm3: layer l has no RoPE when (l + 1) % no_rope_step == 0 (0: every layer has RoPE).
     int64_t no_rope_step = 0;
     // mistral3 (Llama 4's attention temperature): queries are multiplied by

@@ -7,6 +7,7 @@
 #include "engine/rng.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -214,6 +215,22 @@ ModelConfig llama_like_config(const char* arch, const char* name, int64_t n_embd
     return c;
 }
 
+ModelConfig tiny_eps(ModelConfig c) {
+    c.rms_eps = 1e-12f;
+    return c;
+}
+
+// The language models of Qwen2-VL/2.5-VL (qwen2vl: qwen2 with Q, K and V biases) and Qwen3-VL (qwen3vl, qwen3vlmoe:
+// qwen3, qwen3moe) with M-RoPE's sections (interleaved but for qwen2vl), set on a copy of the base shape `c`.
+ModelConfig vl_config(ModelConfig c, const char* file_arch, const char* name, std::array<int64_t, 4> sections) {
+    c.file_arch = file_arch;
+    c.name = std::string("synthetic-") + name;
+    c.rope = ModelConfig::Rope::neox;
+    for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
+    c.rope_sections_interleaved = c.file_arch != "qwen2vl";
+    return c;
+}
+
 // qwen35: every full_attn_interval-th layer full attention (GQA, gated queries, Q/K norms, NEOX RoPE over n_rot
 // of head_dim), the others gated delta nets (a conv of `conv` taps, n_k_heads heads of head_k for q and k, n_v_heads
 // for v), a dense SwiGLU FFN after a post-attention norm in every layer.
@@ -241,53 +258,6 @@ ModelConfig gemma4_e_config(ModelConfig c, int64_t n_embd_per_layer, int64_t n_k
     for (int64_t l = 0; l < c.n_layer; ++l) c.n_ff_layers.push_back(c.layer_has_kv(l) ? c.n_ff : 2 * c.n_ff);
     c.n_ff *= 2;
     return c;
-}
-
-std::vector<ModelConfig> arch_shapes() {
-    return {
-        // layers 0-2 and 4 recurrent, 3 full; 2 KV heads for 4 query heads, 16 of 64 dims rotated; 2 key heads for 4
-        // value heads in the delta nets
-        qwen35_config("qwen35-tiny", 128, 5, 4, 2, 64, 16, 256, 320, 1024, 4, 32, 2, 4),
-        // the shape of Qwen3.5-0.8B (its config.json as we read it; no file could be fetched here to check)
-        qwen35_config("qwen35-0.8b", 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 4, 128, 16, 16),
-        qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
-        // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
-        qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
-        qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
-        gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
-        gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
-        // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
-        gemma4_config("gemma4-tiny", 128, 4, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 2, 0.5f),
-        // the same with 8 experts of 64 features (2 a token) beside a dense FFN of 128 in each layer
-        gemma4_moe_config("gemma4-moe-tiny", 128, 8, 64, 2),
-        // E2B's features: six layers (local, local, global, ...), per-layer inputs of 32, the last three (two local,
-        // one global) reading the caches of layers 1 and 2 with FFNs of 512 (256 before)
-        gemma4_e_config(gemma4_config("gemma4-e-tiny", 128, 6, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 3, 0.5f), 32, 3),
-        // Gemma 4 E2B as its GGUF files state it
-        gemma4_e_config(gemma4_config("gemma4-e2b", 1536, 35, 8, 1, 1, 256, 512, 6144, 262144, 131072, 512, 5, 30.0f),
-                        256, 20),
-        phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
-        // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
-        gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
-        // gpt-oss-20b as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
-        gpt_oss_config("gpt-oss-20b", 2880, 24, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
-        gpt_oss_config("gpt-oss-20b-8l", 2880, 8, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
-        phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
-        glm4_config("glm4-tiny", 128, 3, 4, 2, 32, 192, 320, 1024),
-        glm4_config("glm-4-9b", 4096, 40, 32, 2, 128, 13696, 151552, 32768),
-        // Granite 3.3 2B's multipliers (its attention multiplier 1/64 over a head of 64)
-        granite_config("granite-tiny", 128, 3, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.015625f, 8.0f),
-        granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
-        post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
-        post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
-        // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
-        post_norm_config("exaone4", "exaone4-tiny", 64, 64, 2, 1, 128, 320, 1024, 8),
-        post_norm_config("exaone4", "exaone-4.0-1.2b", 2048, 30, 32, 8, 4096, 102400, 65536, 0),
-        llama_like_config("ernie4_5", "ernie4_5-tiny", 128, 3, 4, 2, 32, 256, 320, 1024),
-        llama_like_config("ernie4_5", "ernie-4.5-0.3b", 1024, 18, 16, 2, 64, 3072, 103424, 131072),
-        llama_like_config("seed_oss", "seed_oss-tiny", 128, 3, 4, 2, 48, 256, 320, 1024),
-        llama_like_config("seed_oss", "seed-oss-36b", 5120, 64, 80, 8, 128, 27648, 155136, 524288),
-    };
 }
 
 // Presets of the architectures beyond llama, with the settings their files carry: a tiny shape of each with every
@@ -339,6 +309,69 @@ ModelConfig arch_preset_config(const ArchPreset& p) {
     c.attn_temp_scale = p.attn_temp_scale;
     if (c.attn_temp_scale != 0.0f) c.attn_temp_floor = c.yarn_n_ctx_orig;
     return c;
+}
+
+std::vector<ModelConfig> arch_shapes() {
+    return {
+        // layers 0-2 and 4 recurrent, 3 full; 2 KV heads for 4 query heads, 16 of 64 dims rotated; 2 key heads for 4
+        // value heads in the delta nets
+        qwen35_config("qwen35-tiny", 128, 5, 4, 2, 64, 16, 256, 320, 1024, 4, 32, 2, 4),
+        // the shape of Qwen3.5-0.8B (its config.json as we read it; no file could be fetched here to check)
+        qwen35_config("qwen35-0.8b", 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 4, 128, 16, 16),
+        qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
+        // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
+        qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
+        gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
+        // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
+        gemma4_config("gemma4-tiny", 128, 4, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 2, 0.5f),
+        // the same with 8 experts of 64 features (2 a token) beside a dense FFN of 128 in each layer
+        gemma4_moe_config("gemma4-moe-tiny", 128, 8, 64, 2),
+        // E2B's features: six layers (local, local, global, ...), per-layer inputs of 32, the last three (two local,
+        // one global) reading the caches of layers 1 and 2 with FFNs of 512 (256 before)
+        gemma4_e_config(gemma4_config("gemma4-e-tiny", 128, 6, 4, 2, 1, 32, 64, 256, 320, 1024, 8, 3, 0.5f), 32, 3),
+        // Gemma 4 E2B as its GGUF files state it
+        gemma4_e_config(gemma4_config("gemma4-e2b", 1536, 35, 8, 1, 1, 256, 512, 6144, 262144, 131072, 512, 5, 30.0f),
+                        256, 20),
+        phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
+        // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
+        gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
+        // gpt-oss-20b as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
+        gpt_oss_config("gpt-oss-20b", 2880, 24, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
+        gpt_oss_config("gpt-oss-20b-8l", 2880, 8, 64, 8, 2880, 32, 4, 201088, 131072, 128, 32.0f, 4096),
+        phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
+        glm4_config("glm4-tiny", 128, 3, 4, 2, 32, 192, 320, 1024),
+        glm4_config("glm-4-9b", 4096, 40, 32, 2, 128, 13696, 151552, 32768),
+        // Granite 3.3 2B's multipliers (its attention multiplier 1/64 over a head of 64)
+        granite_config("granite-tiny", 128, 3, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.015625f, 8.0f),
+        granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
+        post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
+        post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
+        // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
+        post_norm_config("exaone4", "exaone4-tiny", 64, 64, 2, 1, 128, 320, 1024, 8),
+        post_norm_config("exaone4", "exaone-4.0-1.2b", 2048, 30, 32, 8, 4096, 102400, 65536, 0),
+        llama_like_config("ernie4_5", "ernie4_5-tiny", 128, 3, 4, 2, 32, 256, 320, 1024),
+        llama_like_config("ernie4_5", "ernie-4.5-0.3b", 1024, 18, 16, 2, 64, 3072, 103424, 131072),
+        llama_like_config("seed_oss", "seed_oss-tiny", 128, 3, 4, 2, 48, 256, 320, 1024),
+        llama_like_config("seed_oss", "seed-oss-36b", 5120, 64, 80, 8, 128, 27648, 155136, 524288),
+        // 4 pairs in each of the four sections of 32 pairs: those of the extra section (12-15 and 28-31) keep still.
+        // (qwen2vl-tiny's RMS epsilon is 1e-12: llama.cpp's qwen2vl does not read the file's and divides by the
+        // plain RMS, where quill follows the file as Hugging Face does; real files' activations make the difference
+        // nil, a tiny random model's not.)
+        vl_config(tiny_eps(llama_like_config("qwen2", "", 128, 3, 2, 1, 64, 256, 320, 1024)), "qwen2vl",
+                  "qwen2vl-tiny", {4, 4, 4, 4}),
+        vl_config(arch_preset_config(kArchPresets[0]), "qwen3vl", "qwen3vl-tiny", {4, 4, 4, 4}),
+        vl_config(qwen3moe_config("", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024), "qwen3vlmoe", "qwen3vlmoe-tiny",
+                  {4, 4, 4, 4}),
+        // Qwen2.5-VL-7B's and Qwen3-VL-8B's language models as their config.json states them (no file could be
+        // fetched here to check)
+        vl_config(llama_like_config("qwen2", "", 3584, 28, 28, 4, 128, 18944, 152064, 128000), "qwen2vl",
+                  "qwen2.5-vl-7b", {16, 24, 24, 0}),
+        vl_config(arch_preset_config({"", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 262144, 5e6f, 1e-6f, 0.0f, 0,
+                                      0.0f}),
+                  "qwen3vl", "qwen3-vl-8b", {24, 20, 20, 0}),
+    };
 }
 
 // A pool of valid blocks made by quantizing random floats once (random_blocks of the same magnitude for the types
@@ -589,7 +622,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
         }
-        if (glm4 || c.arch == "seed_oss") {  // (GLM-4's and Seed-OSS's Q, K and V biases)
+        if (glm4 || c.arch == "seed_oss" || c.arch == "qwen2") {  // (their Q, K and V biases)
             L.bq = uniform(nq, -0.1, 0.1);
             L.bk = uniform(nkv, -0.1, 0.1);
             L.bv = uniform(nkv, -0.1, 0.1);
@@ -623,8 +656,8 @@ size_t SyntheticModel::weight_bytes() const {
 void SyntheticModel::save(const std::string& path) const {
     const ModelConfig& c = config;
     GgufWriter w;
-    const std::string p = c.arch + ".";
-    w.set("general.architecture", c.arch);
+    const std::string p = c.gguf_arch() + ".";
+    w.set("general.architecture", c.gguf_arch());
     w.set("general.name", c.name);
     w.set("general.alignment", uint32_t(32));
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
@@ -711,6 +744,11 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "rope.dimension_sections",
               GgufValue::array(GgufType::I32, {GgufValue(int32_t(s0)), GgufValue(int32_t(s0)),
                                                GgufValue(int32_t(pairs - 2 * s0)), GgufValue(int32_t(0))}));
+    }
+    if (!c.file_arch.empty()) {
+        std::vector<GgufValue> sections;
+        for (int64_t x : c.rope_sections) sections.emplace_back(int32_t(x));
+        w.set(p + "rope.dimension_sections", GgufValue::array(GgufType::I32, sections));
     }
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));

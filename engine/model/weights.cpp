@@ -252,6 +252,7 @@ std::vector<double> Weights::rope_inv_freq(const ModelConfig& c, bool local, int
         f[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
         if (!divisors.empty()) f[i] /= divisors[i];
         f[i] *= scale + (1.0 - scale) * c.yarn_ramp(static_cast<int64_t>(i));  // (YaRN: part of it unscaled)
+        if (c.rope_pair_still(static_cast<int64_t>(i))) f[i] = 0.0;  // (M-RoPE's extra section: position 0)
     }
     return f;
 }

@@ -112,7 +112,8 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
     QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
                 layers_.begin, layers_.end - 1, config.n_layer);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
-    // context; gemma4: on the global layers only); YaRN leaves the share yarn_ramp(i) of each frequency unscaled
+    // context; gemma4: on the global layers only); YaRN leaves the share yarn_ramp(i) of each frequency unscaled; a
+    // pair of M-RoPE's extra section sits at position 0 for text (0)
     const std::vector<float>& divisors = weights.rope_divisors(config, options.n_ctx);
     auto inv_freq = [&](double base, double scale, int64_t n_rot, bool divide) {
         std::vector<double> f(n_rot / 2);
@@ -121,6 +122,7 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
             const double ramp = config.yarn_ramp(static_cast<int64_t>(i));
             f[i] = (scale * (1.0 - ramp) + ramp) * std::pow(base, exponent);
             if (divide && !divisors.empty()) f[i] /= divisors[i];
+            if (config.rope_pair_still(static_cast<int64_t>(i))) f[i] = 0.0;
         }
         return f;
     };

@@ -1,0 +1,177 @@
+// The language models of vision-language families against llama.cpp: qwen2vl (Qwen2-VL, Qwen2.5-VL), qwen3vl and
+// qwen3vlmoe (Qwen3-VL), run as qwen2, qwen3 and qwen3moe with M-RoPE (rope.dimension_sections). For text llama.cpp
+// gives a token the same temporal, height and width positions and 0 as the extra one, so the pairs of the extra
+// section never rotate: the tiny shapes put 4 pairs in each of the four sections (interleaved for Qwen3-VL), so that
+// pairs 12-15 and 28-31 of 32 keep still and change the logits. Their image features (deepstack layers) add nothing to
+// text. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256,
+// one thread) over the 32 tokens of tests/data/arch/dump_logits.cpp's header, which made them.
+#include "engine/error.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic.h"
+#include "engine/reference/reference_backend.h"
+#include "tests/support/arch_checks.h"
+#include "tests/support/test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+using namespace quill;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kCtx = 256;  // llama.cpp's context for the references
+
+// The limit on max |diff| / range: 1e-5 with F32 weights (measured at most 3.3e-7 on every path: float summation
+// order), 1e-3 with F16 (measured 1.6e-4 to 3.1e-4: llama.cpp rounds each F16 product's input to fp16, as the
+// reference backend does not).
+constexpr const char* kShapes[] = {"qwen2vl-tiny", "qwen3vl-tiny", "qwen3vlmoe-tiny"};
+
+template <class F>
+void for_each_file(F&& f) {
+    for (const char* shape : kShapes)
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16})
+            f(shape, type, fmt::format("{}-{}", shape, type_name(type)), type == GgmlType::F32 ? 1e-5 : 1e-3);
+}
+
+// The largest max |diff| / range over the prompt's positions between b's logits and llama.cpp's (STEM).
+double worst_against_llama_cpp(Backend& b, const std::string& stem) {
+    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path(stem + ".prompt_logits.txt"));
+    const int64_t nv = b.config().n_vocab;
+    const std::vector<float> logits = test::prefill_logits(b, ref.tokens);
+    double worst = 0;
+    for (size_t p = 0; p < ref.tokens.size(); ++p) {
+        const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
+        worst = std::max(worst, test::max_diff(test::rows(logits, nv, p, p + 1), ref.logits[p]) / (*hi - *lo));
+    }
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe tiny models: the reference backend gives llama.cpp's logits and greedy "
+          "tokens",
+          "[arch][reference]") {
+    for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
+        INFO(stem);
+        auto m = test::saved_synthetic(shape, type);
+        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+        test::check_against_llama_cpp(b, stem, tol);
+    });
+}
+
+TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe tiny models: the CPU backend gives llama.cpp's logits and greedy tokens "
+          "on every ISA",
+          "[arch][cpu]") {
+    for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
+        auto m = test::saved_synthetic(shape, type);
+        test::check_cpu_against_llama_cpp(m->config, m->weights, stem, tol, kCtx);
+    });
+}
+
+TEST_CASE("M-RoPE's extra section keeps its pairs still for text: rotating them misses llama.cpp's logits",
+          "[arch][reference]") {
+    for (const char* shape : kShapes) {
+        INFO(shape);
+        auto m = test::saved_synthetic(shape, GgmlType::F32);
+        ModelConfig rotated = m->config;
+        std::fill(std::begin(rotated.rope_sections), std::end(rotated.rope_sections), 0);
+        ReferenceBackend good(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+        ReferenceBackend bad(rotated, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+        const std::string stem = std::string(shape) + "-f32";
+        CHECK(worst_against_llama_cpp(good, stem) <= 1e-5);
+        CHECK(worst_against_llama_cpp(bad, stem) > 1e-3);
+    }
+}
+
+TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe settings are read from the file as llama.cpp reads them", "[arch][model]") {
+    struct Want {
+        const char* shape;
+        const char* file_arch;
+        const char* arch;
+        bool interleaved;
+    };
+    for (const Want& w : {Want{"qwen2vl-tiny", "qwen2vl", "qwen2", false},
+                          Want{"qwen3vl-tiny", "qwen3vl", "qwen3", true},
+                          Want{"qwen3vlmoe-tiny", "qwen3vlmoe", "qwen3moe", true}}) {
+        INFO(w.shape);
+        auto m = test::saved_synthetic(w.shape, GgmlType::F32);
+        const ModelConfig& c = m->config;
+        CHECK((c.file_arch == w.file_arch && c.arch == w.arch && c.gguf_arch() == w.file_arch));
+        CHECK(c.rope == ModelConfig::Rope::neox);
+        CHECK(c.rope_sections_interleaved == w.interleaved);
+        std::vector<int64_t> still;
+        for (int64_t i = 0; i < c.n_rot / 2; ++i)
+            if (c.rope_pair_still(i)) still.push_back(i);
+        CHECK(still == std::vector<int64_t>{12, 13, 14, 15, 28, 29, 30, 31});
+        const std::vector<double> f = m->weights.rope_inv_freq(c, false);
+        CHECK((f[12] == 0.0 && f[31] == 0.0 && f[11] > 0.0 && f[16] > 0.0));
+    }
+    CHECK(test::saved_synthetic("qwen2vl-tiny", GgmlType::F32)->weights.layers[0].bk.size() == 64);
+    CHECK(test::saved_synthetic("qwen3vlmoe-tiny", GgmlType::F32)->config.n_expert == 8);
+    // The released models' sections: Qwen3-VL's interleaved 24, 20, 20 of 64 pairs leave pairs 61 and 62 to the
+    // extra section (as ggml's IMROPE reads them); Qwen2.5-VL's 16, 24, 24 rotate every pair.
+    const ModelConfig q3 = synthetic_config("qwen3-vl-8b");
+    std::vector<int64_t> still;
+    for (int64_t i = 0; i < q3.n_rot / 2; ++i)
+        if (q3.rope_pair_still(i)) still.push_back(i);
+    CHECK(still == std::vector<int64_t>{61, 62});
+    const ModelConfig q2 = synthetic_config("qwen2.5-vl-7b");
+    for (int64_t i = 0; i < q2.n_rot / 2; ++i) CHECK(!q2.rope_pair_still(i));
+    CHECK((q2.n_layer == 28 && q2.n_head_kv == 4 && q3.n_layer == 36 && q3.n_ff == 12288));
+}
+
+TEST_CASE("qwen3vl files whose M-RoPE sections are not integers or give text no pair are refused in one line",
+          "[arch][model]") {
+    const fs::path dir = test::temp_dir("arch_vl_refused");
+    const std::vector<test::RefusedMetadata> cases = {
+        {"float-sections",
+         [](GgufWriter& w) {
+             std::vector<GgufValue> s{1.0f, 1.0f, 1.0f, 1.0f};
+             w.set("qwen3vl.rope.dimension_sections", GgufValue::array(GgufType::F32, s));
+         },
+         "metadata 'qwen3vl.rope.dimension_sections' is not an array of 1 to 4 int32"},
+        {"extra-only",
+         [](GgufWriter& w) {
+             std::vector<GgufValue> s{int32_t(0), int32_t(0), int32_t(0), int32_t(8)};
+             w.set("qwen3vl.rope.dimension_sections", GgufValue::array(GgufType::I32, s));
+         },
+         "metadata 'qwen3vl.rope.dimension_sections' gives no pair to the text position's sections"},
+    };
+    test::check_refused_metadata(dir, "qwen3vl-tiny", cases);
+}
+
+TEST_CASE("quill run, chat and template work end to end on qwen2vl and qwen3vl files", "[arch][cli]") {
+    const fs::path corpus = fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src";
+    for (const char* shape : {"qwen2vl-tiny", "qwen3vl-tiny"}) {
+        INFO(shape);
+        const fs::path dir = test::temp_dir(std::string("arch_cli_") + shape);
+        const fs::path saved = dir / "saved.gguf", file = dir / (std::string(shape) + ".gguf");
+        auto save = test::run_quill({"bench", "--synthetic", shape, "--dtype", "f16", "--save", saved.string(), "-p",
+                                     "4", "-n", "2", "-r", "1"});
+        REQUIRE(save.status == 0);
+        // MiMo-VL's published template (a Qwen2.5-VL model's), as llama.cpp's corpus holds it
+        test::rewrite_gguf(saved.string(), file.string(), [&](GgufWriter& w) {
+            w.set("tokenizer.chat_template", test::read_file(corpus / "MiMo-VL.jinja"));
+        });
+        auto info = test::run_quill({"info", "-m", file.string()});
+        CHECK(info.status == 0);
+        CHECK(info.out.find(std::string("architecture    ") + (std::string(shape) == "qwen2vl-tiny" ? "qwen2vl"
+                                                                                                    : "qwen3vl")) !=
+              std::string::npos);
+        auto shown = test::run_quill({"template", "-m", file.string()}, "Hello there\n");
+        CHECK(shown.status == 0);
+        CHECK(shown.out.find("<|im_start|>assistant\n") != std::string::npos);
+        auto run = test::run_quill({"run", "-m", file.string(), "-p", "Why is the sky blue?", "--temp", "0", "-n",
+                                    "8", "--json"});
+        CHECK(run.status == 0);
+        CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
+        auto chat =
+            test::run_quill({"chat", "-m", file.string(), "--temp", "0", "-n", "6"}, "Hello there\nAnd again\n");
+        CHECK(chat.status == 0);
+        CHECK(chat.err.find("error") == std::string::npos);
+    }
+}
