@@ -264,11 +264,37 @@ void refuse_if_set(const GgufFile& f, const std::string& p, const std::string& k
     if (set) throw FileError(fmt::format("{}: {} ('{}{}') is not supported for {}", f.path(), what, p, key, arch));
 }
 
+// M-RoPE's sections as llama.cpp reads them (an array of up to 4 integers, the missing ones 0; `required`: present,
+// with the temporal, height and width ones not all 0, which ggml asserts). `interleaved`: llama.cpp's IMROPE.
+void read_rope_sections(const GgufFile& f, const std::string& p, bool interleaved, ModelConfig& c,
+                        bool required = true) {
+    const std::string key = p + "rope.dimension_sections";
+    const GgufValue* v = f.find(key);
+    if (!v && !required) return;
+    if (!v) throw FileError(fmt::format("{}: missing metadata '{}' (an array of 4 int32)", f.path(), key));
+    const GgufArray* a = v->type() == GgufType::ARRAY ? &v->as_array() : nullptr;
+    if (!a || (a->type() != GgufType::I32 && a->type() != GgufType::U32) || a->empty() || a->size() > 4)
+        throw FileError(fmt::format("{}: metadata '{}' is not an array of 1 to 4 int32", f.path(), key));
+    for (size_t i = 0; i < a->size(); ++i) {
+        const int64_t x = a->at(i).as_int();
+        if (x < 0 || x > 4096) throw FileError(fmt::format("{}: metadata '{}' holds {}", f.path(), key, x));
+        c.rope_sections[i] = x;
+    }
+    if (required && c.rope_sections[0] + c.rope_sections[1] + c.rope_sections[2] == 0)
+        throw FileError(fmt::format("{}: metadata '{}' gives no pair to the text position's sections", f.path(), key));
+    c.rope_sections_interleaved = interleaved;
+}
+
 // GLM-4 (0414, Z1) as llama.cpp's glm4 reads it: partial rotary dims in adjacent pairs (rope.dimension_count), Q, K,
-// V biases, gate and up in one matrix, norms after the attention and the FFN (Weights). M-RoPE (GLM-4.1V) and the
-// NextN prediction layers (GLM-OCR) are refused by name.
+// V biases, gate and up in one matrix, norms after the attention and the FFN (Weights). GLM-4.1V's language model:
+// M-RoPE where the temporal and height sections are set (else the sections are ignored), in NEOX pairs. The NextN
+// prediction layers (GLM-OCR) are refused by name.
 void read_glm4(const GgufFile& f, const std::string& p, ModelConfig& c) {
-    refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
+    read_rope_sections(f, p, false, c, false);
+    if (c.rope_sections[0] > 0 && c.rope_sections[1] > 0)
+        c.rope = ModelConfig::Rope::neox;
+    else
+        std::fill(std::begin(c.rope_sections), std::end(c.rope_sections), 0);
     refuse_if_set(f, p, "nextn_predict_layers", "NextN prediction layers", c.arch);
 }
 
@@ -305,25 +331,6 @@ int64_t read_full_attn_interval(const GgufFile& f, const std::string& p, int64_t
     }
     throw FileError(fmt::format("{}: metadata '{}' marks the recurrent layers in a pattern quill does not support "
                                 "(every Nth layer full attention, the others recurrent)", f.path(), key));
-}
-
-// M-RoPE's sections as llama.cpp reads them (required: an array of up to 4 integers, the missing ones 0), of which the
-// temporal, height and width ones cannot all be 0 (ggml asserts it). `interleaved`: llama.cpp's IMROPE.
-void read_rope_sections(const GgufFile& f, const std::string& p, bool interleaved, ModelConfig& c) {
-    const std::string key = p + "rope.dimension_sections";
-    const GgufValue* v = f.find(key);
-    if (!v) throw FileError(fmt::format("{}: missing metadata '{}' (an array of 4 int32)", f.path(), key));
-    const GgufArray* a = v->type() == GgufType::ARRAY ? &v->as_array() : nullptr;
-    if (!a || (a->type() != GgufType::I32 && a->type() != GgufType::U32) || a->empty() || a->size() > 4)
-        throw FileError(fmt::format("{}: metadata '{}' is not an array of 1 to 4 int32", f.path(), key));
-    for (size_t i = 0; i < a->size(); ++i) {
-        const int64_t x = a->at(i).as_int();
-        if (x < 0 || x > 4096) throw FileError(fmt::format("{}: metadata '{}' holds {}", f.path(), key, x));
-        c.rope_sections[i] = x;
-    }
-    if (c.rope_sections[0] + c.rope_sections[1] + c.rope_sections[2] == 0)
-        throw FileError(fmt::format("{}: metadata '{}' gives no pair to the text position's sections", f.path(), key));
-    c.rope_sections_interleaved = interleaved;
 }
 
 // Qwen3.5 as llama.cpp's qwen35 reads it: the gated delta net's sizes (ssm.*: conv taps, the keys' head size and

@@ -178,6 +178,12 @@ ModelConfig glm4_config(const char* name, int64_t n_embd, int64_t n_layer, int64
     return c;
 }
 
+ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
+    c.rope = ModelConfig::Rope::neox;
+    for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
+    return c;
+}
+
 // granite: embedding, residual, attention and logit multipliers, adjacent RoPE pairs (an output matrix of its own,
 // which Granite 3 ties to the embeddings: with random weights and the embedding multiplier, a tied output's largest
 // logit is the input token's).
@@ -343,6 +349,9 @@ std::vector<ModelConfig> arch_shapes() {
         phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
         glm4_config("glm4-tiny", 128, 3, 4, 2, 32, 192, 320, 1024),
         glm4_config("glm-4-9b", 4096, 40, 32, 2, 128, 13696, 151552, 32768),
+        // GLM-4.1V's language model: M-RoPE in NEOX pairs; sections 2, 2, 2, 2 of 8 pairs leave pairs 6 and 7 still
+        glm4v_config(glm4_config("glm4v-tiny", 128, 3, 4, 2, 32, 192, 320, 1024), {2, 2, 2, 2}),
+        glm4v_config(glm4_config("glm-4.1v-9b", 4096, 40, 32, 2, 128, 13696, 151552, 65536), {8, 12, 12, 0}),
         // Granite 3.3 2B's multipliers (its attention multiplier 1/64 over a head of 64)
         granite_config("granite-tiny", 128, 3, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.015625f, 8.0f),
         granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
@@ -745,7 +754,7 @@ void SyntheticModel::save(const std::string& path) const {
               GgufValue::array(GgufType::I32, {GgufValue(int32_t(s0)), GgufValue(int32_t(s0)),
                                                GgufValue(int32_t(pairs - 2 * s0)), GgufValue(int32_t(0))}));
     }
-    if (!c.file_arch.empty()) {
+    if (c.rope_sections[0] + c.rope_sections[1] + c.rope_sections[2] > 0 && c.arch != "qwen35") {
         std::vector<GgufValue> sections;
         for (int64_t x : c.rope_sections) sections.emplace_back(int32_t(x));
         w.set(p + "rope.dimension_sections", GgufValue::array(GgufType::I32, sections));

@@ -171,18 +171,6 @@ TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss files with featu
     refused(with_metadata("glm4-tiny", "glm4-nextn",
                           [](GgufWriter& w) { w.set("glm4.nextn_predict_layers", uint32_t(1)); }),
             "NextN prediction layers ('glm4.nextn_predict_layers') is not supported for glm4");
-    refused(with_metadata("glm4-tiny", "glm4-mrope",
-                          [](GgufWriter& w) {
-                              std::vector<GgufValue> s{GgufValue(int32_t(8)), GgufValue(int32_t(4)),
-                                                       GgufValue(int32_t(4)), GgufValue(int32_t(0))};
-                              w.set("glm4.rope.dimension_sections", GgufValue::array(GgufType::I32, s));
-                          }),
-            "multimodal RoPE (M-RoPE) ('glm4.rope.dimension_sections')");
-    // (sections all 0, as a text-only file may carry them: no M-RoPE, as llama.cpp reads them)
-    CHECK_NOTHROW(Model::load(with_metadata("glm4-tiny", "glm4-no-mrope", [](GgufWriter& w) {
-        std::vector<GgufValue> s(4, GgufValue(int32_t(0)));
-        w.set("glm4.rope.dimension_sections", GgufValue::array(GgufType::I32, s));
-    })));
     refused(with_metadata("granite-tiny", "granite-zero-logit-scale",
                           [](GgufWriter& w) { w.set("granite.logit_scale", 0.0f); }),
             "metadata 'granite.logit_scale' is 0, expected");

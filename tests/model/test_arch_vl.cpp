@@ -1,9 +1,10 @@
 // The language models of vision-language families against llama.cpp: qwen2vl (Qwen2-VL, Qwen2.5-VL), qwen3vl and
-// qwen3vlmoe (Qwen3-VL), run as qwen2, qwen3 and qwen3moe with M-RoPE (rope.dimension_sections). For text llama.cpp
-// gives a token the same temporal, height and width positions and 0 as the extra one, so the pairs of the extra
-// section never rotate: the tiny shapes put 4 pairs in each of the four sections (interleaved for Qwen3-VL), so that
-// pairs 12-15 and 28-31 of 32 keep still and change the logits. Their image features (deepstack layers) add nothing to
-// text. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256,
+// qwen3vlmoe (Qwen3-VL), run as qwen2, qwen3 and qwen3moe with M-RoPE (rope.dimension_sections), and glm4 with
+// M-RoPE (GLM-4.1V: NEOX pairs where plain glm4 rotates adjacent ones; glm4v-tiny's sections 2, 2, 2, 2 of 8 pairs
+// leave pairs 6 and 7 still). For text llama.cpp gives a token the same temporal, height and width positions and 0 as
+// the extra one, so the pairs of the extra section never rotate: the Qwen tiny shapes put 4 pairs in each of the four
+// sections (interleaved for Qwen3-VL), so that pairs 12-15 and 28-31 of 32 keep still and change the logits. Their
+// image features (deepstack layers) add nothing to text. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256,
 // one thread) over the 32 tokens of tests/data/arch/dump_logits.cpp's header, which made them.
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -25,10 +26,10 @@ namespace {
 
 constexpr int64_t kCtx = 256;  // llama.cpp's context for the references
 
-// The limit on max |diff| / range: 1e-5 with F32 weights (measured at most 3.3e-7 on every path: float summation
-// order), 1e-3 with F16 (measured 1.6e-4 to 3.1e-4: llama.cpp rounds each F16 product's input to fp16, as the
+// The limit on max |diff| / range: 1e-5 with F32 weights (measured at most 4e-7 on every path: float summation
+// order), 1e-3 with F16 (measured 1.6e-4 to 5.5e-4: llama.cpp rounds each F16 product's input to fp16, as the
 // reference backend does not).
-constexpr const char* kShapes[] = {"qwen2vl-tiny", "qwen3vl-tiny", "qwen3vlmoe-tiny"};
+constexpr const char* kShapes[] = {"qwen2vl-tiny", "qwen3vl-tiny", "qwen3vlmoe-tiny", "glm4v-tiny"};
 
 template <class F>
 void for_each_file(F&& f) {
@@ -52,8 +53,8 @@ double worst_against_llama_cpp(Backend& b, const std::string& stem) {
 
 }  // namespace
 
-TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe tiny models: the reference backend gives llama.cpp's logits and greedy "
-          "tokens",
+TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE tiny models: the reference backend gives llama.cpp's logits "
+          "and greedy tokens",
           "[arch][reference]") {
     for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
         INFO(stem);
@@ -63,8 +64,8 @@ TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe tiny models: the reference backend gi
     });
 }
 
-TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe tiny models: the CPU backend gives llama.cpp's logits and greedy tokens "
-          "on every ISA",
+TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE tiny models: the CPU backend gives llama.cpp's logits and "
+          "greedy tokens on every ISA",
           "[arch][cpu]") {
     for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
         auto m = test::saved_synthetic(shape, type);
@@ -74,7 +75,7 @@ TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe tiny models: the CPU backend gives ll
 
 TEST_CASE("M-RoPE's extra section keeps its pairs still for text: rotating them misses llama.cpp's logits",
           "[arch][reference]") {
-    for (const char* shape : kShapes) {
+    for (const char* shape : {"qwen2vl-tiny", "qwen3vl-tiny", "qwen3vlmoe-tiny"}) {
         INFO(shape);
         auto m = test::saved_synthetic(shape, GgmlType::F32);
         ModelConfig rotated = m->config;
@@ -85,30 +86,41 @@ TEST_CASE("M-RoPE's extra section keeps its pairs still for text: rotating them 
         CHECK(worst_against_llama_cpp(good, stem) <= 1e-5);
         CHECK(worst_against_llama_cpp(bad, stem) > 1e-3);
     }
+    // GLM-4.1V: M-RoPE's NEOX pairs, not glm4's adjacent ones
+    auto g = test::saved_synthetic("glm4v-tiny", GgmlType::F32);
+    ModelConfig adjacent = g->config;
+    adjacent.rope = ModelConfig::Rope::adjacent;
+    ReferenceBackend bad(adjacent, g->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+    CHECK(worst_against_llama_cpp(bad, "glm4v-tiny-f32") > 1e-3);
 }
 
-TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe settings are read from the file as llama.cpp reads them", "[arch][model]") {
+TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE settings are read from the file as llama.cpp reads them",
+          "[arch][model]") {
     struct Want {
         const char* shape;
         const char* file_arch;
         const char* arch;
         bool interleaved;
+        std::vector<int64_t> still;
     };
-    for (const Want& w : {Want{"qwen2vl-tiny", "qwen2vl", "qwen2", false},
-                          Want{"qwen3vl-tiny", "qwen3vl", "qwen3", true},
-                          Want{"qwen3vlmoe-tiny", "qwen3vlmoe", "qwen3moe", true}}) {
+    const std::vector<int64_t> four{12, 13, 14, 15, 28, 29, 30, 31};
+    for (const Want& w : {Want{"qwen2vl-tiny", "qwen2vl", "qwen2", false, four},
+                          Want{"qwen3vl-tiny", "qwen3vl", "qwen3", true, four},
+                          Want{"qwen3vlmoe-tiny", "qwen3vlmoe", "qwen3moe", true, four},
+                          Want{"glm4v-tiny", "", "glm4", false, {6, 7}}}) {
         INFO(w.shape);
         auto m = test::saved_synthetic(w.shape, GgmlType::F32);
         const ModelConfig& c = m->config;
-        CHECK((c.file_arch == w.file_arch && c.arch == w.arch && c.gguf_arch() == w.file_arch));
+        CHECK((c.file_arch == w.file_arch && c.arch == w.arch));
+        CHECK(c.gguf_arch() == (*w.file_arch ? w.file_arch : w.arch));
         CHECK(c.rope == ModelConfig::Rope::neox);
         CHECK(c.rope_sections_interleaved == w.interleaved);
         std::vector<int64_t> still;
         for (int64_t i = 0; i < c.n_rot / 2; ++i)
             if (c.rope_pair_still(i)) still.push_back(i);
-        CHECK(still == std::vector<int64_t>{12, 13, 14, 15, 28, 29, 30, 31});
+        CHECK(still == w.still);
         const std::vector<double> f = m->weights.rope_inv_freq(c, false);
-        CHECK((f[12] == 0.0 && f[31] == 0.0 && f[11] > 0.0 && f[16] > 0.0));
+        for (size_t i = 0; i < f.size(); ++i) CHECK((f[i] == 0.0) == std::count(still.begin(), still.end(), i));
     }
     CHECK(test::saved_synthetic("qwen2vl-tiny", GgmlType::F32)->weights.layers[0].bk.size() == 64);
     CHECK(test::saved_synthetic("qwen3vlmoe-tiny", GgmlType::F32)->config.n_expert == 8);
@@ -122,6 +134,22 @@ TEST_CASE("qwen2vl, qwen3vl and qwen3vlmoe settings are read from the file as ll
     const ModelConfig q2 = synthetic_config("qwen2.5-vl-7b");
     for (int64_t i = 0; i < q2.n_rot / 2; ++i) CHECK(!q2.rope_pair_still(i));
     CHECK((q2.n_layer == 28 && q2.n_head_kv == 4 && q3.n_layer == 36 && q3.n_ff == 12288));
+    // GLM-4.1V's 8, 12, 12 sections of 32 pairs rotate every pair; sections whose temporal or height one is 0 are no
+    // M-RoPE for llama.cpp's glm4 (adjacent pairs, as without them)
+    const ModelConfig g41 = synthetic_config("glm-4.1v-9b");
+    CHECK((g41.rope == ModelConfig::Rope::neox && g41.n_rot == 64));
+    for (int64_t i = 0; i < g41.n_rot / 2; ++i) CHECK(!g41.rope_pair_still(i));
+    const fs::path dir = test::temp_dir("arch_vl_glm4_sections");
+    for (const std::vector<int32_t>& s : {std::vector<int32_t>{0, 0, 0, 0}, std::vector<int32_t>{8, 0, 0, 0}}) {
+        auto edit = [&](GgufWriter& w) {
+            std::vector<GgufValue> v;
+            for (int32_t x : s) v.emplace_back(x);
+            w.set("glm4.rope.dimension_sections", GgufValue::array(GgufType::I32, v));
+        };
+        auto m = Model::load(test::synthetic_with_metadata(dir, "glm4-tiny", fmt::format("s{}", s[0]), edit));
+        CHECK(m->config.rope == ModelConfig::Rope::adjacent);
+        CHECK(m->config.rope_sections[0] == 0);
+    }
 }
 
 TEST_CASE("qwen3vl files whose M-RoPE sections are not integers or give text no pair are refused in one line",
