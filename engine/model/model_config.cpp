@@ -12,15 +12,18 @@ namespace quill {
 
 namespace {
 
-// The text models of vision-language families, each run as the architecture it extends (ModelConfig::file_arch):
-// their files carry that architecture's tensors and keys under their own name, and M-RoPE's sections.
+// Architectures that run as another (ModelConfig::file_arch): their files carry that architecture's tensors and keys
+// under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
+// layers with NEOX RoPE pairs.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
-    bool interleaved;  // M-RoPE's sections interleaved (llama.cpp's IMROPE)
+    enum class Rope { base, neox, mrope, imrope } rope;  // the base's pairs, NEOX ones, M-RoPE (interleaved: IMROPE)
 };
-constexpr ArchVariant kArchVariants[] = {
-    {"qwen2vl", "qwen2", false}, {"qwen3vl", "qwen3", true}, {"qwen3vlmoe", "qwen3moe", true}};
+constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope::mrope},
+                                         {"qwen3vl", "qwen3", ArchVariant::Rope::imrope},
+                                         {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
+                                         {"exaone", "llama", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -41,7 +44,7 @@ bool architecture_supported(const std::string& arch) {
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, "
-           "granite, olmo2, exaone4, ernie4_5, seed_oss, qwen2vl, qwen3vl, qwen3vlmoe";
+           "granite, olmo2, exaone, exaone4, ernie4_5, seed_oss, qwen2vl, qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -397,7 +400,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen35" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
-        c.arch == "exaone4" || c.arch == "seed_oss")
+        c.arch == "exaone4" || c.arch == "seed_oss" || (variant && variant->rope != ArchVariant::Rope::base))
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.gguf_arch() + ".";
@@ -491,7 +494,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
     if (c.arch == "qwen35") read_qwen35(f, p, n_block, c);
-    if (variant) read_rope_sections(f, p, variant->interleaved, c);  // (its deepstack layers add nothing to text)
+    if (variant && (variant->rope == ArchVariant::Rope::mrope || variant->rope == ArchVariant::Rope::imrope))
+        read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
     if (c.arch == "glm4") read_glm4(f, p, c);
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)

@@ -226,9 +226,11 @@ ModelConfig tiny_eps(ModelConfig c) {
     return c;
 }
 
-// The language models of Qwen2-VL/2.5-VL (qwen2vl: qwen2 with Q, K and V biases) and Qwen3-VL (qwen3vl, qwen3vlmoe:
-// qwen3, qwen3moe) with M-RoPE's sections (interleaved but for qwen2vl), set on a copy of the base shape `c`.
-ModelConfig vl_config(ModelConfig c, const char* file_arch, const char* name, std::array<int64_t, 4> sections) {
+// Architectures that run as another, on a copy of the base shape `c`: the language models of Qwen2-VL/2.5-VL
+// (qwen2vl: qwen2 with Q, K and V biases) and Qwen3-VL (qwen3vl, qwen3vlmoe: qwen3, qwen3moe) with M-RoPE's
+// sections (interleaved but for qwen2vl), and EXAONE 3.x (exaone: llama's layers in NEOX pairs, no sections).
+ModelConfig variant_config(ModelConfig c, const char* file_arch, const char* name,
+                           std::array<int64_t, 4> sections) {
     c.file_arch = file_arch;
     c.name = std::string("synthetic-") + name;
     c.rope = ModelConfig::Rope::neox;
@@ -368,18 +370,23 @@ std::vector<ModelConfig> arch_shapes() {
         // (qwen2vl-tiny's RMS epsilon is 1e-12: llama.cpp's qwen2vl does not read the file's and divides by the
         // plain RMS, where quill follows the file as Hugging Face does; real files' activations make the difference
         // nil, a tiny random model's not.)
-        vl_config(tiny_eps(llama_like_config("qwen2", "", 128, 3, 2, 1, 64, 256, 320, 1024)), "qwen2vl",
-                  "qwen2vl-tiny", {4, 4, 4, 4}),
-        vl_config(arch_preset_config(kArchPresets[0]), "qwen3vl", "qwen3vl-tiny", {4, 4, 4, 4}),
-        vl_config(qwen3moe_config("", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024), "qwen3vlmoe", "qwen3vlmoe-tiny",
-                  {4, 4, 4, 4}),
+        variant_config(tiny_eps(llama_like_config("qwen2", "", 128, 3, 2, 1, 64, 256, 320, 1024)), "qwen2vl",
+                       "qwen2vl-tiny", {4, 4, 4, 4}),
+        variant_config(arch_preset_config(kArchPresets[0]), "qwen3vl", "qwen3vl-tiny", {4, 4, 4, 4}),
+        variant_config(qwen3moe_config("", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024), "qwen3vlmoe",
+                       "qwen3vlmoe-tiny", {4, 4, 4, 4}),
         // Qwen2.5-VL-7B's and Qwen3-VL-8B's language models as their config.json states them (no file could be
         // fetched here to check)
-        vl_config(llama_like_config("qwen2", "", 3584, 28, 28, 4, 128, 18944, 152064, 128000), "qwen2vl",
-                  "qwen2.5-vl-7b", {16, 24, 24, 0}),
-        vl_config(arch_preset_config({"", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 262144, 5e6f, 1e-6f, 0.0f, 0,
-                                      0.0f}),
-                  "qwen3vl", "qwen3-vl-8b", {24, 20, 20, 0}),
+        variant_config(llama_like_config("qwen2", "", 3584, 28, 28, 4, 128, 18944, 152064, 128000), "qwen2vl",
+                       "qwen2.5-vl-7b", {16, 24, 24, 0}),
+        variant_config(arch_preset_config(
+                           {"", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 262144, 5e6f, 1e-6f, 0.0f, 0, 0.0f}),
+                       "qwen3vl", "qwen3-vl-8b", {24, 20, 20, 0}),
+        variant_config(llama_like_config("llama", "", 128, 3, 4, 2, 32, 256, 320, 1024), "exaone", "exaone-tiny",
+                       {0, 0, 0, 0}),
+        // EXAONE 3.5 7.8B as its config.json states it
+        variant_config(llama_like_config("llama", "", 4096, 32, 32, 8, 128, 14336, 102400, 32768), "exaone",
+                       "exaone-3.5-7.8b", {0, 0, 0, 0}),
     };
 }
 
@@ -763,7 +770,7 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
         w.set(p + "rope.scaling.attn_factor", c.rope_mscale);
     }
-    if (const char* tmpl = chat_template(c.arch)) w.set("tokenizer.chat_template", tmpl);
+    if (const char* tmpl = chat_template(c.gguf_arch())) w.set("tokenizer.chat_template", tmpl);
     // A synthetic SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then filler pieces.
     std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
     std::vector<GgufValue> scores, types;

@@ -39,20 +39,8 @@ constexpr int64_t kCtx = 256;  // llama.cpp's context for the references
 // with F16: glm4 5.1e-4, granite 1.6e-4, olmo2 5.5e-4, ernie4_5 3.2e-4, seed_oss 2.6e-4 and exaone4 1.6e-3: llama.cpp
 // rounds every F16 product's input to fp16, as the CPU backend does at other points and the reference backend does
 // not, and exaone4-tiny's 64 layers add that up.
-struct Arch {
-    const char* shape;
-    double f16_tol;
-};
-constexpr Arch kArchs[] = {{"glm4-tiny", 1e-3},     {"granite-tiny", 1e-3},  {"olmo2-tiny", 1e-3},
-                           {"exaone4-tiny", 3e-3},  {"ernie4_5-tiny", 1e-3}, {"seed_oss-tiny", 1e-3}};
-
-// Each architecture's files: its shape in F32 and in F16, with the limit of each.
-template <class F>
-void for_each_file(F&& f) {
-    for (const Arch& a : kArchs)
-        for (GgmlType type : {GgmlType::F32, GgmlType::F16})
-            f(a.shape, type, fmt::format("{}-{}", a.shape, type_name(type)), type == GgmlType::F32 ? 1e-5 : a.f16_tol);
-}
+constexpr test::ArchFiles kArchFiles[] = {{"glm4-tiny", 1e-3},    {"granite-tiny", 1e-3},  {"olmo2-tiny", 1e-3},
+                                           {"exaone4-tiny", 3e-3}, {"ernie4_5-tiny", 1e-3}, {"seed_oss-tiny", 1e-3}};
 
 // The F32 model of `shape` with its metadata edited (or a tensor added), saved as name.gguf.
 std::string with_metadata(const std::string& shape, const std::string& name,
@@ -78,21 +66,13 @@ std::string read_text(const fs::path& path) {
 TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss tiny models: the reference backend gives "
           "llama.cpp's logits and greedy tokens",
           "[arch][reference]") {
-    for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
-        INFO(stem);
-        auto m = test::saved_synthetic(shape, type);
-        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-        test::check_against_llama_cpp(b, stem, tol);
-    });
+    test::check_files_against_llama_cpp(kArchFiles, kCtx, false);
 }
 
 TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss tiny models: the CPU backend gives llama.cpp's "
           "logits and greedy tokens on every ISA",
           "[arch][cpu]") {
-    for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
-        auto m = test::saved_synthetic(shape, type);
-        test::check_cpu_against_llama_cpp(m->config, m->weights, stem, tol, kCtx);
-    });
+    test::check_files_against_llama_cpp(kArchFiles, kCtx, true);
 }
 
 TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss settings are read from the file as llama.cpp reads "

@@ -5,6 +5,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
+#include "engine/reference/reference_backend.h"
 #include "tests/support/backend_checks.h"
 #include "tests/support/fault_util.h"
 #include "tests/support/test_util.h"
@@ -15,6 +16,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +112,31 @@ inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, 
         INFO(stem << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
         check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol);
     }
+}
+
+// A tiny shape's files against llama.cpp (STEM = SHAPE-f32 and SHAPE-f16): the limit on max |diff| / range is 1e-5
+// with F32 weights (float summation order) and f16_tol with F16.
+struct ArchFiles {
+    const char* shape;
+    double f16_tol;
+};
+
+// Each shape's F32 and F16 files on the reference backend (KV f32, n_ctx positions), then, with cpu, on the CPU
+// backend's reference path and every kernel family this machine has.
+inline void check_files_against_llama_cpp(std::span<const ArchFiles> files, int64_t n_ctx, bool cpu) {
+    for (const ArchFiles& a : files)
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+            const std::string stem = std::string(a.shape) + "-" + std::string(type_name(type));
+            const double tol = type == GgmlType::F32 ? 1e-5 : a.f16_tol;
+            INFO(stem);
+            auto m = saved_synthetic(a.shape, type);
+            if (cpu) {
+                check_cpu_against_llama_cpp(m->config, m->weights, stem, tol, n_ctx);
+            } else {
+                ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
+                check_against_llama_cpp(b, stem, tol);
+            }
+        }
 }
 
 // What a scheduler step holds: decode steps of running sequences first (BatchToken::decode), then prompt chunks.

@@ -1,11 +1,12 @@
-// The language models of vision-language families against llama.cpp: qwen2vl (Qwen2-VL, Qwen2.5-VL), qwen3vl and
-// qwen3vlmoe (Qwen3-VL), run as qwen2, qwen3 and qwen3moe with M-RoPE (rope.dimension_sections), and glm4 with
-// M-RoPE (GLM-4.1V: NEOX pairs where plain glm4 rotates adjacent ones; glm4v-tiny's sections 2, 2, 2, 2 of 8 pairs
-// leave pairs 6 and 7 still). For text llama.cpp gives a token the same temporal, height and width positions and 0 as
-// the extra one, so the pairs of the extra section never rotate: the Qwen tiny shapes put 4 pairs in each of the four
-// sections (interleaved for Qwen3-VL), so that pairs 12-15 and 28-31 of 32 keep still and change the logits. Their
-// image features (deepstack layers) add nothing to text. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256,
-// one thread) over the 32 tokens of tests/data/arch/dump_logits.cpp's header, which made them.
+// Architectures that run as another, against llama.cpp: exaone (EXAONE 3.x: llama's layers in NEOX RoPE pairs), the
+// language models of vision-language families: qwen2vl (Qwen2-VL, Qwen2.5-VL), qwen3vl and qwen3vlmoe (Qwen3-VL), run
+// as qwen2, qwen3 and qwen3moe with M-RoPE (rope.dimension_sections), and glm4 with M-RoPE (GLM-4.1V: NEOX pairs
+// where plain glm4 rotates adjacent ones; glm4v-tiny's sections 2, 2, 2, 2 of 8 pairs leave pairs 6 and 7 still). For
+// text llama.cpp gives a token the same temporal, height and width positions and 0 as the extra one, so the pairs of
+// the extra section never rotate: the Qwen tiny shapes put 4 pairs in each of the four sections (interleaved for
+// Qwen3-VL), so that pairs 12-15 and 28-31 of 32 keep still and change the logits. Their image features (deepstack
+// layers) add nothing to text. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy,
+// CPU, KV f32, n_ctx 256, one thread) over the 32 tokens of tests/data/arch/dump_logits.cpp's header, which made them.
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
@@ -29,14 +30,8 @@ constexpr int64_t kCtx = 256;  // llama.cpp's context for the references
 // The limit on max |diff| / range: 1e-5 with F32 weights (measured at most 4e-7 on every path: float summation
 // order), 1e-3 with F16 (measured 1.6e-4 to 5.5e-4: llama.cpp rounds each F16 product's input to fp16, as the
 // reference backend does not).
-constexpr const char* kShapes[] = {"qwen2vl-tiny", "qwen3vl-tiny", "qwen3vlmoe-tiny", "glm4v-tiny"};
-
-template <class F>
-void for_each_file(F&& f) {
-    for (const char* shape : kShapes)
-        for (GgmlType type : {GgmlType::F32, GgmlType::F16})
-            f(shape, type, fmt::format("{}-{}", shape, type_name(type)), type == GgmlType::F32 ? 1e-5 : 1e-3);
-}
+constexpr test::ArchFiles kFiles[] = {{"qwen2vl-tiny", 1e-3}, {"qwen3vl-tiny", 1e-3}, {"qwen3vlmoe-tiny", 1e-3},
+                                       {"glm4v-tiny", 1e-3},   {"exaone-tiny", 1e-3}};
 
 // The largest max |diff| / range over the prompt's positions between b's logits and llama.cpp's (STEM).
 double worst_against_llama_cpp(Backend& b, const std::string& stem) {
@@ -53,27 +48,20 @@ double worst_against_llama_cpp(Backend& b, const std::string& stem) {
 
 }  // namespace
 
-TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE tiny models: the reference backend gives llama.cpp's logits "
-          "and greedy tokens",
+TEST_CASE("exaone, qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE tiny models: the reference backend gives "
+          "llama.cpp's logits and greedy tokens",
           "[arch][reference]") {
-    for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
-        INFO(stem);
-        auto m = test::saved_synthetic(shape, type);
-        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-        test::check_against_llama_cpp(b, stem, tol);
-    });
+    test::check_files_against_llama_cpp(kFiles, kCtx, false);
 }
 
-TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE tiny models: the CPU backend gives llama.cpp's logits and "
-          "greedy tokens on every ISA",
+TEST_CASE("exaone, qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE tiny models: the CPU backend gives llama.cpp's "
+          "logits and greedy tokens on every ISA",
           "[arch][cpu]") {
-    for_each_file([](const std::string& shape, GgmlType type, const std::string& stem, double tol) {
-        auto m = test::saved_synthetic(shape, type);
-        test::check_cpu_against_llama_cpp(m->config, m->weights, stem, tol, kCtx);
-    });
+    test::check_files_against_llama_cpp(kFiles, kCtx, true);
 }
 
-TEST_CASE("M-RoPE's extra section keeps its pairs still for text: rotating them misses llama.cpp's logits",
+TEST_CASE("M-RoPE's extra section keeps its pairs still for text, and NEOX pairs are NEOX: else llama.cpp's logits "
+          "are missed",
           "[arch][reference]") {
     for (const char* shape : {"qwen2vl-tiny", "qwen3vl-tiny", "qwen3vlmoe-tiny"}) {
         INFO(shape);
@@ -86,15 +74,19 @@ TEST_CASE("M-RoPE's extra section keeps its pairs still for text: rotating them 
         CHECK(worst_against_llama_cpp(good, stem) <= 1e-5);
         CHECK(worst_against_llama_cpp(bad, stem) > 1e-3);
     }
-    // GLM-4.1V: M-RoPE's NEOX pairs, not glm4's adjacent ones
-    auto g = test::saved_synthetic("glm4v-tiny", GgmlType::F32);
-    ModelConfig adjacent = g->config;
-    adjacent.rope = ModelConfig::Rope::adjacent;
-    ReferenceBackend bad(adjacent, g->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-    CHECK(worst_against_llama_cpp(bad, "glm4v-tiny-f32") > 1e-3);
+    // GLM-4.1V's M-RoPE and EXAONE 3.x rotate NEOX pairs, not glm4's and llama's adjacent ones
+    for (const char* shape : {"glm4v-tiny", "exaone-tiny"}) {
+        INFO(shape);
+        auto g = test::saved_synthetic(shape, GgmlType::F32);
+        ModelConfig adjacent = g->config;
+        adjacent.rope = ModelConfig::Rope::adjacent;
+        ReferenceBackend bad(adjacent, g->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+        CHECK(worst_against_llama_cpp(bad, std::string(shape) + "-f32") > 1e-3);
+    }
 }
 
-TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE settings are read from the file as llama.cpp reads them",
+TEST_CASE("exaone, qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE settings are read from the file as llama.cpp reads "
+          "them",
           "[arch][model]") {
     struct Want {
         const char* shape;
@@ -107,7 +99,8 @@ TEST_CASE("qwen2vl, qwen3vl, qwen3vlmoe and glm4 M-RoPE settings are read from t
     for (const Want& w : {Want{"qwen2vl-tiny", "qwen2vl", "qwen2", false, four},
                           Want{"qwen3vl-tiny", "qwen3vl", "qwen3", true, four},
                           Want{"qwen3vlmoe-tiny", "qwen3vlmoe", "qwen3moe", true, four},
-                          Want{"glm4v-tiny", "", "glm4", false, {6, 7}}}) {
+                          Want{"glm4v-tiny", "", "glm4", false, {6, 7}},
+                          Want{"exaone-tiny", "exaone", "llama", false, {}}}) {
         INFO(w.shape);
         auto m = test::saved_synthetic(w.shape, GgmlType::F32);
         const ModelConfig& c = m->config;
@@ -172,24 +165,28 @@ TEST_CASE("qwen3vl files whose M-RoPE sections are not integers or give text no 
     test::check_refused_metadata(dir, "qwen3vl-tiny", cases);
 }
 
-TEST_CASE("quill run, chat and template work end to end on qwen2vl and qwen3vl files", "[arch][cli]") {
+TEST_CASE("quill run, chat and template work end to end on qwen2vl, qwen3vl and exaone files", "[arch][cli]") {
     const fs::path corpus = fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src";
-    for (const char* shape : {"qwen2vl-tiny", "qwen3vl-tiny"}) {
-        INFO(shape);
-        const fs::path dir = test::temp_dir(std::string("arch_cli_") + shape);
-        const fs::path saved = dir / "saved.gguf", file = dir / (std::string(shape) + ".gguf");
-        auto save = test::run_quill({"bench", "--synthetic", shape, "--dtype", "f16", "--save", saved.string(), "-p",
+    struct Cli {
+        const char* shape;
+        const char* file_arch;
+        const char* tmpl;  // a file of tests/data/templates/src, or nullptr: the synthetic file's own (ChatML)
+    };
+    // MiMo-VL's published template is a Qwen2.5-VL model's, as llama.cpp's corpus holds it
+    for (const Cli& f : {Cli{"qwen2vl-tiny", "qwen2vl", "MiMo-VL.jinja"},
+                         Cli{"qwen3vl-tiny", "qwen3vl", "MiMo-VL.jinja"}, Cli{"exaone-tiny", "exaone", nullptr}}) {
+        INFO(f.shape);
+        const fs::path dir = test::temp_dir(std::string("arch_cli_") + f.shape);
+        const fs::path saved = dir / "saved.gguf", file = dir / (std::string(f.shape) + ".gguf");
+        auto save = test::run_quill({"bench", "--synthetic", f.shape, "--dtype", "f16", "--save", saved.string(), "-p",
                                      "4", "-n", "2", "-r", "1"});
         REQUIRE(save.status == 0);
-        // MiMo-VL's published template (a Qwen2.5-VL model's), as llama.cpp's corpus holds it
         test::rewrite_gguf(saved.string(), file.string(), [&](GgufWriter& w) {
-            w.set("tokenizer.chat_template", test::read_file(corpus / "MiMo-VL.jinja"));
+            if (f.tmpl) w.set("tokenizer.chat_template", test::read_file(corpus / f.tmpl));
         });
         auto info = test::run_quill({"info", "-m", file.string()});
         CHECK(info.status == 0);
-        CHECK(info.out.find(std::string("architecture    ") + (std::string(shape) == "qwen2vl-tiny" ? "qwen2vl"
-                                                                                                    : "qwen3vl")) !=
-              std::string::npos);
+        CHECK(info.out.find(std::string("architecture    ") + f.file_arch + "\n") != std::string::npos);
         auto shown = test::run_quill({"template", "-m", file.string()}, "Hello there\n");
         CHECK(shown.status == 0);
         CHECK(shown.out.find("<|im_start|>assistant\n") != std::string::npos);
