@@ -327,10 +327,12 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        if (config_.layer_is_recurrent(l))
-            delta_net_block(batch, L, l);
-        else
+        if (!config_.layer_is_recurrent(l))
             attention_block(batch, L, l);
+        else if (config_.mamba2())
+            mamba2_block(batch, L, l);
+        else
+            delta_net_block(batch, L, l);
         ffn_block(L, l, n);
         if (L.per_layer_proj.data) per_layer_block(L, l, n);
     }

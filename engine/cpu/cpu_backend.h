@@ -98,6 +98,8 @@ private:
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // the same place for a gated delta net (qwen35's recurrent layers; delta_net.cpp)
     void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // and for a Mamba-2 layer (granitehybrid's; mamba2.cpp)
+    void mamba2_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the
@@ -165,7 +167,8 @@ private:
     std::vector<float> att_;     // [n, n_head * head_dim] attention output
     std::vector<float> q_gate_;     // [n, n_head, 2, head_dim] qwen35's Wq xn: each head's query, then its gate
     std::vector<float> attn_gate_;  // [n, n_head * head_dim] the gates
-    // qwen35's gated delta net (delta_net_block)
+    // qwen35's gated delta net (delta_net_block; mamba2_block: W_in xn [n, 2 ssm_d_inner + ssm_conv_channels +
+    // ssm_n_v_heads] in ssm_qkv_, x, B, C after the conv in ssm_conv_, y in ssm_o_)
     std::vector<float> ssm_qkv_;    // [n, ssm_conv_channels] W_in xn
     std::vector<float> ssm_conv_;   // [n, ssm_conv_channels] q, k, v after the conv
     std::vector<float> ssm_z_;      // [n, ssm_d_inner] W_z xn

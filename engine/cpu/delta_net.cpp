@@ -40,25 +40,8 @@ void CpuBackend::delta_net_block(const Batch& batch, const LayerWeights& L, int6
 
     // conv[t, ch] = silu(sum_i window[i] w[ch, i]) over the channel's last taps - 1 inputs of the token's sequence
     // and its own (the last tap's), the window then moved on by it; a sequence at position 0 starts from zeros
-    pool_.run([&](int ith, int nth) {
-        const Range r = split_range(nch, ith, nth, 16);
-        for (int64_t t = 0; t < n; ++t) {
-            const BatchToken& bt = batch.tokens[static_cast<size_t>(t)];
-            float* window = recurrent_.conv(layer, bt.slot);  // [nch, taps - 1]
-            const float* x = ssm_qkv_.data() + t * nch;
-            for (int64_t ch = r.begin; ch < r.end; ++ch) {
-                float* w = window + ch * (taps - 1);
-                if (bt.pos == 0) std::fill_n(w, taps - 1, 0.0f);
-                const float* tap = L.ssm_conv1d.data() + ch * taps;
-                float s = 0.0f;
-                for (int64_t i = 0; i < taps - 1; ++i) s += w[i] * tap[i];
-                s += x[ch] * tap[taps - 1];
-                ssm_conv_[t * nch + ch] = silu(s);
-                for (int64_t i = 0; i + 1 < taps - 1; ++i) w[i] = w[i + 1];
-                if (taps > 1) w[taps - 2] = x[ch];
-            }
-        }
-    });
+    causal_conv_silu(pool_, recurrent_, batch, layer, ssm_qkv_.data(), nch, L.ssm_conv1d.data(), nullptr, nch, taps,
+                     ssm_conv_.data());
     // q and k of each key head divided by sqrt(sum x^2 + eps)
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n, ith, nth);

@@ -1,8 +1,10 @@
-// The recurrent state of a hybrid model's linear-attention layers (qwen35's gated delta nets) for the CPU backend:
-// per layer and slot the conv's window of recent inputs and the delta net's state matrix, beside the KV cache that
-// its full-attention layers keep, and the position each slot's state stands at.
+// The recurrent state of a hybrid model's linear-attention layers (qwen35's gated delta nets, granitehybrid's Mamba-2
+// layers in the same sizes: ModelConfig::mamba2) for the CPU backend: per layer and slot the conv's window of recent
+// inputs and the state matrices, beside the KV cache that its attention layers keep, and the position each slot's
+// state stands at.
 #pragma once
 
+#include "engine/cpu/thread_pool.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/backend.h"
 
@@ -34,5 +36,13 @@ private:
     std::vector<float> ssm_;      // [recurrent layers, n_slots, ssm_n_]
     std::vector<int64_t> pos_;    // [n_slots] one past each slot's last position
 };
+
+// The causal conv of a recurrent layer (qwen35's delta nets, granitehybrid's Mamba-2) over the batch, by channel on
+// the pool, each sequence's tokens in position order: out[t, ch] = silu(sum_i window[i] w[ch, i] + x[t, ch]
+// w[ch, taps - 1] + bias[ch]) over the channel's last taps - 1 inputs of the token's sequence (zeros at position 0)
+// and its own, the window then moved on by it. x [n_tokens, x_stride] (the first nch of a row), w [nch, taps],
+// bias [nch] or nullptr, out [n_tokens, nch].
+void causal_conv_silu(ThreadPool& pool, RecurrentState& state, const Batch& batch, int64_t layer, const float* x,
+                      int64_t x_stride, const float* w, const float* bias, int64_t nch, int64_t taps, float* out);
 
 }  // namespace quill::cpu

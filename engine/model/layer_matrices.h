@@ -11,6 +11,13 @@
 
 namespace quill {
 
+// A recurrent layer's matrices (ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out: qwen35's delta net; ssm_in, ssm_out:
+// a Mamba-2 layer, which has no others)
+inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) {
+    if (!L.ssm_z.data) return {&L.ssm_in, &L.ssm_out};
+    return {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};
+}
+
 // L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
 // has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead), then ffn_gate,
 // ffn_up, ffn_down, gemma4's per-layer input block (inp_gate, proj), and/or (mixture of experts; gemma4 has both) the
@@ -20,7 +27,7 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     if (L.wk.data) m.push_back(&L.wk);
     if (!L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
-    if (L.recurrent()) m = {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};  // (qwen35's delta net)
+    if (L.recurrent()) m = recurrent_matrices(L);  // (qwen35's delta net)
     if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;
@@ -36,7 +43,7 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     if (!L.attn_qkv.data && L.wk.data) m.push_back(&L.wk);
     if (!L.attn_qkv.data && !L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
-    if (L.recurrent()) m = {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};
+    if (L.recurrent()) m = recurrent_matrices(L);
     if (L.ffn_gate_up.data)
         m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
     else if (L.ffn_down.data)

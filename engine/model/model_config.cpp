@@ -38,13 +38,14 @@ bool architecture_supported(const std::string& arch) {
     return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35" ||
            arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
-           arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "olmo2" || arch == "exaone4" ||
+           arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
+           arch == "exaone4" ||
            arch == "ernie4_5" || arch == "seed_oss";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, "
-           "granite, olmo2, exaone, exaone4, ernie4_5, seed_oss, qwen2vl, qwen3vl, qwen3vlmoe";
+           "granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, qwen2vl, qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -307,13 +308,57 @@ void read_glm4(const GgufFile& f, const std::string& p, ModelConfig& c) {
 // deepstack layers are refused by name.
 void read_granite(const GgufFile& f, const std::string& p, ModelConfig& c) {
     refuse_if_set(f, p, "deepstack_mapping", "Granite Vision's deepstack layers", c.arch);
-    c.logit_scale = required_float(f, p + "logit_scale", 1e-6, 1e6);
+    // (granitehybrid's is optional, as llama.cpp reads it: 0 or absent, no scaling)
+    if (c.arch == "granite") c.logit_scale = required_float(f, p + "logit_scale", 1e-6, 1e6);
+    else if (const float s = optional_float(f, p + "logit_scale", 0.0f, 0.0, 1e6); s != 0.0f) c.logit_scale = s;
     // (0, as llama.cpp defaults them: no scaling)
     const float residual = optional_float(f, p + "residual_scale", 0.0f, 0.0, 1e6);
     const float embedding = optional_float(f, p + "embedding_scale", 0.0f, 0.0, 1e6);
     if (residual != 0.0f) c.residual_scale = residual;
     if (embedding != 0.0f) c.embd_scale = embedding;
     if (auto finetuned = f.get_bool(p + "rope.scaling.finetuned"); finetuned && !*finetuned) c.no_rope_step = 1;
+}
+
+// Granite 4.0 H as llama.cpp's granitehybrid reads it: granite's multipliers (read_granite; its files turn RoPE off
+// with rope.scaling.finetuned false), the Mamba-2 layers where the array attention.head_count_kv holds 0 (the
+// attention layers' entries must be one value: n_head_kv), the ssm.* sizes in ModelConfig's terms (conv taps,
+// d_state as ssm_head_k, groups as ssm_n_k_heads, heads as ssm_n_v_heads of inner_size / heads channels), with the
+// inner size twice n_embd (as llama.cpp requires).
+void read_granite_hybrid(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    read_granite(f, p, c);
+    const std::string kv_key = p + "attention.head_count_kv";
+    const GgufValue* kv = f.find(kv_key);
+    c.mamba2_layers.assign(static_cast<size_t>(c.n_layer), 0);
+    if (kv && kv->type() == GgufType::ARRAY) {
+        const std::vector<int64_t> heads = layer_ints(f, kv_key, c.n_layer, 0, c.n_head);
+        int64_t n_head_kv = 0;
+        for (int64_t l = 0; l < c.n_layer; ++l) {
+            const int64_t h = heads[static_cast<size_t>(l)];
+            c.mamba2_layers[static_cast<size_t>(l)] = h == 0;
+            if (h == 0) continue;
+            if (n_head_kv != 0 && h != n_head_kv)
+                throw FileError(fmt::format("{}: metadata '{}' differs between two attention layers ({} and {}; quill "
+                                            "supports one value)", f.path(), kv_key, n_head_kv, h));
+            if (c.n_head % h != 0)
+                throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of '{}' {}",
+                                            f.path(), p, c.n_head, kv_key, h));
+            n_head_kv = h;
+        }
+        c.n_head_kv = n_head_kv > 0 ? n_head_kv : c.n_head;  // (no attention layer: no KV heads to read)
+    }
+    c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
+    c.ssm_head_k = required_int(f, p + "ssm.state_size", 1, 1024);
+    c.ssm_n_k_heads = required_int(f, p + "ssm.group_count", 1, 4096);
+    c.ssm_n_v_heads = required_int(f, p + "ssm.time_step_rank", 1, 4096);
+    const int64_t inner = required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 24);
+    if (inner != 2 * c.n_embd)
+        throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' is {}, expected twice embedding_length {} (as "
+                                    "llama.cpp requires)", f.path(), p, inner, c.n_embd));
+    if (inner % c.ssm_n_v_heads != 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0)
+        throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' {} is not a multiple of '{}ssm.time_step_rank' "
+                                    "{}, or that of '{}ssm.group_count' {}", f.path(), p, inner, p, c.ssm_n_v_heads,
+                                    p, c.ssm_n_k_heads));
+    c.ssm_head_v = inner / c.ssm_n_v_heads;
 }
 
 // Which of the first n_layer layers are recurrent, as llama.cpp's qwen35 reads it: attention.recurrent_layers (one
@@ -408,6 +453,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (gemma4: where the file has experts)
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" ||
                      (c.arch == "gemma4" && f.get_int(p + "expert_count").value_or(0) > 0);
+    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch == "granitehybrid")
+        throw FileError(fmt::format("{}: granitehybrid mixture-of-experts models ({} experts: Granite 4.0 H Tiny, "
+                                    "Small) are not supported yet: quill lacks their shared expert FFN "
+                                    "(ffn_*_shexp); the dense ones (H Micro, H 1B, H 350M) run", f.path(), *experts));
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen3moe, gpt-oss and gemma4 are)", f.path(), *experts, c.arch));
@@ -428,9 +477,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
     }
     c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
-    // (gemma4's may be an array, a value a layer: read_gemma4 reads it)
+    // (gemma4's and granitehybrid's may be an array, a value a layer: read_gemma4, read_granite_hybrid read it)
     const GgufValue* kv_heads = f.find(p + "attention.head_count_kv");
-    const bool kv_array = c.arch == "gemma4" && kv_heads && kv_heads->type() == GgufType::ARRAY;
+    const bool kv_array =
+        (c.arch == "gemma4" || c.arch == "granitehybrid") && kv_heads && kv_heads->type() == GgufType::ARRAY;
     c.n_head_kv = kv_array ? c.n_head : optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
     if (c.n_head % c.n_head_kv != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
@@ -501,6 +551,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)
         refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
     if (c.arch == "granite") read_granite(f, p, c);
+    if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
     if (c.arch == "exaone4") {
         // With sliding-window layers the global ones have no RoPE (l % N == N - 1: (l + 1) % N == 0); the local ones

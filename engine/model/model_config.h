@@ -117,8 +117,17 @@ struct ModelConfig {
     int64_t ssm_conv = 0, ssm_head_k = 0, ssm_n_k_heads = 0, ssm_head_v = 0, ssm_n_v_heads = 0;
     // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
     bool attn_out_gate = false;
-    bool recurrent() const { return full_attn_interval > 1; }  // (1: every layer full attention)
+    // granitehybrid (Granite 4.0 H): the layers whose attention.head_count_kv entry is 0 are Mamba-2 layers (1 here;
+    // empty: none), in the same ssm_* sizes: ssm_n_v_heads heads (ssm.time_step_rank) of ssm_head_v channels of x,
+    // ssm_n_k_heads groups (ssm.group_count) of B and C of ssm_head_k (ssm.state_size), so that the conv's channels
+    // (x, B, C) and the state [heads, head_dim, d_state] are a gated delta net's; head h reads group
+    // h / (heads / groups).
+    std::vector<uint8_t> mamba2_layers;
+    bool mamba2() const { return !mamba2_layers.empty(); }
+    // (full_attn_interval 1: every layer full attention)
+    bool recurrent() const { return full_attn_interval > 1 || mamba2(); }
     bool layer_is_recurrent(int64_t layer) const {
+        if (mamba2()) return mamba2_layers[static_cast<size_t>(layer)] != 0;
         return full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1;
     }
     int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v; }
@@ -197,7 +206,7 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4,
-// phi3, smollm3, mistral3, gpt-oss, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss).
+// phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone4, ernie4_5, seed_oss).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

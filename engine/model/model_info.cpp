@@ -111,10 +111,17 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                         {"n_ff_exp", c.n_ff_exp}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
-        if (c.recurrent())
+        if (c.mamba2()) {
+            int64_t n_mamba = 0;
+            for (int64_t l = 0; l < c.n_layer; ++l) n_mamba += c.layer_is_recurrent(l) ? 1 : 0;
+            info["model"]["mamba2"] = {{"layers", n_mamba}, {"conv", c.ssm_conv}, {"n_group", c.ssm_n_k_heads},
+                                       {"n_head", c.ssm_n_v_heads}, {"head_dim", c.ssm_head_v},
+                                       {"d_state", c.ssm_head_k}};
+        } else if (c.recurrent()) {
             info["model"]["recurrent"] = {{"full_attention_interval", c.full_attn_interval}, {"conv", c.ssm_conv},
                                           {"n_k_heads", c.ssm_n_k_heads}, {"n_v_heads", c.ssm_n_v_heads},
                                           {"head_dim", c.ssm_head_k}};
+        }
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         info["runnable"] = true;
     } else {
@@ -180,6 +187,13 @@ std::string render_model_info(const json& info) {
                                           m["recurrent"]["full_attention_interval"].dump(),
                                           m["recurrent"]["conv"].dump(), m["recurrent"]["n_k_heads"].dump(),
                                           m["recurrent"]["n_v_heads"].dump(), m["recurrent"]["head_dim"].dump()));
+        if (m.contains("mamba2")) {
+            const auto& r = m["mamba2"];
+            line("recurrent", fmt::format("Mamba-2 in {} layers, the others attention: conv={} n_group={} n_head={} "
+                                          "head_dim={} d_state={}", r["layers"].dump(), r["conv"].dump(),
+                                          r["n_group"].dump(), r["n_head"].dump(), r["head_dim"].dump(),
+                                          r["d_state"].dump()));
+        }
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;
             if (m.contains("sliding_window"))

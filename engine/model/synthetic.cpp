@@ -200,6 +200,26 @@ ModelConfig granite_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
+// granitehybrid (Granite 4.0 H): granite's multipliers, Mamba-2 layers but every attn_every-th (l % N == N - 1: GQA
+// attention without RoPE, as Granite 4.0 H's files turn it off), a dense SwiGLU FFN in every layer; the Mamba-2 layers'
+// conv of `conv` taps over x (inner 2 n_embd in heads of n_embd * 2 / mamba_heads) and B, C (n_group groups of
+// d_state).
+ModelConfig granitehybrid_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t attn_every,
+                                 int64_t n_head, int64_t n_head_kv, int64_t n_ff, int64_t n_vocab, int64_t n_ctx,
+                                 int64_t conv, int64_t d_state, int64_t n_group, int64_t mamba_heads) {
+    ModelConfig c = granite_config(name, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, 12.0f, 0.22f,
+                                   1.0f / static_cast<float>(n_embd / n_head), 8.0f);
+    c.arch = "granitehybrid";
+    c.no_rope_step = 1;
+    for (int64_t l = 0; l < n_layer; ++l) c.mamba2_layers.push_back(l % attn_every != attn_every - 1);
+    c.ssm_conv = conv;
+    c.ssm_head_k = d_state;
+    c.ssm_n_k_heads = n_group;
+    c.ssm_n_v_heads = mamba_heads;
+    c.ssm_head_v = 2 * n_embd / mamba_heads;
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -357,6 +377,14 @@ std::vector<ModelConfig> arch_shapes() {
         // Granite 3.3 2B's multipliers (its attention multiplier 1/64 over a head of 64)
         granite_config("granite-tiny", 128, 3, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.015625f, 8.0f),
         granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
+        // layers 1 and 3 attention (GQA 4/2), 0, 2 and 4 Mamba-2 (8 heads of 32, 2 groups of B and C of 64)
+        granitehybrid_config("granitehybrid-tiny", 128, 5, 2, 4, 2, 256, 320, 1024, 4, 64, 2, 8),
+        // the shapes of Granite 4.0 H Micro and H 1B as public descriptions give them (40 layers, every tenth
+        // attention; no config or file could be fetched here), with Granite 3.3's multipliers
+        granitehybrid_config("granite-4.0-h-micro", 2048, 40, 10, 32, 8, 8192, 100352, 1048576, 4, 128, 1, 64),
+        // its first 10 layers (9 Mamba-2, one attention): a benchmark of a size CI can run
+        granitehybrid_config("granite-4.0-h-micro-10l", 2048, 10, 10, 32, 8, 8192, 100352, 1048576, 4, 128, 1, 64),
+        granitehybrid_config("granite-4.0-h-1b", 1536, 40, 10, 12, 4, 4096, 100352, 1048576, 4, 128, 1, 48),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
         // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
@@ -439,7 +467,7 @@ const char* chat_template(const std::string& arch) {
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<|turn>{{ role }}\n{{ "
                "message['content'] | trim }}<turn|>\n{% endfor %}{% if add_generation_prompt %}"
                "<|turn>model\n{% endif %}";
-    if (arch == "granite") return kGraniteTemplate;
+    if (arch == "granite" || arch == "granitehybrid") return kGraniteTemplate;
     if (arch == "glm4") return kGlm4Template;
     return arch == "llama" ? nullptr : kChatTemplate;
 }
@@ -451,7 +479,8 @@ std::vector<std::string> control_tokens(const std::string& arch) {
     if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
     if (arch == "glm4")
         return {"<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"};
-    if (arch == "granite") return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
+    if (arch == "granite" || arch == "granitehybrid")
+        return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
     if (arch == "seed_oss") return {"<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>"};
     if (arch == "qwen35") return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};  // (Qwen3.5's ChatML)
     return {};
@@ -570,7 +599,18 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         LayerWeights L;
         if (c.input_norms) L.attn_norm = norm(c.n_embd);
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
-        if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
+        if (c.layer_is_recurrent(i) && c.mamba2()) {  // (granitehybrid's Mamba-2 layer)
+            L.ssm_in = matrix(b + "ssm_in.weight", c.n_embd,
+                              2 * c.ssm_d_inner() + 2 * c.ssm_n_k_heads * c.ssm_head_k + c.ssm_n_v_heads);
+            L.ssm_out = matrix(b + "ssm_out.weight", c.ssm_d_inner(), c.n_embd);
+            // (the conv's taps as qwen35's; D near 1, as trained models' are)
+            L.ssm_conv1d = uniform(c.ssm_conv_channels() * c.ssm_conv, -0.6, 0.6);
+            L.ssm_conv1d_b = uniform(c.ssm_conv_channels(), -0.1, 0.1);
+            L.ssm_dt = uniform(c.ssm_n_v_heads, -1.0, 1.0);
+            L.ssm_a = uniform(c.ssm_n_v_heads, -2.0, -0.1);
+            L.ssm_d = uniform(c.ssm_n_v_heads, 0.5, 1.5);
+            L.ssm_norm = norm(c.ssm_d_inner());
+        } else if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
             L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
             L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
             L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
@@ -687,13 +727,16 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
     }
     w.set(p + "attention.head_count", uint32_t(c.n_head));
-    std::vector<GgufValue> local_kinds, kv_heads;  // gemma4: one a layer
+    std::vector<GgufValue> local_kinds, kv_heads, attn_kv_heads;  // gemma4, granitehybrid: one a layer
     for (int64_t l = 0; l < c.n_layer; ++l) {
         local_kinds.emplace_back(c.layer_is_local(l));
         kv_heads.emplace_back(uint32_t(c.layer_n_head_kv(l)));
+        attn_kv_heads.emplace_back(uint32_t(c.layer_is_recurrent(l) ? 0 : c.n_head_kv));
     }
     if (c.arch == "gemma4")
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
+    else if (c.mamba2())  // (0: a Mamba-2 layer)
+        w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, attn_kv_heads));
     else
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
     if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "qwen35") {
@@ -738,7 +781,15 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "embedding_length_per_layer_input", uint32_t(c.n_embd_per_layer));  // (llama.cpp requires it)
         if (c.n_kv_shared > 0) w.set(p + "attention.shared_kv_layers", uint32_t(c.n_kv_shared));
     }
-    if (c.arch == "granite") {
+    if (c.arch == "granitehybrid") {
+        w.set(p + "rope.scaling.finetuned", false);  // (no RoPE, as Granite 4.0 H's converted files say)
+        w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
+        w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
+        w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));
+        w.set(p + "ssm.time_step_rank", uint32_t(c.ssm_n_v_heads));
+        w.set(p + "ssm.inner_size", uint32_t(c.ssm_d_inner()));
+    }
+    if (c.arch == "granite" || c.arch == "granitehybrid") {
         w.set(p + "embedding_scale", c.embd_scale);
         w.set(p + "residual_scale", c.residual_scale);
         w.set(p + "attention.scale", c.attn_scale);

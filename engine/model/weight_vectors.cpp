@@ -52,6 +52,16 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
              {"ssm_a", &L::ssm_a, c.ssm_n_v_heads},
              {"ssm_norm.weight", &L::ssm_norm, c.ssm_head_v}};
     }
+    if (recurrent && c.mamba2()) {  // (granitehybrid's Mamba-2 layer; A and D as [1, heads], the norm by group)
+        const int64_t group = c.ssm_d_inner() / c.ssm_n_k_heads;
+        f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
+             {"ssm_conv1d.weight", &L::ssm_conv1d, c.ssm_conv, c.ssm_conv_channels()},
+             {"ssm_conv1d.bias", &L::ssm_conv1d_b, c.ssm_conv_channels(), 1, false},
+             {"ssm_dt.bias", &L::ssm_dt, c.ssm_n_v_heads},
+             {"ssm_a", &L::ssm_a, 1, c.ssm_n_v_heads},
+             {"ssm_d", &L::ssm_d, 1, c.ssm_n_v_heads},
+             {"ssm_norm.weight", &L::ssm_norm, group, c.ssm_n_k_heads}};
+    }
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd});

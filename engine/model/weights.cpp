@@ -179,7 +179,11 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         LayerWeights L;
         for (const VectorField<LayerWeights>& f : layer_vector_fields(c, i)) l.read(f, b + f.name, L);
-        if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
+        if (c.layer_is_recurrent(i) && c.mamba2()) {  // (granitehybrid: Mamba-2, ssm_in of z, x, B, C, dt)
+            const int64_t n_in = 2 * c.ssm_d_inner() + 2 * c.ssm_n_k_heads * c.ssm_head_k + c.ssm_n_v_heads;
+            L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, n_in});
+            L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
             L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
             L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
             L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});

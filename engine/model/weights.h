@@ -91,7 +91,13 @@ struct LayerWeights {
     std::vector<float> ssm_conv1d;  // [ssm_conv_channels, ssm_conv]
     std::vector<float> ssm_dt;      // [ssm_n_v_heads]
     std::vector<float> ssm_a;       // [ssm_n_v_heads]
-    std::vector<float> ssm_norm;    // [ssm_head_v]
+    std::vector<float> ssm_norm;    // [ssm_head_v] (mamba2: [ssm_n_k_heads, ssm_d_inner / ssm_n_k_heads], a group's)
+    // granitehybrid's Mamba-2 layers (ModelConfig::mamba2) have ssm_in, ssm_out, ssm_conv1d, ssm_dt, ssm_a (as its
+    // converter stores it: -exp(A_log)) and ssm_norm of the same names and these, and no ssm_z, ssm_beta, ssm_alpha:
+    // ssm_in [2 ssm_d_inner + 2 ssm_n_k_heads ssm_head_k + ssm_n_v_heads rows] gives z, then x, B, C (the conv's
+    // channels), then dt.
+    std::vector<float> ssm_conv1d_b;  // [ssm_conv_channels] the conv's bias (may be absent: none)
+    std::vector<float> ssm_d;         // [ssm_n_v_heads] the skip y += D x of each head
     bool recurrent() const { return ssm_in.data != nullptr; }
     // gemma4 E2B/E4B (ModelConfig::n_embd_per_layer): the per-layer input's block after the FFN (empty otherwise).
     TensorView per_layer_inp_gate;          // [n_embd_per_layer rows, n_embd] (inp_gate.weight)

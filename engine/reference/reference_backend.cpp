@@ -57,6 +57,22 @@ void rms_norm_rows(std::vector<double>& x, const std::vector<float>& w, double e
     rms_norm_rows(x, w.size(), w.data(), eps);
 }
 
+// A recurrent layer's causal conv for one token: out_c = silu(sum_i window_c[i] w_c[i] + x_c w_c[taps - 1] + b_c)
+// (b: nullptr, none); each channel's window [taps - 1] then moves on by x_c. window [nch, taps - 1], w [nch, taps].
+void conv_silu(double* window, const float* w, const float* b, const double* x, int64_t nch, int64_t taps,
+               std::vector<double>& out) {
+    out.resize(static_cast<size_t>(nch));
+    for (int64_t ch = 0; ch < nch; ++ch) {
+        double* win = window + ch * (taps - 1);
+        const float* tap = w + ch * taps;
+        double s = x[ch] * tap[taps - 1] + (b ? b[ch] : 0.0);
+        for (int64_t i = 0; i < taps - 1; ++i) s += win[i] * tap[i];
+        out[ch] = s / (1.0 + std::exp(-s));
+        for (int64_t i = 0; i + 1 < taps - 1; ++i) win[i] = win[i + 1];
+        if (taps > 1) win[taps - 2] = x[ch];
+    }
+}
+
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
 // pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); the rotated pairs scaled by
 // rope_mscale. head_dim and n_rot are the layer's (ModelConfig::layer_head_dim, layer_n_rot).
@@ -275,9 +291,14 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
     else
         xn_ = x_;
-    if (c.layer_is_recurrent(l)) {  // qwen35: x = x + the gated delta net's output over xn, then the FFN
-        delta_net_token(t, l);
-        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+    // qwen35: x = x + the gated delta net's output over xn, then the FFN (granitehybrid: its Mamba-2 layer's, times
+    // residual_scale)
+    if (c.layer_is_recurrent(l)) {
+        if (c.mamba2())
+            mamba2_token(t, l);
+        else
+            delta_net_token(t, l);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
         return ffn_token(L, l);
     }
     // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k; a shared-KV layer: q only, K and V those its
@@ -429,18 +450,7 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
     matvec(L.ssm_z, xn_, attn_gate_, row_);
     matvec(L.ssm_beta, xn_, gate_, row_);
     matvec(L.ssm_alpha, xn_, up_, row_);
-    // conv_c = silu(sum_i window_c[i] w_c[i]); the window [taps - 1] of each channel then moves on by this input
-    double* window = conv_state(l, t.slot);  // [nch, taps - 1]
-    att_.resize(nch);
-    for (int64_t ch = 0; ch < nch; ++ch) {
-        double* w = window + ch * (taps - 1);
-        const float* tap = L.ssm_conv1d.data() + ch * taps;
-        double s = q_[ch] * tap[taps - 1];
-        for (int64_t i = 0; i < taps - 1; ++i) s += w[i] * tap[i];
-        att_[ch] = s / (1.0 + std::exp(-s));
-        for (int64_t i = 0; i + 1 < taps - 1; ++i) w[i] = w[i + 1];
-        if (taps > 1) w[taps - 2] = q_[ch];
-    }
+    conv_silu(conv_state(l, t.slot), L.ssm_conv1d.data(), nullptr, q_.data(), nch, taps, att_);
     const int64_t nk = c.ssm_n_k_heads * hk;  // q at 0, k at nk, v at 2 nk
     for (int64_t h = 0; h < 2 * c.ssm_n_k_heads; ++h) {
         double ss = 0.0;
@@ -470,6 +480,52 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
     }
     rms_norm_rows(ssm_o_, L.ssm_norm, c.rms_eps);
     for (size_t i = 0; i < ssm_o_.size(); ++i) ssm_o_[i] *= attn_gate_[i] / (1.0 + std::exp(-attn_gate_[i]));
+    matvec(L.ssm_out, ssm_o_, out_, row_);
+}
+
+// granitehybrid's Mamba-2 layer over xn for token t of its slot (out_ = its output), with W_in xn = [z, xBC, dt]:
+//   xBC = silu(conv1d(the window of this and the ssm_conv - 1 previous xBC of the sequence) + conv bias), split into
+//   x (ssm_n_v_heads heads of ssm_head_v), B and C (ssm_n_k_heads groups of d_state = ssm_head_k each);
+//   for head h, group g = h / (heads / groups): d = softplus(dt_h + dt_bias_h), S = S exp(d a_h) + d x_h B_g^T,
+//   y_h = S C_g + D_h x_h   (S [head_dim, d_state])
+//   out = W_out (rms_norm(y * silu(z)) over each group's d_inner / groups values, times ssm_norm)
+void ReferenceBackend::mamba2_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t nch = c.ssm_conv_channels(), taps = c.ssm_conv, ds = c.ssm_head_k, hd = c.ssm_head_v;
+    const int64_t n_group = c.ssm_n_k_heads, inner = c.ssm_d_inner(), group = inner / n_group;
+    if (t.pos == 0) {  // a sequence starting afresh: zero state
+        std::fill_n(conv_state(l, t.slot), nch * (taps - 1), 0.0);
+        std::fill_n(ssm_state(l, t.slot), c.ssm_n_v_heads * hd * ds, 0.0);
+    }
+    matvec(L.ssm_in, xn_, q_, row_);  // [inner z, nch xBC, heads dt]
+    const double* xbc = q_.data() + inner;
+    conv_silu(conv_state(l, t.slot), L.ssm_conv1d.data(), L.ssm_conv1d_b.empty() ? nullptr : L.ssm_conv1d_b.data(),
+              xbc, nch, taps, att_);
+    ssm_o_.assign(static_cast<size_t>(inner), 0.0);
+    for (int64_t h = 0; h < c.ssm_n_v_heads; ++h) {
+        const int64_t g = h / (c.ssm_n_v_heads / n_group);
+        const double* x = att_.data() + h * hd;
+        const double* B = att_.data() + inner + g * ds;
+        const double* C = B + n_group * ds;
+        const double a = xbc[nch + h] + L.ssm_dt[h];
+        const double d = a > 20.0 ? a : std::log1p(std::exp(a));
+        const double decay = std::exp(d * L.ssm_a[h]);
+        double* S = ssm_state(l, t.slot) + h * hd * ds;  // [hd, ds]
+        for (int64_t j = 0; j < hd; ++j) {
+            double* Sj = S + j * ds;
+            double y = 0.0;
+            for (int64_t i = 0; i < ds; ++i) y += (Sj[i] = Sj[i] * decay + B[i] * x[j] * d) * C[i];
+            ssm_o_[h * hd + j] = y + x[j] * L.ssm_d[h];
+        }
+    }
+    for (int64_t i = 0; i < inner; ++i) ssm_o_[i] *= q_[i] / (1.0 + std::exp(-q_[i]));
+    for (int64_t g = 0; g < n_group; ++g) {
+        double ss = 0.0;
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) ss += ssm_o_[i] * ssm_o_[i];
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(group) + c.rms_eps);
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) ssm_o_[i] *= scale * L.ssm_norm[i];
+    }
     matvec(L.ssm_out, ssm_o_, out_, row_);
 }
 

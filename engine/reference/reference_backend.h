@@ -63,6 +63,7 @@ private:
     void ffn_token(const LayerWeights& L, int64_t l);
     // out_ = qwen35's gated delta net of layer l over xn_, its state moved on by t
     void delta_net_token(const BatchToken& t, int64_t l);
+    void mamba2_token(const BatchToken& t, int64_t l);  // the same for granitehybrid's Mamba-2 layer
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_

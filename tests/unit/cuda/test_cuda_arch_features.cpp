@@ -111,6 +111,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(q35->config, q35->weights),
                       "the CUDA backend cannot run qwen35 models (recurrent gated delta net layers); --device cpu "
                       "runs it");
+    // Nor granitehybrid's Mamba-2 layers.
+    auto gh = SyntheticModel::make(synthetic_config("granitehybrid-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(gh->config, gh->weights),
+                      "the CUDA backend cannot run granitehybrid models (recurrent Mamba-2 layers); --device cpu runs "
+                      "it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {
