@@ -2,6 +2,7 @@
 
 #include "engine/chat/answer_stream.h"
 #include "engine/chat/markers.h"
+#include "engine/chat/template_error.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/grammar/constraint.h"
@@ -178,7 +179,12 @@ std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, cons
 
 int64_t Conversation::history_end(const std::vector<int32_t>& prompt, const std::string& prompt_text,
                                   const std::atomic<bool>* cancel) const {
-    const std::string history = format_.render(messages(), false, cancel, vars_).text;
+    std::string history;
+    try {
+        history = format_.render(messages(), false, cancel, vars_).text;
+    } catch (const TemplateRaised&) {  // (a template may refuse a conversation that ends with a user message)
+        return 0;
+    }
     if (history.size() >= prompt_text.size() || prompt_text.compare(0, history.size(), history) != 0) return 0;
     // (the generation prompt comes from the template alone: none of its bytes are a message's)
     const std::vector<int32_t> tail = tok_.encode_with_literals(std::string_view(prompt_text).substr(history.size()),

@@ -397,3 +397,20 @@ TEST_CASE("qwen35: three chat turns with reasoning continue from the state kept 
         CHECK(t.stats.prefilled_tokens + t.stats.reused_tokens == want.stats.prefilled_tokens);
     }
 }
+
+TEST_CASE("qwen35: a chat whose template refuses to render without the generation prompt still answers",
+          "[arch][chat]") {
+    auto m = saved_model(GgmlType::F32);
+    auto tok = Tokenizer::from_gguf(m->file);
+    const chat::ChatFormat format = chat::ChatFormat::from_source(
+        "{%- if not add_generation_prompt %}{{ raise_exception('a generation prompt, please') }}{%- endif %}"
+        "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+        "{{ '<|im_start|>assistant\\n' }}",
+        "refusing", "", "");
+    GenerationParams gp;
+    gp.max_tokens = 4;
+    gp.sampling.temperature = 0;
+    cpu::CpuBackend kept(m->config, m->weights, snapshot_options(256, chat::kStateSnapshots));
+    chat::Conversation conv(kept, *tok, format, 256, gp, chat::ContextOverflow::error);
+    for (const char* said : {"Hello there", "And again"}) CHECK_NOTHROW(conv.send(said, [](std::string_view) {}));
+}
