@@ -70,14 +70,19 @@ size_t available_memory() {
     return size_t{8} << 30;
 }
 
+size_t sequence_bytes(const ModelConfig& c, KvType kv, int64_t n_ctx, int64_t n_slots, int64_t state_snapshots) {
+    return cpu::kv_cache_bytes(c, kv, n_ctx, n_slots) + cpu::recurrent_state_bytes(c, n_slots, state_snapshots);
+}
+
 namespace {
-// The largest context up to `most` whose CPU KV cache (sliding-window rings included) takes at most `budget` bytes;
-// 0 when none does.
-int64_t largest_context(const ModelConfig& c, KvType kv, int64_t n_slots, size_t budget, int64_t most) {
+// The largest context up to `most` whose sequences' memory (sequence_bytes: the CPU KV cache, sliding-window rings
+// included, and a recurrent state) takes at most `budget` bytes; 0 when none does.
+int64_t largest_context(const ModelConfig& c, KvType kv, int64_t n_slots, int64_t snapshots, size_t budget,
+                        int64_t most) {
     int64_t lo = 0, hi = most;  // the cache grows with the context: bisect
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo + 1) / 2;
-        if (cpu::kv_cache_bytes(c, kv, mid, n_slots) <= budget) {
+        if (sequence_bytes(c, kv, mid, n_slots, snapshots) <= budget) {
             lo = mid;
         } else {
             hi = mid - 1;
@@ -87,19 +92,20 @@ int64_t largest_context(const ModelConfig& c, KvType kv, int64_t n_slots, size_t
 }
 }  // namespace
 
-void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t n_slots) {
+void check_context_fits(const ModelConfig& c, int64_t n_ctx, KvType kv, int64_t n_slots, int64_t snapshots) {
     if (n_ctx <= 0) return;
-    const size_t bytes = cpu::kv_cache_bytes(c, kv, n_ctx, n_slots);
+    const size_t bytes = sequence_bytes(c, kv, n_ctx, n_slots, snapshots);
     const size_t available = available_memory();
     if (bytes <= available) return;
     const std::string slots = n_slots > 1 ? fmt::format(" for {} sequences", n_slots) : "";
-    throw UsageError(fmt::format("-c {}: the KV cache{} would take {}, but only {} of memory is available; at most "
-                                 "-c {} fits",
-                                 n_ctx, slots, format_bytes(bytes), format_bytes(available),
-                                 largest_context(c, kv, n_slots, available, n_ctx)));
+    const int64_t fits = largest_context(c, kv, n_slots, snapshots, available, n_ctx);
+    throw UsageError(fmt::format("-c {}: the KV cache{}{} would take {}, but only {} of memory is available; {}",
+                                 n_ctx, c.recurrent() ? " and recurrent state" : "", slots, format_bytes(bytes),
+                                 format_bytes(available),
+                                 fits > 0 ? fmt::format("at most -c {} fits", fits) : "no context fits"));
 }
 
-int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots) {
+int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n_slots, int64_t snapshots) {
     if (asked > 0) {  // make_backend checks that it fits where the cache will live
         if (c.n_ctx_train > 0 && asked > c.n_ctx_train)
             print_stderr("quill: warning: -c {} is more than the {} tokens the model was trained for; past those its "
@@ -108,7 +114,7 @@ int64_t choose_context(const ModelConfig& c, int64_t asked, KvType kv, int64_t n
         return asked;
     }
     const int64_t fit =
-        std::max<int64_t>(256, largest_context(c, kv, n_slots, available_memory() / 4, c.n_ctx_train));
+        std::max<int64_t>(256, largest_context(c, kv, n_slots, snapshots, available_memory() / 4, c.n_ctx_train));
     if (c.n_ctx_train <= fit) return c.n_ctx_train;
     print_stderr("quill: context capped to {} tokens (the model was trained for {}) so the KV cache fits in "
                  "memory; -c sets it\n", fit, c.n_ctx_train);
@@ -167,13 +173,14 @@ cpu::CpuBackendOptions cpu_options(const SessionOptions& o, int64_t n_ctx) {
     bo.cancel = o.cancel;
     bo.kv_type = o.kv_type;
     bo.kv_huge_pages = o.kv_huge_pages;
+    bo.state_snapshots = o.state_snapshots;
     return bo;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Weights& weights, const SessionOptions& o,
                                           int64_t n_ctx) {
     const cpu::CpuBackendOptions bo = cpu_options(o, n_ctx);
-    check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
+    check_context_fits(config, n_ctx, o.kv_type, o.n_slots, o.state_snapshots);
     return std::make_unique<cpu::CpuBackend>(config, weights, bo);
 }
 
@@ -195,9 +202,14 @@ std::unique_ptr<Backend> make_planned_backend(const ModelConfig& config, const W
     PlanRequest request = o.devices.empty() ? PlanRequest{} : parse_devices(o.devices);
     request.gpu_layers = o.gpu_layers;
     const std::vector<DeviceMemory> memory = gpu_memory();
-    const size_t kv_layer = cpu::kv_cache_bytes(config, o.kv_type, n_ctx, o.n_slots) / config.n_layer;
-    const DevicePlan plan =
-        plan_devices(model_bytes(tensor_bytes(config, weights), config.n_layer, kv_layer), request, memory);
+    // each layer with its own KV cache or recurrent state
+    ModelBytes bytes = model_bytes(tensor_bytes(config, weights), config.n_layer, 0);
+    for (int64_t l = 0; l < config.n_layer; ++l) {
+        bytes.layers[static_cast<size_t>(l)].cache = cpu::kv_layer_bytes(config, o.kv_type, n_ctx, o.n_slots, l) +
+                                                     cpu::recurrent_layer_bytes(config, o.n_slots, o.state_snapshots,
+                                                                                l);
+    }
+    const DevicePlan plan = plan_devices(bytes, request, memory);
     for (const PlanRange& r : plan.ranges) {
         if (r.device.kind == DeviceSpec::Kind::cpu) continue;
 #ifdef QUILL_HAVE_CUDA
@@ -213,7 +225,7 @@ std::unique_ptr<Backend> make_planned_backend(const ModelConfig& config, const W
 #endif
     }
     if (!plan.split()) return make_cpu_backend(config, weights, o, n_ctx);
-    check_context_fits(config, n_ctx, o.kv_type, o.n_slots);
+    check_context_fits(config, n_ctx, o.kv_type, o.n_slots, o.state_snapshots);
     const cpu::CpuBackendOptions options = cpu_options(o, n_ctx);
     std::vector<std::unique_ptr<Backend>> ranges;
     for (const PlanRange& r : plan.ranges) {
@@ -268,13 +280,13 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
         encode_time = std::chrono::steady_clock::now() - asked;  // (not loading: left out of load_ms)
         const int64_t want = std::min((need + 7) / 8 * 8, c.n_ctx_train);
         if (need > 0 && want > 0 &&
-            cpu::kv_cache_bytes(c, o.kv_type, want, o.n_slots) <= available_memory() / 4) {
+            sequence_bytes(c, o.kv_type, want, o.n_slots, o.state_snapshots) <= available_memory() / 4) {
             opts.ctx = want;
             opts.kv_huge_pages = true;
             s->context_fitted = true;
         }
     }
-    s->n_ctx = choose_context(s->model->config, opts.ctx, opts.kv_type, opts.n_slots);
+    s->n_ctx = choose_context(s->model->config, opts.ctx, opts.kv_type, opts.n_slots, opts.state_snapshots);
     s->backend = make_backend(s->model->config, s->model->weights, opts, s->n_ctx);
     s->n_ctx = s->backend->kv_shape().n_ctx;  // the CUDA backend may cap it to the GPU's memory
     s->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0 - encode_time).count();

@@ -37,6 +37,8 @@ struct SessionOptions {
     // what the requests can use, and the CPU backend backs it with 2 MiB pages.
     std::function<int64_t(const struct Session&)> context_needed;
     bool kv_huge_pages = false;  // the CPU backend's CpuBackendOptions::kv_huge_pages (set for a fitted context)
+    // A recurrent model's snapshots of each slot's state (CpuBackendOptions::state_snapshots; chat keeps a few).
+    int64_t state_snapshots = 0;
     // Say on stderr why "auto" chose the CPU when no GPU can be used (no driver, no device, no CUDA in this build);
     // said only when asked, since every command would say it on a machine without a GPU.
     bool verbose = false;
@@ -54,14 +56,21 @@ std::string resolve_model_path(const std::string& given);
 // Bytes of memory the OS says are available (MemAvailable), or 8 GiB when it cannot tell.
 size_t available_memory();
 
-// The context: `asked` when > 0 (make_backend checks that it fits; one warning line when it is above the model's
-// training context), else the model's training context capped so the KV cache of n_slots sequences takes at most a
-// quarter of the available memory (said on stderr when it caps).
-int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots);
+// The host memory that n_slots sequences of n_ctx positions take on the CPU: the KV cache (cpu::kv_cache_bytes) and
+// a recurrent model's state with state_snapshots copies of each slot's (cpu::recurrent_state_bytes).
+size_t sequence_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots,
+                      int64_t state_snapshots = 0);
 
-// UsageError when a KV cache of n_ctx positions (for n_slots sequences) cannot fit in the available memory,
-// saying how large it would be and the largest context that fits.
-void check_context_fits(const ModelConfig& config, int64_t n_ctx, KvType kv, int64_t n_slots);
+// The context: `asked` when > 0 (make_backend checks that it fits; one warning line when it is above the model's
+// training context), else the model's training context capped so that the sequences' memory (sequence_bytes) of
+// n_slots sequences takes at most a quarter of the available memory (said on stderr when it caps).
+int64_t choose_context(const ModelConfig& config, int64_t asked, KvType kv, int64_t n_slots,
+                       int64_t state_snapshots = 0);
+
+// UsageError when the memory of n_slots sequences of n_ctx positions (sequence_bytes) cannot fit in the available
+// memory, saying how large it would be and the largest context that fits.
+void check_context_fits(const ModelConfig& config, int64_t n_ctx, KvType kv, int64_t n_slots,
+                        int64_t state_snapshots = 0);
 
 // Why `run` would refuse this file, or "" when it would load it: the checks of Session::open (config, weights,
 // tokenizer, the weight types the backend multiplies), without allocating a backend.

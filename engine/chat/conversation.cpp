@@ -2,6 +2,7 @@
 
 #include "engine/chat/answer_stream.h"
 #include "engine/chat/markers.h"
+#include "engine/chat/template_error.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/error.h"
 #include "engine/grammar/constraint.h"
@@ -176,6 +177,23 @@ std::vector<int32_t> Conversation::tokenize_conversation(std::string& text, cons
     return format_.tokenize(tok_, messages(), true, cancel, vars_);
 }
 
+int64_t Conversation::history_end(const std::vector<int32_t>& prompt, const std::string& prompt_text,
+                                  const std::atomic<bool>* cancel) const {
+    std::string history;
+    try {
+        history = format_.render(messages(), false, cancel, vars_).text;
+    } catch (const TemplateRaised&) {  // (a template may refuse a conversation that ends with a user message)
+        return 0;
+    }
+    if (history.size() >= prompt_text.size() || prompt_text.compare(0, history.size(), history) != 0) return 0;
+    // (the generation prompt comes from the template alone: none of its bytes are a message's)
+    const std::vector<int32_t> tail = tok_.encode_with_literals(std::string_view(prompt_text).substr(history.size()),
+                                                                false, {}, cancel);
+    if (tail.empty() || tail.size() >= prompt.size() || !std::equal(tail.rbegin(), tail.rend(), prompt.rbegin()))
+        return 0;
+    return static_cast<int64_t>(prompt.size() - tail.size());
+}
+
 int64_t Conversation::message_alone_tokens(size_t first, const std::atomic<bool>* cancel) const {
     nlohmann::ordered_json alone = nlohmann::ordered_json::array();
     if (!system_.empty()) alone.push_back({{"role", "system"}, {"content", system_}});
@@ -228,8 +246,14 @@ TurnResult Conversation::respond(const std::function<void(std::string_view)>& on
     std::string prompt_text;  // the rendering the prompt stands for
     const std::vector<int32_t> prompt = fit_prompt(result.dropped_messages, prompt_text, cancel);
     if (result.dropped_messages > 0 && on_dropped_) on_dropped_(result.dropped_messages);
-    // The longest prefix already in the cache (sliding-window rings permitting).
-    const size_t n_past = backend_.reusable_prefix(cached_, written_, prompt);
+    // The longest prefix already in the cache (sliding-window rings permitting; a recurrent model's where its state
+    // stands or a snapshot of it does).
+    const size_t n_past = backend_.reusable_prefix(cached_, written_, prompt, slot_);
+    // A recurrent model keeps its state where the generation prompt begins: the next turn's rendering continues the
+    // history there, but maybe not after the reply (a reasoning template drops an earlier reply's reasoning).
+    if (backend_.max_rewind() == 0)
+        if (const int64_t at = history_end(prompt, prompt_text, cancel); at > static_cast<int64_t>(n_past))
+            backend_.keep_state(slot_, at);
 
     GenerationParams gp = params_;
     gp.sampling.seed = params_.sampling.seed + turn_index_++;

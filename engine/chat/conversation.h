@@ -22,6 +22,11 @@
 
 namespace quill::chat {
 
+// The snapshots of a recurrent model's state that a conversation's slot wants (Backend::keep_state): the places
+// where the last two prompts' histories end, so that a turn (or a regenerated one) after a reply its template
+// renders otherwise (without its reasoning) continues from there instead of from 0.
+inline constexpr int64_t kStateSnapshots = 2;
+
 enum class ContextOverflow { error, drop_oldest };
 // "error", "drop-oldest"; UsageError otherwise.
 ContextOverflow parse_context_overflow(std::string_view name);
@@ -132,6 +137,10 @@ private:
     // after them, when the rendering still starts with the text they stand for and the new text starts with a
     // special token; else the whole rendering tokenized afresh. `text` receives the rendering.
     std::vector<int32_t> tokenize_conversation(std::string& text, const std::atomic<bool>* cancel) const;
+    // Where the generation prompt begins in `prompt` (the tokens of `prompt_text`, the rendering of messages()
+    // with it): the tokens of the rendering without it; 0 where the two renderings or the tokens do not agree.
+    int64_t history_end(const std::vector<int32_t>& prompt, const std::string& prompt_text,
+                        const std::atomic<bool>* cancel) const;
     // The tokens of the system message and turns_[first..] alone (the last user message and what follows it).
     int64_t message_alone_tokens(size_t first, const std::atomic<bool>* cancel) const;
 

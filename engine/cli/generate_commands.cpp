@@ -273,7 +273,9 @@ int cmd_chat(ChatCliOptions& o) {
     const quill::chat::ContextOverflow overflow = quill::chat::parse_context_overflow(o.overflow);
     const OutputConstraint constraint = compile_output_constraint(o.constraint);
     nlohmann::ordered_json template_vars = tools_template_vars(o.tools, o.tool_choice, o.max_input_bytes);
-    auto session = quill::Session::open(session_options(o.model, o.engine));
+    quill::SessionOptions so = session_options(o.model, o.engine);
+    so.state_snapshots = quill::chat::kStateSnapshots;  // (a recurrent model's, where each prompt's history ends)
+    auto session = quill::Session::open(so);
     if (!o.quiet) quill::print_stderr("{}\n", session->load_line());
     gp.drafter = open_drafter(o.draft_model, *session, o.engine, o.quiet);
     auto format = quill::chat::ChatFormat::choose(&session->model->file, session->tokenizer.get(), o.chat_template,

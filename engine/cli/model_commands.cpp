@@ -62,6 +62,14 @@ int cmd_info(const InfoOptions& o) {
         if (std::string why = quill::why_not_runnable(file); !why.empty()) {
             info["runnable"] = false;
             info["not_runnable"] = why;
+        } else {
+            // what a sequence takes beside the weights, as the memory plan counts it (f16 KV cache)
+            const quill::ModelConfig c = quill::ModelConfig::from_gguf(file);
+            const int64_t ctx = std::max<int64_t>(1, c.n_ctx_train);
+            info["memory"] = {{"kv_layers", c.n_layer_kv()},
+                              {"kv_bytes_per_position", quill::cpu::kv_cache_bytes(c, quill::KvType::f16, 8, 1) / 8},
+                              {"n_ctx_train_bytes", quill::sequence_bytes(c, quill::KvType::f16, ctx, 1)},
+                              {"recurrent_bytes_per_sequence", quill::cpu::recurrent_state_bytes(c, 1, 0)}};
         }
     }
     quill::Output out(stdout, "stdout");

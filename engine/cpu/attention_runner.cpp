@@ -140,7 +140,7 @@ void AttentionRunner::attend_all(const Batch& batch, int64_t layer, const float*
             const int64_t following = claim();
             if (following >= 0)
                 tile_lines(batch, layer, following, per_tile, &ahead);
-            else if (layer + 1 < kv_.end_layer())
+            else if (kv_.serves(layer + 1))
                 tile_lines(batch, layer + 1, first, per_tile, &ahead);
             else
                 ahead = {};

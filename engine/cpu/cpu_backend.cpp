@@ -47,7 +47,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
            options.kv_type},
           options.window_cache, options.kv_huge_pages, pool_, layers_.begin, layers_.end),
       attention_(config, kv_, kv_ops_, pool_) {
-    if (config.recurrent()) recurrent_ = RecurrentState(config, layers_, options.n_slots);
+    if (config.recurrent()) recurrent_ = RecurrentState(config, layers_, options.n_slots, options.state_snapshots);
     check_weights(weights);
     if (!reference_)
         weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer, options.cancel);
@@ -276,9 +276,11 @@ void CpuBackend::output_logits(const Batch& batch, std::span<const float> hidden
 }
 
 void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits, const float* in, float* out) {
-    if (kv_.ring() == 0) return forward_part(batch, logits, in, out);
+    const bool snapshots = config_.recurrent() && recurrent_.n_snapshots() > 0;
+    if (kv_.ring() == 0 && !snapshots) return forward_part(batch, logits, in, out);
     // Rings keep window + kRingChunk positions: a sequence's tokens go in parts spanning fewer than kRingChunk
-    // positions, in increasing order (each part's K and V are all stored before its attention).
+    // positions, in increasing order (each part's K and V are all stored before its attention). A part also ends
+    // where a slot's state is to be kept (RecurrentState::wanted), which forward_part takes after it.
     std::unordered_map<int32_t, std::pair<int32_t, int32_t>> seen;  // slot -> (first position in the part, last)
     Batch part;
     size_t row = 0, token = 0;  // the part's first logits row, its first token
@@ -296,11 +298,13 @@ void CpuBackend::forward_logits(const Batch& batch, std::span<float> logits, con
     for (const BatchToken& t : batch.tokens) {
         auto [it, fresh] = seen.try_emplace(t.slot, -1, -1);
         auto& [first, last] = it->second;
-        if (!fresh && t.pos <= last)
+        if (kv_.ring() > 0 && !fresh && t.pos <= last)
             throw UsageError(fmt::format("slot {}: position {} after {} in one batch (positions of a sequence must "
                                          "increase within a batch on a model with sliding-window layers)",
                                          t.slot, t.pos, last));
-        if (first >= 0 && t.pos - first >= kRingChunk) flush();
+        if (first >= 0 && ((kv_.ring() > 0 && t.pos - first >= kRingChunk) ||
+                           (snapshots && recurrent_.wanted(t.slot, t.pos))))
+            flush();
         if (first < 0) first = t.pos;
         last = t.pos;
         part.tokens.push_back(t);
@@ -336,6 +340,7 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
         ffn_block(L, l, n);
         if (L.per_layer_proj.data) per_layer_block(L, l, n);
     }
+    if (config_.recurrent()) recurrent_.take_wanted();  // (the states that now stand where they are to be kept)
     residual_norm(layers_.end - 1, nullptr, nullptr, n, out_scale(layers_.end - 1));
     if (out) {
         std::copy_n(x_.data(), n * config_.n_embd, out);

@@ -38,6 +38,8 @@ struct CpuBackendOptions {
     // The layers this backend holds, for a range of a split forward (Backend::forward_layers); empty: all of them.
     // Only their weights are packed and only their K and V cached; the output matrix with the last layer.
     LayerRange layers;
+    // A recurrent model's snapshots of each slot's state (Backend::keep_state): how many a slot keeps.
+    int64_t state_snapshots = 0;
     CancelFlag cancel = nullptr;  // polled while the weights are packed (WeightStore): Interrupted
 };
 
@@ -64,6 +66,16 @@ public:
     // (a recurrent model's state cannot be copied from part of another slot's sequence: max_rewind 0, no copies)
     bool can_copy_kv() const override { return !config_.recurrent(); }
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override { kv_.copy(src, dst, begin, end); }
+    void keep_state(int32_t slot, int64_t pos) override {
+        if (config_.recurrent()) recurrent_.keep_at(slot, pos);
+    }
+    int64_t resume_position(int32_t slot, int64_t n) const override {
+        return config_.recurrent() ? recurrent_.resume_position(slot, n) : 0;
+    }
+    // The bytes of the KV cache (KvCache::bytes), and of the recurrent state with its snapshots (0 without
+    // recurrent layers).
+    size_t kv_bytes() const { return kv_.bytes(); }
+    size_t recurrent_bytes() const { return recurrent_.bytes(); }
     // The slot whose cache attention reads slot's positions [0, n) from, as {that slot, n} (copies of one prompt
     // prefix read from one of them; see KvCache::Alias), or {-1, 0}.
     std::pair<int32_t, int64_t> shared_prefix(int32_t slot) const {

@@ -97,13 +97,17 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
                     shape_.n_layer == kv_cache_layers(config, {first_layer, end_layer_}),
                 "KV cache of {} layers for layers {}-{} of {}", shape_.n_layer, first_layer, end_layer_ - 1,
                 config.n_layer);
+    const int64_t before = config.kv_layers_before(first_layer);
+    for (int64_t l = 0; l < config.n_layer; ++l)
+        entry_.push_back(config.layer_is_recurrent(l) ? -1 : config.kv_index(l) - before);
     local_index_.assign(static_cast<size_t>(shape_.n_layer), -1);
     alias_.resize(static_cast<size_t>(shape_.n_slots));
     if (window_cache) ring_ = window_ring_for(config, shape_.type, shape_.n_ctx);
     if (ring_ > 0) {
         int64_t n_local = 0;
-        for (int64_t i = 0; i < shape_.n_layer; ++i)
-            if (config.layer_is_local(first_layer + i)) local_index_[i] = n_local++;
+        for (int64_t l = first_layer; l < end_layer_; ++l)
+            if (config.layer_has_kv(l) && config.layer_is_local(l))
+                local_index_[static_cast<size_t>(index(l))] = n_local++;
         const size_t row_bytes = shape_.row_elems() * shape_.elem_size();
         // (a range of a split forward may hold none of the ring layers: ring_ stays, so that every range splits a
         // batch into the same parts)
@@ -113,9 +117,17 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
     }
 }
 
+size_t KvCache::bytes() const {
+    int64_t whole = 0, rings = 0;
+    for (int64_t i : local_index_) (i >= 0 ? rings : whole) += 1;
+    const size_t row_bytes = shape_.row_elems() * shape_.elem_size();
+    return static_cast<size_t>(whole * shape_.n_slots * (ctx8() + shape_.n_ctx) + rings * shape_.n_slots * 2 * ring_) *
+           row_bytes;
+}
+
 int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
     int64_t n_local = 0;
-    for (int64_t l = 0; l < config.n_layer_kv(); ++l) n_local += config.layer_is_local(l) ? 1 : 0;
+    for (int64_t l = 0; l < config.n_layer; ++l) n_local += config.layer_has_kv(l) && config.layer_is_local(l) ? 1 : 0;
     if (n_local == 0) return 0;
     // Whole key blocks of 64 positions and whole pages per ring.
     const int64_t row_bytes = config.n_embd_kv() * (kv == KvType::f16 ? 2 : 4);
@@ -125,12 +137,19 @@ int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx) {
     return ring < (n_ctx + 7) / 8 * 8 ? ring : 0;
 }
 
-size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots) {
+size_t kv_layer_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots, int64_t layer) {
+    if (!config.layer_has_kv(layer)) return 0;  // (gemma4's shared layers, a hybrid's recurrent ones)
     const int64_t ring = window_ring_for(config, kv, n_ctx);
-    int64_t positions = 0;  // per slot, over the layers with a cache of their own (gemma4: not the shared ones)
-    for (int64_t l = 0; l < config.n_layer_kv(); ++l) positions += ring > 0 && config.layer_is_local(l) ? ring : n_ctx;
-    return 2 * static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_embd_kv()) *
+    // per slot, K's and V's: a ring's, or the whole context's (K's in whole key blocks of eight)
+    const int64_t positions = ring > 0 && config.layer_is_local(layer) ? 2 * ring : (n_ctx + 7) / 8 * 8 + n_ctx;
+    return static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_embd_kv()) *
            (kv == KvType::f16 ? 2 : 4);
+}
+
+size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots) {
+    size_t bytes = 0;
+    for (int64_t l = 0; l < config.n_layer; ++l) bytes += kv_layer_bytes(config, kv, n_ctx, n_slots, l);
+    return bytes;
 }
 
 // Whole key blocks and runs of V rows where they can, position by position in a partial key block at either end
@@ -148,7 +167,8 @@ void KvCache::copy(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     const size_t es = shape_.elem_size();
     const auto n = static_cast<int64_t>(shape_.row_elems());
     const size_t row_bytes = static_cast<size_t>(n) * es;
-    for (int64_t l = first_layer_; l < first_layer_ + shape_.n_layer; ++l) {  // (the layers with a cache)
+    for (int64_t l = first_layer_; l < end_layer_; ++l) {
+        if (!config_.layer_has_kv(l)) continue;
         const bool ringed = in_ring(l);
         const int64_t first = ringed ? std::max(begin, end - ring_) : begin;
         const uint8_t* ks = k(l, src);

@@ -18,7 +18,9 @@ inline constexpr int64_t kRingChunk = 512;
 
 // The ring a cache with these settings uses (window_cache on), 0 for none.
 int64_t window_ring_for(const ModelConfig& config, KvType kv, int64_t n_ctx);
-// The bytes of K and V cache (sliding-window rings included) held once every position of every slot is written.
+// The bytes of K and V cache (sliding-window rings included) held once every position of every slot is written:
+// of one layer (0 for a layer without a cache of its own), and of the whole model.
+size_t kv_layer_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots, int64_t layer);
 size_t kv_cache_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64_t n_slots);
 
 class KvCache {
@@ -26,9 +28,10 @@ public:
     // UsageError for a context or slot count under 1. window_cache: sliding-window layers keep a ring (when it is
     // smaller than the context); huge_pages: 2 MiB pages, every page faulted in now by pool's threads
     // (CpuBackendOptions::kv_huge_pages). The cache serves the layers [first_layer, end_layer) (a range of a split
-    // forward; end_layer -1: first_layer + shape.n_layer) and holds the K and V of the first shape.n_layer of them
-    // (kv_cache_layers: gemma4's shared-KV layers read those of ModelConfig::kv_layer); its methods take model-wide
-    // layer numbers. config must outlive the cache.
+    // forward; end_layer -1: first_layer + shape.n_layer) and holds the K and V of the shape.n_layer of them with a
+    // cache of their own (kv_cache_layers: not a hybrid's recurrent layers; gemma4's shared-KV layers read those of
+    // ModelConfig::kv_layer); its methods take model-wide layer numbers of attending layers. config must outlive the
+    // cache.
     KvCache(const ModelConfig& config, const KvCacheShape& shape, bool window_cache, bool huge_pages,
             ThreadPool& pool, int64_t first_layer = 0, int64_t end_layer = -1);
 
@@ -36,7 +39,11 @@ public:
     // Positions a sliding-window layer's ring keeps per slot; 0 when every layer keeps the whole context.
     int64_t ring() const { return ring_; }
     int64_t end_layer() const { return end_layer_; }  // one past the last layer it serves
-    bool in_ring(int64_t layer) const { return local_index_[index(layer)] >= 0; }
+    // Whether it serves model layer `layer` (one of its range that attends: not a hybrid's recurrent layer).
+    bool serves(int64_t layer) const {
+        return layer >= first_layer_ && layer < end_layer_ && entry_[static_cast<size_t>(layer)] >= 0;
+    }
+    bool in_ring(int64_t layer) const { return local_index_[static_cast<size_t>(index(layer))] >= 0; }
     // The row of position pos in layer's K and V (a ring's row for a ring layer).
     int64_t row(int64_t layer, int64_t pos) const { return in_ring(layer) ? pos % ring_ : pos; }
     // A slot's K of a layer (KvHead's layout, every head, positions in blocks of 8), and the V row at pos.
@@ -67,6 +74,10 @@ public:
     // Backend::copy_kv: src's positions [begin, end) into dst's.
     void copy(int32_t src, int32_t dst, int64_t begin, int64_t end);
 
+    // The bytes the cache's layers can occupy once every position of every slot is written: the whole-context
+    // layers' K (in whole key blocks) and V rows and the rings (a ring layer's part of the K and V mappings is never
+    // touched). kv_cache_bytes says the same from the model's settings.
+    size_t bytes() const;
     // True when the K and V mappings were advised to use 2 MiB pages (and the kernel took the advice).
     bool huge_pages() const { return k_.huge && v_.huge; }
     // Where the K and V mappings lie (the tests find them in /proc/self/smaps).
@@ -75,17 +86,19 @@ public:
 private:
     // The cache's layer that model layer `layer` reads and writes (its own, or for a shared-KV layer the one it
     // shares).
-    int64_t index(int64_t layer) const { return config_.kv_layer(layer) - first_layer_; }
+    int64_t index(int64_t layer) const { return entry_[static_cast<size_t>(layer)]; }
     int64_t ctx8() const { return (shape_.n_ctx + 7) / 8 * 8; }  // K's positions per slot, whole blocks
     uint8_t* ring_row0(int64_t layer, int64_t slot, int kind) const {  // kind 0: K, 1: V; row 0
         const auto ring_bytes = static_cast<size_t>(ring_) * shape_.row_elems() * shape_.elem_size();
-        const auto i = static_cast<size_t>((local_index_[index(layer)] * shape_.n_slots + slot) * 2 + kind);
+        const auto i =
+            static_cast<size_t>((local_index_[static_cast<size_t>(index(layer))] * shape_.n_slots + slot) * 2 + kind);
         return static_cast<uint8_t*>(rings_->base) + 2 * i * ring_bytes;
     }
 
     const ModelConfig& config_;
     KvCacheShape shape_;
     int64_t first_layer_ = 0, end_layer_ = 0;
+    std::vector<int64_t> entry_;  // [n_layer] the cache layer of each model layer (ModelConfig::kv_index), -1: none
 
     // K and V, in anonymous memory that the OS backs only as positions are written, so a long context costs
     // memory only when it is used: V [n_layer, n_slots, n_ctx, n_head_kv, head_dim]; K [n_layer, n_slots, n_ctx / 8

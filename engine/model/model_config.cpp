@@ -204,7 +204,7 @@ void read_gemma4_shared_kv(const GgufFile& f, const std::string& p, ModelConfig&
     const std::string key = p + "attention.shared_kv_layers";
     c.n_kv_shared = optional_int(f, key, 0, 0, std::max<int64_t>(0, c.n_layer - 2));
     if (c.n_kv_shared == 0) return;
-    for (int64_t l = c.n_layer_kv(); l < c.n_layer; ++l)
+    for (int64_t l = c.n_layer - c.n_kv_shared; l < c.n_layer; ++l)
         if (c.layer_is_local(c.kv_layer(l)) != c.layer_is_local(l))
             throw FileError(fmt::format("{}: metadata '{}' {}: shared layer {} ({}) would read the cache of layer {}, "
                                         "which is {} (expected the last layer with a cache global, the one before it "

@@ -179,14 +179,23 @@ struct ModelConfig {
     int64_t layer_n_ff(int64_t layer) const {
         return n_ff_layers.empty() ? n_ff : n_ff_layers[static_cast<size_t>(layer)];
     }
-    // The layers with a K and V cache of their own: [0, n_layer_kv()). A shared layer (gemma4) reads the cache of
-    // kv_layer(l): as llama.cpp maps them, the last of those layers when it is global, the one before it when local
-    // (from_gguf checks that those are of the shared layers' kinds).
-    int64_t n_layer_kv() const { return n_layer - n_kv_shared; }
-    bool layer_has_kv(int64_t layer) const { return layer < n_layer_kv(); }
+    // The layers with a K and V cache of their own: the attending layers (a hybrid's recurrent ones keep a state
+    // instead) before the last n_kv_shared. A shared layer (gemma4) reads the cache of kv_layer(l): as llama.cpp
+    // maps them, the last of the layers before the shared ones when it is global, the one before it when local
+    // (from_gguf checks that those are of the shared layers' kinds). A KV cache holds the layers with one in order:
+    // layer l reads its entry kv_index(l).
+    bool layer_has_kv(int64_t layer) const { return layer < n_layer - n_kv_shared && !layer_is_recurrent(layer); }
     int64_t kv_layer(int64_t layer) const {
-        return layer_has_kv(layer) ? layer : n_layer_kv() - (layer_is_local(layer) ? 2 : 1);
+        if (layer < n_layer - n_kv_shared) return layer;
+        return n_layer - n_kv_shared - (layer_is_local(layer) ? 2 : 1);
     }
+    int64_t kv_layers_before(int64_t layer) const {  // the layers with a cache of their own among [0, layer)
+        int64_t n = 0;
+        for (int64_t l = 0; l < layer; ++l) n += layer_has_kv(l) ? 1 : 0;
+        return n;
+    }
+    int64_t kv_index(int64_t layer) const { return kv_layers_before(kv_layer(layer)); }
+    int64_t n_layer_kv() const { return kv_layers_before(n_layer); }
     int64_t layer_n_embd_kv(int64_t layer) const { return layer_n_head_kv(layer) * layer_head_dim(layer); }
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and

@@ -194,6 +194,15 @@ std::string render_model_info(const json& info) {
                                           r["n_group"].dump(), r["n_head"].dump(), r["head_dim"].dump(),
                                           r["d_state"].dump()));
         }
+        if (info.contains("memory")) {
+            const json& b = info["memory"];
+            const size_t state = b["recurrent_bytes_per_sequence"].get<size_t>();
+            line("memory", fmt::format("a sequence's KV cache {:.2f} KiB a position ({} of {} layers, f16), {} at the "
+                                       "training context{}", b["kv_bytes_per_position"].get<size_t>() / 1024.0,
+                                       b["kv_layers"].dump(), m["n_layer"].dump(),
+                                       mib(b["n_ctx_train_bytes"].get<size_t>()),
+                                       state > 0 ? fmt::format(" with its recurrent state of {}", mib(state)) : ""));
+        }
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;
             if (m.contains("sliding_window"))

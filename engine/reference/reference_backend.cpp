@@ -125,6 +125,8 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
       kv_shape_{kv_cache_layers(config, layers_), options.n_slots, options.n_ctx, config.kv_heads(),
                 config.kv_head_dim(), options.kv_type} {
     check_kv_size(options.n_ctx, options.n_slots);
+    for (int64_t l = 0; l < config.n_layer; ++l)
+        kv_entry_.push_back(config.kv_index(l) - config.kv_layers_before(layers_.begin));
     QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
                 layers_.begin, layers_.end - 1, config.n_layer);
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
@@ -162,15 +164,17 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
 
 // (a shared-KV layer's are those of the layer it shares: ModelConfig::kv_layer)
 double* ReferenceBackend::cache_row(std::vector<double>& cache, int64_t layer, int64_t slot, int64_t pos) {
-    return cache.data() + kv_shape_.offset(config_.kv_layer(layer) - layers_.begin, slot, pos);
+    return cache.data() + kv_shape_.offset(kv_entry_[static_cast<size_t>(layer)], slot, pos);
 }
 
 void ReferenceBackend::copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) {
     check_copy(kv_shape_, src, dst, begin, end);
     const auto n = static_cast<std::ptrdiff_t>((end - begin) * config_.n_embd_kv());
-    for (int64_t l = layers_.begin; l < layers_.begin + kv_shape_.n_layer; ++l)
+    for (int64_t l = layers_.begin; l < layers_.end; ++l) {
+        if (!config_.layer_has_kv(l)) continue;
         for (std::vector<double>* cache : {&k_cache_, &v_cache_})
             std::copy_n(cache_row(*cache, l, src, begin), n, cache_row(*cache, l, dst, begin));
+    }
     const auto at = [&](int32_t slot) { return written_.begin() + slot * kv_shape_.n_ctx + begin; };
     std::copy_n(at(src), end - begin, at(dst));
 }

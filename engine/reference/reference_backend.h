@@ -81,10 +81,11 @@ private:
     const Weights& weights_;
     LayerRange layers_;
     KvCacheShape kv_shape_;
+    std::vector<int64_t> kv_entry_;  // [n_layer] the cache layer each model layer reads (ModelConfig::kv_index)
     std::vector<double> inv_freq_;   // [n_rot / 2] freq_scale * base^(-2i / n_rot) / rope_freqs[i]
     std::vector<double> inv_freq_local_;  // the same with the local layers' base and scale
-    std::vector<double> k_cache_;    // [layers_.size(), n_slots, n_ctx, n_head_kv * head_dim]
-    std::vector<double> v_cache_;    // [layers_.size(), n_slots, n_ctx, n_head_kv * head_dim]
+    std::vector<double> k_cache_;    // [kv_shape_.n_layer, n_slots, n_ctx, n_head_kv * head_dim]
+    std::vector<double> v_cache_;    // [kv_shape_.n_layer, n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<uint8_t> written_;   // [n_slots, n_ctx] 1 where a token has stored its K and V
     // qwen35's recurrent states: [layers_.size(), n_slots, ...] of conv_state's and ssm_state's shapes, and the
     // position each slot's state stands at (one past its last token)

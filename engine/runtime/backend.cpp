@@ -28,10 +28,11 @@ size_t shared_prefix(std::span<const int32_t> cached, std::span<const int32_t> p
     return n;
 }
 
-size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written,
-                                std::span<const int32_t> prompt) const {
+size_t Backend::reusable_prefix(std::span<const int32_t> cached, int64_t written, std::span<const int32_t> prompt,
+                                int32_t slot) const {
     const size_t n = shared_prefix(cached, prompt);
-    return written - static_cast<int64_t>(n) > max_rewind() ? 0 : n;
+    if (written - static_cast<int64_t>(n) <= max_rewind()) return n;
+    return slot >= 0 ? std::min(n, static_cast<size_t>(resume_position(slot, static_cast<int64_t>(n)))) : 0;
 }
 
 void advance_recurrent_positions(const Batch& batch, std::vector<int64_t>& state_pos) {
@@ -131,8 +132,8 @@ int64_t kv_cache_layers(const ModelConfig& config, LayerRange layers) {
             throw UsageError(fmt::format("layers {}-{} of a split forward: layer {} attends over the KV cache of layer "
                                          "{}, which another range holds (split this model after layer {} or before "
                                          "layer {})", layers.begin, layers.end - 1, l, config.kv_layer(l),
-                                         config.n_layer - 1, config.n_layer_kv() - 2));
-    return std::min(layers.end, config.n_layer_kv()) - layers.begin;
+                                         config.n_layer - 1, config.n_layer - config.n_kv_shared - 2));
+    return config.kv_layers_before(layers.end) - config.kv_layers_before(layers.begin);
 }
 
 }  // namespace quill

@@ -41,8 +41,9 @@ struct Batch {
 enum class KvType { f16, f32 };
 std::string_view kv_type_name(KvType t);
 
-// The KV cache: K and V for every layer with a cache of its own (gemma4's shared-KV layers have none: n_layer counts
-// the others), slot and position, contiguous per slot: k, v [n_layer, n_slots, n_ctx, n_head_kv, head_dim].
+// The KV cache: K and V for every layer with a cache of its own (ModelConfig::layer_has_kv: gemma4's shared-KV layers
+// and a hybrid's recurrent ones have none; n_layer counts the others, in the order of ModelConfig::kv_index), slot
+// and position, contiguous per slot: k, v [n_layer, n_slots, n_ctx, n_head_kv, head_dim].
 struct KvCacheShape {
     int64_t n_layer = 0, n_slots = 0, n_ctx = 0, n_head_kv = 0, head_dim = 0;
     KvType type = KvType::f16;
@@ -104,8 +105,20 @@ public:
 
     // How many tokens of `prompt` a sequence may take from a slot whose cache holds `cached` (the token at each
     // position from 0) and was written up to `written` (one past the highest position): their common prefix, but
-    // never the prompt's last token (it runs for its logits), and 0 where that is further back than max_rewind().
-    size_t reusable_prefix(std::span<const int32_t> cached, int64_t written, std::span<const int32_t> prompt) const;
+    // never the prompt's last token (it runs for its logits); where that is further back than max_rewind(), the
+    // slot's (when given) resume_position() in it, else 0.
+    size_t reusable_prefix(std::span<const int32_t> cached, int64_t written, std::span<const int32_t> prompt,
+                           int32_t slot = -1) const;
+
+    // A recurrent model's (ModelConfig::recurrent) snapshots: copies of a slot's recurrent state at positions a
+    // caller names, from which a sequence can continue the slot again (the attending layers' K and V below them
+    // are still in the cache) instead of from 0. keep_state: keep a copy of the slot's state once it stands at pos
+    // (now, or when a forward reaches pos; a slot keeps its latest few). A forward whose first token of the slot is
+    // at a kept position continues from that copy, until a token of the slot at a position below it is run.
+    // resume_position: the furthest position up to n where the slot's sequence can continue (where its state
+    // stands, or a copy), else 0. Here: nothing kept, 0.
+    virtual void keep_state(int32_t, int64_t) {}
+    virtual int64_t resume_position(int32_t, int64_t) const { return 0; }
 
     // Whether copy_kv() works on this backend.
     virtual bool can_copy_kv() const { return false; }
@@ -164,7 +177,8 @@ size_t shared_prefix(std::span<const int32_t> cached, std::span<const int32_t> p
 void advance_recurrent_positions(const Batch& batch, std::vector<int64_t>& state_pos);
 // copy_kv's checks (UsageError naming the value).
 void check_copy(const KvCacheShape& kv, int32_t src, int32_t dst, int64_t begin, int64_t end);
-// The layers of `layers` with a K and V cache of their own (the first ones: gemma4's shared-KV layers come last),
+// The layers of `layers` with a K and V cache of their own (ModelConfig::layer_has_kv: not a hybrid's recurrent
+// ones, nor gemma4's shared-KV layers),
 // the KvCacheShape::n_layer of a backend holding them. UsageError when one of them reads the cache of a layer before
 // the range (ModelConfig::kv_layer), which a split forward cannot hand over.
 int64_t kv_cache_layers(const ModelConfig& config, LayerRange layers);

@@ -18,7 +18,7 @@ size_t ModelBytes::range_bytes(int64_t begin, int64_t end, bool experts) const {
     size_t sum = 0;
     for (int64_t l = begin; l < end; ++l) {
         const LayerBytes& b = layers[static_cast<size_t>(l)];
-        sum += b.attention + b.ffn + (experts ? b.experts : 0) + kv_per_layer;
+        sum += b.attention + b.ffn + (experts ? b.experts : 0) + kv_per_layer + b.cache;
     }
     return sum;
 }

@@ -31,6 +31,7 @@ struct LayerBytes {
     size_t attention = 0;
     size_t ffn = 0;
     size_t experts = 0;
+    size_t cache = 0;  // its own KV cache or recurrent state for the context and slots asked (beside kv_per_layer)
     size_t total() const { return attention + ffn + experts; }
 };
 

@@ -45,6 +45,16 @@ int64_t SplitBackend::max_rewind() const {
     return m;
 }
 
+void SplitBackend::keep_state(int32_t slot, int64_t pos) {
+    for (const auto& r : ranges_) r->keep_state(slot, pos);
+}
+
+int64_t SplitBackend::resume_position(int32_t slot, int64_t n) const {
+    int64_t m = n;
+    for (const auto& r : ranges_) m = std::min(m, r->resume_position(slot, n));
+    return m;
+}
+
 bool SplitBackend::can_copy_kv() const {
     return std::all_of(ranges_.begin(), ranges_.end(), [](const auto& r) { return r->can_copy_kv(); });
 }

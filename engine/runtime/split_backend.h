@@ -18,7 +18,7 @@ public:
 
     std::string_view name() const override { return "split"; }
     const ModelConfig& config() const override { return ranges_.front()->config(); }
-    // Every layer's (n_layer), the context and slots of the ranges.
+    // The layers with a cache of their own (ModelConfig::n_layer_kv), the context and slots of the ranges.
     const KvCacheShape& kv_shape() const override { return kv_; }
     // The plan line, then the first range's backend.
     BackendInfo describe() const override;
@@ -27,6 +27,8 @@ public:
     int64_t max_rewind() const override;  // the least of the ranges'
     bool can_copy_kv() const override;
     void copy_kv(int32_t src, int32_t dst, int64_t begin, int64_t end) override;  // on every range
+    void keep_state(int32_t slot, int64_t pos) override;                         // on every range
+    int64_t resume_position(int32_t slot, int64_t n) const override;             // the least of the ranges'
 
     const Backend& range(size_t i) const { return *ranges_.at(i); }
     size_t n_ranges() const { return ranges_.size(); }

@@ -8,11 +8,13 @@
 #include "engine/chat/chat_format.h"
 #include "engine/chat/conversation.h"
 #include "engine/chat/template.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/layer_matrices.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
+#include "engine/runtime/split_backend.h"
 #include "tests/support/arch_checks.h"
 #include "tests/support/fault_util.h"
 #include "tests/support/random_model.h"
@@ -203,6 +205,9 @@ TEST_CASE("quill run, chat and batch work end to end on a qwen35 file with Qwen3
     CHECK(info.status == 0);
     CHECK(info.out.find("gated delta nets, every 4th layer full attention: conv=4 n_k_heads=2 n_v_heads=4 "
                         "head_dim=32") != std::string::npos);
+    // 512 bytes of K and V a position in layer 3 alone; 4 x 19456 bytes of state (conv windows, delta net states)
+    CHECK(info.out.find("a sequence's KV cache 0.50 KiB a position (1 of 5 layers, f16), 0.57 MiB at the training "
+                        "context with its recurrent state of 0.07 MiB") != std::string::npos);
     auto run = test::run_quill({"run", "-m", file, "--chat-template", tmpl, "-p", "Why is the sky blue?", "--temp",
                                 "0", "-n", "8", "--json"});
     CHECK(run.status == 0);
@@ -285,4 +290,126 @@ TEST_CASE("qwen35: three chat turns give the replies of the conversation run fro
     }
     // Turns 2 and 3 continue the state where turns 1 and 2 left it (the tokens fed so far), not from 0.
     CHECK(reused > 0);
+}
+
+namespace {
+cpu::CpuBackendOptions snapshot_options(int64_t n_ctx, int64_t snapshots) {
+    cpu::CpuBackendOptions o;
+    o.n_threads = 2;
+    o.n_ctx = n_ctx;
+    o.state_snapshots = snapshots;
+    o.isa = cpu::Isa::generic;
+    return o;
+}
+
+// Tokens [n, n_vocab] of one batch into slot 0 from position `from`.
+std::vector<float> logits_from(Backend& b, const std::vector<int32_t>& tokens, int32_t from) {
+    Batch batch;
+    for (size_t i = 0; i < tokens.size(); ++i) batch.add(tokens[i], from + static_cast<int32_t>(i), 0, true);
+    std::vector<float> logits(tokens.size() * b.config().n_vocab);
+    b.forward(batch, logits);
+    return logits;
+}
+}  // namespace
+
+TEST_CASE("qwen35: a slot continues from a kept copy of its state as a fresh run does, until it writes below it",
+          "[arch][cpu]") {
+    auto m = SyntheticModel::make(synthetic_config("qwen35-tiny"), GgmlType::F32, 3);
+    const int nv = static_cast<int>(m->config.n_vocab);
+    const auto a = test::some_tokens(10, nv, 1), b = test::some_tokens(4, nv, 2);
+    // one backend, and a split forward of two ranges (each keeps the copies of its layers' states)
+    std::vector<std::unique_ptr<Backend>> ranges;
+    for (const LayerRange r : {LayerRange{0, 2}, LayerRange{2, 5}}) {
+        cpu::CpuBackendOptions o = snapshot_options(64, 2);
+        o.layers = r;
+        ranges.push_back(std::make_unique<cpu::CpuBackend>(m->config, m->weights, o));
+    }
+    SplitBackend split(std::move(ranges), "split");
+    cpu::CpuBackend one(m->config, m->weights, snapshot_options(64, 2));
+    cpu::CpuBackend fresh(m->config, m->weights, snapshot_options(64, 0));
+    for (Backend* backend : {static_cast<Backend*>(&one), static_cast<Backend*>(&split)}) {
+        Backend& be = *backend;
+        INFO(be.name());
+        be.keep_state(0, 6);
+        be.keep_state(0, 2);
+        const auto whole = test::prefill_logits(be, a);  // (one batch, run in parts that end at 2 and 6)
+        CHECK(test::max_diff(whole, test::prefill_logits(fresh, a)) == 0.0);
+        CHECK(be.resume_position(0, 10) == 10);  // where the state stands
+        CHECK(be.resume_position(0, 9) == 6);
+        CHECK(be.resume_position(0, 5) == 2);
+        CHECK(be.resume_position(0, 1) == 0);
+        CHECK(be.reusable_prefix(a, 10, std::vector<int32_t>{a[0], a[1], a[2], a[3], a[4], a[5], a[6], 7}, 0) == 6);
+        CHECK(be.reusable_prefix(a, 10, std::vector<int32_t>{a[0], a[1], a[2], a[3], a[4], a[5], a[6], 7}) == 0);
+        // a[0..6) then b, continued from the copy at 6: the logits of a fresh run of those tokens, bit for bit
+        std::vector<int32_t> ab(a.begin(), a.begin() + 6);
+        ab.insert(ab.end(), b.begin(), b.end());
+        const auto want = test::rows(test::prefill_logits(fresh, ab), nv, 6, 10);
+        CHECK(test::max_diff(logits_from(be, b, 6), want) == 0.0);
+        CHECK(test::max_diff(logits_from(be, b, 6), want) == 0.0);  // (again: the copy at 6 stays)
+        CHECK(be.resume_position(0, 9) == 6);
+        // Continued from the copy at 2 over positions 2-4: the copy at 6 is gone, the one at 2 stays.
+        logits_from(be, {b[0], b[1], b[2]}, 2);
+        CHECK(be.resume_position(0, 9) == 5);  // (where the state now stands)
+        CHECK(be.resume_position(0, 4) == 2);
+        CHECK_THROWS_WITH(logits_from(be, b, 6), Catch::Contains("state stands at position 5"));
+        // Starting again at 0 drops them all.
+        logits_from(be, {b[3]}, 0);
+        CHECK(be.resume_position(0, 4) == 1);
+    }
+}
+
+TEST_CASE("qwen35: three chat turns with reasoning continue from the state kept where each prompt's history ends, "
+          "with the replies of the conversation run from position 0 each turn", "[arch][chat]") {
+    auto m = saved_model(GgmlType::F32);
+    auto tok = Tokenizer::from_gguf(m->file);
+    // The template Qwen ships with Qwen3.5-4B: the generation prompt opens <think>, and an earlier reply is rendered
+    // without its reasoning, so the next turn's rendering departs from the tokens fed where that prompt began.
+    const std::string source = test::read_file(fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" /
+                                               "Qwen3.5-4B.jinja");
+    const chat::ChatFormat format = chat::ChatFormat::from_source(source, "Qwen3.5-4B", "", "");
+    // (sampled at temperature 1, seeded: each token follows the logits more closely than the greedy ones)
+    GenerationParams gp;
+    gp.max_tokens = 8;
+    gp.sampling.temperature = 1.0f;
+    gp.sampling.seed = 11;
+    cpu::CpuBackend kept(m->config, m->weights, snapshot_options(512, chat::kStateSnapshots));
+    cpu::CpuBackend plain(m->config, m->weights, snapshot_options(512, 0));
+    auto inner = test::arch_cpu_backend(m->config, m->weights, cpu::Isa::generic, 512);
+    FromScratch scratch(*inner);
+    chat::Conversation conv(kept, *tok, format, 512, gp, chat::ContextOverflow::error);
+    chat::Conversation unkept(plain, *tok, format, 512, gp, chat::ContextOverflow::error);
+    chat::Conversation again(scratch, *tok, format, 512, gp, chat::ContextOverflow::error);
+    int turn = 0;
+    for (const char* said : {"Hello there", "And again", "Once more"}) {
+        INFO(said);
+        const chat::TurnResult t = conv.send(said, [](std::string_view) {});
+        const chat::TurnResult u = unkept.send(said, [](std::string_view) {});
+        const chat::TurnResult want = again.send(said, [](std::string_view) {});
+        CHECK(t.text == want.text);
+        CHECK(t.reasoning == want.reasoning);
+        CHECK(u.text == want.text);
+        if (turn++ == 0) continue;
+        // Without a kept state the turn runs from 0; with one, from where the last prompt's history ended.
+        CHECK(!want.reasoning.empty());
+        CHECK(u.stats.reused_tokens == 0);
+        CHECK(t.stats.reused_tokens > 0);
+        CHECK(t.stats.prefilled_tokens + t.stats.reused_tokens == want.stats.prefilled_tokens);
+    }
+}
+
+TEST_CASE("qwen35: a chat whose template refuses to render without the generation prompt still answers",
+          "[arch][chat]") {
+    auto m = saved_model(GgmlType::F32);
+    auto tok = Tokenizer::from_gguf(m->file);
+    const chat::ChatFormat format = chat::ChatFormat::from_source(
+        "{%- if not add_generation_prompt %}{{ raise_exception('a generation prompt, please') }}{%- endif %}"
+        "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+        "{{ '<|im_start|>assistant\\n' }}",
+        "refusing", "", "");
+    GenerationParams gp;
+    gp.max_tokens = 4;
+    gp.sampling.temperature = 0;
+    cpu::CpuBackend kept(m->config, m->weights, snapshot_options(256, chat::kStateSnapshots));
+    chat::Conversation conv(kept, *tok, format, 256, gp, chat::ContextOverflow::error);
+    for (const char* said : {"Hello there", "And again"}) CHECK_NOTHROW(conv.send(said, [](std::string_view) {}));
 }
