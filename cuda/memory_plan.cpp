@@ -69,10 +69,12 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
         config.arch == "ernie4_5" || config.arch == "seed_oss")
         throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
-    // qwen35's gated delta nets (a recurrent state per sequence) and gated queries have no kernels.
+    // qwen35's gated delta nets and lfm2's short convs (a recurrent state per sequence) and qwen35's gated queries
+    // have no kernels.
     if (config.recurrent() || config.attn_out_gate)
-        throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent gated delta net layers); "
-                                    "--device cpu runs it", config.arch));
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent {} layers); --device cpu runs it",
+                                    config.arch,
+                                    config.short_conv_layers.empty() ? "gated delta net" : "short convolution"));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

@@ -327,7 +327,9 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        if (config_.layer_is_recurrent(l))
+        if (config_.layer_is_short_conv(l))
+            short_conv_block(batch, L, l);
+        else if (config_.layer_is_recurrent(l))
             delta_net_block(batch, L, l);
         else
             attention_block(batch, L, l);

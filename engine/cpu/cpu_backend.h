@@ -98,6 +98,8 @@ private:
     void attention_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // the same place for a gated delta net (qwen35's recurrent layers; delta_net.cpp)
     void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // and for a short gated convolution (lfm2's recurrent layers; short_conv.cpp)
+    void short_conv_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the
@@ -147,7 +149,7 @@ private:
 
     KvCache kv_;
     AttentionRunner attention_;
-    RecurrentState recurrent_;  // qwen35's recurrent layers' states (empty for the other models)
+    RecurrentState recurrent_;  // qwen35's and lfm2's recurrent layers' states (empty for the other models)
 
     // Scratch for one batch of n tokens.
     Activations act_;
@@ -166,6 +168,7 @@ private:
     std::vector<float> q_gate_;     // [n, n_head, 2, head_dim] qwen35's Wq xn: each head's query, then its gate
     std::vector<float> attn_gate_;  // [n, n_head * head_dim] the gates
     // qwen35's gated delta net (delta_net_block)
+    // (lfm2's short conv, short_conv_block: ssm_qkv_ [n, 3, n_embd] b, c, x; ssm_conv_ [n, n_embd] c * conv)
     std::vector<float> ssm_qkv_;    // [n, ssm_conv_channels] W_in xn
     std::vector<float> ssm_conv_;   // [n, ssm_conv_channels] q, k, v after the conv
     std::vector<float> ssm_z_;      // [n, ssm_d_inner] W_z xn

@@ -1,6 +1,6 @@
-// The recurrent state of a hybrid model's linear-attention layers (qwen35's gated delta nets) for the CPU backend:
-// per layer and slot the conv's window of recent inputs and the delta net's state matrix, beside the KV cache that
-// its full-attention layers keep, and the position each slot's state stands at.
+// The recurrent state of a hybrid model's recurrent layers (qwen35's gated delta nets, lfm2's short convs) for the
+// CPU backend: per layer and slot the conv's window of recent inputs and the delta net's state matrix (none for a
+// short conv), beside the KV cache that its attention layers keep, and the position each slot's state stands at.
 #pragma once
 
 #include "engine/model/model_config.h"

@@ -105,11 +105,24 @@ struct ModelConfig {
     int64_t ssm_conv = 0, ssm_head_k = 0, ssm_n_k_heads = 0, ssm_head_v = 0, ssm_n_v_heads = 0;
     // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
     bool attn_out_gate = false;
-    bool recurrent() const { return full_attn_interval > 1; }  // (1: every layer full attention)
-    bool layer_is_recurrent(int64_t layer) const {
-        return full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1;
+    // lfm2 (LFM2): a hybrid of attention layers and short gated convolutions, the layers whose
+    // attention.head_count_kv is 0: out = W_out (c * conv(b * x)), [b, c, x] = W_in xn, conv a causal depthwise conv
+    // of ssm_conv taps (shortconv.l_cache) over each of the n_embd channels, fed by a window of the ssm_conv - 1
+    // inputs before, the layer's recurrent state per sequence. [n_layer] true at a short conv layer; empty: none.
+    std::vector<bool> short_conv_layers;
+    bool layer_is_short_conv(int64_t layer) const {
+        return !short_conv_layers.empty() && short_conv_layers[static_cast<size_t>(layer)];
     }
-    int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v; }
+    // (full_attn_interval 1: every layer full attention)
+    bool recurrent() const { return full_attn_interval > 1 || !short_conv_layers.empty(); }
+    bool layer_is_recurrent(int64_t layer) const {
+        return (full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1) ||
+               layer_is_short_conv(layer);
+    }
+    // The conv's channels: the delta net's q, k, v, or a short conv's n_embd
+    int64_t ssm_conv_channels() const {
+        return short_conv_layers.empty() ? 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v : n_embd;
+    }
     int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
     // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); empty: n_ff in every layer. n_ff
     // is then the widest layer's.
@@ -185,7 +198,7 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4,
-// phi3, smollm3, mistral3, gpt-oss, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss).
+// phi3, smollm3, mistral3, gpt-oss, glm4, granite, olmo2, exaone4, ernie4_5, seed_oss, lfm2).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

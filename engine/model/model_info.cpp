@@ -111,10 +111,16 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                         {"n_ff_exp", c.n_ff_exp}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
-        if (c.recurrent())
+        if (c.recurrent() && !c.short_conv_layers.empty()) {  // (lfm2)
+            std::vector<int64_t> conv;
+            for (int64_t l = 0; l < c.n_layer; ++l)
+                if (c.layer_is_short_conv(l)) conv.push_back(l);
+            info["model"]["short_conv"] = {{"layers", conv}, {"conv", c.ssm_conv}};
+        } else if (c.recurrent()) {
             info["model"]["recurrent"] = {{"full_attention_interval", c.full_attn_interval}, {"conv", c.ssm_conv},
                                           {"n_k_heads", c.ssm_n_k_heads}, {"n_v_heads", c.ssm_n_v_heads},
                                           {"head_dim", c.ssm_head_k}};
+        }
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         info["runnable"] = true;
     } else {
@@ -180,6 +186,11 @@ std::string render_model_info(const json& info) {
                                           m["recurrent"]["full_attention_interval"].dump(),
                                           m["recurrent"]["conv"].dump(), m["recurrent"]["n_k_heads"].dump(),
                                           m["recurrent"]["n_v_heads"].dump(), m["recurrent"]["head_dim"].dump()));
+        if (m.contains("short_conv")) {
+            const auto layers = m["short_conv"]["layers"].get<std::vector<int64_t>>();
+            line("recurrent", fmt::format("short gated convs at layers {}, the others attention: conv={}",
+                                          fmt::join(layers, ","), m["short_conv"]["conv"].dump()));
+        }
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;
             if (m.contains("sliding_window"))

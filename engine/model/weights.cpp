@@ -179,7 +179,10 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         LayerWeights L;
         for (const VectorField<LayerWeights>& f : layer_vector_fields(c, i)) l.read(f, b + f.name, L);
-        if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
+        if (c.layer_is_short_conv(i)) {  // (lfm2: a short conv instead of attention)
+            L.ssm_in = l.get(b + "shortconv.in_proj.weight", {c.n_embd, 3 * c.n_embd});
+            L.ssm_out = l.get(b + "shortconv.out_proj.weight", {c.n_embd, c.n_embd});
+        } else if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
             L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
             L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
             L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});

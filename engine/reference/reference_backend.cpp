@@ -273,8 +273,12 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
     else
         xn_ = x_;
-    if (c.layer_is_recurrent(l)) {  // qwen35: x = x + the gated delta net's output over xn, then the FFN
-        delta_net_token(t, l);
+    // qwen35: x = x + the gated delta net's output over xn, then the FFN; lfm2: the short conv's
+    if (c.layer_is_recurrent(l)) {
+        if (c.layer_is_short_conv(l))
+            short_conv_token(t, l);
+        else
+            delta_net_token(t, l);
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
         return ffn_token(L, l);
     }
@@ -469,6 +473,30 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
     rms_norm_rows(ssm_o_, L.ssm_norm, c.rms_eps);
     for (size_t i = 0; i < ssm_o_.size(); ++i) ssm_o_[i] *= attn_gate_[i] / (1.0 + std::exp(-attn_gate_[i]));
     matvec(L.ssm_out, ssm_o_, out_, row_);
+}
+
+// lfm2's short conv over xn for token t of its slot (out_ = its output):
+//   [b, c, x] = W_in xn; conv_ch = sum_i window_ch[i] w_ch[i] over the ssm_conv - 1 values of b * x before in the
+//   sequence and this token's (the last tap's); out = W_out (c * conv)
+void ReferenceBackend::short_conv_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t d = c.n_embd, taps = c.ssm_conv;
+    double* window = conv_state(l, t.slot);  // [n_embd, taps - 1]
+    if (t.pos == 0) std::fill_n(window, d * (taps - 1), 0.0);  // (a sequence starting afresh)
+    matvec(L.ssm_in, xn_, q_, row_);  // [3 n_embd] b, c, x
+    att_.resize(d);
+    for (int64_t ch = 0; ch < d; ++ch) {
+        double* w = window + ch * (taps - 1);
+        const float* tap = L.ssm_conv1d.data() + ch * taps;
+        const double bx = q_[ch] * q_[2 * d + ch];
+        double s = bx * tap[taps - 1];
+        for (int64_t i = 0; i < taps - 1; ++i) s += w[i] * tap[i];
+        att_[ch] = q_[d + ch] * s;
+        for (int64_t i = 0; i + 1 < taps - 1; ++i) w[i] = w[i + 1];
+        w[taps - 2] = bx;
+    }
+    matvec(L.ssm_out, att_, out_, row_);
 }
 
 double* ReferenceBackend::conv_state(int64_t layer, int64_t slot) {
