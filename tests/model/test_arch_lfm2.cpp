@@ -182,6 +182,14 @@ TEST_CASE("quill run, chat and batch work end to end on an lfm2 file with LFM2.5
     if (run.err.find("cannot run on") != std::string::npos)
         CHECK(run.err.find("the CUDA backend cannot run lfm2 models (recurrent short convolution layers)") !=
               std::string::npos);
+    // Layers split over two CPU ranges (each with its layers' conv windows) give the text of one backend.
+    const std::vector<std::string> raw = {"run", "--raw", "-m", file, "-p", "Hello there", "-n", "6", "--temp", "0"};
+    std::vector<std::string> split = raw;
+    split.insert(split.end(), {"--devices", "cpu,cpu"});
+    auto whole = test::run_quill(raw), halves = test::run_quill(split);
+    CHECK((whole.status == 0 && halves.status == 0));
+    CHECK(halves.err.find("3 of 5 layers on cpu (layers 0-2") != std::string::npos);
+    CHECK(halves.out == whole.out);
     auto lookup = test::run_quill({"run", "-m", file, "-p", "Why is the sky blue?", "-n", "4", "--lookup", "4"});
     CHECK(lookup.status != 0);
     CHECK(lookup.err.find("--lookup and --draft-model cannot run on lfm2 models") != std::string::npos);
