@@ -69,11 +69,14 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
         config.arch == "ernie4_5" || config.arch == "seed_oss")
         throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
-    // qwen35's gated delta nets and granitehybrid's Mamba-2 layers (a recurrent state per sequence) and qwen35's gated
-    // queries have no kernels.
+    // qwen35's gated delta nets, granitehybrid's Mamba-2 layers and lfm2's short convs (a recurrent state per
+    // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent {} layers); --device cpu runs it",
-                                    config.arch, config.mamba2() ? "Mamba-2" : "gated delta net"));
+                                    config.arch,
+                                    config.mamba2()                      ? "Mamba-2"
+                                    : !config.short_conv_layers.empty() ? "short convolution"
+                                                                         : "gated delta net"));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

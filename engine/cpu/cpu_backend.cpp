@@ -333,6 +333,8 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
         const LayerWeights& L = weights_.layers[l];
         if (!config_.layer_is_recurrent(l))
             attention_block(batch, L, l);
+        else if (config_.layer_is_short_conv(l))
+            short_conv_block(batch, L, l);
         else if (config_.mamba2())
             mamba2_block(batch, L, l);
         else

@@ -112,6 +112,8 @@ private:
     void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // and for a Mamba-2 layer (granitehybrid's; mamba2.cpp)
     void mamba2_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // and for a short gated convolution (lfm2's recurrent layers; short_conv.cpp)
+    void short_conv_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the
@@ -161,7 +163,7 @@ private:
 
     KvCache kv_;
     AttentionRunner attention_;
-    RecurrentState recurrent_;  // qwen35's recurrent layers' states (empty for the other models)
+    RecurrentState recurrent_;  // qwen35's and lfm2's recurrent layers' states (empty for the other models)
 
     // Scratch for one batch of n tokens.
     Activations act_;
@@ -181,6 +183,7 @@ private:
     std::vector<float> attn_gate_;  // [n, n_head * head_dim] the gates
     // qwen35's gated delta net (delta_net_block; mamba2_block: W_in xn [n, 2 ssm_d_inner + ssm_conv_channels +
     // ssm_n_v_heads] in ssm_qkv_, x, B, C after the conv in ssm_conv_, y in ssm_o_)
+    // (lfm2's short conv, short_conv_block: ssm_qkv_ [n, 3, n_embd] b, c, x; ssm_conv_ [n, n_embd] c * conv)
     std::vector<float> ssm_qkv_;    // [n, ssm_conv_channels] W_in xn
     std::vector<float> ssm_conv_;   // [n, ssm_conv_channels] q, k, v after the conv
     std::vector<float> ssm_z_;      // [n, ssm_d_inner] W_z xn

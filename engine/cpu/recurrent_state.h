@@ -1,8 +1,8 @@
 // The recurrent state of a hybrid model's recurrent layers (qwen35's gated delta nets, granitehybrid's Mamba-2 layers
-// in the same sizes: ModelConfig::mamba2) for the CPU backend: per layer and slot the conv's window of recent inputs
-// and the state matrices, beside the KV cache that its attending layers keep, the position each slot's state stands
-// at, and a few copies of each slot's state taken at positions a caller asked for (snapshots), from which a sequence
-// can continue again.
+// in the same sizes: ModelConfig::mamba2, lfm2's short convs) for the CPU backend: per layer and slot the conv's window
+// of recent inputs and the state matrices (none for a short conv), beside the KV cache that its attending layers keep,
+// the position each slot's state stands at, and a few copies of each slot's state taken at positions a caller asked
+// for (snapshots), from which a sequence can continue again.
 #pragma once
 
 #include "engine/cpu/thread_pool.h"

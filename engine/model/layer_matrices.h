@@ -11,15 +11,16 @@
 
 namespace quill {
 
-// A recurrent layer's matrices (ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out: qwen35's delta net; ssm_in, ssm_out:
-// a Mamba-2 layer, which has no others)
+// A recurrent layer's matrices: qwen35's delta net's ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out, or a Mamba-2
+// layer's or lfm2's short conv's ssm_in, ssm_out.
 inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) {
     if (!L.ssm_z.data) return {&L.ssm_in, &L.ssm_out};
     return {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};
 }
 
 // L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
-// has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead), then ffn_gate,
+// has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead; lfm2's short
+// convs: ssm_in, ssm_out), then ffn_gate,
 // ffn_up, ffn_down, gemma4's per-layer input block (inp_gate, proj), and/or (mixture of experts; gemma4 has both) the
 // router ffn_gate_inp and each expert's gate, up and down, last.
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
@@ -27,7 +28,7 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     if (L.wk.data) m.push_back(&L.wk);
     if (!L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
-    if (L.recurrent()) m = recurrent_matrices(L);  // (qwen35's delta net)
+    if (L.recurrent()) m = recurrent_matrices(L);
     if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;

@@ -39,13 +39,12 @@ bool architecture_supported(const std::string& arch) {
            arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
-           arch == "exaone4" ||
-           arch == "ernie4_5" || arch == "seed_oss";
+           arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, "
-           "granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, qwen2vl, qwen3vl, qwen3vlmoe";
+           "granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, qwen2vl, qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -403,6 +402,43 @@ void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, Model
     read_rope_sections(f, p, true, c);
 }
 
+// LFM2 as llama.cpp's lfm2 reads it: the short convs' taps (shortconv.l_cache), the layers whose
+// attention.head_count_kv is 0 short convs (an array of one a layer, as the converter writes it; an integer: every
+// layer attention), the others GQA with Q and K norms and NEOX RoPE. The attention layers must share one KV head
+// count. A sliding window (llama.cpp makes every attention layer local) and bidirectional attention (the embedding
+// models) are refused by name.
+void read_lfm2(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.ssm_conv = required_int(f, p + "shortconv.l_cache", 2, 64);
+    if (optional_int(f, p + "attention.sliding_window", 0, 0, int64_t{1} << 30) > 0)
+        throw FileError(fmt::format("{}: sliding-window attention ('{}attention.sliding_window') is not supported for "
+                                    "lfm2", f.path(), p));
+    if (const GgufValue* causal = f.find(p + "attention.causal");
+        causal && causal->type() == GgufType::BOOL && !causal->as_bool())
+        throw FileError(fmt::format("{}: bidirectional attention ('{}attention.causal' false: an embedding model) is "
+                                    "not supported for lfm2", f.path(), p));
+    const std::string key = p + "attention.head_count_kv";
+    const GgufValue* v = f.find(key);
+    if (!v || v->type() != GgufType::ARRAY) return;
+    const std::vector<int64_t> kv = layer_ints(f, key, c.n_layer, 0, c.n_head);
+    int64_t heads = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        if (kv[l] == 0) continue;
+        if (heads > 0 && kv[l] != heads)
+            throw FileError(fmt::format("{}: metadata '{}' differs between two attention layers ({} and {}; quill "
+                                        "supports one KV head count)", f.path(), key, heads, kv[l]));
+        heads = kv[l];
+    }
+    if (heads == 0)
+        throw FileError(fmt::format("{}: metadata '{}' is 0 at every layer, expected at least one attention layer",
+                                    f.path(), key));
+    if (c.n_head % heads != 0)
+        throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of '{}' {}", f.path(),
+                                    p, c.n_head, key, heads));
+    c.n_head_kv = heads;
+    if (std::find(kv.begin(), kv.end(), 0) == kv.end()) return;
+    for (int64_t x : kv) c.short_conv_layers.push_back(x == 0);
+}
+
 }  // namespace
 
 bool ModelConfig::rope_pair_still(int64_t pair) const {
@@ -445,7 +481,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen35" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
-        c.arch == "exaone4" || c.arch == "seed_oss" || (variant && variant->rope != ArchVariant::Rope::base))
+        c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" ||
+        (variant && variant->rope != ArchVariant::Rope::base))
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
     const std::string p = c.gguf_arch() + ".";
@@ -477,10 +514,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
     }
     c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
-    // (gemma4's and granitehybrid's may be an array, a value a layer: read_gemma4, read_granite_hybrid read it)
+    // (gemma4's, granitehybrid's and lfm2's may be an array, a value a layer: read_gemma4, read_granite_hybrid and
+    // read_lfm2 read it)
     const GgufValue* kv_heads = f.find(p + "attention.head_count_kv");
-    const bool kv_array =
-        (c.arch == "gemma4" || c.arch == "granitehybrid") && kv_heads && kv_heads->type() == GgufType::ARRAY;
+    const bool kv_array = (c.arch == "gemma4" || c.arch == "granitehybrid" || c.arch == "lfm2") && kv_heads &&
+                          kv_heads->type() == GgufType::ARRAY;
     c.n_head_kv = kv_array ? c.n_head : optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
     if (c.n_head % c.n_head_kv != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
@@ -546,6 +584,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "qwen35") read_qwen35(f, p, n_block, c);
     if (variant && (variant->rope == ArchVariant::Rope::mrope || variant->rope == ArchVariant::Rope::imrope))
         read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)
+    if (c.arch == "lfm2") read_lfm2(f, p, c);
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
     if (c.arch == "glm4") read_glm4(f, p, c);
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)

@@ -124,13 +124,25 @@ struct ModelConfig {
     // h / (heads / groups).
     std::vector<uint8_t> mamba2_layers;
     bool mamba2() const { return !mamba2_layers.empty(); }
+    // lfm2 (LFM2): a hybrid of attention layers and short gated convolutions, the layers whose
+    // attention.head_count_kv is 0: out = W_out (c * conv(b * x)), [b, c, x] = W_in xn, conv a causal depthwise conv
+    // of ssm_conv taps (shortconv.l_cache) over each of the n_embd channels, fed by a window of the ssm_conv - 1
+    // inputs before, the layer's recurrent state per sequence. [n_layer] true at a short conv layer; empty: none.
+    std::vector<bool> short_conv_layers;
+    bool layer_is_short_conv(int64_t layer) const {
+        return !short_conv_layers.empty() && short_conv_layers[static_cast<size_t>(layer)];
+    }
     // (full_attn_interval 1: every layer full attention)
-    bool recurrent() const { return full_attn_interval > 1 || mamba2(); }
+    bool recurrent() const { return full_attn_interval > 1 || mamba2() || !short_conv_layers.empty(); }
     bool layer_is_recurrent(int64_t layer) const {
         if (mamba2()) return mamba2_layers[static_cast<size_t>(layer)] != 0;
-        return full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1;
+        return (full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1) ||
+               layer_is_short_conv(layer);
     }
-    int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v; }
+    // The conv's channels: the delta net's q, k, v (Mamba-2's x, B, C), or a short conv's n_embd
+    int64_t ssm_conv_channels() const {
+        return short_conv_layers.empty() ? 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v : n_embd;
+    }
     int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
     // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); empty: n_ff in every layer. n_ff
     // is then the widest layer's.
@@ -215,7 +227,7 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4,
-// phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone4, ernie4_5, seed_oss).
+// phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone4, ernie4_5, seed_oss, lfm2).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

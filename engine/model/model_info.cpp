@@ -117,6 +117,11 @@ json describe_model(const GgufFile& f, bool with_tensors) {
             info["model"]["mamba2"] = {{"layers", n_mamba}, {"conv", c.ssm_conv}, {"n_group", c.ssm_n_k_heads},
                                        {"n_head", c.ssm_n_v_heads}, {"head_dim", c.ssm_head_v},
                                        {"d_state", c.ssm_head_k}};
+        } else if (!c.short_conv_layers.empty()) {  // (lfm2)
+            std::vector<int64_t> conv;
+            for (int64_t l = 0; l < c.n_layer; ++l)
+                if (c.layer_is_short_conv(l)) conv.push_back(l);
+            info["model"]["short_conv"] = {{"layers", conv}, {"conv", c.ssm_conv}};
         } else if (c.recurrent()) {
             info["model"]["recurrent"] = {{"full_attention_interval", c.full_attn_interval}, {"conv", c.ssm_conv},
                                           {"n_k_heads", c.ssm_n_k_heads}, {"n_v_heads", c.ssm_n_v_heads},
@@ -202,6 +207,11 @@ std::string render_model_info(const json& info) {
                                        b["kv_layers"].dump(), m["n_layer"].dump(),
                                        mib(b["n_ctx_train_bytes"].get<size_t>()),
                                        state > 0 ? fmt::format(" with its recurrent state of {}", mib(state)) : ""));
+        }
+        if (m.contains("short_conv")) {
+            const auto layers = m["short_conv"]["layers"].get<std::vector<int64_t>>();
+            line("recurrent", fmt::format("short gated convs at layers {}, the others attention: conv={}",
+                                          fmt::join(layers, ","), m["short_conv"]["conv"].dump()));
         }
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;

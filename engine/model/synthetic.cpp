@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 namespace quill {
 
@@ -278,6 +279,20 @@ ModelConfig qwen35_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// lfm2: short convs of 3 taps (LFM2's) at the layers not in `attention`, GQA with Q/K norms and NEOX RoPE at those,
+// a dense SwiGLU FFN in every layer; an output matrix of its own, which LFM2 ties to the embeddings (with random
+// weights a tied output's largest logit is the input token's: greedy decoding would repeat it).
+ModelConfig lfm2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                        int64_t n_ff, int64_t n_vocab, int64_t n_ctx, std::initializer_list<int64_t> attention) {
+    ModelConfig c =
+        base_config("lfm2", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.rope_base = c.rope_base_local = 1e6f;
+    c.ssm_conv = 3;
+    c.short_conv_layers.assign(static_cast<size_t>(n_layer), true);
+    for (int64_t l : attention) c.short_conv_layers[static_cast<size_t>(l)] = false;
+    return c;
+}
+
 // gemma4 E2B/E4B: gemma4's layers with per-layer inputs of n_embd_per_layer values, the last n_kv_shared layers
 // reading the caches of earlier ones with FFNs twice as wide (E2B's), V in every layer.
 ModelConfig gemma4_e_config(ModelConfig c, int64_t n_embd_per_layer, int64_t n_kv_shared) {
@@ -347,6 +362,11 @@ std::vector<ModelConfig> arch_shapes() {
         // the shape of Qwen3.5-0.8B (its config.json as we read it; no file could be fetched here to check)
         qwen35_config("qwen35-0.8b", 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 4, 128, 16, 16),
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
+        // layers 0, 2 and 4 short convs, 1 and 3 attention with 2 KV heads for 4 query heads
+        lfm2_config("lfm2-tiny", 128, 5, 4, 2, 256, 320, 1024, {1, 3}),
+        // LFM2-350M and LFM2-1.2B as their config.json files state them (no file could be fetched here to check)
+        lfm2_config("lfm2-350m", 1024, 16, 16, 8, 4608, 65536, 128000, {2, 5, 8, 10, 12, 14}),
+        lfm2_config("lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, 128000, {2, 5, 8, 10, 12, 14}),
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
@@ -483,6 +503,7 @@ std::vector<std::string> control_tokens(const std::string& arch) {
         return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
     if (arch == "seed_oss") return {"<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>"};
     if (arch == "qwen35") return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};  // (Qwen3.5's ChatML)
+    if (arch == "lfm2") return {"<|startoftext|>", "<|im_start|>", "<|im_end|>"};  // (LFM2's ChatML)
     return {};
 }
 
@@ -610,6 +631,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_a = uniform(c.ssm_n_v_heads, -2.0, -0.1);
             L.ssm_d = uniform(c.ssm_n_v_heads, 0.5, 1.5);
             L.ssm_norm = norm(c.ssm_d_inner());
+        } else if (c.layer_is_short_conv(i)) {  // (lfm2's short conv: b, c, x; taps of the size of qwen35's)
+            L.ssm_in = matrix(b + "shortconv.in_proj.weight", c.n_embd, 3 * c.n_embd);
+            L.ssm_out = matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
+            L.ssm_conv1d = uniform(c.n_embd * c.ssm_conv, -0.6, 0.6);
         } else if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
             L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
             L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
@@ -670,7 +695,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ffn_post_norm = norm(c.n_embd);
         }
         if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 ||
-            (c.arch == "qwen35" && !c.layer_is_recurrent(i))) {
+            ((c.arch == "qwen35" || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
             if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
         }
@@ -730,10 +755,10 @@ void SyntheticModel::save(const std::string& path) const {
     std::vector<GgufValue> local_kinds, kv_heads, attn_kv_heads;  // gemma4, granitehybrid: one a layer
     for (int64_t l = 0; l < c.n_layer; ++l) {
         local_kinds.emplace_back(c.layer_is_local(l));
-        kv_heads.emplace_back(uint32_t(c.layer_n_head_kv(l)));
+        kv_heads.emplace_back(uint32_t(c.layer_is_short_conv(l) ? 0 : c.layer_n_head_kv(l)));  // (lfm2: 0 a conv)
         attn_kv_heads.emplace_back(uint32_t(c.layer_is_recurrent(l) ? 0 : c.n_head_kv));
     }
-    if (c.arch == "gemma4")
+    if (c.arch == "gemma4" || (c.arch == "lfm2" && c.recurrent()))
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
     else if (c.mamba2())  // (0: a Mamba-2 layer)
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, attn_kv_heads));
@@ -817,6 +842,7 @@ void SyntheticModel::save(const std::string& path) const {
         for (int64_t x : c.rope_sections) sections.emplace_back(int32_t(x));
         w.set(p + "rope.dimension_sections", GgufValue::array(GgufType::I32, sections));
     }
+    if (c.arch == "lfm2") w.set(p + "shortconv.l_cache", uint32_t(c.ssm_conv));
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
         w.set(p + "rope.scaling.attn_factor", c.rope_mscale);

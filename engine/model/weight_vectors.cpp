@@ -29,7 +29,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
                             c.arch == "olmo2" || c.arch == "exaone4";
     const bool recurrent = c.layer_is_recurrent(layer);
     const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
-                          c.arch == "olmo2" || c.arch == "exaone4" || (c.arch == "qwen35" && !recurrent);
+                          c.arch == "olmo2" || c.arch == "exaone4" ||
+                          ((c.arch == "qwen35" || c.arch == "lfm2") && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
     // (olmo2: Q's and K's norms span the whole projection, not a head)
     const bool whole = c.arch == "olmo2";
@@ -62,6 +63,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
              {"ssm_d", &L::ssm_d, 1, c.ssm_n_v_heads},
              {"ssm_norm.weight", &L::ssm_norm, group, c.ssm_n_k_heads}};
     }
+    if (c.layer_is_short_conv(layer))  // (lfm2: the conv's taps alone)
+        f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
+             {"shortconv.conv.weight", &L::ssm_conv1d, c.ssm_conv, c.n_embd}};
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd});
@@ -95,7 +99,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
 
 std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     using W = Weights;
-    std::vector<VectorField<W>> f{{"output_norm.weight", &W::output_norm, c.n_embd}};
+    // (lfm2: its converter names the final norm token_embd_norm, as llama.cpp reads it)
+    std::vector<VectorField<W>> f{
+        {c.arch == "lfm2" ? "token_embd_norm.weight" : "output_norm.weight", &W::output_norm, c.n_embd}};
     // The RoPE divisors llama.cpp loads: rope_freqs for llama, mistral3, granite and exaone4 (without longrope
     // scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it does not
     // load, and so does quill (Weights::from_gguf), rather than run without it.

@@ -183,6 +183,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             const int64_t n_in = 2 * c.ssm_d_inner() + 2 * c.ssm_n_k_heads * c.ssm_head_k + c.ssm_n_v_heads;
             L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, n_in});
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (c.layer_is_short_conv(i)) {  // (lfm2: a short conv instead of attention)
+            L.ssm_in = l.get(b + "shortconv.in_proj.weight", {c.n_embd, 3 * c.n_embd});
+            L.ssm_out = l.get(b + "shortconv.out_proj.weight", {c.n_embd, c.n_embd});
         } else if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
             L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
             L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});

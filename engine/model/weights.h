@@ -98,6 +98,9 @@ struct LayerWeights {
     // channels), then dt.
     std::vector<float> ssm_conv1d_b;  // [ssm_conv_channels] the conv's bias (may be absent: none)
     std::vector<float> ssm_d;         // [ssm_n_v_heads] the skip y += D x of each head
+    // lfm2's short conv (ModelConfig::layer_is_short_conv) has ssm_in (shortconv.in_proj [3 n_embd rows, n_embd]: b,
+    // c, x), ssm_out (shortconv.out_proj [n_embd rows, n_embd]) and ssm_conv1d (shortconv.conv [n_embd, ssm_conv])
+    // alone.
     bool recurrent() const { return ssm_in.data != nullptr; }
     // gemma4 E2B/E4B (ModelConfig::n_embd_per_layer): the per-layer input's block after the FFN (empty otherwise).
     TensorView per_layer_inp_gate;          // [n_embd_per_layer rows, n_embd] (inp_gate.weight)

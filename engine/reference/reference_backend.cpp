@@ -296,9 +296,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     else
         xn_ = x_;
     // qwen35: x = x + the gated delta net's output over xn, then the FFN (granitehybrid: its Mamba-2 layer's, times
-    // residual_scale)
+    // residual_scale; lfm2: the short conv's)
     if (c.layer_is_recurrent(l)) {
-        if (c.mamba2())
+        if (c.layer_is_short_conv(l))
+            short_conv_token(t, l);
+        else if (c.mamba2())
             mamba2_token(t, l);
         else
             delta_net_token(t, l);
@@ -531,6 +533,30 @@ void ReferenceBackend::mamba2_token(const BatchToken& t, int64_t l) {
         for (int64_t i = g * group; i < (g + 1) * group; ++i) ssm_o_[i] *= scale * L.ssm_norm[i];
     }
     matvec(L.ssm_out, ssm_o_, out_, row_);
+}
+
+// lfm2's short conv over xn for token t of its slot (out_ = its output):
+//   [b, c, x] = W_in xn; conv_ch = sum_i window_ch[i] w_ch[i] over the ssm_conv - 1 values of b * x before in the
+//   sequence and this token's (the last tap's); out = W_out (c * conv)
+void ReferenceBackend::short_conv_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t d = c.n_embd, taps = c.ssm_conv;
+    double* window = conv_state(l, t.slot);  // [n_embd, taps - 1]
+    if (t.pos == 0) std::fill_n(window, d * (taps - 1), 0.0);  // (a sequence starting afresh)
+    matvec(L.ssm_in, xn_, q_, row_);  // [3 n_embd] b, c, x
+    att_.resize(d);
+    for (int64_t ch = 0; ch < d; ++ch) {
+        double* w = window + ch * (taps - 1);
+        const float* tap = L.ssm_conv1d.data() + ch * taps;
+        const double bx = q_[ch] * q_[2 * d + ch];
+        double s = bx * tap[taps - 1];
+        for (int64_t i = 0; i < taps - 1; ++i) s += w[i] * tap[i];
+        att_[ch] = q_[d + ch] * s;
+        for (int64_t i = 0; i + 1 < taps - 1; ++i) w[i] = w[i + 1];
+        w[taps - 2] = bx;
+    }
+    matvec(L.ssm_out, att_, out_, row_);
 }
 
 double* ReferenceBackend::conv_state(int64_t layer, int64_t slot) {

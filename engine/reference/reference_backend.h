@@ -64,6 +64,8 @@ private:
     // out_ = qwen35's gated delta net of layer l over xn_, its state moved on by t
     void delta_net_token(const BatchToken& t, int64_t l);
     void mamba2_token(const BatchToken& t, int64_t l);  // the same for granitehybrid's Mamba-2 layer
+    // out_ = lfm2's short conv of layer l over xn_, its window moved on by t
+    void short_conv_token(const BatchToken& t, int64_t l);
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_
@@ -87,8 +89,8 @@ private:
     std::vector<double> k_cache_;    // [kv_shape_.n_layer, n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<double> v_cache_;    // [kv_shape_.n_layer, n_slots, n_ctx, n_head_kv * head_dim]
     std::vector<uint8_t> written_;   // [n_slots, n_ctx] 1 where a token has stored its K and V
-    // qwen35's recurrent states: [layers_.size(), n_slots, ...] of conv_state's and ssm_state's shapes, and the
-    // position each slot's state stands at (one past its last token)
+    // qwen35's and lfm2's recurrent states: [layers_.size(), n_slots, ...] of conv_state's and ssm_state's shapes, and
+    // the position each slot's state stands at (one past its last token)
     std::vector<double> conv_state_, ssm_state_;
     std::vector<int64_t> state_pos_;  // [n_slots]
 

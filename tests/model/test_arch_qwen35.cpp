@@ -18,6 +18,7 @@
 #include "tests/support/arch_checks.h"
 #include "tests/support/fault_util.h"
 #include "tests/support/random_model.h"
+#include "tests/support/recurrent_checks.h"
 #include "tests/support/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -249,47 +250,9 @@ TEST_CASE("quill run, chat and batch work end to end on a qwen35 file with Qwen3
     }
 }
 
-namespace {
-// A backend that never continues a cached prefix (every turn from position 0), over another.
-class FromScratch final : public Backend {
-public:
-    explicit FromScratch(Backend& inner) : inner_(inner) {}
-    std::string_view name() const override { return inner_.name(); }
-    const ModelConfig& config() const override { return inner_.config(); }
-    const KvCacheShape& kv_shape() const override { return inner_.kv_shape(); }
-    void forward(const Batch& batch, std::span<float> logits) override { inner_.forward(batch, logits); }
-    int64_t max_rewind() const override { return -1; }
-
-private:
-    Backend& inner_;
-};
-}  // namespace
-
 TEST_CASE("qwen35: three chat turns give the replies of the conversation run from position 0 each turn, and "
           "continue the state where it stands", "[arch][chat]") {
-    auto m = saved_model(GgmlType::F32);
-    auto tok = Tokenizer::from_gguf(m->file);
-    const chat::ChatFormat format =
-        chat::ChatFormat::from_source(*chat::builtin_template("chatml"), "chatml", "", "");
-    GenerationParams gp;
-    gp.max_tokens = 6;
-    gp.sampling.temperature = 0;
-    auto kept = test::arch_cpu_backend(m->config, m->weights, cpu::Isa::generic, 256);
-    auto inner = test::arch_cpu_backend(m->config, m->weights, cpu::Isa::generic, 256);
-    FromScratch scratch(*inner);
-    chat::Conversation conv(*kept, *tok, format, 256, gp, chat::ContextOverflow::error);
-    chat::Conversation again(scratch, *tok, format, 256, gp, chat::ContextOverflow::error);
-    int reused = 0;
-    for (const char* said : {"Hello there", "And again", "Once more"}) {
-        INFO(said);
-        const chat::TurnResult t = conv.send(said, [](std::string_view) {});
-        const chat::TurnResult want = again.send(said, [](std::string_view) {});
-        CHECK(want.stats.reused_tokens == 0);
-        CHECK(t.text == want.text);
-        reused += t.stats.reused_tokens;
-    }
-    // Turns 2 and 3 continue the state where turns 1 and 2 left it (the tokens fed so far), not from 0.
-    CHECK(reused > 0);
+    test::check_chat_turns_continue_state(*saved_model(GgmlType::F32));
 }
 
 namespace {

@@ -116,6 +116,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(gh->config, gh->weights),
                       "the CUDA backend cannot run granitehybrid models (recurrent Mamba-2 layers); --device cpu runs "
                       "it");
+    // Nor lfm2 (its short convolutions, a recurrent state per sequence).
+    auto lfm2 = SyntheticModel::make(synthetic_config("lfm2-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(lfm2->config, lfm2->weights),
+                      "the CUDA backend cannot run lfm2 models (recurrent short convolution layers); --device cpu "
+                      "runs it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {

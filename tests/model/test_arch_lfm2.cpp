@@ -1,0 +1,223 @@
+// lfm2 (LFM2, a hybrid of short gated convolution and GQA attention layers) against llama.cpp: the synthetic
+// lfm2-tiny model (engine/model/synthetic.cpp, seed 42, as `quill bench --synthetic lfm2-tiny --dtype f32|f16 --save
+// FILE` writes it: 5 layers, 0, 2 and 4 short convs of 3 taps, 1 and 3 attention with Q/K norms, 2 KV heads for 4
+// query heads, NEOX RoPE; the final norm named token_embd_norm; an output matrix, which real files tie) regenerated,
+// saved and loaded back, then run on the reference backend and the CPU backend of every kernel family this machine
+// has. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256)
+// over the 32 tokens below, made with tests/data/arch/dump_logits.cpp (its header says how):
+// dump_logits FILE STEM 24 1 300 45 72 ... 202.
+#include "engine/error.h"
+#include "engine/model/layer_matrices.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic.h"
+#include "engine/reference/reference_backend.h"
+#include "tests/support/arch_checks.h"
+#include "tests/support/fault_util.h"
+#include "tests/support/recurrent_checks.h"
+#include "tests/support/test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace quill;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kCtx = 256;
+
+// The limits on max |diff| / range, the reference backend's and the CPU backend's. Measured: F32 3.1e-7 to 4.5e-7 on
+// every backend; F16 4.9e-4 on the reference backend (it does not round the F16 products' inputs to fp16, which
+// llama.cpp does), 2.2e-4 to 3.8e-4 on the CPU backend's paths.
+struct Case {
+    GgmlType type;
+    double tol_reference, tol_cpu;
+};
+constexpr Case kCases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, 1.5e-3, 1.5e-3}};
+
+std::string stem(const Case& c) { return fmt::format("lfm2-tiny-{}", type_name(c.type)); }
+
+// attention.head_count_kv as one value a layer
+GgufValue kv_heads(std::initializer_list<uint32_t> v) {
+    std::vector<GgufValue> a;
+    for (uint32_t x : v) a.emplace_back(x);
+    return GgufValue::array(GgufType::U32, a);
+}
+
+}  // namespace
+
+TEST_CASE("lfm2 tiny model: the reference backend gives llama.cpp's logits and greedy tokens", "[arch][reference]") {
+    for (const Case& c : kCases) {
+        INFO(stem(c));
+        auto m = test::saved_synthetic("lfm2-tiny", c.type);
+        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+        test::check_against_llama_cpp(b, stem(c), c.tol_reference);
+    }
+}
+
+TEST_CASE("lfm2 tiny model: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA", "[arch][cpu]") {
+    for (const Case& c : kCases) {
+        auto m = test::saved_synthetic("lfm2-tiny", c.type);
+        test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.tol_cpu, kCtx);
+    }
+}
+
+TEST_CASE("lfm2 settings and short conv tensors are read from the file as llama.cpp reads them", "[arch][model]") {
+    auto m = test::saved_synthetic("lfm2-tiny", GgmlType::F16);
+    const ModelConfig& c = m->config;
+    CHECK(c.arch == "lfm2");
+    CHECK(c.rope == ModelConfig::Rope::neox);
+    CHECK((c.n_layer == 5 && c.recurrent() && !c.attn_out_gate && c.full_attn_interval == 0));
+    CHECK((c.ssm_conv == 3 && c.ssm_conv_channels() == 128 && c.n_head == 4 && c.n_head_kv == 2 && c.head_dim == 32));
+    for (int64_t l = 0; l < 5; ++l) {
+        CHECK(c.layer_is_short_conv(l) == (l % 2 == 0));
+        CHECK(c.layer_is_recurrent(l) == (l % 2 == 0));
+    }
+    CHECK(!m->weights.output_tied);
+    CHECK(m->weights.output_norm.size() == 128);  // (the file's token_embd_norm)
+    const LayerWeights& r = m->weights.layers[4];
+    CHECK((r.recurrent() && r.wq.data == nullptr && r.ssm_z.data == nullptr && r.attn_q_norm.empty()));
+    CHECK((r.ssm_conv1d.size() == 128 * 3 && r.ssm_in.n_rows() == 3 * 128 && r.ffn_norm.size() == 128));
+    const auto mats = layer_matrices(r);
+    REQUIRE(mats.size() == 2 + 3);
+    CHECK(mats[0]->name == "blk.4.shortconv.in_proj.weight");
+    CHECK(mats[1]->name == "blk.4.shortconv.out_proj.weight");
+    const LayerWeights& a = m->weights.layers[3];
+    CHECK((!a.recurrent() && a.wq.n_rows() == 128 && a.wk.n_rows() == 64 && a.attn_q_norm.size() == 32 &&
+           a.attn_k_norm.size() == 32));
+}
+
+TEST_CASE("lfm2: a prompt in one batch gives the logits of its tokens one at a time, bit for bit", "[arch][cpu]") {
+    for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
+        auto m = SyntheticModel::make(synthetic_config("lfm2-tiny"), type, 7);
+        const auto tokens = test::some_tokens(12, static_cast<int>(m->config.n_vocab), 5);
+        for (cpu::Isa isa : test::available_isas()) {
+            INFO(type_name(type) << ", " << cpu::isa_name(isa));
+            auto one = test::arch_cpu_backend(m->config, m->weights, isa, 64);
+            auto many = test::arch_cpu_backend(m->config, m->weights, isa, 64);
+            CHECK(test::max_diff(test::prefill_logits(*many, tokens), test::stepwise_logits(*one, tokens)) == 0.0);
+        }
+    }
+}
+
+TEST_CASE("lfm2: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
+    test::check_mixed_batches(synthetic_config("lfm2-tiny"), {GgmlType::F32, GgmlType::Q4_0}, kCtx);
+}
+
+TEST_CASE("lfm2: a slot's conv state continues only from where it stands, or starts again at 0",
+          "[arch][cpu][reference]") {
+    auto m = SyntheticModel::make(synthetic_config("lfm2-tiny"), GgmlType::F32, 3);
+    const auto a = test::some_tokens(6, static_cast<int>(m->config.n_vocab), 1);
+    const auto b = test::some_tokens(4, static_cast<int>(m->config.n_vocab), 2);
+    ReferenceBackend ref(m->config, m->weights, ReferenceBackendOptions{64, 2, KvType::f32});
+    auto cpu = test::arch_cpu_backend(m->config, m->weights, std::nullopt, 64, 2);
+    for (Backend* be : {static_cast<Backend*>(&ref), static_cast<Backend*>(cpu.get())}) {
+        INFO(be->name());
+        CHECK(be->max_rewind() == 0);
+        CHECK(!be->can_copy_kv());
+        test::prefill_logits(*be, a);
+        Batch bad;
+        bad.add(b[0], 3, 0, true);
+        std::vector<float> out(m->config.n_vocab);
+        CHECK_THROWS_WITH(be->forward(bad, out), Catch::Contains("slot 0: position 3") &&
+                                                     Catch::Contains("state stands at position 6"));
+        // Starting again at 0 gives the logits of a fresh backend (the window zeroed, not carried over).
+        const auto again = test::prefill_logits(*be, b);
+        ReferenceBackend fresh(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
+        CHECK(test::max_diff(again, test::prefill_logits(fresh, b)) <= 1e-4 * test::max_abs(again));
+    }
+}
+
+TEST_CASE("lfm2 files whose layers quill cannot follow are refused with one line naming the key", "[arch][model]") {
+    const fs::path dir = test::temp_dir("arch_lfm2_refused");
+    const std::vector<test::RefusedMetadata> cases = {
+        {"l-cache", [](GgufWriter& w) { w.set("lfm2.shortconv.l_cache", uint32_t(1)); },
+         "metadata 'lfm2.shortconv.l_cache' is 1, expected 2..64"},
+        {"kv-differ",
+         [](GgufWriter& w) {
+             w.set("lfm2.attention.head_count_kv", kv_heads({0, 2, 0, 4, 0}));
+         },
+         "metadata 'lfm2.attention.head_count_kv' differs between two attention layers (2 and 4; quill supports one "
+         "KV head count)"},
+        {"kv-none",
+         [](GgufWriter& w) {
+             w.set("lfm2.attention.head_count_kv", kv_heads({0, 0, 0, 0, 0}));
+         },
+         "metadata 'lfm2.attention.head_count_kv' is 0 at every layer, expected at least one attention layer"},
+        {"window", [](GgufWriter& w) { w.set("lfm2.attention.sliding_window", uint32_t(8)); },
+         "sliding-window attention ('lfm2.attention.sliding_window') is not supported for lfm2"},
+        {"bidirectional", [](GgufWriter& w) { w.set("lfm2.attention.causal", false); },
+         "bidirectional attention ('lfm2.attention.causal' false: an embedding model) is not supported for lfm2"},
+    };
+    test::check_refused_metadata(dir, "lfm2-tiny", cases);
+}
+
+TEST_CASE("quill run, chat and batch work end to end on an lfm2 file with LFM2.5-Instruct's chat template",
+          "[arch][cli]") {
+    const fs::path dir = test::temp_dir("arch_cli_lfm2");
+    const std::string file = (dir / "lfm2-tiny.gguf").string();
+    auto save = test::run_quill(
+        {"bench", "--synthetic", "lfm2-tiny", "--dtype", "f16", "--save", file, "-p", "4", "-n", "2", "-r", "1"});
+    REQUIRE(save.status == 0);
+    // The template Liquid AI ships with LFM2.5-1.2B-Instruct (tests/data/templates/src, rendered byte for byte as
+    // Jinja2 does by test_template_corpus.cpp).
+    const std::string tmpl =
+        (fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" / "LFM2.5-Instruct.jinja").string();
+    auto info = test::run_quill({"info", file});
+    CHECK(info.status == 0);
+    CHECK(info.out.find("short gated convs at layers 0,2,4, the others attention: conv=3") != std::string::npos);
+    auto prompt = test::run_quill({"template", "-m", file, "--chat-template", tmpl});
+    CHECK(prompt.status == 0);
+    CHECK(prompt.out == "<s><|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+    // --device auto: on the CPU (the CUDA backend refuses the short convs with one line where there is a GPU).
+    auto run = test::run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
+                                "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
+    CHECK(run.status == 0);
+    CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
+    CHECK(run.err.find("cpu backend") != std::string::npos);
+    if (run.err.find("cannot run on") != std::string::npos)
+        CHECK(run.err.find("the CUDA backend cannot run lfm2 models (recurrent short convolution layers)") !=
+              std::string::npos);
+    // Layers split over two CPU ranges (each with its layers' conv windows) give the text of one backend.
+    const std::vector<std::string> raw = {"run", "--raw", "-m", file, "-p", "Hello there", "-n", "6", "--temp", "0"};
+    std::vector<std::string> split = raw;
+    split.insert(split.end(), {"--devices", "cpu,cpu"});
+    auto whole = test::run_quill(raw), halves = test::run_quill(split);
+    CHECK((whole.status == 0 && halves.status == 0));
+    CHECK(halves.err.find("3 of 5 layers on cpu (layers 0-2") != std::string::npos);
+    CHECK(halves.out == whole.out);
+    auto lookup = test::run_quill({"run", "-m", file, "-p", "Why is the sky blue?", "-n", "4", "--lookup", "4"});
+    CHECK(lookup.status != 0);
+    CHECK(lookup.err.find("--lookup and --draft-model cannot run on lfm2 models") != std::string::npos);
+    auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
+                                "Hello there\nAnd again\nOnce more\n");
+    CHECK(chat.status == 0);
+    CHECK(chat.err.find("error") == std::string::npos);
+    // Batch: sequences of different lengths side by side give each one's text alone.
+    const std::vector<std::string> prompts = {"a", "The longer prompt of the two here", "mid length one"};
+    std::string input;
+    for (const auto& p : prompts) input += nlohmann::json{{"prompt", p}}.dump() + "\n";
+    auto r = test::run_quill({"batch", "--raw", "-m", file, "--temp", "0", "-n", "8", "--parallel", "3",
+                              "--batch-tokens", "5", "--quiet", "-t", "1"}, input);
+    REQUIRE(r.status == 0);
+    std::istringstream lines(r.out);
+    std::string line;
+    size_t i = 0;
+    for (; std::getline(lines, line); ++i) {
+        const auto rec = nlohmann::json::parse(line);
+        auto alone = test::run_quill({"run", "--raw", "-m", file, "--temp", "0", "-n", "8", "-t", "1", "--json", "-p",
+                                      prompts.at(std::stoul(rec["id"].get<std::string>().substr(5)) - 1)});
+        REQUIRE(alone.status == 0);
+        CHECK(nlohmann::json::parse(alone.out)["text"] == rec["text"]);
+    }
+    CHECK(i == prompts.size());
+}
+
+TEST_CASE("lfm2: three chat turns give the replies of the conversation run from position 0 each turn, and "
+          "continue the state where it stands", "[arch][chat]") {
+    test::check_chat_turns_continue_state(*test::saved_synthetic("lfm2-tiny", GgmlType::F32));
+}
