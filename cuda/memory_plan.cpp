@@ -77,6 +77,10 @@ void check_model(const ModelConfig& config, const Weights& weights) {
                                     config.mamba2()                      ? "Mamba-2"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));
+    // The shared expert beside the routed ones (qwen2moe; qwen35moe, refused above) has no kernels.
+    if (config.moe_shared_expert)
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (a shared expert beside the routed ones); "
+                                    "--device cpu runs it", config.arch));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

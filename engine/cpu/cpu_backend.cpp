@@ -78,10 +78,10 @@ void CpuBackend::resize_scratch(int64_t n) {
     v_.resize(n * c.n_embd_kv());
     att_.resize(n * c.n_embd_q());
     proj_.resize(n * c.n_embd);
-    const bool dense = !c.moe() || c.moe_shared_ffn;  // (a mixture of experts has its own: moe_block)
+    const bool dense = c.dense_ffn();  // (a mixture of experts has its own: moe_block)
     gate_.resize(dense ? n * c.n_ff : 0);
     up_.resize(dense ? n * c.n_ff : 0);
-    shared_.resize(c.moe_shared_ffn ? n * c.n_embd : 0);
+    shared_.resize(c.moe_shared_ffn || c.moe_shared_expert ? n * c.n_embd : 0);
     ple_.resize(n * layers_.size() * c.n_embd_per_layer);
     ple_gate_.resize(n * c.n_embd_per_layer);
     ple_row_.resize(c.n_layer * c.n_embd_per_layer);
@@ -560,18 +560,35 @@ void CpuBackend::scale_residual(int64_t n) {
 
 // proj = W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x + the attention's proj) * ffn_norm, act SiLU or GELU
 // (ModelConfig::ffn_act); gemma3 normalizes the output before the sum. gemma4's mixture: proj = post_norm_1(that) +
-// post_norm_2(the experts' sum) (moe_block).
+// post_norm_2(the experts' sum) (moe_block). A mixture with a shared expert: the experts' sum plus its gated output.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
-    if (c.moe() && !c.moe_shared_ffn) return moe_block(L, layer, n);
+    if (c.moe() && !c.moe_shared_ffn) {
+        moe_block(L, layer, n);
+        if (c.moe_shared_expert) shared_expert(L, layer, n);
+        return;
+    }
+    // (olmo2, exaone4: no input norm, gate and up read x itself)
+    const WeightMatrix& gate = matrix(L.ffn_gate);
+    const bool ready = residual_norm(layer, c.input_norms ? L.ffn_norm.data() : nullptr,
+                                     c.input_norms ? &gate : nullptr, n);
+    dense_ffn(L, layer, n, c.input_norms ? xn_.data() : x_.data(), ready, proj_.data());
+    if (c.moe_shared_ffn) {
+        norm(proj_.data(), L.ffn_post_norm_1.data(), shared_.data(), n);
+        moe_block(L, layer, n, true);
+        norm(proj_.data(), L.ffn_post_norm_2.data(), proj_.data(), n);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) proj_[i] += shared_[i];
+    }
+    if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
+    scale_residual(n);
+}
+
+void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out) {
+    const auto& c = config_;
     QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
-    // (olmo2, exaone4: no input norm, gate and up read x itself)
-    const bool ready = residual_norm(layer, c.input_norms ? L.ffn_norm.data() : nullptr,
-                                     c.input_norms ? &gate_up[0].w : nullptr, n);
-    const float* in = c.input_norms ? xn_.data() : x_.data();
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
-    const MatmulJob down[] = {{matrix(L.ffn_down), proj_.data()}};
+    const MatmulJob down[] = {{matrix(L.ffn_down), out}};
     const int64_t n_ff = c.layer_n_ff(layer);  // (gemma4 E2B: wider in its shared-KV layers)
     if (int8_in_section(down[0].w, n)) {
         // Gate and up in one section by units of kFfnUnit features, each thread applying the activation to its
@@ -594,14 +611,6 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
         });
         mm(down, gate_.data(), n, n_ff, n_decode_);
     }
-    if (c.moe_shared_ffn) {
-        norm(proj_.data(), L.ffn_post_norm_1.data(), shared_.data(), n);
-        moe_block(L, layer, n, true);
-        norm(proj_.data(), L.ffn_post_norm_2.data(), proj_.data(), n);
-        for (int64_t i = 0; i < n * c.n_embd; ++i) proj_[i] += shared_[i];
-    }
-    if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
-    scale_residual(n);
 }
 
 // ple[t, l] = (rms_norm(W_mp[l] x0[t] / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token_t][l] *

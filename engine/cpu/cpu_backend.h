@@ -115,6 +115,8 @@ private:
     // and for a short gated convolution (lfm2's recurrent layers; short_conv.cpp)
     void short_conv_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
+    // out [n, n_embd] = W2 (act(W1 in) * W3 in) for in [n, n_embd] (act_ holds it when `ready`)
+    void dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the
     // embeddings x0 [n_tokens, n_embd]; per_layer_block: x_ += proj_, then proj_ = the layer's per-layer block of it.
@@ -123,6 +125,8 @@ private:
     // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
     // experts beside a dense FFN, whose inputs have their own norms)
     void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);
+    // after moe_block, the shared expert's gated output added to proj_ (ModelConfig::moe_shared_expert; moe.cpp)
+    void shared_expert(const LayerWeights& L, int64_t layer, int64_t n);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);
     void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t t, bool local) const;
@@ -201,7 +205,7 @@ private:
     std::vector<float> moe_gate_;    // [m, n_ff_exp]
     std::vector<float> moe_up_;      // [m, n_ff_exp]
     std::vector<float> moe_down_;    // [m, n_embd]
-    std::vector<float> shared_;      // [n, n_embd] gemma4: the dense FFN's output beside the experts'
+    std::vector<float> shared_;      // [n, n_embd] the dense FFN's output beside the experts' (gemma4, shared expert)
     // gemma4 E2B/E4B (per_layer_inputs): each token's inputs of this backend's layers, the gate of a layer's block,
     // a token's row of per_layer_token_embd, and the rows of per_layer_model_proj these layers read.
     std::vector<float> ple_;       // [n, layers_.size(), n_embd_per_layer]

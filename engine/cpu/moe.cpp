@@ -9,7 +9,8 @@
 
 namespace quill::cpu {
 
-void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias) {
+void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias,
+                       bool renormalize) {
     QUILL_CHECK(n_used >= 1 && n_used <= n_expert, "{} of {} experts", n_used, n_expert);
     n_used_ = n_used;
     const auto k = static_cast<size_t>(n_used);
@@ -22,7 +23,7 @@ void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t
         // l = logits[t] (+ bias)
         const float* l = logits + t * n_expert;
         for (int64_t e = 0; e < n_expert; ++e) probs_[e] = bias ? l[e] + bias[e] : l[e];
-        // the n_used largest, then in increasing expert order, each weighted by exp(l_e) / (sum of theirs)
+        // the n_used largest, then in increasing expert order, each weighted by exp(l_e) / (sum of theirs, or of all)
         for (size_t e = 0; e < order_.size(); ++e) order_[e] = static_cast<int32_t>(e);
         std::partial_sort(order_.begin(), order_.begin() + n_used, order_.end(), [&](int32_t a, int32_t b) {
             return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
@@ -30,7 +31,8 @@ void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t
         const double top = probs_[order_[0]];
         std::sort(order_.begin(), order_.begin() + n_used);
         double chosen_sum = 0.0;
-        for (size_t i = 0; i < k; ++i) chosen_sum += std::exp(probs_[order_[i]] - top);
+        const size_t summed = renormalize ? k : order_.size();
+        for (size_t i = 0; i < summed; ++i) chosen_sum += std::exp(probs_[order_[i]] - top);
         for (size_t i = 0; i < k; ++i) {
             chosen_[t * k + i] = order_[i];
             chosen_weight_[t * k + i] = static_cast<float>(std::exp(probs_[order_[i]] - top) / chosen_sum);
@@ -94,7 +96,7 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
         mm(router, xn_.data(), n, d, n_decode_, ready);
     }
     moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used,
-                       L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data());
+                       L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data(), c.moe_norm_weights);
 
     moe_x_.resize(static_cast<size_t>(n * d));
     moe_gate_.resize(static_cast<size_t>(n * f));
@@ -158,6 +160,24 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
             else
                 for (int64_t j = 0; j < d; ++j) y[j] += w * o[j];
         }
+    }
+}
+
+// proj += sigmoid(g . xn) * W2 (silu(W1 xn) * W3 xn) for each token, the shared expert beside the routed ones
+// (qwen2moe, qwen35moe), xn the experts' input that moe_block left in xn_; the factor 1 without a gate vector g. Over
+// all n rows as a dense FFN, and added after the experts' sum: a token's output is the same in any batch.
+void CpuBackend::shared_expert(const LayerWeights& L, int64_t layer, int64_t n) {
+    const int64_t d = config_.n_embd;
+    dense_ffn(L, layer, n, xn_.data(), false, shared_.data());
+    const std::vector<float>& g = L.ffn_gate_inp_shexp;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* x = xn_.data() + t * d;
+        double z = 0.0;
+        for (int64_t j = 0; j < static_cast<int64_t>(g.size()); ++j) z += static_cast<double>(g[j]) * x[j];
+        const auto gate = static_cast<float>(g.empty() ? 1.0 : 1.0 / (1.0 + std::exp(-z)));
+        float* y = proj_.data() + t * d;
+        const float* s = shared_.data() + t * d;
+        for (int64_t j = 0; j < d; ++j) y[j] += gate * s[j];
     }
 }
 

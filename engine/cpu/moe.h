@@ -14,8 +14,10 @@ class MoeRouting {
 public:
     // From router logits [n, n_expert] (plus bias [n_expert] when not null): each token's n_used experts of the
     // largest logits (a tie goes to the lower expert), weighted by the softmax over those logits (the same as the
-    // softmax over all of them renormalized over the chosen).
-    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias = nullptr);
+    // softmax over all of them renormalized over the chosen), or without `renormalize` by their shares of the
+    // softmax over all n_expert logits (ModelConfig::moe_norm_weights).
+    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias = nullptr,
+               bool renormalize = true);
 
     int64_t n_used() const { return n_used_; }
     // Expert e's assignments [begin(e), end(e)): indices into token() and weight().

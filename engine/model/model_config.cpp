@@ -35,16 +35,17 @@ const ArchVariant* arch_variant(const std::string& file_arch) {
 
 bool architecture_supported(const std::string& arch) {
     if (arch_variant(arch)) return true;
-    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen35" ||
-           arch == "gemma2" ||
+    return arch == "llama" || arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe" ||
+           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
            arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, "
-           "granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, qwen2vl, qwen3vl, qwen3vlmoe";
+    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
+           "mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, qwen2vl, "
+           "qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -479,7 +480,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.file_arch = c.arch;
         c.arch = variant->arch;
     }
-    if (c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen35" || c.arch == "gemma2" ||
+    const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
+    if (c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe" || qwen35 ||
+        c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
         c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" ||
         (variant && variant->rope != ArchVariant::Rope::base))
@@ -488,7 +491,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const std::string p = c.gguf_arch() + ".";
 
     // (gemma4: where the file has experts)
-    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" ||
+    // qwen2moe, qwen35moe: a shared expert beside the routed ones
+    const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
+    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert ||
                      (c.arch == "gemma4" && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch == "granitehybrid")
         throw FileError(fmt::format("{}: granitehybrid mixture-of-experts models ({} experts: Granite 4.0 H Tiny, "
@@ -496,20 +501,24 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                                     "(ffn_*_shexp); the dense ones (H Micro, H 1B, H 350M) run", f.path(), *experts));
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen3moe, gpt-oss and gemma4 are)", f.path(), *experts, c.arch));
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss and gemma4 are)", f.path(), *experts,
+                                    c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
     c.n_layer = required_int(f, p + "block_count", 1, 4096);
     const int64_t n_block = c.n_layer;
     // qwen35: the multi-token-prediction blocks at the end, which the forward does not run (as llama.cpp by default)
-    if (c.arch == "qwen35") c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
+    if (qwen35) c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
     if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
         if (c.arch != "gemma4")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
             throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which "
                                         "quill does not support for {}", f.path(), p, c.arch));
         c.n_ff_layers = layer_ints(f, p + "feed_forward_length", c.n_layer, 1, kBig);
         c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    } else if (shared_expert && f.find(p + "expert_feed_forward_length") &&
+               f.find(p + "expert_shared_feed_forward_length")) {  // (both widths given: n_ff unused, as llama.cpp)
+        c.n_ff = optional_int(f, p + "feed_forward_length", 0, 0, kBig);
     } else {
         c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
     }
@@ -546,6 +555,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
             throw FileError(fmt::format("{}: no '{}expert_feed_forward_length' and feed_forward_length {} is less "
                                         "than expert_used_count {}", f.path(), p, c.n_ff, c.n_expert_used));
     }
+    if (shared_expert) {  // the shared expert's width is n_ff from here on; its gate vector is required
+        c.n_ff = optional_int(f, p + "expert_shared_feed_forward_length", c.n_ff, 1, kBig);
+        c.moe_shared_expert = c.moe_shared_gate = true;
+        c.moe_norm_weights = c.arch != "qwen2moe";  // (Qwen1.5-MoE's and Qwen2-MoE's norm_topk_prob false)
+    }
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
@@ -581,7 +595,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
-    if (c.arch == "qwen35") read_qwen35(f, p, n_block, c);
+    if (qwen35) read_qwen35(f, p, n_block, c);
     if (variant && (variant->rope == ArchVariant::Rope::mrope || variant->rope == ArchVariant::Rope::imrope))
         read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)
     if (c.arch == "lfm2") read_lfm2(f, p, c);

@@ -90,7 +90,18 @@ struct ModelConfig {
     // post_norm_2(experts), each with its own input norm, the router reading rms_norm(x) / sqrt(n_embd) * its scale,
     // GeGLU experts whose outputs are scaled per expert
     bool moe_shared_ffn = false;
+    // A shared expert beside the routed ones (qwen2moe, qwen35moe): a SwiGLU FFN of n_ff features (the file's
+    // expert_shared_feed_forward_length, else feed_forward_length) reading the experts' input xn, its output
+    // multiplied per token by sigmoid(ffn_gate_inp_shexp . xn) when moe_shared_gate, then added to the experts' sum.
+    bool moe_shared_expert = false;
+    bool moe_shared_gate = false;
+    // The chosen experts' weights: the softmax over their logits (true), or (qwen2moe, llama.cpp's norm_w off) their
+    // shares of the softmax over all n_expert logits, not renormalized.
+    bool moe_norm_weights = true;
     bool moe() const { return n_expert > 0; }
+    // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
+    // shared expert)
+    bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert; }
     // gemma4: the local layers' own head size, KV heads and rotated dims (attention.key_length_swa,
     // head_count_kv's local entries, rope.dimension_count_swa); 0: the same as the global layers' (head_dim,
     // n_head_kv, n_rot). The KV cache's row is the widest layer's (kv_heads, kv_head_dim); a narrower layer uses the
@@ -226,8 +237,9 @@ struct ModelConfig {
     int64_t n_embd_q() const { return n_head * std::max(head_dim, head_dim_local); }
 };
 
-// Whether quill can run this general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35, gemma2, gemma3, gemma4,
-// phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone4, ernie4_5, seed_oss, lfm2).
+// Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
+// gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4,
+// ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

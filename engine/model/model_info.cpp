@@ -109,6 +109,7 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe())
             info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
                                         {"n_ff_exp", c.n_ff_exp}};
+        if (c.moe_shared_expert) info["model"]["experts"]["n_ff_shexp"] = c.n_ff;  // (the shared expert's width)
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
         if (c.mamba2()) {
@@ -184,8 +185,11 @@ std::string render_model_info(const json& info) {
                                   m["n_head_kv"].dump(), m["head_dim"].dump(), m["n_ff"].dump(),
                                   m["n_ctx_train"].dump(), m["output_tied"].get<bool>() ? " (output tied)" : ""));
         if (m.contains("experts"))
-            line("experts", fmt::format("n_expert={} n_expert_used={} n_ff_exp={}", m["experts"]["n_expert"].dump(),
-                                        m["experts"]["n_expert_used"].dump(), m["experts"]["n_ff_exp"].dump()));
+            line("experts", fmt::format("n_expert={} n_expert_used={} n_ff_exp={}{}", m["experts"]["n_expert"].dump(),
+                                        m["experts"]["n_expert_used"].dump(), m["experts"]["n_ff_exp"].dump(),
+                                        m["experts"].contains("n_ff_shexp")
+                                            ? " n_ff_shexp=" + m["experts"]["n_ff_shexp"].dump()
+                                            : ""));
         if (m.contains("recurrent"))
             line("recurrent", fmt::format("gated delta nets, every {}th layer full attention: conv={} n_k_heads={} "
                                           "n_v_heads={} head_dim={}",

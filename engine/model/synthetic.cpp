@@ -293,6 +293,35 @@ ModelConfig lfm2_config(const char* name, int64_t n_embd, int64_t n_layer, int64
     return c;
 }
 
+// qwen35moe: qwen35's layers with a mixture of n_expert SwiGLU experts of n_ff_exp features (n_used a token, weighted
+// by the softmax over their logits) and a shared expert of n_ff features with its sigmoid gate, in place of the FFN.
+ModelConfig qwen35moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used) {
+    c.arch = "qwen35moe";
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_shared_expert = c.moe_shared_gate = true;
+    return c;
+}
+
+// qwen2moe: qwen2's layers (Q, K and V biases, NEOX RoPE) with a mixture of n_expert SwiGLU experts of n_ff_exp
+// features, n_used a token weighted by their shares of the softmax over all the logits, and a shared expert of n_ff
+// features with its sigmoid gate.
+ModelConfig qwen2moe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                            int64_t n_ff, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_vocab,
+                            int64_t n_ctx) {
+    ModelConfig c =
+        base_config("qwen2moe", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.rope_base = c.rope_base_local = 1e6f;
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_shared_expert = c.moe_shared_gate = true;
+    c.moe_norm_weights = false;
+    return c;
+}
+
 // gemma4 E2B/E4B: gemma4's layers with per-layer inputs of n_embd_per_layer values, the last n_kv_shared layers
 // reading the caches of earlier ones with FFNs twice as wide (E2B's), V in every layer.
 ModelConfig gemma4_e_config(ModelConfig c, int64_t n_embd_per_layer, int64_t n_kv_shared) {
@@ -362,6 +391,17 @@ std::vector<ModelConfig> arch_shapes() {
         // the shape of Qwen3.5-0.8B (its config.json as we read it; no file could be fetched here to check)
         qwen35_config("qwen35-0.8b", 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 4, 128, 16, 16),
         qwen3moe_config("qwen3moe-tiny", 128, 3, 4, 2, 64, 128, 64, 8, 2, 320, 1024),
+        // qwen35-tiny's layers with 8 experts of 64 features (2 a token) and a shared expert of 96
+        qwen35moe_config(qwen35_config("qwen35moe-tiny", 128, 5, 4, 2, 64, 16, 96, 320, 1024, 4, 32, 2, 4), 64, 8, 2),
+        // the shape of Qwen3.5-35B-A3B (its config.json as we read it; no file could be fetched here to check), and
+        // its first 8 layers (a benchmark of a size CI can run)
+        qwen35moe_config(qwen35_config("qwen3.5-35b-a3b", 2048, 40, 16, 2, 256, 64, 512, 248320, 262144, 4, 128, 16,
+                                       32), 512, 256, 8),
+        qwen35moe_config(qwen35_config("qwen3.5-35b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 248320, 262144, 4, 128, 16,
+                                       32), 512, 256, 8),
+        // 8 experts of 64 features (2 a token) and a shared expert of 192; Qwen1.5-MoE-A2.7B as its files state it
+        qwen2moe_config("qwen2moe-tiny", 128, 3, 4, 2, 192, 64, 8, 2, 320, 1024),
+        qwen2moe_config("qwen1.5-moe-a2.7b", 2048, 24, 16, 16, 5632, 1408, 60, 4, 151936, 8192),
         // layers 0, 2 and 4 short convs, 1 and 3 attention with 2 KV heads for 4 query heads
         lfm2_config("lfm2-tiny", 128, 5, 4, 2, 256, 320, 1024, {1, 3}),
         // LFM2-350M and LFM2-1.2B as their config.json files state them (no file could be fetched here to check)
@@ -502,7 +542,8 @@ std::vector<std::string> control_tokens(const std::string& arch) {
     if (arch == "granite" || arch == "granitehybrid")
         return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
     if (arch == "seed_oss") return {"<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>"};
-    if (arch == "qwen35") return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};  // (Qwen3.5's ChatML)
+    if (arch == "qwen35" || arch == "qwen35moe")  // (Qwen3.5's ChatML)
+        return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};
     if (arch == "lfm2") return {"<|startoftext|>", "<|im_start|>", "<|im_end|>"};  // (LFM2's ChatML)
     return {};
 }
@@ -592,6 +633,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     };
     const bool phi3 = c.arch == "phi3", gemma2 = c.arch == "gemma2", gemma4 = c.arch == "gemma4";
     const bool glm4 = c.arch == "glm4", olmo2 = c.arch == "olmo2", exaone4 = c.arch == "exaone4";
+    const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
     if (gemma2 || gemma4 || c.arch == "ernie4_5") {  // (their files have no output matrix of their own)
@@ -659,14 +701,17 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         }
         if (!c.layer_is_recurrent(i)) L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
         if (c.input_norms) L.ffn_norm = norm(c.n_embd);
-        const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        const bool dense = c.dense_ffn();  // (gemma4's mixture, the shared expert: a dense FFN beside the experts)
+        const std::string ffn = c.moe_shared_expert ? "_shexp" : "";  // (the shared expert's names)
         if (dense && (phi3 || glm4)) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
         } else if (dense) {
-            L.ffn_gate = matrix(b + "ffn_gate.weight", c.n_embd, c.layer_n_ff(i));
-            L.ffn_up = matrix(b + "ffn_up.weight", c.n_embd, c.layer_n_ff(i));
+            L.ffn_gate = matrix(b + "ffn_gate" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
+            L.ffn_up = matrix(b + "ffn_up" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
         }
-        if (dense) L.ffn_down = matrix(b + "ffn_down.weight", c.layer_n_ff(i), c.n_embd);
+        if (dense) L.ffn_down = matrix(b + "ffn_down" + ffn + ".weight", c.layer_n_ff(i), c.n_embd);
+        // (a gate of the size that spreads sigmoid(g . xn) over (0, 1))
+        if (c.moe_shared_gate) L.ffn_gate_inp_shexp = uniform(c.n_embd, -0.3, 0.3);
         if (c.n_embd_per_layer > 0) {
             L.per_layer_inp_gate = matrix(b + "inp_gate.weight", c.n_embd, c.n_embd_per_layer);
             L.per_layer_proj = matrix(b + "proj.weight", c.n_embd_per_layer, c.n_embd);
@@ -695,7 +740,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ffn_post_norm = norm(c.n_embd);
         }
         if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 ||
-            ((c.arch == "qwen35" || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
+            ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
             if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
         }
@@ -703,7 +748,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
         }
-        if (glm4 || c.arch == "seed_oss" || c.arch == "qwen2") {  // (their Q, K and V biases)
+        if (glm4 || c.arch == "seed_oss" || c.arch == "qwen2" || c.arch == "qwen2moe") {  // (their Q, K and V biases)
             L.bq = uniform(nq, -0.1, 0.1);
             L.bk = uniform(nkv, -0.1, 0.1);
             L.bv = uniform(nkv, -0.1, 0.1);
@@ -764,7 +809,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, attn_kv_heads));
     else
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
-    if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "qwen35") {
+    const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
+    if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35) {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
@@ -788,6 +834,7 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
         w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
+    if (c.moe_shared_expert) w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
     if (c.arch == "gemma2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);
@@ -824,7 +871,7 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
     }
-    if (c.arch == "qwen35") {
+    if (qwen35) {
         w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
         w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
         w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));

@@ -27,10 +27,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4";
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
                             c.arch == "olmo2" || c.arch == "exaone4";
-    const bool recurrent = c.layer_is_recurrent(layer);
+    const bool recurrent = c.layer_is_recurrent(layer), qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
-                          c.arch == "olmo2" || c.arch == "exaone4" ||
-                          ((c.arch == "qwen35" || c.arch == "lfm2") && !recurrent);
+                          c.arch == "olmo2" || c.arch == "exaone4" || ((qwen35 || c.arch == "lfm2") && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
     // (olmo2: Q's and K's norms span the whole projection, not a head)
     const bool whole = c.arch == "olmo2";
@@ -75,7 +74,7 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
     // (gpt-oss, seed_oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
-    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || c.arch == "qwen35";
+    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || qwen35;
     if (c.input_norms)
         f.push_back({ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
     if (gpt_oss) {
@@ -91,6 +90,7 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"post_ffw_norm_2.weight", &L::ffn_post_norm_2, c.n_embd});
         f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
     }
+    if (c.moe_shared_gate) f.push_back({"ffn_gate_inp_shexp.weight", &L::ffn_gate_inp_shexp, c.n_embd});
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
     if (c.n_embd_per_layer > 0) f.push_back({"post_norm.weight", &L::per_layer_post_norm, c.n_embd});
     if (gemma4) f.push_back({"layer_output_scale.weight", &L::out_scale, 1, 1, false});

@@ -172,7 +172,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     l.check_divisors("rope_factors_short.weight", w.rope_factors_short);
 
     const bool gpt_oss = c.arch == "gpt-oss";
-    if ((gpt_oss || c.arch == "olmo2") && w.output_tied)  // (llama.cpp requires output.weight for these)
+    // (llama.cpp requires output.weight for these)
+    if ((gpt_oss || c.arch == "olmo2" || c.arch == "qwen2moe") && w.output_tied)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
@@ -215,16 +216,19 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
             L.split_experts();
         }
-        const bool dense = !c.moe() || c.moe_shared_ffn;  // (gemma4's mixture: a dense FFN beside the experts)
+        const bool dense = c.dense_ffn();  // (gemma4's mixture, the shared expert: a dense FFN beside the experts)
         const int64_t n_ff = c.layer_n_ff(i);
-        // phi3, glm4: gate and up in one matrix, gate first (the halves of a SwiGLU's input)
-        if (dense && (c.arch == "phi3" || c.arch == "glm4")) {
+        if (c.moe_shared_expert) {  // (its tensors named ffn_*_shexp)
+            L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
+            L.ffn_up = l.get(b + "ffn_up_shexp.weight", {c.n_embd, n_ff});
+            L.ffn_down = l.get(b + "ffn_down_shexp.weight", {n_ff, c.n_embd});
+        } else if (dense && (c.arch == "phi3" || c.arch == "glm4")) {  // (gate and up in one matrix, gate first)
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
         } else if (dense) {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, n_ff});
         }
-        if (dense) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
+        if (dense && !c.moe_shared_expert) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
         if (c.n_embd_per_layer > 0) {
             L.per_layer_inp_gate = l.get(b + "inp_gate.weight", {c.n_embd, c.n_embd_per_layer});
             L.per_layer_proj = l.get(b + "proj.weight", {c.n_embd_per_layer, c.n_embd});
@@ -233,7 +237,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     }
     w.n_expert_used = c.n_expert_used;
     // qwen35: the multi-token-prediction blocks after the last layer, loaded and not run (as llama.cpp by default)
-    if (c.arch == "qwen35") l.skip_blocks_from(c.n_layer);
+    if (c.arch == "qwen35" || c.arch == "qwen35moe") l.skip_blocks_from(c.n_layer);
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
     // without it.
     if (const GgufTensorInfo* t = l.first_unused())

@@ -61,6 +61,9 @@ struct LayerWeights {
     // output norms of the dense FFN and of the experts' sum [n_embd], each expert's output scale [n_expert] (empty
     // when absent: 1).
     std::vector<float> ffn_gate_inp_s, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2, ffn_down_exps_s;
+    // The shared expert (ModelConfig::moe_shared_expert; ffn_gate, ffn_up and ffn_down are its matrices, the file's
+    // ffn_*_shexp): the gate vector of its output, sigmoid(ffn_gate_inp_shexp . xn) (empty without a gate).
+    std::vector<float> ffn_gate_inp_shexp;  // [n_embd]
     // gpt-oss: biases of the router's logits and of each expert's gate, up and down products, expert e's at
     // e * n_ff_exp (gate, up) and e * n_embd (down); empty when absent.
     std::vector<float> ffn_gate_inp_b;                    // [n_expert]

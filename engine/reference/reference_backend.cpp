@@ -419,6 +419,15 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
         for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += shared_[i];
     } else if (c.moe()) {
         moe_ffn(L, xn_);
+        // the shared expert (qwen2moe, qwen35moe): out = out + sigmoid(g . xn) * W2 (silu(W1 xn) * W3 xn), the
+        // factor 1 without a gate vector g
+        if (c.moe_shared_expert) {
+            ffn(L.ffn_gate, L.ffn_up, L.ffn_down, shared_);
+            double gate = 1.0;
+            if (!L.ffn_gate_inp_shexp.empty())
+                gate = 1.0 / (1.0 + std::exp(-dot(L.ffn_gate_inp_shexp.data(), xn_.data(), c.n_embd)));
+            for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += gate * shared_[i];
+        }
     } else {
         ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
     }
@@ -608,7 +617,8 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
 
 // out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn) * s_e, with
 // l = W_router router_in (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases;
-// s_e gemma4's output scale of expert e (else 1)
+// s_e gemma4's output scale of expert e (else 1). qwen2moe (ModelConfig::moe_norm_weights off): softmax_e(all the
+// logits) instead, the chosen experts' shares of it.
 void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>& router_in) {
     const ModelConfig& c = config_;
     matvec(L.ffn_gate_inp, router_in, router_, row_);
@@ -617,8 +627,14 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>&
     for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return router_[a] > router_[b]; });
     std::vector<double> weight(static_cast<size_t>(c.n_expert_used));
-    for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = router_[order[i]];
-    softmax(weight, c.n_expert_used);
+    if (c.moe_norm_weights) {
+        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = router_[order[i]];
+        softmax(weight, c.n_expert_used);
+    } else {
+        std::vector<double> all = router_;
+        softmax(all, c.n_expert);
+        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = all[order[i]];
+    }
     out_.assign(c.n_embd, 0.0);
     auto bias = [](const std::vector<float>& b, int64_t e, int64_t n) {
         return b.empty() ? nullptr : b.data() + e * n;

@@ -121,6 +121,15 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(lfm2->config, lfm2->weights),
                       "the CUDA backend cannot run lfm2 models (recurrent short convolution layers); --device cpu "
                       "runs it");
+    // Nor qwen35moe, nor qwen2moe's shared expert beside the routed ones.
+    auto q35moe = SyntheticModel::make(synthetic_config("qwen35moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(q35moe->config, q35moe->weights),
+                      "the CUDA backend cannot run qwen35moe models (recurrent gated delta net layers); --device cpu "
+                      "runs it");
+    auto q2moe = SyntheticModel::make(synthetic_config("qwen2moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(q2moe->config, q2moe->weights),
+                      "the CUDA backend cannot run qwen2moe models (a shared expert beside the routed ones); --device "
+                      "cpu runs it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {

@@ -104,10 +104,11 @@ TEST_CASE("a tensor the architecture does not use is refused, naming it", "[mode
           std::string::npos);
     // An architecture quill does not know names the ones it does.
     w.set("general.architecture", "frobnicator");
-    CHECK(load_error(w.to_bytes()).find("architecture 'frobnicator' is not supported (supported: llama, qwen2, qwen3, "
-                                        "qwen3moe, qwen35, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, "
-                                        "glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, "
-                                        "qwen2vl, qwen3vl, qwen3vlmoe)") != std::string::npos);
+    CHECK(load_error(w.to_bytes()).find("architecture 'frobnicator' is not supported (supported: llama, qwen2, "
+                                        "qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, "
+                                        "smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, "
+                                        "exaone4, ernie4_5, seed_oss, lfm2, qwen2vl, qwen3vl, qwen3vlmoe)") !=
+          std::string::npos);
 }
 
 TEST_CASE("gemma3 settings are read from the file and Gemma's definitions", "[model]") {
