@@ -338,7 +338,7 @@ TEST_CASE("qwen35: three chat turns with reasoning continue from the state kept 
     cpu::CpuBackend kept(m->config, m->weights, snapshot_options(512, chat::kStateSnapshots));
     cpu::CpuBackend plain(m->config, m->weights, snapshot_options(512, 0));
     auto inner = test::arch_cpu_backend(m->config, m->weights, cpu::Isa::generic, 512);
-    FromScratch scratch(*inner);
+    test::FromScratch scratch(*inner);
     chat::Conversation conv(kept, *tok, format, 512, gp, chat::ContextOverflow::error);
     chat::Conversation unkept(plain, *tok, format, 512, gp, chat::ContextOverflow::error);
     chat::Conversation again(scratch, *tok, format, 512, gp, chat::ContextOverflow::error);
