@@ -12,6 +12,7 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/recurrent_checks.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -99,39 +100,16 @@ TEST_CASE("granitehybrid settings and Mamba-2 tensors are read from the file as 
 
 TEST_CASE("granitehybrid: a prompt in one batch gives the logits of its tokens one at a time, bit for bit",
           "[arch][cpu]") {
-    // The scan runs token by token in both (no chunked form), and every product is batch invariant.
-    for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
-        auto m = SyntheticModel::make(synthetic_config(kShape), type, 7);
-        const auto tokens = test::some_tokens(12, static_cast<int>(m->config.n_vocab), 5);
-        for (cpu::Isa isa : test::available_isas()) {
-            INFO(type_name(type) << ", " << cpu::isa_name(isa));
-            auto one = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-            auto many = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-            CHECK(test::max_diff(test::prefill_logits(*many, tokens), test::stepwise_logits(*one, tokens)) == 0.0);
-        }
-    }
+    test::check_prompt_equals_stepwise(kShape);
 }
 
 TEST_CASE("granitehybrid: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
     test::check_mixed_batches(synthetic_config(kShape), {GgmlType::F32, GgmlType::Q4_0}, kCtx);
 }
 
-TEST_CASE("granitehybrid: a slot's Mamba-2 state continues only from where it stands", "[arch][cpu][reference]") {
-    auto m = SyntheticModel::make(synthetic_config(kShape), GgmlType::F32, 3);
-    const auto a = test::some_tokens(6, static_cast<int>(m->config.n_vocab), 1);
-    ReferenceBackend ref(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
-    auto cpu = test::arch_cpu_backend(m->config, m->weights, std::nullopt, 64);
-    for (Backend* be : {static_cast<Backend*>(&ref), static_cast<Backend*>(cpu.get())}) {
-        INFO(be->name());
-        CHECK((be->max_rewind() == 0 && !be->can_copy_kv()));
-        const auto first = test::prefill_logits(*be, a);
-        Batch back;
-        back.add(a[0], 3, 0, true);
-        std::vector<float> out(m->config.n_vocab);
-        CHECK_THROWS_WITH(be->forward(back, out), Catch::Contains("state stands at position 6"));
-        // Position 0 starts the slot afresh: the same logits again.
-        CHECK(test::max_diff(test::prefill_logits(*be, a), first) == 0.0);
-    }
+TEST_CASE("granitehybrid: a slot's Mamba-2 state continues only from where it stands, or starts again at 0",
+          "[arch][cpu][reference]") {
+    test::check_state_continues_or_restarts(kShape);
 }
 
 TEST_CASE("granitehybrid files quill cannot run are refused with one line naming what is missing", "[arch][model]") {

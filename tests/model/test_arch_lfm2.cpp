@@ -92,16 +92,7 @@ TEST_CASE("lfm2 settings and short conv tensors are read from the file as llama.
 }
 
 TEST_CASE("lfm2: a prompt in one batch gives the logits of its tokens one at a time, bit for bit", "[arch][cpu]") {
-    for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
-        auto m = SyntheticModel::make(synthetic_config("lfm2-tiny"), type, 7);
-        const auto tokens = test::some_tokens(12, static_cast<int>(m->config.n_vocab), 5);
-        for (cpu::Isa isa : test::available_isas()) {
-            INFO(type_name(type) << ", " << cpu::isa_name(isa));
-            auto one = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-            auto many = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-            CHECK(test::max_diff(test::prefill_logits(*many, tokens), test::stepwise_logits(*one, tokens)) == 0.0);
-        }
-    }
+    test::check_prompt_equals_stepwise("lfm2-tiny");
 }
 
 TEST_CASE("lfm2: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
@@ -110,26 +101,7 @@ TEST_CASE("lfm2: a token's logits have the same bits in any batch as alone", "[a
 
 TEST_CASE("lfm2: a slot's conv state continues only from where it stands, or starts again at 0",
           "[arch][cpu][reference]") {
-    auto m = SyntheticModel::make(synthetic_config("lfm2-tiny"), GgmlType::F32, 3);
-    const auto a = test::some_tokens(6, static_cast<int>(m->config.n_vocab), 1);
-    const auto b = test::some_tokens(4, static_cast<int>(m->config.n_vocab), 2);
-    ReferenceBackend ref(m->config, m->weights, ReferenceBackendOptions{64, 2, KvType::f32});
-    auto cpu = test::arch_cpu_backend(m->config, m->weights, std::nullopt, 64, 2);
-    for (Backend* be : {static_cast<Backend*>(&ref), static_cast<Backend*>(cpu.get())}) {
-        INFO(be->name());
-        CHECK(be->max_rewind() == 0);
-        CHECK(!be->can_copy_kv());
-        test::prefill_logits(*be, a);
-        Batch bad;
-        bad.add(b[0], 3, 0, true);
-        std::vector<float> out(m->config.n_vocab);
-        CHECK_THROWS_WITH(be->forward(bad, out), Catch::Contains("slot 0: position 3") &&
-                                                     Catch::Contains("state stands at position 6"));
-        // Starting again at 0 gives the logits of a fresh backend (the window zeroed, not carried over).
-        const auto again = test::prefill_logits(*be, b);
-        ReferenceBackend fresh(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
-        CHECK(test::max_diff(again, test::prefill_logits(fresh, b)) <= 1e-4 * test::max_abs(again));
-    }
+    test::check_state_continues_or_restarts("lfm2-tiny");
 }
 
 TEST_CASE("lfm2 files whose layers quill cannot follow are refused with one line naming the key", "[arch][model]") {

@@ -93,17 +93,7 @@ TEST_CASE("qwen35 settings and delta net tensors are read from the file as llama
 }
 
 TEST_CASE("qwen35: a prompt in one batch gives the logits of its tokens one at a time, bit for bit", "[arch][cpu]") {
-    // The recurrence runs token by token in both (no chunked form), and every product is batch invariant.
-    for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
-        auto m = SyntheticModel::make(synthetic_config("qwen35-tiny"), type, 7);
-        const auto tokens = test::some_tokens(12, static_cast<int>(m->config.n_vocab), 5);
-        for (cpu::Isa isa : test::available_isas()) {
-            INFO(type_name(type) << ", " << cpu::isa_name(isa));
-            auto one = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-            auto many = test::arch_cpu_backend(m->config, m->weights, isa, 64);
-            CHECK(test::max_diff(test::prefill_logits(*many, tokens), test::stepwise_logits(*one, tokens)) == 0.0);
-        }
-    }
+    test::check_prompt_equals_stepwise("qwen35-tiny");
 }
 
 TEST_CASE("qwen35: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
@@ -112,32 +102,7 @@ TEST_CASE("qwen35: a token's logits have the same bits in any batch as alone", "
 
 TEST_CASE("qwen35: a slot's recurrent state continues only from where it stands, or starts again at 0",
           "[arch][cpu][reference]") {
-    auto m = SyntheticModel::make(synthetic_config("qwen35-tiny"), GgmlType::F32, 3);
-    const auto a = test::some_tokens(6, static_cast<int>(m->config.n_vocab), 1);
-    const auto b = test::some_tokens(4, static_cast<int>(m->config.n_vocab), 2);
-    ReferenceBackend ref(m->config, m->weights, ReferenceBackendOptions{64, 2, KvType::f32});
-    auto cpu = test::arch_cpu_backend(m->config, m->weights, std::nullopt, 64, 2);
-    for (Backend* be : {static_cast<Backend*>(&ref), static_cast<Backend*>(cpu.get())}) {
-        INFO(be->name());
-        CHECK(be->max_rewind() == 0);
-        CHECK(!be->can_copy_kv());
-        // A cached prefix is taken only where the state stands: all of it, never part.
-        CHECK(be->reusable_prefix(a, 6, std::vector<int32_t>{a[0], a[1], a[2], a[3], a[4], a[5], 9}) == 6);
-        CHECK(be->reusable_prefix(a, 6, std::vector<int32_t>{a[0], a[1], a[2], 9}) == 0);
-        test::prefill_logits(*be, a);
-        // Back to position 3 (a rewind) or on to 7 (a gap): refused, naming the slot and where its state stands.
-        for (int32_t pos : {3, 7}) {
-            Batch bad;
-            bad.add(b[0], pos, 0, true);
-            std::vector<float> out(m->config.n_vocab);
-            CHECK_THROWS_WITH(be->forward(bad, out), Catch::Contains("slot 0: position " + std::to_string(pos)) &&
-                                                         Catch::Contains("state stands at position 6"));
-        }
-        // Starting again at 0 gives the logits of a fresh backend.
-        const auto again = test::prefill_logits(*be, b);
-        ReferenceBackend fresh(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f32});
-        CHECK(test::max_diff(again, test::prefill_logits(fresh, b)) <= 1e-4 * test::max_abs(again));
-    }
+    test::check_state_continues_or_restarts("qwen35-tiny");
 }
 
 TEST_CASE("qwen35: a multi-token-prediction block after the layers is loaded and not run, as llama.cpp does",
