@@ -49,6 +49,7 @@ float* RecurrentState::ssm(int64_t layer, int64_t slot) {
 
 void RecurrentState::copy_state(int32_t slot, int64_t kept, bool restore) {
     for (auto [data, n] : {std::pair{conv_.data(), conv_n_}, std::pair{ssm_.data(), ssm_n_}}) {
+        if (n == 0) continue;  // (lfm2's short convs: no state matrix, and no buffer to copy)
         for (int64_t i = 0; i < n_held_; ++i) {
             float* live = data + (i * n_slots_ + slot) * n;
             float* copy = data + (((1 + kept) * n_held_ + i) * n_slots_ + slot) * n;
