@@ -566,6 +566,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     if (c.moe() && !c.moe_shared_ffn) {
         moe_block(L, layer, n);
         if (c.moe_shared_expert) shared_expert(L, layer, n);
+        scale_residual(n);  // (granitehybrid's experts: times residual_scale, as its dense FFN)
         return;
     }
     // (olmo2, exaone4: no input norm, gate and up read x itself)

@@ -493,15 +493,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (gemma4: where the file has experts)
     // qwen2moe, qwen35moe: a shared expert beside the routed ones
     const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
+    // (granitehybrid: Granite 4.0 H Tiny and Small; gemma4: where the file has experts)
+    const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert ||
-                     (c.arch == "gemma4" && f.get_int(p + "expert_count").value_or(0) > 0);
-    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && c.arch == "granitehybrid")
-        throw FileError(fmt::format("{}: granitehybrid mixture-of-experts models ({} experts: Granite 4.0 H Tiny, "
-                                    "Small) are not supported yet: quill lacks their shared expert FFN "
-                                    "(ffn_*_shexp); the dense ones (H Micro, H 1B, H 350M) run", f.path(), *experts));
+                     (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss and gemma4 are)", f.path(), *experts,
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4 and granitehybrid are)", f.path(),
+                                    *experts,
                                     c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
@@ -550,10 +549,18 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (moe) {  // as llama.cpp reads them: the experts' width, else n_ff split over the used ones
         c.n_expert = required_int(f, p + "expert_count", 1, 4096);
         c.n_expert_used = required_int(f, p + "expert_used_count", 1, c.n_expert);
-        c.n_ff_exp = optional_int(f, p + "expert_feed_forward_length", c.n_ff / c.n_expert_used, 1, kBig);
+        // (granitehybrid's experts are feed_forward_length wide, as llama.cpp reads them)
+        c.n_ff_exp = c.arch == "granitehybrid"
+                         ? c.n_ff
+                         : optional_int(f, p + "expert_feed_forward_length", c.n_ff / c.n_expert_used, 1, kBig);
         if (c.n_ff_exp < 1)
             throw FileError(fmt::format("{}: no '{}expert_feed_forward_length' and feed_forward_length {} is less "
                                         "than expert_used_count {}", f.path(), p, c.n_ff, c.n_expert_used));
+    }
+    if (moe && c.arch == "granitehybrid") {  // Granite 4.0 H's shared expert, ungated, where the file gives its width
+        const int64_t shared = optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig);
+        c.moe_shared_expert = shared > 0;
+        if (shared > 0) c.n_ff = shared;
     }
     if (shared_expert) {  // the shared expert's width is n_ff from here on; its gate vector is required
         c.n_ff = optional_int(f, p + "expert_shared_feed_forward_length", c.n_ff, 1, kBig);

@@ -221,6 +221,16 @@ ModelConfig granitehybrid_config(const char* name, int64_t n_embd, int64_t n_lay
     return c;
 }
 
+// granitehybrid's mixture (Granite 4.0 H Tiny, Small): n_expert experts of n_ff_exp features (n_used a token, the
+// softmax of their logits renormalized) beside an ungated shared expert of c.n_ff.
+ModelConfig granitehybrid_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used) {
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_shared_expert = true;
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -439,6 +449,9 @@ std::vector<ModelConfig> arch_shapes() {
         granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
         // layers 1 and 3 attention (GQA 4/2), 0, 2 and 4 Mamba-2 (8 heads of 32, 2 groups of B and C of 64)
         granitehybrid_config("granitehybrid-tiny", 128, 5, 2, 4, 2, 256, 320, 1024, 4, 64, 2, 8),
+        // the same with 8 experts of 64 features (2 a token) beside a shared expert of 96 (H Tiny's kind of layer)
+        granitehybrid_moe_config(
+            granitehybrid_config("granitehybrid-moe-tiny", 128, 5, 2, 4, 2, 96, 320, 1024, 4, 64, 2, 8), 64, 8, 2),
         // the shapes of Granite 4.0 H Micro and H 1B as public descriptions give them (40 layers, every tenth
         // attention; no config or file could be fetched here), with Granite 3.3's multipliers
         granitehybrid_config("granite-4.0-h-micro", 2048, 40, 10, 32, 8, 8192, 100352, 1048576, 4, 128, 1, 64),
@@ -789,7 +802,9 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer));
-    if (c.n_ff_layers.empty()) {
+    if (c.arch == "granitehybrid" && c.moe()) {  // (Granite 4.0 H's experts are feed_forward_length wide)
+        w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
+    } else if (c.n_ff_layers.empty()) {
         w.set(p + "feed_forward_length", uint32_t(c.n_ff));
     } else {
         std::vector<GgufValue> ff;
