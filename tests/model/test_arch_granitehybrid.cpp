@@ -35,13 +35,8 @@ constexpr const char* kShape = "granitehybrid-tiny";
 std::unique_ptr<Model> saved_model(GgmlType type) { return test::saved_synthetic(kShape, type); }
 
 // The limits on max |diff| / range, the reference backend's and the CPU backend's (measured: see the commit).
-struct Case {
-    GgmlType type;
-    double tol_reference, tol_cpu;
-};
-constexpr Case kCases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, 1e-3, 6e-4}};
+constexpr test::ArchCase kCases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, 1e-3, 6e-4}};
 
-std::string stem(const Case& c) { return fmt::format("granitehybrid-tiny-{}", type_name(c.type)); }
 
 std::string with_metadata(const fs::path& dir, const std::string& name, const std::function<void(GgufWriter&)>& edit) {
     return test::synthetic_with_metadata(dir, kShape, name, edit);
@@ -51,20 +46,12 @@ std::string with_metadata(const fs::path& dir, const std::string& name, const st
 
 TEST_CASE("granitehybrid tiny model: the reference backend gives llama.cpp's logits and greedy tokens",
           "[arch][reference]") {
-    for (const Case& c : kCases) {
-        INFO(stem(c));
-        auto m = saved_model(c.type);
-        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-        test::check_against_llama_cpp(b, stem(c), c.tol_reference);
-    }
+    test::check_shape_against_llama_cpp(kShape, kCases, kCtx, false);
 }
 
 TEST_CASE("granitehybrid tiny model: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA",
           "[arch][cpu]") {
-    for (const Case& c : kCases) {
-        auto m = saved_model(c.type);
-        test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.tol_cpu, kCtx);
-    }
+    test::check_shape_against_llama_cpp(kShape, kCases, kCtx, true);
 }
 
 // Granite 4.0 H Tiny's and Small's layers: experts (feed_forward_length wide; the softmax of their logits over the

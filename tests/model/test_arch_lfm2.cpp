@@ -33,13 +33,8 @@ constexpr int64_t kCtx = 256;
 // The limits on max |diff| / range, the reference backend's and the CPU backend's. Measured: F32 3.1e-7 to 4.5e-7 on
 // every backend; F16 4.9e-4 on the reference backend (it does not round the F16 products' inputs to fp16, which
 // llama.cpp does), 2.2e-4 to 3.8e-4 on the CPU backend's paths.
-struct Case {
-    GgmlType type;
-    double tol_reference, tol_cpu;
-};
-constexpr Case kCases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, 1.5e-3, 1.5e-3}};
+constexpr test::ArchCase kCases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, 1.5e-3, 1.5e-3}};
 
-std::string stem(const Case& c) { return fmt::format("lfm2-tiny-{}", type_name(c.type)); }
 
 // attention.head_count_kv as one value a layer
 GgufValue kv_heads(std::initializer_list<uint32_t> v) {
@@ -51,19 +46,11 @@ GgufValue kv_heads(std::initializer_list<uint32_t> v) {
 }  // namespace
 
 TEST_CASE("lfm2 tiny model: the reference backend gives llama.cpp's logits and greedy tokens", "[arch][reference]") {
-    for (const Case& c : kCases) {
-        INFO(stem(c));
-        auto m = test::saved_synthetic("lfm2-tiny", c.type);
-        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-        test::check_against_llama_cpp(b, stem(c), c.tol_reference);
-    }
+    test::check_shape_against_llama_cpp("lfm2-tiny", kCases, kCtx, false);
 }
 
 TEST_CASE("lfm2 tiny model: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA", "[arch][cpu]") {
-    for (const Case& c : kCases) {
-        auto m = test::saved_synthetic("lfm2-tiny", c.type);
-        test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.tol_cpu, kCtx);
-    }
+    test::check_shape_against_llama_cpp("lfm2-tiny", kCases, kCtx, true);
 }
 
 TEST_CASE("lfm2 settings and short conv tensors are read from the file as llama.cpp reads them", "[arch][model]") {

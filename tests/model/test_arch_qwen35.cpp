@@ -41,13 +41,8 @@ std::unique_ptr<Model> saved_model(GgmlType type) { return test::saved_synthetic
 // The limits on max |diff| / range, the reference backend's and the CPU backend's. Measured: F32 1.1e-6 on every
 // backend; F16 1.9e-3 on the reference backend (it does not round the F16 products' inputs to fp16, which llama.cpp
 // does, and the recurrence carries the difference on), 6.3e-4 to 6.7e-4 on the CPU backend's paths.
-struct Case {
-    GgmlType type;
-    double tol_reference, tol_cpu;
-};
-constexpr Case kCases[] = {{GgmlType::F32, 1e-4, 1e-4}, {GgmlType::F16, 4e-3, 1.5e-3}};
+constexpr test::ArchCase kCases[] = {{GgmlType::F32, 1e-4, 1e-4}, {GgmlType::F16, 4e-3, 1.5e-3}};
 
-std::string stem(const Case& c) { return fmt::format("qwen35-tiny-{}", type_name(c.type)); }
 
 std::string with_metadata(const fs::path& dir, const std::string& name, const std::function<void(GgufWriter&)>& edit) {
     return test::synthetic_with_metadata(dir, "qwen35-tiny", name, edit);
@@ -56,19 +51,11 @@ std::string with_metadata(const fs::path& dir, const std::string& name, const st
 }  // namespace
 
 TEST_CASE("qwen35 tiny model: the reference backend gives llama.cpp's logits and greedy tokens", "[arch][reference]") {
-    for (const Case& c : kCases) {
-        INFO(stem(c));
-        auto m = saved_model(c.type);
-        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-        test::check_against_llama_cpp(b, stem(c), c.tol_reference);
-    }
+    test::check_shape_against_llama_cpp("qwen35-tiny", kCases, kCtx, false);
 }
 
 TEST_CASE("qwen35 tiny model: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA", "[arch][cpu]") {
-    for (const Case& c : kCases) {
-        auto m = saved_model(c.type);
-        test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.tol_cpu, kCtx);
-    }
+    test::check_shape_against_llama_cpp("qwen35-tiny", kCases, kCtx, true);
 }
 
 TEST_CASE("qwen35 settings and delta net tensors are read from the file as llama.cpp reads them", "[arch][model]") {

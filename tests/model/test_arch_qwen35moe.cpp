@@ -31,32 +31,19 @@ constexpr int64_t kCtx = 256;
 // The limits on max |diff| / range, the reference backend's and the CPU backend's. Measured: F32 1.3e-6 to 2.2e-6 on
 // every backend; F16 2.0e-3 on the reference backend (it does not round the F16 products' inputs to fp16, which
 // llama.cpp does, and the recurrence carries the difference on), 5.4e-4 to 8.0e-4 on the CPU backend's paths.
-struct Case {
-    GgmlType type;
-    double tol_reference, tol_cpu;
-};
-constexpr Case kCases[] = {{GgmlType::F32, 1e-4, 1e-4}, {GgmlType::F16, 4e-3, 1.5e-3}};
+constexpr test::ArchCase kCases[] = {{GgmlType::F32, 1e-4, 1e-4}, {GgmlType::F16, 4e-3, 1.5e-3}};
 
-std::string stem(const Case& c) { return fmt::format("qwen35moe-tiny-{}", type_name(c.type)); }
 
 }  // namespace
 
 TEST_CASE("qwen35moe tiny model: the reference backend gives llama.cpp's logits and greedy tokens",
           "[arch][reference]") {
-    for (const Case& c : kCases) {
-        INFO(stem(c));
-        auto m = test::saved_synthetic("qwen35moe-tiny", c.type);
-        ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-        test::check_against_llama_cpp(b, stem(c), c.tol_reference);
-    }
+    test::check_shape_against_llama_cpp("qwen35moe-tiny", kCases, kCtx, false);
 }
 
 TEST_CASE("qwen35moe tiny model: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA",
           "[arch][cpu]") {
-    for (const Case& c : kCases) {
-        auto m = test::saved_synthetic("qwen35moe-tiny", c.type);
-        test::check_cpu_against_llama_cpp(m->config, m->weights, stem(c), c.tol_cpu, kCtx);
-    }
+    test::check_shape_against_llama_cpp("qwen35moe-tiny", kCases, kCtx, true);
 }
 
 TEST_CASE("qwen35moe: without the shared expert's gate the logits leave llama.cpp's", "[arch][reference][cpu]") {

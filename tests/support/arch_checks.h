@@ -116,31 +116,44 @@ inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, 
     }
 }
 
-// A tiny shape's files against llama.cpp (STEM = SHAPE-f32 and SHAPE-f16): the limit on max |diff| / range is 1e-5
-// with F32 weights (float summation order) and f16_tol with F16.
+// One weight type of a tiny shape against llama.cpp (STEM = SHAPE-TYPE): the limits on max |diff| / range on the
+// reference backend and on the CPU backend, and the greedy tokens compared (see check_against_llama_cpp).
+struct ArchCase {
+    GgmlType type;
+    double tol_reference, tol_cpu;
+    size_t n_greedy = 24;
+};
+
+// Each case's file of `shape` on the reference backend (KV f32, n_ctx positions), or, with cpu, on the CPU backend's
+// reference path and every kernel family this machine has.
+inline void check_shape_against_llama_cpp(const std::string& shape, std::span<const ArchCase> cases, int64_t n_ctx,
+                                          bool cpu) {
+    for (const ArchCase& c : cases) {
+        const std::string stem = shape + "-" + std::string(type_name(c.type));
+        INFO(stem);
+        auto m = saved_synthetic(shape, c.type);
+        if (cpu) {
+            check_cpu_against_llama_cpp(m->config, m->weights, stem, c.tol_cpu, n_ctx, c.n_greedy);
+        } else {
+            ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
+            check_against_llama_cpp(b, stem, c.tol_reference, c.n_greedy);
+        }
+    }
+}
+
+// A tiny shape's F32 and F16 files on both backends alike: the limit is 1e-5 with F32 weights (float summation
+// order) and f16_tol with F16.
 struct ArchFiles {
     const char* shape;
     double f16_tol;
     size_t f16_greedy = 24;  // the greedy tokens compared with F16 weights (see check_against_llama_cpp)
 };
 
-// Each shape's F32 and F16 files on the reference backend (KV f32, n_ctx positions), then, with cpu, on the CPU
-// backend's reference path and every kernel family this machine has.
 inline void check_files_against_llama_cpp(std::span<const ArchFiles> files, int64_t n_ctx, bool cpu) {
-    for (const ArchFiles& a : files)
-        for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
-            const std::string stem = std::string(a.shape) + "-" + std::string(type_name(type));
-            const double tol = type == GgmlType::F32 ? 1e-5 : a.f16_tol;
-            const size_t n_greedy = type == GgmlType::F32 ? 24 : a.f16_greedy;
-            INFO(stem);
-            auto m = saved_synthetic(a.shape, type);
-            if (cpu) {
-                check_cpu_against_llama_cpp(m->config, m->weights, stem, tol, n_ctx, n_greedy);
-            } else {
-                ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
-                check_against_llama_cpp(b, stem, tol, n_greedy);
-            }
-        }
+    for (const ArchFiles& a : files) {
+        const ArchCase cases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, a.f16_tol, a.f16_tol, a.f16_greedy}};
+        check_shape_against_llama_cpp(a.shape, cases, n_ctx, cpu);
+    }
 }
 
 // What a scheduler step holds: decode steps of running sequences first (BatchToken::decode), then prompt chunks.
