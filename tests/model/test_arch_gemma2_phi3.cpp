@@ -17,6 +17,8 @@
 #include <cmath>
 #include <filesystem>
 
+namespace test_arch_gemma2_phi3 {
+
 using namespace quill;
 using quill::cpu::Isa;
 namespace fs = std::filesystem;
@@ -224,3 +226,5 @@ TEST_CASE("gemma2 decode over a long cache (the attention split over key blocks)
         }
     }
 }
+
+}  // namespace test_arch_gemma2_phi3

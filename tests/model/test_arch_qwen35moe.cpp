@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+namespace test_arch_qwen35moe {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -143,3 +145,5 @@ TEST_CASE("quill run and chat work end to end on a qwen35moe file with Qwen3.5's
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
 }
+
+}  // namespace test_arch_qwen35moe

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+namespace test_moe_routing_bias {
+
 using quill::cpu::MoeRouting;
 
 TEST_CASE("MoE routing adds the router's bias before choosing the experts and weighting them", "[cpu]") {
@@ -24,3 +26,5 @@ TEST_CASE("MoE routing adds the router's bias before choosing the experts and we
     r.route(logits.data(), 1, 4, 2);
     CHECK((r.experts_of(0)[0] == 0 && r.experts_of(0)[1] == 1));
 }
+
+}  // namespace test_moe_routing_bias

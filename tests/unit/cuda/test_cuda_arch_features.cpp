@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <filesystem>
 
+namespace test_cuda_arch_features {
+
 using namespace quill;
 using namespace quill::cuda_test;
 namespace fs = std::filesystem;
@@ -263,3 +265,5 @@ TEST_CASE("every setting at once on int8 products: no-RoPE layers, YaRN with its
     CHECK(test::max_diff(mixed.prompt_last, p_last) / test::max_abs(p_last) < 3e-2);
 }
 #endif
+
+}  // namespace test_cuda_arch_features

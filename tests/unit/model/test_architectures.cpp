@@ -13,6 +13,8 @@
 #include <cmath>
 #include <string>
 
+namespace test_architectures {
+
 using namespace quill;
 
 namespace {
@@ -218,3 +220,5 @@ TEST_CASE("a sliding window hides exactly the keys before it", "[model]") {
         }
     }
 }
+
+}  // namespace test_architectures

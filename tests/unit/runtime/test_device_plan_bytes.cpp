@@ -14,6 +14,8 @@
 #include <map>
 #include <set>
 
+namespace test_device_plan_bytes {
+
 using namespace quill;
 
 namespace {
@@ -88,3 +90,5 @@ TEST_CASE("tensor_bytes counts each tensor once for the loader's other architect
         CHECK(mismatches(tensor_bytes(model->config, model->weights), model->file) == std::vector<std::string>{});
     }
 }
+
+}  // namespace test_device_plan_bytes

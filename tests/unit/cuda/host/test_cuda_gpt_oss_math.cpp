@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+namespace test_cuda_gpt_oss_math {
+
 using namespace quill;
 
 TEST_CASE("CUDA expert routing adds the router's bias as the CPU backend does and names each assignment's expert",
@@ -70,3 +72,5 @@ TEST_CASE("the CUDA clamped SwiGLU is the CPU backend's, bit for bit on the host
     CHECK(cuda::swiglu_oai(1.0f, -50.0f, alpha, limit) == cuda::swiglu_oai(1.0f, -limit, alpha, limit));
     CHECK(cuda::swiglu_oai(1.0f, -1.0f, alpha, limit) == 0.0f);  // u' + 1 = 0
 }
+
+}  // namespace test_cuda_gpt_oss_math
