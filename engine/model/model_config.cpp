@@ -14,7 +14,7 @@ namespace {
 
 // Architectures that run as another (ModelConfig::file_arch): their files carry that architecture's tensors and keys
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
-// layers with NEOX RoPE pairs.
+// layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -23,7 +23,8 @@ struct ArchVariant {
 constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope::mrope},
                                          {"qwen3vl", "qwen3", ArchVariant::Rope::imrope},
                                          {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
-                                         {"exaone", "llama", ArchVariant::Rope::neox}};
+                                         {"exaone", "llama", ArchVariant::Rope::neox},
+                                         {"lfm2moe", "lfm2", ArchVariant::Rope::base}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -44,8 +45,8 @@ bool architecture_supported(const std::string& arch) {
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
-           "mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, "
-           "qwen2vl, qwen3vl, qwen3vlmoe";
+           "mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, "
+           "lfm2, lfm2moe, qwen2vl, qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -320,7 +321,8 @@ void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
     if (!glm) return;
     c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
-    if (const float s = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6); s != 0.0f) c.moe_weights_scale = s;
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
+    if (scale != 0.0f) c.moe_weights_scale = scale;
     const int64_t shared = required_int(f, p + "expert_shared_count", 1, 64);
     c.moe_shared_expert = true;
     // (one a block, the MTP blocks' too)
@@ -525,14 +527,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (granitehybrid: Granite 4.0 H Tiny and Small; gemma4: where the file has experts)
     const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing)
-    const bool routed = c.arch == "glm4moe";
+    const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe";
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid and glm4moe are)", f.path(),
-                                    *experts,
-                                    c.arch));
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe and "
+                                    "lfm2moe are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);

@@ -215,6 +215,15 @@ bool glm4moe_qk_norm(const ModelConfig& c) {
     return c.arch == "glm4moe" && c.name.find("air") == std::string::npos;
 }
 
+// lfm2moe (LFM2-8B-A1B): lfm2's layers, the first n_dense with a dense FFN, the others with n_expert SwiGLU experts
+// of n_ff_exp features (n_used a token, chosen by sigmoid(logit) + a selection bias, weighted by the normalized
+// sigmoids).
+ModelConfig lfm2moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_dense) {
+    c.file_arch = "lfm2moe";
+    set_sigmoid_experts(c, n_ff_exp, n_expert, n_used, n_dense, 1.0f);
+    return c;
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -453,6 +462,11 @@ std::vector<ModelConfig> arch_shapes() {
         // LFM2-350M and LFM2-1.2B as their config.json files state them (no file could be fetched here to check)
         lfm2_config("lfm2-350m", 1024, 16, 16, 8, 4608, 65536, 128000, {2, 5, 8, 10, 12, 14}),
         lfm2_config("lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, 128000, {2, 5, 8, 10, 12, 14}),
+        // lfm2-tiny's layers, 0 dense, 1-4 with 8 experts of 64 features (2 a token)
+        lfm2moe_config(lfm2_config("lfm2moe-tiny", 128, 5, 4, 2, 256, 320, 1024, {1, 3}), 64, 8, 2, 1),
+        // LFM2-8B-A1B as its config.json states it (no file could be fetched here to check)
+        lfm2moe_config(lfm2_config("lfm2-8b-a1b", 2048, 24, 32, 8, 7168, 65536, 128000, {2, 6, 10, 14, 18, 21}), 1792,
+                       32, 4, 2),
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
