@@ -98,10 +98,29 @@ struct ModelConfig {
     // The chosen experts' weights: the softmax over their logits (true), or (qwen2moe, llama.cpp's norm_w off) their
     // shares of the softmax over all n_expert logits, not renormalized.
     bool moe_norm_weights = true;
+    // DeepSeek-V3-style routing (glm4moe, lfm2moe; deepseek2 uses the same fields). moe_gating_sigmoid: each expert's
+    // probability is sigmoid(its logit), not the softmax, and the chosen experts' weights are those probabilities
+    // (divided by their sum, at least 2^-14, when moe_norm_weights, as llama.cpp clamps it). moe_selection_bias: a
+    // per-layer bias [n_expert] (the file's exp_probs_b.bias) is added to the probabilities to choose the experts and
+    // weights none of them. The weights are then multiplied by moe_weights_scale (expert_weights_scale).
+    bool moe_gating_sigmoid = false;
+    bool moe_selection_bias = false;
+    float moe_weights_scale = 1.0f;
+    // The first n_leading_dense layers have a dense FFN (ffn_gate, ffn_up, ffn_down of layer_n_ff(l) features) instead
+    // of the experts (leading_dense_block_count: glm4moe, lfm2moe, deepseek2)
+    int64_t n_leading_dense = 0;
+    // glm4moe: the multi-token-prediction blocks after the last layer (nextn_predict_layers), which the file holds and
+    // the forward never runs (as llama.cpp by default); block_count is n_layer + n_layer_nextn.
+    int64_t n_layer_nextn = 0;
     bool moe() const { return n_expert > 0; }
+    // Whether layer l routes its tokens through experts (a mixture's leading dense layers do not)
+    bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense; }
     // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
-    // shared expert)
-    bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert; }
+    // shared expert), or some layers (the leading dense ones)
+    bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert || n_leading_dense > 0; }
+    bool layer_dense_ffn(int64_t layer) const {
+        return !layer_moe(layer) || moe_shared_ffn || moe_shared_expert;
+    }
     // gemma4: the local layers' own head size, KV heads and rotated dims (attention.key_length_swa,
     // head_count_kv's local entries, rope.dimension_count_swa); 0: the same as the global layers' (head_dim,
     // n_head_kv, n_rot). The KV cache's row is the widest layer's (kv_heads, kv_head_dim); a narrower layer uses the
@@ -155,8 +174,9 @@ struct ModelConfig {
         return short_conv_layers.empty() ? 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v : n_embd;
     }
     int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
-    // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); empty: n_ff in every layer. n_ff
-    // is then the widest layer's.
+    // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); glm4moe: n_ff in the leading
+    // dense layers, the shared expert's width in the others. Empty: n_ff in every layer; n_ff is then the widest
+    // layer's.
     std::vector<int64_t> n_ff_layers;
     // gemma4 (E2B, E4B): per-layer token embeddings of n_embd_per_layer values a layer (0: none). Each token's input
     // of layer l, (rms_norm(W_mp[l] x0 / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token][l] *
@@ -238,8 +258,8 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
-// gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4,
-// ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe).
+// gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone,
+// exaone4, ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

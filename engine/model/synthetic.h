@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace quill {
@@ -24,6 +25,11 @@ struct SyntheticModel {
     Weights weights;
     GgmlType type;
     std::vector<std::vector<uint8_t>> buffers;  // the tensor data the weights view
+    // glm4moe's multi-token-prediction blocks (ModelConfig::n_layer_nextn), which a saved file holds and no forward
+    // runs: each block's layer, its eh_proj matrix and its nextn norms by name
+    std::vector<LayerWeights> mtp_layers;
+    std::vector<TensorView> mtp_matrices;
+    std::vector<std::pair<std::string, std::vector<float>>> mtp_vectors;
 
     // Random weights of the given type for every matrix (norms F32). The embedding has the same type.
     static std::unique_ptr<SyntheticModel> make(const ModelConfig& config, GgmlType type, uint64_t seed);

@@ -205,7 +205,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
         if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
-        if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
+        // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
+        if (c.layer_moe(i)) {
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
                 L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
@@ -216,9 +217,11 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
             L.split_experts();
         }
-        const bool dense = c.dense_ffn();  // (gemma4's mixture, the shared expert: a dense FFN beside the experts)
+        // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
+        const bool dense = c.layer_dense_ffn(i);
+        const bool shexp = c.moe_shared_expert && c.layer_moe(i);
         const int64_t n_ff = c.layer_n_ff(i);
-        if (c.moe_shared_expert) {  // (its tensors named ffn_*_shexp)
+        if (shexp) {  // (its tensors named ffn_*_shexp)
             L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up_shexp.weight", {c.n_embd, n_ff});
             L.ffn_down = l.get(b + "ffn_down_shexp.weight", {n_ff, c.n_embd});
@@ -228,7 +231,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, n_ff});
         }
-        if (dense && !c.moe_shared_expert) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
+        if (dense && !shexp) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
         if (c.n_embd_per_layer > 0) {
             L.per_layer_inp_gate = l.get(b + "inp_gate.weight", {c.n_embd, c.n_embd_per_layer});
             L.per_layer_proj = l.get(b + "proj.weight", {c.n_embd_per_layer, c.n_embd});
@@ -236,8 +239,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;
-    // qwen35: the multi-token-prediction blocks after the last layer, loaded and not run (as llama.cpp by default)
-    if (c.arch == "qwen35" || c.arch == "qwen35moe") l.skip_blocks_from(c.n_layer);
+    // qwen35, glm4moe: the multi-token-prediction blocks after the last layer, loaded and not run (as llama.cpp by
+    // default)
+    if (c.arch == "qwen35" || c.arch == "qwen35moe" || c.n_layer_nextn > 0) l.skip_blocks_from(c.n_layer);
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
     // without it.
     if (const GgufTensorInfo* t = l.first_unused())

@@ -64,6 +64,9 @@ struct LayerWeights {
     // The shared expert (ModelConfig::moe_shared_expert; ffn_gate, ffn_up and ffn_down are its matrices, the file's
     // ffn_*_shexp): the gate vector of its output, sigmoid(ffn_gate_inp_shexp . xn) (empty without a gate).
     std::vector<float> ffn_gate_inp_shexp;  // [n_embd]
+    // The selection bias added to the experts' probabilities to choose them (ModelConfig::moe_selection_bias; the
+    // file's exp_probs_b.bias); empty without it.
+    std::vector<float> ffn_exp_probs_b;  // [n_expert]
     // gpt-oss: biases of the router's logits and of each expert's gate, up and down products, expert e's at
     // e * n_ff_exp (gate, up) and e * n_embd (down); empty when absent.
     std::vector<float> ffn_gate_inp_b;                    // [n_expert]

@@ -132,6 +132,15 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(q2moe->config, q2moe->weights),
                       "the CUDA backend cannot run qwen2moe models (a shared expert beside the routed ones); --device "
                       "cpu runs it");
+    // Nor glm4moe's DeepSeek-V3-style routing and leading dense layer, nor lfm2moe (its short convs first).
+    auto glm = SyntheticModel::make(synthetic_config("glm4moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(glm->config, glm->weights),
+                      "the CUDA backend cannot run glm4moe models (sigmoid expert routing with a selection bias, "
+                      "leading dense layers); --device cpu runs it");
+    auto lfm2moe = SyntheticModel::make(synthetic_config("lfm2moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(lfm2moe->config, lfm2moe->weights),
+                      "the CUDA backend cannot run lfm2 models (recurrent short convolution layers); --device cpu "
+                      "runs it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {
