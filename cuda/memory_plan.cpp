@@ -73,7 +73,7 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent {} layers); --device cpu runs it",
-                                    config.arch,
+                                    config.gguf_arch(),
                                     config.mamba2()                      ? "Mamba-2"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));

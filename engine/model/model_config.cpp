@@ -14,7 +14,8 @@ namespace {
 
 // Architectures that run as another (ModelConfig::file_arch): their files carry that architecture's tensors and keys
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
-// layers with NEOX RoPE pairs.
+// layers with NEOX RoPE pairs; Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets
+// grouped by key head (ModelConfig::ssm_grouped).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -23,7 +24,8 @@ struct ArchVariant {
 constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope::mrope},
                                          {"qwen3vl", "qwen3", ArchVariant::Rope::imrope},
                                          {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
-                                         {"exaone", "llama", ArchVariant::Rope::neox}};
+                                         {"exaone", "llama", ArchVariant::Rope::neox},
+                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -45,7 +47,7 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
            "mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, qwen2vl, "
-           "qwen3vl, qwen3vlmoe";
+           "qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -383,7 +385,8 @@ int64_t read_full_attn_interval(const GgufFile& f, const std::string& p, int64_t
 
 // Qwen3.5 as llama.cpp's qwen35 reads it: the gated delta net's sizes (ssm.*: conv taps, the keys' head size and
 // heads, the values' heads, their total width), which layers are recurrent, the gated queries of the full layers
-// and their multi-section RoPE (rope.dimension_sections, interleaved).
+// and their multi-section RoPE (rope.dimension_sections, interleaved). Qwen3-Next (qwen3next) as llama.cpp reads
+// it: the same, but plain NEOX RoPE and the delta nets grouped by key head.
 void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
     c.attn_out_gate = true;
     c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
@@ -400,7 +403,8 @@ void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, Model
                                     "{}", f.path(), p, c.ssm_n_v_heads, p, c.ssm_n_k_heads));
     c.ssm_head_v = c.ssm_head_k;
     c.full_attn_interval = read_full_attn_interval(f, p, c.n_layer, n_block);
-    read_rope_sections(f, p, true, c);
+    c.ssm_grouped = c.file_arch == "qwen3next";
+    if (!c.ssm_grouped) read_rope_sections(f, p, true, c);
 }
 
 // LFM2 as llama.cpp's lfm2 reads it: the short convs' taps (shortconv.l_cache), the layers whose

@@ -314,6 +314,15 @@ ModelConfig qwen35moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, 
     return c;
 }
 
+// qwen3next (Qwen3-Next): qwen35moe's layers with plain NEOX RoPE and the delta nets grouped by key head
+// (ModelConfig::ssm_grouped): ssm_ba, and the first delta net's q, k, v and z in one ssm_in as the older files have
+// them (the others in attn_qkv and attn_gate), so that one file holds both layouts.
+ModelConfig qwen3next_config(ModelConfig c) {
+    c.file_arch = "qwen3next";
+    c.ssm_grouped = true;
+    return c;
+}
+
 // qwen2moe: qwen2's layers (Q, K and V biases, NEOX RoPE) with a mixture of n_expert SwiGLU experts of n_ff_exp
 // features, n_used a token weighted by their shares of the softmax over all the logits, and a shared expert of n_ff
 // features with its sigmoid gate.
@@ -409,6 +418,14 @@ std::vector<ModelConfig> arch_shapes() {
                                        32), 512, 256, 8),
         qwen35moe_config(qwen35_config("qwen3.5-35b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 248320, 262144, 4, 128, 16,
                                        32), 512, 256, 8),
+        // qwen35moe-tiny's shape, and Qwen3-Next-80B-A3B's (its config.json as we read it: 512 experts of 512, 10 a
+        // token; no file could be fetched here to check) with its first 8 layers
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3next-tiny", 128, 5, 4, 2, 64, 16, 96, 320, 1024, 4, 32, 2,
+                                                        4), 64, 8, 2)),
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3-next-80b-a3b", 2048, 48, 16, 2, 256, 64, 512, 151936,
+                                                        262144, 4, 128, 16, 32), 512, 512, 10)),
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3-next-80b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 151936,
+                                                        262144, 4, 128, 16, 32), 512, 512, 10)),
         // 8 experts of 64 features (2 a token) and a shared expert of 192; Qwen1.5-MoE-A2.7B as its files state it
         qwen2moe_config("qwen2moe-tiny", 128, 3, 4, 2, 192, 64, 8, 2, 320, 1024),
         qwen2moe_config("qwen1.5-moe-a2.7b", 2048, 24, 16, 16, 5632, 1408, 60, 4, 151936, 8192),
@@ -691,10 +708,18 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_out = matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
             L.ssm_conv1d = uniform(c.n_embd * c.ssm_conv, -0.6, 0.6);
         } else if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
-            L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
-            L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
-            L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
-            L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            if (c.ssm_grouped && i == 0) {  // (qwen3next's older layout, in its first delta net)
+                L.ssm_in = matrix(b + "ssm_in.weight", c.n_embd, c.ssm_conv_channels() + c.ssm_d_inner());
+            } else {
+                L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
+                L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
+            }
+            if (c.ssm_grouped) {
+                L.ssm_beta = matrix(b + "ssm_ba.weight", c.n_embd, 2 * c.ssm_n_v_heads);
+            } else {
+                L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
+                L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            }
             L.ssm_out = matrix(b + "ssm_out.weight", c.ssm_d_inner(), c.n_embd);
             // taps of the size that keeps the conv's output near its input's; a = -exp(A_log) with decays
             // exp(softplus(alpha + dt) a) spread over (0, 1)
@@ -893,6 +918,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "ssm.time_step_rank", uint32_t(c.ssm_n_v_heads));
         w.set(p + "ssm.inner_size", uint32_t(c.ssm_d_inner()));
         w.set(p + "full_attention_interval", uint32_t(c.full_attn_interval));
+    }
+    if (qwen35 && !c.ssm_grouped) {  // (qwen3next: no sections)
         // Qwen3.5's sections (11, 11, 10 of 32 pairs) in proportion to n_rot / 2 pairs
         const int64_t pairs = c.n_rot / 2, s0 = (pairs * 11 + 31) / 32;
         w.set(p + "rope.dimension_sections",

@@ -126,6 +126,10 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(q35moe->config, q35moe->weights),
                       "the CUDA backend cannot run qwen35moe models (recurrent gated delta net layers); --device cpu "
                       "runs it");
+    auto q3next = SyntheticModel::make(synthetic_config("qwen3next-tiny"), GgmlType::F32, 42);  // (named as its file)
+    CHECK_THROWS_WITH(cuda::check_model(q3next->config, q3next->weights),
+                      "the CUDA backend cannot run qwen3next models (recurrent gated delta net layers); --device cpu "
+                      "runs it");
     auto q2moe = SyntheticModel::make(synthetic_config("qwen2moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(q2moe->config, q2moe->weights),
                       "the CUDA backend cannot run qwen2moe models (a shared expert beside the routed ones); --device "
