@@ -38,16 +38,16 @@ const ArchVariant* arch_variant(const std::string& file_arch) {
 bool architecture_supported(const std::string& arch) {
     if (arch_variant(arch)) return true;
     return arch == "llama" || arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe" ||
-           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma2" ||
+           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
            arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
-           "mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, qwen2vl, "
-           "qwen3vl, qwen3vlmoe, qwen3next";
+    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
+           "smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, "
+           "lfm2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -486,7 +486,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     if (c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe" || qwen35 ||
-        c.arch == "gemma2" ||
+        c.arch == "gemma" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
         c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" ||
         (variant && variant->rope != ArchVariant::Rope::base))
@@ -634,6 +634,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "mistral3") {
         c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
         c.attn_temp_floor = c.yarn_n_ctx_orig;
+    }
+    if (c.arch == "gemma") {  // As Gemma (1) and llama.cpp define it: GeGLU, embeddings scaled by sqrt(n_embd)
+        c.ffn_act = Activation::gelu_tanh;
+        c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
     }
     if (c.arch == "gemma2") {
         // As Gemma 2 (and llama.cpp) define it: gemma3's GeGLU and embedding scale, the local layers (see

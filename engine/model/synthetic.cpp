@@ -86,6 +86,17 @@ ModelConfig gemma2_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// gemma (Gemma 1): GeGLU, embeddings scaled by sqrt(n_embd), NEOX RoPE, a tied output; no window, caps or post-norms.
+ModelConfig gemma_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = base_config("gemma", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.rope = ModelConfig::Rope::neox;
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    return c;
+}
+
 // phi3: fused QKV and gate/up, partial rotary dims, long and short RoPE factors with an attention factor.
 ModelConfig phi3_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
                         int64_t n_rot, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t n_ctx_orig) {
@@ -437,6 +448,11 @@ std::vector<ModelConfig> arch_shapes() {
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
+        // them (no file could be fetched here to check)
+        gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
+        gemma_config("gemma-2b", 2048, 18, 8, 1, 256, 16384, 256000, 8192),
+        gemma_config("gemma-7b", 3072, 28, 16, 16, 256, 24576, 256000, 8192),
         gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
         // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
@@ -544,7 +560,7 @@ private:
 // The chat template a saved model of the architecture carries (its family's format, over the byte vocabulary; ChatML
 // for qwen3, smollm3 and mistral3), or nullptr (llama).
 const char* chat_template(const std::string& arch) {
-    if (arch == "gemma2")
+    if (arch == "gemma" || arch == "gemma2")
         return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{% set role = "
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<start_of_turn>{{ role }}\n{{ "
                "message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}"
@@ -564,7 +580,7 @@ const char* chat_template(const std::string& arch) {
 
 // The control tokens of the architecture's chat format, which a saved model's vocabulary ends with.
 std::vector<std::string> control_tokens(const std::string& arch) {
-    if (arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
+    if (arch == "gemma" || arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
     if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
     if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
     if (arch == "glm4")
@@ -666,7 +682,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    if (gemma2 || gemma4 || c.arch == "ernie4_5") {  // (their files have no output matrix of their own)
+    if (gemma2 || gemma4 || c.arch == "gemma" || c.arch == "ernie4_5") {  // (no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {

@@ -99,9 +99,9 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     auto g4 = SyntheticModel::make(synthetic_config("gemma4-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(g4->config, g4->weights),
                       "the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
-    // nor glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss, which no GPU session has checked
-    for (const char* shape :
-         {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny", "ernie4_5-tiny", "seed_oss-tiny"}) {
+    // nor glm4, granite, olmo2, exaone4, ernie4_5, seed_oss and gemma, which no GPU session has checked
+    for (const char* shape : {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny", "ernie4_5-tiny",
+                              "seed_oss-tiny", "gemma-tiny"}) {
         auto d = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
         CHECK_THROWS_WITH(cuda::check_model(d->config, d->weights),
                           fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", d->config.arch));
