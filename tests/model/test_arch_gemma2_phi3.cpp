@@ -10,6 +10,7 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/fault_util.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -98,6 +99,15 @@ TEST_CASE("gemma, gemma2 and phi3 settings are read from the file as llama.cpp r
     CHECK((c1.sliding_window == 0 && c1.attn_logit_softcap == 0.0f && c1.final_logit_softcap == 0.0f));
     CHECK((g1->weights.output_tied && g1->weights.layers[2].attn_post_norm.empty() &&
            g1->weights.layers[2].ffn_norm.size() == 128));
+    // Its output is its embeddings whatever the file holds (as llama.cpp reads it): an output.weight is refused, as
+    // llama.cpp refuses a tensor too many.
+    const fs::path dir = test::temp_dir("arch_gemma_output");
+    const std::string src = (dir / "gemma-tiny.gguf").string(), bad = (dir / "gemma-output.gguf").string();
+    SyntheticModel::make(synthetic_config("gemma-tiny"), GgmlType::F32, 42)->save(src);
+    test::rewrite_gguf(src, bad, [](GgufWriter& w) {
+        w.add_tensor("output.weight", GgmlType::F32, {128, 320}, std::vector<uint8_t>(128 * 320 * 4, 0));
+    });
+    CHECK_THROWS_WITH(Model::load(bad), Catch::Contains("tensor 'output.weight' is not used by quill's gemma"));
     const ModelConfig g7 = synthetic_config("gemma-7b");
     CHECK((g7.arch == "gemma" && g7.n_embd == 3072 && g7.n_layer == 28 && g7.n_head_kv == 16 && g7.head_dim == 256 &&
            g7.n_ff == 24576 && g7.n_vocab == 256000));
