@@ -95,6 +95,14 @@ TEST_CASE("qwen3next settings and its grouped delta net tensors are read from th
     CHECK((split.ssm_in.name == "blk.2.attn_qkv.weight" && split.ssm_in.n_rows() == 256 &&
            split.ssm_z.n_rows() == 128 && split.ssm_beta.n_rows() == 8 && !split.ssm_alpha.data));
     CHECK(recurrent_matrices(split).size() == 4);
+    // A multi-token-prediction block after the layers (newer converters keep Qwen3-Next's) is loaded and not run.
+    const std::string mtp = test::synthetic_with_metadata(test::temp_dir("arch_qwen3next_mtp"), "qwen3next-tiny",
+                                                          "mtp", [](GgufWriter& w) {
+        w.set("qwen3next.block_count", uint32_t(6));
+        w.set("qwen3next.nextn_predict_layers", uint32_t(1));
+        w.add_tensor("blk.5.nextn.eh_proj.weight", GgmlType::F32, {256, 128}, std::vector<uint8_t>(256 * 128 * 4, 0));
+    });
+    CHECK(Model::load(mtp)->config.n_layer == 5);
     // The released shape: Qwen3-Next-80B-A3B, and its first 8 layers.
     for (const char* shape : {"qwen3-next-80b-a3b", "qwen3-next-80b-a3b-8l"}) {
         const ModelConfig big = synthetic_config(shape);
