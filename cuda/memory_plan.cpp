@@ -63,17 +63,17 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // gemma4's per-layer attention geometry, V norm and layer output scale have no kernels (the CPU backend runs it).
     if (config.arch == "gemma4")
         throw FileError("the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
-    // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss, and
-    // the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's blocks without
-    // input norms.
+    // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss,
+    // gemma, and the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's
+    // blocks without input norms.
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
-        config.arch == "ernie4_5" || config.arch == "seed_oss")
+        config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma")
         throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
     // qwen35's gated delta nets, granitehybrid's Mamba-2 layers and lfm2's short convs (a recurrent state per
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent {} layers); --device cpu runs it",
-                                    config.arch,
+                                    config.gguf_arch(),
                                     config.mamba2()                      ? "Mamba-2"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));

@@ -194,6 +194,9 @@ private:
     std::vector<float> ssm_beta_;   // [n, ssm_n_v_heads] W_beta xn
     std::vector<float> ssm_alpha_;  // [n, ssm_n_v_heads] W_alpha xn
     std::vector<float> ssm_o_;      // [n, ssm_d_inner] the gated output before W_out
+    // qwen3next: its products grouped by key head, before ungroup_qkvz and ungroup_ba (delta_net_layout.h)
+    std::vector<float> ssm_qkvz_;   // [n, ssm_conv_channels + ssm_d_inner] W_in xn (its older files' ssm_in)
+    std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm
     std::vector<float> gate_;    // [n, n_ff]

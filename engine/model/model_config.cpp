@@ -14,7 +14,9 @@ namespace {
 
 // Architectures that run as another (ModelConfig::file_arch): their files carry that architecture's tensors and keys
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
-// layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones.
+// layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
+// Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
+// (ModelConfig::ssm_grouped).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -24,7 +26,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"qwen3vl", "qwen3", ArchVariant::Rope::imrope},
                                          {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
                                          {"exaone", "llama", ArchVariant::Rope::neox},
-                                         {"lfm2moe", "lfm2", ArchVariant::Rope::base}};
+                                         {"lfm2moe", "lfm2", ArchVariant::Rope::base},
+                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -37,16 +40,16 @@ const ArchVariant* arch_variant(const std::string& file_arch) {
 bool architecture_supported(const std::string& arch) {
     if (arch_variant(arch)) return true;
     return arch == "llama" || arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe" ||
-           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma2" ||
+           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
            arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
-           "mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, "
-           "lfm2, lfm2moe, qwen2vl, qwen3vl, qwen3vlmoe";
+    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
+           "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
+           "seed_oss, lfm2, lfm2moe, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -413,7 +416,8 @@ int64_t read_full_attn_interval(const GgufFile& f, const std::string& p, int64_t
 
 // Qwen3.5 as llama.cpp's qwen35 reads it: the gated delta net's sizes (ssm.*: conv taps, the keys' head size and
 // heads, the values' heads, their total width), which layers are recurrent, the gated queries of the full layers
-// and their multi-section RoPE (rope.dimension_sections, interleaved).
+// and their multi-section RoPE (rope.dimension_sections, interleaved). Qwen3-Next (qwen3next) as llama.cpp reads
+// it: the same, but plain NEOX RoPE and the delta nets grouped by key head.
 void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
     c.attn_out_gate = true;
     c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
@@ -430,7 +434,8 @@ void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, Model
                                     "{}", f.path(), p, c.ssm_n_v_heads, p, c.ssm_n_k_heads));
     c.ssm_head_v = c.ssm_head_k;
     c.full_attn_interval = read_full_attn_interval(f, p, c.n_layer, n_block);
-    read_rope_sections(f, p, true, c);
+    c.ssm_grouped = c.file_arch == "qwen3next";
+    if (!c.ssm_grouped) read_rope_sections(f, p, true, c);
 }
 
 // LFM2 as llama.cpp's lfm2 reads it: the short convs' taps (shortconv.l_cache), the layers whose
@@ -513,7 +518,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     if (c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe" || qwen35 ||
         c.arch == "glm4moe" ||
-        c.arch == "gemma2" ||
+        c.arch == "gemma" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
         c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" ||
         (variant && variant->rope != ArchVariant::Rope::base))
@@ -667,6 +672,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "mistral3") {
         c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
         c.attn_temp_floor = c.yarn_n_ctx_orig;
+    }
+    if (c.arch == "gemma") {  // As Gemma (1) and llama.cpp define it: GeGLU, embeddings scaled by sqrt(n_embd)
+        c.ffn_act = Activation::gelu_tanh;
+        c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
     }
     if (c.arch == "gemma2") {
         // As Gemma 2 (and llama.cpp) define it: gemma3's GeGLU and embedding scale, the local layers (see

@@ -142,9 +142,18 @@ struct ModelConfig {
     // qwen35 (Qwen3.5): a hybrid of full-attention layers, every full_attn_interval-th (l % N == N - 1), and
     // linear-attention layers between them, each a gated delta net: a recurrent state per sequence (no KV cache)
     // fed by a causal conv1d of ssm_conv taps over the projected q, k, v (ssm_n_k_heads heads of ssm_head_k for q
-    // and k, ssm_n_v_heads of ssm_head_v for v; v head h reads q, k head h % ssm_n_k_heads). 0: no recurrent layers.
+    // and k, ssm_n_v_heads of ssm_head_v for v; v head h reads q, k head ssm_k_head(h)). 0: no recurrent layers.
     int64_t full_attn_interval = 0;
     int64_t ssm_conv = 0, ssm_head_k = 0, ssm_n_k_heads = 0, ssm_head_v = 0, ssm_n_v_heads = 0;
+    // qwen3next (Qwen3-Next, which Qwen3.5 descends from; it runs as qwen35moe): each key head serves a group of
+    // ssm_n_v_heads / ssm_n_k_heads consecutive value heads (v head h reads key head h / group, where qwen35's reads
+    // h % ssm_n_k_heads), and the file's fused input projections are grouped by key head the same way: ssm_ba holds
+    // each key head's group of betas then its alphas, and the older files' ssm_in (before llama.cpp's converter
+    // split it into attn_qkv and attn_gate) each key head's q, k, then its group's v and z (delta_net_layout.h).
+    bool ssm_grouped = false;
+    int64_t ssm_k_head(int64_t v_head) const {
+        return ssm_grouped ? v_head / (ssm_n_v_heads / ssm_n_k_heads) : v_head % ssm_n_k_heads;
+    }
     // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
     bool attn_out_gate = false;
     // granitehybrid (Granite 4.0 H): the layers whose attention.head_count_kv entry is 0 are Mamba-2 layers (1 here;
@@ -258,8 +267,8 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
-// gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone,
-// exaone4, ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe).
+// gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
+// exaone, exaone4, ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

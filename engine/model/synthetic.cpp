@@ -86,6 +86,17 @@ ModelConfig gemma2_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// gemma (Gemma 1): GeGLU, embeddings scaled by sqrt(n_embd), NEOX RoPE, a tied output; no window, caps or post-norms.
+ModelConfig gemma_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = base_config("gemma", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.rope = ModelConfig::Rope::neox;
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    return c;
+}
+
 // phi3: fused QKV and gate/up, partial rotary dims, long and short RoPE factors with an attention factor.
 ModelConfig phi3_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
                         int64_t n_rot, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t n_ctx_orig) {
@@ -359,6 +370,15 @@ ModelConfig qwen35moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, 
     return c;
 }
 
+// qwen3next (Qwen3-Next): qwen35moe's layers with plain NEOX RoPE and the delta nets grouped by key head
+// (ModelConfig::ssm_grouped): ssm_ba, and the first delta net's q, k, v and z in one ssm_in as the older files have
+// them (the others in attn_qkv and attn_gate), so that one file holds both layouts.
+ModelConfig qwen3next_config(ModelConfig c) {
+    c.file_arch = "qwen3next";
+    c.ssm_grouped = true;
+    return c;
+}
+
 // qwen2moe: qwen2's layers (Q, K and V biases, NEOX RoPE) with a mixture of n_expert SwiGLU experts of n_ff_exp
 // features, n_used a token weighted by their shares of the softmax over all the logits, and a shared expert of n_ff
 // features with its sigmoid gate.
@@ -454,6 +474,14 @@ std::vector<ModelConfig> arch_shapes() {
                                        32), 512, 256, 8),
         qwen35moe_config(qwen35_config("qwen3.5-35b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 248320, 262144, 4, 128, 16,
                                        32), 512, 256, 8),
+        // qwen35moe-tiny's shape, and Qwen3-Next-80B-A3B's (its config.json as we read it: 512 experts of 512, 10 a
+        // token; no file could be fetched here to check) with its first 8 layers
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3next-tiny", 128, 5, 4, 2, 64, 16, 96, 320, 1024, 4, 32, 2,
+                                                        4), 64, 8, 2)),
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3-next-80b-a3b", 2048, 48, 16, 2, 256, 64, 512, 151936,
+                                                        262144, 4, 128, 16, 32), 512, 512, 10)),
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3-next-80b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 151936,
+                                                        262144, 4, 128, 16, 32), 512, 512, 10)),
         // 8 experts of 64 features (2 a token) and a shared expert of 192; Qwen1.5-MoE-A2.7B as its files state it
         qwen2moe_config("qwen2moe-tiny", 128, 3, 4, 2, 192, 64, 8, 2, 320, 1024),
         qwen2moe_config("qwen1.5-moe-a2.7b", 2048, 24, 16, 16, 5632, 1408, 60, 4, 151936, 8192),
@@ -470,6 +498,11 @@ std::vector<ModelConfig> arch_shapes() {
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
+        // them (no file could be fetched here to check)
+        gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
+        gemma_config("gemma-2b", 2048, 18, 8, 1, 256, 16384, 256000, 8192),
+        gemma_config("gemma-7b", 3072, 28, 16, 16, 256, 24576, 256000, 8192),
         gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
         // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
@@ -584,7 +617,7 @@ private:
 // The chat template a saved model of the architecture carries (its family's format, over the byte vocabulary; ChatML
 // for qwen3, smollm3 and mistral3), or nullptr (llama).
 const char* chat_template(const std::string& arch) {
-    if (arch == "gemma2")
+    if (arch == "gemma" || arch == "gemma2")
         return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{% set role = "
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<start_of_turn>{{ role }}\n{{ "
                "message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}"
@@ -604,7 +637,7 @@ const char* chat_template(const std::string& arch) {
 
 // The control tokens of the architecture's chat format, which a saved model's vocabulary ends with.
 std::vector<std::string> control_tokens(const std::string& arch) {
-    if (arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
+    if (arch == "gemma" || arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
     if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
     if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
     if (arch == "glm4" || arch == "glm4moe")
@@ -706,7 +739,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    if (gemma2 || gemma4 || c.arch == "ernie4_5") {  // (their files have no output matrix of their own)
+    if (gemma2 || gemma4 || c.arch == "gemma" || c.arch == "ernie4_5") {  // (no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {
@@ -749,10 +782,18 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_out = matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
             L.ssm_conv1d = uniform(c.n_embd * c.ssm_conv, -0.6, 0.6);
         } else if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
-            L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
-            L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
-            L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
-            L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            if (c.ssm_grouped && i == 0) {  // (qwen3next's older layout, in its first delta net)
+                L.ssm_in = matrix(b + "ssm_in.weight", c.n_embd, c.ssm_conv_channels() + c.ssm_d_inner());
+            } else {
+                L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
+                L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
+            }
+            if (c.ssm_grouped) {
+                L.ssm_beta = matrix(b + "ssm_ba.weight", c.n_embd, 2 * c.ssm_n_v_heads);
+            } else {
+                L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
+                L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            }
             L.ssm_out = matrix(b + "ssm_out.weight", c.ssm_d_inner(), c.n_embd);
             // taps of the size that keeps the conv's output near its input's; a = -exp(A_log) with decays
             // exp(softplus(alpha + dt) a) spread over (0, 1)
@@ -975,6 +1016,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "ssm.time_step_rank", uint32_t(c.ssm_n_v_heads));
         w.set(p + "ssm.inner_size", uint32_t(c.ssm_d_inner()));
         w.set(p + "full_attention_interval", uint32_t(c.full_attn_interval));
+    }
+    if (qwen35 && !c.ssm_grouped) {  // (qwen3next: no sections)
         // Qwen3.5's sections (11, 11, 10 of 32 pairs) in proportion to n_rot / 2 pairs
         const int64_t pairs = c.n_rot / 2, s0 = (pairs * 11 + 31) / 32;
         w.set(p + "rope.dimension_sections",

@@ -15,7 +15,8 @@ namespace quill {
 
 // Shape presets: stories15m, llama-tiny-256, stories110m, tinyllama-1.1b, llama2-7b, llama3-8b; gemma2-tiny,
 // gemma2-2b, phi3-tiny, phi-4-mini; qwen3moe-tiny, qwen3-30b-a3b (and qwen3-30b-a3b-8l, its first 8 layers);
-// qwen35moe-tiny, qwen3.5-35b-a3b (-8l); qwen2moe-tiny, qwen1.5-moe-a2.7b; synthetic_shape_names() lists them all.
+// qwen35moe-tiny, qwen3.5-35b-a3b (-8l); qwen3next-tiny, qwen3-next-80b-a3b (-8l); qwen2moe-tiny,
+// qwen1.5-moe-a2.7b; synthetic_shape_names() lists them all.
 std::vector<std::string> synthetic_shape_names();
 // The config of a preset; UsageError for an unknown name.
 ModelConfig synthetic_config(const std::string& shape);

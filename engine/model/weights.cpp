@@ -156,7 +156,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     Weights w;
     w.tok_embd = l.get("token_embd.weight", {c.n_embd, c.n_vocab});
     for (const VectorField<Weights>& f : model_vector_fields(c)) l.read(f, f.name, w);
-    if (l.find("output.weight")) {
+    // (gemma: the output is the embeddings whatever the file holds, as llama.cpp reads it, so an output.weight goes
+    // unused and the file is refused, as llama.cpp refuses a tensor too many)
+    if (c.arch != "gemma" && l.find("output.weight")) {
         w.output = l.get("output.weight", {c.n_embd, c.n_vocab});
     } else {
         w.output = w.tok_embd;
@@ -188,10 +190,18 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ssm_in = l.get(b + "shortconv.in_proj.weight", {c.n_embd, 3 * c.n_embd});
             L.ssm_out = l.get(b + "shortconv.out_proj.weight", {c.n_embd, c.n_embd});
         } else if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
-            L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
-            L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
-            L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
-            L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
+            if (c.ssm_grouped && !l.find(b + "attn_qkv.weight")) {  // (qwen3next's older files: q, k, v, z in one)
+                L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, c.ssm_conv_channels() + c.ssm_d_inner()});
+            } else {
+                L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
+                L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
+            }
+            if (c.ssm_grouped) {  // (qwen3next: beta and alpha in one, grouped by key head)
+                L.ssm_beta = l.get(b + "ssm_ba.weight", {c.n_embd, 2 * c.ssm_n_v_heads});
+            } else {
+                L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
+                L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
+            }
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
         } else if (!c.layer_has_kv(i)) {  // (gemma4: Q only; K and V, which llama.cpp does not require, go unread)
             L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});

@@ -89,6 +89,9 @@ struct LayerWeights {
     // of its input to q, k, v (the conv's channels, in that order), to the output gate z, to beta and alpha (one a
     // value head), the output projection; the conv's taps per channel (the last one the current token's), dt's bias,
     // a = -exp(A_log), the output norm of each head.
+    // qwen3next (ModelConfig::ssm_grouped): ssm_beta is the file's ssm_ba [2 ssm_n_v_heads rows], ssm_alpha empty,
+    // and where the file has its older fused ssm_in, ssm_in is that [ssm_conv_channels + ssm_d_inner rows] and ssm_z
+    // empty, both grouped by key head (delta_net_layout.h).
     TensorView ssm_in;              // attn_qkv [ssm_conv_channels rows, n_embd]
     TensorView ssm_z;               // attn_gate [ssm_d_inner rows, n_embd]
     TensorView ssm_beta;            // [ssm_n_v_heads rows, n_embd]

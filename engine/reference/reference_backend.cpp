@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/format/quant.h"
+#include "engine/model/delta_net_layout.h"
 #include "engine/runtime/kv_size.h"
 
 #include <algorithm>
@@ -450,7 +451,7 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
 // qwen35's gated delta net over xn for token t of its slot (out_ = its output):
 //   qkv = silu(conv1d(the window of this and the ssm_conv - 1 previous W_in xn of the sequence)), split into q, k
 //   (ssm_n_k_heads heads) and v (ssm_n_v_heads), q and k of each head divided by sqrt(sum x^2 + eps);
-//   for value head h, with k head h % n_k_heads: g = exp(softplus(W_alpha xn + dt)_h * a_h),
+//   for value head h, with k head ssm_k_head(h): g = exp(softplus(W_alpha xn + dt)_h * a_h),
 //   beta = sigmoid(W_beta xn)_h, S = S g; S += (beta (v - S k)) k^T; o = S q / sqrt(head_k)   (S [head_v, head_k])
 //   out = W_out (rms_norm(o_h) * ssm_norm * silu(z_h) for each head h), z = W_z xn
 void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
@@ -461,10 +462,25 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
         std::fill_n(conv_state(l, t.slot), nch * (taps - 1), 0.0);
         std::fill_n(ssm_state(l, t.slot), c.ssm_n_v_heads * hv * hk, 0.0);
     }
-    matvec(L.ssm_in, xn_, q_, row_);  // [nch]
-    matvec(L.ssm_z, xn_, attn_gate_, row_);
-    matvec(L.ssm_beta, xn_, gate_, row_);
-    matvec(L.ssm_alpha, xn_, up_, row_);
+    const int64_t group = c.ssm_n_v_heads / c.ssm_n_k_heads;
+    if (L.ssm_z.data) {
+        matvec(L.ssm_in, xn_, q_, row_);  // [nch]
+        matvec(L.ssm_z, xn_, attn_gate_, row_);
+    } else {  // (qwen3next's older files: q, k, v and z in one product, grouped by key head)
+        matvec(L.ssm_in, xn_, ssm_fused_, row_);
+        q_.resize(nch);
+        attn_gate_.resize(c.ssm_d_inner());
+        ungroup_qkvz(ssm_fused_.data(), c.ssm_n_k_heads, hk, group * hv, q_.data(), attn_gate_.data());
+    }
+    if (L.ssm_alpha.data) {
+        matvec(L.ssm_beta, xn_, gate_, row_);
+        matvec(L.ssm_alpha, xn_, up_, row_);
+    } else {  // (qwen3next: beta and alpha in one product, grouped by key head)
+        matvec(L.ssm_beta, xn_, ssm_fused_, row_);
+        gate_.resize(c.ssm_n_v_heads);
+        up_.resize(c.ssm_n_v_heads);
+        ungroup_ba(ssm_fused_.data(), c.ssm_n_k_heads, group, gate_.data(), up_.data());
+    }
     conv_silu(conv_state(l, t.slot), L.ssm_conv1d.data(), nullptr, q_.data(), nch, taps, att_);
     const int64_t nk = c.ssm_n_k_heads * hk;  // q at 0, k at nk, v at 2 nk
     for (int64_t h = 0; h < 2 * c.ssm_n_k_heads; ++h) {
@@ -475,7 +491,7 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
     }
     ssm_o_.assign(c.ssm_d_inner(), 0.0);
     for (int64_t h = 0; h < c.ssm_n_v_heads; ++h) {
-        const double* q = att_.data() + (h % c.ssm_n_k_heads) * hk;
+        const double* q = att_.data() + c.ssm_k_head(h) * hk;
         const double* k = q + nk;
         const double* v = att_.data() + 2 * nk + h * hv;
         const double x = up_[h] + L.ssm_dt[h];

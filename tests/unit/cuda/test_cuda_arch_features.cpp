@@ -101,9 +101,9 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     auto g4 = SyntheticModel::make(synthetic_config("gemma4-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(g4->config, g4->weights),
                       "the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
-    // nor glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss, which no GPU session has checked
-    for (const char* shape :
-         {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny", "ernie4_5-tiny", "seed_oss-tiny"}) {
+    // nor glm4, granite, olmo2, exaone4, ernie4_5, seed_oss and gemma, which no GPU session has checked
+    for (const char* shape : {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny", "ernie4_5-tiny",
+                              "seed_oss-tiny", "gemma-tiny"}) {
         auto d = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
         CHECK_THROWS_WITH(cuda::check_model(d->config, d->weights),
                           fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", d->config.arch));
@@ -127,6 +127,10 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     auto q35moe = SyntheticModel::make(synthetic_config("qwen35moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(q35moe->config, q35moe->weights),
                       "the CUDA backend cannot run qwen35moe models (recurrent gated delta net layers); --device cpu "
+                      "runs it");
+    auto q3next = SyntheticModel::make(synthetic_config("qwen3next-tiny"), GgmlType::F32, 42);  // (named as its file)
+    CHECK_THROWS_WITH(cuda::check_model(q3next->config, q3next->weights),
+                      "the CUDA backend cannot run qwen3next models (recurrent gated delta net layers); --device cpu "
                       "runs it");
     auto q2moe = SyntheticModel::make(synthetic_config("qwen2moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(q2moe->config, q2moe->weights),
