@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace test_arch_qwen3next {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -157,3 +159,5 @@ TEST_CASE("quill run and chat work end to end on a qwen3next file with Qwen3's c
     CHECK(draft.status != 0);
     CHECK(draft.err.find("--draft-model " + file + ": qwen3next models cannot draft") != std::string::npos);
 }
+
+}  // namespace test_arch_qwen3next
