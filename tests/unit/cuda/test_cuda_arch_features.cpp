@@ -121,8 +121,8 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     // Nor lfm2 (its short convolutions, a recurrent state per sequence).
     auto lfm2 = SyntheticModel::make(synthetic_config("lfm2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(lfm2->config, lfm2->weights),
-                      "the CUDA backend cannot run lfm2moe models (recurrent short convolution layers); --device "
-                      "cpu runs it");
+                      "the CUDA backend cannot run lfm2 models (recurrent short convolution layers); --device cpu "
+                      "runs it");
     // Nor qwen35moe, nor qwen2moe's shared expert beside the routed ones.
     auto q35moe = SyntheticModel::make(synthetic_config("qwen35moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(q35moe->config, q35moe->weights),
