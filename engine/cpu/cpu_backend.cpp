@@ -331,7 +331,9 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        if (!config_.layer_is_recurrent(l))
+        if (L.mla())
+            mla_block(batch, L, l);
+        else if (!config_.layer_is_recurrent(l))
             attention_block(batch, L, l);
         else if (config_.layer_is_short_conv(l))
             short_conv_block(batch, L, l);
@@ -563,7 +565,7 @@ void CpuBackend::scale_residual(int64_t n) {
 // post_norm_2(the experts' sum) (moe_block). A mixture with a shared expert: the experts' sum plus its gated output.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
-    if (c.moe() && !c.moe_shared_ffn) {
+    if (c.layer_moe(layer) && !c.moe_shared_ffn) {
         moe_block(L, layer, n);
         if (c.moe_shared_expert) shared_expert(L, layer, n);
         scale_residual(n);  // (granitehybrid's experts: times residual_scale, as its dense FFN)

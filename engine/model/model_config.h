@@ -98,7 +98,21 @@ struct ModelConfig {
     // The chosen experts' weights: the softmax over their logits (true), or (qwen2moe, llama.cpp's norm_w off) their
     // shares of the softmax over all n_expert logits, not renormalized.
     bool moe_norm_weights = true;
+    // deepseek2 (DeepSeek-V2/V3's routing, as llama.cpp's build_moe_ffn runs it): the probabilities are
+    // sigmoid(logit) per expert instead of the softmax over them (moe_gating_sigmoid); the experts are chosen by
+    // probability plus the layer's selection bias (LayerWeights::ffn_exp_probs_b, where the file has it) among the
+    // moe_n_group_used groups (of moe_n_group equal runs of experts) whose two best biased probabilities sum
+    // highest; the chosen experts' weights are their unbiased probabilities, divided by their sum when
+    // moe_norm_weights, times moe_weights_scale. The first n_leading_dense layers have a dense FFN of n_ff features
+    // instead of experts. moe_routing_general() says whether a model needs this routing.
+    bool moe_gating_sigmoid = false;
+    int64_t moe_n_group = 0, moe_n_group_used = 0;
+    float moe_weights_scale = 1.0f;
+    int64_t n_leading_dense = 0;
+    bool moe_routing_general() const { return arch == "deepseek2"; }
     bool moe() const { return n_expert > 0; }
+    // Whether layer l's FFN has experts (not one of the leading dense layers)
+    bool layer_moe(int64_t l) const { return moe() && l >= n_leading_dense; }
     // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
     // shared expert)
     bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert; }
@@ -202,6 +216,25 @@ struct ModelConfig {
     int64_t layer_n_ff(int64_t layer) const {
         return n_ff_layers.empty() ? n_ff : n_ff_layers[static_cast<size_t>(layer)];
     }
+    // deepseek2's Multi-head Latent Attention (kv_lora_rank > 0): a query of n_head heads, each head_dim
+    // (attention.key_length_mla) = head_dim - n_rot dims without RoPE and n_rot with, from Wq xn or (q_lora_rank > 0)
+    // Wq_b rms_norm(Wq_a xn); per token one latent of kv_lora_rank values, rms_norm(the first kv_lora_rank of
+    // Wkv_a xn), and one RoPE key of n_rot (its last n_rot) shared by the heads. Head h's key is Wk_b[h] latent
+    // beside the RoPE key, its value Wv_b[h] latent (head_dim_v, attention.value_length_mla): the cache keeps the
+    // latent and the RoPE key alone (kv_heads 1, kv_head_dim kv_lora_rank + n_rot), and attention absorbs Wk_b into
+    // the query and Wv_b into the output, as llama.cpp does.
+    int64_t kv_lora_rank = 0, q_lora_rank = 0, head_dim_v = 0;
+    // deepseek2: the file's rope.scaling.yarn_log_multiplier (0.1 mscale_all_dim), which scales attn_scale by
+    // (1 + 0.1 mscale_all_dim ln(factor))^2 (ModelConfig::from_gguf); and the shared experts beside the routed ones
+    // (their FFN is n_expert_shared * n_ff_exp wide: layer_n_ff of an expert layer)
+    float yarn_log_mul = 0.0f;
+    int64_t n_expert_shared = 0;
+    // deepseek2: attn_scale and rope_mscale from rope.scaling.attn_factor, the RoPE scaling and yarn_log_mul, as
+    // llama.cpp computes them (ModelConfig::from_gguf says how)
+    void set_mla_scales(float attn_factor);
+    bool mla() const { return kv_lora_rank > 0; }
+    int64_t mla_nope() const { return head_dim - n_rot; }  // a head's query dims without RoPE
+    int64_t mla_row() const { return kv_lora_rank + n_rot; }  // the cache's row: latent, then RoPE key
     // The layers with a K and V cache of their own: the attending layers (a hybrid's recurrent ones keep a state
     // instead) before the last n_kv_shared. A shared layer (gemma4) reads the cache of kv_layer(l): as llama.cpp
     // maps them, the last of the layers before the shared ones when it is global, the one before it when local
@@ -219,7 +252,9 @@ struct ModelConfig {
     }
     int64_t kv_index(int64_t layer) const { return kv_layers_before(kv_layer(layer)); }
     int64_t n_layer_kv() const { return kv_layers_before(n_layer); }
-    int64_t layer_n_embd_kv(int64_t layer) const { return layer_n_head_kv(layer) * layer_head_dim(layer); }
+    int64_t layer_n_embd_kv(int64_t layer) const {
+        return mla() ? mla_row() : layer_n_head_kv(layer) * layer_head_dim(layer);
+    }
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and
     // the key that is missing or out of range.
@@ -230,8 +265,14 @@ struct ModelConfig {
         return head_dim_local > 0 && sliding_window > 0 &&
                (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) * head_dim_local > n_head_kv * head_dim;
     }
-    int64_t kv_heads() const { return local_kv_wider() ? (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) : n_head_kv; }
-    int64_t kv_head_dim() const { return local_kv_wider() ? head_dim_local : head_dim; }
+    int64_t kv_heads() const {
+        if (mla()) return 1;
+        return local_kv_wider() ? (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) : n_head_kv;
+    }
+    int64_t kv_head_dim() const {
+        if (mla()) return mla_row();
+        return local_kv_wider() ? head_dim_local : head_dim;
+    }
     int64_t n_embd_kv() const { return kv_heads() * kv_head_dim(); }  // K (and V) width per token, the widest layer's
     // Q width per token, the widest layer's
     int64_t n_embd_q() const { return n_head * std::max(head_dim, head_dim_local); }
@@ -239,7 +280,7 @@ struct ModelConfig {
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4,
-// ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe).
+// ernie4_5, seed_oss, lfm2, deepseek2, and the variants qwen2vl, qwen3vl, qwen3vlmoe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -109,7 +109,8 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe())
             info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
                                         {"n_ff_exp", c.n_ff_exp}};
-        if (c.moe_shared_expert) info["model"]["experts"]["n_ff_shexp"] = c.n_ff;  // (the shared expert's width)
+        if (c.moe_shared_expert)  // (the shared expert's width: an expert layer's)
+            info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(c.n_layer - 1);
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
         if (c.mamba2()) {
@@ -128,6 +129,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                           {"n_k_heads", c.ssm_n_k_heads}, {"n_v_heads", c.ssm_n_v_heads},
                                           {"head_dim", c.ssm_head_k}};
         }
+        if (c.mla())  // (deepseek2)
+            info["model"]["mla"] = {{"kv_lora_rank", c.kv_lora_rank}, {"q_lora_rank", c.q_lora_rank},
+                                    {"head_dim_v", c.head_dim_v}, {"n_leading_dense", c.n_leading_dense}};
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         info["runnable"] = true;
     } else {
@@ -190,6 +194,11 @@ std::string render_model_info(const json& info) {
                                         m["experts"].contains("n_ff_shexp")
                                             ? " n_ff_shexp=" + m["experts"]["n_ff_shexp"].dump()
                                             : ""));
+        if (m.contains("mla"))
+            line("attention", fmt::format("multi-head latent (MLA): a latent of {} cached a position, query rank {}, "
+                                          "value heads of {}; {} leading dense layers",
+                                          m["mla"]["kv_lora_rank"].dump(), m["mla"]["q_lora_rank"].dump(),
+                                          m["mla"]["head_dim_v"].dump(), m["mla"]["n_leading_dense"].dump()));
         if (m.contains("recurrent"))
             line("recurrent", fmt::format("gated delta nets, every {}th layer full attention: conv={} n_k_heads={} "
                                           "n_v_heads={} head_dim={}",

@@ -137,6 +137,17 @@ void LayerWeights::split_experts() {
     }
 }
 
+void LayerWeights::split_mla_heads() {
+    wk_b_heads.clear();
+    wv_b_heads.clear();
+    for (int64_t h = 0; h < wk_b.ne[2]; ++h) {
+        wk_b_heads.push_back(wk_b.matrix(h));
+        wv_b_heads.push_back(wv_b.matrix(h));
+        wk_b_heads.back().name = fmt::format("{} (head {})", wk_b.name, h);
+        wv_b_heads.back().name = fmt::format("{} (head {})", wv_b.name, h);
+    }
+}
+
 void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c, int64_t layer) {
     const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);
     attn_qkv = qkv;
@@ -193,6 +204,17 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
             L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (c.mla()) {  // (deepseek2: the query, plain or low-rank, and MLA's latent; wk_b, wv_b per head)
+            if (c.q_lora_rank > 0) {
+                L.wq_a = l.get(b + "attn_q_a.weight", {c.n_embd, c.q_lora_rank});
+                L.wq_b = l.get(b + "attn_q_b.weight", {c.q_lora_rank, nq});
+            } else {
+                L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            }
+            L.wkv_a = l.get(b + "attn_kv_a_mqa.weight", {c.n_embd, c.mla_row()});
+            L.wk_b = l.get(b + "attn_k_b.weight", {c.mla_nope(), c.kv_lora_rank, c.n_head});
+            L.wv_b = l.get(b + "attn_v_b.weight", {c.kv_lora_rank, c.head_dim_v, c.n_head});
+            L.split_mla_heads();
         } else if (!c.layer_has_kv(i)) {  // (gemma4: Q only; K and V, which llama.cpp does not require, go unread)
             L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
             for (const char* unread : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) l.skip(b + unread);
@@ -204,8 +226,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             // (gemma4: optional, V is then K's projection)
             if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
-        if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
-        if (c.moe()) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
+        const int64_t n_att = c.mla() ? c.n_head * c.head_dim_v : nq;  // (the attention's output per token)
+        if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
+        if (c.layer_moe(i)) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
                 L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
@@ -218,7 +241,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         }
         const bool dense = c.dense_ffn();  // (gemma4's mixture, the shared expert: a dense FFN beside the experts)
         const int64_t n_ff = c.layer_n_ff(i);
-        if (c.moe_shared_expert) {  // (its tensors named ffn_*_shexp)
+        const bool shexp = c.moe_shared_expert && c.layer_moe(i);  // (deepseek2: not in its leading dense layers)
+        if (shexp) {  // (its tensors named ffn_*_shexp)
             L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up_shexp.weight", {c.n_embd, n_ff});
             L.ffn_down = l.get(b + "ffn_down_shexp.weight", {n_ff, c.n_embd});
@@ -228,7 +252,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, n_ff});
         }
-        if (dense && !c.moe_shared_expert) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
+        if (dense && !shexp) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
         if (c.n_embd_per_layer > 0) {
             L.per_layer_inp_gate = l.get(b + "inp_gate.weight", {c.n_embd, c.n_embd_per_layer});
             L.per_layer_proj = l.get(b + "proj.weight", {c.n_embd_per_layer, c.n_embd});
