@@ -140,3 +140,32 @@ TEST_CASE("quill run, chat and batch work end to end on a deepseek2 file with De
     }
     CHECK(i == prompts.size());
 }
+
+TEST_CASE("deepseek2: a prompt prefix copied to another slot's MLA cache continues as the whole prompt alone",
+          "[arch][cpu][reference]") {
+    auto m = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F16, 7);
+    const int64_t nv = m->config.n_vocab;
+    const auto p = test::some_tokens(12, static_cast<int>(nv), 41);
+    const std::vector<int32_t> head(p.begin(), p.begin() + 8), tail(p.begin() + 8, p.end());
+    auto continued = [&](Backend& b) {  // p's first 8 in slot 0, copied to slot 1, the last 4 there
+        test::prefill_logits(b, head, 0);
+        b.copy_kv(0, 1, 0, 8);
+        Batch batch;
+        for (int i = 0; i < 4; ++i) batch.add(tail[i], 8 + i, 1, true);
+        std::vector<float> out(4 * nv);
+        b.forward(batch, out);
+        return out;
+    };
+    std::vector<std::optional<cpu::Isa>> isas{std::nullopt, cpu::best_isa()};
+    for (const auto& isa : isas) {
+        INFO((isa ? cpu::isa_name(*isa) : "reference path"));
+        auto b = test::arch_cpu_backend(m->config, m->weights, isa, 64, 2, KvType::f16);
+        const auto got = continued(*b);
+        const auto want = test::rows(test::prefill_logits(*test::arch_cpu_backend(m->config, m->weights, isa, 64, 1,
+                                                                                  KvType::f16), p), nv, 8, 12);
+        CHECK(test::max_diff(got, want) == 0.0);
+    }
+    ReferenceBackend r(m->config, m->weights, ReferenceBackendOptions{64, 2, KvType::f16});
+    ReferenceBackend alone(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f16});
+    CHECK(test::max_diff(continued(r), test::rows(test::prefill_logits(alone, p), nv, 8, 12)) <= 1e-9);
+}
