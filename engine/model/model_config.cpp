@@ -579,7 +579,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.n_layer = required_int(f, p + "block_count", 1, 4096);
     const int64_t n_block = c.n_layer;
     // qwen35: the multi-token-prediction blocks at the end, which the forward does not run (as llama.cpp by default)
-    if (qwen35) c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
+    // (deepseek2: GLM-4.7-Flash's files carry theirs)
+    if (qwen35 || c.arch == "deepseek2") c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
     if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
         if (c.arch != "gemma4")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
             throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which "

@@ -382,6 +382,17 @@ ModelConfig deepseek3_routing(ModelConfig c, int64_t n_group, int64_t n_group_us
     return c;
 }
 
+// GLM-4.7-Flash (converted as deepseek2) in its first n_layer layers, as its config.json gives it (no file could be
+// fetched here to check against): MLA with a low-rank query, sigmoid routing renormalized and scaled by 1.8, no
+// groups, a shared expert, RoPE base 1e6.
+ModelConfig glm47_flash_config(const char* name, int64_t n_layer) {
+    ModelConfig c = deepseek3_routing(
+        deepseek2_config(name, 2048, n_layer, 20, {768, 512, 192, 64, 256}, 10240, 1536, 64, 4, 1, 1, 154880, 202752),
+        0, 0, 1.8f);
+    c.rope_base = c.rope_base_local = 1e6f;
+    return c;
+}
+
 // gemma4 E2B/E4B: gemma4's layers with per-layer inputs of n_embd_per_layer values, the last n_kv_shared layers
 // reading the caches of earlier ones with FFNs twice as wide (E2B's), V in every layer.
 ModelConfig gemma4_e_config(ModelConfig c, int64_t n_embd_per_layer, int64_t n_kv_shared) {
@@ -470,6 +481,8 @@ std::vector<ModelConfig> arch_shapes() {
         // (rows of whole 256-blocks but the 128 of attn_k_b, Q8_0 then: the speed comparison's Q4_K file)
         deepseek3_routing(deepseek2_config("deepseek2-small", 1024, 4, 8, {512, 256, 128, 64, 128}, 2816, 512, 16, 4, 1,
                                            1, 32000, 4096), 4, 2, 2.5f),
+        glm47_flash_config("glm-4.7-flash", 47),
+        glm47_flash_config("glm-4.7-flash-8l", 8),
         deepseek2_yarn(deepseek2_config("deepseek-v2-lite", 2048, 27, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6, 2,
                                         1, 102400, 163840), 40.0f, 4096, 0.707f),
         deepseek2_yarn(deepseek2_config("deepseek-v2-lite-8l", 2048, 8, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6,

@@ -67,9 +67,19 @@ TEST_CASE("deepseek2 settings are read from the file as llama.cpp reads them, an
     CHECK(cpu::kv_cache_bytes(c, KvType::f16, kCtx, 1) == size_t{3} * 256 * 80 * 2);
     auto b = test::arch_cpu_backend(c, m->weights, cpu::best_isa(), kCtx, 1, KvType::f16);
     CHECK(b->kv_bytes() == size_t{3} * 256 * 80 * 2);
+    // GLM-4.7-Flash's files end with a NextN (multi-token prediction) block: its tensors are loaded and not run.
+    const std::string mtp = test::synthetic_with_metadata(test::temp_dir("arch_deepseek2_nextn"), "deepseek2-tiny",
+                                                          "nextn", [](GgufWriter& w) {
+                                                              w.set("deepseek2.nextn_predict_layers", uint32_t(1));
+                                                          });
+    auto trunk = Model::load(mtp);
+    CHECK((trunk->config.n_layer == 2 && trunk->weights.layers.size() == 2));
     const ModelConfig lite = synthetic_config("deepseek-v2-lite");
     CHECK((lite.q_lora_rank == 0 && !lite.moe_gating_sigmoid && !lite.moe_norm_weights && lite.n_expert == 64 &&
            lite.n_expert_used == 6 && lite.layer_n_ff(1) == 2 * 1408 && lite.kv_head_dim() == 576));
+    const ModelConfig glm = synthetic_config("glm-4.7-flash");
+    CHECK((glm.n_layer == 47 && glm.q_lora_rank == 768 && glm.head_dim == 256 && glm.head_dim_v == 256 &&
+           glm.moe_gating_sigmoid && glm.moe_weights_scale == 1.8f && glm.kv_head_dim() == 576));
 }
 
 TEST_CASE("deepseek2: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
