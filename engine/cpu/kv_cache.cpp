@@ -143,8 +143,8 @@ size_t kv_layer_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64
     const int64_t ring = window_ring_for(config, kv, n_ctx);
     // per slot, K's and V's: a ring's, or the whole context's (K's in whole key blocks of eight)
     // (MLA: K's alone, the latent and the RoPE key, whose latent is the values too)
-    const int64_t positions = ring > 0 && config.layer_is_local(layer) ? 2 * ring
-                                                                       : (n_ctx + 7) / 8 * 8 + (config.mla() ? 0 : n_ctx);
+    const int64_t whole = (n_ctx + 7) / 8 * 8 + (config.mla() ? 0 : n_ctx);
+    const int64_t positions = ring > 0 && config.layer_is_local(layer) ? 2 * ring : whole;
     return static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_embd_kv()) *
            (kv == KvType::f16 ? 2 : 4);
 }

@@ -44,8 +44,8 @@ bool architecture_supported(const std::string& arch) {
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
-           "mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, "
-           "qwen2vl, qwen3vl, qwen3vlmoe";
+           "mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, "
+           "deepseek2, qwen2vl, qwen3vl, qwen3vlmoe";
 }
 
 namespace {
@@ -570,7 +570,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid and deepseek2 are)", f.path(),
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid and deepseek2 "
+                                    "are)", f.path(),
                                     *experts,
                                     c.arch));
 

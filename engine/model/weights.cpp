@@ -228,7 +228,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         }
         const int64_t n_att = c.mla() ? c.n_head * c.head_dim_v : nq;  // (the attention's output per token)
         if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
-        if (c.layer_moe(i)) {  // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
+        // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
+        if (c.layer_moe(i)) {
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
                 L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
