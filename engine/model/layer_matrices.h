@@ -19,13 +19,15 @@ inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) 
 }
 
 // deepseek2's attention (MLA): the query's (wq, or wq_a and wq_b), wkv_a, each head's k_b and v_b (the 3-D tensors
-// whole with `whole`), wo.
+// whole with `whole`, or an older file's attn_kv_b), wo.
 inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool whole) {
     std::vector<const TensorView*> m;
     if (L.wq.data) m.push_back(&L.wq);
     if (L.wq_a.data) m.insert(m.end(), {&L.wq_a, &L.wq_b});
     m.push_back(&L.wkv_a);
-    if (whole) {
+    if (whole && L.wkv_b.data) {
+        m.push_back(&L.wkv_b);
+    } else if (whole) {
         m.insert(m.end(), {&L.wk_b, &L.wv_b});
     } else {
         for (const TensorView& t : L.wk_b_heads) m.push_back(&t);

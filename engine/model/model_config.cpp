@@ -444,14 +444,21 @@ void read_lfm2(const GgufFile& f, const std::string& p, ModelConfig& c) {
 // attention.key_length_mla and the value heads' attention.value_length_mla, the latent's attention.kv_lora_rank
 // (attention.key_length and value_length, the cache's row and the latent, must agree with them), the query's
 // low rank attention.q_lora_rank (0 or absent: a plain Wq). Files converted before llama.cpp split attn_kv_b into
-// attn_k_b and attn_v_b have no *_mla keys: refused.
+// attn_k_b and attn_v_b have no *_mla keys: their key_length and value_length are the heads' sizes
+// (ModelConfig::mla_fused_kv_b).
 void read_deepseek2_heads(const GgufFile& f, const std::string& p, ModelConfig& c) {
-    if (!f.find(p + "attention.key_length_mla"))
-        throw FileError(fmt::format("{}: metadata '{}attention.key_length_mla' is missing: a deepseek2 file converted "
-                                    "with the fused attn_kv_b tensor (before llama.cpp's MLA split into attn_k_b and "
-                                    "attn_v_b), which quill does not support; convert it again", f.path(), p));
     c.kv_lora_rank = required_int(f, p + "attention.kv_lora_rank", 1, 4096);
     c.q_lora_rank = optional_int(f, p + "attention.q_lora_rank", 0, 0, 1 << 16);
+    if (!f.find(p + "attention.key_length_mla")) {
+        c.mla_fused_kv_b = true;
+        c.head_dim = required_int(f, p + "attention.key_length", 2, 1024);
+        c.head_dim_v = required_int(f, p + "attention.value_length", 1, 1024);
+        const int64_t n_rot = optional_int(f, p + "rope.dimension_count", 0, 2, c.head_dim - 1);
+        if (n_rot % 2 != 0)
+            throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
+                                        f.path(), p, n_rot));
+        return;
+    }
     c.head_dim = required_int(f, p + "attention.key_length_mla", 2, 1024);
     c.head_dim_v = required_int(f, p + "attention.value_length_mla", 1, 1024);
     const int64_t n_rot = optional_int(f, p + "rope.dimension_count", 0, 2, c.head_dim - 1);

@@ -224,6 +224,10 @@ struct ModelConfig {
     // latent and the RoPE key alone (kv_heads 1, kv_head_dim kv_lora_rank + n_rot), and attention absorbs Wk_b into
     // the query and Wv_b into the output, as llama.cpp does.
     int64_t kv_lora_rank = 0, q_lora_rank = 0, head_dim_v = 0;
+    // Files converted before llama.cpp split attn_kv_b (no attention.key_length_mla): the heads' key and value
+    // matrices fused in attn_kv_b, per head Wk then Wv (LayerWeights::split_kv_b); key_length and value_length are
+    // the heads' sizes then.
+    bool mla_fused_kv_b = false;
     // deepseek2: the file's rope.scaling.yarn_log_multiplier (0.1 mscale_all_dim), which scales attn_scale by
     // (1 + 0.1 mscale_all_dim ln(factor))^2 (ModelConfig::from_gguf); and the shared experts beside the routed ones
     // (their FFN is n_expert_shared * n_ff_exp wide: layer_n_ff of an expert layer)

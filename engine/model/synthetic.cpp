@@ -371,6 +371,13 @@ ModelConfig deepseek2_yarn(ModelConfig c, float factor, int64_t n_ctx_orig, floa
     return c;
 }
 
+// deepseek2 as files converted before llama.cpp split attn_kv_b have it (their KV heads n_head)
+ModelConfig fused_kv_b(ModelConfig c) {
+    c.mla_fused_kv_b = true;
+    c.n_head_kv = c.n_head;
+    return c;
+}
+
 // deepseek2 with DeepSeek-V3's routing: sigmoid gating, a selection bias, n_group groups of which n_group_used
 // are kept, the chosen weights renormalized and scaled
 ModelConfig deepseek3_routing(ModelConfig c, int64_t n_group, int64_t n_group_used, float scale) {
@@ -478,6 +485,8 @@ std::vector<ModelConfig> arch_shapes() {
         deepseek3_routing(deepseek2_yarn(deepseek2_config("deepseek2-tiny", 128, 3, 4, {64, 64, 32, 16, 32}, 192, 64,
                                                           8, 2, 1, 1, 320, 1024), 4.0f, 64, 0.707f), 4, 2, 2.5f),
         deepseek2_config("deepseek2-lite-tiny", 128, 3, 4, {0, 64, 32, 16, 32}, 192, 64, 8, 2, 2, 1, 320, 1024),
+        fused_kv_b(deepseek2_config("deepseek2-fused-tiny", 128, 3, 4, {0, 64, 32, 16, 32}, 192, 64, 8, 2, 2, 1, 320,
+                                    1024)),
         // (rows of whole 256-blocks but the 128 of attn_k_b, Q8_0 then: the speed comparison's Q4_K file)
         deepseek3_routing(deepseek2_config("deepseek2-small", 1024, 4, 8, {512, 256, 128, 64, 128}, 2816, 512, 16, 4, 1,
                                            1, 32000, 4096), 4, 2, 2.5f),
@@ -800,9 +809,14 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             }
             L.wkv_a = matrix(b + "attn_kv_a_mqa.weight", c.n_embd, c.mla_row());
             L.attn_kv_a_norm = norm(c.kv_lora_rank);
-            L.wk_b = stacked(b + "attn_k_b.weight", c.mla_nope(), c.kv_lora_rank, c.n_head, true);
-            L.wv_b = stacked(b + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head);
-            L.split_mla_heads();
+            if (c.mla_fused_kv_b) {  // (an older file's attn_kv_b)
+                L.wkv_b = matrix(b + "attn_kv_b.weight", c.kv_lora_rank, c.n_head * (c.mla_nope() + c.head_dim_v));
+                L.split_kv_b(c);
+            } else {
+                L.wk_b = stacked(b + "attn_k_b.weight", c.mla_nope(), c.kv_lora_rank, c.n_head, true);
+                L.wv_b = stacked(b + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head);
+                L.split_mla_heads();
+            }
         } else if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
@@ -930,11 +944,16 @@ void SyntheticModel::save(const std::string& path) const {
     else
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
-    if (c.mla()) {  // (deepseek2: the cache's row and the latent; the heads' sizes in the *_mla keys)
+    if (c.mla() && c.mla_fused_kv_b) {  // (an older deepseek2 file: the heads' sizes)
+        w.set(p + "attention.key_length", uint32_t(c.head_dim));
+        w.set(p + "attention.value_length", uint32_t(c.head_dim_v));
+    } else if (c.mla()) {  // (deepseek2: the cache's row and the latent; the heads' sizes in the *_mla keys)
         w.set(p + "attention.key_length", uint32_t(c.mla_row()));
         w.set(p + "attention.value_length", uint32_t(c.kv_lora_rank));
         w.set(p + "attention.key_length_mla", uint32_t(c.head_dim));
         w.set(p + "attention.value_length_mla", uint32_t(c.head_dim_v));
+    }
+    if (c.mla()) {
         w.set(p + "attention.kv_lora_rank", uint32_t(c.kv_lora_rank));
         w.set(p + "attention.q_lora_rank", uint32_t(c.q_lora_rank));
         w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));

@@ -81,6 +81,10 @@ struct LayerWeights {
     TensorView wk_b;                    // [n_head, kv_lora_rank rows, head_dim - n_rot] (attn_k_b)
     TensorView wv_b;                    // [n_head, head_dim_v rows, kv_lora_rank] (attn_v_b)
     std::vector<TensorView> wk_b_heads, wv_b_heads;  // [n_head] head h's matrix of each
+    // Older files (ModelConfig::mla_fused_kv_b): attn_kv_b, each head's Wk [head_dim - n_rot rows] then Wv
+    // [head_dim_v rows]; wv_b_heads are views of it, wk_b_heads views of wk_b_t, its Wk parts transposed to F32.
+    TensorView wkv_b;                   // [n_head * (head_dim - n_rot + head_dim_v) rows, kv_lora_rank]
+    std::vector<float> wk_b_t;          // [n_head, kv_lora_rank, head_dim - n_rot]
     bool mla() const { return wkv_a.data != nullptr; }
     // deepseek2 (DeepSeek-V3): the bias added to each expert's probability when the experts are chosen
     // (exp_probs_b.bias; ModelConfig::moe_routing_general), empty when absent.
@@ -134,6 +138,8 @@ struct LayerWeights {
     void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
     // wk_b_heads and wv_b_heads as the matrices of wk_b and wv_b
     void split_mla_heads();
+    // or of wkv_b (older files): wk_b_t made from it
+    void split_kv_b(const ModelConfig& config);
     // experts as the matrices of ffn_gate_exps, ffn_up_exps (or the halves of ffn_gate_up_exps') and ffn_down_exps
     void split_experts();
 };
