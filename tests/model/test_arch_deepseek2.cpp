@@ -138,6 +138,14 @@ TEST_CASE("quill run, chat and batch work end to end on a deepseek2 file with De
     if (run.err.find("cannot run on") != std::string::npos)
         CHECK(run.err.find("the CUDA backend cannot run deepseek2 models (Multi-head Latent Attention)") !=
               std::string::npos);
+    // Layers split over two CPU ranges (each with its layers' latent cache) give the text of one backend.
+    const std::vector<std::string> raw = {"run", "--raw", "-m", file, "-p", "Hello there", "-n", "6", "--temp", "0"};
+    std::vector<std::string> split = raw;
+    split.insert(split.end(), {"--devices", "cpu,cpu"});
+    auto whole = test::run_quill(raw), halves = test::run_quill(split);
+    CHECK((whole.status == 0 && halves.status == 0));
+    CHECK(halves.err.find("2 of 3 layers on cpu (layers 0-1") != std::string::npos);
+    CHECK(halves.out == whole.out);
     auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
                                 "Hello there\nAnd again\nOnce more\n");
     CHECK(chat.status == 0);

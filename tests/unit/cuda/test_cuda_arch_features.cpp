@@ -130,6 +130,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(q2moe->config, q2moe->weights),
                       "the CUDA backend cannot run qwen2moe models (a shared expert beside the routed ones); --device "
                       "cpu runs it");
+    // Nor deepseek2's Multi-head Latent Attention.
+    auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
+                      "the CUDA backend cannot run deepseek2 models (Multi-head Latent Attention); --device cpu runs "
+                      "it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {
