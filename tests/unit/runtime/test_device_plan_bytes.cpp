@@ -24,7 +24,8 @@ const char* const kShapes[] = {"stories15m",   "qwen3-tiny",   "qwen3moe-tiny", 
                                "gemma4-moe-tiny", "gemma4-e-tiny", "glm4-tiny", "granite-tiny", "olmo2-tiny",
                                "exaone4-tiny", "ernie4_5-tiny", "seed_oss-tiny", "qwen35-tiny", "qwen35moe-tiny",
                                "qwen2moe-tiny", "granitehybrid-tiny", "lfm2-tiny", "qwen2vl-tiny", "qwen3vl-tiny",
-                               "qwen3vlmoe-tiny", "glm4v-tiny", "exaone-tiny"};
+                               "qwen3vlmoe-tiny", "glm4v-tiny", "exaone-tiny", "deepseek2-tiny",
+                               "deepseek2-fused-tiny"};
 
 // What tensor_bytes says of the model against the file's tensor table: "missing NAME", "twice NAME", "extra NAME",
 // "NAME: N bytes, the file's M"; empty when every tensor is counted once with its bytes.
