@@ -63,11 +63,11 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // gemma4's per-layer attention geometry, V norm and layer output scale have no kernels (the CPU backend runs it).
     if (config.arch == "gemma4")
         throw FileError("the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
-    // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss, and
-    // the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's blocks without
-    // input norms.
+    // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss,
+    // gemma, and the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's
+    // blocks without input norms.
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
-        config.arch == "ernie4_5" || config.arch == "seed_oss")
+        config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma")
         throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
     // deepseek2's Multi-head Latent Attention (a latent cache, absorbed key and value matrices) has no kernels.
     if (config.mla())
@@ -77,10 +77,15 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent {} layers); --device cpu runs it",
-                                    config.arch,
+                                    config.gguf_arch(),
                                     config.mamba2()                      ? "Mamba-2"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));
+    // DeepSeek-V3-style routing (glm4moe; lfm2moe, refused above) and leading dense layers have no kernels.
+    if (config.moe_gating_sigmoid || config.moe_selection_bias || config.moe_weights_scale != 1.0f ||
+        config.n_leading_dense > 0)
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (sigmoid expert routing with a selection "
+                                    "bias, leading dense layers); --device cpu runs it", config.arch));
     // The shared expert beside the routed ones (qwen2moe; qwen35moe, refused above) has no kernels.
     if (config.moe_shared_expert)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (a shared expert beside the routed ones); "

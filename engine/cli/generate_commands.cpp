@@ -103,7 +103,7 @@ std::shared_ptr<quill::Drafter> open_drafter(const std::string& path, const quil
     draft->session = quill::Session::open(so);
     if (draft->session->backend->max_rewind() == 0)  // (the draft model goes back over every rejected guess)
         throw UsageError(fmt::format("--draft-model {}: {} models cannot draft, their recurrent state cannot take "
-                                     "back a rejected guess", path, draft->session->model->config.arch));
+                                     "back a rejected guess", path, draft->session->model->config.gguf_arch()));
     quill::check_same_vocabulary(*target.tokenizer, *draft->session->tokenizer, path);
     draft->drafter.emplace(*draft->session->backend);
     if (!quiet) quill::print_stderr("{} (draft model)\n", draft->session->load_line());

@@ -562,7 +562,8 @@ void CpuBackend::scale_residual(int64_t n) {
 
 // proj = W2 (act(W1 xn) * W3 xn), with xn = rms_norm(x + the attention's proj) * ffn_norm, act SiLU or GELU
 // (ModelConfig::ffn_act); gemma3 normalizes the output before the sum. gemma4's mixture: proj = post_norm_1(that) +
-// post_norm_2(the experts' sum) (moe_block). A mixture with a shared expert: the experts' sum plus its gated output.
+// post_norm_2(the experts' sum) (moe_block). A mixture with a shared expert: the experts' sum plus its gated output;
+// a mixture's leading dense layers: the dense FFN.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
     if (c.layer_moe(layer) && !c.moe_shared_ffn) {

@@ -208,6 +208,9 @@ private:
     std::vector<float> mla_out_;     // [n, max(kv_lora_rank, head_dim_v)] one head's product
     std::vector<float> mla_lat_;     // [n, n_head, kv_lora_rank] the attention's output in the latent
     std::vector<float> mla_scores_;  // [n_threads, n_ctx + 8] a row's scores
+    // qwen3next: its products grouped by key head, before ungroup_qkvz and ungroup_ba (delta_net_layout.h)
+    std::vector<float> ssm_qkvz_;   // [n, ssm_conv_channels + ssm_d_inner] W_in xn (its older files' ssm_in)
+    std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm
     std::vector<float> gate_;    // [n, n_ff]

@@ -2,6 +2,7 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include "engine/cpu/kernels.h"
+#include "engine/model/delta_net_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,14 +30,29 @@ void CpuBackend::delta_net_block(const Batch& batch, const LayerWeights& L, int6
     ssm_beta_.resize(n * n_v);
     ssm_alpha_.resize(n * n_v);
     ssm_o_.resize(n * inner);
-    const MatmulJob in[] = {{matrix(L.ssm_in), ssm_qkv_.data()},
-                            {matrix(L.ssm_z), ssm_z_.data()},
-                            {matrix(L.ssm_beta), ssm_beta_.data()},
-                            {matrix(L.ssm_alpha), ssm_alpha_.data()}};
+    // (qwen3next: q, k, v and z in one product where its older files have them so, beta and alpha in one; each
+    // grouped by key head, put in order below)
+    const bool fused_qkvz = !L.ssm_z.data, fused_ba = !L.ssm_alpha.data;
+    const int64_t group = n_v / c.ssm_n_k_heads;
+    if (fused_qkvz) ssm_qkvz_.resize(n * (nch + inner));
+    if (fused_ba) ssm_ba_.resize(n * 2 * n_v);
+    MatmulJob in[4] = {{matrix(L.ssm_in), fused_qkvz ? ssm_qkvz_.data() : ssm_qkv_.data()}};
+    size_t n_in = 1;
+    if (!fused_qkvz) in[n_in++] = {matrix(L.ssm_z), ssm_z_.data()};
+    in[n_in++] = {matrix(L.ssm_beta), fused_ba ? ssm_ba_.data() : ssm_beta_.data()};
+    if (!fused_ba) in[n_in++] = {matrix(L.ssm_alpha), ssm_alpha_.data()};
     const bool ready = layer == layers_.begin
                            ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &in[0].w, n_decode_)
                            : residual_norm(layer - 1, L.attn_norm.data(), &in[0].w, n, out_scale(layer - 1));
-    mm(in, xn_.data(), n, c.n_embd, n_decode_, ready);
+    mm(std::span<const MatmulJob>(in, n_in), xn_.data(), n, c.n_embd, n_decode_, ready);
+    for (int64_t t = 0; t < n; ++t) {
+        if (fused_qkvz)
+            ungroup_qkvz(ssm_qkvz_.data() + t * (nch + inner), c.ssm_n_k_heads, hk, group * hv,
+                         ssm_qkv_.data() + t * nch, ssm_z_.data() + t * inner);
+        if (fused_ba)
+            ungroup_ba(ssm_ba_.data() + t * 2 * n_v, c.ssm_n_k_heads, group, ssm_beta_.data() + t * n_v,
+                       ssm_alpha_.data() + t * n_v);
+    }
 
     // conv[t, ch] = silu(sum_i window[i] w[ch, i]) over the channel's last taps - 1 inputs of the token's sequence
     // and its own (the last tap's), the window then moved on by it; a sequence at position 0 starts from zeros
@@ -54,7 +70,7 @@ void CpuBackend::delta_net_block(const Batch& batch, const LayerWeights& L, int6
                 for (int64_t i = 0; i < hk; ++i) x[i] *= inv;
             }
     });
-    // value head h, key head h % n_k_heads: S = S g; S += (beta (v - S k)) k^T; o = S q / sqrt(head_k), then
+    // value head h, key head ssm_k_head(h): S = S g; S += (beta (v - S k)) k^T; o = S q / sqrt(head_k), then
     // o = rms_norm(o) * ssm_norm * silu(z)
     const float scale = 1.0f / std::sqrt(static_cast<float>(hk));
     pool_.run([&](int ith, int nth) {
@@ -64,7 +80,7 @@ void CpuBackend::delta_net_block(const Batch& batch, const LayerWeights& L, int6
                 const BatchToken& bt = batch.tokens[static_cast<size_t>(t)];
                 float* S = recurrent_.ssm(layer, bt.slot) + h * hv * hk;  // [hv, hk]
                 if (bt.pos == 0) std::fill_n(S, hv * hk, 0.0f);
-                const float* q = ssm_conv_.data() + t * nch + (h % c.ssm_n_k_heads) * hk;
+                const float* q = ssm_conv_.data() + t * nch + c.ssm_k_head(h) * hk;
                 const float* k = q + nk;
                 const float* v = ssm_conv_.data() + t * nch + 2 * nk + h * hv;
                 const float a = ssm_alpha_[t * n_v + h] + L.ssm_dt[h];

@@ -11,11 +11,15 @@
 
 namespace quill {
 
-// A recurrent layer's matrices: qwen35's delta net's ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out, or a Mamba-2
-// layer's or lfm2's short conv's ssm_in, ssm_out.
+// A recurrent layer's matrices: qwen35's delta net's ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out (qwen3next: those
+// of them it has), or a Mamba-2 layer's or lfm2's short conv's ssm_in, ssm_out.
 inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) {
-    if (!L.ssm_z.data) return {&L.ssm_in, &L.ssm_out};
-    return {&L.ssm_in, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out};
+    if (!L.ssm_beta.data) return {&L.ssm_in, &L.ssm_out};
+    std::vector<const TensorView*> m{&L.ssm_in};
+    for (const TensorView* t : {&L.ssm_z, &L.ssm_beta, &L.ssm_alpha})
+        if (t->data) m.push_back(t);
+    m.push_back(&L.ssm_out);
+    return m;
 }
 
 // deepseek2's attention (MLA): the query's (wq, or wq_a and wq_b), wkv_a, each head's k_b and v_b (the 3-D tensors

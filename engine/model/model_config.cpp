@@ -14,7 +14,9 @@ namespace {
 
 // Architectures that run as another (ModelConfig::file_arch): their files carry that architecture's tensors and keys
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
-// layers with NEOX RoPE pairs.
+// layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
+// Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
+// (ModelConfig::ssm_grouped).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -23,7 +25,9 @@ struct ArchVariant {
 constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope::mrope},
                                          {"qwen3vl", "qwen3", ArchVariant::Rope::imrope},
                                          {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
-                                         {"exaone", "llama", ArchVariant::Rope::neox}};
+                                         {"exaone", "llama", ArchVariant::Rope::neox},
+                                         {"lfm2moe", "lfm2", ArchVariant::Rope::base},
+                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -36,16 +40,17 @@ const ArchVariant* arch_variant(const std::string& file_arch) {
 bool architecture_supported(const std::string& arch) {
     if (arch_variant(arch)) return true;
     return arch == "llama" || arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe" ||
-           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma2" ||
+           arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
-           arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "deepseek2";
+           arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe" ||
+           arch == "deepseek2";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma2, gemma3, gemma4, phi3, smollm3, "
-           "mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, "
-           "deepseek2, qwen2vl, qwen3vl, qwen3vlmoe";
+    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
+           "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
+           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -302,6 +307,35 @@ void read_glm4(const GgufFile& f, const std::string& p, ModelConfig& c) {
     refuse_if_set(f, p, "nextn_predict_layers", "NextN prediction layers", c.arch);
 }
 
+// DeepSeek-V3-style routing as llama.cpp's glm4moe and lfm2moe read it: expert_gating_func 1 (softmax) or 2
+// (sigmoid; glm4moe: sigmoid when absent or 0), a selection bias in every layer with experts (exp_probs_b),
+// leading_dense_block_count dense layers first (0 when absent); glm4moe: the weights normalized when
+// expert_weights_norm says so (not when absent), scaled by expert_weights_scale (absent or 0: not), and a shared expert
+// of expert_shared_count * n_ff_exp features beside the experts (the leading dense layers' FFN n_ff wide:
+// ModelConfig::n_ff_layers); lfm2moe: always normalized, never scaled, no shared expert.
+void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    const bool glm = c.arch == "glm4moe";
+    const std::string gating = p + "expert_gating_func";
+    const int64_t func = glm ? optional_int(f, gating, 2, 0, 4) : required_int(f, gating, 0, 4);
+    if (func != 1 && func != 2 && !(glm && func == 0))
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (softmax) or 2 (sigmoid): the expert gating "
+                                    "functions quill supports for {}", f.path(), gating, func, c.gguf_arch()));
+    c.moe_gating_sigmoid = func != 1;
+    c.moe_selection_bias = true;
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    if (!glm) return;
+    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
+    if (scale != 0.0f) c.moe_weights_scale = scale;
+    const int64_t shared = required_int(f, p + "expert_shared_count", 1, 64);
+    c.moe_shared_expert = true;
+    // (one a block, the MTP blocks' too)
+    for (int64_t l = 0; l < c.n_layer + c.n_layer_nextn; ++l)
+        c.n_ff_layers.push_back(c.layer_moe(l) ? shared * c.n_ff_exp : c.n_ff);
+    c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE, GLM-4.5V)", c.arch);
+}
+
 // IBM Granite (3.x dense) as llama.cpp's granite reads it: embeddings multiplied by embedding_scale, each block's
 // output by residual_scale, the logits divided by the required logit_scale (attention.scale, read for every
 // architecture, is its attention multiplier); rope.scaling.finetuned false turns RoPE off. Granite Vision's
@@ -383,7 +417,8 @@ int64_t read_full_attn_interval(const GgufFile& f, const std::string& p, int64_t
 
 // Qwen3.5 as llama.cpp's qwen35 reads it: the gated delta net's sizes (ssm.*: conv taps, the keys' head size and
 // heads, the values' heads, their total width), which layers are recurrent, the gated queries of the full layers
-// and their multi-section RoPE (rope.dimension_sections, interleaved).
+// and their multi-section RoPE (rope.dimension_sections, interleaved). Qwen3-Next (qwen3next) as llama.cpp reads
+// it: the same, but plain NEOX RoPE and the delta nets grouped by key head.
 void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
     c.attn_out_gate = true;
     c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
@@ -400,7 +435,8 @@ void read_qwen35(const GgufFile& f, const std::string& p, int64_t n_block, Model
                                     "{}", f.path(), p, c.ssm_n_v_heads, p, c.ssm_n_k_heads));
     c.ssm_head_v = c.ssm_head_k;
     c.full_attn_interval = read_full_attn_interval(f, p, c.n_layer, n_block);
-    read_rope_sections(f, p, true, c);
+    c.ssm_grouped = c.file_arch == "qwen3next";
+    if (!c.ssm_grouped) read_rope_sections(f, p, true, c);
 }
 
 // LFM2 as llama.cpp's lfm2 reads it: the short convs' taps (shortconv.l_cache), the layers whose
@@ -560,7 +596,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     if (c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe" || qwen35 ||
-        c.arch == "gemma2" ||
+        c.arch == "glm4moe" ||
+        c.arch == "gemma" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
         c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" ||
         (variant && variant->rope != ArchVariant::Rope::base))
@@ -573,22 +610,25 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
     // (granitehybrid: Granite 4.0 H Tiny and Small; gemma4: where the file has experts)
     const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
-    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || c.arch == "deepseek2" ||
+    // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
+    const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe";
+    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid and deepseek2 "
-                                    "are)", f.path(),
-                                    *experts,
-                                    c.arch));
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe "
+                                    "and deepseek2 are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
     c.n_layer = required_int(f, p + "block_count", 1, 4096);
     const int64_t n_block = c.n_layer;
-    // qwen35: the multi-token-prediction blocks at the end, which the forward does not run (as llama.cpp by default)
-    // (deepseek2: GLM-4.7-Flash's files carry theirs)
-    if (qwen35 || c.arch == "deepseek2") c.n_layer -= optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
+    // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
+    // does not run (as llama.cpp by default)
+    if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2") {
+        c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
+        c.n_layer -= c.n_layer_nextn;
+    }
     if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
         if (c.arch != "gemma4")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
             throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which "
@@ -648,6 +688,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.moe_shared_expert = c.moe_shared_gate = true;
         c.moe_norm_weights = c.arch != "qwen2moe";  // (Qwen1.5-MoE's and Qwen2-MoE's norm_topk_prob false)
     }
+    if (routed) read_moe_routing(f, p, c);
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
@@ -711,6 +752,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "mistral3") {
         c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
         c.attn_temp_floor = c.yarn_n_ctx_orig;
+    }
+    if (c.arch == "gemma") {  // As Gemma (1) and llama.cpp define it: GeGLU, embeddings scaled by sqrt(n_embd)
+        c.ffn_act = Activation::gelu_tanh;
+        c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
     }
     if (c.arch == "gemma2") {
         // As Gemma 2 (and llama.cpp) define it: gemma3's GeGLU and embedding scale, the local layers (see

@@ -98,24 +98,34 @@ struct ModelConfig {
     // The chosen experts' weights: the softmax over their logits (true), or (qwen2moe, llama.cpp's norm_w off) their
     // shares of the softmax over all n_expert logits, not renormalized.
     bool moe_norm_weights = true;
-    // deepseek2 (DeepSeek-V2/V3's routing, as llama.cpp's build_moe_ffn runs it): the probabilities are
-    // sigmoid(logit) per expert instead of the softmax over them (moe_gating_sigmoid); the experts are chosen by
-    // probability plus the layer's selection bias (LayerWeights::ffn_exp_probs_b, where the file has it) among the
-    // moe_n_group_used groups (of moe_n_group equal runs of experts) whose two best biased probabilities sum
-    // highest; the chosen experts' weights are their unbiased probabilities, divided by their sum when
-    // moe_norm_weights, times moe_weights_scale. The first n_leading_dense layers have a dense FFN of n_ff features
-    // instead of experts. moe_routing_general() says whether a model needs this routing.
+    // DeepSeek-V3-style routing (glm4moe, lfm2moe; deepseek2 uses the same fields). moe_gating_sigmoid: each expert's
+    // probability is sigmoid(its logit), not the softmax, and the chosen experts' weights are those probabilities
+    // (divided by their sum, at least 2^-14, when moe_norm_weights, as llama.cpp clamps it). moe_selection_bias: a
+    // per-layer bias [n_expert] (the file's exp_probs_b.bias) is added to the probabilities to choose the experts and
+    // weights none of them. The weights are then multiplied by moe_weights_scale (expert_weights_scale).
     bool moe_gating_sigmoid = false;
-    int64_t moe_n_group = 0, moe_n_group_used = 0;
+    bool moe_selection_bias = false;
     float moe_weights_scale = 1.0f;
+    // The first n_leading_dense layers have a dense FFN (ffn_gate, ffn_up, ffn_down of layer_n_ff(l) features) instead
+    // of the experts (leading_dense_block_count: glm4moe, lfm2moe, deepseek2)
     int64_t n_leading_dense = 0;
-    bool moe_routing_general() const { return arch == "deepseek2"; }
+    // glm4moe: the multi-token-prediction blocks after the last layer (nextn_predict_layers), which the file holds and
+    // the forward never runs (as llama.cpp by default); block_count is n_layer + n_layer_nextn.
+    int64_t n_layer_nextn = 0;
     bool moe() const { return n_expert > 0; }
-    // Whether layer l's FFN has experts (not one of the leading dense layers)
-    bool layer_moe(int64_t l) const { return moe() && l >= n_leading_dense; }
+    // Whether layer l routes its tokens through experts (a mixture's leading dense layers do not)
+    bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense; }
+    // deepseek2: expert groups (expert_group_count, expert_group_used_count): the experts are chosen among the
+    // moe_n_group_used of moe_n_group equal runs of them whose two best biased probabilities sum highest
+    // (engine/model/moe_route.h, which routes deepseek2's tokens: moe_routing_general).
+    int64_t moe_n_group = 0, moe_n_group_used = 0;
+    bool moe_routing_general() const { return arch == "deepseek2"; }
     // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
-    // shared expert)
-    bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert; }
+    // shared expert), or some layers (the leading dense ones)
+    bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert || n_leading_dense > 0; }
+    bool layer_dense_ffn(int64_t layer) const {
+        return !layer_moe(layer) || moe_shared_ffn || moe_shared_expert;
+    }
     // gemma4: the local layers' own head size, KV heads and rotated dims (attention.key_length_swa,
     // head_count_kv's local entries, rope.dimension_count_swa); 0: the same as the global layers' (head_dim,
     // n_head_kv, n_rot). The KV cache's row is the widest layer's (kv_heads, kv_head_dim); a narrower layer uses the
@@ -137,9 +147,18 @@ struct ModelConfig {
     // qwen35 (Qwen3.5): a hybrid of full-attention layers, every full_attn_interval-th (l % N == N - 1), and
     // linear-attention layers between them, each a gated delta net: a recurrent state per sequence (no KV cache)
     // fed by a causal conv1d of ssm_conv taps over the projected q, k, v (ssm_n_k_heads heads of ssm_head_k for q
-    // and k, ssm_n_v_heads of ssm_head_v for v; v head h reads q, k head h % ssm_n_k_heads). 0: no recurrent layers.
+    // and k, ssm_n_v_heads of ssm_head_v for v; v head h reads q, k head ssm_k_head(h)). 0: no recurrent layers.
     int64_t full_attn_interval = 0;
     int64_t ssm_conv = 0, ssm_head_k = 0, ssm_n_k_heads = 0, ssm_head_v = 0, ssm_n_v_heads = 0;
+    // qwen3next (Qwen3-Next, which Qwen3.5 descends from; it runs as qwen35moe): each key head serves a group of
+    // ssm_n_v_heads / ssm_n_k_heads consecutive value heads (v head h reads key head h / group, where qwen35's reads
+    // h % ssm_n_k_heads), and the file's fused input projections are grouped by key head the same way: ssm_ba holds
+    // each key head's group of betas then its alphas, and the older files' ssm_in (before llama.cpp's converter
+    // split it into attn_qkv and attn_gate) each key head's q, k, then its group's v and z (delta_net_layout.h).
+    bool ssm_grouped = false;
+    int64_t ssm_k_head(int64_t v_head) const {
+        return ssm_grouped ? v_head / (ssm_n_v_heads / ssm_n_k_heads) : v_head % ssm_n_k_heads;
+    }
     // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
     bool attn_out_gate = false;
     // granitehybrid (Granite 4.0 H): the layers whose attention.head_count_kv entry is 0 are Mamba-2 layers (1 here;
@@ -169,8 +188,9 @@ struct ModelConfig {
         return short_conv_layers.empty() ? 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v : n_embd;
     }
     int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
-    // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); empty: n_ff in every layer. n_ff
-    // is then the widest layer's.
+    // gemma4 (E2B): the FFN's width of each layer (feed_forward_length as an array); glm4moe: n_ff in the leading
+    // dense layers, the shared expert's width in the others. Empty: n_ff in every layer; n_ff is then the widest
+    // layer's.
     std::vector<int64_t> n_ff_layers;
     // gemma4 (E2B, E4B): per-layer token embeddings of n_embd_per_layer values a layer (0: none). Each token's input
     // of layer l, (rms_norm(W_mp[l] x0 / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token][l] *
@@ -283,8 +303,9 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
-// gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, granite, granitehybrid, olmo2, exaone, exaone4,
-// ernie4_5, seed_oss, lfm2, deepseek2, and the variants qwen2vl, qwen3vl, qwen3vlmoe).
+// gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
+// exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe,
+// qwen3next).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

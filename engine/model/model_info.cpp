@@ -109,8 +109,13 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe())
             info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
                                         {"n_ff_exp", c.n_ff_exp}};
-        if (c.moe_shared_expert)  // (the shared expert's width: an expert layer's)
-            info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(c.n_layer - 1);
+        // (the shared expert's width: the last layer's FFN, which has experts)
+        if (c.moe_shared_expert) info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(c.n_layer - 1);
+        if (c.moe_selection_bias)  // (DeepSeek-V3-style routing)
+            info["model"]["experts"]["routing"] = {{"gating", c.moe_gating_sigmoid ? "sigmoid" : "softmax"},
+                                                   {"normalized", c.moe_norm_weights},
+                                                   {"scale", c.moe_weights_scale},
+                                                   {"leading_dense", c.n_leading_dense}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
         if (c.mamba2()) {
@@ -199,6 +204,12 @@ std::string render_model_info(const json& info) {
                                           "value heads of {}; {} leading dense layers",
                                           m["mla"]["kv_lora_rank"].dump(), m["mla"]["q_lora_rank"].dump(),
                                           m["mla"]["head_dim_v"].dump(), m["mla"]["n_leading_dense"].dump()));
+        if (m.contains("experts") && m["experts"].contains("routing")) {
+            const json& r = m["experts"]["routing"];
+            line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}",
+                                        r["gating"].get<std::string>(), r["normalized"].dump(), r["scale"].dump(),
+                                        r["leading_dense"].dump()));
+        }
         if (m.contains("recurrent"))
             line("recurrent", fmt::format("gated delta nets, every {}th layer full attention: conv={} n_k_heads={} "
                                           "n_v_heads={} head_dim={}",

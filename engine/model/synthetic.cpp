@@ -86,6 +86,17 @@ ModelConfig gemma2_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// gemma (Gemma 1): GeGLU, embeddings scaled by sqrt(n_embd), NEOX RoPE, a tied output; no window, caps or post-norms.
+ModelConfig gemma_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = base_config("gemma", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.rope = ModelConfig::Rope::neox;
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    return c;
+}
+
 // phi3: fused QKV and gate/up, partial rotary dims, long and short RoPE factors with an attention factor.
 ModelConfig phi3_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
                         int64_t n_rot, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t n_ctx_orig) {
@@ -176,6 +187,51 @@ ModelConfig glm4_config(const char* name, int64_t n_embd, int64_t n_layer, int64
     ModelConfig c = base_config("glm4", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
     c.n_rot = head_dim / 2;
     c.rope = ModelConfig::Rope::adjacent;
+    return c;
+}
+
+// A mixture of n_expert experts of n_ff_exp features, n_used a token, chosen by sigmoid(logit) + a selection bias
+// and weighted by the chosen sigmoids (normalized) times `scale`, after n_dense leading dense layers (DeepSeek-V3's
+// routing: glm4moe, lfm2moe).
+void set_sigmoid_experts(ModelConfig& c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_dense,
+                         float scale) {
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_gating_sigmoid = c.moe_selection_bias = true;
+    c.moe_weights_scale = scale;
+    c.n_leading_dense = n_dense;
+}
+
+// glm4moe: NEOX RoPE over half of each head's dims, Q/K/V biases, the FFN's input norm named post_attention_norm,
+// n_dense leading dense layers of n_ff features, then n_expert SwiGLU experts of n_ff_exp (n_used a token, chosen by
+// sigmoid(logit) + a selection bias, weighted by the normalized sigmoids times `scale`) beside an ungated shared
+// expert of n_ff_exp; n_nextn multi-token-prediction blocks written after the layers and never run.
+ModelConfig glm4moe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                           int64_t head_dim, int64_t n_ff, int64_t n_ff_exp, int64_t n_expert, int64_t n_used,
+                           int64_t n_dense, float scale, int64_t n_nextn, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = base_config("glm4moe", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.n_rot = head_dim / 2;
+    c.rope_base = c.rope_base_local = 1e6f;
+    set_sigmoid_experts(c, n_ff_exp, n_expert, n_used, n_dense, scale);
+    c.moe_shared_expert = true;
+    c.n_layer_nextn = n_nextn;
+    for (int64_t l = 0; l < n_layer + n_nextn; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? n_ff_exp : n_ff);
+    c.n_ff = std::max(n_ff, n_ff_exp);
+    return c;
+}
+
+// Whether a synthetic glm4moe has Q and K norms (GLM-4.5's use_qk_norm): the tiny shape has them, GLM-4.5-Air's not.
+bool glm4moe_qk_norm(const ModelConfig& c) {
+    return c.arch == "glm4moe" && c.name.find("air") == std::string::npos;
+}
+
+// lfm2moe (LFM2-8B-A1B): lfm2's layers, the first n_dense with a dense FFN, the others with n_expert SwiGLU experts
+// of n_ff_exp features (n_used a token, chosen by sigmoid(logit) + a selection bias, weighted by the normalized
+// sigmoids).
+ModelConfig lfm2moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_dense) {
+    c.file_arch = "lfm2moe";
+    set_sigmoid_experts(c, n_ff_exp, n_expert, n_used, n_dense, 1.0f);
     return c;
 }
 
@@ -311,6 +367,15 @@ ModelConfig qwen35moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, 
     c.n_expert_used = n_used;
     c.n_ff_exp = n_ff_exp;
     c.moe_shared_expert = c.moe_shared_gate = true;
+    return c;
+}
+
+// qwen3next (Qwen3-Next): qwen35moe's layers with plain NEOX RoPE and the delta nets grouped by key head
+// (ModelConfig::ssm_grouped): ssm_ba, and the first delta net's q, k, v and z in one ssm_in as the older files have
+// them (the others in attn_qkv and attn_gate), so that one file holds both layouts.
+ModelConfig qwen3next_config(ModelConfig c) {
+    c.file_arch = "qwen3next";
+    c.ssm_grouped = true;
     return c;
 }
 
@@ -477,6 +542,14 @@ std::vector<ModelConfig> arch_shapes() {
                                        32), 512, 256, 8),
         qwen35moe_config(qwen35_config("qwen3.5-35b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 248320, 262144, 4, 128, 16,
                                        32), 512, 256, 8),
+        // qwen35moe-tiny's shape, and Qwen3-Next-80B-A3B's (its config.json as we read it: 512 experts of 512, 10 a
+        // token; no file could be fetched here to check) with its first 8 layers
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3next-tiny", 128, 5, 4, 2, 64, 16, 96, 320, 1024, 4, 32, 2,
+                                                        4), 64, 8, 2)),
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3-next-80b-a3b", 2048, 48, 16, 2, 256, 64, 512, 151936,
+                                                        262144, 4, 128, 16, 32), 512, 512, 10)),
+        qwen3next_config(qwen35moe_config(qwen35_config("qwen3-next-80b-a3b-8l", 2048, 8, 16, 2, 256, 64, 512, 151936,
+                                                        262144, 4, 128, 16, 32), 512, 512, 10)),
         // 8 experts of 64 features (2 a token) and a shared expert of 192; Qwen1.5-MoE-A2.7B as its files state it
         qwen2moe_config("qwen2moe-tiny", 128, 3, 4, 2, 192, 64, 8, 2, 320, 1024),
         qwen2moe_config("qwen1.5-moe-a2.7b", 2048, 24, 16, 16, 5632, 1408, 60, 4, 151936, 8192),
@@ -501,9 +574,19 @@ std::vector<ModelConfig> arch_shapes() {
         // LFM2-350M and LFM2-1.2B as their config.json files state them (no file could be fetched here to check)
         lfm2_config("lfm2-350m", 1024, 16, 16, 8, 4608, 65536, 128000, {2, 5, 8, 10, 12, 14}),
         lfm2_config("lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, 128000, {2, 5, 8, 10, 12, 14}),
+        // lfm2-tiny's layers, 0 dense, 1-4 with 8 experts of 64 features (2 a token)
+        lfm2moe_config(lfm2_config("lfm2moe-tiny", 128, 5, 4, 2, 256, 320, 1024, {1, 3}), 64, 8, 2, 1),
+        // LFM2-8B-A1B as its config.json states it (no file could be fetched here to check)
+        lfm2moe_config(lfm2_config("lfm2-8b-a1b", 2048, 24, 32, 8, 7168, 65536, 128000, {2, 6, 10, 14, 18, 21}), 1792,
+                       32, 4, 2),
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
+        // them (no file could be fetched here to check)
+        gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
+        gemma_config("gemma-2b", 2048, 18, 8, 1, 256, 16384, 256000, 8192),
+        gemma_config("gemma-7b", 3072, 28, 16, 16, 256, 24576, 256000, 8192),
         gemma2_config("gemma2-tiny", 128, 4, 4, 2, 48, 256, 320, 1024, 8, 0.1f, 0.5f),
         gemma2_config("gemma2-2b", 2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096, 50.0f, 30.0f),
         // layers 0 and 2 local (head size 32, two KV heads), 1 and 3 global (64, one KV head); a window of 8
@@ -525,6 +608,13 @@ std::vector<ModelConfig> arch_shapes() {
         phi3_config("phi-4-mini", 3072, 32, 24, 8, 96, 8192, 200064, 131072, 4096),
         glm4_config("glm4-tiny", 128, 3, 4, 2, 32, 192, 320, 1024),
         glm4_config("glm-4-9b", 4096, 40, 32, 2, 128, 13696, 151552, 32768),
+        // layer 0 dense (192 features), 1 and 2 with 8 experts of 64 (2 a token, weights scaled by 2.5, GLM-4.5's
+        // routed_scaling_factor) beside a shared expert of 64; Q/K norms; one MTP block after them
+        glm4moe_config("glm4moe-tiny", 128, 3, 4, 2, 32, 192, 64, 8, 2, 1, 2.5f, 1, 320, 1024),
+        // GLM-4.5-Air as its config.json states it (no file could be fetched here to check), and its first two
+        // layers (the dense one and one with experts: a benchmark of a size CI can run)
+        glm4moe_config("glm-4.5-air", 4096, 46, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0f, 1, 151552, 131072),
+        glm4moe_config("glm-4.5-air-2l", 4096, 2, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0f, 0, 151552, 131072),
         // GLM-4.1V's language model: M-RoPE in NEOX pairs; sections 2, 2, 2, 2 of 8 pairs leave pairs 6 and 7 still
         glm4v_config(glm4_config("glm4v-tiny", 128, 3, 4, 2, 32, 192, 320, 1024), {2, 2, 2, 2}),
         glm4v_config(glm4_config("glm-4.1v-9b", 4096, 40, 32, 2, 128, 13696, 151552, 65536), {8, 12, 12, 0}),
@@ -611,7 +701,7 @@ private:
 // The chat template a saved model of the architecture carries (its family's format, over the byte vocabulary; ChatML
 // for qwen3, smollm3 and mistral3), or nullptr (llama).
 const char* chat_template(const std::string& arch) {
-    if (arch == "gemma2")
+    if (arch == "gemma" || arch == "gemma2")
         return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{% set role = "
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<start_of_turn>{{ role }}\n{{ "
                "message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}"
@@ -625,16 +715,16 @@ const char* chat_template(const std::string& arch) {
                "message['content'] | trim }}<turn|>\n{% endfor %}{% if add_generation_prompt %}"
                "<|turn>model\n{% endif %}";
     if (arch == "granite" || arch == "granitehybrid") return kGraniteTemplate;
-    if (arch == "glm4") return kGlm4Template;
+    if (arch == "glm4" || arch == "glm4moe") return kGlm4Template;
     return arch == "llama" ? nullptr : kChatTemplate;
 }
 
 // The control tokens of the architecture's chat format, which a saved model's vocabulary ends with.
 std::vector<std::string> control_tokens(const std::string& arch) {
-    if (arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
+    if (arch == "gemma" || arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
     if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
     if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
-    if (arch == "glm4")
+    if (arch == "glm4" || arch == "glm4moe")
         return {"<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"};
     if (arch == "granite" || arch == "granitehybrid")
         return {"<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"};
@@ -746,7 +836,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    if (gemma2 || gemma4 || c.arch == "ernie4_5") {  // (their files have no output matrix of their own)
+    if (gemma2 || gemma4 || c.arch == "gemma" || c.arch == "ernie4_5") {  // (no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {
@@ -767,7 +857,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             matrix("per_layer_model_proj.weight", c.n_embd, c.n_layer * c.n_embd_per_layer);
         m->weights.per_layer_proj_norm = norm(c.n_embd_per_layer);
     }
-    for (int64_t i = 0; i < c.n_layer; ++i) {
+    // Layer i's weights (i >= n_layer: a multi-token-prediction block's layer, written and never run)
+    auto make_layer = [&](int64_t i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
         if (c.input_norms) L.attn_norm = norm(c.n_embd);
@@ -788,10 +879,18 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_out = matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
             L.ssm_conv1d = uniform(c.n_embd * c.ssm_conv, -0.6, 0.6);
         } else if (c.layer_is_recurrent(i)) {  // (qwen35's gated delta net)
-            L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
-            L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
-            L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
-            L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            if (c.ssm_grouped && i == 0) {  // (qwen3next's older layout, in its first delta net)
+                L.ssm_in = matrix(b + "ssm_in.weight", c.n_embd, c.ssm_conv_channels() + c.ssm_d_inner());
+            } else {
+                L.ssm_in = matrix(b + "attn_qkv.weight", c.n_embd, c.ssm_conv_channels());
+                L.ssm_z = matrix(b + "attn_gate.weight", c.n_embd, c.ssm_d_inner());
+            }
+            if (c.ssm_grouped) {
+                L.ssm_beta = matrix(b + "ssm_ba.weight", c.n_embd, 2 * c.ssm_n_v_heads);
+            } else {
+                L.ssm_beta = matrix(b + "ssm_beta.weight", c.n_embd, c.ssm_n_v_heads);
+                L.ssm_alpha = matrix(b + "ssm_alpha.weight", c.n_embd, c.ssm_n_v_heads);
+            }
             L.ssm_out = matrix(b + "ssm_out.weight", c.ssm_d_inner(), c.n_embd);
             // taps of the size that keeps the conv's output near its input's; a = -exp(A_log) with decays
             // exp(softplus(alpha + dt) a) spread over (0, 1)
@@ -830,9 +929,9 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         if (!c.layer_is_recurrent(i))
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
         if (c.input_norms) L.ffn_norm = norm(c.n_embd);
-        const bool dense = c.dense_ffn();  // (gemma4's mixture, the shared expert: a dense FFN beside the experts)
-        // (the shared expert's names; deepseek2's leading dense layers have plain ones)
-        const std::string ffn = c.moe_shared_expert && c.layer_moe(i) ? "_shexp" : "";
+        // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
+        const bool dense = c.layer_dense_ffn(i);
+        const std::string ffn = c.moe_shared_expert && c.layer_moe(i) ? "_shexp" : "";  // (the shared expert's names)
         if (dense && (phi3 || glm4)) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
         } else if (dense) {
@@ -848,9 +947,11 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.per_layer_post_norm = norm(c.n_embd);
         }
         // (DeepSeek-V3's selection bias, of the size of the sigmoid's differences between experts)
-        if (c.layer_moe(i) && c.moe_gating_sigmoid) L.ffn_exp_probs_b = uniform(c.n_expert, -0.1, 0.1);
+        if (c.arch == "deepseek2" && c.layer_moe(i) && c.moe_gating_sigmoid) L.ffn_exp_probs_b = uniform(c.n_expert, -0.1, 0.1);
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
+            // (a selection bias of the size of the probabilities' spread, so that it changes which experts win)
+            if (c.moe_selection_bias) L.ffn_exp_probs_b = uniform(c.n_expert, -0.5, 0.5);
             if (gemma4) {  // (gate and up of each expert in one tensor, gate first)
                 L.ffn_gate_up_exps = experts(b + "ffn_gate_up_exps.weight", c.n_embd, 2 * c.n_ff_exp);
             } else {
@@ -871,7 +972,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 ||
+        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
             ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
             if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
@@ -880,7 +981,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
         }
-        if (glm4 || c.arch == "seed_oss" || c.arch == "qwen2" || c.arch == "qwen2moe") {  // (their Q, K and V biases)
+        if (glm4 || c.arch == "glm4moe" || c.arch == "seed_oss" || c.arch == "qwen2" ||
+            c.arch == "qwen2moe") {  // (their Q, K and V biases)
             L.bq = uniform(nq, -0.1, 0.1);
             L.bk = uniform(nkv, -0.1, 0.1);
             L.bv = uniform(nkv, -0.1, 0.1);
@@ -899,7 +1001,17 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ffn_up_exps_b = uniform(c.n_expert * c.n_ff_exp, -8.0, 8.0);
             L.ffn_down_exps_b = uniform(c.n_expert * c.n_embd, -0.1, 0.1);
         }
-        m->weights.layers.push_back(std::move(L));
+        return L;
+    };
+    for (int64_t i = 0; i < c.n_layer; ++i) m->weights.layers.push_back(make_layer(i));
+    for (int64_t i = c.n_layer; i < c.n_layer + c.n_layer_nextn; ++i) {
+        // glm4moe's multi-token-prediction block: a MoE layer and its nextn tensors (eh_proj reads the embedding and
+        // the hidden state side by side)
+        const std::string b = fmt::format("blk.{}.nextn.", i);
+        m->mtp_layers.push_back(make_layer(i));
+        m->mtp_matrices.push_back(matrix(b + "eh_proj.weight", 2 * c.n_embd, c.n_embd));
+        for (const char* v : {"enorm.weight", "hnorm.weight", "shared_head_norm.weight"})
+            m->mtp_vectors.push_back({b + v, norm(c.n_embd)});
     }
     m->weights.n_expert_used = c.n_expert_used;
     return m;
@@ -920,11 +1032,11 @@ void SyntheticModel::save(const std::string& path) const {
     w.set("general.alignment", uint32_t(32));
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
     w.set(p + "embedding_length", uint32_t(c.n_embd));
-    w.set(p + "block_count", uint32_t(c.n_layer));
+    w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
     if (c.arch == "granitehybrid" && c.moe()) {  // (Granite 4.0 H's experts are feed_forward_length wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
-    } else if (c.n_ff_layers.empty() || c.arch == "deepseek2") {  // (deepseek2: the leading dense layers' width)
-        w.set(p + "feed_forward_length", uint32_t(c.n_ff_layers.empty() ? c.n_ff : c.n_ff_layers[0]));
+    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2") {  // (the leading dense width)
+        w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
         std::vector<GgufValue> ff;
         for (int64_t n : c.n_ff_layers) ff.emplace_back(uint32_t(n));
@@ -990,8 +1102,18 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
         w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
-    if (c.moe_shared_expert && c.arch != "deepseek2")
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
         w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
+    if (c.moe_selection_bias) {  // (glm4moe, lfm2moe: their converters' keys)
+        w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+        w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+    }
+    if (c.arch == "glm4moe") {
+        w.set(p + "expert_shared_count", uint32_t(c.layer_n_ff(c.n_layer - 1) / c.n_ff_exp));
+        w.set(p + "expert_weights_norm", c.moe_norm_weights);
+        w.set(p + "expert_weights_scale", c.moe_weights_scale);
+        if (c.n_layer_nextn > 0) w.set(p + "nextn_predict_layers", uint32_t(c.n_layer_nextn));
+    }
     if (c.arch == "gemma2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);
@@ -1035,6 +1157,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "ssm.time_step_rank", uint32_t(c.ssm_n_v_heads));
         w.set(p + "ssm.inner_size", uint32_t(c.ssm_d_inner()));
         w.set(p + "full_attention_interval", uint32_t(c.full_attn_interval));
+    }
+    if (qwen35 && !c.ssm_grouped) {  // (qwen3next: no sections)
         // Qwen3.5's sections (11, 11, 10 of 32 pairs) in proportion to n_rot / 2 pairs
         const int64_t pairs = c.n_rot / 2, s0 = (pairs * 11 + 31) / 32;
         w.set(p + "rope.dimension_sections",
@@ -1095,6 +1219,13 @@ void SyntheticModel::save(const std::string& path) const {
         for (const TensorView* t : layer_file_matrices(L)) view(*t);
         for (const NamedVector& v : layer_vectors(c, L, i)) vec(v);
     }
+    for (size_t j = 0; j < mtp_layers.size(); ++j) {
+        const auto i = c.n_layer + static_cast<int64_t>(j);
+        for (const TensorView* t : layer_file_matrices(mtp_layers[j])) view(*t);
+        for (const NamedVector& v : layer_vectors(c, mtp_layers[j], i)) vec(v);
+        view(mtp_matrices[j]);
+    }
+    for (const auto& [name, v] : mtp_vectors) vec({name, &v, static_cast<int64_t>(v.size()), 1});
     w.write(path);
 }
 

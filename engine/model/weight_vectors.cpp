@@ -28,7 +28,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
                             c.arch == "olmo2" || c.arch == "exaone4";
     const bool recurrent = c.layer_is_recurrent(layer), qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
-    const bool qk_norms = c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
+    const bool glm4moe = c.arch == "glm4moe";  // (its Q and K norms optional: GLM-4.5's, not GLM-4.5-Air's)
+    const bool qk_norms = glm4moe || c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
                           c.arch == "olmo2" || c.arch == "exaone4" || ((qwen35 || c.arch == "lfm2") && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
     // (olmo2: Q's and K's norms span the whole projection, not a head)
@@ -71,14 +72,14 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"attn_kv_a_norm.weight", &L::attn_kv_a_norm, c.kv_lora_rank});
     }
     if (qk_norms) {
-        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd});
+        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
         // (gemma4: not in a shared-KV layer, which has no K)
         if (c.layer_has_kv(layer))
-            f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd});
+            f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1, !glm4moe});
     }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
     // (gpt-oss, seed_oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
-    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || qwen35;
+    const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || qwen35 || glm4moe;
     if (c.input_norms)
         f.push_back({ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
     if (gpt_oss) {
@@ -94,7 +95,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"post_ffw_norm_2.weight", &L::ffn_post_norm_2, c.n_embd});
         f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
     }
-    if (c.arch == "deepseek2" && c.layer_moe(layer))  // (DeepSeek-V3's selection bias)
+    // (glm4moe, lfm2moe: moe_selection_bias; DeepSeek-V3's deepseek2 files, where they have it)
+    if (c.moe_selection_bias && c.layer_moe(layer)) f.push_back({"exp_probs_b.bias", &L::ffn_exp_probs_b, c.n_expert});
+    if (c.arch == "deepseek2" && c.layer_moe(layer))
         f.push_back({"exp_probs_b.bias", &L::ffn_exp_probs_b, c.n_expert, 1, false});
     if (c.moe_shared_gate) f.push_back({"ffn_gate_inp_shexp.weight", &L::ffn_gate_inp_shexp, c.n_embd});
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});

@@ -190,7 +190,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     Weights w;
     w.tok_embd = l.get("token_embd.weight", {c.n_embd, c.n_vocab});
     for (const VectorField<Weights>& f : model_vector_fields(c)) l.read(f, f.name, w);
-    if (l.find("output.weight")) {
+    // (gemma: the output is the embeddings whatever the file holds, as llama.cpp reads it, so an output.weight goes
+    // unused and the file is refused, as llama.cpp refuses a tensor too many)
+    if (c.arch != "gemma" && l.find("output.weight")) {
         w.output = l.get("output.weight", {c.n_embd, c.n_vocab});
     } else {
         w.output = w.tok_embd;
@@ -222,10 +224,18 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ssm_in = l.get(b + "shortconv.in_proj.weight", {c.n_embd, 3 * c.n_embd});
             L.ssm_out = l.get(b + "shortconv.out_proj.weight", {c.n_embd, c.n_embd});
         } else if (c.layer_is_recurrent(i)) {  // (qwen35: a gated delta net instead of attention)
-            L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
-            L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
-            L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
-            L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
+            if (c.ssm_grouped && !l.find(b + "attn_qkv.weight")) {  // (qwen3next's older files: q, k, v, z in one)
+                L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, c.ssm_conv_channels() + c.ssm_d_inner()});
+            } else {
+                L.ssm_in = l.get(b + "attn_qkv.weight", {c.n_embd, c.ssm_conv_channels()});
+                L.ssm_z = l.get(b + "attn_gate.weight", {c.n_embd, c.ssm_d_inner()});
+            }
+            if (c.ssm_grouped) {  // (qwen3next: beta and alpha in one, grouped by key head)
+                L.ssm_beta = l.get(b + "ssm_ba.weight", {c.n_embd, 2 * c.ssm_n_v_heads});
+            } else {
+                L.ssm_beta = l.get(b + "ssm_beta.weight", {c.n_embd, c.ssm_n_v_heads});
+                L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
+            }
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
         } else if (c.mla()) {  // (deepseek2: the query, plain or low-rank, and MLA's latent; wk_b, wv_b per head)
             if (c.q_lora_rank > 0) {
@@ -269,9 +279,10 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
             L.split_experts();
         }
-        const bool dense = c.dense_ffn();  // (gemma4's mixture, the shared expert: a dense FFN beside the experts)
+        // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
+        const bool dense = c.layer_dense_ffn(i);
+        const bool shexp = c.moe_shared_expert && c.layer_moe(i);
         const int64_t n_ff = c.layer_n_ff(i);
-        const bool shexp = c.moe_shared_expert && c.layer_moe(i);  // (deepseek2: not in its leading dense layers)
         if (shexp) {  // (its tensors named ffn_*_shexp)
             L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up_shexp.weight", {c.n_embd, n_ff});
@@ -290,9 +301,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;
-    // qwen35, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks after the last layer, loaded and not run
-    // (as llama.cpp by default)
-    if (c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "deepseek2") l.skip_blocks_from(c.n_layer);
+    // qwen35, glm4moe: the multi-token-prediction blocks after the last layer, loaded and not run (as llama.cpp by
+    // default)
+    if (c.arch == "qwen35" || c.arch == "qwen35moe" || c.n_layer_nextn > 0) l.skip_blocks_from(c.n_layer);
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
     // without it.
     if (const GgufTensorInfo* t = l.first_unused())

@@ -64,6 +64,9 @@ struct LayerWeights {
     // The shared expert (ModelConfig::moe_shared_expert; ffn_gate, ffn_up and ffn_down are its matrices, the file's
     // ffn_*_shexp): the gate vector of its output, sigmoid(ffn_gate_inp_shexp . xn) (empty without a gate).
     std::vector<float> ffn_gate_inp_shexp;  // [n_embd]
+    // The selection bias added to the experts' probabilities to choose them (ModelConfig::moe_selection_bias; the
+    // file's exp_probs_b.bias); empty without it.
+    std::vector<float> ffn_exp_probs_b;  // [n_expert]
     // gpt-oss: biases of the router's logits and of each expert's gate, up and down products, expert e's at
     // e * n_ff_exp (gate, up) and e * n_embd (down); empty when absent.
     std::vector<float> ffn_gate_inp_b;                    // [n_expert]
@@ -86,9 +89,6 @@ struct LayerWeights {
     TensorView wkv_b;                   // [n_head * (head_dim - n_rot + head_dim_v) rows, kv_lora_rank]
     std::vector<float> wk_b_t;          // [n_head, kv_lora_rank, head_dim - n_rot]
     bool mla() const { return wkv_a.data != nullptr; }
-    // deepseek2 (DeepSeek-V3): the bias added to each expert's probability when the experts are chosen
-    // (exp_probs_b.bias; ModelConfig::moe_routing_general), empty when absent.
-    std::vector<float> ffn_exp_probs_b;  // [n_expert]
     // gpt-oss: each query head's learned logit that joins its softmax's denominator with no value ([n_head]);
     // empty when absent.
     std::vector<float> attn_sinks;
@@ -106,6 +106,9 @@ struct LayerWeights {
     // of its input to q, k, v (the conv's channels, in that order), to the output gate z, to beta and alpha (one a
     // value head), the output projection; the conv's taps per channel (the last one the current token's), dt's bias,
     // a = -exp(A_log), the output norm of each head.
+    // qwen3next (ModelConfig::ssm_grouped): ssm_beta is the file's ssm_ba [2 ssm_n_v_heads rows], ssm_alpha empty,
+    // and where the file has its older fused ssm_in, ssm_in is that [ssm_conv_channels + ssm_d_inner rows] and ssm_z
+    // empty, both grouped by key head (delta_net_layout.h).
     TensorView ssm_in;              // attn_qkv [ssm_conv_channels rows, n_embd]
     TensorView ssm_z;               // attn_gate [ssm_d_inner rows, n_embd]
     TensorView ssm_beta;            // [ssm_n_v_heads rows, n_embd]

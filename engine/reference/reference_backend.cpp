@@ -2,6 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/format/quant.h"
+#include "engine/model/delta_net_layout.h"
 #include "engine/model/moe_route.h"
 #include "engine/runtime/kv_size.h"
 
@@ -456,7 +457,7 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
 // qwen35's gated delta net over xn for token t of its slot (out_ = its output):
 //   qkv = silu(conv1d(the window of this and the ssm_conv - 1 previous W_in xn of the sequence)), split into q, k
 //   (ssm_n_k_heads heads) and v (ssm_n_v_heads), q and k of each head divided by sqrt(sum x^2 + eps);
-//   for value head h, with k head h % n_k_heads: g = exp(softplus(W_alpha xn + dt)_h * a_h),
+//   for value head h, with k head ssm_k_head(h): g = exp(softplus(W_alpha xn + dt)_h * a_h),
 //   beta = sigmoid(W_beta xn)_h, S = S g; S += (beta (v - S k)) k^T; o = S q / sqrt(head_k)   (S [head_v, head_k])
 //   out = W_out (rms_norm(o_h) * ssm_norm * silu(z_h) for each head h), z = W_z xn
 void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
@@ -467,10 +468,25 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
         std::fill_n(conv_state(l, t.slot), nch * (taps - 1), 0.0);
         std::fill_n(ssm_state(l, t.slot), c.ssm_n_v_heads * hv * hk, 0.0);
     }
-    matvec(L.ssm_in, xn_, q_, row_);  // [nch]
-    matvec(L.ssm_z, xn_, attn_gate_, row_);
-    matvec(L.ssm_beta, xn_, gate_, row_);
-    matvec(L.ssm_alpha, xn_, up_, row_);
+    const int64_t group = c.ssm_n_v_heads / c.ssm_n_k_heads;
+    if (L.ssm_z.data) {
+        matvec(L.ssm_in, xn_, q_, row_);  // [nch]
+        matvec(L.ssm_z, xn_, attn_gate_, row_);
+    } else {  // (qwen3next's older files: q, k, v and z in one product, grouped by key head)
+        matvec(L.ssm_in, xn_, ssm_fused_, row_);
+        q_.resize(nch);
+        attn_gate_.resize(c.ssm_d_inner());
+        ungroup_qkvz(ssm_fused_.data(), c.ssm_n_k_heads, hk, group * hv, q_.data(), attn_gate_.data());
+    }
+    if (L.ssm_alpha.data) {
+        matvec(L.ssm_beta, xn_, gate_, row_);
+        matvec(L.ssm_alpha, xn_, up_, row_);
+    } else {  // (qwen3next: beta and alpha in one product, grouped by key head)
+        matvec(L.ssm_beta, xn_, ssm_fused_, row_);
+        gate_.resize(c.ssm_n_v_heads);
+        up_.resize(c.ssm_n_v_heads);
+        ungroup_ba(ssm_fused_.data(), c.ssm_n_k_heads, group, gate_.data(), up_.data());
+    }
     conv_silu(conv_state(l, t.slot), L.ssm_conv1d.data(), nullptr, q_.data(), nch, taps, att_);
     const int64_t nk = c.ssm_n_k_heads * hk;  // q at 0, k at nk, v at 2 nk
     for (int64_t h = 0; h < 2 * c.ssm_n_k_heads; ++h) {
@@ -481,7 +497,7 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
     }
     ssm_o_.assign(c.ssm_d_inner(), 0.0);
     for (int64_t h = 0; h < c.ssm_n_v_heads; ++h) {
-        const double* q = att_.data() + (h % c.ssm_n_k_heads) * hk;
+        const double* q = att_.data() + c.ssm_k_head(h) * hk;
         const double* k = q + nk;
         const double* v = att_.data() + 2 * nk + h * hv;
         const double x = up_[h] + L.ssm_dt[h];
@@ -683,27 +699,37 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
 // out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn) * s_e, with
 // l = W_router router_in (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases;
 // s_e gemma4's output scale of expert e (else 1). qwen2moe (ModelConfig::moe_norm_weights off): softmax_e(all the
-// logits) instead, the chosen experts' shares of it.
+// logits) instead, the chosen experts' shares of it. Sigmoid gating (glm4moe, lfm2moe): p_e = sigmoid(l_e), the
+// experts of the largest p_e + selection bias_e chosen, weighted by p_e / (sum of the chosen p, at least 2^-14) (or
+// p_e without moe_norm_weights); every weight times moe_weights_scale.
 void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>& router_in) {
     const ModelConfig& c = config_;
     matvec(L.ffn_gate_inp, router_in, router_, row_);
     for (size_t e = 0; e < L.ffn_gate_inp_b.size(); ++e) router_[e] += L.ffn_gate_inp_b[e];
+    // the probabilities: sigmoid(l), or softmax(l) over all the experts
+    std::vector<double> prob = router_;
+    if (c.moe_gating_sigmoid)
+        for (double& p : prob) p = 1.0 / (1.0 + std::exp(-p));
+    else
+        softmax(prob, c.n_expert);
+    // the keys that choose: the logits, or the probabilities plus the selection bias
+    std::vector<double> key = L.ffn_exp_probs_b.empty() ? router_ : prob;
+    for (size_t e = 0; e < L.ffn_exp_probs_b.size(); ++e) key[e] += L.ffn_exp_probs_b[e];
     std::vector<int64_t> order(static_cast<size_t>(c.n_expert));
     for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return router_[a] > router_[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[a] > key[b]; });
     std::vector<double> weight(static_cast<size_t>(c.n_expert_used));
     if (c.moe_routing_general()) {  // (deepseek2: its gating, selection bias, groups and scale)
         std::vector<int32_t> chosen(static_cast<size_t>(c.n_expert_used));
         route_experts(c, router_.data(), L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data(),
                       chosen.data(), weight.data(), route_scratch_);
         std::copy(chosen.begin(), chosen.end(), order.begin());
-    } else if (c.moe_norm_weights) {
-        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = router_[order[i]];
-        softmax(weight, c.n_expert_used);
     } else {
-        std::vector<double> all = router_;
-        softmax(all, c.n_expert);
-        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = all[order[i]];
+        double sum = 0.0;
+        for (int64_t i = 0; i < c.n_expert_used; ++i) sum += prob[order[i]];
+        if (c.moe_gating_sigmoid) sum = c.moe_norm_weights ? std::max(sum, 6.103515625e-5) : 1.0;
+        if (!c.moe_norm_weights && !c.moe_gating_sigmoid) sum = 1.0;
+        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = prob[order[i]] / sum * c.moe_weights_scale;
     }
     out_.assign(c.n_embd, 0.0);
     auto bias = [](const std::vector<float>& b, int64_t e, int64_t n) {

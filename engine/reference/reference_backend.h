@@ -105,6 +105,7 @@ private:
     std::vector<double> att_;    // [n_head * head_dim] attention output (delta net: [ssm_conv_channels] q, k, v)
     std::vector<double> attn_gate_;  // [n_head * head_dim] qwen35's output gate (delta net: z [ssm_d_inner])
     std::vector<double> ssm_o_;      // [ssm_d_inner] the delta net's output before W_out
+    std::vector<double> ssm_fused_;  // qwen3next: a product grouped by key head, before ungroup_ba or ungroup_qkvz
     std::vector<double> score_;  // [n_ctx] one head's scores, then probabilities
     std::vector<double> out_;    // [n_embd] output of wo / ffn_down
     std::vector<double> gate_;   // [n_ff] (or n_ff_exp)

@@ -37,7 +37,7 @@ void Scheduler::submit(int64_t id, Generation& gen, int32_t slot, int32_t n_past
     // Guesses that fail are taken back, and a recurrent model's state cannot go back (qwen35).
     if ((gen.params().lookup > 0 || gen.params().drafter) && backend_.max_rewind() == 0)
         throw UsageError(fmt::format("--lookup and --draft-model cannot run on {} models, whose recurrent state cannot "
-                                     "take back a rejected guess: run without them", backend_.config().arch));
+                                     "take back a rejected guess: run without them", backend_.config().gguf_arch()));
     waiting_.push_back({id, &gen, slot, n_past});
 }
 

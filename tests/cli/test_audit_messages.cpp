@@ -7,6 +7,8 @@
 
 #include <string>
 
+namespace test_audit_messages {
+
 using namespace quill;
 
 namespace {
@@ -70,3 +72,5 @@ TEST_CASE("a chat message longer than the context alone is said to be so, not th
     CHECK(r.err.find("longer than the context of 128: shorten it or give a larger -c") != std::string::npos);
     CHECK(r.err.find("--context-overflow") == std::string::npos);
 }
+
+}  // namespace test_audit_messages

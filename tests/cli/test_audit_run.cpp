@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+namespace test_audit_run {
+
 using namespace quill;
 
 TEST_CASE("quill run joins several prompt arguments with spaces, options among them, as one -p", "[cli]") {
@@ -36,3 +38,5 @@ TEST_CASE("quill run joins several prompt arguments with spaces, options among t
     CHECK(r.status == 2);
     CHECK(r.err == "quill: error: give the prompt once: as an argument, with -p or with -f\n");
 }
+
+}  // namespace test_audit_run

@@ -8,6 +8,8 @@
 
 #include <string>
 
+namespace test_audit_run_chat {
+
 using namespace quill;
 using test::human_pause;
 using test::PtyProcess;
@@ -36,3 +38,5 @@ TEST_CASE("quill run -q at a terminal starts a chat without the load line and st
     CHECK(out.find("loaded in") == std::string::npos);
     CHECK(out.find(" tok/s; context ") == std::string::npos);
 }
+
+}  // namespace test_audit_run_chat

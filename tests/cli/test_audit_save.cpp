@@ -7,6 +7,8 @@
 
 #include <string>
 
+namespace test_audit_save {
+
 using namespace quill;
 
 TEST_CASE("/save writes the sampling parameters as typed, without float rounding noise", "[chat]") {
@@ -27,3 +29,5 @@ TEST_CASE("/save writes the sampling parameters as typed, without float rounding
     CHECK(sampling["seed"] == 3);
     CHECK(test::read_file(saved).find("\"temperature\": 0.7,") != std::string::npos);
 }
+
+}  // namespace test_audit_save

@@ -15,6 +15,8 @@
 #include <limits>
 #include <sys/stat.h>
 
+namespace test_bad_input {
+
 using namespace quill;
 using namespace quill::test;
 
@@ -227,3 +229,5 @@ TEST_CASE("a context that cannot fit in memory is refused before allocating, say
     check_error(r, 2, "-c 16777216: the KV cache would take 360 GiB, but only ");
     CHECK(last_line(r.err).find("at most -c ") != std::string::npos);
 }
+
+}  // namespace test_bad_input

@@ -21,6 +21,8 @@
 #include <thread>
 #include <unistd.h>
 
+namespace test_batch_cli {
+
 using namespace quill;
 using nlohmann::json;
 using test::TinyModel;
@@ -428,3 +430,5 @@ TEST_CASE("shards 1/3 2/3 and 3/3 together give exactly the input's ids", "[batc
     CHECK_THAT(r.err, Catch::Contains("plain text input, 5 slots"));
     CHECK(records(r.out).size() == 5);
 }
+
+}  // namespace test_batch_cli

@@ -26,6 +26,8 @@
 #include <thread>
 #include <unistd.h>
 
+namespace test_batch_hostile {
+
 using namespace quill;
 using namespace quill::batch;
 using nlohmann::json;
@@ -425,3 +427,5 @@ TEST_CASE("on a terminal the progress line is cleared before each record printed
         CHECK((at == 0 || all[at - 1] == '\n' || all.compare(at - 4, 4, "\r\033[K") == 0));
     }
 }
+
+}  // namespace test_batch_hostile

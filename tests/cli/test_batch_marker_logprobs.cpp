@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 
+namespace test_batch_marker_logprobs {
+
 using namespace quill;
 
 namespace {
@@ -88,3 +90,5 @@ TEST_CASE("batch --logprobs: a record's entries for a marker control token carry
     CHECK(plain["logprobs"][0]["token"] == "");
     std::filesystem::remove_all(dir);
 }
+
+}  // namespace test_batch_marker_logprobs

@@ -17,6 +17,8 @@
 #include <thread>
 #include <unistd.h>
 
+namespace test_batch_output_loss {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -108,3 +110,5 @@ TEST_CASE("a record that cannot be written whole is cut off: the output ends wit
     CHECK(std::count(resumed.begin(), resumed.end(), '\n') == 24);  // no record twice
     CHECK(test::texts_by_id(resumed) == whole);
 }
+
+}  // namespace test_batch_output_loss

@@ -14,6 +14,8 @@
 #include <map>
 #include <vector>
 
+namespace test_batch_request_fields {
+
 using namespace quill;
 using nlohmann::json;
 
@@ -150,3 +152,5 @@ TEST_CASE("an OpenAI /v1/completions body's unknown key gets the warning a JSONL
     CHECK(run.status == 0);
     CHECK_THAT(run.err, Catch::Contains("ignored, not a request field: \"temprature\" (line 1)"));
 }
+
+}  // namespace test_batch_request_fields

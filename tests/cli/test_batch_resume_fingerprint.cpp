@@ -15,6 +15,8 @@
 #include <set>
 #include <vector>
 
+namespace test_batch_resume_fingerprint {
+
 using namespace quill;
 using nlohmann::json;
 
@@ -274,3 +276,5 @@ TEST_CASE("batch --resume refuses an input line changed under the id of its resu
                   "holds the result of another request for id \"line-1\" (line 1 has changed since it ran), and 2 "
                   "more ids");
 }
+
+}  // namespace test_batch_resume_fingerprint

@@ -11,6 +11,8 @@
 #include <map>
 #include <vector>
 
+namespace test_batch_resume_ids {
+
 using namespace quill;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -112,3 +114,5 @@ TEST_CASE("resuming another shard's output is refused, and its own shard or the 
     CHECK(shard("1/1").status == 0);
     CHECK(test::record_lines(test::read_file(out)).size() == 4);
 }
+
+}  // namespace test_batch_resume_ids

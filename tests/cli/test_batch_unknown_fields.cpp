@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_batch_unknown_fields {
+
 using namespace quill;
 
 TEST_CASE("the unknown keys of prompt requests get one warning naming each and its first line", "[batch][model]") {
@@ -22,3 +24,5 @@ TEST_CASE("the unknown keys of prompt requests get one warning naming each and i
                                       "(line 2)\n"));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
+
+}  // namespace test_batch_unknown_fields

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <unistd.h>
 
+namespace test_chat_cli {
+
 using namespace quill;
 using test::human_pause;
 using test::PtyProcess;
@@ -340,3 +342,5 @@ TEST_CASE("on a terminal run without a prompt and batch without -i refuse at onc
     CHECK(typed.wait_for("\"id\":\"line-1\"", 0, 30));
     CHECK(typed.wait_exit() == 0);
 }
+
+}  // namespace test_chat_cli

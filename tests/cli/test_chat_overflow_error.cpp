@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_chat_overflow_error {
+
 using quill::test::run_quill;
 
 namespace {
@@ -37,3 +39,5 @@ TEST_CASE("chat --context-overflow error: a message longer than the context alon
     CHECK(r.err.find("/undo, /reset, a larger -c or --context-overflow drop-oldest") != std::string::npos);
     CHECK(r.err.find("longer than the context") == std::string::npos);
 }
+
+}  // namespace test_chat_overflow_error

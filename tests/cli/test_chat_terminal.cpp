@@ -21,6 +21,8 @@
 #include <regex>
 #include <sys/stat.h>
 
+namespace test_chat_terminal {
+
 using namespace quill;
 using test::human_pause;
 using test::PtyProcess;
@@ -410,3 +412,5 @@ TEST_CASE("a turn that fails midway leaves the messages and the cache bookkeepin
     CHECK(conv.messages() == before);
     CHECK(conv.regenerate(ignore).text == before.back()["content"]);
 }
+
+}  // namespace test_chat_terminal

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+namespace test_chat_tool_calls_cli {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -173,3 +175,5 @@ TEST_CASE("run on a terminal shows a call dim on a line of its own, as the reaso
     CHECK((between == "\n" || between == "\r\n"));
     CHECK(p.output().find("<tool_call>") == std::string::npos);
 }
+
+}  // namespace test_chat_tool_calls_cli

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
+namespace test_chat_ux {
+
 using namespace quill;
 using test::human_pause;
 using test::PtyProcess;
@@ -214,3 +216,5 @@ TEST_CASE("at a terminal a reply that ends its own line is followed by the stats
         CHECK(out.substr(reply, out.find_first_not_of('\n', reply + 1) - reply) == "a\n");
     }
 }
+
+}  // namespace test_chat_ux

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+namespace test_cli {
+
 using namespace quill;
 using test::run_quill;
 using test::TinyModel;
@@ -287,3 +289,5 @@ TEST_CASE("default model: greedy answer is coherent and identical across runs an
     CHECK(a.out == b.out);
     CHECK(b.out == c.out);
 }
+
+}  // namespace test_cli

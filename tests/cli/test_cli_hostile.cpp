@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+namespace test_cli_hostile {
+
 using namespace quill;
 using test::run_quill;
 using test::TinyModel;
@@ -352,3 +354,5 @@ TEST_CASE("quill run takes its prompt as an argument, -q and -v, and -c above th
           std::string::npos);
     CHECK(run_quill({"run", "--raw", "-q", "-m", m, "Once", "-n", "1", "-c", "2048"}).err.empty());
 }
+
+}  // namespace test_cli_hostile

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <fstream>
 
+namespace test_devices_cli {
+
 namespace fs = std::filesystem;
 using quill::test::run_quill;
 
@@ -166,3 +168,5 @@ TEST_CASE("bad --devices and --gpu-layers give one clear error", "[cli][split]")
     CHECK(zero.status == 0);
 #endif
 }
+
+}  // namespace test_devices_cli

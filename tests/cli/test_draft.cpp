@@ -11,6 +11,8 @@
 #include <map>
 #include <regex>
 
+namespace test_draft {
+
 using namespace quill;
 using nlohmann::json;
 
@@ -151,3 +153,5 @@ TEST_CASE("draft flags: a vocabulary that differs, --draft without a model, with
     CHECK(missing.status != 0);
     CHECK(missing.err.find("/nonexistent.gguf") != std::string::npos);
 }
+
+}  // namespace test_draft

@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+namespace test_draft_stateful {
+
 using namespace quill;
 using nlohmann::json;
 
@@ -50,3 +52,5 @@ TEST_CASE("run with penalties or a regex or logprobs prints the same with --draf
         }
     }
 }
+
+}  // namespace test_draft_stateful

@@ -24,6 +24,8 @@
 #include <thread>
 #include <unistd.h>
 
+namespace test_faults {
+
 using namespace quill;
 using namespace quill::test;
 
@@ -334,3 +336,5 @@ TEST_CASE("the default-model fetch refuses bad checksums, recovers from corrupt 
     CHECK(leftovers().empty());
     std::filesystem::remove_all(dir);
 }
+
+}  // namespace test_faults

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+namespace test_gpt_oss_device {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -30,3 +32,5 @@ TEST_CASE("quill run --device auto runs a gpt-oss file on the GPU, or on the CPU
     }
     CHECK(r.err.find("cpu backend") != std::string::npos);
 }
+
+}  // namespace test_gpt_oss_device

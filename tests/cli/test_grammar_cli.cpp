@@ -12,6 +12,8 @@
 #include <map>
 #include <sys/wait.h>
 
+namespace test_grammar_cli {
+
 using namespace quill;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -167,3 +169,5 @@ TEST_CASE("every finished output under each corpus schema validates (byte-level 
     if (!model) return;
     corpus({model->string(), "--seeds", "2", "-n", "200"});
 }
+
+}  // namespace test_grammar_cli

@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+namespace test_grammar_oneof {
+
 using namespace quill;
 
 namespace {
@@ -58,3 +60,5 @@ TEST_CASE("batch: requests whose oneOf may overlap get one warning in the run, n
     CHECK(count(r.err, "quill: warning: input line 2: response_format: JSON schema at #: oneOf's alternatives may "
                        "overlap") == 1);
 }
+
+}  // namespace test_grammar_oneof

@@ -15,6 +15,8 @@
 #include <thread>
 #include <unistd.h>
 
+namespace test_interrupt_phases {
+
 using namespace quill;
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
@@ -120,3 +122,5 @@ TEST_CASE("SIGINT while batch tokenizes a long line keeps the finished record an
     CHECK(written[0]["id"] == "line-1");
     CHECK(!written[0].contains("error"));
 }
+
+}  // namespace test_interrupt_phases

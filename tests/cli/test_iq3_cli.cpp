@@ -6,6 +6,8 @@
 
 #include <string>
 
+namespace test_iq3_cli {
+
 using namespace quill;
 
 TEST_CASE("quill bench saves, quill info describes and quill run generates from a model of IQ3 or IQ1 weights",
@@ -31,3 +33,5 @@ TEST_CASE("quill bench saves, quill info describes and quill run generates from 
     CHECK(bad.status != 0);
     CHECK(bad.err.find("not a multiple of its block size 256") != std::string::npos);
 }
+
+}  // namespace test_iq3_cli

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace test_json_input_errors {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -44,3 +46,5 @@ TEST_CASE("a messages file with a number past a double's range is one clear erro
     CHECK(r.status == 2);
     CHECK(r.err == "quill: error: " + file.string() + ": not valid JSON: number overflow parsing '1e400'\n");
 }
+
+}  // namespace test_json_input_errors

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <random>
 
+namespace test_logprobs {
+
 using namespace quill;
 using nlohmann::json;
 
@@ -262,3 +264,5 @@ TEST_CASE("batch logprobs: the request's fields, the flag, and each output forma
     REQUIRE(recs.size() == 1);
     check_entries(recs[0]["logprobs"], 1, false);
 }
+
+}  // namespace test_logprobs

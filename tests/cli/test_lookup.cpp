@@ -11,6 +11,8 @@
 #include <map>
 #include <regex>
 
+namespace test_lookup {
+
 using namespace quill;
 using nlohmann::json;
 
@@ -130,3 +132,5 @@ TEST_CASE("lookup on the default model: an extraction prompt gives the same text
     INFO(r.err);
     CHECK(accepted >= 10);  // 18 of 335 when written: the reply quotes the report in part
 }
+
+}  // namespace test_lookup

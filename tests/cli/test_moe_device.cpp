@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+namespace test_moe_device {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -30,3 +32,5 @@ TEST_CASE("quill run --device auto runs a qwen3moe file on the GPU, or on the CP
     // The reason is not the mixture of experts, which the CUDA backend runs.
     CHECK(r.err.find("mixture of experts") == std::string::npos);
 }
+
+}  // namespace test_moe_device

@@ -16,6 +16,8 @@
 #include <random>
 #include <sstream>
 
+namespace test_perplexity {
+
 using namespace quill;
 
 namespace {
@@ -216,3 +218,5 @@ TEST_CASE("quill perplexity on the default model: llama-perplexity's figure, F32
     CHECK(jf["perplexity_error"].get<double>() == Approx(want.error).epsilon(1e-4));
     std::filesystem::remove(f32);
 }
+
+}  // namespace test_perplexity

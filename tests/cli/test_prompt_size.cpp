@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+namespace test_prompt_size {
+
 using namespace quill;
 
 TEST_CASE("quill run refuses megabytes of prompt for a small context before tokenizing them", "[cli]") {
@@ -32,3 +34,5 @@ TEST_CASE("quill run refuses megabytes of prompt for a small context before toke
     CHECK(r.status == 2);
     CHECK(r.err.find("longer than the context of 8") != std::string::npos);
 }
+
+}  // namespace test_prompt_size

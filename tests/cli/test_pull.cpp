@@ -27,6 +27,8 @@
 
 extern char** environ;
 
+namespace test_pull {
+
 using namespace quill;
 using test::run_quill;
 namespace fs = std::filesystem;
@@ -691,3 +693,5 @@ TEST_CASE("quill pull draws a progress bar with rate and ETA on a terminal, and 
     CHECK(r.err.find('\r') == std::string::npos);
     CHECK(r.err.find("quill: downloading test/bar-GGUF/m-Q8_0.gguf (402 kB)") != std::string::npos);
 }
+
+}  // namespace test_pull

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+namespace test_reasoning_cli {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -99,3 +101,5 @@ TEST_CASE("quill batch records give the reasoning as reasoning_content", "[cli]"
     CHECK(j["text"] == "The answer.");
     CHECK(j["reasoning_content"] == "First, plan.");
 }
+
+}  // namespace test_reasoning_cli

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+namespace test_split_cli {
+
 using namespace quill;
 using test::run_quill;
 using nlohmann::json;
@@ -130,3 +132,5 @@ TEST_CASE("a split model with a part missing or from another split is one error 
     CHECK(r.err.starts_with(fmt::format("quill: error: {}: split.count is 2", m.parts[1].string())));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
+
+}  // namespace test_split_cli

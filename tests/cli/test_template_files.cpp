@@ -9,6 +9,8 @@
 #include <regex>
 #include <sstream>
 
+namespace test_template_files {
+
 using quill::test::run_quill;
 
 namespace {
@@ -79,3 +81,5 @@ TEST_CASE("quill run and quill chat prompt the default model through gpt-oss's t
     CHECK(chat.out.substr(0, sep) == plain.out);
     CHECK(chat.out.size() > sep + 2);  // a second reply
 }
+
+}  // namespace test_template_files

@@ -7,6 +7,8 @@
 
 #include <fstream>
 
+namespace test_template_input_limit {
+
 using quill::test::run_quill;
 
 TEST_CASE("quill template --messages: a file over the limit is refused naming --max-input-bytes that raises it",
@@ -47,3 +49,5 @@ TEST_CASE("quill template --messages: a file over the limit is refused naming --
     CHECK(r.out == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     std::filesystem::remove_all(dir);
 }
+
+}  // namespace test_template_input_limit

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <regex>
 
+namespace test_template_tools {
+
 using quill::test::run_quill;
 
 namespace {
@@ -79,3 +81,5 @@ TEST_CASE("quill template reads a plain array of messages as before and refuses 
     CHECK(bad.status != 0);
     CHECK(bad.err.find("expected a JSON array of messages") != std::string::npos);
 }
+
+}  // namespace test_template_tools

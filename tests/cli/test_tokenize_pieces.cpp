@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace test_tokenize_pieces {
+
 using quill::test::run_quill;
 
 namespace {
@@ -100,3 +102,5 @@ TEST_CASE("tokenize --pieces prints each token's text as llama-tokenize does", "
     const auto j = nlohmann::json::parse(r.out);
     CHECK(j["pieces"] == nlohmann::json::array({"<s>", " ", "\\xe6", "\\x97", "\\xa5"}));
 }
+
+}  // namespace test_tokenize_pieces

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace test_tool_choice_cli {
+
 using namespace quill;
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -125,3 +127,5 @@ TEST_CASE("run --tool-choice: required or a name makes the --json answer a valid
     CHECK(r.err.find("quill: error: --tool-choice") != std::string::npos);
     CHECK(r.err.find("nope") != std::string::npos);
 }
+
+}  // namespace test_tool_choice_cli

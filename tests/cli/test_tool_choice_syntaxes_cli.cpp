@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+namespace test_tool_choice_syntaxes_cli {
+
 using namespace quill;
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -191,3 +193,5 @@ TEST_CASE("chat --tool-choice forces each reply to be a call, and /set tool-choi
     CHECK(r.err.find("\"nope\"") != std::string::npos);
     CHECK(r.out.empty());
 }
+
+}  // namespace test_tool_choice_syntaxes_cli

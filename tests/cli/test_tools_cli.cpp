@@ -15,6 +15,8 @@
 #include <regex>
 #include <sstream>
 
+namespace test_tools_cli {
+
 using namespace quill;
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -187,3 +189,5 @@ TEST_CASE("a --tools file that is not an array of tool definitions is one error 
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
 }
+
+}  // namespace test_tools_cli

@@ -27,6 +27,8 @@
 #include <sstream>
 #include <string>
 
+namespace test_arch_dense {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -231,3 +233,5 @@ TEST_CASE("glm4, granite, olmo2 and exaone4: a sequence's decode steps give the 
         test::check_mixed_batches(synthetic_config(shape), {GgmlType::F32, GgmlType::Q8_0}, 64);
     }
 }
+
+}  // namespace test_arch_dense

@@ -1,14 +1,16 @@
-// gemma2 and phi3 against llama.cpp: the synthetic gemma2-tiny and phi3-tiny models (engine/model/synthetic.cpp,
-// seed 42, as `quill bench --synthetic SHAPE --dtype f32|f16 --save FILE` writes them) regenerated, saved and loaded
-// back, then run on the reference backend and the CPU backend of every kernel family this machine has. References
-// in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32, n_ctx 256) over the 32
-// tokens below, made with /work/oracle/dump_logits FILE --tokens "..." -n 24 --logits ... --greedy ....
+// gemma (Gemma 1), gemma2 and phi3 against llama.cpp: the synthetic gemma-tiny, gemma2-tiny and phi3-tiny models
+// (engine/model/synthetic.cpp, seed 42, as `quill bench --synthetic SHAPE --dtype f32|f16 --save FILE` writes them)
+// regenerated, saved and loaded back, then run on the reference backend and the CPU backend of every kernel family
+// this machine has. References in tests/data/arch/: llama.cpp (llama-cpp-python 0.3.36's vendored copy, CPU, KV f32,
+// n_ctx 256) over the 32 tokens below, made with /work/oracle/dump_logits FILE --tokens "..." -n 24 --logits ...
+// --greedy ... (gemma-tiny-*: with tests/data/arch/dump_logits.cpp, its header says how).
 #include "engine/cpu/cpu_backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/fault_util.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
@@ -16,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+
+namespace test_arch_gemma2_phi3 {
 
 using namespace quill;
 using quill::cpu::Isa;
@@ -47,13 +51,17 @@ std::unique_ptr<Backend> reference_backend(const Model& m, int64_t n_ctx = kCtx)
 // (float summation order), phi3 F16 2.7e-4 (both round the F16 products' inputs to fp16, at other points);
 // gemma2 F32 5.9e-4 and F16 1.25e-3: llama.cpp's CPU GELU is a table of fp16 values looked up by the fp16-rounded
 // input (ggml's GGML_GELU_FP16) where quill computes it in float; with that rounding put into the reference backend
-// the F32 difference falls to 1.5e-4. So 1e-3, and 2e-3 for gemma2 F16.
+// the F32 difference falls to 1.5e-4. So 1e-3, and 2e-3 for gemma2 F16. gemma (the same GELU, no caps, 3 layers):
+// F32 1.4e-5, F16 6.5e-5 to 8.7e-5, so 1e-4 and 2e-4. (gemma-tiny's greedy tokens repeat the last prompt token: its
+// output is its embeddings, as Gemma's, and with random weights a token's own row wins.)
 struct Case {
     const char* shape;
     GgmlType type;
     double tol;
 };
-constexpr Case kCases[] = {{"gemma2-tiny", GgmlType::F32, 1e-3},
+constexpr Case kCases[] = {{"gemma-tiny", GgmlType::F32, 1e-4},
+                           {"gemma-tiny", GgmlType::F16, 2e-4},
+                           {"gemma2-tiny", GgmlType::F32, 1e-3},
                            {"gemma2-tiny", GgmlType::F16, 2e-3},
                            {"phi3-tiny", GgmlType::F32, 1e-3},
                            {"phi3-tiny", GgmlType::F16, 1e-3}};
@@ -62,7 +70,7 @@ std::string stem(const Case& c) { return fmt::format("{}-{}", c.shape, type_name
 
 }  // namespace
 
-TEST_CASE("gemma2 and phi3 tiny models: the reference backend gives llama.cpp's logits and greedy tokens",
+TEST_CASE("gemma, gemma2 and phi3 tiny models: the reference backend gives llama.cpp's logits and greedy tokens",
           "[arch][reference]") {
     for (const Case& c : kCases) {
         INFO(stem(c));
@@ -71,7 +79,7 @@ TEST_CASE("gemma2 and phi3 tiny models: the reference backend gives llama.cpp's 
     }
 }
 
-TEST_CASE("gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA",
+TEST_CASE("gemma, gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's logits and greedy tokens on every ISA",
           "[arch][cpu]") {
     for (const Case& c : kCases) {
         auto m = saved_synthetic(c.shape, c.type);
@@ -84,7 +92,29 @@ TEST_CASE("gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's logits
     }
 }
 
-TEST_CASE("gemma2 and phi3 settings are read from the file as llama.cpp reads them", "[arch][model]") {
+TEST_CASE("gemma, gemma2 and phi3 settings are read from the file as llama.cpp reads them", "[arch][model]") {
+    auto g1 = saved_synthetic("gemma-tiny", GgmlType::F32);
+    const ModelConfig& c1 = g1->config;
+    CHECK((c1.arch == "gemma" && c1.rope == ModelConfig::Rope::neox));
+    CHECK((c1.ffn_act == ModelConfig::Activation::gelu_tanh && c1.embd_scale == Approx(std::sqrt(128.0f))));
+    CHECK((c1.head_dim == 48 && c1.n_head_kv == 1 && c1.attn_scale == Approx(1.0f / std::sqrt(48.0f))));
+    CHECK((c1.sliding_window == 0 && c1.attn_logit_softcap == 0.0f && c1.final_logit_softcap == 0.0f));
+    CHECK((g1->weights.output_tied && g1->weights.layers[2].attn_post_norm.empty() &&
+           g1->weights.layers[2].ffn_norm.size() == 128));
+    // Its output is its embeddings whatever the file holds (as llama.cpp reads it): an output.weight is refused, as
+    // llama.cpp refuses a tensor too many.
+    const fs::path dir = test::temp_dir("arch_gemma_output");
+    const std::string src = (dir / "gemma-tiny.gguf").string(), bad = (dir / "gemma-output.gguf").string();
+    SyntheticModel::make(synthetic_config("gemma-tiny"), GgmlType::F32, 42)->save(src);
+    test::rewrite_gguf(src, bad, [](GgufWriter& w) {
+        w.add_tensor("output.weight", GgmlType::F32, {128, 320}, std::vector<uint8_t>(128 * 320 * 4, 0));
+    });
+    CHECK_THROWS_WITH(Model::load(bad), Catch::Contains("tensor 'output.weight' is not used by quill's gemma"));
+    const ModelConfig g7 = synthetic_config("gemma-7b");
+    CHECK((g7.arch == "gemma" && g7.n_embd == 3072 && g7.n_layer == 28 && g7.n_head_kv == 16 && g7.head_dim == 256 &&
+           g7.n_ff == 24576 && g7.n_vocab == 256000));
+
+
     auto g = saved_synthetic("gemma2-tiny", GgmlType::F32);
     const ModelConfig& gc = g->config;
     CHECK(gc.rope == ModelConfig::Rope::neox);
@@ -224,3 +254,26 @@ TEST_CASE("gemma2 decode over a long cache (the attention split over key blocks)
         }
     }
 }
+
+TEST_CASE("gemma: without its embedding scale the logits leave llama.cpp's", "[arch][reference][cpu]") {
+    // The checks above can fail: gemma-tiny with its embeddings unscaled (llama's way) is far outside their limit.
+    auto m = saved_synthetic("gemma-tiny", GgmlType::F32);
+    ModelConfig unscaled = m->config;
+    unscaled.embd_scale = 1.0f;
+    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma-tiny-f32.prompt_logits.txt"));
+    ReferenceBackend reference(unscaled, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
+    auto cpu = test::arch_cpu_backend(unscaled, m->weights, Isa::generic, kCtx);
+    for (Backend* b : {static_cast<Backend*>(&reference), static_cast<Backend*>(cpu.get())}) {
+        INFO(b->name());
+        const std::vector<float> got = test::prefill_logits(*b, ref.tokens);
+        double worst = 0;
+        for (size_t p = 0; p < ref.tokens.size(); ++p) {
+            const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
+            worst = std::max(worst, test::max_diff(test::rows(got, unscaled.n_vocab, p, p + 1), ref.logits[p]) /
+                                        (*hi - *lo));
+        }
+        CHECK(worst > 0.05);
+    }
+}
+
+}  // namespace test_arch_gemma2_phi3

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+namespace test_arch_gemma4 {
+
 using namespace quill;
 using quill::cpu::Isa;
 namespace fs = std::filesystem;
@@ -329,3 +331,5 @@ TEST_CASE("gemma4 files with features quill lacks are refused with one line nami
     };
     test::check_refused_metadata(dir, "gemma4-tiny", cases);
 }
+
+}  // namespace test_arch_gemma4

@@ -17,6 +17,8 @@
 
 #include <filesystem>
 
+namespace test_arch_gpt_oss {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -154,3 +156,5 @@ TEST_CASE("quill run, chat and info work end to end on a gpt-oss file", "[arch][
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
 }
+
+}  // namespace test_arch_gpt_oss

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+namespace test_arch_granitehybrid {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -212,3 +214,5 @@ TEST_CASE("quill run, chat and batch work end to end on a granitehybrid file wit
     }
     CHECK(i == prompts.size());
 }
+
+}  // namespace test_arch_granitehybrid

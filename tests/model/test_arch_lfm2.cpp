@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+namespace test_arch_lfm2 {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -180,3 +182,5 @@ TEST_CASE("lfm2: three chat turns give the replies of the conversation run from 
           "continue the state where it stands", "[arch][chat]") {
     test::check_chat_turns_continue_state(*test::saved_synthetic("lfm2-tiny", GgmlType::F32));
 }
+
+}  // namespace test_arch_lfm2

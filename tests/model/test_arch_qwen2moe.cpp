@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <string>
 
+namespace test_arch_qwen2moe {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -61,3 +63,5 @@ TEST_CASE("qwen2moe settings and shared expert are read from the file as llama.c
 TEST_CASE("qwen2moe: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
     test::check_mixed_batches(synthetic_config("qwen2moe-tiny"), {GgmlType::Q4_0}, kCtx);
 }
+
+}  // namespace test_arch_qwen2moe

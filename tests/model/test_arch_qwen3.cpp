@@ -19,6 +19,8 @@
 #include <map>
 #include <sstream>
 
+namespace test_arch_qwen3 {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -243,3 +245,5 @@ TEST_CASE("quill run and chat work on saved qwen3 smollm3 and mistral3 files", "
         CHECK(chat.err.find("error") == std::string::npos);
     }
 }
+
+}  // namespace test_arch_qwen3

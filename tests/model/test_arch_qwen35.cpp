@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+namespace test_arch_qwen35 {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -328,3 +330,5 @@ TEST_CASE("qwen35: a chat whose template refuses to render without the generatio
     chat::Conversation conv(kept, *tok, format, 256, gp, chat::ContextOverflow::error);
     for (const char* said : {"Hello there", "And again"}) CHECK_NOTHROW(conv.send(said, [](std::string_view) {}));
 }
+
+}  // namespace test_arch_qwen35

@@ -11,18 +11,19 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/arch_cli_checks.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <string>
 #include <vector>
 
+namespace test_arch_qwen35moe {
+
 using namespace quill;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -117,29 +118,9 @@ TEST_CASE("qwen35moe: a token's logits have the same bits in any batch as alone,
 
 TEST_CASE("quill run and chat work end to end on a qwen35moe file with Qwen3.5's chat template, and --device auto "
           "runs it on the CPU", "[arch][cli]") {
-    const fs::path dir = test::temp_dir("arch_cli_qwen35moe");
-    const std::string file = (dir / "qwen35moe-tiny.gguf").string();
-    auto save = test::run_quill({"bench", "--synthetic", "qwen35moe-tiny", "--dtype", "f16", "--save", file, "-p",
-                                 "4", "-n", "2", "-r", "1"});
-    REQUIRE(save.status == 0);
-    // The template Qwen ships with Qwen3.5-4B (tests/data/templates/src), the one its MoE models use too.
-    const std::string tmpl =
-        (fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" / "Qwen3.5-4B.jinja").string();
-    auto info = test::run_quill({"info", file});
-    CHECK(info.status == 0);
-    CHECK(info.out.find("n_expert=8 n_expert_used=2 n_ff_exp=64 n_ff_shexp=96") != std::string::npos);
-    auto run = test::run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
-                                "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
-    CHECK(run.status == 0);
-    CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
-    // On the CPU, with one line saying why where a GPU was there to refuse it (recurrent layers, shared expert).
-    INFO(run.err);
-    CHECK(run.err.find("cpu backend") != std::string::npos);
-    const size_t why = run.err.find("; using the CPU");
-    CHECK(why != std::string::npos);
-    CHECK(run.err.find("; using the CPU", why + 1) == std::string::npos);
-    auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
-                                "Hello there\nAnd again\n");
-    CHECK(chat.status == 0);
-    CHECK(chat.err.find("error") == std::string::npos);
+    // (the template Qwen ships with Qwen3.5-4B, the one its MoE models use too)
+    test::check_run_and_chat("qwen35moe-tiny", "Qwen3.5-4B.jinja",
+                             {"n_expert=8 n_expert_used=2 n_ff_exp=64 n_ff_shexp=96"});
 }
+
+}  // namespace test_arch_qwen35moe

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <filesystem>
 
+namespace test_arch_qwen3moe {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -149,3 +151,5 @@ TEST_CASE("quill run and quill chat work end to end on a qwen3moe file", "[arch]
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
 }
+
+}  // namespace test_arch_qwen3moe

@@ -20,6 +20,8 @@
 #include <filesystem>
 #include <string>
 
+namespace test_arch_variants {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -200,3 +202,5 @@ TEST_CASE("quill run, chat and template work end to end on qwen2vl, qwen3vl and 
         CHECK(chat.err.find("error") == std::string::npos);
     }
 }
+
+}  // namespace test_arch_variants

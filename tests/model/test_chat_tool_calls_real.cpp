@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+namespace test_chat_tool_calls_real {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -41,3 +43,5 @@ TEST_CASE("qwen2.5-coder 0.5B in chat: a forced call, its result by /tool and th
     CHECK(messages[3]["role"] == "assistant");
     CHECK(!messages[3]["content"].get<std::string>().empty());
 }
+
+}  // namespace test_chat_tool_calls_real

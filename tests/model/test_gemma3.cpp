@@ -19,6 +19,8 @@
 #include <map>
 #include <sstream>
 
+namespace test_gemma3 {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -270,3 +272,5 @@ TEST_CASE("gemma3 270M: a truncated file or a renamed tensor is refused with a c
     CHECK(r.err.find("missing tensor 'blk.3.post_ffw_norm.weight'") != std::string::npos);
     fs::remove_all(dir);
 }
+
+}  // namespace test_gemma3

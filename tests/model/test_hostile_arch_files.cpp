@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+namespace test_hostile_arch_files {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -200,3 +202,5 @@ TEST_CASE("attention shapes that do not fit together are refused, naming the key
                   "metadata 'gpt-oss.expert_count' has type array, expected an integer");
     fs::remove_all(dir);
 }
+
+}  // namespace test_hostile_arch_files

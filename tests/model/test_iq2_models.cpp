@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <filesystem>
 
+namespace test_iq2_models {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -80,3 +82,5 @@ TEST_CASE("IQ1 tiny models: the reference backend and every CPU kernel family gi
           "[iq1][arch][cpu]") {
     for (GgmlType type : {GgmlType::IQ1_S, GgmlType::IQ1_M}) check_against_llama_cpp(type);
 }
+
+}  // namespace test_iq2_models

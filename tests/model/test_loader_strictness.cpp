@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+namespace test_loader_strictness {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -137,3 +139,5 @@ TEST_CASE("RoPE divisor tensors load only in the architectures whose llama.cpp l
                        "quill does not support?)\n");
     fs::remove_all(dir);
 }
+
+}  // namespace test_loader_strictness

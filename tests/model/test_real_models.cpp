@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <sstream>
 
+namespace test_real_models {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -172,3 +174,5 @@ TEST_CASE("qwen2.5-coder 0.5B: quill run prints llama.cpp's greedy text, raw and
                              "Write a function that reverses a string."}) ==
           read_prompt_ref("qwen2.5-coder.chat").text);
 }
+
+}  // namespace test_real_models

@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_sequence_memory {
+
 using namespace quill;
 
 namespace {
@@ -90,3 +92,5 @@ TEST_CASE("the recurrent state of many sequences of a large qwen35 counts agains
     CHECK(sequence_bytes(c, KvType::f16, 8, 2, 2) ==
           cpu::kv_cache_bytes(c, KvType::f16, 8, 2) + 2 * 3 * cpu::recurrent_state_bytes(c, 1, 0));
 }
+
+}  // namespace test_sequence_memory

@@ -15,6 +15,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+namespace test_tiny_models {
+
 using namespace quill;
 using namespace quill::test;
 
@@ -103,3 +105,5 @@ TEST_CASE("on the tiny models the fast CPU backend's greedy tokens are the refer
         }
     }
 }
+
+}  // namespace test_tiny_models

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+namespace test_audit_resume {
+
 using namespace quill;
 using namespace quill::batch;
 
@@ -28,3 +30,5 @@ TEST_CASE("the resume scan refuses a last line that no cut record write leaves, 
     CHECK_THROWS_AS(prepare_resume(path), FileError);
     CHECK(test::read_file(path) == "Name a colour.");  // nothing cut off
 }
+
+}  // namespace test_audit_resume

@@ -13,6 +13,8 @@
 
 #include <fstream>
 
+namespace test_batch {
+
 using namespace quill;
 using namespace quill::batch;
 using nlohmann::json;
@@ -278,3 +280,5 @@ TEST_CASE("the resume scan collects ids and drops only a torn last line", "[batc
     CHECK(test::read_file(path) == good);  // the torn line is cut off the file
     CHECK(prepare_resume((dir / "absent.jsonl").string()).done.empty());
 }
+
+}  // namespace test_batch

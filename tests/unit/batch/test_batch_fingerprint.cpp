@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+namespace test_batch_fingerprint {
+
 using namespace quill;
 using namespace quill::batch;
 
@@ -195,3 +197,5 @@ TEST_CASE("the resume check refuses a result whose request has changed under its
     scan.request_hashes.erase("a");
     CHECK(refusal_of("{\"id\": \"a\", \"prompt\": \"Hi?\"}\n{\"id\": \"b\", \"prompt\": \"Yo\"}\n") == "not refused");
 }
+
+}  // namespace test_batch_fingerprint

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+namespace test_batch_reasoning {
+
 using namespace quill;
 using namespace quill::batch;
 
@@ -81,3 +83,5 @@ TEST_CASE("a harmony answer's analysis is reasoning_content and its call still a
     REQUIRE(choice["message"]["tool_calls"].size() == 1);
     CHECK(choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather");
 }
+
+}  // namespace test_batch_reasoning

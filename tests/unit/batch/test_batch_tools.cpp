@@ -11,6 +11,8 @@
 
 #include <filesystem>
 
+namespace test_batch_tools {
+
 using namespace quill;
 using namespace quill::batch;
 using ojson = nlohmann::ordered_json;
@@ -172,3 +174,5 @@ TEST_CASE("parallel_tool_calls false keeps the first of an answer's calls", "[ba
         CHECK(c.tool_calls[0]["function"]["arguments"] == R"({"city":"Paris"})");
     }
 }
+
+}  // namespace test_batch_tools

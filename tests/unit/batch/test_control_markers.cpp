@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+namespace test_control_markers {
+
 using namespace quill;
 using namespace quill::batch;
 
@@ -205,3 +207,5 @@ TEST_CASE("chat with Mistral's template and tool_choice required: the reply is t
     REQUIRE(r.calls.size() == 1);
     CHECK(r.calls[0].arguments == R"({"city":"Paris"})");
 }
+
+}  // namespace test_control_markers

@@ -14,6 +14,8 @@
 #include <cctype>
 #include <filesystem>
 
+namespace test_tool_call_ids {
+
 using namespace quill;
 using namespace quill::batch;
 
@@ -71,3 +73,5 @@ TEST_CASE("a batch record's Mistral tool call goes back through the Mistral Smal
     REQUIRE(hermes["tool_calls"].size() == 1);
     CHECK(hermes["tool_calls"][0]["id"].get<std::string>().starts_with("call_"));
 }
+
+}  // namespace test_tool_call_ids

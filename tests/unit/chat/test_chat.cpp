@@ -16,6 +16,8 @@
 #include <deque>
 #include <fstream>
 
+namespace test_chat {
+
 using namespace quill;
 using namespace quill::chat;
 
@@ -306,3 +308,5 @@ TEST_CASE("on the default model a second turn reuses the whole first turn as sam
     CHECK(t2.stats.reused_tokens + t2.stats.prefilled_tokens == t2.stats.prompt_tokens);
     CHECK(!t2.text.empty());
 }
+
+}  // namespace test_chat

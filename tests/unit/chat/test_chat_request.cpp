@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_chat_request {
+
 using quill::chat::ChatFormat;
 using quill::chat::parse_chat_request;
 
@@ -69,3 +71,5 @@ TEST_CASE("a request's strings are literal text, never special tokens", "[chat]"
     REQUIRE(r.literal.size() >= 1);
     CHECK(r.literal[0].begin == 0);
 }
+
+}  // namespace test_chat_request

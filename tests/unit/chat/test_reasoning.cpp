@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_reasoning {
+
 using namespace quill;
 using namespace quill::chat;
 
@@ -188,3 +190,5 @@ TEST_CASE("prompt_opens_think: DeepSeek-R1's generation prompt opens the block, 
     CHECK(prompt_opens_think(*tok, copy.tokenize(*tok, messages, true, nullptr, {{"enable_thinking", true}})));
     CHECK_FALSE(prompt_opens_think(*tok, tok->encode("plain text", true, false)));
 }
+
+}  // namespace test_reasoning

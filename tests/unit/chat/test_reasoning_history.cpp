@@ -18,6 +18,8 @@
 #include <cmath>
 #include <filesystem>
 
+namespace test_reasoning_history {
+
 using namespace quill;
 using namespace quill::chat;
 
@@ -150,3 +152,5 @@ TEST_CASE("a non-reasoning template's replies are kept as they were said", "[cha
     CHECK(conv.messages().back() ==
           nlohmann::ordered_json{{"role", "assistant"}, {"content", "<think>not a reasoning model</think> Hi"}});
 }
+
+}  // namespace test_reasoning_history

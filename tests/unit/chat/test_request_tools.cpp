@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_request_tools {
+
 using quill::chat::chat_request_from_json;
 using quill::chat::ChatFormat;
 using quill::chat::parse_chat_request;
@@ -71,3 +73,5 @@ TEST_CASE("parse_tools reads a --tools file: an array of definitions", "[chat][t
                       Catch::Contains("--tools t.json: \"tools\" must be a JSON array"));
     CHECK_THROWS_WITH(parse_tools("[{", "--tools t.json"), Catch::Contains("--tools t.json: not valid JSON"));
 }
+
+}  // namespace test_request_tools

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace test_template {
+
 namespace fs = std::filesystem;
 using quill::chat::ChatTemplate;
 using quill::chat::TemplateError;
@@ -190,3 +192,5 @@ TEST_CASE("the default model's own template renders the reference prompt", "[tem
     const nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", "Why is the sky blue?"}}});
     CHECK(format.tokenize(*tok, messages, true) == expected_ids);
 }
+
+}  // namespace test_template

@@ -12,6 +12,8 @@
 #include <map>
 #include <string>
 
+namespace test_template_corpus {
+
 namespace fs = std::filesystem;
 using quill::chat::ChatTemplate;
 using quill::chat::TemplateError;
@@ -118,3 +120,5 @@ TEST_CASE("a conversation without tools renders the same through ChatFormat, as 
     }
     CHECK(compared > 100);
 }
+
+}  // namespace test_template_corpus

@@ -6,6 +6,8 @@
 
 #include <chrono>
 
+namespace test_template_eval {
+
 using quill::chat::ChatTemplate;
 using quill::chat::RenderOptions;
 using quill::chat::TemplateError;
@@ -322,3 +324,5 @@ TEST_CASE("long operator and filter chains are bounded at parse time", "[templat
     CHECK_THAT(error_of("{% macro f(n) %}" + body + "{% endmacro %}{{ f(0) }}"),
                Catch::Contains("nested too deeply while running"));
 }
+
+}  // namespace test_template_eval

@@ -21,6 +21,8 @@
 #include <thread>
 #include <unistd.h>
 
+namespace test_template_hostile {
+
 using quill::chat::ChatFormat;
 using quill::chat::ChatTemplate;
 using quill::chat::RenderOptions;
@@ -345,3 +347,5 @@ TEST_CASE("template errors quote template text and values escaped and at most 30
     CHECK_THAT(messages[7], Catch::Contains("unexpected character '\\x1b'"));
     CHECK(messages[8].starts_with("name\\x1b[31m:1:6: "));
 }
+
+}  // namespace test_template_hostile

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_template_python {
+
 using quill::chat::ChatTemplate;
 using quill::chat::TemplateError;
 using json = nlohmann::ordered_json;
@@ -62,3 +64,5 @@ TEST_CASE("an unknown filter inside an if fails only when it runs", "[template]"
     CHECK_THAT(error_of("{{ x|from_json }}"), Catch::Contains("t:1:6: unknown filter 'from_json'"));
     CHECK_THAT(error_of("{% if true %}{% endif %}{{ 1 is nosuch }}"), Catch::Contains("unknown test 'nosuch'"));
 }
+
+}  // namespace test_template_python

@@ -9,6 +9,8 @@
 
 #include <string>
 
+namespace test_tool_call_depth {
+
 using namespace quill;
 using namespace quill::chat;
 
@@ -39,3 +41,5 @@ TEST_CASE("a Qwen3-Coder parameter as deep as the JSON limit is kept as text, so
         CHECK(nlohmann::json::parse(history.at(0).at("function").at("arguments").dump()) == *args);
     }
 }
+
+}  // namespace test_tool_call_depth

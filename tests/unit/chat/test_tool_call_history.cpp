@@ -19,6 +19,8 @@
 
 #include <filesystem>
 
+namespace test_tool_call_history {
+
 using namespace quill;
 using namespace quill::chat;
 using ojson = nlohmann::ordered_json;
@@ -230,3 +232,5 @@ TEST_CASE("a loaded call whose id or name is not a string waits for a result wit
     CHECK(open->name.empty());
     CHECK(open->left == 1);
 }
+
+}  // namespace test_tool_call_history

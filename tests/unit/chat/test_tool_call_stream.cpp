@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+namespace test_tool_call_stream {
+
 using namespace quill::chat;
 
 namespace {
@@ -119,3 +121,5 @@ TEST_CASE("openai_finish_reason: tool_calls only for an answer that stopped with
     CHECK(openai_finish_reason(quill::FinishReason::stop, false) == "stop");
     CHECK(openai_finish_reason(quill::FinishReason::length, true) == "length");
 }
+
+}  // namespace test_tool_call_stream

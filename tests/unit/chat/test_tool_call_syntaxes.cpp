@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace test_tool_call_syntaxes {
+
 using namespace quill::chat;
 
 namespace {
@@ -165,3 +167,5 @@ TEST_CASE("Qwen3-Coder XML calls, with Hermes JSON blocks beside them", "[chat][
     const std::string xml = "<tool_call><function=f></function></tool_call>";
     CHECK(parse_tool_calls(xml, ToolCallSyntax::hermes).text == xml);
 }
+
+}  // namespace test_tool_call_syntaxes

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+namespace test_tool_calls {
+
 using namespace quill::chat;
 
 namespace {
@@ -140,3 +142,5 @@ TEST_CASE("openai_tool_calls: OpenAI's shape, arguments as a string, ids from th
     CHECK(openai_tool_calls(calls, ToolCallSyntax::hermes, 42) == j);
     CHECK(openai_tool_calls(calls, ToolCallSyntax::hermes, 43)[0]["id"] != j[0]["id"]);
 }
+
+}  // namespace test_tool_calls

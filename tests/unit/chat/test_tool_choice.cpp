@@ -11,6 +11,8 @@
 
 #include <string>
 
+namespace test_tool_choice {
+
 using namespace quill;
 using namespace quill::chat;
 using ojson = nlohmann::ordered_json;
@@ -84,3 +86,5 @@ TEST_CASE("tool_choice: Llama 3 JSON enforced, auto and none and other syntaxes 
     bad["tools"][1]["function"]["parameters"] = {{"type", "object"}, {"patternProperties", ojson::object()}};
     CHECK_THROWS_AS(tool_choice_constraint(bad, ToolCallSyntax::hermes, "request"), UsageError);
 }
+
+}  // namespace test_tool_choice

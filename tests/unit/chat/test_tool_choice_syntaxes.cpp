@@ -14,6 +14,8 @@
 #include <random>
 #include <string>
 
+namespace test_tool_choice_syntaxes {
+
 using namespace quill;
 using namespace quill::chat;
 using ojson = nlohmann::ordered_json;
@@ -255,3 +257,5 @@ TEST_CASE("tool_choice: $ref in a tool's parameters resolves within them", "[cha
         }
     }
 }
+
+}  // namespace test_tool_choice_syntaxes

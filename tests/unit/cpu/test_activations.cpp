@@ -27,6 +27,14 @@
 #include "tests/support/matmul_data.h"
 #include "tests/support/test_util.h"
 
+#ifdef QUILL_AVX512_EMULATION
+namespace quill::cpu::avx512_simde {
+bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
+}
+#endif
+
+namespace test_activations {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::make_input;
@@ -109,12 +117,6 @@ TEST_CASE("activation quantization is defined for huge, tiny, infinite and NaN i
         if (finite && results.size() == 2) CHECK(results[0] == results[1]);
     }
 }
-
-#ifdef QUILL_AVX512_EMULATION
-namespace quill::cpu::avx512_simde {
-bool quantize_rows(const float* x, int64_t n_in, int64_t t0, int64_t t1, const QuantizedActs& out);
-}
-#endif
 
 // (The AVX2 packed kernels, which read the portable packer's tiles on machines without AVX-512, are checked against
 // the file's layout above.)
@@ -425,3 +427,5 @@ TEST_CASE("greedy_search finds first_max's index and any non-finite value in one
     CHECK_FALSE(finite);
     CHECK(index == 0);
 }
+
+}  // namespace test_activations

@@ -17,6 +17,8 @@
 #include <random>
 #include <vector>
 
+namespace test_attention {
+
 using namespace quill;
 using namespace quill::cpu;
 
@@ -387,3 +389,5 @@ TEST_CASE("the vector builds' RMS norm gives the plain loop's bits, and finds in
         }
     }
 }
+
+}  // namespace test_attention

@@ -18,6 +18,8 @@
 #include <random>
 #include <vector>
 
+namespace test_attention_sinks {
+
 using namespace quill;
 using namespace quill::cpu;
 
@@ -149,3 +151,5 @@ TEST_CASE("with sinks, the AVX-512 build of the attention gives the AVX2 build's
                 }
     }
 }
+
+}  // namespace test_attention_sinks

@@ -19,6 +19,8 @@
 #include <optional>
 #include <utility>
 
+namespace test_cpu_backend {
+
 using namespace quill;
 using quill::cpu::CpuBackend;
 using quill::cpu::CpuBackendOptions;
@@ -731,3 +733,5 @@ TEST_CASE("forward_sample picks each logit row's token with its own sampler, amo
         }
     }
 }
+
+}  // namespace test_cpu_backend

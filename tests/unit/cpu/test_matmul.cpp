@@ -27,6 +27,8 @@
 #include "tests/support/matmul_data.h"
 #include "tests/support/test_util.h"
 
+namespace test_matmul {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::make_input;
@@ -716,7 +718,8 @@ TEST_CASE("the AVX-512 kernels run here natively or emulated", "[matmul]") {
         quill::test::skip_no_device("no AVX-512 here, and the sanitizer build does not emulate it (the release build's "
                                     "tests run the AVX-512 kernels on SIMDe)");
 #else
-        quill::test::skip("built without SIMDe (libsimde-dev): the AVX-512 kernels cannot run on this machine");
+        quill::test::skip("built without the AVX-512 emulation (libsimde-dev, QUILL_AVX512_EMULATION): the AVX-512 "
+                          "kernels cannot run on this machine");
 #endif
         return;
     }
@@ -744,3 +747,5 @@ TEST_CASE("matmul refuses what it cannot compute", "[matmul]") {
     WeightMatrix wrong_len{GgmlType::Q4_0, data.data(), 128, 4, row_size(GgmlType::Q4_0, 128)};
     CHECK_THROWS_AS(matmul(wrong_len, act, y.data(), pool, Isa::generic), Error);
 }
+
+}  // namespace test_matmul

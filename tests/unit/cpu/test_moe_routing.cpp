@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+namespace test_moe_routing {
+
 using quill::cpu::MoeRouting;
 
 TEST_CASE("MoE routing picks each token's top experts by softmax, renormalizes their weights, groups by expert",
@@ -37,3 +39,5 @@ TEST_CASE("MoE routing picks each token's top experts by softmax, renormalizes t
     CHECK(r.weight(r.begin(3)) == Approx(1.0 - sig));    // token 2 at expert 3: 4 against 5
     CHECK(r.weight(r.begin(2) + 1) == Approx(sig));      // token 2 at expert 2
 }
+
+}  // namespace test_moe_routing

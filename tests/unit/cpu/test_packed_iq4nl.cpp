@@ -18,6 +18,8 @@
 #include "tests/support/packed_checks.h"
 #include "tests/support/test_util.h"
 
+namespace test_packed_iq4nl {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::packed_isas;
@@ -76,3 +78,5 @@ TEST_CASE("packed IQ4_NL kernels give the bits of the file's layout and the refe
         quill::test::check_packed_products(m, {1, 2, 3, 4, 5, 8, 9, 13, 16, 17, 40}, isas, pools, rng);
     }
 }
+
+}  // namespace test_packed_iq4nl

@@ -18,6 +18,8 @@
 #include "tests/support/packed_checks.h"
 #include "tests/support/test_util.h"
 
+namespace test_packed_q2k {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::TestMatrix;
@@ -92,3 +94,5 @@ TEST_CASE("packed Q2_K gives the bits of the file's layout and the reference dot
         return random_q2_k(n_out, n_in, rng);
     }, rng);
 }
+
+}  // namespace test_packed_q2k

@@ -18,6 +18,8 @@
 #include "tests/support/packed_checks.h"
 #include "tests/support/test_util.h"
 
+namespace test_packed_q3k {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::TestMatrix;
@@ -90,3 +92,5 @@ TEST_CASE("packed Q3_K gives the bits of the file's layout and the reference dot
         return random_q3_k(n_out, n_in, rng);
     }, rng);
 }
+
+}  // namespace test_packed_q3k

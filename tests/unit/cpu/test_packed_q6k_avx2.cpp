@@ -18,6 +18,8 @@
 #include "tests/support/packed_checks.h"
 #include "tests/support/test_util.h"
 
+namespace test_packed_q6k_avx2 {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::random_blocks;
@@ -114,3 +116,5 @@ TEST_CASE("packed Q6_K gives the bits of the file's layout and the reference dot
         return random_blocks(GgmlType::Q6_K, n_out, n_in, rng);
     }, rng);
 }
+
+}  // namespace test_packed_q6k_avx2

@@ -15,6 +15,8 @@
 #include "tests/support/matmul_data.h"
 #include "tests/support/test_util.h"
 
+namespace test_packed_quants {
+
 using namespace quill;
 using namespace quill::cpu;
 using quill::test::make_input;
@@ -90,3 +92,5 @@ TEST_CASE("packed Q6_K and IQ4_XS kernels equal the reference dot products on ra
         }
     }
 }
+
+}  // namespace test_packed_quants

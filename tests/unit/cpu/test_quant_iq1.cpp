@@ -13,6 +13,8 @@
 #include <set>
 #include <vector>
 
+namespace test_quant_iq1 {
+
 using namespace quill;
 
 namespace {
@@ -54,3 +56,5 @@ TEST_CASE("quant iq1: tiny models of each type run on every ISA as on the refere
           "[quant][iq1]") {
     for (GgmlType type : kIq1Types) test::check_tiny_model(type);
 }
+
+}  // namespace test_quant_iq1

@@ -15,6 +15,8 @@
 #include <set>
 #include <vector>
 
+namespace test_quant_iq2 {
+
 using namespace quill;
 
 namespace {
@@ -73,3 +75,5 @@ TEST_CASE("quant iq2: tiny models of each type run on every ISA as on the refere
           "[quant][iq2]") {
     for (GgmlType type : kIq2Types) test::check_tiny_model(type);
 }
+
+}  // namespace test_quant_iq2

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+namespace test_quant_iq3 {
+
 using namespace quill;
 
 namespace {
@@ -208,3 +210,5 @@ TEST_CASE("quant iq3: a tiny llama of each type gives llama.cpp's logits at ever
         }
     }
 }
+
+}  // namespace test_quant_iq3

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace test_quant_iq4 {
+
 using namespace quill;
 
 using test::float_bits;
@@ -179,3 +181,5 @@ TEST_CASE("quant iq4: each ISA's kernels equal a dot of the dequantized weights 
         }
     }
 }
+
+}  // namespace test_quant_iq4

@@ -34,6 +34,8 @@
 #include <numeric>
 #include <random>
 
+namespace test_cuda {
+
 using namespace quill;
 using quill::test::prefill_logits;
 using quill::test::rms;
@@ -637,3 +639,5 @@ TEST_CASE("prefill through cuBLAS in each mode matches the reference on random m
         }
     }
 }
+
+}  // namespace test_cuda

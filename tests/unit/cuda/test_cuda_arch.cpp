@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_cuda_arch {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -82,3 +84,5 @@ TEST_CASE("qwen2vl and qwen3vl on the CUDA backend match the reference backend",
     }
 }
 #endif
+
+}  // namespace test_cuda_arch

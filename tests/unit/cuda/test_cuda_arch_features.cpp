@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <filesystem>
 
+namespace test_cuda_arch_features {
+
 using namespace quill;
 using namespace quill::cuda_test;
 namespace fs = std::filesystem;
@@ -99,9 +101,9 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     auto g4 = SyntheticModel::make(synthetic_config("gemma4-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(g4->config, g4->weights),
                       "the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
-    // nor glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss, which no GPU session has checked
-    for (const char* shape :
-         {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny", "ernie4_5-tiny", "seed_oss-tiny"}) {
+    // nor glm4, granite, olmo2, exaone4, ernie4_5, seed_oss and gemma, which no GPU session has checked
+    for (const char* shape : {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny", "ernie4_5-tiny",
+                              "seed_oss-tiny", "gemma-tiny"}) {
         auto d = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
         CHECK_THROWS_WITH(cuda::check_model(d->config, d->weights),
                           fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", d->config.arch));
@@ -126,10 +128,23 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(q35moe->config, q35moe->weights),
                       "the CUDA backend cannot run qwen35moe models (recurrent gated delta net layers); --device cpu "
                       "runs it");
+    auto q3next = SyntheticModel::make(synthetic_config("qwen3next-tiny"), GgmlType::F32, 42);  // (named as its file)
+    CHECK_THROWS_WITH(cuda::check_model(q3next->config, q3next->weights),
+                      "the CUDA backend cannot run qwen3next models (recurrent gated delta net layers); --device cpu "
+                      "runs it");
     auto q2moe = SyntheticModel::make(synthetic_config("qwen2moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(q2moe->config, q2moe->weights),
                       "the CUDA backend cannot run qwen2moe models (a shared expert beside the routed ones); --device "
                       "cpu runs it");
+    // Nor glm4moe's DeepSeek-V3-style routing and leading dense layer, nor lfm2moe (its short convs first).
+    auto glm = SyntheticModel::make(synthetic_config("glm4moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(glm->config, glm->weights),
+                      "the CUDA backend cannot run glm4moe models (sigmoid expert routing with a selection bias, "
+                      "leading dense layers); --device cpu runs it");
+    auto lfm2moe = SyntheticModel::make(synthetic_config("lfm2moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(lfm2moe->config, lfm2moe->weights),
+                      "the CUDA backend cannot run lfm2 models (recurrent short convolution layers); --device cpu "
+                      "runs it");
     // Nor deepseek2's Multi-head Latent Attention.
     auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
@@ -268,3 +283,5 @@ TEST_CASE("every setting at once on int8 products: no-RoPE layers, YaRN with its
     CHECK(test::max_diff(mixed.prompt_last, p_last) / test::max_abs(p_last) < 3e-2);
 }
 #endif
+
+}  // namespace test_cuda_arch_features

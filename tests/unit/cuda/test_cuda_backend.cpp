@@ -27,6 +27,8 @@
 #include <numeric>
 #include <random>
 
+namespace test_cuda_backend {
+
 using namespace quill;
 using quill::test::prefill_logits;
 using quill::test::rms;
@@ -552,3 +554,5 @@ TEST_CASE("the CUDA backend refuses what it cannot run with a clear error", "[cu
         CHECK_THROWS_AS(cuda::CudaBackend(moe->config, moe->weights, cuda::CudaBackendOptions{}), FileError);
     }
 }
+
+}  // namespace test_cuda_backend

@@ -23,6 +23,8 @@
 
 #include <filesystem>
 
+namespace test_cuda_gpt_oss {
+
 using namespace quill;
 using namespace quill::cuda_test;
 namespace fs = std::filesystem;
@@ -141,3 +143,5 @@ TEST_CASE("quill bench --device cuda runs the synthetic gpt-oss-tiny model", "[c
     CHECK(r.status == 0);
     CHECK(r.out.find("| cuda") != std::string::npos);
 }
+
+}  // namespace test_cuda_gpt_oss

@@ -12,6 +12,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_cuda_lookup {
+
 using namespace quill;
 
 TEST_CASE("prompt lookup on the CUDA backend gives the text of plain greedy decoding", "[cuda]") {
@@ -41,3 +43,5 @@ TEST_CASE("prompt lookup on the CUDA backend gives the text of plain greedy deco
     }
 }
 #endif
+
+}  // namespace test_cuda_lookup

@@ -22,6 +22,8 @@
 
 #include <filesystem>
 
+namespace test_cuda_moe {
+
 using namespace quill;
 using namespace quill::cuda_test;
 namespace fs = std::filesystem;
@@ -177,3 +179,5 @@ TEST_CASE("quill bench --device cuda runs the synthetic qwen3moe-tiny model", "[
     CHECK(r.status == 0);
     CHECK(r.out.find("| cuda") != std::string::npos);  // the backend column
 }
+
+}  // namespace test_cuda_moe

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace test_cuda_tuning {
+
 using namespace quill;
 
 namespace {
@@ -103,3 +105,5 @@ TEST_CASE("read_tuning sets each CUDA switch's field from the environment and le
 }
 
 #endif
+
+}  // namespace test_cuda_tuning

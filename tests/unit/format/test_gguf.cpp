@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <random>
 
+namespace test_gguf {
+
 using namespace quill;
 
 namespace {
@@ -327,3 +329,5 @@ TEST_CASE("random byte flips of the header never crash the reader", "[gguf][malf
     CHECK(rejected > 1000);
     CHECK(rejected + accepted == 3000);
 }
+
+}  // namespace test_gguf

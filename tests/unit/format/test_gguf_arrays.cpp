@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+namespace test_gguf_arrays {
+
 using namespace quill;
 
 TEST_CASE("GGUF arrays of strings and arrays read back every element across the offset index", "[gguf]") {
@@ -51,3 +53,5 @@ TEST_CASE("GGUF arrays of strings and arrays read back every element across the 
     const std::vector<uint8_t> short_bytes{5, 0, 0, 0, 0, 0, 0, 0, 'a'};
     CHECK_THROWS_AS(GgufArray::from_encoded(GgufType::STRING, 1, short_bytes, nullptr), Error);
 }
+
+}  // namespace test_gguf_arrays

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <functional>
 
+namespace test_gguf_split {
+
 using namespace quill;
 namespace fs = std::filesystem;
 
@@ -204,3 +206,5 @@ TEST_CASE("each defect of a split model's parts is one error naming the file", "
                                  "-00001-of-00003.gguf, so the other parts cannot be found");
     }
 }
+
+}  // namespace test_gguf_split

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+namespace test_quant {
+
 using namespace quill;
 
 namespace {
@@ -587,3 +589,5 @@ TEST_CASE("quant: zeros, extreme magnitudes, unaligned rows and the Q8 sums", "[
         }
     }
 }
+
+}  // namespace test_quant

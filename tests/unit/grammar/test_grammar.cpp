@@ -14,6 +14,8 @@
 #include <random>
 #include <string>
 
+namespace test_grammar {
+
 using namespace quill;
 using namespace quill::grammar;
 
@@ -274,3 +276,5 @@ TEST_CASE("JSON schema: what is not supported is an error naming it, never a rel
         "c":{"maxLength":100000}}})"),
                Catch::Contains("the grammar is too large"));
 }
+
+}  // namespace test_grammar

@@ -9,6 +9,8 @@
 #include <random>
 #include <set>
 
+namespace test_grammar_dense {
+
 using namespace quill;
 using namespace quill::grammar;
 
@@ -62,3 +64,5 @@ TEST_CASE("a trie walk meeting more states than the dense table holds gives exac
         check(text);
     CHECK(tg.stats().dense_restarts > 0);
 }
+
+}  // namespace test_grammar_dense

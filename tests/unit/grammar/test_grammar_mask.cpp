@@ -16,6 +16,8 @@
 #include <memory>
 #include <random>
 
+namespace test_grammar_mask {
+
 using namespace quill;
 using namespace quill::grammar;
 
@@ -220,3 +222,5 @@ TEST_CASE("a renewed token grammar starts with empty tables and gives the same m
     const auto m2 = fresh->mask(s2);
     CHECK(std::vector<uint64_t>(m2.begin(), m2.end()) == deep);
 }
+
+}  // namespace test_grammar_mask

@@ -17,6 +17,8 @@
 #include <memory>
 #include <random>
 
+namespace test_grammar_overlap {
+
 using namespace quill;
 using namespace quill::grammar;
 
@@ -149,3 +151,5 @@ TEST_CASE("a batch of generations sharing one grammar gives the same texts with 
     for (const std::string& t : ahead) started += t.rfind("{", 0) == 0;
     CHECK(started == prompts.size());
 }
+
+}  // namespace test_grammar_overlap

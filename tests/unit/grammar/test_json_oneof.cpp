@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace test_json_oneof {
+
 using namespace quill;
 using namespace quill::grammar;
 
@@ -89,3 +91,5 @@ TEST_CASE("JSON schema: a oneOf whose alternatives may overlap is anyOf, and the
     CHECK(a.accepting(a.advance(a.start(), "12")));
     CHECK(a.accepting(a.advance(a.start(), "1.5")));
 }
+
+}  // namespace test_json_oneof

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+namespace test_json_schema_rules {
+
 using namespace quill;
 using namespace quill::grammar;
 using ojson = nlohmann::ordered_json;
@@ -49,3 +51,5 @@ TEST_CASE("JSON schema numbers stay finite doubles", "[grammar]") {
     CHECK(lang.full("9999999999999999.5E-99"));
     CHECK_FALSE(lang.full("1e340"));  // past the largest double: JSON parsers refuse it
 }
+
+}  // namespace test_json_schema_rules

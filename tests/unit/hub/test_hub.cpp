@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_hub {
+
 using namespace quill;
 using namespace quill::hub;
 
@@ -129,3 +131,5 @@ TEST_CASE("hub: SHA-256 matches the standard test vectors, in pieces as at once"
     CHECK(hex(two_blocks, 7) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     CHECK(hex(two_blocks, 7) == hex(two_blocks, two_blocks.size()));
 }
+
+}  // namespace test_hub

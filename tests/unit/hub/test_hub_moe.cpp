@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_hub_moe {
+
 using namespace quill;
 using namespace quill::hub;
 
@@ -45,3 +47,5 @@ TEST_CASE("hub: a mixture of experts is named by its experts' weight type, which
     CHECK(main_weight_type(moe_header(GgmlType::Q4_K)) == "q4_K");
     CHECK(main_weight_type(moe_header(GgmlType::IQ2_XXS)) == "iq2_xxs");
 }
+
+}  // namespace test_hub_moe

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+namespace test_json_input {
+
 using namespace quill;
 
 namespace {
@@ -114,3 +116,5 @@ TEST_CASE("template --messages and chat /load refuse JSON nested too deep with o
     CHECK_THAT(chat.err, Catch::Contains("quill: loaded 1 messages from"));
     CHECK_THAT(chat.err, Catch::Contains("quill: 1 messages;"));
 }
+
+}  // namespace test_json_input

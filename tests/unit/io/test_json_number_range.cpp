@@ -8,6 +8,8 @@
 
 #include <string>
 
+namespace test_json_number_range {
+
 using namespace quill;
 
 TEST_CASE("a number too large for a double is refused in quill's words", "[json]") {
@@ -27,3 +29,5 @@ TEST_CASE("a batch line with a number too large for a double is an error entry i
     CHECK(*in.entries[0].error == "input line 1: not valid JSON: number overflow parsing '1e999'");
     CHECK_FALSE(in.entries[1].error);
 }
+
+}  // namespace test_json_number_range

@@ -17,6 +17,8 @@
 
 #include <cmath>
 
+namespace test_reference {
+
 using namespace quill;
 using quill::cpu::Isa;
 using quill::test::max_diff;
@@ -321,3 +323,5 @@ TEST_CASE("default model: the fast backend's prompt logits are close to the refe
         CHECK(std::max_element(got.end() - nv, got.end()) - (got.end() - nv) == next);
     }
 }
+
+}  // namespace test_reference

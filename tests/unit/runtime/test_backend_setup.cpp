@@ -9,6 +9,8 @@
 #include "engine/runtime/bench.h"
 #include "tests/support/random_model.h"
 
+namespace test_backend_setup {
+
 using namespace quill;
 
 TEST_CASE("the CPU and reference backends refuse a context or slot count under 1, naming it", "[cpu]") {
@@ -52,3 +54,5 @@ TEST_CASE("a layer's weight matrices are its seven projections in the forward's 
             bytes += t->n_bytes;
     CHECK(decode_weight_bytes(model->weights) == bytes);
 }
+
+}  // namespace test_backend_setup

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+namespace test_cut_character {
+
 using namespace quill;
 
 namespace {
@@ -124,3 +126,5 @@ TEST_CASE("a scripted model's reply cut by -n inside a character streams no U+FF
     CHECK(gen.finish_reason() == FinishReason::length);
     CHECK(streamed == " caf");
 }
+
+}  // namespace test_cut_character

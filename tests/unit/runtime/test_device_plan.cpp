@@ -5,6 +5,8 @@
 #include "engine/error.h"
 #include "engine/runtime/device_plan.h"
 
+namespace test_device_plan {
+
 using namespace quill;
 
 namespace {
@@ -219,3 +221,5 @@ TEST_CASE("bad --devices give one clear error", "[plan]") {
                       Catch::Contains("first layers must increase"));
     CHECK(parse_devices("cuda:1,cpu").devices[0] == DeviceSpec{DeviceSpec::Kind::cuda, 1});
 }
+
+}  // namespace test_device_plan

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <string>
 
+namespace test_engine_policy {
+
 using namespace quill;
 
 TEST_CASE("GenerationParams::validate names -n, or max_tokens for a batch request, and checks the sampling first",
@@ -100,3 +102,5 @@ TEST_CASE("prompt_tokens feeds a raw prompt as is and a templated one as the use
     CHECK(count(with_system, end[0]) == 2);
     CHECK(with_system.size() > user.size());
 }
+
+}  // namespace test_engine_policy

@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_generator {
+
 using namespace quill;
 
 namespace {
@@ -190,3 +192,5 @@ TEST_CASE("the same seed gives the same sampled text", "[generator][model]") {
     CHECK(run(5) == run(5));
     CHECK(run(5) != run(6));
 }
+
+}  // namespace test_generator

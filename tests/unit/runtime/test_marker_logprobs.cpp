@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_marker_logprobs {
+
 using namespace quill;
 
 TEST_CASE("logprobs of shown control tokens give their text in every shape", "[runtime][tools]") {
@@ -28,3 +30,5 @@ TEST_CASE("logprobs of shown control tokens give their text in every shape", "[r
     // Without the markers, as before: the control token prints nothing.
     CHECK(logprobs_content(*tok, lps, true)[0]["token"] == "");
 }
+
+}  // namespace test_marker_logprobs

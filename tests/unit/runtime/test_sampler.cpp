@@ -12,6 +12,8 @@
 #include <numeric>
 #include <set>
 
+namespace test_sampler {
+
 using namespace quill;
 
 namespace {
@@ -298,3 +300,5 @@ TEST_CASE("sampling from a row's top_needed largest logits picks what sampling t
         CHECK(s.top_needed() == 0);
     }
 }
+
+}  // namespace test_sampler

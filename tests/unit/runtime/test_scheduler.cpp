@@ -16,6 +16,8 @@
 #include <map>
 #include <set>
 
+namespace test_scheduler {
+
 using namespace quill;
 
 namespace {
@@ -431,3 +433,5 @@ TEST_CASE("requests that share a prompt prefix copy it from the slot that runs i
         CHECK(rec.copies[1].before == 1);
     }
 }
+
+}  // namespace test_scheduler

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <map>
 
+namespace test_speculative {
+
 using namespace quill;
 
 namespace {
@@ -287,3 +289,5 @@ TEST_CASE("sampled tokens keep their distribution with lookup's and a draft mode
         }
     }
 }
+
+}  // namespace test_speculative

@@ -16,6 +16,8 @@
 #include <map>
 #include <utility>
 
+namespace test_speculative_eog {
+
 using namespace quill;
 
 namespace {
@@ -241,3 +243,5 @@ TEST_CASE("guesses stay within -n, the generation's context and the draft model'
         CHECK(watched.last_guess_pos == (c.last_pos > 0 ? c.last_pos : dm->kv_shape().n_ctx));
     }
 }
+
+}  // namespace test_speculative_eog

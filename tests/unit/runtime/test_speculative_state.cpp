@@ -13,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_speculative_state {
+
 using namespace quill;
 
 namespace {
@@ -115,3 +117,5 @@ TEST_CASE("speculation with penalties or a grammar or logprobs gives the tokens 
         }
     }
 }
+
+}  // namespace test_speculative_state

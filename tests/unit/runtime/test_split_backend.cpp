@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstring>
 
+namespace test_split_backend {
+
 using namespace quill;
 
 namespace {
@@ -154,3 +156,5 @@ TEST_CASE("the reference backend split by layers gives its unsplit logits to the
     CHECK(worst < 1e-4);
     CHECK(picks == want_picks);
 }
+
+}  // namespace test_split_backend

@@ -11,6 +11,8 @@
 
 #include <sstream>
 
+namespace test_deepseek_vocab {
+
 using quill::Tokenizer;
 
 TEST_CASE("tokenizer vectors of DeepSeek-R1-Distill-Qwen-7B (deepseek-r1-qwen)", "[tokenizer]") {
@@ -54,3 +56,5 @@ TEST_CASE("quill template renders DeepSeek-R1-Distill-Qwen-7B's chat template as
     for (int32_t id; line >> id;) got.push_back(id);
     CHECK(got == expected_ids);
 }
+
+}  // namespace test_deepseek_vocab

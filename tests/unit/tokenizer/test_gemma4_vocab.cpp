@@ -9,6 +9,8 @@
 #include "tests/unit/tokenizer/vocab_vectors.h"
 #include "tokenizer/tokenizer.h"
 
+namespace test_gemma4_vocab {
+
 using quill::Tokenizer;
 
 TEST_CASE("tokenizer vectors of Gemma 4 (gemma4): llama.cpp's and the hard cases", "[tokenizer]") {
@@ -65,3 +67,5 @@ TEST_CASE("quill tokenize on Gemma 4's vocabulary prints llama-tokenize's ids", 
         CHECK(r.out == c.ids + "\n");
     }
 }
+
+}  // namespace test_gemma4_vocab

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+namespace test_harmony_vocab {
+
 namespace {
 
 quill::test::TinyVocab with_controls(const std::vector<std::string>& texts) {
@@ -49,3 +51,5 @@ TEST_CASE("<|end|> stays an end of generation without <|return|> and <|call|> (P
     CHECK(tok->is_eog(v.id("<|end|>")));
     CHECK(tok->token_bytes(v.id("<|end|>")).empty());
 }
+
+}  // namespace test_harmony_vocab

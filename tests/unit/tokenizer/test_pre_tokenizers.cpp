@@ -14,6 +14,8 @@
 
 #include <algorithm>
 
+namespace test_pre_tokenizers {
+
 using quill::Tokenizer;
 using V = std::vector<std::string>;
 
@@ -130,3 +132,5 @@ TEST_CASE("tokenizer vectors of llama.cpp's BPE and SPM vocabularies", "[tokeniz
         quill::test::check_fetched_vocab("ggml-vocab-" + name + ".gguf", "ggml-vocab-" + name + ".gguf");
     }
 }
+
+}  // namespace test_pre_tokenizers

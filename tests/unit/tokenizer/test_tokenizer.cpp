@@ -22,6 +22,8 @@
 #include <fstream>
 #include <sstream>
 
+namespace test_tokenizer {
+
 namespace {
 
 using quill::Tokenizer;
@@ -611,3 +613,5 @@ TEST_CASE("detokenizer streams split characters as valid UTF-8", "[tokenizer]") 
     CHECK(cont.push(spm_vocab.id("▁Hello")) == " Hello");
     CHECK(quill::decode(*spm, spm->encode("  two spaces", true, false)) == "  two spaces");
 }
+
+}  // namespace test_tokenizer

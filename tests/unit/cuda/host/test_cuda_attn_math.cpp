@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+namespace test_cuda_attn_math {
+
 using namespace quill;
 
 TEST_CASE("the CUDA query temperature is the CPU backend's, position by position", "[attention]") {
@@ -60,3 +62,5 @@ TEST_CASE("the CUDA RoPE terms carry the magnitude scale as the CPU backend's an
     }
     CHECK(cuda::scaled_rope_term(1.0, m) == c.rope_mscale);
 }
+
+}  // namespace test_cuda_attn_math

@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+namespace test_cuda_decode {
+
 using namespace quill;
 
 namespace {
@@ -136,3 +138,5 @@ TEST_CASE("the packed layout of Q4_0, Q4_1 and Q8_0 (two planes) decodes bit for
     for (GgmlType t : {GgmlType::F16, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K})
         CHECK(cuda::packed_quant_bytes(t) == 0);
 }
+
+}  // namespace test_cuda_decode

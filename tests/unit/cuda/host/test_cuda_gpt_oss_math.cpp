@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+namespace test_cuda_gpt_oss_math {
+
 using namespace quill;
 
 TEST_CASE("CUDA expert routing adds the router's bias as the CPU backend does and names each assignment's expert",
@@ -27,7 +29,7 @@ TEST_CASE("CUDA expert routing adds the router's bias as the CPU backend does an
     g.route(logits.data(), n, ne, k, lead, bias.data());
     plain.route(logits.data(), n, ne, k, lead);
     cpu::MoeRouting want;
-    want.route(logits.data(), n, ne, k, bias.data());
+    want.route(logits.data(), n, ne, k, cpu::MoeGating{bias.data()});
     CHECK(g.experts() != plain.experts());  // the bias matters
     REQUIRE(g.owners().size() == static_cast<size_t>(n * k));
     for (int64_t e = 0; e < ne; ++e) {
@@ -70,3 +72,5 @@ TEST_CASE("the CUDA clamped SwiGLU is the CPU backend's, bit for bit on the host
     CHECK(cuda::swiglu_oai(1.0f, -50.0f, alpha, limit) == cuda::swiglu_oai(1.0f, -limit, alpha, limit));
     CHECK(cuda::swiglu_oai(1.0f, -1.0f, alpha, limit) == 0.0f);  // u' + 1 = 0
 }
+
+}  // namespace test_cuda_gpt_oss_math

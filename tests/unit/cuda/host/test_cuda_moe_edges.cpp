@@ -13,6 +13,8 @@
 #include <cmath>
 #include <vector>
 
+namespace test_cuda_moe_edges {
+
 using namespace quill;
 
 TEST_CASE("the CUDA clamped SwiGLU keeps a NaN gate or up value NaN, as the CPU backend's formula does", "[moe]") {
@@ -106,3 +108,5 @@ TEST_CASE("CUDA expert routing with every expert used: each group is the whole b
                   Approx(std::exp(static_cast<double>(logits[static_cast<size_t>(t * ne + e)])) / sum).epsilon(1e-6));
     }
 }
+
+}  // namespace test_cuda_moe_edges

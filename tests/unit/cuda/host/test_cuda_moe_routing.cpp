@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+namespace test_cuda_moe_routing {
+
 using namespace quill;
 
 namespace {
@@ -104,3 +106,5 @@ TEST_CASE("CUDA expert routing of ties and NaN logits: the lower expert, valid e
     CHECK(g.experts()[0] != g.experts()[1]);
     CHECK(g.end(3) == 4);
 }
+
+}  // namespace test_cuda_moe_routing
