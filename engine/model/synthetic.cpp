@@ -947,7 +947,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.per_layer_post_norm = norm(c.n_embd);
         }
         // (DeepSeek-V3's selection bias, of the size of the sigmoid's differences between experts)
-        if (c.arch == "deepseek2" && c.layer_moe(i) && c.moe_gating_sigmoid) L.ffn_exp_probs_b = uniform(c.n_expert, -0.1, 0.1);
+        if (c.arch == "deepseek2" && c.layer_moe(i) && c.moe_gating_sigmoid)
+            L.ffn_exp_probs_b = uniform(c.n_expert, -0.1, 0.1);
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
             // (a selection bias of the size of the probabilities' spread, so that it changes which experts win)
