@@ -69,6 +69,10 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
         config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma")
         throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
+    // deepseek2's Multi-head Latent Attention (a latent cache, absorbed key and value matrices) has no kernels.
+    if (config.mla())
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (Multi-head Latent Attention); --device cpu "
+                                    "runs it", config.arch));
     // qwen35's gated delta nets, granitehybrid's Mamba-2 layers and lfm2's short convs (a recurrent state per
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)

@@ -331,7 +331,9 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        if (!config_.layer_is_recurrent(l))
+        if (L.mla())
+            mla_block(batch, L, l);
+        else if (!config_.layer_is_recurrent(l))
             attention_block(batch, L, l);
         else if (config_.layer_is_short_conv(l))
             short_conv_block(batch, L, l);

@@ -112,6 +112,11 @@ private:
     void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // and for a Mamba-2 layer (granitehybrid's; mamba2.cpp)
     void mamba2_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // and for deepseek2's Multi-head Latent Attention (mla.cpp)
+    void mla_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // its attention: lat [n, n_head, kv_lora_rank] = each row of q [n, n_head, kv_lora_rank + n_rot] attending over
+    // its slot's cached latents and RoPE keys
+    void mla_attend(const Batch& batch, int64_t layer, const float* q, float* lat);
     // and for a short gated convolution (lfm2's recurrent layers; short_conv.cpp)
     void short_conv_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
@@ -194,6 +199,15 @@ private:
     std::vector<float> ssm_beta_;   // [n, ssm_n_v_heads] W_beta xn
     std::vector<float> ssm_alpha_;  // [n, ssm_n_v_heads] W_alpha xn
     std::vector<float> ssm_o_;      // [n, ssm_d_inner] the gated output before W_out
+    // deepseek2's MLA (mla_block)
+    std::vector<float> mla_qa_;      // [n, q_lora_rank] the low-rank query, normed
+    std::vector<float> mla_q_;       // [n, n_head, head_dim] the query: dims without RoPE, then with
+    std::vector<float> mla_kv_;      // [n, kv_lora_rank + n_rot] the latent, then the RoPE key
+    std::vector<float> mla_qabs_;    // [n, n_head, kv_lora_rank + n_rot] Wk_b q_nope beside q_pe, each head's
+    std::vector<float> mla_in_;      // [n, max(head_dim, kv_lora_rank)] one head's rows gathered
+    std::vector<float> mla_out_;     // [n, max(kv_lora_rank, head_dim_v)] one head's product
+    std::vector<float> mla_lat_;     // [n, n_head, kv_lora_rank] the attention's output in the latent
+    std::vector<float> mla_scores_;  // [n_threads, n_ctx + 8] a row's scores
     // qwen3next: its products grouped by key head, before ungroup_qkvz and ungroup_ba (delta_net_layout.h)
     std::vector<float> ssm_qkvz_;   // [n, ssm_conv_channels + ssm_d_inner] W_in xn (its older files' ssm_in)
     std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn

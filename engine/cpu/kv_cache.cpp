@@ -78,7 +78,7 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
       end_layer_(end_layer >= 0 ? end_layer : first_layer + shape.n_layer),
       k_(static_cast<size_t>(shape_.n_layer * shape_.n_slots * ctx8()) * shape_.row_elems() * shape_.elem_size(),
          huge_pages),
-      v_(shape_.bytes() / 2, huge_pages) {
+      v_(config.mla() ? 0 : shape_.bytes() / 2, huge_pages) {  // (MLA: the latent in K is the values too)
     // A context fitted to the requests (huge_pages) fills: its pages are faulted in here, by all the threads at
     // once, instead of one at a time by the first prompt's K and V stores on one thread (a page's first touch is
     // slow in a VM, and the first prompt's forward would pay for every page of the cache).
@@ -121,7 +121,8 @@ size_t KvCache::bytes() const {
     int64_t whole = 0, rings = 0;
     for (int64_t i : local_index_) (i >= 0 ? rings : whole) += 1;
     const size_t row_bytes = shape_.row_elems() * shape_.elem_size();
-    return static_cast<size_t>(whole * shape_.n_slots * (ctx8() + shape_.n_ctx) + rings * shape_.n_slots * 2 * ring_) *
+    const int64_t v_rows = config_.mla() ? 0 : shape_.n_ctx;  // (MLA: no V)
+    return static_cast<size_t>(whole * shape_.n_slots * (ctx8() + v_rows) + rings * shape_.n_slots * 2 * ring_) *
            row_bytes;
 }
 
@@ -141,7 +142,9 @@ size_t kv_layer_bytes(const ModelConfig& config, KvType kv, int64_t n_ctx, int64
     if (!config.layer_has_kv(layer)) return 0;  // (gemma4's shared layers, a hybrid's recurrent ones)
     const int64_t ring = window_ring_for(config, kv, n_ctx);
     // per slot, K's and V's: a ring's, or the whole context's (K's in whole key blocks of eight)
-    const int64_t positions = ring > 0 && config.layer_is_local(layer) ? 2 * ring : (n_ctx + 7) / 8 * 8 + n_ctx;
+    // (MLA: K's alone, the latent and the RoPE key, whose latent is the values too)
+    const int64_t whole = (n_ctx + 7) / 8 * 8 + (config.mla() ? 0 : n_ctx);
+    const int64_t positions = ring > 0 && config.layer_is_local(layer) ? 2 * ring : whole;
     return static_cast<size_t>(positions * std::max<int64_t>(1, n_slots) * config.n_embd_kv()) *
            (kv == KvType::f16 ? 2 : 4);
 }
@@ -187,6 +190,7 @@ void KvCache::copy(int32_t src, int32_t dst, int64_t begin, int64_t end) {
             }
             ++p;
         }
+        if (config_.mla()) continue;  // (no V)
         if (ringed) {
             for (int64_t p = first; p < end; ++p) std::memcpy(v(l, dst, p), v(l, src, p), row_bytes);
         } else if (end > first) {

@@ -3,6 +3,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/kernels.h"
 #include "engine/error.h"
+#include "engine/model/moe_route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +57,30 @@ void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t
             ++offsets_[static_cast<size_t>(order_[i]) + 2];
         }
     }
+    group(n);
+}
+
+void MoeRouting::route_general(const float* logits, int64_t n, const ModelConfig& c, const float* bias) {
+    const int64_t k = c.n_expert_used;
+    n_used_ = k;
+    chosen_.resize(static_cast<size_t>(n * k));
+    chosen_weight_.resize(chosen_.size());
+    offsets_.assign(static_cast<size_t>(c.n_expert) + 2, 0);
+    logits_.resize(static_cast<size_t>(c.n_expert));
+    weight_.resize(static_cast<size_t>(k));
+    for (int64_t t = 0; t < n; ++t) {
+        std::copy_n(logits + t * c.n_expert, c.n_expert, logits_.begin());
+        route_experts(c, logits_.data(), bias, chosen_.data() + t * k, weight_.data(), scratch_);
+        for (int64_t i = 0; i < k; ++i) {
+            chosen_weight_[static_cast<size_t>(t * k + i)] = static_cast<float>(weight_[static_cast<size_t>(i)]);
+            ++offsets_[static_cast<size_t>(chosen_[static_cast<size_t>(t * k + i)]) + 2];
+        }
+    }
+    group(n);
+}
+
+void MoeRouting::group(int64_t n) {
+    const auto k = static_cast<size_t>(n_used_);
     // Counting sort by expert: offsets_[e + 1] is where expert e's assignments start while they are placed.
     for (size_t e = 2; e < offsets_.size(); ++e) offsets_[e] += offsets_[e - 1];
     tokens_.resize(chosen_.size());
@@ -112,10 +137,15 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
         const bool ready = residual_norm(layer, L.ffn_norm.data(), &router[0].w, n);
         mm(router, xn_.data(), n, d, n_decode_, ready);
     }
-    const MoeGating gating{L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data(),
-                           L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data(), c.moe_gating_sigmoid,
-                           c.moe_norm_weights, c.moe_weights_scale};
-    moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used, gating);
+    if (c.moe_routing_general()) {  // (deepseek2: route_experts, with its expert groups)
+        moe_routing_.route_general(moe_logits_.data(), n, c,
+                                   L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data());
+    } else {
+        const MoeGating gating{L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data(),
+                               L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data(), c.moe_gating_sigmoid,
+                               c.moe_norm_weights, c.moe_weights_scale};
+        moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used, gating);
+    }
 
     moe_x_.resize(static_cast<size_t>(n * d));
     moe_gate_.resize(static_cast<size_t>(n * f));

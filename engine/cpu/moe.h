@@ -2,6 +2,8 @@
 // the batch's tokens grouped by expert so that each expert's weights are read once per step.
 #pragma once
 
+#include "engine/model/model_config.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -28,6 +30,10 @@ public:
     // by the chosen ones' sum (at least 2^-14) with `normalize`. Every weight is then multiplied by `scale`.
     void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const MoeGating& gating = {});
 
+    // deepseek2's routing (ModelConfig::moe_routing_general): each token's experts and weights by route_experts,
+    // with the layer's selection bias (nullptr: none).
+    void route_general(const float* logits, int64_t n, const ModelConfig& config, const float* bias);
+
     int64_t n_used() const { return n_used_; }
     // Expert e's assignments [begin(e), end(e)): indices into token() and weight().
     int64_t begin(int64_t e) const { return offsets_[static_cast<size_t>(e)]; }
@@ -38,6 +44,9 @@ public:
     const int32_t* experts_of(int64_t t) const { return chosen_.data() + t * n_used_; }
 
 private:
+    // The assignments grouped by expert (offsets_, tokens_, weights_) from chosen_ and chosen_weight_ of n tokens;
+    // offsets_ holds the count of expert e's assignments at e + 2.
+    void group(int64_t n);
     int64_t n_used_ = 0;
     std::vector<int32_t> chosen_;       // [n, n_used] each token's experts, increasing
     std::vector<float> chosen_weight_;  // [n, n_used] their weights
@@ -47,6 +56,7 @@ private:
     std::vector<double> probs_;         // [n_expert] one token's logits (sigmoid gating: its probabilities)
     std::vector<double> keys_;          // [n_expert] what chooses its experts: probs_ (+ the selection bias)
     std::vector<int32_t> order_;        // [n_expert] experts by decreasing logit
+    std::vector<double> logits_, weight_, scratch_;  // route_general's: one token's logits and weights
 };
 
 }  // namespace quill::cpu

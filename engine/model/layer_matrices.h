@@ -22,17 +22,37 @@ inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) 
     return m;
 }
 
+// deepseek2's attention (MLA): the query's (wq, or wq_a and wq_b), wkv_a, each head's k_b and v_b (the 3-D tensors
+// whole with `whole`, or an older file's attn_kv_b), wo.
+inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool whole) {
+    std::vector<const TensorView*> m;
+    if (L.wq.data) m.push_back(&L.wq);
+    if (L.wq_a.data) m.insert(m.end(), {&L.wq_a, &L.wq_b});
+    m.push_back(&L.wkv_a);
+    if (whole && L.wkv_b.data) {
+        m.push_back(&L.wkv_b);
+    } else if (whole) {
+        m.insert(m.end(), {&L.wk_b, &L.wv_b});
+    } else {
+        for (const TensorView& t : L.wk_b_heads) m.push_back(&t);
+        for (const TensorView& t : L.wv_b_heads) m.push_back(&t);
+    }
+    m.push_back(&L.wo);
+    return m;
+}
+
 // L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
 // has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead; lfm2's short
 // convs: ssm_in, ssm_out), then ffn_gate,
 // ffn_up, ffn_down, gemma4's per-layer input block (inp_gate, proj), and/or (mixture of experts; gemma4 has both) the
-// router ffn_gate_inp and each expert's gate, up and down, last.
+// router ffn_gate_inp and each expert's gate, up and down, last (deepseek2: mla_matrices for the attention's).
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     std::vector<const TensorView*> m{&L.wq};
     if (L.wk.data) m.push_back(&L.wk);
     if (!L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
     if (L.recurrent()) m = recurrent_matrices(L);
+    if (L.mla()) m = mla_matrices(L, false);
     if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;
@@ -49,6 +69,7 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     if (!L.attn_qkv.data && !L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
     if (L.recurrent()) m = recurrent_matrices(L);
+    if (L.mla()) m = mla_matrices(L, true);
     if (L.ffn_gate_up.data)
         m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
     else if (L.ffn_down.data)

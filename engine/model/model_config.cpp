@@ -43,13 +43,14 @@ bool architecture_supported(const std::string& arch) {
            arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
-           arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe";
+           arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe" ||
+           arch == "deepseek2";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
+           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -475,6 +476,69 @@ void read_lfm2(const GgufFile& f, const std::string& p, ModelConfig& c) {
     for (int64_t x : kv) c.short_conv_layers.push_back(x == 0);
 }
 
+// deepseek2's attention geometry as llama.cpp reads it (MLA; ModelConfig::kv_lora_rank): the query heads' size
+// attention.key_length_mla and the value heads' attention.value_length_mla, the latent's attention.kv_lora_rank
+// (attention.key_length and value_length, the cache's row and the latent, must agree with them), the query's
+// low rank attention.q_lora_rank (0 or absent: a plain Wq). Files converted before llama.cpp split attn_kv_b into
+// attn_k_b and attn_v_b have no *_mla keys: their key_length and value_length are the heads' sizes
+// (ModelConfig::mla_fused_kv_b).
+void read_deepseek2_heads(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.kv_lora_rank = required_int(f, p + "attention.kv_lora_rank", 1, 4096);
+    c.q_lora_rank = optional_int(f, p + "attention.q_lora_rank", 0, 0, 1 << 16);
+    if (!f.find(p + "attention.key_length_mla")) {
+        c.mla_fused_kv_b = true;
+        c.head_dim = required_int(f, p + "attention.key_length", 2, 1024);
+        c.head_dim_v = required_int(f, p + "attention.value_length", 1, 1024);
+        const int64_t n_rot = optional_int(f, p + "rope.dimension_count", 0, 2, c.head_dim - 1);
+        if (n_rot % 2 != 0)
+            throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
+                                        f.path(), p, n_rot));
+        return;
+    }
+    c.head_dim = required_int(f, p + "attention.key_length_mla", 2, 1024);
+    c.head_dim_v = required_int(f, p + "attention.value_length_mla", 1, 1024);
+    const int64_t n_rot = optional_int(f, p + "rope.dimension_count", 0, 2, c.head_dim - 1);
+    if (n_rot % 2 != 0)
+        throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
+                                    f.path(), p, n_rot));
+    const int64_t k_len = optional_int(f, p + "attention.key_length", c.kv_lora_rank + n_rot, 1, 1 << 16);
+    const int64_t v_len = optional_int(f, p + "attention.value_length", c.kv_lora_rank, 1, 1 << 16);
+    if (k_len != c.kv_lora_rank + n_rot || v_len != c.kv_lora_rank)
+        throw FileError(fmt::format("{}: metadata '{}attention.key_length' {} and value_length {} are not "
+                                    "kv_lora_rank + rope.dimension_count ({}) and kv_lora_rank ({}) (MLA)", f.path(), p,
+                                    k_len, v_len, c.kv_lora_rank + n_rot, c.kv_lora_rank));
+}
+
+// deepseek2's routing, shared experts and attention scale as llama.cpp reads them: the first
+// leading_dense_block_count layers dense (feed_forward_length), the others with expert_shared_count ungated shared
+// experts of expert_feed_forward_length each beside the routed ones; the gating expert_gating_func (1 softmax, 2
+// sigmoid; absent: softmax, but sigmoid for GLM-4.7-Flash's 47 or 48 layers of a 154,880-token vocabulary, as
+// llama.cpp guesses), the chosen weights renormalized when expert_weights_norm and scaled by expert_weights_scale,
+// the expert groups expert_group_count and expert_group_used_count. The scores are scaled by mscale^2 /
+// sqrt(key_length_mla), with mscale = attn_factor (1 + 0.1 ln(1 / freq_scale)) (1 + 0.1 log_mul
+// ln(1 / freq_scale)), log_mul = rope.scaling.yarn_log_multiplier / 0.1, and RoPE's cosines and sines by the
+// attn_factor of llama.cpp's context (YaRN's mscale cancelled where the file gives log_mul).
+void read_deepseek2(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    c.n_expert_shared = required_int(f, p + "expert_shared_count", 0, 64);
+    c.moe_shared_expert = c.n_expert_shared > 0;
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e3);
+    c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
+    c.moe_norm_weights = f.find(p + "expert_weights_norm") && f.find(p + "expert_weights_norm")->as_bool();
+    const int64_t gating = optional_int(f, p + "expert_gating_func", 0, 0, 2);
+    c.moe_gating_sigmoid = gating == 2 || (gating == 0 && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880);
+    c.moe_n_group = optional_int(f, p + "expert_group_count", 0, 0, c.n_expert - 1);
+    c.moe_n_group_used = optional_int(f, p + "expert_group_used_count", 0, 0, std::max<int64_t>(0, c.moe_n_group - 1));
+    if (c.moe_n_group > 1 && (c.n_expert % c.moe_n_group != 0 || c.moe_n_group_used < 1))
+        throw FileError(fmt::format("{}: metadata '{}expert_group_count' {} does not divide expert_count {} or "
+                                    "expert_group_used_count is 0", f.path(), p, c.moe_n_group, c.n_expert));
+    c.n_ff_layers.assign(static_cast<size_t>(c.n_layer), c.n_expert_shared * c.n_ff_exp);
+    std::fill_n(c.n_ff_layers.begin(), c.n_leading_dense, c.n_ff);
+    c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    c.yarn_log_mul = optional_float(f, p + "rope.scaling.yarn_log_multiplier", 0.0f, 0.0, 1e3);
+    c.set_mla_scales(optional_float(f, p + "rope.scaling.attn_factor", 1.0f, 1e-6, 1e6));
+}
+
 }  // namespace
 
 bool ModelConfig::rope_pair_still(int64_t pair) const {
@@ -486,6 +550,21 @@ bool ModelConfig::rope_pair_still(int64_t pair) const {
         return !(sector % 3 == 0 && sector < 3 * s[0]) && !(sector % 3 == 1 && sector < 3 * s[1]) &&
                !(sector % 3 == 2 && sector < 3 * s[2]);
     return sector >= s[0] + s[1] + s[2];  // t, h, w, extra one after the other
+}
+
+// (in float, as llama.cpp computes them)
+void ModelConfig::set_mla_scales(float attn_factor) {
+    const float log_mul = yarn_log_mul / 0.1f, ln = std::log(1.0f / rope_freq_scale);
+    float yarn_attn = attn_factor;  // llama.cpp's cparams.yarn_attn_factor
+    if (rope_yarn) {
+        const float mscale1 = rope_freq_scale >= 1.0f ? 1.0f : 1.0f + 0.1f * ln;
+        yarn_attn = (yarn_log_mul != 0.0f ? 1.0f : mscale1) / (1.0f + 0.1f * ln) * attn_factor;
+        rope_mscale = yarn_attn * (1.0f + 0.1f * ln);  // (ggml's YaRN RoPE multiplies its 1 + 0.1 ln(factor) back)
+    } else {
+        rope_mscale = yarn_attn;
+    }
+    const float mscale = yarn_attn * (1.0f + 0.1f * ln) * (1.0f + 0.1f * log_mul * ln);
+    attn_scale = mscale * mscale / std::sqrt(static_cast<float>(head_dim));
 }
 
 double ModelConfig::yarn_ramp(int64_t i) const {
@@ -531,22 +610,22 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
     // (granitehybrid: Granite 4.0 H Tiny and Small; gemma4: where the file has experts)
     const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
-    // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing)
+    // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe";
-    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed ||
+    const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe and "
-                                    "lfm2moe are)", f.path(), *experts, c.arch));
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe "
+                                    "and deepseek2 are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
     c.n_layer = required_int(f, p + "block_count", 1, 4096);
     const int64_t n_block = c.n_layer;
-    // qwen35, glm4moe: the multi-token-prediction blocks at the end, which the forward does not run (as llama.cpp by
-    // default)
-    if (qwen35 || c.arch == "glm4moe") {
+    // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
+    // does not run (as llama.cpp by default)
+    if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2") {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }
@@ -573,11 +652,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
                                     "'{}attention.head_count_kv' {}", f.path(), p, c.n_head, p, c.n_head_kv));
     int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
-    c.head_dim = optional_int(f, p + "attention.key_length", default_head_dim, 1, 512);
+    if (c.arch == "deepseek2") read_deepseek2_heads(f, p, c);  // (its key_length is the cache's row)
+    c.head_dim = c.mla() ? c.head_dim : optional_int(f, p + "attention.key_length", default_head_dim, 1, 512);
     if (c.head_dim == 0)
         throw FileError(fmt::format("{}: embedding_length {} is not a multiple of head_count {} and no "
                                     "attention.key_length is given", f.path(), c.n_embd, c.n_head));
-    int64_t v_len = optional_int(f, p + "attention.value_length", c.head_dim, 1, 4096);
+    int64_t v_len = c.mla() ? c.head_dim : optional_int(f, p + "attention.value_length", c.head_dim, 1, 4096);
     if (v_len != c.head_dim)
         throw FileError(fmt::format("{}: metadata '{}attention.value_length' {} differs from the key length {} (not "
                                     "supported)", f.path(), p, v_len, c.head_dim));
@@ -704,6 +784,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     c.n_vocab = optional_int(f, p + "vocab_size", c.n_vocab, 1, int64_t{1} << 31);
     if (c.n_vocab <= 0) throw FileError(fmt::format("{}: the vocabulary size is unknown", f.path()));
+    if (c.arch == "deepseek2") read_deepseek2(f, p, c);  // (after the vocabulary: GLM-4.7-Flash's gating guess)
     return c;
 }
 

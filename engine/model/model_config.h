@@ -115,6 +115,11 @@ struct ModelConfig {
     bool moe() const { return n_expert > 0; }
     // Whether layer l routes its tokens through experts (a mixture's leading dense layers do not)
     bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense; }
+    // deepseek2: expert groups (expert_group_count, expert_group_used_count): the experts are chosen among the
+    // moe_n_group_used of moe_n_group equal runs of them whose two best biased probabilities sum highest
+    // (engine/model/moe_route.h, which routes deepseek2's tokens: moe_routing_general).
+    int64_t moe_n_group = 0, moe_n_group_used = 0;
+    bool moe_routing_general() const { return arch == "deepseek2"; }
     // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
     // shared expert), or some layers (the leading dense ones)
     bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert || n_leading_dense > 0; }
@@ -231,6 +236,29 @@ struct ModelConfig {
     int64_t layer_n_ff(int64_t layer) const {
         return n_ff_layers.empty() ? n_ff : n_ff_layers[static_cast<size_t>(layer)];
     }
+    // deepseek2's Multi-head Latent Attention (kv_lora_rank > 0): a query of n_head heads, each head_dim
+    // (attention.key_length_mla) = head_dim - n_rot dims without RoPE and n_rot with, from Wq xn or (q_lora_rank > 0)
+    // Wq_b rms_norm(Wq_a xn); per token one latent of kv_lora_rank values, rms_norm(the first kv_lora_rank of
+    // Wkv_a xn), and one RoPE key of n_rot (its last n_rot) shared by the heads. Head h's key is Wk_b[h] latent
+    // beside the RoPE key, its value Wv_b[h] latent (head_dim_v, attention.value_length_mla): the cache keeps the
+    // latent and the RoPE key alone (kv_heads 1, kv_head_dim kv_lora_rank + n_rot), and attention absorbs Wk_b into
+    // the query and Wv_b into the output, as llama.cpp does.
+    int64_t kv_lora_rank = 0, q_lora_rank = 0, head_dim_v = 0;
+    // Files converted before llama.cpp split attn_kv_b (no attention.key_length_mla): the heads' key and value
+    // matrices fused in attn_kv_b, per head Wk then Wv (LayerWeights::split_kv_b); key_length and value_length are
+    // the heads' sizes then.
+    bool mla_fused_kv_b = false;
+    // deepseek2: the file's rope.scaling.yarn_log_multiplier (0.1 mscale_all_dim), which scales attn_scale by
+    // (1 + 0.1 mscale_all_dim ln(factor))^2 (ModelConfig::from_gguf); and the shared experts beside the routed ones
+    // (their FFN is n_expert_shared * n_ff_exp wide: layer_n_ff of an expert layer)
+    float yarn_log_mul = 0.0f;
+    int64_t n_expert_shared = 0;
+    // deepseek2: attn_scale and rope_mscale from rope.scaling.attn_factor, the RoPE scaling and yarn_log_mul, as
+    // llama.cpp computes them (ModelConfig::from_gguf says how)
+    void set_mla_scales(float attn_factor);
+    bool mla() const { return kv_lora_rank > 0; }
+    int64_t mla_nope() const { return head_dim - n_rot; }  // a head's query dims without RoPE
+    int64_t mla_row() const { return kv_lora_rank + n_rot; }  // the cache's row: latent, then RoPE key
     // The layers with a K and V cache of their own: the attending layers (a hybrid's recurrent ones keep a state
     // instead) before the last n_kv_shared. A shared layer (gemma4) reads the cache of kv_layer(l): as llama.cpp
     // maps them, the last of the layers before the shared ones when it is global, the one before it when local
@@ -248,7 +276,9 @@ struct ModelConfig {
     }
     int64_t kv_index(int64_t layer) const { return kv_layers_before(kv_layer(layer)); }
     int64_t n_layer_kv() const { return kv_layers_before(n_layer); }
-    int64_t layer_n_embd_kv(int64_t layer) const { return layer_n_head_kv(layer) * layer_head_dim(layer); }
+    int64_t layer_n_embd_kv(int64_t layer) const {
+        return mla() ? mla_row() : layer_n_head_kv(layer) * layer_head_dim(layer);
+    }
 
     // Reads and validates the hyperparameters of a supported architecture. Throws FileError naming the file and
     // the key that is missing or out of range.
@@ -259,8 +289,14 @@ struct ModelConfig {
         return head_dim_local > 0 && sliding_window > 0 &&
                (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) * head_dim_local > n_head_kv * head_dim;
     }
-    int64_t kv_heads() const { return local_kv_wider() ? (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) : n_head_kv; }
-    int64_t kv_head_dim() const { return local_kv_wider() ? head_dim_local : head_dim; }
+    int64_t kv_heads() const {
+        if (mla()) return 1;
+        return local_kv_wider() ? (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) : n_head_kv;
+    }
+    int64_t kv_head_dim() const {
+        if (mla()) return mla_row();
+        return local_kv_wider() ? head_dim_local : head_dim;
+    }
     int64_t n_embd_kv() const { return kv_heads() * kv_head_dim(); }  // K (and V) width per token, the widest layer's
     // Q width per token, the widest layer's
     int64_t n_embd_q() const { return n_head * std::max(head_dim, head_dim_local); }
@@ -268,7 +304,8 @@ struct ModelConfig {
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
-// exaone, exaone4, ernie4_5, seed_oss, lfm2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next).
+// exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe,
+// qwen3next).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -134,6 +134,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                           {"n_k_heads", c.ssm_n_k_heads}, {"n_v_heads", c.ssm_n_v_heads},
                                           {"head_dim", c.ssm_head_k}};
         }
+        if (c.mla())  // (deepseek2)
+            info["model"]["mla"] = {{"kv_lora_rank", c.kv_lora_rank}, {"q_lora_rank", c.q_lora_rank},
+                                    {"head_dim_v", c.head_dim_v}, {"n_leading_dense", c.n_leading_dense}};
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         info["runnable"] = true;
     } else {
@@ -196,6 +199,11 @@ std::string render_model_info(const json& info) {
                                         m["experts"].contains("n_ff_shexp")
                                             ? " n_ff_shexp=" + m["experts"]["n_ff_shexp"].dump()
                                             : ""));
+        if (m.contains("mla"))
+            line("attention", fmt::format("multi-head latent (MLA): a latent of {} cached a position, query rank {}, "
+                                          "value heads of {}; {} leading dense layers",
+                                          m["mla"]["kv_lora_rank"].dump(), m["mla"]["q_lora_rank"].dump(),
+                                          m["mla"]["head_dim_v"].dump(), m["mla"]["n_leading_dense"].dump()));
         if (m.contains("experts") && m["experts"].contains("routing")) {
             const json& r = m["experts"]["routing"];
             line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}",

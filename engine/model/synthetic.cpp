@@ -397,6 +397,74 @@ ModelConfig qwen2moe_config(const char* name, int64_t n_embd, int64_t n_layer, i
     return c;
 }
 
+// deepseek2: Multi-head Latent Attention (a latent of kv_lora_rank and a RoPE key of n_rot cached per token; heads of
+// nope + n_rot query dims and v_dim value dims; q_lora_rank 0: a plain Wq), adjacent RoPE pairs, the first n_dense
+// layers dense (n_ff) and the others n_expert experts of n_ff_exp (n_used a token) beside n_shared ungated shared
+// ones; V2-Lite's routing (softmax shares, not renormalized) until the caller sets V3's.
+ModelConfig deepseek2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                             std::array<int64_t, 5> mla, int64_t n_ff, int64_t n_ff_exp, int64_t n_expert,
+                             int64_t n_used, int64_t n_shared, int64_t n_dense, int64_t n_vocab, int64_t n_ctx) {
+    const auto [q_lora, kv_lora, nope, n_rot, v_dim] = mla;
+    ModelConfig c = base_config("deepseek2", name, n_embd, n_layer, n_head, 1, nope + n_rot, n_ff, n_vocab, n_ctx);
+    c.rope = ModelConfig::Rope::adjacent;
+    c.rms_eps = 1e-6f;
+    c.n_rot = n_rot;
+    c.q_lora_rank = q_lora;
+    c.kv_lora_rank = kv_lora;
+    c.head_dim_v = v_dim;
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.n_expert_shared = n_shared;
+    c.moe_shared_expert = n_shared > 0;
+    c.moe_norm_weights = false;
+    c.n_leading_dense = n_dense;
+    c.n_ff_layers.assign(static_cast<size_t>(n_layer), n_shared * n_ff_exp);
+    std::fill_n(c.n_ff_layers.begin(), n_dense, n_ff);
+    c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    c.set_mla_scales(1.0f);
+    return c;
+}
+
+// deepseek2 with YaRN of `factor` over n_ctx_orig positions with mscale_all_dim (yarn_log_multiplier 0.1 of it)
+ModelConfig deepseek2_yarn(ModelConfig c, float factor, int64_t n_ctx_orig, float mscale_all_dim) {
+    c.rope_yarn = true;
+    c.rope_freq_scale = c.rope_freq_scale_local = 1.0f / factor;
+    c.yarn_n_ctx_orig = n_ctx_orig;
+    c.yarn_log_mul = 0.1f * mscale_all_dim;
+    c.set_mla_scales(1.0f);
+    return c;
+}
+
+// deepseek2 as files converted before llama.cpp split attn_kv_b have it (their KV heads n_head)
+ModelConfig fused_kv_b(ModelConfig c) {
+    c.mla_fused_kv_b = true;
+    c.n_head_kv = c.n_head;
+    return c;
+}
+
+// deepseek2 with DeepSeek-V3's routing: sigmoid gating, a selection bias, n_group groups of which n_group_used
+// are kept, the chosen weights renormalized and scaled
+ModelConfig deepseek3_routing(ModelConfig c, int64_t n_group, int64_t n_group_used, float scale) {
+    c.moe_gating_sigmoid = true;
+    c.moe_n_group = n_group;
+    c.moe_n_group_used = n_group_used;
+    c.moe_norm_weights = true;
+    c.moe_weights_scale = scale;
+    return c;
+}
+
+// GLM-4.7-Flash (converted as deepseek2) in its first n_layer layers, as its config.json gives it (no file could be
+// fetched here to check against): MLA with a low-rank query, sigmoid routing renormalized and scaled by 1.8, no
+// groups, a shared expert, RoPE base 1e6.
+ModelConfig glm47_flash_config(const char* name, int64_t n_layer) {
+    ModelConfig c = deepseek3_routing(
+        deepseek2_config(name, 2048, n_layer, 20, {768, 512, 192, 64, 256}, 10240, 1536, 64, 4, 1, 1, 154880, 202752),
+        0, 0, 1.8f);
+    c.rope_base = c.rope_base_local = 1e6f;
+    return c;
+}
+
 // gemma4 E2B/E4B: gemma4's layers with per-layer inputs of n_embd_per_layer values, the last n_kv_shared layers
 // reading the caches of earlier ones with FFNs twice as wide (E2B's), V in every layer.
 ModelConfig gemma4_e_config(ModelConfig c, int64_t n_embd_per_layer, int64_t n_kv_shared) {
@@ -485,6 +553,22 @@ std::vector<ModelConfig> arch_shapes() {
         // 8 experts of 64 features (2 a token) and a shared expert of 192; Qwen1.5-MoE-A2.7B as its files state it
         qwen2moe_config("qwen2moe-tiny", 128, 3, 4, 2, 192, 64, 8, 2, 320, 1024),
         qwen2moe_config("qwen1.5-moe-a2.7b", 2048, 24, 16, 16, 5632, 1408, 60, 4, 151936, 8192),
+        // (every feature: a low-rank query, a leading dense layer, 8 experts in 4 groups of which 2 are used, the
+        // selection bias, a shared expert, YaRN with mscale)
+        deepseek3_routing(deepseek2_yarn(deepseek2_config("deepseek2-tiny", 128, 3, 4, {64, 64, 32, 16, 32}, 192, 64,
+                                                          8, 2, 1, 1, 320, 1024), 4.0f, 64, 0.707f), 4, 2, 2.5f),
+        deepseek2_config("deepseek2-lite-tiny", 128, 3, 4, {0, 64, 32, 16, 32}, 192, 64, 8, 2, 2, 1, 320, 1024),
+        fused_kv_b(deepseek2_config("deepseek2-fused-tiny", 128, 3, 4, {0, 64, 32, 16, 32}, 192, 64, 8, 2, 2, 1, 320,
+                                    1024)),
+        // (rows of whole 256-blocks but the 128 of attn_k_b, Q8_0 then: the speed comparison's Q4_K file)
+        deepseek3_routing(deepseek2_config("deepseek2-small", 1024, 4, 8, {512, 256, 128, 64, 128}, 2816, 512, 16, 4, 1,
+                                           1, 32000, 4096), 4, 2, 2.5f),
+        glm47_flash_config("glm-4.7-flash", 47),
+        glm47_flash_config("glm-4.7-flash-8l", 8),
+        deepseek2_yarn(deepseek2_config("deepseek-v2-lite", 2048, 27, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6, 2,
+                                        1, 102400, 163840), 40.0f, 4096, 0.707f),
+        deepseek2_yarn(deepseek2_config("deepseek-v2-lite-8l", 2048, 8, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6,
+                                        2, 1, 102400, 163840), 40.0f, 4096, 0.707f),
         // layers 0, 2 and 4 short convs, 1 and 3 attention with 2 KV heads for 4 query heads
         lfm2_config("lfm2-tiny", 128, 5, 4, 2, 256, 320, 1024, {1, 3}),
         // LFM2-350M and LFM2-1.2B as their config.json files state them (no file could be fetched here to check)
@@ -683,7 +767,14 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     m->type = type;
     Rng rng(seed);
     BlockPool pool(type, rng);
-    auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out) {
+    // (q8_fallback: Q8_0 where the rows are not whole blocks of the type, as llama-quantize falls back for
+    // deepseek2's attn_k_b; its blocks from a pool of their own, made when first needed)
+    std::unique_ptr<BlockPool> q8_pool;
+    auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out, bool q8_fallback = false) {
+        const bool q8 = q8_fallback && n_in % type_traits(m->type).block_size != 0;
+        const GgmlType type = q8 ? GgmlType::Q8_0 : m->type;
+        if (q8 && !q8_pool) q8_pool = std::make_unique<BlockPool>(GgmlType::Q8_0, rng);
+        BlockPool& blocks = q8 ? *q8_pool : pool;
         if (n_in % type_traits(type).block_size != 0)
             throw UsageError(fmt::format("--dtype {}: row length {} is not a multiple of its block size {}",
                                          type_name(type), n_in, type_traits(type).block_size));
@@ -693,8 +784,14 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         t.ne = {n_in, n_out, 1, 1};
         t.n_bytes = row_size(type, n_in) * n_out;
         m->buffers.emplace_back(t.n_bytes);
-        pool.fill(m->buffers.back().data(), t.n_bytes / type_traits(type).type_size, rng);
+        blocks.fill(m->buffers.back().data(), t.n_bytes / type_traits(type).type_size, rng);
         t.data = m->buffers.back().data();
+        return t;
+    };
+    // n matrices [n_out rows, n_in] as one 3-D tensor (deepseek2's attn_k_b and attn_v_b: one a head)
+    auto stacked = [&](const std::string& name, int64_t n_in, int64_t n_out, int64_t n, bool q8_fallback = false) {
+        TensorView t = matrix(name, n_in, n_out * n, q8_fallback);
+        t.ne = {n_in, n_out, n, 1};
         return t;
     };
     // The experts' matrices as one 3-D tensor [n_expert, n_out rows, n_in], as the file holds them.
@@ -801,6 +898,24 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_dt = uniform(c.ssm_n_v_heads, -1.0, 1.0);
             L.ssm_a = uniform(c.ssm_n_v_heads, -2.0, -0.1);
             L.ssm_norm = norm(c.ssm_head_v);
+        } else if (c.mla()) {  // (deepseek2: the query, plain or low-rank; the latent and RoPE key; k_b, v_b a head)
+            if (c.q_lora_rank > 0) {
+                L.wq_a = matrix(b + "attn_q_a.weight", c.n_embd, c.q_lora_rank);
+                L.wq_b = matrix(b + "attn_q_b.weight", c.q_lora_rank, nq);
+                L.attn_q_a_norm = norm(c.q_lora_rank);
+            } else {
+                L.wq = matrix(b + "attn_q.weight", c.n_embd, nq);
+            }
+            L.wkv_a = matrix(b + "attn_kv_a_mqa.weight", c.n_embd, c.mla_row());
+            L.attn_kv_a_norm = norm(c.kv_lora_rank);
+            if (c.mla_fused_kv_b) {  // (an older file's attn_kv_b)
+                L.wkv_b = matrix(b + "attn_kv_b.weight", c.kv_lora_rank, c.n_head * (c.mla_nope() + c.head_dim_v));
+                L.split_kv_b(c);
+            } else {
+                L.wk_b = stacked(b + "attn_k_b.weight", c.mla_nope(), c.kv_lora_rank, c.n_head, true);
+                L.wv_b = stacked(b + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head);
+                L.split_mla_heads();
+            }
         } else if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
@@ -811,7 +926,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             if (c.layer_has_kv(i) && (!gemma4 || c.layer_is_local(i) || c.n_embd_per_layer > 0))
                 L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
-        if (!c.layer_is_recurrent(i)) L.wo = matrix(b + "attn_output.weight", nq, c.n_embd);
+        if (!c.layer_is_recurrent(i))
+            L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
         if (c.input_norms) L.ffn_norm = norm(c.n_embd);
         // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
         const bool dense = c.layer_dense_ffn(i);
@@ -830,6 +946,9 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.per_layer_proj = matrix(b + "proj.weight", c.n_embd_per_layer, c.n_embd);
             L.per_layer_post_norm = norm(c.n_embd);
         }
+        // (DeepSeek-V3's selection bias, of the size of the sigmoid's differences between experts)
+        if (c.arch == "deepseek2" && c.layer_moe(i) && c.moe_gating_sigmoid)
+            L.ffn_exp_probs_b = uniform(c.n_expert, -0.1, 0.1);
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
             // (a selection bias of the size of the probabilities' spread, so that it changes which experts win)
@@ -917,7 +1036,7 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
     if (c.arch == "granitehybrid" && c.moe()) {  // (Granite 4.0 H's experts are feed_forward_length wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
-    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe") {  // (glm4moe: the leading dense layers' width)
+    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2") {  // (the leading dense width)
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
         std::vector<GgufValue> ff;
@@ -938,7 +1057,29 @@ void SyntheticModel::save(const std::string& path) const {
     else
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
-    if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35) {
+    if (c.mla() && c.mla_fused_kv_b) {  // (an older deepseek2 file: the heads' sizes)
+        w.set(p + "attention.key_length", uint32_t(c.head_dim));
+        w.set(p + "attention.value_length", uint32_t(c.head_dim_v));
+    } else if (c.mla()) {  // (deepseek2: the cache's row and the latent; the heads' sizes in the *_mla keys)
+        w.set(p + "attention.key_length", uint32_t(c.mla_row()));
+        w.set(p + "attention.value_length", uint32_t(c.kv_lora_rank));
+        w.set(p + "attention.key_length_mla", uint32_t(c.head_dim));
+        w.set(p + "attention.value_length_mla", uint32_t(c.head_dim_v));
+    }
+    if (c.mla()) {
+        w.set(p + "attention.kv_lora_rank", uint32_t(c.kv_lora_rank));
+        w.set(p + "attention.q_lora_rank", uint32_t(c.q_lora_rank));
+        w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+        w.set(p + "expert_shared_count", uint32_t(c.n_expert_shared));
+        w.set(p + "expert_weights_scale", c.moe_weights_scale);
+        w.set(p + "expert_weights_norm", c.moe_norm_weights);
+        w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+        if (c.moe_n_group > 1) {
+            w.set(p + "expert_group_count", uint32_t(c.moe_n_group));
+            w.set(p + "expert_group_used_count", uint32_t(c.moe_n_group_used));
+        }
+        if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
+    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35) {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
@@ -962,7 +1103,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
         w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
-    if (c.moe_shared_expert && c.arch != "glm4moe") w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
+        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
     if (c.moe_selection_bias) {  // (glm4moe, lfm2moe: their converters' keys)
         w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
         w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));

@@ -67,6 +67,10 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
              {"shortconv.conv.weight", &L::ssm_conv1d, c.ssm_conv, c.n_embd}};
     if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
+    if (c.mla()) {  // (deepseek2: the low-rank query's norm, the latent's)
+        if (c.q_lora_rank > 0) f.push_back({"attn_q_a_norm.weight", &L::attn_q_a_norm, c.q_lora_rank});
+        f.push_back({"attn_kv_a_norm.weight", &L::attn_kv_a_norm, c.kv_lora_rank});
+    }
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
         // (gemma4: not in a shared-KV layer, which has no K)
@@ -91,7 +95,10 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"post_ffw_norm_2.weight", &L::ffn_post_norm_2, c.n_embd});
         f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
     }
+    // (glm4moe, lfm2moe: moe_selection_bias; DeepSeek-V3's deepseek2 files, where they have it)
     if (c.moe_selection_bias && c.layer_moe(layer)) f.push_back({"exp_probs_b.bias", &L::ffn_exp_probs_b, c.n_expert});
+    if (c.arch == "deepseek2" && c.layer_moe(layer))
+        f.push_back({"exp_probs_b.bias", &L::ffn_exp_probs_b, c.n_expert, 1, false});
     if (c.moe_shared_gate) f.push_back({"ffn_gate_inp_shexp.weight", &L::ffn_gate_inp_shexp, c.n_embd});
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
     if (c.n_embd_per_layer > 0) f.push_back({"post_norm.weight", &L::per_layer_post_norm, c.n_embd});

@@ -137,6 +137,40 @@ void LayerWeights::split_experts() {
     }
 }
 
+void LayerWeights::split_mla_heads() {
+    wk_b_heads.clear();
+    wv_b_heads.clear();
+    for (int64_t h = 0; h < wk_b.ne[2]; ++h) {
+        wk_b_heads.push_back(wk_b.matrix(h));
+        wv_b_heads.push_back(wv_b.matrix(h));
+        wk_b_heads.back().name = fmt::format("{} (head {})", wk_b.name, h);
+        wv_b_heads.back().name = fmt::format("{} (head {})", wv_b.name, h);
+    }
+}
+
+void LayerWeights::split_kv_b(const ModelConfig& c) {
+    const int64_t nope = c.mla_nope(), r = c.kv_lora_rank, per = nope + c.head_dim_v;
+    wk_b_t.assign(static_cast<size_t>(c.n_head * r * nope), 0.0f);
+    std::vector<float> row(static_cast<size_t>(r));
+    wk_b_heads.clear();
+    wv_b_heads.clear();
+    for (int64_t h = 0; h < c.n_head; ++h) {
+        float* kt = wk_b_t.data() + h * r * nope;  // [kv_lora_rank, nope]
+        for (int64_t i = 0; i < nope; ++i) {
+            dequantize_row(wkv_b.type, wkv_b.row(h * per + i), row.data(), r);
+            for (int64_t j = 0; j < r; ++j) kt[j * nope + i] = row[static_cast<size_t>(j)];
+        }
+        TensorView k;
+        k.name = fmt::format("{} (head {} keys, transposed)", wkv_b.name, h);
+        k.type = GgmlType::F32;
+        k.ne = {nope, r, 1, 1};
+        k.data = reinterpret_cast<const uint8_t*>(kt);
+        k.n_bytes = static_cast<size_t>(r * nope) * sizeof(float);
+        wk_b_heads.push_back(k);
+        wv_b_heads.push_back(wkv_b.rows(h * per + nope, c.head_dim_v, fmt::format("head {} values", h)));
+    }
+}
+
 void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c, int64_t layer) {
     const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);
     attn_qkv = qkv;
@@ -203,6 +237,23 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
                 L.ssm_alpha = l.get(b + "ssm_alpha.weight", {c.n_embd, c.ssm_n_v_heads});
             }
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (c.mla()) {  // (deepseek2: the query, plain or low-rank, and MLA's latent; wk_b, wv_b per head)
+            if (c.q_lora_rank > 0) {
+                L.wq_a = l.get(b + "attn_q_a.weight", {c.n_embd, c.q_lora_rank});
+                L.wq_b = l.get(b + "attn_q_b.weight", {c.q_lora_rank, nq});
+            } else {
+                L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            }
+            L.wkv_a = l.get(b + "attn_kv_a_mqa.weight", {c.n_embd, c.mla_row()});
+            if (c.mla_fused_kv_b) {  // (older files: per head Wk then Wv in one matrix)
+                L.wkv_b = l.get(b + "attn_kv_b.weight",
+                                {c.kv_lora_rank, c.n_head * (c.mla_nope() + c.head_dim_v)});
+                L.split_kv_b(c);
+            } else {
+                L.wk_b = l.get(b + "attn_k_b.weight", {c.mla_nope(), c.kv_lora_rank, c.n_head});
+                L.wv_b = l.get(b + "attn_v_b.weight", {c.kv_lora_rank, c.head_dim_v, c.n_head});
+                L.split_mla_heads();
+            }
         } else if (!c.layer_has_kv(i)) {  // (gemma4: Q only; K and V, which llama.cpp does not require, go unread)
             L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
             for (const char* unread : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) l.skip(b + unread);
@@ -214,7 +265,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             // (gemma4: optional, V is then K's projection)
             if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
-        if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {nq, c.n_embd});
+        const int64_t n_att = c.mla() ? c.n_head * c.head_dim_v : nq;  // (the attention's output per token)
+        if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
         // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});

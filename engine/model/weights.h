@@ -72,6 +72,23 @@ struct LayerWeights {
     std::vector<float> ffn_gate_inp_b;                    // [n_expert]
     std::vector<float> ffn_gate_exps_b, ffn_up_exps_b;    // [n_expert, n_ff_exp]
     std::vector<float> ffn_down_exps_b;                   // [n_expert, n_embd]
+    // deepseek2's Multi-head Latent Attention (ModelConfig::mla(); then wq is the plain query projection, or empty
+    // with a low-rank query, and wk, wv are empty): the query's low-rank projections and the norm between them, the
+    // projection to the latent and the RoPE key (attn_kv_a_mqa), the latent's norm, and the file's 3-D tensors of
+    // each head's key and value matrices with the heads as views of them.
+    TensorView wq_a;                    // [q_lora_rank rows, n_embd] (attn_q_a)
+    TensorView wq_b;                    // [n_head * head_dim rows, q_lora_rank] (attn_q_b)
+    std::vector<float> attn_q_a_norm;   // [q_lora_rank]
+    TensorView wkv_a;                   // [kv_lora_rank + n_rot rows, n_embd] latent, then the RoPE key
+    std::vector<float> attn_kv_a_norm;  // [kv_lora_rank]
+    TensorView wk_b;                    // [n_head, kv_lora_rank rows, head_dim - n_rot] (attn_k_b)
+    TensorView wv_b;                    // [n_head, head_dim_v rows, kv_lora_rank] (attn_v_b)
+    std::vector<TensorView> wk_b_heads, wv_b_heads;  // [n_head] head h's matrix of each
+    // Older files (ModelConfig::mla_fused_kv_b): attn_kv_b, each head's Wk [head_dim - n_rot rows] then Wv
+    // [head_dim_v rows]; wv_b_heads are views of it, wk_b_heads views of wk_b_t, its Wk parts transposed to F32.
+    TensorView wkv_b;                   // [n_head * (head_dim - n_rot + head_dim_v) rows, kv_lora_rank]
+    std::vector<float> wk_b_t;          // [n_head, kv_lora_rank, head_dim - n_rot]
+    bool mla() const { return wkv_a.data != nullptr; }
     // gpt-oss: each query head's learned logit that joins its softmax's denominator with no value ([n_head]);
     // empty when absent.
     std::vector<float> attn_sinks;
@@ -122,6 +139,10 @@ struct LayerWeights {
     void split_qkv(const TensorView& qkv, const ModelConfig& config, int64_t layer);
     // ffn_gate_up = gate_up, and ffn_gate, ffn_up its halves
     void split_gate_up(const TensorView& gate_up, const ModelConfig& config);
+    // wk_b_heads and wv_b_heads as the matrices of wk_b and wv_b
+    void split_mla_heads();
+    // or of wkv_b (older files): wk_b_t made from it
+    void split_kv_b(const ModelConfig& config);
     // experts as the matrices of ffn_gate_exps, ffn_up_exps (or the halves of ffn_gate_up_exps') and ffn_down_exps
     void split_experts();
 };

@@ -3,6 +3,7 @@
 #include "engine/error.h"
 #include "engine/format/quant.h"
 #include "engine/model/delta_net_layout.h"
+#include "engine/model/moe_route.h"
 #include "engine/runtime/kv_size.h"
 
 #include <algorithm>
@@ -308,6 +309,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
         return ffn_token(L, l);
     }
+    if (L.mla()) {  // (deepseek2)
+        mla_token(t, l);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i];
+        return ffn_token(L, l);
+    }
     // q = Wq xn, k = Wk xn, v = Wv xn (gemma4 without Wv: v = k; a shared-KV layer: q only, K and V those its
     // cache layer stored)
     const bool own_kv = c.layer_has_kv(l);
@@ -584,6 +590,65 @@ void ReferenceBackend::short_conv_token(const BatchToken& t, int64_t l) {
     matvec(L.ssm_out, att_, out_, row_);
 }
 
+// deepseek2's Multi-head Latent Attention for token t (ModelConfig::kv_lora_rank):
+//   q = Wq xn, or Wq_b (rms_norm(Wq_a xn) * q_a_norm): per head h its dims without RoPE q_nope_h, then q_pe_h
+//   [c, k_pe] = Wkv_a xn; c = rms_norm(c) * kv_a_norm (the latent); q_pe_h, k_pe = RoPE(q_pe_h, pos), RoPE(k_pe, pos)
+//   cache[pos] = [c, k_pe]
+//   score_hj = ((Wk_b[h] q_nope_h) . c_j + q_pe_h . k_pe_j) * attn_scale   (Wk_b absorbed into the query)
+//   o_h = Wv_b[h] sum_j softmax_j(score_hj) c_j;  out_ = Wo [o_0 .. o_{n_head-1}]
+// With an f16 cache the stored row, each head's absorbed query and the probabilities are rounded to fp16.
+void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t hd = c.head_dim, nope = c.mla_nope(), n_rot = c.n_rot, r = c.kv_lora_rank, row = c.mla_row();
+    if (L.wq_a.data) {
+        matvec(L.wq_a, xn_, gate_, row_);
+        rms_norm_rows(gate_, L.attn_q_a_norm, c.rms_eps);
+        matvec(L.wq_b, gate_, q_, row_);
+    } else {
+        matvec(L.wq, xn_, q_, row_);
+    }
+    matvec(L.wkv_a, xn_, k_, row_);  // [kv_lora_rank latent, n_rot RoPE key]
+    std::vector<double> latent(k_.begin(), k_.begin() + r), k_pe(k_.begin() + r, k_.end());
+    rms_norm_rows(latent, L.attn_kv_a_norm, c.rms_eps);
+    rope(k_pe, 1, n_rot, n_rot, c, inv_freq_, t.pos);
+    std::vector<double> q_pe(static_cast<size_t>(c.n_head * n_rot));
+    for (int64_t h = 0; h < c.n_head; ++h)
+        std::copy_n(q_.begin() + h * hd + nope, n_rot, q_pe.begin() + h * n_rot);
+    rope(q_pe, c.n_head, n_rot, n_rot, c, inv_freq_, t.pos);
+    const bool f16 = kv_shape_.type == KvType::f16;
+    double* stored = cache_row(k_cache_, l, t.slot, t.pos);
+    for (int64_t i = 0; i < row; ++i) {
+        const double v = i < r ? latent[i] : k_pe[i - r];
+        stored[i] = f16 ? round_to_fp16(v) : v;
+    }
+    const int64_t n_kv = t.pos + 1;
+    att_.assign(static_cast<size_t>(c.n_head * c.head_dim_v), 0.0);
+    std::vector<double> q_nope(static_cast<size_t>(nope)), q_abs, o(static_cast<size_t>(r)), v_h;
+    for (int64_t h = 0; h < c.n_head; ++h) {
+        std::copy_n(q_.begin() + h * hd, nope, q_nope.begin());
+        matvec(L.wk_b_heads[h], q_nope, q_abs, row_);  // [kv_lora_rank]
+        q_abs.insert(q_abs.end(), q_pe.begin() + h * n_rot, q_pe.begin() + (h + 1) * n_rot);
+        if (f16) std::transform(q_abs.begin(), q_abs.end(), q_abs.begin(), round_to_fp16);
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const double* kj = cache_row(k_cache_, l, t.slot, j);
+            double s = 0.0;
+            for (int64_t i = 0; i < row; ++i) s += q_abs[i] * kj[i];
+            score_[j] = s * c.attn_scale;
+        }
+        softmax(score_, n_kv);
+        if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const double* kj = cache_row(k_cache_, l, t.slot, j);
+            for (int64_t i = 0; i < r; ++i) o[i] += score_[j] * kj[i];
+        }
+        matvec(L.wv_b_heads[h], o, v_h, row_);  // [head_dim_v]
+        std::copy(v_h.begin(), v_h.end(), att_.begin() + h * c.head_dim_v);
+    }
+    matvec(L.wo, att_, out_, row_);
+}
+
 double* ReferenceBackend::conv_state(int64_t layer, int64_t slot) {
     const int64_t n = config_.ssm_conv_channels() * (config_.ssm_conv - 1);
     return conv_state_.data() + ((layer - layers_.begin) * kv_shape_.n_slots + slot) * n;
@@ -654,11 +719,18 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>&
     for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[a] > key[b]; });
     std::vector<double> weight(static_cast<size_t>(c.n_expert_used));
-    double sum = 0.0;
-    for (int64_t i = 0; i < c.n_expert_used; ++i) sum += prob[order[i]];
-    if (c.moe_gating_sigmoid) sum = c.moe_norm_weights ? std::max(sum, 6.103515625e-5) : 1.0;
-    if (!c.moe_norm_weights && !c.moe_gating_sigmoid) sum = 1.0;
-    for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = prob[order[i]] / sum * c.moe_weights_scale;
+    if (c.moe_routing_general()) {  // (deepseek2: its gating, selection bias, groups and scale)
+        std::vector<int32_t> chosen(static_cast<size_t>(c.n_expert_used));
+        route_experts(c, router_.data(), L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data(),
+                      chosen.data(), weight.data(), route_scratch_);
+        std::copy(chosen.begin(), chosen.end(), order.begin());
+    } else {
+        double sum = 0.0;
+        for (int64_t i = 0; i < c.n_expert_used; ++i) sum += prob[order[i]];
+        if (c.moe_gating_sigmoid) sum = c.moe_norm_weights ? std::max(sum, 6.103515625e-5) : 1.0;
+        if (!c.moe_norm_weights && !c.moe_gating_sigmoid) sum = 1.0;
+        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = prob[order[i]] / sum * c.moe_weights_scale;
+    }
     out_.assign(c.n_embd, 0.0);
     auto bias = [](const std::vector<float>& b, int64_t e, int64_t n) {
         return b.empty() ? nullptr : b.data() + e * n;

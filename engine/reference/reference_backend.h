@@ -66,6 +66,8 @@ private:
     void mamba2_token(const BatchToken& t, int64_t l);  // the same for granitehybrid's Mamba-2 layer
     // out_ = lfm2's short conv of layer l over xn_, its window moved on by t
     void short_conv_token(const BatchToken& t, int64_t l);
+    // out_ = deepseek2's attention (MLA) of layer l over xn_ for token t, its latent and RoPE key stored
+    void mla_token(const BatchToken& t, int64_t l);
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_
@@ -109,6 +111,7 @@ private:
     std::vector<double> gate_;   // [n_ff] (or n_ff_exp)
     std::vector<double> up_;     // [n_ff] (or n_ff_exp)
     std::vector<double> router_;      // [n_expert] router logits
+    std::vector<double> route_scratch_;  // route_experts' (deepseek2's routing)
     std::vector<double> expert_out_;  // [n_embd] one expert's output
     std::vector<double> router_in_;   // [n_embd] gemma4: the router's input
     std::vector<double> shared_;      // [n_embd] the dense FFN's output beside the experts' (gemma4, shared expert)

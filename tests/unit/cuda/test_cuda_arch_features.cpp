@@ -145,6 +145,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(lfm2moe->config, lfm2moe->weights),
                       "the CUDA backend cannot run lfm2moe models (recurrent short convolution layers); --device "
                       "cpu runs it");
+    // Nor deepseek2's Multi-head Latent Attention.
+    auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
+                      "the CUDA backend cannot run deepseek2 models (Multi-head Latent Attention); --device cpu runs "
+                      "it");
 }
 
 TEST_CASE("layer_heads gives the CUDA kernels each layer's RoPE, query temperature and score soft-cap", "[cuda]") {

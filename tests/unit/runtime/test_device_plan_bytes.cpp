@@ -28,7 +28,8 @@ const char* const kShapes[] = {"stories15m",   "qwen3-tiny",   "qwen3moe-tiny", 
                                "exaone4-tiny", "ernie4_5-tiny", "seed_oss-tiny", "qwen35-tiny", "qwen35moe-tiny",
                                "qwen2moe-tiny", "granitehybrid-tiny", "lfm2-tiny", "qwen2vl-tiny", "qwen3vl-tiny",
                                "qwen3vlmoe-tiny", "glm4v-tiny", "exaone-tiny", "glm4moe-tiny", "lfm2moe-tiny",
-                               "qwen3next-tiny", "gemma-tiny"};
+                               "qwen3next-tiny", "gemma-tiny", "deepseek2-tiny",
+                               "deepseek2-fused-tiny"};
 
 // Whether a tensor of the file belongs to a block at or after n_layer: glm4moe's multi-token-prediction blocks, which
 // the loader skips and no device holds.
