@@ -10,50 +10,33 @@
 
 namespace quill::cpu {
 
-void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const MoeGating& g) {
+void MoeRouting::route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias,
+                       bool renormalize) {
     QUILL_CHECK(n_used >= 1 && n_used <= n_expert, "{} of {} experts", n_used, n_expert);
     n_used_ = n_used;
     const auto k = static_cast<size_t>(n_used);
     chosen_.resize(static_cast<size_t>(n) * k);
     chosen_weight_.resize(chosen_.size());
     probs_.resize(static_cast<size_t>(n_expert));
-    keys_.resize(static_cast<size_t>(n_expert));
     order_.resize(static_cast<size_t>(n_expert));
     offsets_.assign(static_cast<size_t>(n_expert) + 2, 0);
     for (int64_t t = 0; t < n; ++t) {
-        // l = logits[t] (+ bias); sigmoid gating: p = sigmoid(l); the key that chooses: l or p (+ selection bias)
+        // l = logits[t] (+ bias)
         const float* l = logits + t * n_expert;
-        double top = -INFINITY, all_sum = 0.0;
-        for (int64_t e = 0; e < n_expert; ++e) {
-            probs_[e] = g.logit_bias ? l[e] + g.logit_bias[e] : l[e];
-            top = std::max(top, probs_[e]);
-        }
-        if (g.sigmoid)
-            for (int64_t e = 0; e < n_expert; ++e) probs_[e] = 1.0 / (1.0 + std::exp(-probs_[e]));
-        else
-            for (int64_t e = 0; e < n_expert; ++e) all_sum += std::exp(probs_[e] - top);
-        for (int64_t e = 0; e < n_expert; ++e) {
-            // (softmax gating with a selection bias: the bias joins the softmax's probabilities)
-            const double p = g.sigmoid || !g.selection_bias ? probs_[e] : std::exp(probs_[e] - top) / all_sum;
-            keys_[e] = g.selection_bias ? p + g.selection_bias[e] : p;
-        }
-        // the n_used largest keys, then in increasing expert order
+        for (int64_t e = 0; e < n_expert; ++e) probs_[e] = bias ? l[e] + bias[e] : l[e];
+        // the n_used largest, then in increasing expert order, each weighted by exp(l_e) / (sum of theirs, or of all)
         for (size_t e = 0; e < order_.size(); ++e) order_[e] = static_cast<int32_t>(e);
         std::partial_sort(order_.begin(), order_.begin() + n_used, order_.end(), [&](int32_t a, int32_t b) {
-            return keys_[a] > keys_[b] || (keys_[a] == keys_[b] && a < b);
+            return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
         });
+        const double top = probs_[order_[0]];
         std::sort(order_.begin(), order_.begin() + n_used);
-        // each weighted by p_e / (sum of the chosen p, at least 2^-14) or p_e (sigmoid), or by exp(l_e) / (sum of
-        // the chosen exp(l), or of all)
         double chosen_sum = 0.0;
-        for (size_t i = 0; i < k; ++i)
-            chosen_sum += g.sigmoid ? probs_[order_[i]] : std::exp(probs_[order_[i]] - top);
-        double divisor = g.normalize ? chosen_sum : all_sum;
-        if (g.sigmoid) divisor = g.normalize ? std::max(chosen_sum, 6.103515625e-5) : 1.0;
+        const size_t summed = renormalize ? k : order_.size();
+        for (size_t i = 0; i < summed; ++i) chosen_sum += std::exp(probs_[order_[i]] - top);
         for (size_t i = 0; i < k; ++i) {
-            const double p = g.sigmoid ? probs_[order_[i]] : std::exp(probs_[order_[i]] - top);
             chosen_[t * k + i] = order_[i];
-            chosen_weight_[t * k + i] = static_cast<float>(p / divisor * g.scale);
+            chosen_weight_[t * k + i] = static_cast<float>(std::exp(probs_[order_[i]] - top) / chosen_sum);
             ++offsets_[static_cast<size_t>(order_[i]) + 2];
         }
     }
@@ -137,15 +120,12 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
         const bool ready = residual_norm(layer, L.ffn_norm.data(), &router[0].w, n);
         mm(router, xn_.data(), n, d, n_decode_, ready);
     }
-    if (c.moe_routing_general()) {  // (deepseek2: route_experts, with its expert groups)
+    const float* router_bias = L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data();
+    if (c.moe_routing_general())
         moe_routing_.route_general(moe_logits_.data(), n, c,
                                    L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data());
-    } else {
-        const MoeGating gating{L.ffn_gate_inp_b.empty() ? nullptr : L.ffn_gate_inp_b.data(),
-                               L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data(), c.moe_gating_sigmoid,
-                               c.moe_norm_weights, c.moe_weights_scale};
-        moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used, gating);
-    }
+    else
+        moe_routing_.route(moe_logits_.data(), n, c.n_expert, c.n_expert_used, router_bias, c.moe_norm_weights);
 
     moe_x_.resize(static_cast<size_t>(n * d));
     moe_gate_.resize(static_cast<size_t>(n * f));

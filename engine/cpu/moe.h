@@ -10,28 +10,20 @@
 
 namespace quill::cpu {
 
-// How a layer's router logits become each token's experts and their weights (ModelConfig's moe_* fields).
-struct MoeGating {
-    const float* logit_bias = nullptr;      // [n_expert] added to the logits (gpt-oss's router bias), or nullptr
-    const float* selection_bias = nullptr;  // [n_expert] added to the probabilities to choose (moe_selection_bias)
-    bool sigmoid = false;                   // probabilities sigmoid(logit), not the softmax (moe_gating_sigmoid)
-    bool normalize = true;                  // the chosen weights divided by their sum (moe_norm_weights)
-    float scale = 1.0f;                     // then multiplied by this (moe_weights_scale)
-};
-
 // A batch's routing through one layer's experts. Everything a token gets depends on its router logits alone, and
 // each expert's tokens keep the batch's order, so the leading decode steps stay first in every group.
 class MoeRouting {
 public:
-    // From router logits [n, n_expert]: each token's n_used experts of the largest logits, or with a selection bias of
-    // the largest probabilities plus it (a tie goes to the lower expert). Softmax gating weights them by the softmax
-    // over their logits (the same as the softmax over all of them renormalized over the chosen), or without
-    // `normalize` by their shares of the softmax over all n_expert logits; sigmoid gating by sigmoid(logit), divided
-    // by the chosen ones' sum (at least 2^-14) with `normalize`. Every weight is then multiplied by `scale`.
-    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const MoeGating& gating = {});
+    // From router logits [n, n_expert] (plus bias [n_expert] when not null: gpt-oss's router bias): each token's
+    // n_used experts of the largest logits (a tie goes to the lower expert), weighted by the softmax over their logits
+    // (the same as the softmax over all of them renormalized over the chosen), or without `renormalize` by their
+    // shares of the softmax over all n_expert logits (qwen2moe).
+    void route(const float* logits, int64_t n, int64_t n_expert, int64_t n_used, const float* bias = nullptr,
+               bool renormalize = true);
 
-    // deepseek2's routing (ModelConfig::moe_routing_general): each token's experts and weights by route_experts,
-    // with the layer's selection bias (nullptr: none).
+    // DeepSeek-style routing (ModelConfig::moe_routing_general: sigmoid gating, a selection bias, expert groups, a
+    // weights scale): each token's experts and weights by route_experts, with the layer's selection bias (nullptr:
+    // none).
     void route_general(const float* logits, int64_t n, const ModelConfig& config, const float* bias);
 
     int64_t n_used() const { return n_used_; }
@@ -53,8 +45,7 @@ private:
     std::vector<int64_t> offsets_;      // [n_expert + 1]
     std::vector<int32_t> tokens_;       // [n * n_used] the token of each assignment, grouped by expert
     std::vector<float> weights_;        // [n * n_used] its weight
-    std::vector<double> probs_;         // [n_expert] one token's logits (sigmoid gating: its probabilities)
-    std::vector<double> keys_;          // [n_expert] what chooses its experts: probs_ (+ the selection bias)
+    std::vector<double> probs_;         // [n_expert] one token's logits
     std::vector<int32_t> order_;        // [n_expert] experts by decreasing logit
     std::vector<double> logits_, weight_, scratch_;  // route_general's: one token's logits and weights
 };

@@ -117,9 +117,15 @@ struct ModelConfig {
     bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense; }
     // deepseek2: expert groups (expert_group_count, expert_group_used_count): the experts are chosen among the
     // moe_n_group_used of moe_n_group equal runs of them whose two best biased probabilities sum highest
-    // (engine/model/moe_route.h, which routes deepseek2's tokens: moe_routing_general).
     int64_t moe_n_group = 0, moe_n_group_used = 0;
-    bool moe_routing_general() const { return arch == "deepseek2"; }
+    // Whether the experts are chosen by DeepSeek's rule (route_experts, engine/model/moe_route.h: probabilities
+    // first, then the selection bias, the groups, the normalization and the scale): sigmoid gating, a selection bias,
+    // groups or a scale (glm4moe, lfm2moe), and deepseek2 always. Else the softmax of the largest logits (plus gpt-oss's
+    // router bias; qwen2moe's shares of the softmax over all).
+    bool moe_routing_general() const {
+        return moe_gating_sigmoid || moe_selection_bias || moe_n_group > 1 || moe_weights_scale != 1.0f ||
+               arch == "deepseek2";
+    }
     // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
     // shared expert), or some layers (the leading dense ones)
     bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert || n_leading_dense > 0; }

@@ -1,5 +1,5 @@
-// deepseek2's choice of a token's experts (ModelConfig::moe_routing_general), as llama.cpp's build_moe_ffn makes
-// it: the one rule both backends route by.
+// DeepSeek-style choice of a token's experts (ModelConfig::moe_routing_general: glm4moe, lfm2moe, deepseek2), as
+// llama.cpp's build_moe_ffn makes it: the one rule both backends route by.
 #pragma once
 
 #include "engine/model/model_config.h"

@@ -699,37 +699,31 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
 // out = sum over the n_expert_used experts e of the largest logits l_e of softmax_e(those l) * ffn_e(xn) * s_e, with
 // l = W_router router_in (+ the router's bias) (a tie goes to the lower expert); gpt-oss's experts add their biases;
 // s_e gemma4's output scale of expert e (else 1). qwen2moe (ModelConfig::moe_norm_weights off): softmax_e(all the
-// logits) instead, the chosen experts' shares of it. Sigmoid gating (glm4moe, lfm2moe): p_e = sigmoid(l_e), the
-// experts of the largest p_e + selection bias_e chosen, weighted by p_e / (sum of the chosen p, at least 2^-14) (or
-// p_e without moe_norm_weights); every weight times moe_weights_scale.
+// logits) instead, the chosen experts' shares of it. DeepSeek-style routing (ModelConfig::moe_routing_general:
+// glm4moe, lfm2moe, deepseek2; sigmoid gating, a selection bias, expert groups, a weights scale): route_experts'
+// experts and weights (engine/model/moe_route.h).
 void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>& router_in) {
     const ModelConfig& c = config_;
     matvec(L.ffn_gate_inp, router_in, router_, row_);
     for (size_t e = 0; e < L.ffn_gate_inp_b.size(); ++e) router_[e] += L.ffn_gate_inp_b[e];
-    // the probabilities: sigmoid(l), or softmax(l) over all the experts
-    std::vector<double> prob = router_;
-    if (c.moe_gating_sigmoid)
-        for (double& p : prob) p = 1.0 / (1.0 + std::exp(-p));
-    else
-        softmax(prob, c.n_expert);
-    // the keys that choose: the logits, or the probabilities plus the selection bias
-    std::vector<double> key = L.ffn_exp_probs_b.empty() ? router_ : prob;
-    for (size_t e = 0; e < L.ffn_exp_probs_b.size(); ++e) key[e] += L.ffn_exp_probs_b[e];
     std::vector<int64_t> order(static_cast<size_t>(c.n_expert));
-    for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[a] > key[b]; });
     std::vector<double> weight(static_cast<size_t>(c.n_expert_used));
-    if (c.moe_routing_general()) {  // (deepseek2: its gating, selection bias, groups and scale)
+    if (c.moe_routing_general()) {  // (DeepSeek-style: gating, selection bias, groups and scale)
         std::vector<int32_t> chosen(static_cast<size_t>(c.n_expert_used));
         route_experts(c, router_.data(), L.ffn_exp_probs_b.empty() ? nullptr : L.ffn_exp_probs_b.data(),
                       chosen.data(), weight.data(), route_scratch_);
         std::copy(chosen.begin(), chosen.end(), order.begin());
     } else {
-        double sum = 0.0;
-        for (int64_t i = 0; i < c.n_expert_used; ++i) sum += prob[order[i]];
-        if (c.moe_gating_sigmoid) sum = c.moe_norm_weights ? std::max(sum, 6.103515625e-5) : 1.0;
-        if (!c.moe_norm_weights && !c.moe_gating_sigmoid) sum = 1.0;
-        for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = prob[order[i]] / sum * c.moe_weights_scale;
+        for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int64_t>(e);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return router_[a] > router_[b]; });
+        if (c.moe_norm_weights) {
+            for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = router_[order[i]];
+            softmax(weight, c.n_expert_used);
+        } else {
+            std::vector<double> all = router_;
+            softmax(all, c.n_expert);
+            for (int64_t i = 0; i < c.n_expert_used; ++i) weight[i] = all[order[i]];
+        }
     }
     out_.assign(c.n_embd, 0.0);
     auto bias = [](const std::vector<float>& b, int64_t e, int64_t n) {

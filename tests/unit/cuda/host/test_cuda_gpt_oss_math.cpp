@@ -29,7 +29,7 @@ TEST_CASE("CUDA expert routing adds the router's bias as the CPU backend does an
     g.route(logits.data(), n, ne, k, lead, bias.data());
     plain.route(logits.data(), n, ne, k, lead);
     cpu::MoeRouting want;
-    want.route(logits.data(), n, ne, k, cpu::MoeGating{bias.data()});
+    want.route(logits.data(), n, ne, k, bias.data());
     CHECK(g.experts() != plain.experts());  // the bias matters
     REQUIRE(g.owners().size() == static_cast<size_t>(n * k));
     for (int64_t e = 0; e < ne; ++e) {
