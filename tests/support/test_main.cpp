@@ -90,5 +90,6 @@ int main(int argc, char* argv[]) {
     Catch::Session session;
     if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
     const int result = session.run();
+    quill::test::remove_temp_dirs();
     return exit_code(result, run_record());
 }

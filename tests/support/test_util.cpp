@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace quill::test {
 
@@ -48,11 +50,32 @@ std::optional<fs::path> default_model() {
     return std::nullopt;
 }
 
+namespace {
+
+// The directories temp_dir made in this process, removed when its tests end (remove_temp_dirs).
+std::vector<fs::path>& made_temp_dirs() {
+    static std::vector<fs::path> dirs;
+    return dirs;
+}
+
+}  // namespace
+
 fs::path temp_dir(const std::string& name) {
     fs::path dir = fs::temp_directory_path() / fmt::format("quill-test-{}-{}", name, ::getpid());
     fs::remove_all(dir);
     fs::create_directories(dir);
+    auto& made = made_temp_dirs();
+    if (std::find(made.begin(), made.end(), dir) == made.end()) made.push_back(dir);
     return dir;
+}
+
+void remove_temp_dirs() {
+    if (const char* keep = std::getenv("QUILL_KEEP_TEST_DIRS"); keep && *keep && std::string(keep) != "0") return;
+    for (const fs::path& dir : made_temp_dirs()) {
+        std::error_code ec;  // (a directory a test removed itself, or one a child still writes: left as it is)
+        fs::remove_all(dir, ec);
+    }
+    made_temp_dirs().clear();
 }
 
 bool in_ci() {

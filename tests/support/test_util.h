@@ -12,8 +12,10 @@ namespace quill::test {
 std::filesystem::path testdata_dir();
 // The default model (models/SmolLM2-135M-Instruct.Q4_1.gguf or $QUILL_MODEL); nullopt when it is not there.
 std::optional<std::filesystem::path> default_model();
-// A fresh empty directory for one test's files.
+// A fresh empty directory for one test's files, removed when the test process ends (remove_temp_dirs, called by the
+// test main; QUILL_KEEP_TEST_DIRS=1 keeps them to look at).
 std::filesystem::path temp_dir(const std::string& name);
+void remove_temp_dirs();
 
 // Skipping: a test calls skip (or a require_* helper) and returns before it asserts anything. The test main
 // (tests/support/test_main.cpp) then exits with kSkipExitCode, which CTest reports as Skipped; a test that skips after
