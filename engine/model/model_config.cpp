@@ -485,22 +485,15 @@ void read_lfm2(const GgufFile& f, const std::string& p, ModelConfig& c) {
 void read_deepseek2_heads(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.kv_lora_rank = required_int(f, p + "attention.kv_lora_rank", 1, 4096);
     c.q_lora_rank = optional_int(f, p + "attention.q_lora_rank", 0, 0, 1 << 16);
-    if (!f.find(p + "attention.key_length_mla")) {
-        c.mla_fused_kv_b = true;
-        c.head_dim = required_int(f, p + "attention.key_length", 2, 1024);
-        c.head_dim_v = required_int(f, p + "attention.value_length", 1, 1024);
-        const int64_t n_rot = optional_int(f, p + "rope.dimension_count", 0, 2, c.head_dim - 1);
-        if (n_rot % 2 != 0)
-            throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
-                                        f.path(), p, n_rot));
-        return;
-    }
-    c.head_dim = required_int(f, p + "attention.key_length_mla", 2, 1024);
-    c.head_dim_v = required_int(f, p + "attention.value_length_mla", 1, 1024);
+    c.mla_fused_kv_b = !f.find(p + "attention.key_length_mla");
+    const std::string mla = c.mla_fused_kv_b ? "" : "_mla";  // (older files: the heads' sizes in the plain keys)
+    c.head_dim = required_int(f, p + "attention.key_length" + mla, 2, 1024);
+    c.head_dim_v = required_int(f, p + "attention.value_length" + mla, 1, 1024);
     const int64_t n_rot = optional_int(f, p + "rope.dimension_count", 0, 2, c.head_dim - 1);
     if (n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
                                     f.path(), p, n_rot));
+    if (c.mla_fused_kv_b) return;
     const int64_t k_len = optional_int(f, p + "attention.key_length", c.kv_lora_rank + n_rot, 1, 1 << 16);
     const int64_t v_len = optional_int(f, p + "attention.value_length", c.kv_lora_rank, 1, 1 << 16);
     if (k_len != c.kv_lora_rank + n_rot || v_len != c.kv_lora_rank)
