@@ -13,13 +13,12 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/arch_cli_checks.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <sstream>
 
 namespace test_arch_deepseek2 {
 
@@ -132,45 +131,17 @@ TEST_CASE("quill run, chat and batch work end to end on a deepseek2 file with De
     auto prompt = test::run_quill({"template", "-m", file, "--chat-template", tmpl});
     CHECK(prompt.out.find("<s><\uff5cUser\uff5c>Hello<\uff5cAssistant\uff5c><think></think>") == 0);
     // --device auto: on the CPU (the CUDA backend refuses MLA with one line where there is a GPU).
-    auto run = test::run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
-                                "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
-    CHECK(run.status == 0);
-    CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
-    CHECK(run.err.find("cpu backend") != std::string::npos);
-    if (run.err.find("cannot run on") != std::string::npos)
-        CHECK(run.err.find("the CUDA backend cannot run deepseek2 models (Multi-head Latent Attention)") !=
-              std::string::npos);
+    test::check_run_auto_on_cpu(file, tmpl,
+                                "the CUDA backend cannot run deepseek2 models (Multi-head Latent Attention)");
     // Layers split over two CPU ranges (each with its layers' latent cache) give the text of one backend.
-    const std::vector<std::string> raw = {"run", "--raw", "-m", file, "-p", "Hello there", "-n", "6", "--temp", "0"};
-    std::vector<std::string> split = raw;
-    split.insert(split.end(), {"--devices", "cpu,cpu"});
-    auto whole = test::run_quill(raw), halves = test::run_quill(split);
-    CHECK((whole.status == 0 && halves.status == 0));
-    CHECK(halves.err.find("2 of 3 layers on cpu (layers 0-1") != std::string::npos);
-    CHECK(halves.out == whole.out);
+    test::check_split_over_two_cpus(file, "2 of 3 layers on cpu (layers 0-1");
     auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
                                 "Hello there\nAnd again\nOnce more\n");
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
     // Batch: two prompts with a long common prefix (copied between slots) and a short one, each its text alone.
-    const std::vector<std::string> prompts = {"a", "The longer prompt of the two here", "The longer prompt of the two "
-                                                                                       "there"};
-    std::string input;
-    for (const auto& p : prompts) input += nlohmann::json{{"prompt", p}}.dump() + "\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", file, "--temp", "0", "-n", "8", "--parallel", "3",
-                              "--batch-tokens", "5", "--quiet", "-t", "1"}, input);
-    REQUIRE(r.status == 0);
-    std::istringstream lines(r.out);
-    std::string line;
-    size_t i = 0;
-    for (; std::getline(lines, line); ++i) {
-        const auto rec = nlohmann::json::parse(line);
-        auto alone = test::run_quill({"run", "--raw", "-m", file, "--temp", "0", "-n", "8", "-t", "1", "--json", "-p",
-                                      prompts.at(std::stoul(rec["id"].get<std::string>().substr(5)) - 1)});
-        REQUIRE(alone.status == 0);
-        CHECK(nlohmann::json::parse(alone.out)["text"] == rec["text"]);
-    }
-    CHECK(i == prompts.size());
+    test::check_batch_texts_alone(file, {"a", "The longer prompt of the two here", "The longer prompt of the two "
+                                                                                       "there"});
 }
 
 TEST_CASE("deepseek2: a prompt prefix copied to another slot's MLA cache continues as the whole prompt alone",

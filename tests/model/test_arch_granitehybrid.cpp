@@ -12,15 +12,14 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/arch_cli_checks.h"
 #include "tests/support/recurrent_checks.h"
 #include "tests/support/test_util.h"
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -195,24 +194,7 @@ TEST_CASE("quill run, chat and batch work end to end on a granitehybrid file wit
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
     // Batch: sequences of different lengths side by side give each one's text alone.
-    const std::vector<std::string> prompts = {"a", "The longer prompt of the two here", "mid length one"};
-    std::string input;
-    for (const auto& p : prompts) input += nlohmann::json{{"prompt", p}}.dump() + "\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", file.string(), "--temp", "0", "-n", "8", "--parallel", "3",
-                              "--batch-tokens", "5", "--quiet", "-t", "1"}, input);
-    REQUIRE(r.status == 0);
-    std::istringstream lines(r.out);
-    std::string line;
-    size_t i = 0;
-    for (; std::getline(lines, line); ++i) {
-        const auto rec = nlohmann::json::parse(line);
-        auto alone = test::run_quill({"run", "--raw", "-m", file.string(), "--temp", "0", "-n", "8", "-t", "1",
-                                      "--json", "-p",
-                                      prompts.at(std::stoul(rec["id"].get<std::string>().substr(5)) - 1)});
-        REQUIRE(alone.status == 0);
-        CHECK(nlohmann::json::parse(alone.out)["text"] == rec["text"]);
-    }
-    CHECK(i == prompts.size());
+    test::check_batch_texts_alone(file.string(), {"a", "The longer prompt of the two here", "mid length one"});
 }
 
 }  // namespace test_arch_granitehybrid

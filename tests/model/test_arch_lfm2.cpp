@@ -12,6 +12,7 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/arch_cli_checks.h"
 #include "tests/support/fault_util.h"
 #include "tests/support/recurrent_checks.h"
 #include "tests/support/test_util.h"
@@ -19,7 +20,6 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -135,22 +135,10 @@ TEST_CASE("quill run, chat and batch work end to end on an lfm2 file with LFM2.5
     CHECK(prompt.status == 0);
     CHECK(prompt.out == "<s><|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
     // --device auto: on the CPU (the CUDA backend refuses the short convs with one line where there is a GPU).
-    auto run = test::run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
-                                "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
-    CHECK(run.status == 0);
-    CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
-    CHECK(run.err.find("cpu backend") != std::string::npos);
-    if (run.err.find("cannot run on") != std::string::npos)
-        CHECK(run.err.find("the CUDA backend cannot run lfm2 models (recurrent short convolution layers)") !=
-              std::string::npos);
+    test::check_run_auto_on_cpu(file, tmpl,
+                                "the CUDA backend cannot run lfm2 models (recurrent short convolution layers)");
     // Layers split over two CPU ranges (each with its layers' conv windows) give the text of one backend.
-    const std::vector<std::string> raw = {"run", "--raw", "-m", file, "-p", "Hello there", "-n", "6", "--temp", "0"};
-    std::vector<std::string> split = raw;
-    split.insert(split.end(), {"--devices", "cpu,cpu"});
-    auto whole = test::run_quill(raw), halves = test::run_quill(split);
-    CHECK((whole.status == 0 && halves.status == 0));
-    CHECK(halves.err.find("3 of 5 layers on cpu (layers 0-2") != std::string::npos);
-    CHECK(halves.out == whole.out);
+    test::check_split_over_two_cpus(file, "3 of 5 layers on cpu (layers 0-2");
     auto lookup = test::run_quill({"run", "-m", file, "-p", "Why is the sky blue?", "-n", "4", "--lookup", "4"});
     CHECK(lookup.status != 0);
     CHECK(lookup.err.find("--lookup and --draft-model cannot run on lfm2 models") != std::string::npos);
@@ -159,23 +147,7 @@ TEST_CASE("quill run, chat and batch work end to end on an lfm2 file with LFM2.5
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
     // Batch: sequences of different lengths side by side give each one's text alone.
-    const std::vector<std::string> prompts = {"a", "The longer prompt of the two here", "mid length one"};
-    std::string input;
-    for (const auto& p : prompts) input += nlohmann::json{{"prompt", p}}.dump() + "\n";
-    auto r = test::run_quill({"batch", "--raw", "-m", file, "--temp", "0", "-n", "8", "--parallel", "3",
-                              "--batch-tokens", "5", "--quiet", "-t", "1"}, input);
-    REQUIRE(r.status == 0);
-    std::istringstream lines(r.out);
-    std::string line;
-    size_t i = 0;
-    for (; std::getline(lines, line); ++i) {
-        const auto rec = nlohmann::json::parse(line);
-        auto alone = test::run_quill({"run", "--raw", "-m", file, "--temp", "0", "-n", "8", "-t", "1", "--json", "-p",
-                                      prompts.at(std::stoul(rec["id"].get<std::string>().substr(5)) - 1)});
-        REQUIRE(alone.status == 0);
-        CHECK(nlohmann::json::parse(alone.out)["text"] == rec["text"]);
-    }
-    CHECK(i == prompts.size());
+    test::check_batch_texts_alone(file, {"a", "The longer prompt of the two here", "mid length one"});
 }
 
 TEST_CASE("lfm2: three chat turns give the replies of the conversation run from position 0 each turn, and "

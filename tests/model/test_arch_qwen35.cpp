@@ -16,6 +16,7 @@
 #include "engine/reference/reference_backend.h"
 #include "engine/runtime/split_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/arch_cli_checks.h"
 #include "tests/support/fault_util.h"
 #include "tests/support/random_model.h"
 #include "tests/support/recurrent_checks.h"
@@ -182,26 +183,8 @@ TEST_CASE("quill run, chat and batch work end to end on a qwen35 file with Qwen3
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
     // Batch: sequences of different lengths side by side give each one's text alone.
-    const std::vector<std::string> prompts = {"a", "The longer prompt of the two here", "mid length one"};
-    std::string input;
-    for (const auto& p : prompts) input += nlohmann::json{{"prompt", p}}.dump() + "\n";
-    for (const char* parallel : {"1", "3"}) {
-        INFO("--parallel " << parallel);
-        auto r = test::run_quill({"batch", "--raw", "-m", file, "--temp", "0", "-n", "8", "--parallel", parallel,
-                                  "--batch-tokens", "5", "--quiet", "-t", "1"}, input);
-        REQUIRE(r.status == 0);
-        std::istringstream lines(r.out);
-        std::string line;
-        size_t i = 0;
-        for (; std::getline(lines, line); ++i) {
-            const auto rec = nlohmann::json::parse(line);
-            auto alone = test::run_quill({"run", "--raw", "-m", file, "--temp", "0", "-n", "8", "-t", "1", "--json",
-                                          "-p", prompts.at(std::stoul(rec["id"].get<std::string>().substr(5)) - 1)});
-            REQUIRE(alone.status == 0);
-            CHECK(nlohmann::json::parse(alone.out)["text"] == rec["text"]);
-        }
-        CHECK(i == prompts.size());
-    }
+    for (const char* parallel : {"1", "3"})
+        test::check_batch_texts_alone(file, {"a", "The longer prompt of the two here", "mid length one"}, parallel);
 }
 
 TEST_CASE("qwen35: three chat turns give the replies of the conversation run from position 0 each turn, and "

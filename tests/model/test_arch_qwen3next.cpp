@@ -12,6 +12,7 @@
 #include "engine/model/synthetic.h"
 #include "engine/reference/reference_backend.h"
 #include "tests/support/arch_checks.h"
+#include "tests/support/arch_cli_checks.h"
 #include "tests/support/recurrent_checks.h"
 #include "tests/support/test_util.h"
 
@@ -138,15 +139,8 @@ TEST_CASE("quill run and chat work end to end on a qwen3next file with Qwen3's c
     // No Qwen3-Next template is in tests/data/templates: Qwen3's (Qwen3-0.6B), whose ChatML Qwen3-Next's follows.
     const std::string tmpl =
         (fs::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" / "Qwen-Qwen3-0.6B.jinja").string();
-    auto run = test::run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
-                                "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
-    CHECK(run.status == 0);
-    CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
-    INFO(run.err);
-    CHECK(run.err.find("cpu backend") != std::string::npos);
-    if (run.err.find("cannot run on") != std::string::npos)
-        CHECK(run.err.find("the CUDA backend cannot run qwen3next models (recurrent gated delta net layers)") !=
-              std::string::npos);
+    test::check_run_auto_on_cpu(file, tmpl,
+                                "the CUDA backend cannot run qwen3next models (recurrent gated delta net layers)");
     auto chat = test::run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
                                 "Hello there\nAnd again\n");
     CHECK(chat.status == 0);
