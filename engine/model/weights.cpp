@@ -301,9 +301,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         w.layers.push_back(std::move(L));
     }
     w.n_expert_used = c.n_expert_used;
-    // qwen35, glm4moe: the multi-token-prediction blocks after the last layer, loaded and not run (as llama.cpp by
-    // default)
-    if (c.arch == "qwen35" || c.arch == "qwen35moe" || c.n_layer_nextn > 0) l.skip_blocks_from(c.n_layer);
+    // The multi-token-prediction blocks after the last layer (ModelConfig::n_layer_nextn), loaded and not run (as
+    // llama.cpp by default)
+    if (c.n_layer_nextn > 0) l.skip_blocks_from(c.n_layer);
     // A tensor the forward pass would not use means a model quill does not understand: refuse it rather than run
     // without it.
     if (const GgufTensorInfo* t = l.first_unused())
