@@ -72,7 +72,7 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // deepseek2's Multi-head Latent Attention (a latent cache, absorbed key and value matrices) has no kernels.
     if (config.mla())
         throw FileError(fmt::format("the CUDA backend cannot run {} models (Multi-head Latent Attention); --device cpu "
-                                    "runs it", config.arch));
+                                    "runs it", config.gguf_arch()));
     // qwen35's gated delta nets, granitehybrid's Mamba-2 layers and lfm2's short convs (a recurrent state per
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)

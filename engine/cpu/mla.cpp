@@ -15,7 +15,7 @@ namespace quill::cpu {
 // proj = Wo [Wv_b[h] o_h for each head h], o_h = sum_j softmax_j(score_hj) c_j over the slot's positions j, with
 //   q = Wq xn, or Wq_b (rms_norm(Wq_a xn) * q_a_norm) (per head: q_nope_h, then q_pe_h)
 //   [c, k_pe] = Wkv_a xn, c = rms_norm(c) * kv_a_norm; q_pe_h, k_pe rotated; cache[pos] = [c, k_pe]
-//   score_hj = ((Wk_b[h] q_nope_h) . c_j + q_pe_h . k_pe_j) * attn_scale
+//   score_hj = ((Wk_b[h] q_nope_h) . c_j + q_pe_h . k_pe_j) * attn_temp(pos) * attn_scale
 // and xn = rms_norm(x) * attn_norm, x the residual stream with the block before's proj added (residual_norm).
 void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
     const auto& c = config_;
@@ -61,7 +61,8 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
             for (int64_t e = 0; e < row; ++e) kf[8 * e] = kv[e];
         }
     }
-    // qabs[t, h] = [Wk_b[h] q_nope_h, q_pe_h], a head's product over the batch's rows at once
+    // qabs[t, h] = [Wk_b[h] q_nope_h, q_pe_h] * temp(pos_t), a head's product over the batch's rows at once (temp:
+    // Mistral Large 3's Llama 4 attention temperature, ModelConfig::attn_temp; 1 without)
     mla_qabs_.resize(static_cast<size_t>(n * nh * row));
     mla_in_.resize(static_cast<size_t>(n * std::max(hd, r)));
     mla_out_.resize(static_cast<size_t>(n * std::max(r, hv)));
@@ -73,6 +74,10 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
             float* q = mla_qabs_.data() + (t * nh + h) * row;
             std::copy_n(mla_out_.data() + t * r, r, q);
             std::copy_n(mla_q_.data() + (t * nh + h) * hd + nope, n_rot, q + r);
+            if (c.attn_temp_scale != 0.0f) {
+                const auto temp = static_cast<float>(c.attn_temp(batch.tokens[static_cast<size_t>(t)].pos));
+                for (int64_t e = 0; e < row; ++e) q[e] *= temp;
+            }
         }
     }
     mla_lat_.resize(static_cast<size_t>(n * nh * r));

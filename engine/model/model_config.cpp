@@ -16,7 +16,7 @@ namespace {
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
 // layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
 // Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
-// (ModelConfig::ssm_grouped).
+// (ModelConfig::ssm_grouped); Mistral Small 4 (mistral4) is deepseek2's.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -27,7 +27,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
                                          {"exaone", "llama", ArchVariant::Rope::neox},
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
-                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox}};
+                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
+                                         {"mistral4", "deepseek2", ArchVariant::Rope::base}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -50,7 +51,7 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
+           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -510,7 +511,9 @@ void read_deepseek2_heads(const GgufFile& f, const std::string& p, ModelConfig& 
 // the expert groups expert_group_count and expert_group_used_count. The scores are scaled by mscale^2 /
 // sqrt(key_length_mla), with mscale = attn_factor (1 + 0.1 ln(1 / freq_scale)) (1 + 0.1 log_mul
 // ln(1 / freq_scale)), log_mul = rope.scaling.yarn_log_multiplier / 0.1, and RoPE's cosines and sines by the
-// attn_factor of llama.cpp's context (YaRN's mscale cancelled where the file gives log_mul).
+// attn_factor of llama.cpp's context (YaRN's mscale cancelled where the file gives log_mul). Mistral Large 3's files
+// add Llama 4's attention temperature: attention.temperature_scale, over steps of attention.temperature_length
+// positions (which llama.cpp reads without a default: a file with the one and not the other is refused).
 void read_deepseek2(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
     c.n_expert_shared = required_int(f, p + "expert_shared_count", 0, 64);
@@ -530,6 +533,8 @@ void read_deepseek2(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
     c.yarn_log_mul = optional_float(f, p + "rope.scaling.yarn_log_multiplier", 0.0f, 0.0, 1e3);
     c.set_mla_scales(optional_float(f, p + "rope.scaling.attn_factor", 1.0f, 1e-6, 1e6));
+    c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
+    if (c.attn_temp_scale != 0.0f) c.attn_temp_floor = required_int(f, p + "attention.temperature_length", 1, 1 << 30);
 }
 
 }  // namespace

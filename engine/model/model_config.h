@@ -75,7 +75,7 @@ struct ModelConfig {
     bool rope_pair_still(int64_t pair) const;
     // smollm3: layer l has no RoPE when (l + 1) % no_rope_step == 0 (0: every layer has RoPE).
     int64_t no_rope_step = 0;
-    // mistral3 (Llama 4's attention temperature): queries are multiplied by
+    // Llama 4's attention temperature (mistral3; deepseek2: Mistral Large 3): queries are multiplied by
     // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) after RoPE; 0: no scaling.
     float attn_temp_scale = 0.0f;
     int64_t attn_temp_floor = 0;

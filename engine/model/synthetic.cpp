@@ -454,6 +454,18 @@ ModelConfig deepseek3_routing(ModelConfig c, int64_t n_group, int64_t n_group_us
     return c;
 }
 
+// Mistral Small 4 (mistral4) and Mistral Large 3 (converted as deepseek2) as llama.cpp's Mistral conversion writes
+// them, on deepseek2 with YaRN: softmax routing renormalized and scaled, Llama 4's attention temperature `temp` over
+// steps of the YaRN's original context
+ModelConfig mistral_mla(ModelConfig c, const char* file_arch, float temp) {
+    c.file_arch = file_arch;
+    c.moe_norm_weights = true;
+    c.moe_weights_scale = 1.5f;
+    c.attn_temp_scale = temp;
+    c.attn_temp_floor = c.yarn_n_ctx_orig;
+    return c;
+}
+
 // GLM-4.7-Flash (converted as deepseek2) in its first n_layer layers, as its config.json gives it (no file could be
 // fetched here to check against): MLA with a low-rank query, sigmoid routing renormalized and scaled by 1.8, no
 // groups, a shared expert, RoPE base 1e6.
@@ -563,6 +575,9 @@ std::vector<ModelConfig> arch_shapes() {
         // (rows of whole 256-blocks but the 128 of attn_k_b, Q8_0 then: the speed comparison's Q4_K file)
         deepseek3_routing(deepseek2_config("deepseek2-small", 1024, 4, 8, {512, 256, 128, 64, 128}, 2816, 512, 16, 4, 1,
                                            1, 32000, 4096), 4, 2, 2.5f),
+        // (YaRN of factor 4 over 8 positions, the temperature's steps 8 positions: 4 steps in the tests' prompts)
+        mistral_mla(deepseek2_yarn(deepseek2_config("mistral4-tiny", 128, 3, 4, {64, 64, 32, 16, 32}, 192, 64, 8, 2, 1,
+                                                    1, 320, 1024), 4.0f, 8, 1.0f), "mistral4", 0.25f),
         glm47_flash_config("glm-4.7-flash", 47),
         glm47_flash_config("glm-4.7-flash-8l", 8),
         deepseek2_yarn(deepseek2_config("deepseek-v2-lite", 2048, 27, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6, 2,
@@ -1079,6 +1094,7 @@ void SyntheticModel::save(const std::string& path) const {
             w.set(p + "expert_group_used_count", uint32_t(c.moe_n_group_used));
         }
         if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
+        if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_length", uint32_t(c.attn_temp_floor));
     } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35) {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));

@@ -594,7 +594,8 @@ void ReferenceBackend::short_conv_token(const BatchToken& t, int64_t l) {
 //   q = Wq xn, or Wq_b (rms_norm(Wq_a xn) * q_a_norm): per head h its dims without RoPE q_nope_h, then q_pe_h
 //   [c, k_pe] = Wkv_a xn; c = rms_norm(c) * kv_a_norm (the latent); q_pe_h, k_pe = RoPE(q_pe_h, pos), RoPE(k_pe, pos)
 //   cache[pos] = [c, k_pe]
-//   score_hj = ((Wk_b[h] q_nope_h) . c_j + q_pe_h . k_pe_j) * attn_scale   (Wk_b absorbed into the query)
+//   score_hj = ((Wk_b[h] q_nope_h) . c_j + q_pe_h . k_pe_j) * attn_temp(pos) * attn_scale   (Wk_b absorbed into the
+//   query; the temperature multiplies the absorbed query)
 //   o_h = Wv_b[h] sum_j softmax_j(score_hj) c_j;  out_ = Wo [o_0 .. o_{n_head-1}]
 // With an f16 cache the stored row, each head's absorbed query and the probabilities are rounded to fp16.
 void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
@@ -623,12 +624,14 @@ void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
         stored[i] = f16 ? round_to_fp16(v) : v;
     }
     const int64_t n_kv = t.pos + 1;
+    const double temp = c.attn_temp(t.pos);  // (Mistral Large 3's Llama 4 attention temperature; 1 without)
     att_.assign(static_cast<size_t>(c.n_head * c.head_dim_v), 0.0);
     std::vector<double> q_nope(static_cast<size_t>(nope)), q_abs, o(static_cast<size_t>(r)), v_h;
     for (int64_t h = 0; h < c.n_head; ++h) {
         std::copy_n(q_.begin() + h * hd, nope, q_nope.begin());
         matvec(L.wk_b_heads[h], q_nope, q_abs, row_);  // [kv_lora_rank]
         q_abs.insert(q_abs.end(), q_pe.begin() + h * n_rot, q_pe.begin() + (h + 1) * n_rot);
+        for (double& v : q_abs) v *= temp;
         if (f16) std::transform(q_abs.begin(), q_abs.end(), q_abs.begin(), round_to_fp16);
         for (int64_t j = 0; j < n_kv; ++j) {
             const double* kj = cache_row(k_cache_, l, t.slot, j);

@@ -60,6 +60,36 @@ TEST_CASE("deepseek2 file with the older fused attn_kv_b: the reference and CPU 
            m->config.kv_head_dim() == 80 && m->weights.layers[0].wkv_b.data));
 }
 
+// mistral4-tiny: Mistral Small 4's files (architecture mistral4, deepseek2's layers) with Mistral Large 3's Llama 4
+// attention temperature (its files are deepseek2's): the absorbed queries scaled by 1 + 0.25 ln(floor(pos / 8) + 1),
+// softmax routing renormalized and scaled, YaRN.
+TEST_CASE("mistral4 tiny model with an attention temperature: the reference and CPU backends give llama.cpp's logits "
+          "and greedy tokens", "[arch][reference][cpu]") {
+    test::check_shape_against_llama_cpp("mistral4-tiny", kCases, kCtx, false);
+    test::check_shape_against_llama_cpp("mistral4-tiny", kCases, kCtx, true);
+    auto m = test::saved_synthetic("mistral4-tiny", GgmlType::F32);
+    const ModelConfig& c = m->config;
+    CHECK((c.arch == "deepseek2" && c.file_arch == "mistral4" && c.attn_temp_scale == 0.25f &&
+           c.attn_temp_floor == 8 && !c.moe_gating_sigmoid && c.moe_norm_weights && c.moe_weights_scale == 1.5f));
+    CHECK((c.attn_temp(7) == 1.0 && c.attn_temp(8) == Approx(1.0 + 0.25 * std::log(2.0))));
+    // Without the temperature either backend is 100 times the F32 limit off llama.cpp's logits (measured: 6.9e-3).
+    const auto no_temp = [](ModelConfig& mc, Weights&) { mc.attn_temp_scale = 0; };
+    for (double e : test::mutant_error("mistral4-tiny", kCtx, no_temp)) CHECK(e > 1e-3);
+    test::check_mixed_batches(synthetic_config("mistral4-tiny"), {GgmlType::Q4_0}, kCtx);
+    // The temperature's steps: llama.cpp reads them without a default and divides by them.
+    const std::vector<test::RefusedMetadata> cases = {
+        {"temperature", [](GgufWriter& w) { w.set("mistral4.attention.temperature_length", uint32_t(0)); },
+         "metadata 'mistral4.attention.temperature_length' is 0, expected 1..1073741824"}};
+    test::check_refused_metadata(test::temp_dir("arch_mistral4_refused"), "mistral4-tiny", cases);
+}
+
+// (No Mistral Small 4 template is in tests/data/templates: Ministral 3's, of the same family's format.)
+TEST_CASE("quill run and chat work end to end on a mistral4 file with Ministral 3's chat template", "[arch][cli]") {
+    test::check_run_and_chat("mistral4-tiny", "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+                             {"architecture    mistral4", "attention.temperature_scale=0.25",
+                              "multi-head latent (MLA): a latent of 64 cached a position"});
+}
+
 TEST_CASE("deepseek2 settings are read from the file as llama.cpp reads them, and its cache is MLA's latent",
           "[arch][model]") {
     auto m = test::saved_synthetic("deepseek2-tiny", GgmlType::F32);
