@@ -16,7 +16,8 @@ namespace {
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
 // layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
 // Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
-// (ModelConfig::ssm_grouped); Mistral Small 4 (mistral4) is deepseek2's.
+// (ModelConfig::ssm_grouped); Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is granite's
+// layers with experts (and a shared expert where the file gives its width), as granitehybrid's.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -28,7 +29,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"exaone", "llama", ArchVariant::Rope::neox},
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
                                          {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
-                                         {"mistral4", "deepseek2", ArchVariant::Rope::base}};
+                                         {"mistral4", "deepseek2", ArchVariant::Rope::base},
+                                         {"granitemoe", "granite", ArchVariant::Rope::base}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -51,7 +53,7 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
+           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -606,16 +608,17 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (gemma4: where the file has experts)
     // qwen2moe, qwen35moe: a shared expert beside the routed ones
     const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
-    // (granitehybrid: Granite 4.0 H Tiny and Small; gemma4: where the file has experts)
-    const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
+    // (granitehybrid: Granite 4.0 H Tiny and Small; granitemoe; gemma4: where the file has experts)
+    const bool granite_experts = c.arch == "granitehybrid" || c.file_arch == "granitemoe";
+    const bool experts_if_any = c.arch == "gemma4" || granite_experts;
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe";
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe "
-                                    "and deepseek2 are)", f.path(), *experts, c.arch));
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, granitemoe, "
+                                    "glm4moe, lfm2moe and deepseek2 are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -668,15 +671,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (moe) {  // as llama.cpp reads them: the experts' width, else n_ff split over the used ones
         c.n_expert = required_int(f, p + "expert_count", 1, 4096);
         c.n_expert_used = required_int(f, p + "expert_used_count", 1, c.n_expert);
-        // (granitehybrid's experts are feed_forward_length wide, as llama.cpp reads them)
-        c.n_ff_exp = c.arch == "granitehybrid"
+        // (granitehybrid's and granitemoe's experts are feed_forward_length wide, as llama.cpp reads them)
+        c.n_ff_exp = granite_experts
                          ? c.n_ff
                          : optional_int(f, p + "expert_feed_forward_length", c.n_ff / c.n_expert_used, 1, kBig);
         if (c.n_ff_exp < 1)
             throw FileError(fmt::format("{}: no '{}expert_feed_forward_length' and feed_forward_length {} is less "
                                         "than expert_used_count {}", f.path(), p, c.n_ff, c.n_expert_used));
     }
-    if (moe && c.arch == "granitehybrid") {  // Granite 4.0 H's shared expert, ungated, where the file gives its width
+    if (moe && granite_experts) {  // Granite's shared expert, ungated, where the file gives its width
         const int64_t shared = optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig);
         c.moe_shared_expert = shared > 0;
         if (shared > 0) c.n_ff = shared;

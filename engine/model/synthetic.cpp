@@ -287,6 +287,15 @@ ModelConfig granitehybrid_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_
     return c;
 }
 
+// granitemoe (Granite 3.x MoE, granite's layers with granitehybrid's mixture; `shared`: with the shared expert of
+// c.n_ff that granitemoeshared files have)
+ModelConfig granitemoe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, bool shared) {
+    c = granitehybrid_moe_config(c, n_ff_exp, n_expert, n_used);
+    c.file_arch = "granitemoe";
+    c.moe_shared_expert = shared;
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -635,6 +644,12 @@ std::vector<ModelConfig> arch_shapes() {
         glm4v_config(glm4_config("glm-4.1v-9b", 4096, 40, 32, 2, 128, 13696, 151552, 65536), {8, 12, 12, 0}),
         // Granite 3.3 2B's multipliers (its attention multiplier 1/64 over a head of 64)
         granite_config("granite-tiny", 128, 3, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.015625f, 8.0f),
+        // (8 experts of 64, 2 a token, and a shared expert of 96)
+        granitemoe_config(granite_config("granitemoe-tiny", 128, 3, 4, 2, 96, 320, 1024, 12.0f, 0.22f, 0.015625f,
+                                         8.0f), 64, 8, 2, true),
+        // Granite 3.1 3B-A800M as its config.json gives it, as remembered (no file could be fetched here to check)
+        granitemoe_config(granite_config("granite-3.1-3b-a800m", 1536, 32, 24, 8, 512, 49155, 131072, 12.0f, 0.22f,
+                                         0.015625f, 6.0f), 512, 40, 8, false),
         granite_config("granite-3.3-2b", 2048, 40, 32, 8, 8192, 49159, 131072, 12.0f, 0.22f, 0.015625f, 8.0f),
         // layers 1 and 3 attention (GQA 4/2), 0, 2 and 4 Mamba-2 (8 heads of 32, 2 groups of B and C of 64)
         granitehybrid_config("granitehybrid-tiny", 128, 5, 2, 4, 2, 256, 320, 1024, 4, 64, 2, 8),
@@ -729,7 +744,7 @@ const char* chat_template(const std::string& arch) {
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<|turn>{{ role }}\n{{ "
                "message['content'] | trim }}<turn|>\n{% endfor %}{% if add_generation_prompt %}"
                "<|turn>model\n{% endif %}";
-    if (arch == "granite" || arch == "granitehybrid") return kGraniteTemplate;
+    if (arch == "granite" || arch == "granitehybrid" || arch == "granitemoe") return kGraniteTemplate;
     if (arch == "glm4" || arch == "glm4moe") return kGlm4Template;
     return arch == "llama" ? nullptr : kChatTemplate;
 }
@@ -1049,7 +1064,7 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
-    if (c.arch == "granitehybrid" && c.moe()) {  // (Granite 4.0 H's experts are feed_forward_length wide)
+    if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe") && c.moe()) {  // (Granite's experts: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2") {  // (the leading dense width)
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
