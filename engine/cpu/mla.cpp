@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace quill::cpu {
 
@@ -96,31 +97,45 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
 
 // For each (token t, head h), over t's slot's positions j <= pos (K's layout: eight positions innermost, each row
 // [c, k_pe] of kv_lora_rank + n_rot): s_j = q . row_j * attn_scale, p = softmax(s), lat = sum_j p_j c_j. In float,
-// each row alone in the same order whatever the batch; with an F16 cache the query and the probabilities rounded to
-// fp16 first, as the reference backend does. The work goes in units of a token's heads (all of them, or a share of
-// them where the tokens are fewer than the threads), each key block converted to float once for the unit's heads.
+// each row alone in the same order whatever the batch (scores: a chain over the row's elements a position; lat: a
+// chain over the positions in order an element); with an F16 cache the query and the probabilities rounded to fp16
+// first, as the reference backend does. The work goes in units of a tile's heads: a tile is a run of up to eight
+// tokens of one slot (a prompt's chunk; a decode step is a tile of one), its heads all of them or a share of them
+// where the tiles are fewer than the threads. Each key block is converted to float once a pass for the unit's rows.
 void CpuBackend::mla_attend(const Batch& batch, int64_t layer, const float* q, float* lat) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size()), nh = c.n_head, r = c.kv_lora_rank;
     const int64_t row = c.mla_row();
     const bool f16 = kv_.shape().type == KvType::f16;
     const int64_t ctx8 = (kv_.shape().n_ctx + 7) / 8 * 8;
-    const int64_t parts = std::min<int64_t>(nh, std::max<int64_t>(1, (pool_.size() + n - 1) / n));  // a token's units
+    // Tokens a tile: up to 8, fewer where a thread's scores would pass 2^22 floats (16 MiB) at the longest contexts
+    const int64_t tile_max = std::clamp<int64_t>((int64_t{1} << 22) / (nh * ctx8), 1, 8);
+    std::vector<int64_t> tiles{0};  // [n_tiles + 1] the tiles' first tokens, then n
+    for (int64_t t = 1; t < n; ++t)
+        if (batch.tokens[t].slot != batch.tokens[t - 1].slot || t - tiles.back() == tile_max) tiles.push_back(t);
+    tiles.push_back(n);
+    const int64_t n_tiles = static_cast<int64_t>(tiles.size()) - 1;
+    const int64_t parts = std::min<int64_t>(nh, std::max<int64_t>(1, (pool_.size() + n_tiles - 1) / n_tiles));
     const int64_t hc = (nh + parts - 1) / parts;  // heads a unit
-    const int64_t per_thread = 8 * row + hc * (ctx8 + row);
+    const int64_t rows_max = tile_max * hc;
+    const int64_t per_thread = 8 * row + 8 * r + rows_max * (ctx8 + row);
     mla_scores_.resize(static_cast<size_t>(pool_.size() * per_thread));
     const auto scale = static_cast<float>(c.attn_scale);
     pool_.run([&](int ith, int nth) {
-        float* blk = mla_scores_.data() + ith * per_thread;  // [row, 8] a key block in float
-        float* qs = blk + 8 * row;                           // [hc, row] the unit's queries
-        float* ss = qs + hc * row;                           // [hc, ctx8] their scores, then probabilities
-        const Range units = split_range(n * parts, ith, nth, 1);
+        float* blk = mla_scores_.data() + ith * per_thread;  // [row, 8] a key block in float, the cache's layout
+        float* lt = blk + 8 * row;                           // [8, r] its latents, a position's contiguous
+        float* qs = lt + 8 * r;                              // [rows, row] the unit's queries
+        float* ss = qs + rows_max * row;                     // [rows, ctx8] their scores, then probabilities
+        const Range units = split_range(n_tiles * parts, ith, nth, 1);
         for (int64_t u = units.begin; u < units.end; ++u) {
-            const int64_t t = u / parts, h0 = (u % parts) * hc, h1 = std::min(nh, h0 + hc);
+            const int64_t tile = u / parts, h0 = (u % parts) * hc, h1 = std::min(nh, h0 + hc);
             if (h0 >= h1) continue;
-            const BatchToken& bt = batch.tokens[static_cast<size_t>(t)];
-            const int64_t n_kv = bt.pos + 1, blocks = (n_kv + 7) / 8;
-            const uint8_t* k = kv_.k(layer, bt.slot);
+            const int64_t t0 = tiles[static_cast<size_t>(tile)], t1 = tiles[static_cast<size_t>(tile) + 1];
+            const int64_t nhu = h1 - h0;
+            const uint8_t* k = kv_.k(layer, batch.tokens[static_cast<size_t>(t0)].slot);
+            auto pos = [&](int64_t t) { return batch.tokens[static_cast<size_t>(t)].pos; };
+            int64_t blocks = 0;  // the tile's key blocks: its last position's
+            for (int64_t t = t0; t < t1; ++t) blocks = std::max<int64_t>(blocks, (pos(t) + 8) / 8);
             auto load = [&](int64_t b) {  // blk = key block b in float
                 const size_t off = static_cast<size_t>(b * row * 8);
                 if (f16) {
@@ -130,43 +145,54 @@ void CpuBackend::mla_attend(const Batch& batch, int64_t layer, const float* q, f
                     std::memcpy(blk, reinterpret_cast<const float*>(k) + off, static_cast<size_t>(8 * row) * 4);
                 }
             };
-            for (int64_t h = h0; h < h1; ++h) {
-                float* qr = qs + (h - h0) * row;
-                std::copy_n(q + (t * nh + h) * row, row, qr);
-                if (f16) kv_ops_.round_f16(qr, static_cast<int>(row));
-            }
+            for (int64_t t = t0; t < t1; ++t)
+                for (int64_t h = h0; h < h1; ++h) {
+                    float* qr = qs + ((t - t0) * nhu + h - h0) * row;
+                    std::copy_n(q + (t * nh + h) * row, row, qr);
+                    if (f16) kv_ops_.round_f16(qr, static_cast<int>(row));
+                }
             for (int64_t b = 0; b < blocks; ++b) {
                 load(b);
-                for (int64_t h = h0; h < h1; ++h) {
-                    const float* qr = qs + (h - h0) * row;
-                    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                    for (int64_t e = 0; e < row; ++e)
-                        for (int i = 0; i < 8; ++i) acc[i] += qr[e] * blk[e * 8 + i];
-                    float* s = ss + (h - h0) * ctx8;
-                    for (int i = 0; i < 8; ++i) s[b * 8 + i] = acc[i] * scale;
+                for (int64_t t = t0; t < t1; ++t) {
+                    if (8 * b > pos(t)) continue;
+                    for (int64_t x = (t - t0) * nhu; x < (t - t0 + 1) * nhu; ++x) {
+                        const float* qr = qs + x * row;
+                        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                        for (int64_t e = 0; e < row; ++e)
+                            for (int i = 0; i < 8; ++i) acc[i] += qr[e] * blk[e * 8 + i];
+                        float* s = ss + x * ctx8;
+                        for (int i = 0; i < 8; ++i) s[b * 8 + i] = acc[i] * scale;
+                    }
                 }
             }
-            for (int64_t h = h0; h < h1; ++h) {
-                float* s = ss + (h - h0) * ctx8;
-                float m = -INFINITY;
-                for (int64_t j = 0; j < n_kv; ++j) m = std::max(m, s[j]);
-                double sum = 0.0;
-                for (int64_t j = 0; j < n_kv; ++j) sum += s[j] = std::exp(s[j] - m);
-                const auto inv = static_cast<float>(1.0 / sum);
-                for (int64_t j = 0; j < n_kv; ++j) s[j] *= inv;
-                if (f16) kv_ops_.round_f16(s, static_cast<int>(n_kv));
-                for (int64_t j = n_kv; j < blocks * 8; ++j) s[j] = 0.0f;  // (the last block's positions past pos)
-                std::fill_n(lat + (t * nh + h) * r, r, 0.0f);
+            for (int64_t t = t0; t < t1; ++t) {
+                const int64_t n_kv = pos(t) + 1, end = (n_kv + 7) / 8 * 8;
+                for (int64_t h = h0; h < h1; ++h) {
+                    float* s = ss + ((t - t0) * nhu + h - h0) * ctx8;
+                    float m = -INFINITY;
+                    for (int64_t j = 0; j < n_kv; ++j) m = std::max(m, s[j]);
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < n_kv; ++j) sum += s[j] = std::exp(s[j] - m);
+                    const auto inv = static_cast<float>(1.0 / sum);
+                    for (int64_t j = 0; j < n_kv; ++j) s[j] *= inv;
+                    if (f16) kv_ops_.round_f16(s, static_cast<int>(n_kv));
+                    for (int64_t j = n_kv; j < end; ++j) s[j] = 0.0f;  // (the last block's positions past pos)
+                    std::fill_n(lat + (t * nh + h) * r, r, 0.0f);
+                }
             }
             for (int64_t b = 0; b < blocks; ++b) {
                 load(b);
-                for (int64_t h = h0; h < h1; ++h) {
-                    const float* p = ss + (h - h0) * ctx8 + b * 8;
-                    float* o = lat + (t * nh + h) * r;
-                    for (int64_t e = 0; e < r; ++e) {
-                        float acc = 0.0f;
-                        for (int i = 0; i < 8; ++i) acc += p[i] * blk[e * 8 + i];
-                        o[e] += acc;
+                for (int64_t e = 0; e < r; ++e)
+                    for (int i = 0; i < 8; ++i) lt[i * r + e] = blk[e * 8 + i];
+                for (int64_t t = t0; t < t1; ++t) {
+                    if (8 * b > pos(t)) continue;
+                    for (int64_t h = h0; h < h1; ++h) {
+                        const float* p = ss + ((t - t0) * nhu + h - h0) * ctx8 + b * 8;
+                        float* o = lat + (t * nh + h) * r;
+                        for (int i = 0; i < 8; ++i) {
+                            const float pi = p[i], *li = lt + i * r;
+                            for (int64_t e = 0; e < r; ++e) o[e] += pi * li[e];
+                        }
                     }
                 }
             }
