@@ -105,6 +105,32 @@ inline std::unique_ptr<cpu::CpuBackend> arch_cpu_backend(const ModelConfig& c, c
     return std::make_unique<cpu::CpuBackend>(c, w, o);
 }
 
+// A mutant check's errors: the worst prompt position's max |diff| / range against llama.cpp's F32 logits of `shape`
+// (SHAPE-f32.prompt_logits.txt), on the reference backend and on the CPU backend's generic kernels (n_ctx positions,
+// KV f32), of the F32 synthetic model with its config or weights changed by `mutate`.
+inline std::vector<double> mutant_error(const std::string& shape,
+                                        const std::function<void(ModelConfig&, Weights&)>& mutate, int64_t n_ctx) {
+    auto m = saved_synthetic(shape, GgmlType::F32);
+    ModelConfig c = m->config;
+    Weights w = m->weights;
+    mutate(c, w);
+    const RefLogits ref = read_ref_logits(arch_ref_path(shape + "-f32.prompt_logits.txt"));
+    ReferenceBackend reference(c, w, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
+    auto cpu = arch_cpu_backend(c, w, cpu::Isa::generic, n_ctx);
+    std::vector<double> worst;
+    for (Backend* b : {static_cast<Backend*>(&reference), static_cast<Backend*>(cpu.get())}) {
+        const std::vector<float> got = prefill_logits(*b, ref.tokens);
+        const int64_t nv = c.n_vocab;
+        double e = 0;
+        for (size_t p = 0; p < ref.tokens.size(); ++p) {
+            const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
+            e = std::max(e, max_diff(rows(got, nv, p, p + 1), ref.logits[p]) / (*hi - *lo));
+        }
+        worst.push_back(e);
+    }
+    return worst;
+}
+
 // check_against_llama_cpp on the CPU backend's reference path, then on each kernel family this machine has.
 inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, const std::string& stem, double tol,
                                         int64_t n_ctx, size_t n_greedy = 24) {
