@@ -73,6 +73,10 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.mla())
         throw FileError(fmt::format("the CUDA backend cannot run {} models (Multi-head Latent Attention); --device cpu "
                                     "runs it", config.gguf_arch()));
+    // Cohere's LayerNorm and parallel attention and FFN (command-r, cohere2) have no kernels.
+    if (config.layer_norm || config.parallel_blocks)
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (LayerNorm, attention and FFN in "
+                                    "parallel); --device cpu runs it", config.gguf_arch()));
     // qwen35's gated delta nets, granitehybrid's Mamba-2 layers and lfm2's short convs (a recurrent state per
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)

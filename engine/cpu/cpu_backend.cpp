@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/layer_norm.h"
 #include "engine/error.h"
 #include "engine/model/layer_matrices.h"
 #include "engine/runtime/sampler.h"
@@ -78,6 +79,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     v_.resize(n * c.n_embd_kv());
     att_.resize(n * c.n_embd_q());
     proj_.resize(n * c.n_embd);
+    attn_proj_.resize(c.parallel_blocks ? n * c.n_embd : 0);
     const bool dense = c.dense_ffn();  // (a mixture of experts has its own: moe_block)
     gate_.resize(dense ? n * c.n_ff : 0);
     up_.resize(dense ? n * c.n_ff : 0);
@@ -126,16 +128,18 @@ bool CpuBackend::rows_section(int64_t n, float* y, int64_t n_decode, const Weigh
     return int8;
 }
 
-// rms_norm of n rows, split across the pool from 8 rows on (each row computed alone, as in decode).
+// rms_norm (command-r, cohere2: layer_norm) of n rows, split across the pool from 8 rows on (each row computed
+// alone, as in decode).
 bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const WeightMatrix* next,
                       int64_t n_decode) {
     const int64_t d = config_.n_embd;
+    const auto row_norm = config_.layer_norm ? layer_norm : kv_ops_.rms_norm;
     if (n < 8) {
-        kv_ops_.rms_norm(x, w, y, n, d, config_.rms_eps);
+        row_norm(x, w, y, n, d, config_.rms_eps);
         return false;
     }
     return rows_section(n, y, n_decode, next, [&](int64_t t0, int64_t t1) {
-        kv_ops_.rms_norm(x + t0 * d, w, y + t0 * d, t1 - t0, d, config_.rms_eps);
+        row_norm(x + t0 * d, w, y + t0 * d, t1 - t0, d, config_.rms_eps);
     });
 }
 
@@ -144,6 +148,9 @@ bool CpuBackend::norm(const float* x, const float* w, float* y, int64_t n, const
 bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix* next, int64_t n, float scale) {
     const int64_t d = config_.n_embd;
     std::atomic<bool> finite{true};
+    // (command-r, cohere2: LayerNorm, after the sum alone)
+    const auto row_norm = config_.layer_norm ? layer_norm : kv_ops_.rms_norm;
+    const float* sum_w = config_.layer_norm ? nullptr : w;
     // Rows [t0, t1): the sum, its check (corrupt or out-of-range weights show up here first), the norm.
     auto rows = [&](int64_t t0, int64_t t1) {
         float* x = x_.data() + t0 * d;
@@ -151,11 +158,12 @@ bool CpuBackend::residual_norm(int64_t layer, const float* w, const WeightMatrix
             const float* p = proj_.data() + t0 * d;
             for (int64_t i = 0; i < (t1 - t0) * d; ++i) x[i] = (x[i] + p[i]) * scale;
             if (!all_finite(x, (t1 - t0) * d)) finite.store(false, std::memory_order_relaxed);
-            if (w) kv_ops_.rms_norm(x, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps);
+            if (w) row_norm(x, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps);
             return;
         }
-        if (!kv_ops_.add_norm(x, proj_.data() + t0 * d, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps))
+        if (!kv_ops_.add_norm(x, proj_.data() + t0 * d, sum_w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps))
             finite.store(false, std::memory_order_relaxed);
+        if (config_.layer_norm && w) layer_norm(x, w, xn_.data() + t0 * d, t1 - t0, d, config_.rms_eps);
     };
     bool int8 = false;
     if (n < 8) {  // decode: a parallel section costs more than the work
@@ -526,9 +534,17 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             float* k = k_.data() + t * nkv;
             float* v = v_.data() + t * nkv;
             if (own_kv && v_from_k) std::copy_n(k, nkv, v);  // (gemma4: K's projection, before K's norm and RoPE)
-            // (rows of the norm's length: a head, or olmo2's whole Q and K)
-            if (!L.attn_q_norm.empty()) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, nq / q_norm, q_norm, c.rms_eps);
-            if (!L.attn_k_norm.empty()) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, nkv / k_norm, k_norm, c.rms_eps);
+            // (rows of the norm's length: a head, or olmo2's whole Q and K; command-r's R+: a LayerNorm of each head
+            // with its own row of the weights)
+            if (c.layer_norm) {
+                for (int64_t i = 0; i < nq && q_norm > 0; i += hd)
+                    layer_norm(q + i, L.attn_q_norm.data() + i % q_norm, q + i, 1, hd, c.rms_eps);
+                for (int64_t i = 0; i < nkv && k_norm > 0; i += hd)
+                    layer_norm(k + i, L.attn_k_norm.data() + i % k_norm, k + i, 1, hd, c.rms_eps);
+            } else {
+                if (q_norm > 0) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, nq / q_norm, q_norm, c.rms_eps);
+                if (k_norm > 0) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, nkv / k_norm, k_norm, c.rms_eps);
+            }
             if (own_kv && c.v_norm) kv_ops_.rms_norm(v, ones_.data(), v, n_head_kv, hd, c.rms_eps);
             if (has_rope) {
                 rope(q, c.n_head, hd, n_rot, t, local);
@@ -566,6 +582,13 @@ void CpuBackend::scale_residual(int64_t n) {
 // a mixture's leading dense layers: the dense FFN.
 void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
+    if (c.parallel_blocks) {  // command-r, cohere2: x = (x + W2 (silu(W1 xn) * W3 xn)) + attention's proj, same xn
+        std::swap(proj_, attn_proj_);  // (the attention's output waits in attn_proj_)
+        dense_ffn(L, layer, n, xn_.data(), false, proj_.data());
+        residual_norm(layer, nullptr, nullptr, n);
+        std::swap(proj_, attn_proj_);  // (added by the next residual_norm)
+        return;
+    }
     if (c.layer_moe(layer) && !c.moe_shared_ffn) {
         moe_block(L, layer, n);
         if (c.moe_shared_expert) shared_expert(L, layer, n);
@@ -673,8 +696,9 @@ void CpuBackend::output_block(const Batch& batch, std::span<float> logits) {
         const float cap = c.final_logit_softcap;
         for (int64_t i = 0; i < m * c.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
     }
-    if (c.logit_scale != 1.0f) {  // granite: logits / logit_scale, as a product by its inverse (llama.cpp's)
-        const float s = 1.0f / c.logit_scale;
+    // granite: logits / logit_scale, as a product by its inverse (llama.cpp's); command-r, cohere2: * logit_mul
+    if (c.logit_scale != 1.0f || c.logit_mul != 1.0f) {
+        const float s = c.logit_mul != 1.0f ? c.logit_mul : 1.0f / c.logit_scale;
         for (int64_t i = 0; i < m * c.n_vocab; ++i) logits[i] *= s;
     }
 }

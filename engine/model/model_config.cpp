@@ -47,13 +47,13 @@ bool architecture_supported(const std::string& arch) {
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
            arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe" ||
-           arch == "deepseek2";
+           arch == "deepseek2" || arch == "command-r" || arch == "cohere2";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
+           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, command-r, cohere2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
 }
 
 namespace {
@@ -158,6 +158,11 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
         if (c.arch == "gemma4" && !f.find(p + "attention.sliding_window_pattern"))  // (llama.cpp requires it)
             throw FileError(fmt::format("{}: missing metadata '{}attention.sliding_window_pattern'", f.path(), p));
         c.swa_pattern = read_swa_pattern(f, p, 2, c.n_layer);
+        return;
+    }
+    if (c.arch == "cohere2") {  // (the window required, every fourth layer global unless the file says)
+        c.sliding_window = required_int(f, key, 1, kMax);
+        c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
         return;
     }
     if (c.arch == "exaone4") {  // (the 32B's 64 layers only, as llama.cpp reads it; a window elsewhere is ignored)
@@ -337,6 +342,19 @@ void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
         c.n_ff_layers.push_back(c.layer_moe(l) ? shared * c.n_ff_exp : c.n_ff);
     c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
     refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE, GLM-4.5V)", c.arch);
+}
+
+// Cohere's Command R (command-r) and Command R7B / A (cohere2) as llama.cpp reads them: LayerNorms, attention and
+// FFN in parallel from one norm, the logits multiplied by logit_scale (cohere2: required; command-r: 0 or absent, no
+// scaling). command-r: Q and K norms of a row per head in 64 layers or more (Command R+), as llama.cpp loads them.
+// cohere2: the local layers (read_sliding_window) rotate with rope.freq_base, as llama.cpp's graph does whatever
+// rope.freq_base_swa says; the global ones have no RoPE.
+void read_cohere(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.layer_norm = c.parallel_blocks = true;
+    const float s = c.arch == "cohere2" ? required_float(f, p + "logit_scale", 0.0, 1e6)
+                                        : optional_float(f, p + "logit_scale", 0.0f, 0.0, 1e6);
+    if (s != 0.0f) c.logit_mul = s;
+    if (c.arch == "cohere2") c.no_rope_step = c.swa_pattern;  // (l % N == N - 1 global: (l + 1) % N == 0)
 }
 
 // IBM Granite (3.x dense) as llama.cpp's granite reads it: embeddings multiplied by embedding_scale, each block's
@@ -694,8 +712,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
                                     f.path(), p, c.n_rot));
-    // Required by llama.cpp's loader of every architecture quill supports (it has no default).
-    c.rms_eps = required_float(f, p + "attention.layer_norm_rms_epsilon", 0.0, 1.0);
+    // Required by llama.cpp's loader of every architecture quill supports (it has no default); Cohere's LayerNorm
+    // reads attention.layer_norm_epsilon instead.
+    const bool cohere = c.arch == "command-r" || c.arch == "cohere2";
+    c.rms_eps = required_float(f, p + (cohere ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"),
+                               0.0, 1.0);
     c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
     // As llama.cpp reads them: no type is linear, and the factor is rope.scaling.factor, else rope.scale_linear.
     const std::string type = f.get_string(p + "rope.scaling.type").value_or("linear");
@@ -733,6 +754,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "glm4") read_glm4(f, p, c);
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)
         refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
+    if (cohere) read_cohere(f, p, c);
     if (c.arch == "granite") read_granite(f, p, c);
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;

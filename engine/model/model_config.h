@@ -149,6 +149,15 @@ struct ModelConfig {
     // the logits are divided by logit_scale (1: neither)
     float residual_scale = 1.0f;
     float logit_scale = 1.0f;
+    // command-r, cohere2 (Cohere's Command R family): every norm is a LayerNorm without bias, (x - mean(x)) /
+    // sqrt(var(x) + rms_eps) * w (rms_eps then the file's attention.layer_norm_epsilon); a Q or K norm of a weight row
+    // per head (command-r's R+) normalizes each head by its own row. The logits are multiplied by logit_mul (their
+    // files' logit_scale; 1: none).
+    bool layer_norm = false;
+    float logit_mul = 1.0f;
+    // command-r, cohere2: the attention and the FFN read the same normed input (attn_norm; there is no ffn_norm) and
+    // both outputs join the residual stream, x = x + ffn(xn) + attn(xn)
+    bool parallel_blocks = false;
 
     // qwen35 (Qwen3.5): a hybrid of full-attention layers, every full_attn_interval-th (l % N == N - 1), and
     // linear-attention layers between them, each a gated delta net: a recurrent state per sequence (no KV cache)
@@ -310,8 +319,8 @@ struct ModelConfig {
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
-// exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe,
-// qwen3next).
+// exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, command-r, cohere2, and the variants qwen2vl, qwen3vl,
+// qwen3vlmoe, lfm2moe, qwen3next).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -138,6 +138,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
             info["model"]["mla"] = {{"kv_lora_rank", c.kv_lora_rank}, {"q_lora_rank", c.q_lora_rank},
                                     {"head_dim_v", c.head_dim_v}, {"n_leading_dense", c.n_leading_dense}};
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
+        if (c.layer_norm || c.parallel_blocks)  // (command-r, cohere2)
+            info["model"]["blocks"] = {{"layer_norm", c.layer_norm}, {"parallel", c.parallel_blocks},
+                                       {"logit_scale", c.logit_mul}};
         info["runnable"] = true;
     } else {
         info["runnable"] = false;
@@ -237,6 +240,9 @@ std::string render_model_info(const json& info) {
             line("recurrent", fmt::format("short gated convs at layers {}, the others attention: conv={}",
                                           fmt::join(layers, ","), m["short_conv"]["conv"].dump()));
         }
+        if (m.contains("blocks"))
+            line("blocks", fmt::format("layer_norm={} parallel={} logit_scale={}", m["blocks"]["layer_norm"].dump(),
+                                       m["blocks"]["parallel"].dump(), m["blocks"]["logit_scale"].dump()));
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;
             if (m.contains("sliding_window"))

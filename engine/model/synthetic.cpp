@@ -296,6 +296,30 @@ ModelConfig granitemoe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert,
     return c;
 }
 
+// command-r (Command R, R+): LayerNorms, attention and FFN in parallel from one norm, adjacent RoPE pairs, the
+// logits multiplied by `logit`, a tied output; with 64 layers or more (R+) Q and K norms of a row per head.
+ModelConfig command_r_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                             int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float rope_base, float logit) {
+    ModelConfig c =
+        base_config("command-r", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.rope = ModelConfig::Rope::adjacent;
+    c.rope_base = c.rope_base_local = rope_base;
+    c.layer_norm = c.parallel_blocks = true;
+    c.logit_mul = logit;
+    return c;
+}
+
+// cohere2 (Command R7B, Command A): command-r's blocks (no Q/K norms) with every fourth layer global and without
+// RoPE, the others local with a window.
+ModelConfig cohere2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                           int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float rope_base, float logit, int64_t window) {
+    ModelConfig c = command_r_config(name, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, rope_base, logit);
+    c.arch = "cohere2";
+    c.sliding_window = window;
+    c.swa_pattern = c.no_rope_step = 4;
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -662,6 +686,23 @@ std::vector<ModelConfig> arch_shapes() {
         // its first 10 layers (9 Mamba-2, one attention): a benchmark of a size CI can run
         granitehybrid_config("granite-4.0-h-micro-10l", 2048, 10, 10, 32, 8, 8192, 100352, 1048576, 4, 128, 1, 64),
         granitehybrid_config("granite-4.0-h-1b", 1536, 40, 10, 12, 4, 4096, 100352, 1048576, 4, 128, 1, 48),
+        // layers 0-2 and 4 local with a window of 8, 3 global without RoPE; a logit scale of Command R7B's 0.25; a
+        // context of 4096 (Cohere's templates render a preamble of some 3,000 tokens of the byte vocabulary)
+        cohere2_config("cohere2-tiny", 128, 5, 4, 2, 256, 320, 4096, 50000.0f, 0.25f, 8),
+        // Command R7B as public descriptions of its config.json give it (no file could be fetched here to check), and
+        // its first four layers (three local, one global: a benchmark
+        // of a size CI can run)
+        cohere2_config("command-r7b", 4096, 32, 32, 8, 14336, 256000, 131072, 50000.0f, 0.25f, 4096),
+        cohere2_config("command-r7b-4l", 4096, 4, 32, 8, 14336, 256000, 131072, 50000.0f, 0.25f, 4096),
+        // 64 layers, as llama.cpp gives command-r Q and K norms only from R+'s depth on
+        command_r_config("command-r-tiny", 64, 64, 2, 1, 128, 320, 1024, 10000.0f, 0.0625f),
+        // Command R v01's attention without GQA, in 3 layers (no Q/K norms) and a context for its template's preamble
+        command_r_config("command-r-v01-tiny", 128, 3, 4, 4, 256, 320, 4096, 10000.0f, 0.0625f),
+        // Command R (08-2024) and R+ (08-2024) as public descriptions give them (no file could be fetched here to
+        // check), and Command R's first two layers (a benchmark of a size CI can run)
+        command_r_config("command-r-35b", 8192, 40, 64, 8, 22528, 256000, 131072, 4e6f, 0.0625f),
+        command_r_config("command-r-35b-2l", 8192, 2, 64, 8, 22528, 256000, 131072, 4e6f, 0.0625f),
+        command_r_config("command-r-plus-104b", 12288, 64, 96, 8, 33792, 256000, 131072, 75e6f, 0.8333f),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
         // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
@@ -746,6 +787,12 @@ const char* chat_template(const std::string& arch) {
                "<|turn>model\n{% endif %}";
     if (arch == "granite" || arch == "granitehybrid" || arch == "granitemoe") return kGraniteTemplate;
     if (arch == "glm4" || arch == "glm4moe") return kGlm4Template;
+    if (arch == "command-r" || arch == "cohere2")  // (the turns of Command R's template, without its preamble)
+        return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{% set role = "
+               "'<|USER_TOKEN|>' %}{% elif message['role'] == 'system' %}{% set role = '<|SYSTEM_TOKEN|>' %}{% else "
+               "%}{% set role = '<|CHATBOT_TOKEN|>' %}{% endif %}<|START_OF_TURN_TOKEN|>{{ role }}{{ "
+               "message['content'] }}<|END_OF_TURN_TOKEN|>{% endfor %}{% if add_generation_prompt %}"
+               "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}";
     return arch == "llama" ? nullptr : kChatTemplate;
 }
 
@@ -762,6 +809,9 @@ std::vector<std::string> control_tokens(const std::string& arch) {
     if (arch == "qwen35" || arch == "qwen35moe")  // (Qwen3.5's ChatML)
         return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};
     if (arch == "lfm2") return {"<|startoftext|>", "<|im_start|>", "<|im_end|>"};  // (LFM2's ChatML)
+    if (arch == "command-r" || arch == "cohere2")
+        return {"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+                "<|SYSTEM_TOKEN|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
     return {};
 }
 
@@ -866,7 +916,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
-    if (gemma2 || gemma4 || c.arch == "gemma" || c.arch == "ernie4_5") {  // (no output matrix of their own)
+    const bool cohere = c.arch == "command-r" || c.arch == "cohere2";
+    if (gemma2 || gemma4 || c.arch == "gemma" || c.arch == "ernie4_5" || cohere) {  // (no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {
@@ -958,7 +1009,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         }
         if (!c.layer_is_recurrent(i))
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
-        if (c.input_norms) L.ffn_norm = norm(c.n_embd);
+        if (c.input_norms && !c.parallel_blocks) L.ffn_norm = norm(c.n_embd);
         // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
         const bool dense = c.layer_dense_ffn(i);
         const std::string ffn = c.moe_shared_expert && c.layer_moe(i) ? "_shexp" : "";  // (the shared expert's names)
@@ -1007,6 +1058,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
             if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
+        }
+        if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head)
+            L.attn_q_norm = norm(nq);
+            L.attn_k_norm = norm(nkv);
         }
         if (olmo2) {  // (over the whole Q and K)
             L.attn_q_norm = norm(nq);
@@ -1116,7 +1171,7 @@ void SyntheticModel::save(const std::string& path) const {
     }
     w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
     w.set(p + "rope.freq_base", c.rope_base);
-    w.set(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+    w.set(p + (c.layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), c.rms_eps);
     w.set(p + "vocab_size", uint32_t(c.n_vocab));
     if (c.rope_yarn) {
         w.set(p + "rope.scaling.type", "yarn");
@@ -1177,6 +1232,11 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "residual_scale", c.residual_scale);
         w.set(p + "attention.scale", c.attn_scale);
         w.set(p + "logit_scale", c.logit_scale);
+    }
+    if (c.arch == "command-r" || c.arch == "cohere2") w.set(p + "logit_scale", c.logit_mul);
+    if (c.arch == "cohere2") {
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
     }
     if (c.arch == "exaone4" && c.sliding_window > 0) {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));

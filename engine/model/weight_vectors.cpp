@@ -37,7 +37,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
     // the output's, as llama.cpp does; ernie4_5's llama.cpp loads and ignores it and seed_oss's has none, so quill
     // refuses a file of theirs that has it (Weights: a tensor it would not use) rather than run it otherwise.
-    const bool no_bo = c.arch == "ernie4_5" || c.arch == "seed_oss";
+    // (command-r, cohere2: llama.cpp loads no output bias either)
+    const bool no_bo = c.arch == "ernie4_5" || c.arch == "seed_oss" || c.arch == "command-r" || c.arch == "cohere2";
     std::vector<VectorField<L>> f;
     if (c.input_norms) f.push_back({"attn_norm.weight", &L::attn_norm, c.n_embd});
     f.insert(f.end(), {
@@ -77,10 +78,14 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         if (c.layer_has_kv(layer))
             f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1, !glm4moe});
     }
+    if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head, as llama.cpp requires them)
+        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, hd, c.n_head});
+        f.push_back({"attn_k_norm.weight", &L::attn_k_norm, hd, c.n_head_kv});
+    }
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
     // (gpt-oss, seed_oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
     const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || qwen35 || glm4moe;
-    if (c.input_norms)
+    if (c.input_norms && !c.parallel_blocks)  // (command-r, cohere2: the FFN reads the attention's input)
         f.push_back({ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
     if (gpt_oss) {
         f.push_back({"ffn_gate_inp.bias", &L::ffn_gate_inp_b, c.n_expert});

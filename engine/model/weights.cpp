@@ -190,9 +190,10 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     Weights w;
     w.tok_embd = l.get("token_embd.weight", {c.n_embd, c.n_vocab});
     for (const VectorField<Weights>& f : model_vector_fields(c)) l.read(f, f.name, w);
-    // (gemma: the output is the embeddings whatever the file holds, as llama.cpp reads it, so an output.weight goes
-    // unused and the file is refused, as llama.cpp refuses a tensor too many)
-    if (c.arch != "gemma" && l.find("output.weight")) {
+    // (gemma, command-r, cohere2: the output is the embeddings whatever the file holds, as llama.cpp reads it, so an
+    // output.weight goes unused and the file is refused, as llama.cpp refuses a tensor too many)
+    const bool always_tied = c.arch == "gemma" || c.arch == "command-r" || c.arch == "cohere2";
+    if (!always_tied && l.find("output.weight")) {
         w.output = l.get("output.weight", {c.n_embd, c.n_vocab});
     } else {
         w.output = w.tok_embd;

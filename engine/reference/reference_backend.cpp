@@ -45,6 +45,24 @@ void rms_norm(const std::vector<double>& x, const std::vector<float>& w, double 
     for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * scale * w[i];
 }
 
+// y = (x - mean(x)) / sqrt(var(x) + eps) * w over d values (y may be x): LayerNorm without bias (command-r, cohere2)
+void layer_norm(const double* x, const float* w, double eps, size_t d, double* y) {
+    double mean = 0.0, var = 0.0;
+    for (size_t i = 0; i < d; ++i) mean += x[i];
+    mean /= static_cast<double>(d);
+    for (size_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const double scale = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
+    for (size_t i = 0; i < d; ++i) y[i] = (x[i] - mean) * scale * w[i];
+}
+
+// out = the model's norm of x times w: RMSNorm, or LayerNorm (ModelConfig::layer_norm)
+void model_norm(const ModelConfig& c, const std::vector<double>& x, const std::vector<float>& w,
+                std::vector<double>& out) {
+    if (!c.layer_norm) return rms_norm(x, w, c.rms_eps, out);
+    out.resize(x.size());
+    layer_norm(x.data(), w.data(), c.rms_eps, x.size(), out.data());
+}
+
 // The same over each of the rows of d values in x, in place, times w where given (else 1): gemma3's Q and K norms
 // per head, gemma4's V norm.
 void rms_norm_rows(std::vector<double>& x, size_t d, const float* w, double eps) {
@@ -292,9 +310,9 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const int64_t group = c.n_head / n_head_kv;  // query heads per KV head
     const LayerWeights& L = weights_.layers[l];
 
-    // xn = x / sqrt(mean(x^2) + eps) * attn_norm (olmo2, exaone4: xn = x)
+    // xn = x / sqrt(mean(x^2) + eps) * attn_norm (olmo2, exaone4: xn = x; command-r, cohere2: LayerNorm)
     if (c.input_norms)
-        rms_norm(x_, L.attn_norm, c.rms_eps, xn_);
+        model_norm(c, x_, L.attn_norm, xn_);
     else
         xn_ = x_;
     // qwen35: x = x + the gated delta net's output over xn, then the FFN (granitehybrid: its Mamba-2 layer's, times
@@ -339,9 +357,16 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     for (size_t i = 0; i < L.bk.size(); ++i) k_[i] += L.bk[i];
     for (size_t i = 0; i < L.bv.size(); ++i) v_[i] += L.bv[i];
     // gemma3, qwen3: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm for every head (olmo2: the
-    // norm's length is the whole q's and k's)
-    if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
-    if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
+    // norm's length is the whole q's and k's; command-r's R+: LayerNorm, each head with its own row of the weights)
+    if (c.layer_norm) {
+        for (auto [x, w] : {std::pair{&q_, &L.attn_q_norm}, std::pair{&k_, &L.attn_k_norm}})
+            for (size_t i = 0; !w->empty() && i < x->size(); i += static_cast<size_t>(hd))
+                layer_norm(x->data() + i, w->data() + i % w->size(), c.rms_eps, static_cast<size_t>(hd),
+                           x->data() + i);
+    } else {
+        if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
+        if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
+    }
     // gemma4: v_h = rms_norm(v_h) for every head (no weight)
     if (c.v_norm) rms_norm_rows(v_, static_cast<size_t>(hd), nullptr, c.rms_eps);
     // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies (and gemma4's rotated dims) on a local
@@ -400,16 +425,24 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     matvec(L.wo, att_, out_, row_);
     for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
     if (!L.attn_post_norm.empty()) rms_norm_rows(out_, L.attn_post_norm, c.rms_eps);
+    // command-r, cohere2: x = (x + ffn(xn)) + Wo att, the FFN reading the attention's input xn
+    if (c.parallel_blocks) {
+        attn_out_ = out_;
+        ffn_token(L, l);
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += attn_out_[i];
+        return;
+    }
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
     ffn_token(L, l);
 }
 
 void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
     const ModelConfig& c = config_;
-    // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x)
-    if (c.input_norms)
+    // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x; command-r, cohere2: xn stays the
+    // attention's input)
+    if (c.input_norms && !c.parallel_blocks)
         rms_norm(x_, L.ffn_norm, c.rms_eps, xn_);
-    else
+    else if (!c.input_norms)
         xn_ = x_;
     // x = x + W2 (act(W1 xn) * W3 xn), or (mixture of experts) the routed experts' sum of it;
     // gemma3 normalizes the sum's term by ffn_post_norm
@@ -665,10 +698,11 @@ double* ReferenceBackend::ssm_state(int64_t layer, int64_t slot) {
 void ReferenceBackend::output_token(float* logits) {
     const ModelConfig& c = config_;
     // logits = W_out (x / sqrt(mean(x^2) + eps) * output_norm); W_out is token_embd itself when the model ties them
-    rms_norm(x_, weights_.output_norm, c.rms_eps, xn_);
+    model_norm(c, x_, weights_.output_norm, xn_);
     matvec(weights_.output, xn_, logit_, row_);
-    // soft-capped, cap * tanh(logit / cap), when the model sets a cap; granite: divided by logit_scale
-    const double cap = c.final_logit_softcap, scale = 1.0 / c.logit_scale;
+    // soft-capped, cap * tanh(logit / cap), when the model sets a cap; granite: divided by logit_scale; command-r,
+    // cohere2: multiplied by logit_mul
+    const double cap = c.final_logit_softcap, scale = c.logit_mul / c.logit_scale;
     for (int64_t i = 0; i < c.n_vocab; ++i)
         logits[i] = static_cast<float>((cap > 0.0 ? cap * std::tanh(logit_[i] / cap) : logit_[i]) * scale);
 }

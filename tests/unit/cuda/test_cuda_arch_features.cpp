@@ -108,6 +108,13 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
         CHECK_THROWS_WITH(cuda::check_model(d->config, d->weights),
                           fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", d->config.arch));
     }
+    // Nor Cohere's LayerNorms and parallel blocks (cohere2, command-r), which have no kernels.
+    for (const char* shape : {"cohere2-tiny", "command-r-tiny"}) {
+        auto d = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
+        CHECK_THROWS_WITH(cuda::check_model(d->config, d->weights),
+                          fmt::format("the CUDA backend cannot run {} models (LayerNorm, attention and FFN in "
+                                      "parallel); --device cpu runs it", d->config.arch));
+    }
     // Nor has qwen35 (its gated delta nets, a recurrent state per sequence).
     auto q35 = SyntheticModel::make(synthetic_config("qwen35-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(q35->config, q35->weights),
