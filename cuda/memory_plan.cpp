@@ -85,7 +85,7 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.moe_gating_sigmoid || config.moe_selection_bias || config.moe_weights_scale != 1.0f ||
         config.n_leading_dense > 0)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (sigmoid expert routing with a selection "
-                                    "bias, leading dense layers); --device cpu runs it", config.arch));
+                                    "bias, leading dense layers); --device cpu runs it", config.gguf_arch()));
     // The shared expert beside the routed ones (qwen2moe; qwen35moe, refused above) has no kernels.
     if (config.moe_shared_expert)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (a shared expert beside the routed ones); "

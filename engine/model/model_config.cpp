@@ -16,7 +16,8 @@ namespace {
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
 // layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
 // Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
-// (ModelConfig::ssm_grouped).
+// (ModelConfig::ssm_grouped); MiniMax-M2 (minimax-m2) is qwen3moe's layers with Q/K norms over the whole projection,
+// partial rotary dims and sigmoid routing with a selection bias (read_moe_routing).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -27,7 +28,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"qwen3vlmoe", "qwen3moe", ArchVariant::Rope::imrope},
                                          {"exaone", "llama", ArchVariant::Rope::neox},
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
-                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox}};
+                                         {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
+                                         {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -50,7 +52,7 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
+           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, minimax-m2";
 }
 
 namespace {
@@ -312,9 +314,12 @@ void read_glm4(const GgufFile& f, const std::string& p, ModelConfig& c) {
 // leading_dense_block_count dense layers first (0 when absent); glm4moe: the weights normalized when
 // expert_weights_norm says so (not when absent), scaled by expert_weights_scale (absent or 0: not), and a shared expert
 // of expert_shared_count * n_ff_exp features beside the experts (the leading dense layers' FFN n_ff wide:
-// ModelConfig::n_ff_layers); lfm2moe: always normalized, never scaled, no shared expert.
+// ModelConfig::n_ff_layers); lfm2moe: always normalized, never scaled, no shared expert; minimax-m2: lfm2moe's, with
+// experts in every layer (leading_dense_block_count not read) of feed_forward_length features (llama.cpp requires
+// expert_feed_forward_length and sizes the experts by feed_forward_length), Q/K norms over the whole projection.
 void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
     const bool glm = c.arch == "glm4moe";
+    // (minimax-m2: llama.cpp reads the gating as optional but cannot run without it)
     const std::string gating = p + "expert_gating_func";
     const int64_t func = glm ? optional_int(f, gating, 2, 0, 4) : required_int(f, gating, 0, 4);
     if (func != 1 && func != 2 && !(glm && func == 0))
@@ -322,6 +327,12 @@ void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
                                     "functions quill supports for {}", f.path(), gating, func, c.gguf_arch()));
     c.moe_gating_sigmoid = func != 1;
     c.moe_selection_bias = true;
+    if (c.file_arch == "minimax-m2") {  // (every layer has experts, feed_forward_length wide; no shared one)
+        required_int(f, p + "expert_feed_forward_length", 1, int64_t{1} << 24);  // (required and unused, as llama.cpp)
+        c.n_ff_exp = c.n_ff;
+        c.qk_norm_whole = true;
+        return;
+    }
     c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
     if (!glm) return;
     c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
@@ -604,13 +615,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (granitehybrid: Granite 4.0 H Tiny and Small; gemma4: where the file has experts)
     const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
-    const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe";
+    const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
-                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe "
-                                    "and deepseek2 are)", f.path(), *experts, c.arch));
+                                    "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe, "
+                                    "deepseek2 and minimax-m2 are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -728,6 +739,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "granite") read_granite(f, p, c);
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
+    if (c.arch == "olmo2") c.qk_norm_whole = true;
     if (c.arch == "exaone4") {
         // With sliding-window layers the global ones have no RoPE (l % N == N - 1: (l + 1) % N == 0); the local ones
         // rotate with rope.freq_base_swa when the file has it. NextN prediction layers are refused by name.

@@ -145,6 +145,9 @@ struct ModelConfig {
     // olmo2, exaone4: the attention and the FFN read the residual stream itself (no attn_norm, ffn_norm); their
     // outputs are normalized instead (attn_post_norm, ffn_post_norm)
     bool input_norms = true;
+    // olmo2, minimax-m2, olmoe: Q's and K's RMS norms span the whole projection (all heads together: attn_q_norm of
+    // n_head * head_dim, attn_k_norm of n_head_kv * head_dim), not each head
+    bool qk_norm_whole = false;
     // granite: each block's output is multiplied by this before it joins the residual stream (residual_scale), and
     // the logits are divided by logit_scale (1: neither)
     float residual_scale = 1.0f;

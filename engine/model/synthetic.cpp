@@ -235,6 +235,22 @@ ModelConfig lfm2moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, in
     return c;
 }
 
+// minimax-m2 (MiniMax-M2): qwen3moe's layers with Q/K norms over the whole projection, NEOX RoPE over n_rot of each
+// head's dims, and in every layer n_expert SwiGLU experts of n_ff_exp features (n_used a token, chosen by
+// sigmoid(logit) + a selection bias, weighted by the normalized sigmoids); feed_forward_length is the experts' width.
+ModelConfig minimax_m2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                              int64_t head_dim, int64_t n_rot, int64_t n_ff_exp, int64_t n_expert, int64_t n_used,
+                              int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff_exp, n_ff_exp, n_expert,
+                                    n_used, n_vocab, n_ctx);
+    c.file_arch = "minimax-m2";
+    c.n_rot = n_rot;
+    c.rope_base = c.rope_base_local = 5e6f;
+    c.qk_norm_whole = true;
+    set_sigmoid_experts(c, n_ff_exp, n_expert, n_used, 0, 1.0f);
+    return c;
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -294,6 +310,7 @@ ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd,
     ModelConfig c = base_config(arch, name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
     c.rms_eps = 1e-6f;
     c.input_norms = false;
+    c.qk_norm_whole = c.arch == "olmo2";
     c.sliding_window = window;
     if (window > 0) c.swa_pattern = c.no_rope_step = 4;
     return c;
@@ -582,6 +599,12 @@ std::vector<ModelConfig> arch_shapes() {
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        // 3 layers of 8 experts of 64 features (2 a token), heads of 64 (Q 256 wide over n_embd 128) rotating 32 dims
+        minimax_m2_config("minimax-m2-tiny", 128, 3, 4, 2, 64, 32, 64, 8, 2, 320, 1024),
+        // MiniMax-M2 (and M2.1) as its config.json states it (no file could be fetched here to check), and its first
+        // two layers (a benchmark of a size this machine can hold)
+        minimax_m2_config("minimax-m2", 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
+        minimax_m2_config("minimax-m2-2l", 3072, 2, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
         // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
         // them (no file could be fetched here to check)
         gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
@@ -973,14 +996,13 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
-            ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
-            L.attn_q_norm = norm(c.layer_head_dim(i));
-            if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
-        }
-        if (olmo2) {  // (over the whole Q and K)
+        if (c.qk_norm_whole) {  // (olmo2, minimax-m2: over the whole Q and K)
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
+        } else if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
+                   ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
+            L.attn_q_norm = norm(c.layer_head_dim(i));
+            if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
         }
         if (glm4 || c.arch == "glm4moe" || c.arch == "seed_oss" || c.arch == "qwen2" ||
             c.arch == "qwen2moe") {  // (their Q, K and V biases)
@@ -1105,9 +1127,9 @@ void SyntheticModel::save(const std::string& path) const {
     }
     if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
         w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
-    if (c.moe_selection_bias) {  // (glm4moe, lfm2moe: their converters' keys)
+    if (c.moe_selection_bias) {  // (glm4moe, lfm2moe, minimax-m2: their converters' keys)
         w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
-        w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+        if (c.file_arch != "minimax-m2") w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
     }
     if (c.arch == "glm4moe") {
         w.set(p + "expert_shared_count", uint32_t(c.layer_n_ff(c.n_layer - 1) / c.n_ff_exp));

@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace quill::test {
 
 // The F16 synthetic `shape` saved by `quill bench --synthetic SHAPE --dtype f16 --save` in a folder of its own, then,
-// with the chat template tests/data/templates/src/TEMPLATE (a model's published one): `quill info` printing each of
+// with the chat template tests/data/templates/src/TEMPLATE (a model's published one; empty: the file's own, where the
+// corpus has none of the family's): `quill info` printing each of
 // `info`, `quill run --device auto` giving 8 tokens on the CPU with one line saying why not on a GPU, and two turns
 // of `quill chat` without an error.
 inline void check_run_and_chat(const std::string& shape, const std::string& tmpl_file,
@@ -24,14 +26,18 @@ inline void check_run_and_chat(const std::string& shape, const std::string& tmpl
     REQUIRE(save.status == 0);
     const std::string tmpl =
         (std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" / tmpl_file).string();
+    auto with_template = [&](std::vector<std::string> args) {
+        if (!tmpl_file.empty()) args.insert(args.end(), {"--chat-template", tmpl});
+        return args;
+    };
     auto described = run_quill({"info", file});
     CHECK(described.status == 0);
     for (const char* line : info) {
         INFO(described.out);
         CHECK(described.out.find(line) != std::string::npos);
     }
-    auto run = run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
-                          "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
+    auto run = run_quill(with_template({"run", "-v", "--device", "auto", "-m", file, "-p", "Why is the sky blue?",
+                                        "--temp", "0", "-n", "8", "--json"}));
     CHECK(run.status == 0);
     CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
     INFO(run.err);
@@ -39,8 +45,7 @@ inline void check_run_and_chat(const std::string& shape, const std::string& tmpl
     const size_t why = run.err.find("; using the CPU");
     CHECK(why != std::string::npos);
     CHECK(run.err.find("; using the CPU", why + 1) == std::string::npos);
-    auto chat = run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
-                          "Hello there\nAnd again\n");
+    auto chat = run_quill(with_template({"chat", "-m", file, "--temp", "0", "-n", "6"}), "Hello there\nAnd again\n");
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
 }

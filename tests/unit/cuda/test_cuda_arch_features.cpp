@@ -145,6 +145,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(lfm2moe->config, lfm2moe->weights),
                       "the CUDA backend cannot run lfm2moe models (recurrent short convolution layers); --device "
                       "cpu runs it");
+    // Nor minimax-m2 (qwen3moe's layers with glm4moe's routing), by the file's architecture.
+    auto minimax = SyntheticModel::make(synthetic_config("minimax-m2-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(minimax->config, minimax->weights),
+                      "the CUDA backend cannot run minimax-m2 models (sigmoid expert routing with a selection bias, "
+                      "leading dense layers); --device cpu runs it");
     // Nor deepseek2's Multi-head Latent Attention.
     auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
