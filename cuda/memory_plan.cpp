@@ -68,7 +68,8 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // blocks without input norms.
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
         config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma")
-        throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.arch));
+        throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it",
+                                    config.gguf_arch()));
     // deepseek2's Multi-head Latent Attention (a latent cache, absorbed key and value matrices) has no kernels.
     if (config.mla())
         throw FileError(fmt::format("the CUDA backend cannot run {} models (Multi-head Latent Attention); --device cpu "

@@ -17,7 +17,8 @@ namespace {
 // layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
 // Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
 // (ModelConfig::ssm_grouped); MiniMax-M2 (minimax-m2) is qwen3moe's layers with Q/K norms over the whole projection,
-// partial rotary dims and sigmoid routing with a selection bias (read_moe_routing).
+// partial rotary dims and sigmoid routing with a selection bias (read_moe_routing); ERNIE-4.5's mixtures
+// (ernie4_5-moe) are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -29,7 +30,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"exaone", "llama", ArchVariant::Rope::neox},
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
                                          {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
-                                         {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox}};
+                                         {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -52,7 +54,7 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, minimax-m2";
+           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe";
 }
 
 namespace {
@@ -347,6 +349,32 @@ void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
     refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE, GLM-4.5V)", c.arch);
 }
 
+// ERNIE-4.5's mixtures (21B-A3B, 300B-A47B) as llama.cpp's ernie4_5-moe reads them: the experts'
+// expert_feed_forward_length required, leading_dense_block_count dense layers of feed_forward_length first, the others
+// with experts chosen by the softmax of their logits (plus the selection bias exp_probs_b where the file has it:
+// moe_statics.e_score_correction_bias) and weighted by the chosen probabilities renormalized, beside an ungated
+// shared expert of expert_shared_feed_forward_length features where that is > 0. interleave_moe_layer_step is
+// required and must be 1 (every layer after the dense ones with experts: llama.cpp loads the experts so and routes
+// only every step-th layer through them, which no converted model does otherwise).
+void read_ernie4_5_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    c.n_ff_exp = required_int(f, p + "expert_feed_forward_length", 1, kBig);
+    const std::string step = p + "interleave_moe_layer_step";
+    if (const int64_t s = required_int(f, step, 1, c.n_layer); s != 1)
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (experts in every layer after the leading "
+                                    "dense ones: the ERNIE-4.5 mixtures quill supports)", f.path(), step, s));
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    const int64_t shared = optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig);
+    c.moe_shared_expert = shared > 0;
+    if (shared > 0) {
+        for (int64_t l = 0; l < c.n_layer; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? shared : c.n_ff);
+        c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    }
+    // (the first layer with experts says whether they all have the bias; Weights then requires it in each)
+    c.moe_selection_bias = c.n_leading_dense < c.n_layer &&
+                           f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_leading_dense)) != nullptr;
+}
+
 // IBM Granite (3.x dense) as llama.cpp's granite reads it: embeddings multiplied by embedding_scale, each block's
 // output by residual_scale, the logits divided by the required logit_scale (attention.scale, read for every
 // architecture, is its attention multiplier); rope.scaling.finetuned false turns RoPE off. Granite Vision's
@@ -616,12 +644,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool experts_if_any = c.arch == "gemma4" || c.arch == "granitehybrid";
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
+    const bool ernie_moe = c.file_arch == "ernie4_5-moe";  // (read_ernie4_5_moe)
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
+                     ernie_moe ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe, "
-                                    "deepseek2 and minimax-m2 are)", f.path(), *experts, c.arch));
+                                    "deepseek2, minimax-m2 and ernie4_5-moe are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -693,6 +723,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.moe_norm_weights = c.arch != "qwen2moe";  // (Qwen1.5-MoE's and Qwen2-MoE's norm_topk_prob false)
     }
     if (routed) read_moe_routing(f, p, c);
+    if (ernie_moe) read_ernie4_5_moe(f, p, c);
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",

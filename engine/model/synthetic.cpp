@@ -251,6 +251,24 @@ ModelConfig minimax_m2_config(const char* name, int64_t n_embd, int64_t n_layer,
     return c;
 }
 
+// ernie4_5-moe (ERNIE-4.5-21B-A3B): ernie4_5's layers (adjacent RoPE pairs, a tied output), the first n_dense with
+// a dense FFN of c.n_ff, the others with n_expert SwiGLU experts of n_ff_exp features (n_used a token, chosen by the
+// softmax of their logits plus a selection bias, weighted by the chosen probabilities renormalized) beside an
+// ungated shared expert of n_ff_shexp.
+ModelConfig ernie4_5_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_dense,
+                                int64_t n_ff_shexp) {
+    c.file_arch = "ernie4_5-moe";
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.n_leading_dense = n_dense;
+    c.moe_selection_bias = true;
+    c.moe_shared_expert = true;
+    for (int64_t l = 0; l < c.n_layer; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? n_ff_shexp : c.n_ff);
+    c.n_ff = std::max(c.n_ff, n_ff_shexp);
+    return c;
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -662,6 +680,16 @@ std::vector<ModelConfig> arch_shapes() {
         post_norm_config("exaone4", "exaone-4.0-1.2b", 2048, 30, 32, 8, 4096, 102400, 65536, 0),
         llama_like_config("ernie4_5", "ernie4_5-tiny", 128, 3, 4, 2, 32, 256, 320, 1024),
         llama_like_config("ernie4_5", "ernie-4.5-0.3b", 1024, 18, 16, 2, 64, 3072, 103424, 131072),
+        // ernie4_5-tiny's layers: 0 dense (256 features), 1 and 2 with 8 experts of 64 (2 a token) beside a shared
+        // expert of 96
+        ernie4_5_moe_config(llama_like_config("ernie4_5", "ernie4_5-moe-tiny", 128, 3, 4, 2, 32, 256, 320, 1024), 64,
+                            8, 2, 1, 96),
+        // ERNIE-4.5-21B-A3B as its config.json states it (the shared expert 12288 / 4 wide, as llama.cpp's converter
+        // writes it; no file could be fetched here to check), and its first four layers
+        ernie4_5_moe_config(llama_like_config("ernie4_5", "ernie-4.5-21b-a3b", 2560, 28, 20, 4, 128, 12288, 103424,
+                                              131072), 1536, 64, 6, 1, 3072),
+        ernie4_5_moe_config(llama_like_config("ernie4_5", "ernie-4.5-21b-a3b-4l", 2560, 4, 20, 4, 128, 12288, 103424,
+                                              131072), 1536, 64, 6, 1, 3072),
         llama_like_config("seed_oss", "seed_oss-tiny", 128, 3, 4, 2, 48, 256, 320, 1024),
         llama_like_config("seed_oss", "seed-oss-36b", 5120, 64, 80, 8, 128, 27648, 155136, 524288),
         // 4 pairs in each of the four sections of 32 pairs: those of the extra section (12-15 and 28-31) keep still.
@@ -1058,7 +1086,8 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
     if (c.arch == "granitehybrid" && c.moe()) {  // (Granite 4.0 H's experts are feed_forward_length wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
-    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2") {  // (the leading dense width)
+    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
+               c.file_arch == "ernie4_5-moe") {  // (the leading dense width)
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
         std::vector<GgufValue> ff;
@@ -1125,9 +1154,12 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
         w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
-    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
-        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
-    if (c.moe_selection_bias) {  // (glm4moe, lfm2moe, minimax-m2: their converters' keys)
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")  // (the last layer's: it has experts)
+        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(c.n_layer - 1)));
+    if (c.file_arch == "ernie4_5-moe") {  // (its converter's keys: no gating function, softmax)
+        w.set(p + "interleave_moe_layer_step", uint32_t(1));
+        w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+    } else if (c.moe_selection_bias) {  // (glm4moe, lfm2moe, minimax-m2: their converters' keys)
         w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
         if (c.file_arch != "minimax-m2") w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
     }
