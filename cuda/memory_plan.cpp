@@ -91,6 +91,11 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.moe_shared_expert)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (a shared expert beside the routed ones); "
                                     "--device cpu runs it", config.arch));
+    // Q/K norms over the whole projection (olmoe; olmo2 refused above by name) and experts weighted by their
+    // shares of the softmax over all of them, not renormalized (olmoe), have no kernels.
+    if (config.qk_norm_whole || (config.moe() && !config.moe_norm_weights))
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (Q/K norms over the whole projection, "
+                                    "experts' weights not renormalized); --device cpu runs it", config.gguf_arch()));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

@@ -18,7 +18,9 @@ namespace {
 // Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
 // (ModelConfig::ssm_grouped); MiniMax-M2 (minimax-m2) is qwen3moe's layers with Q/K norms over the whole projection,
 // partial rotary dims and sigmoid routing with a selection bias (read_moe_routing); ERNIE-4.5's mixtures
-// (ernie4_5-moe) are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe).
+// (ernie4_5-moe) are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe); OLMoE (olmoe)
+// is qwen3moe's layers with Q/K norms over the whole projection and its experts weighted by their shares of the
+// softmax over all of them, not renormalized.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -31,7 +33,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
                                          {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
                                          {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox},
-                                         {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base}};
+                                         {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base},
+                                         {"olmoe", "qwen3moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -54,7 +57,8 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe";
+           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, "
+           "olmoe";
 }
 
 namespace {
@@ -651,7 +655,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, glm4moe, lfm2moe, "
-                                    "deepseek2, minimax-m2 and ernie4_5-moe are)", f.path(), *experts, c.arch));
+                                    "deepseek2, minimax-m2, ernie4_5-moe and olmoe are)", f.path(), *experts,
+                                    c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -724,6 +729,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (routed) read_moe_routing(f, p, c);
     if (ernie_moe) read_ernie4_5_moe(f, p, c);
+    if (c.file_arch == "olmoe") {  // (as llama.cpp's olmoe: experts feed_forward_length wide, norm_w off)
+        c.n_ff_exp = c.n_ff;
+        c.qk_norm_whole = true;
+        c.moe_norm_weights = false;
+    }
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",

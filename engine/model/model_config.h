@@ -314,7 +314,7 @@ struct ModelConfig {
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
 // exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, and the variants qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe,
-// qwen3next).
+// qwen3next, minimax-m2, ernie4_5-moe, olmoe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

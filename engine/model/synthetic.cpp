@@ -269,6 +269,21 @@ ModelConfig ernie4_5_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_exper
     return c;
 }
 
+// olmoe (OLMoE): qwen3moe's layers with heads of n_embd / n_head whose Q and K are normalized over the whole
+// projection, n_expert SwiGLU experts of n_ff features in every layer (n_used a token, weighted by their shares of
+// the softmax over all the logits, not renormalized); feed_forward_length is the experts' width.
+ModelConfig olmoe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_ff, n_expert,
+                                    n_used, n_vocab, n_ctx);
+    c.file_arch = "olmoe";
+    c.rms_eps = 1e-5f;
+    c.rope_base = c.rope_base_local = 10000.0f;
+    c.qk_norm_whole = true;
+    c.moe_norm_weights = false;
+    return c;
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -619,6 +634,11 @@ std::vector<ModelConfig> arch_shapes() {
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         // 3 layers of 8 experts of 64 features (2 a token), heads of 64 (Q 256 wide over n_embd 128) rotating 32 dims
         minimax_m2_config("minimax-m2-tiny", 128, 3, 4, 2, 64, 32, 64, 8, 2, 320, 1024),
+        // 3 layers of 8 experts of 64 features (4 a token), 4 heads of 32 and as many KV heads (llama.cpp's olmoe
+        // sizes the K norm n_embd)
+        olmoe_config("olmoe-tiny", 128, 3, 4, 4, 64, 8, 4, 320, 1024),
+        // OLMoE-1B-7B (0924, 0125) as its config.json states it (no file could be fetched here to check)
+        olmoe_config("olmoe-1b-7b", 2048, 16, 16, 16, 1024, 64, 8, 50304, 4096),
         // MiniMax-M2 (and M2.1) as its config.json states it (no file could be fetched here to check), and its first
         // two layers (a benchmark of a size this machine can hold)
         minimax_m2_config("minimax-m2", 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
@@ -1152,7 +1172,8 @@ void SyntheticModel::save(const std::string& path) const {
     if (c.moe()) {
         w.set(p + "expert_count", uint32_t(c.n_expert));
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
-        w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
+        // (olmoe's converter writes none: its experts are feed_forward_length wide)
+        if (c.file_arch != "olmoe") w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
     if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")  // (the last layer's: it has experts)
         w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(c.n_layer - 1)));

@@ -154,6 +154,11 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     auto ernie = SyntheticModel::make(synthetic_config("ernie4_5-moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ernie->config, ernie->weights),
                       "the CUDA backend cannot run ernie4_5-moe models; --device cpu runs it");
+    // Nor olmoe's whole-projection Q/K norms and experts weighted by their unrenormalized softmax shares.
+    auto olmoe = SyntheticModel::make(synthetic_config("olmoe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(olmoe->config, olmoe->weights),
+                      "the CUDA backend cannot run olmoe models (Q/K norms over the whole projection, experts' "
+                      "weights not renormalized); --device cpu runs it");
     // Nor deepseek2's Multi-head Latent Attention.
     auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
