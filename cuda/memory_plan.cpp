@@ -68,7 +68,8 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // blocks without input norms.
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
         config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma")
-        throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it", config.gguf_arch()));
+        throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it",
+                                    config.gguf_arch()));
     // deepseek2's Multi-head Latent Attention (a latent cache, absorbed key and value matrices) has no kernels.
     if (config.mla())
         throw FileError(fmt::format("the CUDA backend cannot run {} models (Multi-head Latent Attention); --device cpu "
@@ -89,11 +90,16 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.moe_gating_sigmoid || config.moe_selection_bias || config.moe_weights_scale != 1.0f ||
         config.n_leading_dense > 0)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (sigmoid expert routing with a selection "
-                                    "bias, leading dense layers); --device cpu runs it", config.arch));
+                                    "bias, leading dense layers); --device cpu runs it", config.gguf_arch()));
     // The shared expert beside the routed ones (qwen2moe; qwen35moe, refused above) has no kernels.
     if (config.moe_shared_expert)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (a shared expert beside the routed ones); "
                                     "--device cpu runs it", config.arch));
+    // Q/K norms over the whole projection (olmoe; olmo2 refused above by name) and experts weighted by their
+    // shares of the softmax over all of them, not renormalized (olmoe), have no kernels.
+    if (config.qk_norm_whole || (config.moe() && !config.moe_norm_weights))
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (Q/K norms over the whole projection, "
+                                    "experts' weights not renormalized); --device cpu runs it", config.gguf_arch()));
     // The clamped SwiGLU (swiglu-oai) is gpt-oss's experts'; a dense FFN of it has no kernel (nor a CPU path).
     if (config.ffn_act == ModelConfig::Activation::swiglu_oai && !config.moe())
         throw FileError(fmt::format("the CUDA backend cannot run {}'s dense clamped SwiGLU (swiglu-oai)", config.arch));

@@ -16,8 +16,12 @@ namespace {
 // under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
 // layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
 // Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
-// (ModelConfig::ssm_grouped); Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is granite's
-// layers with experts (and a shared expert where the file gives its width), as granitehybrid's.
+// (ModelConfig::ssm_grouped); MiniMax-M2 (minimax-m2) is qwen3moe's layers with Q/K norms over the whole projection,
+// partial rotary dims and sigmoid routing with a selection bias (read_moe_routing); ERNIE-4.5's mixtures
+// (ernie4_5-moe) are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe); OLMoE (olmoe)
+// is qwen3moe's layers with Q/K norms over the whole projection and its experts weighted by their shares of the
+// softmax over all of them, not renormalized; Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is
+// granite's layers with experts (and a shared expert where the file gives its width), as granitehybrid's.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -30,7 +34,10 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
                                          {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
                                          {"mistral4", "deepseek2", ArchVariant::Rope::base},
-                                         {"granitemoe", "granite", ArchVariant::Rope::base}};
+                                         {"granitemoe", "granite", ArchVariant::Rope::base},
+                                         {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base},
+                                         {"olmoe", "qwen3moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -53,7 +60,8 @@ bool architecture_supported(const std::string& arch) {
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, command-r, cohere2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next";
+           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, command-r, cohere2, qwen2vl, qwen3vl, "
+           "qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe";
 }
 
 namespace {
@@ -320,9 +328,12 @@ void read_glm4(const GgufFile& f, const std::string& p, ModelConfig& c) {
 // leading_dense_block_count dense layers first (0 when absent); glm4moe: the weights normalized when
 // expert_weights_norm says so (not when absent), scaled by expert_weights_scale (absent or 0: not), and a shared expert
 // of expert_shared_count * n_ff_exp features beside the experts (the leading dense layers' FFN n_ff wide:
-// ModelConfig::n_ff_layers); lfm2moe: always normalized, never scaled, no shared expert.
+// ModelConfig::n_ff_layers); lfm2moe: always normalized, never scaled, no shared expert; minimax-m2: lfm2moe's, with
+// experts in every layer (leading_dense_block_count not read) of feed_forward_length features (llama.cpp requires
+// expert_feed_forward_length and sizes the experts by feed_forward_length), Q/K norms over the whole projection.
 void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
     const bool glm = c.arch == "glm4moe";
+    // (minimax-m2: llama.cpp reads the gating as optional but cannot run without it)
     const std::string gating = p + "expert_gating_func";
     const int64_t func = glm ? optional_int(f, gating, 2, 0, 4) : required_int(f, gating, 0, 4);
     if (func != 1 && func != 2 && !(glm && func == 0))
@@ -330,6 +341,12 @@ void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
                                     "functions quill supports for {}", f.path(), gating, func, c.gguf_arch()));
     c.moe_gating_sigmoid = func != 1;
     c.moe_selection_bias = true;
+    if (c.file_arch == "minimax-m2") {  // (every layer has experts, feed_forward_length wide; no shared one)
+        required_int(f, p + "expert_feed_forward_length", 1, int64_t{1} << 24);  // (required and unused, as llama.cpp)
+        c.n_ff_exp = c.n_ff;
+        c.qk_norm_whole = true;
+        return;
+    }
     c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
     if (!glm) return;
     c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
@@ -355,6 +372,32 @@ void read_cohere(const GgufFile& f, const std::string& p, ModelConfig& c) {
                                         : optional_float(f, p + "logit_scale", 0.0f, 0.0, 1e6);
     if (s != 0.0f) c.logit_mul = s;
     if (c.arch == "cohere2") c.no_rope_step = c.swa_pattern;  // (l % N == N - 1 global: (l + 1) % N == 0)
+}
+
+// ERNIE-4.5's mixtures (21B-A3B, 300B-A47B) as llama.cpp's ernie4_5-moe reads them: the experts'
+// expert_feed_forward_length required, leading_dense_block_count dense layers of feed_forward_length first, the others
+// with experts chosen by the softmax of their logits (plus the selection bias exp_probs_b where the file has it:
+// moe_statics.e_score_correction_bias) and weighted by the chosen probabilities renormalized, beside an ungated
+// shared expert of expert_shared_feed_forward_length features where that is > 0. interleave_moe_layer_step is
+// required and must be 1 (every layer after the dense ones with experts: llama.cpp loads the experts so and routes
+// only every step-th layer through them, which no converted model does otherwise).
+void read_ernie4_5_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    c.n_ff_exp = required_int(f, p + "expert_feed_forward_length", 1, kBig);
+    const std::string step = p + "interleave_moe_layer_step";
+    if (const int64_t s = required_int(f, step, 1, c.n_layer); s != 1)
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (experts in every layer after the leading "
+                                    "dense ones: the ERNIE-4.5 mixtures quill supports)", f.path(), step, s));
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    const int64_t shared = optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig);
+    c.moe_shared_expert = shared > 0;
+    if (shared > 0) {
+        for (int64_t l = 0; l < c.n_layer; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? shared : c.n_ff);
+        c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    }
+    // (the first layer with experts says whether they all have the bias; Weights then requires it in each)
+    c.moe_selection_bias = c.n_leading_dense < c.n_layer &&
+                           f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_leading_dense)) != nullptr;
 }
 
 // IBM Granite (3.x dense) as llama.cpp's granite reads it: embeddings multiplied by embedding_scale, each block's
@@ -630,13 +673,16 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool granite_experts = c.arch == "granitehybrid" || c.file_arch == "granitemoe";
     const bool experts_if_any = c.arch == "gemma4" || granite_experts;
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
-    const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe";
+    const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
+    const bool ernie_moe = c.file_arch == "ernie4_5-moe";  // (read_ernie4_5_moe)
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
+                     ernie_moe ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, granitemoe, "
-                                    "glm4moe, lfm2moe and deepseek2 are)", f.path(), *experts, c.arch));
+                                    "glm4moe, lfm2moe, deepseek2, minimax-m2, ernie4_5-moe and olmoe are)", f.path(),
+                                    *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -708,6 +754,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.moe_norm_weights = c.arch != "qwen2moe";  // (Qwen1.5-MoE's and Qwen2-MoE's norm_topk_prob false)
     }
     if (routed) read_moe_routing(f, p, c);
+    if (ernie_moe) read_ernie4_5_moe(f, p, c);
+    if (c.file_arch == "olmoe") {  // (as llama.cpp's olmoe: experts feed_forward_length wide, norm_w off)
+        c.n_ff_exp = c.n_ff;
+        c.qk_norm_whole = true;
+        c.moe_norm_weights = false;
+    }
     c.n_rot = optional_int(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
     if (c.n_rot % 2 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
@@ -758,6 +810,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "granite") read_granite(f, p, c);
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
+    if (c.arch == "olmo2") c.qk_norm_whole = true;
     if (c.arch == "exaone4") {
         // With sliding-window layers the global ones have no RoPE (l % N == N - 1: (l + 1) % N == 0); the local ones
         // rotate with rope.freq_base_swa when the file has it. NextN prediction layers are refused by name.

@@ -145,6 +145,9 @@ struct ModelConfig {
     // olmo2, exaone4: the attention and the FFN read the residual stream itself (no attn_norm, ffn_norm); their
     // outputs are normalized instead (attn_post_norm, ffn_post_norm)
     bool input_norms = true;
+    // olmo2, minimax-m2, olmoe: Q's and K's RMS norms span the whole projection (all heads together: attn_q_norm of
+    // n_head * head_dim, attn_k_norm of n_head_kv * head_dim), not each head
+    bool qk_norm_whole = false;
     // granite: each block's output is multiplied by this before it joins the residual stream (residual_scale), and
     // the logits are divided by logit_scale (1: neither)
     float residual_scale = 1.0f;
@@ -320,7 +323,7 @@ struct ModelConfig {
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
 // exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, command-r, cohere2, and the variants qwen2vl, qwen3vl,
-// qwen3vlmoe, lfm2moe, qwen3next).
+// qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

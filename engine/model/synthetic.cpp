@@ -235,6 +235,55 @@ ModelConfig lfm2moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, in
     return c;
 }
 
+// minimax-m2 (MiniMax-M2): qwen3moe's layers with Q/K norms over the whole projection, NEOX RoPE over n_rot of each
+// head's dims, and in every layer n_expert SwiGLU experts of n_ff_exp features (n_used a token, chosen by
+// sigmoid(logit) + a selection bias, weighted by the normalized sigmoids); feed_forward_length is the experts' width.
+ModelConfig minimax_m2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                              int64_t head_dim, int64_t n_rot, int64_t n_ff_exp, int64_t n_expert, int64_t n_used,
+                              int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff_exp, n_ff_exp, n_expert,
+                                    n_used, n_vocab, n_ctx);
+    c.file_arch = "minimax-m2";
+    c.n_rot = n_rot;
+    c.rope_base = c.rope_base_local = 5e6f;
+    c.qk_norm_whole = true;
+    set_sigmoid_experts(c, n_ff_exp, n_expert, n_used, 0, 1.0f);
+    return c;
+}
+
+// ernie4_5-moe (ERNIE-4.5-21B-A3B): ernie4_5's layers (adjacent RoPE pairs, a tied output), the first n_dense with
+// a dense FFN of c.n_ff, the others with n_expert SwiGLU experts of n_ff_exp features (n_used a token, chosen by the
+// softmax of their logits plus a selection bias, weighted by the chosen probabilities renormalized) beside an
+// ungated shared expert of n_ff_shexp.
+ModelConfig ernie4_5_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t n_dense,
+                                int64_t n_ff_shexp) {
+    c.file_arch = "ernie4_5-moe";
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.n_leading_dense = n_dense;
+    c.moe_selection_bias = true;
+    c.moe_shared_expert = true;
+    for (int64_t l = 0; l < c.n_layer; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? n_ff_shexp : c.n_ff);
+    c.n_ff = std::max(c.n_ff, n_ff_shexp);
+    return c;
+}
+
+// olmoe (OLMoE): qwen3moe's layers with heads of n_embd / n_head whose Q and K are normalized over the whole
+// projection, n_expert SwiGLU experts of n_ff features in every layer (n_used a token, weighted by their shares of
+// the softmax over all the logits, not renormalized); feed_forward_length is the experts' width.
+ModelConfig olmoe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_ff, n_expert,
+                                    n_used, n_vocab, n_ctx);
+    c.file_arch = "olmoe";
+    c.rms_eps = 1e-5f;
+    c.rope_base = c.rope_base_local = 10000.0f;
+    c.qk_norm_whole = true;
+    c.moe_norm_weights = false;
+    return c;
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -327,6 +376,7 @@ ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd,
     ModelConfig c = base_config(arch, name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
     c.rms_eps = 1e-6f;
     c.input_norms = false;
+    c.qk_norm_whole = c.arch == "olmo2";
     c.sliding_window = window;
     if (window > 0) c.swa_pattern = c.no_rope_step = 4;
     return c;
@@ -630,6 +680,17 @@ std::vector<ModelConfig> arch_shapes() {
         // Qwen3-30B-A3B as its GGUF files state it, and the same with 8 layers (a benchmark of a size CI can run)
         qwen3moe_config("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
         qwen3moe_config("qwen3-30b-a3b-8l", 2048, 8, 32, 4, 128, 6144, 768, 128, 8, 151936, 40960),
+        // 3 layers of 8 experts of 64 features (2 a token), heads of 64 (Q 256 wide over n_embd 128) rotating 32 dims
+        minimax_m2_config("minimax-m2-tiny", 128, 3, 4, 2, 64, 32, 64, 8, 2, 320, 1024),
+        // 3 layers of 8 experts of 64 features (4 a token), 4 heads of 32 and as many KV heads (llama.cpp's olmoe
+        // sizes the K norm n_embd)
+        olmoe_config("olmoe-tiny", 128, 3, 4, 4, 64, 8, 4, 320, 1024),
+        // OLMoE-1B-7B (0924, 0125) as its config.json states it (no file could be fetched here to check)
+        olmoe_config("olmoe-1b-7b", 2048, 16, 16, 16, 1024, 64, 8, 50304, 4096),
+        // MiniMax-M2 (and M2.1) as its config.json states it (no file could be fetched here to check), and its first
+        // two layers (a benchmark of a size this machine can hold)
+        minimax_m2_config("minimax-m2", 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
+        minimax_m2_config("minimax-m2-2l", 3072, 2, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
         // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
         // them (no file could be fetched here to check)
         gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
@@ -710,6 +771,16 @@ std::vector<ModelConfig> arch_shapes() {
         post_norm_config("exaone4", "exaone-4.0-1.2b", 2048, 30, 32, 8, 4096, 102400, 65536, 0),
         llama_like_config("ernie4_5", "ernie4_5-tiny", 128, 3, 4, 2, 32, 256, 320, 1024),
         llama_like_config("ernie4_5", "ernie-4.5-0.3b", 1024, 18, 16, 2, 64, 3072, 103424, 131072),
+        // ernie4_5-tiny's layers: 0 dense (256 features), 1 and 2 with 8 experts of 64 (2 a token) beside a shared
+        // expert of 96
+        ernie4_5_moe_config(llama_like_config("ernie4_5", "ernie4_5-moe-tiny", 128, 3, 4, 2, 32, 256, 320, 1024), 64,
+                            8, 2, 1, 96),
+        // ERNIE-4.5-21B-A3B as its config.json states it (the shared expert 12288 / 4 wide, as llama.cpp's converter
+        // writes it; no file could be fetched here to check), and its first four layers
+        ernie4_5_moe_config(llama_like_config("ernie4_5", "ernie-4.5-21b-a3b", 2560, 28, 20, 4, 128, 12288, 103424,
+                                              131072), 1536, 64, 6, 1, 3072),
+        ernie4_5_moe_config(llama_like_config("ernie4_5", "ernie-4.5-21b-a3b-4l", 2560, 4, 20, 4, 128, 12288, 103424,
+                                              131072), 1536, 64, 6, 1, 3072),
         llama_like_config("seed_oss", "seed_oss-tiny", 128, 3, 4, 2, 48, 256, 320, 1024),
         llama_like_config("seed_oss", "seed-oss-36b", 5120, 64, 80, 8, 128, 27648, 155136, 524288),
         // 4 pairs in each of the four sections of 32 pairs: those of the extra section (12-15 and 28-31) keep still.
@@ -1054,18 +1125,17 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
-        if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
-            ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
-            L.attn_q_norm = norm(c.layer_head_dim(i));
-            if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
-        }
         if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head)
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
         }
-        if (olmo2) {  // (over the whole Q and K)
+        if (c.qk_norm_whole) {  // (olmo2, minimax-m2: over the whole Q and K)
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
+        } else if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
+                   ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
+            L.attn_q_norm = norm(c.layer_head_dim(i));
+            if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
         }
         if (glm4 || c.arch == "glm4moe" || c.arch == "seed_oss" || c.arch == "qwen2" ||
             c.arch == "qwen2moe") {  // (their Q, K and V biases)
@@ -1121,7 +1191,8 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
     if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe") && c.moe()) {  // (Granite's experts: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
-    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2") {  // (the leading dense width)
+    } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
+               c.file_arch == "ernie4_5-moe") {  // (the leading dense width)
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
         std::vector<GgufValue> ff;
@@ -1187,13 +1258,17 @@ void SyntheticModel::save(const std::string& path) const {
     if (c.moe()) {
         w.set(p + "expert_count", uint32_t(c.n_expert));
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
-        w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
+        // (olmoe's converter writes none: its experts are feed_forward_length wide)
+        if (c.file_arch != "olmoe") w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
-    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
-        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.n_ff));
-    if (c.moe_selection_bias) {  // (glm4moe, lfm2moe: their converters' keys)
-        w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")  // (the last layer's: it has experts)
+        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(c.n_layer - 1)));
+    if (c.file_arch == "ernie4_5-moe") {  // (its converter's keys: no gating function, softmax)
+        w.set(p + "interleave_moe_layer_step", uint32_t(1));
         w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+    } else if (c.moe_selection_bias) {  // (glm4moe, lfm2moe, minimax-m2: their converters' keys)
+        w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+        if (c.file_arch != "minimax-m2") w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
     }
     if (c.arch == "glm4moe") {
         w.set(p + "expert_shared_count", uint32_t(c.layer_n_ff(c.n_layer - 1) / c.n_ff_exp));

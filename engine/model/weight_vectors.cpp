@@ -32,8 +32,7 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     const bool qk_norms = glm4moe || c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
                           c.arch == "olmo2" || c.arch == "exaone4" || ((qwen35 || c.arch == "lfm2") && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
-    // (olmo2: Q's and K's norms span the whole projection, not a head)
-    const bool whole = c.arch == "olmo2";
+    const bool whole = c.qk_norm_whole;
     // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
     // the output's, as llama.cpp does; ernie4_5's llama.cpp loads and ignores it and seed_oss's has none, so quill
     // refuses a file of theirs that has it (Weights: a tensor it would not use) rather than run it otherwise.

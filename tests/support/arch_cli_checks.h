@@ -14,11 +14,13 @@
 
 namespace quill::test {
 
-// `quill run -v --device auto` with the chat template file `tmpl` gives 8 tokens on the CPU with one line saying why
-// not on a GPU; where a GPU is there, that line is the CUDA backend's `refusal` (when given).
+// `quill run -v --device auto` with the chat template file `tmpl` (empty: the file's own) gives 8 tokens on the CPU
+// with one line saying why not on a GPU; where a GPU is there, that line is the CUDA backend's `refusal` (when given).
 inline void check_run_auto_on_cpu(const std::string& file, const std::string& tmpl, const std::string& refusal = "") {
-    auto run = run_quill({"run", "-v", "--device", "auto", "-m", file, "--chat-template", tmpl, "-p",
-                          "Why is the sky blue?", "--temp", "0", "-n", "8", "--json"});
+    std::vector<std::string> args = {"run", "-v", "--device", "auto", "-m", file, "-p", "Why is the sky blue?",
+                                     "--temp", "0", "-n", "8", "--json"};
+    if (!tmpl.empty()) args.insert(args.end(), {"--chat-template", tmpl});
+    auto run = run_quill(args);
     CHECK(run.status == 0);
     CHECK(run.out.find("\"completion_tokens\":8") != std::string::npos);
     INFO(run.err);
@@ -68,7 +70,8 @@ inline void check_batch_texts_alone(const std::string& file, const std::vector<s
 }
 
 // The F16 synthetic `shape` saved by `quill bench --synthetic SHAPE --dtype f16 --save` in a folder of its own, then,
-// with the chat template tests/data/templates/src/TEMPLATE (a model's published one): `quill info` printing each of
+// with the chat template tests/data/templates/src/TEMPLATE (a model's published one; empty: the file's own, where the
+// corpus has none of the family's): `quill info` printing each of
 // `info`, `quill run --device auto` giving 8 tokens on the CPU with one line saying why not on a GPU, and two turns
 // of `quill chat` without an error.
 inline void check_run_and_chat(const std::string& shape, const std::string& tmpl_file,
@@ -80,15 +83,18 @@ inline void check_run_and_chat(const std::string& shape, const std::string& tmpl
     REQUIRE(save.status == 0);
     const std::string tmpl =
         (std::filesystem::path(QUILL_SOURCE_DIR) / "tests" / "data" / "templates" / "src" / tmpl_file).string();
+    auto with_template = [&](std::vector<std::string> args) {
+        if (!tmpl_file.empty()) args.insert(args.end(), {"--chat-template", tmpl});
+        return args;
+    };
     auto described = run_quill({"info", file});
     CHECK(described.status == 0);
     for (const char* line : info) {
         INFO(described.out);
         CHECK(described.out.find(line) != std::string::npos);
     }
-    check_run_auto_on_cpu(file, tmpl);
-    auto chat = run_quill({"chat", "-m", file, "--chat-template", tmpl, "--temp", "0", "-n", "6"},
-                          "Hello there\nAnd again\n");
+    check_run_auto_on_cpu(file, tmpl_file.empty() ? "" : tmpl);
+    auto chat = run_quill(with_template({"chat", "-m", file, "--temp", "0", "-n", "6"}), "Hello there\nAnd again\n");
     CHECK(chat.status == 0);
     CHECK(chat.err.find("error") == std::string::npos);
 }

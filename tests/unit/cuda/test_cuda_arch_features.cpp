@@ -152,6 +152,20 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(lfm2moe->config, lfm2moe->weights),
                       "the CUDA backend cannot run lfm2moe models (recurrent short convolution layers); --device "
                       "cpu runs it");
+    // Nor minimax-m2 (qwen3moe's layers with glm4moe's routing), by the file's architecture.
+    auto minimax = SyntheticModel::make(synthetic_config("minimax-m2-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(minimax->config, minimax->weights),
+                      "the CUDA backend cannot run minimax-m2 models (sigmoid expert routing with a selection bias, "
+                      "leading dense layers); --device cpu runs it");
+    // Nor ernie4_5-moe (ernie4_5's layers, which CUDA has not been checked on), by the file's architecture.
+    auto ernie = SyntheticModel::make(synthetic_config("ernie4_5-moe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(ernie->config, ernie->weights),
+                      "the CUDA backend cannot run ernie4_5-moe models; --device cpu runs it");
+    // Nor olmoe's whole-projection Q/K norms and experts weighted by their unrenormalized softmax shares.
+    auto olmoe = SyntheticModel::make(synthetic_config("olmoe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(olmoe->config, olmoe->weights),
+                      "the CUDA backend cannot run olmoe models (Q/K norms over the whole projection, experts' "
+                      "weights not renormalized); --device cpu runs it");
     // Nor deepseek2's Multi-head Latent Attention.
     auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
