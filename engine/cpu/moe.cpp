@@ -202,8 +202,9 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
 }
 
 // proj += sigmoid(g . xn) * W2 (silu(W1 xn) * W3 xn) for each token, the shared expert beside the routed ones
-// (qwen2moe, qwen35moe; nemotron_h_moe's W2 relu_sqr(W3 xn), dense_ffn's), xn the experts' input that moe_block left in xn_; the factor 1 without a gate vector g. Over
-// all n rows as a dense FFN, and added after the experts' sum: a token's output is the same in any batch.
+// (qwen2moe, qwen35moe; nemotron_h_moe's W2 relu_sqr(W3 xn), dense_ffn's), xn the experts' input that moe_block left
+// in xn_; the factor 1 without a gate vector g. Over all n rows as a dense FFN, and added after the experts' sum: a
+// token's output is the same in any batch.
 void CpuBackend::shared_expert(const LayerWeights& L, int64_t layer, int64_t n) {
     const int64_t d = config_.n_embd;
     dense_ffn(L, layer, n, xn_.data(), false, shared_.data());

@@ -45,14 +45,14 @@ bool architecture_supported(const std::string& arch) {
            arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
-           arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe" ||
-           arch == "deepseek2";
+           arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" ||
+           arch == "glm4moe" || arch == "deepseek2";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
-           "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, nemotron_h_moe";
+           "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
+           "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, qwen2vl, qwen3vl, qwen3vlmoe, qwen3next, nemotron_h_moe";
 }
 
 namespace {

@@ -69,7 +69,8 @@ TEST_CASE("nemotron_h settings, layer blocks and tensors are read from the file 
         CHECK(!c.layer_has_rope(l));
     }
     CHECK((c.n_layer_kv() == 2 && c.n_head == 4 && c.n_head_kv == 2 && c.head_dim == 32));
-    CHECK((c.ffn_act == ModelConfig::Activation::relu_sqr && !c.ffn_gated() && c.attn_scale == 1.0f / std::sqrt(32.0f)));
+    CHECK((c.ffn_act == ModelConfig::Activation::relu_sqr && !c.ffn_gated() &&
+           c.attn_scale == 1.0f / std::sqrt(32.0f)));
     CHECK(c.rms_eps == 1e-5f);  // (attention.layer_norm_epsilon: the file has no layer_norm_rms_epsilon)
     CHECK((c.ssm_conv == 4 && c.ssm_head_k == 64 && c.ssm_n_k_heads == 2 && c.ssm_n_v_heads == 8 &&
            c.ssm_head_v == 32 && c.ssm_d_inner() == 256));
