@@ -109,8 +109,12 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe())
             info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
                                         {"n_ff_exp", c.n_ff_exp}};
-        // (the shared expert's width: the last layer's FFN, which has experts)
-        if (c.moe_shared_expert) info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(c.n_layer - 1);
+        // (the shared expert's width: the FFN of the last layer with experts; nemotron_h_moe's last may have none)
+        if (c.moe_shared_expert) {
+            int64_t last = c.n_layer - 1;
+            while (last > 0 && !c.layer_moe(last)) --last;
+            info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(last);
+        }
         if (c.moe_selection_bias)  // (DeepSeek-V3-style routing)
             info["model"]["experts"]["routing"] = {{"gating", c.moe_gating_sigmoid ? "sigmoid" : "softmax"},
                                                    {"normalized", c.moe_norm_weights},

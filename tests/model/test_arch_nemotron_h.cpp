@@ -183,7 +183,8 @@ TEST_CASE("quill run and chat work end to end on a nemotron_h file with Nemotron
     CHECK(lookup.status != 0);
     CHECK(lookup.err.find("--lookup and --draft-model cannot run on nemotron_h models") != std::string::npos);
     test::check_run_and_chat("nemotron_h_moe-tiny", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
-                             {"gating=sigmoid with a selection bias, normalized=true scale=2.5"});
+                             {"n_expert=8 n_expert_used=2 n_ff_exp=64 n_ff_shexp=96",
+                              "gating=sigmoid with a selection bias, normalized=true scale=2.5"});
 }
 
 }  // namespace test_arch_nemotron_h
