@@ -339,7 +339,9 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
     rope_angles(batch);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        if (L.mla())
+        if (!config_.layer_has_mixer(l)) {  // (nemotron_h: a layer of an FFN alone; the first adds nothing to x)
+            if (l == layers_.begin) std::fill_n(proj_.begin(), n * config_.n_embd, 0.0f);
+        } else if (L.mla())
             mla_block(batch, L, l);
         else if (!config_.layer_is_recurrent(l))
             attention_block(batch, L, l);
@@ -349,7 +351,7 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
             mamba2_block(batch, L, l);
         else
             delta_net_block(batch, L, l);
-        ffn_block(L, l, n);
+        if (config_.layer_has_ffn(l)) ffn_block(L, l, n);  // (nemotron_h: not in a layer of a mixer alone)
         if (L.per_layer_proj.data) per_layer_block(L, l, n);
     }
     if (config_.recurrent()) recurrent_.take_wanted();  // (the states that now stand where they are to be kept)
@@ -596,7 +598,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
         return;
     }
     // (olmo2, exaone4: no input norm, gate and up read x itself)
-    const WeightMatrix& gate = matrix(L.ffn_gate);
+    const WeightMatrix& gate = matrix(L.ffn_gate.data ? L.ffn_gate : L.ffn_up);  // (the first product; nemotron_h: up)
     const bool ready = residual_norm(layer, c.input_norms ? L.ffn_norm.data() : nullptr,
                                      c.input_norms ? &gate : nullptr, n);
     dense_ffn(L, layer, n, c.input_norms ? xn_.data() : x_.data(), ready, proj_.data());
@@ -613,6 +615,7 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
 void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out) {
     const auto& c = config_;
     QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
+    if (!c.ffn_gated()) return ungated_ffn(L, layer, n, in, ready, out);
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     const MatmulJob down[] = {{matrix(L.ffn_down), out}};
@@ -638,6 +641,25 @@ void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, cons
         });
         mm(down, gate_.data(), n, n_ff, n_decode_);
     }
+}
+
+// out = W2 relu_sqr(W3 in), relu_sqr(u) = max(u, 0)^2 (nemotron_h's FFN, without a gate): the up product into gate_,
+// the activation in place by ranges of features, the down product
+void CpuBackend::ungated_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready,
+                             float* out) {
+    const auto& c = config_;
+    const int64_t n_ff = c.layer_n_ff(layer);
+    const MatmulJob up[] = {{matrix(L.ffn_up), gate_.data()}};
+    mm(up, in, n, c.n_embd, n_decode_, ready);
+    pool_.run([&](int ith, int nth) {
+        const Range r = split_range(n * n_ff, ith, nth, 64);
+        for (int64_t i = r.begin; i < r.end; ++i) {
+            const float u = std::max(gate_[i], 0.0f);
+            gate_[i] = u * u;
+        }
+    });
+    const MatmulJob down[] = {{matrix(L.ffn_down), out}};
+    mm(down, gate_.data(), n, n_ff, n_decode_);
 }
 
 // ple[t, l] = (rms_norm(W_mp[l] x0[t] / sqrt(n_embd)) * proj_norm + per_layer_token_embd[token_t][l] *

@@ -122,6 +122,8 @@ private:
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     // out [n, n_embd] = W2 (act(W1 in) * W3 in) for in [n, n_embd] (act_ holds it when `ready`)
     void dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out);
+    // the same without a gate, out = W2 relu_sqr(W3 in) (nemotron_h)
+    void ungated_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the
     // embeddings x0 [n_tokens, n_embd]; per_layer_block: x_ += proj_, then proj_ = the layer's per-layer block of it.

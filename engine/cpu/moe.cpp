@@ -150,11 +150,20 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
             x = moe_x_.data();
         }
         const ExpertWeights& E = L.experts[static_cast<size_t>(e)];
-        const MatmulJob gate_up[] = {{matrix(E.gate), moe_gate_.data()}, {matrix(E.up), moe_up_.data()}};
-        mm(gate_up, x, m, d, m_decode, m == n && xn_in_act);
+        const bool gated = E.gate.data != nullptr;  // (nemotron_h_moe: up alone, into moe_gate_)
+        const MatmulJob gate_up[] = {{matrix(gated ? E.gate : E.up), moe_gate_.data()}, {matrix(E.up), moe_up_.data()}};
+        mm(std::span<const MatmulJob>(gate_up, gated ? 2 : 1), x, m, d, m_decode, m == n && xn_in_act);
         xn_in_act = m == n && !reference_;
-        // gate = act(gate (+ b1), up (+ b3)): silu(gate) * up, or gpt-oss's clamped form with its biases
+        // gate = act(gate (+ b1), up (+ b3)): silu(gate) * up, or gpt-oss's clamped form with its biases, or
+        // (nemotron_h_moe) relu_sqr(up) = max(up, 0)^2
         auto act = [&](int64_t begin, int64_t end) {
+            if (!gated) {
+                for (int64_t i = begin; i < end; ++i) {
+                    const float u = std::max(moe_gate_[i], 0.0f);
+                    moe_gate_[i] = u * u;
+                }
+                return;
+            }
             if (c.ffn_act == ModelConfig::Activation::gelu_tanh)
                 return kv_ops_.geglu(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin);
             if (c.ffn_act != ModelConfig::Activation::swiglu_oai)
@@ -193,8 +202,9 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
 }
 
 // proj += sigmoid(g . xn) * W2 (silu(W1 xn) * W3 xn) for each token, the shared expert beside the routed ones
-// (qwen2moe, qwen35moe), xn the experts' input that moe_block left in xn_; the factor 1 without a gate vector g. Over
-// all n rows as a dense FFN, and added after the experts' sum: a token's output is the same in any batch.
+// (qwen2moe, qwen35moe; nemotron_h_moe's W2 relu_sqr(W3 xn), dense_ffn's), xn the experts' input that moe_block left
+// in xn_; the factor 1 without a gate vector g. Over all n rows as a dense FFN, and added after the experts' sum: a
+// token's output is the same in any batch.
 void CpuBackend::shared_expert(const LayerWeights& L, int64_t layer, int64_t n) {
     const int64_t d = config_.n_embd;
     dense_ffn(L, layer, n, xn_.data(), false, shared_.data());

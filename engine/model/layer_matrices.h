@@ -53,11 +53,16 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     m.push_back(&L.wo);
     if (L.recurrent()) m = recurrent_matrices(L);
     if (L.mla()) m = mla_matrices(L, false);
-    if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
+    if (!L.wo.data && !L.recurrent()) m.clear();  // (nemotron_h: a layer of an FFN alone)
+    if (L.ffn_gate.data) m.push_back(&L.ffn_gate);  // (nemotron_h: none)
+    if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_up, &L.ffn_down});
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
-    for (const ExpertWeights& e : L.experts) m.insert(m.end(), {&e.gate, &e.up, &e.down});
+    for (const ExpertWeights& e : L.experts) {
+        if (e.gate.data) m.push_back(&e.gate);  // (nemotron_h_moe: none)
+        m.insert(m.end(), {&e.up, &e.down});
+    }
     return m;
 }
 
@@ -70,17 +75,22 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     m.push_back(&L.wo);
     if (L.recurrent()) m = recurrent_matrices(L);
     if (L.mla()) m = mla_matrices(L, true);
-    if (L.ffn_gate_up.data)
+    if (!L.wo.data && !L.recurrent()) m.clear();  // (nemotron_h: a layer of an FFN alone)
+    if (L.ffn_gate_up.data) {
         m.insert(m.end(), {&L.ffn_gate_up, &L.ffn_down});
-    else if (L.ffn_down.data)
-        m.insert(m.end(), {&L.ffn_gate, &L.ffn_up, &L.ffn_down});
+    } else if (L.ffn_down.data) {
+        if (L.ffn_gate.data) m.push_back(&L.ffn_gate);  // (nemotron_h: none)
+        m.insert(m.end(), {&L.ffn_up, &L.ffn_down});
+    }
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
     if (L.ffn_gate_up_exps.data)
         m.push_back(&L.ffn_gate_up_exps);
-    else
+    else if (L.ffn_gate_exps.data)
         m.insert(m.end(), {&L.ffn_gate_exps, &L.ffn_up_exps});
+    else  // (nemotron_h_moe: no gate)
+        m.push_back(&L.ffn_up_exps);
     m.push_back(&L.ffn_down_exps);
     return m;
 }

@@ -13,15 +13,16 @@ namespace quill {
 namespace {
 
 // Architectures that run as another (ModelConfig::file_arch): their files carry that architecture's tensors and keys
-// under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's
-// layers with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones;
-// Qwen3-Next is qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
+// under their own name. The text models of vision-language families add M-RoPE's sections; EXAONE 3.x is llama's layers
+// with NEOX RoPE pairs; LFM2-MoE (lfm2moe) is lfm2's layers with experts after its leading dense ones; Qwen3-Next is
+// qwen35moe's layers with plain NEOX RoPE (no sections) and its delta nets grouped by key head
 // (ModelConfig::ssm_grouped); MiniMax-M2 (minimax-m2) is qwen3moe's layers with Q/K norms over the whole projection,
-// partial rotary dims and sigmoid routing with a selection bias (read_moe_routing); ERNIE-4.5's mixtures
-// (ernie4_5-moe) are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe); OLMoE (olmoe)
-// is qwen3moe's layers with Q/K norms over the whole projection and its experts weighted by their shares of the
-// softmax over all of them, not renormalized; Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is
-// granite's layers with experts (and a shared expert where the file gives its width), as granitehybrid's.
+// partial rotary dims and sigmoid routing with a selection bias (read_moe_routing); ERNIE-4.5's mixtures (ernie4_5-moe)
+// are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe); OLMoE (olmoe) is qwen3moe's
+// layers with Q/K norms over the whole projection and its experts weighted by their shares of the softmax over all of
+// them, not renormalized; Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is granite's layers
+// with experts (and a shared expert where the file gives its width), as granitehybrid's; Nemotron-H MoE
+// (nemotron_h_moe: Nemotron 3 Nano) is nemotron_h's layers with experts in its FFN layers.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -37,7 +38,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"granitemoe", "granite", ArchVariant::Rope::base},
                                          {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox},
                                          {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base},
-                                         {"olmoe", "qwen3moe", ArchVariant::Rope::neox}};
+                                         {"olmoe", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"nemotron_h_moe", "nemotron_h", ArchVariant::Rope::base}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -53,15 +55,15 @@ bool architecture_supported(const std::string& arch) {
            arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
-           arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" || arch == "glm4moe" ||
-           arch == "deepseek2" || arch == "command-r" || arch == "cohere2";
+           arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" ||
+           arch == "glm4moe" || arch == "deepseek2" || arch == "command-r" || arch == "cohere2";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
-           "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2, exaone, exaone4, ernie4_5, "
-           "seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, command-r, cohere2, qwen2vl, qwen3vl, "
-           "qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe";
+           "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
+           "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, command-r, cohere2, qwen2vl, qwen3vl, "
+           "qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe";
 }
 
 namespace {
@@ -417,6 +419,21 @@ void read_granite(const GgufFile& f, const std::string& p, ModelConfig& c) {
     if (auto finetuned = f.get_bool(p + "rope.scaling.finetuned"); finetuned && !*finetuned) c.no_rope_step = 1;
 }
 
+// Mamba-2's sizes (ssm.*) in ModelConfig's terms: conv taps, d_state as ssm_head_k, groups as ssm_n_k_heads, heads as
+// ssm_n_v_heads of inner_size / heads channels.
+void read_mamba2_sizes(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
+    c.ssm_head_k = required_int(f, p + "ssm.state_size", 1, 1024);
+    c.ssm_n_k_heads = required_int(f, p + "ssm.group_count", 1, 4096);
+    c.ssm_n_v_heads = required_int(f, p + "ssm.time_step_rank", 1, 4096);
+    const int64_t inner = required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 24);
+    if (inner % c.ssm_n_v_heads != 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0)
+        throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' {} is not a multiple of '{}ssm.time_step_rank' "
+                                    "{}, or that of '{}ssm.group_count' {}", f.path(), p, inner, p, c.ssm_n_v_heads,
+                                    p, c.ssm_n_k_heads));
+    c.ssm_head_v = inner / c.ssm_n_v_heads;
+}
+
 // Granite 4.0 H as llama.cpp's granitehybrid reads it: granite's multipliers (read_granite; its files turn RoPE off
 // with rope.scaling.finetuned false), the Mamba-2 layers where the array attention.head_count_kv holds 0 (the
 // attention layers' entries must be one value: n_head_kv), the ssm.* sizes in ModelConfig's terms (conv taps,
@@ -444,19 +461,75 @@ void read_granite_hybrid(const GgufFile& f, const std::string& p, ModelConfig& c
         }
         c.n_head_kv = n_head_kv > 0 ? n_head_kv : c.n_head;  // (no attention layer: no KV heads to read)
     }
-    c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
-    c.ssm_head_k = required_int(f, p + "ssm.state_size", 1, 1024);
-    c.ssm_n_k_heads = required_int(f, p + "ssm.group_count", 1, 4096);
-    c.ssm_n_v_heads = required_int(f, p + "ssm.time_step_rank", 1, 4096);
-    const int64_t inner = required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 24);
-    if (inner != 2 * c.n_embd)
+    read_mamba2_sizes(f, p, c);
+    if (c.ssm_d_inner() != 2 * c.n_embd)
         throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' is {}, expected twice embedding_length {} (as "
-                                    "llama.cpp requires)", f.path(), p, inner, c.n_embd));
-    if (inner % c.ssm_n_v_heads != 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0)
-        throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' {} is not a multiple of '{}ssm.time_step_rank' "
-                                    "{}, or that of '{}ssm.group_count' {}", f.path(), p, inner, p, c.ssm_n_v_heads,
-                                    p, c.ssm_n_k_heads));
-    c.ssm_head_v = inner / c.ssm_n_v_heads;
+                                    "llama.cpp requires)", f.path(), p, c.ssm_d_inner(), c.n_embd));
+}
+
+// Nemotron-H's experts (nemotron_h_moe, Nemotron 3 Nano) as llama.cpp reads them: in each FFN layer, n_expert
+// ReLU-squared experts without a gate (expert_feed_forward_length wide), routed by sigmoid(logit) with the selection
+// bias exp_probs_b, weighted by those probabilities (divided by their sum with expert_weights_norm) times
+// expert_weights_scale, in expert groups where expert_group_count > 1; beside them a shared expert of the same kind,
+// expert_shared_feed_forward_length wide. Nemotron 3 Super's latent projections (moe_latent_size) are refused.
+void read_nemotron_h_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    refuse_if_set(f, p, "moe_latent_size", "the experts' latent projections (Nemotron 3 Super)", c.gguf_arch());
+    c.moe_gating_sigmoid = c.moe_selection_bias = true;
+    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e3);
+    if (scale != 0.0f) c.moe_weights_scale = scale;
+    c.moe_n_group = optional_int(f, p + "expert_group_count", 0, 0, c.n_expert - 1);
+    c.moe_n_group_used = optional_int(f, p + "expert_group_used_count", 0, 0, std::max<int64_t>(0, c.moe_n_group - 1));
+    if (c.moe_n_group > 1 && (c.n_expert % c.moe_n_group != 0 || c.moe_n_group_used < 1))
+        throw FileError(fmt::format("{}: metadata '{}expert_group_count' {} does not divide expert_count {} or "
+                                    "expert_group_used_count is 0", f.path(), p, c.moe_n_group, c.n_expert));
+    const int64_t shared = required_int(f, p + "expert_shared_feed_forward_length", 1, int64_t{1} << 24);
+    c.moe_shared_expert = true;
+    for (int64_t l = 0; l < c.n_layer; ++l)  // (the shared expert's width where a layer has experts)
+        c.n_ff_layers[static_cast<size_t>(l)] = c.layer_has_ffn(l) ? shared : 0;
+    c.n_ff = shared;
+}
+
+// Nemotron-H as llama.cpp's nemotron_h reads it: each layer one block, by its entries of the arrays
+// attention.head_count_kv and feed_forward_length: an FFN where its width is not 0, else attention where its KV heads
+// are not 0 (one value: n_head_kv), else Mamba-2 (the ssm.* sizes; the inner size free); the FFN ReLU squared without
+// a gate; no RoPE; attention.layer_norm_epsilon, the RMS norms' epsilon unless layer_norm_rms_epsilon is given (read
+// by from_gguf).
+void read_nemotron_h(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    const std::string kv_key = p + "attention.head_count_kv", ff_key = p + "feed_forward_length";
+    auto per_layer = [&](const std::string& key, int64_t hi) {  // (one a block; the MTP blocks' dropped)
+        const GgufValue* v = f.find(key);
+        std::vector<int64_t> a = v && v->type() == GgufType::ARRAY
+                                     ? layer_ints(f, key, n_block, 0, hi)
+                                     : std::vector<int64_t>(static_cast<size_t>(n_block), required_int(f, key, 0, hi));
+        a.resize(static_cast<size_t>(c.n_layer));
+        return a;
+    };
+    const std::vector<int64_t> kv = per_layer(kv_key, c.n_head), ff = per_layer(ff_key, kBig);
+    c.mamba2_layers.assign(static_cast<size_t>(c.n_layer), 0);
+    c.layer_blocks.assign(static_cast<size_t>(c.n_layer), 0);
+    c.n_ff_layers = ff;
+    c.n_ff = *std::max_element(ff.begin(), ff.end());
+    int64_t n_head_kv = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        const auto i = static_cast<size_t>(l);
+        c.layer_blocks[i] = ff[i] > 0 ? ModelConfig::kFfnBlock : ModelConfig::kMixerBlock;
+        c.mamba2_layers[i] = ff[i] == 0 && kv[i] == 0;
+        if (ff[i] > 0 || kv[i] == 0) continue;
+        if (n_head_kv != 0 && kv[i] != n_head_kv)
+            throw FileError(fmt::format("{}: metadata '{}' differs between two attention layers ({} and {}; quill "
+                                        "supports one value)", f.path(), kv_key, n_head_kv, kv[i]));
+        if (c.n_head % kv[i] != 0)
+            throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of '{}' {}",
+                                        f.path(), p, c.n_head, kv_key, kv[i]));
+        n_head_kv = kv[i];
+    }
+    c.n_head_kv = n_head_kv > 0 ? n_head_kv : c.n_head;  // (no attention layer: no KV heads to read)
+    c.ffn_act = ModelConfig::Activation::relu_sqr;
+    c.no_rope_step = 1;
+    read_mamba2_sizes(f, p, c);  // (required, as llama.cpp reads them)
+    if (c.moe()) read_nemotron_h_moe(f, p, c);
 }
 
 // Which of the first n_layer layers are recurrent, as llama.cpp's qwen35 reads it: attention.recurrent_layers (one
@@ -669,9 +742,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (gemma4: where the file has experts)
     // qwen2moe, qwen35moe: a shared expert beside the routed ones
     const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
-    // (granitehybrid: Granite 4.0 H Tiny and Small; granitemoe; gemma4: where the file has experts)
+    // (granitehybrid: Granite 4.0 H Tiny and Small; granitemoe; nemotron_h; gemma4: where the file has experts)
     const bool granite_experts = c.arch == "granitehybrid" || c.file_arch == "granitemoe";
-    const bool experts_if_any = c.arch == "gemma4" || granite_experts;
+    const bool experts_if_any = c.arch == "gemma4" || granite_experts || c.arch == "nemotron_h";
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
     const bool ernie_moe = c.file_arch == "ernie4_5-moe";  // (read_ernie4_5_moe)
@@ -681,8 +754,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, granitemoe, "
-                                    "glm4moe, lfm2moe, deepseek2, minimax-m2, ernie4_5-moe and olmoe are)", f.path(),
-                                    *experts, c.arch));
+                                    "glm4moe, lfm2moe, deepseek2, minimax-m2, ernie4_5-moe, olmoe and nemotron_h_moe "
+                                    "are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -690,11 +763,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const int64_t n_block = c.n_layer;
     // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
     // does not run (as llama.cpp by default)
-    if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2") {
+    if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2" || c.arch == "nemotron_h") {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }
-    if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
+    if (c.arch == "nemotron_h") {  // (its widths a layer, 0 where a layer has no FFN: read_nemotron_h)
+        c.n_ff = 0;
+    } else if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
         if (c.arch != "gemma4")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
             throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which "
                                         "quill does not support for {}", f.path(), p, c.arch));
@@ -710,7 +785,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (gemma4's, granitehybrid's and lfm2's may be an array, a value a layer: read_gemma4, read_granite_hybrid and
     // read_lfm2 read it)
     const GgufValue* kv_heads = f.find(p + "attention.head_count_kv");
-    const bool kv_array = (c.arch == "gemma4" || c.arch == "granitehybrid" || c.arch == "lfm2") && kv_heads &&
+    const bool kv_array = (c.arch == "gemma4" || c.arch == "granitehybrid" || c.arch == "lfm2" ||
+                           c.arch == "nemotron_h") && kv_heads &&
                           kv_heads->type() == GgufType::ARRAY;
     c.n_head_kv = kv_array ? c.n_head : optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
     if (c.n_head % c.n_head_kv != 0)
@@ -765,10 +841,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is odd, expected an even number",
                                     f.path(), p, c.n_rot));
     // Required by llama.cpp's loader of every architecture quill supports (it has no default); Cohere's LayerNorm
-    // reads attention.layer_norm_epsilon instead.
+    // reads attention.layer_norm_epsilon instead (nemotron_h: its layer_norm_epsilon, required, stands in)
     const bool cohere = c.arch == "command-r" || c.arch == "cohere2";
-    c.rms_eps = required_float(f, p + (cohere ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"),
-                               0.0, 1.0);
+    if (c.arch == "nemotron_h")
+        c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon",
+                                   required_float(f, p + "attention.layer_norm_epsilon", 0.0, 1.0), 0.0, 1.0);
+    else
+        c.rms_eps = required_float(
+            f, p + (cohere ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), 0.0, 1.0);
     c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
     // As llama.cpp reads them: no type is linear, and the factor is rope.scaling.factor, else rope.scale_linear.
     const std::string type = f.get_string(p + "rope.scaling.type").value_or("linear");
@@ -809,6 +889,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (cohere) read_cohere(f, p, c);
     if (c.arch == "granite") read_granite(f, p, c);
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
+    if (c.arch == "nemotron_h") read_nemotron_h(f, p, n_block, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
     if (c.arch == "olmo2") c.qk_norm_whole = true;
     if (c.arch == "exaone4") {
@@ -845,7 +926,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     // A file that states the scale itself wins (but gemma4's is 1 whatever the file says, as llama.cpp sets it).
-    if (c.arch != "gemma4") c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
+    // (nemotron_h: 1 / sqrt(head_dim) whatever the file says, as llama.cpp's does not read it)
+    if (c.arch != "gemma4" && c.arch != "nemotron_h")
+        c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
     if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))
         throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping) is supported for "
                                     "gemma2 only", f.path(), p));

@@ -40,7 +40,9 @@ struct ModelConfig {
     // The FFN's gate: SwiGLU (llama, qwen2), GeGLU (gemma3), or gpt-oss's clamped SwiGLU, act(g, u) =
     // min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1) (alpha 1.702 and limit 7, as
     // llama.cpp sets them: gpt-oss files do not carry them).
-    enum class Activation { silu, gelu_tanh, swiglu_oai };
+    // nemotron_h: relu_sqr, an FFN without a gate, W2 max(W3 xn, 0)^2 (ffn_up; the layers have no ffn_gate).
+    enum class Activation { silu, gelu_tanh, swiglu_oai, relu_sqr };
+    bool ffn_gated() const { return ffn_act != Activation::relu_sqr; }
     Activation ffn_act = Activation::silu;
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
     float embd_scale = 1.0f;        // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
@@ -113,8 +115,9 @@ struct ModelConfig {
     // the forward never runs (as llama.cpp by default); block_count is n_layer + n_layer_nextn.
     int64_t n_layer_nextn = 0;
     bool moe() const { return n_expert > 0; }
-    // Whether layer l routes its tokens through experts (a mixture's leading dense layers do not)
-    bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense; }
+    // Whether layer l routes its tokens through experts (a mixture's leading dense layers do not, nor nemotron_h_moe's
+    // layers without an FFN)
+    bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense && layer_has_ffn(layer); }
     // deepseek2: expert groups (expert_group_count, expert_group_used_count): the experts are chosen among the
     // moe_n_group_used of moe_n_group equal runs of them whose two best biased probabilities sum highest
     int64_t moe_n_group = 0, moe_n_group_used = 0;
@@ -193,6 +196,17 @@ struct ModelConfig {
     std::vector<bool> short_conv_layers;
     bool layer_is_short_conv(int64_t layer) const {
         return !short_conv_layers.empty() && short_conv_layers[static_cast<size_t>(layer)];
+    }
+    // nemotron_h (Nemotron-H): a layer holds one block where a layer of the others holds a mixer and an FFN: [n_layer]
+    // the blocks each layer has, kMixerBlock (attention, or Mamba-2 where mamba2_layers says) and kFfnBlock, each
+    // behind the layer's attn_norm. Empty: every layer has both.
+    static constexpr uint8_t kMixerBlock = 1, kFfnBlock = 2;
+    std::vector<uint8_t> layer_blocks;
+    bool layer_has_mixer(int64_t layer) const {
+        return layer_blocks.empty() || (layer_blocks[static_cast<size_t>(layer)] & kMixerBlock) != 0;
+    }
+    bool layer_has_ffn(int64_t layer) const {
+        return layer_blocks.empty() || (layer_blocks[static_cast<size_t>(layer)] & kFfnBlock) != 0;
     }
     // (full_attn_interval 1: every layer full attention)
     bool recurrent() const { return full_attn_interval > 1 || mamba2() || !short_conv_layers.empty(); }
@@ -282,7 +296,9 @@ struct ModelConfig {
     // maps them, the last of the layers before the shared ones when it is global, the one before it when local
     // (from_gguf checks that those are of the shared layers' kinds). A KV cache holds the layers with one in order:
     // layer l reads its entry kv_index(l).
-    bool layer_has_kv(int64_t layer) const { return layer < n_layer - n_kv_shared && !layer_is_recurrent(layer); }
+    bool layer_has_kv(int64_t layer) const {
+        return layer < n_layer - n_kv_shared && !layer_is_recurrent(layer) && layer_has_mixer(layer);
+    }
     int64_t kv_layer(int64_t layer) const {
         if (layer < n_layer - n_kv_shared) return layer;
         return n_layer - n_kv_shared - (layer_is_local(layer) ? 2 : 1);
@@ -321,9 +337,9 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
-// gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, olmo2,
-// exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, command-r, cohere2, and the variants qwen2vl, qwen3vl,
-// qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe).
+// gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h,
+// olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, command-r, cohere2, and the variants qwen2vl, qwen3vl,
+// qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

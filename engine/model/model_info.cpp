@@ -109,8 +109,12 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe())
             info["model"]["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
                                         {"n_ff_exp", c.n_ff_exp}};
-        // (the shared expert's width: the last layer's FFN, which has experts)
-        if (c.moe_shared_expert) info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(c.n_layer - 1);
+        // (the shared expert's width: the FFN of the last layer with experts; nemotron_h_moe's last may have none)
+        if (c.moe_shared_expert) {
+            int64_t last = c.n_layer - 1;
+            while (last > 0 && !c.layer_moe(last)) --last;
+            info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(last);
+        }
         if (c.moe_selection_bias)  // (DeepSeek-V3-style routing)
             info["model"]["experts"]["routing"] = {{"gating", c.moe_gating_sigmoid ? "sigmoid" : "softmax"},
                                                    {"normalized", c.moe_norm_weights},
@@ -124,6 +128,12 @@ json describe_model(const GgufFile& f, bool with_tensors) {
             info["model"]["mamba2"] = {{"layers", n_mamba}, {"conv", c.ssm_conv}, {"n_group", c.ssm_n_k_heads},
                                        {"n_head", c.ssm_n_v_heads}, {"head_dim", c.ssm_head_v},
                                        {"d_state", c.ssm_head_k}};
+            if (!c.layer_blocks.empty()) {  // (nemotron_h: a layer one block; the FFNs alone)
+                int64_t n_ffn = 0;
+                for (int64_t l = 0; l < c.n_layer; ++l) n_ffn += c.layer_has_mixer(l) ? 0 : 1;
+                info["model"]["mamba2"]["ffn_layers"] = n_ffn;
+                info["model"]["mamba2"]["attention_layers"] = c.n_layer - n_ffn - n_mamba;
+            }
         } else if (!c.short_conv_layers.empty()) {  // (lfm2)
             std::vector<int64_t> conv;
             for (int64_t l = 0; l < c.n_layer; ++l)
@@ -221,8 +231,13 @@ std::string render_model_info(const json& info) {
                                           m["recurrent"]["n_v_heads"].dump(), m["recurrent"]["head_dim"].dump()));
         if (m.contains("mamba2")) {
             const auto& r = m["mamba2"];
-            line("recurrent", fmt::format("Mamba-2 in {} layers, the others attention: conv={} n_group={} n_head={} "
-                                          "head_dim={} d_state={}", r["layers"].dump(), r["conv"].dump(),
+            const std::string others =
+                r.contains("ffn_layers")
+                    ? fmt::format("attention in {}, an FFN alone in {}", r["attention_layers"].dump(),
+                                  r["ffn_layers"].dump())
+                    : "the others attention";
+            line("recurrent", fmt::format("Mamba-2 in {} layers, {}: conv={} n_group={} n_head={} "
+                                          "head_dim={} d_state={}", r["layers"].dump(), others, r["conv"].dump(),
                                           r["n_group"].dump(), r["n_head"].dump(), r["head_dim"].dump(),
                                           r["d_state"].dump()));
         }

@@ -369,6 +369,44 @@ ModelConfig cohere2_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
+// nemotron_h (Nemotron-H): each layer one block by `pattern`, as the converter reads hybrid_override_pattern: 'M'
+// Mamba-2 (mamba_heads heads of mamba_head_dim, n_group groups of B and C of d_state, a conv of `conv` taps), '*'
+// GQA attention without RoPE, '-' an FFN of ReLU squared without a gate.
+ModelConfig nemotron_h_config(const char* name, int64_t n_embd, const std::string& pattern, int64_t n_head,
+                              int64_t n_head_kv, int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx,
+                              int64_t conv, int64_t d_state, int64_t n_group, int64_t mamba_heads,
+                              int64_t mamba_head_dim) {
+    const auto n_layer = static_cast<int64_t>(pattern.size());
+    ModelConfig c =
+        base_config("nemotron_h", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.ffn_act = ModelConfig::Activation::relu_sqr;
+    c.no_rope_step = 1;
+    for (char k : pattern) {
+        c.mamba2_layers.push_back(k == 'M');
+        c.layer_blocks.push_back(k == '-' ? ModelConfig::kFfnBlock : ModelConfig::kMixerBlock);
+        c.n_ff_layers.push_back(k == '-' ? n_ff : 0);
+    }
+    c.ssm_conv = conv;
+    c.ssm_head_k = d_state;
+    c.ssm_n_k_heads = n_group;
+    c.ssm_n_v_heads = mamba_heads;
+    c.ssm_head_v = mamba_head_dim;
+    return c;
+}
+
+// nemotron_h_moe (Nemotron 3 Nano): nemotron_h's layers with n_expert ReLU-squared experts of n_ff_exp features
+// without a gate in each FFN layer, n_used a token by sigmoid routing with a selection bias, their weights
+// renormalized and scaled by `scale`, beside a shared expert of the same kind and c.n_ff features.
+ModelConfig nemotron_h_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, float scale) {
+    c.file_arch = "nemotron_h_moe";
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_shared_expert = c.moe_gating_sigmoid = c.moe_selection_bias = true;
+    c.moe_weights_scale = scale;
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -764,6 +802,26 @@ std::vector<ModelConfig> arch_shapes() {
         command_r_config("command-r-35b", 8192, 40, 64, 8, 22528, 256000, 131072, 4e6f, 0.0625f),
         command_r_config("command-r-35b-2l", 8192, 2, 64, 8, 22528, 256000, 131072, 4e6f, 0.0625f),
         command_r_config("command-r-plus-104b", 12288, 64, 96, 8, 33792, 256000, 131072, 75e6f, 0.8333f),
+        // layer 0 an FFN (256 features), 1 and 4 Mamba-2 (8 heads of 32, 2 groups of B and C of 64), 2 and 5 GQA
+        // attention 4/2 without RoPE, 3 an FFN (after attention: the CPU backend's prefetch of the next layer's KV)
+        nemotron_h_config("nemotron_h-tiny", 128, "-M*-M*", 4, 2, 32, 256, 320, 1024, 4, 64, 2, 8, 32),
+        // Nemotron Nano 9B v2's widths as its config.json gives them (4480, 128 Mamba heads of 80 over 8 groups of
+        // d_state 128, GQA 40/8 of 128, an FFN of 15680; no config or file could be fetched here to check), in four
+        // layers of each kind (Mamba-2, FFN, attention, FFN): a benchmark of a size CI can run
+        nemotron_h_config("nemotron-nano-9b-v2-4l", 4480, "M-*-", 40, 8, 128, 15680, 131072, 131072, 4, 128, 8, 128,
+                          80),
+        // the same layers with 8 experts of 64 features in the FFN layers (2 a token, weights scaled by 2.5, Nemotron
+        // 3 Nano's routed_scaling_factor) beside a shared expert of 96
+        nemotron_h_moe_config(
+            nemotron_h_config("nemotron_h_moe-tiny", 128, "-M*-M*", 4, 2, 32, 96, 320, 1024, 4, 64, 2, 8, 32), 64, 8,
+            2, 2.5f),
+        // Nemotron 3 Nano 30B-A3B's widths as its config.json gives them (2688; 64 Mamba heads of 64 over 8 groups of
+        // d_state 128; GQA 32/2 of 128; 128 experts of 1856, 6 a token, beside a shared expert of 3712; no config or
+        // file could be fetched here to check), in four layers (Mamba-2, experts, attention, experts): a benchmark of
+        // a size CI can run
+        nemotron_h_moe_config(nemotron_h_config("nemotron-3-nano-30b-a3b-4l", 2688, "M-*-", 32, 2, 128, 3712, 131072,
+                                                262144, 4, 128, 8, 64, 64),
+                              1856, 128, 6, 2.5f),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
         // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
@@ -883,6 +941,7 @@ std::vector<std::string> control_tokens(const std::string& arch) {
     if (arch == "command-r" || arch == "cohere2")
         return {"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
                 "<|SYSTEM_TOKEN|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
+    if (arch == "nemotron_h") return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};  // (Nemotron 3's ChatML)
     return {};
 }
 
@@ -1013,9 +1072,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     auto make_layer = [&](int64_t i) {
         const std::string b = fmt::format("blk.{}.", i);
         LayerWeights L;
-        if (c.input_norms) L.attn_norm = norm(c.n_embd);
+        if (c.input_norms && c.layer_has_mixer(i)) L.attn_norm = norm(c.n_embd);
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
-        if (c.layer_is_recurrent(i) && c.mamba2()) {  // (granitehybrid's Mamba-2 layer)
+        if (!c.layer_has_mixer(i)) {  // (nemotron_h: a layer of an FFN alone)
+        } else if (c.layer_is_recurrent(i) && c.mamba2()) {  // (granitehybrid's Mamba-2 layer)
             L.ssm_in = matrix(b + "ssm_in.weight", c.n_embd,
                               2 * c.ssm_d_inner() + 2 * c.ssm_n_k_heads * c.ssm_head_k + c.ssm_n_v_heads);
             L.ssm_out = matrix(b + "ssm_out.weight", c.ssm_d_inner(), c.n_embd);
@@ -1078,16 +1138,16 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             if (c.layer_has_kv(i) && (!gemma4 || c.layer_is_local(i) || c.n_embd_per_layer > 0))
                 L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
-        if (!c.layer_is_recurrent(i))
+        if (!c.layer_is_recurrent(i) && c.layer_has_mixer(i))
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
-        if (c.input_norms && !c.parallel_blocks) L.ffn_norm = norm(c.n_embd);
+        if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(i)) L.ffn_norm = norm(c.n_embd);
         // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
-        const bool dense = c.layer_dense_ffn(i);
+        const bool dense = c.layer_dense_ffn(i) && c.layer_has_ffn(i);
         const std::string ffn = c.moe_shared_expert && c.layer_moe(i) ? "_shexp" : "";  // (the shared expert's names)
         if (dense && (phi3 || glm4)) {
             L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
-        } else if (dense) {
-            L.ffn_gate = matrix(b + "ffn_gate" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
+        } else if (dense) {  // (nemotron_h: no gate)
+            if (c.ffn_gated()) L.ffn_gate = matrix(b + "ffn_gate" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
             L.ffn_up = matrix(b + "ffn_up" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
         }
         if (dense) L.ffn_down = matrix(b + "ffn_down" + ffn + ".weight", c.layer_n_ff(i), c.n_embd);
@@ -1107,8 +1167,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             if (c.moe_selection_bias) L.ffn_exp_probs_b = uniform(c.n_expert, -0.5, 0.5);
             if (gemma4) {  // (gate and up of each expert in one tensor, gate first)
                 L.ffn_gate_up_exps = experts(b + "ffn_gate_up_exps.weight", c.n_embd, 2 * c.n_ff_exp);
-            } else {
-                L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
+            } else {  // (nemotron_h_moe: no gate)
+                if (c.ffn_gated()) L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
                 L.ffn_up_exps = experts(b + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp);
             }
             L.ffn_down_exps = experts(b + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd);
@@ -1189,7 +1249,12 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
-    if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe") && c.moe()) {  // (Granite's experts: n_ff wide)
+    if (c.arch == "nemotron_h") {  // (a width a layer, 0 where a layer has no FFN)
+        std::vector<GgufValue> ff;
+        for (int64_t l = 0; l < c.n_layer; ++l)  // (nemotron_h_moe: the experts' width)
+            ff.emplace_back(uint32_t(!c.layer_has_ffn(l) ? 0 : c.moe() ? c.n_ff_exp : c.layer_n_ff(l)));
+        w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
+    } else if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe") && c.moe()) {  // (Granite's: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
                c.file_arch == "ernie4_5-moe") {  // (the leading dense width)
@@ -1204,7 +1269,7 @@ void SyntheticModel::save(const std::string& path) const {
     for (int64_t l = 0; l < c.n_layer; ++l) {
         local_kinds.emplace_back(c.layer_is_local(l));
         kv_heads.emplace_back(uint32_t(c.layer_is_short_conv(l) ? 0 : c.layer_n_head_kv(l)));  // (lfm2: 0 a conv)
-        attn_kv_heads.emplace_back(uint32_t(c.layer_is_recurrent(l) ? 0 : c.n_head_kv));
+        attn_kv_heads.emplace_back(uint32_t(c.layer_is_recurrent(l) || !c.layer_has_kv(l) ? 0 : c.n_head_kv));
     }
     if (c.arch == "gemma4" || (c.arch == "lfm2" && c.recurrent()))
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
@@ -1236,13 +1301,16 @@ void SyntheticModel::save(const std::string& path) const {
         }
         if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
         if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_length", uint32_t(c.attn_temp_floor));
-    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35) {
+    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35 || c.arch == "nemotron_h") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
     w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
     w.set(p + "rope.freq_base", c.rope_base);
-    w.set(p + (c.layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), c.rms_eps);
+    // (Cohere's LayerNorm; nemotron_h's as its converter writes it, which llama.cpp's RMS norms read)
+    w.set(p + (c.layer_norm || c.arch == "nemotron_h" ? "attention.layer_norm_epsilon"
+                                                      : "attention.layer_norm_rms_epsilon"),
+          c.rms_eps);
     w.set(p + "vocab_size", uint32_t(c.n_vocab));
     if (c.rope_yarn) {
         w.set(p + "rope.scaling.type", "yarn");
@@ -1261,12 +1329,15 @@ void SyntheticModel::save(const std::string& path) const {
         // (olmoe's converter writes none: its experts are feed_forward_length wide)
         if (c.file_arch != "olmoe") w.set(p + "expert_feed_forward_length", uint32_t(c.n_ff_exp));
     }
-    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")  // (the last layer's: it has experts)
-        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(c.n_layer - 1)));
+    int64_t shexp = c.n_layer - 1;  // (the last layer with experts: nemotron_h's last may be attention alone)
+    while (shexp > 0 && !(c.layer_moe(shexp) && c.layer_has_ffn(shexp))) --shexp;
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
+        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(shexp)));
     if (c.file_arch == "ernie4_5-moe") {  // (its converter's keys: no gating function, softmax)
         w.set(p + "interleave_moe_layer_step", uint32_t(1));
         w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
-    } else if (c.moe_selection_bias) {  // (glm4moe, lfm2moe, minimax-m2: their converters' keys)
+    } else if (c.moe_selection_bias && c.arch != "nemotron_h") {  // (glm4moe, lfm2moe, minimax-m2: their converters'
+        // keys)
         w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
         if (c.file_arch != "minimax-m2") w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
     }
@@ -1294,8 +1365,15 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "embedding_length_per_layer_input", uint32_t(c.n_embd_per_layer));  // (llama.cpp requires it)
         if (c.n_kv_shared > 0) w.set(p + "attention.shared_kv_layers", uint32_t(c.n_kv_shared));
     }
-    if (c.arch == "granitehybrid") {
-        w.set(p + "rope.scaling.finetuned", false);  // (no RoPE, as Granite 4.0 H's converted files say)
+    if (c.arch == "nemotron_h" && c.moe()) {  // (as its converter writes them)
+        w.set(p + "expert_shared_count", uint32_t(1));
+        w.set(p + "expert_weights_norm", c.moe_norm_weights);
+        w.set(p + "expert_weights_scale", c.moe_weights_scale);
+        w.set(p + "expert_group_count", uint32_t(1));
+    }
+    if (c.arch == "granitehybrid" || c.arch == "nemotron_h") {
+        // (no RoPE, as Granite 4.0 H's converted files say; nemotron_h has none whatever they say)
+        w.set(p + "rope.scaling.finetuned", false);
         w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
         w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
         w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));

@@ -84,8 +84,15 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     if (post_norms) f.push_back({"post_attention_norm.weight", &L::attn_post_norm, c.n_embd});
     // (gpt-oss, seed_oss, qwen35: the norm of the FFN's input is the file's post-attention norm, as llama.cpp reads it)
     const bool ffn_norm_post = gpt_oss || c.arch == "seed_oss" || qwen35 || glm4moe;
-    if (c.input_norms && !c.parallel_blocks)  // (command-r, cohere2: the FFN reads the attention's input)
-        f.push_back({ffn_norm_post ? "post_attention_norm.weight" : "ffn_norm.weight", &L::ffn_norm, c.n_embd});
+    // (command-r, cohere2: the FFN reads the attention's input; nemotron_h: a layer of an FFN alone has no mixer's
+    // vectors, and its FFN's norm is the file's attn_norm; a layer of a mixer alone no FFN norm)
+    const bool ffn_alone = !c.layer_has_mixer(layer);
+    if (ffn_alone) f.clear();
+    if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(layer))
+        f.push_back({ffn_alone       ? "attn_norm.weight"
+                     : ffn_norm_post ? "post_attention_norm.weight"
+                                     : "ffn_norm.weight",
+                     &L::ffn_norm, c.n_embd});
     if (gpt_oss) {
         f.push_back({"ffn_gate_inp.bias", &L::ffn_gate_inp_b, c.n_expert});
         f.push_back({"ffn_gate_exps.bias", &L::ffn_gate_exps_b, c.n_ff_exp, c.n_expert});

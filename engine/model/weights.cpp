@@ -132,7 +132,9 @@ void LayerWeights::split_experts() {
             const int64_t f = both.ne[1] / 2;
             experts[e] = {both.rows(0, f, "gate"), both.rows(f, f, "up"), ffn_down_exps.matrix(i)};
         } else {
-            experts[e] = {ffn_gate_exps.matrix(i), ffn_up_exps.matrix(i), ffn_down_exps.matrix(i)};
+            // (nemotron_h_moe: no gate)
+            experts[e] = {ffn_gate_exps.data ? ffn_gate_exps.matrix(i) : TensorView{}, ffn_up_exps.matrix(i),
+                          ffn_down_exps.matrix(i)};
         }
     }
 }
@@ -218,7 +220,8 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
         LayerWeights L;
         for (const VectorField<LayerWeights>& f : layer_vector_fields(c, i)) l.read(f, b + f.name, L);
-        if (c.layer_is_recurrent(i) && c.mamba2()) {  // (granitehybrid: Mamba-2, ssm_in of z, x, B, C, dt)
+        if (!c.layer_has_mixer(i)) {  // (nemotron_h: a layer of an FFN alone)
+        } else if (c.layer_is_recurrent(i) && c.mamba2()) {  // (granitehybrid: Mamba-2, ssm_in of z, x, B, C, dt)
             const int64_t n_in = 2 * c.ssm_d_inner() + 2 * c.ssm_n_k_heads * c.ssm_head_k + c.ssm_n_v_heads;
             L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, n_in});
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
@@ -268,31 +271,32 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
         const int64_t n_att = c.mla() ? c.n_head * c.head_dim_v : nq;  // (the attention's output per token)
-        if (!c.layer_is_recurrent(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
+        if (!c.layer_is_recurrent(i) && c.layer_has_mixer(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
         // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
             if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
                 L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
-            } else {
-                L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
+            } else {  // (nemotron_h_moe: no gate)
+                if (c.ffn_gated())
+                    L.ffn_gate_exps = l.get(b + "ffn_gate_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
                 L.ffn_up_exps = l.get(b + "ffn_up_exps.weight", {c.n_embd, c.n_ff_exp, c.n_expert});
             }
             L.ffn_down_exps = l.get(b + "ffn_down_exps.weight", {c.n_ff_exp, c.n_embd, c.n_expert});
             L.split_experts();
         }
         // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
-        const bool dense = c.layer_dense_ffn(i);
+        const bool dense = c.layer_dense_ffn(i) && c.layer_has_ffn(i);
         const bool shexp = c.moe_shared_expert && c.layer_moe(i);
         const int64_t n_ff = c.layer_n_ff(i);
-        if (shexp) {  // (its tensors named ffn_*_shexp)
-            L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
+        if (shexp) {  // (its tensors named ffn_*_shexp; nemotron_h_moe's without a gate)
+            if (c.ffn_gated()) L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up_shexp.weight", {c.n_embd, n_ff});
             L.ffn_down = l.get(b + "ffn_down_shexp.weight", {n_ff, c.n_embd});
         } else if (dense && (c.arch == "phi3" || c.arch == "glm4")) {  // (gate and up in one matrix, gate first)
             L.split_gate_up(l.get(b + "ffn_up.weight", {c.n_embd, 2 * c.n_ff}), c);
-        } else if (dense) {
-            L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, n_ff});
+        } else if (dense) {  // (nemotron_h: no gate)
+            if (c.ffn_gated()) L.ffn_gate = l.get(b + "ffn_gate.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, n_ff});
         }
         if (dense && !shexp) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});

@@ -309,6 +309,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const int64_t hd = c.layer_head_dim(l), n_head_kv = c.layer_n_head_kv(l), kv_dim = c.layer_n_embd_kv(l);
     const int64_t group = c.n_head / n_head_kv;  // query heads per KV head
     const LayerWeights& L = weights_.layers[l];
+    if (!c.layer_has_mixer(l)) return ffn_token(L, l);  // (nemotron_h: a layer of an FFN alone)
 
     // xn = x / sqrt(mean(x^2) + eps) * attn_norm (olmo2, exaone4: xn = x; command-r, cohere2: LayerNorm)
     if (c.input_norms)
@@ -438,6 +439,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
 
 void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
     const ModelConfig& c = config_;
+    if (!c.layer_has_ffn(l)) return;  // (nemotron_h: a layer of a mixer alone)
     // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x; command-r, cohere2: xn stays the
     // attention's input)
     if (c.input_norms && !c.parallel_blocks)
@@ -709,11 +711,15 @@ void ReferenceBackend::output_token(float* logits) {
 
 // out = W2 (act(W1 xn + b1, W3 xn + b3)) + b2 (the biases where given), act(g, u) = silu(g) u = g u / (1 + e^-g), or
 // (gemma3) gelu(g) u = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u, or (gpt-oss) swiglu_oai(g, u) =
-// g' / (1 + e^(-alpha g')) (u' + 1), g' = min(g, limit), u' = clamp(u, -limit, limit)
+// g' / (1 + e^(-alpha g')) (u' + 1), g' = min(g, limit), u' = clamp(u, -limit, limit), or (nemotron_h, no W1)
+// relu_sqr(u) = max(u, 0)^2
 void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const TensorView& w2, std::vector<double>& out,
                            const float* b1, const float* b3, const float* b2) {
-    matvec(w1, xn_, gate_, row_);
     matvec(w3, xn_, up_, row_);
+    if (w1.data)
+        matvec(w1, xn_, gate_, row_);
+    else
+        gate_.assign(up_.size(), 0.0);
     const ModelConfig& c = config_;
     const double alpha = c.swiglu_alpha, limit = c.swiglu_limit;
     for (size_t i = 0; i < gate_.size(); ++i) {
@@ -721,6 +727,7 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
         switch (c.ffn_act) {
         case ModelConfig::Activation::silu: gate_[i] = g / (1.0 + std::exp(-g)) * u; break;
         case ModelConfig::Activation::gelu_tanh: gate_[i] = gelu(g) * u; break;
+        case ModelConfig::Activation::relu_sqr: gate_[i] = std::max(u, 0.0) * std::max(u, 0.0); break;
         case ModelConfig::Activation::swiglu_oai: {
             const double gc = std::min(g, limit);
             gate_[i] = gc / (1.0 + std::exp(-alpha * gc)) * (std::clamp(u, -limit, limit) + 1.0);

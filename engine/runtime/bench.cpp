@@ -20,7 +20,9 @@ double per_token_sum(const Weights& w, F&& f) {
     double sum = 0;
     for (const auto& L : w.layers) {
         const auto m = layer_matrices(L);
-        const size_t first_expert = m.size() - 3 * L.experts.size();
+        // (an expert's gate, up and down; nemotron_h_moe's up and down)
+        const size_t per_expert = L.experts.empty() || L.experts[0].gate.data ? 3 : 2;
+        const size_t first_expert = m.size() - per_expert * L.experts.size();
         const double share =
             L.experts.empty() ? 1.0 : static_cast<double>(w.n_expert_used) / static_cast<double>(L.experts.size());
         for (size_t i = 0; i < m.size(); ++i) sum += f(*m[i]) * (i < first_expert ? 1.0 : share);
@@ -45,7 +47,7 @@ double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
     double attention = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) {
         // (qwen35's delta nets: a few products a head; lfm2's short convs: a few a channel; next to nothing)
-        if (c.layer_is_recurrent(l)) continue;
+        if (c.layer_is_recurrent(l) || !c.layer_has_mixer(l)) continue;  // (nemotron_h: an FFN alone)
         double keys = 0;  // sum over tokens of the positions each attends to
         for (int64_t t = 0; t < n; ++t) keys += static_cast<double>(t + 1 - c.first_visible(l, t));
         attention += 4.0 * static_cast<double>(c.layer_n_embd_q(l)) * keys;

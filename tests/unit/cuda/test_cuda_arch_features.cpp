@@ -125,6 +125,13 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(gh->config, gh->weights),
                       "the CUDA backend cannot run granitehybrid models (recurrent Mamba-2 layers); --device cpu runs "
                       "it");
+    // Nor nemotron_h's (its layers of one block among them) and nemotron_h_moe's.
+    for (const char* shape : {"nemotron_h-tiny", "nemotron_h_moe-tiny"}) {
+        auto nh = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
+        CHECK_THROWS_WITH(cuda::check_model(nh->config, nh->weights),
+                          fmt::format("the CUDA backend cannot run {} models (recurrent Mamba-2 layers); --device cpu "
+                                      "runs it", nh->config.gguf_arch()));
+    }
     // Nor lfm2 (its short convolutions, a recurrent state per sequence).
     auto lfm2 = SyntheticModel::make(synthetic_config("lfm2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(lfm2->config, lfm2->weights),
