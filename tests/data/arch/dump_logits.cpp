@@ -3,7 +3,7 @@
 // gemma4-e-tiny-*, glm4-tiny-*, granite-tiny-*, olmo2-tiny-*, exaone4-tiny-*, ernie4_5-tiny-*, seed_oss-tiny-*,
 // qwen35-tiny-*, qwen2vl-tiny-*, qwen3vl-tiny-*, qwen3vlmoe-tiny-*, glm4v-tiny-*, exaone-tiny-*, granitehybrid-tiny-*,
 // lfm2-tiny-*, qwen35moe-tiny-*, qwen2moe-tiny-*, glm4moe-tiny-*, lfm2moe-tiny-*, qwen3next-tiny-*, deepseek2-tiny-*,
-// deepseek2-lite-tiny-*, deepseek2-fused-tiny-*, each from the file
+// deepseek2-lite-tiny-*, deepseek2-fused-tiny-*, llama4-tiny-*, each from the file
 // `quill bench --synthetic SHAPE --dtype f32|f16 --save` writes, as below):
 // context of 256, one thread, KV f32, no flash attention, the prompt in one batch, then one token a call.
 //   L=llama.cpp (llama-cpp-python 0.3.36's vendored copy, built)
