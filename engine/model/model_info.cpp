@@ -216,11 +216,14 @@ std::string render_model_info(const json& info) {
         }
         if (m.contains("chunked_attention")) {
             const json& a = m["chunked_attention"];
-            line("attention", fmt::format("chunks of {} on {} layers of {} (every {}th without RoPE, with the "
-                                          "temperature), qk_norm={}; experts every {} layer(s), the sigmoid of the "
-                                          "chosen logit on their input",
-                                          a["chunk"].dump(), a["pattern"].get<int64_t>() - 1, a["pattern"].dump(),
-                                          a["no_rope_step"].dump(), a["qk_norm"].dump(), a["moe_layer_step"].dump()));
+            const auto pattern = a["pattern"].get<int64_t>();  // (0: every layer chunked)
+            const std::string where =
+                pattern == 0 ? "every layer" : fmt::format("{} layers of {}", pattern - 1, pattern);
+            line("attention", fmt::format("chunks of {} on {} (every {}th without RoPE, with the temperature), "
+                                          "qk_norm={}; experts every {} layer(s), the sigmoid of the chosen logit on "
+                                          "their input",
+                                          a["chunk"].dump(), where, a["no_rope_step"].dump(), a["qk_norm"].dump(),
+                                          a["moe_layer_step"].dump()));
         }
         if (m.contains("recurrent"))
             line("recurrent", fmt::format("gated delta nets, every {}th layer full attention: conv={} n_k_heads={} "

@@ -648,11 +648,11 @@ std::vector<ModelConfig> arch_shapes() {
         // chunked with RoPE and the Q/K norm, 3 global without RoPE and with the temperature (both from position 8191)
         llama4_config("llama4-tiny", 64, 4, 2, 1, 128, 64, 4, 2, 2, 320, 16384),
         // Llama 4 Scout 17B-16E and Maverick 17B-128E as their config.json state them (no file could be fetched
-        // here to check), and their first two layers (Maverick's: a dense one and one with experts)
+        // here to check), and Scout's first four layers (llama.cpp runs no fewer: its temperature input needs a layer
+        // without RoPE, the fourth)
         llama4_config("llama4-scout", 5120, 48, 40, 8, 16384, 8192, 16, 1, 1, 202048, 10485760),
-        llama4_config("llama4-scout-2l", 5120, 2, 40, 8, 16384, 8192, 16, 1, 1, 202048, 10485760),
+        llama4_config("llama4-scout-4l", 5120, 4, 40, 8, 16384, 8192, 16, 1, 1, 202048, 10485760),
         llama4_config("llama4-maverick", 5120, 48, 40, 8, 16384, 8192, 128, 1, 2, 202048, 1048576),
-        llama4_config("llama4-maverick-2l", 5120, 2, 40, 8, 16384, 8192, 128, 1, 2, 202048, 1048576),
         // GLM-4.1V's language model: M-RoPE in NEOX pairs; sections 2, 2, 2, 2 of 8 pairs leave pairs 6 and 7 still
         glm4v_config(glm4_config("glm4v-tiny", 128, 3, 4, 2, 32, 192, 320, 1024), {2, 2, 2, 2}),
         glm4v_config(glm4_config("glm-4.1v-9b", 4096, 40, 32, 2, 128, 13696, 151552, 65536), {8, 12, 12, 0}),

@@ -196,7 +196,7 @@ TEST_CASE("llama4 settings, the interleaved expert layers and the shared expert 
     CHECK((L.experts.size() == 4 && L.ffn_gate_inp_shexp.empty() && L.attn_q_norm.empty()));
     CHECK((L.ffn_gate.name == "blk.3.ffn_gate_shexp.weight" && L.ffn_gate.n_rows() == 64));
     // Scout's and Maverick's shapes: every layer with 16 experts; every second with 128 and no Q/K norm.
-    for (const char* shape : {"llama4-scout", "llama4-scout-2l", "llama4-maverick", "llama4-maverick-2l"}) {
+    for (const char* shape : {"llama4-scout", "llama4-scout-4l", "llama4-maverick"}) {
         INFO(shape);
         const ModelConfig s = synthetic_config(shape);
         const bool maverick = std::string(shape).starts_with("llama4-maverick");
@@ -204,7 +204,7 @@ TEST_CASE("llama4 settings, the interleaved expert layers and the shared expert 
                s.n_expert == (maverick ? 128 : 16) && s.n_expert_used == 1 && s.n_ff_exp == 8192 &&
                s.layer_n_ff(0) == (maverick ? 16384 : 8192) && s.layer_n_ff(1) == 8192 && s.n_vocab == 202048 &&
                s.qk_l2_norm == !maverick));
-        CHECK(s.n_layer == (std::string(shape).ends_with("-2l") ? 2 : 48));
+        CHECK(s.n_layer == (std::string(shape).ends_with("-4l") ? 4 : 48));
     }
 }
 
