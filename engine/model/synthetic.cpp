@@ -1136,7 +1136,8 @@ void SyntheticModel::save(const std::string& path) const {
             w.set(p + "rope.scaling.yarn_log_multiplier", 1.0f);
         }
     }
-    if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_scale", c.attn_temp_scale);
+    // (mistral3's key; llama4's files carry none: llama.cpp fixes its temperature)
+    if (c.attn_temp_scale != 0.0f && c.arch != "llama4") w.set(p + "attention.temperature_scale", c.attn_temp_scale);
     if (c.moe()) {
         w.set(p + "expert_count", uint32_t(c.n_expert));
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
