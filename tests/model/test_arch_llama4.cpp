@@ -161,9 +161,12 @@ TEST_CASE("llama4 tiny model: past position 8191 the CPU backend gives llama.cpp
 
 TEST_CASE("llama4: no chunks, the temperature on every layer, the router's weight after the expert or no Q/K norm "
           "each leave llama.cpp's logits", "[arch][reference][cpu]") {
-    // The checks above can fail: each feature changed is far outside their tolerance.
+    // The checks above can fail: each feature changed is far outside their tolerance. (The long prompt's two
+    // mutants, 8200 tokens each, run in the optimized build only: under the sanitizers they take most of a minute.)
+#ifndef QUILL_SANITIZED_BUILD
     CHECK(long_cpu_error([](ModelConfig& c) { c.attn_chunk = 0; }) > 1e-2);
     CHECK(long_cpu_error([](ModelConfig& c) { c.attn_temp_nope_only = false; }) > 1e-2);
+#endif
     const std::vector<std::pair<const char*, std::function<void(ModelConfig&)>>> mutants = {
         {"weight after the expert", [](ModelConfig& c) { c.moe_weight_input = false; }},
         {"no Q/K norm", [](ModelConfig& c) { c.qk_l2_norm = false; }},

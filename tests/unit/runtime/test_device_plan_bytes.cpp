@@ -29,7 +29,7 @@ const char* const kShapes[] = {"stories15m",   "qwen3-tiny",   "qwen3moe-tiny", 
                                "qwen2moe-tiny", "granitehybrid-tiny", "lfm2-tiny", "qwen2vl-tiny", "qwen3vl-tiny",
                                "qwen3vlmoe-tiny", "glm4v-tiny", "exaone-tiny", "glm4moe-tiny", "lfm2moe-tiny",
                                "qwen3next-tiny", "gemma-tiny", "deepseek2-tiny",
-                               "deepseek2-fused-tiny"};
+                               "deepseek2-fused-tiny", "llama4-tiny"};
 
 // Whether a tensor of the file belongs to a block at or after n_layer: glm4moe's multi-token-prediction blocks, which
 // the loader skips and no device holds.
