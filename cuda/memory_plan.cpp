@@ -78,6 +78,11 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     if (config.layer_norm || config.parallel_blocks)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (LayerNorm, attention and FFN in "
                                     "parallel); --device cpu runs it", config.gguf_arch()));
+    // llama4's chunked attention, Q/K norms after RoPE, temperature on the layers without RoPE and experts weighted on
+    // their input have no kernels.
+    if (config.attn_chunk > 0 || config.qk_l2_norm || config.attn_temp_nope_only || config.moe_weight_input)
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (chunked attention, experts weighted on "
+                                    "their input); --device cpu runs it", config.gguf_arch()));
     // qwen35's gated delta nets, granitehybrid's Mamba-2 layers and lfm2's short convs (a recurrent state per
     // sequence) and qwen35's gated queries have no kernels.
     if (config.recurrent() || config.attn_out_gate)

@@ -54,7 +54,8 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
         weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer, options.cancel);
     rope_inv_freq_ = weights.rope_inv_freq(config, false, options.n_ctx);
     if (config.two_ropes()) rope_inv_freq_local_ = weights.rope_inv_freq(config, true, options.n_ctx);
-    if (config.v_norm) ones_.assign(static_cast<size_t>(std::max(config.head_dim, config.head_dim_local)), 1.0f);
+    if (config.v_norm || config.qk_l2_norm)
+        ones_.assign(static_cast<size_t>(std::max(config.head_dim, config.head_dim_local)), 1.0f);
     ple_proj_ = per_layer_proj_rows(weights, layers_.begin, layers_.end);
 }
 
@@ -528,6 +529,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     }
     const bool local = c.layer_is_local(layer);
     const bool has_rope = c.layer_has_rope(layer);  // (smollm3: not on every fourth layer)
+    const bool temp_layer = c.layer_attn_temp(layer);
     const int64_t n_rot = c.layer_n_rot(layer);
     const auto q_norm = static_cast<int64_t>(L.attn_q_norm.size()), k_norm = static_cast<int64_t>(L.attn_k_norm.size());
     auto rope_store = [&](int64_t t0, int64_t t1) {
@@ -551,8 +553,13 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             if (has_rope) {
                 rope(q, c.n_head, hd, n_rot, t, local);
                 if (own_kv) rope(k, n_head_kv, hd, n_rot, t, local);
+                if (c.qk_l2_norm) {  // llama4: each Q and K head divided by its rms after RoPE
+                    kv_ops_.rms_norm(q, ones_.data(), q, c.n_head, hd, c.rms_eps);
+                    if (own_kv) kv_ops_.rms_norm(k, ones_.data(), k, n_head_kv, hd, c.rms_eps);
+                }
             }
-            if (c.attn_temp_scale != 0.0f) {  // mistral3: q *= 1 + attn_temp_scale * log(floor(pos / floor) + 1)
+            // mistral3: q *= 1 + attn_temp_scale * log(floor((pos + offset) / floor) + 1) (llama4: without RoPE only)
+            if (temp_layer) {
                 const auto temp = static_cast<float>(c.attn_temp(batch.tokens[t].pos));
                 for (int64_t i = 0; i < nq; ++i) q[i] *= temp;
             }

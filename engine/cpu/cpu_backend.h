@@ -215,7 +215,7 @@ private:
     std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
     std::vector<float> attn_proj_;  // [n, n_embd] command-r, cohere2: the attention's proj beside the FFN's
-    std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm
+    std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm and llama4's Q/K norm
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]
     // Mixture of experts (moe_block): the batch's routing, then each expert's product over its m tokens.

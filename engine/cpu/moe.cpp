@@ -99,7 +99,8 @@ void swiglu_oai(float* gate, const float* up, int64_t begin, int64_t end, int64_
 }  // namespace
 
 // proj = sum over the routed experts e of each token of weight_e * W2_e (silu(W1_e xn) * W3_e xn), xn = rms_norm(x +
-// the attention's proj) * ffn_norm (gpt-oss: the router's logits and each product biased, the clamped SwiGLU).
+// the attention's proj) * ffn_norm (gpt-oss: the router's logits and each product biased, the clamped SwiGLU; llama4:
+// W2_e (silu(W1_e (weight_e xn)) * W3_e (weight_e xn)), the weight on the input).
 // gemma4 (`summed`, x already the sum): the router reads rms_norm(x) / sqrt(n_embd) * its scale, the experts
 // xn = rms_norm(x) * pre_norm_2, act GELU, and expert e's output is scaled by down_scale_e.
 // Expert by expert in increasing order, each over the rows of its tokens gathered (all of xn's when every token
@@ -134,17 +135,24 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
     std::fill_n(proj_.begin(), n * d, 0.0f);
     // act_ holds xn_ (the router's product set it), with the conversions made of it (not gemma4's: its experts' xn_
     // is another norm)
-    bool xn_in_act = !reference_ && !summed;
+    // (llama4's weighted inputs: never xn_ itself)
+    const bool weighted_in = c.moe_weight_input;
+    bool xn_in_act = !reference_ && !summed && !weighted_in;
     for (int64_t e = 0; e < c.n_expert; ++e) {
         const int64_t b = moe_routing_.begin(e), m = moe_routing_.end(e) - b;
         if (m == 0) continue;
         const float* x = xn_.data();
         int64_t m_decode = n_decode_;
-        if (m < n) {  // its tokens' rows, in batch order (the decode steps, which lead the batch, first)
+        if (m < n || weighted_in) {  // its tokens' rows, in batch order (the decode steps, which lead the batch, first)
             m_decode = 0;
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t t = moe_routing_.token(b + i);
-                std::copy_n(xn_.data() + t * d, d, moe_x_.data() + i * d);
+                if (weighted_in) {  // (llama4: the expert reads its weight times xn)
+                    const float w = moe_routing_.weight(b + i);
+                    for (int64_t j = 0; j < d; ++j) moe_x_[i * d + j] = xn_[t * d + j] * w;
+                } else {
+                    std::copy_n(xn_.data() + t * d, d, moe_x_.data() + i * d);
+                }
                 if (t < n_decode_) ++m_decode;
             }
             x = moe_x_.data();
@@ -153,7 +161,7 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
         const bool gated = E.gate.data != nullptr;  // (nemotron_h_moe: up alone, into moe_gate_)
         const MatmulJob gate_up[] = {{matrix(gated ? E.gate : E.up), moe_gate_.data()}, {matrix(E.up), moe_up_.data()}};
         mm(std::span<const MatmulJob>(gate_up, gated ? 2 : 1), x, m, d, m_decode, m == n && xn_in_act);
-        xn_in_act = m == n && !reference_;
+        xn_in_act = m == n && !reference_ && !weighted_in;
         // gate = act(gate (+ b1), up (+ b3)): silu(gate) * up, or gpt-oss's clamped form with its biases, or
         // (nemotron_h_moe) relu_sqr(up) = max(up, 0)^2
         auto act = [&](int64_t begin, int64_t end) {
@@ -192,7 +200,7 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
         for (int64_t i = 0; i < m; ++i) {
             float* y = proj_.data() + moe_routing_.token(b + i) * d;
             const float* o = moe_down_.data() + i * d;
-            const float w = moe_routing_.weight(b + i) * s;
+            const float w = (weighted_in ? 1.0f : moe_routing_.weight(b + i)) * s;
             if (b2)
                 for (int64_t j = 0; j < d; ++j) y[j] += w * (o[j] + b2[j]);
             else

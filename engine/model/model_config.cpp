@@ -56,14 +56,15 @@ bool architecture_supported(const std::string& arch) {
            arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
            arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" ||
-           arch == "glm4moe" || arch == "deepseek2" || arch == "command-r" || arch == "cohere2";
+           arch == "glm4moe" || arch == "deepseek2" || arch == "command-r" || arch == "cohere2" ||
+           arch == "llama4";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
-           "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, mistral4, granitemoe, command-r, cohere2, qwen2vl, qwen3vl, "
-           "qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe";
+           "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
+           "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe";
 }
 
 namespace {
@@ -673,6 +674,38 @@ void read_deepseek2(const GgufFile& f, const std::string& p, ModelConfig& c) {
     if (c.attn_temp_scale != 0.0f) c.attn_temp_floor = required_int(f, p + "attention.temperature_length", 1, 1 << 30);
 }
 
+// Llama 4 (Scout, Maverick) as llama.cpp's llama4 reads it: every interleave_moe_layer_step-th layer with experts
+// (sigmoid of the chosen logit applied to the expert's input, an ungated shared expert of expert_feed_forward_length
+// beside them), a dense FFN of feed_forward_length in the others; chunked attention over chunks of 8192 positions on
+// the layers attention.sliding_window_pattern marks local (every fourth global unless it says), no RoPE on every
+// fourth layer, whose queries take the temperature 1 + 0.1 log(floor((pos + 1) / 8192) + 1); Q and K of the RoPE
+// layers divided by their rms after RoPE, but for the 128-expert Maverick. llama.cpp fixes the chunk, the temperature
+// and the no-RoPE step whatever the file says; a file with attention.sliding_window 0 (MobileLLM-R1: no chunks), which
+// llama.cpp's temperature input aborts on, and one whose chunked layers rotate with another base are refused.
+void read_llama4(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.moe_layer_step = required_int(f, p + "interleave_moe_layer_step", 1, c.n_layer);
+    c.moe_shared_expert = c.moe_gating_sigmoid = c.moe_weight_input = true;
+    c.moe_norm_weights = false;
+    c.n_ff_layers.resize(static_cast<size_t>(c.n_layer));
+    for (int64_t l = 0; l < c.n_layer; ++l)
+        c.n_ff_layers[static_cast<size_t>(l)] = c.layer_moe(l) ? c.n_ff_exp : c.n_ff;
+    c.n_ff = std::max(c.n_ff, c.n_ff_exp);
+    if (f.find(p + "attention.sliding_window") && optional_int(f, p + "attention.sliding_window", 0, 0, 1 << 30) == 0)
+        throw FileError(fmt::format("{}: llama4 without chunked attention ('{}attention.sliding_window' 0: "
+                                    "MobileLLM-R1) is not supported", f.path(), p));
+    if (optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12) != c.rope_base)
+        throw FileError(fmt::format("{}: metadata '{}rope.freq_base_swa' differs from rope.freq_base (a RoPE base of "
+                                    "the chunked layers of their own is not supported for llama4)", f.path(), p));
+    c.attn_chunk = 8192;
+    c.attn_chunk_pattern = read_swa_pattern(f, p, 4, c.n_layer);
+    c.no_rope_step = 4;
+    c.attn_temp_scale = 0.1f;
+    c.attn_temp_floor = 8192;
+    c.attn_temp_offset = 1;
+    c.attn_temp_nope_only = true;
+    c.qk_l2_norm = c.n_expert != 128;
+}
+
 }  // namespace
 
 bool ModelConfig::rope_pair_still(int64_t pair) const {
@@ -749,13 +782,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
     const bool ernie_moe = c.file_arch == "ernie4_5-moe";  // (read_ernie4_5_moe)
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
-                     ernie_moe ||
+                     ernie_moe || c.arch == "llama4" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, granitemoe, "
-                                    "glm4moe, lfm2moe, deepseek2, minimax-m2, ernie4_5-moe, olmoe and nemotron_h_moe "
-                                    "are)", f.path(), *experts, c.arch));
+                                    "glm4moe, lfm2moe, deepseek2, llama4, minimax-m2, ernie4_5-moe, olmoe and "
+                                    "nemotron_h_moe are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -883,6 +916,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)
     if (c.arch == "lfm2") read_lfm2(f, p, c);
     if (c.arch == "smollm3") c.no_rope_step = 4;  // SmolLM3's every fourth layer; its files do not say it
+    if (c.arch == "llama4") read_llama4(f, p, c);
     if (c.arch == "glm4") read_glm4(f, p, c);
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)
         refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);

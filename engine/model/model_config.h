@@ -77,10 +77,23 @@ struct ModelConfig {
     bool rope_pair_still(int64_t pair) const;
     // smollm3: layer l has no RoPE when (l + 1) % no_rope_step == 0 (0: every layer has RoPE).
     int64_t no_rope_step = 0;
-    // Llama 4's attention temperature (mistral3; deepseek2: Mistral Large 3): queries are multiplied by
-    // 1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1) after RoPE; 0: no scaling.
+    // Llama 4's attention temperature (mistral3, llama4; deepseek2: Mistral Large 3): queries are multiplied by
+    // 1 + attn_temp_scale * log(floor((pos + attn_temp_offset) / attn_temp_floor) + 1) after RoPE (llama4: offset 1,
+    // on the layers without RoPE only: attn_temp_nope_only); 0: no scaling.
     float attn_temp_scale = 0.0f;
     int64_t attn_temp_floor = 0;
+    int64_t attn_temp_offset = 0;
+    bool attn_temp_nope_only = false;
+    // llama4: chunked attention. On a chunked layer (l % attn_chunk_pattern < attn_chunk_pattern - 1; pattern 0:
+    // every layer) a token at position pos sees only the keys of its own chunk, (pos / attn_chunk) * attn_chunk ..
+    // pos. 0: none.
+    int64_t attn_chunk = 0, attn_chunk_pattern = 0;
+    bool layer_is_chunked(int64_t layer) const {
+        return attn_chunk > 0 && (attn_chunk_pattern == 0 || layer % attn_chunk_pattern < attn_chunk_pattern - 1);
+    }
+    // llama4 (Llama4TextL2Norm): on the layers with RoPE each Q and K head is divided by its root mean square
+    // (rms_eps, no weight) after RoPE
+    bool qk_l2_norm = false;
     // Mixture of experts (qwen3moe, gpt-oss): each layer's FFN is n_expert SwiGLU experts of n_ff_exp features, of
     // which a router picks n_expert_used per token (those of the largest logits), weighted by the softmax over the
     // chosen logits alone (qwen3moe's softmax over all of them renormalized over the chosen is the same function;
@@ -111,27 +124,38 @@ struct ModelConfig {
     // The first n_leading_dense layers have a dense FFN (ffn_gate, ffn_up, ffn_down of layer_n_ff(l) features) instead
     // of the experts (leading_dense_block_count: glm4moe, lfm2moe, deepseek2)
     int64_t n_leading_dense = 0;
+    // llama4 (interleave_moe_layer_step): the experts in every moe_layer_step-th layer ((l + 1) % step == 0), a dense
+    // FFN of n_ff in the others (Maverick: 2); 0 or 1: every layer
+    int64_t moe_layer_step = 0;
+    // llama4: each chosen expert reads the token's input times the expert's weight, sigmoid(its logit), and its output
+    // joins the sum unweighted (llama.cpp's weight_before_ffn); the experts are chosen by their logits
+    bool moe_weight_input = false;
     // glm4moe: the multi-token-prediction blocks after the last layer (nextn_predict_layers), which the file holds and
     // the forward never runs (as llama.cpp by default); block_count is n_layer + n_layer_nextn.
     int64_t n_layer_nextn = 0;
     bool moe() const { return n_expert > 0; }
     // Whether layer l routes its tokens through experts (a mixture's leading dense layers do not, nor nemotron_h_moe's
-    // layers without an FFN)
-    bool layer_moe(int64_t layer) const { return moe() && layer >= n_leading_dense && layer_has_ffn(layer); }
+    // layers without an FFN, nor llama4's between its every moe_layer_step-th)
+    bool layer_moe(int64_t layer) const {
+        return moe() && layer >= n_leading_dense && layer_has_ffn(layer) &&
+               (moe_layer_step <= 1 || (layer + 1) % moe_layer_step == 0);
+    }
     // deepseek2: expert groups (expert_group_count, expert_group_used_count): the experts are chosen among the
     // moe_n_group_used of moe_n_group equal runs of them whose two best biased probabilities sum highest
     int64_t moe_n_group = 0, moe_n_group_used = 0;
     // Whether the experts are chosen by DeepSeek's rule (route_experts, engine/model/moe_route.h: probabilities
     // first, then the selection bias, the groups, the normalization and the scale): sigmoid gating, a selection bias,
-    // groups or a scale (glm4moe, lfm2moe), and deepseek2 always. Else the softmax of the largest logits (plus gpt-oss's
-    // router bias; qwen2moe's shares of the softmax over all).
+    // groups or a scale (glm4moe, lfm2moe), llama4's weighted inputs, and deepseek2 always. Else the softmax of the
+    // largest logits (plus gpt-oss's router bias; qwen2moe's shares of the softmax over all).
     bool moe_routing_general() const {
         return moe_gating_sigmoid || moe_selection_bias || moe_n_group > 1 || moe_weights_scale != 1.0f ||
-               arch == "deepseek2";
+               moe_weight_input || arch == "deepseek2";
     }
     // Whether a layer has a dense FFN (ffn_gate, ffn_up, ffn_down): without experts, or beside them (gemma4's, the
     // shared expert), or some layers (the leading dense ones)
-    bool dense_ffn() const { return !moe() || moe_shared_ffn || moe_shared_expert || n_leading_dense > 0; }
+    bool dense_ffn() const {
+        return !moe() || moe_shared_ffn || moe_shared_expert || n_leading_dense > 0 || moe_layer_step > 1;
+    }
     bool layer_dense_ffn(int64_t layer) const {
         return !layer_moe(layer) || moe_shared_ffn || moe_shared_expert;
     }
@@ -237,7 +261,12 @@ struct ModelConfig {
     // The factor of the queries of a token at `pos` (1 without the temperature).
     double attn_temp(int64_t pos) const {
         if (attn_temp_scale == 0.0f) return 1.0;
-        return 1.0 + attn_temp_scale * std::log(std::floor(static_cast<double>(pos) / attn_temp_floor) + 1.0);
+        return 1.0 + attn_temp_scale * std::log(std::floor(static_cast<double>(pos + attn_temp_offset) /
+                                                           static_cast<double>(attn_temp_floor)) + 1.0);
+    }
+    // Whether a layer's queries take the temperature (llama4: its layers without RoPE only)
+    bool layer_attn_temp(int64_t layer) const {
+        return attn_temp_scale != 0.0f && !(attn_temp_nope_only && layer_has_rope(layer));
     }
     // YaRN: the share in [0, 1] of pair i (dims 2i, 2i+1 of n_rot) whose frequency stays unscaled; 0 without YaRN.
     double yarn_ramp(int64_t i) const;
@@ -247,6 +276,7 @@ struct ModelConfig {
     }
     // The first position a token at `pos` of this layer attends to.
     int64_t first_visible(int64_t layer, int64_t pos) const {
+        if (layer_is_chunked(layer)) return pos / attn_chunk * attn_chunk;
         return layer_is_local(layer) && pos >= sliding_window ? pos - sliding_window + 1 : 0;
     }
     // Whether the local layers' RoPE differs from the global one (then backends keep two angle tables).
@@ -338,8 +368,8 @@ struct ModelConfig {
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h,
-// olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, command-r, cohere2, and the variants qwen2vl, qwen3vl,
-// qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe).
+// olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants qwen2vl,
+// qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -122,6 +122,10 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                                    {"leading_dense", c.n_leading_dense}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
+        if (c.attn_chunk > 0)  // (llama4)
+            info["model"]["chunked_attention"] = {{"chunk", c.attn_chunk}, {"pattern", c.attn_chunk_pattern},
+                                                  {"no_rope_step", c.no_rope_step}, {"qk_norm", c.qk_l2_norm},
+                                                  {"moe_layer_step", c.moe_layer_step}};
         if (c.mamba2()) {
             int64_t n_mamba = 0;
             for (int64_t l = 0; l < c.n_layer; ++l) n_mamba += c.layer_is_recurrent(l) ? 1 : 0;
@@ -222,6 +226,17 @@ std::string render_model_info(const json& info) {
             line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}",
                                         r["gating"].get<std::string>(), r["normalized"].dump(), r["scale"].dump(),
                                         r["leading_dense"].dump()));
+        }
+        if (m.contains("chunked_attention")) {
+            const json& a = m["chunked_attention"];
+            const auto pattern = a["pattern"].get<int64_t>();  // (0: every layer chunked)
+            const std::string where =
+                pattern == 0 ? "every layer" : fmt::format("{} layers of {}", pattern - 1, pattern);
+            line("attention", fmt::format("chunks of {} on {} (every {}th without RoPE, with the temperature), "
+                                          "qk_norm={}; experts every {} layer(s), the sigmoid of the chosen logit on "
+                                          "their input",
+                                          a["chunk"].dump(), where, a["no_rope_step"].dump(), a["qk_norm"].dump(),
+                                          a["moe_layer_step"].dump()));
         }
         if (m.contains("recurrent"))
             line("recurrent", fmt::format("gated delta nets, every {}th layer full attention: conv={} n_k_heads={} "

@@ -23,7 +23,8 @@ void route_experts(const ModelConfig& c, const double* logits, const float* bias
         for (int64_t e = 0; e < n; ++e) sum += p[e] = std::exp(logits[e] - m);
         for (int64_t e = 0; e < n; ++e) p[e] /= sum;
     }
-    for (int64_t e = 0; e < n; ++e) s[e] = p[e] + (bias ? bias[e] : 0.0f);
+    // (llama4: chosen by the logits themselves, as llama.cpp ranks them)
+    for (int64_t e = 0; e < n; ++e) s[e] = c.moe_weight_input ? logits[e] : p[e] + (bias ? bias[e] : 0.0f);
     auto larger = [&](const double* v) {
         return [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
     };

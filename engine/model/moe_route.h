@@ -11,7 +11,7 @@ namespace quill {
 
 // From a token's router logits [n_expert] and the layer's selection bias (nullptr: none) [n_expert]: its
 // n_expert_used experts in increasing order into chosen, and their weights into weight.
-//   p_e = sigmoid(l_e) (moe_gating_sigmoid), else softmax_e(l);  s_e = p_e + bias_e
+//   p_e = sigmoid(l_e) (moe_gating_sigmoid), else softmax_e(l);  s_e = p_e + bias_e (llama4's moe_weight_input: l_e)
 //   with moe_n_group > 1 groups (equal runs of experts): only the experts of the moe_n_group_used groups whose two
 //   largest s sum highest stay candidates
 //   chosen: the n_expert_used candidates of the largest s (a tie goes to the lower expert)

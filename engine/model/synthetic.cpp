@@ -221,6 +221,35 @@ ModelConfig glm4moe_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
+// llama4 (Llama 4): adjacent RoPE pairs (base 500,000), every `step`-th layer with n_expert SwiGLU experts of n_ff_exp
+// (n_used a token, each reading the token's input times sigmoid(its logit)) beside an ungated shared expert of
+// n_ff_exp, a dense FFN of n_ff in the others; as llama.cpp fixes them: chunks of 8192 positions on three layers of
+// four, no RoPE and the attention temperature on every fourth, Q and K divided by their rms after RoPE unless there
+// are 128 experts (Maverick).
+ModelConfig llama4_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                          int64_t n_ff, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, int64_t step,
+                          int64_t n_vocab, int64_t n_ctx) {
+    ModelConfig c =
+        base_config("llama4", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, n_vocab, n_ctx);
+    c.rope = ModelConfig::Rope::adjacent;
+    c.rope_base = c.rope_base_local = 500000.0f;
+    c.n_expert = n_expert;
+    c.n_expert_used = n_used;
+    c.n_ff_exp = n_ff_exp;
+    c.moe_layer_step = step;
+    c.moe_shared_expert = c.moe_gating_sigmoid = c.moe_weight_input = true;
+    c.moe_norm_weights = false;
+    for (int64_t l = 0; l < n_layer; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? n_ff_exp : n_ff);
+    c.attn_chunk = 8192;
+    c.attn_chunk_pattern = c.no_rope_step = 4;
+    c.attn_temp_scale = 0.1f;
+    c.attn_temp_floor = 8192;
+    c.attn_temp_offset = 1;
+    c.attn_temp_nope_only = true;
+    c.qk_l2_norm = n_expert != 128;
+    return c;
+}
+
 // Whether a synthetic glm4moe has Q and K norms (GLM-4.5's use_qk_norm): the tiny shape has them, GLM-4.5-Air's not.
 bool glm4moe_qk_norm(const ModelConfig& c) {
     return c.arch == "glm4moe" && c.name.find("air") == std::string::npos;
@@ -762,6 +791,15 @@ std::vector<ModelConfig> arch_shapes() {
         // layers (the dense one and one with experts: a benchmark of a size CI can run)
         glm4moe_config("glm-4.5-air", 4096, 46, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0f, 1, 151552, 131072),
         glm4moe_config("glm-4.5-air-2l", 4096, 2, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0f, 0, 151552, 131072),
+        // 4 layers: 1 and 3 with 4 experts of 64 (2 a token) beside a shared expert of 64, 0 and 2 dense (128); 0-2
+        // chunked with RoPE and the Q/K norm, 3 global without RoPE and with the temperature (both from position 8191)
+        llama4_config("llama4-tiny", 64, 4, 2, 1, 128, 64, 4, 2, 2, 320, 16384),
+        // Llama 4 Scout 17B-16E and Maverick 17B-128E as their config.json state them (no file could be fetched
+        // here to check), and Scout's first four layers (llama.cpp runs no fewer: its temperature input needs a layer
+        // without RoPE, the fourth)
+        llama4_config("llama4-scout", 5120, 48, 40, 8, 16384, 8192, 16, 1, 1, 202048, 10485760),
+        llama4_config("llama4-scout-4l", 5120, 4, 40, 8, 16384, 8192, 16, 1, 1, 202048, 10485760),
+        llama4_config("llama4-maverick", 5120, 48, 40, 8, 16384, 8192, 128, 1, 2, 202048, 1048576),
         // GLM-4.1V's language model: M-RoPE in NEOX pairs; sections 2, 2, 2, 2 of 8 pairs leave pairs 6 and 7 still
         glm4v_config(glm4_config("glm4v-tiny", 128, 3, 4, 2, 32, 192, 320, 1024), {2, 2, 2, 2}),
         glm4v_config(glm4_config("glm-4.1v-9b", 4096, 40, 32, 2, 128, 13696, 151552, 65536), {8, 12, 12, 0}),
@@ -1257,7 +1295,8 @@ void SyntheticModel::save(const std::string& path) const {
     } else if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe") && c.moe()) {  // (Granite's: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
-               c.file_arch == "ernie4_5-moe") {  // (the leading dense width)
+               c.file_arch == "ernie4_5-moe" || c.arch == "llama4") {  // (the leading dense width; llama4: the dense
+                                                                         // layers')
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
         std::vector<GgufValue> ff;
@@ -1322,7 +1361,8 @@ void SyntheticModel::save(const std::string& path) const {
             w.set(p + "rope.scaling.yarn_log_multiplier", 1.0f);
         }
     }
-    if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_scale", c.attn_temp_scale);
+    // (mistral3's key; llama4's files carry none: llama.cpp fixes its temperature)
+    if (c.attn_temp_scale != 0.0f && c.arch != "llama4") w.set(p + "attention.temperature_scale", c.attn_temp_scale);
     if (c.moe()) {
         w.set(p + "expert_count", uint32_t(c.n_expert));
         w.set(p + "expert_used_count", uint32_t(c.n_expert_used));
@@ -1331,7 +1371,8 @@ void SyntheticModel::save(const std::string& path) const {
     }
     int64_t shexp = c.n_layer - 1;  // (the last layer with experts: nemotron_h's last may be attention alone)
     while (shexp > 0 && !(c.layer_moe(shexp) && c.layer_has_ffn(shexp))) --shexp;
-    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2")
+    if (c.arch == "llama4") w.set(p + "interleave_moe_layer_step", uint32_t(c.moe_layer_step));
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2" && c.arch != "llama4")
         w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(shexp)));
     if (c.file_arch == "ernie4_5-moe") {  // (its converter's keys: no gating function, softmax)
         w.set(p + "interleave_moe_layer_step", uint32_t(1));

@@ -122,10 +122,10 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     // (lfm2: its converter names the final norm token_embd_norm, as llama.cpp reads it)
     std::vector<VectorField<W>> f{
         {c.arch == "lfm2" ? "token_embd_norm.weight" : "output_norm.weight", &W::output_norm, c.n_embd}};
-    // The RoPE divisors llama.cpp loads: rope_freqs for llama, mistral3, granite and exaone4 (without longrope
-    // scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it does not
-    // load, and so does quill (Weights::from_gguf), rather than run without it.
-    if (c.arch == "llama" || c.arch == "mistral3" || c.arch == "granite" || c.arch == "exaone4")
+    // The RoPE divisors llama.cpp loads: rope_freqs for llama, llama4, mistral3, granite and exaone4 (without
+    // longrope scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it
+    // does not load, and so does quill (Weights::from_gguf), rather than run without it.
+    if (c.arch == "llama" || c.arch == "llama4" || c.arch == "mistral3" || c.arch == "granite" || c.arch == "exaone4")
         f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false});
     // (gemma4: required where a layer is global, as llama.cpp requires it)
     bool global = false;

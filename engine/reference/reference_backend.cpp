@@ -376,10 +376,18 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     if (c.layer_has_rope(l)) {
         rope(q_, c.n_head, hd, c.layer_n_rot(l), c, inv_freq, t.pos);
         rope(k_, n_head_kv, hd, c.layer_n_rot(l), c, inv_freq, t.pos);
+        // llama4: q_h, k_h = rms_norm(q_h), rms_norm(k_h) (no weight) after RoPE
+        if (c.qk_l2_norm) {
+            rms_norm_rows(q_, static_cast<size_t>(hd), nullptr, c.rms_eps);
+            rms_norm_rows(k_, static_cast<size_t>(hd), nullptr, c.rms_eps);
+        }
     }
-    // mistral3: q = q * (1 + attn_temp_scale * log(floor(pos / attn_temp_floor) + 1))
-    const double temp = c.attn_temp(t.pos);
-    for (double& v : q_) v *= temp;
+    // mistral3: q = q * (1 + attn_temp_scale * log(floor((pos + attn_temp_offset) / attn_temp_floor) + 1)) (llama4:
+    // on the layers without RoPE only)
+    if (c.layer_attn_temp(l)) {
+        const double temp = c.attn_temp(t.pos);
+        for (double& v : q_) v *= temp;
+    }
     // K[l, slot, pos] = k, V[l, slot, pos] = v
     const bool f16 = kv_shape_.type == KvType::f16;
     double* k_row = cache_row(k_cache_, l, t.slot, t.pos);
@@ -390,11 +398,12 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     }
 
     // att_h = sum_j softmax_j(q_h . K_j * attn_scale) V_j over j = first..pos (first = 0, or the start of the
-    // sliding window on a local layer); head h reads KV head h / group. gpt-oss: the softmax's denominator also
-    // counts exp(sink_h).
+    // sliding window on a local layer, of the chunk on a chunked one); head h reads KV head h / group. gpt-oss: the
+    // softmax's denominator also counts exp(sink_h).
     // With an f16 cache q_h and the probabilities are rounded to fp16 too, as half-precision attention (the
     // CPU backend's, llama.cpp's) feeds its products with K and V.
-    const int64_t first = c.layer_is_local(l) ? std::max<int64_t>(0, t.pos - c.sliding_window + 1) : 0;
+    // (llama4's chunked layers: the start of the token's chunk)
+    const int64_t first = c.first_visible(l, t.pos);
     const int64_t n_kv = t.pos + 1 - first;
     att_.assign(c.layer_n_embd_q(l), 0.0);
     for (int64_t h = 0; h < c.n_head; ++h) {
@@ -773,14 +782,20 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>&
     auto bias = [](const std::vector<float>& b, int64_t e, int64_t n) {
         return b.empty() ? nullptr : b.data() + e * n;
     };
+    // llama4 (moe_weight_input): expert e reads weight_e * xn, and its output joins the sum as it is
+    const std::vector<double> xn = c.moe_weight_input ? xn_ : std::vector<double>();
     for (int64_t i = 0; i < c.n_expert_used; ++i) {
         const int64_t e = order[i];
         const ExpertWeights& E = L.experts[e];
+        if (c.moe_weight_input)
+            for (int64_t j = 0; j < c.n_embd; ++j) xn_[j] = xn[j] * weight[i];
         ffn(E.gate, E.up, E.down, expert_out_, bias(L.ffn_gate_exps_b, e, c.n_ff_exp),
             bias(L.ffn_up_exps_b, e, c.n_ff_exp), bias(L.ffn_down_exps_b, e, c.n_embd));
         const double s = L.ffn_down_exps_s.empty() ? 1.0 : L.ffn_down_exps_s[e];
-        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += weight[i] * expert_out_[j] * s;
+        const double w = c.moe_weight_input ? 1.0 : weight[i];
+        for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += w * expert_out_[j] * s;
     }
+    if (c.moe_weight_input) xn_ = xn;  // (the shared expert's input)
 }
 
 }  // namespace quill

@@ -173,6 +173,13 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(olmoe->config, olmoe->weights),
                       "the CUDA backend cannot run olmoe models (Q/K norms over the whole projection, experts' "
                       "weights not renormalized); --device cpu runs it");
+    // Nor llama4 (Scout's shape without its layers: every expert layer; Maverick's: dense layers between).
+    for (const char* shape : {"llama4-tiny", "llama4-scout", "llama4-maverick"}) {
+        INFO(shape);
+        CHECK_THROWS_WITH(cuda::check_model(synthetic_config(shape), Weights{}),
+                          "the CUDA backend cannot run llama4 models (chunked attention, experts weighted on their "
+                          "input); --device cpu runs it");
+    }
     // Nor deepseek2's Multi-head Latent Attention.
     auto ds2 = SyntheticModel::make(synthetic_config("deepseek2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ds2->config, ds2->weights),
