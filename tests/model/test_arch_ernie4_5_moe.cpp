@@ -35,30 +35,6 @@ constexpr const char* kShape = "ernie4_5-moe-tiny";
 // The limits on max |diff| / range, the reference backend's and the CPU backend's. Measured: see the commit.
 constexpr test::ArchCase kCases[] = {{GgmlType::F32, 1e-5, 1e-5}, {GgmlType::F16, 1e-3, 1e-3}};
 
-// The worst prompt position's max |diff| / range against llama.cpp's F32 logits, on the reference backend and on
-// the CPU backend's generic kernels, of the F32 model with its config or weights changed by `mutate`.
-std::vector<double> mutant_error(const std::function<void(ModelConfig&, Weights&)>& mutate) {
-    auto m = test::saved_synthetic(kShape, GgmlType::F32);
-    ModelConfig c = m->config;
-    Weights w = m->weights;
-    mutate(c, w);
-    const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("ernie4_5-moe-tiny-f32.prompt_logits.txt"));
-    ReferenceBackend reference(c, w, ReferenceBackendOptions{kCtx, 1, KvType::f32});
-    auto cpu = test::arch_cpu_backend(c, w, cpu::Isa::generic, kCtx);
-    std::vector<double> worst;
-    for (Backend* b : {static_cast<Backend*>(&reference), static_cast<Backend*>(cpu.get())}) {
-        const std::vector<float> got = test::prefill_logits(*b, ref.tokens);
-        const int64_t nv = c.n_vocab;
-        double e = 0;
-        for (size_t p = 0; p < ref.tokens.size(); ++p) {
-            const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
-            e = std::max(e, test::max_diff(test::rows(got, nv, p, p + 1), ref.logits[p]) / (*hi - *lo));
-        }
-        worst.push_back(e);
-    }
-    return worst;
-}
-
 }  // namespace
 
 TEST_CASE("ernie4_5-moe tiny model: the reference backend gives llama.cpp's logits and greedy tokens",
@@ -85,7 +61,7 @@ TEST_CASE("ernie4_5-moe: no selection bias, sigmoid gating or weights not renorm
     };
     for (const auto& [name, mutate] : mutants) {
         INFO(name);
-        for (double e : mutant_error(mutate)) CHECK(e > 1e-2);
+        for (double e : test::mutant_error(kShape, kCtx, mutate)) CHECK(e > 1e-2);
     }
 }
 
