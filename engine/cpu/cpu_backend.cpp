@@ -384,11 +384,10 @@ void CpuBackend::embed_rows(const Batch& batch, float* x_rows) {
 }
 
 // rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), times
-// rope_mscale, for every layer of this batch (and rope_cs_local_ for the local layers when their RoPE differs).
+// rope_mscale (ModelConfig::layer_rope_mscale), for every layer of this batch (and rope_cs_local_ for the local layers when their RoPE differs).
 void CpuBackend::rope_angles(const Batch& batch) {
-    const double m = config_.rope_mscale;
     const bool neox = config_.rope == ModelConfig::Rope::neox;
-    auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs) {
+    auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs, double m) {
         const auto half = static_cast<int64_t>(inv_freq.size()), n_rot = 2 * half;  // (the layers' n_rot)
         cs.resize(batch.tokens.size() * n_rot * 2);
         for (size_t t = 0; t < batch.tokens.size(); ++t) {
@@ -408,8 +407,8 @@ void CpuBackend::rope_angles(const Batch& batch) {
             }
         }
     };
-    fill(rope_inv_freq_, rope_cs_);
-    if (!rope_inv_freq_local_.empty()) fill(rope_inv_freq_local_, rope_cs_local_);
+    fill(rope_inv_freq_, rope_cs_, config_.layer_rope_mscale(false));
+    if (!rope_inv_freq_local_.empty()) fill(rope_inv_freq_local_, rope_cs_local_, config_.layer_rope_mscale(true));
 }
 
 // Rotates each head's first n_rot dims of x [n_heads, head_dim] (the layer's: ModelConfig::layer_head_dim,

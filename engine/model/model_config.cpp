@@ -157,7 +157,7 @@ int64_t read_swa_pattern(const GgufFile& f, const std::string& p, int64_t fallba
 // 4096 unless the file says), gemma3 every sixth when the file gives a window, gpt-oss every second (the window
 // required), gemma4 as its required pattern array says, exaone4 (the 32B's 64 layers only) every fourth (a window of
 // 4096 unless the file says); attention.sliding_window_pattern overrides these patterns. llama and qwen2: every layer
-// local when the file gives a window. olmo2: refused (OLMo 3's local layers rotate without the file's RoPE scaling).
+// local when the file gives a window. olmo2 (OLMo 3) every fourth when the file gives a window.
 // phi3: off, as llama.cpp turns it off (its converted files' window and pattern disagree with the model's), so that
 // quill and llama.cpp give the same logits. The other architectures have none: a window there is ignored, as
 // llama.cpp ignores it, so that a file llama.cpp runs is run alike rather than refused.
@@ -182,9 +182,10 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
         return;
     }
     c.sliding_window = optional_int(f, key, 0, 0, kMax);
-    if (c.arch == "olmo2" && c.sliding_window > 0)
-        throw FileError(fmt::format("{}: sliding-window attention ('{}', OLMo 3) is not supported for olmo2", f.path(),
-                                    key));
+    if (c.arch == "olmo2") {  // (OLMo 3: every fourth layer global unless the file says)
+        if (c.sliding_window > 0) c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
+        return;
+    }
     if (c.arch == "gemma3") {
         if (c.sliding_window > 0) c.swa_pattern = read_swa_pattern(f, p, 6, c.n_layer);
     } else if (c.arch != "llama" && c.arch != "qwen2") {
@@ -925,7 +926,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "nemotron_h") read_nemotron_h(f, p, n_block, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
-    if (c.arch == "olmo2") c.qk_norm_whole = true;
+    if (c.arch == "olmo2") {
+        // OLMo 3's local layers (see read_sliding_window) rotate with rope.freq_base and no scaling, as llama.cpp's
+        // olmo2 rotates them (it reads rope.freq_base_swa but does not use it); the global ones with the file's YaRN.
+        c.qk_norm_whole = true;
+        c.rope_freq_scale_local = 1.0f;
+        c.rope_local_plain = c.sliding_window > 0;
+    }
     if (c.arch == "exaone4") {
         // With sliding-window layers the global ones have no RoPE (l % N == N - 1: (l + 1) % N == 0); the local ones
         // rotate with rope.freq_base_swa when the file has it. NextN prediction layers are refused by name.

@@ -56,6 +56,10 @@ struct ModelConfig {
     int64_t swa_pattern = 0;
     float rope_base_local = 10000.0f;       // RoPE base of the local layers (gemma3: 10,000; else rope_base)
     float rope_freq_scale_local = 1.0f;     // and their linear scaling (gemma3: none; else rope_freq_scale)
+    // olmo2 with a window (OLMo 3): the local layers rotate without YaRN's magnitude scale either (as llama.cpp's
+    // olmo2 rotates them: no scaling at all), the global ones with the file's YaRN.
+    bool rope_local_plain = false;
+    float layer_rope_mscale(bool local) const { return local && rope_local_plain ? 1.0f : rope_mscale; }
     // YaRN RoPE scaling (rope.scaling.type yarn: Qwen long-context files, mistral3): pair i's frequency blends the
     // scaled one (rope_freq_scale) and the unscaled one by a ramp over the pairs between the correction dims of
     // beta_fast and beta_slow rotations in yarn_n_ctx_orig positions, and every cosine and sine is multiplied by
@@ -282,7 +286,7 @@ struct ModelConfig {
     // Whether the local layers' RoPE differs from the global one (then backends keep two angle tables).
     bool two_ropes() const {
         return sliding_window > 0 && (rope_base_local != rope_base || rope_freq_scale_local != rope_freq_scale ||
-                                      (n_rot_local > 0 && n_rot_local != n_rot) ||
+                                      (n_rot_local > 0 && n_rot_local != n_rot) || rope_local_plain ||
                                       rope_divisors_global_only);
     }
     // The attention geometry of a layer: its head size, KV heads and rotated dims (a local layer's may differ:

@@ -449,6 +449,23 @@ ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd,
     return c;
 }
 
+// olmo2 with a window (OLMo 3): three layers in four local, YaRN of `yarn` over the original n_ctx_orig on the
+// global ones only (the local ones unscaled).
+ModelConfig olmo3_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_ff,
+                         int64_t n_vocab, int64_t n_ctx, int64_t window, float yarn, int64_t n_ctx_orig,
+                         float rope_base) {
+    ModelConfig c = post_norm_config("olmo2", name, n_embd, n_layer, n_head, n_head, n_ff, n_vocab, n_ctx, 0);
+    c.sliding_window = window;
+    c.swa_pattern = 4;
+    c.rope_base = c.rope_base_local = rope_base;
+    c.rope_yarn = true;
+    c.rope_freq_scale = 1.0f / yarn;
+    c.yarn_n_ctx_orig = n_ctx_orig;
+    c.rope_mscale = static_cast<float>(1.0 + 0.1 * std::log(yarn));
+    c.rope_local_plain = true;
+    return c;
+}
+
 // ernie4_5: llama's layers with adjacent RoPE pairs and a tied output; seed_oss: Q/K/V biases, NEOX RoPE, a head
 // size apart from n_embd / n_head, the FFN's norm named post_attention_norm.
 ModelConfig llama_like_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -862,6 +879,12 @@ std::vector<ModelConfig> arch_shapes() {
                               1856, 128, 6, 2.5f),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
+        // 4 layers (3 local with a window of 8), YaRN of 4 on the last
+        olmo3_config("olmo3-tiny", 128, 4, 4, 256, 320, 1024, 8, 4.0f, 1024, 10000.0f),
+        // OLMo 3 7B as its config.json states it (a window of 4096, YaRN 8 over 8192; no file could be fetched here
+        // to check), and its first four layers
+        olmo3_config("olmo-3-7b", 4096, 32, 32, 11008, 100278, 65536, 4096, 8.0f, 8192, 500000.0f),
+        olmo3_config("olmo-3-7b-4l", 4096, 4, 32, 11008, 100278, 65536, 4096, 8.0f, 8192, 500000.0f),
         // 64 layers, as llama.cpp gives exaone4 sliding-window layers only in the 32B's depth; a window of 8
         post_norm_config("exaone4", "exaone4-tiny", 64, 64, 2, 1, 128, 320, 1024, 8),
         post_norm_config("exaone4", "exaone-4.0-1.2b", 2048, 30, 32, 8, 4096, 102400, 65536, 0),
@@ -1431,6 +1454,10 @@ void SyntheticModel::save(const std::string& path) const {
     if (c.arch == "cohere2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
+    }
+    if (c.arch == "olmo2" && c.sliding_window > 0) {  // (the pattern as its converter writes it)
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
     }
     if (c.arch == "exaone4" && c.sliding_window > 0) {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));

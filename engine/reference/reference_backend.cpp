@@ -95,13 +95,15 @@ void conv_silu(double* window, const float* w, const float* b, const double* x, 
 
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
 // pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); the rotated pairs scaled by
-// rope_mscale. head_dim and n_rot are the layer's (ModelConfig::layer_head_dim, layer_n_rot).
+// rope_mscale (a local layer's: ModelConfig::layer_rope_mscale). head_dim and n_rot are the layer's
+// (ModelConfig::layer_head_dim, layer_n_rot).
 void rope(std::vector<double>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const ModelConfig& c,
-          const std::vector<double>& inv_freq, int32_t pos) {
+          const std::vector<double>& inv_freq, int32_t pos, bool local = false) {
     const int64_t half = n_rot / 2;
+    const double m = c.layer_rope_mscale(local);
     for (int64_t i = 0; i < half; ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
-        const double cos_t = std::cos(theta) * c.rope_mscale, sin_t = std::sin(theta) * c.rope_mscale;
+        const double cos_t = std::cos(theta) * m, sin_t = std::sin(theta) * m;
         const bool neox = c.rope == ModelConfig::Rope::neox;
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
@@ -372,10 +374,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     if (c.v_norm) rms_norm_rows(v_, static_cast<size_t>(hd), nullptr, c.rms_eps);
     // q, k = RoPE(q, pos), RoPE(k, pos), with the local layers' frequencies (and gemma4's rotated dims) on a local
     // layer (smollm3: not on its no-RoPE layers)
-    const std::vector<double>& inv_freq = c.layer_is_local(l) ? inv_freq_local_ : inv_freq_;
+    const bool local = c.layer_is_local(l);
+    const std::vector<double>& inv_freq = local ? inv_freq_local_ : inv_freq_;
     if (c.layer_has_rope(l)) {
-        rope(q_, c.n_head, hd, c.layer_n_rot(l), c, inv_freq, t.pos);
-        rope(k_, n_head_kv, hd, c.layer_n_rot(l), c, inv_freq, t.pos);
+        rope(q_, c.n_head, hd, c.layer_n_rot(l), c, inv_freq, t.pos, local);
+        rope(k_, n_head_kv, hd, c.layer_n_rot(l), c, inv_freq, t.pos, local);
         // llama4: q_h, k_h = rms_norm(q_h), rms_norm(k_h) (no weight) after RoPE
         if (c.qk_l2_norm) {
             rms_norm_rows(q_, static_cast<size_t>(hd), nullptr, c.rms_eps);

@@ -1,10 +1,12 @@
-// Dense architectures against llama.cpp: glm4 (GLM-4-0414, GLM-Z1), granite (IBM Granite 3.x dense), olmo2 (OLMo 2),
+// Dense architectures against llama.cpp: glm4 (GLM-4-0414, GLM-Z1), granite (IBM Granite 3.x dense), olmo2 (OLMo 2,
+// and OLMo 3 as olmo3-tiny),
 // exaone4 (EXAONE 4.0), ernie4_5 (ERNIE 4.5 0.3B) and seed_oss (Seed-OSS). The synthetic <arch>-tiny models
 // (engine/model/synthetic.cpp, seed 42, as `quill bench --synthetic SHAPE --dtype f32|f16 --save FILE` writes them)
 // saved and loaded back, then run on the reference backend and the CPU backend of every kernel family this machine
 // has. glm4: partial rotary dims in adjacent pairs, Q/K/V biases, gate and up in one matrix, norms after the attention
 // and the FFN; granite: embedding, residual, attention and logit multipliers; olmo2: no input norms, norms after each
-// block, Q and K normalized over the whole projection; exaone4: no input norms, post-norms, Q/K norms per head, a
+// block, Q and K normalized over the whole projection (olmo3-tiny: a window of 8 on three layers in four, YaRN on the
+// fourth only); exaone4: no input norms, post-norms, Q/K norms per head, a
 // window of 8 on three layers in four and no RoPE on the fourth, RoPE divisors (64 layers: llama.cpp gives exaone4
 // its sliding-window layers in the 32B's depth only); ernie4_5: llama's layers, adjacent RoPE pairs, a tied output;
 // seed_oss: Q/K/V biases, a head size apart from n_embd / n_head, the FFN's norm named post_attention_norm.
@@ -26,6 +28,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace test_arch_dense {
 
@@ -38,11 +41,12 @@ constexpr int64_t kCtx = 256;  // llama.cpp's context for the references
 
 // The limit on max |diff| / range per file, on the reference backend and every CPU path: 1e-5 with F32 weights
 // (measured at most 1.5e-6 everywhere: float summation order), and with F16 weights each architecture's own. Measured
-// with F16: glm4 5.1e-4, granite 1.6e-4, olmo2 5.5e-4, ernie4_5 3.2e-4, seed_oss 2.6e-4 and exaone4 1.6e-3: llama.cpp
-// rounds every F16 product's input to fp16, as the CPU backend does at other points and the reference backend does
-// not, and exaone4-tiny's 64 layers add that up.
-constexpr test::ArchFiles kArchFiles[] = {{"glm4-tiny", 1e-3},    {"granite-tiny", 1e-3},  {"olmo2-tiny", 1e-3},
-                                           {"exaone4-tiny", 3e-3}, {"ernie4_5-tiny", 1e-3}, {"seed_oss-tiny", 1e-3}};
+// with F16: glm4 5.1e-4, granite 1.6e-4, olmo2 5.5e-4, olmo3 4.9e-4, ernie4_5 3.2e-4, seed_oss 2.6e-4 and exaone4
+// 1.6e-3: llama.cpp rounds every F16 product's input to fp16, as the CPU backend does at other points and the
+// reference backend does not, and exaone4-tiny's 64 layers add that up.
+constexpr test::ArchFiles kArchFiles[] = {{"glm4-tiny", 1e-3},     {"granite-tiny", 1e-3}, {"olmo2-tiny", 1e-3},
+                                           {"olmo3-tiny", 1e-3},    {"exaone4-tiny", 3e-3}, {"ernie4_5-tiny", 1e-3},
+                                           {"seed_oss-tiny", 1e-3}};
 
 // The F32 model of `shape` with its metadata edited (or a tensor added), saved as name.gguf.
 std::string with_metadata(const std::string& shape, const std::string& name,
@@ -105,6 +109,14 @@ TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss settings are rea
     CHECK((ol.attn_norm.empty() && ol.ffn_norm.empty()));
     CHECK((ol.attn_q_norm.size() == 128 && ol.attn_k_norm.size() == 64));  // the whole Q and K
     CHECK((ol.attn_post_norm.size() == 128 && ol.ffn_post_norm.size() == 128));
+    CHECK((o->config.sliding_window == 0 && !o->config.two_ropes()));
+    // OLMo 3: the window on layers 0-2 (the pattern array its converter writes), YaRN on layer 3 alone
+    auto o3 = test::saved_synthetic("olmo3-tiny", GgmlType::F32);
+    const ModelConfig& o3c = o3->config;
+    CHECK((o3c.sliding_window == 8 && o3c.swa_pattern == 4 && o3c.rope_yarn && o3c.rope_freq_scale == 0.25f));
+    CHECK((o3c.rope_freq_scale_local == 1.0f && o3c.layer_rope_mscale(true) == 1.0f && o3c.two_ropes()));
+    CHECK(o3c.layer_rope_mscale(false) == Approx(1.0 + 0.1 * std::log(4.0)));
+    CHECK((o3c.layer_is_local(2) && !o3c.layer_is_local(3)));
 
     auto e = test::saved_synthetic("exaone4-tiny", GgmlType::F32);
     const ModelConfig& ec = e->config;
@@ -124,6 +136,7 @@ TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss settings are rea
     const ModelConfig gr2 = synthetic_config("granite-3.3-2b");
     CHECK((gr2.arch == "granite" && gr2.n_embd == 2048 && gr2.n_layer == 40 && gr2.n_vocab == 49159));
     CHECK(synthetic_config("olmo-2-7b").n_vocab == 100352);
+    CHECK(synthetic_config("olmo-3-7b").sliding_window == 4096);
     CHECK(synthetic_config("exaone-4.0-1.2b").sliding_window == 0);
 
     auto er = test::saved_synthetic("ernie4_5-tiny", GgmlType::F32);
@@ -136,6 +149,23 @@ TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss settings are rea
     CHECK(sl.attn_post_norm.empty());
     CHECK(synthetic_config("ernie-4.5-0.3b").n_layer == 18);
     CHECK(synthetic_config("seed-oss-36b").n_head == 80);
+}
+
+TEST_CASE("olmo3-tiny fails llama.cpp's logits with its local layers scaled as the global one or without the window",
+          "[arch][model]") {
+    // (the checks above can fail: each feature turned off leaves llama.cpp's logits by far more than the 1e-5 limit)
+    const std::pair<const char*, std::function<void(ModelConfig&, Weights&)>> kMutants[] = {
+        {"local layers with YaRN", [](ModelConfig& c, Weights&) {
+             c.rope_local_plain = false;
+             c.rope_freq_scale_local = c.rope_freq_scale;
+         }},
+        {"local layers with YaRN's magnitude only", [](ModelConfig& c, Weights&) { c.rope_local_plain = false; }},
+        {"no window", [](ModelConfig& c, Weights&) { c.sliding_window = 0; }},
+    };
+    for (const auto& [what, mutate] : kMutants) {
+        INFO(what);
+        for (double e : test::mutant_error("olmo3-tiny", kCtx, mutate)) CHECK(e > 1e-3);
+    }
 }
 
 TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss files with features quill lacks are refused in one "
@@ -156,9 +186,14 @@ TEST_CASE("glm4, granite, olmo2, exaone4, ernie4_5 and seed_oss files with featu
     refused(with_metadata("granite-tiny", "granite-zero-logit-scale",
                           [](GgufWriter& w) { w.set("granite.logit_scale", 0.0f); }),
             "metadata 'granite.logit_scale' is 0, expected");
-    refused(with_metadata("olmo2-tiny", "olmo2-swa",
-                          [](GgufWriter& w) { w.set("olmo2.attention.sliding_window", uint32_t(8)); }),
-            "sliding-window attention ('olmo2.attention.sliding_window', OLMo 3) is not supported for olmo2");
+    refused(with_metadata("olmo3-tiny", "olmo3-odd-pattern",
+                          [](GgufWriter& w) {
+                              w.set("olmo2.attention.sliding_window_pattern",
+                                    GgufValue::array(GgufType::BOOL, {GgufValue(true), GgufValue(false),
+                                                                      GgufValue(true), GgufValue(true)}));
+                          }),
+            "metadata 'olmo2.attention.sliding_window_pattern' marks the local layers in a pattern quill does not "
+            "support");
     refused(with_metadata("exaone4-tiny", "exaone4-nextn",
                           [](GgufWriter& w) { w.set("exaone4.nextn_predict_layers", uint32_t(1)); }),
             "NextN prediction layers ('exaone4.nextn_predict_layers') is not supported for exaone4");
@@ -196,6 +231,7 @@ TEST_CASE("quill run and quill chat work end to end on glm4, granite, olmo2, exa
                           {"granite-tiny", "ibm-granite-granite-3.3-2B-Instruct.jinja",
                            "<|start_of_role|>assistant<|end_of_role|>"},
                           {"olmo2-tiny", nullptr, "<|im_start|>assistant\n"},
+                          {"olmo3-tiny", nullptr, "<|im_start|>assistant\n"},
                           {"exaone4-tiny", nullptr, "<|im_start|>assistant\n"},
                           {"ernie4_5-tiny", nullptr, "<|im_start|>assistant\n"},
                           {"seed_oss-tiny", "ByteDance-Seed-OSS.jinja", "<seed:bos>assistant\n"}};
@@ -227,8 +263,9 @@ TEST_CASE("quill run and quill chat work end to end on glm4, granite, olmo2, exa
 TEST_CASE("glm4, granite, olmo2 and exaone4: a sequence's decode steps give the same logits in mixed batches as alone",
           "[arch][cpu]") {
     // The blocks without input norms (olmo2, exaone4: the products read the residual stream, quantized in the
-    // product rather than in the norm's section), the residual multiplier (granite), the fused gate/up (glm4).
-    for (const char* shape : {"glm4-tiny", "granite-tiny", "olmo2-tiny", "exaone4-tiny"}) {
+    // product rather than in the norm's section), the residual multiplier (granite), the fused gate/up (glm4), two
+    // RoPE tables (olmo3).
+    for (const char* shape : {"glm4-tiny", "granite-tiny", "olmo2-tiny", "olmo3-tiny", "exaone4-tiny"}) {
         INFO(shape);
         test::check_mixed_batches(synthetic_config(shape), {GgmlType::F32, GgmlType::Q8_0}, 64);
     }
