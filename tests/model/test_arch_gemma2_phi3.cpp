@@ -84,7 +84,7 @@ TEST_CASE("gemma, gemma2 and phi3 tiny models: the CPU backend gives llama.cpp's
     for (const Case& c : kCases) {
         auto m = saved_synthetic(c.shape, c.type);
         std::vector<std::optional<Isa>> isas{std::nullopt};  // the scalar reference path, then each kernel family
-        for (Isa isa : test::available_isas()) isas.push_back(isa);
+        for (Isa isa : test::model_test_isas()) isas.push_back(isa);
         for (const auto& isa : isas) {
             INFO(stem(c) << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
             test::check_against_llama_cpp(*cpu_backend(*m, isa), stem(c), c.tol);
@@ -177,7 +177,7 @@ TEST_CASE("phi3 rotates by the short RoPE factors within its original context, t
     const auto short_ref = test::prefill_logits(*reference_backend(*m, 128), tokens);
     const auto long_ref = test::prefill_logits(*reference_backend(*m, 129), tokens);
     CHECK(test::max_diff(short_ref, long_ref) > 1e-2);
-    for (Isa isa : test::available_isas()) {
+    for (Isa isa : test::model_test_isas()) {
         INFO(cpu::isa_name(isa));
         CHECK(test::max_diff(test::prefill_logits(*cpu_backend(*m, isa, 128), tokens), short_ref) < 1e-5);
         CHECK(test::max_diff(test::prefill_logits(*cpu_backend(*m, isa, 129), tokens), long_ref) < 1e-5);
@@ -216,7 +216,7 @@ TEST_CASE("gemma2 with an F16 KV cache: the CPU backend's prefill and decode mat
     const test::RefLogits ref = test::read_ref_logits(test::arch_ref_path("gemma2-tiny-f32.prompt_logits.txt"));
     ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{64, 1, KvType::f16});
     const auto want = test::prefill_logits(reference, ref.tokens);
-    for (Isa isa : test::available_isas()) {
+    for (Isa isa : test::model_test_isas()) {
         INFO(cpu::isa_name(isa));
         cpu::CpuBackendOptions o;
         o.n_threads = 2;
@@ -239,7 +239,7 @@ TEST_CASE("gemma2 decode over a long cache (the attention split over key blocks)
     const int64_t nv = m->config.n_vocab;
     ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{512, 1, KvType::f32});
     const auto want = test::prefill_logits(reference, tokens);
-    for (Isa isa : test::available_isas()) {
+    for (Isa isa : test::model_test_isas()) {
         INFO(cpu::isa_name(isa));
         auto b = cpu_backend(*m, isa, 512);
         const std::vector<int32_t> prompt(tokens.begin(), tokens.end() - 4);

@@ -75,7 +75,7 @@ void check_cpu_matches_reference(KvType kv, bool scalar, double tol, const std::
     const auto want = test::prefill_logits(reference, ref.tokens);
     std::vector<std::optional<Isa>> isas;
     if (scalar) isas.push_back(std::nullopt);
-    for (Isa isa : test::available_isas()) isas.push_back(isa);
+    for (Isa isa : test::model_test_isas()) isas.push_back(isa);
     for (const auto& isa : isas) {
         INFO((isa ? cpu::isa_name(*isa) : "reference path"));
         auto prefill = test::arch_cpu_backend(m->config, m->weights, isa, 64, 1, kv);
@@ -221,7 +221,7 @@ TEST_CASE("gemma4 E2B/E4B: a prefix copied to another slot continues as if that 
     };
     for (const int64_t n_ctx : {64, 1024}) {
         INFO("context " << n_ctx);
-        check(*test::arch_cpu_backend(m->config, m->weights, test::available_isas().back(), n_ctx, 2));
+        check(*test::arch_cpu_backend(m->config, m->weights, test::model_test_isas().back(), n_ctx, 2));
         ReferenceBackend reference(m->config, m->weights, ReferenceBackendOptions{n_ctx, 2, KvType::f32});
         check(reference);
     }

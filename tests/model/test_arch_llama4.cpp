@@ -106,7 +106,7 @@ double long_cpu_error(const std::function<void(ModelConfig&)>& mutate) {
     auto m = test::saved_synthetic(kShape, GgmlType::F32);
     ModelConfig c = m->config;
     mutate(c);
-    const std::vector<cpu::Isa> isas = test::available_isas();
+    const std::vector<cpu::Isa> isas = test::model_test_isas();
     auto b = test::arch_cpu_backend(c, m->weights, isas.back(), kLongCtx);
     return long_error(*b, read_long_ref());
 }
@@ -227,7 +227,7 @@ TEST_CASE("llama4: a decode past a chunk boundary gives the logits of the prefil
     std::vector<int32_t> tokens;
     for (int64_t i = 0; i < 20; ++i) tokens.push_back(long_token(i, c.n_vocab));
     const int64_t nv = c.n_vocab;
-    for (cpu::Isa isa : test::available_isas()) {
+    for (cpu::Isa isa : test::model_test_isas()) {
         INFO(cpu::isa_name(isa));
         auto prefill = test::arch_cpu_backend(c, m->weights, isa, 64);
         const std::vector<float> all = test::prefill_logits(*prefill, tokens);

@@ -193,7 +193,7 @@ TEST_CASE("qwen3 smollm3 and mistral3 match llama.cpp on the CPU kernels of ever
     for (const ArchCase& c : kCases) {
         const OracleRef ref = read_oracle(stem(c));
         auto model = saved_synthetic(c.shape, c.type, dir);
-        for (cpu::Isa isa : test::available_isas()) {
+        for (cpu::Isa isa : test::model_test_isas()) {
             INFO(stem(c) << ", " << cpu::isa_name(isa));
             cpu::CpuBackendOptions o;
             o.n_threads = 2;

@@ -108,7 +108,7 @@ TEST_CASE("qwen35moe: a token's logits have the same bits in any batch as alone,
     test::check_mixed_batches(synthetic_config("qwen35moe-tiny"), {GgmlType::F32, GgmlType::Q4_0}, kCtx);
     auto m = SyntheticModel::make(synthetic_config("qwen35moe-tiny"), GgmlType::Q8_0, 7);
     const auto tokens = test::some_tokens(12, static_cast<int>(m->config.n_vocab), 5);
-    for (cpu::Isa isa : test::available_isas()) {
+    for (cpu::Isa isa : test::model_test_isas()) {
         INFO(cpu::isa_name(isa));
         auto one = test::arch_cpu_backend(m->config, m->weights, isa, 64);
         auto many = test::arch_cpu_backend(m->config, m->weights, isa, 64);

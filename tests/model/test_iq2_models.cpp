@@ -65,7 +65,7 @@ void check_against_llama_cpp(GgmlType type) {
         ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{kCtx, 1, KvType::f32});
         CHECK(worst_distance(b, ref) <= kTol);
     }
-    for (cpu::Isa isa : test::available_isas()) {
+    for (cpu::Isa isa : test::model_test_isas()) {
         INFO(stem << ", " << cpu::isa_name(isa));
         CHECK(worst_distance(*test::arch_cpu_backend(m->config, m->weights, isa, kCtx), ref) <= kTol);
     }

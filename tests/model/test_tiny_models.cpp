@@ -86,7 +86,7 @@ TEST_CASE("on the tiny models the fast CPU backend's greedy tokens are the refer
         ReferenceBackend ref(model->config, model->weights, ReferenceBackendOptions{128, 1, KvType::f32});
         std::vector<float> ref_logits;
         const std::vector<int32_t> want = greedy_tokens(ref, prompt, 48, &ref_logits);
-        for (cpu::Isa isa : available_isas()) {
+        for (cpu::Isa isa : model_test_isas()) {
             INFO(tiny_model_file(which).filename().string() << ", " << cpu::isa_name(isa));
             cpu::CpuBackendOptions o;
             o.n_threads = 2;

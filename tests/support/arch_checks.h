@@ -109,7 +109,7 @@ inline std::unique_ptr<cpu::CpuBackend> arch_cpu_backend(const ModelConfig& c, c
 inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, const std::string& stem, double tol,
                                         int64_t n_ctx, size_t n_greedy = 24) {
     std::vector<std::optional<cpu::Isa>> isas{std::nullopt};
-    for (cpu::Isa isa : available_isas()) isas.push_back(isa);
+    for (cpu::Isa isa : model_test_isas()) isas.push_back(isa);
     for (const auto& isa : isas) {
         INFO(stem << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
         check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol, n_greedy);
@@ -236,7 +236,7 @@ inline void check_mixed_batches(const ModelConfig& config, std::initializer_list
         const auto a = some_tokens(8, static_cast<int>(nv), 31);
         const auto b = some_tokens(6, static_cast<int>(nv), 32);
         const auto p = some_tokens(20, static_cast<int>(nv), 33);
-        for (cpu::Isa isa : available_isas()) {
+        for (cpu::Isa isa : model_test_isas()) {
             INFO(type_name(type) << ", " << cpu::isa_name(isa));
             auto make = [&](int64_t n_slots) {
                 return arch_cpu_backend(m->config, m->weights, isa, n_ctx, n_slots, KvType::f16);

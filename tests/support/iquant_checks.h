@@ -87,7 +87,7 @@ inline void check_kernels(GgmlType type) {
     const cpu::WeightMatrix m{type, w.data(), n_in, n_out, rb};
     std::vector<float> x(static_cast<size_t>(17 * n_in));
     for (float& v : x) v = normal(rng);
-    for (cpu::Isa isa : test::available_isas()) {
+    for (cpu::Isa isa : test::model_test_isas()) {
         // Each token alone first: the bits every batch must give it.
         std::vector<float> alone(static_cast<size_t>(17 * n_out));
         for (int64_t t = 0; t < 17; ++t) {
@@ -128,7 +128,7 @@ inline void check_tiny_model(GgmlType type) {
     ReferenceBackend ref(model->config, model->weights, ReferenceBackendOptions{64, 1, KvType::f16});
     const std::vector<float> want = test::prefill_logits(ref, tokens);
     REQUIRE(test::rms(want) > 0.1);
-    for (cpu::Isa isa : test::available_isas()) {
+    for (cpu::Isa isa : test::model_test_isas()) {
         INFO(type_name(type) << ", " << cpu::isa_name(isa));
         cpu::CpuBackendOptions o;
         o.n_threads = 2;

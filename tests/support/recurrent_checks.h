@@ -25,7 +25,7 @@ inline void check_prompt_equals_stepwise(const std::string& shape) {
     for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
         auto m = SyntheticModel::make(synthetic_config(shape), type, 7);
         const auto tokens = some_tokens(12, static_cast<int>(m->config.n_vocab), 5);
-        for (cpu::Isa isa : available_isas()) {
+        for (cpu::Isa isa : model_test_isas()) {
             INFO(type_name(type) << ", " << cpu::isa_name(isa));
             auto one = arch_cpu_backend(m->config, m->weights, isa, 64);
             auto many = arch_cpu_backend(m->config, m->weights, isa, 64);
