@@ -15,6 +15,7 @@
 #include "tests/support/arch_cli_checks.h"
 #include "tests/support/recurrent_checks.h"
 #include "tests/support/test_util.h"
+#include "tokenizer/pre_tokenizer.h"
 
 #include <catch2/catch.hpp>
 
@@ -127,6 +128,16 @@ TEST_CASE("falcon-h1: a slot's state and KV cache continue only from where they 
           "chat turns continue them", "[arch][cpu][reference]") {
     test::check_state_continues_or_restarts(kShape);
     test::check_chat_turns_continue_state(*test::saved_synthetic(kShape, GgmlType::F32));
+}
+
+// (No tokenizer vectors of a Falcon-H1 vocabulary exist here; llama-bpe's, the same rule, are checked with the other
+// fetched vocabularies.)
+TEST_CASE("falcon-h1's pre-tokenizer is llama.cpp's LLAMA3 one: llama-bpe's regex, merges ignored, BOS added",
+          "[arch][tokenizer]") {
+    const auto falcon = pre_tokenizer_spec("falcon-h1"), llama3 = pre_tokenizer_spec("llama-bpe");
+    REQUIRE((falcon && llama3));
+    CHECK(falcon->regexes == llama3->regexes);
+    CHECK((falcon->ignore_merges && falcon->add_bos && !falcon->raw_utf8));
 }
 
 TEST_CASE("falcon-h1 files quill cannot run are refused with one line naming what is wrong", "[arch][model]") {
