@@ -114,6 +114,8 @@ TEST_CASE("falcon-h1 settings and tensors are read from the file as llama.cpp re
     // a multiplier applied at run time that the converter folded into the weights (Falcon-H1-0.5B's
     // embedding_multiplier, 5.656854)
     check_mutant("embedding multiplier twice", [](ModelConfig& mc, Weights&) { mc.embd_scale = 5.656854f; });
+    // and one the converter did not fold (the embeddings divided by it again)
+    check_mutant("embedding multiplier dropped", [](ModelConfig& mc, Weights&) { mc.embd_scale = 1 / 5.656854f; });
     // layer 1's grouped norm dropped
     check_mutant("no ssm_norm", [](ModelConfig&, Weights& w) { w.layers[1].ssm_norm.clear(); });
 }
