@@ -80,7 +80,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     v_.resize(n * c.n_embd_kv());
     att_.resize(n * c.n_embd_q());
     proj_.resize(n * c.n_embd);
-    attn_proj_.resize(c.parallel_blocks ? n * c.n_embd : 0);
+    attn_proj_.resize(c.parallel_blocks || c.ssm_beside_attn ? n * c.n_embd : 0);
     const bool dense = c.dense_ffn();  // (a mixture of experts has its own: moe_block)
     gate_.resize(dense ? n * c.n_ff : 0);
     up_.resize(dense ? n * c.n_ff : 0);
@@ -348,8 +348,10 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
             attention_block(batch, L, l);
         else if (config_.layer_is_short_conv(l))
             short_conv_block(batch, L, l);
-        else if (config_.mamba2())
+        else if (config_.mamba2()) {
+            if (config_.ssm_beside_attn) attention_block(batch, L, l);  // (falcon-h1: on the same xn, mamba2_block)
             mamba2_block(batch, L, l);
+        }
         else
             delta_net_block(batch, L, l);
         if (config_.layer_has_ffn(l)) ffn_block(L, l, n);  // (nemotron_h: not in a layer of a mixer alone)

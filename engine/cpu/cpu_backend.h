@@ -214,7 +214,8 @@ private:
     std::vector<float> ssm_qkvz_;   // [n, ssm_conv_channels + ssm_d_inner] W_in xn (its older files' ssm_in)
     std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn
     std::vector<float> proj_;    // [n, n_embd] output of wo / ffn_down
-    std::vector<float> attn_proj_;  // [n, n_embd] command-r, cohere2: the attention's proj beside the FFN's
+    // [n, n_embd] command-r, cohere2: the attention's proj beside the FFN's; falcon-h1: beside the Mamba-2 mixer's
+    std::vector<float> attn_proj_;
     std::vector<float> ones_;    // [head_dim] the weight of gemma4's V norm and llama4's Q/K norm
     std::vector<float> gate_;    // [n, n_ff]
     std::vector<float> up_;      // [n, n_ff]

@@ -99,8 +99,8 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheShape& shape, bool wind
                 config.n_layer);
     const int64_t before = config.kv_layers_before(first_layer);
     for (int64_t l = 0; l < config.n_layer; ++l)
-        entry_.push_back(config.layer_is_recurrent(l) || !config.layer_has_mixer(l) ? -1  // (nemotron_h: an FFN alone)
-                                                                                    : config.kv_index(l) - before);
+        entry_.push_back(!config.layer_has_attention(l) ? -1  // (a recurrent layer; nemotron_h: an FFN alone)
+                                                        : config.kv_index(l) - before);
     local_index_.assign(static_cast<size_t>(shape_.n_layer), -1);
     alias_.resize(static_cast<size_t>(shape_.n_slots));
     if (window_cache) ring_ = window_ring_for(config, shape_.type, shape_.n_ctx);

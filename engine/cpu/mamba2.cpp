@@ -1,5 +1,5 @@
 // The CPU backend's Mamba-2 layer (granitehybrid's recurrent layers): the block that stands where attention_block
-// stands.
+// stands (falcon-h1's: the block beside it).
 #include "engine/cpu/cpu_backend.h"
 
 #include "engine/cpu/kernels.h"
@@ -18,7 +18,9 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 // proj = W_out (rms_norm(y * silu(z)) of each group * ssm_norm) * residual_scale, with [z, xBC, dt] = W_in xn,
 // xn = rms_norm(x) * attn_norm, and y the selective scan over silu(conv(xBC) + bias), each sequence's tokens in
 // position order from its state (ReferenceBackend::mamba2_token has the math). Every step is a token's own, in the
-// same order whatever its batch: the conv by channel, the scan by head, the norm by token.
+// same order whatever its batch: the conv by channel, the scan by head, the norm by token. The norm where the layer
+// has one (falcon-h1's files have none). falcon-h1 (ModelConfig::ssm_beside_attn): attention_block has just run on
+// the same xn, and proj = its proj + the mixer's.
 void CpuBackend::mamba2_block(const Batch& batch, const LayerWeights& L, int64_t layer) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -29,9 +31,13 @@ void CpuBackend::mamba2_block(const Batch& batch, const LayerWeights& L, int64_t
     ssm_conv_.resize(n * nch);
     ssm_o_.resize(n * inner);
     const MatmulJob in[] = {{matrix(L.ssm_in), ssm_qkv_.data()}};
-    const bool ready = layer == layers_.begin
-                           ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &in[0].w, n_decode_)
-                           : residual_norm(layer - 1, L.attn_norm.data(), &in[0].w, n, out_scale(layer - 1));
+    const bool beside = c.ssm_beside_attn;
+    if (beside) std::swap(proj_, attn_proj_);  // (the attention's output waits in attn_proj_; xn is ready)
+    bool ready = false;
+    if (!beside)
+        ready = layer == layers_.begin
+                    ? norm(x_.data(), L.attn_norm.data(), xn_.data(), n, &in[0].w, n_decode_)
+                    : residual_norm(layer - 1, L.attn_norm.data(), &in[0].w, n, out_scale(layer - 1));
     mm(in, xn_.data(), n, c.n_embd, n_decode_, ready);
 
     // conv[t, ch] = silu(sum_i window[i] w[ch, i] + b[ch]) over the channel's last taps - 1 inputs of the token's
@@ -72,16 +78,20 @@ void CpuBackend::mamba2_block(const Batch& batch, const LayerWeights& L, int64_t
     });
     // y = rms_norm(y) * ssm_norm over each group's inner / groups values
     const int64_t group = inner / n_group;
-    pool_.run([&](int ith, int nth) {
-        const Range r = split_range(n, ith, nth);
-        for (int64_t t = r.begin; t < r.end; ++t)
-            for (int64_t g = 0; g < n_group; ++g) {
-                float* y = ssm_o_.data() + t * inner + g * group;
-                kv_ops_.rms_norm(y, L.ssm_norm.data() + g * group, y, 1, group, c.rms_eps);
-            }
-    });
+    if (!L.ssm_norm.empty()) {
+        pool_.run([&](int ith, int nth) {
+            const Range r = split_range(n, ith, nth);
+            for (int64_t t = r.begin; t < r.end; ++t)
+                for (int64_t g = 0; g < n_group; ++g) {
+                    float* y = ssm_o_.data() + t * inner + g * group;
+                    kv_ops_.rms_norm(y, L.ssm_norm.data() + g * group, y, 1, group, c.rms_eps);
+                }
+        });
+    }
     const MatmulJob out[] = {{matrix(L.ssm_out), proj_.data()}};
     mm(out, ssm_o_.data(), n, inner, n_decode_);
+    if (beside)  // proj = the attention's + the mixer's
+        for (int64_t i = 0; i < n * c.n_embd; ++i) proj_[i] = attn_proj_[i] + proj_[i];
     scale_residual(n);
 }
 

@@ -22,6 +22,14 @@ inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) 
     return m;
 }
 
+// A recurrent layer's matrices after its attention's `attn` where it has attention beside them (falcon-h1: wo
+// loaded), else alone.
+inline std::vector<const TensorView*> with_recurrent(const LayerWeights& L, std::vector<const TensorView*> attn) {
+    if (!L.wo.data) attn.clear();
+    for (const TensorView* t : recurrent_matrices(L)) attn.push_back(t);
+    return attn;
+}
+
 // deepseek2's attention (MLA): the query's (wq, or wq_a and wq_b), wkv_a, each head's k_b and v_b (the 3-D tensors
 // whole with `whole`, or an older file's attn_kv_b), wo.
 inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool whole) {
@@ -43,7 +51,7 @@ inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool w
 
 // L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
 // has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead; lfm2's short
-// convs: ssm_in, ssm_out), then ffn_gate,
+// convs: ssm_in, ssm_out; falcon-h1: its Mamba-2's ssm_in, ssm_out after them), then ffn_gate,
 // ffn_up, ffn_down, gemma4's per-layer input block (inp_gate, proj), and/or (mixture of experts; gemma4 has both) the
 // router ffn_gate_inp and each expert's gate, up and down, last (deepseek2: mla_matrices for the attention's).
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
@@ -51,7 +59,7 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     if (L.wk.data) m.push_back(&L.wk);
     if (!L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
-    if (L.recurrent()) m = recurrent_matrices(L);
+    if (L.recurrent()) m = with_recurrent(L, m);
     if (L.mla()) m = mla_matrices(L, false);
     if (!L.wo.data && !L.recurrent()) m.clear();  // (nemotron_h: a layer of an FFN alone)
     if (L.ffn_gate.data) m.push_back(&L.ffn_gate);  // (nemotron_h: none)
@@ -73,7 +81,7 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     if (!L.attn_qkv.data && L.wk.data) m.push_back(&L.wk);
     if (!L.attn_qkv.data && !L.v_from_k()) m.push_back(&L.wv);
     m.push_back(&L.wo);
-    if (L.recurrent()) m = recurrent_matrices(L);
+    if (L.recurrent()) m = with_recurrent(L, m);
     if (L.mla()) m = mla_matrices(L, true);
     if (!L.wo.data && !L.recurrent()) m.clear();  // (nemotron_h: a layer of an FFN alone)
     if (L.ffn_gate_up.data) {

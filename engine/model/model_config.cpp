@@ -57,14 +57,14 @@ bool architecture_supported(const std::string& arch) {
            arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
            arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" ||
            arch == "glm4moe" || arch == "deepseek2" || arch == "command-r" || arch == "cohere2" ||
-           arch == "llama4";
+           arch == "llama4" || arch == "falcon-h1";
 }
 
 std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
-           "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe";
+           "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1";
 }
 
 namespace {
@@ -534,6 +534,17 @@ void read_nemotron_h(const GgufFile& f, const std::string& p, int64_t n_block, M
     if (c.moe()) read_nemotron_h_moe(f, p, c);
 }
 
+// Falcon-H1 as llama.cpp's falcon-h1 reads it: attention (NEOX RoPE pairs; queries scaled by 1 / sqrt(head_dim)
+// whatever the file says) and a Mamba-2 mixer side by side in every layer (ModelConfig::ssm_beside_attn), in the
+// ssm.* sizes with the inner size free. Its config.json's multipliers (embedding, lm_head, attention in and out, key,
+// SSM in and out and each part of in_proj, MLP gate and down) are folded into the weights by the converter: the file
+// has no key for them and the forward applies none.
+void read_falcon_h1(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.mamba2_layers.assign(static_cast<size_t>(c.n_layer), 1);
+    c.ssm_beside_attn = true;
+    read_mamba2_sizes(f, p, c);
+}
+
 // Which of the first n_layer layers are recurrent, as llama.cpp's qwen35 reads it: attention.recurrent_layers (one
 // bool a block, true: recurrent), which must be the pattern of some interval N (every Nth layer full attention),
 // else full_attention_interval (4 when absent). The interval, n_layer + 1 when every layer is recurrent.
@@ -767,7 +778,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.arch == "glm4moe" ||
         c.arch == "gemma" || c.arch == "gemma2" ||
         c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
-        c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" ||
+        c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" || c.arch == "falcon-h1" ||
         (variant && variant->rope != ArchVariant::Rope::base))
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
@@ -925,6 +936,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "granite") read_granite(f, p, c);
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "nemotron_h") read_nemotron_h(f, p, n_block, c);
+    if (c.arch == "falcon-h1") read_falcon_h1(f, p, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
     if (c.arch == "olmo2") {
         // OLMo 3's local layers (see read_sliding_window) rotate with rope.freq_base and no scaling, as llama.cpp's
@@ -967,8 +979,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     // A file that states the scale itself wins (but gemma4's is 1 whatever the file says, as llama.cpp sets it).
-    // (nemotron_h: 1 / sqrt(head_dim) whatever the file says, as llama.cpp's does not read it)
-    if (c.arch != "gemma4" && c.arch != "nemotron_h")
+    // (nemotron_h, falcon-h1: 1 / sqrt(head_dim) whatever the file says, as llama.cpp's does not read it)
+    if (c.arch != "gemma4" && c.arch != "nemotron_h" && c.arch != "falcon-h1")
         c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
     if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))
         throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping) is supported for "

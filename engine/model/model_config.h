@@ -217,6 +217,10 @@ struct ModelConfig {
     // h / (heads / groups).
     std::vector<uint8_t> mamba2_layers;
     bool mamba2() const { return !mamba2_layers.empty(); }
+    // falcon-h1 (Falcon-H1): every layer runs attention and its Mamba-2 mixer side by side on the same normed input,
+    // x = x + (attn(xn) + mamba2(xn)), then the FFN; the layer keeps a KV cache and a recurrent state (the file's muP
+    // multipliers are folded into its weights by the converter: nothing to apply)
+    bool ssm_beside_attn = false;
     // lfm2 (LFM2): a hybrid of attention layers and short gated convolutions, the layers whose
     // attention.head_count_kv is 0: out = W_out (c * conv(b * x)), [b, c, x] = W_in xn, conv a causal depthwise conv
     // of ssm_conv taps (shortconv.l_cache) over each of the n_embd channels, fed by a window of the ssm_conv - 1
@@ -330,8 +334,10 @@ struct ModelConfig {
     // maps them, the last of the layers before the shared ones when it is global, the one before it when local
     // (from_gguf checks that those are of the shared layers' kinds). A KV cache holds the layers with one in order:
     // layer l reads its entry kv_index(l).
-    bool layer_has_kv(int64_t layer) const {
-        return layer < n_layer - n_kv_shared && !layer_is_recurrent(layer) && layer_has_mixer(layer);
+    bool layer_has_kv(int64_t layer) const { return layer < n_layer - n_kv_shared && layer_has_attention(layer); }
+    // Whether a layer attends: a mixer that is not recurrent, or (falcon-h1) attention beside the recurrent one
+    bool layer_has_attention(int64_t layer) const {
+        return layer_has_mixer(layer) && (!layer_is_recurrent(layer) || ssm_beside_attn);
     }
     int64_t kv_layer(int64_t layer) const {
         if (layer < n_layer - n_kv_shared) return layer;
@@ -373,7 +379,8 @@ struct ModelConfig {
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
 // gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h,
 // olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants qwen2vl,
-// qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe).
+// qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe,
+// falcon-h1).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -132,6 +132,7 @@ json describe_model(const GgufFile& f, bool with_tensors) {
             info["model"]["mamba2"] = {{"layers", n_mamba}, {"conv", c.ssm_conv}, {"n_group", c.ssm_n_k_heads},
                                        {"n_head", c.ssm_n_v_heads}, {"head_dim", c.ssm_head_v},
                                        {"d_state", c.ssm_head_k}};
+            if (c.ssm_beside_attn) info["model"]["mamba2"]["beside_attention"] = true;  // (falcon-h1)
             if (!c.layer_blocks.empty()) {  // (nemotron_h: a layer one block; the FFNs alone)
                 int64_t n_ffn = 0;
                 for (int64_t l = 0; l < c.n_layer; ++l) n_ffn += c.layer_has_mixer(l) ? 0 : 1;
@@ -250,7 +251,8 @@ std::string render_model_info(const json& info) {
                 r.contains("ffn_layers")
                     ? fmt::format("attention in {}, an FFN alone in {}", r["attention_layers"].dump(),
                                   r["ffn_layers"].dump())
-                    : "the others attention";
+                    : r.contains("beside_attention") ? "attention beside it in each"
+                                                     : "the others attention";
             line("recurrent", fmt::format("Mamba-2 in {} layers, {}: conv={} n_group={} n_head={} "
                                           "head_dim={} d_state={}", r["layers"].dump(), others, r["conv"].dump(),
                                           r["n_group"].dump(), r["n_head"].dump(), r["head_dim"].dump(),

@@ -436,6 +436,26 @@ ModelConfig nemotron_h_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_exp
     return c;
 }
 
+// falcon-h1 (Falcon-H1): in every layer GQA attention with NEOX RoPE (n_head of head_dim, apart from n_embd) beside a
+// Mamba-2 mixer (mamba_heads heads of mamba_head_dim, n_group groups of B and C of d_state, a conv of `conv` taps and its
+// bias), both on the same normed input, then a SwiGLU FFN.
+ModelConfig falcon_h1_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                             int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float rope_base,
+                             int64_t conv, int64_t d_state, int64_t n_group, int64_t mamba_heads,
+                             int64_t mamba_head_dim) {
+    ModelConfig c =
+        base_config("falcon-h1", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rope_base = c.rope_base_local = rope_base;
+    c.mamba2_layers.assign(static_cast<size_t>(n_layer), 1);
+    c.ssm_beside_attn = true;
+    c.ssm_conv = conv;
+    c.ssm_head_k = d_state;
+    c.ssm_n_k_heads = n_group;
+    c.ssm_n_v_heads = mamba_heads;
+    c.ssm_head_v = mamba_head_dim;
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -877,6 +897,14 @@ std::vector<ModelConfig> arch_shapes() {
         nemotron_h_moe_config(nemotron_h_config("nemotron-3-nano-30b-a3b-4l", 2688, "M-*-", 32, 2, 128, 3712, 131072,
                                                 262144, 4, 128, 8, 64, 64),
                               1856, 128, 6, 2.5f),
+        // 3 layers of GQA 4/2 of 48 (192 wide, apart from n_embd) beside Mamba-2 (8 heads of 32, 2 groups of B and C of
+        // d_state 64, a conv of 4 taps), the grouped norm in layer 1 alone, an FFN of 256
+        falcon_h1_config("falcon-h1-tiny", 128, 3, 4, 2, 48, 256, 320, 1024, 1e6f, 4, 64, 2, 8, 32),
+        // Falcon-H1-0.5B's widths as its config.json gives them (1024; GQA 8/2 of 64; Mamba-2 of 24 heads of 64 over
+        // one group of d_state 128; an FFN of 2048; rope_theta 1e11; no config or file could be fetched here to check)
+        // and its first 4 layers: a benchmark of a size CI can run
+        falcon_h1_config("falcon-h1-0.5b", 1024, 36, 8, 2, 64, 2048, 32784, 16384, 1e11f, 4, 128, 1, 24, 64),
+        falcon_h1_config("falcon-h1-0.5b-4l", 1024, 4, 8, 2, 64, 2048, 32784, 16384, 1e11f, 4, 128, 1, 24, 64),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
         // 4 layers (3 local with a window of 8), YaRN of 4 on the last
@@ -1003,6 +1031,7 @@ std::vector<std::string> control_tokens(const std::string& arch) {
         return {"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
                 "<|SYSTEM_TOKEN|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
     if (arch == "nemotron_h") return {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};  // (Nemotron 3's ChatML)
+    if (arch == "falcon-h1") return {"<|im_start|>", "<|im_end|>"};  // (the ChatML markers its file's template uses)
     return {};
 }
 
@@ -1146,7 +1175,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_dt = uniform(c.ssm_n_v_heads, -1.0, 1.0);
             L.ssm_a = uniform(c.ssm_n_v_heads, -2.0, -0.1);
             L.ssm_d = uniform(c.ssm_n_v_heads, 0.5, 1.5);
-            L.ssm_norm = norm(c.ssm_d_inner());
+            // (falcon-h1: the norm is optional, and Falcon-H1's files have none: the tiny shape's layer 1 alone)
+            if (!c.ssm_beside_attn || (i == 1 && c.name.ends_with("-tiny"))) L.ssm_norm = norm(c.ssm_d_inner());
         } else if (c.layer_is_short_conv(i)) {  // (lfm2's short conv: b, c, x; taps of the size of qwen35's)
             L.ssm_in = matrix(b + "shortconv.in_proj.weight", c.n_embd, 3 * c.n_embd);
             L.ssm_out = matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
@@ -1199,7 +1229,12 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             if (c.layer_has_kv(i) && (!gemma4 || c.layer_is_local(i) || c.n_embd_per_layer > 0))
                 L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
-        if (!c.layer_is_recurrent(i) && c.layer_has_mixer(i))
+        if (c.ssm_beside_attn) {  // (falcon-h1: attention beside the Mamba-2 mixer)
+            L.wq = matrix(b + "attn_q.weight", c.n_embd, nq);
+            L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
+            L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
+        }
+        if (c.layer_has_attention(i))
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
         if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(i)) L.ffn_norm = norm(c.n_embd);
         // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
@@ -1331,11 +1366,11 @@ void SyntheticModel::save(const std::string& path) const {
     for (int64_t l = 0; l < c.n_layer; ++l) {
         local_kinds.emplace_back(c.layer_is_local(l));
         kv_heads.emplace_back(uint32_t(c.layer_is_short_conv(l) ? 0 : c.layer_n_head_kv(l)));  // (lfm2: 0 a conv)
-        attn_kv_heads.emplace_back(uint32_t(c.layer_is_recurrent(l) || !c.layer_has_kv(l) ? 0 : c.n_head_kv));
+        attn_kv_heads.emplace_back(uint32_t(!c.layer_has_kv(l) ? 0 : c.n_head_kv));
     }
     if (c.arch == "gemma4" || (c.arch == "lfm2" && c.recurrent()))
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
-    else if (c.mamba2())  // (0: a Mamba-2 layer)
+    else if (c.mamba2() && !c.ssm_beside_attn)  // (0: a Mamba-2 layer)
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, attn_kv_heads));
     else
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
@@ -1363,7 +1398,8 @@ void SyntheticModel::save(const std::string& path) const {
         }
         if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
         if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_length", uint32_t(c.attn_temp_floor));
-    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35 || c.arch == "nemotron_h") {
+    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35 || c.arch == "nemotron_h" ||
+               c.arch == "falcon-h1") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
@@ -1435,9 +1471,9 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_weights_scale", c.moe_weights_scale);
         w.set(p + "expert_group_count", uint32_t(1));
     }
-    if (c.arch == "granitehybrid" || c.arch == "nemotron_h") {
+    if (c.arch == "granitehybrid" || c.arch == "nemotron_h" || c.arch == "falcon-h1") {
         // (no RoPE, as Granite 4.0 H's converted files say; nemotron_h has none whatever they say)
-        w.set(p + "rope.scaling.finetuned", false);
+        if (c.arch != "falcon-h1") w.set(p + "rope.scaling.finetuned", false);
         w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
         w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
         w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));

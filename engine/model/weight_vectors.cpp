@@ -53,7 +53,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
              {"ssm_a", &L::ssm_a, c.ssm_n_v_heads},
              {"ssm_norm.weight", &L::ssm_norm, c.ssm_head_v}};
     }
-    if (recurrent && c.mamba2()) {  // (granitehybrid's Mamba-2 layer; A and D as [1, heads], the norm by group)
+    // (granitehybrid's Mamba-2 layer; A and D as [1, heads], the norm by group: optional in falcon-h1's, as llama.cpp
+    // reads it; Falcon-H1's files have none)
+    if (recurrent && c.mamba2()) {
         const int64_t group = c.ssm_d_inner() / c.ssm_n_k_heads;
         f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
              {"ssm_conv1d.weight", &L::ssm_conv1d, c.ssm_conv, c.ssm_conv_channels()},
@@ -61,7 +63,7 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
              {"ssm_dt.bias", &L::ssm_dt, c.ssm_n_v_heads},
              {"ssm_a", &L::ssm_a, 1, c.ssm_n_v_heads},
              {"ssm_d", &L::ssm_d, 1, c.ssm_n_v_heads},
-             {"ssm_norm.weight", &L::ssm_norm, group, c.ssm_n_k_heads}};
+             {"ssm_norm.weight", &L::ssm_norm, group, c.ssm_n_k_heads, !c.ssm_beside_attn}};
     }
     if (c.layer_is_short_conv(layer))  // (lfm2: the conv's taps alone)
         f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
@@ -87,10 +89,14 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     // (command-r, cohere2: the FFN reads the attention's input; nemotron_h: a layer of an FFN alone has no mixer's
     // vectors, and its FFN's norm is the file's attn_norm; a layer of a mixer alone no FFN norm)
     const bool ffn_alone = !c.layer_has_mixer(layer);
+    // (falcon-h1: "blk.N.ffn_norm" without ".weight", as its converter maps pre_ff_layernorm.weight whole and
+    // llama.cpp reads it)
+    const bool falcon_h1 = c.arch == "falcon-h1";
     if (ffn_alone) f.clear();
     if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(layer))
         f.push_back({ffn_alone       ? "attn_norm.weight"
                      : ffn_norm_post ? "post_attention_norm.weight"
+                     : falcon_h1     ? "ffn_norm"
                                      : "ffn_norm.weight",
                      &L::ffn_norm, c.n_embd});
     if (gpt_oss) {

@@ -270,8 +270,13 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             // (gemma4: optional, V is then K's projection)
             if (c.arch != "gemma4" || l.find(b + "attn_v.weight")) L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
+        if (c.ssm_beside_attn) {  // (falcon-h1: attention beside the Mamba-2 mixer)
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});
+            L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
+        }
         const int64_t n_att = c.mla() ? c.n_head * c.head_dim_v : nq;  // (the attention's output per token)
-        if (!c.layer_is_recurrent(i) && c.layer_has_mixer(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
+        if (c.layer_has_attention(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
         // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});

@@ -319,7 +319,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     else
         xn_ = x_;
     // qwen35: x = x + the gated delta net's output over xn, then the FFN (granitehybrid: its Mamba-2 layer's, times
-    // residual_scale; lfm2: the short conv's)
+    // residual_scale; lfm2: the short conv's; falcon-h1: the Mamba-2 layer's waits for the attention's beside it)
     if (c.layer_is_recurrent(l)) {
         if (c.layer_is_short_conv(l))
             short_conv_token(t, l);
@@ -327,8 +327,12 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             mamba2_token(t, l);
         else
             delta_net_token(t, l);
-        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
-        return ffn_token(L, l);
+        if (c.ssm_beside_attn) {
+            ssm_out_ = out_;
+        } else {
+            for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
+            return ffn_token(L, l);
+        }
     }
     if (L.mla()) {  // (deepseek2)
         mla_token(t, l);
@@ -445,6 +449,9 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += attn_out_[i];
         return;
     }
+    // falcon-h1: x = x + (Wo att + the Mamba-2 mixer's output over the same xn)
+    if (c.ssm_beside_attn)
+        for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += ssm_out_[i];
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
     ffn_token(L, l);
 }
@@ -572,7 +579,8 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
 //   x (ssm_n_v_heads heads of ssm_head_v), B and C (ssm_n_k_heads groups of d_state = ssm_head_k each);
 //   for head h, group g = h / (heads / groups): d = softplus(dt_h + dt_bias_h), S = S exp(d a_h) + d x_h B_g^T,
 //   y_h = S C_g + D_h x_h   (S [head_dim, d_state])
-//   out = W_out (rms_norm(y * silu(z)) over each group's d_inner / groups values, times ssm_norm)
+//   out = W_out (rms_norm(y * silu(z)) over each group's d_inner / groups values, times ssm_norm), without the norm
+//   where the layer has none (falcon-h1's files)
 void ReferenceBackend::mamba2_token(const BatchToken& t, int64_t l) {
     const ModelConfig& c = config_;
     const LayerWeights& L = weights_.layers[l];
@@ -604,7 +612,7 @@ void ReferenceBackend::mamba2_token(const BatchToken& t, int64_t l) {
         }
     }
     for (int64_t i = 0; i < inner; ++i) ssm_o_[i] *= q_[i] / (1.0 + std::exp(-q_[i]));
-    for (int64_t g = 0; g < n_group; ++g) {
+    for (int64_t g = 0; g < n_group && !L.ssm_norm.empty(); ++g) {
         double ss = 0.0;
         for (int64_t i = g * group; i < (g + 1) * group; ++i) ss += ssm_o_[i] * ssm_o_[i];
         const double scale = 1.0 / std::sqrt(ss / static_cast<double>(group) + c.rms_eps);

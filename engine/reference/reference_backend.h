@@ -116,6 +116,7 @@ private:
     std::vector<double> router_in_;   // [n_embd] gemma4: the router's input
     std::vector<double> shared_;      // [n_embd] the dense FFN's output beside the experts' (gemma4, shared expert)
     std::vector<double> attn_out_;    // [n_embd] the attention's output beside the FFN's (parallel blocks: cohere)
+    std::vector<double> ssm_out_;     // [n_embd] the Mamba-2 mixer's output beside the attention's (falcon-h1)
     std::vector<double> ple_;     // [n_layer, n_embd_per_layer] gemma4 E2B/E4B: the token's per-layer inputs
     std::vector<double> ple_x_;   // [n_embd] the token's embedding, then a per-layer block's output
     std::vector<double> ple_g_;   // [n_embd_per_layer] a per-layer block's gate

@@ -47,7 +47,7 @@ double prefill_flops(const ModelConfig& c, const Weights& w, int64_t n) {
     double attention = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) {
         // (qwen35's delta nets: a few products a head; lfm2's short convs: a few a channel; next to nothing)
-        if (c.layer_is_recurrent(l) || !c.layer_has_mixer(l)) continue;  // (nemotron_h: an FFN alone)
+        if (!c.layer_has_attention(l)) continue;  // (nemotron_h: an FFN alone)
         double keys = 0;  // sum over tokens of the positions each attends to
         for (int64_t t = 0; t < n; ++t) keys += static_cast<double>(t + 1 - c.first_visible(l, t));
         attention += 4.0 * static_cast<double>(c.layer_n_embd_q(l)) * keys;

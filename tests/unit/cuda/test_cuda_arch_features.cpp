@@ -125,8 +125,8 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(gh->config, gh->weights),
                       "the CUDA backend cannot run granitehybrid models (recurrent Mamba-2 layers); --device cpu runs "
                       "it");
-    // Nor nemotron_h's (its layers of one block among them) and nemotron_h_moe's.
-    for (const char* shape : {"nemotron_h-tiny", "nemotron_h_moe-tiny"}) {
+    // Nor nemotron_h's (its layers of one block among them), nemotron_h_moe's and falcon-h1's (beside attention).
+    for (const char* shape : {"nemotron_h-tiny", "nemotron_h_moe-tiny", "falcon-h1-tiny"}) {
         auto nh = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
         CHECK_THROWS_WITH(cuda::check_model(nh->config, nh->weights),
                           fmt::format("the CUDA backend cannot run {} models (recurrent Mamba-2 layers); --device cpu "
