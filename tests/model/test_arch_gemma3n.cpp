@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,7 +53,8 @@ TEST_CASE("gemma3n: AltUp's router-less correction or prediction, no Laurel, no 
     // The checks above can fail: each feature turned off is far outside their tolerance. (No KV sharing: the shared
     // layers compute their own K and V from the file's K and V, which llama.cpp loads and does not read; the synthetic
     // model in memory has them where the loaded one skips them.)
-    static const std::unique_ptr<SyntheticModel> with_kv = SyntheticModel::make(synthetic_config(kShape), GgmlType::F32, 42);
+    static const std::unique_ptr<SyntheticModel> with_kv =
+        SyntheticModel::make(synthetic_config(kShape), GgmlType::F32, 42);
     const std::vector<std::pair<const char*, std::function<void(ModelConfig&, Weights&)>>> mutants = {
         {"correction coefficients 1",
          [](ModelConfig&, Weights& w) {
@@ -105,6 +107,20 @@ TEST_CASE("gemma3n settings are read from the file as llama.cpp reads them", "[a
         CHECK((s.n_embd == 2048 && s.n_head == 8 && s.n_head_kv == 2 && s.head_dim == 256 && s.n_vocab == 262400));
         CHECK((s.n_kv_shared == s.n_layer - 20 && s.sliding_window == 512 && s.swa_pattern == 5));
     }
+}
+
+TEST_CASE("gemma3n files whose keys differ from what llama.cpp fixes are refused with one line naming the key",
+          "[arch][model]") {
+    const std::filesystem::path dir = test::temp_dir("arch_gemma3n_refused");
+    const std::vector<test::RefusedMetadata> cases = {
+        {"streams", [](GgufWriter& w) { w.set("gemma3n.altup.num_inputs", uint32_t(3)); },
+         "metadata 'gemma3n.altup.num_inputs' is 3, expected 4 (llama.cpp's gemma3n fixes it)"},
+        {"active", [](GgufWriter& w) { w.set("gemma3n.altup.active_idx", uint32_t(1)); },
+         "metadata 'gemma3n.altup.active_idx' is 1, expected 0 (llama.cpp's gemma3n fixes it)"},
+        {"shared", [](GgufWriter& w) { w.set("gemma3n.attention.shared_kv_layers", uint32_t(4)); },
+         "metadata 'gemma3n.attention.shared_kv_layers' is 4, expected 2 (llama.cpp's gemma3n fixes it)"},
+    };
+    test::check_refused_metadata(dir, kShape, cases);
 }
 
 TEST_CASE("gemma3n: a token's logits have the same bits in any batch as alone", "[arch][cpu]") {
