@@ -273,10 +273,13 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
                 L.wv_b = l.get(b + "attn_v_b.weight", {c.kv_lora_rank, c.head_dim_v, c.n_head});
                 L.split_mla_heads();
             }
+        } else if (!c.layer_has_kv(i) && c.arch == "gemma3n") {  // (K and V, which llama.cpp requires, unread)
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});
+            L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         } else if (!c.layer_has_kv(i)) {  // (gemma4: Q only; K and V, which llama.cpp does not require, go unread)
             L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
-            for (const char* unread : {"attn_k.weight", "attn_v.weight"}) l.skip(b + unread);
-            if (c.arch != "gemma3n") l.skip(b + "attn_k_norm.weight");  // (gemma3n's: a vector field, read)
+            for (const char* unread : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) l.skip(b + unread);
         } else if (l.find(b + "attn_qkv.weight")) {  // Q, K and V in one matrix, in that order (phi3, gemma4)
             L.split_qkv(l.get(b + "attn_qkv.weight", {c.n_embd, nq + 2 * nkv}), c, i);
         } else {

@@ -465,7 +465,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     if (own_kv) matvec(L.wk, xn_, k_, row_);
     if (L.v_from_k())
         v_ = k_;
-    else
+    else if (own_kv)
         matvec(L.wv, xn_, v_, row_);
     // + the biases the file has (qwen2: Q, K, V)
     for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
