@@ -63,6 +63,9 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // gemma4's per-layer attention geometry, V norm and layer output scale have no kernels (the CPU backend runs it).
     if (config.arch == "gemma4")
         throw FileError("the CUDA backend cannot run gemma4 (Gemma 4) models (the CPU backend can: --device cpu)");
+    // gemma3n's AltUp streams, Laurel branch and sparse gates have no kernels.
+    if (config.altup())
+        throw FileError("the CUDA backend cannot run gemma3n (Gemma 3n) models (the CPU backend can: --device cpu)");
     // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss,
     // gemma, and the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's
     // blocks without input norms.

@@ -225,6 +225,10 @@ std::unique_ptr<Backend> make_planned_backend(const ModelConfig& config, const W
 #endif
     }
     if (!plan.split()) return make_cpu_backend(config, weights, o, n_ctx);
+    // (gemma3n: a token's AltUp streams, not one hidden state, pass from layer to layer)
+    if (config.altup())
+        throw UsageError(fmt::format("--devices: {} models cannot be split across devices (AltUp's streams); the "
+                                     "plan was {}", config.gguf_arch(), plan.line()));
     check_context_fits(config, n_ctx, o.kv_type, o.n_slots, o.state_snapshots);
     const cpu::CpuBackendOptions options = cpu_options(o, n_ctx);
     std::vector<std::unique_ptr<Backend>> ranges;

@@ -88,6 +88,7 @@ void CpuBackend::resize_scratch(int64_t n) {
     ple_.resize(n * layers_.size() * c.n_embd_per_layer);
     ple_gate_.resize(n * c.n_embd_per_layer);
     ple_row_.resize(c.n_layer * c.n_embd_per_layer);
+    altup_tmp_.resize(c.altup() ? n * c.n_embd : 0);
     attention_.resize_scratch();
 }
 
@@ -265,6 +266,7 @@ void CpuBackend::embed_tokens(const Batch& batch, std::span<float> hidden) {
 }
 
 void CpuBackend::forward_layers(const Batch& batch, std::span<float> hidden) {
+    QUILL_CHECK(!config_.altup(), "forward_layers: gemma3n's AltUp streams do not pass between ranges of layers");
     check_batch(batch, config_, kv_.shape());
     QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "forward_layers: {} floats for {} tokens",
                 hidden.size(), batch.tokens.size());
@@ -338,8 +340,11 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
         per_layer_inputs(batch, in ? xn_.data() : x_.data());
     }
     rope_angles(batch);
+    const bool altup = config_.altup();
+    if (altup) altup_embed(n);
     for (int64_t l = layers_.begin; l < layers_.end; ++l) {
         const LayerWeights& L = weights_.layers[l];
+        if (altup) altup_predict(L, n);
         if (!config_.layer_has_mixer(l)) {  // (nemotron_h: a layer of an FFN alone; the first adds nothing to x)
             if (l == layers_.begin) std::fill_n(proj_.begin(), n * config_.n_embd, 0.0f);
         } else if (L.mla())
@@ -354,9 +359,14 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
         }
         else
             delta_net_block(batch, L, l);
+        if (L.laurel_l.data) laurel_join(n);
         if (config_.layer_has_ffn(l)) ffn_block(L, l, n);  // (nemotron_h: not in a layer of a mixer alone)
-        if (L.per_layer_proj.data) per_layer_block(L, l, n);
+        if (altup)
+            altup_correct(L, l, n);
+        else if (L.per_layer_proj.data)
+            per_layer_block(L, l, n);
     }
+    if (altup) altup_merge(n);
     if (config_.recurrent()) recurrent_.take_wanted();  // (the states that now stand where they are to be kept)
     residual_norm(layers_.end - 1, nullptr, nullptr, n, out_scale(layers_.end - 1));
     if (out) {
@@ -628,7 +638,8 @@ void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, cons
     const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
     const MatmulJob down[] = {{matrix(L.ffn_down), out}};
     const int64_t n_ff = c.layer_n_ff(layer);  // (gemma4 E2B: wider in its shared-KV layers)
-    if (int8_in_section(down[0].w, n)) {
+    const bool sparse = c.layer_sparse(layer);  // (gemma3n's first layers: the gate cut before the activation)
+    if (!sparse && int8_in_section(down[0].w, n)) {
         // Gate and up in one section by units of kFfnUnit features, each thread applying the activation to its
         // units' columns and quantizing their blocks for the down product as soon as it has both products' rows,
         // instead of a section of its own reading rows that the other core wrote.
@@ -643,6 +654,7 @@ void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, cons
         matmul(down, ffn_act_, pool_, isa_);
     } else {
         mm(gate_up, in, n, c.n_embd, n_decode_, ready);
+        if (sparse) sparsify_gate(n, n_ff);
         pool_.run([&](int ith, int nth) {
             const Range r = split_range(n * n_ff, ith, nth, 64);
             act(gate_.data() + r.begin, up_.data() + r.begin, r.end - r.begin);

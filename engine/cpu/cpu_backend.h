@@ -129,6 +129,22 @@ private:
     // embeddings x0 [n_tokens, n_embd]; per_layer_block: x_ += proj_, then proj_ = the layer's per-layer block of it.
     void per_layer_inputs(const Batch& batch, const float* x0);
     void per_layer_block(const LayerWeights& L, int64_t layer, int64_t n);
+    // gemma3n (altup.cpp): AltUp's streams from the embeddings x_ (altup_embed); before a layer their prediction,
+    // x_ its active stream and Laurel's branch over the attention's input (altup_predict); after the attention x_ =
+    // (x_ + proj_ + laurel) / sqrt(2) (laurel_join); after the FFN the streams corrected by x_ + proj_ with the
+    // per-layer input's block (altup_correct); after the last layer x_ = the streams merged (altup_merge). Each
+    // leaves proj_ zero, so that the residual_norm after it adds nothing.
+    void altup_embed(int64_t n);
+    void altup_predict(const LayerWeights& L, int64_t n);
+    void laurel_join(int64_t n);
+    void altup_correct(const LayerWeights& L, int64_t layer, int64_t n);
+    void altup_merge(int64_t n);
+    // altup_r_ [n, n_altup] = AltUp's router of L over v [n, n_embd]
+    void altup_router(const LayerWeights& L, const float* v, int64_t n);
+    // y [n, n_embd] = W x, each row rescaled to the magnitude of target's row
+    void altup_project(const TensorView& w, const float* x, const float* target, int64_t n, float* y);
+    // gemma3n's sparse layers: gate_ [n, n_ff] cut below mean + sparsity_std_mul * std, row by row
+    void sparsify_gate(int64_t n, int64_t n_ff);
     // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
     // experts beside a dense FFN, whose inputs have their own norms)
     void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);
@@ -233,6 +249,14 @@ private:
     std::vector<float> ple_gate_;  // [n, n_embd_per_layer]
     std::vector<float> ple_row_;   // [n_layer * n_embd_per_layer]
     TensorView ple_proj_;          // [layers_.size() * n_embd_per_layer rows, n_embd]
+    // gemma3n (altup.cpp): the streams, their prediction in the current layer, the router's outputs, Laurel's
+    // branch and its low-rank middle, a row scratch
+    std::vector<float> altup_streams_;  // [n_altup, n, n_embd]
+    std::vector<float> altup_pred_;     // [n_altup, n, n_embd]
+    std::vector<float> altup_r_;        // [n, n_altup]
+    std::vector<float> laurel_;         // [n, n_embd]
+    std::vector<float> laurel_low_;     // [n, laurel rank]
+    std::vector<float> altup_tmp_;      // [n, n_embd]
     std::vector<float> greedy_logits_;  // forward_sample's logits [n_logits, n_vocab]
     struct Pick {
         float value;

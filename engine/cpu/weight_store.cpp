@@ -46,6 +46,10 @@ WeightStore::WeightStore(const Weights& weights, Isa isa, ThreadPool& pool, Laye
                          CancelFlag cancel) {
     std::vector<const TensorView*> matrices;
     if (output) matrices.push_back(&weights.output);
+    // (gemma3n: AltUp's projections to the streams before the layers and back after them, with the output)
+    if (output)
+        for (const auto* k : {&weights.altup_proj_k, &weights.altup_unembd_k})
+            for (const TensorView& t : *k) matrices.push_back(&t);
     // (gemma4 E2B/E4B: the projection of each token's embedding to the inputs of these layers)
     const TensorView per_layer_proj = per_layer_proj_rows(weights, layers.begin, layers.end);
     if (per_layer_proj.data) matrices.push_back(&per_layer_proj);

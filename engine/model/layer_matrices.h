@@ -51,9 +51,10 @@ inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool w
 
 // L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
 // has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead; lfm2's short
-// convs: ssm_in, ssm_out; falcon-h1: its Mamba-2's ssm_in, ssm_out after them), then ffn_gate,
-// ffn_up, ffn_down, gemma4's per-layer input block (inp_gate, proj), and/or (mixture of experts; gemma4 has both) the
-// router ffn_gate_inp and each expert's gate, up and down, last (deepseek2: mla_matrices for the attention's).
+// convs: ssm_in, ssm_out; falcon-h1: its Mamba-2's ssm_in, ssm_out after them), then ffn_gate, ffn_up, ffn_down,
+// gemma4's per-layer input block (inp_gate, proj), gemma3n's Laurel (laurel_l, laurel_r), and/or (mixture of
+// experts; gemma4 has both) the router ffn_gate_inp and each expert's gate, up and down, last (deepseek2: mla_matrices
+// for the attention's).
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     std::vector<const TensorView*> m{&L.wq};
     if (L.wk.data) m.push_back(&L.wk);
@@ -65,6 +66,7 @@ inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     if (L.ffn_gate.data) m.push_back(&L.ffn_gate);  // (nemotron_h: none)
     if (L.ffn_down.data) m.insert(m.end(), {&L.ffn_up, &L.ffn_down});
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
+    if (L.laurel_l.data) m.insert(m.end(), {&L.laurel_l, &L.laurel_r});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
     for (const ExpertWeights& e : L.experts) {
@@ -91,6 +93,7 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
         m.insert(m.end(), {&L.ffn_up, &L.ffn_down});
     }
     if (L.per_layer_proj.data) m.insert(m.end(), {&L.per_layer_inp_gate, &L.per_layer_proj});
+    if (L.laurel_l.data) m.insert(m.end(), {&L.laurel_l, &L.laurel_r});
     if (L.experts.empty()) return m;
     m.push_back(&L.ffn_gate_inp);
     if (L.ffn_gate_up_exps.data)

@@ -53,15 +53,16 @@ bool architecture_supported(const std::string& arch) {
     if (arch_variant(arch)) return true;
     return arch == "llama" || arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe" ||
            arch == "qwen35" || arch == "qwen35moe" || arch == "gemma" || arch == "gemma2" ||
-           arch == "gemma3" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" || arch == "mistral3" ||
-           arch == "gpt-oss" || arch == "glm4" || arch == "granite" || arch == "granitehybrid" || arch == "olmo2" ||
+           arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" || arch == "phi3" || arch == "smollm3" ||
+           arch == "mistral3" || arch == "gpt-oss" || arch == "glm4" || arch == "granite" ||
+           arch == "granitehybrid" || arch == "olmo2" ||
            arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" ||
            arch == "glm4moe" || arch == "deepseek2" || arch == "command-r" || arch == "cohere2" ||
            arch == "llama4" || arch == "falcon-h1";
 }
 
 std::string supported_architectures() {
-    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma4, phi3, "
+    return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma3n, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
            "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1";
@@ -171,6 +172,11 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
         c.swa_pattern = read_swa_pattern(f, p, 2, c.n_layer);
         return;
     }
+    if (c.arch == "gemma3n") {  // (the window required, every fifth layer global unless the file says)
+        c.sliding_window = required_int(f, key, 1, kMax);
+        c.swa_pattern = read_swa_pattern(f, p, 5, c.n_layer);
+        return;
+    }
     if (c.arch == "cohere2") {  // (the window required, every fourth layer global unless the file says)
         c.sliding_window = required_int(f, key, 1, kMax);
         c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
@@ -270,6 +276,41 @@ void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
         throw FileError(fmt::format("{}: metadata '{}attention.key_length_swa' {} or '{}rope.dimension_count_swa' {} "
                                     "is odd, expected even numbers", f.path(), p, c.head_dim_local, p, c.n_rot_local));
     read_gemma4_shared_kv(f, p, c);
+}
+
+// Gemma 3n as llama.cpp's gemma3n reads it: gemma4's GeGLU, embedding scale, attention scale 1 and V norm, local
+// layers (a window required; every fifth layer global unless the pattern says) rotating with rope.freq_base_swa
+// (10,000 unless the file says) unscaled, logits soft-capped at 30 (whatever the file says); and as llama.cpp fixes
+// them, whatever the file's keys say: 4 AltUp streams with stream 0 active, per-layer inputs of 256, the layers from
+// the 21st on sharing the caches of the 19th and 20th, and the gate's sparsity in the first 10 layers at the 95th
+// percentile of a normal distribution. A file whose keys say otherwise is refused, rather than run unlike llama.cpp.
+void read_gemma3n(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+    c.attn_scale = 1.0f;
+    c.v_norm = true;
+    c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", 10000.0f, 1.0, 1e12);
+    c.rope_freq_scale_local = 1.0f;
+    c.final_logit_softcap = 30.0f;
+    c.n_altup = 4;
+    c.n_embd_per_layer = 256;
+    c.n_kv_shared = std::max<int64_t>(0, c.n_layer - 20);
+    c.n_sparse_layers = std::min<int64_t>(10, c.n_layer);
+    c.sparsity_std_mul = 1.6448533535003662f;  // (the normal distribution's quantile at 0.95, as llama.cpp's)
+    auto fixed = [&](const std::string& key, int64_t want) {
+        if (const auto v = f.get_int(p + key); v && *v != want)
+            throw FileError(fmt::format("{}: metadata '{}{}' is {}, expected {} (llama.cpp's gemma3n fixes it)",
+                                        f.path(), p, key, *v, want));
+    };
+    fixed("altup.num_inputs", c.n_altup);
+    fixed("altup.active_idx", 0);
+    fixed("embedding_length_per_layer_input", c.n_embd_per_layer);
+    fixed("attention.shared_kv_layers", c.n_kv_shared);
+    if (c.n_kv_shared > 0 && (c.layer_is_local(19) || !c.layer_is_local(18)))
+        throw FileError(fmt::format("{}: gemma3n's shared-KV layers read the caches of layers 18 (local) and 19 "
+                                    "(global), but the file's pattern makes them {} and {}", f.path(),
+                                    c.layer_is_local(18) ? "local" : "global",
+                                    c.layer_is_local(19) ? "local" : "global"));
 }
 
 // A feature quill lacks, refused by name when the file has it: `key` (after the architecture's prefix) present and
@@ -777,8 +818,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe" || qwen35 ||
         c.arch == "glm4moe" ||
         c.arch == "gemma" || c.arch == "gemma2" ||
-        c.arch == "gemma3" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" || c.arch == "olmo2" ||
-        c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" || c.arch == "falcon-h1" ||
+        c.arch == "gemma3" || c.arch == "gemma3n" || c.arch == "gemma4" || c.arch == "phi3" || c.arch == "gpt-oss" ||
+        c.arch == "olmo2" || c.arch == "exaone4" || c.arch == "seed_oss" || c.arch == "lfm2" || c.arch == "falcon-h1" ||
         (variant && variant->rope != ArchVariant::Rope::base))
         c.rope = Rope::neox;
     c.name = f.get_string("general.name").value_or(std::filesystem::path(f.path()).stem().string());
@@ -815,7 +856,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "nemotron_h") {  // (its widths a layer, 0 where a layer has no FFN: read_nemotron_h)
         c.n_ff = 0;
     } else if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
-        if (c.arch != "gemma4")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
+        if (c.arch != "gemma4" && c.arch != "gemma3n")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
             throw FileError(fmt::format("{}: metadata '{}feed_forward_length' is an array (a width a layer), which "
                                         "quill does not support for {}", f.path(), p, c.arch));
         c.n_ff_layers = layer_ints(f, p + "feed_forward_length", c.n_layer, 1, kBig);
@@ -980,13 +1021,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     // A file that states the scale itself wins (but gemma4's is 1 whatever the file says, as llama.cpp sets it).
     // (nemotron_h, falcon-h1: 1 / sqrt(head_dim) whatever the file says, as llama.cpp's does not read it)
-    if (c.arch != "gemma4" && c.arch != "nemotron_h" && c.arch != "falcon-h1")
+    if (c.arch != "gemma4" && c.arch != "gemma3n" && c.arch != "nemotron_h" && c.arch != "falcon-h1")
         c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
     if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))
         throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping) is supported for "
                                     "gemma2 only", f.path(), p));
     c.final_logit_softcap =
         optional_float(f, p + "final_logit_softcapping", c.arch == "gemma2" ? 30.0f : 0.0f, 0.0, 1e6);
+
+    if (c.arch == "gemma3n") read_gemma3n(f, p, c);  // (after the soft-cap and scale: llama.cpp fixes both)
 
     // The vocabulary size: the model's own key, else the embedding matrix's rows.
     if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2) {

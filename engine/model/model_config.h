@@ -264,6 +264,27 @@ struct ModelConfig {
     // gemma4 (E2B, E4B): the last n_kv_shared layers store no K and V; each attends over the cache of the last layer
     // of its kind that has one (attention.shared_kv_layers; kv_layer).
     int64_t n_kv_shared = 0;
+    // gemma3n (Gemma 3n E2B, E4B): AltUp, n_altup hidden streams of n_embd a token (0: one stream, none of this).
+    // Before the layers stream 0 is the scaled embedding x0 and stream k > 0 is W_altup_proj[k-1] x0 rescaled to
+    // |x0|. Each layer predicts, corrects, and runs its blocks on the active stream (altup_active):
+    //   r(v) = tanh(W_router (rms_norm(v) * router_norm / n_embd))                        [n_altup]
+    //   predict: p_j = s_j + sum_k (W_predict r(s_act))[j * n_altup + k] s_k
+    //   the blocks read p_act; their output a; correct: s_j = p_j + (a - p_act) ((W_correct r(a))_j + 1)
+    //   then the per-layer input's block adds rms_norm(W_proj (gelu(W_gate (s_act * correct_scale)) * ple[l]))
+    //   * post_norm to every stream but the first.
+    // After the layers stream k > 0 is W_altup_unembd[k-1] s_k rescaled to |s_act|, and the token's output the mean
+    // of the streams.
+    int64_t n_altup = 0, altup_active = 0;
+    bool altup() const { return n_altup > 0; }
+    // gemma3n: Laurel, a low-rank branch beside the attention (the layers with laurel_l, laurel_r): over the
+    // attention's input xn, laurel = xn + rms_norm(W_r W_l xn) * laurel_post_norm, and the FFN's residual is
+    // (x + attention + laurel) / sqrt(2).
+    // gemma3n: activation sparsity of the FFN's gate in the first n_sparse_layers layers (as llama.cpp fixes it: 10,
+    // at the 95th percentile): g = max(g - (mean(g) + sparsity_std_mul * std(g)), 0) before the activation, the
+    // standard deviation with n - 1.
+    int64_t n_sparse_layers = 0;
+    float sparsity_std_mul = 0.0f;
+    bool layer_sparse(int64_t layer) const { return layer < n_sparse_layers; }
 
     bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
     // The factor of the queries of a token at `pos` (1 without the temperature).
@@ -377,10 +398,10 @@ struct ModelConfig {
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,
-// gemma, gemma2, gemma3, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h,
-// olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants qwen2vl,
-// qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe,
-// falcon-h1).
+// gemma, gemma2, gemma3, gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid,
+// nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
+// qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
+// nemotron_h_moe, falcon-h1).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -122,6 +122,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                                                    {"leading_dense", c.n_leading_dense}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
+        if (c.altup())  // (gemma3n)
+            info["model"]["altup"] = {{"streams", c.n_altup}, {"per_layer_input", c.n_embd_per_layer},
+                                      {"shared_kv_layers", c.n_kv_shared}, {"sparse_layers", c.n_sparse_layers}};
         if (c.attn_chunk > 0)  // (llama4)
             info["model"]["chunked_attention"] = {{"chunk", c.attn_chunk}, {"pattern", c.attn_chunk_pattern},
                                                   {"no_rope_step", c.no_rope_step}, {"qk_norm", c.qk_l2_norm},
@@ -227,6 +230,12 @@ std::string render_model_info(const json& info) {
             line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}",
                                         r["gating"].get<std::string>(), r["normalized"].dump(), r["scale"].dump(),
                                         r["leading_dense"].dump()));
+        }
+        if (m.contains("altup")) {
+            const json& a = m["altup"];
+            line("altup", fmt::format("streams={} per_layer_input={} shared_kv_layers={} sparse_layers={} (Laurel)",
+                                      a["streams"].dump(), a["per_layer_input"].dump(), a["shared_kv_layers"].dump(),
+                                      a["sparse_layers"].dump()));
         }
         if (m.contains("chunked_attention")) {
             const json& a = m["chunked_attention"];

@@ -170,6 +170,31 @@ ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int
     return c;
 }
 
+// gemma3n: gemma4's attention (one head size), every swa_pattern-th layer global, AltUp's 4 streams, Laurel,
+// per-layer inputs of 256, the gate's sparsity in the first 10 layers and the layers from the 21st on sharing the
+// caches of the 19th and 20th (llama.cpp fixes all of these), logits soft-capped at 30, tied output.
+ModelConfig gemma3n_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                           int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
+                           int64_t swa_pattern) {
+    ModelConfig c = base_config("gemma3n", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.rms_eps = 1e-6f;
+    c.ffn_act = ModelConfig::Activation::gelu_tanh;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    c.attn_scale = 1.0f;
+    c.sliding_window = window;
+    c.swa_pattern = swa_pattern;
+    c.rope_base = 1e6f;
+    c.rope_base_local = 10000.0f;
+    c.v_norm = true;
+    c.final_logit_softcap = 30.0f;
+    c.n_altup = 4;
+    c.n_embd_per_layer = 256;
+    c.n_kv_shared = std::max<int64_t>(0, n_layer - 20);
+    c.n_sparse_layers = std::min<int64_t>(10, n_layer);
+    c.sparsity_std_mul = 1.6448533535003662f;
+    return c;
+}
+
 // gemma4's mixture (26B-A4B): gemma4-tiny's attention, a dense FFN of n_ff features beside n_expert GeGLU experts
 // of n_ff_exp, n_used a token, in every layer.
 ModelConfig gemma4_moe_config(const char* name, int64_t n_ff, int64_t n_expert, int64_t n_ff_exp, int64_t n_used) {
@@ -812,6 +837,14 @@ std::vector<ModelConfig> arch_shapes() {
         // Gemma 4 E2B as its GGUF files state it
         gemma4_e_config(gemma4_config("gemma4-e2b", 1536, 35, 8, 1, 1, 256, 512, 6144, 262144, 131072, 512, 5, 30.0f),
                         256, 20),
+        // 22 layers of 64 (every second global, a window of 8): 0-9 with the gate's sparsity, 20 (local) and 21
+        // (global) reading the caches of layers 18 and 19
+        gemma3n_config("gemma3n-tiny", 64, 22, 2, 1, 32, 128, 320, 1024, 8, 2),
+        // Gemma 3n E2B and E4B as their config.json state them (no file could be fetched here to check), and E2B's
+        // widths in 22 layers (llama.cpp shares the caches from the 21st layer on: the fewest that keep it)
+        gemma3n_config("gemma3n-e2b", 2048, 30, 8, 2, 256, 8192, 262400, 32768, 512, 5),
+        gemma3n_config("gemma3n-e4b", 2048, 35, 8, 2, 256, 16384, 262400, 32768, 512, 5),
+        gemma3n_config("gemma3n-e2b-22l", 2048, 22, 8, 2, 256, 8192, 262400, 32768, 512, 5),
         phi3_config("phi3-tiny", 128, 3, 4, 2, 24, 192, 320, 1024, 128),
         // a window of 8 that the tests' 32-token prompt crosses, YaRN over an original context of 64
         gpt_oss_config("gpt-oss-tiny", 128, 4, 4, 2, 64, 8, 4, 320, 1024, 8, 4.0f, 64),
@@ -990,7 +1023,7 @@ private:
 // The chat template a saved model of the architecture carries (its family's format, over the byte vocabulary; ChatML
 // for qwen3, smollm3 and mistral3), or nullptr (llama).
 const char* chat_template(const std::string& arch) {
-    if (arch == "gemma" || arch == "gemma2")
+    if (arch == "gemma" || arch == "gemma2" || arch == "gemma3n")
         return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{% set role = "
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<start_of_turn>{{ role }}\n{{ "
                "message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}"
@@ -1016,7 +1049,7 @@ const char* chat_template(const std::string& arch) {
 
 // The control tokens of the architecture's chat format, which a saved model's vocabulary ends with.
 std::vector<std::string> control_tokens(const std::string& arch) {
-    if (arch == "gemma" || arch == "gemma2") return {"<start_of_turn>", "<end_of_turn>"};
+    if (arch == "gemma" || arch == "gemma2" || arch == "gemma3n") return {"<start_of_turn>", "<end_of_turn>"};
     if (arch == "phi3") return {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
     if (arch == "gemma4") return {"<|turn>", "<turn|>", "<|channel>", "<channel|>"};
     if (arch == "glm4" || arch == "glm4moe")
@@ -1132,12 +1165,14 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         return f;
     };
     const bool phi3 = c.arch == "phi3", gemma2 = c.arch == "gemma2", gemma4 = c.arch == "gemma4";
+    const bool gemma3n = c.arch == "gemma3n";
     const bool glm4 = c.arch == "glm4", olmo2 = c.arch == "olmo2", exaone4 = c.arch == "exaone4";
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     m->weights.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
     m->weights.output_norm = norm(c.n_embd);
     const bool cohere = c.arch == "command-r" || c.arch == "cohere2";
-    if (gemma2 || gemma4 || c.arch == "gemma" || c.arch == "ernie4_5" || cohere) {  // (no output matrix of their own)
+    if (gemma2 || gemma4 || gemma3n || c.arch == "gemma" || c.arch == "ernie4_5" ||
+        cohere) {  // (no output matrix of their own)
         m->weights.output = m->weights.tok_embd;
         m->weights.output_tied = true;
     } else {
@@ -1157,6 +1192,11 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->weights.per_layer_model_proj =
             matrix("per_layer_model_proj.weight", c.n_embd, c.n_layer * c.n_embd_per_layer);
         m->weights.per_layer_proj_norm = norm(c.n_embd_per_layer);
+    }
+    if (c.altup()) {
+        m->weights.altup_proj = stacked("altup_proj.weight", c.n_embd, c.n_embd, c.n_altup - 1);
+        m->weights.altup_unembd_proj = stacked("altup_unembd_proj.weight", c.n_embd, c.n_embd, c.n_altup - 1);
+        m->weights.split_altup();
     }
     // Layer i's weights (i >= n_layer: a multi-token-prediction block's layer, written and never run)
     auto make_layer = [&](int64_t i) {
@@ -1223,10 +1263,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
             L.wq = matrix(b + "attn_q.weight", c.n_embd, c.attn_out_gate ? 2 * nq : nq);
-            // (gemma4 E2B/E4B: a shared-KV layer's file has Q alone)
-            if (c.layer_has_kv(i)) L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
+            // (gemma4 E2B/E4B: a shared-KV layer's file has Q alone; gemma3n's has K and V, unread)
+            if (c.layer_has_kv(i) || gemma3n) L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
             // (gemma4's global layers take V from K, as Gemma 4 31B's do; E2B and E4B have V in every layer)
-            if (c.layer_has_kv(i) && (!gemma4 || c.layer_is_local(i) || c.n_embd_per_layer > 0))
+            if ((c.layer_has_kv(i) || gemma3n) && (!gemma4 || c.layer_is_local(i) || c.n_embd_per_layer > 0))
                 L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
         if (c.ssm_beside_attn) {  // (falcon-h1: attention beside the Mamba-2 mixer)
@@ -1277,7 +1317,17 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ffn_post_norm_2 = norm(c.n_embd);
             L.ffn_down_exps_s = uniform(c.n_expert, 0.5, 1.5);
         }
-        if (gemma2 || gemma4 || glm4 || olmo2 || exaone4) {
+        if (gemma3n) {  // (Laurel's rank 64 and AltUp's router and coefficients, as llama.cpp sizes them)
+            L.laurel_l = matrix(b + "laurel_l.weight", c.n_embd, 64);
+            L.laurel_r = matrix(b + "laurel_r.weight", 64, c.n_embd, true);  // (Q8_0 where 64 is under a block)
+            L.laurel_post_norm = norm(c.n_embd);
+            L.altup_router = uniform(c.n_altup * c.n_embd, -0.5, 0.5);
+            L.altup_router_norm = norm(c.n_embd);
+            L.altup_predict_coef = uniform(c.n_altup * c.n_altup * c.n_altup, -0.3, 0.3);
+            L.altup_correct_coef = uniform(c.n_altup * c.n_altup, -0.3, 0.3);
+            L.altup_correct_scale = norm(c.n_embd);
+        }
+        if (gemma2 || gemma4 || gemma3n || glm4 || olmo2 || exaone4) {
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
@@ -1288,6 +1338,9 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         if (c.qk_norm_whole) {  // (olmo2, minimax-m2: over the whole Q and K)
             L.attn_q_norm = norm(nq);
             L.attn_k_norm = norm(nkv);
+        } else if (gemma3n) {  // (a shared-KV layer's K norm too, unread)
+            L.attn_q_norm = norm(c.head_dim);
+            L.attn_k_norm = norm(c.head_dim);
         } else if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
                    ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
@@ -1398,8 +1451,8 @@ void SyntheticModel::save(const std::string& path) const {
         }
         if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
         if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_length", uint32_t(c.attn_temp_floor));
-    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || qwen35 || c.arch == "nemotron_h" ||
-               c.arch == "falcon-h1") {
+    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "gemma3n" || qwen35 ||
+               c.arch == "nemotron_h" || c.arch == "falcon-h1") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
@@ -1464,6 +1517,19 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "final_logit_softcapping", c.final_logit_softcap);
         w.set(p + "embedding_length_per_layer_input", uint32_t(c.n_embd_per_layer));  // (llama.cpp requires it)
         if (c.n_kv_shared > 0) w.set(p + "attention.shared_kv_layers", uint32_t(c.n_kv_shared));
+    }
+    if (c.arch == "gemma3n") {  // (as its converter writes them)
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
+        w.set(p + "rope.freq_base_swa", c.rope_base_local);
+        w.set(p + "final_logit_softcapping", c.final_logit_softcap);
+        w.set(p + "altup.active_idx", uint32_t(c.altup_active));
+        w.set(p + "altup.num_inputs", uint32_t(c.n_altup));
+        w.set(p + "embedding_length_per_layer_input", uint32_t(c.n_embd_per_layer));
+        w.set(p + "attention.shared_kv_layers", uint32_t(c.n_kv_shared));
+        std::vector<GgufValue> sparsity;
+        for (int64_t l = 0; l < c.n_layer; ++l) sparsity.emplace_back(c.layer_sparse(l) ? c.sparsity_std_mul : 0.0f);
+        w.set(p + "activation_sparsity_scale", GgufValue::array(GgufType::F32, sparsity));
     }
     if (c.arch == "nemotron_h" && c.moe()) {  // (as its converter writes them)
         w.set(p + "expert_shared_count", uint32_t(1));
@@ -1561,6 +1627,10 @@ void SyntheticModel::save(const std::string& path) const {
     if (weights.per_layer_tok_embd.data) {
         view(weights.per_layer_tok_embd);
         view(weights.per_layer_model_proj);
+    }
+    if (weights.altup_proj.data) {
+        view(weights.altup_proj);
+        view(weights.altup_unembd_proj);
     }
     for (const NamedVector& v : model_vectors(c, weights)) vec(v);
     for (int64_t i = 0; i < c.n_layer; ++i) {

@@ -24,7 +24,7 @@ std::vector<NamedVector> held(const std::vector<VectorField<Owner>>& fields, con
 
 std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c, int64_t layer) {
     using L = LayerWeights;
-    const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4";
+    const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4" || c.arch == "gemma3n";
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
                             c.arch == "olmo2" || c.arch == "exaone4";
     const bool recurrent = c.layer_is_recurrent(layer), qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
@@ -75,8 +75,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     }
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
-        // (gemma4: not in a shared-KV layer, which has no K)
-        if (c.layer_has_kv(layer))
+        // (gemma4: not in a shared-KV layer, which has no K; gemma3n's has one, unread, as llama.cpp requires it)
+        if (c.layer_has_kv(layer) || c.arch == "gemma3n")
             f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1, !glm4moe});
     }
     if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head, as llama.cpp requires them)
@@ -119,7 +119,15 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     if (c.moe_shared_gate) f.push_back({"ffn_gate_inp_shexp.weight", &L::ffn_gate_inp_shexp, c.n_embd});
     if (post_norms) f.push_back({"post_ffw_norm.weight", &L::ffn_post_norm, c.n_embd});
     if (c.n_embd_per_layer > 0) f.push_back({"post_norm.weight", &L::per_layer_post_norm, c.n_embd});
-    if (gemma4) f.push_back({"layer_output_scale.weight", &L::out_scale, 1, 1, false});
+    if (c.arch == "gemma4") f.push_back({"layer_output_scale.weight", &L::out_scale, 1, 1, false});
+    if (c.altup()) {  // (gemma3n)
+        f.insert(f.end(), {{"laurel_post_norm.weight", &L::laurel_post_norm, c.n_embd},
+                           {"altup_router.weight", &L::altup_router, c.n_embd, c.n_altup},
+                           {"altup_router_norm.weight", &L::altup_router_norm, c.n_embd},
+                           {"altup_predict_coef.weight", &L::altup_predict_coef, c.n_altup, c.n_altup * c.n_altup},
+                           {"altup_correct_coef.weight", &L::altup_correct_coef, c.n_altup, c.n_altup},
+                           {"altup_correct_scale.weight", &L::altup_correct_scale, c.n_embd}});
+    }
     return f;
 }
 

@@ -173,6 +173,15 @@ void LayerWeights::split_kv_b(const ModelConfig& c) {
     }
 }
 
+void Weights::split_altup() {
+    altup_proj_k.clear();
+    altup_unembd_k.clear();
+    for (int64_t k = 0; k < altup_proj.ne[2]; ++k) {
+        altup_proj_k.push_back(altup_proj.matrix(k));
+        altup_unembd_k.push_back(altup_unembd_proj.matrix(k));
+    }
+}
+
 void LayerWeights::split_qkv(const TensorView& qkv, const ModelConfig& c, int64_t layer) {
     const int64_t nq = c.layer_n_embd_q(layer), nkv = c.layer_n_embd_kv(layer);
     attn_qkv = qkv;
@@ -205,6 +214,11 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         const int64_t n_pl = c.n_layer * c.n_embd_per_layer;
         w.per_layer_tok_embd = l.get("per_layer_token_embd.weight", {n_pl, c.n_vocab});
         w.per_layer_model_proj = l.get("per_layer_model_proj.weight", {c.n_embd, n_pl});
+    }
+    if (c.altup()) {
+        w.altup_proj = l.get("altup_proj.weight", {c.n_embd, c.n_embd, c.n_altup - 1});
+        w.altup_unembd_proj = l.get("altup_unembd_proj.weight", {c.n_embd, c.n_embd, c.n_altup - 1});
+        w.split_altup();
     }
     l.check_divisors("rope_freqs.weight", w.rope_freqs);
     l.check_divisors("rope_factors_long.weight", w.rope_factors_long);
@@ -259,6 +273,10 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
                 L.wv_b = l.get(b + "attn_v_b.weight", {c.kv_lora_rank, c.head_dim_v, c.n_head});
                 L.split_mla_heads();
             }
+        } else if (!c.layer_has_kv(i) && c.arch == "gemma3n") {  // (K and V, which llama.cpp requires, unread)
+            L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
+            L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});
+            L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         } else if (!c.layer_has_kv(i)) {  // (gemma4: Q only; K and V, which llama.cpp does not require, go unread)
             L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
             for (const char* unread : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) l.skip(b + unread);
@@ -305,6 +323,12 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.ffn_up = l.get(b + "ffn_up.weight", {c.n_embd, n_ff});
         }
         if (dense && !shexp) L.ffn_down = l.get(b + "ffn_down.weight", {n_ff, c.n_embd});
+        if (c.altup()) {  // (gemma3n: Laurel's low-rank matrices; AltUp's small ones are vectors)
+            const GgufTensorInfo* lr = l.find(b + "laurel_l.weight");
+            const int64_t rank = lr && lr->ne.size() == 2 ? lr->ne[1] : 64;
+            L.laurel_l = l.get(b + "laurel_l.weight", {c.n_embd, rank});
+            L.laurel_r = l.get(b + "laurel_r.weight", {rank, c.n_embd});
+        }
         if (c.n_embd_per_layer > 0) {
             L.per_layer_inp_gate = l.get(b + "inp_gate.weight", {c.n_embd, c.n_embd_per_layer});
             L.per_layer_proj = l.get(b + "proj.weight", {c.n_embd_per_layer, c.n_embd});

@@ -132,6 +132,17 @@ struct LayerWeights {
     TensorView per_layer_inp_gate;          // [n_embd_per_layer rows, n_embd] (inp_gate.weight)
     TensorView per_layer_proj;              // [n_embd rows, n_embd_per_layer] (proj.weight)
     std::vector<float> per_layer_post_norm;  // [n_embd] (post_norm.weight)
+    // gemma3n (ModelConfig::altup): Laurel's low-rank branch and its norm, and AltUp's router (its input norm and
+    // matrix), the prediction's and the correction's coefficient matrices and the scale of the corrected active
+    // stream, each small matrix as floats (empty otherwise).
+    TensorView laurel_l;                     // [laurel_rank rows, n_embd]
+    TensorView laurel_r;                     // [n_embd rows, laurel_rank]
+    std::vector<float> laurel_post_norm;     // [n_embd]
+    std::vector<float> altup_router;         // [n_altup, n_embd]
+    std::vector<float> altup_router_norm;    // [n_embd]
+    std::vector<float> altup_predict_coef;   // [n_altup * n_altup, n_altup]
+    std::vector<float> altup_correct_coef;   // [n_altup, n_altup]
+    std::vector<float> altup_correct_scale;  // [n_embd]
     // gemma4: a layer without attn_v takes V from K's projection.
     bool v_from_k() const { return wv.data == nullptr; }
     bool has_bias() const { return !bq.empty() || !bk.empty() || !bv.empty() || !bo.empty(); }
@@ -163,8 +174,16 @@ struct Weights {
     TensorView per_layer_tok_embd;    // [n_vocab rows, n_layer * n_embd_per_layer]
     TensorView per_layer_model_proj;  // [n_layer * n_embd_per_layer rows, n_embd]
     std::vector<float> per_layer_proj_norm;  // [n_embd_per_layer]
+    // gemma3n (ModelConfig::altup; else empty): the projections of the embedding to the streams beyond the first
+    // and of those streams back after the layers, and each of their matrices as a view.
+    TensorView altup_proj;           // [n_altup - 1, n_embd rows, n_embd]
+    TensorView altup_unembd_proj;    // [n_altup - 1, n_embd rows, n_embd]
+    std::vector<TensorView> altup_proj_k, altup_unembd_k;  // [n_altup - 1] matrix k - 1 of each
     std::vector<LayerWeights> layers;
     int64_t n_expert_used = 0;  // experts a token's FFN reads (ModelConfig::n_expert_used); 0: a dense FFN
+
+    // altup_proj_k and altup_unembd_k as the matrices of altup_proj and altup_unembd_proj
+    void split_altup();
 
     // Views every tensor the architecture needs, checking presence, shape and type. A mismatch throws FileError
     // naming the tensor, the expected and the actual shape or type. The file must outlive the views.

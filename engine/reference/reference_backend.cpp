@@ -224,6 +224,7 @@ void ReferenceBackend::embed_tokens(const Batch& batch, std::span<float> hidden)
 }
 
 void ReferenceBackend::forward_layers(const Batch& batch, std::span<float> hidden) {
+    QUILL_CHECK(!config_.altup(), "forward_layers: gemma3n's AltUp streams do not pass between ranges of layers");
     check_batch(batch, config_, kv_shape_);
     QUILL_CHECK(hidden.size() >= batch.tokens.size() * config_.n_embd, "forward_layers: {} floats", hidden.size());
     if (config_.recurrent()) advance_recurrent_positions(batch, state_pos_);  // (first: a refusal changes nothing)
@@ -268,8 +269,113 @@ void ReferenceBackend::mark_written(const Batch& batch) {
 void ReferenceBackend::forward_token(const BatchToken& t, float* logits) {
     embed_token(t);
     per_layer_inputs(t);
-    for (int64_t l = 0; l < config_.n_layer; ++l) layer_token(t, l);
+    const bool altup = config_.altup();
+    if (altup) altup_embed();
+    for (int64_t l = 0; l < config_.n_layer; ++l) {
+        if (altup) altup_predict(l);
+        layer_token(t, l);
+        if (altup) altup_correct(l);
+    }
+    if (altup) altup_merge();
     if (logits) output_token(logits);
+}
+
+namespace {
+
+// |v|, the Euclidean norm of n values
+double magnitude(const double* v, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += v[i] * v[i];
+    return std::sqrt(s);
+}
+
+// y = W_k x rescaled to |target|: y * |target| / |y| (AltUp's projections between the streams)
+void projected_to(const TensorView& w, const std::vector<double>& x, double target, std::vector<double>& y,
+                  std::vector<float>& row) {
+    matvec(w, x, y, row);
+    const double m = magnitude(y.data(), static_cast<int64_t>(y.size()));
+    for (double& v : y) v = v * target / m;
+}
+
+}  // namespace
+
+// s_0 = x0; s_k = W_altup_proj[k-1] x0 * |x0| / |W_altup_proj[k-1] x0| for k > 0
+void ReferenceBackend::altup_embed() {
+    const ModelConfig& c = config_;
+    const int64_t d = c.n_embd;
+    streams_.assign(static_cast<size_t>(c.n_altup * d), 0.0);
+    std::copy(x_.begin(), x_.end(), streams_.begin());
+    const double target = magnitude(x_.data(), d);
+    std::vector<double> y;
+    for (int64_t k = 1; k < c.n_altup; ++k) {
+        projected_to(weights_.altup_proj_k[static_cast<size_t>(k - 1)], x_, target, y, row_);
+        std::copy(y.begin(), y.end(), streams_.begin() + k * d);
+    }
+}
+
+void ReferenceBackend::altup_router(const LayerWeights& L, const std::vector<double>& v,
+                                    std::vector<double>& r) const {
+    const ModelConfig& c = config_;
+    std::vector<double> xn;
+    rms_norm(v, L.altup_router_norm, c.rms_eps, xn);
+    for (double& x : xn) x /= static_cast<double>(c.n_embd);
+    r.assign(static_cast<size_t>(c.n_altup), 0.0);
+    for (int64_t j = 0; j < c.n_altup; ++j)
+        r[j] = std::tanh(dot(L.altup_router.data() + j * c.n_embd, xn.data(), c.n_embd));
+}
+
+// p_j = s_j + sum_k C[j * n_altup + k] s_k, C = W_predict r(s_act); x = p_act
+void ReferenceBackend::altup_predict(int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t d = c.n_embd, a = c.n_altup, act = c.altup_active;
+    std::vector<double> active(streams_.begin() + act * d, streams_.begin() + (act + 1) * d), r;
+    altup_router(L, active, r);
+    pred_ = streams_;
+    for (int64_t j = 0; j < a; ++j)
+        for (int64_t k = 0; k < a; ++k) {
+            const double coef = dot(L.altup_predict_coef.data() + (j * a + k) * a, r.data(), a);
+            for (int64_t i = 0; i < d; ++i) pred_[j * d + i] += coef * streams_[k * d + i];
+        }
+    x_.assign(pred_.begin() + act * d, pred_.begin() + (act + 1) * d);
+}
+
+// With a = x (the layer's output): s_j = p_j + (a - p_act) ((W_correct r(a))_j + 1); then
+// s_k += rms_norm(W_proj (gelu(W_gate (s_act * correct_scale)) * ple[l])) * post_norm for k > 0
+void ReferenceBackend::altup_correct(int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t d = c.n_embd, a = c.n_altup, act = c.altup_active, dp = c.n_embd_per_layer;
+    std::vector<double> r;
+    altup_router(L, x_, r);
+    streams_ = pred_;
+    for (int64_t j = 0; j < a; ++j) {
+        const double coef = dot(L.altup_correct_coef.data() + j * a, r.data(), a) + 1.0;
+        for (int64_t i = 0; i < d; ++i) streams_[j * d + i] += (x_[i] - pred_[act * d + i]) * coef;
+    }
+    std::vector<double> first(static_cast<size_t>(d));
+    for (int64_t i = 0; i < d; ++i) first[i] = streams_[act * d + i] * L.altup_correct_scale[i];
+    matvec(L.per_layer_inp_gate, first, ple_g_, row_);
+    for (int64_t i = 0; i < dp; ++i) ple_g_[i] = gelu(ple_g_[i]) * ple_[l * dp + i];
+    matvec(L.per_layer_proj, ple_g_, ple_x_, row_);
+    rms_norm_rows(ple_x_, L.per_layer_post_norm, c.rms_eps);
+    for (int64_t k = 1; k < a; ++k)
+        for (int64_t i = 0; i < d; ++i) streams_[k * d + i] += ple_x_[i];
+}
+
+// x = (s_0 + sum_{k>0} W_unembd[k-1] s_k * |s_act| / |W_unembd[k-1] s_k|) / n_altup
+void ReferenceBackend::altup_merge() {
+    const ModelConfig& c = config_;
+    const int64_t d = c.n_embd, act = c.altup_active;
+    const double target = magnitude(streams_.data() + act * d, d);
+    x_.assign(streams_.begin(), streams_.begin() + d);
+    std::vector<double> s, y;
+    for (int64_t k = 1; k < c.n_altup; ++k) {
+        s.assign(streams_.begin() + k * d, streams_.begin() + (k + 1) * d);
+        projected_to(weights_.altup_unembd_k[static_cast<size_t>(k - 1)], s, target, y, row_);
+        for (int64_t i = 0; i < d; ++i) x_[i] += y[i];
+    }
+    for (double& v : x_) v /= static_cast<double>(c.n_altup);
 }
 
 // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
@@ -318,6 +424,14 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
         model_norm(c, x_, L.attn_norm, xn_);
     else
         xn_ = x_;
+    // gemma3n: laurel = xn + rms_norm(W_r W_l xn) * laurel_post_norm
+    if (L.laurel_l.data) {
+        std::vector<double> low;
+        matvec(L.laurel_l, xn_, low, row_);
+        matvec(L.laurel_r, low, laurel_, row_);
+        rms_norm_rows(laurel_, L.laurel_post_norm, c.rms_eps);
+        for (int64_t i = 0; i < c.n_embd; ++i) laurel_[i] += xn_[i];
+    }
     // qwen35: x = x + the gated delta net's output over xn, then the FFN (granitehybrid: its Mamba-2 layer's, times
     // residual_scale; lfm2: the short conv's; falcon-h1: the Mamba-2 layer's waits for the attention's beside it)
     if (c.layer_is_recurrent(l)) {
@@ -357,7 +471,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     if (own_kv) matvec(L.wk, xn_, k_, row_);
     if (L.v_from_k())
         v_ = k_;
-    else
+    else if (own_kv)
         matvec(L.wv, xn_, v_, row_);
     // + the biases the file has (qwen2: Q, K, V)
     for (size_t i = 0; i < L.bq.size(); ++i) q_[i] += L.bq[i];
@@ -453,6 +567,9 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     if (c.ssm_beside_attn)
         for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += ssm_out_[i];
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
+    // gemma3n: x = (x + laurel) / sqrt(2)
+    if (L.laurel_l.data)
+        for (int64_t i = 0; i < c.n_embd; ++i) x_[i] = (x_[i] + laurel_[i]) / std::sqrt(2.0);
     ffn_token(L, l);
 }
 
@@ -490,12 +607,14 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
             for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += gate * shared_[i];
         }
     } else {
+        ffn_sparse_ = c.layer_sparse(l);  // (gemma3n's first layers)
         ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
+        ffn_sparse_ = false;
     }
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
-    // gemma4 E2B/E4B: x = x + rms_norm(W_proj (gelu(W_gate x) * ple[l])) * post_norm
-    if (L.per_layer_proj.data) {
+    // gemma4 E2B/E4B: x = x + rms_norm(W_proj (gelu(W_gate x) * ple[l])) * post_norm (gemma3n: altup_correct)
+    if (L.per_layer_proj.data && !c.altup()) {
         const int64_t d = c.n_embd_per_layer;
         matvec(L.per_layer_inp_gate, x_, ple_g_, row_);
         for (int64_t i = 0; i < d; ++i) ple_g_[i] = gelu(ple_g_[i]) * ple_[l * d + i];
@@ -741,6 +860,16 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
     else
         gate_.assign(up_.size(), 0.0);
     const ModelConfig& c = config_;
+    // gemma3n's sparse layers: g = max(g - (mean(g) + sparsity_std_mul * std(g)), 0), std over n - 1
+    if (ffn_sparse_) {
+        const auto n = static_cast<double>(gate_.size());
+        double mean = 0.0, var = 0.0;
+        for (double g : gate_) mean += g;
+        mean /= n;
+        for (double g : gate_) var += (g - mean) * (g - mean);
+        const double cutoff = mean + c.sparsity_std_mul * std::sqrt(var / (n - 1.0));
+        for (double& g : gate_) g = std::max(g - cutoff, 0.0);
+    }
     const double alpha = c.swiglu_alpha, limit = c.swiglu_limit;
     for (size_t i = 0; i < gate_.size(); ++i) {
         const double g = gate_[i] + (b1 ? b1[i] : 0.0), u = up_[i] + (b3 ? b3[i] : 0.0);

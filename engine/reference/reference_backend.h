@@ -71,6 +71,15 @@ private:
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_
+    // gemma3n's AltUp (ModelConfig::altup): streams_ from the embedding x_; before layer l pred_ = the streams'
+    // prediction and x_ its active stream; after it streams_ = the prediction corrected by x_ (the layer's output),
+    // plus the per-layer input's block; after the last layer x_ = the streams merged.
+    void altup_embed();
+    void altup_predict(int64_t l);
+    void altup_correct(int64_t l);
+    void altup_merge();
+    // r = AltUp's router of layer l over v: tanh(W_router (rms_norm(v) * router_norm / n_embd)) [n_altup]
+    void altup_router(const LayerWeights& L, const std::vector<double>& v, std::vector<double>& r) const;
     // gemma4 E2B/E4B: ple_ = token t's inputs of the layers this backend holds (ModelConfig::n_embd_per_layer).
     void per_layer_inputs(const BatchToken& t);
     // out = the FFN of w1 (gate), w3 (up), w2 (down) over xn_, plus the biases b1, b3, b2 where not null ([n_ff],
@@ -120,6 +129,10 @@ private:
     std::vector<double> ple_;     // [n_layer, n_embd_per_layer] gemma4 E2B/E4B: the token's per-layer inputs
     std::vector<double> ple_x_;   // [n_embd] the token's embedding, then a per-layer block's output
     std::vector<double> ple_g_;   // [n_embd_per_layer] a per-layer block's gate
+    std::vector<double> streams_;  // [n_altup, n_embd] gemma3n: the token's AltUp streams
+    std::vector<double> pred_;     // [n_altup, n_embd] their prediction in the current layer
+    std::vector<double> laurel_;   // [n_embd] gemma3n: Laurel's branch over the attention's input
+    bool ffn_sparse_ = false;      // gemma3n: the current FFN's gate is cut (ModelConfig::layer_sparse)
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
 };

@@ -34,7 +34,8 @@ std::vector<TensorBytes> tensor_bytes(const ModelConfig& c, const Weights& w) {
     auto floats = [&](const NamedVector& v) { t.push_back({v.name, v.values->size() * sizeof(float)}); };
     t.push_back({w.tok_embd.name, w.tok_embd.n_bytes});
     if (!w.output_tied) t.push_back({w.output.name, w.output.n_bytes});
-    for (const TensorView* m : {&w.per_layer_tok_embd, &w.per_layer_model_proj})  // (gemma4 E2B/E4B)
+    // (gemma4 E2B/E4B; gemma3n's AltUp projections)
+    for (const TensorView* m : {&w.per_layer_tok_embd, &w.per_layer_model_proj, &w.altup_proj, &w.altup_unembd_proj})
         if (m->data) t.push_back({m->name, m->n_bytes});
     for (const NamedVector& v : model_vectors(c, w)) floats(v);
     for (size_t l = 0; l < w.layers.size(); ++l) {
