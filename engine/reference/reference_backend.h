@@ -121,6 +121,7 @@ private:
     std::vector<double> ple_g_;   // [n_embd_per_layer] a per-layer block's gate
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
+    int64_t ffn_layer_ = 0;      // the layer ffn_token runs (apertus: its xIELU parameters)
 };
 
 }  // namespace quill
