@@ -66,6 +66,10 @@ void check_model(const ModelConfig& config, const Weights& weights) {
     // gemma3n's AltUp streams, Laurel branch and sparse gates have no kernels.
     if (config.altup())
         throw FileError("the CUDA backend cannot run gemma3n (Gemma 3n) models (the CPU backend can: --device cpu)");
+    // hunyuan's Q/K norms after RoPE and the ungated ReLU² (arcee) and xIELU (apertus) FFNs have no kernels.
+    if (config.qk_norm_after_rope || (!config.ffn_gated() && config.layer_blocks.empty()))
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (Q/K norms after RoPE, an ungated ReLU² or "
+                                    "xIELU FFN); --device cpu runs it", config.gguf_arch()));
     // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss,
     // gemma, and the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's
     // blocks without input norms.

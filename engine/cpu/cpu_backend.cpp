@@ -556,7 +556,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
                     layer_norm(q + i, L.attn_q_norm.data() + i % q_norm, q + i, 1, hd, c.rms_eps);
                 for (int64_t i = 0; i < nkv && k_norm > 0; i += hd)
                     layer_norm(k + i, L.attn_k_norm.data() + i % k_norm, k + i, 1, hd, c.rms_eps);
-            } else {
+            } else if (!c.qk_norm_after_rope) {
                 if (q_norm > 0) kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, nq / q_norm, q_norm, c.rms_eps);
                 if (k_norm > 0) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, nkv / k_norm, k_norm, c.rms_eps);
             }
@@ -568,6 +568,10 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
                     kv_ops_.rms_norm(q, ones_.data(), q, c.n_head, hd, c.rms_eps);
                     if (own_kv) kv_ops_.rms_norm(k, ones_.data(), k, n_head_kv, hd, c.rms_eps);
                 }
+            }
+            if (c.qk_norm_after_rope) {  // hunyuan: each Q and K head's weighted norm after RoPE
+                kv_ops_.rms_norm(q, L.attn_q_norm.data(), q, nq / q_norm, q_norm, c.rms_eps);
+                if (own_kv) kv_ops_.rms_norm(k, L.attn_k_norm.data(), k, nkv / k_norm, k_norm, c.rms_eps);
             }
             // mistral3: q *= 1 + attn_temp_scale * log(floor((pos + offset) / floor) + 1) (llama4: without RoPE only)
             if (temp_layer) {
@@ -663,16 +667,27 @@ void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, cons
     }
 }
 
-// out = W2 relu_sqr(W3 in), relu_sqr(u) = max(u, 0)^2 (nemotron_h's FFN, without a gate): the up product into gate_,
-// the activation in place by ranges of features, the down product
+// out = W2 relu_sqr(W3 in), relu_sqr(u) = max(u, 0)^2 (nemotron_h's and arcee's FFN, without a gate), or (apertus)
+// W2 xielu(W3 in) with the layer's parameters: the up product into gate_, the activation in place by ranges of
+// features, the down product
 void CpuBackend::ungated_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready,
                              float* out) {
     const auto& c = config_;
     const int64_t n_ff = c.layer_n_ff(layer);
     const MatmulJob up[] = {{matrix(L.ffn_up), gate_.data()}};
     mm(up, in, n, c.n_embd, n_decode_, ready);
+    const bool xielu = c.ffn_act == ModelConfig::Activation::xielu;
+    const ModelConfig::Xielu xi = xielu ? c.xielu_params(layer) : ModelConfig::Xielu{};
     pool_.run([&](int ith, int nth) {
         const Range r = split_range(n * n_ff, ith, nth, 64);
+        if (xielu) {  // ap u^2 + beta u for u > 0, else (expm1(min(u, eps)) - u) an + beta u
+            for (int64_t i = r.begin; i < r.end; ++i) {
+                const float u = gate_[i];
+                gate_[i] = u > 0.0f ? xi.ap * u * u + xi.beta * u
+                                    : (std::expm1(std::min(u, xi.eps)) - u) * xi.an + xi.beta * u;
+            }
+            return;
+        }
         for (int64_t i = r.begin; i < r.end; ++i) {
             const float u = std::max(gate_[i], 0.0f);
             gate_[i] = u * u;

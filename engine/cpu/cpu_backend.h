@@ -122,7 +122,7 @@ private:
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
     // out [n, n_embd] = W2 (act(W1 in) * W3 in) for in [n, n_embd] (act_ holds it when `ready`)
     void dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out);
-    // the same without a gate, out = W2 relu_sqr(W3 in) (nemotron_h)
+    // the same without a gate, out = W2 relu_sqr(W3 in) (nemotron_h, arcee) or W2 xielu(W3 in) (apertus)
     void ungated_ffn(const LayerWeights& L, int64_t layer, int64_t n, const float* in, bool ready, float* out);
     void scale_residual(int64_t n);  // proj_ [n, n_embd] *= ModelConfig::residual_scale
     // gemma4 E2B/E4B: ple_ = each token's inputs of this backend's layers (ModelConfig::n_embd_per_layer), from the

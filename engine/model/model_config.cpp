@@ -22,7 +22,10 @@ namespace {
 // layers with Q/K norms over the whole projection and its experts weighted by their shares of the softmax over all of
 // them, not renormalized; Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is granite's layers
 // with experts (and a shared expert where the file gives its width), as granitehybrid's; Nemotron-H MoE
-// (nemotron_h_moe: Nemotron 3 Nano) is nemotron_h's layers with experts in its FFN layers.
+// (nemotron_h_moe: Nemotron 3 Nano) is nemotron_h's layers with experts in its FFN layers; Hunyuan's dense models
+// (hunyuan-dense) and Hunyuan-A13B (hunyuan-moe) are qwen3's and qwen3moe's layers with the Q/K norms after RoPE
+// (read_hunyuan); Arcee's AFM (arcee) is llama's layers with an ungated ReLU² FFN; Apertus (apertus) is qwen3's layers
+// with an ungated xIELU FFN (read_apertus).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -39,7 +42,11 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox},
                                          {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base},
                                          {"olmoe", "qwen3moe", ArchVariant::Rope::neox},
-                                         {"nemotron_h_moe", "nemotron_h", ArchVariant::Rope::base}};
+                                         {"nemotron_h_moe", "nemotron_h", ArchVariant::Rope::base},
+                                         {"hunyuan-dense", "qwen3", ArchVariant::Rope::neox},
+                                         {"hunyuan-moe", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"arcee", "llama", ArchVariant::Rope::base},
+                                         {"apertus", "qwen3", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -65,7 +72,8 @@ std::string supported_architectures() {
     return "llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, gemma3n, gemma4, phi3, "
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
-           "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1";
+           "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1, hunyuan-dense, "
+           "hunyuan-moe, arcee, apertus";
 }
 
 namespace {
@@ -114,6 +122,60 @@ void read_yarn(const GgufFile& f, const std::string& p, ModelConfig& c) {
     const double factor = 1.0 / c.rope_freq_scale;
     auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 1.0 + 0.1 * m * std::log(factor); };
     c.rope_mscale = static_cast<float>(attn_factor * (log_mul != 0.0f ? mscale(1.0) / mscale(log_mul) : mscale(1.0)));
+}
+
+// hunyuan-dense, hunyuan-moe (Hunyuan 0.5B-7B, Hunyuan-A13B) as llama.cpp reads them: each Q and K head normalized
+// after RoPE; hunyuan-dense's rope.scaling.alpha folded into the RoPE base (base * alpha^(head_dim / (head_dim - 2)),
+// in float); hunyuan-moe's experts feed_forward_length wide (expert_feed_forward_length is required and unread), the
+// softmax of the chosen logits as their weights, and beside them a SwiGLU shared expert without a gate of
+// expert_shared_feed_forward_length (else feed_forward_length) features.
+void read_hunyuan(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.qk_norm_after_rope = true;
+    if (c.file_arch == "hunyuan-dense") {
+        c.rope_alpha = optional_float(f, p + "rope.scaling.alpha", 0.0f, 0.0, 1e6);
+        if (c.rope_alpha > 0.0f) {
+            const auto d = static_cast<float>(c.head_dim);
+            c.rope_base = c.rope_base_local = c.rope_base * std::pow(c.rope_alpha, d / (d - 2.0f));
+        }
+        return;
+    }
+    if (!f.find(p + "expert_feed_forward_length"))
+        throw FileError(fmt::format("{}: missing metadata '{}expert_feed_forward_length'", f.path(), p));
+    c.n_ff_exp = c.n_ff;
+    c.n_ff = optional_int(f, p + "expert_shared_feed_forward_length", c.n_ff, 1, int64_t{1} << 24);
+    c.moe_shared_expert = true;
+}
+
+// One float a layer from `key`: an array of n_layer numbers, or one number for every layer (llama.cpp's
+// get_key_or_arr).
+std::vector<float> layer_floats(const GgufFile& f, const std::string& key, int64_t n_layer) {
+    const GgufValue* v = f.find(key);
+    if (!v) throw FileError(fmt::format("{}: missing metadata '{}'", f.path(), key));
+    if (v->type() != GgufType::ARRAY) {
+        const float x = required_float(f, key, -1e6, 1e6);
+        return std::vector<float>(static_cast<size_t>(n_layer), x);
+    }
+    const GgufArray& a = v->as_array();
+    if (static_cast<int64_t>(a.size()) != n_layer || (a.type() != GgufType::F32 && a.type() != GgufType::F64))
+        throw FileError(fmt::format("{}: metadata '{}' is an array of {} {} values, expected {} floats (one a layer)",
+                                    f.path(), key, a.size(), gguf_type_name(a.type()), n_layer));
+    std::vector<float> out(static_cast<size_t>(n_layer));
+    for (size_t l = 0; l < out.size(); ++l) {
+        out[l] = static_cast<float>(a.at(l).as_float());
+        if (!std::isfinite(out[l]))
+            throw FileError(fmt::format("{}: metadata '{}' is not finite at layer {}", f.path(), key, l));
+    }
+    return out;
+}
+
+// apertus (Apertus 8B, 70B): an ungated FFN of xIELU with each layer's parameters (xielu.alpha_n, alpha_p, beta, eps:
+// keys without the architecture's prefix, required, as llama.cpp reads them)
+void read_apertus(const GgufFile& f, ModelConfig& c) {
+    c.ffn_act = ModelConfig::Activation::xielu;
+    c.xielu_alpha_n = layer_floats(f, "xielu.alpha_n", c.n_layer);
+    c.xielu_alpha_p = layer_floats(f, "xielu.alpha_p", c.n_layer);
+    c.xielu_beta = layer_floats(f, "xielu.beta", c.n_layer);
+    c.xielu_eps = layer_floats(f, "xielu.eps", c.n_layer);
 }
 
 // An array of one integer a layer in lo..hi (FileError naming the key otherwise).
@@ -837,7 +899,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
                      ernie_moe || c.arch == "llama4" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
-    if (auto experts = f.get_int(p + "expert_count"); experts && *experts > 0 && !moe)
+    // (hunyuan-dense: an expert_count of 1 is none, as llama.cpp reads it)
+    if (auto experts = f.get_int(p + "expert_count");
+        experts && *experts > (c.file_arch == "hunyuan-dense" ? 1 : 0) && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, granitemoe, "
                                     "glm4moe, lfm2moe, deepseek2, llama4, minimax-m2, ernie4_5-moe, olmoe and "
@@ -975,6 +1039,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
     if (cohere) read_cohere(f, p, c);
     if (c.arch == "granite") read_granite(f, p, c);
+    const bool hunyuan = c.file_arch == "hunyuan-dense" || c.file_arch == "hunyuan-moe";
+    if (hunyuan) read_hunyuan(f, p, c);
+    if (c.file_arch == "arcee") c.ffn_act = Activation::relu_sqr;
+    if (c.file_arch == "apertus") read_apertus(f, c);
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "nemotron_h") read_nemotron_h(f, p, n_block, c);
     if (c.arch == "falcon-h1") read_falcon_h1(f, p, c);
@@ -1020,8 +1088,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     // A file that states the scale itself wins (but gemma4's is 1 whatever the file says, as llama.cpp sets it).
-    // (nemotron_h, falcon-h1: 1 / sqrt(head_dim) whatever the file says, as llama.cpp's does not read it)
-    if (c.arch != "gemma4" && c.arch != "gemma3n" && c.arch != "nemotron_h" && c.arch != "falcon-h1")
+    // (nemotron_h, falcon-h1, hunyuan: 1 / sqrt(head_dim) whatever the file says, as llama.cpp's do not read it)
+    if (c.arch != "gemma4" && c.arch != "gemma3n" && c.arch != "nemotron_h" && c.arch != "falcon-h1" && !hunyuan)
         c.attn_scale = optional_float(f, p + "attention.scale", c.attn_scale, 1e-6, 1e3);
     if (c.arch != "gemma2" && f.find(p + "attn_logit_softcapping"))
         throw FileError(fmt::format("{}: attention logit soft-capping ({}attn_logit_softcapping) is supported for "

@@ -40,10 +40,23 @@ struct ModelConfig {
     // The FFN's gate: SwiGLU (llama, qwen2), GeGLU (gemma3), or gpt-oss's clamped SwiGLU, act(g, u) =
     // min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1) (alpha 1.702 and limit 7, as
     // llama.cpp sets them: gpt-oss files do not carry them).
-    // nemotron_h: relu_sqr, an FFN without a gate, W2 max(W3 xn, 0)^2 (ffn_up; the layers have no ffn_gate).
-    enum class Activation { silu, gelu_tanh, swiglu_oai, relu_sqr };
-    bool ffn_gated() const { return ffn_act != Activation::relu_sqr; }
+    // nemotron_h, arcee: relu_sqr, an FFN without a gate, W2 max(W3 xn, 0)^2 (ffn_up; the layers have no ffn_gate).
+    // apertus: xielu, without a gate too, W2 xielu_l(W3 xn) with layer l's parameters (xielu_params).
+    enum class Activation { silu, gelu_tanh, swiglu_oai, relu_sqr, xielu };
+    bool ffn_gated() const { return ffn_act != Activation::relu_sqr && ffn_act != Activation::xielu; }
     Activation ffn_act = Activation::silu;
+    // apertus's xIELU: the file's alpha_n, alpha_p, beta and eps of each layer ([n_layer] each; xielu.* keys, one value
+    // for every layer or one a layer). xielu(u) = ap u^2 + beta u for u > 0, else (expm1(min(u, eps)) - u) an + beta u,
+    // with ap = softplus(alpha_p) and an = beta + softplus(alpha_n) (in float, as llama.cpp's ggml_xielu forms them).
+    std::vector<float> xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps;
+    struct Xielu {
+        float an, ap, beta, eps;
+    };
+    Xielu xielu_params(int64_t layer) const {
+        auto softplus = [](float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); };
+        const auto l = static_cast<size_t>(layer);
+        return {xielu_beta[l] + softplus(xielu_alpha_n[l]), softplus(xielu_alpha_p[l]), xielu_beta[l], xielu_eps[l]};
+    }
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
     float embd_scale = 1.0f;        // x = token_embd[token] * embd_scale (gemma3: sqrt(n_embd))
     float attn_scale = 0.0f;        // score = q . k * attn_scale; set by from_gguf (1 / sqrt(head_dim) by default)
@@ -98,6 +111,12 @@ struct ModelConfig {
     // llama4 (Llama4TextL2Norm): on the layers with RoPE each Q and K head is divided by its root mean square
     // (rms_eps, no weight) after RoPE
     bool qk_l2_norm = false;
+    // hunyuan-dense, hunyuan-moe: the Q and K heads' RMS norms (attn_q_norm, attn_k_norm) come after RoPE, not before
+    bool qk_norm_after_rope = false;
+    // hunyuan-dense: rope.scaling.alpha (NTK-aware scaling), already in rope_base: the file's rope.freq_base times
+    // alpha^(head_dim / (head_dim - 2)), as llama.cpp folds it in (its converter folds it into freq_base itself).
+    // 0: none.
+    float rope_alpha = 0.0f;
     // Mixture of experts (qwen3moe, gpt-oss): each layer's FFN is n_expert SwiGLU experts of n_ff_exp features, of
     // which a router picks n_expert_used per token (those of the largest logits), weighted by the softmax over the
     // chosen logits alone (qwen3moe's softmax over all of them renormalized over the chosen is the same function;
@@ -401,7 +420,7 @@ struct ModelConfig {
 // gemma, gemma2, gemma3, gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid,
 // nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
 // qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
-// nemotron_h_moe, falcon-h1).
+// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

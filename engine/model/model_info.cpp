@@ -159,6 +159,9 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.layer_norm || c.parallel_blocks)  // (command-r, cohere2)
             info["model"]["blocks"] = {{"layer_norm", c.layer_norm}, {"parallel", c.parallel_blocks},
                                        {"logit_scale", c.logit_mul}};
+        if (!c.ffn_gated())  // (nemotron_h, arcee: ReLU²; apertus: xIELU)
+            info["model"]["ffn"] = c.ffn_act == ModelConfig::Activation::xielu ? "xielu, ungated" : "relu_sqr, ungated";
+        if (c.qk_norm_after_rope) info["model"]["qk_norm"] = "after RoPE";  // (hunyuan)
         info["runnable"] = true;
     } else {
         info["runnable"] = false;
@@ -220,6 +223,8 @@ std::string render_model_info(const json& info) {
                                         m["experts"].contains("n_ff_shexp")
                                             ? " n_ff_shexp=" + m["experts"]["n_ff_shexp"].dump()
                                             : ""));
+        if (m.contains("ffn")) line("ffn", m["ffn"].get<std::string>());            // (ungated: ReLU², xIELU)
+        if (m.contains("qk_norm")) line("qk norms", m["qk_norm"].get<std::string>());  // (hunyuan: after RoPE)
         if (m.contains("mla"))
             line("attention", fmt::format("multi-head latent (MLA): a latent of {} cached a position, query rank {}, "
                                           "value heads of {}; {} leading dense layers",

@@ -338,6 +338,61 @@ ModelConfig olmoe_config(const char* name, int64_t n_embd, int64_t n_layer, int6
     return c;
 }
 
+// hunyuan-dense (Hunyuan 0.5B-7B): qwen3's layers (heads of head_dim, NEOX RoPE) whose Q and K heads are normalized
+// after RoPE; RoPE base 10,000 NTK-scaled by alpha, base * alpha^(head_dim / (head_dim - 2)) in float, as llama.cpp
+// reads rope.scaling.alpha (alpha_key: the file carries the key; else the base folded in, as the converter writes it).
+ModelConfig hunyuan_dense_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                                 int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float alpha,
+                                 bool alpha_key) {
+    ModelConfig c = base_config("qwen3", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+    c.file_arch = "hunyuan-dense";
+    c.qk_norm_after_rope = true;
+    const auto d = static_cast<float>(head_dim);
+    c.rope_base = c.rope_base_local = 10000.0f * std::pow(alpha, d / (d - 2.0f));
+    if (alpha_key) c.rope_alpha = alpha;
+    return c;
+}
+
+// hunyuan-moe (Hunyuan-A13B): hunyuan-dense's attention and, in every layer, n_expert SwiGLU experts of n_ff_exp
+// features (n_used a token, the softmax of their logits) beside a SwiGLU shared expert of n_ff_shexp without a gate;
+// feed_forward_length is the experts' width (llama.cpp sizes them by it).
+ModelConfig hunyuan_moe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                               int64_t head_dim, int64_t n_ff_exp, int64_t n_ff_shexp, int64_t n_expert, int64_t n_used,
+                               int64_t n_vocab, int64_t n_ctx, float rope_base) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff_shexp, n_ff_exp, n_expert,
+                                    n_used, n_vocab, n_ctx);
+    c.file_arch = "hunyuan-moe";
+    c.rms_eps = 1e-5f;
+    c.rope_base = c.rope_base_local = rope_base;
+    c.qk_norm_after_rope = true;
+    c.moe_shared_expert = true;
+    return c;
+}
+
+// arcee (AFM-4.5B): llama's layers (adjacent RoPE pairs) with an FFN of ReLU squared without a gate; apertus (Apertus
+// 8B, 70B): qwen3's attention (per-head Q/K norms before NEOX RoPE) with an FFN of xIELU without a gate, each layer's
+// alpha_n, alpha_p, beta, eps its own (spread around the trained models' 0.8, 0.8, 0.5, -1e-6 raw values; eps stays
+// near 0: xIELU jumps by about an * eps at 0, where fp16 rounding of llama.cpp's product inputs would move values
+// across). Their tiny files add Llama 3's RoPE divisors and (apertus) an output bias.
+ModelConfig ungated_config(const char* file_arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                           int64_t n_head_kv, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float rope_base) {
+    const bool arcee = std::string(file_arch) == "arcee";
+    ModelConfig c = base_config(arcee ? "llama" : "qwen3", name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head,
+                                n_ff, n_vocab, n_ctx);
+    c.file_arch = file_arch;
+    if (arcee) c.rope = ModelConfig::Rope::adjacent;
+    c.rope_base = c.rope_base_local = rope_base;
+    c.ffn_act = arcee ? ModelConfig::Activation::relu_sqr : ModelConfig::Activation::xielu;
+    for (int64_t l = 0; l < n_layer && !arcee; ++l) {
+        const auto x = static_cast<float>(l % 4);
+        c.xielu_alpha_n.push_back(0.3f + 0.4f * x);
+        c.xielu_alpha_p.push_back(1.2f - 0.3f * x);
+        c.xielu_beta.push_back(0.5f + 0.1f * x);
+        c.xielu_eps.push_back(l % 2 == 0 ? -1e-6f : -1e-4f);
+    }
+    return c;
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -816,6 +871,19 @@ std::vector<ModelConfig> arch_shapes() {
         olmoe_config("olmoe-tiny", 128, 3, 4, 4, 64, 8, 4, 320, 1024),
         // OLMoE-1B-7B (0924, 0125) as its config.json states it (no file could be fetched here to check)
         olmoe_config("olmoe-1b-7b", 2048, 16, 16, 16, 1024, 64, 8, 50304, 4096),
+        // 4 layers of 128, 4 heads of 64 (Q 256 wide), 2 KV heads, RoPE base NTK-scaled by alpha 50 (the key in the
+        // file); Hunyuan-7B's first four layers (alpha 1000 folded into the base, as its converter writes it)
+        hunyuan_dense_config("hunyuan-dense-tiny", 128, 4, 4, 2, 64, 320, 320, 1024, 50.0f, true),
+        hunyuan_dense_config("hunyuan-7b-4l", 4096, 4, 32, 8, 128, 14336, 128256, 262144, 1000.0f, false),
+        // 3 layers of 8 experts of 64 (2 a token) beside a shared expert of 96; Hunyuan-A13B's first two layers
+        hunyuan_moe_config("hunyuan-moe-tiny", 128, 3, 4, 2, 64, 64, 96, 8, 2, 320, 1024, 1e6f),
+        hunyuan_moe_config("hunyuan-a13b-2l", 4096, 2, 32, 8, 128, 3072, 3072, 64, 8, 128167, 262144, 11158840.0f),
+        // 4 layers of 128 with ReLU² FFNs of 320; AFM-4.5B's first four layers (its config.json as we read it)
+        ungated_config("arcee", "arcee-tiny", 128, 4, 4, 2, 320, 320, 1024, 10000.0f),
+        ungated_config("arcee", "afm-4.5b-4l", 2560, 4, 20, 4, 18432, 128004, 65536, 10000.0f),
+        // 4 layers of 128 with xIELU FFNs of 320, each layer's parameters its own; Apertus-8B's first four layers
+        ungated_config("apertus", "apertus-tiny", 128, 4, 4, 2, 320, 320, 1024, 10000.0f),
+        ungated_config("apertus", "apertus-8b-4l", 4096, 4, 32, 8, 21504, 131072, 65536, 12000000.0f),
         // MiniMax-M2 (and M2.1) as its config.json states it (no file could be fetched here to check), and its first
         // two layers (a benchmark of a size this machine can hold)
         minimax_m2_config("minimax-m2", 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
@@ -1183,6 +1251,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->weights.rope_factors_short = factors(1.5);
     }
     if (exaone4) m->weights.rope_freqs = factors(4.0);  // (Llama 3's RoPE divisors, as EXAONE 4.0 has them)
+    // (arcee, apertus: the tiny files' Llama 3 divisors)
+    if ((c.file_arch == "arcee" || c.file_arch == "apertus") && c.n_embd <= 256) m->weights.rope_freqs = factors(4.0);
     if (gemma4) {  // "proportional" RoPE: the global layers rotate the first quarter of their pairs, the rest not
         m->weights.rope_freqs.assign(static_cast<size_t>(c.n_rot / 2), 1e30f);
         std::fill_n(m->weights.rope_freqs.begin(), c.n_rot / 8, 1.0f);
@@ -1353,6 +1423,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.bv = uniform(nkv, -0.1, 0.1);
         }
         if (gemma4) L.out_scale = uniform(1, 0.5, 1.5);
+        if (c.file_arch == "apertus" && c.n_embd <= 256) L.bo = uniform(c.n_embd, -0.1, 0.1);  // (its optional bias)
         if (c.arch == "gpt-oss") {
             // Sinks of the size of the scores, so that they take a share of each softmax; gate and up biases out to
             // +-8, so that the SwiGLU's clamp at 7 cuts some of them.
@@ -1403,7 +1474,8 @@ void SyntheticModel::save(const std::string& path) const {
         for (int64_t l = 0; l < c.n_layer; ++l)  // (nemotron_h_moe: the experts' width)
             ff.emplace_back(uint32_t(!c.layer_has_ffn(l) ? 0 : c.moe() ? c.n_ff_exp : c.layer_n_ff(l)));
         w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
-    } else if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe") && c.moe()) {  // (Granite's: n_ff wide)
+    } else if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe" || c.file_arch == "hunyuan-moe") &&
+               c.moe()) {  // (Granite's, Hunyuan's: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
                c.file_arch == "ernie4_5-moe" || c.arch == "llama4") {  // (the leading dense width; llama4: the dense
@@ -1457,7 +1529,13 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
     w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
-    w.set(p + "rope.freq_base", c.rope_base);
+    if (c.rope_alpha > 0.0f) {  // (hunyuan-dense: the base before alpha's scaling, and alpha)
+        const auto d = static_cast<float>(c.head_dim);
+        w.set(p + "rope.freq_base", c.rope_base / std::pow(c.rope_alpha, d / (d - 2.0f)));
+        w.set(p + "rope.scaling.alpha", c.rope_alpha);
+    } else {
+        w.set(p + "rope.freq_base", c.rope_base);
+    }
     // (Cohere's LayerNorm; nemotron_h's as its converter writes it, which llama.cpp's RMS norms read)
     w.set(p + (c.layer_norm || c.arch == "nemotron_h" ? "attention.layer_norm_epsilon"
                                                       : "attention.layer_norm_rms_epsilon"),
@@ -1586,6 +1664,17 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "rope.dimension_sections", GgufValue::array(GgufType::I32, sections));
     }
     if (c.arch == "lfm2") w.set(p + "shortconv.l_cache", uint32_t(c.ssm_conv));
+    if (c.ffn_act == ModelConfig::Activation::xielu) {  // (apertus: one value a layer)
+        auto floats = [](const std::vector<float>& v) {
+            std::vector<GgufValue> a;
+            for (float x : v) a.emplace_back(x);
+            return GgufValue::array(GgufType::F32, a);
+        };
+        w.set("xielu.alpha_n", floats(c.xielu_alpha_n));
+        w.set("xielu.alpha_p", floats(c.xielu_alpha_p));
+        w.set("xielu.beta", floats(c.xielu_beta));
+        w.set("xielu.eps", floats(c.xielu_eps));
+    }
     if (c.arch == "phi3") {
         w.set(p + "rope.scaling.original_context_length", uint32_t(c.yarn_n_ctx_orig));
         w.set(p + "rope.scaling.attn_factor", c.rope_mscale);

@@ -36,8 +36,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     // The biases are optional (qwen2 has Q, K and V ones; llama GGUFs may carry any of them), but gpt-oss requires
     // the output's, as llama.cpp does; ernie4_5's llama.cpp loads and ignores it and seed_oss's has none, so quill
     // refuses a file of theirs that has it (Weights: a tensor it would not use) rather than run it otherwise.
-    // (command-r, cohere2: llama.cpp loads no output bias either)
-    const bool no_bo = c.arch == "ernie4_5" || c.arch == "seed_oss" || c.arch == "command-r" || c.arch == "cohere2";
+    // (command-r, cohere2, hunyuan-dense, hunyuan-moe, arcee: llama.cpp loads no output bias either)
+    const bool no_bo = c.arch == "ernie4_5" || c.arch == "seed_oss" || c.arch == "command-r" || c.arch == "cohere2" ||
+                       c.file_arch == "hunyuan-dense" || c.file_arch == "hunyuan-moe" || c.file_arch == "arcee";
     std::vector<VectorField<L>> f;
     if (c.input_norms) f.push_back({"attn_norm.weight", &L::attn_norm, c.n_embd});
     f.insert(f.end(), {
@@ -136,10 +137,11 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     // (lfm2: its converter names the final norm token_embd_norm, as llama.cpp reads it)
     std::vector<VectorField<W>> f{
         {c.arch == "lfm2" ? "token_embd_norm.weight" : "output_norm.weight", &W::output_norm, c.n_embd}};
-    // The RoPE divisors llama.cpp loads: rope_freqs for llama, llama4, mistral3, granite and exaone4 (without
+    // The RoPE divisors llama.cpp loads: rope_freqs for llama, llama4, mistral3, granite, exaone4, apertus (without
     // longrope scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it
     // does not load, and so does quill (Weights::from_gguf), rather than run without it.
-    if (c.arch == "llama" || c.arch == "llama4" || c.arch == "mistral3" || c.arch == "granite" || c.arch == "exaone4")
+    if (c.arch == "llama" || c.arch == "llama4" || c.arch == "mistral3" || c.arch == "granite" || c.arch == "exaone4" ||
+        c.file_arch == "apertus")
         f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false});
     // (gemma4: required where a layer is global, as llama.cpp requires it)
     bool global = false;

@@ -227,7 +227,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     const bool gpt_oss = c.arch == "gpt-oss";
     // (llama.cpp requires output.weight for these)
     if ((gpt_oss || c.arch == "olmo2" || c.arch == "qwen2moe" || c.file_arch == "minimax-m2" ||
-         c.file_arch == "olmoe") && w.output_tied)
+         c.file_arch == "olmoe" || c.file_arch == "apertus") && w.output_tied)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);

@@ -484,7 +484,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             for (size_t i = 0; !w->empty() && i < x->size(); i += static_cast<size_t>(hd))
                 layer_norm(x->data() + i, w->data() + i % w->size(), c.rms_eps, static_cast<size_t>(hd),
                            x->data() + i);
-    } else {
+    } else if (!c.qk_norm_after_rope) {
         if (!L.attn_q_norm.empty()) rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
         if (!L.attn_k_norm.empty()) rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
     }
@@ -502,6 +502,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             rms_norm_rows(q_, static_cast<size_t>(hd), nullptr, c.rms_eps);
             rms_norm_rows(k_, static_cast<size_t>(hd), nullptr, c.rms_eps);
         }
+    }
+    // hunyuan: q_h, k_h = rms_norm(q_h) * attn_q_norm, rms_norm(k_h) * attn_k_norm after RoPE
+    if (c.qk_norm_after_rope) {
+        rms_norm_rows(q_, L.attn_q_norm, c.rms_eps);
+        rms_norm_rows(k_, L.attn_k_norm, c.rms_eps);
     }
     // mistral3: q = q * (1 + attn_temp_scale * log(floor((pos + attn_temp_offset) / attn_temp_floor) + 1)) (llama4:
     // on the layers without RoPE only)
@@ -576,6 +581,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
 void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
     const ModelConfig& c = config_;
     if (!c.layer_has_ffn(l)) return;  // (nemotron_h: a layer of a mixer alone)
+    ffn_layer_ = l;
     // xn = x / sqrt(mean(x^2) + eps) * ffn_norm (olmo2, exaone4: xn = x; command-r, cohere2: xn stays the
     // attention's input)
     if (c.input_norms && !c.parallel_blocks)
@@ -851,7 +857,7 @@ void ReferenceBackend::output_token(float* logits) {
 // out = W2 (act(W1 xn + b1, W3 xn + b3)) + b2 (the biases where given), act(g, u) = silu(g) u = g u / (1 + e^-g), or
 // (gemma3) gelu(g) u = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u, or (gpt-oss) swiglu_oai(g, u) =
 // g' / (1 + e^(-alpha g')) (u' + 1), g' = min(g, limit), u' = clamp(u, -limit, limit), or (nemotron_h, no W1)
-// relu_sqr(u) = max(u, 0)^2
+// relu_sqr(u) = max(u, 0)^2, or (apertus, no W1) xielu(u) with the layer's parameters (ModelConfig::xielu_params)
 void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const TensorView& w2, std::vector<double>& out,
                            const float* b1, const float* b3, const float* b2) {
     matvec(w3, xn_, up_, row_);
@@ -871,12 +877,18 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
         for (double& g : gate_) g = std::max(g - cutoff, 0.0);
     }
     const double alpha = c.swiglu_alpha, limit = c.swiglu_limit;
+    const ModelConfig::Xielu xi = c.ffn_act == ModelConfig::Activation::xielu ? c.xielu_params(ffn_layer_)
+                                                                                : ModelConfig::Xielu{};
     for (size_t i = 0; i < gate_.size(); ++i) {
         const double g = gate_[i] + (b1 ? b1[i] : 0.0), u = up_[i] + (b3 ? b3[i] : 0.0);
         switch (c.ffn_act) {
         case ModelConfig::Activation::silu: gate_[i] = g / (1.0 + std::exp(-g)) * u; break;
         case ModelConfig::Activation::gelu_tanh: gate_[i] = gelu(g) * u; break;
         case ModelConfig::Activation::relu_sqr: gate_[i] = std::max(u, 0.0) * std::max(u, 0.0); break;
+        case ModelConfig::Activation::xielu:
+            gate_[i] = u > 0.0 ? xi.ap * u * u + xi.beta * u
+                               : (std::expm1(std::min(u, static_cast<double>(xi.eps))) - u) * xi.an + xi.beta * u;
+            break;
         case ModelConfig::Activation::swiglu_oai: {
             const double gc = std::min(g, limit);
             gate_[i] = gc / (1.0 + std::exp(-alpha * gc)) * (std::clamp(u, -limit, limit) + 1.0);

@@ -135,6 +135,7 @@ private:
     bool ffn_sparse_ = false;      // gemma3n: the current FFN's gate is cut (ModelConfig::layer_sparse)
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
+    int64_t ffn_layer_ = 0;      // the layer ffn_token runs (apertus: its xIELU parameters)
 };
 
 }  // namespace quill

@@ -173,6 +173,13 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(olmoe->config, olmoe->weights),
                       "the CUDA backend cannot run olmoe models (Q/K norms over the whole projection, experts' "
                       "weights not renormalized); --device cpu runs it");
+    // Nor hunyuan's Q/K norms after RoPE, arcee's ungated ReLU² FFN, apertus's ungated xIELU one.
+    for (const char* shape : {"hunyuan-dense-tiny", "hunyuan-moe-tiny", "arcee-tiny", "apertus-tiny"}) {
+        const ModelConfig c = synthetic_config(shape);
+        CHECK_THROWS_WITH(cuda::check_model(c, Weights{}),
+                          fmt::format("the CUDA backend cannot run {} models (Q/K norms after RoPE, an ungated ReLU² "
+                                      "or xIELU FFN); --device cpu runs it", c.gguf_arch()));
+    }
     // Nor llama4 (Scout's shape without its layers: every expert layer; Maverick's: dense layers between).
     for (const char* shape : {"llama4-tiny", "llama4-scout", "llama4-maverick"}) {
         INFO(shape);

@@ -108,11 +108,12 @@ TEST_CASE("a tensor the architecture does not use is refused, naming it", "[mode
     w.set("general.architecture", "frobnicator");
     CHECK(load_error(w.to_bytes()).find("architecture 'frobnicator' is not supported (supported: llama, qwen2, "
                                         "qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, gemma, gemma2, gemma3, "
-                                        "gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, "
-                                        "nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, lfm2moe, "
+                                        "gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, "
+                                        "granitehybrid, nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, "
+                                        "lfm2moe, "
                                         "deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
                                         "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, "
-                                        "nemotron_h_moe, falcon-h1)") !=
+                                        "nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus)") !=
           std::string::npos);
 }
 
