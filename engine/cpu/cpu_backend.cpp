@@ -395,8 +395,9 @@ void CpuBackend::embed_rows(const Batch& batch, float* x_rows) {
     }
 }
 
-// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), times
-// rope_mscale (ModelConfig::layer_rope_mscale), for every layer of this batch (and rope_cs_local_ for the local layers when their RoPE differs).
+// rope_cs_[t] = the cosines and sines of theta_i(pos_t) as rope() reads them (cpu_backend.h), times rope_mscale
+// (ModelConfig::layer_rope_mscale), for every layer of this batch (and rope_cs_local_ for the local layers when their
+// RoPE differs).
 void CpuBackend::rope_angles(const Batch& batch) {
     const bool neox = config_.rope == ModelConfig::Rope::neox;
     auto fill = [&](const std::vector<double>& inv_freq, std::vector<float>& cs, double m) {
@@ -424,9 +425,10 @@ void CpuBackend::rope_angles(const Batch& batch) {
 }
 
 // Rotates each head's first n_rot dims of x [n_heads, head_dim] (the layer's: ModelConfig::layer_head_dim,
-// layer_n_rot) by the angles of batch token t (a local layer's angles when `local` and they differ): x0' = x0 c - x1 s, x1' = x0 s + x1 c for each pair (x0, x1), as products
-// and one sum each (no fused multiply-add: this file is built for the baseline ISA), four lanes at a time with
-// SSE2 and the same operations in the scalar rest (the same bits as a scalar loop over the pairs).
+// layer_n_rot) by the angles of batch token t (a local layer's angles when `local` and they differ):
+// x0' = x0 c - x1 s, x1' = x0 s + x1 c for each pair (x0, x1), as products and one sum each (no fused multiply-add:
+// this file is built for the baseline ISA), four lanes at a time with SSE2 and the same operations in the scalar rest
+// (the same bits as a scalar loop over the pairs).
 void CpuBackend::rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t t, bool local) const {
     const int64_t half = n_rot / 2;
     const std::vector<float>& cs = local && !rope_cs_local_.empty() ? rope_cs_local_ : rope_cs_;

@@ -517,8 +517,8 @@ ModelConfig nemotron_h_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_exp
 }
 
 // falcon-h1 (Falcon-H1): in every layer GQA attention with NEOX RoPE (n_head of head_dim, apart from n_embd) beside a
-// Mamba-2 mixer (mamba_heads heads of mamba_head_dim, n_group groups of B and C of d_state, a conv of `conv` taps and its
-// bias), both on the same normed input, then a SwiGLU FFN.
+// Mamba-2 mixer (mamba_heads heads of mamba_head_dim, n_group groups of B and C of d_state, a conv of `conv` taps and
+// its bias), both on the same normed input, then a SwiGLU FFN.
 ModelConfig falcon_h1_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
                              int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float rope_base,
                              int64_t conv, int64_t d_state, int64_t n_group, int64_t mamba_heads,
@@ -1258,7 +1258,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         std::fill_n(m->weights.rope_freqs.begin(), c.n_rot / 8, 1.0f);
     }
     if (c.n_embd_per_layer > 0) {
-        m->weights.per_layer_tok_embd = matrix("per_layer_token_embd.weight", c.n_layer * c.n_embd_per_layer, c.n_vocab);
+        m->weights.per_layer_tok_embd =
+            matrix("per_layer_token_embd.weight", c.n_layer * c.n_embd_per_layer, c.n_vocab);
         m->weights.per_layer_model_proj =
             matrix("per_layer_model_proj.weight", c.n_embd, c.n_layer * c.n_embd_per_layer);
         m->weights.per_layer_proj_norm = norm(c.n_embd_per_layer);
