@@ -5,7 +5,7 @@
 // lfm2-tiny-*, qwen35moe-tiny-*, qwen2moe-tiny-*, glm4moe-tiny-*, lfm2moe-tiny-*, qwen3next-tiny-*, deepseek2-tiny-*,
 // deepseek2-lite-tiny-*, deepseek2-fused-tiny-*, mistral4-tiny-*, granitemoe-tiny-*, cohere2-tiny-*,
 // command-r-tiny-*, minimax-m2-tiny-*, ernie4_5-moe-tiny-*, olmoe-tiny-*, nemotron_h-tiny-*, nemotron_h_moe-tiny-*,
-// llama4-tiny-*, each from the file
+// llama4-tiny-*, bailingmoe2-tiny-*, dots1-tiny-*, afmoe-tiny-*, each from the file
 // `quill bench --synthetic SHAPE --dtype f32|f16 --save` writes, as below):
 // context of 256, one thread, KV f32, no flash attention, the prompt in one batch, then one token a call.
 //   L=llama.cpp (llama-cpp-python 0.3.36's vendored copy, built)

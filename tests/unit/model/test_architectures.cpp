@@ -112,7 +112,7 @@ TEST_CASE("a tensor the architecture does not use is refused, naming it", "[mode
                                         "nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, lfm2moe, "
                                         "deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
                                         "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, "
-                                        "nemotron_h_moe)") !=
+                                        "nemotron_h_moe, bailingmoe2, dots1, afmoe)") !=
           std::string::npos);
 }
 

@@ -30,7 +30,8 @@ const char* const kShapes[] = {"stories15m",   "qwen3-tiny",   "qwen3moe-tiny", 
                                "qwen3vlmoe-tiny", "glm4v-tiny", "exaone-tiny", "glm4moe-tiny", "lfm2moe-tiny",
                                "qwen3next-tiny", "gemma-tiny", "deepseek2-tiny",
                                "deepseek2-fused-tiny", "cohere2-tiny", "command-r-tiny", "nemotron_h-tiny",
-                               "nemotron_h_moe-tiny", "llama4-tiny"};
+                               "nemotron_h_moe-tiny", "llama4-tiny", "bailingmoe2-tiny", "dots1-tiny",
+                               "afmoe-tiny"};
 
 // Whether a tensor of the file belongs to a block at or after n_layer: glm4moe's multi-token-prediction blocks, which
 // the loader skips and no device holds.
