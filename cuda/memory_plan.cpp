@@ -98,6 +98,10 @@ void check_model(const ModelConfig& config, const Weights& weights) {
                                     config.mamba2()                      ? "Mamba-2"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));
+    // afmoe's gate on the attention's output, a projection of its own, has no kernel.
+    if (config.attn_gate_proj)
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (a gated attention output); --device cpu "
+                                    "runs it", config.gguf_arch()));
     // DeepSeek-V3-style routing (glm4moe; lfm2moe, refused above) and leading dense layers have no kernels.
     if (config.moe_gating_sigmoid || config.moe_selection_bias || config.moe_weights_scale != 1.0f ||
         config.n_leading_dense > 0)

@@ -511,9 +511,12 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const bool v_from_k = L.v_from_k();
     const bool own_kv = c.layer_has_kv(layer);  // (gemma4: a shared-KV layer has Q only, and stores nothing)
     if (c.attn_out_gate) q_gate_.resize(n * 2 * nq);
+    if (c.attn_gate_proj) attn_gate_.resize(n * nq);
+    // (afmoe: its gate's product the fourth, after Q, K and V)
     const MatmulJob qkv[] = {{matrix(L.wq), c.attn_out_gate ? q_gate_.data() : q_.data()},
                              {own_kv ? matrix(L.wk) : matrix(L.wq), k_.data()},
-                             {v_from_k || !own_kv ? matrix(L.wk) : matrix(L.wv), v_.data()}};
+                             {v_from_k || !own_kv ? matrix(L.wk) : matrix(L.wv), v_.data()},
+                             {c.attn_gate_proj ? matrix(L.wgate) : matrix(L.wq), attn_gate_.data()}};
     // (the first layer of a range of a split forward starts from the whole residual stream, as layer 0 does;
     // olmo2 and exaone4 have no input norm: the products read x itself)
     bool ready = false;
@@ -525,7 +528,8 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
         ready = residual_norm(layer - 1, L.attn_norm.data(), &qkv[0].w, n, out_scale(layer - 1));
     }
     const float* in = c.input_norms ? xn_.data() : x_.data();
-    mm(std::span<const MatmulJob>(qkv, !own_kv ? 1 : v_from_k ? 2 : 3), in, n, c.n_embd, n_decode_, ready);
+    const size_t n_jobs = !own_kv ? 1 : v_from_k ? 2 : c.attn_gate_proj ? 4 : 3;
+    mm(std::span<const MatmulJob>(qkv, n_jobs), in, n, c.n_embd, n_decode_, ready);
     if (c.attn_out_gate) {  // (qwen35: each head's query, then its gate)
         attn_gate_.resize(n * nq);
         for (int64_t t = 0; t < n; ++t)
@@ -586,7 +590,7 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     // (rope_store by reference: no std::function copy of the lambda)
     attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store),
                           L.attn_sinks.empty() ? nullptr : L.attn_sinks.data());
-    if (c.attn_out_gate)  // att = att * sigmoid(gate)
+    if (c.attn_out_gate || c.attn_gate_proj)  // att = att * sigmoid(gate)
         for (int64_t i = 0; i < n * nq; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-attn_gate_[i]));
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, nq, n_decode_);
@@ -618,6 +622,8 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     if (c.layer_moe(layer) && !c.moe_shared_ffn) {
         moe_block(L, layer, n);
         if (c.moe_shared_expert) shared_expert(L, layer, n);
+        // (afmoe: the experts' and the shared expert's sum normalized before it joins the residual stream)
+        if (!L.ffn_post_norm.empty()) norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), n);
         scale_residual(n);  // (granitehybrid's experts: times residual_scale, as its dense FFN)
         return;
     }

@@ -50,15 +50,16 @@ inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool w
 }
 
 // L's matrices in the order the forward reads them: wq, wk, wv (gemma4: where the layer has them; a shared-KV layer
-// has neither), wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead; lfm2's short
-// convs: ssm_in, ssm_out; falcon-h1: its Mamba-2's ssm_in, ssm_out after them), then ffn_gate, ffn_up, ffn_down,
-// gemma4's per-layer input block (inp_gate, proj), gemma3n's Laurel (laurel_l, laurel_r), and/or (mixture of
-// experts; gemma4 has both) the router ffn_gate_inp and each expert's gate, up and down, last (deepseek2: mla_matrices
-// for the attention's).
+// has neither), afmoe's wgate, wo (qwen35's recurrent layers: ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out instead;
+// lfm2's short convs: ssm_in, ssm_out; falcon-h1: its Mamba-2's ssm_in, ssm_out after them), then ffn_gate, ffn_up,
+// ffn_down, gemma4's per-layer input block (inp_gate, proj), gemma3n's Laurel (laurel_l, laurel_r), and/or (mixture
+// of experts; gemma4 has both) the router ffn_gate_inp and each expert's gate, up and down, last (deepseek2:
+// mla_matrices for the attention's).
 inline std::vector<const TensorView*> layer_matrices(const LayerWeights& L) {
     std::vector<const TensorView*> m{&L.wq};
     if (L.wk.data) m.push_back(&L.wk);
     if (!L.v_from_k()) m.push_back(&L.wv);
+    if (L.wgate.data) m.push_back(&L.wgate);  // (afmoe: the attention's output gate)
     m.push_back(&L.wo);
     if (L.recurrent()) m = with_recurrent(L, m);
     if (L.mla()) m = mla_matrices(L, false);
@@ -82,6 +83,7 @@ inline std::vector<const TensorView*> layer_file_matrices(const LayerWeights& L)
     std::vector<const TensorView*> m{L.attn_qkv.data ? &L.attn_qkv : &L.wq};
     if (!L.attn_qkv.data && L.wk.data) m.push_back(&L.wk);
     if (!L.attn_qkv.data && !L.v_from_k()) m.push_back(&L.wv);
+    if (L.wgate.data) m.push_back(&L.wgate);
     m.push_back(&L.wo);
     if (L.recurrent()) m = with_recurrent(L, m);
     if (L.mla()) m = mla_matrices(L, true);

@@ -25,7 +25,9 @@ namespace {
 // (nemotron_h_moe: Nemotron 3 Nano) is nemotron_h's layers with experts in its FFN layers; Hunyuan's dense models
 // (hunyuan-dense) and Hunyuan-A13B (hunyuan-moe) are qwen3's and qwen3moe's layers with the Q/K norms after RoPE
 // (read_hunyuan); Arcee's AFM (arcee) is llama's layers with an ungated ReLU² FFN; Apertus (apertus) is qwen3's layers
-// with an ungated xIELU FFN (read_apertus).
+// with an ungated xIELU FFN (read_apertus); Ling 2.0 (bailingmoe2), dots.llm1 (dots1) and Arcee Trinity (afmoe) are
+// qwen3moe's layers with DeepSeek-V3-style experts beside a shared one (read_shared_expert_moe), Trinity's with
+// post-norms, a gated attention output and sliding-window layers.
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -46,7 +48,10 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"hunyuan-dense", "qwen3", ArchVariant::Rope::neox},
                                          {"hunyuan-moe", "qwen3moe", ArchVariant::Rope::neox},
                                          {"arcee", "llama", ArchVariant::Rope::base},
-                                         {"apertus", "qwen3", ArchVariant::Rope::neox}};
+                                         {"apertus", "qwen3", ArchVariant::Rope::neox},
+                                         {"bailingmoe2", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"dots1", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"afmoe", "qwen3moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -73,7 +78,7 @@ std::string supported_architectures() {
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
            "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1, hunyuan-dense, "
-           "hunyuan-moe, arcee, apertus";
+           "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe";
 }
 
 namespace {
@@ -468,6 +473,70 @@ void read_moe_routing(const GgufFile& f, const std::string& p, ModelConfig& c) {
     refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE, GLM-4.5V)", c.arch);
 }
 
+// Expert groups as llama.cpp reads them for every architecture with experts (expert_group_count,
+// expert_group_used_count; ModelConfig::moe_n_group): a count above 1 must divide the experts, with groups used.
+void read_expert_groups(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.moe_n_group = optional_int(f, p + "expert_group_count", 0, 0, c.n_expert - 1);
+    c.moe_n_group_used = optional_int(f, p + "expert_group_used_count", 0, 0, std::max<int64_t>(0, c.moe_n_group - 1));
+    if (c.moe_n_group > 1 && (c.n_expert % c.moe_n_group != 0 || c.moe_n_group_used < 1))
+        throw FileError(fmt::format("{}: metadata '{}expert_group_count' {} does not divide expert_count {} or "
+                                    "expert_group_used_count is 0", f.path(), p, c.moe_n_group, c.n_expert));
+}
+
+// Ling 2.0 / Ring 2.0 (bailingmoe2), dots.llm1 (dots1) and Arcee Trinity (afmoe) as llama.cpp reads them:
+// leading_dense_block_count dense layers of feed_forward_length first, then expert_feed_forward_length-wide experts
+// chosen by expert_gating_func (1 softmax, 2 sigmoid; required by bailingmoe2, and by dots1, which llama.cpp reads as
+// optional but cannot run without; afmoe: sigmoid when absent or 0) plus the selection bias exp_probs_b (required by
+// afmoe; the others where the first layer with experts has it), in expert groups where the file has them, weighted by
+// the chosen probabilities (renormalized when expert_weights_norm says so) times expert_weights_scale (absent or 0:
+// 1); beside them a shared expert of expert_shared_count experts' width (bailingmoe2: of
+// expert_shared_feed_forward_length where that is given, times the count all the same, as llama.cpp sizes it; afmoe:
+// none when the count is 0). bailingmoe2's multi-token-prediction blocks are skipped (ModelConfig::n_layer_nextn).
+// dots1: K and V heads as many as Q's and every dim rotated (llama.cpp sizes and asserts them so). afmoe: embeddings
+// scaled by sqrt(n_embd), post-norms, the attention's output gated by sigmoid(attn_gate xn), no RoPE on every fourth
+// layer whatever the file says, and where attention.sliding_window is given, local layers
+// (attention.sliding_window_pattern, every fourth global unless it says) rotating with rope.freq_base_swa.
+void read_shared_expert_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    const std::string arch = c.gguf_arch();
+    const bool bailing = arch == "bailingmoe2", afmoe = arch == "afmoe";
+    const std::string gating = p + "expert_gating_func";
+    const int64_t func = afmoe ? optional_int(f, gating, 2, 0, 4) : required_int(f, gating, 0, 4);
+    if (func != 1 && func != 2 && !(afmoe && func == 0))
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (softmax) or 2 (sigmoid): the expert gating "
+                                    "functions quill supports for {}", f.path(), gating, func, arch));
+    c.moe_gating_sigmoid = func != 1;
+    c.n_ff_exp = required_int(f, p + "expert_feed_forward_length", 1, kBig);
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
+    c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
+    read_expert_groups(f, p, c);
+    c.n_expert_shared = required_int(f, p + "expert_shared_count", afmoe ? 0 : 1, 64);
+    const int64_t width = bailing ? optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig) : 0;
+    c.moe_shared_expert = c.n_expert_shared > 0;
+    if (c.moe_shared_expert) {  // (one a block, bailingmoe2's MTP blocks' too)
+        for (int64_t l = 0; l < c.n_layer + c.n_layer_nextn; ++l)
+            c.n_ff_layers.push_back(c.layer_moe(l) ? (width > 0 ? width : c.n_ff_exp) * c.n_expert_shared : c.n_ff);
+        c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    }
+    c.moe_selection_bias = afmoe || (c.n_leading_dense < c.n_layer &&
+                                     f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_leading_dense)));
+    if (arch == "dots1" && (c.n_head_kv != c.n_head || c.n_rot != c.head_dim))
+        throw FileError(fmt::format("{}: dots1 with {} KV heads for {} heads, {} of {} dims rotated: llama.cpp's dots1 "
+                                    "needs as many KV heads as heads and every dim rotated", f.path(), c.n_head_kv,
+                                    c.n_head, c.n_rot, c.head_dim));
+    if (!bailing) refuse_if_set(f, p, "nextn_predict_layers", "NextN prediction layers", arch);
+    if (!afmoe) return;
+    c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+    c.attn_gate_proj = true;
+    c.no_rope_step = 4;
+    c.sliding_window = optional_int(f, p + "attention.sliding_window", 0, 0, int64_t{1} << 30);
+    if (c.sliding_window == 0) return;
+    c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
+    c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
+}
+
 // Cohere's Command R (command-r) and Command R7B / A (cohere2) as llama.cpp reads them: LayerNorms, attention and
 // FFN in parallel from one norm, the logits multiplied by logit_scale (cohere2: required; command-r: 0 or absent, no
 // scaling). command-r: Q and K norms of a row per head in 64 layers or more (Command R+), as llama.cpp loads them.
@@ -583,11 +652,7 @@ void read_nemotron_h_moe(const GgufFile& f, const std::string& p, ModelConfig& c
     c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
     const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e3);
     if (scale != 0.0f) c.moe_weights_scale = scale;
-    c.moe_n_group = optional_int(f, p + "expert_group_count", 0, 0, c.n_expert - 1);
-    c.moe_n_group_used = optional_int(f, p + "expert_group_used_count", 0, 0, std::max<int64_t>(0, c.moe_n_group - 1));
-    if (c.moe_n_group > 1 && (c.n_expert % c.moe_n_group != 0 || c.moe_n_group_used < 1))
-        throw FileError(fmt::format("{}: metadata '{}expert_group_count' {} does not divide expert_count {} or "
-                                    "expert_group_used_count is 0", f.path(), p, c.moe_n_group, c.n_expert));
+    read_expert_groups(f, p, c);
     const int64_t shared = required_int(f, p + "expert_shared_feed_forward_length", 1, int64_t{1} << 24);
     c.moe_shared_expert = true;
     for (int64_t l = 0; l < c.n_layer; ++l)  // (the shared expert's width where a layer has experts)
@@ -775,11 +840,7 @@ void read_deepseek2(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.moe_norm_weights = f.find(p + "expert_weights_norm") && f.find(p + "expert_weights_norm")->as_bool();
     const int64_t gating = optional_int(f, p + "expert_gating_func", 0, 0, 2);
     c.moe_gating_sigmoid = gating == 2 || (gating == 0 && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880);
-    c.moe_n_group = optional_int(f, p + "expert_group_count", 0, 0, c.n_expert - 1);
-    c.moe_n_group_used = optional_int(f, p + "expert_group_used_count", 0, 0, std::max<int64_t>(0, c.moe_n_group - 1));
-    if (c.moe_n_group > 1 && (c.n_expert % c.moe_n_group != 0 || c.moe_n_group_used < 1))
-        throw FileError(fmt::format("{}: metadata '{}expert_group_count' {} does not divide expert_count {} or "
-                                    "expert_group_used_count is 0", f.path(), p, c.moe_n_group, c.n_expert));
+    read_expert_groups(f, p, c);
     c.n_ff_layers.assign(static_cast<size_t>(c.n_layer), c.n_expert_shared * c.n_ff_exp);
     std::fill_n(c.n_ff_layers.begin(), c.n_leading_dense, c.n_ff);
     c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
@@ -896,6 +957,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
     const bool ernie_moe = c.file_arch == "ernie4_5-moe";  // (read_ernie4_5_moe)
+    // (bailingmoe2, dots1, afmoe: read_shared_expert_moe)
+    const bool shared_moe = c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "afmoe";
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
                      ernie_moe || c.arch == "llama4" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
@@ -904,8 +967,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         experts && *experts > (c.file_arch == "hunyuan-dense" ? 1 : 0) && !moe)
         throw FileError(fmt::format("{}: mixture-of-experts models ({} experts) of architecture '{}' are not supported "
                                     "(qwen2moe, qwen3moe, qwen35moe, gpt-oss, gemma4, granitehybrid, granitemoe, "
-                                    "glm4moe, lfm2moe, deepseek2, llama4, minimax-m2, ernie4_5-moe, olmoe and "
-                                    "nemotron_h_moe are)", f.path(), *experts, c.arch));
+                                    "glm4moe, lfm2moe, deepseek2, llama4, minimax-m2, ernie4_5-moe, olmoe, "
+                                    "nemotron_h_moe, bailingmoe2, dots1 and afmoe are)", f.path(), *experts, c.arch));
 
     constexpr int64_t kBig = int64_t{1} << 24;
     c.n_embd = required_int(f, p + "embedding_length", 1, kBig);
@@ -913,7 +976,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     const int64_t n_block = c.n_layer;
     // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
     // does not run (as llama.cpp by default)
-    if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2" || c.arch == "nemotron_h") {
+    if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2" || c.arch == "nemotron_h" ||
+        c.file_arch == "bailingmoe2") {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }
@@ -1028,6 +1092,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
+    if (shared_moe) read_shared_expert_moe(f, p, c);  // (after the RoPE and the window: afmoe's local layers)
     if (qwen35) read_qwen35(f, p, n_block, c);
     if (variant && (variant->rope == ArchVariant::Rope::mrope || variant->rope == ArchVariant::Rope::imrope))
         read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)

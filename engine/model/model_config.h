@@ -163,8 +163,9 @@ struct ModelConfig {
         return moe() && layer >= n_leading_dense && layer_has_ffn(layer) &&
                (moe_layer_step <= 1 || (layer + 1) % moe_layer_step == 0);
     }
-    // deepseek2: expert groups (expert_group_count, expert_group_used_count): the experts are chosen among the
-    // moe_n_group_used of moe_n_group equal runs of them whose two best biased probabilities sum highest
+    // deepseek2, nemotron_h_moe, bailingmoe2, dots1, afmoe: expert groups (expert_group_count,
+    // expert_group_used_count): the experts are chosen among the moe_n_group_used of moe_n_group equal runs of them
+    // whose two best biased probabilities sum highest
     int64_t moe_n_group = 0, moe_n_group_used = 0;
     // Whether the experts are chosen by DeepSeek's rule (route_experts, engine/model/moe_route.h: probabilities
     // first, then the selection bias, the groups, the normalization and the scale): sigmoid gating, a selection bias,
@@ -229,6 +230,8 @@ struct ModelConfig {
     }
     // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
     bool attn_out_gate = false;
+    // afmoe: the gate is a projection of its own, att *= sigmoid(W_gate xn) (attn_gate [n_embd_q rows, n_embd])
+    bool attn_gate_proj = false;
     // granitehybrid (Granite 4.0 H): the layers whose attention.head_count_kv entry is 0 are Mamba-2 layers (1 here;
     // empty: none), in the same ssm_* sizes: ssm_n_v_heads heads (ssm.time_step_rank) of ssm_head_v channels of x,
     // ssm_n_k_heads groups (ssm.group_count) of B and C of ssm_head_k (ssm.state_size), so that the conv's channels
@@ -420,7 +423,7 @@ struct ModelConfig {
 // gemma, gemma2, gemma3, gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid,
 // nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
 // qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
-// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus).
+// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

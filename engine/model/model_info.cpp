@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <map>
+#include <string>
 
 namespace quill {
 
@@ -118,8 +119,11 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.moe_selection_bias)  // (DeepSeek-V3-style routing)
             info["model"]["experts"]["routing"] = {{"gating", c.moe_gating_sigmoid ? "sigmoid" : "softmax"},
                                                    {"normalized", c.moe_norm_weights},
-                                                   {"scale", c.moe_weights_scale},
-                                                   {"leading_dense", c.n_leading_dense}};
+                                                   // (the float's shortest digits, not its double's)
+                                                   {"scale", std::stod(fmt::format("{}", c.moe_weights_scale))},
+                                                   {"leading_dense", c.n_leading_dense},
+                                                   {"groups", c.moe_n_group},
+                                                   {"groups_used", c.moe_n_group_used}};
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
         if (c.altup())  // (gemma3n)
@@ -232,9 +236,12 @@ std::string render_model_info(const json& info) {
                                           m["mla"]["head_dim_v"].dump(), m["mla"]["n_leading_dense"].dump()));
         if (m.contains("experts") && m["experts"].contains("routing")) {
             const json& r = m["experts"]["routing"];
-            line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}",
+            const auto groups = r["groups"].get<int64_t>();  // (expert groups: the used ones of them)
+            line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}{}",
                                         r["gating"].get<std::string>(), r["normalized"].dump(), r["scale"].dump(),
-                                        r["leading_dense"].dump()));
+                                        r["leading_dense"].dump(),
+                                        groups > 1 ? fmt::format(" groups={} of {}", r["groups_used"].dump(), groups)
+                                                   : ""));
         }
         if (m.contains("altup")) {
             const json& a = m["altup"];

@@ -393,6 +393,71 @@ ModelConfig ungated_config(const char* file_arch, const char* name, int64_t n_em
     return c;
 }
 
+// The mixtures of bailingmoe2, dots1 and afmoe: n_dense leading dense layers of c.n_ff features, then n_expert SwiGLU
+// experts of n_ff_exp (n_used a token, chosen by sigmoid(logit) + a selection bias among the n_group_used best of
+// n_group groups where n_group > 1, weighted by the normalized sigmoids times `scale`) beside an ungated shared
+// expert of n_shared * n_ff_shexp features; n_nextn multi-token-prediction blocks written after the layers and never
+// run.
+struct SharedMoe {
+    int64_t n_ff_exp, n_expert, n_used, n_group, n_group_used, n_dense, n_shared, n_ff_shexp;
+    float scale;
+    int64_t n_nextn;
+};
+
+ModelConfig shared_moe_config(ModelConfig c, const char* file_arch, const SharedMoe& m) {
+    c.file_arch = file_arch;
+    set_sigmoid_experts(c, m.n_ff_exp, m.n_expert, m.n_used, m.n_dense, m.scale);
+    c.moe_n_group = m.n_group;
+    c.moe_n_group_used = m.n_group_used;
+    c.n_expert_shared = m.n_shared;
+    c.moe_shared_expert = m.n_shared > 0;
+    c.n_layer_nextn = m.n_nextn;
+    if (c.moe_shared_expert)
+        for (int64_t l = 0; l < c.n_layer + m.n_nextn; ++l)
+            c.n_ff_layers.push_back(c.layer_moe(l) ? m.n_shared * m.n_ff_shexp : c.n_ff);
+    c.n_ff = std::max(c.n_ff, m.n_shared * m.n_ff_shexp);
+    return c;
+}
+
+// bailingmoe2 (Ling 2.0): qwen3moe's attention with Q, K and V in one matrix (attn_qkv), NEOX RoPE over n_rot of each
+// head's dims, and shared_moe_config's mixture.
+ModelConfig bailingmoe2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                               int64_t n_rot, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, const SharedMoe& m) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, n_embd / n_head, n_ff, m.n_ff_exp,
+                                    m.n_expert, m.n_used, n_vocab, n_ctx);
+    c.n_rot = n_rot;
+    c.rope_base = c.rope_base_local = 600000.0f;
+    return shared_moe_config(c, "bailingmoe2", m);
+}
+
+// dots1 (dots.llm1): qwen3moe's attention with as many KV heads as heads, every dim rotated, and shared_moe_config's
+// mixture.
+ModelConfig dots1_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t head_dim,
+                         int64_t n_ff, int64_t n_vocab, int64_t n_ctx, const SharedMoe& m) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head, head_dim, n_ff, m.n_ff_exp, m.n_expert,
+                                    m.n_used, n_vocab, n_ctx);
+    c.rms_eps = 1e-5f;
+    c.rope_base = c.rope_base_local = 1e7f;
+    return shared_moe_config(c, "dots1", m);
+}
+
+// afmoe (Arcee Trinity): qwen3moe's attention with its output gated by sigmoid(W_gate xn), post-norms, embeddings
+// scaled by sqrt(n_embd), three local layers of four (a window of `window`, rotating with base 10,000) and every
+// fourth global without RoPE, and shared_moe_config's mixture.
+ModelConfig afmoe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
+                         const SharedMoe& m) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, m.n_ff_exp, m.n_expert,
+                                    m.n_used, n_vocab, n_ctx);
+    c.rms_eps = 1e-5f;
+    c.rope_base_local = 10000.0f;
+    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
+    c.attn_gate_proj = true;
+    c.sliding_window = window;
+    c.swa_pattern = c.no_rope_step = 4;
+    return shared_moe_config(c, "afmoe", m);
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -888,6 +953,34 @@ std::vector<ModelConfig> arch_shapes() {
         // two layers (a benchmark of a size this machine can hold)
         minimax_m2_config("minimax-m2", 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
         minimax_m2_config("minimax-m2-2l", 3072, 2, 48, 8, 128, 64, 1536, 256, 8, 200064, 196608),
+        // layer 0 dense (192 features), 1 and 2 with 8 experts of 64 in 4 groups of which 2 are used (2 experts a
+        // token, weights scaled by 2.5) beside a shared expert of 96; 4 heads of 32 (2 KV heads) rotating 16 dims;
+        // one MTP block after them
+        bailingmoe2_config("bailingmoe2-tiny", 128, 3, 4, 2, 16, 192, 320, 1024, {64, 8, 2, 4, 2, 1, 1, 96, 2.5f, 1}),
+        // Ling-mini-2.0 as its config.json is remembered (no file could be fetched here to check: 20 layers, the
+        // first dense of 5120, 256 experts of 512 in 8 groups of which 4 are used, 8 a token, a shared expert of 512,
+        // heads of 128 rotating half), and its first two layers (the dense one and one with experts)
+        bailingmoe2_config("ling-mini-2.0", 2048, 20, 16, 4, 64, 5120, 157184, 32768,
+                           {512, 256, 8, 8, 4, 1, 1, 512, 2.5f, 1}),
+        bailingmoe2_config("ling-mini-2.0-2l", 2048, 2, 16, 4, 64, 5120, 157184, 32768,
+                           {512, 256, 8, 8, 4, 1, 1, 512, 2.5f, 0}),
+        // layer 0 dense (192 features), 1 and 2 with 8 experts of 64 (2 a token, weights scaled by 2.5) beside two
+        // shared experts of 64; 4 heads of 32 and as many KV heads
+        dots1_config("dots1-tiny", 128, 3, 4, 32, 192, 320, 1024, {64, 8, 2, 0, 0, 1, 2, 64, 2.5f, 0}),
+        // dots.llm1 as its config.json is remembered (no file could be fetched here to check: 62 layers, the first
+        // dense of 10944, 128 experts of 1408, 6 a token, two shared ones), and its first two layers
+        dots1_config("dots1", 4096, 62, 32, 128, 10944, 152064, 32768, {1408, 128, 6, 0, 0, 1, 2, 1408, 2.5f, 0}),
+        dots1_config("dots1-2l", 4096, 2, 32, 128, 10944, 152064, 32768, {1408, 128, 6, 0, 0, 1, 2, 1408, 2.5f, 0}),
+        // layer 0 dense (192 features), 1-4 with 8 experts of 64 (2 a token, weights scaled by 2.826) beside a shared
+        // expert of 64; 4 heads of 32 (2 KV heads); layers 0-2 and 4 local with a window of 8, 3 global without RoPE
+        afmoe_config("afmoe-tiny", 128, 5, 4, 2, 32, 192, 320, 1024, 8, {64, 8, 2, 0, 0, 1, 1, 64, 2.826f, 0}),
+        // Trinity Mini as its config.json is remembered (no file could be fetched here to check: 32 layers, the
+        // first two dense of 6144, 128 experts of 1024, 8 a token, a shared one, 32 heads of 128 over 4 KV heads, a
+        // window of 2048), and its first four layers (two dense, two with experts; three local, one global)
+        afmoe_config("trinity-mini", 2048, 32, 32, 4, 128, 6144, 200192, 131072, 2048,
+                     {1024, 128, 8, 0, 0, 2, 1, 1024, 2.826f, 0}),
+        afmoe_config("trinity-mini-4l", 2048, 4, 32, 4, 128, 6144, 200192, 131072, 2048,
+                     {1024, 128, 8, 0, 0, 2, 1, 1024, 2.826f, 0}),
         // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
         // them (no file could be fetched here to check)
         gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
@@ -1330,7 +1423,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
                 L.wv_b = stacked(b + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head);
                 L.split_mla_heads();
             }
-        } else if (phi3) {  // the fused tensors of the file, viewed as their parts (as Weights::from_gguf does)
+        } else if (phi3 || c.file_arch == "bailingmoe2") {  // the fused tensors of the file, viewed as their parts
+                                                              // (as Weights::from_gguf does)
             L.split_qkv(matrix(b + "attn_qkv.weight", c.n_embd, nq + 2 * nkv), c, i);
         } else {
             L.wq = matrix(b + "attn_q.weight", c.n_embd, c.attn_out_gate ? 2 * nq : nq);
@@ -1345,6 +1439,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
             L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
+        if (c.attn_gate_proj) L.wgate = matrix(b + "attn_gate.weight", c.n_embd, nq);
         if (c.layer_has_attention(i))
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
         if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(i)) L.ffn_norm = norm(c.n_embd);
@@ -1398,7 +1493,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.altup_correct_coef = uniform(c.n_altup * c.n_altup, -0.3, 0.3);
             L.altup_correct_scale = norm(c.n_embd);
         }
-        if (gemma2 || gemma4 || gemma3n || glm4 || olmo2 || exaone4) {
+        if (gemma2 || gemma4 || gemma3n || glm4 || olmo2 || exaone4 || c.file_arch == "afmoe") {
             L.attn_post_norm = norm(c.n_embd);
             L.ffn_post_norm = norm(c.n_embd);
         }
@@ -1415,7 +1510,9 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         } else if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
                    ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
-            if (c.layer_has_kv(i)) L.attn_k_norm = norm(c.layer_head_dim(i));
+            // (an MTP block's attention, never run, has K's norm too: bailingmoe2's llama.cpp requires it)
+            if (c.layer_has_kv(i) || (i >= c.n_layer && c.file_arch == "bailingmoe2"))
+                L.attn_k_norm = norm(c.layer_head_dim(i));
         }
         if (glm4 || c.arch == "glm4moe" || c.arch == "seed_oss" || c.arch == "qwen2" ||
             c.arch == "qwen2moe") {  // (their Q, K and V biases)
@@ -1449,6 +1546,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->mtp_matrices.push_back(matrix(b + "eh_proj.weight", 2 * c.n_embd, c.n_embd));
         for (const char* v : {"enorm.weight", "hnorm.weight", "shared_head_norm.weight"})
             m->mtp_vectors.push_back({b + v, norm(c.n_embd)});
+        if (c.file_arch == "bailingmoe2")  // (its llama.cpp requires the block's output norm too)
+            m->mtp_vectors.push_back({fmt::format("blk.{}.layer_output_norm.weight", i), norm(c.n_embd)});
     }
     m->weights.n_expert_used = c.n_expert_used;
     return m;
@@ -1470,6 +1569,7 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "context_length", uint32_t(c.n_ctx_train));
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
+    const bool shared_moe = c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "afmoe";
     if (c.arch == "nemotron_h") {  // (a width a layer, 0 where a layer has no FFN)
         std::vector<GgufValue> ff;
         for (int64_t l = 0; l < c.n_layer; ++l)  // (nemotron_h_moe: the experts' width)
@@ -1479,8 +1579,8 @@ void SyntheticModel::save(const std::string& path) const {
                c.moe()) {  // (Granite's, Hunyuan's: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
-               c.file_arch == "ernie4_5-moe" || c.arch == "llama4") {  // (the leading dense width; llama4: the dense
-                                                                         // layers')
+               c.file_arch == "ernie4_5-moe" || c.arch == "llama4" || shared_moe) {
+        // (the leading dense width; llama4: the dense layers')
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
         std::vector<GgufValue> ff;
@@ -1563,8 +1663,11 @@ void SyntheticModel::save(const std::string& path) const {
     int64_t shexp = c.n_layer - 1;  // (the last layer with experts: nemotron_h's last may be attention alone)
     while (shexp > 0 && !(c.layer_moe(shexp) && c.layer_has_ffn(shexp))) --shexp;
     if (c.arch == "llama4") w.set(p + "interleave_moe_layer_step", uint32_t(c.moe_layer_step));
-    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2" && c.arch != "llama4")
-        w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(shexp)));
+    // (dots1's and afmoe's converters write none; bailingmoe2's the width of one of the shared experts)
+    if (c.moe_shared_expert && c.arch != "glm4moe" && c.arch != "deepseek2" && c.arch != "llama4" &&
+        (!shared_moe || c.file_arch == "bailingmoe2"))
+        w.set(p + "expert_shared_feed_forward_length",
+              uint32_t(c.layer_n_ff(shexp) / std::max<int64_t>(1, c.n_expert_shared)));
     if (c.file_arch == "ernie4_5-moe") {  // (its converter's keys: no gating function, softmax)
         w.set(p + "interleave_moe_layer_step", uint32_t(1));
         w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
@@ -1578,6 +1681,18 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_weights_norm", c.moe_norm_weights);
         w.set(p + "expert_weights_scale", c.moe_weights_scale);
         if (c.n_layer_nextn > 0) w.set(p + "nextn_predict_layers", uint32_t(c.n_layer_nextn));
+    }
+    if (shared_moe) {  // (read_shared_expert_moe's keys)
+        w.set(p + "expert_shared_count", uint32_t(c.n_expert_shared));
+        w.set(p + "expert_weights_norm", c.moe_norm_weights);
+        w.set(p + "expert_weights_scale", c.moe_weights_scale);
+        if (c.moe_n_group > 0) {
+            w.set(p + "expert_group_count", uint32_t(c.moe_n_group));
+            w.set(p + "expert_group_used_count", uint32_t(c.moe_n_group_used));
+        }
+        if (c.file_arch == "bailingmoe2") w.set(p + "nextn_predict_layers", uint32_t(c.n_layer_nextn));
+        if (c.sliding_window > 0) w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        if (c.sliding_window > 0) w.set(p + "rope.freq_base_swa", c.rope_base_local);
     }
     if (c.arch == "gemma2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));

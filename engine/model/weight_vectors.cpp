@@ -26,7 +26,7 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     using L = LayerWeights;
     const bool gpt_oss = c.arch == "gpt-oss", gemma4 = c.arch == "gemma4" || c.arch == "gemma3n";
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
-                            c.arch == "olmo2" || c.arch == "exaone4";
+                            c.arch == "olmo2" || c.arch == "exaone4" || c.file_arch == "afmoe";
     const bool recurrent = c.layer_is_recurrent(layer), qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     const bool glm4moe = c.arch == "glm4moe";  // (its Q and K norms optional: GLM-4.5's, not GLM-4.5-Air's)
     const bool qk_norms = glm4moe || c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
@@ -76,8 +76,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     }
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
-        // (gemma4: not in a shared-KV layer, which has no K; gemma3n's has one, unread, as llama.cpp requires it)
-        if (c.layer_has_kv(layer) || c.arch == "gemma3n")
+        // (gemma4: not in a shared-KV layer, which has no K; gemma3n's has one, unread, as llama.cpp requires it;
+        // bailingmoe2's MTP blocks, never run, have it)
+        if (c.layer_has_kv(layer) || c.arch == "gemma3n" || (layer >= c.n_layer && c.file_arch == "bailingmoe2"))
             f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1, !glm4moe});
     }
     if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head, as llama.cpp requires them)
@@ -113,7 +114,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"post_ffw_norm_2.weight", &L::ffn_post_norm_2, c.n_embd});
         f.push_back({"ffn_down_exps.scale", &L::ffn_down_exps_s, c.n_expert, 1, false});
     }
-    // (glm4moe, lfm2moe: moe_selection_bias; DeepSeek-V3's deepseek2 files, where they have it)
+    // (glm4moe, lfm2moe, bailingmoe2, dots1, afmoe: moe_selection_bias; DeepSeek-V3's deepseek2 files, where they
+    // have it)
     if (c.moe_selection_bias && c.layer_moe(layer)) f.push_back({"exp_probs_b.bias", &L::ffn_exp_probs_b, c.n_expert});
     if (c.arch == "deepseek2" && c.layer_moe(layer))
         f.push_back({"exp_probs_b.bias", &L::ffn_exp_probs_b, c.n_expert, 1, false});

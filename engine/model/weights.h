@@ -43,6 +43,7 @@ struct LayerWeights {
     TensorView wk;                 // [n_head_kv * head_dim rows, n_embd]
     TensorView wv;                 // [n_head_kv * head_dim rows, n_embd]; gemma4: absent (no data) where V is K's
     TensorView wo;                 // [n_embd rows, n_head * head_dim]
+    TensorView wgate;              // afmoe (ModelConfig::attn_gate_proj): [n_head * head_dim rows, n_embd]
     std::vector<float> ffn_norm;   // [n_embd]
     TensorView ffn_gate;           // W1 [n_ff rows, n_embd]
     TensorView ffn_up;             // W3 [n_ff rows, n_embd]

@@ -467,6 +467,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             }
         q_.resize(c.layer_n_embd_q(l));
     }
+    // afmoe: gate = W_gate xn, a projection of its own
+    if (c.attn_gate_proj) matvec(L.wgate, xn_, attn_gate_, row_);
     k_.assign(static_cast<size_t>(kv_dim), 0.0);
     if (own_kv) matvec(L.wk, xn_, k_, row_);
     if (L.v_from_k())
@@ -554,8 +556,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
         }
     }
-    // qwen35: att_h = att_h * sigmoid(gate_h)
-    if (c.attn_out_gate)
+    // qwen35, afmoe: att_h = att_h * sigmoid(gate_h)
+    if (c.attn_out_gate || c.attn_gate_proj)
         for (size_t i = 0; i < att_.size(); ++i) att_[i] /= 1.0 + std::exp(-attn_gate_[i]);
     // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm; granite: x + Wo att * residual_scale)
     matvec(L.wo, att_, out_, row_);

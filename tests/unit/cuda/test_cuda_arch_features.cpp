@@ -164,6 +164,16 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     CHECK_THROWS_WITH(cuda::check_model(minimax->config, minimax->weights),
                       "the CUDA backend cannot run minimax-m2 models (sigmoid expert routing with a selection bias, "
                       "leading dense layers); --device cpu runs it");
+    // Nor bailingmoe2 and dots1 (qwen3moe's layers with DeepSeek-V3's routing), nor afmoe's gated attention output.
+    for (const char* shape : {"bailingmoe2-tiny", "dots1-tiny"}) {
+        auto m = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
+        CHECK_THROWS_WITH(cuda::check_model(m->config, m->weights),
+                          fmt::format("the CUDA backend cannot run {} models (sigmoid expert routing with a selection "
+                                      "bias, leading dense layers); --device cpu runs it", m->config.file_arch));
+    }
+    auto afmoe = SyntheticModel::make(synthetic_config("afmoe-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(afmoe->config, afmoe->weights),
+                      "the CUDA backend cannot run afmoe models (a gated attention output); --device cpu runs it");
     // Nor ernie4_5-moe (ernie4_5's layers, which CUDA has not been checked on), by the file's architecture.
     auto ernie = SyntheticModel::make(synthetic_config("ernie4_5-moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ernie->config, ernie->weights),
