@@ -190,10 +190,11 @@ inline std::vector<cpu::Isa> available_isas() {
     return v;
 }
 
-// The kernel families a whole-model test runs: every one here, but under the sanitizers only the widest. The
-// sanitizer build looks for memory and undefined-behaviour errors, and a model's forward takes the same code around
-// its products whichever family computes them; the kernels' own tests (tests/unit/cpu) still run every family there,
-// and the release build runs every model test on every family. (CI's time: this is most of a model test's.)
+// The kernel families a test of a whole forward pass runs: every one here, but under the sanitizers only the widest.
+// The sanitizer build looks for memory and undefined-behaviour errors, and a forward takes the same code around its
+// products whichever family computes them; the kernels' own tests (matmul, activations, attention, packing, quant)
+// still run every family there, and the release build runs every forward-pass test on every family. (CI's time:
+// the families are most of such a test's.)
 inline std::vector<cpu::Isa> model_test_isas() {
     std::vector<cpu::Isa> v = available_isas();
 #ifdef QUILL_SANITIZED_BUILD

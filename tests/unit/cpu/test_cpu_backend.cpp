@@ -26,6 +26,7 @@ using quill::cpu::CpuBackend;
 using quill::cpu::CpuBackendOptions;
 using quill::cpu::Isa;
 using quill::test::available_isas;
+using quill::test::model_test_isas;
 using quill::test::max_abs;
 using quill::test::max_diff;
 using quill::test::prefill_logits;
@@ -75,7 +76,7 @@ TEST_CASE("fast path equals the scalar reference on random models of every weigh
         const std::vector<float> ref = prefill_logits(*ref_backend, tokens);
         const double scale = max_abs(ref);
         REQUIRE(scale > 0.1);
-        for (Isa isa : available_isas()) {
+        for (Isa isa : model_test_isas()) {
             for (int threads : {1, 2, 3}) {
                 INFO(c.label << ", " << cpu::isa_name(isa) << ", " << threads << " threads");
                 auto fast = make(*model, false, threads, isa);
@@ -93,7 +94,7 @@ TEST_CASE("prefill logits equal step-by-step decode logits bit for bit", "[cpu]"
         auto model = test::make_tiny_model(c.spec);
         const auto tokens = some_tokens(12, static_cast<int>(c.spec.n_vocab), 2);
         std::vector<std::optional<Isa>> isas{std::nullopt};  // the reference path, then each kernel family
-        for (Isa isa : available_isas()) isas.push_back(isa);
+        for (Isa isa : model_test_isas()) isas.push_back(isa);
         for (const auto& isa : isas) {
             INFO(c.label << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
             auto b1 = make(*model, !isa, 2, isa);
@@ -111,7 +112,7 @@ TEST_CASE("a prompt continuing a filled cache equals the whole prompt at once, b
         auto model = test::make_tiny_model(c.spec);
         const int64_t nv = c.spec.n_vocab;
         const auto tokens = some_tokens(100, static_cast<int>(nv), 6);
-        for (Isa isa : available_isas()) {
+        for (Isa isa : model_test_isas()) {
             INFO(c.label << ", " << cpu::isa_name(isa));
             auto whole = make(*model, false, 2, isa);
             const std::vector<float> want = prefill_logits(*whole, tokens);
@@ -211,7 +212,7 @@ TEST_CASE("a sequence's decode steps have the same bits alone and in mixed batch
         const int64_t nv = c.spec.n_vocab;
         const auto a = some_tokens(8, static_cast<int>(nv), 21), b = some_tokens(6, static_cast<int>(nv), 22),
                    p = some_tokens(20, static_cast<int>(nv), 23);
-        for (Isa isa : available_isas()) {
+        for (Isa isa : model_test_isas()) {
             INFO(c.label << ", " << cpu::isa_name(isa));
             const test::MixedDecode r = test::mixed_decode_steps(
                 [&](int64_t n_slots) { return make(*model, false, 2, isa, n_slots); }, a, b, p);

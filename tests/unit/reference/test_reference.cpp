@@ -131,7 +131,7 @@ TEST_CASE("fast CPU backend prefill logits match the reference on random models 
         for (KvType kv : {KvType::f32, KvType::f16}) {
             const std::vector<float> want = prefill_logits(*reference(*model, kv), tokens);
             REQUIRE(rms(want) > 1.0);
-            for (Isa isa : test::available_isas()) {
+            for (Isa isa : test::model_test_isas()) {
                 for (int threads : {1, 3}) {
                     INFO(c.label << ", KV " << kv_type_name(kv) << ", " << cpu::isa_name(isa) << ", " << threads
                                  << " threads");
@@ -154,7 +154,7 @@ TEST_CASE("fast CPU backend prefill equals step-by-step decode, and both match t
                 // The reference runs a batch token by token, so its prefill is its decode, bit for bit.
                 const std::vector<float> want = prefill_logits(*reference(*model, kv), tokens);
                 REQUIRE(test::stepwise_logits(*reference(*model, kv), tokens) == want);
-                for (Isa isa : test::available_isas()) {
+                for (Isa isa : test::model_test_isas()) {
                     INFO(c.label << ", " << n << " tokens, KV " << kv_type_name(kv) << ", " << cpu::isa_name(isa));
                     const std::vector<float> batched = prefill_logits(*fast(*model, isa, 2, kv), tokens);
                     const std::vector<float> stepped = test::stepwise_logits(*fast(*model, isa, 2, kv), tokens);
@@ -200,7 +200,7 @@ TEST_CASE("a mixed multi-slot batch on the fast CPU backend matches the referenc
             // The reference's slots are independent: its mixed batch gives its separate runs' rows, bit for bit.
             const std::vector<float> ref_mixed = run_mixed(*reference(*model, kv, 2));
             for (int64_t r = 0; r < 5; ++r) CHECK(row(ref_mixed, r) == want[r]);
-            for (Isa isa : test::available_isas()) {
+            for (Isa isa : test::model_test_isas()) {
                 for (int threads : {1, 3}) {
                     INFO(c.label << ", KV " << kv_type_name(kv) << ", " << cpu::isa_name(isa) << ", " << threads
                                  << " threads");

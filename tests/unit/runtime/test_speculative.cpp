@@ -222,7 +222,7 @@ TEST_CASE("greedy text with a draft model is the text without, on the reference 
         }
     };
     check("reference", [](const Model& m, int64_t n) { return reference_backend(m, n); });
-    for (cpu::Isa isa : test::available_isas())
+    for (cpu::Isa isa : test::model_test_isas())
         check(std::string(cpu::isa_name(isa)), [isa](const Model& m, int64_t n) { return cpu_backend(m, n, isa); });
 }
 
