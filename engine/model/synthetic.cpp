@@ -146,13 +146,12 @@ ModelConfig gpt_oss_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
-// gemma4: local layers (a window, every swa_pattern-th layer global) with their own head size, KV heads and rotated
-// dims beside global layers that take V from K and rotate a quarter of their dims (rope_freqs), Q, K and V norms,
-// attention scale 1, post-norms, a layer output scale, soft-capped logits, tied output.
-ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv_local,
-                          int64_t n_head_kv, int64_t head_dim_local, int64_t head_dim, int64_t n_ff, int64_t n_vocab,
-                          int64_t n_ctx, int64_t window, int64_t swa_pattern, float final_cap) {
-    ModelConfig c = base_config("gemma4", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
+// What gemma4 and gemma3n share: GeGLU, embeddings scaled by sqrt(n_embd), attention scale 1 with V norms, a window on
+// all layers but every swa_pattern-th, RoPE base 1e6 on the global layers and 10,000 on the local ones.
+ModelConfig gemma_v_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                                int64_t n_head_kv, int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx,
+                                int64_t window, int64_t swa_pattern) {
+    ModelConfig c = base_config(arch, name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
     c.rms_eps = 1e-6f;
     c.ffn_act = ModelConfig::Activation::gelu_tanh;
     c.embd_scale = std::sqrt(static_cast<float>(n_embd));
@@ -161,10 +160,21 @@ ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int
     c.swa_pattern = swa_pattern;
     c.rope_base = 1e6f;
     c.rope_base_local = 10000.0f;
+    c.v_norm = true;
+    return c;
+}
+
+// gemma4: local layers (a window, every swa_pattern-th layer global) with their own head size, KV heads and rotated
+// dims beside global layers that take V from K and rotate a quarter of their dims (rope_freqs), Q, K and V norms,
+// attention scale 1, post-norms, a layer output scale, soft-capped logits, tied output.
+ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv_local,
+                          int64_t n_head_kv, int64_t head_dim_local, int64_t head_dim, int64_t n_ff, int64_t n_vocab,
+                          int64_t n_ctx, int64_t window, int64_t swa_pattern, float final_cap) {
+    ModelConfig c = gemma_v_norm_config("gemma4", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab,
+                                        n_ctx, window, swa_pattern);
     c.head_dim_local = head_dim_local;
     c.n_head_kv_local = n_head_kv_local;
     c.n_rot_local = head_dim_local;
-    c.v_norm = true;
     c.rope_divisors_global_only = true;
     c.final_logit_softcap = final_cap;
     return c;
@@ -176,16 +186,8 @@ ModelConfig gemma4_config(const char* name, int64_t n_embd, int64_t n_layer, int
 ModelConfig gemma3n_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
                            int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
                            int64_t swa_pattern) {
-    ModelConfig c = base_config("gemma3n", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx);
-    c.rms_eps = 1e-6f;
-    c.ffn_act = ModelConfig::Activation::gelu_tanh;
-    c.embd_scale = std::sqrt(static_cast<float>(n_embd));
-    c.attn_scale = 1.0f;
-    c.sliding_window = window;
-    c.swa_pattern = swa_pattern;
-    c.rope_base = 1e6f;
-    c.rope_base_local = 10000.0f;
-    c.v_norm = true;
+    ModelConfig c = gemma_v_norm_config("gemma3n", name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab,
+                                        n_ctx, window, swa_pattern);
     c.final_logit_softcap = 30.0f;
     c.n_altup = 4;
     c.n_embd_per_layer = 256;
