@@ -71,10 +71,11 @@ void check_model(const ModelConfig& config, const Weights& weights) {
         throw FileError(fmt::format("the CUDA backend cannot run {} models (Q/K norms after RoPE, an ungated ReLU² or "
                                     "xIELU FFN); --device cpu runs it", config.gguf_arch()));
     // Architectures the CUDA forward has not been checked on (no GPU in their sessions): glm4, ernie4_5, seed_oss,
-    // gemma, and the settings without kernels here, granite's residual and logit scales and olmo2's and exaone4's
-    // blocks without input norms.
+    // gemma, exaone-moe, and the settings without kernels here, granite's residual and logit scales and olmo2's and
+    // exaone4's blocks without input norms.
     if (config.arch == "glm4" || config.arch == "granite" || config.arch == "olmo2" || config.arch == "exaone4" ||
-        config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma")
+        config.arch == "ernie4_5" || config.arch == "seed_oss" || config.arch == "gemma" ||
+        config.file_arch == "exaone-moe")
         throw FileError(fmt::format("the CUDA backend cannot run {} models; --device cpu runs it",
                                     config.gguf_arch()));
     // deepseek2's Multi-head Latent Attention (a latent cache, absorbed key and value matrices) has no kernels.

@@ -614,7 +614,12 @@ void CpuBackend::ffn_block(const LayerWeights& L, int64_t layer, int64_t n) {
     const auto& c = config_;
     if (c.parallel_blocks) {  // command-r, cohere2: x = (x + W2 (silu(W1 xn) * W3 xn)) + attention's proj, same xn
         std::swap(proj_, attn_proj_);  // (the attention's output waits in attn_proj_)
-        dense_ffn(L, layer, n, xn_.data(), false, proj_.data());
+        if (c.layer_moe(layer)) {  // (cohere2moe: the experts and the shared expert over the same xn)
+            moe_block(L, layer, n, false, true);
+            if (c.moe_shared_expert) shared_expert(L, layer, n);
+        } else {
+            dense_ffn(L, layer, n, xn_.data(), false, proj_.data());
+        }
         residual_norm(layer, nullptr, nullptr, n);
         std::swap(proj_, attn_proj_);  // (added by the next residual_norm)
         return;

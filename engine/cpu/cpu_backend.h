@@ -146,9 +146,11 @@ private:
     // gemma3n's sparse layers: gate_ [n, n_ff] cut below mean + sparsity_std_mul * std, row by row
     void sparsify_gate(int64_t n, int64_t n_ff);
     // ffn_block of a mixture-of-experts layer (moe.cpp); `summed`: x_ already holds the attention's output (gemma4's
-    // experts beside a dense FFN, whose inputs have their own norms)
-    void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false);
-    // after moe_block, the shared expert's gated output added to proj_ (ModelConfig::moe_shared_expert; moe.cpp)
+    // experts beside a dense FFN, whose inputs have their own norms); `xn_ready`: the experts read xn_ as it is
+    // (cohere2moe's parallel blocks: the attention's input)
+    void moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed = false, bool xn_ready = false);
+    // after moe_block, the shared expert's gated output added to proj_ (ModelConfig::moe_shared_expert; moe.cpp), the
+    // sum then multiplied by moe_shared_scale
     void shared_expert(const LayerWeights& L, int64_t layer, int64_t n);
     void output_block(const Batch& batch, std::span<float> logits);
     void rope_angles(const Batch& batch);

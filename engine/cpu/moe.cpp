@@ -106,7 +106,7 @@ void swiglu_oai(float* gate, const float* up, int64_t begin, int64_t end, int64_
 // Expert by expert in increasing order, each over the rows of its tokens gathered (all of xn's when every token
 // uses it), and added to each token's sum as it comes: a token's sum runs over its
 // experts in the same order, with the same products, whatever else is in the batch.
-void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed) {
+void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed, bool xn_ready) {
     const auto& c = config_;
     const int64_t d = c.n_embd, f = c.n_ff_exp;
     moe_logits_.resize(static_cast<size_t>(n * c.n_expert));
@@ -117,6 +117,8 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
         for (int64_t i = 0; i < n * d; ++i) xn_[i] *= scale;
         mm(router, xn_.data(), n, d, n_decode_);
         norm(x_.data(), L.ffn_pre_norm_2.data(), xn_.data(), n);
+    } else if (xn_ready) {
+        mm(router, xn_.data(), n, d, n_decode_);
     } else {
         const bool ready = residual_norm(layer, L.ffn_norm.data(), &router[0].w, n);
         mm(router, xn_.data(), n, d, n_decode_, ready);
@@ -226,6 +228,9 @@ void CpuBackend::shared_expert(const LayerWeights& L, int64_t layer, int64_t n) 
         const float* s = shared_.data() + t * d;
         for (int64_t j = 0; j < d; ++j) y[j] += gate * s[j];
     }
+    const float scale = config_.moe_shared_scale;  // (cohere2moe: the average of the two)
+    if (scale != 1.0f)
+        for (int64_t i = 0; i < n * d; ++i) proj_[i] *= scale;
 }
 
 }  // namespace quill::cpu

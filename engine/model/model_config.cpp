@@ -27,7 +27,11 @@ namespace {
 // (read_hunyuan); Arcee's AFM (arcee) is llama's layers with an ungated ReLU² FFN; Apertus (apertus) is qwen3's layers
 // with an ungated xIELU FFN (read_apertus); Ling 2.0 (bailingmoe2), dots.llm1 (dots1) and Arcee Trinity (afmoe) are
 // qwen3moe's layers with DeepSeek-V3-style experts beside a shared one (read_shared_expert_moe), Trinity's with
-// post-norms, a gated attention output and sliding-window layers.
+// post-norms, a gated attention output and sliding-window layers; K-EXAONE (exaone-moe) is qwen3moe's layers with
+// RoPE on its sliding-window layers only and experts beside a shared one (read_exaone_moe); Cohere's MoE Command models
+// (cohere2moe) are cohere2's blocks with experts after leading dense layers (read_cohere2moe); Granite 4 with
+// interleaved sliding-window attention (granite_swa) is granite's layers with attention sinks, a window pattern and a
+// RoPE pattern a layer, and granitemoe's experts where the file has them (read_granite_swa).
 struct ArchVariant {
     const char* file_arch;
     const char* arch;
@@ -51,7 +55,10 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"apertus", "qwen3", ArchVariant::Rope::neox},
                                          {"bailingmoe2", "qwen3moe", ArchVariant::Rope::neox},
                                          {"dots1", "qwen3moe", ArchVariant::Rope::neox},
-                                         {"afmoe", "qwen3moe", ArchVariant::Rope::neox}};
+                                         {"afmoe", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"exaone-moe", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"cohere2moe", "cohere2", ArchVariant::Rope::base},
+                                         {"granite_swa", "granite", ArchVariant::Rope::base}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -78,7 +85,7 @@ std::string supported_architectures() {
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
            "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1, hunyuan-dense, "
-           "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe";
+           "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe, cohere2moe, granite_swa";
 }
 
 namespace {
@@ -244,7 +251,8 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
         c.swa_pattern = read_swa_pattern(f, p, 5, c.n_layer);
         return;
     }
-    if (c.arch == "cohere2") {  // (the window required, every fourth layer global unless the file says)
+    // (the window required, every fourth layer global unless the file says; cohere2moe's: read_cohere2moe)
+    if (c.arch == "cohere2" && c.file_arch != "cohere2moe") {
         c.sliding_window = required_int(f, key, 1, kMax);
         c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
         return;
@@ -483,6 +491,28 @@ void read_expert_groups(const GgufFile& f, const std::string& p, ModelConfig& c)
                                     "expert_group_used_count is 0", f.path(), p, c.moe_n_group, c.n_expert));
 }
 
+// expert_gating_func as llama.cpp's mixtures read it: 1 softmax, 2 sigmoid (true); `fallback` where the key is absent
+// or 0 (0: the key required and not 0). Any other function is refused naming `arch`.
+bool read_gating_sigmoid(const GgufFile& f, const std::string& p, const std::string& arch, int64_t fallback) {
+    const std::string gating = p + "expert_gating_func";
+    int64_t func = fallback > 0 ? optional_int(f, gating, fallback, 0, 4) : required_int(f, gating, 0, 4);
+    if (func == 0 && fallback > 0) func = fallback;
+    if (func != 1 && func != 2)
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (softmax) or 2 (sigmoid): the expert gating "
+                                    "functions quill supports for {}", f.path(), gating, func, arch));
+    return func == 2;
+}
+
+// The chosen experts' weights as llama.cpp's DeepSeek-V3-style mixtures read them: renormalized when
+// expert_weights_norm says so (not when absent), times expert_weights_scale (absent or 0: 1), in expert groups where
+// the file has them (read_expert_groups).
+void read_expert_weighting(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
+    c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
+    read_expert_groups(f, p, c);
+}
+
 // Ling 2.0 / Ring 2.0 (bailingmoe2), dots.llm1 (dots1) and Arcee Trinity (afmoe) as llama.cpp reads them:
 // leading_dense_block_count dense layers of feed_forward_length first, then expert_feed_forward_length-wide experts
 // chosen by expert_gating_func (1 softmax, 2 sigmoid; required by bailingmoe2, and by dots1, which llama.cpp reads as
@@ -500,18 +530,10 @@ void read_shared_expert_moe(const GgufFile& f, const std::string& p, ModelConfig
     constexpr int64_t kBig = int64_t{1} << 24;
     const std::string arch = c.gguf_arch();
     const bool bailing = arch == "bailingmoe2", afmoe = arch == "afmoe";
-    const std::string gating = p + "expert_gating_func";
-    const int64_t func = afmoe ? optional_int(f, gating, 2, 0, 4) : required_int(f, gating, 0, 4);
-    if (func != 1 && func != 2 && !(afmoe && func == 0))
-        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (softmax) or 2 (sigmoid): the expert gating "
-                                    "functions quill supports for {}", f.path(), gating, func, arch));
-    c.moe_gating_sigmoid = func != 1;
+    c.moe_gating_sigmoid = read_gating_sigmoid(f, p, arch, afmoe ? 2 : 0);
     c.n_ff_exp = required_int(f, p + "expert_feed_forward_length", 1, kBig);
     c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
-    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
-    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
-    c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
-    read_expert_groups(f, p, c);
+    read_expert_weighting(f, p, c);
     c.n_expert_shared = required_int(f, p + "expert_shared_count", afmoe ? 0 : 1, 64);
     const int64_t width = bailing ? optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig) : 0;
     c.moe_shared_expert = c.n_expert_shared > 0;
@@ -537,6 +559,34 @@ void read_shared_expert_moe(const GgufFile& f, const std::string& p, ModelConfig
     c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
 }
 
+// K-EXAONE (exaone-moe) as llama.cpp reads it: qwen3moe's layers with local ones of the required
+// attention.sliding_window (attention.sliding_window_pattern; every fourth layer global unless it says) and RoPE on
+// the local layers alone, with rope.freq_base whatever rope.freq_base_swa says (as llama.cpp's graph rotates them);
+// leading_dense_block_count dense layers of feed_forward_length, then experts of the required
+// expert_feed_forward_length chosen by the required expert_gating_func (1 softmax, 2 sigmoid) plus the selection bias
+// exp_probs_b where the first layer with experts has it, in expert groups where the file has them, weighted by the
+// chosen probabilities (renormalized when expert_weights_norm says so) times expert_weights_scale (absent or 0: 1),
+// beside an ungated shared expert of expert_shared_feed_forward_length features (absent or 0: the experts' width).
+// Its NextN blocks (nextn_predict_layers, dense ones) are skipped (ModelConfig::n_layer_nextn).
+void read_exaone_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    c.moe_gating_sigmoid = read_gating_sigmoid(f, p, "exaone-moe", 0);
+    c.n_ff_exp = required_int(f, p + "expert_feed_forward_length", 1, kBig);
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    read_expert_weighting(f, p, c);
+    const int64_t shared = optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig);
+    c.moe_shared_expert = true;
+    c.n_ff_layers.clear();
+    for (int64_t l = 0; l < c.n_layer + c.n_layer_nextn; ++l)  // (the NextN blocks: dense FFNs, as llama.cpp's)
+        c.n_ff_layers.push_back(l < c.n_layer && c.layer_moe(l) ? (shared > 0 ? shared : c.n_ff_exp) : c.n_ff);
+    c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+    c.moe_selection_bias = c.n_leading_dense < c.n_layer &&
+                           f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_leading_dense)) != nullptr;
+    c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
+    c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
+    c.no_rope_step = c.swa_pattern;  // (l % N == N - 1 global: (l + 1) % N == 0)
+}
+
 // Cohere's Command R (command-r) and Command R7B / A (cohere2) as llama.cpp reads them: LayerNorms, attention and
 // FFN in parallel from one norm, the logits multiplied by logit_scale (cohere2: required; command-r: 0 or absent, no
 // scaling). command-r: Q and K norms of a row per head in 64 layers or more (Command R+), as llama.cpp loads them.
@@ -548,6 +598,84 @@ void read_cohere(const GgufFile& f, const std::string& p, ModelConfig& c) {
                                         : optional_float(f, p + "logit_scale", 0.0f, 0.0, 1e6);
     if (s != 0.0f) c.logit_mul = s;
     if (c.arch == "cohere2") c.no_rope_step = c.swa_pattern;  // (l % N == N - 1 global: (l + 1) % N == 0)
+}
+
+// The local layers of a pattern array (attention.sliding_window_pattern, one bool a layer, true: local) in
+// ModelConfig::local_layers, or (`required` false) false where the key is not an array.
+bool read_local_layers(const GgufFile& f, const std::string& p, bool required, ModelConfig& c) {
+    const std::string key = p + "attention.sliding_window_pattern";
+    const GgufValue* v = f.find(key);
+    if (!required && (!v || v->type() != GgufType::ARRAY)) return false;
+    const GgufArray* a = v && v->type() == GgufType::ARRAY ? &v->as_array() : nullptr;
+    if (!a || a->type() != GgufType::BOOL || static_cast<int64_t>(a->size()) < c.n_layer)
+        throw FileError(fmt::format("{}: metadata '{}' is not an array of {} bools (one a layer, true: local)",
+                                    f.path(), key, c.n_layer));
+    c.local_layers.resize(static_cast<size_t>(c.n_layer));
+    for (int64_t l = 0; l < c.n_layer; ++l)
+        c.local_layers[static_cast<size_t>(l)] = a->at(static_cast<size_t>(l)).as_bool();
+    return true;
+}
+
+// Cohere's MoE Command models (cohere2moe) as llama.cpp reads them: cohere2's parallel blocks (read_cohere) with
+// RMSNorm where the file gives attention.layer_norm_rms_epsilon (else LayerNorm, attention.layer_norm_epsilon);
+// the required attention.sliding_window, the local layers as the pattern array says, or by a pattern N (4 unless the
+// file says) the first layer of every N global; RoPE on the local layers and the leading dense ones (with
+// rope.freq_base whatever rope.freq_base_swa says); the required leading_dense_block_count dense layers of
+// feed_forward_length, then experts of the required expert_feed_forward_length (0: feed_forward_length) chosen by
+// expert_gating_func (absent or 0: sigmoid; 1 softmax) without a selection bias, in expert groups where the file has
+// them, weighted by the chosen probabilities (renormalized when expert_weights_norm says so) times
+// expert_weights_scale (absent or 0: 1); beside them, where expert_shared_count > 0, a shared expert of
+// expert_shared_feed_forward_length (absent or 0: the count times the experts' width), the two averaged. Its NextN
+// blocks (nextn_predict_layers) are skipped (ModelConfig::n_layer_nextn).
+void read_cohere2moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    if (f.find(p + "attention.layer_norm_rms_epsilon")) {
+        c.rms_eps = required_float(f, p + "attention.layer_norm_rms_epsilon", 0.0, 1.0);
+        c.layer_norm = c.rms_eps == 0.0f;  // (llama.cpp's LayerNorm where the RMS epsilon is 0)
+        if (c.layer_norm) c.rms_eps = optional_float(f, p + "attention.layer_norm_epsilon", 0.0f, 0.0, 1.0);
+    }
+    c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
+    if (!read_local_layers(f, p, false, c)) {
+        const int64_t n = optional_int(f, p + "attention.sliding_window_pattern", 4, 0, 4096);
+        for (int64_t l = 0; l < c.n_layer; ++l) c.local_layers.push_back(n == 0 || l % n != 0);
+    }
+    c.moe_gating_sigmoid = read_gating_sigmoid(f, p, "cohere2moe", 2);
+    c.n_leading_dense = required_int(f, p + "leading_dense_block_count", 0, c.n_layer);
+    for (int64_t l = 0; l < c.n_layer; ++l)
+        c.rope_layers.push_back(c.local_layers[static_cast<size_t>(l)] || l < c.n_leading_dense);
+    c.no_rope_step = 0;
+    const int64_t n_ff_exp = required_int(f, p + "expert_feed_forward_length", 0, kBig);
+    c.n_ff_exp = n_ff_exp > 0 ? n_ff_exp : c.n_ff;
+    read_expert_weighting(f, p, c);
+    c.n_expert_shared = optional_int(f, p + "expert_shared_count", 0, 0, 64);
+    c.moe_shared_expert = c.n_expert_shared > 0;
+    if (!c.moe_shared_expert) return;
+    c.moe_shared_scale = 0.5f;
+    const int64_t width = optional_int(f, p + "expert_shared_feed_forward_length", 0, 0, kBig);
+    for (int64_t l = 0; l < c.n_layer + c.n_layer_nextn; ++l)  // (one a block, the NextN blocks' too)
+        c.n_ff_layers.push_back(c.layer_moe(l) ? (width > 0 ? width : c.n_ff_exp * c.n_expert_shared) : c.n_ff);
+    c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+}
+
+// Granite 4 with interleaved sliding-window attention (granite_swa) as llama.cpp reads it: granite's multipliers
+// (read_granite: embedding, residual and attention scales optional, logit_scale required; rope.scaling.finetuned not
+// read), the required attention.sliding_window and pattern array, attention sinks in every layer (Weights), RoPE
+// where the optional attention.rope_pattern array says (every layer when absent); granitemoe's experts where the file
+// has them (softmax of the chosen logits), their gate and up in one tensor where the file has them so, and the shared
+// expert's always in one (ffn_up_shexp, gate first). Granite Vision's deepstack_mapping is accepted and has no effect
+// on text: llama.cpp adds each mapped layer's slot of the input embedding, which a token's embedding pads with zeros.
+void read_granite_swa(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
+    read_local_layers(f, p, true, c);
+    c.no_rope_step = 0;
+    const std::string key = p + "attention.rope_pattern";
+    if (const GgufValue* v = f.find(key)) {
+        const GgufArray* a = v->type() == GgufType::ARRAY ? &v->as_array() : nullptr;
+        if (!a || a->type() != GgufType::BOOL || static_cast<int64_t>(a->size()) < c.n_layer)
+            throw FileError(fmt::format("{}: metadata '{}' is not an array of {} bools (one a layer, true: RoPE)",
+                                        f.path(), key, c.n_layer));
+        for (int64_t l = 0; l < c.n_layer; ++l) c.rope_layers.push_back(a->at(static_cast<size_t>(l)).as_bool());
+    }
 }
 
 // ERNIE-4.5's mixtures (21B-A3B, 300B-A47B) as llama.cpp's ernie4_5-moe reads them: the experts'
@@ -578,10 +706,11 @@ void read_ernie4_5_moe(const GgufFile& f, const std::string& p, ModelConfig& c) 
 
 // IBM Granite (3.x dense) as llama.cpp's granite reads it: embeddings multiplied by embedding_scale, each block's
 // output by residual_scale, the logits divided by the required logit_scale (attention.scale, read for every
-// architecture, is its attention multiplier); rope.scaling.finetuned false turns RoPE off. Granite Vision's
-// deepstack layers are refused by name.
+// architecture, is its attention multiplier); rope.scaling.finetuned false turns RoPE off (not granite_swa's).
+// Granite Vision's deepstack layers are refused by name (but granite_swa's, read_granite_swa).
 void read_granite(const GgufFile& f, const std::string& p, ModelConfig& c) {
-    refuse_if_set(f, p, "deepstack_mapping", "Granite Vision's deepstack layers", c.arch);
+    const bool swa = c.file_arch == "granite_swa";  // (its deepstack layers: read_granite_swa)
+    if (!swa) refuse_if_set(f, p, "deepstack_mapping", "Granite Vision's deepstack layers", c.arch);
     // (granitehybrid's is optional, as llama.cpp reads it: 0 or absent, no scaling)
     if (c.arch == "granite") c.logit_scale = required_float(f, p + "logit_scale", 1e-6, 1e6);
     else if (const float s = optional_float(f, p + "logit_scale", 0.0f, 0.0, 1e6); s != 0.0f) c.logit_scale = s;
@@ -590,7 +719,8 @@ void read_granite(const GgufFile& f, const std::string& p, ModelConfig& c) {
     const float embedding = optional_float(f, p + "embedding_scale", 0.0f, 0.0, 1e6);
     if (residual != 0.0f) c.residual_scale = residual;
     if (embedding != 0.0f) c.embd_scale = embedding;
-    if (auto finetuned = f.get_bool(p + "rope.scaling.finetuned"); finetuned && !*finetuned) c.no_rope_step = 1;
+    if (auto finetuned = f.get_bool(p + "rope.scaling.finetuned"); finetuned && !*finetuned && !swa)
+        c.no_rope_step = 1;
 }
 
 // Mamba-2's sizes (ssm.*) in ModelConfig's terms: conv taps, d_state as ssm_head_k, groups as ssm_n_k_heads, heads as
@@ -952,7 +1082,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // qwen2moe, qwen35moe: a shared expert beside the routed ones
     const bool shared_expert = c.arch == "qwen2moe" || c.arch == "qwen35moe";
     // (granitehybrid: Granite 4.0 H Tiny and Small; granitemoe; nemotron_h; gemma4: where the file has experts)
-    const bool granite_experts = c.arch == "granitehybrid" || c.file_arch == "granitemoe";
+    const bool granite_experts =
+        c.arch == "granitehybrid" || c.file_arch == "granitemoe" || c.file_arch == "granite_swa";
     const bool experts_if_any = c.arch == "gemma4" || granite_experts || c.arch == "nemotron_h";
     // (glm4moe, lfm2moe: DeepSeek-V3-style routing, read_moe_routing; deepseek2: read_deepseek2)
     const bool routed = c.arch == "glm4moe" || c.file_arch == "lfm2moe" || c.file_arch == "minimax-m2";
@@ -960,7 +1091,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // (bailingmoe2, dots1, afmoe: read_shared_expert_moe)
     const bool shared_moe = c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "afmoe";
     const bool moe = c.arch == "qwen3moe" || c.arch == "gpt-oss" || shared_expert || routed || c.arch == "deepseek2" ||
-                     ernie_moe || c.arch == "llama4" ||
+                     ernie_moe || c.arch == "llama4" || c.file_arch == "cohere2moe" ||
                      (experts_if_any && f.get_int(p + "expert_count").value_or(0) > 0);
     // (hunyuan-dense: an expert_count of 1 is none, as llama.cpp reads it)
     if (auto experts = f.get_int(p + "expert_count");
@@ -977,7 +1108,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
     // does not run (as llama.cpp by default)
     if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2" || c.arch == "nemotron_h" ||
-        c.file_arch == "bailingmoe2") {
+        c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe" || c.file_arch == "cohere2moe") {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }
@@ -1057,12 +1188,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // Required by llama.cpp's loader of every architecture quill supports (it has no default); Cohere's LayerNorm
     // reads attention.layer_norm_epsilon instead (nemotron_h: its layer_norm_epsilon, required, stands in)
     const bool cohere = c.arch == "command-r" || c.arch == "cohere2";
+    // (cohere2moe: RMSNorm where the file gives its epsilon, read_cohere2moe)
+    const bool layer_norm_eps =
+        cohere && !(c.file_arch == "cohere2moe" && f.find(p + "attention.layer_norm_rms_epsilon"));
     if (c.arch == "nemotron_h")
         c.rms_eps = optional_float(f, p + "attention.layer_norm_rms_epsilon",
                                    required_float(f, p + "attention.layer_norm_epsilon", 0.0, 1.0), 0.0, 1.0);
     else
         c.rms_eps = required_float(
-            f, p + (cohere ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), 0.0, 1.0);
+            f, p + (layer_norm_eps ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), 0.0, 1.0);
     c.rope_base = optional_float(f, p + "rope.freq_base", 10000.0f, 1.0, 1e12);
     // As llama.cpp reads them: no type is linear, and the factor is rope.scaling.factor, else rope.scale_linear.
     const std::string type = f.get_string(p + "rope.scaling.type").value_or("linear");
@@ -1093,6 +1227,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     }
     if (c.arch == "gemma4") read_gemma4(f, p, c);
     if (shared_moe) read_shared_expert_moe(f, p, c);  // (after the RoPE and the window: afmoe's local layers)
+    if (c.file_arch == "exaone-moe") read_exaone_moe(f, p, c);
     if (qwen35) read_qwen35(f, p, n_block, c);
     if (variant && (variant->rope == ArchVariant::Rope::mrope || variant->rope == ArchVariant::Rope::imrope))
         read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)
@@ -1103,7 +1238,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "ernie4_5")  // (PaddleOCR's M-RoPE files)
         refuse_if_set(f, p, "rope.dimension_sections", "multimodal RoPE (M-RoPE)", c.arch);
     if (cohere) read_cohere(f, p, c);
+    if (c.file_arch == "cohere2moe") read_cohere2moe(f, p, c);
     if (c.arch == "granite") read_granite(f, p, c);
+    if (c.file_arch == "granite_swa") read_granite_swa(f, p, c);
     const bool hunyuan = c.file_arch == "hunyuan-dense" || c.file_arch == "hunyuan-moe";
     if (hunyuan) read_hunyuan(f, p, c);
     if (c.file_arch == "arcee") c.ffn_act = Activation::relu_sqr;

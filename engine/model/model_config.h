@@ -67,6 +67,12 @@ struct ModelConfig {
     // every layer is local (mistral). sliding_window 0: every layer global.
     int64_t sliding_window = 0;
     int64_t swa_pattern = 0;
+    // granite_swa, cohere2moe: [n_layer] true where layer l is local, as the file's attention.sliding_window_pattern
+    // array says (or cohere2moe's pattern N: the first layer of each N global); empty: by swa_pattern
+    std::vector<bool> local_layers;
+    // granite_swa: [n_layer] true where layer l rotates (attention.rope_pattern); cohere2moe: its local layers and its
+    // leading dense ones; empty: by no_rope_step
+    std::vector<bool> rope_layers;
     float rope_base_local = 10000.0f;       // RoPE base of the local layers (gemma3: 10,000; else rope_base)
     float rope_freq_scale_local = 1.0f;     // and their linear scaling (gemma3: none; else rope_freq_scale)
     // olmo2 with a window (OLMo 3): the local layers rotate without YaRN's magnitude scale either (as llama.cpp's
@@ -133,6 +139,8 @@ struct ModelConfig {
     // multiplied per token by sigmoid(ffn_gate_inp_shexp . xn) when moe_shared_gate, then added to the experts' sum.
     bool moe_shared_expert = false;
     bool moe_shared_gate = false;
+    // cohere2moe: the experts' sum plus the shared expert's output, multiplied by this (0.5: their average)
+    float moe_shared_scale = 1.0f;
     // The chosen experts' weights: the softmax over their logits (true), or (qwen2moe, llama.cpp's norm_w off) their
     // shares of the softmax over all n_expert logits, not renormalized.
     bool moe_norm_weights = true;
@@ -308,7 +316,11 @@ struct ModelConfig {
     float sparsity_std_mul = 0.0f;
     bool layer_sparse(int64_t layer) const { return layer < n_sparse_layers; }
 
-    bool layer_has_rope(int64_t layer) const { return no_rope_step == 0 || (layer + 1) % no_rope_step != 0; }
+    bool layer_has_rope(int64_t layer) const {
+        const auto l = static_cast<size_t>(layer);  // (a NextN block past the array: none)
+        if (!rope_layers.empty()) return l < rope_layers.size() && rope_layers[l];
+        return no_rope_step == 0 || (layer + 1) % no_rope_step != 0;
+    }
     // The factor of the queries of a token at `pos` (1 without the temperature).
     double attn_temp(int64_t pos) const {
         if (attn_temp_scale == 0.0f) return 1.0;
@@ -323,6 +335,8 @@ struct ModelConfig {
     double yarn_ramp(int64_t i) const;
 
     bool layer_is_local(int64_t layer) const {
+        const auto l = static_cast<size_t>(layer);  // (a NextN block past the array: global)
+        if (sliding_window > 0 && !local_layers.empty()) return l < local_layers.size() && local_layers[l];
         return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
     }
     // The first position a token at `pos` of this layer attends to.
@@ -423,7 +437,8 @@ struct ModelConfig {
 // gemma, gemma2, gemma3, gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid,
 // nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
 // qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
-// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe).
+// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe,
+// cohere2moe, granite_swa).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -116,16 +116,30 @@ json describe_model(const GgufFile& f, bool with_tensors) {
             while (last > 0 && !c.layer_moe(last)) --last;
             info["model"]["experts"]["n_ff_shexp"] = c.layer_n_ff(last);
         }
-        if (c.moe_selection_bias)  // (DeepSeek-V3-style routing)
+        if (c.moe_selection_bias || c.moe_shared_scale != 1.0f) {  // (DeepSeek-V3-style routing; cohere2moe's)
             info["model"]["experts"]["routing"] = {{"gating", c.moe_gating_sigmoid ? "sigmoid" : "softmax"},
+                                                   {"selection_bias", c.moe_selection_bias},
                                                    {"normalized", c.moe_norm_weights},
                                                    // (the float's shortest digits, not its double's)
                                                    {"scale", std::stod(fmt::format("{}", c.moe_weights_scale))},
                                                    {"leading_dense", c.n_leading_dense},
                                                    {"groups", c.moe_n_group},
                                                    {"groups_used", c.moe_n_group_used}};
+            if (c.moe_shared_scale != 1.0f)  // (cohere2moe: the shared expert averaged with the experts' sum)
+                info["model"]["experts"]["routing"]["shared_scale"] = c.moe_shared_scale;
+        }
+        // (granite_swa, cohere2moe: the local layers and those with RoPE a layer)
+        auto layers_where = [&](const std::vector<bool>& v) {
+            std::vector<int64_t> at;
+            for (size_t l = 0; l < v.size(); ++l)
+                if (v[l]) at.push_back(static_cast<int64_t>(l));
+            return at;
+        };
         if (c.sliding_window > 0)
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
+        if (c.sliding_window > 0 && !c.local_layers.empty())
+            info["model"]["sliding_window"]["local_layers"] = layers_where(c.local_layers);
+        if (!c.rope_layers.empty()) info["model"]["rope_layers"] = layers_where(c.rope_layers);
         if (c.altup())  // (gemma3n)
             info["model"]["altup"] = {{"streams", c.n_altup}, {"per_layer_input", c.n_embd_per_layer},
                                       {"shared_kv_layers", c.n_kv_shared}, {"sparse_layers", c.n_sparse_layers}};
@@ -237,11 +251,15 @@ std::string render_model_info(const json& info) {
         if (m.contains("experts") && m["experts"].contains("routing")) {
             const json& r = m["experts"]["routing"];
             const auto groups = r["groups"].get<int64_t>();  // (expert groups: the used ones of them)
-            line("routing", fmt::format("gating={} with a selection bias, normalized={} scale={} leading_dense={}{}",
-                                        r["gating"].get<std::string>(), r["normalized"].dump(), r["scale"].dump(),
-                                        r["leading_dense"].dump(),
+            line("routing", fmt::format("gating={}{}, normalized={} scale={} leading_dense={}{}{}",
+                                        r["gating"].get<std::string>(),
+                                        r["selection_bias"].get<bool>() ? " with a selection bias" : "",
+                                        r["normalized"].dump(), r["scale"].dump(), r["leading_dense"].dump(),
                                         groups > 1 ? fmt::format(" groups={} of {}", r["groups_used"].dump(), groups)
-                                                   : ""));
+                                                   : "",
+                                        r.contains("shared_scale")
+                                            ? " shared_scale=" + r["shared_scale"].dump()
+                                            : ""));
         }
         if (m.contains("altup")) {
             const json& a = m["altup"];
@@ -298,9 +316,15 @@ std::string render_model_info(const json& info) {
                                        m["blocks"]["parallel"].dump(), m["blocks"]["logit_scale"].dump()));
         if (m.contains("sliding_window") || m.contains("attn_sinks")) {
             std::string a;
-            if (m.contains("sliding_window"))
-                a = fmt::format("sliding_window={} swa_pattern={}", m["sliding_window"]["window"].dump(),
-                                m["sliding_window"]["swa_pattern"].dump());
+            const json* sw = m.contains("sliding_window") ? &m["sliding_window"] : nullptr;
+            if (sw && sw->contains("local_layers"))
+                a = fmt::format("sliding_window={} local_layers={}", (*sw)["window"].dump(),
+                                fmt::join((*sw)["local_layers"].get<std::vector<int64_t>>(), ","));
+            else if (sw)
+                a = fmt::format("sliding_window={} swa_pattern={}", (*sw)["window"].dump(),
+                                (*sw)["swa_pattern"].dump());
+            if (m.contains("rope_layers"))
+                a += fmt::format(" rope_layers={}", fmt::join(m["rope_layers"].get<std::vector<int64_t>>(), ","));
             if (m.contains("attn_sinks")) a += a.empty() ? "sinks" : " sinks";
             line("attention", a);
         }

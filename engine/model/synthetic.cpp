@@ -443,21 +443,42 @@ ModelConfig dots1_config(const char* name, int64_t n_embd, int64_t n_layer, int6
     return shared_moe_config(c, "dots1", m);
 }
 
-// afmoe (Arcee Trinity): qwen3moe's attention with its output gated by sigmoid(W_gate xn), post-norms, embeddings
-// scaled by sqrt(n_embd), three local layers of four (a window of `window`, rotating with base 10,000) and every
-// fourth global without RoPE, and shared_moe_config's mixture.
-ModelConfig afmoe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
-                         int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
-                         const SharedMoe& m) {
+// qwen3moe's attention (RMS epsilon 1e-5) with three local layers of four (a window of `window`) and every fourth
+// global without RoPE: afmoe's and exaone-moe's
+ModelConfig windowed_qwen3moe(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                              int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
+                              const SharedMoe& m) {
     ModelConfig c = qwen3moe_config(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, m.n_ff_exp, m.n_expert,
                                     m.n_used, n_vocab, n_ctx);
     c.rms_eps = 1e-5f;
+    c.sliding_window = window;
+    c.swa_pattern = c.no_rope_step = 4;
+    return c;
+}
+
+// afmoe (Arcee Trinity): windowed_qwen3moe's attention with its output gated by sigmoid(W_gate xn), post-norms,
+// embeddings scaled by sqrt(n_embd), the local layers rotating with base 10,000, and shared_moe_config's mixture.
+ModelConfig afmoe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                         int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
+                         const SharedMoe& m) {
+    ModelConfig c =
+        windowed_qwen3moe(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, window, m);
     c.rope_base_local = 10000.0f;
     c.embd_scale = std::sqrt(static_cast<float>(n_embd));
     c.attn_gate_proj = true;
-    c.sliding_window = window;
-    c.swa_pattern = c.no_rope_step = 4;
     return shared_moe_config(c, "afmoe", m);
+}
+
+// exaone-moe (K-EXAONE): windowed_qwen3moe's attention and shared_moe_config's mixture, its NextN blocks dense FFNs of
+// n_ff.
+ModelConfig exaone_moe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                              int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_ctx, int64_t window,
+                              const SharedMoe& m) {
+    ModelConfig c = shared_moe_config(
+        windowed_qwen3moe(name, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, window, m),
+        "exaone-moe", m);
+    for (int64_t l = c.n_layer; l < c.n_layer + c.n_layer_nextn; ++l) c.n_ff_layers[static_cast<size_t>(l)] = n_ff;
+    return c;
 }
 
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
@@ -512,6 +533,19 @@ ModelConfig granitehybrid_moe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_
     return c;
 }
 
+// granite_swa (Granite 4 with interleaved sliding-window attention): granite's layers with attention sinks in every
+// layer, the local ones as `local` says ('L' local, 'G' global, a letter a layer) with a window of `window`, RoPE
+// where `rope` says ('R' RoPE, '-' none).
+ModelConfig granite_swa_config(ModelConfig c, int64_t window, const std::string& local, const std::string& rope) {
+    c.file_arch = "granite_swa";
+    c.sliding_window = window;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+        c.local_layers.push_back(local[static_cast<size_t>(l % static_cast<int64_t>(local.size()))] == 'L');
+        c.rope_layers.push_back(rope[static_cast<size_t>(l % static_cast<int64_t>(rope.size()))] == 'R');
+    }
+    return c;
+}
+
 // granitemoe (Granite 3.x MoE, granite's layers with granitehybrid's mixture; `shared`: with the shared expert of
 // c.n_ff that granitemoeshared files have)
 ModelConfig granitemoe_config(ModelConfig c, int64_t n_ff_exp, int64_t n_expert, int64_t n_used, bool shared) {
@@ -542,6 +576,28 @@ ModelConfig cohere2_config(const char* name, int64_t n_embd, int64_t n_layer, in
     c.arch = "cohere2";
     c.sliding_window = window;
     c.swa_pattern = c.no_rope_step = 4;
+    return c;
+}
+
+// cohere2moe (Cohere's MoE Command models): cohere2's blocks (RMSNorm), the first layer of every four global, RoPE on
+// the local layers and the leading dense ones, shared_moe_config's mixture (softmax gating without a selection bias,
+// the shared expert averaged with the experts' sum) and its NextN blocks of the same kind, never run.
+ModelConfig cohere2moe_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                              int64_t n_ff, int64_t n_vocab, int64_t n_ctx, float rope_base, float logit,
+                              int64_t window, const SharedMoe& m) {
+    ModelConfig c = cohere2_config(name, n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx, rope_base, logit,
+                                   window);
+    c.layer_norm = false;
+    c.rms_eps = 1e-5f;
+    c.swa_pattern = c.no_rope_step = 0;
+    for (int64_t l = 0; l < n_layer; ++l) {
+        c.local_layers.push_back(l % 4 != 0);
+        c.rope_layers.push_back(l % 4 != 0 || l < m.n_dense);
+    }
+    c = shared_moe_config(c, "cohere2moe", m);
+    c.moe_gating_sigmoid = c.moe_selection_bias = false;
+    c.moe_norm_weights = true;
+    c.moe_shared_scale = c.moe_shared_expert ? 0.5f : 1.0f;
     return c;
 }
 
@@ -976,6 +1032,17 @@ std::vector<ModelConfig> arch_shapes() {
         // layer 0 dense (192 features), 1-4 with 8 experts of 64 (2 a token, weights scaled by 2.826) beside a shared
         // expert of 64; 4 heads of 32 (2 KV heads); layers 0-2 and 4 local with a window of 8, 3 global without RoPE
         afmoe_config("afmoe-tiny", 128, 5, 4, 2, 32, 192, 320, 1024, 8, {64, 8, 2, 0, 0, 1, 1, 64, 2.826f, 0}),
+        // layer 0 dense (192 features), 1-4 with 8 experts of 64 (2 a token, chosen by sigmoid + a selection bias,
+        // weights normalized and scaled by 2.5) beside a shared expert of 96; 4 heads of 32 (2 KV heads); layers 0-2
+        // and 4 local with a window of 8 and RoPE, 3 global without; one dense NextN block after them
+        exaone_moe_config("exaone-moe-tiny", 128, 5, 4, 2, 32, 192, 320, 1024, 8, {64, 8, 2, 0, 0, 1, 1, 96, 2.5f, 1}),
+        // K-EXAONE-236B-A23B as its config.json is remembered (no file could be fetched here to check: 48 layers, the
+        // first dense of 18432, 128 experts of 2048, 8 a token, a shared one, 64 heads of 128 over 8 KV heads, a
+        // window of 128, one NextN block), and its first two layers with 16 of the experts (a size this machine holds)
+        exaone_moe_config("k-exaone", 6144, 48, 64, 8, 128, 18432, 153600, 262144, 128,
+                          {2048, 128, 8, 0, 0, 1, 1, 2048, 2.5f, 1}),
+        exaone_moe_config("k-exaone-2l", 6144, 2, 64, 8, 128, 18432, 153600, 262144, 128,
+                          {2048, 16, 8, 0, 0, 1, 1, 2048, 2.5f, 0}),
         // Trinity Mini as its config.json is remembered (no file could be fetched here to check: 32 layers, the
         // first two dense of 6144, 128 experts of 1024, 8 a token, a shared one, 32 heads of 128 over 4 KV heads, a
         // window of 2048), and its first four layers (two dense, two with experts; three local, one global)
@@ -1041,6 +1108,18 @@ std::vector<ModelConfig> arch_shapes() {
         // (8 experts of 64, 2 a token, and a shared expert of 96)
         granitemoe_config(granite_config("granitemoe-tiny", 128, 3, 4, 2, 96, 320, 1024, 12.0f, 0.22f, 0.015625f,
                                          8.0f), 64, 8, 2, true),
+        // granite_swa: 5 layers, 0 and 4 global, 1-3 local (a window of 8), RoPE on layers 1, 2 and 4, sinks; a dense
+        // one, and one with 8 experts of 64 (2 a token) beside a fused shared expert of 96; an attention multiplier of
+        // 0.25, so that the scores (and RoPE's share of them) are not all alike
+        granite_swa_config(granite_config("granite-swa-tiny", 128, 5, 4, 2, 256, 320, 1024, 12.0f, 0.22f, 0.25f, 8.0f),
+                           8, "GLLLG", "-RR-R"),
+        granite_swa_config(granitemoe_config(granite_config("granite-swa-moe-tiny", 128, 5, 4, 2, 96, 320, 1024, 12.0f,
+                                                            0.22f, 0.25f, 8.0f), 64, 8, 2, true),
+                           8, "GLLLG", "-RR-R"),
+        // Granite 3.3 2B's widths with Granite 4's window layout as remembered (no granite_swa file could be fetched
+        // here to check: three local layers of 512 in four, RoPE on the local ones), its first four layers
+        granite_swa_config(granite_config("granite-swa-2b-4l", 2048, 4, 32, 8, 8192, 100352, 131072, 12.0f, 0.22f,
+                                          0.015625f, 8.0f), 512, "LLLG", "RRR-"),
         // Granite 3.1 3B-A800M as its config.json gives it, as remembered (no file could be fetched here to check)
         granitemoe_config(granite_config("granite-3.1-3b-a800m", 1536, 32, 24, 8, 512, 49155, 131072, 12.0f, 0.22f,
                                          0.015625f, 6.0f), 512, 40, 8, false),
@@ -1063,6 +1142,15 @@ std::vector<ModelConfig> arch_shapes() {
         // its first four layers (three local, one global: a benchmark
         // of a size CI can run)
         cohere2_config("command-r7b", 4096, 32, 32, 8, 14336, 256000, 131072, 50000.0f, 0.25f, 4096),
+        // cohere2moe: 6 layers, 0 and 4 global (0 a dense FFN of 256 with RoPE, 4 without), the others local (a
+        // window of 8); layers 1-5 with 8 experts of 64 (2 a token, softmax gating, weights normalized) and a shared
+        // expert of 64 averaged with them; one NextN block after them
+        cohere2moe_config("cohere2moe-tiny", 128, 6, 4, 2, 256, 320, 4096, 50000.0f, 0.25f, 8,
+                          {64, 8, 2, 0, 0, 1, 1, 64, 1.0f, 1}),
+        // a shape of a cohere2moe model's first two layers, assumed (no config of one could be read here): Command
+        // R7B's attention and dense FFN, then 32 experts of 2048 (8 a token) beside a shared one
+        cohere2moe_config("cohere2moe-2l", 4096, 2, 32, 8, 14336, 256000, 131072, 50000.0f, 0.25f, 4096,
+                          {2048, 32, 8, 0, 0, 1, 1, 2048, 1.0f, 0}),
         cohere2_config("command-r7b-4l", 4096, 4, 32, 8, 14336, 256000, 131072, 50000.0f, 0.25f, 4096),
         // 64 layers, as llama.cpp gives command-r Q and K norms only from R+'s depth on
         command_r_config("command-r-tiny", 64, 64, 2, 1, 128, 320, 1024, 10000.0f, 0.0625f),
@@ -1199,9 +1287,11 @@ const char* chat_template(const std::string& arch) {
                "'model' %}{% else %}{% set role = message['role'] %}{% endif %}<|turn>{{ role }}\n{{ "
                "message['content'] | trim }}<turn|>\n{% endfor %}{% if add_generation_prompt %}"
                "<|turn>model\n{% endif %}";
-    if (arch == "granite" || arch == "granitehybrid" || arch == "granitemoe") return kGraniteTemplate;
+    if (arch == "granite" || arch == "granitehybrid" || arch == "granitemoe" || arch == "granite_swa")
+        return kGraniteTemplate;
     if (arch == "glm4" || arch == "glm4moe") return kGlm4Template;
-    if (arch == "command-r" || arch == "cohere2")  // (the turns of Command R's template, without its preamble)
+    // (the turns of Command R's template, without its preamble)
+    if (arch == "command-r" || arch == "cohere2" || arch == "cohere2moe")
         return "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{% set role = "
                "'<|USER_TOKEN|>' %}{% elif message['role'] == 'system' %}{% set role = '<|SYSTEM_TOKEN|>' %}{% else "
                "%}{% set role = '<|CHATBOT_TOKEN|>' %}{% endif %}<|START_OF_TURN_TOKEN|>{{ role }}{{ "
@@ -1367,6 +1457,8 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
     // Layer i's weights (i >= n_layer: a multi-token-prediction block's layer, written and never run)
     auto make_layer = [&](int64_t i) {
         const std::string b = fmt::format("blk.{}.", i);
+        // (exaone-moe's NextN blocks: a dense FFN, not experts)
+        const bool moe = c.layer_moe(i) && !(i >= c.n_layer && c.file_arch == "exaone-moe");
         LayerWeights L;
         if (c.input_norms && c.layer_has_mixer(i)) L.attn_norm = norm(c.n_embd);
         const int64_t nq = c.layer_n_embd_q(i), nkv = c.layer_n_embd_kv(i);
@@ -1446,10 +1538,11 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
         if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(i)) L.ffn_norm = norm(c.n_embd);
         // (gemma4's mixture, the shared expert: a dense FFN beside the experts; a leading dense layer's instead)
-        const bool dense = c.layer_dense_ffn(i) && c.layer_has_ffn(i);
-        const std::string ffn = c.moe_shared_expert && c.layer_moe(i) ? "_shexp" : "";  // (the shared expert's names)
-        if (dense && (phi3 || glm4)) {
-            L.split_gate_up(matrix(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff), c);
+        const bool dense = (c.layer_dense_ffn(i) || !moe) && c.layer_has_ffn(i);
+        const std::string ffn = c.moe_shared_expert && moe ? "_shexp" : "";  // (the shared expert's names)
+        const bool fused_shexp = c.file_arch == "granite_swa" && moe;  // (its shared expert's gate and up in one)
+        if (dense && (phi3 || glm4 || fused_shexp)) {
+            L.split_gate_up(matrix(b + "ffn_up" + ffn + ".weight", c.n_embd, 2 * c.n_ff), c);
         } else if (dense) {  // (nemotron_h: no gate)
             if (c.ffn_gated()) L.ffn_gate = matrix(b + "ffn_gate" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
             L.ffn_up = matrix(b + "ffn_up" + ffn + ".weight", c.n_embd, c.layer_n_ff(i));
@@ -1465,11 +1558,11 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         // (DeepSeek-V3's selection bias, of the size of the sigmoid's differences between experts)
         if (c.arch == "deepseek2" && c.layer_moe(i) && c.moe_gating_sigmoid)
             L.ffn_exp_probs_b = uniform(c.n_expert, -0.1, 0.1);
-        if (c.layer_moe(i)) {
+        if (moe) {
             L.ffn_gate_inp = router(b + "ffn_gate_inp.weight");
             // (a selection bias of the size of the probabilities' spread, so that it changes which experts win)
             if (c.moe_selection_bias) L.ffn_exp_probs_b = uniform(c.n_expert, -0.5, 0.5);
-            if (gemma4) {  // (gate and up of each expert in one tensor, gate first)
+            if (gemma4 || c.file_arch == "granite_swa") {  // (gate and up of each expert in one tensor, gate first)
                 L.ffn_gate_up_exps = experts(b + "ffn_gate_up_exps.weight", c.n_embd, 2 * c.n_ff_exp);
             } else {  // (nemotron_h_moe: no gate)
                 if (c.ffn_gated()) L.ffn_gate_exps = experts(b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp);
@@ -1512,8 +1605,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         } else if (c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 || exaone4 || glm4moe_qk_norm(c) ||
                    ((qwen35 || c.arch == "lfm2") && !c.layer_is_recurrent(i))) {
             L.attn_q_norm = norm(c.layer_head_dim(i));
-            // (an MTP block's attention, never run, has K's norm too: bailingmoe2's llama.cpp requires it)
-            if (c.layer_has_kv(i) || (i >= c.n_layer && c.file_arch == "bailingmoe2"))
+            // (an MTP block's attention, never run, has K's norm too: bailingmoe2's and exaone-moe's llama.cpp
+            // require it)
+            const bool mtp_k_norm = c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe";
+            if (c.layer_has_kv(i) || (i >= c.n_layer && mtp_k_norm))
                 L.attn_k_norm = norm(c.layer_head_dim(i));
         }
         if (glm4 || c.arch == "glm4moe" || c.arch == "seed_oss" || c.arch == "qwen2" ||
@@ -1523,6 +1618,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.bv = uniform(nkv, -0.1, 0.1);
         }
         if (gemma4) L.out_scale = uniform(1, 0.5, 1.5);
+        if (c.file_arch == "granite_swa") L.attn_sinks = uniform(c.n_head, -1.0, 2.0);  // (gpt-oss's size)
         if (c.file_arch == "apertus" && c.n_embd <= 256) L.bo = uniform(c.n_embd, -0.1, 0.1);  // (its optional bias)
         if (c.arch == "gpt-oss") {
             // Sinks of the size of the scores, so that they take a share of each softmax; gate and up biases out to
@@ -1577,11 +1673,12 @@ void SyntheticModel::save(const std::string& path) const {
         for (int64_t l = 0; l < c.n_layer; ++l)  // (nemotron_h_moe: the experts' width)
             ff.emplace_back(uint32_t(!c.layer_has_ffn(l) ? 0 : c.moe() ? c.n_ff_exp : c.layer_n_ff(l)));
         w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
-    } else if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe" || c.file_arch == "hunyuan-moe") &&
-               c.moe()) {  // (Granite's, Hunyuan's: n_ff wide)
+    } else if ((c.arch == "granitehybrid" || c.file_arch == "granitemoe" || c.file_arch == "granite_swa" ||
+                c.file_arch == "hunyuan-moe") && c.moe()) {  // (Granite's, Hunyuan's: n_ff wide)
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
-               c.file_arch == "ernie4_5-moe" || c.arch == "llama4" || shared_moe) {
+               c.file_arch == "ernie4_5-moe" || c.arch == "llama4" || shared_moe || c.file_arch == "exaone-moe" ||
+               c.file_arch == "cohere2moe") {
         // (the leading dense width; llama4: the dense layers')
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
@@ -1696,6 +1793,17 @@ void SyntheticModel::save(const std::string& path) const {
         if (c.sliding_window > 0) w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         if (c.sliding_window > 0) w.set(p + "rope.freq_base_swa", c.rope_base_local);
     }
+    if (c.file_arch == "exaone-moe") {  // (as its converter writes them)
+        w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+        w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+        w.set(p + "expert_shared_count", uint32_t(1));
+        w.set(p + "expert_weights_norm", c.moe_norm_weights);
+        w.set(p + "expert_weights_scale", c.moe_weights_scale);
+        w.set(p + "nextn_predict_layers", uint32_t(c.n_layer_nextn));
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
+        w.set(p + "rope.scaling.type", "none");
+    }
     if (c.arch == "gemma2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);
@@ -1749,7 +1857,24 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "logit_scale", c.logit_scale);
     }
     if (c.arch == "command-r" || c.arch == "cohere2") w.set(p + "logit_scale", c.logit_mul);
-    if (c.arch == "cohere2") {
+    if (c.file_arch == "cohere2moe") {  // (as its converter writes them)
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
+        w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+        w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+        w.set(p + "expert_weights_norm", c.moe_norm_weights);
+        w.set(p + "expert_shared_count", uint32_t(c.n_expert_shared));
+        w.set(p + "nextn_predict_layers", uint32_t(c.n_layer_nextn));
+        w.set(p + "rope.scaling.type", "none");
+    }
+    if (c.file_arch == "granite_swa") {  // (as its converter writes them)
+        std::vector<GgufValue> rope;
+        for (int64_t l = 0; l < c.n_layer; ++l) rope.emplace_back(c.layer_has_rope(l));
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
+        w.set(p + "attention.rope_pattern", GgufValue::array(GgufType::BOOL, rope));
+    }
+    if (c.arch == "cohere2" && c.file_arch != "cohere2moe") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
     }

@@ -69,7 +69,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     if (c.layer_is_short_conv(layer))  // (lfm2: the conv's taps alone)
         f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
              {"shortconv.conv.weight", &L::ssm_conv1d, c.ssm_conv, c.n_embd}};
-    if (gpt_oss) f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
+    // (granite_swa: in every layer, as llama.cpp requires them)
+    if (gpt_oss || c.file_arch == "granite_swa") f.push_back({"attn_sinks.weight", &L::attn_sinks, c.n_head});
     if (c.mla()) {  // (deepseek2: the low-rank query's norm, the latent's)
         if (c.q_lora_rank > 0) f.push_back({"attn_q_a_norm.weight", &L::attn_q_a_norm, c.q_lora_rank});
         f.push_back({"attn_kv_a_norm.weight", &L::attn_kv_a_norm, c.kv_lora_rank});
@@ -77,8 +78,9 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
         // (gemma4: not in a shared-KV layer, which has no K; gemma3n's has one, unread, as llama.cpp requires it;
-        // bailingmoe2's MTP blocks, never run, have it)
-        if (c.layer_has_kv(layer) || c.arch == "gemma3n" || (layer >= c.n_layer && c.file_arch == "bailingmoe2"))
+        // bailingmoe2's and exaone-moe's MTP blocks, never run, have it)
+        const bool mtp_k_norm = c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe";
+        if (c.layer_has_kv(layer) || c.arch == "gemma3n" || (layer >= c.n_layer && mtp_k_norm))
             f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1, !glm4moe});
     }
     if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head, as llama.cpp requires them)
@@ -139,11 +141,11 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     // (lfm2: its converter names the final norm token_embd_norm, as llama.cpp reads it)
     std::vector<VectorField<W>> f{
         {c.arch == "lfm2" ? "token_embd_norm.weight" : "output_norm.weight", &W::output_norm, c.n_embd}};
-    // The RoPE divisors llama.cpp loads: rope_freqs for llama, llama4, mistral3, granite, exaone4, apertus (without
-    // longrope scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a file with a tensor it
-    // does not load, and so does quill (Weights::from_gguf), rather than run without it.
+    // The RoPE divisors llama.cpp loads: rope_freqs for llama, llama4, mistral3, granite, exaone4, apertus,
+    // exaone-moe (without longrope scaling, which quill refuses), phi3's long and short factors. llama.cpp refuses a
+    // file with a tensor it does not load, and so does quill (Weights::from_gguf), rather than run without it.
     if (c.arch == "llama" || c.arch == "llama4" || c.arch == "mistral3" || c.arch == "granite" || c.arch == "exaone4" ||
-        c.file_arch == "apertus")
+        c.file_arch == "apertus" || c.file_arch == "exaone-moe")
         f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, false});
     // (gemma4: required where a layer is global, as llama.cpp requires it)
     bool global = false;

@@ -203,7 +203,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     for (const VectorField<Weights>& f : model_vector_fields(c)) l.read(f, f.name, w);
     // (gemma, command-r, cohere2: the output is the embeddings whatever the file holds, as llama.cpp reads it, so an
     // output.weight goes unused and the file is refused, as llama.cpp refuses a tensor too many)
-    const bool always_tied = c.arch == "gemma" || c.arch == "command-r" || c.arch == "cohere2";
+    // (cohere2moe's output is its own where the file has one)
+    const bool always_tied =
+        c.arch == "gemma" || c.arch == "command-r" || (c.arch == "cohere2" && c.file_arch != "cohere2moe");
     if (!always_tied && l.find("output.weight")) {
         w.output = l.get("output.weight", {c.n_embd, c.n_vocab});
     } else {
@@ -228,7 +230,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     // (llama.cpp requires output.weight for these)
     if ((gpt_oss || c.arch == "olmo2" || c.arch == "qwen2moe" || c.file_arch == "minimax-m2" ||
          c.file_arch == "olmoe" || c.file_arch == "apertus" ||
-         c.file_arch == "bailingmoe2" || c.file_arch == "dots1") && w.output_tied)
+         c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "exaone-moe") && w.output_tied)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
@@ -300,7 +302,9 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]
         if (c.layer_moe(i)) {
             L.ffn_gate_inp = l.get(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
-            if (c.arch == "gemma4" && l.find(b + "ffn_gate_up_exps.weight")) {  // (gate and up in one, gate first)
+            // (gate and up in one, gate first: gemma4's, and granite_swa's and cohere2moe's where the file has them so)
+            const bool fused = c.arch == "gemma4" || c.file_arch == "granite_swa" || c.file_arch == "cohere2moe";
+            if (fused && l.find(b + "ffn_gate_up_exps.weight")) {
                 L.ffn_gate_up_exps = l.get(b + "ffn_gate_up_exps.weight", {c.n_embd, 2 * c.n_ff_exp, c.n_expert});
             } else {  // (nemotron_h_moe: no gate)
                 if (c.ffn_gated())
@@ -314,7 +318,10 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
         const bool dense = c.layer_dense_ffn(i) && c.layer_has_ffn(i);
         const bool shexp = c.moe_shared_expert && c.layer_moe(i);
         const int64_t n_ff = c.layer_n_ff(i);
-        if (shexp) {  // (its tensors named ffn_*_shexp; nemotron_h_moe's without a gate)
+        if (shexp && c.file_arch == "granite_swa") {  // (gate and up in one, gate first)
+            L.split_gate_up(l.get(b + "ffn_up_shexp.weight", {c.n_embd, 2 * n_ff}), c);
+            L.ffn_down = l.get(b + "ffn_down_shexp.weight", {n_ff, c.n_embd});
+        } else if (shexp) {  // (its tensors named ffn_*_shexp; nemotron_h_moe's without a gate)
             if (c.ffn_gated()) L.ffn_gate = l.get(b + "ffn_gate_shexp.weight", {c.n_embd, n_ff});
             L.ffn_up = l.get(b + "ffn_up_shexp.weight", {c.n_embd, n_ff});
             L.ffn_down = l.get(b + "ffn_down_shexp.weight", {n_ff, c.n_embd});

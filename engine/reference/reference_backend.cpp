@@ -613,6 +613,8 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
             if (!L.ffn_gate_inp_shexp.empty())
                 gate = 1.0 / (1.0 + std::exp(-dot(L.ffn_gate_inp_shexp.data(), xn_.data(), c.n_embd)));
             for (int64_t i = 0; i < c.n_embd; ++i) out_[i] += gate * shared_[i];
+            // cohere2moe: out = (the experts' sum + the shared expert's output) * 0.5
+            for (int64_t i = 0; i < c.n_embd; ++i) out_[i] *= c.moe_shared_scale;
         }
     } else {
         ffn_sparse_ = c.layer_sparse(l);  // (gemma3n's first layers)

@@ -174,6 +174,16 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
     auto afmoe = SyntheticModel::make(synthetic_config("afmoe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(afmoe->config, afmoe->weights),
                       "the CUDA backend cannot run afmoe models (a gated attention output); --device cpu runs it");
+    // Nor exaone-moe (by name), cohere2moe (cohere2's parallel blocks) or granite_swa (granite's multipliers).
+    const std::pair<const char*, const char*> variants[] = {
+        {"exaone-moe-tiny", "the CUDA backend cannot run exaone-moe models; --device cpu runs it"},
+        {"cohere2moe-tiny", "the CUDA backend cannot run cohere2moe models (LayerNorm, attention and FFN in parallel); "
+                            "--device cpu runs it"},
+        {"granite-swa-moe-tiny", "the CUDA backend cannot run granite_swa models; --device cpu runs it"}};
+    for (const auto& [shape, what] : variants) {
+        auto m = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
+        CHECK_THROWS_WITH(cuda::check_model(m->config, m->weights), what);
+    }
     // Nor ernie4_5-moe (ernie4_5's layers, which CUDA has not been checked on), by the file's architecture.
     auto ernie = SyntheticModel::make(synthetic_config("ernie4_5-moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ernie->config, ernie->weights),
