@@ -119,10 +119,11 @@ private:
     void mla_attend(const Batch& batch, int64_t layer, const float* q, float* lat);
     // deepseek32's lightning indexer (dsa_indexer.cpp): dsa_sel_, dsa_n_sel_ = the positions each token of the batch
     // attends to in `layer` (qa [n, q_lora_rank] the normed low-rank queries), the indexer keys stored; dsa_mask: a
-    // token's scores s [n_kv] at -inf elsewhere; rope_neox: rope() with NEOX pairs whatever the model's
+    // token's scores s [n_kv] at -inf elsewhere; rope_indexer: rope() with the indexer's pairs (deepseek32: NEOX ones
+    // whatever the model's)
     void dsa_select(const Batch& batch, const LayerWeights& L, int64_t layer, const float* qa);
     void dsa_mask(int64_t t, float* s, int64_t n_kv) const;
-    void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t t) const;
+    void rope_indexer(float* x, int64_t n_heads, int64_t head_dim, int64_t t) const;
     // and for a short gated convolution (lfm2's recurrent layers; short_conv.cpp)
     void short_conv_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);

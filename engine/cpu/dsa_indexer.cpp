@@ -34,11 +34,12 @@ void hadamard(float* x, int64_t d) {
 
 }  // namespace
 
-// NEOX pairs (i, i + n_rot / 2) of each head's first n_rot dims of x [n_heads, head_dim] rotated by token t's angles,
-// whatever the model's own pairs (the indexer's RoPE), from the angle table rope_angles made: for adjacent pairs
-// pair i's cosine at 2i and its sine at 2i + 1.
-void CpuBackend::rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t t) const {
+// The indexer's RoPE of each head's first n_rot dims of x [n_heads, head_dim] by token t's angles: NEOX pairs
+// (i, i + n_rot / 2) whatever the model's own pairs (deepseek32), from the angle table rope_angles made (for adjacent
+// pairs pair i's cosine at 2i and its sine at 2i + 1); glm-dsa's adjacent pairs as rope() turns them.
+void CpuBackend::rope_indexer(float* x, int64_t n_heads, int64_t head_dim, int64_t t) const {
     const int64_t n_rot = config_.n_rot, half = n_rot / 2;
+    if (!config_.indexer_neox) return rope(x, n_heads, head_dim, n_rot, t, false);
     const bool neox = config_.rope == ModelConfig::Rope::neox;
     const float* c = rope_cs_.data() + t * n_rot * 2;
     const float* s = c + n_rot;
@@ -56,7 +57,8 @@ void CpuBackend::rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t 
 
 // For layer `layer` over the batch (qa: the normed low-rank queries [n, q_lora_rank]; xn_ the layer's normed input):
 //   q_h = H RoPE(Wiq_b qa)_h, k = H RoPE(LayerNorm(Wik xn) * k_norm + k_norm_b), NEOX pairs of the first n_rot
-//   dims of a head, H the Walsh-Hadamard rotation; k stored after the latent and the RoPE key of the K row
+//   dims of a head (glm-dsa: adjacent pairs), H the Walsh-Hadamard rotation; k stored after the latent and the RoPE
+//   key of the K row
 //   w_h = (Wproj xn)_h / sqrt(indexer_head_dim * indexer_n_head)
 //   score_j = sum_h max(q_h . k_j, 0) w_h over the slot's positions j <= pos, in float (a chain over the head's
 //   dims, then one over the heads), and token t keeps the indexer_top_k highest (of equal ones the earlier position):
@@ -80,12 +82,12 @@ void CpuBackend::dsa_select(const Batch& batch, const LayerWeights& L, int64_t l
     const auto w_scale = 1.0f / std::sqrt(static_cast<float>(d * nh));
     for (int64_t t = 0; t < n; ++t) {  // every token's key stored before any scores
         float* q = dsa_q_.data() + t * nh * d;
-        rope_neox(q, nh, d, t);
+        rope_indexer(q, nh, d, t);
         for (int64_t h = 0; h < nh; ++h) hadamard(q + h * d, d);
         float* k = dsa_k_.data() + t * d;
         layer_norm(k, L.idx_k_norm.data(), k, 1, d, ModelConfig::kIndexerNormEps);
         for (int64_t i = 0; i < d; ++i) k[i] += L.idx_k_norm_b[i];
-        rope_neox(k, 1, d, t);
+        rope_indexer(k, 1, d, t);
         hadamard(k, d);
         for (int64_t h = 0; h < nh; ++h) dsa_w_[t * nh + h] *= w_scale;
         const BatchToken& bt = batch.tokens[static_cast<size_t>(t)];

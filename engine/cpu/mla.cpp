@@ -37,7 +37,8 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
         kv_ops_.rms_norm(mla_qa_.data(), L.attn_q_a_norm.data(), mla_qa_.data(), n, c.q_lora_rank, c.rms_eps);
         const MatmulJob qb[] = {{matrix(L.wq_b), mla_q_.data()}};
         mm(qb, mla_qa_.data(), n, c.q_lora_rank, n_decode_);
-        if (c.dsa()) dsa_select(batch, L, layer, mla_qa_.data());  // (deepseek32: the positions each token attends)
+        // (deepseek32: the positions each token attends to; glm-dsa's layers without an indexer keep the last one's)
+        if (c.dsa() && c.layer_indexer(layer)) dsa_select(batch, L, layer, mla_qa_.data());
     }
     // The latent normed, q_pe and k_pe rotated, [c, k_pe] stored: every token's before any attends.
     const auto row_elems = static_cast<int64_t>(kv_.shape().row_elems());

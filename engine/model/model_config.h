@@ -379,6 +379,14 @@ struct ModelConfig {
     int64_t indexer_n_head = 0, indexer_head_dim = 0, indexer_top_k = 0;
     static constexpr float kIndexerNormEps = 1e-6f;  // the indexer key's LayerNorm's, as llama.cpp fixes it
     bool dsa() const { return indexer_top_k > 0; }
+    // glm-dsa (GLM-5): the indexer's RoPE pairs are adjacent ones (deepseek32's NEOX), and (GLM-5.2) only the layers
+    // marked here have an indexer of their own, the others attending to the positions the last such layer chose
+    // for the token ([n_layer]; empty: every layer has one).
+    bool indexer_neox = true;
+    std::vector<uint8_t> indexer_layers;
+    bool layer_indexer(int64_t layer) const {
+        return indexer_layers.empty() || indexer_layers[static_cast<size_t>(layer)] != 0;
+    }
     // The layers with a K and V cache of their own: the attending layers (a hybrid's recurrent ones keep a state
     // instead) before the last n_kv_shared. A shared layer (gemma4) reads the cache of kv_layer(l): as llama.cpp
     // maps them, the last of the layers before the shared ones when it is global, the one before it when local
@@ -430,7 +438,8 @@ struct ModelConfig {
 // gemma, gemma2, gemma3, gemma3n, gemma4, phi3, smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid,
 // nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
 // qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
-// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, deepseek32).
+// nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, deepseek32,
+// glm-dsa).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

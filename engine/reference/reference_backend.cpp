@@ -152,6 +152,10 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
         kv_entry_.push_back(config.kv_index(l) - config.kv_layers_before(layers_.begin));
     QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
                 layers_.begin, layers_.end - 1, config.n_layer);
+    if (config.dsa() && !config.layer_indexer(layers_.begin))  // (glm-dsa: as the CPU backend refuses it)
+        throw UsageError(fmt::format("layers split at layer {}, which takes the positions it attends to from an "
+                                     "earlier layer's indexer: split at a layer with an indexer of its own",
+                                     layers_.begin));
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
     // context; gemma4: on the global layers only); YaRN leaves the share yarn_ramp(i) of each frequency unscaled; a
     // pair of M-RoPE's extra section sits at position 0 for text (0)
@@ -789,7 +793,8 @@ void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
         matvec(L.wq_a, xn_, gate_, row_);
         rms_norm_rows(gate_, L.attn_q_a_norm, c.rms_eps);
         matvec(L.wq_b, gate_, q_, row_);
-        if (c.dsa()) dsa_select(t, l);  // (deepseek32: the positions this token attends to)
+        // (deepseek32: the positions this token attends to; glm-dsa's layers without an indexer keep the last one's)
+        if (c.dsa() && c.layer_indexer(l)) dsa_select(t, l);
     } else {
         matvec(L.wq, xn_, q_, row_);
     }
@@ -839,8 +844,9 @@ void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
 // DeepSeek Sparse Attention's lightning indexer for token t in layer l (ModelConfig::dsa): dsa_keep_ [n_ctx] = 1 at
 // the positions j <= pos the token's MLA attends to, from qr (gate_, the normed low-rank query) and xn_:
 //   q_h = H RoPE(Wiq_b qr)_h, k = H RoPE(LayerNorm(Wik xn) * k_norm + k_norm_b): NEOX pairs in the first n_rot dims
-//   of a head, H the orthonormal Walsh-Hadamard matrix of indexer_head_dim (its Sylvester order); cache[pos] holds k
-//   after the latent and the RoPE key (rounded to fp16 with an f16 cache, as llama.cpp's indexer cache of the KV type)
+//   of a head (glm-dsa: adjacent ones), H the orthonormal Walsh-Hadamard matrix of indexer_head_dim (its Sylvester
+//   order); cache[pos] holds k after the latent and the RoPE key (rounded to fp16 with an f16 cache, as llama.cpp's
+//   indexer cache of the KV type)
 //   w = Wproj xn / sqrt(indexer_head_dim * indexer_n_head)
 //   score_j = sum_h max(q_h . k_j, 0) w_h; the indexer_top_k highest kept (of equal ones the earlier position), every
 //   position while pos < indexer_top_k.
@@ -860,12 +866,12 @@ void ReferenceBackend::dsa_select(const BatchToken& t, int64_t l) {
     };
     std::vector<double> q, k, w;
     matvec(L.idx_wq_b, gate_, q, row_);  // [nh, d]
-    rope(q, nh, d, c.n_rot, c, inv_freq_, t.pos, false, true);
+    rope(q, nh, d, c.n_rot, c, inv_freq_, t.pos, false, c.indexer_neox);
     for (int64_t h = 0; h < nh; ++h) hadamard(q.data() + h * d);
     matvec(L.idx_wk, xn_, k, row_);  // [d]
     layer_norm(k.data(), L.idx_k_norm.data(), ModelConfig::kIndexerNormEps, static_cast<size_t>(d), k.data());
     for (int64_t i = 0; i < d; ++i) k[i] += L.idx_k_norm_b[i];
-    rope(k, 1, d, c.n_rot, c, inv_freq_, t.pos, false, true);
+    rope(k, 1, d, c.n_rot, c, inv_freq_, t.pos, false, c.indexer_neox);
     hadamard(k.data());
     const bool f16 = kv_shape_.type == KvType::f16;
     double* stored = cache_row(k_cache_, l, t.slot, t.pos) + c.mla_row();

@@ -116,6 +116,14 @@ TEST_CASE("deepseek32 settings are read from the file as llama.cpp reads them, i
     // A row a position and layer: the latent and RoPE key (80), then the indexer key (64).
     CHECK((c.kv_heads() == 1 && c.kv_head_dim() == 144));
     CHECK(cpu::kv_cache_bytes(c, KvType::f16, kCtx, 1) == size_t{3} * 256 * 144 * 2);
+    // DeepSeek-V3.2's files end with a NextN (multi-token prediction) block: its tensors, the indexer's among them,
+    // are loaded and not run.
+    const std::string mtp = test::synthetic_with_metadata(test::temp_dir("arch_deepseek32_nextn"), "deepseek32-tiny",
+                                                          "nextn", [](GgufWriter& w) {
+                                                              w.set("deepseek32.nextn_predict_layers", uint32_t(1));
+                                                          });
+    auto trunk = Model::load(mtp);
+    CHECK((trunk->config.n_layer == 2 && trunk->weights.layers.size() == 2 && trunk->config.dsa()));
     const ModelConfig v32 = synthetic_config("deepseek-v3.2-2l");
     CHECK((v32.n_embd == 7168 && v32.indexer_n_head == 64 && v32.indexer_head_dim == 128 &&
            v32.indexer_top_k == 2048 && v32.kv_head_dim() == 576 + 128));

@@ -109,12 +109,12 @@ inline std::unique_ptr<cpu::CpuBackend> arch_cpu_backend(const ModelConfig& c, c
 
 // check_against_llama_cpp on the CPU backend's reference path, then on each kernel family this machine has.
 inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, const std::string& stem, double tol,
-                                        int64_t n_ctx, size_t n_greedy = 24) {
+                                        int64_t n_ctx, size_t n_greedy = 24, size_t n_positions = 32) {
     std::vector<std::optional<cpu::Isa>> isas{std::nullopt};
     for (cpu::Isa isa : model_test_isas()) isas.push_back(isa);
     for (const auto& isa : isas) {
         INFO(stem << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
-        check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol, n_greedy);
+        check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol, n_greedy, n_positions);
     }
 }
 
@@ -150,6 +150,7 @@ struct ArchCase {
     GgmlType type;
     double tol_reference, tol_cpu;
     size_t n_greedy = 24;
+    size_t n_positions = 32;  // the prompt positions compared (see check_against_llama_cpp)
 };
 
 // Each case's file of `shape` on the reference backend (KV f32, n_ctx positions), or, with cpu, on the CPU backend's
@@ -161,10 +162,10 @@ inline void check_shape_against_llama_cpp(const std::string& shape, std::span<co
         INFO(stem);
         auto m = saved_synthetic(shape, c.type);
         if (cpu) {
-            check_cpu_against_llama_cpp(m->config, m->weights, stem, c.tol_cpu, n_ctx, c.n_greedy);
+            check_cpu_against_llama_cpp(m->config, m->weights, stem, c.tol_cpu, n_ctx, c.n_greedy, c.n_positions);
         } else {
             ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
-            check_against_llama_cpp(b, stem, c.tol_reference, c.n_greedy);
+            check_against_llama_cpp(b, stem, c.tol_reference, c.n_greedy, c.n_positions);
         }
     }
 }
