@@ -239,7 +239,7 @@ private:
     std::vector<float> dsa_w_;         // [n, indexer_n_head] its heads' weights, scaled
     std::vector<int32_t> dsa_sel_;     // [n, indexer_top_k] each token's kept positions, ascending
     std::vector<int64_t> dsa_n_sel_;   // [n] their count (0: every position)
-    std::vector<float> dsa_scratch_;   // [n_threads, indexer_head_dim + 2 n_ctx] a key, the scores, their order
+    std::vector<float> dsa_scratch_;   // [n_threads, indexer_head_dim + n_ctx] a key in float, the scores
     // qwen3next: its products grouped by key head, before ungroup_qkvz and ungroup_ba (delta_net_layout.h)
     std::vector<float> ssm_qkvz_;   // [n, ssm_conv_channels + ssm_d_inner] W_in xn (its older files' ssm_in)
     std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn

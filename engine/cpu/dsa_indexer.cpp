@@ -104,12 +104,12 @@ void CpuBackend::dsa_select(const Batch& batch, const LayerWeights& L, int64_t l
     dsa_sel_.resize(static_cast<size_t>(n * top_k));
     dsa_n_sel_.assign(static_cast<size_t>(n), 0);
     const int64_t ctx = kv_.shape().n_ctx;
-    const int64_t per_thread = d + 2 * ctx;
+    const int64_t per_thread = d + ctx;
     dsa_scratch_.resize(static_cast<size_t>(pool_.size() * per_thread));
     pool_.run([&](int ith, int nth) {
         float* kj = dsa_scratch_.data() + ith * per_thread;  // [d] key j in float
         float* score = kj + d;                                // [ctx]
-        auto* order = reinterpret_cast<int32_t*>(score + ctx);  // [ctx]
+        std::vector<int32_t> order;                           // [n_kv] the positions in the scores' order
         const Range tokens = split_range(n, ith, nth, 1);
         for (int64_t t = tokens.begin; t < tokens.end; ++t) {
             const BatchToken& bt = batch.tokens[static_cast<size_t>(t)];
@@ -132,12 +132,13 @@ void CpuBackend::dsa_select(const Batch& batch, const LayerWeights& L, int64_t l
                 }
                 score[j] = s;
             }
-            std::iota(order, order + n_kv, 0);
-            std::nth_element(order, order + top_k - 1, order + n_kv, [&](int32_t a, int32_t b) {
+            order.resize(static_cast<size_t>(n_kv));
+            std::iota(order.begin(), order.end(), 0);
+            std::nth_element(order.begin(), order.begin() + top_k - 1, order.end(), [&](int32_t a, int32_t b) {
                 return score[a] > score[b] || (score[a] == score[b] && a < b);
             });
-            std::sort(order, order + top_k);
-            std::copy_n(order, top_k, dsa_sel_.data() + t * top_k);
+            std::sort(order.begin(), order.begin() + top_k);
+            std::copy_n(order.begin(), top_k, dsa_sel_.data() + t * top_k);
             dsa_n_sel_[static_cast<size_t>(t)] = top_k;
         }
     });
