@@ -49,6 +49,11 @@ CpuBackend::CpuBackend(const ModelConfig& config, const Weights& weights, const 
           options.window_cache, options.kv_huge_pages, pool_, layers_.begin, layers_.end),
       attention_(config, kv_, kv_ops_, pool_) {
     if (config.recurrent()) recurrent_ = RecurrentState(config, layers_, options.n_slots, options.state_snapshots);
+    // (glm-dsa: a layer without an indexer of its own reads the choice of the one before, which a range must hold)
+    if (config.dsa() && !config.layer_indexer(layers_.begin))
+        throw UsageError(fmt::format("layers split at layer {}, which takes the positions it attends to from an "
+                                     "earlier layer's indexer: split at a layer with an indexer of its own",
+                                     layers_.begin));
     check_weights(weights);
     if (!reference_)
         weight_store_ = WeightStore(weights, isa_, pool_, layers_, layers_.end == config.n_layer, options.cancel);

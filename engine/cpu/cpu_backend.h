@@ -117,6 +117,13 @@ private:
     // its attention: lat [n, n_head, kv_lora_rank] = each row of q [n, n_head, kv_lora_rank + n_rot] attending over
     // its slot's cached latents and RoPE keys
     void mla_attend(const Batch& batch, int64_t layer, const float* q, float* lat);
+    // deepseek32's lightning indexer (dsa_indexer.cpp): dsa_sel_, dsa_n_sel_ = the positions each token of the batch
+    // attends to in `layer` (qa [n, q_lora_rank] the normed low-rank queries), the indexer keys stored; dsa_mask: a
+    // token's scores s [n_kv] at -inf elsewhere; rope_indexer: rope() with the indexer's pairs (deepseek32: NEOX ones
+    // whatever the model's)
+    void dsa_select(const Batch& batch, const LayerWeights& L, int64_t layer, const float* qa);
+    void dsa_mask(int64_t t, float* s, int64_t n_kv) const;
+    void rope_indexer(float* x, int64_t n_heads, int64_t head_dim, int64_t t) const;
     // and for a short gated convolution (lfm2's recurrent layers; short_conv.cpp)
     void short_conv_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     void ffn_block(const LayerWeights& L, int64_t layer, int64_t n);
@@ -228,6 +235,13 @@ private:
     std::vector<float> mla_out_;     // [n, max(kv_lora_rank, head_dim_v)] one head's product
     std::vector<float> mla_lat_;     // [n, n_head, kv_lora_rank] the attention's output in the latent
     std::vector<float> mla_scores_;  // [n_threads, n_ctx + 8] a row's scores
+    // deepseek32's lightning indexer (dsa_select)
+    std::vector<float> dsa_q_;         // [n, indexer_n_head, indexer_head_dim] its queries, rotated
+    std::vector<float> dsa_k_;         // [n, indexer_head_dim] its keys, rotated
+    std::vector<float> dsa_w_;         // [n, indexer_n_head] its heads' weights, scaled
+    std::vector<int32_t> dsa_sel_;     // [n, indexer_top_k] each token's kept positions, ascending
+    std::vector<int64_t> dsa_n_sel_;   // [n] their count (0: every position)
+    std::vector<float> dsa_scratch_;   // [n_threads, indexer_head_dim + n_ctx] a key in float, the scores
     // qwen3next: its products grouped by key head, before ungroup_qkvz and ungroup_ba (delta_net_layout.h)
     std::vector<float> ssm_qkvz_;   // [n, ssm_conv_channels + ssm_d_inner] W_in xn (its older files' ssm_in)
     std::vector<float> ssm_ba_;     // [n, 2 ssm_n_v_heads] W_ba xn

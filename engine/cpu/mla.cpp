@@ -37,6 +37,8 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
         kv_ops_.rms_norm(mla_qa_.data(), L.attn_q_a_norm.data(), mla_qa_.data(), n, c.q_lora_rank, c.rms_eps);
         const MatmulJob qb[] = {{matrix(L.wq_b), mla_q_.data()}};
         mm(qb, mla_qa_.data(), n, c.q_lora_rank, n_decode_);
+        // (deepseek32: the positions each token attends to; glm-dsa's layers without an indexer keep the last one's)
+        if (c.dsa() && c.layer_indexer(layer)) dsa_select(batch, L, layer, mla_qa_.data());
     }
     // The latent normed, q_pe and k_pe rotated, [c, k_pe] stored: every token's before any attends.
     const auto row_elems = static_cast<int64_t>(kv_.shape().row_elems());
@@ -96,7 +98,8 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
 }
 
 // For each (token t, head h), over t's slot's positions j <= pos (K's layout: eight positions innermost, each row
-// [c, k_pe] of kv_lora_rank + n_rot): s_j = q . row_j * attn_scale, p = softmax(s), lat = sum_j p_j c_j. In float,
+// [c, k_pe] of kv_lora_rank + n_rot, then deepseek32's indexer key): s_j = q . row_j * attn_scale, p = softmax(s)
+// (deepseek32: over the positions dsa_select kept), lat = sum_j p_j c_j. In float,
 // each row alone in the same order whatever the batch (scores: a chain over the row's elements a position; lat: a
 // chain over the positions in order an element); with an F16 cache the query and the probabilities rounded to fp16
 // first, as the reference backend does. The work goes in units of a tile's heads: a tile is a run of up to eight
@@ -105,7 +108,7 @@ void CpuBackend::mla_block(const Batch& batch, const LayerWeights& L, int64_t la
 void CpuBackend::mla_attend(const Batch& batch, int64_t layer, const float* q, float* lat) {
     const auto& c = config_;
     const int64_t n = static_cast<int64_t>(batch.tokens.size()), nh = c.n_head, r = c.kv_lora_rank;
-    const int64_t row = c.mla_row();
+    const int64_t row = c.mla_row(), row_elems = static_cast<int64_t>(kv_.shape().row_elems());
     const bool f16 = kv_.shape().type == KvType::f16;
     const int64_t ctx8 = (kv_.shape().n_ctx + 7) / 8 * 8;
     // Tokens a tile: up to 8, fewer where a thread's scores would pass 2^22 floats (16 MiB) at the longest contexts
@@ -136,8 +139,8 @@ void CpuBackend::mla_attend(const Batch& batch, int64_t layer, const float* q, f
             auto pos = [&](int64_t t) { return batch.tokens[static_cast<size_t>(t)].pos; };
             int64_t blocks = 0;  // the tile's key blocks: its last position's
             for (int64_t t = t0; t < t1; ++t) blocks = std::max<int64_t>(blocks, (pos(t) + 8) / 8);
-            auto load = [&](int64_t b) {  // blk = key block b in float
-                const size_t off = static_cast<size_t>(b * row * 8);
+            auto load = [&](int64_t b) {  // blk = key block b in float (its first `row` of the row's elements)
+                const size_t off = static_cast<size_t>(b * row_elems * 8);
                 if (f16) {
                     const uint16_t* h = reinterpret_cast<const uint16_t*>(k) + off;
                     for (int64_t i = 0; i < 8 * row; ++i) blk[i] = fp16_to_fp32(h[i]);
@@ -169,6 +172,7 @@ void CpuBackend::mla_attend(const Batch& batch, int64_t layer, const float* q, f
                 const int64_t n_kv = pos(t) + 1, end = (n_kv + 7) / 8 * 8;
                 for (int64_t h = h0; h < h1; ++h) {
                     float* s = ss + ((t - t0) * nhu + h - h0) * ctx8;
+                    dsa_mask(t, s, n_kv);  // (deepseek32: the positions it does not attend to at -inf)
                     float m = -INFINITY;
                     for (int64_t j = 0; j < n_kv; ++j) m = std::max(m, s[j]);
                     double sum = 0.0;

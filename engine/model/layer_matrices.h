@@ -30,13 +30,14 @@ inline std::vector<const TensorView*> with_recurrent(const LayerWeights& L, std:
     return attn;
 }
 
-// deepseek2's attention (MLA): the query's (wq, or wq_a and wq_b), wkv_a, each head's k_b and v_b (the 3-D tensors
-// whole with `whole`, or an older file's attn_kv_b), wo.
+// deepseek2's attention (MLA): the query's (wq, or wq_a and wq_b), wkv_a, deepseek32's indexer's, each head's k_b
+// and v_b (the 3-D tensors whole with `whole`, or an older file's attn_kv_b), wo.
 inline std::vector<const TensorView*> mla_matrices(const LayerWeights& L, bool whole) {
     std::vector<const TensorView*> m;
     if (L.wq.data) m.push_back(&L.wq);
     if (L.wq_a.data) m.insert(m.end(), {&L.wq_a, &L.wq_b});
     m.push_back(&L.wkv_a);
+    if (L.idx_wq_b.data) m.insert(m.end(), {&L.idx_wq_b, &L.idx_wk, &L.idx_proj});  // (deepseek32's indexer)
     if (whole && L.wkv_b.data) {
         m.push_back(&L.wkv_b);
     } else if (whole) {

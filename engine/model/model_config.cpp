@@ -20,8 +20,9 @@ namespace {
 // partial rotary dims and sigmoid routing with a selection bias (read_moe_routing); ERNIE-4.5's mixtures (ernie4_5-moe)
 // are ernie4_5's layers with experts after the leading dense ones (read_ernie4_5_moe); OLMoE (olmoe) is qwen3moe's
 // layers with Q/K norms over the whole projection and its experts weighted by their shares of the softmax over all of
-// them, not renormalized; Mistral Small 4 (mistral4) is deepseek2's; Granite 3.x MoE (granitemoe) is granite's layers
-// with experts (and a shared expert where the file gives its width), as granitehybrid's; Nemotron-H MoE
+// them, not renormalized; Mistral Small 4 (mistral4) is deepseek2's, DeepSeek-V3.2 (deepseek32) and GLM-5 (glm-dsa)
+// deepseek2's with DeepSeek Sparse Attention (read_dsa); Granite 3.x MoE (granitemoe) is granite's layers with
+// experts (and a shared expert where the file gives its width), as granitehybrid's; Nemotron-H MoE
 // (nemotron_h_moe: Nemotron 3 Nano) is nemotron_h's layers with experts in its FFN layers; Hunyuan's dense models
 // (hunyuan-dense) and Hunyuan-A13B (hunyuan-moe) are qwen3's and qwen3moe's layers with the Q/K norms after RoPE
 // (read_hunyuan); Arcee's AFM (arcee) is llama's layers with an ungated ReLU² FFN; Apertus (apertus) is qwen3's layers
@@ -44,6 +45,8 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"lfm2moe", "lfm2", ArchVariant::Rope::base},
                                          {"qwen3next", "qwen35moe", ArchVariant::Rope::neox},
                                          {"mistral4", "deepseek2", ArchVariant::Rope::base},
+                                         {"deepseek32", "deepseek2", ArchVariant::Rope::base},
+                                         {"glm-dsa", "deepseek2", ArchVariant::Rope::base},
                                          {"granitemoe", "granite", ArchVariant::Rope::base},
                                          {"minimax-m2", "qwen3moe", ArchVariant::Rope::neox},
                                          {"ernie4_5-moe", "ernie4_5", ArchVariant::Rope::base},
@@ -85,7 +88,8 @@ std::string supported_architectures() {
            "smollm3, mistral3, gpt-oss, glm4, glm4moe, granite, granitehybrid, nemotron_h, olmo2, exaone, exaone4, "
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
            "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1, hunyuan-dense, "
-           "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe, cohere2moe, granite_swa";
+           "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe, cohere2moe, granite_swa, deepseek32, "
+           "glm-dsa";
 }
 
 namespace {
@@ -969,15 +973,69 @@ void read_deepseek2(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
     c.moe_norm_weights = f.find(p + "expert_weights_norm") && f.find(p + "expert_weights_norm")->as_bool();
     const int64_t gating = optional_int(f, p + "expert_gating_func", 0, 0, 2);
-    c.moe_gating_sigmoid = gating == 2 || (gating == 0 && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880);
+    const bool glm47_flash = (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
+    // (glm-dsa: sigmoid unless the file says)
+    c.moe_gating_sigmoid = gating == 2 || (gating == 0 && (glm47_flash || c.file_arch == "glm-dsa"));
     read_expert_groups(f, p, c);
     c.n_ff_layers.assign(static_cast<size_t>(c.n_layer), c.n_expert_shared * c.n_ff_exp);
     std::fill_n(c.n_ff_layers.begin(), c.n_leading_dense, c.n_ff);
     c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
     c.yarn_log_mul = optional_float(f, p + "rope.scaling.yarn_log_multiplier", 0.0f, 0.0, 1e3);
     c.set_mla_scales(optional_float(f, p + "rope.scaling.attn_factor", 1.0f, 1e-6, 1e6));
+    if (c.file_arch == "deepseek32" || c.file_arch == "glm-dsa") return;  // (llama.cpp's read no temperature)
     c.attn_temp_scale = optional_float(f, p + "attention.temperature_scale", 0.0f, 0.0, 1e3);
     if (c.attn_temp_scale != 0.0f) c.attn_temp_floor = required_int(f, p + "attention.temperature_length", 1, 1 << 30);
+}
+
+// deepseek32 (DeepSeek-V3.2) as llama.cpp reads it: deepseek2's layers with a low-rank query and the split attn_k_b
+// and attn_v_b (its loader has no other form), expert_gating_func required, and DeepSeek Sparse Attention's lightning
+// indexer: attention.indexer.head_count heads of attention.indexer.key_length, top_k positions kept. llama.cpp
+// rotates the indexer's queries and keys by one Walsh-Hadamard matrix of key_length, which it builds for powers of
+// two from 64 up: another key_length is refused. glm-dsa (GLM-5) as llama.cpp's reads it: the same with the
+// gating optional (sigmoid), the indexer's RoPE on adjacent pairs, and (GLM-5.2) the layers with an indexer of their
+// own in attention.indexer.types (one bool a layer, or one for all), by default every layer where context_length is
+// under 2^20 (GLM-5, 5.1) and else GLM-5.2's pattern (layers 0 and 1, then every fourth from 2, of its 78); the
+// first layer must have one.
+void read_dsa(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    if (c.q_lora_rank == 0 || c.mla_fused_kv_b)
+        throw FileError(fmt::format("{}: {} without '{}attention.q_lora_rank' or with a fused attn_kv_b (no "
+                                    "'{}attention.key_length_mla') is not supported, as llama.cpp's loader requires "
+                                    "both", f.path(), c.file_arch, p, p));
+    const bool glm = c.file_arch == "glm-dsa";
+    if (!glm) required_int(f, p + "expert_gating_func", 0, 2);
+    if (glm) {
+        c.indexer_neox = false;
+        c.indexer_layers.assign(static_cast<size_t>(c.n_layer), 1);
+        if (c.n_ctx_train >= (int64_t{1} << 20))
+            for (int64_t l = 0; l < c.n_layer; ++l)
+                c.indexer_layers[static_cast<size_t>(l)] = l < 2 || (l < 78 && (l - 2) % 4 == 0);
+        const std::string key = p + "attention.indexer.types";
+        const GgufValue* v = f.find(key);
+        if (v && v->type() == GgufType::ARRAY && v->as_array().type() == GgufType::BOOL) {
+            const GgufArray& a = v->as_array();
+            if (static_cast<int64_t>(a.size()) != c.n_layer)
+                throw FileError(fmt::format("{}: metadata '{}' has {} values, expected {} (one a layer)", f.path(), key,
+                                            a.size(), c.n_layer));
+            for (int64_t l = 0; l < c.n_layer; ++l)
+                c.indexer_layers[static_cast<size_t>(l)] = a.at(static_cast<size_t>(l)).as_bool();
+        } else if (v && v->type() == GgufType::ARRAY) {
+            const std::vector<int64_t> t = layer_ints(f, key, c.n_layer, 0, 1);
+            for (int64_t l = 0; l < c.n_layer; ++l) c.indexer_layers[static_cast<size_t>(l)] = t[l] != 0;
+        } else if (v) {
+            std::fill(c.indexer_layers.begin(), c.indexer_layers.end(), required_int(f, key, 0, 1) != 0);
+        }
+        if (!c.indexer_layers[0])
+            throw FileError(fmt::format("{}: metadata '{}' leaves layer 0 without an indexer of its own (llama.cpp's "
+                                        "later layers reuse an earlier one's choice)", f.path(), key));
+    }
+    c.indexer_n_head = required_int(f, p + "attention.indexer.head_count", 1, 1024);
+    c.indexer_head_dim = required_int(f, p + "attention.indexer.key_length", 1, 1024);
+    c.indexer_top_k = required_int(f, p + "attention.indexer.top_k", 1, int64_t{1} << 30);
+    const int64_t d = c.indexer_head_dim;
+    if (d < 64 || (d & (d - 1)) != 0 || d < c.n_rot)
+        throw FileError(fmt::format("{}: metadata '{}attention.indexer.key_length' {} is not a power of two from 64 "
+                                    "up and at least rope.dimension_count {} (the indexer's Hadamard rotation)",
+                                    f.path(), p, d, c.n_rot));
 }
 
 // Llama 4 (Scout, Maverick) as llama.cpp's llama4 reads it: every interleave_moe_layer_step-th layer with experts
@@ -1030,8 +1088,12 @@ void ModelConfig::set_mla_scales(float attn_factor) {
     const float log_mul = yarn_log_mul / 0.1f, ln = std::log(1.0f / rope_freq_scale);
     float yarn_attn = attn_factor;  // llama.cpp's cparams.yarn_attn_factor
     if (rope_yarn) {
-        const float mscale1 = rope_freq_scale >= 1.0f ? 1.0f : 1.0f + 0.1f * ln;
-        yarn_attn = (yarn_log_mul != 0.0f ? 1.0f : mscale1) / (1.0f + 0.1f * ln) * attn_factor;
+        // (get_mscale(factor, m) / get_mscale(factor, log_mul) with the file's log_mul, m = log_mul for deepseek2's
+        // own files and 1 for the others', as llama.cpp special-cases deepseek2; without it get_mscale(factor, 1))
+        auto get_mscale = [&](float m) { return rope_freq_scale >= 1.0f ? 1.0f : 1.0f + 0.1f * m * ln; };
+        const float m = gguf_arch() == "deepseek2" && log_mul != 1.0f ? log_mul : 1.0f;
+        const float ratio = yarn_log_mul != 0.0f ? get_mscale(m) / get_mscale(log_mul) : get_mscale(1.0f);
+        yarn_attn = ratio / (1.0f + 0.1f * ln) * attn_factor;
         rope_mscale = yarn_attn * (1.0f + 0.1f * ln);  // (ggml's YaRN RoPE multiplies its 1 + 0.1 ln(factor) back)
     } else {
         rope_mscale = yarn_attn;
@@ -1310,6 +1372,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.n_vocab = optional_int(f, p + "vocab_size", c.n_vocab, 1, int64_t{1} << 31);
     if (c.n_vocab <= 0) throw FileError(fmt::format("{}: the vocabulary size is unknown", f.path()));
     if (c.arch == "deepseek2") read_deepseek2(f, p, c);  // (after the vocabulary: GLM-4.7-Flash's gating guess)
+    if (c.file_arch == "deepseek32" || c.file_arch == "glm-dsa") read_dsa(f, p, c);
     return c;
 }
 

@@ -386,6 +386,21 @@ struct ModelConfig {
     bool mla() const { return kv_lora_rank > 0; }
     int64_t mla_nope() const { return head_dim - n_rot; }  // a head's query dims without RoPE
     int64_t mla_row() const { return kv_lora_rank + n_rot; }  // the cache's row: latent, then RoPE key
+    // DeepSeek Sparse Attention (deepseek32: DeepSeek-V3.2): MLA whose query of token t attends only to the
+    // indexer_top_k positions j <= pos of the highest index scores (all of them while pos < indexer_top_k), the
+    // lightning indexer of each layer (dsa_indexer.h says how it scores). Its keys, one of indexer_head_dim a
+    // position, are cached after the latent and RoPE key in the same row (kv_head_dim). indexer_top_k 0: none.
+    int64_t indexer_n_head = 0, indexer_head_dim = 0, indexer_top_k = 0;
+    static constexpr float kIndexerNormEps = 1e-6f;  // the indexer key's LayerNorm's, as llama.cpp fixes it
+    bool dsa() const { return indexer_top_k > 0; }
+    // glm-dsa (GLM-5): the indexer's RoPE pairs are adjacent ones (deepseek32's NEOX), and (GLM-5.2) only the layers
+    // marked here have an indexer of their own, the others attending to the positions the last such layer chose
+    // for the token ([n_layer]; empty: every layer has one).
+    bool indexer_neox = true;
+    std::vector<uint8_t> indexer_layers;
+    bool layer_indexer(int64_t layer) const {
+        return indexer_layers.empty() || indexer_layers[static_cast<size_t>(layer)] != 0;
+    }
     // The layers with a K and V cache of their own: the attending layers (a hybrid's recurrent ones keep a state
     // instead) before the last n_kv_shared. A shared layer (gemma4) reads the cache of kv_layer(l): as llama.cpp
     // maps them, the last of the layers before the shared ones when it is global, the one before it when local
@@ -425,7 +440,7 @@ struct ModelConfig {
         return local_kv_wider() ? (n_head_kv_local > 0 ? n_head_kv_local : n_head_kv) : n_head_kv;
     }
     int64_t kv_head_dim() const {
-        if (mla()) return mla_row();
+        if (mla()) return mla_row() + (dsa() ? indexer_head_dim : 0);
         return local_kv_wider() ? head_dim_local : head_dim;
     }
     int64_t n_embd_kv() const { return kv_heads() * kv_head_dim(); }  // K (and V) width per token, the widest layer's
@@ -438,7 +453,7 @@ struct ModelConfig {
 // nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
 // qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
 // nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe,
-// cohere2moe, granite_swa).
+// cohere2moe, granite_swa, deepseek32, glm-dsa).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -173,6 +173,13 @@ json describe_model(const GgufFile& f, bool with_tensors) {
         if (c.mla())  // (deepseek2)
             info["model"]["mla"] = {{"kv_lora_rank", c.kv_lora_rank}, {"q_lora_rank", c.q_lora_rank},
                                     {"head_dim_v", c.head_dim_v}, {"n_leading_dense", c.n_leading_dense}};
+        if (c.dsa()) {  // (deepseek32, glm-dsa: the layers with an indexer of their own)
+            int64_t own = 0;
+            for (int64_t l = 0; l < c.n_layer; ++l) own += c.layer_indexer(l) ? 1 : 0;
+            info["model"]["sparse_attention"] = {{"indexer_heads", c.indexer_n_head},
+                                                 {"indexer_head_dim", c.indexer_head_dim},
+                                                 {"top_k", c.indexer_top_k}, {"indexer_layers", own}};
+        }
         if (!w.layers.empty() && !w.layers[0].attn_sinks.empty()) info["model"]["attn_sinks"] = true;
         if (c.layer_norm || c.parallel_blocks)  // (command-r, cohere2)
             info["model"]["blocks"] = {{"layer_norm", c.layer_norm}, {"parallel", c.parallel_blocks},
@@ -248,6 +255,16 @@ std::string render_model_info(const json& info) {
                                           "value heads of {}; {} leading dense layers",
                                           m["mla"]["kv_lora_rank"].dump(), m["mla"]["q_lora_rank"].dump(),
                                           m["mla"]["head_dim_v"].dump(), m["mla"]["n_leading_dense"].dump()));
+        if (m.contains("sparse_attention"))
+            line("sparse attn", fmt::format("DeepSeek Sparse Attention: a lightning indexer of {} heads of {}, the top "
+                                            "{} positions attended",
+                                            m["sparse_attention"]["indexer_heads"].dump(),
+                                            m["sparse_attention"]["indexer_head_dim"].dump(),
+                                            m["sparse_attention"]["top_k"].dump()) +
+                                (m["sparse_attention"]["indexer_layers"].get<int64_t>() < m["n_layer"].get<int64_t>()
+                                     ? fmt::format(" (an indexer in {} of the layers, the others reusing the choice "
+                                                   "before)", m["sparse_attention"]["indexer_layers"].dump())
+                                     : ""));
         if (m.contains("experts") && m["experts"].contains("routing")) {
             const json& r = m["experts"]["routing"];
             const auto groups = r["groups"].get<int64_t>();  // (expert groups: the used ones of them)

@@ -856,6 +856,31 @@ ModelConfig mistral_mla(ModelConfig c, const char* file_arch, float temp) {
     return c;
 }
 
+// DeepSeek-V3.2 (deepseek32): deepseek2 with DeepSeek Sparse Attention, a lightning indexer of n_idx_head heads of
+// idx_dim keeping the top_k positions of a query
+ModelConfig dsa_config(ModelConfig c, int64_t n_idx_head, int64_t idx_dim, int64_t top_k,
+                       const char* file_arch = "deepseek32") {
+    c.file_arch = file_arch;
+    c.indexer_neox = c.file_arch == "deepseek32";
+    c.indexer_n_head = n_idx_head;
+    c.indexer_head_dim = idx_dim;
+    c.indexer_top_k = top_k;
+    c.set_mla_scales(1.0f);  // (YaRN's magnitude as llama.cpp sets it for other files than deepseek2's)
+    return c;
+}
+
+// GLM-5 (glm-dsa) as its published configuration gives it (no file could be fetched here), in n_layer layers of
+// which the first is dense, with n_expert of its 256 experts: MLA with a low-rank query of 2048, heads of 192 + 64
+// query dims and 256 value dims, sigmoid routing renormalized and scaled by 2.5 without groups, a shared expert,
+// RoPE base 1e6 without YaRN, a lightning indexer of 32 heads of 128 keeping 2048 positions.
+ModelConfig glm5_config(const char* name, int64_t n_layer, int64_t n_expert) {
+    ModelConfig c = deepseek3_routing(deepseek2_config(name, 6144, n_layer, 64, {2048, 512, 192, 64, 256}, 12288,
+                                                       2048, n_expert, 8, 1, 1, 154880, 202752),
+                                      0, 0, 2.5f);
+    c.rope_base = c.rope_base_local = 1e6f;
+    return dsa_config(c, 32, 128, 2048, "glm-dsa");
+}
+
 // GLM-4.7-Flash (converted as deepseek2) in its first n_layer layers, as its config.json gives it (no file could be
 // fetched here to check against): MLA with a low-rank query, sigmoid routing renormalized and scaled by 1.8, no
 // groups, a shared expert, RoPE base 1e6.
@@ -968,6 +993,31 @@ std::vector<ModelConfig> arch_shapes() {
         // (YaRN of factor 4 over 8 positions, the temperature's steps 8 positions: 4 steps in the tests' prompts)
         mistral_mla(deepseek2_yarn(deepseek2_config("mistral4-tiny", 128, 3, 4, {64, 64, 32, 16, 32}, 192, 64, 8, 2, 1,
                                                     1, 320, 1024), 4.0f, 8, 1.0f), "mistral4", 0.25f),
+        // (deepseek2-tiny's layers with an indexer of 16 heads of 64 keeping 10 positions: the tests' 32-token prompt
+        // selects; 16 heads make a score of exactly 0, all of a key's ReLUs 0, rare)
+        dsa_config(deepseek3_routing(deepseek2_yarn(deepseek2_config("deepseek32-tiny", 128, 3, 4, {64, 64, 32, 16, 32},
+                                                                     192, 64, 8, 2, 1, 1, 320, 1024), 4.0f, 64, 0.707f),
+                                     4, 2, 2.5f), 16, 64, 10),
+        // (deepseek32-tiny's widths without YaRN or groups, GLM-5's RoPE base, layer 1 reusing layer 0's choice)
+        [] {
+            ModelConfig c = dsa_config(deepseek3_routing(deepseek2_config("glm-dsa-tiny", 128, 3, 4,
+                                                                          {64, 64, 32, 16, 32}, 192, 64, 8, 2, 1, 1,
+                                                                          320, 1024),
+                                                         0, 0, 2.5f),
+                                       16, 64, 10, "glm-dsa");
+            c.rope_base = c.rope_base_local = 1e6f;
+            c.indexer_layers = {1, 0, 1};
+            return c;
+        }(),
+        glm5_config("glm-5-2l", 2, 32),
+        // DeepSeek-V3.2 as its config.json gives it (no file could be fetched here), its first two layers with 32 of
+        // its 256 experts (a dense layer, then experts): the speed comparison's shape
+        dsa_config(deepseek3_routing(deepseek2_yarn(deepseek2_config("deepseek-v3.2-2l", 7168, 2, 128,
+                                                                     {1536, 512, 128, 64, 128}, 18432, 2048, 32, 8, 1,
+                                                                     1, 129280, 163840),
+                                                    40.0f, 4096, 1.0f),
+                                     8, 4, 2.5f),
+                   64, 128, 2048),
         glm47_flash_config("glm-4.7-flash", 47),
         glm47_flash_config("glm-4.7-flash-8l", 8),
         deepseek2_yarn(deepseek2_config("deepseek-v2-lite", 2048, 27, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6, 2,
@@ -1386,16 +1436,18 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         t.ne = {n_in, n_out, c.n_expert, 1};
         return t;
     };
-    // The router: F32, as converted files keep it, with logits spread enough to rank the experts clearly.
-    auto router = [&](const std::string& name) {
+    // The router: F32, as converted files keep it, with logits spread enough to rank the experts clearly (and
+    // deepseek32's indexer.proj, F32 in converted files too: n_out rows).
+    auto router = [&](const std::string& name, int64_t n_out = 0) {
+        n_out = n_out > 0 ? n_out : c.n_expert;
         TensorView t;
         t.name = name;
         t.type = GgmlType::F32;
-        t.ne = {c.n_embd, c.n_expert, 1, 1};
-        t.n_bytes = static_cast<size_t>(c.n_embd * c.n_expert) * sizeof(float);
+        t.ne = {c.n_embd, n_out, 1, 1};
+        t.n_bytes = static_cast<size_t>(c.n_embd * n_out) * sizeof(float);
         m->buffers.emplace_back(t.n_bytes);
         auto* w = reinterpret_cast<float*>(m->buffers.back().data());
-        for (int64_t i = 0; i < c.n_embd * c.n_expert; ++i)
+        for (int64_t i = 0; i < c.n_embd * n_out; ++i)
             w[i] = static_cast<float>((rng.uniform() * 2.0 - 1.0) * 0.25);
         t.data = m->buffers.back().data();
         return t;
@@ -1516,6 +1568,16 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
                 L.wk_b = stacked(b + "attn_k_b.weight", c.mla_nope(), c.kv_lora_rank, c.n_head, true);
                 L.wv_b = stacked(b + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head);
                 L.split_mla_heads();
+            }
+            // (deepseek32's lightning indexer, glm-dsa's in its layers with one; the key norm's bias of the size of
+            // its spread)
+            if (c.dsa() && c.layer_indexer(i)) {
+                L.idx_wq_b =
+                    matrix(b + "indexer.attn_q_b.weight", c.q_lora_rank, c.indexer_n_head * c.indexer_head_dim);
+                L.idx_wk = matrix(b + "indexer.attn_k.weight", c.n_embd, c.indexer_head_dim);
+                L.idx_proj = router(b + "indexer.proj.weight", c.indexer_n_head);
+                L.idx_k_norm = norm(c.indexer_head_dim);
+                L.idx_k_norm_b = uniform(c.indexer_head_dim, -0.2, 0.2);
             }
         } else if (phi3 || c.file_arch == "bailingmoe2") {  // the fused tensors of the file, viewed as their parts
                                                               // (as Weights::from_gguf does)
@@ -1723,6 +1785,16 @@ void SyntheticModel::save(const std::string& path) const {
         }
         if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
         if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_length", uint32_t(c.attn_temp_floor));
+        if (c.dsa()) {
+            w.set(p + "attention.indexer.head_count", uint32_t(c.indexer_n_head));
+            w.set(p + "attention.indexer.key_length", uint32_t(c.indexer_head_dim));
+            w.set(p + "attention.indexer.top_k", uint32_t(c.indexer_top_k));
+            if (!c.indexer_layers.empty()) {  // (glm-dsa: GLM-5.2's converter writes a bool a layer)
+                std::vector<GgufValue> types;
+                for (int64_t l = 0; l < c.n_layer; ++l) types.emplace_back(c.layer_indexer(l));
+                w.set(p + "attention.indexer.types", GgufValue::array(GgufType::BOOL, types));
+            }
+        }
     } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "gemma3n" || qwen35 ||
                c.arch == "nemotron_h" || c.arch == "falcon-h1") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));

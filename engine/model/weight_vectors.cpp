@@ -75,6 +75,10 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         if (c.q_lora_rank > 0) f.push_back({"attn_q_a_norm.weight", &L::attn_q_a_norm, c.q_lora_rank});
         f.push_back({"attn_kv_a_norm.weight", &L::attn_kv_a_norm, c.kv_lora_rank});
     }
+    if (c.dsa()) {  // (deepseek32: the lightning indexer's key norm; glm-dsa: where a layer has an indexer)
+        f.push_back({"indexer.k_norm.weight", &L::idx_k_norm, c.indexer_head_dim, 1, c.layer_indexer(layer)});
+        f.push_back({"indexer.k_norm.bias", &L::idx_k_norm_b, c.indexer_head_dim, 1, c.layer_indexer(layer)});
+    }
     if (qk_norms) {
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
         // (gemma4: not in a shared-KV layer, which has no K; gemma3n's has one, unread, as llama.cpp requires it;

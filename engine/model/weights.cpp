@@ -276,6 +276,14 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
                 L.wv_b = l.get(b + "attn_v_b.weight", {c.kv_lora_rank, c.head_dim_v, c.n_head});
                 L.split_mla_heads();
             }
+            // (deepseek32: the lightning indexer; glm-dsa's layers without one of their own may hold its tensors,
+            // which llama.cpp loads and does not use)
+            if (c.dsa() && (c.layer_indexer(i) || l.find(b + "indexer.attn_k.weight"))) {
+                L.idx_wq_b = l.get(b + "indexer.attn_q_b.weight",
+                                   {c.q_lora_rank, c.indexer_n_head * c.indexer_head_dim});
+                L.idx_wk = l.get(b + "indexer.attn_k.weight", {c.n_embd, c.indexer_head_dim});
+                L.idx_proj = l.get(b + "indexer.proj.weight", {c.n_embd, c.indexer_n_head});
+            }
         } else if (!c.layer_has_kv(i) && c.arch == "gemma3n") {  // (K and V, which llama.cpp requires, unread)
             L.wq = l.get(b + "attn_q.weight", {c.n_embd, nq});
             L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});

@@ -90,6 +90,12 @@ struct LayerWeights {
     TensorView wkv_b;                   // [n_head * (head_dim - n_rot + head_dim_v) rows, kv_lora_rank]
     std::vector<float> wk_b_t;          // [n_head, kv_lora_rank, head_dim - n_rot]
     bool mla() const { return wkv_a.data != nullptr; }
+    // DeepSeek Sparse Attention's lightning indexer (ModelConfig::dsa()): its query from the low-rank query, its key
+    // and its heads' weights from xn, the key's LayerNorm.
+    TensorView idx_wq_b;                        // [indexer_n_head * indexer_head_dim rows, q_lora_rank]
+    TensorView idx_wk;                          // [indexer_head_dim rows, n_embd] (indexer.attn_k)
+    TensorView idx_proj;                        // [indexer_n_head rows, n_embd] (indexer.proj)
+    std::vector<float> idx_k_norm, idx_k_norm_b;  // [indexer_head_dim] (indexer.k_norm weight and bias)
     // gpt-oss: each query head's learned logit that joins its softmax's denominator with no value ([n_head]);
     // empty when absent.
     std::vector<float> attn_sinks;

@@ -97,14 +97,15 @@ void conv_silu(double* window, const float* w, const float* b, const double* x, 
 // pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); the rotated pairs scaled by
 // rope_mscale (a local layer's: ModelConfig::layer_rope_mscale). head_dim and n_rot are the layer's
 // (ModelConfig::layer_head_dim, layer_n_rot).
+// (neox: NEOX pairs whatever the model's; deepseek32's indexer)
 void rope(std::vector<double>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const ModelConfig& c,
-          const std::vector<double>& inv_freq, int32_t pos, bool local = false) {
+          const std::vector<double>& inv_freq, int32_t pos, bool local = false, bool neox = false) {
     const int64_t half = n_rot / 2;
     const double m = c.layer_rope_mscale(local);
+    neox = neox || c.rope == ModelConfig::Rope::neox;
     for (int64_t i = 0; i < half; ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
         const double cos_t = std::cos(theta) * m, sin_t = std::sin(theta) * m;
-        const bool neox = c.rope == ModelConfig::Rope::neox;
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int64_t h = 0; h < n_heads; ++h) {
             double& a = x[h * head_dim + i0];
@@ -151,6 +152,10 @@ ReferenceBackend::ReferenceBackend(const ModelConfig& config, const Weights& wei
         kv_entry_.push_back(config.kv_index(l) - config.kv_layers_before(layers_.begin));
     QUILL_CHECK(layers_.begin >= 0 && layers_.end <= config.n_layer && layers_.size() > 0, "layers {}-{} of {}",
                 layers_.begin, layers_.end - 1, config.n_layer);
+    if (config.dsa() && !config.layer_indexer(layers_.begin))  // (glm-dsa: as the CPU backend refuses it)
+        throw UsageError(fmt::format("layers split at layer {}, which takes the positions it attends to from an "
+                                     "earlier layer's indexer: split at a layer with an indexer of its own",
+                                     layers_.begin));
     // theta_i(pos) = pos * freq_scale * base^(-2i / n_rot) / rope_freqs[i] (or phi3's long or short factors, by the
     // context; gemma4: on the global layers only); YaRN leaves the share yarn_ramp(i) of each frequency unscaled; a
     // pair of M-RoPE's extra section sits at position 0 for text (0)
@@ -790,6 +795,8 @@ void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
         matvec(L.wq_a, xn_, gate_, row_);
         rms_norm_rows(gate_, L.attn_q_a_norm, c.rms_eps);
         matvec(L.wq_b, gate_, q_, row_);
+        // (deepseek32: the positions this token attends to; glm-dsa's layers without an indexer keep the last one's)
+        if (c.dsa() && c.layer_indexer(l)) dsa_select(t, l);
     } else {
         matvec(L.wq, xn_, q_, row_);
     }
@@ -821,7 +828,7 @@ void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
             const double* kj = cache_row(k_cache_, l, t.slot, j);
             double s = 0.0;
             for (int64_t i = 0; i < row; ++i) s += q_abs[i] * kj[i];
-            score_[j] = s * c.attn_scale;
+            score_[j] = c.dsa() && !dsa_keep_[j] ? -INFINITY : s * c.attn_scale;
         }
         softmax(score_, n_kv);
         if (f16) std::transform(score_.begin(), score_.begin() + n_kv, score_.begin(), round_to_fp16);
@@ -834,6 +841,62 @@ void ReferenceBackend::mla_token(const BatchToken& t, int64_t l) {
         std::copy(v_h.begin(), v_h.end(), att_.begin() + h * c.head_dim_v);
     }
     matvec(L.wo, att_, out_, row_);
+}
+
+// DeepSeek Sparse Attention's lightning indexer for token t in layer l (ModelConfig::dsa): dsa_keep_ [n_ctx] = 1 at
+// the positions j <= pos the token's MLA attends to, from qr (gate_, the normed low-rank query) and xn_:
+//   q_h = H RoPE(Wiq_b qr)_h, k = H RoPE(LayerNorm(Wik xn) * k_norm + k_norm_b): NEOX pairs in the first n_rot dims
+//   of a head (glm-dsa: adjacent ones), H the orthonormal Walsh-Hadamard matrix of indexer_head_dim (its Sylvester
+//   order); cache[pos] holds k after the latent and the RoPE key (rounded to fp16 with an f16 cache, as llama.cpp's
+//   indexer cache of the KV type)
+//   w = Wproj xn / sqrt(indexer_head_dim * indexer_n_head)
+//   score_j = sum_h max(q_h . k_j, 0) w_h; the indexer_top_k highest kept (of equal ones the earlier position), every
+//   position while pos < indexer_top_k.
+void ReferenceBackend::dsa_select(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t nh = c.indexer_n_head, d = c.indexer_head_dim;
+    auto hadamard = [d](double* x) {  // x = H x
+        for (int64_t len = 1; len < d; len *= 2)
+            for (int64_t i = 0; i < d; i += 2 * len)
+                for (int64_t j = i; j < i + len; ++j) {
+                    const double u = x[j], v = x[j + len];
+                    x[j] = u + v;
+                    x[j + len] = u - v;
+                }
+        for (int64_t i = 0; i < d; ++i) x[i] /= std::sqrt(static_cast<double>(d));
+    };
+    std::vector<double> q, k, w;
+    matvec(L.idx_wq_b, gate_, q, row_);  // [nh, d]
+    rope(q, nh, d, c.n_rot, c, inv_freq_, t.pos, false, c.indexer_neox);
+    for (int64_t h = 0; h < nh; ++h) hadamard(q.data() + h * d);
+    matvec(L.idx_wk, xn_, k, row_);  // [d]
+    layer_norm(k.data(), L.idx_k_norm.data(), ModelConfig::kIndexerNormEps, static_cast<size_t>(d), k.data());
+    for (int64_t i = 0; i < d; ++i) k[i] += L.idx_k_norm_b[i];
+    rope(k, 1, d, c.n_rot, c, inv_freq_, t.pos, false, c.indexer_neox);
+    hadamard(k.data());
+    const bool f16 = kv_shape_.type == KvType::f16;
+    double* stored = cache_row(k_cache_, l, t.slot, t.pos) + c.mla_row();
+    for (int64_t i = 0; i < d; ++i) stored[i] = f16 ? round_to_fp16(k[i]) : k[i];
+    matvec(L.idx_proj, xn_, w, row_);  // [nh]
+    const double w_scale = 1.0 / std::sqrt(static_cast<double>(d * nh));
+    const int64_t n_kv = t.pos + 1;
+    dsa_keep_.assign(static_cast<size_t>(n_kv), 1);
+    if (n_kv <= c.indexer_top_k) return;
+    std::vector<std::pair<double, int64_t>> score(static_cast<size_t>(n_kv));
+    for (int64_t j = 0; j < n_kv; ++j) {
+        const double* kj = cache_row(k_cache_, l, t.slot, j) + c.mla_row();
+        double s = 0.0;
+        for (int64_t h = 0; h < nh; ++h) {
+            double qk = 0.0;
+            for (int64_t i = 0; i < d; ++i) qk += q[h * d + i] * kj[i];
+            s += std::max(qk, 0.0) * w[h] * w_scale;
+        }
+        score[j] = {-s, j};  // (ascending: the highest score first, then the earlier position)
+    }
+    std::partial_sort(score.begin(), score.begin() + c.indexer_top_k, score.end());
+    std::fill(dsa_keep_.begin(), dsa_keep_.end(), 0);
+    for (int64_t i = 0; i < c.indexer_top_k; ++i) dsa_keep_[static_cast<size_t>(score[i].second)] = 1;
 }
 
 double* ReferenceBackend::conv_state(int64_t layer, int64_t slot) {

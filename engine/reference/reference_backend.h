@@ -68,6 +68,8 @@ private:
     void short_conv_token(const BatchToken& t, int64_t l);
     // out_ = deepseek2's attention (MLA) of layer l over xn_ for token t, its latent and RoPE key stored
     void mla_token(const BatchToken& t, int64_t l);
+    // dsa_keep_ = the positions token t's MLA attends to in layer l (deepseek32's lightning indexer), its key stored
+    void dsa_select(const BatchToken& t, int64_t l);
     double* conv_state(int64_t layer, int64_t slot);  // [ssm_conv_channels, ssm_conv - 1] the conv's window
     double* ssm_state(int64_t layer, int64_t slot);   // [ssm_n_v_heads, ssm_head_v, ssm_head_k] S
     void output_token(float* logits);               // logits [n_vocab] of x_
@@ -116,6 +118,7 @@ private:
     std::vector<double> ssm_o_;      // [ssm_d_inner] the delta net's output before W_out
     std::vector<double> ssm_fused_;  // qwen3next: a product grouped by key head, before ungroup_ba or ungroup_qkvz
     std::vector<double> score_;  // [n_ctx] one head's scores, then probabilities
+    std::vector<uint8_t> dsa_keep_;  // [pos + 1] 1 where the token's MLA attends (deepseek32; dsa_select)
     std::vector<double> out_;    // [n_embd] output of wo / ffn_down
     std::vector<double> gate_;   // [n_ff] (or n_ff_exp)
     std::vector<double> up_;     // [n_ff] (or n_ff_exp)

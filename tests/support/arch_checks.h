@@ -37,8 +37,10 @@ inline std::unique_ptr<Model> saved_synthetic(const std::string& shape, GgmlType
 
 // Every prompt position's logits within `tol` of that position's logit range in llama.cpp's (STEM.prompt_logits.txt),
 // and the greedy continuation equal to llama.cpp's (STEM.greedy.txt): 32 prompt tokens, 24 greedy ones.
-// (n_greedy < 24: only the first n_greedy greedy tokens, where llama.cpp's fp16 rounding turns a later one)
-inline void check_against_llama_cpp(Backend& b, const std::string& stem, double tol, size_t n_greedy = 24) {
+// (n_greedy < 24: only the first n_greedy greedy tokens, where llama.cpp's fp16 rounding turns a later one;
+// n_positions < 32: only the first n_positions prompt positions' logits, where it turns a choice of a later one)
+inline void check_against_llama_cpp(Backend& b, const std::string& stem, double tol, size_t n_greedy = 24,
+                                    size_t n_positions = 32) {
     const RefLogits ref = read_ref_logits(arch_ref_path(stem + ".prompt_logits.txt"));
     const auto want = read_ref_ids(arch_ref_path(stem + ".greedy.txt"), "generated_tokens");
     REQUIRE(ref.tokens.size() == 32);
@@ -47,7 +49,7 @@ inline void check_against_llama_cpp(Backend& b, const std::string& stem, double 
     std::vector<float> logits;
     const std::vector<int32_t> got = greedy_tokens(b, ref.tokens, 24, &logits);
     double worst = 0;
-    for (size_t p = 0; p < ref.tokens.size(); ++p) {
+    for (size_t p = 0; p < std::min(n_positions, ref.tokens.size()); ++p) {
         INFO("position " << p);
         REQUIRE(ref.logits[p].size() == static_cast<size_t>(nv));
         const auto [lo, hi] = std::minmax_element(ref.logits[p].begin(), ref.logits[p].end());
@@ -107,12 +109,12 @@ inline std::unique_ptr<cpu::CpuBackend> arch_cpu_backend(const ModelConfig& c, c
 
 // check_against_llama_cpp on the CPU backend's reference path, then on each kernel family this machine has.
 inline void check_cpu_against_llama_cpp(const ModelConfig& c, const Weights& w, const std::string& stem, double tol,
-                                        int64_t n_ctx, size_t n_greedy = 24) {
+                                        int64_t n_ctx, size_t n_greedy = 24, size_t n_positions = 32) {
     std::vector<std::optional<cpu::Isa>> isas{std::nullopt};
     for (cpu::Isa isa : model_test_isas()) isas.push_back(isa);
     for (const auto& isa : isas) {
         INFO(stem << ", " << (isa ? cpu::isa_name(*isa) : "reference path"));
-        check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol, n_greedy);
+        check_against_llama_cpp(*arch_cpu_backend(c, w, isa, n_ctx), stem, tol, n_greedy, n_positions);
     }
 }
 
@@ -148,6 +150,7 @@ struct ArchCase {
     GgmlType type;
     double tol_reference, tol_cpu;
     size_t n_greedy = 24;
+    size_t n_positions = 32;  // the prompt positions compared (see check_against_llama_cpp)
 };
 
 // Each case's file of `shape` on the reference backend (KV f32, n_ctx positions), or, with cpu, on the CPU backend's
@@ -159,10 +162,10 @@ inline void check_shape_against_llama_cpp(const std::string& shape, std::span<co
         INFO(stem);
         auto m = saved_synthetic(shape, c.type);
         if (cpu) {
-            check_cpu_against_llama_cpp(m->config, m->weights, stem, c.tol_cpu, n_ctx, c.n_greedy);
+            check_cpu_against_llama_cpp(m->config, m->weights, stem, c.tol_cpu, n_ctx, c.n_greedy, c.n_positions);
         } else {
             ReferenceBackend b(m->config, m->weights, ReferenceBackendOptions{n_ctx, 1, KvType::f32});
-            check_against_llama_cpp(b, stem, c.tol_reference, c.n_greedy);
+            check_against_llama_cpp(b, stem, c.tol_reference, c.n_greedy, c.n_positions);
         }
     }
 }
