@@ -609,11 +609,17 @@ void read_laguna(const GgufFile& f, const std::string& p, ModelConfig& c) {
         for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(n == 0 || l % n != 0);
     }
     const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, c.n_layer, 1, 4096);
-    c.n_head = heads;
-    c.n_head_local = heads_local != heads ? heads_local : 0;
-    if (heads % c.n_head_kv != 0 || heads_local % c.n_head_kv != 0)
+    // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
+    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
+                                    ? local_global_blocks(f, p + "attention.head_count_kv", c, c.n_layer, 1, 4096)
+                                    : std::pair{heads_local, heads};
+    if (heads % kv != 0 || heads_local % kv_local != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
-                                    "head_count_kv {}", f.path(), p, heads, heads_local, c.n_head_kv));
+                                    "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));
+    c.n_head = heads;
+    c.n_head_kv = kv;
+    c.n_head_local = heads_local != heads ? heads_local : 0;
+    c.n_head_kv_local = kv_local != kv ? kv_local : 0;
     if (c.sliding_window == 0) c.swa_layers.clear();
     if (c.sliding_window > 0) {
         c.n_rot_local = optional_int(f, p + "rope.dimension_count_swa", c.n_rot, 2, c.head_dim);
@@ -658,7 +664,10 @@ void read_step35(const GgufFile& f, const std::string& p, int64_t n_block, Model
                                     "local)", f.path(), pattern, n_block));
     for (int64_t l = 0; l < n_block; ++l) c.swa_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
     const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, n_block, 1, 4096);
-    const auto [kv_local, kv] = local_global_blocks(f, p + "attention.head_count_kv", c, n_block, 1, 4096);
+    // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
+    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
+                                    ? local_global_blocks(f, p + "attention.head_count_kv", c, n_block, 1, 4096)
+                                    : std::pair{heads_local, heads};
     if (heads % kv != 0 || heads_local % kv_local != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
                                     "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));

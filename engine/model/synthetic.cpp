@@ -1065,7 +1065,7 @@ std::vector<ModelConfig> arch_shapes() {
         // scale 2.5) beside a shared expert of 96. laguna-m-tiny: every layer global, a gate a value (Laguna M.1's).
         laguna_config("laguna-tiny", 128, 5, 192, 320, 1024, {4, 6, 2, 32, 8, 0, 0.0f, 0.0f}, true, 4.0f,
                       {64, 8, 2, 0, 0, 1, 1, 96, 2.5f, 0}),
-        laguna_config("laguna-m-tiny", 128, 3, 192, 320, 1024, {4, 4, 2, 32, 0, 0, 0.0f, 0.0f}, false, 4.0f,
+        laguna_config("laguna-m-tiny", 128, 3, 192, 320, 1024, {4, 0, 2, 32, 0, 0, 0.0f, 0.0f}, false, 4.0f,
                       {64, 8, 2, 0, 0, 1, 1, 96, 2.5f, 0}),
         // Laguna XS.2 as llama.cpp's comments describe it (40 layers, 48 heads on the global layers and 64 on the
         // local ones, one dense layer, YaRN over 64 dims on the global layers, 128 dims with base 10,000 on the local
