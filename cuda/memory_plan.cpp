@@ -99,6 +99,11 @@ void check_model(const ModelConfig& config, const Weights& weights) {
                                     config.mamba2()                      ? "Mamba-2"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));
+    // step35's local layers of their own head counts in a pattern of any kind and its clamped SwiGLU have no kernels.
+    if (config.n_head_local > 0 || !config.swa_layers.empty() || !config.swiglu_clamp_exp.empty() ||
+        !config.swiglu_clamp_shexp.empty())
+        throw FileError(fmt::format("the CUDA backend cannot run {} models (local layers of their own head counts, a "
+                                    "clamped SwiGLU); --device cpu runs it", config.gguf_arch()));
     // afmoe's gate on the attention's output, a projection of its own, has no kernel.
     if (config.attn_gate_proj)
         throw FileError(fmt::format("the CUDA backend cannot run {} models (a gated attention output); --device cpu "

@@ -21,7 +21,7 @@ int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t u
     const auto& c = config_;
     const int64_t hd = head_dim_, n_head_kv = n_head_kv_;  // the layer's (attend_all)
     const auto row = static_cast<int64_t>(kv_.shape().row_elems());  // (a narrower layer uses its first values)
-    const int64_t group = c.n_head / n_head_kv;
+    const int64_t group = n_head_ / n_head_kv;
     const int64_t chunks = (group + unit_heads_ - 1) / unit_heads_;
     const Tile tile = tiles_[unit / (n_head_kv * chunks)];
     const int64_t g = unit / chunks % n_head_kv, h0 = g * group + unit % chunks * unit_heads_;
@@ -47,8 +47,8 @@ int AttentionRunner::attention_unit(const Batch& batch, int64_t layer, int64_t u
     for (int64_t t = tile.t0; t < tile.t1; ++t) {
         const int64_t pos = batch.tokens[t].pos;
         for (int64_t h = h0; h < h1; ++h)
-            rows[m++] = AttnRow{q_ + t * c.n_head * hd + h * hd,
-                                att_ + t * c.n_head * hd + h * hd,
+            rows[m++] = AttnRow{q_ + t * n_head_ * hd + h * hd,
+                                att_ + t * n_head_ * hd + h * hd,
                                 static_cast<int>(c.first_visible(layer, pos)),  // past a local layer's window
                                 static_cast<int>(pos),
                                 sinks_ ? sinks_[h] : -INFINITY};
@@ -87,10 +87,11 @@ void AttentionRunner::attend_all(const Batch& batch, int64_t layer, const float*
     q_ = q;
     att_ = att;
     sinks_ = sinks;
+    n_head_ = c.layer_n_head(layer);
     n_head_kv_ = c.layer_n_head_kv(layer);
     head_dim_ = c.layer_head_dim(layer);
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
-    const int64_t group = c.n_head / n_head_kv_;
+    const int64_t group = n_head_ / n_head_kv_;
     const int64_t tile_tokens = std::max<int64_t>(1, kMaxTileRows / group);
     tiles_.clear();
     for (int64_t t = 0; t < n;) {

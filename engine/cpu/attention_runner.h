@@ -40,7 +40,7 @@ private:
     const float* q_ = nullptr;  // attend_all's q, att and sinks
     float* att_ = nullptr;
     const float* sinks_ = nullptr;
-    int64_t n_head_kv_ = 0, head_dim_ = 0;  // the layer's, for attend_all's units
+    int64_t n_head_ = 0, n_head_kv_ = 0, head_dim_ = 0;  // the layer's, for attend_all's units
     std::vector<float> attn_scratch_;  // [n_threads, attend_scratch_floats(n_ctx)]
     // Attention units of a batch (attend_all): runs of tokens [t0, t1) of one slot, times the KV heads, times chunks
     // of unit_heads_ of the query heads on a KV head.

@@ -516,7 +516,8 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     const bool v_from_k = L.v_from_k();
     const bool own_kv = c.layer_has_kv(layer);  // (gemma4: a shared-KV layer has Q only, and stores nothing)
     if (c.attn_out_gate) q_gate_.resize(n * 2 * nq);
-    if (c.attn_gate_proj) attn_gate_.resize(n * nq);
+    const int64_t n_head = c.layer_n_head(layer), n_gate = c.layer_n_gate(layer);  // (step35: a gate a head)
+    if (c.attn_gate_proj) attn_gate_.resize(n * n_gate);
     // (afmoe: its gate's product the fourth, after Q, K and V)
     const MatmulJob qkv[] = {{matrix(L.wq), c.attn_out_gate ? q_gate_.data() : q_.data()},
                              {own_kv ? matrix(L.wk) : matrix(L.wq), k_.data()},
@@ -573,10 +574,10 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
             }
             if (own_kv && c.v_norm) kv_ops_.rms_norm(v, ones_.data(), v, n_head_kv, hd, c.rms_eps);
             if (has_rope) {
-                rope(q, c.n_head, hd, n_rot, t, local);
+                rope(q, n_head, hd, n_rot, t, local);
                 if (own_kv) rope(k, n_head_kv, hd, n_rot, t, local);
                 if (c.qk_l2_norm) {  // llama4: each Q and K head divided by its rms after RoPE
-                    kv_ops_.rms_norm(q, ones_.data(), q, c.n_head, hd, c.rms_eps);
+                    kv_ops_.rms_norm(q, ones_.data(), q, n_head, hd, c.rms_eps);
                     if (own_kv) kv_ops_.rms_norm(k, ones_.data(), k, n_head_kv, hd, c.rms_eps);
                 }
             }
@@ -595,8 +596,14 @@ void CpuBackend::attention_block(const Batch& batch, const LayerWeights& L, int6
     // (rope_store by reference: no std::function copy of the lambda)
     attention_.attend_all(batch, layer, q_.data(), att_.data(), std::ref(rope_store),
                           L.attn_sinks.empty() ? nullptr : L.attn_sinks.data());
-    if (c.attn_out_gate || c.attn_gate_proj)  // att = att * sigmoid(gate)
-        for (int64_t i = 0; i < n * nq; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-attn_gate_[i]));
+    if (c.attn_gate_per_head)  // att_h = att_h * sigmoid(gate_h) (step35; laguna: softplus)
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t h = 0; h < n_head; ++h) {
+                const float s = c.attn_gate_value(attn_gate_[t * n_gate + h]);
+                for (int64_t i = 0; i < hd; ++i) att_[t * nq + h * hd + i] *= s;
+            }
+    else if (c.attn_out_gate || c.attn_gate_proj)  // att = att * sigmoid(gate) (laguna: softplus)
+        for (int64_t i = 0; i < n * nq; ++i) att_[i] *= c.attn_gate_value(attn_gate_[i]);
     const MatmulJob o[] = {{matrix(L.wo), proj_.data()}};
     mm(o, att_.data(), n, nq, n_decode_);
     add_bias(proj_.data(), L.bo, n);
@@ -657,7 +664,14 @@ void CpuBackend::dense_ffn(const LayerWeights& L, int64_t layer, int64_t n, cons
     QUILL_CHECK(c.ffn_act != ModelConfig::Activation::swiglu_oai, "the clamped SwiGLU of a dense FFN");
     if (!c.ffn_gated()) return ungated_ffn(L, layer, n, in, ready, out);
     const MatmulJob gate_up[] = {{matrix(L.ffn_gate), gate_.data()}, {matrix(L.ffn_up), up_.data()}};
-    const auto act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
+    const auto base_act = c.ffn_act == ModelConfig::Activation::silu ? kv_ops_.swiglu : kv_ops_.geglu;
+    const float clamp = ModelConfig::layer_clamp(c.swiglu_clamp_shexp, layer);  // (step35's SwiGLU clamp; 0: none)
+    auto act = [&](float* g, const float* u, int64_t m) {
+        if (clamp > 0.0f)
+            swiglu_clamped(g, u, m, clamp);
+        else
+            base_act(g, u, m);
+    };
     const MatmulJob down[] = {{matrix(L.ffn_down), out}};
     const int64_t n_ff = c.layer_n_ff(layer);  // (gemma4 E2B: wider in its shared-KV layers)
     const bool sparse = c.layer_sparse(layer);  // (gemma3n's first layers: the gate cut before the activation)

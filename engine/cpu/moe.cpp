@@ -98,6 +98,11 @@ void swiglu_oai(float* gate, const float* up, int64_t begin, int64_t end, int64_
 
 }  // namespace
 
+void swiglu_clamped(float* gate, const float* up, int64_t n, float limit) {
+    for (int64_t i = 0; i < n; ++i)
+        gate[i] = std::min(gate[i] / (1.0f + std::exp(-gate[i])), limit) * std::clamp(up[i], -limit, limit);
+}
+
 // proj = sum over the routed experts e of each token of weight_e * W2_e (silu(W1_e xn) * W3_e xn), xn = rms_norm(x +
 // the attention's proj) * ffn_norm (gpt-oss: the router's logits and each product biased, the clamped SwiGLU; llama4:
 // W2_e (silu(W1_e (weight_e xn)) * W3_e (weight_e xn)), the weight on the input).
@@ -109,6 +114,7 @@ void swiglu_oai(float* gate, const float* up, int64_t begin, int64_t end, int64_
 void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool summed, bool xn_ready) {
     const auto& c = config_;
     const int64_t d = c.n_embd, f = c.n_ff_exp;
+    const float clamp = ModelConfig::layer_clamp(c.swiglu_clamp_exp, layer);  // (step35's SwiGLU clamp; 0: none)
     moe_logits_.resize(static_cast<size_t>(n * c.n_expert));
     const MatmulJob router[] = {{matrix(L.ffn_gate_inp), moe_logits_.data()}};
     if (summed) {
@@ -176,6 +182,8 @@ void CpuBackend::moe_block(const LayerWeights& L, int64_t layer, int64_t n, bool
             }
             if (c.ffn_act == ModelConfig::Activation::gelu_tanh)
                 return kv_ops_.geglu(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin);
+            if (clamp > 0.0f)  // (step35)
+                return swiglu_clamped(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin, clamp);
             if (c.ffn_act != ModelConfig::Activation::swiglu_oai)
                 return kv_ops_.swiglu(moe_gate_.data() + begin, moe_up_.data() + begin, end - begin);
             swiglu_oai(moe_gate_.data(), moe_up_.data(), begin, end, f, bias_of(L.ffn_gate_exps_b, e, f),

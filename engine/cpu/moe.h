@@ -50,4 +50,8 @@ private:
     std::vector<double> logits_, weight_, scratch_;  // route_general's: one token's logits and weights
 };
 
+// gate[i] = min(silu(gate[i]), limit) * clamp(up[i], -limit, limit) for i < n: step35's clamped SwiGLU (of its
+// experts and of its dense FFNs and shared expert: ModelConfig::swiglu_clamp_exp, swiglu_clamp_shexp)
+void swiglu_clamped(float* gate, const float* up, int64_t n, float limit);
+
 }  // namespace quill::cpu

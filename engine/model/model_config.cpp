@@ -61,7 +61,9 @@ constexpr ArchVariant kArchVariants[] = {{"qwen2vl", "qwen2", ArchVariant::Rope:
                                          {"afmoe", "qwen3moe", ArchVariant::Rope::neox},
                                          {"exaone-moe", "qwen3moe", ArchVariant::Rope::neox},
                                          {"cohere2moe", "cohere2", ArchVariant::Rope::base},
-                                         {"granite_swa", "granite", ArchVariant::Rope::base}};
+                                         {"granite_swa", "granite", ArchVariant::Rope::base},
+                                         {"step35", "qwen3moe", ArchVariant::Rope::neox},
+                                         {"laguna", "qwen3moe", ArchVariant::Rope::neox}};
 
 const ArchVariant* arch_variant(const std::string& file_arch) {
     for (const ArchVariant& v : kArchVariants)
@@ -89,7 +91,7 @@ std::string supported_architectures() {
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
            "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1, hunyuan-dense, "
            "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe, cohere2moe, granite_swa, deepseek32, "
-           "glm-dsa";
+           "glm-dsa, step35, laguna";
 }
 
 namespace {
@@ -589,6 +591,168 @@ void read_exaone_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
     c.swa_pattern = read_swa_pattern(f, p, 4, c.n_layer);
     c.no_rope_step = c.swa_pattern;  // (l % N == N - 1 global: (l + 1) % N == 0)
+}
+
+// One integer a block from `key` (an array of n_block, or one value for every block) as its values on the local and
+// the global blocks of c.swa_layers: {local, global}, each kind's blocks agreeing.
+std::pair<int64_t, int64_t> local_global_blocks(const GgufFile& f, const std::string& key, const ModelConfig& c,
+                                                int64_t n_block, int64_t lo, int64_t hi) {
+    const GgufValue* v = f.find(key);
+    if (!v || v->type() != GgufType::ARRAY) {
+        const int64_t x = required_int(f, key, lo, hi);
+        return {x, x};
+    }
+    const std::vector<int64_t> a = layer_ints(f, key, n_block, lo, hi);
+    int64_t local = -1, global = -1;
+    for (int64_t l = 0; l < n_block; ++l) {
+        int64_t& kind = c.swa_layers[static_cast<size_t>(l)] ? local : global;
+        if (kind >= 0 && kind != a[l])
+            throw FileError(fmt::format("{}: metadata '{}' differs between two {} layers ({} and {}; quill supports "
+                                        "one value for the local layers and one for the global ones)", f.path(), key,
+                                        &kind == &local ? "local" : "global", kind, a[l]));
+        kind = a[l];
+    }
+    return {local >= 0 ? local : global, global >= 0 ? global : local};
+}
+
+// step35's and laguna's experts (after n_leading_dense dense layers of n_ff) as llama.cpp reads them: chosen by
+// expert_gating_func (absent or 0: sigmoid; 1 softmax), weighted by the chosen probabilities (renormalized when
+// expert_weights_norm says so) times expert_weights_scale (absent or 0: 1), in expert groups where the file has them,
+// beside an ungated shared expert of `width` features in every block with experts ([n_block] widths).
+void read_shared_sigmoid_moe(const GgufFile& f, const std::string& p, int64_t n_block, int64_t width,
+                             ModelConfig& c) {
+    const std::string gating = p + "expert_gating_func";
+    const int64_t func = optional_int(f, gating, 2, 0, 4);
+    if (func != 0 && func != 1 && func != 2)
+        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (softmax) or 2 (sigmoid)", f.path(), gating,
+                                    func));
+    c.moe_gating_sigmoid = func != 1;
+    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
+    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
+    c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
+    read_expert_groups(f, p, c);
+    c.n_expert_shared = std::max<int64_t>(c.n_expert_shared, 1);
+    c.moe_shared_expert = true;
+    for (int64_t l = 0; l < n_block; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? width : c.n_ff);
+    c.n_ff = *std::max_element(c.n_ff_layers.begin(), c.n_ff_layers.end());
+}
+
+// Poolside's Laguna (laguna: XS.2, S.2, M.1) as llama.cpp reads it: qwen3moe's layers (Q and K norms required),
+// query heads a layer (head_count: one value for the local layers, one for the global ones); with
+// attention.sliding_window, local layers by attention.sliding_window_pattern (bools, or every Nth layer global from
+// the first, N = 4 unless it says) rotating rope.dimension_count_swa dims (else rope.dimension_count) with
+// rope.freq_base_swa (else rope.freq_base) and no scaling at all, the global ones with the file's (YaRN); each head's
+// (or, with a gate as wide as the query, each value's) output times softplus(attn_gate xn); the required
+// leading_dense_block_count dense layers, then read_shared_sigmoid_moe's experts with the required selection bias
+// beside expert_shared_count (else 1) shared experts' expert_shared_feed_forward_length (else their
+// expert_feed_forward_length) features.
+void read_laguna(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    c.sliding_window = optional_int(f, p + "attention.sliding_window", 0, 0, int64_t{1} << 30);
+    const std::string pattern = p + "attention.sliding_window_pattern";
+    const GgufValue* v = f.find(pattern);
+    if (c.sliding_window > 0 && v && v->type() == GgufType::ARRAY) {
+        if (v->as_array().type() != GgufType::BOOL || static_cast<int64_t>(v->as_array().size()) != c.n_layer)
+            throw FileError(fmt::format("{}: metadata '{}' is an array of {} {} values, expected {} bools (one a "
+                                        "layer, true: local)", f.path(), pattern, v->as_array().size(),
+                                        gguf_type_name(v->as_array().type()), c.n_layer));
+        for (int64_t l = 0; l < c.n_layer; ++l)
+            c.swa_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
+    } else {
+        const int64_t n = c.sliding_window > 0 ? optional_int(f, pattern, 4, 0, 4096) : 1;
+        for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(n == 0 || l % n != 0);
+    }
+    const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, c.n_layer, 1, 4096);
+    // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
+    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
+                                    ? local_global_blocks(f, p + "attention.head_count_kv", c, c.n_layer, 1, 4096)
+                                    : std::pair{heads_local, heads};
+    if (heads % kv != 0 || heads_local % kv_local != 0)
+        throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
+                                    "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));
+    c.n_head = heads;
+    c.n_head_kv = kv;
+    c.n_head_local = heads_local != heads ? heads_local : 0;
+    c.n_head_kv_local = kv_local != kv ? kv_local : 0;
+    if (c.sliding_window == 0) c.swa_layers.clear();
+    if (c.sliding_window > 0) {
+        c.n_rot_local = optional_int(f, p + "rope.dimension_count_swa", c.n_rot, 2, c.head_dim);
+        if (c.n_rot_local % 2 != 0)
+            throw FileError(fmt::format("{}: metadata '{}rope.dimension_count_swa' {} is odd", f.path(), p,
+                                        c.n_rot_local));
+        c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", c.rope_base, 1.0, 1e12);
+        c.rope_freq_scale_local = 1.0f;
+        c.rope_local_plain = true;
+    }
+    const GgufTensorInfo* gate = f.find_tensor("blk.0.attn_gate.weight");
+    if (!gate || gate->ne.size() != 2)
+        throw FileError(fmt::format("{}: missing tensor 'blk.0.attn_gate.weight'", f.path()));
+    c.attn_gate_proj = c.attn_gate_softplus = true;
+    c.attn_gate_per_head = gate->ne[1] == c.layer_n_head(0);
+    c.n_leading_dense = required_int(f, p + "leading_dense_block_count", 0, c.n_layer);
+    c.n_expert_shared = optional_int(f, p + "expert_shared_count", 1, 1, 64);
+    const int64_t width =
+        optional_int(f, p + "expert_shared_feed_forward_length", c.n_ff_exp * c.n_expert_shared, 1, kBig);
+    read_shared_sigmoid_moe(f, p, c.n_layer, width, c);
+    c.moe_selection_bias = c.n_leading_dense < c.n_layer;
+}
+
+// StepFun Step-3.5-Flash (step35) as llama.cpp reads it: qwen3moe's layers (Q and K norms where the file has them),
+// local layers where the required attention.sliding_window_pattern (a bool a block, MTP blocks included) says, with
+// the required window; query and KV heads a block (head_count, head_count_kv: one value for the local layers, one for
+// the global ones); the global layers rotate half of rope.dimension_count's dims (llama.cpp halves it) with the
+// file's base, scaling and rope_freqs, the local ones rope.dimension_count_swa (else rope.dimension_count) with
+// rope.freq_base_swa (else 10,000) and neither; each head's output gated by sigmoid(attn_gate xn) where the file has
+// attn_gate (one row a head); leading_dense_block_count dense layers, then experts of expert_feed_forward_length
+// chosen by expert_gating_func (absent or 0: sigmoid) plus exp_probs_b where the first expert layer has it, weighted
+// as read_shared_expert_moe's, beside an ungated shared expert of expert_shared_feed_forward_length; the SwiGLU clamps
+// swiglu_clamp_exp and swiglu_clamp_shexp (a value or one a block) where given; the MTP blocks skipped.
+void read_step35(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
+    constexpr int64_t kBig = int64_t{1} << 24;
+    c.sliding_window = required_int(f, p + "attention.sliding_window", 1, int64_t{1} << 30);
+    const std::string pattern = p + "attention.sliding_window_pattern";
+    const GgufValue* v = f.find(pattern);
+    if (!v || v->type() != GgufType::ARRAY || v->as_array().type() != GgufType::BOOL ||
+        static_cast<int64_t>(v->as_array().size()) != n_block)
+        throw FileError(fmt::format("{}: metadata '{}' is missing or not an array of {} bools (one a block, true: "
+                                    "local)", f.path(), pattern, n_block));
+    for (int64_t l = 0; l < n_block; ++l) c.swa_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
+    const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, n_block, 1, 4096);
+    // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
+    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
+                                    ? local_global_blocks(f, p + "attention.head_count_kv", c, n_block, 1, 4096)
+                                    : std::pair{heads_local, heads};
+    if (heads % kv != 0 || heads_local % kv_local != 0)
+        throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
+                                    "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));
+    c.n_head = heads;
+    c.n_head_kv = kv;
+    c.n_head_local = heads_local != heads ? heads_local : 0;
+    c.n_head_kv_local = kv_local != kv ? kv_local : 0;
+    const int64_t dims = c.n_rot;
+    if (dims % 4 != 0)
+        throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is not a multiple of 4 (the global "
+                                    "layers rotate half of it)", f.path(), p, dims));
+    c.n_rot = dims / 2;
+    c.n_rot_local = optional_int(f, p + "rope.dimension_count_swa", dims, 2, c.head_dim);
+    if (c.n_rot_local % 2 != 0)
+        throw FileError(fmt::format("{}: metadata '{}rope.dimension_count_swa' {} is odd", f.path(), p, c.n_rot_local));
+    c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", 10000.0f, 1.0, 1e12);
+    c.rope_freq_scale_local = 1.0f;
+    c.rope_divisors_global_only = true;
+    if (c.rope_yarn)
+        throw FileError(fmt::format("{}: step35 with YaRN RoPE scaling is not supported", f.path()));
+    c.attn_gate_proj = c.attn_gate_per_head = f.find_tensor("blk.0.attn_gate.weight") != nullptr;
+    c.n_leading_dense = optional_int(f, p + "leading_dense_block_count", 0, 0, c.n_layer);
+    read_shared_sigmoid_moe(f, p, n_block, required_int(f, p + "expert_shared_feed_forward_length", 1, kBig), c);
+    c.moe_selection_bias = c.n_leading_dense < c.n_layer &&
+                           f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_leading_dense));
+    for (auto [key, limits] : {std::pair{"swiglu_clamp_exp", &c.swiglu_clamp_exp},
+                               std::pair{"swiglu_clamp_shexp", &c.swiglu_clamp_shexp}}) {
+        if (!f.find(p + key)) continue;
+        *limits = layer_floats(f, p + key, n_block);
+        if (std::all_of(limits->begin(), limits->end(), [](float x) { return x <= 1e-6f; })) limits->clear();
+    }
 }
 
 // Cohere's Command R (command-r) and Command R7B / A (cohere2) as llama.cpp reads them: LayerNorms, attention and
@@ -1170,7 +1334,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
     // does not run (as llama.cpp by default)
     if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2" || c.arch == "nemotron_h" ||
-        c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe" || c.file_arch == "cohere2moe") {
+        c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe" || c.file_arch == "cohere2moe" || c.file_arch == "step35") {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }
@@ -1188,14 +1352,25 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     } else {
         c.n_ff = required_int(f, p + "feed_forward_length", 1, kBig);
     }
-    c.n_head = required_int(f, p + "attention.head_count", 1, 4096);
+    // (step35: head_count and head_count_kv a value a block, the first block's here, each kind's by read_step35)
+    const bool head_arrays = c.file_arch == "step35" || c.file_arch == "laguna";
+    auto first_int = [&](const std::string& key, int64_t fallback) {
+        const GgufValue* v = f.find(key);
+        if (!head_arrays || !v || v->type() != GgufType::ARRAY) return optional_int(f, key, fallback, 1, 4096);
+        return layer_ints(f, key, n_block, 1, 4096)[0];
+    };
+    c.n_head = head_arrays ? first_int(p + "attention.head_count", 0)
+                           : required_int(f, p + "attention.head_count", 1, 4096);
+    if (c.n_head == 0) throw FileError(fmt::format("{}: missing metadata '{}attention.head_count'", f.path(), p));
     // (gemma4's, granitehybrid's and lfm2's may be an array, a value a layer: read_gemma4, read_granite_hybrid and
     // read_lfm2 read it)
     const GgufValue* kv_heads = f.find(p + "attention.head_count_kv");
     const bool kv_array = (c.arch == "gemma4" || c.arch == "granitehybrid" || c.arch == "lfm2" ||
                            c.arch == "nemotron_h") && kv_heads &&
                           kv_heads->type() == GgufType::ARRAY;
-    c.n_head_kv = kv_array ? c.n_head : optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
+    c.n_head_kv = kv_array      ? c.n_head
+                  : head_arrays ? first_int(p + "attention.head_count_kv", c.n_head)
+                                : optional_int(f, p + "attention.head_count_kv", c.n_head, 1, c.n_head);
     if (c.n_head % c.n_head_kv != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
                                     "'{}attention.head_count_kv' {}", f.path(), p, c.n_head, p, c.n_head_kv));
@@ -1290,6 +1465,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "gemma4") read_gemma4(f, p, c);
     if (shared_moe) read_shared_expert_moe(f, p, c);  // (after the RoPE and the window: afmoe's local layers)
     if (c.file_arch == "exaone-moe") read_exaone_moe(f, p, c);
+    if (c.file_arch == "step35") read_step35(f, p, n_block, c);
+    if (c.file_arch == "laguna") read_laguna(f, p, c);
     if (qwen35) read_qwen35(f, p, n_block, c);
     if (variant && (variant->rope == ArchVariant::Rope::mrope || variant->rope == ArchVariant::Rope::imrope))
         read_rope_sections(f, p, variant->rope == ArchVariant::Rope::imrope, c);  // (deepstack: nothing for text)

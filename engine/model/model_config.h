@@ -195,7 +195,8 @@ struct ModelConfig {
     // head_count_kv's local entries, rope.dimension_count_swa); 0: the same as the global layers' (head_dim,
     // n_head_kv, n_rot). The KV cache's row is the widest layer's (kv_heads, kv_head_dim); a narrower layer uses the
     // first values of it.
-    int64_t head_dim_local = 0, n_head_kv_local = 0, n_rot_local = 0;
+    // step35: the local layers' own query heads too (attention.head_count's local entries; n_head_local, 0: n_head).
+    int64_t head_dim_local = 0, n_head_kv_local = 0, n_rot_local = 0, n_head_local = 0;
     // gemma4: each V head is RMS-normalized (no weight) before it is cached, and a layer without attn_v takes V from
     // K's projection (before K's norm and RoPE)
     bool v_norm = false;
@@ -238,8 +239,27 @@ struct ModelConfig {
     }
     // qwen35's full-attention layers: Wq gives each head's query and then its output gate, att_h *= sigmoid(gate_h)
     bool attn_out_gate = false;
-    // afmoe: the gate is a projection of its own, att *= sigmoid(W_gate xn) (attn_gate [n_embd_q rows, n_embd])
+    // afmoe: the gate is a projection of its own, att *= sigmoid(W_gate xn) (attn_gate [n_embd_q rows, n_embd]);
+    // step35: one gate a head (attn_gate_per_head: attn_gate [n_head rows, n_embd]), att_h *= sigmoid(gate_h)
+    // laguna: either, times softplus(gate) instead, softplus(g) = log(1 + e^g) (g past 20: g itself, as ggml's)
     bool attn_gate_proj = false;
+    bool attn_gate_per_head = false;
+    bool attn_gate_softplus = false;
+    template <class T>
+    T attn_gate_value(T g) const {
+        if (attn_gate_softplus) return g > T(20) ? g : std::log(T(1) + std::exp(g));
+        return T(1) / (T(1) + std::exp(-g));
+    }
+    int64_t layer_n_gate(int64_t layer) const {
+        return attn_gate_per_head ? layer_n_head(layer) : layer_n_embd_q(layer);
+    }
+    // step35: the SwiGLU of layer l's experts (swiglu_clamp_exp) and of its dense FFN or shared expert
+    // (swiglu_clamp_shexp) clamped where the limit is > 0: silu(g) capped at the limit times u clamped to +-limit
+    // ([n_layer] each; empty: none)
+    std::vector<float> swiglu_clamp_exp, swiglu_clamp_shexp;
+    static float layer_clamp(const std::vector<float>& limits, int64_t layer) {
+        return limits.empty() ? 0.0f : limits[static_cast<size_t>(layer)];
+    }
     // granitehybrid (Granite 4.0 H): the layers whose attention.head_count_kv entry is 0 are Mamba-2 layers (1 here;
     // empty: none), in the same ssm_* sizes: ssm_n_v_heads heads (ssm.time_step_rank) of ssm_head_v channels of x,
     // ssm_n_k_heads groups (ssm.group_count) of B and C of ssm_head_k (ssm.state_size), so that the conv's channels
@@ -334,9 +354,13 @@ struct ModelConfig {
     // YaRN: the share in [0, 1] of pair i (dims 2i, 2i+1 of n_rot) whose frequency stays unscaled; 0 without YaRN.
     double yarn_ramp(int64_t i) const;
 
+    // step35: which layers are local, one a block (attention.sliding_window_pattern's bools, in a pattern of any
+    // kind); empty: swa_pattern says
+    std::vector<bool> swa_layers;
     bool layer_is_local(int64_t layer) const {
         const auto l = static_cast<size_t>(layer);  // (a NextN block past the array: global)
         if (sliding_window > 0 && !local_layers.empty()) return l < local_layers.size() && local_layers[l];
+        if (sliding_window > 0 && !swa_layers.empty()) return swa_layers[static_cast<size_t>(layer)];
         return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
     }
     // The first position a token at `pos` of this layer attends to.
@@ -359,7 +383,10 @@ struct ModelConfig {
         return n_head_kv_local > 0 && layer_is_local(layer) ? n_head_kv_local : n_head_kv;
     }
     int64_t layer_n_rot(int64_t layer) const { return n_rot_local > 0 && layer_is_local(layer) ? n_rot_local : n_rot; }
-    int64_t layer_n_embd_q(int64_t layer) const { return n_head * layer_head_dim(layer); }
+    int64_t layer_n_head(int64_t layer) const {
+        return n_head_local > 0 && layer_is_local(layer) ? n_head_local : n_head;
+    }
+    int64_t layer_n_embd_q(int64_t layer) const { return layer_n_head(layer) * layer_head_dim(layer); }
     int64_t layer_n_ff(int64_t layer) const {
         return n_ff_layers.empty() ? n_ff : n_ff_layers[static_cast<size_t>(layer)];
     }
@@ -445,7 +472,7 @@ struct ModelConfig {
     }
     int64_t n_embd_kv() const { return kv_heads() * kv_head_dim(); }  // K (and V) width per token, the widest layer's
     // Q width per token, the widest layer's
-    int64_t n_embd_q() const { return n_head * std::max(head_dim, head_dim_local); }
+    int64_t n_embd_q() const { return std::max(n_head, n_head_local) * std::max(head_dim, head_dim_local); }
 };
 
 // Whether quill can run this general.architecture (llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe,

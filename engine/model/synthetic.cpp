@@ -481,6 +481,69 @@ ModelConfig exaone_moe_config(const char* name, int64_t n_embd, int64_t n_layer,
     return c;
 }
 
+// step35 (Step-3.5-Flash): qwen3moe's attention with one gate a head, att_h * sigmoid(W_gate xn)_h; every fourth
+// layer global from the first, the others local (a window of `window`) with n_head_local query heads of their own,
+// rotating all of head_dim with base 10,000 where the global ones rotate half of it with base 5e6 and Llama 3's
+// divisors (rope_freqs); the SwiGLUs of layers clamp_from and later clamped at clamp_exp (the experts') and clamp_shexp
+// (the dense FFN's and the shared expert's); shared_moe_config's mixture with one shared expert.
+struct Step35Attn {
+    int64_t n_head, n_head_local, n_head_kv, head_dim, window, clamp_from;
+    float clamp_exp, clamp_shexp;
+};
+
+ModelConfig step35_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_ff, int64_t n_vocab,
+                          int64_t n_ctx, const Step35Attn& a, const SharedMoe& m) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, a.n_head, a.n_head_kv, a.head_dim, n_ff, m.n_ff_exp,
+                                    m.n_expert, m.n_used, n_vocab, n_ctx);
+    c.rms_eps = 1e-5f;
+    c.rope_base = 5e6f;
+    c.rope_base_local = 10000.0f;
+    c.n_rot = a.head_dim / 2;
+    c.n_rot_local = a.head_dim;
+    c.rope_divisors_global_only = true;
+    c.attn_gate_proj = c.attn_gate_per_head = true;
+    c.sliding_window = a.window;
+    c.n_head_local = a.n_head_local;
+    for (int64_t l = 0; l < n_layer + m.n_nextn; ++l) c.swa_layers.push_back(l % 4 != 0);
+    c = shared_moe_config(c, "step35", m);
+    for (auto [limit, limits] : {std::pair{a.clamp_exp, &c.swiglu_clamp_exp},
+                                 std::pair{a.clamp_shexp, &c.swiglu_clamp_shexp}}) {
+        if (limit <= 0.0f) continue;
+        limits->assign(static_cast<size_t>(n_layer + m.n_nextn), 0.0f);  // (none in the MTP blocks)
+        std::fill(limits->begin() + a.clamp_from, limits->begin() + n_layer, limit);
+    }
+    return c;
+}
+
+// laguna (Laguna XS.2): qwen3moe's attention with its output times softplus(W_gate xn), a gate a head (per_head) or a
+// value; every fourth layer global from the first (a window of `window`) with n_head query heads rotating half of
+// head_dim with YaRN (base 500,000, `yarn` times an original context of n_ctx / yarn), the others local with
+// n_head_local of their own rotating all of head_dim with base 10,000 and no scaling; shared_moe_config's mixture
+// with one shared expert.
+ModelConfig laguna_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_ff, int64_t n_vocab,
+                          int64_t n_ctx, const Step35Attn& a, bool per_head, float yarn, const SharedMoe& m) {
+    ModelConfig c = qwen3moe_config(name, n_embd, n_layer, a.n_head, a.n_head_kv, a.head_dim, n_ff, m.n_ff_exp,
+                                    m.n_expert, m.n_used, n_vocab, n_ctx);
+    c.rope_base = 500000.0f;
+    c.rope_yarn = true;
+    c.rope_freq_scale = 1.0f / yarn;
+    c.yarn_n_ctx_orig = n_ctx / static_cast<int64_t>(yarn);
+    c.rope_mscale = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(yarn)));
+    c.n_rot = a.head_dim / 2;
+    c.attn_gate_proj = c.attn_gate_softplus = true;
+    c.attn_gate_per_head = per_head;
+    c.n_head_local = a.n_head_local;
+    if (a.window > 0) {
+        c.sliding_window = a.window;
+        c.rope_base_local = 10000.0f;
+        c.rope_freq_scale_local = 1.0f;
+        c.rope_local_plain = true;
+        c.n_rot_local = a.head_dim;
+        for (int64_t l = 0; l < n_layer; ++l) c.swa_layers.push_back(l % 4 != 0);
+    }
+    return shared_moe_config(c, "laguna", m);
+}
+
 ModelConfig glm4v_config(ModelConfig c, std::array<int64_t, 4> sections) {
     c.rope = ModelConfig::Rope::neox;
     for (size_t i = 0; i < 4; ++i) c.rope_sections[i] = sections[i];
@@ -1100,6 +1163,36 @@ std::vector<ModelConfig> arch_shapes() {
                      {1024, 128, 8, 0, 0, 2, 1, 1024, 2.826f, 0}),
         afmoe_config("trinity-mini-4l", 2048, 4, 32, 4, 128, 6144, 200192, 131072, 2048,
                      {1024, 128, 8, 0, 0, 2, 1, 1024, 2.826f, 0}),
+        // step35-tiny: layer 0 global and dense, 1-3 local with 6 heads to the global layers' 4 (both over 2 KV
+        // heads of 32), 4 global; 8 experts of 64 (2 a token, scale 2.5) beside a shared expert of 96, every
+        // SwiGLU clamped (0.5 the experts', 0.8 the others'), one MTP block
+        step35_config("step35-tiny", 128, 5, 192, 320, 1024, {4, 6, 2, 32, 8, 0, 0.5f, 0.8f},
+                      {64, 8, 2, 0, 0, 1, 1, 96, 2.5f, 1}),
+        // Step-3.5-Flash as its config.json was remembered (no file can be fetched here: no hub): 45 layers of 4096,
+        // 64 heads on the global layers and 96 on the local ones over 8 KV heads of 128, a window of 512, 3 dense
+        // layers of 11264, 288 experts of 1280 (8 a token, scale 3) beside a shared one of 1280, the SwiGLUs of the
+        // last layers clamped at 7 and 16; its first four layers with 64 of the experts (three dense, one with
+        // experts)
+        step35_config("step35-flash", 4096, 45, 11264, 128896, 262144, {64, 96, 8, 128, 512, 43, 7.0f, 16.0f},
+                      {1280, 288, 8, 0, 0, 3, 1, 1280, 3.0f, 0}),
+        step35_config("step35-flash-4l", 4096, 4, 11264, 128896, 262144, {64, 96, 8, 128, 512, 4, 7.0f, 16.0f},
+                      {1280, 64, 8, 0, 0, 3, 1, 1280, 3.0f, 0}),
+        // laguna-tiny: layer 0 global and dense, 1-3 local with 6 heads to the global layers' 4 (both over 2 KV
+        // heads of 32), 4 global; a softplus gate a head; YaRN 4x on the global layers; 8 experts of 64 (2 a token,
+        // scale 2.5) beside a shared expert of 96. laguna-m-tiny: every layer global, a gate a value (Laguna M.1's).
+        laguna_config("laguna-tiny", 128, 5, 192, 320, 1024, {4, 6, 2, 32, 8, 0, 0.0f, 0.0f}, true, 4.0f,
+                      {64, 8, 2, 0, 0, 1, 1, 96, 2.5f, 0}),
+        laguna_config("laguna-m-tiny", 128, 3, 192, 320, 1024, {4, 0, 2, 32, 0, 0, 0.0f, 0.0f}, false, 4.0f,
+                      {64, 8, 2, 0, 0, 1, 1, 96, 2.5f, 0}),
+        // Laguna XS.2 as llama.cpp's comments describe it (40 layers, 48 heads on the global layers and 64 on the
+        // local ones, one dense layer, YaRN over 64 dims on the global layers, 128 dims with base 10,000 on the local
+        // ones) and its other sizes guessed (no config could be read here: no hub): 2048 wide, 8 KV heads of 128, a
+        // window of 512, 256 experts of 512 (8 a token, scale 2.5) beside a shared one of 512, YaRN 32x over 4096;
+        // its first four layers (one dense; one global, three local)
+        laguna_config("laguna-xs2", 2048, 40, 8192, 100352, 131072, {48, 64, 8, 128, 512, 0, 0.0f, 0.0f}, true,
+                      32.0f, {512, 256, 8, 0, 0, 1, 1, 512, 2.5f, 0}),
+        laguna_config("laguna-xs2-4l", 2048, 4, 8192, 100352, 131072, {48, 64, 8, 128, 512, 0, 0.0f, 0.0f}, true,
+                      32.0f, {512, 256, 8, 0, 0, 1, 1, 512, 2.5f, 0}),
         // one KV head (as Gemma 2B's) of a head size apart from n_embd / n_head; Gemma 2B and 7B as their files state
         // them (no file could be fetched here to check)
         gemma_config("gemma-tiny", 128, 3, 4, 1, 48, 256, 320, 1024),
@@ -1488,6 +1581,10 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
         m->weights.rope_factors_short = factors(1.5);
     }
     if (exaone4) m->weights.rope_freqs = factors(4.0);  // (Llama 3's RoPE divisors, as EXAONE 4.0 has them)
+    if (c.file_arch == "step35") {  // (as many as the local layers rotate; the global ones read the first half)
+        m->weights.rope_freqs = factors(4.0);
+        m->weights.rope_freqs.resize(static_cast<size_t>(c.n_rot_local / 2), 1.0f);
+    }
     // (arcee, apertus: the tiny files' Llama 3 divisors)
     if ((c.file_arch == "arcee" || c.file_arch == "apertus") && c.n_embd <= 256) m->weights.rope_freqs = factors(4.0);
     if (gemma4) {  // "proportional" RoPE: the global layers rotate the first quarter of their pairs, the rest not
@@ -1595,7 +1692,7 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.wk = matrix(b + "attn_k.weight", c.n_embd, nkv);
             L.wv = matrix(b + "attn_v.weight", c.n_embd, nkv);
         }
-        if (c.attn_gate_proj) L.wgate = matrix(b + "attn_gate.weight", c.n_embd, nq);
+        if (c.attn_gate_proj) L.wgate = matrix(b + "attn_gate.weight", c.n_embd, c.layer_n_gate(i));
         if (c.layer_has_attention(i))
             L.wo = matrix(b + "attn_output.weight", c.mla() ? c.n_head * c.head_dim_v : nq, c.n_embd);
         if (c.input_norms && !c.parallel_blocks && c.layer_has_ffn(i)) L.ffn_norm = norm(c.n_embd);
@@ -1719,6 +1816,66 @@ size_t SyntheticModel::weight_bytes() const {
     return n;
 }
 
+namespace {
+
+// step35's and laguna's mixture keys (read_shared_sigmoid_moe's): the shared expert's width, the weights' scale and
+// normalization, the gating function, the leading dense layers.
+void save_shared_sigmoid_moe_keys(GgufWriter& w, const std::string& p, const ModelConfig& c) {
+    w.set(p + "expert_shared_feed_forward_length", uint32_t(c.layer_n_ff(c.n_layer - 1)));
+    w.set(p + "expert_weights_scale", c.moe_weights_scale);
+    w.set(p + "expert_weights_norm", c.moe_norm_weights);
+    w.set(p + "expert_gating_func", uint32_t(c.moe_gating_sigmoid ? 2 : 1));
+    w.set(p + "leading_dense_block_count", uint32_t(c.n_leading_dense));
+}
+
+// step35's keys as its converter writes them: heads, KV heads, the pattern and the clamps one a block (MTP blocks
+// too), rope.dimension_count twice the global layers' (llama.cpp halves it), the shared expert's width.
+void save_step35_keys(GgufWriter& w, const ModelConfig& c) {
+    const std::string p = "step35.";
+    const int64_t n_block = c.n_layer + c.n_layer_nextn;
+    std::vector<GgufValue> heads, kv_heads, local, clamp_exp, clamp_shexp;
+    for (int64_t l = 0; l < n_block; ++l) {
+        heads.emplace_back(uint32_t(c.layer_n_head(l)));
+        kv_heads.emplace_back(uint32_t(c.layer_n_head_kv(l)));
+        local.emplace_back(c.layer_is_local(l));
+        clamp_exp.emplace_back(ModelConfig::layer_clamp(c.swiglu_clamp_exp, l));
+        clamp_shexp.emplace_back(ModelConfig::layer_clamp(c.swiglu_clamp_shexp, l));
+    }
+    w.set(p + "attention.head_count", GgufValue::array(GgufType::U32, heads));
+    w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
+    w.set(p + "attention.key_length", uint32_t(c.head_dim));
+    w.set(p + "attention.value_length", uint32_t(c.head_dim));
+    w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+    w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local));
+    w.set(p + "rope.dimension_count", uint32_t(2 * c.n_rot));
+    if (c.n_rot_local != 2 * c.n_rot) w.set(p + "rope.dimension_count_swa", uint32_t(c.n_rot_local));
+    w.set(p + "rope.freq_base_swa", c.rope_base_local);
+    save_shared_sigmoid_moe_keys(w, p, c);
+    w.set(p + "moe_every_n_layers", uint32_t(1));
+    if (c.n_layer_nextn > 0) w.set(p + "nextn_predict_layers", uint32_t(c.n_layer_nextn));
+    if (!c.swiglu_clamp_exp.empty()) w.set(p + "swiglu_clamp_exp", GgufValue::array(GgufType::F32, clamp_exp));
+    if (!c.swiglu_clamp_shexp.empty()) w.set(p + "swiglu_clamp_shexp", GgufValue::array(GgufType::F32, clamp_shexp));
+}
+
+// laguna's keys as its converter writes them: heads one a layer, the local layers' RoPE dims, the mixture's keys (no
+// pattern: llama.cpp's every fourth layer global from the first).
+void save_laguna_keys(GgufWriter& w, const ModelConfig& c) {
+    const std::string p = "laguna.";
+    std::vector<GgufValue> heads;
+    for (int64_t l = 0; l < c.n_layer; ++l) heads.emplace_back(uint32_t(c.layer_n_head(l)));
+    w.set(p + "attention.head_count", GgufValue::array(GgufType::U32, heads));
+    w.set(p + "attention.key_length", uint32_t(c.head_dim));
+    w.set(p + "attention.value_length", uint32_t(c.head_dim));
+    if (c.sliding_window > 0) {
+        w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
+        w.set(p + "rope.dimension_count_swa", uint32_t(c.n_rot_local));
+        w.set(p + "rope.freq_base_swa", c.rope_base_local);
+    }
+    save_shared_sigmoid_moe_keys(w, p, c);
+}
+
+}  // namespace
+
 void SyntheticModel::save(const std::string& path) const {
     const ModelConfig& c = config;
     GgufWriter w;
@@ -1740,7 +1897,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "feed_forward_length", uint32_t(c.n_ff_exp));
     } else if (c.n_ff_layers.empty() || c.arch == "glm4moe" || c.arch == "deepseek2" ||
                c.file_arch == "ernie4_5-moe" || c.arch == "llama4" || shared_moe || c.file_arch == "exaone-moe" ||
-               c.file_arch == "cohere2moe") {
+               c.file_arch == "cohere2moe" || c.file_arch == "step35" ||
+               c.file_arch == "laguna") {
         // (the leading dense width; llama4: the dense layers')
         w.set(p + "feed_forward_length", uint32_t(c.n_leading_dense > 0 ? c.layer_n_ff(0) : c.n_ff));
     } else {
@@ -1876,6 +2034,8 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "attention.sliding_window_pattern", GgufValue::array(GgufType::BOOL, local_kinds));
         w.set(p + "rope.scaling.type", "none");
     }
+    if (c.file_arch == "step35") save_step35_keys(w, c);
+    if (c.file_arch == "laguna") save_laguna_keys(w, c);
     if (c.arch == "gemma2") {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attn_logit_softcapping", c.attn_logit_softcap);

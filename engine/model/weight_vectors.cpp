@@ -28,7 +28,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     const bool post_norms = c.arch == "gemma2" || c.arch == "gemma3" || gemma4 || c.arch == "glm4" ||
                             c.arch == "olmo2" || c.arch == "exaone4" || c.file_arch == "afmoe";
     const bool recurrent = c.layer_is_recurrent(layer), qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
-    const bool glm4moe = c.arch == "glm4moe";  // (its Q and K norms optional: GLM-4.5's, not GLM-4.5-Air's)
+    // (glm4moe's Q and K norms optional: GLM-4.5's, not GLM-4.5-Air's; step35's, as llama.cpp loads them)
+    const bool glm4moe = c.arch == "glm4moe", qk_optional = glm4moe || c.file_arch == "step35";
     const bool qk_norms = glm4moe || c.arch == "gemma3" || c.arch == "qwen3" || c.arch == "qwen3moe" || gemma4 ||
                           c.arch == "olmo2" || c.arch == "exaone4" || ((qwen35 || c.arch == "lfm2") && !recurrent);
     const int64_t hd = c.layer_head_dim(layer);
@@ -38,7 +39,8 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
     // refuses a file of theirs that has it (Weights: a tensor it would not use) rather than run it otherwise.
     // (command-r, cohere2, hunyuan-dense, hunyuan-moe, arcee: llama.cpp loads no output bias either)
     const bool no_bo = c.arch == "ernie4_5" || c.arch == "seed_oss" || c.arch == "command-r" || c.arch == "cohere2" ||
-                       c.file_arch == "hunyuan-dense" || c.file_arch == "hunyuan-moe" || c.file_arch == "arcee";
+                       c.file_arch == "hunyuan-dense" || c.file_arch == "hunyuan-moe" || c.file_arch == "arcee" ||
+                       c.file_arch == "step35" || c.file_arch == "laguna";
     std::vector<VectorField<L>> f;
     if (c.input_norms) f.push_back({"attn_norm.weight", &L::attn_norm, c.n_embd});
     f.insert(f.end(), {
@@ -80,12 +82,13 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
         f.push_back({"indexer.k_norm.bias", &L::idx_k_norm_b, c.indexer_head_dim, 1, c.layer_indexer(layer)});
     }
     if (qk_norms) {
-        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !glm4moe});
+        f.push_back({"attn_q_norm.weight", &L::attn_q_norm, whole ? c.layer_n_embd_q(layer) : hd, 1, !qk_optional});
         // (gemma4: not in a shared-KV layer, which has no K; gemma3n's has one, unread, as llama.cpp requires it;
         // bailingmoe2's and exaone-moe's MTP blocks, never run, have it)
         const bool mtp_k_norm = c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe";
         if (c.layer_has_kv(layer) || c.arch == "gemma3n" || (layer >= c.n_layer && mtp_k_norm))
-            f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1, !glm4moe});
+            f.push_back({"attn_k_norm.weight", &L::attn_k_norm, whole ? c.layer_n_embd_kv(layer) : hd, 1,
+                         !qk_optional});
     }
     if (c.arch == "command-r" && c.n_layer >= 64) {  // (Command R+: a row per head, as llama.cpp requires them)
         f.push_back({"attn_q_norm.weight", &L::attn_q_norm, hd, c.n_head});
@@ -155,6 +158,9 @@ std::vector<VectorField<Weights>> model_vector_fields(const ModelConfig& c) {
     bool global = false;
     for (int64_t l = 0; l < c.n_layer; ++l) global = global || !c.layer_is_local(l);
     if (c.arch == "gemma4") f.push_back({"rope_freqs.weight", &W::rope_freqs, c.n_rot / 2, 1, global});
+    // (step35: as many as the widest layer rotates, the global layers reading the first of them)
+    if (c.file_arch == "step35")
+        f.push_back({"rope_freqs.weight", &W::rope_freqs, std::max(c.n_rot, c.n_rot_local) / 2, 1, false});
     if (c.n_embd_per_layer > 0)
         f.push_back({"per_layer_proj_norm.weight", &W::per_layer_proj_norm, c.n_embd_per_layer});
     if (c.arch == "phi3") {

@@ -230,7 +230,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
     // (llama.cpp requires output.weight for these)
     if ((gpt_oss || c.arch == "olmo2" || c.arch == "qwen2moe" || c.file_arch == "minimax-m2" ||
          c.file_arch == "olmoe" || c.file_arch == "apertus" ||
-         c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "exaone-moe") && w.output_tied)
+         c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "exaone-moe" || c.file_arch == "step35") && w.output_tied)
         throw FileError(fmt::format("{}: missing tensor 'output.weight' [{}, {}]", file.path(), c.n_embd, c.n_vocab));
     for (int64_t i = 0; i < c.n_layer; ++i) {
         const std::string b = fmt::format("blk.{}.", i);
@@ -304,7 +304,7 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             L.wk = l.get(b + "attn_k.weight", {c.n_embd, nkv});
             L.wv = l.get(b + "attn_v.weight", {c.n_embd, nkv});
         }
-        if (c.attn_gate_proj) L.wgate = l.get(b + "attn_gate.weight", {c.n_embd, nq});
+        if (c.attn_gate_proj) L.wgate = l.get(b + "attn_gate.weight", {c.n_embd, c.layer_n_gate(i)});
         const int64_t n_att = c.mla() ? c.n_head * c.head_dim_v : nq;  // (the attention's output per token)
         if (c.layer_has_attention(i)) L.wo = l.get(b + "attn_output.weight", {n_att, c.n_embd});
         // the router and each expert's gate, up and down as one 3-D tensor [n_expert, rows, cols]

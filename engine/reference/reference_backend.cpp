@@ -420,7 +420,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const ModelConfig& c = config_;
     // this layer's geometry (gemma4's local layers have their own)
     const int64_t hd = c.layer_head_dim(l), n_head_kv = c.layer_n_head_kv(l), kv_dim = c.layer_n_embd_kv(l);
-    const int64_t group = c.n_head / n_head_kv;  // query heads per KV head
+    const int64_t n_head = c.layer_n_head(l);  // (step35's local layers have their own)
+    const int64_t group = n_head / n_head_kv;  // query heads per KV head
     const LayerWeights& L = weights_.layers[l];
     if (!c.layer_has_mixer(l)) return ffn_token(L, l);  // (nemotron_h: a layer of an FFN alone)
 
@@ -502,7 +503,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const bool local = c.layer_is_local(l);
     const std::vector<double>& inv_freq = local ? inv_freq_local_ : inv_freq_;
     if (c.layer_has_rope(l)) {
-        rope(q_, c.n_head, hd, c.layer_n_rot(l), c, inv_freq, t.pos, local);
+        rope(q_, n_head, hd, c.layer_n_rot(l), c, inv_freq, t.pos, local);
         rope(k_, n_head_kv, hd, c.layer_n_rot(l), c, inv_freq, t.pos, local);
         // llama4: q_h, k_h = rms_norm(q_h), rms_norm(k_h) (no weight) after RoPE
         if (c.qk_l2_norm) {
@@ -539,7 +540,7 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
     const int64_t first = c.first_visible(l, t.pos);
     const int64_t n_kv = t.pos + 1 - first;
     att_.assign(c.layer_n_embd_q(l), 0.0);
-    for (int64_t h = 0; h < c.n_head; ++h) {
+    for (int64_t h = 0; h < n_head; ++h) {
         double* qh = q_.data() + h * hd;
         if (f16) std::transform(qh, qh + hd, qh, round_to_fp16);
         const int64_t kv_off = (h / group) * hd;
@@ -561,9 +562,11 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             for (int64_t i = 0; i < hd; ++i) ah[i] += score_[j] * vj[i];
         }
     }
-    // qwen35, afmoe: att_h = att_h * sigmoid(gate_h)
+    // qwen35, afmoe: att_h = att_h * sigmoid(gate_h) (step35: one gate a head, att_h * sigmoid(gate[h]); laguna:
+    // softplus instead)
     if (c.attn_out_gate || c.attn_gate_proj)
-        for (size_t i = 0; i < att_.size(); ++i) att_[i] /= 1.0 + std::exp(-attn_gate_[i]);
+        for (size_t i = 0; i < att_.size(); ++i)
+            att_[i] *= c.attn_gate_value(attn_gate_[c.attn_gate_per_head ? i / static_cast<size_t>(hd) : i]);
     // x = x + Wo att (gemma3: x + rms_norm(Wo att) * attn_post_norm; granite: x + Wo att * residual_scale)
     matvec(L.wo, att_, out_, row_);
     for (size_t i = 0; i < L.bo.size(); ++i) out_[i] += L.bo[i];
@@ -613,7 +616,9 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
         // the shared expert (qwen2moe, qwen35moe): out = out + sigmoid(g . xn) * W2 (silu(W1 xn) * W3 xn), the
         // factor 1 without a gate vector g
         if (c.moe_shared_expert) {
+            ffn_clamp_ = ModelConfig::layer_clamp(c.swiglu_clamp_shexp, l);  // (step35)
             ffn(L.ffn_gate, L.ffn_up, L.ffn_down, shared_);
+            ffn_clamp_ = 0.0;
             double gate = 1.0;
             if (!L.ffn_gate_inp_shexp.empty())
                 gate = 1.0 / (1.0 + std::exp(-dot(L.ffn_gate_inp_shexp.data(), xn_.data(), c.n_embd)));
@@ -623,8 +628,10 @@ void ReferenceBackend::ffn_token(const LayerWeights& L, int64_t l) {
         }
     } else {
         ffn_sparse_ = c.layer_sparse(l);  // (gemma3n's first layers)
+        ffn_clamp_ = ModelConfig::layer_clamp(c.swiglu_clamp_shexp, l);  // (step35's dense layers: the shared clamp)
         ffn(L.ffn_gate, L.ffn_up, L.ffn_down, out_);
         ffn_sparse_ = false;
+        ffn_clamp_ = 0.0;
     }
     if (!L.ffn_post_norm.empty()) rms_norm_rows(out_, L.ffn_post_norm, c.rms_eps);
     for (int64_t i = 0; i < c.n_embd; ++i) x_[i] += out_[i] * c.residual_scale;
@@ -949,7 +956,11 @@ void ReferenceBackend::ffn(const TensorView& w1, const TensorView& w3, const Ten
     for (size_t i = 0; i < gate_.size(); ++i) {
         const double g = gate_[i] + (b1 ? b1[i] : 0.0), u = up_[i] + (b3 ? b3[i] : 0.0);
         switch (c.ffn_act) {
-        case ModelConfig::Activation::silu: gate_[i] = g / (1.0 + std::exp(-g)) * u; break;
+        case ModelConfig::Activation::silu:  // (step35: min(silu(g), clamp) * clamp(u, -clamp, clamp))
+            gate_[i] = ffn_clamp_ > 0.0 ? std::min(g / (1.0 + std::exp(-g)), ffn_clamp_) *
+                                              std::clamp(u, -ffn_clamp_, ffn_clamp_)
+                                        : g / (1.0 + std::exp(-g)) * u;
+            break;
         case ModelConfig::Activation::gelu_tanh: gate_[i] = gelu(g) * u; break;
         case ModelConfig::Activation::relu_sqr: gate_[i] = std::max(u, 0.0) * std::max(u, 0.0); break;
         case ModelConfig::Activation::xielu:
@@ -1003,6 +1014,7 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>&
     };
     // llama4 (moe_weight_input): expert e reads weight_e * xn, and its output joins the sum as it is
     const std::vector<double> xn = c.moe_weight_input ? xn_ : std::vector<double>();
+    ffn_clamp_ = ModelConfig::layer_clamp(c.swiglu_clamp_exp, ffn_layer_);  // (step35)
     for (int64_t i = 0; i < c.n_expert_used; ++i) {
         const int64_t e = order[i];
         const ExpertWeights& E = L.experts[e];
@@ -1014,6 +1026,7 @@ void ReferenceBackend::moe_ffn(const LayerWeights& L, const std::vector<double>&
         const double w = c.moe_weight_input ? 1.0 : weight[i];
         for (int64_t j = 0; j < c.n_embd; ++j) out_[j] += w * expert_out_[j] * s;
     }
+    ffn_clamp_ = 0.0;
     if (c.moe_weight_input) xn_ = xn;  // (the shared expert's input)
 }
 

@@ -136,6 +136,7 @@ private:
     std::vector<double> pred_;     // [n_altup, n_embd] their prediction in the current layer
     std::vector<double> laurel_;   // [n_embd] gemma3n: Laurel's branch over the attention's input
     bool ffn_sparse_ = false;      // gemma3n: the current FFN's gate is cut (ModelConfig::layer_sparse)
+    double ffn_clamp_ = 0.0;       // step35: the current SwiGLU's clamp (ModelConfig::swiglu_clamp_exp); 0: none
     std::vector<double> logit_;  // [n_vocab]
     std::vector<float> row_;     // [max row length] one weight row, dequantized
     int64_t ffn_layer_ = 0;      // the layer ffn_token runs (apertus: its xIELU parameters)

@@ -184,6 +184,17 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
         auto m = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
         CHECK_THROWS_WITH(cuda::check_model(m->config, m->weights), what);
     }
+    // Nor step35's and laguna's local layers of their own head counts (step35's clamped SwiGLUs), nor laguna M.1's
+    // gated attention output.
+    for (const char* shape : {"step35-tiny", "laguna-tiny"}) {
+        auto m = SyntheticModel::make(synthetic_config(shape), GgmlType::F32, 42);
+        CHECK_THROWS_WITH(cuda::check_model(m->config, m->weights),
+                          fmt::format("the CUDA backend cannot run {} models (local layers of their own head counts, "
+                                      "a clamped SwiGLU); --device cpu runs it", m->config.file_arch));
+    }
+    auto laguna_m = SyntheticModel::make(synthetic_config("laguna-m-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(laguna_m->config, laguna_m->weights),
+                      "the CUDA backend cannot run laguna models (a gated attention output); --device cpu runs it");
     // Nor ernie4_5-moe (ernie4_5's layers, which CUDA has not been checked on), by the file's architecture.
     auto ernie = SyntheticModel::make(synthetic_config("ernie4_5-moe-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(ernie->config, ernie->weights),
