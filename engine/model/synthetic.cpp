@@ -482,6 +482,18 @@ ModelConfig granite_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
+// Mamba-2's sizes in ModelConfig's terms (as read_mamba2_sizes reads them): a conv of `conv` taps, n_group groups
+// of B and C of d_state (ssm_n_k_heads of ssm_head_k), `heads` heads of head_dim channels of x (ssm_n_v_heads of
+// ssm_head_v)
+void set_mamba2_sizes(ModelConfig& c, int64_t conv, int64_t d_state, int64_t n_group, int64_t heads,
+                      int64_t head_dim) {
+    c.ssm_conv = conv;
+    c.ssm_head_k = d_state;
+    c.ssm_n_k_heads = n_group;
+    c.ssm_n_v_heads = heads;
+    c.ssm_head_v = head_dim;
+}
+
 // granitehybrid (Granite 4.0 H): granite's multipliers, Mamba-2 layers but every attn_every-th (l % N == N - 1: GQA
 // attention without RoPE, as Granite 4.0 H's files turn it off), a dense SwiGLU FFN in every layer; the Mamba-2 layers'
 // conv of `conv` taps over x (inner 2 n_embd in heads of n_embd * 2 / mamba_heads) and B, C (n_group groups of
@@ -494,11 +506,7 @@ ModelConfig granitehybrid_config(const char* name, int64_t n_embd, int64_t n_lay
     c.arch = "granitehybrid";
     c.no_rope_step = 1;
     for (int64_t l = 0; l < n_layer; ++l) c.mamba2_layers.push_back(l % attn_every != attn_every - 1);
-    c.ssm_conv = conv;
-    c.ssm_head_k = d_state;
-    c.ssm_n_k_heads = n_group;
-    c.ssm_n_v_heads = mamba_heads;
-    c.ssm_head_v = 2 * n_embd / mamba_heads;
+    set_mamba2_sizes(c, conv, d_state, n_group, mamba_heads, 2 * n_embd / mamba_heads);
     return c;
 }
 
@@ -562,11 +570,7 @@ ModelConfig nemotron_h_config(const char* name, int64_t n_embd, const std::strin
         c.layer_blocks.push_back(k == '-' ? ModelConfig::kFfnBlock : ModelConfig::kMixerBlock);
         c.n_ff_layers.push_back(k == '-' ? n_ff : 0);
     }
-    c.ssm_conv = conv;
-    c.ssm_head_k = d_state;
-    c.ssm_n_k_heads = n_group;
-    c.ssm_n_v_heads = mamba_heads;
-    c.ssm_head_v = mamba_head_dim;
+    set_mamba2_sizes(c, conv, d_state, n_group, mamba_heads, mamba_head_dim);
     return c;
 }
 
@@ -595,11 +599,7 @@ ModelConfig falcon_h1_config(const char* name, int64_t n_embd, int64_t n_layer, 
     c.rope_base = c.rope_base_local = rope_base;
     c.mamba2_layers.assign(static_cast<size_t>(n_layer), 1);
     c.ssm_beside_attn = true;
-    c.ssm_conv = conv;
-    c.ssm_head_k = d_state;
-    c.ssm_n_k_heads = n_group;
-    c.ssm_n_v_heads = mamba_heads;
-    c.ssm_head_v = mamba_head_dim;
+    set_mamba2_sizes(c, conv, d_state, n_group, mamba_heads, mamba_head_dim);
     return c;
 }
 
