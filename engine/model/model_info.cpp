@@ -269,7 +269,9 @@ std::string render_model_info(const json& info) {
         if (m.contains("mamba2")) {
             const auto& r = m["mamba2"];
             const std::string others =
-                r.contains("ffn_layers")
+                r["layers"] == m["n_layer"] && !r.contains("beside_attention")
+                    ? "no attention, no FFN"  // (mamba2)
+                : r.contains("ffn_layers")
                     ? fmt::format("attention in {}, an FFN alone in {}", r["attention_layers"].dump(),
                                   r["ffn_layers"].dump())
                     : r.contains("beside_attention") ? "attention beside it in each"

@@ -603,6 +603,19 @@ ModelConfig falcon_h1_config(const char* name, int64_t n_embd, int64_t n_layer, 
     return c;
 }
 
+// mamba2 (Mamba-2: Mamba-Codestral, state-spaces' mamba2-*): every layer a Mamba-2 mixer alone (no attention, no
+// FFN) of `heads` heads of 2 n_embd / heads channels, n_group groups of B and C of d_state, a conv of `conv` taps and
+// its bias, and the grouped norm; an output matrix of its own.
+ModelConfig mamba2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_vocab, int64_t conv,
+                          int64_t d_state, int64_t n_group, int64_t heads) {
+    ModelConfig c = base_config("mamba2", name, n_embd, n_layer, 1, 1, 2, 0, n_vocab, 1 << 20);
+    c.no_rope_step = 1;
+    c.mamba2_layers.assign(static_cast<size_t>(n_layer), 1);
+    c.layer_blocks.assign(static_cast<size_t>(n_layer), ModelConfig::kMixerBlock);
+    set_mamba2_sizes(c, conv, d_state, n_group, heads, 2 * n_embd / heads);
+    return c;
+}
+
 // olmo2 and exaone4: no input norms, Q/K norms (olmo2: over the whole projection), post-norms; exaone4 with a
 // window: every fourth layer global and without RoPE.
 ModelConfig post_norm_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_head,
@@ -1101,6 +1114,13 @@ std::vector<ModelConfig> arch_shapes() {
         // and its first 4 layers: a benchmark of a size CI can run
         falcon_h1_config("falcon-h1-0.5b", 1024, 36, 8, 2, 64, 2048, 32784, 16384, 1e11f, 4, 128, 1, 24, 64),
         falcon_h1_config("falcon-h1-0.5b-4l", 1024, 4, 8, 2, 64, 2048, 32784, 16384, 1e11f, 4, 128, 1, 24, 64),
+        // 3 Mamba-2 layers of 8 heads of 32 over 2 groups of B and C of d_state 64, a conv of 4 taps
+        mamba2_config("mamba2-tiny", 128, 3, 320, 4, 64, 2, 8),
+        // Mamba-Codestral 7B's widths as its config.json gives them (4096; 128 heads of 64 over 8 groups of d_state
+        // 128; a vocabulary of 32768; no config or file could be fetched here to check), in 4 of its 64 layers: a
+        // benchmark of a size CI can run
+        mamba2_config("mamba-codestral-7b", 4096, 64, 32768, 4, 128, 8, 128),
+        mamba2_config("mamba-codestral-7b-4l", 4096, 4, 32768, 4, 128, 8, 128),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
         // 4 layers (3 local with a window of 8), YaRN of 4 on the last
@@ -1572,7 +1592,10 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
     const bool shared_moe = c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "afmoe";
-    if (c.arch == "nemotron_h") {  // (a width a layer, 0 where a layer has no FFN)
+    const bool attention_free = c.arch == "mamba2";  // (head_count and feed_forward_length 0, as its converter writes)
+    if (attention_free) {
+        w.set(p + "feed_forward_length", uint32_t(0));
+    } else if (c.arch == "nemotron_h") {  // (a width a layer, 0 where a layer has no FFN)
         std::vector<GgufValue> ff;
         for (int64_t l = 0; l < c.n_layer; ++l)  // (nemotron_h_moe: the experts' width)
             ff.emplace_back(uint32_t(!c.layer_has_ffn(l) ? 0 : c.moe() ? c.n_ff_exp : c.layer_n_ff(l)));
@@ -1589,7 +1612,7 @@ void SyntheticModel::save(const std::string& path) const {
         for (int64_t n : c.n_ff_layers) ff.emplace_back(uint32_t(n));
         w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
     }
-    w.set(p + "attention.head_count", uint32_t(c.n_head));
+    w.set(p + "attention.head_count", uint32_t(attention_free ? 0 : c.n_head));
     std::vector<GgufValue> local_kinds, kv_heads, attn_kv_heads;  // gemma4, granitehybrid: one a layer
     for (int64_t l = 0; l < c.n_layer; ++l) {
         local_kinds.emplace_back(c.layer_is_local(l));
@@ -1598,9 +1621,9 @@ void SyntheticModel::save(const std::string& path) const {
     }
     if (c.arch == "gemma4" || (c.arch == "lfm2" && c.recurrent()))
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
-    else if (c.mamba2() && !c.ssm_beside_attn)  // (0: a Mamba-2 layer)
+    else if (c.mamba2() && !c.ssm_beside_attn && !attention_free)  // (0: a Mamba-2 layer)
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, attn_kv_heads));
-    else
+    else if (!attention_free)
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     if (c.mla() && c.mla_fused_kv_b) {  // (an older deepseek2 file: the heads' sizes)
@@ -1626,17 +1649,17 @@ void SyntheticModel::save(const std::string& path) const {
         }
         if (c.rope_yarn) w.set(p + "rope.scaling.yarn_log_multiplier", c.yarn_log_mul);
         if (c.attn_temp_scale != 0.0f) w.set(p + "attention.temperature_length", uint32_t(c.attn_temp_floor));
-    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "gemma3n" || qwen35 ||
-               c.arch == "nemotron_h" || c.arch == "falcon-h1") {
+    } else if ((c.head_dim * c.n_head != c.n_embd && !attention_free) || c.arch == "gemma4" || c.arch == "gemma3n" ||
+               qwen35 || c.arch == "nemotron_h" || c.arch == "falcon-h1") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
-    w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
+    if (!attention_free) w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
     if (c.rope_alpha > 0.0f) {  // (hunyuan-dense: the base before alpha's scaling, and alpha)
         const auto d = static_cast<float>(c.head_dim);
         w.set(p + "rope.freq_base", c.rope_base / std::pow(c.rope_alpha, d / (d - 2.0f)));
         w.set(p + "rope.scaling.alpha", c.rope_alpha);
-    } else {
+    } else if (!attention_free) {
         w.set(p + "rope.freq_base", c.rope_base);
     }
     // (Cohere's LayerNorm; nemotron_h's as its converter writes it, which llama.cpp's RMS norms read)
@@ -1733,9 +1756,9 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_weights_scale", c.moe_weights_scale);
         w.set(p + "expert_group_count", uint32_t(1));
     }
-    if (c.arch == "granitehybrid" || c.arch == "nemotron_h" || c.arch == "falcon-h1") {
+    if (c.arch == "granitehybrid" || c.arch == "nemotron_h" || c.arch == "falcon-h1" || c.arch == "mamba2") {
         // (no RoPE, as Granite 4.0 H's converted files say; nemotron_h has none whatever they say)
-        if (c.arch != "falcon-h1") w.set(p + "rope.scaling.finetuned", false);
+        if (c.arch == "granitehybrid" || c.arch == "nemotron_h") w.set(p + "rope.scaling.finetuned", false);
         w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
         w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
         w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));
