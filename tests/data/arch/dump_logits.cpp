@@ -6,7 +6,8 @@
 // deepseek2-lite-tiny-*, deepseek2-fused-tiny-*, mistral4-tiny-*, granitemoe-tiny-*, cohere2-tiny-*,
 // command-r-tiny-*, minimax-m2-tiny-*, ernie4_5-moe-tiny-*, olmoe-tiny-*, nemotron_h-tiny-*, nemotron_h_moe-tiny-*,
 // llama4-tiny-*, olmo3-tiny-*, falcon-h1-tiny-*, gemma3n-tiny-*, hunyuan-dense-tiny-*, hunyuan-moe-tiny-*,
-// arcee-tiny-*, apertus-tiny-*, bailingmoe2-tiny-*, dots1-tiny-*, afmoe-tiny-*, mamba2-tiny-*, each from the file
+// arcee-tiny-*, apertus-tiny-*, bailingmoe2-tiny-*, dots1-tiny-*, afmoe-tiny-*, mamba2-tiny-*, mamba-tiny-*,
+// falcon-mamba-tiny-*, each from the file
 // `quill bench --synthetic SHAPE --dtype f32|f16 --save` writes, as below):
 // context of 256, one thread, KV f32, no flash attention, the prompt in one batch, then one token a call.
 //   L=llama.cpp (llama-cpp-python 0.3.36's vendored copy, built)
