@@ -114,7 +114,7 @@ TEST_CASE("a tensor the architecture does not use is refused, naming it", "[mode
                                         "deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
                                         "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, "
                                         "nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, "
-                                        "bailingmoe2, dots1, afmoe)") !=
+                                        "bailingmoe2, dots1, afmoe, mamba2, mamba)") !=
           std::string::npos);
 }
 

@@ -32,7 +32,7 @@ const char* const kShapes[] = {"stories15m",   "qwen3-tiny",   "qwen3moe-tiny", 
                                "deepseek2-fused-tiny", "cohere2-tiny", "command-r-tiny", "nemotron_h-tiny",
                                "nemotron_h_moe-tiny", "llama4-tiny", "falcon-h1-tiny", "gemma3n-tiny",
                                "hunyuan-dense-tiny", "hunyuan-moe-tiny", "arcee-tiny", "apertus-tiny",
-                               "bailingmoe2-tiny", "dots1-tiny", "afmoe-tiny"};
+                               "bailingmoe2-tiny", "dots1-tiny", "afmoe-tiny", "mamba2-tiny", "mamba-tiny"};
 
 // Whether a tensor of the file belongs to a block at or after n_layer: glm4moe's multi-token-prediction blocks, which
 // the loader skips and no device holds.
