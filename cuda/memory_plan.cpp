@@ -97,6 +97,7 @@ void check_model(const ModelConfig& config, const Weights& weights) {
         throw FileError(fmt::format("the CUDA backend cannot run {} models (recurrent {} layers); --device cpu runs it",
                                     config.gguf_arch(),
                                     config.mamba2()                      ? "Mamba-2"
+                                    : config.mamba1()                    ? "Mamba-1"
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));
     // step35's local layers of their own head counts in a pattern of any kind and its clamped SwiGLU have no kernels.

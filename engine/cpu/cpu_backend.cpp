@@ -358,6 +358,8 @@ void CpuBackend::forward_part(const Batch& batch, std::span<float> logits, const
             attention_block(batch, L, l);
         else if (config_.layer_is_short_conv(l))
             short_conv_block(batch, L, l);
+        else if (config_.mamba1())
+            mamba1_block(batch, L, l);
         else if (config_.mamba2()) {
             if (config_.ssm_beside_attn) attention_block(batch, L, l);  // (falcon-h1: on the same xn, mamba2_block)
             mamba2_block(batch, L, l);

@@ -112,6 +112,8 @@ private:
     void delta_net_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // and for a Mamba-2 layer (granitehybrid's; mamba2.cpp)
     void mamba2_block(const Batch& batch, const LayerWeights& L, int64_t layer);
+    // and for a Mamba-1 layer (mamba's; mamba1.cpp)
+    void mamba1_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // and for deepseek2's Multi-head Latent Attention (mla.cpp)
     void mla_block(const Batch& batch, const LayerWeights& L, int64_t layer);
     // its attention: lat [n, n_head, kv_lora_rank] = each row of q [n, n_head, kv_lora_rank + n_rot] attending over
@@ -226,6 +228,10 @@ private:
     std::vector<float> ssm_beta_;   // [n, ssm_n_v_heads] W_beta xn
     std::vector<float> ssm_alpha_;  // [n, ssm_n_v_heads] W_alpha xn
     std::vector<float> ssm_o_;      // [n, ssm_d_inner] the gated output before W_out
+    // (Mamba-1, mamba1_block: ssm_qkv_ [n, 2, ssm_d_inner] x, z; ssm_conv_ [n, ssm_d_inner] x after the conv)
+    std::vector<float> ssm_dbc_;    // [n, ssm_dt_rank + 2 ssm_head_k] W_x x: dt, B, C
+    std::vector<float> ssm_dt_in_;  // [n, ssm_dt_rank] dt alone, W_dt's input
+    std::vector<float> ssm_dt_;     // [n, ssm_d_inner] W_dt dt
     // deepseek2's MLA (mla_block)
     std::vector<float> mla_qa_;      // [n, q_lora_rank] the low-rank query, normed
     std::vector<float> mla_q_;       // [n, n_head, head_dim] the query: dims without RoPE, then with

@@ -12,8 +12,10 @@
 namespace quill {
 
 // A recurrent layer's matrices: qwen35's delta net's ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out (qwen3next: those
-// of them it has), or a Mamba-2 layer's or lfm2's short conv's ssm_in, ssm_out.
+// of them it has), a Mamba-1 layer's ssm_in, ssm_x, ssm_dt_proj, ssm_out, or a Mamba-2 layer's or lfm2's short
+// conv's ssm_in, ssm_out.
 inline std::vector<const TensorView*> recurrent_matrices(const LayerWeights& L) {
+    if (L.ssm_x.data) return {&L.ssm_in, &L.ssm_x, &L.ssm_dt_proj, &L.ssm_out};
     if (!L.ssm_beta.data) return {&L.ssm_in, &L.ssm_out};
     std::vector<const TensorView*> m{&L.ssm_in};
     for (const TensorView* t : {&L.ssm_z, &L.ssm_beta, &L.ssm_alpha})

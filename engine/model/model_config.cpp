@@ -82,7 +82,7 @@ bool architecture_supported(const std::string& arch) {
            arch == "granitehybrid" || arch == "olmo2" ||
            arch == "nemotron_h" || arch == "exaone4" || arch == "ernie4_5" || arch == "seed_oss" || arch == "lfm2" ||
            arch == "glm4moe" || arch == "deepseek2" || arch == "command-r" || arch == "cohere2" ||
-           arch == "llama4" || arch == "falcon-h1";
+           arch == "llama4" || arch == "falcon-h1" || arch == "mamba2" || arch == "mamba";
 }
 
 std::string supported_architectures() {
@@ -91,7 +91,7 @@ std::string supported_architectures() {
            "ernie4_5, seed_oss, lfm2, lfm2moe, deepseek2, llama4, mistral4, granitemoe, command-r, cohere2, qwen2vl, "
            "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, nemotron_h_moe, falcon-h1, hunyuan-dense, "
            "hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe, cohere2moe, granite_swa, deepseek32, "
-           "glm-dsa, step35, laguna";
+           "glm-dsa, step35, laguna, mamba2, mamba";
 }
 
 namespace {
@@ -1011,6 +1011,41 @@ void read_falcon_h1(const GgufFile& f, const std::string& p, ModelConfig& c) {
     read_mamba2_sizes(f, p, c);
 }
 
+// Mamba-2 as llama.cpp's mamba2 reads it (Mamba-Codestral, state-spaces' mamba2-*): every layer its Mamba-2 mixer
+// alone, x = x + mamba2(rms_norm(x) * attn_norm), in the ssm.* sizes (the inner size free); no attention, no FFN
+// (the file's head_count and feed_forward_length are 0: from_gguf leaves one placeholder head no layer reads).
+void read_mamba2(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.mamba2_layers.assign(static_cast<size_t>(c.n_layer), 1);
+    c.layer_blocks.assign(static_cast<size_t>(c.n_layer), ModelConfig::kMixerBlock);
+    c.no_rope_step = 1;
+    read_mamba2_sizes(f, p, c);
+}
+
+// Mamba-1's sizes (ssm.*) in ModelConfig's terms (ModelConfig::mamba1): conv taps, inner_size channels (twice n_embd,
+// as llama.cpp requires) as ssm_n_v_heads heads of one, state_size as ssm_head_k, time_step_rank as ssm_dt_rank;
+// ssm.dt_b_c_rms (falcon-mamba's files) the RMS norms of dt, B and C.
+void read_mamba1_sizes(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.ssm_conv = required_int(f, p + "ssm.conv_kernel", 1, 64);
+    c.ssm_head_k = required_int(f, p + "ssm.state_size", 1, 1024);
+    c.ssm_dt_rank = required_int(f, p + "ssm.time_step_rank", 1, 65536);
+    const int64_t inner = required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 24);
+    if (inner != 2 * c.n_embd)
+        throw FileError(fmt::format("{}: metadata '{}ssm.inner_size' is {}, expected twice embedding_length {} (as "
+                                    "llama.cpp requires)", f.path(), p, inner, c.n_embd));
+    c.ssm_n_v_heads = inner;
+    c.ssm_head_v = c.ssm_n_k_heads = 1;
+    c.ssm_dt_b_c_rms = f.get_bool(p + "ssm.dt_b_c_rms").value_or(false);
+}
+
+// Mamba-1 as llama.cpp's mamba reads it (state-spaces' mamba-*, falcon-mamba): every layer its Mamba-1 mixer alone,
+// x = x + mamba1(rms_norm(x) * attn_norm); no attention, no FFN (head_count and feed_forward_length 0, as for mamba2).
+void read_mamba(const GgufFile& f, const std::string& p, ModelConfig& c) {
+    c.mamba1_layers.assign(static_cast<size_t>(c.n_layer), 1);
+    c.layer_blocks.assign(static_cast<size_t>(c.n_layer), ModelConfig::kMixerBlock);
+    c.no_rope_step = 1;
+    read_mamba1_sizes(f, p, c);
+}
+
 // Which of the first n_layer layers are recurrent, as llama.cpp's qwen35 reads it: attention.recurrent_layers (one
 // bool a block, true: recurrent), which must be the pattern of some interval N (every Nth layer full attention),
 // else full_attention_interval (4 when absent). The interval, n_layer + 1 when every layer is recurrent.
@@ -1338,7 +1373,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }
-    if (c.arch == "nemotron_h") {  // (its widths a layer, 0 where a layer has no FFN: read_nemotron_h)
+    // (mamba2, mamba: no attention and no FFN; the file's head_count and feed_forward_length are 0, which llama.cpp
+    // does not read: one placeholder head of 2 dims that no layer reads)
+    const bool attention_free = c.arch == "mamba2" || c.arch == "mamba";
+    if (c.arch == "nemotron_h" || attention_free) {  // (its widths a layer, 0 where a layer has no FFN: read_nemotron_h)
         c.n_ff = 0;
     } else if (const GgufValue* ff = f.find(p + "feed_forward_length"); ff && ff->type() == GgufType::ARRAY) {
         if (c.arch != "gemma4" && c.arch != "gemma3n")  // (gemma4 E2B: its shared-KV layers' FFN twice as wide)
@@ -1360,7 +1398,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
         return layer_ints(f, key, n_block, 1, 4096)[0];
     };
     c.n_head = head_arrays ? first_int(p + "attention.head_count", 0)
-                           : required_int(f, p + "attention.head_count", 1, 4096);
+                           : attention_free ? 1 : required_int(f, p + "attention.head_count", 1, 4096);
     if (c.n_head == 0) throw FileError(fmt::format("{}: missing metadata '{}attention.head_count'", f.path(), p));
     // (gemma4's, granitehybrid's and lfm2's may be an array, a value a layer: read_gemma4, read_granite_hybrid and
     // read_lfm2 read it)
@@ -1374,7 +1412,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.n_head % c.n_head_kv != 0)
         throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
                                     "'{}attention.head_count_kv' {}", f.path(), p, c.n_head, p, c.n_head_kv));
-    int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+    int64_t default_head_dim = attention_free ? 2 : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
     if (c.arch == "deepseek2") read_deepseek2_heads(f, p, c);  // (its key_length is the cache's row)
     c.head_dim = c.mla() ? c.head_dim : optional_int(f, p + "attention.key_length", default_head_dim, 1, 512);
     if (c.head_dim == 0)
@@ -1487,6 +1525,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (c.arch == "granitehybrid") read_granite_hybrid(f, p, c);
     if (c.arch == "nemotron_h") read_nemotron_h(f, p, n_block, c);
     if (c.arch == "falcon-h1") read_falcon_h1(f, p, c);
+    if (c.arch == "mamba2") read_mamba2(f, p, c);
+    if (c.arch == "mamba") read_mamba(f, p, c);
     if (c.arch == "olmo2" || c.arch == "exaone4") c.input_norms = false;
     if (c.arch == "olmo2") {
         // OLMo 3's local layers (see read_sliding_window) rotate with rope.freq_base and no scaling, as llama.cpp's

@@ -267,6 +267,17 @@ struct ModelConfig {
     // h / (heads / groups).
     std::vector<uint8_t> mamba2_layers;
     bool mamba2() const { return !mamba2_layers.empty(); }
+    // mamba (Mamba-1: state-spaces' mamba-*, falcon-mamba): the layers where mamba1_layers says (1; empty: none) are
+    // Mamba-1 mixers: [x, z] = W_in xn (ssm_d_inner each), x = silu(conv1d(x) + b) over ssm_conv taps of each
+    // channel; [dt, B, C] = W_x x (ssm_dt_rank, d_state, d_state), each RMS-normed where ssm_dt_b_c_rms (falcon-mamba;
+    // by its weight where the layer has one); channel i: d = softplus((W_dt dt)_i + dt_bias_i), S_i = S_i exp(d A_i) +
+    // d x_i B, y_i = S_i . C + D_i x_i (A [d_inner, d_state]); out = W_out (y * silu(z)). In the ssm_* sizes: d_inner
+    // heads (ssm_n_v_heads) of one channel (ssm_head_v 1), one group (ssm_n_k_heads 1) of d_state (ssm_head_k), the
+    // conv over the d_inner channels of x alone.
+    std::vector<uint8_t> mamba1_layers;
+    int64_t ssm_dt_rank = 0;
+    bool ssm_dt_b_c_rms = false;
+    bool mamba1() const { return !mamba1_layers.empty(); }
     // falcon-h1 (Falcon-H1): every layer runs attention and its Mamba-2 mixer side by side on the same normed input,
     // x = x + (attn(xn) + mamba2(xn)), then the FFN; the layer keeps a KV cache and a recurrent state (the file's muP
     // multipliers are folded into its weights by the converter: nothing to apply)
@@ -291,14 +302,16 @@ struct ModelConfig {
         return layer_blocks.empty() || (layer_blocks[static_cast<size_t>(layer)] & kFfnBlock) != 0;
     }
     // (full_attn_interval 1: every layer full attention)
-    bool recurrent() const { return full_attn_interval > 1 || mamba2() || !short_conv_layers.empty(); }
+    bool recurrent() const { return full_attn_interval > 1 || mamba2() || mamba1() || !short_conv_layers.empty(); }
     bool layer_is_recurrent(int64_t layer) const {
         if (mamba2()) return mamba2_layers[static_cast<size_t>(layer)] != 0;
+        if (mamba1()) return mamba1_layers[static_cast<size_t>(layer)] != 0;
         return (full_attn_interval > 0 && layer % full_attn_interval != full_attn_interval - 1) ||
                layer_is_short_conv(layer);
     }
-    // The conv's channels: the delta net's q, k, v (Mamba-2's x, B, C), or a short conv's n_embd
+    // The conv's channels: the delta net's q, k, v (Mamba-2's x, B, C; Mamba-1's x alone), or a short conv's n_embd
     int64_t ssm_conv_channels() const {
+        if (mamba1()) return ssm_d_inner();
         return short_conv_layers.empty() ? 2 * ssm_n_k_heads * ssm_head_k + ssm_n_v_heads * ssm_head_v : n_embd;
     }
     int64_t ssm_d_inner() const { return ssm_n_v_heads * ssm_head_v; }
@@ -480,7 +493,7 @@ struct ModelConfig {
 // nemotron_h, olmo2, exaone, exaone4, ernie4_5, seed_oss, lfm2, deepseek2, llama4, command-r, cohere2, and the variants
 // qwen2vl, qwen3vl, qwen3vlmoe, lfm2moe, qwen3next, mistral4, granitemoe, minimax-m2, ernie4_5-moe, olmoe,
 // nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, bailingmoe2, dots1, afmoe, exaone-moe,
-// cohere2moe, granite_swa, deepseek32, glm-dsa).
+// cohere2moe, granite_swa, deepseek32, glm-dsa, mamba2, mamba).
 bool architecture_supported(const std::string& arch);
 // "llama, qwen2, qwen3, ...": for messages.
 std::string supported_architectures();

@@ -168,6 +168,12 @@ json describe_model(const GgufFile& f, bool with_tensors) {
                 info["model"]["mamba2"]["ffn_layers"] = n_ffn;
                 info["model"]["mamba2"]["attention_layers"] = c.n_layer - n_ffn - n_mamba;
             }
+        } else if (c.mamba1()) {
+            int64_t n_mamba = 0;
+            for (int64_t l = 0; l < c.n_layer; ++l) n_mamba += c.layer_is_recurrent(l) ? 1 : 0;
+            info["model"]["mamba1"] = {{"layers", n_mamba}, {"conv", c.ssm_conv}, {"d_inner", c.ssm_d_inner()},
+                                       {"d_state", c.ssm_head_k}, {"dt_rank", c.ssm_dt_rank},
+                                       {"dt_b_c_rms", c.ssm_dt_b_c_rms}};
         } else if (!c.short_conv_layers.empty()) {  // (lfm2)
             std::vector<int64_t> conv;
             for (int64_t l = 0; l < c.n_layer; ++l)
@@ -312,7 +318,9 @@ std::string render_model_info(const json& info) {
         if (m.contains("mamba2")) {
             const auto& r = m["mamba2"];
             const std::string others =
-                r.contains("ffn_layers")
+                r["layers"] == m["n_layer"] && !r.contains("beside_attention")
+                    ? "no attention, no FFN"  // (mamba2)
+                : r.contains("ffn_layers")
                     ? fmt::format("attention in {}, an FFN alone in {}", r["attention_layers"].dump(),
                                   r["ffn_layers"].dump())
                     : r.contains("beside_attention") ? "attention beside it in each"
@@ -321,6 +329,15 @@ std::string render_model_info(const json& info) {
                                           "head_dim={} d_state={}", r["layers"].dump(), others, r["conv"].dump(),
                                           r["n_group"].dump(), r["n_head"].dump(), r["head_dim"].dump(),
                                           r["d_state"].dump()));
+        }
+        if (m.contains("mamba1")) {
+            const auto& r = m["mamba1"];
+            line("recurrent", fmt::format("Mamba-1 in {} layers{}: conv={} d_inner={} d_state={} dt_rank={}{}",
+                                          r["layers"].dump(),
+                                          r["layers"] == m["n_layer"] ? ", no attention, no FFN" : "",
+                                          r["conv"].dump(), r["d_inner"].dump(), r["d_state"].dump(),
+                                          r["dt_rank"].dump(),
+                                          r["dt_b_c_rms"].get<bool>() ? ", dt/B/C RMS-normed" : ""));
         }
         if (info.contains("memory")) {
             const json& b = info["memory"];

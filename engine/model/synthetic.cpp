@@ -566,6 +566,18 @@ ModelConfig granite_config(const char* name, int64_t n_embd, int64_t n_layer, in
     return c;
 }
 
+// Mamba-2's sizes in ModelConfig's terms (as read_mamba2_sizes reads them): a conv of `conv` taps, n_group groups
+// of B and C of d_state (ssm_n_k_heads of ssm_head_k), `heads` heads of head_dim channels of x (ssm_n_v_heads of
+// ssm_head_v)
+void set_mamba2_sizes(ModelConfig& c, int64_t conv, int64_t d_state, int64_t n_group, int64_t heads,
+                      int64_t head_dim) {
+    c.ssm_conv = conv;
+    c.ssm_head_k = d_state;
+    c.ssm_n_k_heads = n_group;
+    c.ssm_n_v_heads = heads;
+    c.ssm_head_v = head_dim;
+}
+
 // granitehybrid (Granite 4.0 H): granite's multipliers, Mamba-2 layers but every attn_every-th (l % N == N - 1: GQA
 // attention without RoPE, as Granite 4.0 H's files turn it off), a dense SwiGLU FFN in every layer; the Mamba-2 layers'
 // conv of `conv` taps over x (inner 2 n_embd in heads of n_embd * 2 / mamba_heads) and B, C (n_group groups of
@@ -578,11 +590,7 @@ ModelConfig granitehybrid_config(const char* name, int64_t n_embd, int64_t n_lay
     c.arch = "granitehybrid";
     c.no_rope_step = 1;
     for (int64_t l = 0; l < n_layer; ++l) c.mamba2_layers.push_back(l % attn_every != attn_every - 1);
-    c.ssm_conv = conv;
-    c.ssm_head_k = d_state;
-    c.ssm_n_k_heads = n_group;
-    c.ssm_n_v_heads = mamba_heads;
-    c.ssm_head_v = 2 * n_embd / mamba_heads;
+    set_mamba2_sizes(c, conv, d_state, n_group, mamba_heads, 2 * n_embd / mamba_heads);
     return c;
 }
 
@@ -681,11 +689,7 @@ ModelConfig nemotron_h_config(const char* name, int64_t n_embd, const std::strin
         c.layer_blocks.push_back(k == '-' ? ModelConfig::kFfnBlock : ModelConfig::kMixerBlock);
         c.n_ff_layers.push_back(k == '-' ? n_ff : 0);
     }
-    c.ssm_conv = conv;
-    c.ssm_head_k = d_state;
-    c.ssm_n_k_heads = n_group;
-    c.ssm_n_v_heads = mamba_heads;
-    c.ssm_head_v = mamba_head_dim;
+    set_mamba2_sizes(c, conv, d_state, n_group, mamba_heads, mamba_head_dim);
     return c;
 }
 
@@ -714,11 +718,43 @@ ModelConfig falcon_h1_config(const char* name, int64_t n_embd, int64_t n_layer, 
     c.rope_base = c.rope_base_local = rope_base;
     c.mamba2_layers.assign(static_cast<size_t>(n_layer), 1);
     c.ssm_beside_attn = true;
+    set_mamba2_sizes(c, conv, d_state, n_group, mamba_heads, mamba_head_dim);
+    return c;
+}
+
+// mamba2, mamba: every layer a recurrent mixer alone (no attention, no FFN: one placeholder head no layer reads, as
+// ModelConfig::from_gguf leaves it), its state of d_state a channel fed by a conv of `conv` taps; an output matrix of
+// its own.
+ModelConfig mixer_alone_config(const char* arch, const char* name, int64_t n_embd, int64_t n_layer, int64_t n_vocab,
+                               int64_t conv, int64_t d_state) {
+    ModelConfig c = base_config(arch, name, n_embd, n_layer, 1, 1, 2, 0, n_vocab, 1 << 20);
+    c.no_rope_step = 1;
+    c.layer_blocks.assign(static_cast<size_t>(n_layer), ModelConfig::kMixerBlock);
     c.ssm_conv = conv;
     c.ssm_head_k = d_state;
-    c.ssm_n_k_heads = n_group;
-    c.ssm_n_v_heads = mamba_heads;
-    c.ssm_head_v = mamba_head_dim;
+    return c;
+}
+
+// mamba2 (Mamba-2: Mamba-Codestral, state-spaces' mamba2-*): mixer_alone_config's layers of Mamba-2, `heads` heads of
+// 2 n_embd / heads channels over n_group groups of B and C, the conv's bias and the grouped norm.
+ModelConfig mamba2_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_vocab, int64_t conv,
+                          int64_t d_state, int64_t n_group, int64_t heads) {
+    ModelConfig c = mixer_alone_config("mamba2", name, n_embd, n_layer, n_vocab, conv, d_state);
+    c.mamba2_layers.assign(static_cast<size_t>(n_layer), 1);
+    set_mamba2_sizes(c, conv, d_state, n_group, heads, 2 * n_embd / heads);
+    return c;
+}
+
+// mamba (Mamba-1: state-spaces' mamba-*, falcon-mamba): mixer_alone_config's layers of Mamba-1, 2 n_embd channels, dt
+// of dt_rank, the conv's bias; with dt_b_c_rms (falcon-mamba) the RMS norms of dt, B and C.
+ModelConfig mamba_config(const char* name, int64_t n_embd, int64_t n_layer, int64_t n_vocab, int64_t conv,
+                         int64_t d_state, int64_t dt_rank, bool dt_b_c_rms) {
+    ModelConfig c = mixer_alone_config("mamba", name, n_embd, n_layer, n_vocab, conv, d_state);
+    c.mamba1_layers.assign(static_cast<size_t>(n_layer), 1);
+    c.ssm_n_v_heads = 2 * n_embd;
+    c.ssm_head_v = c.ssm_n_k_heads = 1;
+    c.ssm_dt_rank = dt_rank;
+    c.ssm_dt_b_c_rms = dt_b_c_rms;
     return c;
 }
 
@@ -1332,6 +1368,22 @@ std::vector<ModelConfig> arch_shapes() {
         // and its first 4 layers: a benchmark of a size CI can run
         falcon_h1_config("falcon-h1-0.5b", 1024, 36, 8, 2, 64, 2048, 32784, 16384, 1e11f, 4, 128, 1, 24, 64),
         falcon_h1_config("falcon-h1-0.5b-4l", 1024, 4, 8, 2, 64, 2048, 32784, 16384, 1e11f, 4, 128, 1, 24, 64),
+        // 3 Mamba-2 layers of 8 heads of 32 over 2 groups of B and C of d_state 64, a conv of 4 taps
+        mamba2_config("mamba2-tiny", 128, 3, 320, 4, 64, 2, 8),
+        // Mamba-Codestral 7B's widths as its config.json gives them (4096; 128 heads of 64 over 8 groups of d_state
+        // 128; a vocabulary of 32768; no config or file could be fetched here to check), in 4 of its 64 layers: a
+        // benchmark of a size CI can run
+        mamba2_config("mamba-codestral-7b", 4096, 64, 32768, 4, 128, 8, 128),
+        mamba2_config("mamba-codestral-7b-4l", 4096, 4, 32768, 4, 128, 8, 128),
+        // 3 Mamba-1 layers of 256 channels, d_state 16, dt of rank 32, a conv of 4 taps; falcon-mamba's with the RMS
+        // norms of dt, B and C
+        mamba_config("mamba-tiny", 128, 3, 320, 4, 16, 32, false),
+        mamba_config("falcon-mamba-tiny", 128, 3, 320, 4, 16, 32, true),
+        // state-spaces/mamba-2.8b's and tiiuae/falcon-mamba-7b's widths as their config.json give them (2560, 64
+        // layers, dt_rank 160, vocabulary 50280; 4096, 64 layers, dt_rank 256, vocabulary 65024; d_state 16; no
+        // config or file could be fetched here to check), in 4 layers: benchmarks of a size CI can run
+        mamba_config("mamba-2.8b-4l", 2560, 4, 50280, 4, 16, 160, false),
+        mamba_config("falcon-mamba-7b-4l", 4096, 4, 65024, 4, 16, 256, true),
         post_norm_config("olmo2", "olmo2-tiny", 128, 3, 4, 2, 256, 320, 1024, 0),
         post_norm_config("olmo2", "olmo-2-7b", 4096, 32, 32, 32, 11008, 100352, 4096, 0),
         // 4 layers (3 local with a window of 8), YaRN of 4 on the last
@@ -1624,6 +1676,18 @@ std::unique_ptr<SyntheticModel> SyntheticModel::make(const ModelConfig& c, GgmlT
             L.ssm_d = uniform(c.ssm_n_v_heads, 0.5, 1.5);
             // (falcon-h1: the norm is optional, and Falcon-H1's files have none: the tiny shape's layer 1 alone)
             if (!c.ssm_beside_attn || (i == 1 && c.name.ends_with("-tiny"))) L.ssm_norm = norm(c.ssm_d_inner());
+        } else if (c.layer_is_recurrent(i) && c.mamba1()) {  // (a Mamba-1 layer)
+            const int64_t inner = c.ssm_d_inner(), ds = c.ssm_head_k;
+            L.ssm_in = matrix(b + "ssm_in.weight", c.n_embd, 2 * inner);
+            L.ssm_x = matrix(b + "ssm_x.weight", inner, c.ssm_dt_rank + 2 * ds);
+            L.ssm_dt_proj = matrix(b + "ssm_dt.weight", c.ssm_dt_rank, inner);
+            L.ssm_out = matrix(b + "ssm_out.weight", inner, c.n_embd);
+            // (Mamba-2's sizes: A = -exp(A_log) of decays spread over (0, 1), D near 1)
+            L.ssm_conv1d = uniform(inner * c.ssm_conv, -0.6, 0.6);
+            L.ssm_conv1d_b = uniform(inner, -0.1, 0.1);
+            L.ssm_dt = uniform(inner, -1.0, 1.0);
+            L.ssm_a = uniform(inner * ds, -2.0, -0.1);
+            L.ssm_d = uniform(inner, 0.5, 1.5);
         } else if (c.layer_is_short_conv(i)) {  // (lfm2's short conv: b, c, x; taps of the size of qwen35's)
             L.ssm_in = matrix(b + "shortconv.in_proj.weight", c.n_embd, 3 * c.n_embd);
             L.ssm_out = matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd);
@@ -1887,7 +1951,11 @@ void SyntheticModel::save(const std::string& path) const {
     w.set(p + "embedding_length", uint32_t(c.n_embd));
     w.set(p + "block_count", uint32_t(c.n_layer + c.n_layer_nextn));
     const bool shared_moe = c.file_arch == "bailingmoe2" || c.file_arch == "dots1" || c.file_arch == "afmoe";
-    if (c.arch == "nemotron_h") {  // (a width a layer, 0 where a layer has no FFN)
+    // (mamba2, mamba: head_count and feed_forward_length 0, as their converter writes them)
+    const bool attention_free = c.arch == "mamba2" || c.arch == "mamba";
+    if (attention_free) {
+        w.set(p + "feed_forward_length", uint32_t(0));
+    } else if (c.arch == "nemotron_h") {  // (a width a layer, 0 where a layer has no FFN)
         std::vector<GgufValue> ff;
         for (int64_t l = 0; l < c.n_layer; ++l)  // (nemotron_h_moe: the experts' width)
             ff.emplace_back(uint32_t(!c.layer_has_ffn(l) ? 0 : c.moe() ? c.n_ff_exp : c.layer_n_ff(l)));
@@ -1906,7 +1974,7 @@ void SyntheticModel::save(const std::string& path) const {
         for (int64_t n : c.n_ff_layers) ff.emplace_back(uint32_t(n));
         w.set(p + "feed_forward_length", GgufValue::array(GgufType::U32, ff));
     }
-    w.set(p + "attention.head_count", uint32_t(c.n_head));
+    w.set(p + "attention.head_count", uint32_t(attention_free ? 0 : c.n_head));
     std::vector<GgufValue> local_kinds, kv_heads, attn_kv_heads;  // gemma4, granitehybrid: one a layer
     for (int64_t l = 0; l < c.n_layer; ++l) {
         local_kinds.emplace_back(c.layer_is_local(l));
@@ -1915,9 +1983,9 @@ void SyntheticModel::save(const std::string& path) const {
     }
     if (c.arch == "gemma4" || (c.arch == "lfm2" && c.recurrent()))
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, kv_heads));
-    else if (c.mamba2() && !c.ssm_beside_attn)  // (0: a Mamba-2 layer)
+    else if (c.mamba2() && !c.ssm_beside_attn && !attention_free)  // (0: a Mamba-2 layer)
         w.set(p + "attention.head_count_kv", GgufValue::array(GgufType::U32, attn_kv_heads));
-    else
+    else if (!attention_free)
         w.set(p + "attention.head_count_kv", uint32_t(c.n_head_kv));
     const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
     if (c.mla() && c.mla_fused_kv_b) {  // (an older deepseek2 file: the heads' sizes)
@@ -1953,17 +2021,17 @@ void SyntheticModel::save(const std::string& path) const {
                 w.set(p + "attention.indexer.types", GgufValue::array(GgufType::BOOL, types));
             }
         }
-    } else if (c.head_dim * c.n_head != c.n_embd || c.arch == "gemma4" || c.arch == "gemma3n" || qwen35 ||
-               c.arch == "nemotron_h" || c.arch == "falcon-h1") {
+    } else if ((c.head_dim * c.n_head != c.n_embd && !attention_free) || c.arch == "gemma4" || c.arch == "gemma3n" ||
+               qwen35 || c.arch == "nemotron_h" || c.arch == "falcon-h1") {
         w.set(p + "attention.key_length", uint32_t(c.head_dim));
         w.set(p + "attention.value_length", uint32_t(c.head_dim));
     }
-    w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
+    if (!attention_free) w.set(p + "rope.dimension_count", uint32_t(c.n_rot));
     if (c.rope_alpha > 0.0f) {  // (hunyuan-dense: the base before alpha's scaling, and alpha)
         const auto d = static_cast<float>(c.head_dim);
         w.set(p + "rope.freq_base", c.rope_base / std::pow(c.rope_alpha, d / (d - 2.0f)));
         w.set(p + "rope.scaling.alpha", c.rope_alpha);
-    } else {
+    } else if (!attention_free) {
         w.set(p + "rope.freq_base", c.rope_base);
     }
     // (Cohere's LayerNorm; nemotron_h's as its converter writes it, which llama.cpp's RMS norms read)
@@ -2073,9 +2141,9 @@ void SyntheticModel::save(const std::string& path) const {
         w.set(p + "expert_weights_scale", c.moe_weights_scale);
         w.set(p + "expert_group_count", uint32_t(1));
     }
-    if (c.arch == "granitehybrid" || c.arch == "nemotron_h" || c.arch == "falcon-h1") {
+    if (c.arch == "granitehybrid" || c.arch == "nemotron_h" || c.arch == "falcon-h1" || c.arch == "mamba2") {
         // (no RoPE, as Granite 4.0 H's converted files say; nemotron_h has none whatever they say)
-        if (c.arch != "falcon-h1") w.set(p + "rope.scaling.finetuned", false);
+        if (c.arch == "granitehybrid" || c.arch == "nemotron_h") w.set(p + "rope.scaling.finetuned", false);
         w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
         w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
         w.set(p + "ssm.group_count", uint32_t(c.ssm_n_k_heads));
@@ -2117,6 +2185,13 @@ void SyntheticModel::save(const std::string& path) const {
     if (c.arch == "exaone4" && c.sliding_window > 0) {
         w.set(p + "attention.sliding_window", uint32_t(c.sliding_window));
         w.set(p + "attention.sliding_window_pattern", uint32_t(c.swa_pattern));
+    }
+    if (c.arch == "mamba") {
+        w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));
+        w.set(p + "ssm.inner_size", uint32_t(c.ssm_d_inner()));
+        w.set(p + "ssm.state_size", uint32_t(c.ssm_head_k));
+        w.set(p + "ssm.time_step_rank", uint32_t(c.ssm_dt_rank));
+        w.set(p + "ssm.dt_b_c_rms", c.ssm_dt_b_c_rms);
     }
     if (qwen35) {
         w.set(p + "ssm.conv_kernel", uint32_t(c.ssm_conv));

@@ -68,6 +68,15 @@ std::vector<VectorField<LayerWeights>> layer_vector_fields(const ModelConfig& c,
              {"ssm_d", &L::ssm_d, 1, c.ssm_n_v_heads},
              {"ssm_norm.weight", &L::ssm_norm, group, c.ssm_n_k_heads, !c.ssm_beside_attn}};
     }
+    if (recurrent && c.mamba1()) {  // (Mamba-1: the conv over x and its bias, dt's bias, A [d_inner, d_state], D)
+        const int64_t inner = c.ssm_d_inner();
+        f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
+             {"ssm_conv1d.weight", &L::ssm_conv1d, c.ssm_conv, inner},
+             {"ssm_conv1d.bias", &L::ssm_conv1d_b, inner},
+             {"ssm_dt.bias", &L::ssm_dt, inner},
+             {"ssm_a", &L::ssm_a, c.ssm_head_k, inner},
+             {"ssm_d", &L::ssm_d, inner}};
+    }
     if (c.layer_is_short_conv(layer))  // (lfm2: the conv's taps alone)
         f = {{"attn_norm.weight", &L::attn_norm, c.n_embd},
              {"shortconv.conv.weight", &L::ssm_conv1d, c.ssm_conv, c.n_embd}};

@@ -242,6 +242,12 @@ Weights Weights::from_gguf(const GgufFile& file, const ModelConfig& c) {
             const int64_t n_in = 2 * c.ssm_d_inner() + 2 * c.ssm_n_k_heads * c.ssm_head_k + c.ssm_n_v_heads;
             L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, n_in});
             L.ssm_out = l.get(b + "ssm_out.weight", {c.ssm_d_inner(), c.n_embd});
+        } else if (c.layer_is_recurrent(i) && c.mamba1()) {  // (Mamba-1: x and z; dt, B, C; dt's projection)
+            const int64_t inner = c.ssm_d_inner();
+            L.ssm_in = l.get(b + "ssm_in.weight", {c.n_embd, 2 * inner});
+            L.ssm_x = l.get(b + "ssm_x.weight", {inner, c.ssm_dt_rank + 2 * c.ssm_head_k});
+            L.ssm_dt_proj = l.get(b + "ssm_dt.weight", {c.ssm_dt_rank, inner});
+            L.ssm_out = l.get(b + "ssm_out.weight", {inner, c.n_embd});
         } else if (c.layer_is_short_conv(i)) {  // (lfm2: a short conv instead of attention)
             L.ssm_in = l.get(b + "shortconv.in_proj.weight", {c.n_embd, 3 * c.n_embd});
             L.ssm_out = l.get(b + "shortconv.out_proj.weight", {c.n_embd, c.n_embd});

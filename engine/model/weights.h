@@ -131,6 +131,12 @@ struct LayerWeights {
     // channels), then dt.
     std::vector<float> ssm_conv1d_b;  // [ssm_conv_channels] the conv's bias (may be absent: none)
     std::vector<float> ssm_d;         // [ssm_n_v_heads] the skip y += D x of each head
+    // Mamba-1's layers (ModelConfig::mamba1) have ssm_in [2 ssm_d_inner rows: x, then z], ssm_out, ssm_conv1d and its
+    // bias over x, ssm_dt (dt_proj's bias, [ssm_d_inner]), ssm_a [ssm_d_inner, ssm_head_k] (-exp(A_log), as the
+    // converter stores it), ssm_d [ssm_d_inner], and these; the RMS norms' weights where the file has them (else 1).
+    TensorView ssm_x;        // x_proj [ssm_dt_rank + 2 ssm_head_k rows, ssm_d_inner]: dt, B, C
+    TensorView ssm_dt_proj;  // dt_proj [ssm_d_inner rows, ssm_dt_rank] (ssm_dt.weight)
+    std::vector<float> ssm_dt_norm, ssm_b_norm, ssm_c_norm;  // [ssm_dt_rank], [ssm_head_k], [ssm_head_k]
     // lfm2's short conv (ModelConfig::layer_is_short_conv) has ssm_in (shortconv.in_proj [3 n_embd rows, n_embd]: b,
     // c, x), ssm_out (shortconv.out_proj [n_embd rows, n_embd]) and ssm_conv1d (shortconv.conv [n_embd, ssm_conv])
     // alone.

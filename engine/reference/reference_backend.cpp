@@ -93,6 +93,13 @@ void conv_silu(double* window, const float* w, const float* b, const double* x, 
     }
 }
 
+// A recurrent layer's state (the gated delta net's, Mamba-2's, Mamba-1's) at a sequence's position 0: the conv's window
+// [ssm_conv_channels, ssm_conv - 1] and S [ssm_n_v_heads, ssm_head_v, ssm_head_k] zero.
+void start_afresh(const ModelConfig& c, double* window, double* state) {
+    std::fill_n(window, c.ssm_conv_channels() * (c.ssm_conv - 1), 0.0);
+    std::fill_n(state, c.ssm_n_v_heads * c.ssm_head_v * c.ssm_head_k, 0.0);
+}
+
 // Rotates, in each head of x [n_heads, head_dim], the pairs of its first n_rot dims by the angles pos * inv_freq[i]:
 // pair i is (2i, 2i+1) in llama's layout, (i, i + n_rot/2) in qwen2's (NEOX); the rotated pairs scaled by
 // rope_mscale (a local layer's: ModelConfig::layer_rope_mscale). head_dim and n_rot are the layer's
@@ -445,6 +452,8 @@ void ReferenceBackend::layer_token(const BatchToken& t, int64_t l) {
             short_conv_token(t, l);
         else if (c.mamba2())
             mamba2_token(t, l);
+        else if (c.mamba1())
+            mamba1_token(t, l);
         else
             delta_net_token(t, l);
         if (c.ssm_beside_attn) {
@@ -659,10 +668,7 @@ void ReferenceBackend::delta_net_token(const BatchToken& t, int64_t l) {
     const ModelConfig& c = config_;
     const LayerWeights& L = weights_.layers[l];
     const int64_t nch = c.ssm_conv_channels(), taps = c.ssm_conv, hk = c.ssm_head_k, hv = c.ssm_head_v;
-    if (t.pos == 0) {  // a sequence starting afresh: zero state
-        std::fill_n(conv_state(l, t.slot), nch * (taps - 1), 0.0);
-        std::fill_n(ssm_state(l, t.slot), c.ssm_n_v_heads * hv * hk, 0.0);
-    }
+    if (t.pos == 0) start_afresh(c, conv_state(l, t.slot), ssm_state(l, t.slot));  // (a sequence starting afresh)
     const int64_t group = c.ssm_n_v_heads / c.ssm_n_k_heads;
     if (L.ssm_z.data) {
         matvec(L.ssm_in, xn_, q_, row_);  // [nch]
@@ -727,10 +733,7 @@ void ReferenceBackend::mamba2_token(const BatchToken& t, int64_t l) {
     const LayerWeights& L = weights_.layers[l];
     const int64_t nch = c.ssm_conv_channels(), taps = c.ssm_conv, ds = c.ssm_head_k, hd = c.ssm_head_v;
     const int64_t n_group = c.ssm_n_k_heads, inner = c.ssm_d_inner(), group = inner / n_group;
-    if (t.pos == 0) {  // a sequence starting afresh: zero state
-        std::fill_n(conv_state(l, t.slot), nch * (taps - 1), 0.0);
-        std::fill_n(ssm_state(l, t.slot), c.ssm_n_v_heads * hd * ds, 0.0);
-    }
+    if (t.pos == 0) start_afresh(c, conv_state(l, t.slot), ssm_state(l, t.slot));  // (a sequence starting afresh)
     matvec(L.ssm_in, xn_, q_, row_);  // [inner z, nch xBC, heads dt]
     const double* xbc = q_.data() + inner;
     conv_silu(conv_state(l, t.slot), L.ssm_conv1d.data(), L.ssm_conv1d_b.empty() ? nullptr : L.ssm_conv1d_b.data(),
@@ -758,6 +761,44 @@ void ReferenceBackend::mamba2_token(const BatchToken& t, int64_t l) {
         for (int64_t i = g * group; i < (g + 1) * group; ++i) ss += ssm_o_[i] * ssm_o_[i];
         const double scale = 1.0 / std::sqrt(ss / static_cast<double>(group) + c.rms_eps);
         for (int64_t i = g * group; i < (g + 1) * group; ++i) ssm_o_[i] *= scale * L.ssm_norm[i];
+    }
+    matvec(L.ssm_out, ssm_o_, out_, row_);
+}
+
+// Mamba-1's layer (ModelConfig::mamba1) over xn for token t of its slot (out_ = its output), with [x, z] = W_in xn:
+//   x = silu(conv1d(the window of this and the ssm_conv - 1 previous x of the sequence) + conv bias);
+//   [dt, B, C] = W_x x (ssm_dt_rank, d_state = ssm_head_k, d_state), each rms-normed (times its weight where the layer
+//   has one) where ssm_dt_b_c_rms; for channel i: d = softplus((W_dt dt)_i + dt_bias_i), S_i = S_i exp(d A_i) +
+//   d x_i B, y_i = S_i . C + D_i x_i   (S_i, A_i [d_state])
+//   out = W_out (y * silu(z))
+void ReferenceBackend::mamba1_token(const BatchToken& t, int64_t l) {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = weights_.layers[l];
+    const int64_t inner = c.ssm_d_inner(), taps = c.ssm_conv, ds = c.ssm_head_k, rank = c.ssm_dt_rank;
+    if (t.pos == 0) start_afresh(c, conv_state(l, t.slot), ssm_state(l, t.slot));  // (a sequence starting afresh)
+    matvec(L.ssm_in, xn_, q_, row_);  // [inner x, inner z]
+    conv_silu(conv_state(l, t.slot), L.ssm_conv1d.data(), L.ssm_conv1d_b.empty() ? nullptr : L.ssm_conv1d_b.data(),
+              q_.data(), inner, taps, att_);
+    matvec(L.ssm_x, att_, k_, row_);  // [rank dt, ds B, ds C]
+    std::vector<double> dt(k_.begin(), k_.begin() + rank), B(k_.begin() + rank, k_.begin() + rank + ds),
+        C(k_.begin() + rank + ds, k_.end());
+    if (c.ssm_dt_b_c_rms) {
+        auto weight = [](const std::vector<float>& w) { return w.empty() ? nullptr : w.data(); };
+        rms_norm_rows(dt, static_cast<size_t>(rank), weight(L.ssm_dt_norm), c.rms_eps);
+        rms_norm_rows(B, static_cast<size_t>(ds), weight(L.ssm_b_norm), c.rms_eps);
+        rms_norm_rows(C, static_cast<size_t>(ds), weight(L.ssm_c_norm), c.rms_eps);
+    }
+    matvec(L.ssm_dt_proj, dt, v_, row_);  // [inner]
+    ssm_o_.assign(static_cast<size_t>(inner), 0.0);
+    for (int64_t i = 0; i < inner; ++i) {
+        const double a = v_[i] + L.ssm_dt[i];
+        const double d = a > 20.0 ? a : std::log1p(std::exp(a));
+        double* S = ssm_state(l, t.slot) + i * ds;
+        const float* A = L.ssm_a.data() + i * ds;
+        double y = 0.0;
+        for (int64_t s = 0; s < ds; ++s) y += (S[s] = S[s] * std::exp(d * A[s]) + B[s] * att_[i] * d) * C[s];
+        const double z = q_[inner + i];
+        ssm_o_[i] = (y + att_[i] * L.ssm_d[i]) * z / (1.0 + std::exp(-z));
     }
     matvec(L.ssm_out, ssm_o_, out_, row_);
 }

@@ -64,6 +64,7 @@ private:
     // out_ = qwen35's gated delta net of layer l over xn_, its state moved on by t
     void delta_net_token(const BatchToken& t, int64_t l);
     void mamba2_token(const BatchToken& t, int64_t l);  // the same for granitehybrid's Mamba-2 layer
+    void mamba1_token(const BatchToken& t, int64_t l);  // and for a Mamba-1 layer
     // out_ = lfm2's short conv of layer l over xn_, its window moved on by t
     void short_conv_token(const BatchToken& t, int64_t l);
     // out_ = deepseek2's attention (MLA) of layer l over xn_ for token t, its latent and RoPE key stored

@@ -584,17 +584,17 @@ TEST_CASE("quill pull refuses an unsupported architecture from the GGUF header, 
     if (!require_python3()) return;
     Hub hub;
     GgufWriter w;
-    w.set("general.architecture", "mamba");
+    w.set("general.architecture", "rwkv6");
     std::vector<uint8_t> big(size_t{4} << 20, 0);
-    w.add_tensor("blk.0.ssm_in.weight", GgmlType::F32, {1024, 1024}, big);
-    const auto bytes = hub.add_bytes("test/mamba-GGUF", "m-Q4_K_M.gguf", w.to_bytes());
+    w.add_tensor("blk.0.time_mix_key.weight", GgmlType::F32, {1024, 1024}, big);
+    const auto bytes = hub.add_bytes("test/rwkv6-GGUF", "m-Q4_K_M.gguf", w.to_bytes());
     hub.start();
-    const auto r = run_quill({"pull", "test/mamba-GGUF"});
+    const auto r = run_quill({"pull", "test/rwkv6-GGUF"});
     CHECK(r.status == 1);
-    CHECK(r.err.find("architecture 'mamba' is not supported") != std::string::npos);
+    CHECK(r.err.find("architecture 'rwkv6' is not supported") != std::string::npos);
     CHECK(r.err.find("nothing was downloaded") != std::string::npos);
     CHECK(hub.server->blob_bytes(true) < bytes.size() / 8);  // the header probe only
-    CHECK(hub.blobs("test/mamba-GGUF").empty());
+    CHECK(hub.blobs("test/rwkv6-GGUF").empty());
 }
 
 TEST_CASE("quill pull retries after 429 Too Many Requests, waiting as Retry-After says", "[hub][cli]") {

@@ -8,7 +8,8 @@
 // llama4-tiny-*, olmo3-tiny-*, falcon-h1-tiny-*, gemma3n-tiny-*, hunyuan-dense-tiny-*, hunyuan-moe-tiny-*,
 // arcee-tiny-*, apertus-tiny-*, bailingmoe2-tiny-*, dots1-tiny-*, afmoe-tiny-*, exaone-moe-tiny-*, cohere2moe-tiny-*,
 // granite-swa-tiny-*, granite-swa-moe-tiny-*, deepseek32-tiny-*, glm-dsa-tiny-*, step35-tiny-*, laguna-tiny-*,
-// laguna-m-tiny-*, each from the file
+// laguna-m-tiny-*, mamba2-tiny-*, mamba-tiny-*,
+// falcon-mamba-tiny-*, each from the file
 // `quill bench --synthetic SHAPE --dtype f32|f16 --save` writes, as below):
 // context of 256, one thread, KV f32, no flash attention, the prompt in one batch, then one token a call.
 //   L=llama.cpp (llama-cpp-python 0.3.36's vendored copy, built)

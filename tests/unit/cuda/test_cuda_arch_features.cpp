@@ -132,6 +132,13 @@ TEST_CASE("the CUDA backend takes layers without RoPE, the query temperature, Ro
                           fmt::format("the CUDA backend cannot run {} models (recurrent Mamba-2 layers); --device cpu "
                                       "runs it", nh->config.gguf_arch()));
     }
+    // Nor mamba2's and mamba's mixers alone (Mamba-2, Mamba-1).
+    auto m2 = SyntheticModel::make(synthetic_config("mamba2-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(m2->config, m2->weights),
+                      "the CUDA backend cannot run mamba2 models (recurrent Mamba-2 layers); --device cpu runs it");
+    auto m1 = SyntheticModel::make(synthetic_config("mamba-tiny"), GgmlType::F32, 42);
+    CHECK_THROWS_WITH(cuda::check_model(m1->config, m1->weights),
+                      "the CUDA backend cannot run mamba models (recurrent Mamba-1 layers); --device cpu runs it");
     // Nor lfm2 (its short convolutions, a recurrent state per sequence).
     auto lfm2 = SyntheticModel::make(synthetic_config("lfm2-tiny"), GgmlType::F32, 42);
     CHECK_THROWS_WITH(cuda::check_model(lfm2->config, lfm2->weights),

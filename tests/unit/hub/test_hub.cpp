@@ -104,9 +104,9 @@ TEST_CASE("hub: the GGUF header is read from a file's first bytes", "[hub]") {
 }
 
 TEST_CASE("hub: an architecture or a weight type quill cannot run is named from the header", "[hub]") {
-    GgufWriter mamba;
-    mamba.set("general.architecture", "mamba");
-    CHECK(why_unsupported(*parse_gguf_header(mamba.to_bytes(), "m")).find("architecture 'mamba'") != std::string::npos);
+    GgufWriter rwkv;
+    rwkv.set("general.architecture", "rwkv6");
+    CHECK(why_unsupported(*parse_gguf_header(rwkv.to_bytes(), "m")).find("architecture 'rwkv6'") != std::string::npos);
 
     GgufWriter iq;
     iq.set("general.architecture", "llama");

@@ -115,7 +115,7 @@ TEST_CASE("a tensor the architecture does not use is refused, naming it", "[mode
                                         "qwen3vl, qwen3vlmoe, qwen3next, minimax-m2, ernie4_5-moe, olmoe, "
                                         "nemotron_h_moe, falcon-h1, hunyuan-dense, hunyuan-moe, arcee, apertus, "
                                         "bailingmoe2, dots1, afmoe, exaone-moe, cohere2moe, granite_swa, deepseek32, "
-                                        "glm-dsa, step35, laguna)") !=
+                                        "glm-dsa, step35, laguna, mamba2, mamba)") !=
           std::string::npos);
 }
 

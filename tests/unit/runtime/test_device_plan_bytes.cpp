@@ -34,7 +34,7 @@ const char* const kShapes[] = {"stories15m",   "qwen3-tiny",   "qwen3moe-tiny", 
                                "hunyuan-dense-tiny", "hunyuan-moe-tiny", "arcee-tiny", "apertus-tiny",
                                "bailingmoe2-tiny", "dots1-tiny", "afmoe-tiny", "exaone-moe-tiny",
                                "cohere2moe-tiny", "granite-swa-tiny", "granite-swa-moe-tiny", "step35-tiny",
-                               "laguna-tiny", "laguna-m-tiny"};
+                               "laguna-tiny", "laguna-m-tiny", "mamba2-tiny", "mamba-tiny"};
 
 // Whether a tensor of the file belongs to a block at or after n_layer: glm4moe's multi-token-prediction blocks, which
 // the loader skips and no device holds.
