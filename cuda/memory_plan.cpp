@@ -101,7 +101,7 @@ void check_model(const ModelConfig& config, const Weights& weights) {
                                     : !config.short_conv_layers.empty() ? "short convolution"
                                                                          : "gated delta net"));
     // step35's local layers of their own head counts in a pattern of any kind and its clamped SwiGLU have no kernels.
-    if (config.n_head_local > 0 || !config.swa_layers.empty() || !config.swiglu_clamp_exp.empty() ||
+    if (config.n_head_local > 0 || !config.local_layers.empty() || !config.swiglu_clamp_exp.empty() ||
         !config.swiglu_clamp_shexp.empty())
         throw FileError(fmt::format("the CUDA backend cannot run {} models (local layers of their own head counts, a "
                                     "clamped SwiGLU); --device cpu runs it", config.gguf_arch()));

@@ -594,7 +594,7 @@ void read_exaone_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
 }
 
 // One integer a block from `key` (an array of n_block, or one value for every block) as its values on the local and
-// the global blocks of c.swa_layers: {local, global}, each kind's blocks agreeing.
+// the global blocks of c.local_layers: {local, global}, each kind's blocks agreeing.
 std::pair<int64_t, int64_t> local_global_blocks(const GgufFile& f, const std::string& key, const ModelConfig& c,
                                                 int64_t n_block, int64_t lo, int64_t hi) {
     const GgufValue* v = f.find(key);
@@ -605,7 +605,7 @@ std::pair<int64_t, int64_t> local_global_blocks(const GgufFile& f, const std::st
     const std::vector<int64_t> a = layer_ints(f, key, n_block, lo, hi);
     int64_t local = -1, global = -1;
     for (int64_t l = 0; l < n_block; ++l) {
-        int64_t& kind = c.swa_layers[static_cast<size_t>(l)] ? local : global;
+        int64_t& kind = c.local_layers[static_cast<size_t>(l)] ? local : global;
         if (kind >= 0 && kind != a[l])
             throw FileError(fmt::format("{}: metadata '{}' differs between two {} layers ({} and {}; quill supports "
                                         "one value for the local layers and one for the global ones)", f.path(), key,
@@ -657,10 +657,10 @@ void read_laguna(const GgufFile& f, const std::string& p, ModelConfig& c) {
                                         "layer, true: local)", f.path(), pattern, v->as_array().size(),
                                         gguf_type_name(v->as_array().type()), c.n_layer));
         for (int64_t l = 0; l < c.n_layer; ++l)
-            c.swa_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
+            c.local_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
     } else {
         const int64_t n = c.sliding_window > 0 ? optional_int(f, pattern, 4, 0, 4096) : 1;
-        for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(n == 0 || l % n != 0);
+        for (int64_t l = 0; l < c.n_layer; ++l) c.local_layers.push_back(n == 0 || l % n != 0);
     }
     const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, c.n_layer, 1, 4096);
     // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
@@ -674,7 +674,7 @@ void read_laguna(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.n_head_kv = kv;
     c.n_head_local = heads_local != heads ? heads_local : 0;
     c.n_head_kv_local = kv_local != kv ? kv_local : 0;
-    if (c.sliding_window == 0) c.swa_layers.clear();
+    if (c.sliding_window == 0) c.local_layers.clear();
     if (c.sliding_window > 0) {
         c.n_rot_local = optional_int(f, p + "rope.dimension_count_swa", c.n_rot, 2, c.head_dim);
         if (c.n_rot_local % 2 != 0)
@@ -716,7 +716,7 @@ void read_step35(const GgufFile& f, const std::string& p, int64_t n_block, Model
         static_cast<int64_t>(v->as_array().size()) != n_block)
         throw FileError(fmt::format("{}: metadata '{}' is missing or not an array of {} bools (one a block, true: "
                                     "local)", f.path(), pattern, n_block));
-    for (int64_t l = 0; l < n_block; ++l) c.swa_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
+    for (int64_t l = 0; l < n_block; ++l) c.local_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
     const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, n_block, 1, 4096);
     // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
     const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")

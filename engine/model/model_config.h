@@ -67,8 +67,9 @@ struct ModelConfig {
     // every layer is local (mistral). sliding_window 0: every layer global.
     int64_t sliding_window = 0;
     int64_t swa_pattern = 0;
-    // granite_swa, cohere2moe: [n_layer] true where layer l is local, as the file's attention.sliding_window_pattern
-    // array says (or cohere2moe's pattern N: the first layer of each N global); empty: by swa_pattern
+    // granite_swa, cohere2moe, step35, laguna: true where layer (or block) l is local, as the file's
+    // attention.sliding_window_pattern array says (or a pattern N with the first layer of each N global); past its
+    // end a layer is global; empty: by swa_pattern
     std::vector<bool> local_layers;
     // granite_swa: [n_layer] true where layer l rotates (attention.rope_pattern); cohere2moe: its local layers and its
     // leading dense ones; empty: by no_rope_step
@@ -367,13 +368,9 @@ struct ModelConfig {
     // YaRN: the share in [0, 1] of pair i (dims 2i, 2i+1 of n_rot) whose frequency stays unscaled; 0 without YaRN.
     double yarn_ramp(int64_t i) const;
 
-    // step35: which layers are local, one a block (attention.sliding_window_pattern's bools, in a pattern of any
-    // kind); empty: swa_pattern says
-    std::vector<bool> swa_layers;
     bool layer_is_local(int64_t layer) const {
         const auto l = static_cast<size_t>(layer);  // (a NextN block past the array: global)
         if (sliding_window > 0 && !local_layers.empty()) return l < local_layers.size() && local_layers[l];
-        if (sliding_window > 0 && !swa_layers.empty()) return swa_layers[static_cast<size_t>(layer)];
         return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern != swa_pattern - 1);
     }
     // The first position a token at `pos` of this layer attends to.

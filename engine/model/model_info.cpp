@@ -128,26 +128,21 @@ json describe_model(const GgufFile& f, bool with_tensors) {
             if (c.moe_shared_scale != 1.0f)  // (cohere2moe: the shared expert averaged with the experts' sum)
                 info["model"]["experts"]["routing"]["shared_scale"] = c.moe_shared_scale;
         }
-        // (granite_swa, cohere2moe: the local layers and those with RoPE a layer)
+        // (the local layers and those with RoPE, where the file says them a layer; a NextN block past n_layer is not
+        // run)
         auto layers_where = [&](const std::vector<bool>& v) {
             std::vector<int64_t> at;
-            for (size_t l = 0; l < v.size(); ++l)
+            for (size_t l = 0; l < v.size() && l < static_cast<size_t>(c.n_layer); ++l)
                 if (v[l]) at.push_back(static_cast<int64_t>(l));
             return at;
         };
         if (c.sliding_window > 0) {
             info["model"]["sliding_window"] = {{"window", c.sliding_window}, {"swa_pattern", c.swa_pattern}};
-        if (c.sliding_window > 0 && !c.local_layers.empty())
-            info["model"]["sliding_window"]["local_layers"] = layers_where(c.local_layers);
-        if (!c.rope_layers.empty()) info["model"]["rope_layers"] = layers_where(c.rope_layers);
-            if (!c.swa_layers.empty()) {  // (step35: the global layers of a pattern of any kind, the local heads)
-                std::vector<int64_t> global;
-                for (int64_t l = 0; l < c.n_layer; ++l)
-                    if (!c.layer_is_local(l)) global.push_back(l);
-                info["model"]["sliding_window"]["global_layers"] = global;
-            }
+            if (!c.local_layers.empty())  // (a pattern of any kind)
+                info["model"]["sliding_window"]["local_layers"] = layers_where(c.local_layers);
             if (c.n_head_local > 0) info["model"]["sliding_window"]["n_head_local"] = c.n_head_local;
         }
+        if (!c.rope_layers.empty()) info["model"]["rope_layers"] = layers_where(c.rope_layers);
         if (c.altup())  // (gemma3n)
             info["model"]["altup"] = {{"streams", c.n_altup}, {"per_layer_input", c.n_embd_per_layer},
                                       {"shared_kv_layers", c.n_kv_shared}, {"sparse_layers", c.n_sparse_layers}};
@@ -367,9 +362,6 @@ std::string render_model_info(const json& info) {
                                 (*sw)["swa_pattern"].dump());
             if (m.contains("rope_layers"))
                 a += fmt::format(" rope_layers={}", fmt::join(m["rope_layers"].get<std::vector<int64_t>>(), ","));
-            if (m.contains("sliding_window") && m["sliding_window"].contains("global_layers"))
-                a = fmt::format("sliding_window={} global layers {}", m["sliding_window"]["window"].dump(),
-                                fmt::join(m["sliding_window"]["global_layers"].get<std::vector<int64_t>>(), ","));
             if (m.contains("sliding_window") && m["sliding_window"].contains("n_head_local"))
                 a += fmt::format(" n_head_local={}", m["sliding_window"]["n_head_local"].dump());
             if (m.contains("attn_sinks")) a += a.empty() ? "sinks" : " sinks";

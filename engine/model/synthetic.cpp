@@ -504,7 +504,7 @@ ModelConfig step35_config(const char* name, int64_t n_embd, int64_t n_layer, int
     c.attn_gate_proj = c.attn_gate_per_head = true;
     c.sliding_window = a.window;
     c.n_head_local = a.n_head_local;
-    for (int64_t l = 0; l < n_layer + m.n_nextn; ++l) c.swa_layers.push_back(l % 4 != 0);
+    for (int64_t l = 0; l < n_layer + m.n_nextn; ++l) c.local_layers.push_back(l % 4 != 0);
     c = shared_moe_config(c, "step35", m);
     for (auto [limit, limits] : {std::pair{a.clamp_exp, &c.swiglu_clamp_exp},
                                  std::pair{a.clamp_shexp, &c.swiglu_clamp_shexp}}) {
@@ -539,7 +539,7 @@ ModelConfig laguna_config(const char* name, int64_t n_embd, int64_t n_layer, int
         c.rope_freq_scale_local = 1.0f;
         c.rope_local_plain = true;
         c.n_rot_local = a.head_dim;
-        for (int64_t l = 0; l < n_layer; ++l) c.swa_layers.push_back(l % 4 != 0);
+        for (int64_t l = 0; l < n_layer; ++l) c.local_layers.push_back(l % 4 != 0);
     }
     return shared_moe_config(c, "laguna", m);
 }

@@ -127,7 +127,7 @@ TEST_CASE("quill run and chat work end to end on a laguna file, and --device aut
     test::check_run_and_chat(kShape, "poolside-Laguna-XS.2.jinja",
                              {"n_expert=8 n_expert_used=2 n_ff_exp=64 n_ff_shexp=96",
                               "gating=sigmoid with a selection bias, normalized=true scale=2.5 leading_dense=1",
-                              "sliding_window=8 global layers 0,4 n_head_local=6"});
+                              "sliding_window=8 local_layers=1,2,3 n_head_local=6"});
 }
 
 }  // namespace test_arch_laguna

@@ -132,7 +132,7 @@ TEST_CASE("quill run and chat work end to end on a step35 file, --device auto ru
     test::check_run_and_chat(kShape, "StepFun3.5-Flash.jinja",
                              {"n_expert=8 n_expert_used=2 n_ff_exp=64 n_ff_shexp=96",
                               "gating=sigmoid with a selection bias, normalized=true scale=2.5 leading_dense=1",
-                              "sliding_window=8 global layers 0,4 n_head_local=6"});
+                              "sliding_window=8 local_layers=1,2,3 n_head_local=6"});
     // (layers 3-4 on the second: a local and a global layer of their own head counts; the MTP block in neither)
     const std::string file = (test::temp_dir("arch_step35_split") / "step35-tiny.gguf").string();
     SyntheticModel::make(synthetic_config(kShape), GgmlType::F16, 42)->save(file);
