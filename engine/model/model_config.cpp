@@ -280,21 +280,22 @@ void read_sliding_window(const GgufFile& f, const std::string& p, ModelConfig& c
     }
 }
 
-// A per-layer key of gemma4 (an integer, or an array of one a layer) as its values on the local and the global
-// layers: {local, global}. An array must hold one value for every local layer and one for every global layer.
+// A per-layer key (gemma4's, step35's, laguna's: an integer, or an array of one a layer, or one a block of n_block
+// where the file counts NextN blocks too) as its values on the local and the global layers: {local, global}. An array
+// must hold one value for every local layer and one for every global layer.
 std::pair<int64_t, int64_t> local_global_int(const GgufFile& f, const std::string& key, const ModelConfig& c,
-                                             int64_t lo, int64_t hi) {
+                                             int64_t lo, int64_t hi, int64_t n_block) {
     const GgufValue* v = f.find(key);
     if (!v || v->type() != GgufType::ARRAY) {
         const int64_t x = required_int(f, key, lo, hi);
         return {x, x};
     }
     const GgufArray& a = v->as_array();
-    if (static_cast<int64_t>(a.size()) != c.n_layer || a.type() == GgufType::STRING || a.type() == GgufType::ARRAY)
+    if (static_cast<int64_t>(a.size()) != n_block || a.type() == GgufType::STRING || a.type() == GgufType::ARRAY)
         throw FileError(fmt::format("{}: metadata '{}' is an array of {} {} values, expected an integer or {} of them "
-                                    "(one a layer)", f.path(), key, a.size(), gguf_type_name(a.type()), c.n_layer));
+                                    "(one a layer)", f.path(), key, a.size(), gguf_type_name(a.type()), n_block));
     int64_t local = -1, global = -1;
-    for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (int64_t l = 0; l < n_block; ++l) {
         const int64_t x = a.at(static_cast<size_t>(l)).as_int();
         if (x < lo || x > hi)
             throw FileError(fmt::format("{}: metadata '{}' is {} at layer {}, expected {}..{}", f.path(), key, x, l, lo,
@@ -340,7 +341,7 @@ void read_gemma4(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.rope_divisors_global_only = true;
     c.rope_base_local = optional_float(f, p + "rope.freq_base_swa", 10000.0f, 1.0, 1e12);
     c.rope_freq_scale_local = 1.0f;
-    const auto [kv_local, kv_global] = local_global_int(f, p + "attention.head_count_kv", c, 1, c.n_head);
+    const auto [kv_local, kv_global] = local_global_int(f, p + "attention.head_count_kv", c, 1, c.n_head, c.n_layer);
     for (int64_t kv : {kv_local, kv_global})
         if (c.n_head % kv != 0)
             throw FileError(fmt::format("{}: metadata '{}attention.head_count' {} is not a multiple of "
@@ -593,26 +594,21 @@ void read_exaone_moe(const GgufFile& f, const std::string& p, ModelConfig& c) {
     c.no_rope_step = c.swa_pattern;  // (l % N == N - 1 global: (l + 1) % N == 0)
 }
 
-// One integer a block from `key` (an array of n_block, or one value for every block) as its values on the local and
-// the global blocks of c.local_layers: {local, global}, each kind's blocks agreeing.
-std::pair<int64_t, int64_t> local_global_blocks(const GgufFile& f, const std::string& key, const ModelConfig& c,
-                                                int64_t n_block, int64_t lo, int64_t hi) {
-    const GgufValue* v = f.find(key);
-    if (!v || v->type() != GgufType::ARRAY) {
-        const int64_t x = required_int(f, key, lo, hi);
-        return {x, x};
-    }
-    const std::vector<int64_t> a = layer_ints(f, key, n_block, lo, hi);
-    int64_t local = -1, global = -1;
-    for (int64_t l = 0; l < n_block; ++l) {
-        int64_t& kind = c.local_layers[static_cast<size_t>(l)] ? local : global;
-        if (kind >= 0 && kind != a[l])
-            throw FileError(fmt::format("{}: metadata '{}' differs between two {} layers ({} and {}; quill supports "
-                                        "one value for the local layers and one for the global ones)", f.path(), key,
-                                        &kind == &local ? "local" : "global", kind, a[l]));
-        kind = a[l];
-    }
-    return {local >= 0 ? local : global, global >= 0 ? global : local};
+// Query and KV heads a block (attention.head_count, head_count_kv: one value for the local blocks of c.local_layers,
+// one for the global ones; head_count_kv absent: as many as the query heads, as llama.cpp reads it) into n_head,
+// n_head_kv and, where the local blocks' differ, n_head_local and n_head_kv_local.
+void read_local_global_heads(const GgufFile& f, const std::string& p, int64_t n_block, ModelConfig& c) {
+    const auto [heads_local, heads] = local_global_int(f, p + "attention.head_count", c, 1, 4096, n_block);
+    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
+                                    ? local_global_int(f, p + "attention.head_count_kv", c, 1, 4096, n_block)
+                                    : std::pair{heads_local, heads};
+    if (heads % kv != 0 || heads_local % kv_local != 0)
+        throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
+                                    "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));
+    c.n_head = heads;
+    c.n_head_kv = kv;
+    c.n_head_local = heads_local != heads ? heads_local : 0;
+    c.n_head_kv_local = kv_local != kv ? kv_local : 0;
 }
 
 // step35's and laguna's experts (after n_leading_dense dense layers of n_ff) as llama.cpp reads them: chosen by
@@ -621,16 +617,8 @@ std::pair<int64_t, int64_t> local_global_blocks(const GgufFile& f, const std::st
 // beside an ungated shared expert of `width` features in every block with experts ([n_block] widths).
 void read_shared_sigmoid_moe(const GgufFile& f, const std::string& p, int64_t n_block, int64_t width,
                              ModelConfig& c) {
-    const std::string gating = p + "expert_gating_func";
-    const int64_t func = optional_int(f, gating, 2, 0, 4);
-    if (func != 0 && func != 1 && func != 2)
-        throw FileError(fmt::format("{}: metadata '{}' is {}, expected 1 (softmax) or 2 (sigmoid)", f.path(), gating,
-                                    func));
-    c.moe_gating_sigmoid = func != 1;
-    c.moe_norm_weights = f.get_bool(p + "expert_weights_norm").value_or(false);
-    const float scale = optional_float(f, p + "expert_weights_scale", 0.0f, 0.0, 1e6);
-    c.moe_weights_scale = scale == 0.0f ? 1.0f : scale;
-    read_expert_groups(f, p, c);
+    c.moe_gating_sigmoid = read_gating_sigmoid(f, p, c.gguf_arch(), 2);
+    read_expert_weighting(f, p, c);
     c.n_expert_shared = std::max<int64_t>(c.n_expert_shared, 1);
     c.moe_shared_expert = true;
     for (int64_t l = 0; l < n_block; ++l) c.n_ff_layers.push_back(c.layer_moe(l) ? width : c.n_ff);
@@ -662,18 +650,7 @@ void read_laguna(const GgufFile& f, const std::string& p, ModelConfig& c) {
         const int64_t n = c.sliding_window > 0 ? optional_int(f, pattern, 4, 0, 4096) : 1;
         for (int64_t l = 0; l < c.n_layer; ++l) c.local_layers.push_back(n == 0 || l % n != 0);
     }
-    const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, c.n_layer, 1, 4096);
-    // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
-    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
-                                    ? local_global_blocks(f, p + "attention.head_count_kv", c, c.n_layer, 1, 4096)
-                                    : std::pair{heads_local, heads};
-    if (heads % kv != 0 || heads_local % kv_local != 0)
-        throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
-                                    "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));
-    c.n_head = heads;
-    c.n_head_kv = kv;
-    c.n_head_local = heads_local != heads ? heads_local : 0;
-    c.n_head_kv_local = kv_local != kv ? kv_local : 0;
+    read_local_global_heads(f, p, c.n_layer, c);
     if (c.sliding_window == 0) c.local_layers.clear();
     if (c.sliding_window > 0) {
         c.n_rot_local = optional_int(f, p + "rope.dimension_count_swa", c.n_rot, 2, c.head_dim);
@@ -717,18 +694,7 @@ void read_step35(const GgufFile& f, const std::string& p, int64_t n_block, Model
         throw FileError(fmt::format("{}: metadata '{}' is missing or not an array of {} bools (one a block, true: "
                                     "local)", f.path(), pattern, n_block));
     for (int64_t l = 0; l < n_block; ++l) c.local_layers.push_back(v->as_array().at(static_cast<size_t>(l)).as_bool());
-    const auto [heads_local, heads] = local_global_blocks(f, p + "attention.head_count", c, n_block, 1, 4096);
-    // (head_count_kv absent: as many as the query heads, as llama.cpp reads it)
-    const auto [kv_local, kv] = f.find(p + "attention.head_count_kv")
-                                    ? local_global_blocks(f, p + "attention.head_count_kv", c, n_block, 1, 4096)
-                                    : std::pair{heads_local, heads};
-    if (heads % kv != 0 || heads_local % kv_local != 0)
-        throw FileError(fmt::format("{}: metadata '{}attention.head_count' ({} global, {} local) is not a multiple of "
-                                    "head_count_kv ({}, {})", f.path(), p, heads, heads_local, kv, kv_local));
-    c.n_head = heads;
-    c.n_head_kv = kv;
-    c.n_head_local = heads_local != heads ? heads_local : 0;
-    c.n_head_kv_local = kv_local != kv ? kv_local : 0;
+    read_local_global_heads(f, p, n_block, c);
     const int64_t dims = c.n_rot;
     if (dims % 4 != 0)
         throw FileError(fmt::format("{}: metadata '{}rope.dimension_count' {} is not a multiple of 4 (the global "
@@ -1369,7 +1335,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     // qwen35, glm4moe, deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks at the end, which the forward
     // does not run (as llama.cpp by default)
     if (qwen35 || c.arch == "glm4moe" || c.arch == "deepseek2" || c.arch == "nemotron_h" ||
-        c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe" || c.file_arch == "cohere2moe" || c.file_arch == "step35") {
+        c.file_arch == "bailingmoe2" || c.file_arch == "exaone-moe" || c.file_arch == "cohere2moe" ||
+        c.file_arch == "step35") {
         c.n_layer_nextn = optional_int(f, p + "nextn_predict_layers", 0, 0, c.n_layer - 1);
         c.n_layer -= c.n_layer_nextn;
     }

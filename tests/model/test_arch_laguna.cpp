@@ -109,7 +109,8 @@ TEST_CASE("laguna files quill cannot run are refused with one line naming the ke
     const fs::path dir = test::temp_dir("arch_laguna_refused");
     const std::vector<test::RefusedMetadata> cases = {
         {"gating", [](GgufWriter& w) { w.set("laguna.expert_gating_func", uint32_t(4)); },
-         "metadata 'laguna.expert_gating_func' is 4, expected 1 (softmax) or 2 (sigmoid)"},
+         "metadata 'laguna.expert_gating_func' is 4, expected 1 (softmax) or 2 (sigmoid): the expert gating functions "
+         "quill supports for laguna"},
         {"dense", [](GgufWriter& w) { w.set("laguna.leading_dense_block_count", uint32_t(9)); },
          "metadata 'laguna.leading_dense_block_count' is 9, expected 0..5"},
         {"pattern",

@@ -108,7 +108,8 @@ TEST_CASE("step35 files quill cannot run are refused with one line naming the ke
     const fs::path dir = test::temp_dir("arch_step35_refused");
     const std::vector<test::RefusedMetadata> cases = {
         {"gating", [](GgufWriter& w) { w.set("step35.expert_gating_func", uint32_t(4)); },
-         "metadata 'step35.expert_gating_func' is 4, expected 1 (softmax) or 2 (sigmoid)"},
+         "metadata 'step35.expert_gating_func' is 4, expected 1 (softmax) or 2 (sigmoid): the expert gating functions "
+         "quill supports for step35"},
         {"pattern", [](GgufWriter& w) { w.set("step35.attention.sliding_window_pattern", uint32_t(4)); },
          "metadata 'step35.attention.sliding_window_pattern' is missing or not an array of 6 bools (one a block, true: "
          "local)"},
